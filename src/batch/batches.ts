@@ -1,0 +1,127 @@
+import type { Sql } from '../store/index.js';
+import { BatchFinishedError, BatchNotFoundError, InvalidBatchError, TooManyBatchesError } from './errors.js';
+import * as q from './sql.js';
+import type { BatchInfo, BatchStatus, ItemResult, NewBatch } from './types.js';
+
+/** Options of {@link createBatch}. */
+export interface CreateOptions {
+  /** Most unfinished batches one (tenant, datasource) may have. Default 4. */
+  maxOpen?: number;
+}
+
+/** Default of {@link CreateOptions.maxOpen}. */
+export const DEFAULT_MAX_OPEN = 4;
+
+/**
+ * Start a batch: insert it and all its items in one transaction, without running it.
+ *
+ * The same `(tenant, requestKey)` answers the batch that key started before, with
+ * `created: false`, and never starts a second one, also under concurrent calls. A datasource
+ * with `maxOpen` open batches refuses a new one; starts on one datasource are decided one at a
+ * time under a row lock, so concurrent starts never exceed `maxOpen` (DESIGN.md invariant 4).
+ *
+ * @throws {InvalidBatchError} no items, or two items with one key.
+ * @throws {TooManyBatchesError} the datasource already has `maxOpen` open batches.
+ */
+export async function createBatch(
+  sql: Sql,
+  batch: NewBatch,
+  options: CreateOptions = {},
+): Promise<{ batch: BatchInfo; created: boolean }> {
+  const maxOpen = options.maxOpen ?? DEFAULT_MAX_OPEN;
+  const keys = new Set<string>();
+  for (const item of batch.items) {
+    if (keys.has(item.key)) throw new InvalidBatchError(`duplicate item key "${item.key}"`);
+    keys.add(item.key);
+  }
+  if (batch.items.length === 0) throw new InvalidBatchError('a batch needs at least one item');
+
+  const id = await sql.begin(async (tx) => {
+    const t = tx as unknown as Sql;
+    await q.lockDatasource(t, batch.tenant, batch.datasource);
+    const existing = await q.batchIdByKey(t, batch.tenant, batch.requestKey);
+    if (existing) return { id: existing, created: false };
+    if ((await q.countOpen(t, batch.tenant, batch.datasource)) >= maxOpen) {
+      throw new TooManyBatchesError(batch.tenant, batch.datasource, maxOpen);
+    }
+    const inserted = await q.insertBatch(t, { ...batch, total: batch.items.length });
+    if (!inserted) {
+      // The same key committed on another datasource meanwhile: answer that batch.
+      return { id: (await q.batchIdByKey(t, batch.tenant, batch.requestKey))!, created: false };
+    }
+    await q.insertItems(
+      t,
+      inserted,
+      batch.items.map((i) => ({ key: i.key, input: i.input ?? null })),
+    );
+    return { id: inserted, created: true };
+  });
+  return { batch: (await q.getBatch(sql, id.id))!, created: id.created };
+}
+
+/**
+ * Read a batch with its item counts.
+ * @throws {BatchNotFoundError} no batch has this id (including ids that are not UUIDs).
+ */
+export async function getBatch(sql: Sql, id: string): Promise<BatchInfo> {
+  const b = isUuid(id) ? await q.getBatch(sql, id) : undefined;
+  if (!b) throw new BatchNotFoundError(id);
+  return b;
+}
+
+/** List batches, newest first. `limit` defaults to 100. */
+export async function listBatches(
+  sql: Sql,
+  filter: { tenant?: string; status?: BatchStatus; limit?: number } = {},
+): Promise<BatchInfo[]> {
+  return q.listBatches(sql, { ...filter, limit: filter.limit ?? 100 });
+}
+
+/**
+ * Cancel an open batch for good: its run's next beat or move changes nothing and it stops.
+ * Items keep the state they had.
+ * @throws {BatchNotFoundError} unknown id.
+ * @throws {BatchFinishedError} the batch already finished or was cancelled.
+ */
+export async function cancelBatch(sql: Sql, id: string): Promise<BatchInfo> {
+  const before = await getBatch(sql, id);
+  if (!(await q.cancelBatch(sql, id))) {
+    const now = await getBatch(sql, id);
+    throw new BatchFinishedError(id, now.status ?? before.status);
+  }
+  return getBatch(sql, id);
+}
+
+/** Stream every item of a batch in key order. @throws {BatchNotFoundError} unknown id. */
+export async function* batchResults(sql: Sql, id: string): AsyncGenerator<ItemResult> {
+  await getBatch(sql, id);
+  for await (const rows of q.itemResults(sql, id)) yield* rows;
+}
+
+/** Count open batches of every tenant. */
+export function countOpenBatches(sql: Sql): Promise<number> {
+  return q.countAllOpen(sql);
+}
+
+/**
+ * Mark and return open batches that need a worker: never started, handed off, or stale
+ * (beat older than `staleMs`, database clock). A batch dispatched within `cooldownMs` is
+ * skipped, so overlapping callers never dispatch it twice.
+ */
+export function claimDispatch(
+  sql: Sql,
+  options: { staleMs: number; cooldownMs: number; limit?: number },
+): Promise<string[]> {
+  return q.claimDispatch(sql, { ...options, limit: options.limit ?? 100 });
+}
+
+/** Record that `batchId` was just sent to a worker. */
+export function markDispatched(sql: Sql, batchId: string): Promise<void> {
+  return q.markDispatched(sql, batchId);
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+/** Whether `s` has the shape of a UUID (batch ids are UUIDs). */
+export function isUuid(s: string): boolean {
+  return UUID.test(s);
+}

@@ -1,0 +1,85 @@
+/**
+ * What the runner waits with. Beats, retry waits and move backoff all sleep through a clock,
+ * so tests can drive time without sleeping. Times are application-side only and are never
+ * compared with stored timestamps (DESIGN.md invariant 5).
+ */
+export interface Clock {
+  /** Milliseconds since the epoch. */
+  now(): number;
+  /** Resolve after `ms` milliseconds, or at once (resolving) when `signal` aborts. */
+  sleep(ms: number, signal?: AbortSignal): Promise<void>;
+}
+
+/** The real clock: `Date.now()` and `setTimeout`. */
+export const systemClock: Clock = {
+  now: () => Date.now(),
+  sleep: (ms, signal) =>
+    new Promise<void>((resolve) => {
+      if (signal?.aborted) return resolve();
+      const onAbort = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      const timer = setTimeout(() => {
+        signal?.removeEventListener('abort', onAbort);
+        resolve();
+      }, Math.max(0, ms));
+      signal?.addEventListener('abort', onAbort, { once: true });
+    }),
+};
+
+/**
+ * A clock that only moves when told to: `advance(ms)` wakes every sleeper whose time has come.
+ * `freeze()` makes every sleep hang until the signal aborts, which stalls a runner's beats while
+ * its items keep running (the fencing tests use this).
+ */
+export class ManualClock implements Clock {
+  private t: number;
+  private frozen = false;
+  private sleepers: { at: number; wake: () => void }[] = [];
+
+  constructor(start = Date.now()) {
+    this.t = start;
+  }
+
+  now(): number {
+    return this.t;
+  }
+
+  sleep(ms: number, signal?: AbortSignal): Promise<void> {
+    return new Promise<void>((resolve) => {
+      if (signal?.aborted) return resolve();
+      const entry = { at: this.t + Math.max(0, ms), wake: resolve };
+      signal?.addEventListener(
+        'abort',
+        () => {
+          this.sleepers = this.sleepers.filter((s) => s !== entry);
+          resolve();
+        },
+        { once: true },
+      );
+      if (!this.frozen && ms <= 0) return resolve();
+      this.sleepers.push(entry);
+    });
+  }
+
+  /** Move time forward by `ms` milliseconds and wake due sleepers (unless frozen). */
+  advance(ms: number): void {
+    this.t += ms;
+    if (this.frozen) return;
+    const due = this.sleepers.filter((s) => s.at <= this.t);
+    this.sleepers = this.sleepers.filter((s) => s.at > this.t);
+    for (const s of due) s.wake();
+  }
+
+  /** Stop waking sleepers until {@link ManualClock.thaw}. */
+  freeze(): void {
+    this.frozen = true;
+  }
+
+  /** Resume waking sleepers; wakes those already due. */
+  thaw(): void {
+    this.frozen = false;
+    this.advance(0);
+  }
+}

@@ -1,0 +1,60 @@
+/** Base class of leasehold's batch errors; `code` is stable and the API maps it to a status. */
+export class BatchError extends Error {
+  constructor(
+    /** Stable machine-readable code. */
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = new.target.name;
+  }
+}
+
+/**
+ * A datasource already has `maxOpen` unfinished batches (DESIGN.md invariant 4). The API
+ * answers 429.
+ */
+export class TooManyBatchesError extends BatchError {
+  constructor(
+    readonly tenant: string,
+    readonly datasource: string,
+    readonly maxOpen: number,
+  ) {
+    super(
+      'too_many_batches',
+      `datasource "${datasource}" of tenant "${tenant}" already has ${maxOpen} open batches (maxOpen ${maxOpen})`,
+    );
+  }
+}
+
+/**
+ * A run found that it no longer owns its batch (taken over, cancelled or finished by
+ * another run): a fenced move or beat changed no row. The run stops at once
+ * (DESIGN.md invariant 2).
+ */
+export class BatchLostError extends BatchError {
+  constructor(readonly batchId: string, readonly runId: string) {
+    super('batch_lost', `run ${runId} no longer owns batch ${batchId}`);
+  }
+}
+
+/** No batch has this id. The API answers 404. */
+export class BatchNotFoundError extends BatchError {
+  constructor(readonly batchId: string) {
+    super('batch_not_found', `no batch ${batchId}`);
+  }
+}
+
+/** The batch is already finished or cancelled. The API answers 409. */
+export class BatchFinishedError extends BatchError {
+  constructor(readonly batchId: string, readonly status: string) {
+    super('batch_finished', `batch ${batchId} is already ${status}`);
+  }
+}
+
+/** Start input is invalid (for example duplicate item keys or no items). The API answers 400. */
+export class InvalidBatchError extends BatchError {
+  constructor(message: string) {
+    super('invalid_batch', message);
+  }
+}

@@ -1,0 +1,17 @@
+export * from './types.js';
+export * from './errors.js';
+export { systemClock, ManualClock, type Clock } from './clock.js';
+export {
+  createBatch,
+  getBatch,
+  listBatches,
+  cancelBatch,
+  batchResults,
+  countOpenBatches,
+  claimDispatch,
+  markDispatched,
+  isUuid,
+  DEFAULT_MAX_OPEN,
+  type CreateOptions,
+} from './batches.js';
+export { Runner, RUNNER_DEFAULTS, retryDelayMs, type RunnerOptions, type RunnerEvent } from './runner.js';

@@ -1,0 +1,395 @@
+import { randomUUID } from 'node:crypto';
+import type { Sql } from '../store/index.js';
+import { createBatch, type CreateOptions } from './batches.js';
+import { systemClock, type Clock } from './clock.js';
+import { BatchLostError } from './errors.js';
+import * as q from './sql.js';
+import type {
+  BatchInfo,
+  Executor,
+  ItemWork,
+  NewBatch,
+  Resolve,
+  RunOutcome,
+  RunResult,
+} from './types.js';
+
+/** What the runner reports as it goes (for logs); never needed for correctness. */
+export type RunnerEvent =
+  | { type: 'run-started'; batchId: string; runId: string; takeover: boolean }
+  | { type: 'run-ended'; result: RunResult }
+  | { type: 'store-error'; batchId: string; runId: string; error: unknown; tries: number }
+  | { type: 'unknown-job'; batchId: string; job: string };
+
+/** Options of {@link Runner}; every duration is in milliseconds. */
+export interface RunnerOptions {
+  /** Id of the process this runner belongs to. Default: a fresh UUID. */
+  processId?: string;
+  /** Items one run executes at once. Default 2. */
+  parallel?: number;
+  /** Interval between a run's beats, ms. Default 5,000. */
+  beatMs?: number;
+  /** A batch whose beat is older than this (database clock) may be taken over, ms. Default 30,000. */
+  staleMs?: number;
+  /** Attempts per item before it ends `failed`. Default 3. */
+  attempts?: number;
+  /** First retry delay, ms; doubled each attempt, plus up to 25 % jitter. Default 5,000. */
+  backoffMs?: number;
+  /** Tries of a store statement (move, claim, finish) before the run gives up. Default 4. */
+  moveTries?: number;
+  /** Wait before the second try of a failed store statement, ms; doubled each try. Default 100. */
+  moveBackoffMs?: number;
+  /** Most batches this runner runs at once through `watch`/`takeOver`. Default 4. */
+  maxRuns?: number;
+  /** Clock for beats and waits. Default: {@link systemClock}. */
+  clock?: Clock;
+  /** Source of jitter in [0, 1). Default `Math.random`. */
+  random?: () => number;
+  /** Observer of run events (logging). Default: none. */
+  onEvent?: (event: RunnerEvent) => void;
+}
+
+/** The defaults of {@link RunnerOptions} (DESIGN.md, "Batches"). */
+export const RUNNER_DEFAULTS = {
+  parallel: 2,
+  beatMs: 5_000,
+  staleMs: 30_000,
+  attempts: 3,
+  backoffMs: 5_000,
+  moveTries: 4,
+  moveBackoffMs: 100,
+  maxRuns: 4,
+} as const;
+
+type Settings = Required<Omit<RunnerOptions, 'processId' | 'onEvent'>> & {
+  onEvent: (e: RunnerEvent) => void;
+};
+
+/**
+ * Retry delay before attempt `attempt + 1` after attempt `attempt` failed:
+ * `backoffMs × 2^(attempt−1)`, plus jitter of up to 25 % of that, in ms.
+ */
+export function retryDelayMs(backoffMs: number, attempt: number, random: () => number): number {
+  const base = backoffMs * 2 ** (attempt - 1);
+  return base + base * 0.25 * random();
+}
+
+class StoreFailure extends Error {}
+
+/** One run: this runner's ownership of one batch, from takeover to its end. */
+class Run {
+  readonly id: string;
+  private readonly stop = new AbortController();
+  private readonly items = new AbortController();
+  private reason: 'stop' | 'lost' | undefined;
+  private readonly active = new Map<string, Promise<void>>();
+  private moves: q.MoveRow[] = [];
+  private finishedItems = 0;
+  private readonly parallel: number;
+  private readonly attempts: number;
+  private readonly backoffMs: number;
+
+  constructor(
+    private readonly sql: Sql,
+    private readonly s: Settings,
+    readonly batch: BatchInfo,
+    runId: string,
+    private readonly executor: Executor,
+  ) {
+    this.id = runId;
+    this.parallel = Math.max(1, executor.parallel ?? s.parallel);
+    this.attempts = Math.max(1, executor.attempts ?? s.attempts);
+    this.backoffMs = executor.backoffMs ?? s.backoffMs;
+  }
+
+  /** Ask the run to hand off: stop claiming, let in-flight items settle, clear the beat. */
+  requestStop(): void {
+    this.reason ??= 'stop';
+    this.stop.abort();
+  }
+
+  private markLost(): void {
+    this.reason = 'lost';
+    this.stop.abort();
+  }
+
+  async execute(): Promise<RunResult> {
+    const beats = new AbortController();
+    const beating = this.beatLoop(beats.signal);
+    let outcome: RunOutcome;
+    let error: Error | undefined;
+    try {
+      outcome = await this.loop();
+    } catch (e) {
+      outcome = e instanceof StoreFailure ? 'store-error' : 'lost';
+      error = e instanceof Error ? e : new Error(String(e));
+      if (e instanceof BatchLostError) error = e;
+    } finally {
+      beats.abort();
+      await beating;
+    }
+    if (outcome === 'lost' && !error) error = new BatchLostError(this.batch.id, this.id);
+    return { batchId: this.batch.id, runId: this.id, outcome, finishedItems: this.finishedItems, error };
+  }
+
+  private async loop(): Promise<RunOutcome> {
+    await this.store(() => q.recoverRunning(this.sql, { batchId: this.batch.id, run: this.id, attempts: this.attempts }));
+    const stopped = new Promise<void>((resolve) => this.stop.signal.addEventListener('abort', () => resolve(), { once: true }));
+    while (!this.reason) {
+      const free = this.parallel - this.active.size;
+      if (free > 0) {
+        const claimed = await this.store(() => q.claimItems(this.sql, this.batch.id, this.id, free));
+        for (const c of claimed) this.launch(c);
+      }
+      if (this.reason) break;
+      if (this.active.size === 0) {
+        await this.flush();
+        if (this.reason) break;
+        const status = await this.store(() => q.finishBatch(this.sql, this.batch.id, this.id));
+        if (status === 'succeeded' || status === 'failed') return status;
+        const w = await this.store(() => q.waitState(this.sql, this.batch.id, this.id));
+        if (!w.owned) {
+          this.markLost();
+          break;
+        }
+        await this.s.clock.sleep(Math.min(w.dueInMs ?? this.s.beatMs, this.s.beatMs), this.stop.signal);
+        continue;
+      }
+      await Promise.race([...this.active.values(), stopped]);
+      // Let items finishing in the same turn land, so one move statement carries them all.
+      await new Promise<void>((resolve) => setImmediate(resolve));
+      await this.flush();
+    }
+    // Stopping: in-flight items are told to stop; their attempts are given back on handoff.
+    this.items.abort();
+    await Promise.allSettled([...this.active.values()]);
+    if (this.reason === 'lost') return 'lost';
+    await this.flush();
+    if ((this.reason as string) === 'lost') return 'lost';
+    const handed = await this.store(() => q.handOff(this.sql, this.batch.id, this.id));
+    return handed ? 'handed-off' : 'lost';
+  }
+
+  private launch(c: q.ClaimedRow): void {
+    const batch = this.batch;
+    const p = (async () => {
+      let move: q.MoveRow;
+      try {
+        const output = await this.executor.work({
+          key: c.key,
+          input: c.input,
+          attempt: c.attempts,
+          signal: this.items.signal,
+          batch: { id: batch.id, tenant: batch.tenant, datasource: batch.datasource, job: batch.job, params: batch.params },
+        });
+        move = { key: c.key, state: 'done', claimed: c.attempts, attempts: c.attempts, output: output ?? null, error: null, delay_ms: 0 };
+      } catch (e) {
+        const message = e instanceof Error ? e.message : String(e);
+        if (this.items.signal.aborted) {
+          // Interrupted by a handoff, not the item's fault: the attempt is given back.
+          move = { key: c.key, state: 'pending', claimed: c.attempts, attempts: c.attempts - 1, output: null, error: message, delay_ms: 0 };
+        } else if (c.attempts >= this.attempts) {
+          move = { key: c.key, state: 'failed', claimed: c.attempts, attempts: c.attempts, output: null, error: message, delay_ms: 0 };
+        } else {
+          const delay = retryDelayMs(this.backoffMs, c.attempts, this.s.random);
+          move = { key: c.key, state: 'pending', claimed: c.attempts, attempts: c.attempts, output: null, error: message, delay_ms: delay };
+        }
+      }
+      this.moves.push(move);
+      this.active.delete(c.key);
+    })();
+    this.active.set(c.key, p);
+  }
+
+  /** Writes every settled item in one fenced move; a short count means the batch was lost. */
+  private async flush(): Promise<void> {
+    if (this.moves.length === 0 || this.reason === 'lost') return;
+    const moves = this.moves;
+    this.moves = [];
+    const changed = await this.store(() => q.moveItems(this.sql, this.batch.id, this.id, moves));
+    if (changed < moves.length) {
+      this.markLost();
+      return;
+    }
+    this.finishedItems += moves.filter((m) => m.state === 'done' || m.state === 'failed').length;
+  }
+
+  private async beatLoop(signal: AbortSignal): Promise<void> {
+    while (!signal.aborted) {
+      await this.s.clock.sleep(this.s.beatMs, signal);
+      if (signal.aborted) return;
+      try {
+        if (!(await q.beat(this.sql, this.batch.id, this.id))) {
+          this.markLost();
+          return;
+        }
+      } catch (error) {
+        // A missed beat is harmless until the batch turns stale; the next one tries again.
+        this.s.onEvent({ type: 'store-error', batchId: this.batch.id, runId: this.id, error, tries: 1 });
+      }
+    }
+  }
+
+  /** Runs a store statement, retrying store errors `moveTries` times in all, backoff doubling. */
+  private async store<T>(f: () => Promise<T>): Promise<T> {
+    let wait = this.s.moveBackoffMs;
+    for (let tries = 1; ; tries++) {
+      try {
+        return await f();
+      } catch (error) {
+        this.s.onEvent({ type: 'store-error', batchId: this.batch.id, runId: this.id, error, tries });
+        if (tries >= this.s.moveTries) {
+          throw new StoreFailure(`store failed ${tries} times on batch ${this.batch.id}: ${(error as Error)?.message ?? error}`);
+        }
+        await this.s.clock.sleep(wait);
+        wait *= 2;
+      }
+    }
+  }
+}
+
+/**
+ * Runs batches (DESIGN.md, "Batches"): owns each through a run that beats every `beatMs`,
+ * claims due items in batched, fenced statements, executes up to `parallel` at once, writes
+ * their results as fenced moves, retries failures with backoff and jitter, and finishes the
+ * batch exactly once. A run that finds its batch lost stops at once; `stop`/`close` hand off.
+ *
+ * One runner belongs to one process (`owner()`); a process may run several batches.
+ */
+export class Runner {
+  private readonly s: Settings;
+  private readonly processId: string;
+  private readonly runs = new Map<string, { run: Run; done: Promise<RunResult> }>();
+  private readonly watching = new AbortController();
+  private watchLoop: Promise<void> | undefined;
+  private closed = false;
+
+  /** @param sql the store; @param options see {@link RunnerOptions} for defaults. */
+  constructor(
+    private readonly sql: Sql,
+    options: RunnerOptions = {},
+  ) {
+    this.processId = options.processId ?? randomUUID();
+    this.s = {
+      parallel: options.parallel ?? RUNNER_DEFAULTS.parallel,
+      beatMs: options.beatMs ?? RUNNER_DEFAULTS.beatMs,
+      staleMs: options.staleMs ?? RUNNER_DEFAULTS.staleMs,
+      attempts: options.attempts ?? RUNNER_DEFAULTS.attempts,
+      backoffMs: options.backoffMs ?? RUNNER_DEFAULTS.backoffMs,
+      moveTries: options.moveTries ?? RUNNER_DEFAULTS.moveTries,
+      moveBackoffMs: options.moveBackoffMs ?? RUNNER_DEFAULTS.moveBackoffMs,
+      maxRuns: options.maxRuns ?? RUNNER_DEFAULTS.maxRuns,
+      clock: options.clock ?? systemClock,
+      random: options.random ?? Math.random,
+      onEvent: options.onEvent ?? (() => {}),
+    };
+    if (this.s.beatMs >= this.s.staleMs) {
+      throw new RangeError(`beatMs (${this.s.beatMs}) must be below staleMs (${this.s.staleMs})`);
+    }
+  }
+
+  /** The id of the process this runner belongs to. */
+  owner(): string {
+    return this.processId;
+  }
+
+  /**
+   * Start a batch ({@link createBatch}) and, when this call created it, run it here.
+   * @throws {TooManyBatchesError} | {InvalidBatchError} as {@link createBatch}.
+   */
+  async start(
+    batch: NewBatch,
+    options: CreateOptions,
+    work: ItemWork | Executor,
+  ): Promise<{ batch: BatchInfo; created: boolean }> {
+    const started = await createBatch(this.sql, batch, options);
+    if (started.created) {
+      const executor = typeof work === 'function' ? { work } : work;
+      await this.takeOver(() => executor, started.batch.id);
+    }
+    return started;
+  }
+
+  /**
+   * Take over one batch that is unowned, handed off or stale (beat older than `staleMs`,
+   * database clock) with one compare-and-set, and run it here in the background. With
+   * `batchId`, only that batch. Resolves to the batch taken, or undefined when none was.
+   */
+  async takeOver(resolve: Resolve, batchId?: string): Promise<BatchInfo | undefined> {
+    if (this.closed) return undefined;
+    const runId = randomUUID();
+    const batch = await q.takeOver(this.sql, {
+      run: runId,
+      process: this.processId,
+      staleMs: this.s.staleMs,
+      batchId,
+    });
+    if (!batch) return undefined;
+    const executor = resolve(batch);
+    if (!executor) {
+      this.s.onEvent({ type: 'unknown-job', batchId: batch.id, job: batch.job });
+      await q.handOff(this.sql, batch.id, runId);
+      return undefined;
+    }
+    const run = new Run(this.sql, this.s, batch, runId, executor);
+    this.s.onEvent({ type: 'run-started', batchId: batch.id, runId, takeover: batch.runs > 1 });
+    const done = run.execute().then((result) => {
+      if (this.runs.get(batch.id)?.run === run) this.runs.delete(batch.id);
+      this.s.onEvent({ type: 'run-ended', result });
+      return result;
+    });
+    this.runs.set(batch.id, { run, done });
+    return batch;
+  }
+
+  /** The run of batch `id` in this runner, as a promise of its result; undefined when none. */
+  running(id: string): Promise<RunResult> | undefined {
+    return this.runs.get(id)?.done;
+  }
+
+  /** Ids of the batches this runner runs now. */
+  batches(): string[] {
+    return [...this.runs.keys()];
+  }
+
+  /**
+   * Stop the run of batch `id` (handoff: in-flight items settle, the beat is cleared so another
+   * process takes the batch over at once). Resolves to its result, or undefined when not running.
+   */
+  async stop(id: string): Promise<RunResult | undefined> {
+    const entry = this.runs.get(id);
+    if (!entry) return undefined;
+    entry.run.requestStop();
+    return entry.done;
+  }
+
+  /**
+   * Keep taking over unowned, handed-off and stale batches, up to `maxRuns` at once, checking
+   * every `intervalMs` (default: the beat interval) until {@link Runner.close}.
+   */
+  watch(resolve: Resolve, intervalMs = this.s.beatMs): void {
+    if (this.watchLoop || this.closed) return;
+    this.watchLoop = (async () => {
+      while (!this.watching.signal.aborted) {
+        try {
+          while (this.runs.size < this.s.maxRuns && !this.watching.signal.aborted) {
+            if (!(await this.takeOver(resolve))) break;
+          }
+        } catch (error) {
+          this.s.onEvent({ type: 'store-error', batchId: '', runId: '', error, tries: 1 });
+        }
+        await this.s.clock.sleep(intervalMs, this.watching.signal);
+      }
+    })();
+  }
+
+  /** Stop watching and hand off every run; resolves to their results once all have ended. */
+  async close(): Promise<RunResult[]> {
+    this.closed = true;
+    this.watching.abort();
+    await this.watchLoop;
+    const entries = [...this.runs.values()];
+    for (const e of entries) e.run.requestStop();
+    return Promise.all(entries.map((e) => e.done));
+  }
+}

@@ -1,0 +1,302 @@
+// Every statement of the batch module. Each fenced statement changes rows only while the run
+// named by `run` owns the open batch; the ownership check takes a share lock on the batch row,
+// so a takeover (an update of that row) and a move are ordered one after the other.
+import type { Sql } from '../store/index.js';
+import type { BatchInfo, BatchStatus, ItemResult, ItemState } from './types.js';
+
+/** A row of `leasehold_batches` joined with its item counts. */
+interface BatchRow {
+  id: string;
+  tenant: string;
+  datasource: string;
+  job: string;
+  params: unknown;
+  request_key: string;
+  status: BatchStatus;
+  total: number;
+  owner_process: string | null;
+  runs: number;
+  created_at: Date;
+  beat_at: Date | null;
+  finished_at: Date | null;
+  counts: Partial<Record<ItemState, number>> | null;
+}
+
+function toInfo(r: BatchRow): BatchInfo {
+  const c = r.counts ?? {};
+  return {
+    id: r.id,
+    tenant: r.tenant,
+    datasource: r.datasource,
+    job: r.job,
+    params: r.params,
+    requestKey: r.request_key,
+    status: r.status,
+    total: r.total,
+    counts: { pending: c.pending ?? 0, running: c.running ?? 0, done: c.done ?? 0, failed: c.failed ?? 0 },
+    ownerProcess: r.owner_process,
+    runs: r.runs,
+    createdAt: r.created_at,
+    beatAt: r.beat_at,
+    finishedAt: r.finished_at,
+  };
+}
+
+/** A claimed item. */
+export interface ClaimedRow {
+  key: string;
+  input: unknown;
+  attempts: number;
+}
+
+/** One move of an item the run claimed at `claimed` attempts. */
+export interface MoveRow {
+  key: string;
+  state: ItemState;
+  /** attempts when the item was claimed (the expected state is running at this count). */
+  claimed: number;
+  /** attempts after the move (claimed, or claimed − 1 when the attempt is given back). */
+  attempts: number;
+  output: unknown;
+  error: string | null;
+  /** For a move back to pending: wait before the next claim, ms. */
+  delay_ms: number;
+}
+
+type Tx = Sql;
+
+// Takes the per-datasource row lock that serialises starts on one datasource.
+export async function lockDatasource(tx: Tx, tenant: string, datasource: string): Promise<void> {
+  await tx`insert into leasehold_datasources (tenant, datasource) values (${tenant}, ${datasource})
+    on conflict (tenant, datasource) do update set tenant = excluded.tenant`;
+}
+
+// Reads the batch a request key started, if any.
+export async function batchIdByKey(tx: Tx, tenant: string, requestKey: string): Promise<string | undefined> {
+  const [r] = await tx<{ id: string }[]>`select id from leasehold_batches
+    where tenant = ${tenant} and request_key = ${requestKey}`;
+  return r?.id;
+}
+
+// Counts unfinished batches of a datasource (caller holds the datasource lock).
+export async function countOpen(tx: Tx, tenant: string, datasource: string): Promise<number> {
+  const [r] = await tx<{ n: number }[]>`select count(*) as n from leasehold_batches
+    where tenant = ${tenant} and datasource = ${datasource} and status = 'open'`;
+  return r.n;
+}
+
+// Inserts a batch unless its request key exists; returns the new id or undefined.
+export async function insertBatch(
+  tx: Tx,
+  b: { tenant: string; datasource: string; job: string; params: unknown; requestKey: string; total: number },
+): Promise<string | undefined> {
+  const [r] = await tx<{ id: string }[]>`insert into leasehold_batches
+      (tenant, datasource, job, params, request_key, total)
+    values (${b.tenant}, ${b.datasource}, ${b.job}, ${tx.json(b.params as never)}, ${b.requestKey}, ${b.total})
+    on conflict (tenant, request_key) do nothing
+    returning id`;
+  return r?.id;
+}
+
+// Inserts all items of a new batch in one statement.
+export async function insertItems(tx: Tx, batchId: string, items: { key: string; input: unknown }[]): Promise<void> {
+  await tx`insert into leasehold_items (batch_id, key, input)
+    select ${batchId}, x.key, x.input from jsonb_to_recordset(${tx.json(items as never)}) as x(key text, input jsonb)`;
+}
+
+// Reads one batch with its item counts.
+export async function getBatch(sql: Sql, id: string): Promise<BatchInfo | undefined> {
+  const [r] = await sql<BatchRow[]>`select b.*,
+      (select jsonb_object_agg(s.state, s.n) from
+        (select state, count(*) as n from leasehold_items where batch_id = b.id group by state) s) as counts
+    from leasehold_batches b where b.id = ${id}`;
+  return r && toInfo(r);
+}
+
+// Lists batches, newest first, optionally by tenant and status.
+export async function listBatches(
+  sql: Sql,
+  f: { tenant?: string; status?: BatchStatus; limit: number },
+): Promise<BatchInfo[]> {
+  const rows = await sql<BatchRow[]>`select b.*,
+      (select jsonb_object_agg(s.state, s.n) from
+        (select state, count(*) as n from leasehold_items where batch_id = b.id group by state) s) as counts
+    from leasehold_batches b
+    where (${f.tenant ?? null}::text is null or b.tenant = ${f.tenant ?? null})
+      and (${f.status ?? null}::text is null or b.status = ${f.status ?? null})
+    order by b.created_at desc, b.id
+    limit ${f.limit}`;
+  return rows.map(toInfo);
+}
+
+// Cancels an open batch for good; its owner's next fenced statement changes nothing.
+export async function cancelBatch(sql: Sql, id: string): Promise<BatchStatus | undefined> {
+  const [r] = await sql<{ status: BatchStatus }[]>`update leasehold_batches
+    set status = 'cancelled', finished_at = now(), owner_run = null, owner_process = null, beat_at = null
+    where id = ${id} and status = 'open' returning status`;
+  return r?.status;
+}
+
+// Counts open batches (any tenant); the scheduler scales to zero on 0.
+export async function countAllOpen(sql: Sql): Promise<number> {
+  const [r] = await sql<{ n: number }[]>`select count(*) as n from leasehold_batches where status = 'open'`;
+  return r.n;
+}
+
+// Takes over one open batch that is unowned, handed off or stale (beat older than staleMs by
+// the database clock): one compare-and-set on owner and beat. With `batchId`, only that batch.
+export async function takeOver(
+  sql: Sql,
+  a: { run: string; process: string; staleMs: number; batchId?: string },
+): Promise<BatchInfo | undefined> {
+  const [r] = await sql<BatchRow[]>`update leasehold_batches b
+    set owner_run = ${a.run}, owner_process = ${a.process}, beat_at = now(), handed_off_at = null,
+        runs = b.runs + 1
+    from (
+      select id from leasehold_batches
+      where status = 'open'
+        and (${a.batchId ?? null}::uuid is null or id = ${a.batchId ?? null}::uuid)
+        and (owner_run is null or beat_at is null
+             or beat_at < now() - make_interval(secs => ${a.staleMs / 1000}))
+      order by beat_at nulls first, created_at
+      limit 1
+      for update skip locked
+    ) s
+    where b.id = s.id
+    returning b.*, null::jsonb as counts`;
+  return r && toInfo(r);
+}
+
+// After a takeover: items the dead run left running count that attempt; they go back to
+// pending, or to failed when their attempts are used up. Fenced on the new run.
+export async function recoverRunning(
+  sql: Sql,
+  a: { batchId: string; run: string; attempts: number },
+): Promise<number> {
+  const rows = await sql`with own as (
+      select 1 from leasehold_batches where id = ${a.batchId} and owner_run = ${a.run} and status = 'open' for share
+    )
+    update leasehold_items i
+    set state = case when i.attempts >= ${a.attempts} then 'failed' else 'pending' end,
+        error = case when i.attempts >= ${a.attempts}
+          then 'the run executing this item died (attempt ' || i.attempts || ' of ' || ${a.attempts}::int || ')'
+          else i.error end,
+        run_id = ${a.run}, run_after = now(), updated_at = now()
+    where i.batch_id = ${a.batchId} and i.state = 'running' and exists (select 1 from own)`;
+  return rows.count;
+}
+
+// Proves the run still owns its open batch; no row means it lost it.
+export async function beat(sql: Sql, batchId: string, run: string): Promise<boolean> {
+  const rows = await sql`update leasehold_batches set beat_at = now()
+    where id = ${batchId} and owner_run = ${run} and status = 'open' returning id`;
+  return rows.length === 1;
+}
+
+// Claims up to `n` due pending items, skipping rows other transactions hold; fenced on the run.
+export async function claimItems(sql: Sql, batchId: string, run: string, n: number): Promise<ClaimedRow[]> {
+  return sql<ClaimedRow[]>`with own as (
+      select 1 from leasehold_batches where id = ${batchId} and owner_run = ${run} and status = 'open' for share
+    ), picked as (
+      select key from leasehold_items
+      where batch_id = ${batchId} and state = 'pending' and run_after <= now() and exists (select 1 from own)
+      order by run_after
+      limit ${n}
+      for update skip locked
+    )
+    update leasehold_items i
+    set state = 'running', attempts = i.attempts + 1, run_id = ${run}, updated_at = now()
+    from picked where i.batch_id = ${batchId} and i.key = picked.key
+    returning i.key, i.input, i.attempts`;
+}
+
+// Moves items this run claimed from running to their new state, in one statement. Fenced on
+// the run owning the open batch and on each item's expected state; idempotent when retried
+// (an item already at the target state and attempts by this run counts as moved).
+export async function moveItems(sql: Sql, batchId: string, run: string, moves: MoveRow[]): Promise<number> {
+  const rows = await sql`with own as (
+      select 1 from leasehold_batches where id = ${batchId} and owner_run = ${run} and status = 'open' for share
+    )
+    update leasehold_items i
+    set state = v.state, attempts = v.attempts, output = v.output, error = v.error,
+        run_after = case when v.state = 'pending'
+          then now() + make_interval(secs => v.delay_ms / 1000.0) else i.run_after end,
+        updated_at = now()
+    from jsonb_to_recordset(${sql.json(moves as never)})
+      as v(key text, state text, claimed int, attempts int, output jsonb, error text, delay_ms double precision)
+    where i.batch_id = ${batchId} and i.key = v.key and i.run_id = ${run}
+      and exists (select 1 from own)
+      and ((i.state = 'running' and i.attempts = v.claimed)
+           or (i.state = v.state and i.attempts = v.attempts))`;
+  return rows.count;
+}
+
+// Finishes the batch once no item is pending or running: succeeded, or failed when any item
+// failed. Only the owning run can, and only once (status must still be open).
+export async function finishBatch(sql: Sql, batchId: string, run: string): Promise<BatchStatus | undefined> {
+  const [r] = await sql<{ status: BatchStatus }[]>`update leasehold_batches b
+    set status = case when exists (select 1 from leasehold_items where batch_id = b.id and state = 'failed')
+          then 'failed' else 'succeeded' end,
+        finished_at = now(), owner_run = null, beat_at = null
+    where b.id = ${batchId} and b.owner_run = ${run} and b.status = 'open'
+      and not exists (select 1 from leasehold_items
+                      where batch_id = b.id and state in ('pending', 'running'))
+    returning b.status`;
+  return r?.status;
+}
+
+// Whether the run still owns the batch, and how long until its next pending item is due
+// (ms, by the database clock; null when none is pending).
+export async function waitState(
+  sql: Sql,
+  batchId: string,
+  run: string,
+): Promise<{ owned: boolean; dueInMs: number | null }> {
+  const [r] = await sql<{ owned: boolean; due_in_ms: number | null }[]>`select
+      exists (select 1 from leasehold_batches where id = ${batchId} and owner_run = ${run} and status = 'open') as owned,
+      (select greatest(0, extract(epoch from min(run_after) - now()) * 1000)::float8 from leasehold_items
+        where batch_id = ${batchId} and state = 'pending') as due_in_ms`;
+  return { owned: r.owned, dueInMs: r.due_in_ms };
+}
+
+// Hands the batch off: clears owner and beat so any process takes it over at once.
+export async function handOff(sql: Sql, batchId: string, run: string): Promise<boolean> {
+  const rows = await sql`update leasehold_batches
+    set owner_run = null, owner_process = null, beat_at = null, handed_off_at = now()
+    where id = ${batchId} and owner_run = ${run} and status = 'open' returning id`;
+  return rows.length === 1;
+}
+
+// Marks open batches that need a worker (never started, handed off or stale) as dispatched
+// and returns them; a batch dispatched less than cooldownMs ago is skipped, so overlapping
+// schedulers never dispatch one batch twice.
+export async function claimDispatch(
+  sql: Sql,
+  a: { staleMs: number; cooldownMs: number; limit: number },
+): Promise<string[]> {
+  const rows = await sql<{ id: string }[]>`update leasehold_batches b set dispatched_at = now()
+    from (
+      select id from leasehold_batches
+      where status = 'open'
+        and (owner_run is null or beat_at is null
+             or beat_at < now() - make_interval(secs => ${a.staleMs / 1000}))
+        and (dispatched_at is null or dispatched_at < now() - make_interval(secs => ${a.cooldownMs / 1000}))
+      order by created_at
+      limit ${a.limit}
+      for update skip locked
+    ) s
+    where b.id = s.id
+    returning b.id`;
+  return rows.map((r) => r.id);
+}
+
+// Marks one batch as dispatched now (the API sends a new batch to a worker at once).
+export async function markDispatched(sql: Sql, batchId: string): Promise<void> {
+  await sql`update leasehold_batches set dispatched_at = now() where id = ${batchId}`;
+}
+
+// Streams the items of a batch in key order, `size` rows at a time.
+export function itemResults(sql: Sql, batchId: string, size = 1000): AsyncIterable<ItemResult[]> {
+  return sql<ItemResult[]>`select key, state, attempts, output, error from leasehold_items
+    where batch_id = ${batchId} order by key`.cursor(size);
+}

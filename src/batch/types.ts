@@ -1,0 +1,103 @@
+/** Lifecycle of a batch. `failed` means "finished with failures": at least one item failed. */
+export type BatchStatus = 'open' | 'succeeded' | 'failed' | 'cancelled';
+
+/** Lifecycle of an item. */
+export type ItemState = 'pending' | 'running' | 'done' | 'failed';
+
+/** One item of a batch as given at start. `key` is unique within the batch. */
+export interface ItemInput {
+  key: string;
+  /** Optional JSON input handed to the item's work. */
+  input?: unknown;
+}
+
+/** What {@link createBatch} and `Runner.start` take. */
+export interface NewBatch {
+  tenant: string;
+  datasource: string;
+  job: string;
+  params: unknown;
+  /** Idempotency key: the same (tenant, request key) always answers the same batch. */
+  requestKey: string;
+  items: ItemInput[];
+}
+
+/** A batch as stored, with item counts per state. */
+export interface BatchInfo {
+  id: string;
+  tenant: string;
+  datasource: string;
+  job: string;
+  params: unknown;
+  requestKey: string;
+  status: BatchStatus;
+  total: number;
+  counts: Record<ItemState, number>;
+  /** Process id of the run owning the batch, or null. */
+  ownerProcess: string | null;
+  /** How many runs have owned the batch (first start and every takeover). */
+  runs: number;
+  createdAt: Date;
+  beatAt: Date | null;
+  finishedAt: Date | null;
+}
+
+/** One item's stored result, as `leasehold batch results` prints it. */
+export interface ItemResult {
+  key: string;
+  state: ItemState;
+  attempts: number;
+  output: unknown;
+  error: string | null;
+}
+
+/** What one item's work receives. */
+export interface ItemContext {
+  key: string;
+  input: unknown;
+  /** 1-based attempt number of this execution. */
+  attempt: number;
+  /** Aborted when the run stops, loses its batch or hands off. */
+  signal: AbortSignal;
+  batch: { id: string; tenant: string; datasource: string; job: string; params: unknown };
+}
+
+/** Runs one item; resolves to its JSON output or throws to fail this attempt. */
+export type ItemWork = (item: ItemContext) => Promise<unknown>;
+
+/** How to run a batch's items: the work plus per-job overrides of the runner's options. */
+export interface Executor {
+  work: ItemWork;
+  /** Items run at once by one run. Default: the runner's `parallel`. */
+  parallel?: number;
+  /** Attempts per item before it is `failed`. Default: the runner's `attempts`. */
+  attempts?: number;
+  /** First retry delay in ms, doubled per attempt, plus jitter. Default: the runner's `backoffMs`. */
+  backoffMs?: number;
+}
+
+/** Finds the executor for a stored batch (usually by its job name); undefined when unknown. */
+export type Resolve = (batch: BatchInfo) => Executor | undefined;
+
+/** How a run ended. */
+export type RunOutcome =
+  /** The batch finished by this run: all items done. */
+  | 'succeeded'
+  /** The batch finished by this run with at least one failed item. */
+  | 'failed'
+  /** Another run owns it now, or it was cancelled or finished elsewhere. */
+  | 'lost'
+  /** Stopped by `stop`/`close`: beat cleared so the batch is taken over at once. */
+  | 'handed-off'
+  /** The store kept failing; the batch stays unfinished for takeover. */
+  | 'store-error';
+
+/** Result of one run. */
+export interface RunResult {
+  batchId: string;
+  runId: string;
+  outcome: RunOutcome;
+  /** Items this run moved to `done` or `failed`. */
+  finishedItems: number;
+  error?: Error;
+}

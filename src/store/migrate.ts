@@ -1,0 +1,58 @@
+import { readdir, readFile } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
+import type { Sql } from './connect.js';
+
+const MIGRATIONS_DIR = fileURLToPath(new URL('./migrations/', import.meta.url));
+
+/** One applied or pending migration. */
+export interface Migration {
+  /** Numeric version from the file name (`001_batches.sql` → 1). */
+  version: number;
+  /** File name. */
+  name: string;
+}
+
+/** List the migration files shipped with leasehold, in version order. */
+export async function migrationFiles(dir = MIGRATIONS_DIR): Promise<Migration[]> {
+  const names = (await readdir(dir)).filter((n) => /^\d+_.+\.sql$/.test(n)).sort();
+  return names.map((name) => ({ version: Number.parseInt(name, 10), name }));
+}
+
+/**
+ * Apply every migration not yet applied, in version order, each in its own transaction, and
+ * return the ones applied now.
+ *
+ * Safe under concurrency: the whole run holds a transaction-scoped advisory lock keyed by the
+ * current schema, so two processes migrating at once apply each migration exactly once (the
+ * second waits, then finds nothing left to do). Migrations are unqualified SQL, so they land in
+ * the first schema of the connection's `search_path`.
+ *
+ * @throws the database error of a failing migration; earlier migrations stay applied.
+ */
+export async function migrate(sql: Sql, dir = MIGRATIONS_DIR): Promise<Migration[]> {
+  const files = await migrationFiles(dir);
+  const applied: Migration[] = [];
+  await sql.begin(async (tx) => {
+    // Serialises concurrent migrators of the same schema.
+    await tx`select pg_advisory_xact_lock(hashtextextended('leasehold:migrate:' || current_schema(), 0))`;
+    // Records which migrations this schema has.
+    await tx`create table if not exists leasehold_migrations (
+      version integer primary key,
+      name text not null,
+      applied_at timestamptz not null default now()
+    )`;
+    const done = new Set(
+      (await tx<{ version: number }[]>`select version from leasehold_migrations`).map((r) => r.version),
+    );
+    for (const m of files) {
+      if (done.has(m.version)) continue;
+      const text = await readFile(join(dir, m.name), 'utf8');
+      await tx.unsafe(text);
+      // Marks the migration applied, in the same transaction as its statements.
+      await tx`insert into leasehold_migrations (version, name) values (${m.version}, ${m.name})`;
+      applied.push(m);
+    }
+  });
+  return applied;
+}
