@@ -1,0 +1,19 @@
+import { tmpdir } from 'node:os';
+import { checksum } from './checksum.js';
+import { JobRegistry, type Job, type JobContext } from './job.js';
+
+export * from './job.js';
+export { checksum, isUnder, type ChecksumOutput } from './checksum.js';
+
+/** Jobs shipped with leasehold. */
+export const builtinJobs: Job<unknown, unknown>[] = [checksum];
+
+/** Default {@link JobContext}: allowed roots are the working directory and the OS temp dir. */
+export function defaultJobContext(overrides: Partial<JobContext> = {}): JobContext {
+  return { allowedRoots: [process.cwd(), tmpdir()], maxItems: 200_000, ...overrides };
+}
+
+/** A registry of the built-in jobs plus `extra`. */
+export function defaultRegistry(ctx: JobContext = defaultJobContext(), extra: Job<unknown, unknown>[] = []): JobRegistry {
+  return new JobRegistry([...builtinJobs, ...extra], ctx);
+}

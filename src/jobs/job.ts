@@ -1,0 +1,151 @@
+import type { z } from 'zod';
+import type { BatchInfo, Executor, ItemInput } from '../batch/index.js';
+
+/** What a job sees of the deployment's configuration. */
+export interface JobContext {
+  /**
+   * Absolute directories that file-reading jobs may read under. Comes from
+   * `LEASEHOLD_ALLOWED_ROOTS`; default: the working directory and the OS temporary directory.
+   */
+  allowedRoots: string[];
+  /** Most items one batch may have. Default 200,000 (`LEASEHOLD_MAX_ITEMS`). */
+  maxItems: number;
+}
+
+/** What one item's run receives. */
+export interface JobItem<P> {
+  key: string;
+  input: unknown;
+  /** The batch's params as validated and normalised at start. */
+  params: P;
+  /** 1-based attempt number. */
+  attempt: number;
+  /** Aborted when the run stops, hands off or loses its batch. */
+  signal: AbortSignal;
+  tenant: string;
+  batchId: string;
+}
+
+/** A job: how params expand into items and how one item runs. Build one with {@link defineJob}. */
+export interface Job<P = unknown, O = unknown> {
+  /** Unique name batches refer to (`job` in `POST /batches`). */
+  readonly name: string;
+  /** One line for listings. */
+  readonly description: string;
+  /** Shape of the params; parse failures become 400s naming the field. */
+  readonly params: z.ZodType<P>;
+  /**
+   * Turn valid params into items; may normalise the params that are stored with the batch
+   * (for example resolve a directory to an absolute path).
+   * @throws {InvalidParamsError} params that are well-shaped but not acceptable.
+   */
+  expand(params: P, ctx: JobContext): Promise<{ items: ItemInput[]; params?: P }>;
+  /** Run one item; resolve to its JSON output, throw to fail this attempt. */
+  run(item: JobItem<P>, ctx: JobContext): Promise<O>;
+  /** Items run at once by one run of this job. Default: the runner's (2). */
+  readonly parallel?: number;
+  /** Attempts per item. Default: the runner's (3). */
+  readonly attempts?: number;
+  /** First retry delay, ms, doubling, plus jitter. Default: the runner's (5,000). */
+  readonly backoffMs?: number;
+}
+
+/** Define a job; returns the definition unchanged, typed. */
+export function defineJob<P, O>(job: Job<P, O>): Job<P, O> {
+  return job;
+}
+
+/** Params that are well-shaped but refused (for example a directory outside the allowed roots). API: 400. */
+export class InvalidParamsError extends Error {
+  readonly code = 'invalid_params';
+  constructor(
+    /** Dotted path of the offending field, e.g. `params.dir`. */
+    readonly field: string,
+    message: string,
+  ) {
+    super(`${field}: ${message}`);
+    this.name = 'InvalidParamsError';
+  }
+}
+
+/** No job has this name. API: 404. */
+export class UnknownJobError extends Error {
+  readonly code = 'unknown_job';
+  constructor(readonly job: string) {
+    super(`unknown job "${job}"`);
+    this.name = 'UnknownJobError';
+  }
+}
+
+/** The jobs a deployment knows; workers resolve stored batches to executors through it. */
+export class JobRegistry {
+  private readonly jobs = new Map<string, Job<unknown, unknown>>();
+
+  constructor(
+    jobs: Job<unknown, unknown>[],
+    private readonly ctx: JobContext,
+  ) {
+    for (const job of jobs) {
+      if (this.jobs.has(job.name)) throw new Error(`job "${job.name}" is registered twice`);
+      this.jobs.set(job.name, job);
+    }
+  }
+
+  /** The configuration jobs see. */
+  context(): JobContext {
+    return this.ctx;
+  }
+
+  /** Names of the registered jobs. */
+  names(): string[] {
+    return [...this.jobs.keys()];
+  }
+
+  /** The job named `name`. @throws {UnknownJobError} */
+  get(name: string): Job<unknown, unknown> {
+    const job = this.jobs.get(name);
+    if (!job) throw new UnknownJobError(name);
+    return job;
+  }
+
+  /**
+   * Validate params and expand them into items for a new batch.
+   * @throws {UnknownJobError} | {InvalidParamsError}
+   */
+  async expand(name: string, params: unknown): Promise<{ items: ItemInput[]; params: unknown }> {
+    const job = this.get(name);
+    const parsed = job.params.safeParse(params ?? {});
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0];
+      const field = ['params', ...issue.path.map(String)].join('.');
+      throw new InvalidParamsError(field, issue.message);
+    }
+    const out = await job.expand(parsed.data, this.ctx);
+    if (out.items.length > this.ctx.maxItems) {
+      throw new InvalidParamsError('params', `expands to ${out.items.length} items; at most ${this.ctx.maxItems} are allowed`);
+    }
+    if (out.items.length === 0) throw new InvalidParamsError('params', 'expands to no items');
+    return { items: out.items, params: out.params ?? parsed.data };
+  }
+
+  /** The executor for a stored batch, or undefined when its job is unknown here. */
+  executor(batch: BatchInfo): Executor | undefined {
+    const job = this.jobs.get(batch.job);
+    if (!job) return undefined;
+    const parsed = job.params.safeParse(batch.params);
+    const params = parsed.success ? parsed.data : batch.params;
+    return {
+      parallel: job.parallel,
+      attempts: job.attempts,
+      backoffMs: job.backoffMs,
+      work: (item) =>
+        job.run(
+          { key: item.key, input: item.input, params, attempt: item.attempt, signal: item.signal, tenant: batch.tenant, batchId: batch.id },
+          this.ctx,
+        ),
+    };
+  }
+
+  /** {@link JobRegistry.executor} as a `Resolve` function for `Runner.takeOver`/`watch`. */
+  readonly resolve = (batch: BatchInfo): Executor | undefined => this.executor(batch);
+}

@@ -1,0 +1,123 @@
+import { delimiter } from 'node:path';
+import { tmpdir } from 'node:os';
+import { z } from 'zod';
+
+/** A setting from the environment is missing or invalid; the message names the variable. */
+export class ConfigError extends Error {
+  readonly code = 'config';
+  constructor(
+    readonly variable: string,
+    message: string,
+  ) {
+    super(`${variable}: ${message}`);
+    this.name = 'ConfigError';
+  }
+}
+
+const int = (min: number) => z.coerce.number().int().min(min);
+
+/**
+ * Every setting, its environment variable and default. Durations are in ms (the `_MS` suffix).
+ * The README's configuration table lists the same.
+ */
+const schema = {
+  DATABASE_URL: z.string().url().optional(),
+  LEASEHOLD_WORKER_FUNCTION: z.string().min(1).default('leasehold-worker'),
+  LEASEHOLD_DEADLINE_MARGIN_MS: int(0).default(10_000),
+  LEASEHOLD_WORKER_IDLE_MS: int(0).default(2_000),
+  LEASEHOLD_WORKER_POLL_MS: int(10).default(1_000),
+  LEASEHOLD_MAX_RUNS: int(1).default(4),
+  LEASEHOLD_PARALLEL: int(1).default(2),
+  LEASEHOLD_BEAT_MS: int(10).default(5_000),
+  LEASEHOLD_STALE_MS: int(20).default(30_000),
+  LEASEHOLD_ATTEMPTS: int(1).default(3),
+  LEASEHOLD_BACKOFF_MS: int(0).default(5_000),
+  LEASEHOLD_MOVE_TRIES: int(1).default(4),
+  LEASEHOLD_MOVE_BACKOFF_MS: int(0).default(100),
+  LEASEHOLD_MAX_OPEN: int(1).default(4),
+  LEASEHOLD_MAX_ITEMS: int(1).default(200_000),
+  LEASEHOLD_MAX_BODY_BYTES: int(64).default(65_536),
+  LEASEHOLD_DISPATCH_COOLDOWN_MS: int(0).default(30_000),
+  LEASEHOLD_DB_POOL_MAX: int(1).default(4),
+  LEASEHOLD_ALLOWED_ROOTS: z.string().optional(),
+} as const;
+
+type Env = { [K in keyof typeof schema]: z.infer<(typeof schema)[K]> };
+
+/** The runtime's settings, parsed from the environment by {@link loadConfig}. */
+export interface Config {
+  /** postgres:// URL; required by every function. */
+  databaseUrl: string | undefined;
+  /** Name of the worker function that dispatches invoke. */
+  workerFunction: string;
+  /** A worker stops at `remaining time − deadlineMarginMs`, ms. */
+  deadlineMarginMs: number;
+  /** A worker with nothing to run returns after this long, ms. */
+  workerIdleMs: number;
+  /** How often a worker looks for batches to take over, ms. */
+  workerPollMs: number;
+  /** Batches one worker runs at once. */
+  maxRuns: number;
+  /** Runner defaults; jobs may override parallel, attempts and backoff. */
+  parallel: number;
+  beatMs: number;
+  staleMs: number;
+  attempts: number;
+  backoffMs: number;
+  moveTries: number;
+  moveBackoffMs: number;
+  /** Most open batches per (tenant, datasource). */
+  maxOpen: number;
+  /** Most items per batch. */
+  maxItems: number;
+  /** Largest accepted request body, bytes. */
+  maxBodyBytes: number;
+  /** A dispatched batch that no worker took is dispatched again after this long, ms. */
+  dispatchCooldownMs: number;
+  /** Connections per function container. */
+  dbPoolMax: number;
+  /** Directories file jobs may read under (absolute). */
+  allowedRoots: string[];
+}
+
+/**
+ * Read and validate every setting from `env` (default `process.env`).
+ * @throws {ConfigError} naming the first invalid variable.
+ */
+export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
+  const out: Record<string, unknown> = {};
+  for (const [name, type] of Object.entries(schema)) {
+    const raw = env[name];
+    const parsed = (type as z.ZodType).safeParse(raw === '' ? undefined : raw);
+    if (!parsed.success) throw new ConfigError(name, `${parsed.error.issues[0].message} (got ${JSON.stringify(raw)})`);
+    out[name] = parsed.data;
+  }
+  const e = out as Env;
+  const config: Config = {
+    databaseUrl: e.DATABASE_URL,
+    workerFunction: e.LEASEHOLD_WORKER_FUNCTION,
+    deadlineMarginMs: e.LEASEHOLD_DEADLINE_MARGIN_MS,
+    workerIdleMs: e.LEASEHOLD_WORKER_IDLE_MS,
+    workerPollMs: e.LEASEHOLD_WORKER_POLL_MS,
+    maxRuns: e.LEASEHOLD_MAX_RUNS,
+    parallel: e.LEASEHOLD_PARALLEL,
+    beatMs: e.LEASEHOLD_BEAT_MS,
+    staleMs: e.LEASEHOLD_STALE_MS,
+    attempts: e.LEASEHOLD_ATTEMPTS,
+    backoffMs: e.LEASEHOLD_BACKOFF_MS,
+    moveTries: e.LEASEHOLD_MOVE_TRIES,
+    moveBackoffMs: e.LEASEHOLD_MOVE_BACKOFF_MS,
+    maxOpen: e.LEASEHOLD_MAX_OPEN,
+    maxItems: e.LEASEHOLD_MAX_ITEMS,
+    maxBodyBytes: e.LEASEHOLD_MAX_BODY_BYTES,
+    dispatchCooldownMs: e.LEASEHOLD_DISPATCH_COOLDOWN_MS,
+    dbPoolMax: e.LEASEHOLD_DB_POOL_MAX,
+    allowedRoots: e.LEASEHOLD_ALLOWED_ROOTS
+      ? e.LEASEHOLD_ALLOWED_ROOTS.split(delimiter).filter(Boolean)
+      : [process.cwd(), tmpdir()],
+  };
+  if (config.beatMs >= config.staleMs) {
+    throw new ConfigError('LEASEHOLD_BEAT_MS', `must be below LEASEHOLD_STALE_MS (${config.staleMs})`);
+  }
+  return config;
+}
