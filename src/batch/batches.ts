@@ -69,6 +69,15 @@ export async function getBatch(sql: Sql, id: string): Promise<BatchInfo> {
   return b;
 }
 
+/**
+ * The batch that `requestKey` started for `tenant`, or undefined when the key started none.
+ * Lets a caller answer a repeated start before doing any work for it (DESIGN.md invariant 4).
+ */
+export async function findBatchByKey(sql: Sql, tenant: string, requestKey: string): Promise<BatchInfo | undefined> {
+  const id = await q.batchIdByKey(sql, tenant, requestKey);
+  return id ? q.getBatch(sql, id) : undefined;
+}
+
 /** List batches, newest first. `limit` defaults to 100. */
 export async function listBatches(
   sql: Sql,

@@ -4,6 +4,7 @@ export { systemClock, ManualClock, type Clock } from './clock.js';
 export {
   createBatch,
   getBatch,
+  findBatchByKey,
   listBatches,
   cancelBatch,
   batchResults,
