@@ -1,0 +1,249 @@
+import { randomUUID } from 'node:crypto';
+import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2 } from 'aws-lambda';
+import {
+  cancelBatch,
+  createBatch,
+  findBatchByKey,
+  getBatch,
+  listBatches,
+  type BatchInfo,
+} from '../batch/index.js';
+import type { JobRegistry } from '../jobs/index.js';
+import type { Config } from '../runtime/config.js';
+import { dispatchBatch, type Dispatcher } from '../runtime/dispatch.js';
+import type { Log } from '../runtime/log.js';
+import type { Sql } from '../store/index.js';
+import {
+  ApiError,
+  checkStorableJson,
+  header,
+  listSchema,
+  parse,
+  query,
+  readJsonBody,
+  requestKeySchema,
+  startSchema,
+  typeName,
+} from './request.js';
+
+/** What {@link handleApi} needs, built once per container. */
+export interface ApiDeps {
+  sql: Sql;
+  jobs: JobRegistry;
+  /** `maxOpen` (open batches per datasource) and `maxBodyBytes` (413 above) are read. */
+  config: Pick<Config, 'maxOpen' | 'maxBodyBytes'>;
+  /** Sends a new batch to a worker at once. */
+  dispatcher: Dispatcher;
+  /** Structured log sink. Default: none. */
+  log?: Log;
+}
+
+/** A batch as the API shows it (timestamps as ISO 8601 strings). */
+export interface BatchView {
+  id: string;
+  tenant: string;
+  datasource: string;
+  job: string;
+  params: unknown;
+  requestKey: string;
+  status: BatchInfo['status'];
+  total: number;
+  counts: BatchInfo['counts'];
+  ownerProcess: string | null;
+  runs: number;
+  createdAt: string;
+  beatAt: string | null;
+  finishedAt: string | null;
+}
+
+/** The JSON shape of a batch in every response. */
+export function batchView(b: BatchInfo): BatchView {
+  return {
+    id: b.id,
+    tenant: b.tenant,
+    datasource: b.datasource,
+    job: b.job,
+    params: b.params,
+    requestKey: b.requestKey,
+    status: b.status,
+    total: b.total,
+    counts: { ...b.counts },
+    ownerProcess: b.ownerProcess,
+    runs: b.runs,
+    createdAt: iso(b.createdAt)!,
+    beatAt: iso(b.beatAt),
+    finishedAt: iso(b.finishedAt),
+  };
+}
+
+function iso(d: Date | null): string | null {
+  return d === null ? null : new Date(d).toISOString();
+}
+
+/**
+ * HTTP status of each stable error `code` thrown by the library, and the request field to
+ * name in the message when the library's message does not already.
+ */
+const LIBRARY_ERRORS: Record<string, { status: number; field?: string }> = {
+  unknown_job: { status: 404, field: 'job' },
+  invalid_params: { status: 400 },
+  invalid_batch: { status: 400, field: 'params' },
+  batch_not_found: { status: 404 },
+  batch_finished: { status: 409 },
+  too_many_batches: { status: 429 },
+};
+
+type Result = APIGatewayProxyStructuredResultV2;
+type Handler = (event: APIGatewayProxyEventV2, deps: ApiDeps, params: string[]) => Promise<Result>;
+
+/** The routes: path pattern (`*` is one path segment) → method → handler. */
+const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
+  { pattern: ['batches'], methods: { POST: startBatch, GET: listBatchesRoute } },
+  { pattern: ['batches', '*'], methods: { GET: showBatch } },
+  { pattern: ['batches', '*', 'cancel'], methods: { POST: cancelBatchRoute } },
+  { pattern: ['jobs'], methods: { GET: listJobs } },
+];
+
+/**
+ * Answer one API Gateway HTTP API (payload v2) request (DESIGN.md, "Serverless runtime": api).
+ *
+ * Routes:
+ * - `POST /batches` `{ tenant, datasource, job, params?, requestKey? }` (or header
+ *   `Idempotency-Key`) → 201 with the new batch (plus `created: true`), sent to a worker at once;
+ *   200 with the batch the request key started before (`created: false`), without expanding
+ *   the params again. Without any request key every request starts a new batch.
+ * - `GET /batches?tenant=&status=&limit=` → 200 `{ batches }`, newest first (limit 1..1000, default 100).
+ * - `GET /batches/{id}` → 200 with the batch.
+ * - `POST /batches/{id}/cancel` → 200 with the cancelled batch.
+ * - `GET /jobs` → 200 `{ jobs: [{ name, description }] }`.
+ *
+ * Every answer is JSON. Errors are `{ error: { code, message } }` with a stable code: 400
+ * (`invalid_request`, `invalid_json`, `invalid_params`, `invalid_batch`; the message names the
+ * field), 404 (`not_found`, `batch_not_found`, `unknown_job`), 405 (`method_not_allowed`, with
+ * `allow`), 409 (`batch_finished`), 413 (`body_too_large`, over `config.maxBodyBytes`), 415
+ * (`unsupported_media_type`), 429 (`too_many_batches`, the datasource has `maxOpen` open
+ * batches). Anything else is a 500 `internal` whose details are logged, not answered.
+ * Never throws.
+ */
+export async function handleApi(event: APIGatewayProxyEventV2, deps: ApiDeps): Promise<Result> {
+  const log = deps.log ?? (() => {});
+  const method = (event.requestContext?.http?.method ?? '').toUpperCase();
+  const path = event.rawPath ?? event.requestContext?.http?.path ?? '/';
+  try {
+    const segments = routeSegments(event, path);
+    const route = segments && ROUTES.find((r) => matches(r.pattern, segments));
+    if (!segments || !route) throw new ApiError(404, 'not_found', `no route ${method} ${path}`);
+    const run = route.methods[method];
+    if (!run) {
+      const allow = Object.keys(route.methods).join(', ');
+      throw new ApiError(405, 'method_not_allowed', `${method} is not allowed on ${path}; use ${allow}`, { allow });
+    }
+    const params = segments.filter((_, i) => route.pattern[i] === '*');
+    return await run(event, deps, params);
+  } catch (e) {
+    if (e instanceof ApiError) return errorResult(e.status, e.code, e.message, e.headers);
+    const code = (e as { code?: unknown } | null)?.code;
+    if (e instanceof Error && typeof code === 'string' && Object.hasOwn(LIBRARY_ERRORS, code)) {
+      const { status, field } = LIBRARY_ERRORS[code];
+      return errorResult(status, code, field ? `${field}: ${e.message}` : e.message);
+    }
+    log('error', 'request failed', {
+      requestId: event.requestContext?.requestId,
+      method,
+      path,
+      error: e instanceof Error ? (e.stack ?? e.message) : String(e),
+    });
+    return errorResult(500, 'internal', 'internal error');
+  }
+}
+
+/** Path segments without the stage prefix, percent-decoded; undefined when undecodable. */
+function routeSegments(event: APIGatewayProxyEventV2, path: string): string[] | undefined {
+  let segments = path.split('/').filter((s) => s !== '');
+  // With a named stage, HTTP APIs put the stage in front of the route's path.
+  const stage = event.requestContext?.stage;
+  if (stage && stage !== '$default' && segments[0] === stage) segments = segments.slice(1);
+  try {
+    return segments.map(decodeURIComponent);
+  } catch {
+    return undefined;
+  }
+}
+
+function matches(pattern: string[], segments: string[]): boolean {
+  return pattern.length === segments.length && pattern.every((p, i) => p === '*' || p === segments[i]);
+}
+
+function json(statusCode: number, body: unknown, headers: Record<string, string> = {}): Result {
+  return { statusCode, headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) };
+}
+
+function errorResult(status: number, code: string, message: string, headers: Record<string, string> = {}): Result {
+  return json(status, { error: { code, message } }, headers);
+}
+
+async function startBatch(event: APIGatewayProxyEventV2, deps: ApiDeps): Promise<Result> {
+  const raw = readJsonBody(event, deps.config.maxBodyBytes);
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
+    throw new ApiError(400, 'invalid_request', `body: must be a JSON object, got ${typeName(raw)}`);
+  }
+  const body = parse(startSchema, raw);
+  checkStorableJson(body.params, 'params');
+
+  const headerValue = header(event, 'idempotency-key');
+  const headerKey = headerValue === undefined ? undefined : parse(requestKeySchema, headerValue, 'Idempotency-Key');
+  if (body.requestKey !== undefined && headerKey !== undefined && body.requestKey !== headerKey) {
+    throw new ApiError(400, 'invalid_request', 'requestKey: differs from the Idempotency-Key header; send one or make them equal');
+  }
+  const givenKey = body.requestKey ?? headerKey;
+
+  // A repeated request answers the batch its key started, even if its params would no longer
+  // expand (a directory since deleted, for example).
+  if (givenKey !== undefined) {
+    const existing = await findBatchByKey(deps.sql, body.tenant, givenKey);
+    if (existing) return json(200, { ...batchView(existing), created: false });
+  }
+
+  const expanded = await deps.jobs.expand(body.job, body.params);
+  const { batch, created } = await createBatch(
+    deps.sql,
+    {
+      tenant: body.tenant,
+      datasource: body.datasource,
+      job: body.job,
+      params: expanded.params,
+      requestKey: givenKey ?? randomUUID(),
+      items: expanded.items,
+    },
+    { maxOpen: deps.config.maxOpen },
+  );
+  if (!created) return json(200, { ...batchView(batch), created: false });
+
+  try {
+    await dispatchBatch(deps.sql, deps.dispatcher, batch.id);
+  } catch (error) {
+    // The scheduler dispatches never-started batches; this only makes the start sooner.
+    (deps.log ?? (() => {}))('warn', 'dispatch of a new batch failed', { batchId: batch.id, error: String(error) });
+  }
+  return json(201, { ...batchView(batch), created: true }, { location: `/batches/${batch.id}` });
+}
+
+async function listBatchesRoute(event: APIGatewayProxyEventV2, deps: ApiDeps): Promise<Result> {
+  const q = Object.fromEntries(Object.entries(query(event)).filter(([, v]) => v !== ''));
+  const filter = parse(listSchema, q, 'query');
+  const batches = await listBatches(deps.sql, filter);
+  return json(200, { batches: batches.map(batchView) });
+}
+
+async function showBatch(_event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: string[]): Promise<Result> {
+  return json(200, batchView(await getBatch(deps.sql, id)));
+}
+
+async function cancelBatchRoute(_event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: string[]): Promise<Result> {
+  return json(200, batchView(await cancelBatch(deps.sql, id)));
+}
+
+async function listJobs(_event: APIGatewayProxyEventV2, deps: ApiDeps): Promise<Result> {
+  const jobs = deps.jobs.names().map((name) => ({ name, description: deps.jobs.get(name).description }));
+  return json(200, { jobs });
+}

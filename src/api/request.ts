@@ -1,0 +1,209 @@
+// Turning an API Gateway v2 event into validated input. Every failure here is the caller's
+// fault and becomes an ApiError with a 4xx status and a message naming the field.
+import type { APIGatewayProxyEventV2 } from 'aws-lambda';
+import { z } from 'zod';
+
+/**
+ * A request the API refuses, with the HTTP status, a stable `code` and a message naming the
+ * offending field (`tenant: Required`).
+ */
+export class ApiError extends Error {
+  constructor(
+    /** HTTP status, 4xx. */
+    readonly status: number,
+    /** Stable machine-readable code. */
+    readonly code: string,
+    message: string,
+    /** Extra response headers (for example `allow` on a 405). */
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(message);
+    this.name = 'ApiError';
+  }
+}
+
+/** Most levels of nesting accepted inside `params` (deeper JSON cannot be stored or serialised safely). */
+export const MAX_PARAMS_DEPTH = 32;
+
+/** Longest tenant, datasource, job name and request key, in characters. */
+export const MAX_NAME_LENGTH = 200;
+
+/** The value of header `name` (case-insensitive; HTTP API v2 already lowercases names). */
+export function header(event: APIGatewayProxyEventV2, name: string): string | undefined {
+  const headers = event.headers ?? {};
+  const lower = name.toLowerCase();
+  for (const [k, v] of Object.entries(headers)) if (k.toLowerCase() === lower) return v;
+  return undefined;
+}
+
+/** Query string parameters, from the parsed map or, when absent, `rawQueryString`. */
+export function query(event: APIGatewayProxyEventV2): Record<string, string> {
+  if (event.queryStringParameters) {
+    const out: Record<string, string> = {};
+    for (const [k, v] of Object.entries(event.queryStringParameters)) if (v !== undefined) out[k] = v;
+    return out;
+  }
+  const out: Record<string, string> = {};
+  for (const [k, v] of new URLSearchParams(event.rawQueryString ?? '')) out[k] = k in out ? `${out[k]},${v}` : v;
+  return out;
+}
+
+/**
+ * The request body as JSON.
+ *
+ * Decodes `isBase64Encoded` bodies, refuses bodies over `maxBodyBytes` (413), a content type
+ * other than JSON (415), an empty body, bytes that are not UTF-8 and malformed JSON (400).
+ * @throws {ApiError}
+ */
+export function readJsonBody(event: APIGatewayProxyEventV2, maxBodyBytes: number): unknown {
+  const raw = event.body ?? '';
+  const encoding = event.isBase64Encoded ? 'base64' : 'utf8';
+  // Measured before decoding, so an oversized body is refused without copying it.
+  const size = Buffer.byteLength(raw, encoding);
+  if (size > maxBodyBytes) {
+    throw new ApiError(413, 'body_too_large', `body: ${size} bytes is over the limit of ${maxBodyBytes} bytes`);
+  }
+  const bytes = Buffer.from(raw, encoding);
+
+  const type = header(event, 'content-type');
+  if (type !== undefined && type.trim() !== '') {
+    const [media, ...attrs] = type.split(';').map((s) => s.trim().toLowerCase());
+    const charset = attrs.find((a) => a.startsWith('charset='))?.slice('charset='.length).replace(/"/g, '');
+    if (!(media === 'application/json' || media.endsWith('+json')) || (charset && charset !== 'utf-8' && charset !== 'utf8')) {
+      throw new ApiError(415, 'unsupported_media_type', `content-type: must be application/json (UTF-8), got "${type}"`);
+    }
+  }
+  if (bytes.length === 0) throw new ApiError(400, 'invalid_request', 'body: Required (a JSON object)');
+
+  let text: string;
+  try {
+    text = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+  } catch {
+    throw new ApiError(400, 'invalid_json', 'body: is not valid UTF-8');
+  }
+  if (text.trim() === '') throw new ApiError(400, 'invalid_request', 'body: Required (a JSON object)');
+  try {
+    return JSON.parse(text);
+  } catch (e) {
+    throw new ApiError(400, 'invalid_json', `body: malformed JSON (${(e as Error).message})`);
+  }
+}
+
+/** `null`, `array` or the `typeof` of a value, for messages. */
+export function typeName(v: unknown): string {
+  if (v === null) return 'null';
+  if (Array.isArray(v)) return 'array';
+  return typeof v;
+}
+
+const CONTROL = /[\u0000-\u001f\u007f]/;
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+/** A required string of 1..max characters without control characters. */
+function text(max: number) {
+  return z
+    .string({ error: (i) => (i.input === undefined ? 'Required' : `must be a string, got ${typeName(i.input)}`) })
+    .min(1, 'must not be empty')
+    .max(max, `must be at most ${max} characters`)
+    .refine((s) => !CONTROL.test(s) && !LONE_SURROGATE.test(s), 'must not contain control characters or unpaired surrogates');
+}
+
+/** Tenant and datasource names: letters, digits, `.`, `_`, `:`, `-`, starting with a letter or digit. */
+export const nameSchema = text(MAX_NAME_LENGTH).regex(
+  /^[A-Za-z0-9][A-Za-z0-9._:-]*$/,
+  "may contain only letters, digits, '.', '_', ':' and '-', and must start with a letter or digit",
+);
+
+/** A request key (body `requestKey` or header `Idempotency-Key`). */
+export const requestKeySchema = text(MAX_NAME_LENGTH);
+
+/** Body of `POST /batches`. Unknown fields are refused, so a misspelt `requestKey` is not silently ignored. */
+export const startSchema = z
+  .object({
+    tenant: nameSchema,
+    datasource: nameSchema,
+    job: text(MAX_NAME_LENGTH),
+    params: z
+      .record(z.string(), z.unknown(), { error: (i) => `must be a JSON object, got ${typeName(i.input)}` })
+      .default({}),
+    requestKey: requestKeySchema.optional(),
+  })
+  .strict();
+
+/** Validated body of `POST /batches`. */
+export type StartRequest = z.infer<typeof startSchema>;
+
+/** Batch statuses accepted by `GET /batches?status=`. */
+export const STATUSES = ['open', 'succeeded', 'failed', 'cancelled'] as const;
+
+/** Largest `limit` of `GET /batches`. */
+export const MAX_LIST_LIMIT = 1000;
+
+/** Query of `GET /batches`; empty values count as absent. */
+export const listSchema = z
+  .object({
+    tenant: nameSchema.optional(),
+    status: z.enum(STATUSES, { error: () => `must be one of ${STATUSES.join(', ')}` }).optional(),
+    limit: z
+      .string()
+      .regex(/^\d{1,7}$/, `must be an integer from 1 to ${MAX_LIST_LIMIT}`)
+      .transform(Number)
+      .refine((n) => n >= 1 && n <= MAX_LIST_LIMIT, `must be an integer from 1 to ${MAX_LIST_LIMIT}`)
+      .optional(),
+  })
+  .strict();
+
+/**
+ * Parse `input` with `schema`, or throw a 400 whose message names every offending field
+ * (`tenant: Required; params: must be a JSON object, got array`).
+ * @throws {ApiError}
+ */
+export function parse<T extends z.ZodType>(schema: T, input: unknown, where = 'body'): z.output<T> {
+  const r = schema.safeParse(input);
+  if (r.success) return r.data;
+  throw new ApiError(400, 'invalid_request', r.error.issues.map((i) => describeIssue(i, where)).join('; '));
+}
+
+function describeIssue(issue: z.core.$ZodIssue, where: string): string {
+  if (issue.code === 'unrecognized_keys') {
+    return issue.keys.map((k) => `${fieldPath([...issue.path, k], where)}: unknown field`).join('; ');
+  }
+  return `${fieldPath(issue.path, where)}: ${issue.message}`;
+}
+
+/** `params.items[2].name` from a path; `where` when the path is empty. */
+export function fieldPath(path: readonly PropertyKey[], where = 'body'): string {
+  if (path.length === 0) return where;
+  let out = '';
+  for (const p of path) {
+    if (typeof p === 'number') out += `[${p}]`;
+    else out += out === '' ? String(p) : `.${String(p)}`;
+  }
+  return out;
+}
+
+/**
+ * Refuse JSON that PostgreSQL cannot store or that is too deep to serialise: strings or keys
+ * with NUL characters or unpaired surrogates, nesting deeper than `maxDepth`. Iterative, so
+ * deep input cannot exhaust the stack here.
+ * @throws {ApiError} 400 naming the path, e.g. `params.a.b: nested deeper than 32 levels`.
+ */
+export function checkStorableJson(value: unknown, root: string, maxDepth = MAX_PARAMS_DEPTH): void {
+  const stack: { v: unknown; path: PropertyKey[]; depth: number }[] = [{ v: value, path: [root], depth: 0 }];
+  const bad = (path: PropertyKey[], why: string) => new ApiError(400, 'invalid_request', `${fieldPath(path)}: ${why}`);
+  const badString = (s: string) => s.includes('\u0000') || LONE_SURROGATE.test(s);
+  while (stack.length > 0) {
+    const { v, path, depth } = stack.pop()!;
+    if (typeof v === 'string') {
+      if (badString(v)) throw bad(path, 'must not contain NUL characters or unpaired surrogates');
+    } else if (v !== null && typeof v === 'object') {
+      if (depth >= maxDepth) throw bad(path, `nested deeper than ${maxDepth} levels`);
+      if (Array.isArray(v)) v.forEach((x, i) => stack.push({ v: x, path: [...path, i], depth: depth + 1 }));
+      else
+        for (const [k, x] of Object.entries(v)) {
+          if (badString(k)) throw bad(path, 'keys must not contain NUL characters or unpaired surrogates');
+          stack.push({ v: x, path: [...path, k], depth: depth + 1 });
+        }
+    }
+  }
+}

@@ -1,0 +1,293 @@
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { handleApi, type ApiDeps } from '../../src/api/index.js';
+import { testDatabase, type TestDatabase } from '../support/db.js';
+import { answer, apiDeps, apiEvent, call, InvokeEndpoint, memoryLog, removeTree, tempTree, uniqueTenant } from './helpers.js';
+
+let db: TestDatabase;
+let endpoint: InvokeEndpoint;
+let deps: ApiDeps;
+let dir: string;
+
+beforeAll(async () => {
+  db = await testDatabase();
+  endpoint = await InvokeEndpoint.start();
+  deps = apiDeps(db.sql, endpoint);
+  dir = await tempTree({ 'a.txt': 'alpha', 'b.txt': 'beta', 'sub/c.txt': 'gamma' });
+});
+afterAll(async () => {
+  await removeTree(dir);
+  await endpoint.close();
+  await db.close();
+});
+
+function start(body: Record<string, unknown>, headers?: Record<string, string>) {
+  return call(deps, 'POST', '/batches', { body, headers });
+}
+
+describe('POST /batches', () => {
+  it('starts a batch: 201 with the batch, its items stored and the batch sent to a worker at once', async () => {
+    const tenant = uniqueTenant();
+    const res = await start({ tenant, datasource: 'files', job: 'checksum', params: { dir }, requestKey: 'first' });
+    expect(res.status).toBe(201);
+    expect(res.body).toMatchObject({
+      tenant,
+      datasource: 'files',
+      job: 'checksum',
+      requestKey: 'first',
+      status: 'open',
+      total: 3,
+      counts: { pending: 3, running: 0, done: 0, failed: 0 },
+      ownerProcess: null,
+      runs: 0,
+      beatAt: null,
+      finishedAt: null,
+      created: true,
+    });
+    expect(res.body.params.dir).toMatch(/^\//);
+    expect(new Date(res.body.createdAt).toISOString()).toBe(res.body.createdAt);
+    expect(res.headers.location).toBe(`/batches/${res.body.id}`);
+
+    const items = await db.sql<{ key: string }[]>`select key from leasehold_items where batch_id = ${res.body.id} order by key`;
+    expect(items.map((i) => i.key)).toEqual(['a.txt', 'b.txt', 'sub/c.txt']);
+    const invoke = endpoint.invokes.find((i) => (i.payload as { batchId: string }).batchId === res.body.id);
+    expect(invoke).toEqual({ functionName: 'leasehold-worker', invocationType: 'Event', payload: { batchId: res.body.id } });
+    const [row] = await db.sql<{ dispatched: boolean }[]>`select dispatched_at is not null as dispatched
+      from leasehold_batches where id = ${res.body.id}`;
+    expect(row.dispatched).toBe(true);
+  });
+
+  it('answers 200 with the original batch for a repeated request key, and starts nothing new', async () => {
+    const tenant = uniqueTenant();
+    const body = { tenant, datasource: 'files', job: 'checksum', params: { dir }, requestKey: 'again' };
+    const first = await start(body);
+    const invokesBefore = endpoint.invokes.length;
+    const second = await start(body);
+    expect(first.status).toBe(201);
+    expect(second.status).toBe(200);
+    expect(second.body.id).toBe(first.body.id);
+    expect(second.body.created).toBe(false);
+    expect(endpoint.invokes.length).toBe(invokesBefore);
+    const [{ n }] = await db.sql<{ n: number }[]>`select count(*) as n from leasehold_batches where tenant = ${tenant}`;
+    expect(n).toBe(1);
+  });
+
+  it('answers a repeated key with the original batch even when its params would no longer expand', async () => {
+    const tenant = uniqueTenant();
+    const gone = await tempTree({ 'x.txt': 'x' });
+    const body = { tenant, datasource: 'files', job: 'checksum', params: { dir: gone }, requestKey: 'k' };
+    const first = await start(body);
+    await removeTree(gone);
+    const second = await start(body);
+    expect([first.status, second.status]).toEqual([201, 200]);
+    expect(second.body.id).toBe(first.body.id);
+  });
+
+  it('takes the request key from the Idempotency-Key header', async () => {
+    const tenant = uniqueTenant();
+    const body = { tenant, datasource: 'files', job: 'checksum', params: { dir } };
+    const first = await start(body, { 'Idempotency-Key': 'hdr-1' });
+    const second = await start(body, { 'idempotency-key': 'hdr-1' });
+    const same = await start({ ...body, requestKey: 'hdr-1' }, { 'idempotency-key': 'hdr-1' });
+    expect([first.status, second.status, same.status]).toEqual([201, 200, 200]);
+    expect(first.body.requestKey).toBe('hdr-1');
+    expect(second.body.id).toBe(first.body.id);
+    expect(same.body.id).toBe(first.body.id);
+  });
+
+  it('refuses a body request key that differs from the Idempotency-Key header', async () => {
+    const res = await start(
+      { tenant: uniqueTenant(), datasource: 'files', job: 'checksum', params: { dir }, requestKey: 'a' },
+      { 'idempotency-key': 'b' },
+    );
+    expect(res.status).toBe(400);
+    expect(res.body.error.code).toBe('invalid_request');
+    expect(res.body.error.message).toMatch(/^requestKey: .*Idempotency-Key/);
+  });
+
+  it('starts a new batch for every request without a request key', async () => {
+    const tenant = uniqueTenant();
+    const body = { tenant, datasource: 'files', job: 'checksum', params: { dir } };
+    const a = await start(body);
+    const b = await start(body);
+    expect([a.status, b.status]).toEqual([201, 201]);
+    expect(a.body.id).not.toBe(b.body.id);
+    expect(a.body.requestKey).not.toBe(b.body.requestKey);
+  });
+
+  it('answers 429 once the datasource has maxOpen open batches, and accepts again after a cancel', async () => {
+    const tenant = uniqueTenant();
+    const limited = { ...deps, config: { ...deps.config, maxOpen: 2 } };
+    const body = (k: string, datasource = 'files') => ({ body: { tenant, datasource, job: 'checksum', params: { dir }, requestKey: k } });
+    const a = await call(limited, 'POST', '/batches', body('1'));
+    const b = await call(limited, 'POST', '/batches', body('2'));
+    const c = await call(limited, 'POST', '/batches', body('3'));
+    expect([a.status, b.status, c.status]).toEqual([201, 201, 429]);
+    expect(c.body.error.code).toBe('too_many_batches');
+    expect(c.body.error.message).toContain('files');
+    // Other datasources have their own budget; a repeated key is still answered.
+    expect((await call(limited, 'POST', '/batches', body('4', 'other'))).status).toBe(201);
+    expect((await call(limited, 'POST', '/batches', body('1'))).status).toBe(200);
+
+    expect((await call(limited, 'POST', `/batches/${a.body.id}/cancel`)).status).toBe(200);
+    expect((await call(limited, 'POST', '/batches', body('3'))).status).toBe(201);
+  });
+
+  it('still answers 201 when the worker invoke fails, logging a warning', async () => {
+    const { log, entries } = memoryLog();
+    endpoint.failing = true;
+    try {
+      const res = await call({ ...deps, log }, 'POST', '/batches', {
+        body: { tenant: uniqueTenant(), datasource: 'files', job: 'checksum', params: { dir } },
+      });
+      expect(res.status).toBe(201);
+      expect(res.body.status).toBe('open');
+      expect(entries).toContainEqual(
+        expect.objectContaining({ level: 'warn', fields: expect.objectContaining({ batchId: res.body.id }) }),
+      );
+    } finally {
+      endpoint.failing = false;
+    }
+  });
+
+  it('refuses a dir outside the allowed roots with 400 naming params.dir', async () => {
+    const confined = apiDeps(db.sql, endpoint, { allowedRoots: [dir] });
+    for (const outside of ['/', '/etc']) {
+      const res = await call(confined, 'POST', '/batches', {
+        body: { tenant: uniqueTenant(), datasource: 'files', job: 'checksum', params: { dir: outside } },
+      });
+      expect(res.status).toBe(400);
+      expect(res.body.error.code).toBe('invalid_params');
+      expect(res.body.error.message).toMatch(/^params\.dir: .*not under an allowed root/);
+    }
+    const inside = await call(confined, 'POST', '/batches', {
+      body: { tenant: uniqueTenant(), datasource: 'files', job: 'checksum', params: { dir: `${dir}/sub` } },
+    });
+    expect(inside.status).toBe(201);
+    expect(inside.body.total).toBe(1);
+  });
+
+  it('answers 404 for an unknown job, naming the job field', async () => {
+    const res = await start({ tenant: uniqueTenant(), datasource: 'files', job: 'no-such-job', params: {} });
+    expect(res.status).toBe(404);
+    expect(res.body.error).toEqual({ code: 'unknown_job', message: 'job: unknown job "no-such-job"' });
+  });
+
+  it('answers 400 for an empty directory (a batch needs items)', async () => {
+    const empty = await tempTree({});
+    try {
+      const res = await start({ tenant: uniqueTenant(), datasource: 'files', job: 'checksum', params: { dir: empty } });
+      expect(res.status).toBe(400);
+      expect(res.body.error.message).toMatch(/^params: /);
+    } finally {
+      await removeTree(empty);
+    }
+  });
+});
+
+describe('GET /batches/{id}', () => {
+  it('shows a batch with its counts per item state', async () => {
+    const created = await start({ tenant: uniqueTenant(), datasource: 'files', job: 'checksum', params: { dir } });
+    await db.sql`update leasehold_items set state = 'done' where batch_id = ${created.body.id} and key = 'a.txt'`;
+    const res = await call(deps, 'GET', `/batches/${created.body.id}`);
+    expect(res.status).toBe(200);
+    const { created: _created, ...batch } = created.body;
+    expect(res.body).toEqual({ ...batch, counts: { pending: 2, running: 0, done: 1, failed: 0 } });
+  });
+
+  it('answers 404 for an unknown id and for an id that is not a UUID', async () => {
+    for (const id of [randomUUID(), 'not-a-uuid', "1'; drop table leasehold_batches; --", '%E0%A4%A']) {
+      const res = await call(deps, 'GET', `/batches/${id}`);
+      expect(res.status, id).toBe(404);
+      expect(['batch_not_found', 'not_found']).toContain(res.body.error.code);
+    }
+  });
+});
+
+describe('GET /batches', () => {
+  let tenant: string;
+  let ids: string[];
+  beforeAll(async () => {
+    tenant = uniqueTenant('list');
+    ids = [];
+    for (const k of ['1', '2', '3']) {
+      const res = await start({ tenant, datasource: `ds${k}`, job: 'checksum', params: { dir }, requestKey: k });
+      ids.push(res.body.id);
+    }
+    await call(deps, 'POST', `/batches/${ids[0]}/cancel`);
+  });
+
+  it("lists a tenant's batches newest first", async () => {
+    const res = await call(deps, 'GET', '/batches', { query: { tenant } });
+    expect(res.status).toBe(200);
+    expect(res.body.batches.map((b: { id: string }) => b.id)).toEqual([...ids].reverse());
+    expect(res.body.batches[0]).toHaveProperty('counts');
+  });
+
+  it('filters by status and limits the count', async () => {
+    const open = await call(deps, 'GET', '/batches', { query: { tenant, status: 'open' } });
+    expect(open.body.batches.map((b: { id: string }) => b.id).sort()).toEqual([ids[1], ids[2]].sort());
+    const cancelled = await call(deps, 'GET', '/batches', { query: { tenant, status: 'cancelled' } });
+    expect(cancelled.body.batches.map((b: { id: string }) => b.id)).toEqual([ids[0]]);
+    const one = await call(deps, 'GET', '/batches', { query: { tenant, limit: '1' } });
+    expect(one.body.batches.map((b: { id: string }) => b.id)).toEqual([ids[2]]);
+    const none = await call(deps, 'GET', '/batches', { query: { tenant: uniqueTenant('nobody') } });
+    expect(none.body).toEqual({ batches: [] });
+  });
+
+  it('reads the raw query string when API Gateway gives no parsed parameters', async () => {
+    const event = apiEvent('GET', '/batches');
+    event.rawQueryString = `tenant=${tenant}&status=cancelled`;
+    const res = answer(await handleApi(event, deps));
+    expect(res.body.batches.map((b: { id: string }) => b.id)).toEqual([ids[0]]);
+  });
+
+  it.each([
+    [{ status: 'done' }, /^status: must be one of open, succeeded, failed, cancelled/],
+    [{ limit: '0' }, /^limit: /],
+    [{ limit: '-1' }, /^limit: /],
+    [{ limit: '1001' }, /^limit: /],
+    [{ limit: 'ten' }, /^limit: /],
+    [{ limit: '1.5' }, /^limit: /],
+    [{ tenant: 'a\u0000b' }, /^tenant: /],
+    [{ tenant: 'x'.repeat(201) }, /^tenant: /],
+    [{ colour: 'blue' }, /^colour: unknown field/],
+  ])('answers 400 for query %j', async (query, message) => {
+    const res = await call(deps, 'GET', '/batches', { query });
+    expect(res.status).toBe(400);
+    expect(res.body.error.code).toBe('invalid_request');
+    expect(res.body.error.message).toMatch(message);
+  });
+});
+
+describe('POST /batches/{id}/cancel', () => {
+  it('cancels an open batch for good: 200 with the cancelled batch, then 409', async () => {
+    const created = await start({ tenant: uniqueTenant(), datasource: 'files', job: 'checksum', params: { dir } });
+    const res = await call(deps, 'POST', `/batches/${created.body.id}/cancel`);
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({ id: created.body.id, status: 'cancelled' });
+    expect(res.body.finishedAt).not.toBeNull();
+    const again = await call(deps, 'POST', `/batches/${created.body.id}/cancel`);
+    expect(again.status).toBe(409);
+    expect(again.body.error.code).toBe('batch_finished');
+    expect(again.body.error.message).toContain('cancelled');
+    expect((await call(deps, 'GET', `/batches/${created.body.id}`)).body.status).toBe('cancelled');
+  });
+
+  it('answers 409 for a batch that finished', async () => {
+    const created = await start({ tenant: uniqueTenant(), datasource: 'files', job: 'checksum', params: { dir } });
+    await db.sql`update leasehold_items set state = 'done' where batch_id = ${created.body.id}`;
+    await db.sql`update leasehold_batches set status = 'succeeded', finished_at = now() where id = ${created.body.id}`;
+    const res = await call(deps, 'POST', `/batches/${created.body.id}/cancel`);
+    expect(res.status).toBe(409);
+    expect(res.body.error).toEqual({ code: 'batch_finished', message: `batch ${created.body.id} is already succeeded` });
+  });
+
+  it('answers 404 for an unknown batch', async () => {
+    for (const id of [randomUUID(), 'nope']) {
+      const res = await call(deps, 'POST', `/batches/${id}/cancel`);
+      expect(res.status).toBe(404);
+      expect(res.body.error.code).toBe('batch_not_found');
+    }
+  });
+});

@@ -1,0 +1,180 @@
+// Bad input of every kind is the caller's fault: always a 4xx with a message, never a 5xx.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { handleApi, type ApiDeps } from '../../src/api/index.js';
+import { testDatabase, type TestDatabase } from '../support/db.js';
+import { registryWithEcho } from './jobs.js';
+import { answer, apiDeps, apiEvent, call, InvokeEndpoint, memoryLog, removeTree, tempTree, uniqueTenant, type EventOptions } from './helpers.js';
+
+let db: TestDatabase;
+let endpoint: InvokeEndpoint;
+let deps: ApiDeps;
+let dir: string;
+
+beforeAll(async () => {
+  db = await testDatabase();
+  endpoint = await InvokeEndpoint.start();
+  deps = apiDeps(db.sql, endpoint, { maxBodyBytes: 4096 });
+  dir = await tempTree({ 'one.txt': '1' });
+});
+afterAll(async () => {
+  await removeTree(dir);
+  await endpoint.close();
+  await db.close();
+});
+
+const valid = () => ({ tenant: uniqueTenant(), datasource: 'files', job: 'checksum', params: { dir } });
+
+/** Nested arrays `depth` deep. */
+const nested = (depth: number) => JSON.parse('['.repeat(depth) + ']'.repeat(depth)) as unknown;
+
+interface Case {
+  name: string;
+  options: () => EventOptions;
+  status: number;
+  code: string;
+  message: RegExp;
+}
+
+const cases: Case[] = [
+  { name: 'missing tenant', options: () => ({ body: { ...valid(), tenant: undefined } }), status: 400, code: 'invalid_request', message: /^tenant: Required$/ },
+  {
+    name: 'every field missing',
+    options: () => ({ body: {} }),
+    status: 400,
+    code: 'invalid_request',
+    message: /^tenant: Required; datasource: Required; job: Required$/,
+  },
+  { name: 'tenant a number', options: () => ({ body: { ...valid(), tenant: 42 } }), status: 400, code: 'invalid_request', message: /^tenant: must be a string, got number$/ },
+  { name: 'tenant empty', options: () => ({ body: { ...valid(), tenant: '' } }), status: 400, code: 'invalid_request', message: /^tenant: must not be empty/ },
+  { name: 'tenant too long', options: () => ({ body: { ...valid(), tenant: 'x'.repeat(201) } }), status: 400, code: 'invalid_request', message: /^tenant: must be at most 200 characters$/ },
+  { name: 'tenant with a slash', options: () => ({ body: { ...valid(), tenant: 'a/b' } }), status: 400, code: 'invalid_request', message: /^tenant: may contain only/ },
+  { name: 'tenant with a NUL', options: () => ({ body: { ...valid(), tenant: 'a\u0000b' } }), status: 400, code: 'invalid_request', message: /^tenant: / },
+  { name: 'datasource null', options: () => ({ body: { ...valid(), datasource: null } }), status: 400, code: 'invalid_request', message: /^datasource: must be a string, got null$/ },
+  { name: 'job an object', options: () => ({ body: { ...valid(), job: { name: 'checksum' } } }), status: 400, code: 'invalid_request', message: /^job: must be a string, got object$/ },
+  { name: 'job too long', options: () => ({ body: { ...valid(), job: 'j'.repeat(201) } }), status: 400, code: 'invalid_request', message: /^job: / },
+  { name: 'unknown job', options: () => ({ body: { ...valid(), job: 'nope' } }), status: 404, code: 'unknown_job', message: /^job: unknown job "nope"$/ },
+  { name: 'params an array', options: () => ({ body: { ...valid(), params: [dir] } }), status: 400, code: 'invalid_request', message: /^params: must be a JSON object, got array$/ },
+  { name: 'params a string', options: () => ({ body: { ...valid(), params: dir } }), status: 400, code: 'invalid_request', message: /^params: must be a JSON object, got string$/ },
+  { name: 'params null', options: () => ({ body: { ...valid(), params: null } }), status: 400, code: 'invalid_request', message: /^params: must be a JSON object, got null$/ },
+  { name: 'params missing for a job that needs them', options: () => ({ body: { ...valid(), params: undefined } }), status: 400, code: 'invalid_params', message: /^params\.dir: / },
+  { name: 'params.dir a number', options: () => ({ body: { ...valid(), params: { dir: 7 } } }), status: 400, code: 'invalid_params', message: /^params\.dir: / },
+  { name: 'params.dir empty', options: () => ({ body: { ...valid(), params: { dir: '' } } }), status: 400, code: 'invalid_params', message: /^params\.dir: / },
+  { name: 'params.dir does not exist', options: () => ({ body: { ...valid(), params: { dir: `${dir}/missing` } } }), status: 400, code: 'invalid_params', message: /^params\.dir: .*does not exist/ },
+  { name: 'params.dir a file', options: () => ({ body: { ...valid(), params: { dir: `${dir}/one.txt` } } }), status: 400, code: 'invalid_params', message: /^params\.dir: .*not a directory/ },
+  { name: 'params.dir with a NUL', options: () => ({ body: { ...valid(), params: { dir: 'a\u0000b' } } }), status: 400, code: 'invalid_request', message: /^params\.dir: .*NUL/ },
+  { name: 'params with an unknown field', options: () => ({ body: { ...valid(), params: { dir, depth: 2 } } }), status: 400, code: 'invalid_params', message: /^params/ },
+  { name: 'params with an unpaired surrogate', options: () => ({ body: `{"tenant":"t","datasource":"d","job":"checksum","params":{"dir":"\\ud800"}}` }), status: 400, code: 'invalid_request', message: /^params\.dir: / },
+  { name: 'params nested too deep', options: () => ({ body: { ...valid(), params: { a: nested(40) } } }), status: 400, code: 'invalid_request', message: /^params\.a(\[0\])+: nested deeper than 32 levels$/ },
+  { name: 'requestKey a number', options: () => ({ body: { ...valid(), requestKey: 5 } }), status: 400, code: 'invalid_request', message: /^requestKey: must be a string, got number$/ },
+  { name: 'requestKey too long', options: () => ({ body: { ...valid(), requestKey: 'k'.repeat(201) } }), status: 400, code: 'invalid_request', message: /^requestKey: must be at most 200 characters$/ },
+  { name: 'requestKey with a NUL', options: () => ({ body: { ...valid(), requestKey: 'k\u0000' } }), status: 400, code: 'invalid_request', message: /^requestKey: / },
+  { name: 'empty Idempotency-Key header', options: () => ({ body: valid(), headers: { 'idempotency-key': '' } }), status: 400, code: 'invalid_request', message: /^Idempotency-Key: must not be empty$/ },
+  { name: 'misspelt field', options: () => ({ body: { ...valid(), requestkey: 'k' } }), status: 400, code: 'invalid_request', message: /^requestkey: unknown field$/ },
+  { name: 'malformed JSON', options: () => ({ body: '{"tenant": "a",' }), status: 400, code: 'invalid_json', message: /^body: malformed JSON/ },
+  { name: 'JSON array body', options: () => ({ body: '[1, 2]' }), status: 400, code: 'invalid_request', message: /^body: must be a JSON object, got array$/ },
+  { name: 'JSON string body', options: () => ({ body: '"hello"' }), status: 400, code: 'invalid_request', message: /^body: must be a JSON object, got string$/ },
+  { name: 'JSON null body', options: () => ({ body: 'null' }), status: 400, code: 'invalid_request', message: /^body: must be a JSON object, got null$/ },
+  { name: 'empty body', options: () => ({ body: '' }), status: 400, code: 'invalid_request', message: /^body: Required/ },
+  { name: 'whitespace body', options: () => ({ body: '  \n' }), status: 400, code: 'invalid_request', message: /^body: Required/ },
+  { name: 'no body at all', options: () => ({}), status: 400, code: 'invalid_request', message: /^body: Required/ },
+  { name: 'deeply nested body', options: () => ({ body: '['.repeat(2000) + ']'.repeat(2000) }), status: 400, code: 'invalid_request', message: /^body: must be a JSON object/ },
+  { name: 'base64 body that is not JSON', options: () => ({ body: 'not json at all', base64: true }), status: 400, code: 'invalid_json', message: /^body: malformed JSON/ },
+  {
+    name: 'base64 body that is not UTF-8',
+    options: () => ({ body: 'x', base64: true, headers: {} }),
+    status: 400,
+    code: 'invalid_json',
+    message: /^body: is not valid UTF-8$/,
+  },
+  { name: 'oversized params', options: () => ({ body: { ...valid(), params: { dir, pad: 'x'.repeat(5000) } } }), status: 413, code: 'body_too_large', message: /^body: \d+ bytes is over the limit of 4096 bytes$/ },
+  { name: 'oversized base64 body', options: () => ({ body: { ...valid(), params: { dir, pad: 'x'.repeat(5000) } }, base64: true }), status: 413, code: 'body_too_large', message: /^body: / },
+  { name: 'form content type', options: () => ({ body: 'tenant=a&datasource=b', headers: { 'content-type': 'application/x-www-form-urlencoded' } }), status: 415, code: 'unsupported_media_type', message: /^content-type: must be application\/json/ },
+  { name: 'JSON in Latin-1', options: () => ({ body: valid(), headers: { 'content-type': 'application/json; charset=iso-8859-1' } }), status: 415, code: 'unsupported_media_type', message: /^content-type: / },
+];
+
+describe('POST /batches with bad input', () => {
+  it.each(cases)('$name → $status $code', async (c) => {
+    const options = c.options();
+    const event = apiEvent('POST', '/batches', options);
+    if (c.name === 'base64 body that is not UTF-8') event.body = Buffer.from([0x7b, 0xff, 0xfe, 0x7d]).toString('base64');
+    const { log, entries } = memoryLog();
+    const res = answer(await handleApi(event, { ...deps, log }));
+    expect(res.status, JSON.stringify(res.body)).toBe(c.status);
+    expect(res.body.error.code).toBe(c.code);
+    expect(res.body.error.message).toMatch(c.message);
+    expect(entries.filter((e) => e.level === 'error')).toEqual([]);
+  });
+
+  it('never starts a batch for bad input', async () => {
+    const [{ n }] = await db.sql<{ n: number }[]>`select count(*) as n from leasehold_batches`;
+    expect(n).toBe(0);
+    expect(endpoint.invokes).toEqual([]);
+  });
+
+  it('accepts a base64-encoded JSON body and JSON with a charset or +json type', async () => {
+    const a = await call(deps, 'POST', '/batches', { body: valid(), base64: true });
+    const b = await call(deps, 'POST', '/batches', { body: valid(), headers: { 'content-type': 'application/json; charset=UTF-8' } });
+    const c = await call(deps, 'POST', '/batches', { body: valid(), headers: { 'content-type': 'application/vnd.api+json' } });
+    expect([a.status, b.status, c.status]).toEqual([201, 201, 201]);
+  });
+
+  it('accepts params at the depth limit', async () => {
+    const echoDeps = { ...deps, jobs: registryWithEcho() };
+    const res = await call(echoDeps, 'POST', '/batches', { body: { ...valid(), job: 'echo', params: { a: nested(31) } } });
+    expect(res.status, JSON.stringify(res.body)).toBe(201);
+  });
+});
+
+describe('routes', () => {
+  it.each([
+    ['GET', '/'],
+    ['GET', '/nothing'],
+    ['POST', '/batches/x/y/z'],
+    ['GET', '/jobs/checksum'],
+  ])('%s %s → 404 not_found', async (method, path) => {
+    const res = await call(deps, method, path);
+    expect(res.status).toBe(404);
+    expect(res.body.error.code).toBe('not_found');
+    expect(res.body.error.message).toContain(path);
+  });
+
+  it.each([
+    ['DELETE', '/batches', 'POST, GET'],
+    ['PUT', '/batches/00000000-0000-0000-0000-000000000000', 'GET'],
+    ['GET', '/batches/00000000-0000-0000-0000-000000000000/cancel', 'POST'],
+    ['POST', '/jobs', 'GET'],
+  ])('%s %s → 405 with allow: %s', async (method, path, allow) => {
+    const res = await call(deps, method, path);
+    expect(res.status).toBe(405);
+    expect(res.body.error.code).toBe('method_not_allowed');
+    expect(res.headers.allow).toBe(allow);
+  });
+
+  it('lists the jobs with their descriptions', async () => {
+    const res = await call(deps, 'GET', '/jobs');
+    expect(res.status).toBe(200);
+    expect(res.body.jobs).toContainEqual({ name: 'checksum', description: expect.stringContaining('SHA-256') });
+  });
+
+  it('tolerates a trailing slash and a named stage in front of the path', async () => {
+    expect((await call(deps, 'GET', '/jobs/')).status).toBe(200);
+    expect((await call(deps, 'GET', '/prod/jobs', { stage: 'prod' })).status).toBe(200);
+  });
+});
+
+describe('internal failures', () => {
+  it('answer 500 internal without details, and log them', async () => {
+    const broken = await testDatabase({ migrate: false });
+    try {
+      const { log, entries } = memoryLog();
+      const res = await call({ ...apiDeps(broken.sql, endpoint), log }, 'GET', '/batches');
+      expect(res.status).toBe(500);
+      expect(res.body).toEqual({ error: { code: 'internal', message: 'internal error' } });
+      expect(entries).toContainEqual(
+        expect.objectContaining({ level: 'error', fields: expect.objectContaining({ error: expect.stringContaining('leasehold_batches') }) }),
+      );
+    } finally {
+      await broken.close();
+    }
+  });
+});
