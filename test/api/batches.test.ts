@@ -83,6 +83,21 @@ describe('POST /batches', () => {
     expect(second.body.id).toBe(first.body.id);
   });
 
+  it('starts one batch for many concurrent requests with one key: one 201, the rest 200 with it', async () => {
+    const tenant = uniqueTenant();
+    const body = { tenant, datasource: 'files', job: 'checksum', params: { dir }, requestKey: 'race' };
+    for (let round = 0; round < 3; round++) {
+      const key = `race-${round}`;
+      const invokesBefore = endpoint.invokes.length;
+      const answers = await Promise.all(Array.from({ length: 12 }, () => start({ ...body, requestKey: key })));
+      expect(answers.map((a) => a.status).sort()).toEqual([200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 201]);
+      expect(new Set(answers.map((a) => a.body.id)).size).toBe(1);
+      const rows = await db.sql`select id from leasehold_batches where tenant = ${tenant} and request_key = ${key}`;
+      expect(rows.length).toBe(1);
+      expect(endpoint.batchIds().slice(invokesBefore)).toEqual([answers[0].body.id]);
+    }
+  });
+
   it('takes the request key from the Idempotency-Key header', async () => {
     const tenant = uniqueTenant();
     const body = { tenant, datasource: 'files', job: 'checksum', params: { dir } };

@@ -125,6 +125,54 @@ describe('POST /batches with bad input', () => {
   });
 });
 
+/** A small seeded PRNG (mulberry32), so a failing random case can be replayed. */
+function prng(seed: number): () => number {
+  return () => {
+    seed = (seed + 0x6d2b79f5) | 0;
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+describe('random bodies', () => {
+  it('never answer 5xx', async () => {
+    const rand = prng(20240611);
+    const pick = <T>(xs: T[]): T => xs[Math.floor(rand() * xs.length)];
+    const strings = ['', 'a', 'acme', 'checksum', dir, '/', '../..', 'x'.repeat(300), 'a\u0000', '\ud83d', '😀', 'é', ' ', 'a b', 'null'];
+    const value = (depth: number): unknown => {
+      switch (Math.floor(rand() * (depth > 3 ? 5 : 7))) {
+        case 0: return null;
+        case 1: return rand() < 0.5;
+        case 2: return pick([0, -1, 1.5, 1e308, 2 ** 53 + 1]);
+        case 3:
+        case 4: return pick(strings);
+        case 5: return Array.from({ length: Math.floor(rand() * 3) }, () => value(depth + 1));
+        default: return Object.fromEntries(Array.from({ length: Math.floor(rand() * 3) }, () => [pick(['dir', 'a', '', 'x\u0000']), value(depth + 1)]));
+      }
+    };
+    const fields = ['tenant', 'datasource', 'job', 'params', 'requestKey', 'extra'];
+    const statuses = new Map<number, number>();
+    for (let i = 0; i < 300; i++) {
+      // Half the bodies are valid but for one field, so the later stages (key look-up, expand) are reached too.
+      const body: Record<string, unknown> = rand() < 0.5 ? { ...valid(), requestKey: `r${i}` } : {};
+      const based = 'tenant' in body;
+      const mutate = based ? (rand() < 0.3 ? [] : [pick(fields)]) : fields.filter(() => rand() < 0.8);
+      for (const f of mutate) body[f] = f === 'params' && rand() < 0.5 ? { dir: value(0) } : value(0);
+      const text = rand() < 0.1 ? JSON.stringify(body).slice(0, Math.floor(rand() * 40)) : JSON.stringify(body);
+      const { log, entries } = memoryLog();
+      const res = answer(await handleApi(apiEvent('POST', '/batches', { body: text, base64: rand() < 0.2 }), { ...deps, log }));
+      expect(res.status, `${text} → ${JSON.stringify(res.body)}`).toBeLessThan(500);
+      statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
+      expect(entries.filter((e) => e.level === 'error'), text).toEqual([]);
+      if (res.status >= 400) expect(res.body.error.message, text).toMatch(/^[A-Za-z][\w.\[\]-]*: /);
+    }
+    // The random bodies reach every stage: some start batches, some fail in the job's expand.
+    expect(statuses.get(201)).toBeGreaterThan(0);
+    expect(statuses.get(404)).toBeGreaterThan(0);
+  });
+});
+
 describe('routes', () => {
   it.each([
     ['GET', '/'],
