@@ -142,7 +142,8 @@ export const MAX_LIST_LIMIT = 1000;
 /** Query of `GET /batches`; empty values count as absent. */
 export const listSchema = z
   .object({
-    tenant: nameSchema.optional(),
+    // Not the start charset: batches started another way (CLI, trigger) can still be listed.
+    tenant: text(MAX_NAME_LENGTH).optional(),
     status: z.enum(STATUSES, { error: () => `must be one of ${STATUSES.join(', ')}` }).optional(),
     limit: z
       .string()

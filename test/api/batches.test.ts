@@ -248,6 +248,9 @@ describe('GET /batches', () => {
     expect(one.body.batches.map((b: { id: string }) => b.id)).toEqual([ids[2]]);
     const none = await call(deps, 'GET', '/batches', { query: { tenant: uniqueTenant('nobody') } });
     expect(none.body).toEqual({ batches: [] });
+    const odd = await call(deps, 'GET', '/batches', { query: { tenant: 'a tenant/with ünusual chars' } });
+    expect(odd.status).toBe(200);
+    expect(odd.body).toEqual({ batches: [] });
   });
 
   it('reads the raw query string when API Gateway gives no parsed parameters', async () => {
