@@ -5,6 +5,7 @@ import {
   createBatch,
   findBatchByKey,
   getBatch,
+  itemsPage,
   listBatches,
   type BatchInfo,
 } from '../batch/index.js';
@@ -17,6 +18,7 @@ import {
   ApiError,
   checkStorableJson,
   header,
+  itemsPageSchema,
   listSchema,
   parse,
   query,
@@ -101,6 +103,7 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
   { pattern: ['batches'], methods: { POST: startBatch, GET: listBatchesRoute } },
   { pattern: ['batches', '*'], methods: { GET: showBatch } },
   { pattern: ['batches', '*', 'cancel'], methods: { POST: cancelBatchRoute } },
+  { pattern: ['batches', '*', 'items'], methods: { GET: listItemsRoute } },
   { pattern: ['jobs'], methods: { GET: listJobs } },
 ];
 
@@ -115,6 +118,9 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
  * - `GET /batches?tenant=&status=&limit=` → 200 `{ batches }`, newest first (limit 1..1000, default 100).
  * - `GET /batches/{id}` → 200 with the batch.
  * - `POST /batches/{id}/cancel` → 200 with the cancelled batch.
+ * - `GET /batches/{id}/items?after=&limit=` → 200 `{ items, next }`: items (`key`, `state`,
+ *   `attempts`, `output`, `error`) in key order after `after`; `next` is the `after` of the
+ *   next page, null on the last (limit 1..1000, default 1000).
  * - `GET /jobs` → 200 `{ jobs: [{ name, description }] }`.
  *
  * Every answer is JSON. Errors are `{ error: { code, message } }` with a stable code: 400
@@ -241,6 +247,11 @@ async function showBatch(_event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: st
 
 async function cancelBatchRoute(_event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: string[]): Promise<Result> {
   return json(200, batchView(await cancelBatch(deps.sql, id)));
+}
+
+async function listItemsRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: string[]): Promise<Result> {
+  const page = parse(itemsPageSchema, query(event), 'query');
+  return json(200, await itemsPage(deps.sql, id, page));
 }
 
 async function listJobs(_event: APIGatewayProxyEventV2, deps: ApiDeps): Promise<Result> {

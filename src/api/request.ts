@@ -208,3 +208,16 @@ export function checkStorableJson(value: unknown, root: string, maxDepth = MAX_P
     }
   }
 }
+
+/** Query of `GET /batches/{id}/items`: `after` (a key, exclusive) and `limit` (1..1000). */
+export const itemsPageSchema = z
+  .object({
+    after: z.string().max(10_000).optional(),
+    limit: z
+      .string()
+      .regex(/^\d{1,7}$/, 'must be an integer from 1 to 1000')
+      .transform(Number)
+      .refine((n) => n >= 1 && n <= 1000, 'must be an integer from 1 to 1000')
+      .optional(),
+  })
+  .strict();

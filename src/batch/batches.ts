@@ -107,6 +107,22 @@ export async function* batchResults(sql: Sql, id: string): AsyncGenerator<ItemRe
   for await (const rows of q.itemResults(sql, id)) yield* rows;
 }
 
+/**
+ * One page of a batch's items in key order: up to `limit` (default 1,000) items with a key
+ * after `after`; `next` is the `after` of the following page, or null on the last one.
+ * @throws {BatchNotFoundError} unknown id.
+ */
+export async function itemsPage(
+  sql: Sql,
+  id: string,
+  page: { after?: string; limit?: number } = {},
+): Promise<{ items: ItemResult[]; next: string | null }> {
+  await getBatch(sql, id);
+  const limit = page.limit ?? 1000;
+  const items = await q.itemsPage(sql, id, { after: page.after, limit });
+  return { items, next: items.length === limit ? items[items.length - 1].key : null };
+}
+
 /** Count open batches of every tenant. */
 export function countOpenBatches(sql: Sql): Promise<number> {
   return q.countAllOpen(sql);

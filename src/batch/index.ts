@@ -8,6 +8,7 @@ export {
   listBatches,
   cancelBatch,
   batchResults,
+  itemsPage,
   countOpenBatches,
   claimDispatch,
   markDispatched,

@@ -295,6 +295,17 @@ export async function markDispatched(sql: Sql, batchId: string): Promise<void> {
   await sql`update leasehold_batches set dispatched_at = now() where id = ${batchId}`;
 }
 
+// Reads one page of a batch's items in key order, after key `after` (exclusive).
+export async function itemsPage(
+  sql: Sql,
+  batchId: string,
+  a: { after?: string; limit: number },
+): Promise<ItemResult[]> {
+  return sql<ItemResult[]>`select key, state, attempts, output, error from leasehold_items
+    where batch_id = ${batchId} and (${a.after ?? null}::text is null or key > ${a.after ?? null})
+    order by key limit ${a.limit}`;
+}
+
 // Streams the items of a batch in key order, `size` rows at a time.
 export function itemResults(sql: Sql, batchId: string, size = 1000): AsyncIterable<ItemResult[]> {
   return sql<ItemResult[]>`select key, state, attempts, output, error from leasehold_items

@@ -21,7 +21,14 @@ export function isUnder(path: string, root: string): boolean {
 }
 
 async function walk(root: string, dir: string, out: string[], limit: number): Promise<void> {
-  const entries = await readdir(dir, { withFileTypes: true });
+  let entries;
+  try {
+    entries = await readdir(dir, { withFileTypes: true });
+  } catch (e) {
+    // A folder that cannot be listed hides items: refuse the start rather than skip them.
+    const where = relative(root, dir) || '.';
+    throw new InvalidParamsError('params.dir', `cannot list ${where}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+  }
   for (const e of entries) {
     const full = join(dir, e.name);
     // Links are never followed: a symlinked file or folder is not an item.
