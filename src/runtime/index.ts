@@ -1,6 +1,6 @@
 export { loadConfig, ConfigError, type Config } from './config.js';
 export { LambdaDispatcher, dispatchBatch, type Dispatcher, type WorkerEvent } from './dispatch.js';
-export { runWorker, type WorkerDeps, type WorkerResult, type InvocationContext } from './worker.js';
+export { runWorker, requestWorkerShutdown, type WorkerDeps, type WorkerResult, type InvocationContext } from './worker.js';
 export { runScheduler, type SchedulerResult } from './scheduler.js';
-export { jsonLog, type Log } from './log.js';
+export { jsonLog, setLogSink, type Log } from './log.js';
 export { runtimeDeps, resetRuntimeDeps, type RuntimeDeps } from './deps.js';

@@ -5,6 +5,17 @@ import type { Sql } from '../store/index.js';
 import type { Config } from './config.js';
 import { dispatchBatch, type Dispatcher, type WorkerEvent } from './dispatch.js';
 
+const shutdown = new AbortController();
+
+/**
+ * Ask every worker invocation in this process to stop now, as if its deadline had come: runs
+ * hand off and invocations return owning nothing, without asking for continuations (local
+ * mode calls this on Ctrl-C; the scheduler dispatches handed-off batches on the next start).
+ */
+export function requestWorkerShutdown(): void {
+  shutdown.abort();
+}
+
 /** The part of a Lambda context a worker needs. */
 export interface InvocationContext {
   /** Milliseconds left before the platform ends the invocation. */
@@ -26,7 +37,7 @@ export interface WorkerResult {
   processId: string;
   runs: Pick<RunResult, 'batchId' | 'outcome' | 'finishedItems'>[];
   /** Why it returned: deadline reached, or nothing left to run. */
-  reason: 'deadline' | 'idle';
+  reason: 'deadline' | 'idle' | 'shutdown';
   /** Batches handed off at the deadline for which a continuation was requested. */
   continued: string[];
 }
@@ -62,12 +73,16 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
 
   let reason: WorkerResult['reason'] = 'idle';
   try {
-    if (event.batchId && Date.now() < deadline) {
+    if (event.batchId && Date.now() < deadline && !shutdown.signal.aborted) {
       const b = await runner.takeOver(jobs.resolve, event.batchId);
       if (b) collect(b.id);
     }
     let idleSince = Date.now();
     while (true) {
+      if (shutdown.signal.aborted) {
+        reason = 'shutdown';
+        break;
+      }
       if (Date.now() >= deadline) {
         reason = 'deadline';
         break;
@@ -81,7 +96,7 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
       else if (Date.now() - idleSince >= config.workerIdleMs) break;
       const wait = Math.max(0, Math.min(config.workerPollMs, deadline - Date.now()));
       const runs = runner.batches().map((id) => runner.running(id)!);
-      await Promise.race([sleep(wait), ...runs]);
+      await Promise.race([sleep(wait, shutdown.signal), ...runs]);
     }
   } finally {
     const closing = await runner.close();
@@ -91,7 +106,7 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
   const byRun = new Map(results.map((r) => [r.runId, r]));
   const continued: string[] = [];
   for (const r of byRun.values()) {
-    if (r.outcome !== 'handed-off') continue;
+    if (r.outcome !== 'handed-off' || reason === 'shutdown') continue;
     try {
       await dispatchBatch(sql, deps.dispatcher, r.batchId);
       continued.push(r.batchId);
@@ -105,8 +120,18 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
   return { processId, runs, reason, continued };
 }
 
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const onAbort = () => {
+      clearTimeout(t);
+      resolve();
+    };
+    const t = setTimeout(() => {
+      signal.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
 }
 
 function logEvent(log: NonNullable<WorkerDeps['log']>, processId: string, e: RunnerEvent): void {

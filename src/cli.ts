@@ -1,0 +1,196 @@
+// The `leasehold` command line (bin/leasehold.js loads this file).
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { Command, InvalidArgumentError, Option } from 'commander';
+import { connect, migrate } from './store/index.js';
+import { ApiClient, ApiError } from './cli/client.js';
+import { followBatch } from './cli/follow.js';
+
+const program = new Command();
+program
+  .name('leasehold')
+  .description('A job runner for AWS Lambda with all of its state in PostgreSQL')
+  .version('0.1.0')
+  .showHelpAfterError();
+
+const positiveInt = (name: string) => (v: string) => {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError(`${name} must be a positive whole number`);
+  return n;
+};
+
+/** `k=v` pairs into params; values that parse as JSON (numbers, booleans, objects) are taken as JSON. */
+function collectParam(pair: string, params: Record<string, unknown>): Record<string, unknown> {
+  const at = pair.indexOf('=');
+  if (at <= 0) throw new InvalidArgumentError(`--param takes key=value, got "${pair}"`);
+  const key = pair.slice(0, at);
+  const raw = pair.slice(at + 1);
+  let value: unknown = raw;
+  if (/^(-?\d+(\.\d+)?|true|false|null|[[{"].*)$/s.test(raw)) {
+    try {
+      value = JSON.parse(raw);
+    } catch {
+      value = raw;
+    }
+  }
+  return { ...params, [key]: value };
+}
+
+/** The API base URL: --api, LEASEHOLD_API_URL, the running `leasehold dev`, or the default. */
+function apiUrl(opt?: string): string {
+  if (opt) return opt;
+  if (process.env.LEASEHOLD_API_URL) return process.env.LEASEHOLD_API_URL;
+  const state = join(process.cwd(), '.leasehold', 'dev.json');
+  if (existsSync(state)) {
+    try {
+      const url = JSON.parse(readFileSync(state, 'utf8')).apiUrl;
+      if (typeof url === 'string') return url;
+    } catch {
+      // fall through to the default
+    }
+  }
+  return `http://127.0.0.1:${process.env.PORT ?? 3000}`;
+}
+
+const apiOption = new Option('--api <url>', 'API base URL (default: LEASEHOLD_API_URL, the running `leasehold dev`, or http://127.0.0.1:3000)');
+
+program
+  .command('dev')
+  .description('run the local stack: database, migrations, API, local invoke endpoint, scheduler')
+  .addOption(new Option('--port <port>', 'API port').env('PORT').default(3000).argParser(positiveInt('--port')))
+  .option('--demo <dir>', 'allow DIR and start a checksum batch over it, following its progress')
+  .option('--exit-when-idle', 'exit 0 once no batch is open; print a JSON summary as the last line')
+  .addOption(new Option('--timeout-ms <ms>', 'local worker timeout, ms').env('LEASEHOLD_LOCAL_TIMEOUT_MS').default(30_000).argParser(positiveInt('--timeout-ms')))
+  .addOption(new Option('--concurrency <n>', 'most local worker invocations at once').env('LEASEHOLD_LOCAL_CONCURRENCY').default(4).argParser(positiveInt('--concurrency')))
+  .addOption(new Option('--schedule-ms <ms>', 'scheduler interval, ms').env('LEASEHOLD_LOCAL_SCHEDULE_MS').default(5_000).argParser(positiveInt('--schedule-ms')))
+  .option('--verbose', 'print the functions\' JSON logs (default: written to .leasehold/dev.log)')
+  .action(async (opts) => {
+    const { runDev } = await import('./local/dev.js');
+    process.exitCode = await runDev({
+      port: opts.port,
+      demoDir: opts.demo,
+      exitWhenIdle: Boolean(opts.exitWhenIdle),
+      timeoutMs: opts.timeoutMs,
+      concurrency: opts.concurrency,
+      scheduleMs: opts.scheduleMs,
+      verbose: Boolean(opts.verbose),
+    });
+  });
+
+program
+  .command('migrate')
+  .description('apply pending database migrations (DATABASE_URL, else the embedded database)')
+  .action(async () => {
+    let url = process.env.DATABASE_URL;
+    let stop: (() => Promise<void>) | undefined;
+    if (!url) {
+      const { startEmbedded } = await import('./local/embedded.js');
+      const db = await startEmbedded({});
+      url = db.url;
+      stop = db.stop;
+    }
+    const sql = connect(url, { max: 1 });
+    try {
+      const applied = await migrate(sql);
+      console.log(applied.length ? `applied ${applied.map((m) => m.name).join(', ')}` : 'already up to date');
+    } finally {
+      await sql.end();
+      await stop?.();
+    }
+  });
+
+const batch = program.command('batch').description('start, show, list and cancel batches through the API');
+
+batch
+  .command('start')
+  .description('start a batch of JOB')
+  .argument('<job>', 'job name, e.g. checksum')
+  .option('--param <key=value>', 'a job param (repeatable); JSON values are parsed', collectParam, {})
+  .option('--tenant <tenant>', 'tenant', 'local')
+  .option('--datasource <name>', 'datasource the batch reads from', 'local')
+  .option('--request-key <key>', 'idempotency key: the same key never starts a second batch')
+  .option('--follow', 'show progress until the batch finishes; exit 1 unless it succeeded')
+  .option('--json', 'print the batch as JSON')
+  .addOption(apiOption)
+  .action(async (job: string, opts) => {
+    const api = new ApiClient(apiUrl(opts.api));
+    const { batch: b, created } = await api.startBatch({
+      tenant: opts.tenant,
+      datasource: opts.datasource,
+      job,
+      params: opts.param,
+      requestKey: opts.requestKey,
+    });
+    if (opts.json) console.log(JSON.stringify(b));
+    else console.log(`${created ? 'started' : 'already started by this request key:'} batch ${b.id} (${b.total} items)`);
+    if (opts.follow) {
+      const end = await followBatch(api, b.id);
+      console.log(`batch ${end.id} ${end.status}: ${end.counts.done} done, ${end.counts.failed} failed`);
+      if (end.status !== 'succeeded') process.exitCode = 1;
+    }
+  });
+
+batch
+  .command('show')
+  .description('show a batch: status and item counts')
+  .argument('<id>')
+  .option('--json', 'print JSON')
+  .addOption(apiOption)
+  .action(async (id: string, opts) => {
+    const b = await new ApiClient(apiUrl(opts.api)).getBatch(id);
+    if (opts.json) return console.log(JSON.stringify(b, null, 2));
+    console.log(
+      [
+        `batch     ${b.id}`,
+        `job       ${b.job} ${JSON.stringify(b.params)}`,
+        `tenant    ${b.tenant} / datasource ${b.datasource}`,
+        `status    ${b.status}`,
+        `items     ${b.total}: ${b.counts.done} done, ${b.counts.failed} failed, ${b.counts.running} running, ${b.counts.pending} pending`,
+        `runs      ${b.runs}${b.ownerProcess ? ` (owner process ${b.ownerProcess})` : ''}`,
+        `created   ${b.createdAt}${b.finishedAt ? `\nfinished  ${b.finishedAt}` : ''}`,
+      ].join('\n'),
+    );
+  });
+
+batch
+  .command('results')
+  .description('print one JSON line per item: key, state, attempts, output, error')
+  .argument('<id>')
+  .addOption(apiOption)
+  .action(async (id: string, opts) => {
+    for await (const item of new ApiClient(apiUrl(opts.api)).items(id)) {
+      const { key, state, attempts, output, error } = item;
+      process.stdout.write(JSON.stringify({ key, state, attempts, output, error }) + '\n');
+    }
+  });
+
+batch
+  .command('list')
+  .description('list batches, newest first')
+  .option('--tenant <tenant>')
+  .option('--status <status>', 'open | succeeded | failed | cancelled')
+  .option('--json', 'print JSON')
+  .addOption(apiOption)
+  .action(async (opts) => {
+    const list = await new ApiClient(apiUrl(opts.api)).listBatches({ tenant: opts.tenant, status: opts.status });
+    if (opts.json) return console.log(JSON.stringify(list, null, 2));
+    for (const b of list) {
+      console.log(`${b.id}  ${b.status.padEnd(9)}  ${b.job.padEnd(12)} ${b.counts.done + b.counts.failed}/${b.total}  ${b.tenant}/${b.datasource}  ${b.createdAt}`);
+    }
+  });
+
+batch
+  .command('cancel')
+  .description('cancel an open batch for good')
+  .argument('<id>')
+  .addOption(apiOption)
+  .action(async (id: string, opts) => {
+    const b = await new ApiClient(apiUrl(opts.api)).cancelBatch(id);
+    console.log(`batch ${b.id} ${b.status}`);
+  });
+
+program.parseAsync().catch((e: unknown) => {
+  if (e instanceof ApiError) console.error(`leasehold: ${e.message}${e.status ? ` (HTTP ${e.status})` : ''}`);
+  else console.error(`leasehold: ${(e as Error)?.stack ?? e}`);
+  process.exitCode = process.exitCode || 1;
+});

@@ -1,0 +1,91 @@
+import type { BatchInfo, ItemResult } from '../batch/index.js';
+
+/** An error answer of the HTTP API. */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'ApiError';
+  }
+}
+
+/** A batch as the API returns it (dates as ISO strings). */
+export type ApiBatch = Omit<BatchInfo, 'createdAt' | 'beatAt' | 'finishedAt'> & {
+  createdAt: string;
+  beatAt: string | null;
+  finishedAt: string | null;
+  created?: boolean;
+};
+
+/** A small client of leasehold's HTTP API, used by the CLI. */
+export class ApiClient {
+  constructor(readonly baseUrl: string) {}
+
+  private async call<T>(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<{ status: number; data: T }> {
+    let res: Response;
+    try {
+      res = await fetch(new URL(path, this.baseUrl), {
+        method,
+        headers: { 'content-type': 'application/json', ...headers },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+    } catch (e) {
+      throw new ApiError(0, 'unreachable', `cannot reach the leasehold API at ${this.baseUrl} (is \`leasehold dev\` running?): ${(e as Error).cause ?? (e as Error).message}`);
+    }
+    const text = await res.text();
+    let data: unknown;
+    try {
+      data = text ? JSON.parse(text) : undefined;
+    } catch {
+      data = undefined;
+    }
+    if (!res.ok) {
+      const err = (data as { error?: { code?: string; message?: string } })?.error;
+      throw new ApiError(res.status, err?.code ?? 'http_' + res.status, err?.message ?? `HTTP ${res.status}: ${text.slice(0, 200)}`);
+    }
+    return { status: res.status, data: data as T };
+  }
+
+  /** `POST /batches`. */
+  async startBatch(input: { tenant: string; datasource: string; job: string; params: unknown; requestKey?: string }): Promise<{ batch: ApiBatch; created: boolean }> {
+    const { status, data } = await this.call<{ batch: ApiBatch } | ApiBatch>('POST', '/batches', input);
+    const batch = 'batch' in data ? data.batch : data;
+    return { batch, created: status === 201 };
+  }
+
+  /** `GET /batches/{id}`. */
+  async getBatch(id: string): Promise<ApiBatch> {
+    const { data } = await this.call<{ batch: ApiBatch } | ApiBatch>('GET', `/batches/${encodeURIComponent(id)}`);
+    return 'batch' in data ? data.batch : data;
+  }
+
+  /** `GET /batches`. */
+  async listBatches(filter: { tenant?: string; status?: string; limit?: number }): Promise<ApiBatch[]> {
+    const q = new URLSearchParams();
+    for (const [k, v] of Object.entries(filter)) if (v !== undefined) q.set(k, String(v));
+    const { data } = await this.call<{ batches: ApiBatch[] }>('GET', `/batches?${q}`);
+    return data.batches;
+  }
+
+  /** `POST /batches/{id}/cancel`. */
+  async cancelBatch(id: string): Promise<ApiBatch> {
+    const { data } = await this.call<{ batch: ApiBatch } | ApiBatch>('POST', `/batches/${encodeURIComponent(id)}/cancel`);
+    return 'batch' in data ? data.batch : data;
+  }
+
+  /** `GET /batches/{id}/items`, page by page, in key order. */
+  async *items(id: string, pageSize = 1000): AsyncGenerator<ItemResult> {
+    let after: string | undefined;
+    while (true) {
+      const q = new URLSearchParams({ limit: String(pageSize) });
+      if (after !== undefined) q.set('after', after);
+      const { data } = await this.call<{ items: ItemResult[]; next: string | null }>('GET', `/batches/${encodeURIComponent(id)}/items?${q}`);
+      yield* data.items;
+      if (!data.next) return;
+      after = data.next;
+    }
+  }
+}

@@ -1,0 +1,256 @@
+// `leasehold dev`: the same handlers as on AWS, with local drivers (DESIGN.md, "Local mode").
+import { createWriteStream, existsSync, statSync } from 'node:fs';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
+import { delimiter, join, relative, resolve } from 'node:path';
+import type { Context } from 'aws-lambda';
+import { ApiClient } from '../cli/client.js';
+import { followBatch } from '../cli/follow.js';
+import { countOpenBatches } from '../batch/index.js';
+import { loadConfig } from '../runtime/config.js';
+import { requestWorkerShutdown, resetRuntimeDeps, setLogSink } from '../runtime/index.js';
+import { connect, migrate, type Sql } from '../store/index.js';
+import { createLambdaContext } from './context.js';
+import { startEmbedded } from './embedded.js';
+import { startHttpServer } from './http-server.js';
+import { createInvokeEndpoint, localLambdaEnv } from './invoke-endpoint.js';
+
+/** Options of {@link runDev}; durations in ms. */
+export interface DevOptions {
+  /** API port on 127.0.0.1. Default 3000. */
+  port: number;
+  /** Allow this directory and start a `checksum` batch over it. Default none. */
+  demoDir?: string;
+  /** Exit once no batch is open, printing `{ batchId, done, failed, seconds }` last. Default false. */
+  exitWhenIdle?: boolean;
+  /** Timeout of a local worker invocation, ms. Default 30,000. */
+  timeoutMs?: number;
+  /** Most local worker invocations at once. Default 4. */
+  concurrency?: number;
+  /** Scheduler interval, ms. Default 5,000. */
+  scheduleMs?: number;
+  /** Print the functions' JSON logs instead of writing them to `.leasehold/dev.log`. */
+  verbose?: boolean;
+  /** Project folder (data, logs, dev.json). Default the working directory. */
+  cwd?: string;
+}
+
+/**
+ * Run the local stack until Ctrl-C (or, with `exitWhenIdle`, until no batch is open): the
+ * embedded PostgreSQL unless `DATABASE_URL` is set, migrations, the API behind a local HTTP
+ * server, workers behind a local Lambda invoke endpoint, and the scheduler on a timer.
+ * Stopping is graceful: workers hand off their runs and return owning nothing, then the
+ * database stops. Resolves to the process exit code.
+ */
+export async function runDev(options: DevOptions): Promise<number> {
+  const cwd = options.cwd ?? process.cwd();
+  const stateDir = join(cwd, '.leasehold');
+  await mkdir(stateDir, { recursive: true });
+  const say = (line: string) => process.stderr.write(line + '\n');
+  const timeoutMs = options.timeoutMs ?? 30_000;
+  const concurrency = options.concurrency ?? 4;
+  const scheduleMs = options.scheduleMs ?? 5_000;
+
+  let demoDir: string | undefined;
+  if (options.demoDir) {
+    demoDir = resolve(cwd, options.demoDir);
+    if (!existsSync(demoDir) || !statSync(demoDir).isDirectory()) {
+      say(`leasehold dev: --demo ${options.demoDir}: not a directory`);
+      return 2;
+    }
+  }
+
+  // Function logs: a file unless --verbose.
+  const logFile = join(stateDir, 'dev.log');
+  const logStream = options.verbose ? undefined : createWriteStream(logFile, { flags: 'a' });
+  if (logStream) setLogSink((line) => logStream.write(line + '\n'));
+
+  const cleanup: (() => Promise<void>)[] = [];
+  const runCleanup = async () => {
+    for (const step of cleanup.reverse()) {
+      try {
+        await step();
+      } catch (e) {
+        say(`leasehold dev: while stopping: ${(e as Error).message}`);
+      }
+    }
+    cleanup.length = 0;
+  };
+
+  try {
+    // Database.
+    let databaseUrl = process.env.DATABASE_URL;
+    let dbWhere: string;
+    if (databaseUrl) {
+      dbWhere = `${redact(databaseUrl)} (DATABASE_URL)`;
+    } else {
+      const db = await startEmbedded({ log: logStream ? (l) => logStream.write(`[postgres] ${l}\n`) : undefined });
+      cleanup.push(() => db.stop());
+      databaseUrl = db.url;
+      dbWhere = `${redact(db.url)} (embedded PostgreSQL, data in ${relative(cwd, db.dir) || db.dir})`;
+    }
+    const sql: Sql = connect(databaseUrl, { max: 2 });
+    cleanup.push(() => sql.end({ timeout: 5 }));
+    const applied = await migrate(sql);
+
+    // The functions read their configuration from the environment, as on Lambda.
+    const config = loadConfig();
+    const roots = [...config.allowedRoots, ...(demoDir ? [demoDir] : [])];
+    // The handlers read the environment on their first invocation, not when imported.
+    const [worker, api, scheduler] = await Promise.all([
+      import('../../functions/worker.js'),
+      import('../../functions/api.js'),
+      import('../../functions/scheduler.js'),
+    ]);
+    const invoke = createInvokeEndpoint({
+      functions: { [config.workerFunction]: worker.handler },
+      timeoutMs,
+      concurrency,
+      onError: (error, info) =>
+        logStream?.write(
+          JSON.stringify({ level: 'error', service: 'invoke', message: 'invocation failed', awsRequestId: info.awsRequestId, error: String(error) }) + '\n',
+        ),
+    });
+    const { url: invokeUrl } = await invoke.start();
+    // The SDK's notice that its 2027 releases need Node 22 is noise for a local run.
+    process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
+    Object.assign(process.env, { DATABASE_URL: databaseUrl, LEASEHOLD_ALLOWED_ROOTS: roots.join(delimiter) }, localLambdaEnv(invokeUrl));
+    cleanup.push(async () => {
+      requestWorkerShutdown();
+      await invoke.stop({ wait: true });
+      await resetRuntimeDeps();
+    });
+
+    const server = await startHttpServer({
+      port: options.port,
+      handler: (event, context) => api.handler(event, context) as never,
+    });
+    cleanup.push(() => server.close());
+
+    // The scheduler on a timer in place of EventBridge; runs never overlap.
+    let scheduling = false;
+    const tick = async () => {
+      if (scheduling) return;
+      scheduling = true;
+      try {
+        await scheduler.handler({}, lambdaContext('leasehold-scheduler', 60_000));
+      } catch (e) {
+        logStream?.write(JSON.stringify({ level: 'error', service: 'scheduler', message: String(e) }) + '\n');
+      } finally {
+        scheduling = false;
+      }
+    };
+    const timer = setInterval(tick, scheduleMs);
+    cleanup.push(async () => clearInterval(timer));
+    void tick();
+
+    await writeFile(join(stateDir, 'dev.json'), JSON.stringify({ apiUrl: server.url, invokeUrl, pid: process.pid }, null, 2));
+    cleanup.push(() => rm(join(stateDir, 'dev.json'), { force: true }));
+
+    say('leasehold dev');
+    say(`  database   ${dbWhere}${applied.length ? `; applied ${applied.map((m) => m.name).join(', ')}` : ''}`);
+    say(`  api        ${server.url}`);
+    say(`  invoke     ${invokeUrl} (worker "${config.workerFunction}", timeout ${timeoutMs / 1000} s, at most ${concurrency} at once)`);
+    say(`  scheduler  every ${scheduleMs / 1000} s`);
+    say(`  logs       ${options.verbose ? 'printed' : relative(cwd, logFile)}`);
+    say('Ctrl-C stops (running batches are handed off).');
+
+    // Ctrl-C / SIGTERM: stop gracefully; a second one exits at once.
+    const stop = new AbortController();
+    let signals = 0;
+    const onSignal = () => {
+      if (++signals > 1) process.exit(130);
+      say('\nstopping: handing off running batches…');
+      stop.abort();
+    };
+    process.on('SIGINT', onSignal);
+    process.on('SIGTERM', onSignal);
+    cleanup.push(async () => {
+      process.off('SIGINT', onSignal);
+      process.off('SIGTERM', onSignal);
+    });
+
+    let demo: { id: string; started: number } | undefined;
+    const client = new ApiClient(server.url);
+    if (demoDir) {
+      const { batch } = await client.startBatch({ tenant: 'demo', datasource: 'files', job: 'checksum', params: { dir: demoDir } });
+      demo = { id: batch.id, started: Date.now() };
+      say(`demo: checksum batch ${batch.id} over ${relative(cwd, demoDir) || demoDir}: ${batch.total} files`);
+      const end = await followBatch(client, batch.id, { signal: stop.signal });
+      if (end.status !== 'open') {
+        say(`demo: batch ${end.status}: ${end.counts.done} done, ${end.counts.failed} failed in ${seconds(end)} s over ${end.runs} run(s)`);
+      }
+    }
+
+    if (options.exitWhenIdle) {
+      while (!stop.signal.aborted && (await countOpenBatches(sql)) > 0) await sleep(500, stop.signal);
+    } else if (!stop.signal.aborted) {
+      say(`serving; try: npx leasehold batch list`);
+      await new Promise<void>((r) => stop.signal.addEventListener('abort', () => r(), { once: true }));
+    }
+
+    const summary = demo ? await client.getBatch(demo.id).catch(() => undefined) : undefined;
+    await runCleanupExceptDatabase(cleanup, say);
+    const owned = await sql<{ n: number }[]>`select count(*) as n from leasehold_batches where status = 'open' and owner_run is not null`;
+    say(owned[0].n === 0 ? 'stopped: nothing left owned' : `stopped: ${owned[0].n} batch(es) still owned`);
+    await runCleanup();
+    if (options.exitWhenIdle) {
+      console.log(
+        JSON.stringify({
+          batchId: demo?.id ?? null,
+          done: summary?.counts.done ?? 0,
+          failed: summary?.counts.failed ?? 0,
+          seconds: summary ? seconds(summary) : 0,
+        }),
+      );
+    }
+    return 0;
+  } catch (e) {
+    say(`leasehold dev: ${(e as Error).message}`);
+    await runCleanup();
+    return 1;
+  } finally {
+    setLogSink(undefined);
+    logStream?.end();
+  }
+}
+
+/**
+ * Run every cleanup step registered after the database pool (servers, workers), leaving the
+ * pool and the database up so the caller can check what is still owned.
+ */
+async function runCleanupExceptDatabase(cleanup: (() => Promise<void>)[], say: (l: string) => void): Promise<void> {
+  while (cleanup.length > 2) {
+    const step = cleanup.pop()!;
+    try {
+      await step();
+    } catch (e) {
+      say(`leasehold dev: while stopping: ${(e as Error).message}`);
+    }
+  }
+}
+
+function lambdaContext(functionName: string, timeoutMs: number): Context {
+  return createLambdaContext({ functionName, timeoutMs });
+}
+
+function seconds(b: { createdAt: string; finishedAt: string | null }): number {
+  const end = b.finishedAt ? Date.parse(b.finishedAt) : Date.now();
+  return Math.round((end - Date.parse(b.createdAt)) / 100) / 10;
+}
+
+function redact(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    return u.toString();
+  } catch {
+    return url;
+  }
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((r) => {
+    const t = setTimeout(r, ms);
+    signal.addEventListener('abort', () => (clearTimeout(t), r()), { once: true });
+  });
+}
