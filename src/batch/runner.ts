@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { setMaxListeners } from 'node:events';
 import type { Sql } from '../store/index.js';
 import { createBatch, type CreateOptions } from './batches.js';
 import { systemClock, type Clock } from './clock.js';
@@ -100,6 +101,8 @@ class Run {
     this.parallel = Math.max(1, executor.parallel ?? s.parallel);
     this.attempts = Math.max(1, executor.attempts ?? s.attempts);
     this.backoffMs = executor.backoffMs ?? s.backoffMs;
+    // Every in-flight item listens on this one signal; `parallel` may well exceed 10.
+    setMaxListeners(0, this.items.signal);
   }
 
   /** Ask the run to hand off: stop claiming, let in-flight items settle, clear the beat. */

@@ -1,0 +1,104 @@
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, mkdirSync, symlinkSync, writeFileSync, rmSync, chmodSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Runner, batchResults, createBatch } from '../../src/batch/index.js';
+import { checksum, defaultRegistry, defaultJobContext, InvalidParamsError } from '../../src/jobs/index.js';
+import { testDatabase, type TestDatabase } from '../support/db.js';
+
+let db: TestDatabase;
+let dir: string;
+let outside: string;
+beforeAll(async () => {
+  db = await testDatabase();
+  dir = mkdtempSync(join(tmpdir(), 'leasehold-checksum-'));
+  outside = mkdtempSync(join(tmpdir(), 'leasehold-outside-'));
+  writeFileSync(join(outside, 'secret.txt'), 'outside dir');
+  mkdirSync(join(dir, 'a', 'b'), { recursive: true });
+  writeFileSync(join(dir, 'empty'), '');
+  writeFileSync(join(dir, 'a', 'one.txt'), 'one\n');
+  writeFileSync(join(dir, 'a', 'b', 'bin.dat'), Buffer.from(Array.from({ length: 300_000 }, (_, i) => (i * 31) % 256)));
+  writeFileSync(join(dir, 'name with spaces.txt'), 'spaces');
+  symlinkSync(join(outside, 'secret.txt'), join(dir, 'link-to-outside'));
+  symlinkSync(outside, join(dir, 'linked-dir'));
+});
+afterAll(async () => {
+  await db.close();
+  rmSync(dir, { recursive: true, force: true });
+  rmSync(outside, { recursive: true, force: true });
+});
+
+const registry = () => defaultRegistry(defaultJobContext({ allowedRoots: [tmpdir()] }));
+
+/** SHA-256 by the system's sha256sum, independent of node:crypto. */
+function sha256sum(path: string): string {
+  return execFileSync('sha256sum', [path], { encoding: 'utf8' }).split(' ')[0];
+}
+
+describe('checksum job', () => {
+  it('outputs equal an independent SHA-256 of the same files; links are not items', async () => {
+    const jobs = registry();
+    const { items, params } = await jobs.expand('checksum', { dir });
+    expect(items.map((i) => i.key)).toEqual(['a/b/bin.dat', 'a/one.txt', 'empty', 'name with spaces.txt']);
+    const { batch } = await createBatch(db.sql, { tenant: 't', datasource: 'fs', job: 'checksum', params, requestKey: 'sum', items });
+    const runner = new Runner(db.sql, { beatMs: 1000, staleMs: 5000 });
+    await runner.takeOver(jobs.resolve, batch.id);
+    expect((await runner.running(batch.id))!.outcome).toBe('succeeded');
+    const results = [];
+    for await (const r of batchResults(db.sql, batch.id)) results.push(r);
+    expect(results).toHaveLength(4);
+    for (const r of results) {
+      const path = join(dir, ...r.key.split('/'));
+      expect(r.state).toBe('done');
+      expect(r.output).toEqual({ sha256: sha256sum(path), bytes: Number(execFileSync('stat', ['-c', '%s', path], { encoding: 'utf8' })) });
+    }
+  });
+
+  it('a vanished file fails its item with a clear error', async () => {
+    const jobs = registry();
+    const ctx = jobs.context();
+    writeFileSync(join(dir, 'gone.txt'), 'x');
+    const { params } = await jobs.expand('checksum', { dir });
+    rmSync(join(dir, 'gone.txt'));
+    const controller = new AbortController();
+    await expect(
+      checksum.run({ key: 'gone.txt', input: null, params: params as { dir: string }, attempt: 1, signal: controller.signal, tenant: 't', batchId: 'b' }, ctx),
+    ).rejects.toThrow(/gone\.txt vanished/);
+  });
+
+  it('a file replaced by a link to outside dir fails instead of being read', async () => {
+    const jobs = registry();
+    const { params } = await jobs.expand('checksum', { dir });
+    const controller = new AbortController();
+    await expect(
+      checksum.run({ key: 'link-to-outside', input: null, params: params as { dir: string }, attempt: 1, signal: controller.signal, tenant: 't', batchId: 'b' }, jobs.context()),
+    ).rejects.toThrow(/symbolic link/);
+    await expect(
+      checksum.run({ key: 'linked-dir/secret.txt', input: null, params: params as { dir: string }, attempt: 1, signal: controller.signal, tenant: 't', batchId: 'b' }, jobs.context()),
+    ).rejects.toThrow(/outside/);
+  });
+
+  it('an unreadable file fails its item with a clear error', async () => {
+    if (process.getuid?.() === 0) return; // root reads everything; nothing to observe
+    const jobs = registry();
+    writeFileSync(join(dir, 'locked.txt'), 'x');
+    chmodSync(join(dir, 'locked.txt'), 0o000);
+    const { params } = await jobs.expand('checksum', { dir });
+    await expect(
+      checksum.run({ key: 'locked.txt', input: null, params: params as { dir: string }, attempt: 1, signal: new AbortController().signal, tenant: 't', batchId: 'b' }, jobs.context()),
+    ).rejects.toThrow(/not readable/);
+    rmSync(join(dir, 'locked.txt'), { force: true });
+  });
+
+  it('a dir outside the allowed roots, a missing dir and a file are refused with params.dir', async () => {
+    const jobs = defaultRegistry(defaultJobContext({ allowedRoots: [dir] }));
+    await expect(jobs.expand('checksum', { dir: outside })).rejects.toThrow(InvalidParamsError);
+    await expect(jobs.expand('checksum', { dir: outside })).rejects.toThrow(/params\.dir: .*not under an allowed root/);
+    await expect(jobs.expand('checksum', { dir: join(dir, 'nope') })).rejects.toThrow(/params\.dir: .*does not exist/);
+    await expect(jobs.expand('checksum', { dir: join(dir, 'a', 'one.txt') })).rejects.toThrow(/params\.dir: .*not a directory/);
+    // A link inside an allowed root pointing outside it does not smuggle the target in.
+    await expect(jobs.expand('checksum', { dir: join(dir, 'linked-dir') })).rejects.toThrow(/not under an allowed root/);
+    await expect(jobs.expand('checksum', { dir: 42 })).rejects.toThrow(/params\.dir/);
+  });
+});
