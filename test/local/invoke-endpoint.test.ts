@@ -7,7 +7,7 @@ import {
   LocalInvocationTimeoutError,
   type InvokeEndpoint,
   type InvokeEndpointOptions,
-} from '../../src/local/invoke-endpoint.js';
+} from '../../src/local/index.js';
 
 const encode = (value: unknown) => new TextEncoder().encode(JSON.stringify(value));
 const decode = (bytes: Uint8Array | undefined) => JSON.parse(new TextDecoder().decode(bytes)) as unknown;
