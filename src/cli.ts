@@ -13,6 +13,12 @@ program
   .version('0.1.0')
   .showHelpAfterError();
 
+const port = (v: string) => {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new InvalidArgumentError('--port must be 0 (any free port) to 65535');
+  return n;
+};
+
 const positiveInt = (name: string) => (v: string) => {
   const n = Number(v);
   if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError(`${name} must be a positive whole number`);
@@ -57,7 +63,7 @@ const apiOption = new Option('--api <url>', 'API base URL (default: LEASEHOLD_AP
 program
   .command('dev')
   .description('run the local stack: database, migrations, API, local invoke endpoint, scheduler')
-  .addOption(new Option('--port <port>', 'API port').env('PORT').default(3000).argParser(positiveInt('--port')))
+  .addOption(new Option('--port <port>', 'API port (0: any free port)').env('PORT').default(3000).argParser(port))
   .option('--demo <dir>', 'allow DIR and start a checksum batch over it, following its progress')
   .option('--exit-when-idle', 'exit 0 once no batch is open; print a JSON summary as the last line')
   .addOption(new Option('--timeout-ms <ms>', 'local worker timeout, ms').env('LEASEHOLD_LOCAL_TIMEOUT_MS').default(30_000).argParser(positiveInt('--timeout-ms')))

@@ -144,18 +144,20 @@ export async function countAllOpen(sql: Sql): Promise<number> {
 }
 
 // Takes over one open batch that is unowned, handed off or stale (beat older than staleMs by
-// the database clock): one compare-and-set on owner and beat. With `batchId`, only that batch.
+// the database clock): one compare-and-set on owner and beat. With `batchId`, only that batch;
+// batches in `skip` are never taken.
 export async function takeOver(
   sql: Sql,
-  a: { run: string; process: string; staleMs: number; batchId?: string },
+  a: { run: string; process: string; staleMs: number; batchId?: string; skip?: string[] },
 ): Promise<BatchInfo | undefined> {
   const [r] = await sql<BatchRow[]>`update leasehold_batches b
-    set owner_run = ${a.run}, owner_process = ${a.process}, beat_at = now(), handed_off_at = null,
+    set owner_run = ${a.run}, owner_process = ${a.process}, beat_at = now(), taken_at = now(), handed_off_at = null,
         runs = b.runs + 1
     from (
       select id from leasehold_batches
       where status = 'open'
         and (${a.batchId ?? null}::uuid is null or id = ${a.batchId ?? null}::uuid)
+        and id <> all(${a.skip ?? []}::uuid[])
         and (owner_run is null or beat_at is null
              or beat_at < now() - make_interval(secs => ${a.staleMs / 1000}))
       order by beat_at nulls first, created_at
@@ -237,7 +239,7 @@ export async function finishBatch(sql: Sql, batchId: string, run: string): Promi
   const [r] = await sql<{ status: BatchStatus }[]>`update leasehold_batches b
     set status = case when exists (select 1 from leasehold_items where batch_id = b.id and state = 'failed')
           then 'failed' else 'succeeded' end,
-        finished_at = now(), owner_run = null, beat_at = null
+        finished_at = now(), owner_run = null, owner_process = null, beat_at = null
     where b.id = ${batchId} and b.owner_run = ${run} and b.status = 'open'
       and not exists (select 1 from leasehold_items
                       where batch_id = b.id and state in ('pending', 'running'))
@@ -268,8 +270,8 @@ export async function handOff(sql: Sql, batchId: string, run: string): Promise<b
 }
 
 // Marks open batches that need a worker (never started, handed off or stale) as dispatched
-// and returns them; a batch dispatched less than cooldownMs ago is skipped, so overlapping
-// schedulers never dispatch one batch twice.
+// and returns them; a batch dispatched less than cooldownMs ago that no run has taken since is
+// skipped, so overlapping schedulers never dispatch one batch twice.
 export async function claimDispatch(
   sql: Sql,
   a: { staleMs: number; cooldownMs: number; limit: number },
@@ -280,7 +282,8 @@ export async function claimDispatch(
       where status = 'open'
         and (owner_run is null or beat_at is null
              or beat_at < now() - make_interval(secs => ${a.staleMs / 1000}))
-        and (dispatched_at is null or dispatched_at < now() - make_interval(secs => ${a.cooldownMs / 1000}))
+        and (dispatched_at is null or dispatched_at < taken_at
+             or dispatched_at < now() - make_interval(secs => ${a.cooldownMs / 1000}))
       order by created_at
       limit ${a.limit}
       for update skip locked

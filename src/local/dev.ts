@@ -64,16 +64,22 @@ export async function runDev(options: DevOptions): Promise<number> {
   const logStream = options.verbose ? undefined : createWriteStream(logFile, { flags: 'a' });
   if (logStream) setLogSink((line) => logStream.write(line + '\n'));
 
-  const cleanup: (() => Promise<void>)[] = [];
-  const runCleanup = async () => {
-    for (const step of cleanup.reverse()) {
+  // Stopping runs these last-in first-out: first the services (servers, workers), then the
+  // database, so what is still owned can be checked in between.
+  const stopServices: (() => Promise<void>)[] = [];
+  const stopDatabase: (() => Promise<void>)[] = [];
+  const unwind = async (steps: (() => Promise<void>)[]) => {
+    while (steps.length) {
       try {
-        await step();
+        await steps.pop()!();
       } catch (e) {
         say(`leasehold dev: while stopping: ${(e as Error).message}`);
       }
     }
-    cleanup.length = 0;
+  };
+  const runCleanup = async () => {
+    await unwind(stopServices);
+    await unwind(stopDatabase);
   };
 
   try {
@@ -84,12 +90,12 @@ export async function runDev(options: DevOptions): Promise<number> {
       dbWhere = `${redact(databaseUrl)} (DATABASE_URL)`;
     } else {
       const db = await startEmbedded({ log: logStream ? (l) => logStream.write(`[postgres] ${l}\n`) : undefined });
-      cleanup.push(() => db.stop());
+      stopDatabase.push(() => db.stop());
       databaseUrl = db.url;
       dbWhere = `${redact(db.url)} (embedded PostgreSQL, data in ${relative(cwd, db.dir) || db.dir})`;
     }
     const sql: Sql = connect(databaseUrl, { max: 2 });
-    cleanup.push(() => sql.end({ timeout: 5 }));
+    stopDatabase.push(() => sql.end({ timeout: 5 }));
     const applied = await migrate(sql);
 
     // The functions read their configuration from the environment, as on Lambda.
@@ -114,7 +120,7 @@ export async function runDev(options: DevOptions): Promise<number> {
     // The SDK's notice that its 2027 releases need Node 22 is noise for a local run.
     process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
     Object.assign(process.env, { DATABASE_URL: databaseUrl, LEASEHOLD_ALLOWED_ROOTS: roots.join(delimiter) }, localLambdaEnv(invokeUrl));
-    cleanup.push(async () => {
+    stopServices.push(async () => {
       requestWorkerShutdown();
       await invoke.stop({ wait: true });
       await resetRuntimeDeps();
@@ -124,7 +130,7 @@ export async function runDev(options: DevOptions): Promise<number> {
       port: options.port,
       handler: (event, context) => api.handler(event, context) as never,
     });
-    cleanup.push(() => server.close());
+    stopServices.push(() => server.close());
 
     // The scheduler on a timer in place of EventBridge; runs never overlap.
     let scheduling = false;
@@ -140,11 +146,11 @@ export async function runDev(options: DevOptions): Promise<number> {
       }
     };
     const timer = setInterval(tick, scheduleMs);
-    cleanup.push(async () => clearInterval(timer));
+    stopServices.push(async () => clearInterval(timer));
     void tick();
 
     await writeFile(join(stateDir, 'dev.json'), JSON.stringify({ apiUrl: server.url, invokeUrl, pid: process.pid }, null, 2));
-    cleanup.push(() => rm(join(stateDir, 'dev.json'), { force: true }));
+    stopServices.push(() => rm(join(stateDir, 'dev.json'), { force: true }));
 
     say('leasehold dev');
     say(`  database   ${dbWhere}${applied.length ? `; applied ${applied.map((m) => m.name).join(', ')}` : ''}`);
@@ -164,7 +170,7 @@ export async function runDev(options: DevOptions): Promise<number> {
     };
     process.on('SIGINT', onSignal);
     process.on('SIGTERM', onSignal);
-    cleanup.push(async () => {
+    stopServices.push(async () => {
       process.off('SIGINT', onSignal);
       process.off('SIGTERM', onSignal);
     });
@@ -189,7 +195,7 @@ export async function runDev(options: DevOptions): Promise<number> {
     }
 
     const summary = demo ? await client.getBatch(demo.id).catch(() => undefined) : undefined;
-    await runCleanupExceptDatabase(cleanup, say);
+    await unwind(stopServices);
     const owned = await sql<{ n: number }[]>`select count(*) as n from leasehold_batches where status = 'open' and owner_run is not null`;
     say(owned[0].n === 0 ? 'stopped: nothing left owned' : `stopped: ${owned[0].n} batch(es) still owned`);
     await runCleanup();
@@ -211,21 +217,6 @@ export async function runDev(options: DevOptions): Promise<number> {
   } finally {
     setLogSink(undefined);
     logStream?.end();
-  }
-}
-
-/**
- * Run every cleanup step registered after the database pool (servers, workers), leaving the
- * pool and the database up so the caller can check what is still owned.
- */
-async function runCleanupExceptDatabase(cleanup: (() => Promise<void>)[], say: (l: string) => void): Promise<void> {
-  while (cleanup.length > 2) {
-    const step = cleanup.pop()!;
-    try {
-      await step();
-    } catch (e) {
-      say(`leasehold dev: while stopping: ${(e as Error).message}`);
-    }
   }
 }
 

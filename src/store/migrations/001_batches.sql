@@ -25,7 +25,9 @@ create table leasehold_batches (
   -- The owner's last beat, by the database clock; null when never started or handed off.
   beat_at timestamptz,
   handed_off_at timestamptz,
-  -- When the scheduler or API last asked a worker to run the batch.
+  -- When a run last took the batch over, and when the scheduler or API last asked a worker
+  -- to run it: a dispatch no run has answered yet is not repeated within the cooldown.
+  taken_at timestamptz,
   dispatched_at timestamptz,
   runs integer not null default 0,
   created_at timestamptz not null default now(),

@@ -1,0 +1,91 @@
+import { spawn } from 'node:child_process';
+import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { testDatabase, type TestDatabase } from '../support/db.js';
+
+const BIN = resolve(import.meta.dirname, '../../bin/leasehold.js');
+
+let db: TestDatabase;
+let project: string;
+let files: string;
+beforeAll(async () => {
+  db = await testDatabase();
+  project = mkdtempSync(join(tmpdir(), 'leasehold-dev-'));
+  files = join(project, 'files');
+  for (let d = 0; d < 20; d++) {
+    mkdirSync(join(files, `d${d}`), { recursive: true });
+    for (let f = 0; f < 100; f++) writeFileSync(join(files, `d${d}`, `f${f}.txt`), `file ${d}/${f}\n`.repeat(50));
+  }
+});
+afterAll(async () => {
+  await db.close();
+  rmSync(project, { recursive: true, force: true });
+});
+
+const children = new Set<ReturnType<typeof spawn>>();
+afterAll(() => {
+  for (const c of children) c.kill('SIGKILL');
+});
+
+/** Run the CLI in `project` against the test schema; resolves with its exit and output. */
+function leasehold(args: string[], opts: { interruptAfterMs?: number } = {}) {
+  const child = spawn(process.execPath, [BIN, ...args, '--port', '0'], {
+    cwd: project,
+    env: { ...process.env, DATABASE_URL: db.schemaUrl, LEASEHOLD_LOCAL_SCHEDULE_MS: '300' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d) => (stdout += d));
+  child.stderr.on('data', (d) => {
+    stderr += d;
+    if (opts.interruptAfterMs !== undefined && /demo: checksum batch/.test(stderr)) {
+      const wait = opts.interruptAfterMs;
+      opts.interruptAfterMs = undefined;
+      setTimeout(() => child.kill('SIGINT'), wait);
+    }
+  });
+  children.add(child);
+  return new Promise<{ code: number | null; stdout: string; stderr: string }>((done) =>
+    child.on('exit', (code) => {
+      children.delete(child);
+      done({ code, stdout, stderr });
+    }),
+  );
+}
+
+describe('leasehold dev', () => {
+  it('--demo DIR --exit-when-idle checksums every file, exits 0 and prints the JSON summary last', async () => {
+    const r = await leasehold(['dev', '--demo', files, '--exit-when-idle'], {});
+    expect(r.code, r.stderr).toBe(0);
+    const last = r.stdout.trim().split('\n').at(-1)!;
+    const summary = JSON.parse(last);
+    expect(summary).toEqual({ batchId: expect.any(String), done: 2000, failed: 0, seconds: expect.any(Number) });
+    expect(r.stderr).toMatch(/api +http:\/\/127\.0\.0\.1:\d+/);
+    expect(r.stderr).toMatch(/nothing left owned/);
+    const [b] = await db.sql`select status, owner_run from leasehold_batches where id = ${summary.batchId}`;
+    expect(b).toEqual({ status: 'succeeded', owner_run: null });
+  }, 60_000);
+
+  it('Ctrl-C mid-batch hands off, leaves nothing owned, and the next start finishes the batch', async () => {
+    const first = await leasehold(['dev', '--demo', files, '--concurrency', '2'], { interruptAfterMs: 700 });
+    expect(first.code, first.stderr).toBe(0);
+    expect(first.stderr).toMatch(/nothing left owned/);
+    const id = /demo: checksum batch ([0-9a-f-]{36})/.exec(first.stderr)![1];
+    const [mid] = await db.sql`select status, owner_run, (select count(*) from leasehold_items where batch_id = ${id} and state = 'running') as running
+      from leasehold_batches where id = ${id}`;
+    expect(mid.owner_run).toBeNull();
+    expect(mid.running).toBe(0);
+    expect(mid.status).toBe('open');
+
+    const second = await leasehold(['dev', '--exit-when-idle'], {});
+    expect(second.code, second.stderr).toBe(0);
+    const [end] = await db.sql`select status from leasehold_batches where id = ${id}`;
+    expect(end.status).toBe('succeeded');
+    const [counts] = await db.sql`select count(*) filter (where state = 'done') as done, count(*) as total
+      from leasehold_items where batch_id = ${id}`;
+    expect(counts).toEqual({ done: 2000, total: 2000 });
+  }, 90_000);
+});
