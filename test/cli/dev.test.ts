@@ -89,3 +89,60 @@ describe('leasehold dev', () => {
     expect(counts).toEqual({ done: 2000, total: 2000 });
   }, 90_000);
 });
+
+describe('leasehold batch', () => {
+  it('start --follow, show --json, results and list talk to the running stack', async () => {
+    const dev = spawn(process.execPath, [BIN, 'dev', '--port', '0'], {
+      cwd: project,
+      env: { ...process.env, DATABASE_URL: db.schemaUrl },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    children.add(dev);
+    let devErr = '';
+    await new Promise<void>((ready, fail) => {
+      dev.stderr.on('data', (d) => {
+        devErr += d;
+        if (/Ctrl-C stops/.test(devErr)) ready();
+      });
+      dev.on('exit', () => fail(new Error(devErr)));
+    });
+    const run = (args: string[]) =>
+      new Promise<{ code: number | null; stdout: string; stderr: string }>((done) => {
+        // No --api: the CLI finds the running stack through .leasehold/dev.json.
+        const c = spawn(process.execPath, [BIN, ...args], { cwd: project, env: { ...process.env, LEASEHOLD_API_URL: '' }, stdio: ['ignore', 'pipe', 'pipe'] });
+        let stdout = '';
+        let stderr = '';
+        c.stdout.on('data', (d) => (stdout += d));
+        c.stderr.on('data', (d) => (stderr += d));
+        c.on('exit', (code) => done({ code, stdout, stderr }));
+      });
+    try {
+      const started = await run(['batch', 'start', 'checksum', '--param', 'dir=files/d3', '--request-key', 'cli-1', '--follow', '--json']);
+      expect(started.code, started.stderr).toBe(0);
+      const batch = JSON.parse(started.stdout.split('\n')[0]);
+      expect(batch).toMatchObject({ job: 'checksum', total: 100, created: true });
+
+      const again = await run(['batch', 'start', 'checksum', '--param', 'dir=files/d3', '--request-key', 'cli-1']);
+      expect(again.stdout).toMatch(new RegExp(`already started by this request key: batch ${batch.id}`));
+
+      const shown = await run(['batch', 'show', batch.id, '--json']);
+      expect(JSON.parse(shown.stdout)).toMatchObject({ id: batch.id, status: 'succeeded', counts: { done: 100, failed: 0 } });
+
+      const results = await run(['batch', 'results', batch.id]);
+      const lines = results.stdout.trim().split('\n').map((l) => JSON.parse(l));
+      expect(lines).toHaveLength(100);
+      expect(Object.keys(lines[0])).toEqual(['key', 'state', 'attempts', 'output', 'error']);
+      expect(lines.every((l) => l.state === 'done' && l.attempts === 1 && /^[0-9a-f]{64}$/.test(l.output.sha256))).toBe(true);
+
+      const listed = await run(['batch', 'list', '--json']);
+      expect(JSON.parse(listed.stdout).map((b: { id: string }) => b.id)).toContain(batch.id);
+
+      const bad = await run(['batch', 'start', 'nope']);
+      expect(bad.code).toBe(1);
+      expect(bad.stderr).toMatch(/unknown job "nope".*HTTP 404/);
+    } finally {
+      dev.kill('SIGINT');
+      await new Promise((r) => dev.on('exit', r));
+    }
+  }, 60_000);
+});
