@@ -125,6 +125,8 @@ class Run {
       outcome = await this.loop();
     } catch (e) {
       outcome = e instanceof StoreFailure ? 'store-error' : 'lost';
+      // The run is over and can write no result: its in-flight items must stop too.
+      this.items.abort();
       error = e instanceof Error ? e : new Error(String(e));
       if (e instanceof BatchLostError) error = e;
     } finally {
@@ -263,6 +265,8 @@ export class Runner {
   private readonly s: Settings;
   private readonly processId: string;
   private readonly runs = new Map<string, { run: Run; done: Promise<RunResult> }>();
+  /** Batches whose job `resolve` did not know; a takeover of any batch skips them. */
+  private readonly unknown = new Set<string>();
   private readonly watching = new AbortController();
   private watchLoop: Promise<void> | undefined;
   private closed = false;
@@ -317,6 +321,8 @@ export class Runner {
    * Take over one batch that is unowned, handed off or stale (beat older than `staleMs`,
    * database clock) with one compare-and-set, and run it here in the background. With
    * `batchId`, only that batch. Resolves to the batch taken, or undefined when none was.
+   * A batch whose job `resolve` does not know is handed back at once, and this runner's later
+   * takeovers without `batchId` skip it.
    */
   async takeOver(resolve: Resolve, batchId?: string): Promise<BatchInfo | undefined> {
     if (this.closed) return undefined;
@@ -326,10 +332,14 @@ export class Runner {
       process: this.processId,
       staleMs: this.s.staleMs,
       batchId,
+      // Else the oldest batch with an unknown job, handed straight back, would be picked again
+      // every time and no other batch would ever be taken.
+      skip: batchId ? undefined : [...this.unknown],
     });
     if (!batch) return undefined;
     const executor = resolve(batch);
     if (!executor) {
+      this.unknown.add(batch.id);
       this.s.onEvent({ type: 'unknown-job', batchId: batch.id, job: batch.job });
       await q.handOff(this.sql, batch.id, runId);
       return undefined;

@@ -41,7 +41,7 @@ async function expectFinishedOnce(batchId: string, status: BatchStatus, finisher
   expect(changes.filter((c) => c.old_status !== 'open')).toEqual([]);
   expect(changes.filter((c) => c.finished_at !== null)).toHaveLength(1);
   const b = await getBatch(db.sql, batchId);
-  expect(b).toMatchObject({ status, finishedAt: finishes[0].finished_at, beatAt: null });
+  expect(b).toMatchObject({ status, finishedAt: finishes[0].finished_at, ownerProcess: null, beatAt: null });
   expect(b.counts.pending + b.counts.running).toBe(0);
 }
 
