@@ -52,9 +52,14 @@ function healthyRunner(): Runner {
   return new Runner(db.connect({ max: 4 }), { beatMs: 100, staleMs: STALE_MS, parallel: 3, backoffMs: 0 });
 }
 
-/** Try to take over `batchId` until it works (the batch turns stale by the database clock). */
-async function takeOverWhenStale(runner: Runner, batchId: string, work: ItemWork): Promise<void> {
-  await waitFor('takeover', () => runner.takeOver(() => ({ work }), batchId), { everyMs: 20 });
+/**
+ * Try to take over `batchId` until it works (the batch turns stale by the database clock);
+ * returns the new run's result, taken before the run can end and leave the runner's list.
+ */
+async function takeOverWhenStale(runner: Runner, batchId: string, work: ItemWork): Promise<{ run: Promise<RunResult> }> {
+  return waitFor('takeover', async () => (await runner.takeOver(() => ({ work }), batchId)) && { run: runOf(runner, batchId) }, {
+    everyMs: 20,
+  });
 }
 
 describe('a stalled run (beats stop, work goes on)', () => {
@@ -94,8 +99,7 @@ describe('a stalled run (beats stop, work goes on)', () => {
         from leasehold_batches where id = ${batch.id}`;
       if (fresh.fresh) expect(await b.takeOver(() => ({ work: workB }), batch.id)).toBeUndefined();
 
-      await takeOverWhenStale(b, batch.id, workB);
-      const runB = runOf(b, batch.id);
+      const { run: runB } = await takeOverWhenStale(b, batch.id, workB);
       // B recovered A's three running items and is now running them itself.
       await waitFor('B running', async () => {
         const [r] = await db.sql<{ n: number }[]>`select count(*) as n from leasehold_items i
@@ -182,8 +186,7 @@ describe('a run killed mid-batch', () => {
       await sqlA.end({ timeout: 0 });
 
       const b = healthyRunner();
-      await takeOverWhenStale(b, batch.id, workB);
-      const resultB = await runOf(b, batch.id);
+      const resultB = await (await takeOverWhenStale(b, batch.id, workB)).run;
       expect(resultB.outcome).toBe('succeeded');
       expect(resultB.finishedItems).toBe(total - K);
 
