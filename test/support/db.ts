@@ -22,7 +22,7 @@ export interface TestDatabase {
    * ending it kills only that process's connections). {@link TestDatabase.close} ends it.
    */
   connect(options?: Omit<ConnectOptions, 'schema'>): Sql;
-  /** End every pool opened here (in-flight queries get 5 s), then drop the schema. */
+  /** End every pool opened here (in-flight queries get 5 s), then drop the schema. Idempotent. */
   close(): Promise<void>;
 }
 
@@ -71,11 +71,13 @@ export async function testDatabase(options: TestDatabaseOptions = {}): Promise<T
     pools.push(pool);
     return pool;
   };
-  const close = async () => {
-    await Promise.all(pools.map((p) => p.end({ timeout: 5 })));
-    await admin.unsafe(`drop schema if exists "${schema}" cascade`);
-    await admin.end();
-  };
+  let closing: Promise<void> | undefined;
+  const close = () =>
+    (closing ??= (async () => {
+      await Promise.all(pools.map((p) => p.end({ timeout: 5 })));
+      await admin.unsafe(`drop schema if exists "${schema}" cascade`);
+      await admin.end();
+    })());
   try {
     await admin.unsafe(`create schema "${schema}"`);
     const sql = open({ max: options.max ?? 10 });
