@@ -4,6 +4,8 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
+    // The SDK's notice that its 2027 releases need Node 22 (deploys run nodejs22.x).
+    env: { AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true' },
     globalSetup: ['test/support/global-setup.ts'],
     // Concurrency tests wait for beats to turn stale; the embedded server takes seconds to init.
     testTimeout: 30_000,
