@@ -1,6 +1,6 @@
 export * from './types.js';
 export * from './errors.js';
-export { systemClock, ManualClock, type Clock } from './clock.js';
+export { systemClock, ManualClock, type Clock } from '../clock.js';
 export {
   createBatch,
   getBatch,

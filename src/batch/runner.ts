@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import type { Sql } from '../store/index.js';
 import { createBatch, type CreateOptions } from './batches.js';
-import { systemClock, type Clock } from './clock.js';
+import { systemClock, type Clock } from '../clock.js';
 import { BatchLostError } from './errors.js';
 import * as q from './sql.js';
 import type {

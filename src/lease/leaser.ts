@@ -1,0 +1,397 @@
+import { randomUUID } from 'node:crypto';
+import { hostname as osHostname } from 'node:os';
+import { systemClock, type Clock } from '../clock.js';
+import type { Sql } from '../store/index.js';
+import * as q from './sql.js';
+import type { UnitKey, UnitRow } from './sql.js';
+
+/** A unit a process owns: identity, job, weight and the job's configuration. */
+export type Unit = UnitRow;
+
+/** Settings of a {@link Leaser}; durations in ms. Missing values take {@link LEASE_DEFAULTS}. */
+export interface LeaseConfig {
+  /** Host name shown in `GET /processes`. Default `os.hostname()`. */
+  hostname: string;
+  /** Code version shown in `GET /processes`. Default `unknown`. */
+  version: string;
+  /** Process id; fresh for every process, never reused. Default a new UUID. */
+  processId: string;
+  /** How long a heartbeat keeps the process live, ms. Default 15,000. */
+  ttlMs: number;
+  /** Interval between heartbeats, ms; must be below `ttlMs`. Default 5,000. */
+  heartbeatIntervalMs: number;
+  /** Interval between rebalancing ticks, ms. Default 5,000. */
+  rebalanceIntervalMs: number;
+  /** Interval between sweeps run by `run()`, ms; 0 disables them. Default 600,000 (10 min). */
+  sweepIntervalMs: number;
+  /** A sweep deletes processes expired longer than this, ms. Default 3,600,000 (1 h). */
+  sweepCutoffMs: number;
+  /** Shed only above `fairShare × (1 + shedHysteresis)`. Default 0.2. */
+  shedHysteresis: number;
+  /** Most units one claim statement takes. Default 64. */
+  claimBatch: number;
+  /** Most units one tick claims. Default 1,024. */
+  maxClaimPerTick: number;
+}
+
+/** Defaults of {@link LeaseConfig} (issue "Processes share per-tenant units fairly"). */
+export const LEASE_DEFAULTS = {
+  version: 'unknown',
+  ttlMs: 15_000,
+  heartbeatIntervalMs: 5_000,
+  rebalanceIntervalMs: 5_000,
+  sweepIntervalMs: 600_000,
+  sweepCutoffMs: 3_600_000,
+  shedHysteresis: 0.2,
+  claimBatch: 64,
+  maxClaimPerTick: 1024,
+} as const;
+
+/** Optional observers, for metrics. */
+export interface Hooks {
+  /** Units claimed by one tick (only when > 0). */
+  claimed?(n: number): void;
+  /** Units shed by one tick (only when > 0). */
+  shed?(n: number): void;
+  /** Duration of one tick, ms. */
+  rebalanced?(ms: number): void;
+  /** Units and weight owned after a tick. */
+  owned?(units: number, weight: number): void;
+}
+
+/** What the leaser drives: told of units gained and lost, asked what is in flight. */
+export interface Reconciler {
+  /** Units now owned; called after the claim committed. */
+  unitsGained(units: Unit[]): void | Promise<void>;
+  /** Units no longer owned (or possibly not): stop working them at once. */
+  unitsLost(units: Unit[]): void | Promise<void>;
+  /** Work in flight on `unit` now; shedding gives back idle units first. */
+  inFlight(unit: UnitKey): number;
+}
+
+/** A configuration that cannot work; the message names the setting. */
+export class LeaseConfigError extends Error {
+  readonly code = 'lease_config';
+  constructor(message: string) {
+    super(message);
+    this.name = 'LeaseConfigError';
+  }
+}
+
+/** Events the leaser reports (logging); errors in `run()` come here, never thrown. */
+export type LeaserEvent =
+  | { type: 'error'; step: 'heartbeat' | 'tick' | 'sweep'; error: unknown }
+  | { type: 'lapsed'; lost: number }
+  | { type: 'swept'; processes: number; units: number };
+
+const key = (u: UnitKey) => `${u.tenant}\u0000${u.shard}`;
+
+/**
+ * Validate a partial configuration and fill in defaults.
+ * @throws {LeaseConfigError} a value is out of range or inconsistent (for example a heartbeat
+ *   interval not below the TTL).
+ */
+export function leaseConfig(partial: Partial<LeaseConfig> = {}): LeaseConfig {
+  const c: LeaseConfig = {
+    hostname: partial.hostname ?? osHostname(),
+    processId: partial.processId ?? randomUUID(),
+    ...LEASE_DEFAULTS,
+    ...Object.fromEntries(Object.entries(partial).filter(([, v]) => v !== undefined)),
+  } as LeaseConfig;
+  const positive = ['ttlMs', 'heartbeatIntervalMs', 'rebalanceIntervalMs', 'sweepCutoffMs', 'claimBatch', 'maxClaimPerTick'] as const;
+  for (const name of positive) {
+    if (!Number.isFinite(c[name]) || c[name] <= 0) throw new LeaseConfigError(`${name} must be a positive number, got ${c[name]}`);
+  }
+  if (!Number.isFinite(c.sweepIntervalMs) || c.sweepIntervalMs < 0) {
+    throw new LeaseConfigError(`sweepIntervalMs must be 0 (off) or positive, got ${c.sweepIntervalMs}`);
+  }
+  if (!(c.shedHysteresis >= 0)) throw new LeaseConfigError(`shedHysteresis must be 0 or more, got ${c.shedHysteresis}`);
+  if (c.heartbeatIntervalMs >= c.ttlMs) {
+    throw new LeaseConfigError(`heartbeatIntervalMs (${c.heartbeatIntervalMs}) must be below ttlMs (${c.ttlMs})`);
+  }
+  if (c.sweepCutoffMs < c.ttlMs) throw new LeaseConfigError(`sweepCutoffMs (${c.sweepCutoffMs}) must not be below ttlMs (${c.ttlMs})`);
+  if (c.claimBatch > c.maxClaimPerTick) {
+    throw new LeaseConfigError(`claimBatch (${c.claimBatch}) must not exceed maxClaimPerTick (${c.maxClaimPerTick})`);
+  }
+  if (!c.processId) throw new LeaseConfigError('processId must not be empty');
+  return c;
+}
+
+/**
+ * One process's membership and unit ownership (DESIGN.md, "Process membership and unit
+ * ownership"). `heartbeat()` keeps the process row live; `tick()` claims up to the fair share
+ * (`ceil(total claimable weight / live processes)`) or sheds above it; `release()` gives every
+ * unit back; `deleteProcess()` ends the membership. `run(signal)` loops all of these. Every
+ * time comparison is made by the database clock; the `clock` only paces the loop.
+ *
+ * Ownership as the reconciler sees it: a unit enters the owned set only after its claim
+ * committed, and leaves it (with `unitsLost`) before the statement that gives it back, so no
+ * unit is ever in two live processes' owned sets.
+ */
+export class Leaser {
+  readonly config: LeaseConfig;
+  private readonly units = new Map<string, Unit>();
+  private lastBeatAt: number | undefined;
+  private beats = 0;
+  private readonly clock: Clock;
+  private readonly random: () => number;
+  private readonly onEvent: (e: LeaserEvent) => void;
+
+  /**
+   * @param sql the store.
+   * @param config partial settings; see {@link LeaseConfig}.
+   * @param reconciler what acts on owned units.
+   * @param options hooks (metrics), clock (pacing of `run` and the local lapse check), random
+   *   (claim start keys), onEvent (logging).
+   * @throws {LeaseConfigError}
+   */
+  constructor(
+    private readonly sql: Sql,
+    config: Partial<LeaseConfig>,
+    private readonly reconciler: Reconciler,
+    options: { hooks?: Hooks; clock?: Clock; random?: () => number; onEvent?: (e: LeaserEvent) => void } = {},
+  ) {
+    this.config = leaseConfig(config);
+    this.hooks = options.hooks ?? {};
+    this.clock = options.clock ?? systemClock;
+    this.random = options.random ?? Math.random;
+    this.onEvent = options.onEvent ?? (() => {});
+  }
+
+  private readonly hooks: Hooks;
+
+  /** The process id. */
+  get processId(): string {
+    return this.config.processId;
+  }
+
+  /** Units owned now, as the reconciler was told. */
+  owned(): Unit[] {
+    return [...this.units.values()];
+  }
+
+  /** True once a heartbeat has succeeded (the process row exists and is live). */
+  ready(): boolean {
+    return this.beats > 0;
+  }
+
+  /**
+   * Upsert the process row with `expires_at = now() + ttl` (database clock). When the row was
+   * gone (swept) or had expired, or when more than the TTL passed since the last successful
+   * heartbeat, ownership is re-read at once and lost units are reported before returning.
+   * @throws the store's error; the owned set is then unchanged.
+   */
+  async heartbeat(): Promise<{ lapsed: boolean }> {
+    const started = this.clock.now();
+    const gapped = this.lastBeatAt !== undefined && started - this.lastBeatAt > this.config.ttlMs;
+    const { lapsed } = await q.heartbeat(this.sql, {
+      id: this.config.processId,
+      hostname: this.config.hostname,
+      version: this.config.version,
+      ttlMs: this.config.ttlMs,
+    });
+    this.lastBeatAt = started;
+    const first = this.beats === 0;
+    this.beats++;
+    if ((lapsed && !first) || gapped) {
+      const lost = await this.resync();
+      this.onEvent({ type: 'lapsed', lost });
+      return { lapsed: true };
+    }
+    return { lapsed: false };
+  }
+
+  /**
+   * One rebalancing step: drop units no longer owned in the store (taken, removed from the
+   * registry), then claim up to the fair share — at most `maxClaimPerTick` units, in statements
+   * of at most `claimBatch` — or, on a tick that claimed nothing with more than one live
+   * process, shed above `fairShare × (1 + shedHysteresis)`, idle units first, lightest first.
+   * Claims nothing when the process's own row is not live.
+   * @throws the store's error.
+   */
+  async tick(): Promise<{ claimed: number; shed: number; fairShare: number }> {
+    const t0 = performance.now();
+    const id = this.config.processId;
+    const state = await q.shareState(this.sql, id);
+    await this.syncOwned(state.owned);
+    let weight = this.weight();
+    const fairShare = state.live > 0 ? Math.ceil(state.totalWeight / state.live) : 0;
+    let claimed = 0;
+    let shed = 0;
+    if (state.selfLive) {
+      let budget = fairShare - weight;
+      let room = this.config.maxClaimPerTick;
+      // From a random start key round to it: [start, 1), then [0, start).
+      const start = this.random();
+      const ranges: [number, number][] = [
+        [start, 1],
+        [0, start],
+      ];
+      let range = 0;
+      while (budget > 0 && room > 0 && range < ranges.length) {
+        // Every unit weighs at least 1, so `budget` units are as many as can fit.
+        const limit = Math.min(this.config.claimBatch, room, budget);
+        const rows = await q.claim(this.sql, {
+          id,
+          budget,
+          limit,
+          from: ranges[range][0],
+          to: ranges[range][1],
+          allowOver: weight === 0 && claimed === 0,
+        });
+        if (rows.length < limit) range++;
+        if (rows.length === 0) continue;
+        for (const u of rows) this.units.set(key(u), u);
+        const gained = rows.reduce((s, u) => s + u.weight, 0);
+        budget -= gained;
+        weight += gained;
+        room -= rows.length;
+        claimed += rows.length;
+        await this.reconciler.unitsGained(rows);
+      }
+      if (claimed === 0 && state.live > 1 && weight > fairShare * (1 + this.config.shedHysteresis)) {
+        shed = await this.shedTo(fairShare);
+      }
+    }
+    if (claimed > 0) this.hooks.claimed?.(claimed);
+    if (shed > 0) this.hooks.shed?.(shed);
+    this.hooks.rebalanced?.(performance.now() - t0);
+    this.hooks.owned?.(this.units.size, this.weight());
+    return { claimed, shed, fairShare };
+  }
+
+  /** Give back every owned unit in one statement (they leave the owned set first). */
+  async release(): Promise<number> {
+    const all = this.owned();
+    this.units.clear();
+    if (all.length) await this.reconciler.unitsLost(all);
+    return q.releaseAll(this.sql, this.config.processId);
+  }
+
+  /** Delete the process row: the last step of a graceful stop. */
+  async deleteProcess(): Promise<boolean> {
+    return q.deleteProcess(this.sql, this.config.processId);
+  }
+
+  /**
+   * Heartbeat (retrying the first one with backoff while the store is unreachable), then loop
+   * heartbeat, rebalance and sweep on their intervals until `signal` aborts. Errors are
+   * reported through `onEvent`, never thrown. When heartbeats keep failing past the TTL, every
+   * unit is reported lost (the row may have expired); a later heartbeat re-reads ownership.
+   * Does not release: call {@link Leaser.release} and {@link Leaser.deleteProcess} after.
+   */
+  async run(signal: AbortSignal): Promise<void> {
+    let wait = 100;
+    while (!signal.aborted && !this.ready()) {
+      try {
+        await this.heartbeat();
+      } catch (error) {
+        this.onEvent({ type: 'error', step: 'heartbeat', error });
+        await this.clock.sleep(wait + wait * this.random(), signal);
+        wait = Math.min(wait * 2, this.config.heartbeatIntervalMs);
+      }
+    }
+    const c = this.config;
+    let nextBeat = this.clock.now() + c.heartbeatIntervalMs;
+    let nextTick = this.clock.now();
+    let nextSweep = c.sweepIntervalMs > 0 ? this.clock.now() + c.sweepIntervalMs : Infinity;
+    while (!signal.aborted) {
+      const now = this.clock.now();
+      if (now >= nextBeat) {
+        nextBeat = now + c.heartbeatIntervalMs;
+        try {
+          await this.heartbeat();
+        } catch (error) {
+          this.onEvent({ type: 'error', step: 'heartbeat', error });
+          if (this.lastBeatAt !== undefined && this.clock.now() - this.lastBeatAt > c.ttlMs) await this.dropAll();
+        }
+      }
+      if (signal.aborted) break;
+      if (this.clock.now() >= nextTick) {
+        nextTick = this.clock.now() + c.rebalanceIntervalMs;
+        // Acting on units needs a heartbeat within the TTL; without one, the row may be gone.
+        if (this.lastBeatAt !== undefined && this.clock.now() - this.lastBeatAt <= c.ttlMs) {
+          try {
+            await this.tick();
+          } catch (error) {
+            this.onEvent({ type: 'error', step: 'tick', error });
+          }
+        }
+      }
+      if (this.clock.now() >= nextSweep) {
+        nextSweep = this.clock.now() + c.sweepIntervalMs;
+        try {
+          const swept = await q.sweep(this.sql, c.sweepCutoffMs);
+          if (swept.processes) this.onEvent({ type: 'swept', ...swept });
+        } catch (error) {
+          this.onEvent({ type: 'error', step: 'sweep', error });
+        }
+      }
+      await this.clock.sleep(Math.max(0, Math.min(nextBeat, nextTick, nextSweep) - this.clock.now()), signal);
+    }
+  }
+
+  private weight(): number {
+    let w = 0;
+    for (const u of this.units.values()) w += u.weight;
+    return w;
+  }
+
+  /** Align the owned set with the store's view: report units lost, adopt units found. */
+  private async syncOwned(rows: Unit[]): Promise<number> {
+    const inStore = new Map(rows.map((u) => [key(u), u]));
+    const lost: Unit[] = [];
+    for (const [k, u] of this.units) {
+      if (!inStore.has(k)) {
+        lost.push(u);
+        this.units.delete(k);
+      }
+    }
+    if (lost.length) await this.reconciler.unitsLost(lost);
+    // Owned in the store but unknown here: a claim whose answer was lost after it committed.
+    const found = rows.filter((u) => !this.units.has(key(u)));
+    for (const u of rows) this.units.set(key(u), u);
+    if (found.length) await this.reconciler.unitsGained(found);
+    return lost.length;
+  }
+
+  private async resync(): Promise<number> {
+    return this.syncOwned(await q.ownedUnits(this.sql, this.config.processId));
+  }
+
+  private async dropAll(): Promise<void> {
+    const all = this.owned();
+    this.units.clear();
+    if (all.length) {
+      await this.reconciler.unitsLost(all);
+      this.onEvent({ type: 'lapsed', lost: all.length });
+    }
+  }
+
+  private async shedTo(fairShare: number): Promise<number> {
+    let weight = this.weight();
+    const order = this.owned().sort(
+      (a, b) => Number(this.reconciler.inFlight(a) > 0) - Number(this.reconciler.inFlight(b) > 0) || a.weight - b.weight,
+    );
+    const give: Unit[] = [];
+    for (const u of order) {
+      if (weight - u.weight < fairShare) continue;
+      give.push(u);
+      weight -= u.weight;
+      if (weight <= fairShare) break;
+    }
+    if (give.length === 0) return 0;
+    for (const u of give) this.units.delete(key(u));
+    await this.reconciler.unitsLost(give);
+    await q.releaseUnits(this.sql, this.config.processId, give);
+    return give.length;
+  }
+}
+
+/**
+ * Delete processes expired longer than `cutoffMs` and free their units, in one statement
+ * (the scheduler's sweep). Returns both counts.
+ */
+export function sweep(sql: Sql, cutoffMs: number = LEASE_DEFAULTS.sweepCutoffMs): Promise<{ processes: number; units: number }> {
+  return q.sweep(sql, cutoffMs);
+}
