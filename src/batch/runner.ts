@@ -42,6 +42,11 @@ export interface RunnerOptions {
   moveBackoffMs?: number;
   /** Most batches this runner runs at once through `watch`/`takeOver`. Default 4. */
   maxRuns?: number;
+  /**
+   * On stop, how long in-flight items may take to settle after their signal aborted before the
+   * run hands off without them, ms. Default 5,000.
+   */
+  drainMs?: number;
   /** Clock for beats and waits. Default: {@link systemClock}. */
   clock?: Clock;
   /** Source of jitter in [0, 1). Default `Math.random`. */
@@ -60,6 +65,7 @@ export const RUNNER_DEFAULTS = {
   moveTries: 4,
   moveBackoffMs: 100,
   maxRuns: 4,
+  drainMs: 5_000,
 } as const;
 
 type Settings = Required<Omit<RunnerOptions, 'processId' | 'onEvent'>> & {
@@ -167,7 +173,15 @@ class Run {
     }
     // Stopping: in-flight items are told to stop; their attempts are given back on handoff.
     this.items.abort();
-    await Promise.allSettled([...this.active.values()]);
+    // Work that ignores its signal must not hold the run (and a Lambda worker) past its
+    // deadline: after drainMs the run goes on without it. Such items stay `running`; the next
+    // takeover counts that attempt and runs them again.
+    const drainTimer = new AbortController();
+    await Promise.race([
+      Promise.allSettled([...this.active.values()]).then(() => drainTimer.abort()),
+      this.s.clock.sleep(this.s.drainMs, drainTimer.signal),
+    ]);
+    drainTimer.abort();
     if (this.reason === 'lost') return 'lost';
     await this.flush();
     if ((this.reason as string) === 'lost') return 'lost';
@@ -286,6 +300,7 @@ export class Runner {
       moveTries: options.moveTries ?? RUNNER_DEFAULTS.moveTries,
       moveBackoffMs: options.moveBackoffMs ?? RUNNER_DEFAULTS.moveBackoffMs,
       maxRuns: options.maxRuns ?? RUNNER_DEFAULTS.maxRuns,
+      drainMs: options.drainMs ?? RUNNER_DEFAULTS.drainMs,
       clock: options.clock ?? systemClock,
       random: options.random ?? Math.random,
       onEvent: options.onEvent ?? (() => {}),

@@ -24,6 +24,7 @@ const schema = {
   DATABASE_URL: z.string().url().optional(),
   LEASEHOLD_WORKER_FUNCTION: z.string().min(1).default('leasehold-worker'),
   LEASEHOLD_DEADLINE_MARGIN_MS: int(0).default(10_000),
+  LEASEHOLD_DRAIN_MS: int(0).optional(),
   LEASEHOLD_WORKER_IDLE_MS: int(0).default(2_000),
   LEASEHOLD_WORKER_POLL_MS: int(10).default(1_000),
   LEASEHOLD_MAX_RUNS: int(1).default(4),
@@ -52,6 +53,11 @@ export interface Config {
   workerFunction: string;
   /** A worker stops at `remaining time − deadlineMarginMs`, ms. */
   deadlineMarginMs: number;
+  /**
+   * At the deadline, how long in-flight items may take to stop before runs hand off without
+   * them, ms. Default: half the deadline margin, at most 5,000. Must be below the margin.
+   */
+  drainMs: number;
   /** A worker with nothing to run returns after this long, ms. */
   workerIdleMs: number;
   /** How often a worker looks for batches to take over, ms. */
@@ -97,6 +103,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     databaseUrl: e.DATABASE_URL,
     workerFunction: e.LEASEHOLD_WORKER_FUNCTION,
     deadlineMarginMs: e.LEASEHOLD_DEADLINE_MARGIN_MS,
+    drainMs: e.LEASEHOLD_DRAIN_MS ?? Math.min(5_000, Math.floor(e.LEASEHOLD_DEADLINE_MARGIN_MS / 2)),
     workerIdleMs: e.LEASEHOLD_WORKER_IDLE_MS,
     workerPollMs: e.LEASEHOLD_WORKER_POLL_MS,
     maxRuns: e.LEASEHOLD_MAX_RUNS,
@@ -116,6 +123,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       ? e.LEASEHOLD_ALLOWED_ROOTS.split(delimiter).filter(Boolean)
       : [process.cwd(), tmpdir()],
   };
+  if (config.drainMs >= config.deadlineMarginMs && config.deadlineMarginMs > 0) {
+    throw new ConfigError('LEASEHOLD_DRAIN_MS', `must be below LEASEHOLD_DEADLINE_MARGIN_MS (${config.deadlineMarginMs})`);
+  }
   if (config.beatMs >= config.staleMs) {
     throw new ConfigError('LEASEHOLD_BEAT_MS', `must be below LEASEHOLD_STALE_MS (${config.staleMs})`);
   }

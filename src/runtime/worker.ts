@@ -66,6 +66,7 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
     moveTries: config.moveTries,
     moveBackoffMs: config.moveBackoffMs,
     maxRuns: config.maxRuns,
+    drainMs: config.drainMs,
     onEvent: (e: RunnerEvent) => logEvent(log, processId, e),
   });
   const results: RunResult[] = [];
