@@ -132,6 +132,7 @@ export class Leaser {
   readonly config: LeaseConfig;
   private readonly units = new Map<string, Unit>();
   private lastBeatAt: number | undefined;
+  private lastShare: { live: number; totalWeight: number; fairShare: number } | undefined;
   private beats = 0;
   private readonly clock: Clock;
   private readonly random: () => number;
@@ -168,6 +169,14 @@ export class Leaser {
   /** Units owned now, as the reconciler was told. */
   owned(): Unit[] {
     return [...this.units.values()];
+  }
+
+  /**
+   * What the last tick saw: live processes, total claimable weight, fair share; undefined
+   * before the first tick.
+   */
+  share(): { live: number; totalWeight: number; fairShare: number } | undefined {
+    return this.lastShare;
   }
 
   /** True once a heartbeat has succeeded (the process row exists and is live). */
@@ -216,6 +225,7 @@ export class Leaser {
     await this.syncOwned(state.owned);
     let weight = this.weight();
     const fairShare = state.live > 0 ? Math.ceil(state.totalWeight / state.live) : 0;
+    this.lastShare = { live: state.live, totalWeight: state.totalWeight, fairShare };
     let claimed = 0;
     let shed = 0;
     if (state.selfLive) {
