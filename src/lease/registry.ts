@@ -56,7 +56,8 @@ export function setDesired(sql: Sql, desired: number): Promise<void> {
 /**
  * The scheduler's decision: how many workers to invoke now, as invocation ids to pass in their
  * events — `desired − live − invoked but not yet live` (an invocation counts as pending for
- * `pendingMs`), at most `cap`, and none when there is no unit of weight > 0 and no open batch.
+ * `pendingMs`), at most `cap`, and none when no unit has weight > 0 (open batches are sent to
+ * workers by dispatch, so with no unit work and no open batch nothing is invoked).
  * Overlapping callers are serialised, so they never over-invoke.
  */
 export function planInvocations(

@@ -199,7 +199,8 @@ export async function setDesired(sql: Sql, desired: number): Promise<void> {
 
 // Decides, one scheduler at a time (advisory transaction lock), how many workers to invoke:
 // desired − live − invoked but not yet live (within pendingMs), capped at `cap`, and only when
-// there is a unit of weight > 0 or an open batch. Records the invocations it decides on.
+// some unit has weight > 0 (batches bring their own workers by dispatch). Records the
+// invocations it decides on.
 export async function planInvocations(
   sql: Sql,
   a: { cap: number; pendingMs: number },
@@ -212,9 +213,7 @@ export async function planInvocations(
         coalesce((select value::int from leasehold_settings where key = 'desired'), 0) as desired,
         (select count(*) from leasehold_processes where expires_at > now()) as live,
         (select count(*) from leasehold_invocations) as pending,
-        (exists (select 1 from leasehold_units where owner is null and weight > 0)
-          or (select weight from leasehold_unit_totals) > 0
-          or exists (select 1 from leasehold_batches where status = 'open')) as work`;
+        (select weight from leasehold_unit_totals) > 0 as work`;
     const need = s.work ? Math.max(0, Math.min(a.cap, s.desired - s.live - s.pending)) : 0;
     const rows = need > 0
       ? await t<{ id: string }[]>`insert into leasehold_invocations (id)

@@ -41,6 +41,15 @@ const schema = {
   LEASEHOLD_DISPATCH_COOLDOWN_MS: int(0).default(30_000),
   LEASEHOLD_DB_POOL_MAX: int(1).default(4),
   LEASEHOLD_ALLOWED_ROOTS: z.string().optional(),
+  LEASEHOLD_TTL_MS: int(100).default(15_000),
+  LEASEHOLD_HEARTBEAT_MS: int(10).default(5_000),
+  LEASEHOLD_REBALANCE_MS: int(10).default(5_000),
+  LEASEHOLD_SWEEP_CUTOFF_MS: int(100).default(3_600_000),
+  LEASEHOLD_SHED_HYSTERESIS: z.coerce.number().min(0).max(10).default(0.2),
+  LEASEHOLD_CLAIM_BATCH: int(1).default(64),
+  LEASEHOLD_MAX_CLAIM_PER_TICK: int(1).default(1024),
+  LEASEHOLD_INVOKE_CAP: int(0).default(10),
+  LEASEHOLD_INVOCATION_PENDING_MS: int(1000).default(120_000),
 } as const;
 
 type Env = { [K in keyof typeof schema]: z.infer<(typeof schema)[K]> };
@@ -84,6 +93,20 @@ export interface Config {
   dbPoolMax: number;
   /** Directories file jobs may read under (absolute). */
   allowedRoots: string[];
+  /** Lease settings of every worker process (see `LeaseConfig`), ms. */
+  lease: {
+    ttlMs: number;
+    heartbeatIntervalMs: number;
+    rebalanceIntervalMs: number;
+    sweepCutoffMs: number;
+    shedHysteresis: number;
+    claimBatch: number;
+    maxClaimPerTick: number;
+  };
+  /** Most workers one scheduler run invokes. */
+  invokeCap: number;
+  /** An invoked worker not live after this long no longer counts as coming, ms. */
+  invocationPendingMs: number;
 }
 
 /**
@@ -122,7 +145,27 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     allowedRoots: e.LEASEHOLD_ALLOWED_ROOTS
       ? e.LEASEHOLD_ALLOWED_ROOTS.split(delimiter).filter(Boolean)
       : [process.cwd(), tmpdir()],
+    lease: {
+      ttlMs: e.LEASEHOLD_TTL_MS,
+      heartbeatIntervalMs: e.LEASEHOLD_HEARTBEAT_MS,
+      rebalanceIntervalMs: e.LEASEHOLD_REBALANCE_MS,
+      sweepCutoffMs: e.LEASEHOLD_SWEEP_CUTOFF_MS,
+      shedHysteresis: e.LEASEHOLD_SHED_HYSTERESIS,
+      claimBatch: e.LEASEHOLD_CLAIM_BATCH,
+      maxClaimPerTick: e.LEASEHOLD_MAX_CLAIM_PER_TICK,
+    },
+    invokeCap: e.LEASEHOLD_INVOKE_CAP,
+    invocationPendingMs: e.LEASEHOLD_INVOCATION_PENDING_MS,
   };
+  if (config.lease.heartbeatIntervalMs >= config.lease.ttlMs) {
+    throw new ConfigError('LEASEHOLD_HEARTBEAT_MS', `must be below LEASEHOLD_TTL_MS (${config.lease.ttlMs})`);
+  }
+  if (config.lease.claimBatch > config.lease.maxClaimPerTick) {
+    throw new ConfigError('LEASEHOLD_CLAIM_BATCH', `must not exceed LEASEHOLD_MAX_CLAIM_PER_TICK (${config.lease.maxClaimPerTick})`);
+  }
+  if (config.lease.sweepCutoffMs < config.lease.ttlMs) {
+    throw new ConfigError('LEASEHOLD_SWEEP_CUTOFF_MS', `must not be below LEASEHOLD_TTL_MS (${config.lease.ttlMs})`);
+  }
   if (config.drainMs >= config.deadlineMarginMs && config.deadlineMarginMs > 0) {
     throw new ConfigError('LEASEHOLD_DRAIN_MS', `must be below LEASEHOLD_DEADLINE_MARGIN_MS (${config.deadlineMarginMs})`);
   }

@@ -2,9 +2,12 @@ import { InvokeCommand, LambdaClient } from '@aws-sdk/client-lambda';
 import { markDispatched } from '../batch/index.js';
 import type { Sql } from '../store/index.js';
 
-/** The event a worker invocation receives: the batch to run first, if any. */
+/** The event a worker invocation receives. */
 export interface WorkerEvent {
+  /** A batch to run first. */
   batchId?: string;
+  /** Set by the scheduler: this invocation counts as coming until its process is live. */
+  invocationId?: string;
 }
 
 /** Sends batches to worker invocations. */

@@ -1,16 +1,20 @@
 import { randomUUID } from 'node:crypto';
+import { hostname } from 'node:os';
 import { Runner, type RunResult, type RunnerEvent } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
+import { invocationLive, Leaser, planInvocations, type LeaserEvent, type Reconciler } from '../lease/index.js';
 import type { Sql } from '../store/index.js';
 import type { Config } from './config.js';
 import { dispatchBatch, type Dispatcher, type WorkerEvent } from './dispatch.js';
+import type { Log } from './log.js';
 
 const shutdown = new AbortController();
 
 /**
  * Ask every worker invocation in this process to stop now, as if its deadline had come: runs
- * hand off and invocations return owning nothing, without asking for continuations (local
- * mode calls this on Ctrl-C; the scheduler dispatches handed-off batches on the next start).
+ * hand off, units are released and invocations return owning nothing, without asking for
+ * continuations (local mode calls this on Ctrl-C; the scheduler dispatches handed-off batches
+ * and invokes workers again on the next start).
  */
 export function requestWorkerShutdown(): void {
   shutdown.abort();
@@ -22,34 +26,52 @@ export interface InvocationContext {
   getRemainingTimeInMillis(): number;
 }
 
+/** What acts on the units a worker process owns; `close()` stops it for good. */
+export type UnitReconciler = Reconciler & { close(): Promise<void> };
+
 /** What a worker needs, built once per container. */
 export interface WorkerDeps {
   sql: Sql;
   jobs: JobRegistry;
   config: Config;
   dispatcher: Dispatcher;
+  /** Builds the reconciler of one process's units (the unit jobs). Default: units are held, nothing runs. */
+  units?: (processId: string) => UnitReconciler;
   /** Structured log sink. Default: none. */
-  log?: (level: 'info' | 'warn' | 'error', message: string, fields?: Record<string, unknown>) => void;
+  log?: Log;
 }
 
 /** What one worker invocation did. */
 export interface WorkerResult {
   processId: string;
   runs: Pick<RunResult, 'batchId' | 'outcome' | 'finishedItems'>[];
-  /** Why it returned: deadline reached, or nothing left to run. */
+  /** Why it returned: deadline reached, nothing left to run, or shut down (local Ctrl-C). */
   reason: 'deadline' | 'idle' | 'shutdown';
   /** Batches handed off at the deadline for which a continuation was requested. */
   continued: string[];
+  /** Workers invoked at the deadline to keep the desired count of live processes. */
+  replacements: number;
 }
 
+const idleUnits: UnitReconciler = {
+  unitsGained: () => {},
+  unitsLost: () => {},
+  inFlight: () => 0,
+  close: async () => {},
+};
+
 /**
- * One worker invocation = one process with a fresh id (DESIGN.md, "Serverless runtime"). Runs
- * the batch it was sent, takes over unowned, handed-off and stale batches (up to `maxRuns` at
- * once), and returns when nothing is left for `workerIdleMs` or at
- * `deadline = remaining time − deadlineMarginMs`. At the deadline every run hands off (beat
- * cleared) and a continuation invocation is requested for each, so the worker returns owning
- * nothing (invariant 6). Never throws for a run's failure; throws only if the store is
- * unreachable before anything was taken.
+ * One worker invocation = one process with a fresh id (DESIGN.md, "Serverless runtime"):
+ * - heartbeats and rebalances its fair share of units through a {@link Leaser} (their jobs run
+ *   through `deps.units`), and marks its invocation live on the first heartbeat;
+ * - runs the batch it was sent and takes over unowned, handed-off and stale batches (up to
+ *   `maxRuns` at once);
+ * - returns after `workerIdleMs` with no batch to run when there is no unit work at all, or at
+ *   `deadline = remaining time − deadlineMarginMs`. Then every run hands off (beat cleared,
+ *   continuation requested), every unit is released, the process row deleted, and — when units
+ *   need processes — replacements are invoked to keep the desired count. The worker returns
+ *   owning nothing (invariant 6).
+ * Never throws for a run's or a unit's failure.
  */
 export async function runWorker(event: WorkerEvent, context: InvocationContext, deps: WorkerDeps): Promise<WorkerResult> {
   const { config, jobs, sql } = deps;
@@ -67,15 +89,36 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
     moveBackoffMs: config.moveBackoffMs,
     maxRuns: config.maxRuns,
     drainMs: config.drainMs,
-    onEvent: (e: RunnerEvent) => logEvent(log, processId, e),
+    onEvent: (e: RunnerEvent) => logRunnerEvent(log, processId, e),
   });
+  const units = deps.units?.(processId) ?? idleUnits;
+  const leaser = new Leaser(
+    sql,
+    {
+      ...config.lease,
+      processId,
+      hostname: process.env.AWS_LAMBDA_LOG_STREAM_NAME ?? hostname(),
+      version: process.env.AWS_LAMBDA_FUNCTION_VERSION ?? process.env.npm_package_version ?? 'local',
+      // The scheduler sweeps; a worker never needs to.
+      sweepIntervalMs: 0,
+    },
+    units,
+    { onEvent: (e: LeaserEvent) => logLeaserEvent(log, processId, e) },
+  );
+  const leasing = new AbortController();
+  const leaseLoop = leaser.run(leasing.signal);
+
   const results: RunResult[] = [];
   const collect = (id: string) => runner.running(id)?.then((r) => results.push(r));
+  let invocationMarked = !event.invocationId;
 
   let reason: WorkerResult['reason'] = 'idle';
   try {
     if (event.batchId && Date.now() < deadline && !shutdown.signal.aborted) {
-      const b = await runner.takeOver(jobs.resolve, event.batchId);
+      const b = await runner.takeOver(jobs.resolve, event.batchId).catch((error) => {
+        log('warn', 'takeover of the dispatched batch failed', { processId, batchId: event.batchId, error: String(error) });
+        return undefined;
+      });
       if (b) collect(b.id);
     }
     let idleSince = Date.now();
@@ -88,19 +131,43 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
         reason = 'deadline';
         break;
       }
-      while (runner.batches().length < config.maxRuns) {
-        const b = await runner.takeOver(jobs.resolve);
-        if (!b) break;
-        collect(b.id);
+      if (!invocationMarked && leaser.ready()) {
+        invocationMarked = true;
+        await invocationLive(sql, event.invocationId!).catch(() => {});
       }
-      if (runner.batches().length > 0) idleSince = Date.now();
+      try {
+        while (runner.batches().length < config.maxRuns) {
+          const b = await runner.takeOver(jobs.resolve);
+          if (!b) break;
+          collect(b.id);
+        }
+      } catch (error) {
+        log('warn', 'looking for batches failed', { processId, error: String(error) });
+      }
+      // A process stays while units need processes; otherwise it leaves once idle.
+      const unitWork = (leaser.share()?.totalWeight ?? 0) > 0 || leaser.owned().length > 0;
+      if (runner.batches().length > 0 || unitWork || !leaser.share()) idleSince = Date.now();
       else if (Date.now() - idleSince >= config.workerIdleMs) break;
       const wait = Math.max(0, Math.min(config.workerPollMs, deadline - Date.now()));
       const runs = runner.batches().map((id) => runner.running(id)!);
       await Promise.race([sleep(wait, shutdown.signal), ...runs]);
     }
   } finally {
-    const closing = await runner.close();
+    leasing.abort();
+    const [closing] = await Promise.all([
+      runner.close(),
+      (async () => {
+        await leaseLoop;
+        try {
+          await leaser.release();
+          await leaser.deleteProcess();
+        } catch (error) {
+          // The row expires by itself and the sweep frees its units; nothing is acted on meanwhile.
+          log('error', 'release failed', { processId, error: String(error) });
+        }
+        await units.close();
+      })(),
+    ]);
     for (const r of closing) if (!results.includes(r)) results.push(r);
   }
   // A run may have ended through close() and through collect(): keep one result per run.
@@ -116,9 +183,22 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
       log('warn', 'continuation invoke failed', { processId, batchId: r.batchId, error: String(error) });
     }
   }
+  let replacements = 0;
+  if (reason === 'deadline') {
+    // This process just left the fleet: keep the desired count without waiting for the scheduler.
+    try {
+      const plan = await planInvocations(sql, { cap: 1, pendingMs: config.invocationPendingMs });
+      for (const invocationId of plan.invocations) {
+        await deps.dispatcher.invoke({ invocationId });
+        replacements++;
+      }
+    } catch (error) {
+      log('warn', 'replacement invoke failed', { processId, error: String(error) });
+    }
+  }
   const runs = [...byRun.values()].map(({ batchId, outcome, finishedItems }) => ({ batchId, outcome, finishedItems }));
-  log('info', 'worker returning', { processId, reason, runs, continued });
-  return { processId, runs, reason, continued };
+  log('info', 'worker returning', { processId, reason, runs, continued, replacements });
+  return { processId, runs, reason, continued, replacements };
 }
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {
@@ -135,7 +215,18 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
   });
 }
 
-function logEvent(log: NonNullable<WorkerDeps['log']>, processId: string, e: RunnerEvent): void {
+function logLeaserEvent(log: Log, processId: string, e: LeaserEvent): void {
+  switch (e.type) {
+    case 'error':
+      return log('warn', `lease ${e.step} failed`, { processId, error: String(e.error) });
+    case 'lapsed':
+      return log('warn', 'heartbeat lapsed: ownership re-read', { processId, lost: e.lost });
+    case 'swept':
+      return log('info', 'swept', { processId, processes: e.processes, units: e.units });
+  }
+}
+
+function logRunnerEvent(log: Log, processId: string, e: RunnerEvent): void {
   switch (e.type) {
     case 'run-started':
       return log('info', e.takeover ? 'batch taken over' : 'batch started', { processId, batchId: e.batchId, runId: e.runId });
@@ -153,6 +244,3 @@ function logEvent(log: NonNullable<WorkerDeps['log']>, processId: string, e: Run
       return log('error', 'batch has a job this worker does not know', { processId, batchId: e.batchId, job: e.job });
   }
 }
-
-/** Make a fresh process id (exported for callers that label invocations). */
-export const newProcessId = (): string => randomUUID();
