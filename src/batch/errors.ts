@@ -58,3 +58,16 @@ export class InvalidBatchError extends BatchError {
     super('invalid_batch', message);
   }
 }
+
+/**
+ * Thrown by an item's work when retrying cannot help (a file that vanished, input that is
+ * invalid): the item ends `failed` at once instead of being retried up to `attempts`.
+ * Any error with `permanent: true` counts the same.
+ */
+export class PermanentItemError extends Error {
+  readonly permanent = true;
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'PermanentItemError';
+  }
+}

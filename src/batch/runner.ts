@@ -207,7 +207,7 @@ class Run {
         if (this.items.signal.aborted) {
           // Interrupted by a handoff, not the item's fault: the attempt is given back.
           move = { key: c.key, state: 'pending', claimed: c.attempts, attempts: c.attempts - 1, output: null, error: message, delay_ms: 0 };
-        } else if (c.attempts >= this.attempts) {
+        } else if (c.attempts >= this.attempts || (e as { permanent?: unknown } | null)?.permanent === true) {
           move = { key: c.key, state: 'failed', claimed: c.attempts, attempts: c.attempts, output: null, error: message, delay_ms: 0 };
         } else {
           const delay = retryDelayMs(this.backoffMs, c.attempts, this.s.random);

@@ -4,6 +4,7 @@ import { lstat, readdir, realpath, stat } from 'node:fs/promises';
 import { isAbsolute, join, relative, resolve, sep } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { z } from 'zod';
+import { PermanentItemError } from '../batch/index.js';
 import { defineJob, InvalidParamsError } from './job.js';
 
 /** Output of one `checksum` item. */
@@ -59,13 +60,17 @@ export const checksum = defineJob<{ dir: string }, ChecksumOutput>({
     }
     const roots = await Promise.all(ctx.allowedRoots.map((r) => realpath(r).catch(() => resolve(r))));
     if (!roots.some((root) => isUnder(dir, root))) {
-      throw new InvalidParamsError('params.dir', `${params.dir} is not under an allowed root (${roots.join(', ')})`);
+      const via = dir === resolve(params.dir) ? '' : ` (it resolves to ${dir})`;
+      throw new InvalidParamsError('params.dir', `${params.dir}${via} is not under an allowed root (${roots.join(', ')})`);
     }
     if (!(await stat(dir)).isDirectory()) {
       throw new InvalidParamsError('params.dir', `${params.dir} is not a directory`);
     }
     const keys: string[] = [];
     await walk(dir, dir, keys, ctx.maxItems);
+    if (keys.length > ctx.maxItems) {
+      throw new InvalidParamsError('params.dir', `holds more than ${ctx.maxItems} files; at most ${ctx.maxItems} items are allowed (LEASEHOLD_MAX_ITEMS)`);
+    }
     keys.sort();
     return { items: keys.map((key) => ({ key })), params: { dir } };
   },
@@ -78,13 +83,13 @@ export const checksum = defineJob<{ dir: string }, ChecksumOutput>({
     } catch (e) {
       throw fileError(item.key, e);
     }
-    if (info.isSymbolicLink()) throw new Error(`${item.key} is now a symbolic link; links are not followed`);
-    if (!info.isFile()) throw new Error(`${item.key} is no longer a regular file`);
+    if (info.isSymbolicLink()) throw new PermanentItemError(`${item.key} is now a symbolic link; links are not followed`);
+    if (!info.isFile()) throw new PermanentItemError(`${item.key} is no longer a regular file`);
     // A parent folder replaced by a link would lead outside dir: compare real paths.
     const real = await realpath(path).catch((e) => {
       throw fileError(item.key, e);
     });
-    if (!isUnder(real, root)) throw new Error(`${item.key} resolves outside ${root}; links are not followed`);
+    if (!isUnder(real, root)) throw new PermanentItemError(`${item.key} resolves outside ${root}; links are not followed`);
     const hash = createHash('sha256');
     let bytes = 0;
     try {
@@ -104,10 +109,11 @@ export const checksum = defineJob<{ dir: string }, ChecksumOutput>({
   },
 });
 
+/** A vanished or unreadable file fails its item at once: retrying cannot help. */
 function fileError(key: string, e: unknown): Error {
   const code = (e as NodeJS.ErrnoException)?.code;
-  if (code === 'ENOENT') return new Error(`${key} vanished (no such file)`);
-  if (code === 'EACCES' || code === 'EPERM') return new Error(`${key} is not readable (permission denied)`);
+  if (code === 'ENOENT') return new PermanentItemError(`${key} vanished (no such file)`);
+  if (code === 'EACCES' || code === 'EPERM') return new PermanentItemError(`${key} is not readable (permission denied)`);
   if (code === 'ABORT_ERR') return new Error(`${key}: reading was aborted`);
   return new Error(`${key} could not be read: ${(e as Error)?.message ?? e}`);
 }

@@ -94,18 +94,20 @@ describe('a worker process', () => {
         jobs: defaultRegistry(),
         config: config(),
         dispatcher: d,
-        units: () => ({
-          owned: 0,
-          unitsGained(u) {
-            this.owned += u.length;
-            seen.push(this.owned);
-          },
-          unitsLost(u) {
-            this.owned -= u.length;
-          },
-          inFlight: () => 0,
-          close: async () => {},
-        }),
+        units: () => {
+          let owned = 0;
+          return {
+            unitsGained(u) {
+              owned += u.length;
+              seen.push(owned);
+            },
+            unitsLost(u) {
+              owned -= u.length;
+            },
+            inFlight: () => 0,
+            close: async () => {},
+          };
+        },
       }),
     );
     // While they live: three processes, 2 units each, no invocation pending any more.
