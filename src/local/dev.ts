@@ -1,5 +1,5 @@
 // `leasehold dev`: the same handlers as on AWS, with local drivers (DESIGN.md, "Local mode").
-import { createWriteStream, existsSync, statSync } from 'node:fs';
+import { createWriteStream, existsSync, readFileSync, realpathSync, statSync } from 'node:fs';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { delimiter, join, relative, resolve } from 'node:path';
 import type { Context } from 'aws-lambda';
@@ -53,10 +53,31 @@ export async function runDev(options: DevOptions): Promise<number> {
   let demoDir: string | undefined;
   if (options.demoDir) {
     demoDir = resolve(cwd, options.demoDir);
-    if (!existsSync(demoDir) || !statSync(demoDir).isDirectory()) {
+    if (!existsSync(demoDir)) {
+      say(`leasehold dev: --demo ${options.demoDir}: does not exist`);
+      return 2;
+    }
+    if (!statSync(demoDir).isDirectory()) {
       say(`leasehold dev: --demo ${options.demoDir}: not a directory`);
       return 2;
     }
+    demoDir = realpathSync(demoDir);
+  }
+
+  // Local workers live `timeoutMs`; unless told otherwise, leave them two thirds of it to work.
+  if (!process.env.LEASEHOLD_DEADLINE_MARGIN_MS) {
+    process.env.LEASEHOLD_DEADLINE_MARGIN_MS = String(Math.min(10_000, Math.floor(timeoutMs / 3)));
+  }
+  let config;
+  try {
+    config = loadConfig();
+  } catch (e) {
+    say(`leasehold dev: ${(e as Error).message}`);
+    return 2;
+  }
+  if (config.deadlineMarginMs >= timeoutMs) {
+    say(`leasehold dev: --timeout-ms (${timeoutMs}) must be above LEASEHOLD_DEADLINE_MARGIN_MS (${config.deadlineMarginMs}): workers would stop before doing anything`);
+    return 2;
   }
 
   // Function logs: a file unless --verbose.
@@ -98,8 +119,6 @@ export async function runDev(options: DevOptions): Promise<number> {
     stopDatabase.push(() => sql.end({ timeout: 5 }));
     const applied = await migrate(sql);
 
-    // The functions read their configuration from the environment, as on Lambda.
-    const config = loadConfig();
     const roots = [...config.allowedRoots, ...(demoDir ? [demoDir] : [])];
     // The handlers read the environment on their first invocation, not when imported.
     const [worker, api, scheduler] = await Promise.all([
@@ -149,8 +168,16 @@ export async function runDev(options: DevOptions): Promise<number> {
     stopServices.push(async () => clearInterval(timer));
     void tick();
 
-    await writeFile(join(stateDir, 'dev.json'), JSON.stringify({ apiUrl: server.url, invokeUrl, pid: process.pid }, null, 2));
-    stopServices.push(() => rm(join(stateDir, 'dev.json'), { force: true }));
+    // Lets `leasehold batch …` in this folder find the stack; removed on exit only while it is ours.
+    const devJson = join(stateDir, 'dev.json');
+    await writeFile(devJson, JSON.stringify({ apiUrl: server.url, invokeUrl, pid: process.pid }, null, 2));
+    stopServices.push(async () => {
+      try {
+        if (JSON.parse(readFileSync(devJson, 'utf8')).pid === process.pid) await rm(devJson, { force: true });
+      } catch {
+        // already gone
+      }
+    });
 
     say('leasehold dev');
     say(`  database   ${dbWhere}${applied.length ? `; applied ${applied.map((m) => m.name).join(', ')}` : ''}`);
@@ -178,9 +205,14 @@ export async function runDev(options: DevOptions): Promise<number> {
     let demo: { id: string; started: number } | undefined;
     const client = new ApiClient(server.url);
     if (demoDir) {
-      const { batch } = await client.startBatch({ tenant: 'demo', datasource: 'files', job: 'checksum', params: { dir: demoDir } });
+      // An open demo batch over the same folder (left by an earlier Ctrl-C) is resumed, not repeated.
+      const open = (await client.listBatches({ tenant: 'demo', status: 'open' })).find(
+        (b) => b.job === 'checksum' && (b.params as { dir?: string })?.dir === demoDir,
+      );
+      const batch = open ?? (await client.startBatch({ tenant: 'demo', datasource: 'files', job: 'checksum', params: { dir: demoDir } })).batch;
       demo = { id: batch.id, started: Date.now() };
-      say(`demo: checksum batch ${batch.id} over ${relative(cwd, demoDir) || demoDir}: ${batch.total} files`);
+      const files = `${batch.total} ${batch.total === 1 ? 'file' : 'files'}`;
+      say(`demo: checksum batch ${batch.id} over ${relative(cwd, demoDir) || demoDir}: ${files}${open ? ' (resumed)' : ''}`);
       const end = await followBatch(client, batch.id, { signal: stop.signal });
       if (end.status !== 'open') {
         say(`demo: batch ${end.status}: ${end.counts.done} done, ${end.counts.failed} failed in ${seconds(end)} s over ${end.runs} run(s)`);
@@ -199,6 +231,7 @@ export async function runDev(options: DevOptions): Promise<number> {
     const owned = await sql<{ n: number }[]>`select count(*) as n from leasehold_batches where status = 'open' and owner_run is not null`;
     say(owned[0].n === 0 ? 'stopped: nothing left owned' : `stopped: ${owned[0].n} batch(es) still owned`);
     await runCleanup();
+    if (options.exitWhenIdle && stop.signal.aborted) return 130;
     if (options.exitWhenIdle) {
       console.log(
         JSON.stringify({
