@@ -1,9 +1,11 @@
-// `npm run bench`: no-op item throughput of the batch runner on a real PostgreSQL.
+// `npm run bench`: no-op item throughput of the batch runner on a real PostgreSQL, then the lease
+// benchmarks (bench/lease.ts). BENCH_ONLY=batch|lease runs one part.
 // DATABASE_URL when set, else the embedded database (data in .leasehold/bench-pgdata).
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import { Runner, type NewBatch } from '../src/batch/index.js';
 import { connect, migrate, type Sql } from '../src/store/index.js';
+import { leaseBench } from './lease.js';
 
 const ITEMS = Number(process.env.BENCH_ITEMS ?? 20_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
@@ -53,6 +55,8 @@ async function fourRuns(url: string, schema: string | undefined): Promise<number
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 async function main() {
+  const only = process.env.BENCH_ONLY;
+  if (only !== undefined && only !== 'batch' && only !== 'lease') throw new Error(`BENCH_ONLY must be batch or lease, got ${only}`);
   let url = process.env.DATABASE_URL;
   let stop: (() => Promise<void>) | undefined;
   if (!url) {
@@ -61,6 +65,16 @@ async function main() {
     url = db.url;
     stop = db.stop;
   }
+  try {
+    if (only !== 'lease') await batchBench(url);
+    if (only !== 'batch') await leaseBench(url);
+  } finally {
+    await stop?.();
+  }
+}
+
+/** The batch figures, in a schema of their own. */
+async function batchBench(url: string) {
   const schema = `bench_${Date.now()}`;
   const admin = connect(url, { max: 1 });
   await admin`create schema ${admin(schema)}`;
@@ -85,7 +99,6 @@ async function main() {
     await sql.end();
     await admin`drop schema ${admin(schema)} cascade`;
     await admin.end();
-    await stop?.();
   }
 }
 
