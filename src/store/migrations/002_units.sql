@@ -39,20 +39,39 @@ create table leasehold_unit_totals (
 );
 insert into leasehold_unit_totals (id) values (true);
 
-create function leasehold_unit_totals_sync() returns trigger language plpgsql as $$
+-- Statement-level triggers with transition tables: one write of the totals row per statement
+-- (a per-row trigger would rewrite that one row once per unit, which a bulk registration
+-- pays quadratically). Claims and releases change no weight and write nothing here.
+create function leasehold_unit_totals_add() returns trigger language plpgsql as $$
 begin
-  update leasehold_unit_totals set
-    weight = weight
-      + case when tg_op in ('INSERT', 'UPDATE') then new.weight else 0 end
-      - case when tg_op in ('DELETE', 'UPDATE') then old.weight else 0 end,
-    units = units
-      + case when tg_op = 'INSERT' then 1 when tg_op = 'DELETE' then -1 else 0 end;
+  update leasehold_unit_totals t set weight = t.weight + d.weight, units = t.units + d.units
+  from (select coalesce(sum(weight), 0) as weight, count(*) as units from new_units) d
+  where d.units > 0;
   return null;
 end $$;
 
-create trigger leasehold_unit_totals_sync
-  after insert or delete or update of weight on leasehold_units
-  for each row execute function leasehold_unit_totals_sync();
+create function leasehold_unit_totals_remove() returns trigger language plpgsql as $$
+begin
+  update leasehold_unit_totals t set weight = t.weight - d.weight, units = t.units - d.units
+  from (select coalesce(sum(weight), 0) as weight, count(*) as units from old_units) d
+  where d.units > 0;
+  return null;
+end $$;
+
+create function leasehold_unit_totals_change() returns trigger language plpgsql as $$
+begin
+  update leasehold_unit_totals t set weight = t.weight + d.delta
+  from (select (select coalesce(sum(weight), 0) from new_units) - (select coalesce(sum(weight), 0) from old_units) as delta) d
+  where d.delta <> 0;
+  return null;
+end $$;
+
+create trigger leasehold_unit_totals_insert after insert on leasehold_units
+  referencing new table as new_units for each statement execute function leasehold_unit_totals_add();
+create trigger leasehold_unit_totals_delete after delete on leasehold_units
+  referencing old table as old_units for each statement execute function leasehold_unit_totals_remove();
+create trigger leasehold_unit_totals_update after update on leasehold_units
+  referencing old table as old_units new table as new_units for each statement execute function leasehold_unit_totals_change();
 
 -- Desired count of live processes and the scheduler's invocations not yet live.
 create table leasehold_settings (
