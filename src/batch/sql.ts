@@ -157,7 +157,7 @@ export async function takeOver(
       select id from leasehold_batches
       where status = 'open'
         and (${a.batchId ?? null}::uuid is null or id = ${a.batchId ?? null}::uuid)
-        and id <> all(${a.skip ?? []}::uuid[])
+        and id::text not in (select jsonb_array_elements_text(${sql.json(a.skip ?? [])}))
         and (owner_run is null or beat_at is null
              or beat_at < now() - make_interval(secs => ${a.staleMs / 1000}))
       order by beat_at nulls first, created_at
