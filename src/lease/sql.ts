@@ -17,21 +17,26 @@ export interface UnitRow extends UnitKey {
 }
 
 // Upserts the process row with expires_at = now() + ttl. Returns whether the row was missing
-// (swept) or had already expired before this heartbeat (by the database clock).
+// (swept) or had already expired before this heartbeat (by the database clock). Expiry is judged
+// on the locked row at the moment the lock is held (clock_timestamp(), not the statement's
+// start): a claim that took this process's units holds its row (FOR SHARE) until it commits, so
+// a heartbeat that started before the TTL ended but got its row after such a claim reports the
+// lapse, and a claim never takes units while a heartbeat holds the row.
 export async function heartbeat(
   sql: Sql,
   p: { id: string; hostname: string; version: string; ttlMs: number },
 ): Promise<{ lapsed: boolean }> {
-  const [r] = await sql<{ lapsed: boolean }[]>`with prev as (
-      select expires_at from leasehold_processes where id = ${p.id}
-    ), up as (
-      insert into leasehold_processes (id, hostname, version, expires_at)
-      values (${p.id}, ${p.hostname}, ${p.version}, now() + make_interval(secs => ${p.ttlMs / 1000}))
-      on conflict (id) do update set heartbeat_at = now(), expires_at = excluded.expires_at
-      returning id
-    )
-    select coalesce((select expires_at <= now() from prev), true) as lapsed from up`;
-  return { lapsed: r.lapsed };
+  const rows = await sql<{ inserted: boolean }[]>`insert into leasehold_processes (id, hostname, version, expires_at)
+    values (${p.id}, ${p.hostname}, ${p.version}, now() + make_interval(secs => ${p.ttlMs / 1000}))
+    on conflict (id) do update set heartbeat_at = now(), expires_at = excluded.expires_at
+      where leasehold_processes.expires_at > clock_timestamp()
+    returning (xmax = 0) as inserted`;
+  if (rows.length === 1) return { lapsed: rows[0].inserted };
+  // The row had expired: renew it all the same (same upsert, unconditional).
+  await sql`insert into leasehold_processes (id, hostname, version, expires_at)
+    values (${p.id}, ${p.hostname}, ${p.version}, now() + make_interval(secs => ${p.ttlMs / 1000}))
+    on conflict (id) do update set heartbeat_at = now(), expires_at = excluded.expires_at`;
+  return { lapsed: true };
 }
 
 // Live processes, total claimable weight, and this process's owned units and weight.
@@ -58,7 +63,8 @@ export async function ownedUnits(sql: Sql, id: string): Promise<UnitRow[]> {
 // weight > 0 whose position lies in [from, to). Candidates come through the owner index and the
 // partial unowned index, locked with SKIP LOCKED (never more than `limit` of each kind, so
 // concurrent claimers do not hide units from each other); nothing is claimed unless the
-// claimer's own row is live.
+// claimer's own row is live. The expired owner's row is share-locked too (skipped when locked):
+// a heartbeat in progress keeps its units, and one that waits for this claim sees the lapse.
 export async function claim(
   sql: Sql,
   a: { id: string; budget: number; limit: number; from: number; to: number; allowOver: boolean },
@@ -69,7 +75,7 @@ export async function claim(
       select u.tenant, u.shard, u.weight, u.pos, 0 as part
       from leasehold_processes p join leasehold_units u on u.owner = p.id
       where p.expires_at <= now() and p.id <> ${a.id} and u.weight > 0 and exists (select 1 from me)
-      limit ${a.limit} for update of u skip locked
+      limit ${a.limit} for update of u skip locked for share of p skip locked
     ), unowned as (
       select tenant, shard, weight, pos, 1 as part from leasehold_units
       where owner is null and weight > 0 and pos >= ${a.from} and pos < ${a.to} and exists (select 1 from me)
@@ -97,9 +103,14 @@ export async function releaseUnits(sql: Sql, id: string, units: UnitKey[]): Prom
   return rows.count;
 }
 
-// Gives back every unit of this process, in one statement.
+// Gives back every unit of this process, in one statement. Rows are locked in key order, as the
+// sweep locks them: a release racing a sweep of the same process cannot deadlock.
 export async function releaseAll(sql: Sql, id: string): Promise<number> {
-  const rows = await sql`update leasehold_units set owner = null, claimed_at = null where owner = ${id}`;
+  const rows = await sql`with mine as (
+      select tenant, shard from leasehold_units where owner = ${id} order by tenant, shard for update
+    )
+    update leasehold_units u set owner = null, claimed_at = null
+    from mine where u.tenant = mine.tenant and u.shard = mine.shard`;
   return rows.count;
 }
 
@@ -109,15 +120,20 @@ export async function deleteProcess(sql: Sql, id: string): Promise<boolean> {
   return rows.count === 1;
 }
 
-// Deletes processes expired longer than cutoffMs and frees their units, in one statement.
+// Deletes processes expired longer than cutoffMs and frees their units, in one statement. Units
+// are locked in key order, as a release locks them: no deadlock with a swept process releasing.
 export async function sweep(sql: Sql, cutoffMs: number): Promise<{ processes: number; units: number }> {
   const [r] = await sql<{ processes: number; units: number }[]>`with dead as (
       delete from leasehold_processes
       where expires_at < now() - make_interval(secs => ${cutoffMs / 1000})
       returning id
+    ), doomed as (
+      select tenant, shard from leasehold_units
+      where owner = any (array(select id from dead)) order by tenant, shard for update
     ), freed as (
-      update leasehold_units set owner = null, claimed_at = null
-      where owner in (select id from dead)
+      update leasehold_units u set owner = null, claimed_at = null
+      from doomed where u.tenant = doomed.tenant and u.shard = doomed.shard
+        and u.owner = any (array(select id from dead))
       returning 1
     )
     select (select count(*) from dead) as processes, (select count(*) from freed) as units`;
