@@ -42,6 +42,8 @@ export interface RunnerOptions {
   moveBackoffMs?: number;
   /** Most batches this runner runs at once through `watch`/`takeOver`. Default 4. */
   maxRuns?: number;
+  /** A store statement of a run not answered within this is a store error, ms. Default 10,000. */
+  storeTimeoutMs?: number;
   /**
    * On stop, how long in-flight items may take to settle after their signal aborted before the
    * run hands off without them, ms. Default 5,000.
@@ -66,6 +68,7 @@ export const RUNNER_DEFAULTS = {
   moveBackoffMs: 100,
   maxRuns: 4,
   drainMs: 5_000,
+  storeTimeoutMs: 10_000,
 } as const;
 
 type Settings = Required<Omit<RunnerOptions, 'processId' | 'onEvent'>> & {
@@ -83,6 +86,27 @@ export function retryDelayMs(backoffMs: number, attempt: number, random: () => n
 
 class StoreFailure extends Error {}
 
+/**
+ * Settle with `query`, or reject after `ms` (cancelling the query when it can be): a
+ * connection that stops answering must not hold a run, whose beats would keep it from stale.
+ */
+async function withTimeout<T>(query: Promise<T>, ms: number): Promise<T> {
+  if (!(ms > 0)) return query;
+  let timer: NodeJS.Timeout | undefined;
+  const expired = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      (query as { cancel?: () => void }).cancel?.();
+      reject(new Error(`store statement did not answer within ${ms} ms`));
+    }, ms);
+  });
+  query.catch(() => {});
+  try {
+    return await Promise.race([query, expired]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** One run: this runner's ownership of one batch, from takeover to its end. */
 class Run {
   readonly id: string;
@@ -92,6 +116,7 @@ class Run {
   private readonly active = new Map<string, Promise<void>>();
   private moves: q.MoveRow[] = [];
   private finishedItems = 0;
+  private claimUncertain = false;
   private readonly parallel: number;
   private readonly attempts: number;
   private readonly backoffMs: number;
@@ -149,13 +174,22 @@ class Run {
     while (!this.reason) {
       const free = this.parallel - this.active.size;
       if (free > 0) {
-        const claimed = await this.store(() => q.claimItems(this.sql, this.batch.id, this.id, free));
+        const claimed = await this.store(
+          () => q.claimItems(this.sql, this.batch.id, this.id, free),
+          // A claim whose answer is lost may have committed: those items would stay running.
+          () => (this.claimUncertain = true),
+        );
         for (const c of claimed) this.launch(c);
       }
       if (this.reason) break;
       if (this.active.size === 0) {
         await this.flush();
         if (this.reason) break;
+        if (this.claimUncertain) {
+          this.claimUncertain = false;
+          // Nothing runs here now, so every item this run holds as running is such an orphan.
+          await this.store(() => q.releaseOrphans(this.sql, this.batch.id, this.id));
+        }
         const status = await this.store(() => q.finishBatch(this.sql, this.batch.id, this.id));
         if (status === 'succeeded' || status === 'failed') return status;
         const w = await this.store(() => q.waitState(this.sql, this.batch.id, this.id));
@@ -204,9 +238,10 @@ class Run {
         move = { key: c.key, state: 'done', claimed: c.attempts, attempts: c.attempts, output: output ?? null, error: null, delay_ms: 0 };
       } catch (e) {
         const message = e instanceof Error ? e.message : String(e);
-        if (this.items.signal.aborted) {
-          // Interrupted by a handoff, not the item's fault: the attempt is given back.
-          move = { key: c.key, state: 'pending', claimed: c.attempts, attempts: c.attempts - 1, output: null, error: message, delay_ms: 0 };
+        if (this.items.signal.aborted && c.attempts < this.attempts) {
+          // Interrupted by a handoff: the attempt counts (an item that never fits in one
+          // invocation must end), but the next run may start it again at once.
+          move = { key: c.key, state: 'pending', claimed: c.attempts, attempts: c.attempts, output: null, error: message, delay_ms: 0 };
         } else if (c.attempts >= this.attempts || (e as { permanent?: unknown } | null)?.permanent === true) {
           move = { key: c.key, state: 'failed', claimed: c.attempts, attempts: c.attempts, output: null, error: message, delay_ms: 0 };
         } else {
@@ -250,12 +285,13 @@ class Run {
   }
 
   /** Runs a store statement, retrying store errors `moveTries` times in all, backoff doubling. */
-  private async store<T>(f: () => Promise<T>): Promise<T> {
+  private async store<T>(f: () => Promise<T>, onFail?: () => void): Promise<T> {
     let wait = this.s.moveBackoffMs;
     for (let tries = 1; ; tries++) {
       try {
-        return await f();
+        return await withTimeout(f(), this.s.storeTimeoutMs);
       } catch (error) {
+        onFail?.();
         this.s.onEvent({ type: 'store-error', batchId: this.batch.id, runId: this.id, error, tries });
         if (tries >= this.s.moveTries) {
           throw new StoreFailure(`store failed ${tries} times on batch ${this.batch.id}: ${(error as Error)?.message ?? error}`);
@@ -301,6 +337,7 @@ export class Runner {
       moveBackoffMs: options.moveBackoffMs ?? RUNNER_DEFAULTS.moveBackoffMs,
       maxRuns: options.maxRuns ?? RUNNER_DEFAULTS.maxRuns,
       drainMs: options.drainMs ?? RUNNER_DEFAULTS.drainMs,
+      storeTimeoutMs: options.storeTimeoutMs ?? RUNNER_DEFAULTS.storeTimeoutMs,
       clock: options.clock ?? systemClock,
       random: options.random ?? Math.random,
       onEvent: options.onEvent ?? (() => {}),

@@ -188,6 +188,16 @@ export async function recoverRunning(
   return rows.count;
 }
 
+// Puts back items this run holds as running but is not executing (claimed by a statement
+// whose answer was lost): pending again, the uncounted attempt given back. Fenced on the run.
+export function releaseOrphans(sql: Sql, batchId: string, run: string) {
+  return sql`with own as (
+      select 1 from leasehold_batches where id = ${batchId} and owner_run = ${run} and status = 'open' for share
+    )
+    update leasehold_items set state = 'pending', attempts = attempts - 1, run_after = now(), updated_at = now()
+    where batch_id = ${batchId} and run_id = ${run} and state = 'running' and exists (select 1 from own)`;
+}
+
 // Proves the run still owns its open batch; no row means it lost it.
 export async function beat(sql: Sql, batchId: string, run: string): Promise<boolean> {
   const rows = await sql`update leasehold_batches set beat_at = now()

@@ -1,8 +1,7 @@
 import { createHash } from 'node:crypto';
-import { createReadStream } from 'node:fs';
-import { lstat, readdir, realpath, stat } from 'node:fs/promises';
+import { constants } from 'node:fs';
+import { open, readdir, readlink, realpath, stat, type FileHandle } from 'node:fs/promises';
 import { isAbsolute, join, relative, resolve, sep } from 'node:path';
-import { pipeline } from 'node:stream/promises';
 import { z } from 'zod';
 import { PermanentItemError } from '../batch/index.js';
 import { defineJob, InvalidParamsError } from './job.js';
@@ -18,7 +17,8 @@ export interface ChecksumOutput {
 /** Whether `path` is `root` or lies below it (both absolute, real paths). */
 export function isUnder(path: string, root: string): boolean {
   const rel = relative(root, path);
-  return rel === '' || (!rel.startsWith('..') && !isAbsolute(rel));
+  // `..name` is a legitimate name below root; only `..` itself or `../…` climbs out.
+  return rel === '' || (rel !== '..' && !rel.startsWith('..' + sep) && !isAbsolute(rel));
 }
 
 async function walk(root: string, dir: string, out: string[], limit: number): Promise<void> {
@@ -77,39 +77,54 @@ export const checksum = defineJob<{ dir: string }, ChecksumOutput>({
   async run(item) {
     const root = item.params.dir;
     const path = join(root, ...item.key.split('/'));
-    let info;
+    // Open once, without following a link at the last step, then check what was opened: a
+    // folder on the way swapped for a link between a check and the open cannot lead outside.
+    let handle: FileHandle;
     try {
-      info = await lstat(path);
+      handle = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
     } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === 'ELOOP') {
+        throw new PermanentItemError(`${item.key} is now a symbolic link; links are not followed`);
+      }
       throw fileError(item.key, e);
     }
-    if (info.isSymbolicLink()) throw new PermanentItemError(`${item.key} is now a symbolic link; links are not followed`);
-    if (!info.isFile()) throw new PermanentItemError(`${item.key} is no longer a regular file`);
-    // A parent folder replaced by a link would lead outside dir: compare real paths.
-    const real = await realpath(path).catch((e) => {
-      throw fileError(item.key, e);
-    });
-    if (!isUnder(real, root)) throw new PermanentItemError(`${item.key} resolves outside ${root}; links are not followed`);
-    const hash = createHash('sha256');
-    let bytes = 0;
     try {
-      await pipeline(
-        createReadStream(real, { signal: item.signal }),
-        async function* (chunks: AsyncIterable<Buffer>) {
-          for await (const chunk of chunks) {
-            bytes += chunk.length;
-            hash.update(chunk);
-          }
-        },
-      );
-    } catch (e) {
-      throw fileError(item.key, e);
+      const info = await handle.stat();
+      if (!info.isFile()) throw new PermanentItemError(`${item.key} is no longer a regular file`);
+      const real = await openedPath(handle, path);
+      if (!isUnder(real, root)) throw new PermanentItemError(`${item.key} resolves outside ${root}; links are not followed`);
+      const hash = createHash('sha256');
+      let bytes = 0;
+      try {
+        for await (const chunk of handle.createReadStream({ signal: item.signal, autoClose: false })) {
+          bytes += (chunk as Buffer).length;
+          hash.update(chunk as Buffer);
+        }
+      } catch (e) {
+        throw fileError(item.key, e);
+      }
+      return { sha256: hash.digest('hex'), bytes };
+    } finally {
+      await handle.close().catch(() => {});
     }
-    return { sha256: hash.digest('hex'), bytes };
   },
 });
 
-/** A vanished or unreadable file fails its item at once: retrying cannot help. */
+/**
+ * The real path of an open file: the kernel's own record of it on Linux (`/proc/self/fd`), so
+ * it is the file actually opened; elsewhere the path's real path, checked to be the same file.
+ */
+async function openedPath(handle: FileHandle, path: string): Promise<string> {
+  try {
+    return await readlink(`/proc/self/fd/${handle.fd}`);
+  } catch {
+    const real = await realpath(path);
+    const [a, b] = await Promise.all([handle.stat(), stat(real)]);
+    if (a.dev !== b.dev || a.ino !== b.ino) throw new PermanentItemError(`${path} changed while it was opened`);
+    return real;
+  }
+}
+
 function fileError(key: string, e: unknown): Error {
   const code = (e as NodeJS.ErrnoException)?.code;
   if (code === 'ENOENT') return new PermanentItemError(`${key} vanished (no such file)`);

@@ -35,6 +35,7 @@ const schema = {
   LEASEHOLD_BACKOFF_MS: int(0).default(5_000),
   LEASEHOLD_MOVE_TRIES: int(1).default(4),
   LEASEHOLD_MOVE_BACKOFF_MS: int(0).default(100),
+  LEASEHOLD_STORE_TIMEOUT_MS: int(100).default(10_000),
   LEASEHOLD_MAX_OPEN: int(1).default(4),
   LEASEHOLD_MAX_ITEMS: int(1).default(200_000),
   LEASEHOLD_MAX_BODY_BYTES: int(64).default(65_536),
@@ -81,6 +82,8 @@ export interface Config {
   backoffMs: number;
   moveTries: number;
   moveBackoffMs: number;
+  /** A run's store statement not answered within this is retried as a store error, ms. */
+  storeTimeoutMs: number;
   /** Most open batches per (tenant, datasource). */
   maxOpen: number;
   /** Most items per batch. */
@@ -137,6 +140,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     backoffMs: e.LEASEHOLD_BACKOFF_MS,
     moveTries: e.LEASEHOLD_MOVE_TRIES,
     moveBackoffMs: e.LEASEHOLD_MOVE_BACKOFF_MS,
+    storeTimeoutMs: e.LEASEHOLD_STORE_TIMEOUT_MS,
     maxOpen: e.LEASEHOLD_MAX_OPEN,
     maxItems: e.LEASEHOLD_MAX_ITEMS,
     maxBodyBytes: e.LEASEHOLD_MAX_BODY_BYTES,

@@ -89,6 +89,7 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
     moveBackoffMs: config.moveBackoffMs,
     maxRuns: config.maxRuns,
     drainMs: config.drainMs,
+    storeTimeoutMs: config.storeTimeoutMs,
     onEvent: (e: RunnerEvent) => logRunnerEvent(log, processId, e),
   });
   const units = deps.units?.(processId) ?? idleUnits;

@@ -124,7 +124,7 @@ describe('cancel', () => {
 });
 
 describe('handoff (runner.stop)', () => {
-  it('gives back in-flight attempts, leaves the batch unowned, and another runner finishes it', async () => {
+  it('counts interrupted in-flight attempts, leaves the batch unowned, and another runner finishes it', async () => {
     // Variants: in-flight work honours the stop signal; ignores it and finishes; stop via close().
     for (const variant of ['interrupted', 'finishes', 'close'] as const) {
       const completed: { by: 'A' | 'B'; key: string }[] = [];
@@ -167,7 +167,7 @@ describe('handoff (runner.stop)', () => {
       for (const key of inFlight) {
         const item = rows.find((r) => r.key === key)!;
         if (variant === 'finishes') expect(item).toMatchObject({ state: 'done', attempts: 1, output: 'A' });
-        else expect(item).toMatchObject({ state: 'pending', attempts: 0, error: 'interrupted' });
+        else expect(item).toMatchObject({ state: 'pending', attempts: 1, error: 'interrupted' });
       }
       expect(result!.finishedItems).toBe(variant === 'finishes' ? 7 : 4);
       const handoffSeq = await releaseSeq(batch.id, 'open');
@@ -177,7 +177,9 @@ describe('handoff (runner.stop)', () => {
       expect(resultB.outcome).toBe('succeeded');
 
       const final = await itemRows(db.sql, batch.id);
-      expect(final.map((i) => [i.state, i.attempts])).toEqual(Array(10).fill(['done', 1]));
+      expect(final.map((i) => [i.state, i.attempts])).toEqual(
+        final.map((i) => ['done', variant !== 'finishes' && inFlight.includes(i.key) ? 2 : 1]),
+      );
       // Nothing lost, nothing done twice, each stored result is the one run that completed it.
       const perKey = tally(completed.map((c) => c.key));
       expect([...perKey.keys()].sort()).toEqual(final.map((i) => i.key));
