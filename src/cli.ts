@@ -195,6 +195,124 @@ batch
     console.log(`batch ${b.id} ${b.status}`);
   });
 
+const units = program.command('units').description("register, list and remove tenants' units through the API");
+
+const nonNegativeInt = (name: string) => (v: string) => {
+  const n = Number(v);
+  if (!/^\d+$/.test(v.trim()) || !Number.isInteger(n)) throw new InvalidArgumentError(`${name} must be a whole number ≥ 0`);
+  return n;
+};
+
+const collect = (v: string, all: string[] | undefined) => [...(all ?? []), v];
+
+units
+  .command('put')
+  .description("set TENANT's units: shards 0..N-1 of a unit job (changing N adds or removes units)")
+  .argument('<tenant>')
+  .requiredOption('--job <job>', 'unit job, e.g. outbox-delivery')
+  .requiredOption('--shards <n>', 'number of shards (1..10000)', positiveInt('--shards'))
+  .option('--weight <w>', "weight of each unit (default: the job's, e.g. the endpoint count; 0: never claimed)", nonNegativeInt('--weight'))
+  .option('--endpoint <url>', 'a webhook endpoint (repeatable; outbox-delivery)', collect)
+  .option('--config <json>', 'the unit config as a JSON object')
+  .option('--json', 'print JSON')
+  .addOption(apiOption)
+  .action(async (tenant: string, opts) => {
+    let config: Record<string, unknown> | undefined;
+    if (opts.config !== undefined) {
+      try {
+        config = JSON.parse(opts.config);
+      } catch (e) {
+        console.error(`leasehold: --config must be a JSON object: ${(e as Error).message}`);
+        process.exitCode = 2;
+        return;
+      }
+    }
+    const r = await new ApiClient(apiUrl(opts.api)).putUnits(tenant, {
+      job: opts.job,
+      shards: opts.shards,
+      weight: opts.weight,
+      endpoints: opts.endpoint,
+      config,
+    });
+    if (opts.json) return console.log(JSON.stringify(r));
+    console.log(`${r.tenant}: ${r.shards} ${r.job} units of weight ${r.weight} (${r.added} added, ${r.removed} removed)`);
+  });
+
+units
+  .command('delete')
+  .description("remove every unit of TENANT")
+  .argument('<tenant>')
+  .addOption(apiOption)
+  .action(async (tenant: string, opts) => {
+    const removed = await new ApiClient(apiUrl(opts.api)).deleteUnits(tenant);
+    console.log(`${tenant}: ${removed} units removed`);
+  });
+
+units
+  .command('list')
+  .description('list units with their owner process, by tenant and shard')
+  .option('--tenant <tenant>')
+  .option('--limit <n>', 'most units (1..10000, default 1000)', positiveInt('--limit'))
+  .option('--json', 'print JSON')
+  .addOption(apiOption)
+  .action(async (opts) => {
+    const list = await new ApiClient(apiUrl(opts.api)).listUnits({ tenant: opts.tenant, limit: opts.limit });
+    if (opts.json) return console.log(JSON.stringify(list, null, 2));
+    if (list.length === 0) return console.log('no units');
+    for (const u of list) {
+      console.log(`${u.tenant}/${u.shard}`.padEnd(24) + `  ${u.job.padEnd(16)} weight ${String(u.weight).padEnd(4)} ${u.owner ? `owner ${u.owner} since ${u.claimedAt}` : 'unowned'}`);
+    }
+  });
+
+program
+  .command('processes')
+  .description('list processes (live and expired, not yet swept) with the units and weight each owns')
+  .option('--json', 'print JSON')
+  .addOption(apiOption)
+  .action(async (opts) => {
+    const list = await new ApiClient(apiUrl(opts.api)).listProcesses();
+    if (opts.json) return console.log(JSON.stringify(list, null, 2));
+    if (list.length === 0) return console.log('no processes');
+    for (const p of list) {
+      console.log(`${p.id}  ${(p.live ? 'live' : 'expired').padEnd(7)}  ${String(p.units).padStart(5)} units  weight ${String(p.weight).padStart(5)}  ${p.hostname} ${p.version}  started ${p.startedAt}`);
+    }
+  });
+
+program
+  .command('concurrency')
+  .description('show the desired count of live processes, or set it to N (0..1000)')
+  .argument('[n]', 'the new desired count', nonNegativeInt('N'))
+  .addOption(apiOption)
+  .action(async (n: number | undefined, opts) => {
+    const api = new ApiClient(apiUrl(opts.api));
+    const desired = n === undefined ? await api.getConcurrency() : await api.setConcurrency(n);
+    console.log(`desired ${desired}`);
+  });
+
+const outbox = program.command('outbox').description("enqueue messages in a tenant's outbox through the API");
+
+outbox
+  .command('send')
+  .description("enqueue a message for TENANT's webhook endpoints, on the shard its key hashes to")
+  .argument('<tenant>')
+  .requiredOption('--key <key>', 'message key (picks the shard)')
+  .requiredOption('--payload <json>', 'the message payload, JSON')
+  .option('--json', 'print JSON')
+  .addOption(apiOption)
+  .action(async (tenant: string, opts) => {
+    let payload: unknown;
+    try {
+      payload = JSON.parse(opts.payload);
+    } catch (e) {
+      console.error(`leasehold: --payload must be JSON: ${(e as Error).message}`);
+      process.exitCode = 2;
+      return;
+    }
+    const r = await new ApiClient(apiUrl(opts.api)).sendOutbox(tenant, { key: opts.key, payload });
+    if (opts.json) return console.log(JSON.stringify(r));
+    console.log(`enqueued message ${r.id} on ${tenant}/${r.shard}`);
+  });
+
 program.parseAsync().catch((e: unknown) => {
   if (e instanceof ApiError) console.error(`leasehold: ${e.message}${e.status ? ` (HTTP ${e.status})` : ''}`);
   else console.error(`leasehold: ${(e as Error)?.stack ?? e}`);

@@ -10,13 +10,31 @@ import {
   type BatchInfo,
 } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
+import {
+  deleteTenantUnits,
+  getDesired,
+  listProcesses,
+  listUnits,
+  putTenantUnits,
+  setDesired,
+  type ProcessView,
+  type UnitView,
+} from '../lease/index.js';
 import type { Config } from '../runtime/config.js';
 import { dispatchBatch, type Dispatcher } from '../runtime/dispatch.js';
 import type { Log } from '../runtime/log.js';
 import type { Sql } from '../store/index.js';
+import { defaultUnitJobs, enqueueOutbox, type UnitJobRegistry } from '../units/index.js';
 import {
   ApiError,
   checkStorableJson,
+  concurrencySchema,
+  fieldPath,
+  listUnitsSchema,
+  nameSchema,
+  outboxSchema,
+  putUnitsSchema,
+  storedNameSchema,
   header,
   itemsPageSchema,
   listSchema,
@@ -38,6 +56,8 @@ export interface ApiDeps {
   dispatcher: Dispatcher;
   /** Structured log sink. Default: none. */
   log?: Log;
+  /** Unit jobs units may be registered for. Default {@link defaultUnitJobs} (`outbox-delivery`). */
+  unitJobs?: UnitJobRegistry;
 }
 
 /** A batch as the API shows it (timestamps as ISO 8601 strings). */
@@ -93,6 +113,7 @@ const LIBRARY_ERRORS: Record<string, { status: number; field?: string }> = {
   batch_not_found: { status: 404 },
   batch_finished: { status: 409 },
   too_many_batches: { status: 429 },
+  no_outbox_units: { status: 404 },
 };
 
 type Result = APIGatewayProxyStructuredResultV2;
@@ -105,6 +126,11 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
   { pattern: ['batches', '*', 'cancel'], methods: { POST: cancelBatchRoute } },
   { pattern: ['batches', '*', 'items'], methods: { GET: listItemsRoute } },
   { pattern: ['jobs'], methods: { GET: listJobs } },
+  { pattern: ['tenants', '*', 'units'], methods: { PUT: putUnitsRoute, DELETE: deleteUnitsRoute } },
+  { pattern: ['tenants', '*', 'outbox'], methods: { POST: enqueueOutboxRoute } },
+  { pattern: ['units'], methods: { GET: listUnitsRoute } },
+  { pattern: ['processes'], methods: { GET: listProcessesRoute } },
+  { pattern: ['concurrency'], methods: { GET: getConcurrency, PUT: putConcurrency } },
 ];
 
 /**
@@ -122,10 +148,23 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
  *   `attempts`, `output`, `error`) in key order after `after`; `next` is the `after` of the
  *   next page, null on the last (limit 1..1000, default 1000).
  * - `GET /jobs` → 200 `{ jobs: [{ name, description }] }`.
+ * - `PUT /tenants/{tenant}/units` `{ job, shards, weight?, endpoints?, config? }` → 200
+ *   `{ tenant, job, shards, weight, added, removed }`: the tenant's units become shards
+ *   `0..shards−1` of the unit job `job` (1..10,000 shards); `config` (or `endpoints`, shorthand
+ *   for `config.endpoints`) is validated by the unit job's schema; `weight` defaults to the job's
+ *   (`outbox-delivery`: the endpoint count; others 1). 404 `unknown_job` for a job that is not a unit job.
+ * - `DELETE /tenants/{tenant}/units` → 200 `{ removed }`.
+ * - `GET /units?tenant=&limit=` → 200 `{ units: [{ tenant, shard, job, weight, owner, claimedAt }] }`
+ *   by tenant and shard (limit 1..10,000, default 1,000).
+ * - `GET /processes` → 200 `{ processes: [{ id, hostname, version, startedAt, expiresAt, live, units, weight }] }`.
+ * - `GET /concurrency` → 200 `{ desired }`; `PUT /concurrency` `{ desired }` (0..1000) → 200 `{ desired }`.
+ * - `POST /tenants/{tenant}/outbox` `{ key, payload }` → 201 `{ id, shard }`: the message is
+ *   enqueued on the shard its key hashes to; 404 `no_outbox_units` when the tenant has no
+ *   `outbox-delivery` units.
  *
  * Every answer is JSON. Errors are `{ error: { code, message } }` with a stable code: 400
  * (`invalid_request`, `invalid_json`, `invalid_params`, `invalid_batch`; the message names the
- * field), 404 (`not_found`, `batch_not_found`, `unknown_job`), 405 (`method_not_allowed`, with
+ * field), 404 (`not_found`, `batch_not_found`, `unknown_job`, `no_outbox_units`), 405 (`method_not_allowed`, with
  * `allow`), 409 (`batch_finished`), 413 (`body_too_large`, over `config.maxBodyBytes`), 415
  * (`unsupported_media_type`), 429 (`too_many_batches`, the datasource has `maxOpen` open
  * batches). Anything else is a 500 `internal` whose details are logged, not answered.
@@ -257,4 +296,106 @@ async function listItemsRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, [id]
 async function listJobs(_event: APIGatewayProxyEventV2, deps: ApiDeps): Promise<Result> {
   const jobs = deps.jobs.names().map((name) => ({ name, description: deps.jobs.get(name).description }));
   return json(200, { jobs });
+}
+
+let builtinUnitJobs: UnitJobRegistry | undefined;
+
+function unitJobs(deps: ApiDeps): UnitJobRegistry {
+  return deps.unitJobs ?? (builtinUnitJobs ??= defaultUnitJobs());
+}
+
+/** A JSON object body, or a 400 naming the body. */
+function objectBody(event: APIGatewayProxyEventV2, deps: ApiDeps): Record<string, unknown> {
+  const raw = readJsonBody(event, deps.config.maxBodyBytes);
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
+    throw new ApiError(400, 'invalid_request', `body: must be a JSON object, got ${typeName(raw)}`);
+  }
+  return raw as Record<string, unknown>;
+}
+
+/** The `{tenant}` path segment, validated like every tenant name. */
+function tenantParam(tenant: string): string {
+  return parse(nameSchema, tenant, 'tenant');
+}
+
+async function putUnitsRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, [rawTenant]: string[]): Promise<Result> {
+  const tenant = tenantParam(rawTenant);
+  const body = parse(putUnitsSchema, objectBody(event, deps));
+  const job = unitJobs(deps).get(body.job);
+  if (body.endpoints !== undefined && body.config?.endpoints !== undefined) {
+    throw new ApiError(400, 'invalid_request', 'endpoints: given twice (also as config.endpoints); send one');
+  }
+  const given = { ...(body.config ?? {}), ...(body.endpoints !== undefined ? { endpoints: body.endpoints } : {}) };
+  checkStorableJson(given, 'config');
+  const parsed = job.config.safeParse(given);
+  if (!parsed.success) {
+    // Fields of the config are named as sent: `endpoints[0]` (the shorthand) or `config.x`.
+    const name = (path: readonly PropertyKey[]) =>
+      path[0] === 'endpoints' && body.config?.endpoints === undefined ? fieldPath(path) : fieldPath(['config', ...path]);
+    const message = parsed.error.issues
+      .map((i) => (i.code === 'unrecognized_keys' ? i.keys.map((k) => `${name([...i.path, k])}: unknown field`).join('; ') : `${name(i.path)}: ${i.message}`))
+      .join('; ');
+    throw new ApiError(400, 'invalid_request', message);
+  }
+  const config = parsed.data;
+  const weight = body.weight ?? job.weight?.(config) ?? 1;
+  if (!Number.isInteger(weight) || weight < 0) {
+    throw new ApiError(400, 'invalid_request', `weight: the job's default weight for this config is ${weight}; give a whole number ≥ 0`);
+  }
+  const { added, removed } = await putTenantUnits(deps.sql, tenant, { job: job.name, shards: body.shards, weight, config });
+  return json(200, { tenant, job: job.name, shards: body.shards, weight, added, removed });
+}
+
+async function deleteUnitsRoute(_event: APIGatewayProxyEventV2, deps: ApiDeps, [rawTenant]: string[]): Promise<Result> {
+  // Any stored tenant name may be deleted, not only the registration charset.
+  const tenant = parse(storedNameSchema, rawTenant, 'tenant');
+  return json(200, { removed: await deleteTenantUnits(deps.sql, tenant) });
+}
+
+/** A unit as the API shows it (claim time as ISO 8601). */
+function unitView(u: UnitView) {
+  return { tenant: u.tenant, shard: u.shard, job: u.job, weight: u.weight, owner: u.owner, claimedAt: iso(u.claimedAt) };
+}
+
+/** A process as the API shows it (times as ISO 8601). */
+function processView(p: ProcessView) {
+  return {
+    id: p.id,
+    hostname: p.hostname,
+    version: p.version,
+    startedAt: iso(p.startedAt),
+    expiresAt: iso(p.expiresAt),
+    live: p.live,
+    units: p.units,
+    weight: p.weight,
+  };
+}
+
+async function listUnitsRoute(event: APIGatewayProxyEventV2, deps: ApiDeps): Promise<Result> {
+  const q = Object.fromEntries(Object.entries(query(event)).filter(([, v]) => v !== ''));
+  const filter = parse(listUnitsSchema, q, 'query');
+  const units = await listUnits(deps.sql, filter);
+  return json(200, { units: units.map(unitView) });
+}
+
+async function listProcessesRoute(_event: APIGatewayProxyEventV2, deps: ApiDeps): Promise<Result> {
+  return json(200, { processes: (await listProcesses(deps.sql)).map(processView) });
+}
+
+async function getConcurrency(_event: APIGatewayProxyEventV2, deps: ApiDeps): Promise<Result> {
+  return json(200, { desired: await getDesired(deps.sql) });
+}
+
+async function putConcurrency(event: APIGatewayProxyEventV2, deps: ApiDeps): Promise<Result> {
+  const { desired } = parse(concurrencySchema, objectBody(event, deps));
+  await setDesired(deps.sql, desired);
+  return json(200, { desired });
+}
+
+async function enqueueOutboxRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, [rawTenant]: string[]): Promise<Result> {
+  const tenant = tenantParam(rawTenant);
+  const body = parse(outboxSchema, objectBody(event, deps));
+  checkStorableJson(body.payload, 'payload');
+  const { id, shard } = await enqueueOutbox(deps.sql, tenant, { key: body.key, payload: body.payload });
+  return json(201, { id, shard });
 }

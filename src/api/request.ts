@@ -221,3 +221,62 @@ export const itemsPageSchema = z
       .optional(),
   })
   .strict();
+
+/** A whole number from `min` to `max`, given as a JSON number. */
+function wholeNumber(min: number, max: number) {
+  return z
+    .number({ error: (i) => (i.input === undefined ? 'Required' : `must be a whole number from ${min} to ${max}, got ${typeName(i.input)}`) })
+    .int(`must be a whole number from ${min} to ${max}`)
+    .min(min, `must be a whole number from ${min} to ${max}`)
+    .max(max, `must be a whole number from ${min} to ${max}`);
+}
+
+/** Most shards one tenant may register. */
+export const MAX_SHARDS = 10_000;
+
+/** Largest unit weight accepted by `PUT /tenants/{tenant}/units`. */
+export const MAX_UNIT_WEIGHT = 1_000_000;
+
+/**
+ * Body of `PUT /tenants/{tenant}/units`. `endpoints` is shorthand for `config.endpoints`; the
+ * unit job's own schema validates the resulting config.
+ */
+export const putUnitsSchema = z
+  .object({
+    job: text(MAX_NAME_LENGTH),
+    shards: wholeNumber(1, MAX_SHARDS),
+    weight: wholeNumber(0, MAX_UNIT_WEIGHT).optional(),
+    endpoints: z.array(z.unknown(), { error: (i) => `must be an array of URLs, got ${typeName(i.input)}` }).optional(),
+    config: z.record(z.string(), z.unknown(), { error: (i) => `must be a JSON object, got ${typeName(i.input)}` }).optional(),
+  })
+  .strict();
+
+/** A tenant name as stored (any text a tenant may have been registered with), for lookups and deletes. */
+export const storedNameSchema = text(MAX_NAME_LENGTH);
+
+/** Query of `GET /units`; empty values count as absent. */
+export const listUnitsSchema = z
+  .object({
+    tenant: storedNameSchema.optional(),
+    limit: z
+      .string()
+      .regex(/^\d{1,7}$/, `must be an integer from 1 to ${MAX_SHARDS}`)
+      .transform(Number)
+      .refine((n) => n >= 1 && n <= MAX_SHARDS, `must be an integer from 1 to ${MAX_SHARDS}`)
+      .optional(),
+  })
+  .strict();
+
+/** Most live processes `PUT /concurrency` may ask for. */
+export const MAX_DESIRED = 1000;
+
+/** Body of `PUT /concurrency`. */
+export const concurrencySchema = z.object({ desired: wholeNumber(0, MAX_DESIRED) }).strict();
+
+/** Body of `POST /tenants/{tenant}/outbox`: `key` picks the shard; `payload` is any JSON value. */
+export const outboxSchema = z
+  .object({
+    key: text(MAX_NAME_LENGTH),
+    payload: z.unknown().refine((v) => v !== undefined, 'Required'),
+  })
+  .strict();

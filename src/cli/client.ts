@@ -20,6 +20,42 @@ export type ApiBatch = Omit<BatchInfo, 'createdAt' | 'beatAt' | 'finishedAt'> & 
   created?: boolean;
 };
 
+/** A unit as `GET /units` returns it. */
+export interface ApiUnit {
+  tenant: string;
+  shard: number;
+  job: string;
+  weight: number;
+  /** Owning process id, or null when unowned. */
+  owner: string | null;
+  /** When the owner claimed it (ISO 8601), or null. */
+  claimedAt: string | null;
+}
+
+/** A process as `GET /processes` returns it. */
+export interface ApiProcess {
+  id: string;
+  hostname: string;
+  version: string;
+  startedAt: string;
+  expiresAt: string;
+  live: boolean;
+  /** Units owned. */
+  units: number;
+  /** Weight of the units owned. */
+  weight: number;
+}
+
+/** What `PUT /tenants/{tenant}/units` answers. */
+export interface ApiUnitsPut {
+  tenant: string;
+  job: string;
+  shards: number;
+  weight: number;
+  added: number;
+  removed: number;
+}
+
 /** A small client of leasehold's HTTP API, used by the CLI. */
 export class ApiClient {
   constructor(readonly baseUrl: string) {}
@@ -87,5 +123,52 @@ export class ApiClient {
       if (!data.next) return;
       after = data.next;
     }
+  }
+
+  /** `PUT /tenants/{tenant}/units`: register the tenant's units (see the API handler for the body). */
+  async putUnits(
+    tenant: string,
+    input: { job: string; shards: number; weight?: number; endpoints?: string[]; config?: Record<string, unknown> },
+  ): Promise<ApiUnitsPut> {
+    const { data } = await this.call<ApiUnitsPut>('PUT', `/tenants/${encodeURIComponent(tenant)}/units`, input);
+    return data;
+  }
+
+  /** `DELETE /tenants/{tenant}/units`; returns how many units were removed. */
+  async deleteUnits(tenant: string): Promise<number> {
+    const { data } = await this.call<{ removed: number }>('DELETE', `/tenants/${encodeURIComponent(tenant)}/units`);
+    return data.removed;
+  }
+
+  /** `GET /units`, of one tenant or all (at most `limit`, default the API's 1,000). */
+  async listUnits(filter: { tenant?: string; limit?: number } = {}): Promise<ApiUnit[]> {
+    const q = new URLSearchParams();
+    for (const [k, v] of Object.entries(filter)) if (v !== undefined) q.set(k, String(v));
+    const { data } = await this.call<{ units: ApiUnit[] }>('GET', `/units?${q}`);
+    return data.units;
+  }
+
+  /** `GET /processes`. */
+  async listProcesses(): Promise<ApiProcess[]> {
+    const { data } = await this.call<{ processes: ApiProcess[] }>('GET', '/processes');
+    return data.processes;
+  }
+
+  /** `GET /concurrency`: the desired count of live processes. */
+  async getConcurrency(): Promise<number> {
+    const { data } = await this.call<{ desired: number }>('GET', '/concurrency');
+    return data.desired;
+  }
+
+  /** `PUT /concurrency`: set the desired count of live processes (0..1000). */
+  async setConcurrency(desired: number): Promise<number> {
+    const { data } = await this.call<{ desired: number }>('PUT', '/concurrency', { desired });
+    return data.desired;
+  }
+
+  /** `POST /tenants/{tenant}/outbox`: enqueue a message; returns its id and shard. */
+  async sendOutbox(tenant: string, message: { key: string; payload: unknown }): Promise<{ id: number; shard: number }> {
+    const { data } = await this.call<{ id: number; shard: number }>('POST', `/tenants/${encodeURIComponent(tenant)}/outbox`, message);
+    return data;
   }
 }

@@ -1,0 +1,41 @@
+// Unit jobs (DESIGN.md, "Two kinds of work": units): recurring work per owned (tenant, shard).
+import { type UnitJob, UnitJobRegistry } from './job.js';
+import { outboxDeliveryJob } from './outbox-delivery.js';
+
+export {
+  defineUnitJob,
+  UnitJobRegistry,
+  type UnitJob,
+  type UnitContext,
+  type UnitLog,
+  type Fence,
+} from './job.js';
+export { UnitRunner, type UnitRunnerOptions } from './runner.js';
+export {
+  outboxDelivery,
+  outboxDeliveryJob,
+  outboxConfigSchema,
+  outboxShard,
+  enqueueOutbox,
+  markDelivered,
+  idempotencyKey,
+  NoOutboxUnitsError,
+  OUTBOX_JOB,
+  MAX_ENDPOINTS,
+  type OutboxConfig,
+  type OutboxDeliveryOptions,
+  type OutboxDeliveryBody,
+} from './outbox-delivery.js';
+
+/** Unit jobs shipped with leasehold: `outbox-delivery` with default settings. */
+export const builtinUnitJobs: UnitJob<unknown>[] = [outboxDeliveryJob as UnitJob<unknown>];
+
+/**
+ * A registry of the built-in unit jobs, with `outbox-delivery` replaced by `outbox` when given
+ * (for other settings), plus `extra`.
+ * @throws {Error} two jobs share a name.
+ */
+export function defaultUnitJobs(options: { outbox?: UnitJob<unknown>; extra?: UnitJob<unknown>[] } = {}): UnitJobRegistry {
+  const builtins = options.outbox ? [options.outbox] : builtinUnitJobs;
+  return new UnitJobRegistry([...builtins, ...(options.extra ?? [])]);
+}
