@@ -228,7 +228,7 @@ export class Leaser {
     this.lastShare = { live: state.live, totalWeight: state.totalWeight, fairShare };
     let claimed = 0;
     let shed = 0;
-    if (state.selfLive) {
+    if (state.selfLive && state.claimable) {
       let budget = fairShare - weight;
       let room = this.config.maxClaimPerTick;
       // From a random start key round to it: [start, 1), then [0, start).
@@ -248,6 +248,8 @@ export class Leaser {
           from: ranges[range][0],
           to: ranges[range][1],
           allowOver: weight === 0 && claimed === 0,
+          // Going over the share is fine while below the shedding line: nobody sheds it back.
+          overCap: Math.floor(fairShare * (1 + this.config.shedHysteresis)) - weight,
         });
         if (rows.length < limit) range++;
         if (rows.length === 0) continue;
@@ -259,6 +261,8 @@ export class Leaser {
         claimed += rows.length;
         await this.reconciler.unitsGained(rows);
       }
+    }
+    if (state.selfLive) {
       if (claimed === 0 && state.live > 1 && weight > fairShare * (1 + this.config.shedHysteresis)) {
         shed = await this.shedTo(fairShare);
       }

@@ -43,13 +43,19 @@ export async function heartbeat(
 export async function shareState(
   sql: Sql,
   id: string,
-): Promise<{ live: number; totalWeight: number; selfLive: boolean; owned: UnitRow[] }> {
-  const [r] = await sql<{ live: number; total_weight: number; self_live: boolean }[]>`select
+): Promise<{ live: number; totalWeight: number; selfLive: boolean; claimable: boolean; owned: UnitRow[] }> {
+  // `claimable`: one probe of the unowned index and one per expired process, so a process with
+  // nothing to claim sends no claim statement.
+  const [r] = await sql<{ live: number; total_weight: number; self_live: boolean; claimable: boolean }[]>`select
       (select count(*) from leasehold_processes where expires_at > now()) as live,
       (select weight from leasehold_unit_totals) as total_weight,
-      exists (select 1 from leasehold_processes where id = ${id} and expires_at > now()) as self_live`;
+      exists (select 1 from leasehold_processes where id = ${id} and expires_at > now()) as self_live,
+      ((select pos from leasehold_units where owner is null and weight > 0 order by pos limit 1) is not null
+        or exists (select 1 from leasehold_processes p
+                   where p.expires_at <= now() and p.id <> ${id}
+                     and exists (select 1 from leasehold_units u where u.owner = p.id and u.weight > 0))) as claimable`;
   const owned = await ownedUnits(sql, id);
-  return { live: r.live, totalWeight: r.total_weight, selfLive: r.self_live, owned };
+  return { live: r.live, totalWeight: r.total_weight, selfLive: r.self_live, claimable: r.claimable, owned };
 }
 
 // This process's units, through the owner index.
@@ -58,8 +64,10 @@ export async function ownedUnits(sql: Sql, id: string): Promise<UnitRow[]> {
     where owner = ${id} order by pos`;
 }
 
-// Claims up to `limit` units whose cumulative weight stays within `budget` (the first one even
-// above it when `allowOver`): units of expired processes first, then unowned units with
+// Claims up to `limit` units whose cumulative weight stays within `budget`; the first candidate
+// may cross the budget while the total stays within `overCap` (whatever its weight when
+// `allowOver`), so a unit heavier than every process's room under its share is still owned,
+// and a process overshoots its share by one unit at most: units of expired processes first, then unowned units with
 // weight > 0 whose position lies in [from, to). Candidates come through the owner index and the
 // partial unowned index, locked with SKIP LOCKED (never more than `limit` of each kind, so
 // concurrent claimers do not hide units from each other); nothing is claimed unless the
@@ -67,14 +75,22 @@ export async function ownedUnits(sql: Sql, id: string): Promise<UnitRow[]> {
 // a heartbeat in progress keeps its units, and one that waits for this claim sees the lapse.
 export async function claim(
   sql: Sql,
-  a: { id: string; budget: number; limit: number; from: number; to: number; allowOver: boolean },
+  a: { id: string; budget: number; limit: number; from: number; to: number; allowOver: boolean; overCap: number },
 ): Promise<UnitRow[]> {
   return sql<UnitRow[]>`with me as (
       select 1 from leasehold_processes where id = ${a.id} and expires_at > now()
     ), abandoned as (
+      -- One owner-index probe per expired process (never a join over all units), and expired
+      -- processes that own nothing cost one probe each.
       select u.tenant, u.shard, u.weight, u.pos, 0 as part
-      from leasehold_processes p join leasehold_units u on u.owner = p.id
-      where p.expires_at <= now() and p.id <> ${a.id} and u.weight > 0 and exists (select 1 from me)
+      from leasehold_processes p
+      cross join lateral (
+        select tenant, shard, weight, pos from leasehold_units
+        where owner = p.id and weight > 0
+        limit ${a.limit}
+      ) c
+      join leasehold_units u on u.tenant = c.tenant and u.shard = c.shard
+      where p.expires_at <= now() and p.id <> ${a.id} and exists (select 1 from me) and u.owner = p.id
       limit ${a.limit} for update of u skip locked for share of p skip locked
     ), unowned as (
       select tenant, shard, weight, pos, 1 as part from leasehold_units
@@ -82,12 +98,15 @@ export async function claim(
       order by pos limit ${a.limit} for update skip locked
     ), picked as (
       select tenant, shard from (
-        select tenant, shard,
+        select tenant, shard, weight,
                sum(weight) over (order by part, pos rows unbounded preceding) as upto,
                row_number() over (order by part, pos) as n
         from (select * from abandoned union all select * from unowned) c
       ) c
-      where n <= ${a.limit} and (upto <= ${a.budget} or (n = 1 and ${a.allowOver}))
+      where n <= ${a.limit}
+        and (upto <= ${a.budget}
+             -- the unit that crosses the budget: taken while within overCap (or by an empty process)
+             or (n = 1 and (upto <= ${a.overCap} or ${a.allowOver})))
     )
     update leasehold_units u set owner = ${a.id}, claimed_at = now()
     from picked where u.tenant = picked.tenant and u.shard = picked.shard

@@ -264,7 +264,7 @@ describe('weights', () => {
     await concurrently(ms, (m) => m.leaser.release());
   });
 
-  it('shares follow weight: 3 processes over units of weights 1..30 each own about a third of the weight', async () => {
+  it('shares follow weight: 3 processes over units of weights 1..30 own them all, each about a third of the weight', async () => {
     const n = 30;
     const total = (n * (n + 1)) / 2;
     const fairShare = Math.ceil(total / 3);
@@ -276,11 +276,12 @@ describe('weights', () => {
       for (let round = 0; round < 10; round++) await concurrently(ms, (m) => m.leaser.tick());
       const counts = await ownedCounts(db.sql);
       const weights = ms.map((m) => counts.get(m.leaser.processId)?.weight ?? 0);
-      // Never above the fair share (claims stay within budget), never short by a whole
-      // heaviest unit.
+      // Every unit is owned, heavy ones too: a process may cross the fair share by one unit
+      // while staying below the shedding line, so the others fall short by at most two units.
+      expect(weights.reduce((a, b) => a + b, 0)).toBe(total);
       for (const w of weights) {
-        expect(w).toBeLessThanOrEqual(fairShare);
-        expect(w).toBeGreaterThan(fairShare - n);
+        expect(w).toBeLessThanOrEqual(Math.floor(fairShare * 1.2));
+        expect(w).toBeGreaterThan(fairShare - 2 * n);
       }
       for (const m of ms) expect(m.rec.weight()).toBe(counts.get(m.leaser.processId)?.weight ?? 0);
       await concurrently(ms, (m) => m.leaser.release());
