@@ -21,7 +21,7 @@ function recordingClock(): Clock & { sleeps: number[] } {
   return { sleeps, now: () => Date.now(), sleep: (ms, signal) => (sleeps.push(ms), systemClock.sleep(ms, signal)) };
 }
 
-async function waitFor<T>(what: string, check: () => Promise<T> | T, timeoutMs = 5_000): Promise<NonNullable<T>> {
+async function waitFor<T>(what: string, check: () => Promise<T> | T, timeoutMs = 15_000): Promise<NonNullable<T>> {
   const until = Date.now() + timeoutMs;
   for (;;) {
     const v = await check();
