@@ -67,9 +67,10 @@ program
   .option('--demo <dir>', 'allow DIR and start a checksum batch over it, following its progress')
   .option('--exit-when-idle', 'exit 0 once no batch is open; print a JSON summary as the last line')
   .addOption(new Option('--timeout-ms <ms>', 'local worker timeout, ms').env('LEASEHOLD_LOCAL_TIMEOUT_MS').default(30_000).argParser(positiveInt('--timeout-ms')))
-  .addOption(new Option('--concurrency <n>', 'most local worker invocations at once').env('LEASEHOLD_LOCAL_CONCURRENCY').default(4).argParser(positiveInt('--concurrency')))
+  .addOption(new Option('--concurrency <n>', 'most local worker invocations at once').env('LEASEHOLD_LOCAL_CONCURRENCY').default(8).argParser(positiveInt('--concurrency')))
   .addOption(new Option('--schedule-ms <ms>', 'scheduler interval, ms').env('LEASEHOLD_LOCAL_SCHEDULE_MS').default(5_000).argParser(positiveInt('--schedule-ms')))
   .option('--verbose', 'print the functions\' JSON logs (default: written to .leasehold/dev.log)')
+  .addOption(new Option('--units-demo [perSecond]', 'register demo tenants with outbox-delivery units to the local sink and send messages (default 20/s)').argParser(positiveInt('--units-demo')))
   .action(async (opts) => {
     const { runDev } = await import('./local/dev.js');
     process.exitCode = await runDev({
@@ -80,6 +81,7 @@ program
       concurrency: opts.concurrency,
       scheduleMs: opts.scheduleMs,
       verbose: Boolean(opts.verbose),
+      unitsDemoPerSecond: opts.unitsDemo === true ? 20 : opts.unitsDemo,
     });
   });
 

@@ -5,4 +5,6 @@
 export * from './store/index.js';
 export * from './batch/index.js';
 export * from './jobs/index.js';
+export * from './lease/index.js';
+export * from './units/index.js';
 export * from './runtime/index.js';

@@ -12,6 +12,7 @@ import { connect, migrate, type Sql } from '../store/index.js';
 import { createLambdaContext } from './context.js';
 import { startEmbedded } from './embedded.js';
 import { startHttpServer } from './http-server.js';
+import { startSink } from './sink.js';
 import { createInvokeEndpoint, localLambdaEnv } from './invoke-endpoint.js';
 
 /** Options of {@link runDev}; durations in ms. */
@@ -30,6 +31,13 @@ export interface DevOptions {
   scheduleMs?: number;
   /** Print the functions' JSON logs instead of writing them to `.leasehold/dev.log`. */
   verbose?: boolean;
+  /**
+   * Register two demo tenants with `outbox-delivery` units whose endpoints are the local sink,
+   * and enqueue this many messages per second to them. Default 0: no demo tenants.
+   */
+  unitsDemoPerSecond?: number;
+  /** How often the units status line is printed while units exist, ms. Default 3,000. */
+  statusMs?: number;
   /** Project folder (data, logs, dev.json). Default the working directory. */
   cwd?: string;
 }
@@ -47,7 +55,7 @@ export async function runDev(options: DevOptions): Promise<number> {
   await mkdir(stateDir, { recursive: true });
   const say = (line: string) => process.stderr.write(line + '\n');
   const timeoutMs = options.timeoutMs ?? 30_000;
-  const concurrency = options.concurrency ?? 4;
+  const concurrency = options.concurrency ?? 8;
   const scheduleMs = options.scheduleMs ?? 5_000;
 
   let demoDir: string | undefined;
@@ -145,6 +153,10 @@ export async function runDev(options: DevOptions): Promise<number> {
       await resetRuntimeDeps();
     });
 
+    // Webhook endpoints for outbox-delivery units: records what it receives.
+    const sink = await startSink({});
+    stopServices.push(() => sink.close());
+
     const server = await startHttpServer({
       port: options.port,
       handler: (event, context) => api.handler(event, context) as never,
@@ -153,6 +165,7 @@ export async function runDev(options: DevOptions): Promise<number> {
 
     // The scheduler on a timer in place of EventBridge; runs never overlap.
     let scheduling = false;
+    let lastSchedulerError = '';
     const tick = async () => {
       if (scheduling) return;
       scheduling = true;
@@ -160,6 +173,9 @@ export async function runDev(options: DevOptions): Promise<number> {
         await scheduler.handler({}, lambdaContext('leasehold-scheduler', 60_000));
       } catch (e) {
         logStream?.write(JSON.stringify({ level: 'error', service: 'scheduler', message: String(e) }) + '\n');
+        // Shown once per distinct failure: a scheduler that cannot run stalls everything.
+        if (String(e) !== lastSchedulerError) say(`scheduler failed: ${String(e)}`);
+        lastSchedulerError = String(e);
       } finally {
         scheduling = false;
       }
@@ -183,7 +199,8 @@ export async function runDev(options: DevOptions): Promise<number> {
     say(`  database   ${dbWhere}${applied.length ? `; applied ${applied.map((m) => m.name).join(', ')}` : ''}`);
     say(`  api        ${server.url}`);
     say(`  invoke     ${invokeUrl} (worker "${config.workerFunction}", timeout ${timeoutMs / 1000} s, at most ${concurrency} at once)`);
-    say(`  scheduler  every ${scheduleMs / 1000} s`);
+    say(`  scheduler  every ${scheduleMs / 1000} s (workers for units: the desired count, \`leasehold concurrency\`)`);
+    say(`  sink       ${sink.url} (webhook endpoints for outbox-delivery units)`);
     say(`  logs       ${options.verbose ? 'printed' : relative(cwd, logFile)}`);
     say('Ctrl-C stops (running batches are handed off).');
 
@@ -204,6 +221,41 @@ export async function runDev(options: DevOptions): Promise<number> {
 
     let demo: { id: string; started: number } | undefined;
     const client = new ApiClient(server.url);
+
+    // Units at work: live processes, units owned per process, deliveries per second.
+    const statusEvery = options.statusMs ?? 3_000;
+    let lastStatus = '';
+    const status = setInterval(async () => {
+      try {
+        const [units, processes] = await Promise.all([client.listUnits({ limit: 1 }), client.listProcesses()]);
+        if (units.length === 0) return;
+        const live = processes.filter((p) => p.live);
+        const owned = live.map((p) => `${p.id.slice(0, 8)}:${p.units}`).join(' ');
+        const line = `units: ${live.length} live process${live.length === 1 ? '' : 'es'} [${owned}] | deliveries ${sink.stats().perSecond.toFixed(1)}/s (${sink.stats().accepted} in all)`;
+        if (line !== lastStatus) say(line);
+        lastStatus = line;
+      } catch {
+        // the next tick tries again
+      }
+    }, statusEvery);
+    stopServices.push(async () => clearInterval(status));
+
+    if (options.unitsDemoPerSecond && options.unitsDemoPerSecond > 0) {
+      for (const tenant of ['acme', 'globex']) {
+        await client.putUnits(tenant, { job: 'outbox-delivery', shards: 4, endpoints: [`${sink.url}/${tenant}/hook`] });
+      }
+      let n = 0;
+      const perTick = Math.max(1, Math.round(options.unitsDemoPerSecond / 10));
+      const producer = setInterval(() => {
+        for (let i = 0; i < perTick; i++) {
+          const tenant = n % 2 ? 'globex' : 'acme';
+          void client.sendOutbox(tenant, { key: `order-${n}`, payload: { order: n, at: new Date().toISOString() } }).catch(() => {});
+          n++;
+        }
+      }, 100);
+      stopServices.push(async () => clearInterval(producer));
+      say(`units demo: tenants acme and globex, 4 outbox-delivery units each; about ${options.unitsDemoPerSecond} messages/s to ${sink.url}`);
+    }
     if (demoDir) {
       // An open demo batch over the same folder (left by an earlier Ctrl-C) is resumed, not repeated.
       const open = (await client.listBatches({ tenant: 'demo', status: 'open' })).find(

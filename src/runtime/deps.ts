@@ -1,5 +1,8 @@
 import { defaultRegistry, type JobRegistry } from '../jobs/index.js';
 import { connect, type Sql } from '../store/index.js';
+import { defaultUnitJobs, UnitRunner, type UnitJobRegistry } from '../units/index.js';
+import { jsonLog } from './log.js';
+import type { UnitReconciler } from './worker.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
 import { LambdaDispatcher, type Dispatcher } from './dispatch.js';
 
@@ -8,6 +11,10 @@ export interface RuntimeDeps {
   config: Config;
   sql: Sql;
   jobs: JobRegistry;
+  /** Unit jobs, by name (`outbox-delivery` built in). */
+  unitJobs: UnitJobRegistry;
+  /** Builds the reconciler that runs unit jobs for one worker process. */
+  units: (processId: string) => UnitReconciler;
   dispatcher: Dispatcher;
 }
 
@@ -15,17 +22,22 @@ let cached: RuntimeDeps | undefined;
 
 /**
  * The container's dependencies: configuration from the environment, one small postgres pool,
- * the job registry and the Lambda dispatcher. Built on first use, then reused.
+ * the batch and unit job registries, the unit runner factory and the Lambda dispatcher. Built on first use, then reused.
  * @throws {ConfigError} a setting is invalid or `DATABASE_URL` is missing.
  */
 export function runtimeDeps(): RuntimeDeps {
   if (cached) return cached;
   const config = loadConfig();
   if (!config.databaseUrl) throw new ConfigError('DATABASE_URL', 'is required');
+  const sql = connect(config.databaseUrl, { max: config.dbPoolMax, idleTimeoutS: 60 });
+  const unitJobs = defaultUnitJobs();
+  const log = jsonLog('units');
   cached = {
     config,
-    sql: connect(config.databaseUrl, { max: config.dbPoolMax, idleTimeoutS: 60 }),
+    sql,
     jobs: defaultRegistry({ allowedRoots: config.allowedRoots, maxItems: config.maxItems }),
+    unitJobs,
+    units: (processId) => new UnitRunner({ sql, processId, jobs: unitJobs, log }),
     dispatcher: new LambdaDispatcher(config.workerFunction),
   };
   return cached;

@@ -146,3 +146,43 @@ describe('leasehold batch', () => {
     }
   }, 60_000);
 });
+
+describe('leasehold dev --units-demo', () => {
+  it('runs the desired count of local processes, each owning units, and delivers the outbox to the sink', async () => {
+    const dev = spawn(process.execPath, [BIN, 'dev', '--port', '0', '--units-demo', '--timeout-ms', '20000'], {
+      cwd: project,
+      env: { ...process.env, DATABASE_URL: db.schemaUrl, LEASEHOLD_LOCAL_SCHEDULE_MS: '500', LEASEHOLD_REBALANCE_MS: '500' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    children.add(dev);
+    let err = '';
+    try {
+      const seen = await new Promise<string>((done, fail) => {
+        const timer = setTimeout(() => fail(new Error(`no full fleet seen:\n${err}`)), 40_000);
+        dev.stderr.on('data', (d) => {
+          err += d;
+          // Three live processes, all eight units owned, deliveries flowing.
+          for (const line of err.split('\n')) {
+            const m = /units: 3 live processes \[(.*)\] \| deliveries [\d.]+\/s \((\d+) in all\)/.exec(line);
+            if (!m) continue;
+            const owned = m[1].split(' ').map((p) => Number(p.split(':')[1]));
+            if (owned.reduce((a, b) => a + b, 0) === 8 && owned.every((n) => n >= 2) && Number(m[2]) > 0) {
+              clearTimeout(timer);
+              done(line);
+            }
+          }
+        });
+        dev.on('exit', () => fail(new Error(err)));
+      });
+      expect(seen).toMatch(/3 live processes/);
+      const [delivered] = await db.sql`select count(*) filter (where delivered_at is not null) as n from leasehold_outbox`;
+      expect(delivered.n).toBeGreaterThan(0);
+    } finally {
+      dev.kill('SIGINT');
+      await new Promise((r) => dev.on('exit', r));
+    }
+    expect(err).toMatch(/stopped: nothing left owned/);
+    const [owned] = await db.sql`select count(*) as n from leasehold_units where owner is not null`;
+    expect(owned.n).toBe(0);
+  }, 60_000);
+});
