@@ -212,7 +212,8 @@ export function checkStorableJson(value: unknown, root: string, maxDepth = MAX_P
 /** Query of `GET /batches/{id}/items`: `after` (a key, exclusive) and `limit` (1..1000). */
 export const itemsPageSchema = z
   .object({
-    after: z.string().max(10_000).optional(),
+    // Item keys are at most 1,000 bytes and never hold control characters.
+    after: z.string().max(1_000).regex(/^[^\u0000-\u001f]*$/, 'must not contain control characters').optional(),
     limit: z
       .string()
       .regex(/^\d{1,7}$/, 'must be an integer from 1 to 1000')

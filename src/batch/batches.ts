@@ -9,6 +9,9 @@ export interface CreateOptions {
   maxOpen?: number;
 }
 
+/** Longest item key, in UTF-8 bytes. */
+export const MAX_KEY_BYTES = 1000;
+
 /** Default of {@link CreateOptions.maxOpen}. */
 export const DEFAULT_MAX_OPEN = 4;
 
@@ -32,12 +35,20 @@ export async function createBatch(
   const keys = new Set<string>();
   for (const item of batch.items) {
     if (keys.has(item.key)) throw new InvalidBatchError(`duplicate item key "${item.key}"`);
+    // Keys are indexed: PostgreSQL's btree limit is ~2,700 bytes per entry.
+    if (Buffer.byteLength(item.key) > MAX_KEY_BYTES) {
+      throw new InvalidBatchError(`item key "${item.key.slice(0, 80)}…" is over ${MAX_KEY_BYTES} bytes`);
+    }
+    if (/[\u0000]/.test(item.key)) throw new InvalidBatchError('an item key contains a NUL character');
     keys.add(item.key);
   }
   if (batch.items.length === 0) throw new InvalidBatchError('a batch needs at least one item');
 
   const id = await sql.begin(async (tx) => {
     const t = tx as unknown as Sql;
+    // Same request key first, then the datasource (always in this order): a concurrent start
+    // with this key is seen once it commits, instead of being refused by maxOpen.
+    await q.lockRequestKey(t, batch.tenant, batch.requestKey);
     await q.lockDatasource(t, batch.tenant, batch.datasource);
     const existing = await q.batchIdByKey(t, batch.tenant, batch.requestKey);
     if (existing) return { id: existing, created: false };

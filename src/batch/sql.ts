@@ -65,6 +65,11 @@ export interface MoveRow {
 
 type Tx = Sql;
 
+// Serialises starts with one (tenant, request key) until the first commits.
+export async function lockRequestKey(tx: Tx, tenant: string, requestKey: string): Promise<void> {
+  await tx`select pg_advisory_xact_lock(hashtextextended('leasehold:key:' || ${tenant} || ':' || ${requestKey}, 0))`;
+}
+
 // Takes the per-datasource row lock that serialises starts on one datasource.
 export async function lockDatasource(tx: Tx, tenant: string, datasource: string): Promise<void> {
   await tx`insert into leasehold_datasources (tenant, datasource) values (${tenant}, ${datasource})
@@ -129,7 +134,8 @@ export async function listBatches(
   return rows.map(toInfo);
 }
 
-// Cancels an open batch for good; its owner's next fenced statement changes nothing.
+// Cancels an open batch for good; its owner's next fenced statement changes nothing. Items
+// keep the state they had (a count of running items says what was running at the cancel).
 export async function cancelBatch(sql: Sql, id: string): Promise<BatchStatus | undefined> {
   const [r] = await sql<{ status: BatchStatus }[]>`update leasehold_batches
     set status = 'cancelled', finished_at = now(), owner_run = null, owner_process = null, beat_at = null

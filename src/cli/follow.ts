@@ -38,8 +38,27 @@ export async function followBatch(
     }
     if (batch.status !== 'open' || options.signal?.aborted) break;
     await new Promise((r) => setTimeout(r, interval));
-    batch = await api.getBatch(id);
+    batch = await getWithRetry(api, id, options.signal);
   }
   bar?.stop();
   return batch;
+}
+
+/**
+ * `getBatch`, retrying a failed read (API unreachable, 5xx) with backoff for up to ~30 s: one
+ * transient error must not end the follow (or `leasehold dev --demo`). 4xx answers are final.
+ */
+async function getWithRetry(api: ApiClient, id: string, signal?: AbortSignal): Promise<ApiBatch> {
+  let wait = 250;
+  for (let waited = 0; ; ) {
+    try {
+      return await api.getBatch(id);
+    } catch (e) {
+      const status = (e as { status?: number }).status ?? 0;
+      if ((status >= 400 && status < 500) || waited >= 30_000 || signal?.aborted) throw e;
+      await new Promise((r) => setTimeout(r, wait));
+      waited += wait;
+      wait = Math.min(wait * 2, 5_000);
+    }
+  }
 }
