@@ -1,7 +1,9 @@
 // `npm run bench`: no-op item throughput of the batch runner on a real PostgreSQL, then the lease
 // benchmarks (bench/lease.ts). BENCH_ONLY=batch|lease runs one part.
-// DATABASE_URL when set, else the embedded database (data in .leasehold/bench-pgdata).
+// DATABASE_URL when set, else a throw-away embedded database (in the OS temp dir, removed after).
 import { randomUUID } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Runner, type NewBatch } from '../src/batch/index.js';
 import { connect, migrate, type Sql } from '../src/store/index.js';
@@ -61,9 +63,13 @@ async function main() {
   let stop: (() => Promise<void>) | undefined;
   if (!url) {
     const { startEmbedded } = await import('../src/local/embedded.js');
-    const db = await startEmbedded({ dir: join(process.cwd(), '.leasehold', 'bench-pgdata') });
+    const dir = await mkdtemp(join(tmpdir(), 'leasehold-bench-'));
+    const db = await startEmbedded({ dir: join(dir, 'pgdata'), port: 0 });
     url = db.url;
-    stop = db.stop;
+    stop = async () => {
+      await db.stop();
+      await rm(dir, { recursive: true, force: true });
+    };
   }
   try {
     if (only !== 'lease') await batchBench(url);
