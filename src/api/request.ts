@@ -139,18 +139,23 @@ export const STATUSES = ['open', 'succeeded', 'failed', 'cancelled'] as const;
 /** Largest `limit` of `GET /batches`. */
 export const MAX_LIST_LIMIT = 1000;
 
+/** A `limit` query parameter: a whole number from 1 to `max`, given as a string. */
+function limitSchema(max: number) {
+  const message = `must be an integer from 1 to ${max}`;
+  return z
+    .string()
+    .regex(/^\d{1,7}$/, message)
+    .transform(Number)
+    .refine((n) => n >= 1 && n <= max, message);
+}
+
 /** Query of `GET /batches`; empty values count as absent. */
 export const listSchema = z
   .object({
     // Not the start charset: batches started another way (CLI, trigger) can still be listed.
     tenant: text(MAX_NAME_LENGTH).optional(),
     status: z.enum(STATUSES, { error: () => `must be one of ${STATUSES.join(', ')}` }).optional(),
-    limit: z
-      .string()
-      .regex(/^\d{1,7}$/, `must be an integer from 1 to ${MAX_LIST_LIMIT}`)
-      .transform(Number)
-      .refine((n) => n >= 1 && n <= MAX_LIST_LIMIT, `must be an integer from 1 to ${MAX_LIST_LIMIT}`)
-      .optional(),
+    limit: limitSchema(MAX_LIST_LIMIT).optional(),
   })
   .strict();
 
@@ -214,12 +219,7 @@ export const itemsPageSchema = z
   .object({
     // Item keys are at most 1,000 bytes and never hold control characters.
     after: z.string().max(1_000).regex(/^[^\u0000-\u001f]*$/, 'must not contain control characters').optional(),
-    limit: z
-      .string()
-      .regex(/^\d{1,7}$/, 'must be an integer from 1 to 1000')
-      .transform(Number)
-      .refine((n) => n >= 1 && n <= 1000, 'must be an integer from 1 to 1000')
-      .optional(),
+    limit: limitSchema(1000).optional(),
   })
   .strict();
 
@@ -259,12 +259,7 @@ export const storedNameSchema = text(MAX_NAME_LENGTH);
 export const listUnitsSchema = z
   .object({
     tenant: storedNameSchema.optional(),
-    limit: z
-      .string()
-      .regex(/^\d{1,7}$/, `must be an integer from 1 to ${MAX_SHARDS}`)
-      .transform(Number)
-      .refine((n) => n >= 1 && n <= MAX_SHARDS, `must be an integer from 1 to ${MAX_SHARDS}`)
-      .optional(),
+    limit: limitSchema(MAX_SHARDS).optional(),
   })
   .strict();
 
