@@ -175,13 +175,16 @@ batch
 batch
   .command('list')
   .description('list batches, newest first')
-  .option('--tenant <tenant>')
+  .option('--tenant <tenant>', 'only this tenant')
   .option('--status <status>', 'open | succeeded | failed | cancelled')
+  .option('--limit <n>', 'most batches (1..1000, default 100)', positiveInt('--limit'))
   .option('--json', 'print JSON')
   .addOption(apiOption)
   .action(async (opts) => {
-    const list = await new ApiClient(apiUrl(opts.api)).listBatches({ tenant: opts.tenant, status: opts.status });
+    const list = await new ApiClient(apiUrl(opts.api)).listBatches({ tenant: opts.tenant, status: opts.status, limit: opts.limit });
     if (opts.json) return console.log(JSON.stringify(list, null, 2));
+    if (list.length === 0) return console.log('no batches');
+    console.log(`${'id'.padEnd(36)}  ${'status'.padEnd(9)}  ${'job'.padEnd(12)} finished/total  tenant/datasource  created`);
     for (const b of list) {
       console.log(`${b.id}  ${b.status.padEnd(9)}  ${b.job.padEnd(12)} ${b.counts.done + b.counts.failed}/${b.total}  ${b.tenant}/${b.datasource}  ${b.createdAt}`);
     }
