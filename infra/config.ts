@@ -20,8 +20,8 @@ export const SCHEDULE_SOURCE = 'leasehold.schedule';
 
 /**
  * A schedule that starts a batch: EventBridge Scheduler sends the trigger function an event naming
- * the job, tenant, datasource and params. The request key of each start is the schedule's name
- * plus its scheduled time, so a retried delivery starts nothing new.
+ * the job, tenant, datasource and params (see {@link scheduleEvent}). The request key of each
+ * start is the schedule plus its scheduled time, so a retried delivery starts nothing new.
  */
 export interface ScheduleDeclaration {
   /** Unique, lowercase letters, digits and `-`, at most 48 characters; part of the request key. */
@@ -256,9 +256,9 @@ export function checkSchedules(list: readonly ScheduleDeclaration[]): void {
 /**
  * The event a schedule sends to the trigger function: shaped like an EventBridge event, so the
  * trigger handles bus events and schedules alike. EventBridge Scheduler replaces
- * `<aws.scheduler.scheduled-time>` and `<aws.scheduler.schedule-arn>` when it fires, so the
- * event `id` (the request key) is the schedule's name plus its scheduled time, the same on a
- * retried delivery.
+ * `<aws.scheduler.schedule-arn>` and `<aws.scheduler.scheduled-time>` when it fires; the trigger
+ * keys a start by the schedule (from its ARN in `resources`) plus the scheduled `time`, the same
+ * on a retried delivery of one firing (the `id` carries name and time as well).
  */
 export function scheduleEvent(s: ScheduleDeclaration) {
   return {

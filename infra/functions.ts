@@ -2,8 +2,9 @@
 //
 // Every function that talks to the database runs in the VPC on nodejs22.x, connects as the
 // runner's IAM-authenticated user and may `rds-db:connect` as that user only. Only the
-// scheduler, the API and the worker itself (continuations, replacements) may invoke the worker:
-// `lambda:InvokeFunction` on the worker's ARN, nothing wider.
+// functions that dispatch — the scheduler, the API, the trigger (a new batch is sent to a worker
+// at once) and the worker itself (continuations, replacements) — may invoke the worker:
+// `lambda:InvokeFunction` on the worker's ARN, nothing wider; the migration may not.
 import { functionName, RUNTIME, type StageSettings } from './config.js';
 import type { DatabaseConnection } from './database.js';
 import type { AwsIdentity } from './identity.js';

@@ -235,11 +235,12 @@ describe('sst.config.ts, evaluated', () => {
     expect(() => checkSettings(s)).not.toThrow();
   });
 
-  it('lets only the scheduler, the API and the worker itself invoke the worker', async () => {
+  it('lets only the functions that dispatch invoke the worker: scheduler, API, trigger and the worker itself', async () => {
     noExistingDatabase();
     const { world } = await deploy();
     const worker = fn(world, 'Worker');
-    expect(invokersOf(world, worker)).toEqual(['Api', 'Scheduler', 'Worker']);
+    // The trigger dispatches the batch it starts (src/runtime/trigger.ts); the migration never does.
+    expect(invokersOf(world, worker)).toEqual(['Api', 'Scheduler', 'Trigger', 'Worker']);
     expect((worker.instance as { name: string }).name).toBe(`leasehold-dev-worker`);
     // No cron, bus rule or route targets the worker either.
     for (const c of world.of('sst.aws.CronV2')) expect(c.args.function, c.name).not.toBe(worker.instance);
@@ -376,8 +377,6 @@ describe('sst.config.ts, evaluated', () => {
     expect(sub!.args[1]).toBe(trigger.instance);
     expect(sub!.args[2].pattern.detailType).toEqual([START_BATCH_DETAIL_TYPE]);
     expect(outputs.bus).toBe((sub!.on.instance as { name: string }).name);
-    // The trigger starts batches only: it does not invoke the worker.
-    expect(permissionsOf(trigger).flatMap((p) => p.actions)).not.toContain('lambda:InvokeFunction');
   });
 
   it('runs the scheduler every minute', async () => {
@@ -414,6 +413,44 @@ describe('sst.config.ts, evaluated', () => {
       // It survives the JSON the schedule's input is.
       expect(JSON.parse(JSON.stringify(event))).toEqual(event);
     }
+  });
+
+  it("makes schedule and bus events the trigger reads, keyed once per firing and per event", async () => {
+    noExistingDatabase();
+    const { world } = await deploy();
+    // The runtime's reader, by a computed path: this test checks the contract, tsc the types.
+    const runtime = (await import(/* @vite-ignore */ join(root, 'src/runtime/trigger.ts'))) as {
+      readTriggerEvent(event: unknown): { job: string; tenant: string; datasource: string; params: object; requestKey: string };
+    };
+    // EventBridge Scheduler replaces its placeholders in the input text when a schedule fires.
+    const fire = (c: Recorded, time: string) =>
+      JSON.parse(
+        JSON.stringify(c.args.event)
+          .replaceAll('<aws.scheduler.scheduled-time>', time)
+          .replaceAll('<aws.scheduler.schedule-arn>', `arn:aws:scheduler:${REGION}:${ACCOUNT}:schedule/default/leasehold-dev-${c.name}-abc`),
+      ) as unknown;
+    for (const c of world.of('sst.aws.CronV2').filter((x) => x.name !== 'SchedulerCron')) {
+      const first = runtime.readTriggerEvent(fire(c, '2026-11-30T03:00:00Z'));
+      expect(first).toMatchObject({ job: c.args.event.detail.job, tenant: c.args.event.detail.tenant, params: c.args.event.detail.params });
+      expect(runtime.readTriggerEvent(fire(c, '2026-11-30T03:00:00Z')).requestKey).toBe(first.requestKey);
+      expect(runtime.readTriggerEvent(fire(c, '2026-12-01T03:00:00Z')).requestKey).not.toBe(first.requestKey);
+    }
+    // A bus event as `aws events put-events` makes it (README, Deploy), matched by the rule.
+    const sub = world.calls.find((x) => x.method === 'subscribe')!;
+    const busEvent = {
+      version: '0',
+      id: '6a7e8feb-b491-4cf7-a9f1-bf3703467718',
+      'detail-type': sub.args[2].pattern.detailType[0],
+      source: 'my.app',
+      account: ACCOUNT,
+      time: '2026-11-30T10:00:00Z',
+      region: REGION,
+      resources: [],
+      detail: { job: 'checksum', tenant: 'acme', datasource: 'files', params: { dir: '/var/task' } },
+    };
+    const started = runtime.readTriggerEvent(busEvent);
+    expect(started.requestKey).toContain(busEvent.id);
+    expect(runtime.readTriggerEvent({ ...busEvent }).requestKey).toBe(started.requestKey);
   });
 
   it('refuses schedules that could not start a batch', () => {
