@@ -273,7 +273,9 @@ class Run {
       await this.s.clock.sleep(this.s.beatMs, signal);
       if (signal.aborted) return;
       try {
-        if (!(await q.beat(this.sql, this.batch.id, this.id))) {
+        // Bounded like every store statement: a beat waiting on a silent connection would hold
+        // the run's end (execute awaits this loop) forever.
+        if (!(await withTimeout(q.beat(this.sql, this.batch.id, this.id), this.s.storeTimeoutMs))) {
           this.markLost();
           return;
         }
@@ -375,25 +377,31 @@ export class Runner {
    * `batchId`, only that batch. Resolves to the batch taken, or undefined when none was.
    * A batch whose job `resolve` does not know is handed back at once, and this runner's later
    * takeovers without `batchId` skip it.
+   * @throws the store's error, or when the store does not answer within `storeTimeoutMs`.
    */
   async takeOver(resolve: Resolve, batchId?: string): Promise<BatchInfo | undefined> {
     if (this.closed) return undefined;
     const runId = randomUUID();
-    const batch = await q.takeOver(this.sql, {
-      run: runId,
-      process: this.processId,
-      staleMs: this.s.staleMs,
-      batchId,
-      // Else the oldest batch with an unknown job, handed straight back, would be picked again
-      // every time and no other batch would ever be taken.
-      skip: batchId ? undefined : [...this.unknown],
-    });
+    // Bounded: a worker polls for batches between its deadline checks. A takeover that timed
+    // out after it committed leaves a batch that nobody beats: it turns stale and is taken again.
+    const batch = await withTimeout(
+      q.takeOver(this.sql, {
+        run: runId,
+        process: this.processId,
+        staleMs: this.s.staleMs,
+        batchId,
+        // Else the oldest batch with an unknown job, handed straight back, would be picked again
+        // every time and no other batch would ever be taken.
+        skip: batchId ? undefined : [...this.unknown],
+      }),
+      this.s.storeTimeoutMs,
+    );
     if (!batch) return undefined;
     const executor = resolve(batch);
     if (!executor) {
       this.unknown.add(batch.id);
       this.s.onEvent({ type: 'unknown-job', batchId: batch.id, job: batch.job });
-      await q.handOff(this.sql, batch.id, runId);
+      await withTimeout(q.handOff(this.sql, batch.id, runId), this.s.storeTimeoutMs);
       return undefined;
     }
     const run = new Run(this.sql, this.s, batch, runId, executor);

@@ -1,0 +1,270 @@
+// A PostgreSQL wire-protocol proxy for fault injection in tests: it forwards bytes between
+// clients and the test server, parsing messages in both directions so that it can act on one
+// statement: cut the connection after the statement committed, or let the connection go silent.
+import net from 'node:net';
+
+/** Picks a statement by its SQL text: a pattern, or a predicate (which may count calls). */
+export type Matcher = RegExp | ((sql: string) => boolean);
+
+/** One armed fault of a {@link PgProxy}; it fires at most once, on the first matching statement. */
+export interface Fault {
+  /** Resolves when the fault fires, to the SQL text of the statement it fired on. */
+  readonly fired: Promise<string>;
+  /** `Date.now()` when it fired; undefined until then. */
+  readonly firedAt: number | undefined;
+}
+
+// Startup-phase request codes (untyped messages): SSLRequest, GSSENCRequest, CancelRequest.
+const SSL_REQUEST = 80877103;
+const GSSENC_REQUEST = 80877104;
+const CANCEL_REQUEST = 80877102;
+
+interface Rule {
+  kind: 'stall' | 'drop';
+  match: (sql: string) => boolean;
+  fault: Fault & { firedAt: number | undefined };
+  fire: (sql: string) => void;
+  done: boolean;
+}
+
+/**
+ * A fault-injecting proxy in front of the test PostgreSQL (see `test/support/db.ts`). It listens
+ * on 127.0.0.1 on a free port and forwards every connection to the server of `target`;
+ * {@link PgProxy.url} is `target` with host and port replaced, so pair it with
+ * `connect(proxy.url, { schema: db.schema })`. SSL and GSS encryption requests are declined, so
+ * the proxy always sees plain protocol messages.
+ *
+ * Faults (each fires once, on the first statement — a simple `Query` or the `Bind` of an
+ * extended-protocol execution — whose SQL text matches):
+ * - {@link PgProxy.stallAfterSend}: the statement reaches the server and commits, then the
+ *   connection goes silent in both directions while its sockets stay open;
+ * - {@link PgProxy.dropAfterCommit}: the statement reaches the server and commits, then the
+ *   connection is cut before its answer reaches the client;
+ * - {@link PgProxy.killAll} cuts every connection at once.
+ *
+ * Everything else passes through unchanged. Deterministic: a fault acts on exactly the
+ * exchange (up to its `Sync`) that carried the matching statement; earlier answers pipelined on
+ * that connection are delivered first.
+ */
+export class PgProxy {
+  /** One line per fired fault: `stall on <sql>` / `drop on <sql>`. */
+  readonly log: string[] = [];
+  private readonly rules: Rule[] = [];
+  private readonly sockets = new Set<net.Socket>();
+  private readonly clients = new Set<net.Socket>();
+
+  private constructor(
+    private readonly server: net.Server,
+    private readonly target: { host: string; port: number },
+    /** The URL of the proxied server: `target` with this proxy's host and port. */
+    readonly url: string,
+  ) {
+    server.on('connection', (client) => this.handle(client));
+  }
+
+  /**
+   * Start a proxy for the server of `targetUrl` (a `postgres://` URL; user, password, database
+   * and parameters are kept in {@link PgProxy.url}). Close it with {@link PgProxy.close}.
+   */
+  static async start(targetUrl: string): Promise<PgProxy> {
+    const target = new URL(targetUrl);
+    const server = net.createServer();
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(0, '127.0.0.1', () => resolve());
+    });
+    const { port } = server.address() as net.AddressInfo;
+    const proxied = new URL(targetUrl);
+    proxied.hostname = '127.0.0.1';
+    proxied.port = String(port);
+    const host = target.hostname.replace(/^\[(.*)\]$/, '$1') || '127.0.0.1';
+    return new PgProxy(server, { host, port: Number(target.port || 5432) }, proxied.toString());
+  }
+
+  /**
+   * Arm a stall: the first statement matching `matcher` is forwarded and completes on the
+   * server, but from then on nothing passes on that connection in either direction (neither
+   * its answer nor any later statement): a connection that stopped answering.
+   */
+  stallAfterSend(matcher: Matcher): Fault {
+    return this.arm('stall', matcher);
+  }
+
+  /**
+   * Arm a drop: the first statement matching `matcher` is forwarded and completes (commits) on
+   * the server; once the server is ready for the next query, the connection is cut without
+   * the answer reaching the client: a statement whose outcome the client never learns.
+   */
+  dropAfterCommit(matcher: Matcher): Fault {
+    return this.arm('drop', matcher);
+  }
+
+  /** Cut every connection through this proxy now (clients see their connections close). */
+  killAll(): void {
+    for (const s of this.sockets) s.destroy();
+  }
+
+  /** Number of client connections open through this proxy. */
+  get connections(): number {
+    return this.clients.size;
+  }
+
+  /** Cut every connection and stop listening. */
+  async close(): Promise<void> {
+    this.killAll();
+    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+  }
+
+  private arm(kind: Rule['kind'], matcher: Matcher): Fault {
+    const match = typeof matcher === 'function' ? matcher : (sql: string) => matcher.test(sql);
+    let resolve!: (sql: string) => void;
+    const fault = {
+      fired: new Promise<string>((r) => (resolve = r)),
+      firedAt: undefined as number | undefined,
+    };
+    const rule: Rule = {
+      kind,
+      match,
+      fault,
+      done: false,
+      fire: (sql) => {
+        fault.firedAt = Date.now();
+        this.log.push(`${kind} on ${sql.replace(/\s+/g, ' ').trim().slice(0, 100)}`);
+        resolve(sql);
+      },
+    };
+    this.rules.push(rule);
+    return fault;
+  }
+
+  /** The rule that fires on `sql`, if any (marked done). */
+  private take(sql: string): Rule | undefined {
+    for (const r of this.rules) {
+      if (!r.done && r.match(sql)) {
+        r.done = true;
+        r.fire(sql);
+        return r;
+      }
+    }
+    return undefined;
+  }
+
+  private handle(client: net.Socket): void {
+    const server = net.connect(this.target.port, this.target.host);
+    this.clients.add(client);
+    for (const s of [client, server]) {
+      this.sockets.add(s);
+      // Forwarded messages must not wait for Nagle's algorithm (it adds ~40 ms per exchange).
+      s.setNoDelay(true);
+      s.on('error', kill);
+      s.on('close', () => {
+        this.sockets.delete(s);
+        this.clients.delete(s);
+        kill();
+      });
+    }
+    function kill(): void {
+      client.destroy();
+      server.destroy();
+    }
+
+    let startup = true;
+    // Exchanges: the startup, then every Sync or simple Query, each answered by one
+    // ReadyForQuery ('Z'). `sent` counts those forwarded, `answered` the 'Z's received.
+    let sent = 0;
+    let answered = 0;
+    // The fault acting on this connection and the exchange it acts on.
+    let fault: { rule: Rule; exchange: number } | undefined;
+    let silent = false;
+    const statements = new Map<string, string>();
+    let fromClient = Buffer.alloc(0);
+    let fromServer = Buffer.alloc(0);
+
+    client.on('data', (chunk) => {
+      if (silent) return;
+      fromClient = Buffer.concat([fromClient, chunk]);
+      const out: Buffer[] = [];
+      for (;;) {
+        if (startup) {
+          // Untyped: length, then a request code.
+          if (fromClient.length < 8 || fromClient.length < fromClient.readInt32BE(0)) break;
+          const msg = fromClient.subarray(0, fromClient.readInt32BE(0));
+          fromClient = fromClient.subarray(msg.length);
+          const code = msg.readInt32BE(4);
+          if (code === SSL_REQUEST || code === GSSENC_REQUEST) {
+            client.write('N');
+            continue;
+          }
+          if (code !== CANCEL_REQUEST) {
+            startup = false;
+            sent = 1;
+          }
+          out.push(msg);
+          continue;
+        }
+        const msg = typed(fromClient);
+        if (!msg) break;
+        fromClient = fromClient.subarray(msg.length);
+        const type = String.fromCharCode(msg[0]);
+        let sql: string | undefined;
+        if (type === 'Q') sql = cstring(msg, 5).text;
+        else if (type === 'P') {
+          const name = cstring(msg, 5);
+          statements.set(name.text, cstring(msg, name.end + 1).text);
+        } else if (type === 'B') {
+          const portal = cstring(msg, 5);
+          sql = statements.get(cstring(msg, portal.end + 1).text);
+        }
+        if (sql !== undefined && !fault) {
+          const rule = this.take(sql);
+          if (rule) fault = { rule, exchange: sent + 1 };
+        }
+        out.push(msg);
+        if (type === 'S' || type === 'Q') sent++;
+        if (fault?.rule.kind === 'stall' && sent >= fault.exchange) {
+          silent = true;
+          break;
+        }
+      }
+      if (out.length) server.write(Buffer.concat(out));
+    });
+
+    server.on('data', (chunk) => {
+      if (fault && answered + 1 >= fault.exchange && fault.rule.kind === 'stall') return;
+      fromServer = Buffer.concat([fromServer, chunk]);
+      const out: Buffer[] = [];
+      for (;;) {
+        const msg = typed(fromServer);
+        if (!msg) break;
+        fromServer = fromServer.subarray(msg.length);
+        // This message answers exchange `answered + 1`.
+        if (fault && answered + 1 >= fault.exchange) {
+          if (fault.rule.kind === 'stall') break;
+          // drop: swallow the answer; once the server is ready again, the statement is over.
+          if (msg[0] === 0x5a /* Z */) {
+            if (out.length) client.write(Buffer.concat(out));
+            kill();
+            return;
+          }
+          continue;
+        }
+        out.push(msg);
+        if (msg[0] === 0x5a) answered++;
+      }
+      if (out.length) client.write(Buffer.concat(out));
+    });
+  }
+}
+
+/** The first complete typed message (type byte, length, body) in `buf`, or undefined. */
+function typed(buf: Buffer): Buffer | undefined {
+  if (buf.length < 5) return undefined;
+  const len = buf.readInt32BE(1) + 1;
+  return buf.length < len ? undefined : buf.subarray(0, len);
+}
+
+/** The NUL-terminated UTF-8 string starting at `start` in `buf`, and the index of its NUL. */
+function cstring(buf: Buffer, start: number): { text: string; end: number } {
+  const end = buf.indexOf(0, start);
+  return { text: buf.subarray(start, end).toString('utf8'), end };
+}
