@@ -95,6 +95,9 @@ export const checksum = defineJob<{ dir: string }, ChecksumOutput>({
       if (!isUnder(real, root)) throw new PermanentItemError(`${item.key} resolves outside ${root}; links are not followed`);
       const hash = createHash('sha256');
       let bytes = 0;
+      // A stream made with an already-aborted signal emits an 'error' nobody listens to yet, and
+      // Node 20 ends the process with it; the signal may have aborted during the awaits above.
+      if (item.signal.aborted) throw new Error(`${item.key}: reading was aborted`);
       try {
         for await (const chunk of handle.createReadStream({ signal: item.signal, autoClose: false })) {
           bytes += (chunk as Buffer).length;
