@@ -1,11 +1,8 @@
-// Lambda entry point: the scheduler (EventBridge schedule, every minute).
+// Lambda entry point: the scheduler (EventBridge Scheduler, every minute).
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
-import { runScheduler, runtimeDeps } from '../src/runtime/index.js';
-import { jsonLog } from '../src/runtime/log.js';
+import { invocation, schedulerInvocation, type SchedulerResult } from '../src/runtime/index.js';
 
-export const handler = middy<unknown, unknown, Error, Context>().handler(async () => {
-  const result = await runScheduler(runtimeDeps());
-  jsonLog('scheduler')('info', 'scheduler run', { ...result });
-  return result;
-});
+export const handler = middy<unknown, SchedulerResult, Error, Context>()
+  .use(invocation({ service: 'scheduler' }))
+  .handler(schedulerInvocation);

@@ -1,10 +1,8 @@
-// Lambda entry point: one worker invocation (async `Event` invoke with `{ batchId? }`).
+// Lambda entry point: one worker invocation (async `Event` invoke with `{ batchId?, invocationId? }`).
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
-import { runtimeDeps, runWorker, type WorkerEvent } from '../src/runtime/index.js';
-import { jsonLog } from '../src/runtime/log.js';
+import { invocation, workerInvocation, workerMarginMs, type WorkerEvent, type WorkerResult } from '../src/runtime/index.js';
 
-export const handler = middy<WorkerEvent, unknown, Error, Context>().handler(async (event, context) => {
-  const deps = runtimeDeps();
-  return runWorker(event ?? {}, context, { ...deps, log: jsonLog('worker') });
-});
+export const handler = middy<WorkerEvent, WorkerResult, Error, Context>()
+  .use(invocation({ service: 'worker', marginMs: workerMarginMs }))
+  .handler(workerInvocation);

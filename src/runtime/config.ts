@@ -15,6 +15,12 @@ export class ConfigError extends Error {
 }
 
 const int = (min: number) => z.coerce.number().int().min(min);
+const flag = z
+  .enum(['true', 'false'], { error: () => 'must be "true" or "false"' })
+  .transform((v) => v === 'true');
+
+/** Variables whose values are secrets: never echoed in a {@link ConfigError}. */
+const SECRET = /PASSWORD/;
 
 /**
  * Every setting, its environment variable and default. Durations are in ms (the `_MS` suffix).
@@ -51,13 +57,29 @@ const schema = {
   LEASEHOLD_MAX_CLAIM_PER_TICK: int(1).default(1024),
   LEASEHOLD_INVOKE_CAP: int(0).default(10),
   LEASEHOLD_INVOCATION_PENDING_MS: int(1000).default(120_000),
+  LEASEHOLD_DB_HOST: z.string().min(1).optional(),
+  LEASEHOLD_DB_PORT: int(1).max(65_535).default(5432),
+  LEASEHOLD_DB_NAME: z.string().min(1).optional(),
+  LEASEHOLD_DB_USER: z.string().min(1).max(63).optional(),
+  LEASEHOLD_DB_PASSWORD: z.string().optional(),
+  LEASEHOLD_DB_IAM_AUTH: flag.default(false),
+  LEASEHOLD_DB_TLS: z.enum(['rds', 'system', 'off'], { error: () => 'must be one of rds, system, off' }).default('rds'),
+  LEASEHOLD_DB_CA_FILE: z.string().min(1).optional(),
+  LEASEHOLD_DB_IDLE_TIMEOUT_MS: int(1_000).default(120_000),
+  LEASEHOLD_DB_MAX_LIFETIME_MS: int(60_000).max(3_600_000).default(600_000),
+  LEASEHOLD_DB_IAM_USER: z.string().min(1).max(63).optional(),
+  LEASEHOLD_MIGRATIONS_DIR: z.string().min(1).optional(),
+  AWS_REGION: z.string().min(1).optional(),
 } as const;
 
 type Env = { [K in keyof typeof schema]: z.infer<(typeof schema)[K]> };
 
 /** The runtime's settings, parsed from the environment by {@link loadConfig}. */
 export interface Config {
-  /** postgres:// URL; required by every function. */
+  /**
+   * postgres:// URL (local mode and tests). When set it wins over {@link Config.db}'s host
+   * settings; one of the two is required by every function.
+   */
   databaseUrl: string | undefined;
   /** Name of the worker function that dispatches invoke. */
   workerFunction: string;
@@ -94,6 +116,10 @@ export interface Config {
   dispatchCooldownMs: number;
   /** Connections per function container. */
   dbPoolMax: number;
+  /** How functions reach the database when `DATABASE_URL` is not set (deployed: RDS). */
+  db: DbConfig;
+  /** Where the migrate function reads the migration files; default next to the code. */
+  migrationsDir: string | undefined;
   /** Directories file jobs may read under (absolute). */
   allowedRoots: string[];
   /** Lease settings of every worker process (see `LeaseConfig`), ms. */
@@ -112,6 +138,46 @@ export interface Config {
   invocationPendingMs: number;
 }
 
+/** The database settings of a deployment (`LEASEHOLD_DB_*`). */
+export interface DbConfig {
+  /** Host name of the database (RDS endpoint); unset means `DATABASE_URL` is used. */
+  host: string | undefined;
+  /** Port. Default 5432. */
+  port: number;
+  /** Database name; required with `host`. */
+  name: string | undefined;
+  /** The runtime's database user; required with `host` and with `iamAuth`. */
+  user: string | undefined;
+  /** Password of `user` when IAM authentication is off. */
+  password: string | undefined;
+  /**
+   * Authenticate `user` with a fresh RDS IAM token (`@aws-sdk/rds-signer`) for every new
+   * connection instead of a password; needs TLS and `region`. The migrate function then creates
+   * `user` and grants it `rds_iam`. Default false.
+   */
+  iamAuth: boolean;
+  /**
+   * TLS towards `host`: `rds` verifies the server against the Amazon RDS CA bundle shipped with
+   * the code (plus `caFile`), `system` against Node's CA store (plus `caFile`), `off` sends
+   * plain text (refused with `iamAuth`). Default `rds`.
+   */
+  tls: 'rds' | 'system' | 'off';
+  /** A PEM file with more CA certificates to trust (a newer RDS bundle, a proxy's CA). */
+  caFile: string | undefined;
+  /** AWS region of the database, for IAM tokens (`AWS_REGION`, set by Lambda). */
+  region: string | undefined;
+  /** A pooled connection idle this long is closed, ms. Default 120,000. */
+  idleTimeoutMs: number;
+  /** A connection is replaced after this long, ms. Default 600,000 (below the 15-minute IAM token lifetime). */
+  maxLifetimeMs: number;
+  /**
+   * Migrate function only: the IAM-authenticated user the runtime functions connect as, which the
+   * migration creates (`login`, `rds_iam`) and grants leasehold's tables to, when it differs from
+   * the user the migration connects as (the master user, with `password`). Default none.
+   */
+  iamUser: string | undefined;
+}
+
 /**
  * Read and validate every setting from `env` (default `process.env`).
  * @throws {ConfigError} naming the first invalid variable.
@@ -121,7 +187,10 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   for (const [name, type] of Object.entries(schema)) {
     const raw = env[name];
     const parsed = (type as z.ZodType).safeParse(raw === '' ? undefined : raw);
-    if (!parsed.success) throw new ConfigError(name, `${parsed.error.issues[0].message} (got ${JSON.stringify(raw)})`);
+    if (!parsed.success) {
+      const got = SECRET.test(name) ? '' : ` (got ${JSON.stringify(raw)})`;
+      throw new ConfigError(name, `${parsed.error.issues[0].message}${got}`);
+    }
     out[name] = parsed.data;
   }
   const e = out as Env;
@@ -146,6 +215,21 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     maxBodyBytes: e.LEASEHOLD_MAX_BODY_BYTES,
     dispatchCooldownMs: e.LEASEHOLD_DISPATCH_COOLDOWN_MS,
     dbPoolMax: e.LEASEHOLD_DB_POOL_MAX,
+    db: {
+      host: e.LEASEHOLD_DB_HOST,
+      port: e.LEASEHOLD_DB_PORT,
+      name: e.LEASEHOLD_DB_NAME,
+      user: e.LEASEHOLD_DB_USER,
+      password: e.LEASEHOLD_DB_PASSWORD,
+      iamAuth: e.LEASEHOLD_DB_IAM_AUTH,
+      tls: e.LEASEHOLD_DB_TLS,
+      caFile: e.LEASEHOLD_DB_CA_FILE,
+      region: e.AWS_REGION,
+      idleTimeoutMs: e.LEASEHOLD_DB_IDLE_TIMEOUT_MS,
+      maxLifetimeMs: e.LEASEHOLD_DB_MAX_LIFETIME_MS,
+      iamUser: e.LEASEHOLD_DB_IAM_USER,
+    },
+    migrationsDir: e.LEASEHOLD_MIGRATIONS_DIR,
     allowedRoots: e.LEASEHOLD_ALLOWED_ROOTS
       ? e.LEASEHOLD_ALLOWED_ROOTS.split(delimiter).filter(Boolean)
       : [process.cwd(), tmpdir()],
@@ -176,5 +260,23 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   if (config.beatMs >= config.staleMs) {
     throw new ConfigError('LEASEHOLD_BEAT_MS', `must be below LEASEHOLD_STALE_MS (${config.staleMs})`);
   }
+  checkDb(config.db, config.databaseUrl !== undefined);
   return config;
+}
+
+/** The database settings must name one reachable database, and IAM auth what it needs. */
+function checkDb(db: DbConfig, hasUrl: boolean): void {
+  if (db.iamAuth && !db.user) {
+    throw new ConfigError('LEASEHOLD_DB_USER', 'is required with LEASEHOLD_DB_IAM_AUTH=true (the user IAM tokens are made for)');
+  }
+  // DATABASE_URL wins: the host settings are not used, so they need not be complete.
+  if (hasUrl || !db.host) return;
+  if (!db.name) throw new ConfigError('LEASEHOLD_DB_NAME', 'is required with LEASEHOLD_DB_HOST');
+  if (!db.user) throw new ConfigError('LEASEHOLD_DB_USER', 'is required with LEASEHOLD_DB_HOST');
+  if (db.iamAuth && db.tls === 'off') {
+    throw new ConfigError('LEASEHOLD_DB_TLS', 'must not be off with LEASEHOLD_DB_IAM_AUTH=true: RDS accepts IAM tokens only over TLS');
+  }
+  if (db.iamAuth && !db.region) {
+    throw new ConfigError('AWS_REGION', 'is required with LEASEHOLD_DB_IAM_AUTH=true (IAM tokens are signed for a region)');
+  }
 }

@@ -1,6 +1,41 @@
-export { loadConfig, ConfigError, type Config } from './config.js';
+export { loadConfig, ConfigError, type Config, type DbConfig } from './config.js';
 export { LambdaDispatcher, dispatchBatch, type Dispatcher, type WorkerEvent } from './dispatch.js';
-export { runWorker, requestWorkerShutdown, type WorkerDeps, type WorkerResult, type InvocationContext } from './worker.js';
+export { runWorker, requestWorkerShutdown, type WorkerDeps, type WorkerResult, type InvocationContext, type UnitReconciler } from './worker.js';
 export { runScheduler, type SchedulerResult } from './scheduler.js';
-export { jsonLog, setLogSink, type Log } from './log.js';
+export { jsonLog, setLogSink, lambdaLog, powertoolsLogger, writeLogLine, type Log } from './log.js';
 export { runtimeDeps, resetRuntimeDeps, type RuntimeDeps } from './deps.js';
+export {
+  openDatabase,
+  databaseTarget,
+  dbTls,
+  iamTokenPassword,
+  rdsCertificateAuthorities,
+  settleAfterThaw,
+  isConnectionError,
+  type IamTokenTarget,
+  type OpenDatabaseOptions,
+  type SignerCredentials,
+  type TlsOptions,
+} from './db.js';
+export { ReconnectingLeaser, HeartbeatTimeoutError } from './heartbeat.js';
+export { metricsFor, workerMetricHooks, METRICS_NAMESPACE, type RuntimeMetrics, type WorkerHooks } from './metrics.js';
+export { invocation, invocationOf, httpErrorBoundary, type Invocation, type InvocationOptions, type LeaseholdContext } from './middleware.js';
+export {
+  handleTrigger,
+  readTriggerEvent,
+  InvalidTriggerEventError,
+  type TriggerDeps,
+  type TriggerDetail,
+  type TriggerEvent,
+  type TriggerRequest,
+  type TriggerResult,
+} from './trigger.js';
+export {
+  workerInvocation,
+  workerMarginMs,
+  schedulerInvocation,
+  apiInvocation,
+  triggerInvocation,
+  migrateInvocation,
+  type MigrateResult,
+} from './handlers.js';

@@ -1,12 +1,14 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
-import { Runner, type RunResult, type RunnerEvent } from '../batch/index.js';
+import { Runner, type Executor, type Resolve, type RunResult, type RunnerEvent } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
-import { invocationLive, Leaser, planInvocations, type LeaserEvent, type Reconciler } from '../lease/index.js';
+import { invocationLive, planInvocations, type LeaserEvent, type Reconciler } from '../lease/index.js';
 import type { Sql } from '../store/index.js';
 import type { Config } from './config.js';
 import { dispatchBatch, type Dispatcher, type WorkerEvent } from './dispatch.js';
+import { ReconnectingLeaser } from './heartbeat.js';
 import type { Log } from './log.js';
+import type { WorkerHooks } from './metrics.js';
 
 const shutdown = new AbortController();
 
@@ -35,10 +37,21 @@ export interface WorkerDeps {
   jobs: JobRegistry;
   config: Config;
   dispatcher: Dispatcher;
-  /** Builds the reconciler of one process's units (the unit jobs). Default: units are held, nothing runs. */
-  units?: (processId: string) => UnitReconciler;
+  /**
+   * Builds the reconciler of one process's units (the unit jobs); `log` is the invocation's.
+   * Default: units are held, nothing runs.
+   */
+  units?: (processId: string, log?: Log) => UnitReconciler;
   /** Structured log sink. Default: none. */
   log?: Log;
+  /** Observers of leases, runs and items (metrics). Default: none. */
+  hooks?: WorkerHooks;
+  /**
+   * The invocation's deadline signal (the invocation middleware aborts it at remaining time −
+   * margin): when it aborts, the worker stops as at its deadline. The worker computes the same
+   * deadline from its context; this lets the caller stop it earlier. Default: none.
+   */
+  signal?: AbortSignal;
 }
 
 /** What one worker invocation did. */
@@ -76,8 +89,20 @@ const idleUnits: UnitReconciler = {
 export async function runWorker(event: WorkerEvent, context: InvocationContext, deps: WorkerDeps): Promise<WorkerResult> {
   const { config, jobs, sql } = deps;
   const log = deps.log ?? (() => {});
+  const hooks = deps.hooks ?? {};
   const processId = randomUUID();
   const deadline = Date.now() + context.getRemainingTimeInMillis() - config.deadlineMarginMs;
+  // Wakes the loop's waits on shutdown or at the deadline signal; listeners removed at the end,
+  // since `shutdown` lives as long as the container.
+  const stopping = new AbortController();
+  const stop = stopping.signal;
+  const onStop = () => stopping.abort();
+  for (const s of [shutdown.signal, deps.signal]) {
+    if (s?.aborted) stopping.abort();
+    else s?.addEventListener('abort', onStop, { once: true });
+  }
+  const pastDeadline = () => Date.now() >= deadline || deps.signal?.aborted === true;
+  const resolve = hooks.item ? countingResolve(jobs.resolve, hooks.item, config.attempts) : jobs.resolve;
   const runner = new Runner(sql, {
     processId,
     parallel: config.parallel,
@@ -90,10 +115,13 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
     maxRuns: config.maxRuns,
     drainMs: config.drainMs,
     storeTimeoutMs: config.storeTimeoutMs,
-    onEvent: (e: RunnerEvent) => logRunnerEvent(log, processId, e),
+    onEvent: (e: RunnerEvent) => {
+      hooks.runner?.(e);
+      logRunnerEvent(log, processId, e);
+    },
   });
-  const units = deps.units?.(processId) ?? idleUnits;
-  const leaser = new Leaser(
+  const units = deps.units?.(processId, log) ?? idleUnits;
+  const leaser = new ReconnectingLeaser(
     sql,
     {
       ...config.lease,
@@ -104,8 +132,13 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
       sweepIntervalMs: 0,
     },
     units,
-    { onEvent: (e: LeaserEvent) => logLeaserEvent(log, processId, e) },
+    { hooks: hooks.lease, onEvent: (e: LeaserEvent) => logLeaserEvent(log, processId, e) },
   );
+  leaser.timeoutMs = config.storeTimeoutMs;
+  leaser.onRetry = (error) => {
+    hooks.heartbeatRetried?.();
+    log('warn', 'heartbeat failed on a dead connection; retried on another', { processId, error: String(error) });
+  };
   const leasing = new AbortController();
   const leaseLoop = leaser.run(leasing.signal);
 
@@ -115,8 +148,8 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
 
   let reason: WorkerResult['reason'] = 'idle';
   try {
-    if (event.batchId && Date.now() < deadline && !shutdown.signal.aborted) {
-      const b = await runner.takeOver(jobs.resolve, event.batchId).catch((error) => {
+    if (event.batchId && !pastDeadline() && !shutdown.signal.aborted) {
+      const b = await runner.takeOver(resolve, event.batchId).catch((error) => {
         log('warn', 'takeover of the dispatched batch failed', { processId, batchId: event.batchId, error: String(error) });
         return undefined;
       });
@@ -128,7 +161,7 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
         reason = 'shutdown';
         break;
       }
-      if (Date.now() >= deadline) {
+      if (pastDeadline()) {
         reason = 'deadline';
         break;
       }
@@ -138,7 +171,7 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
       }
       try {
         while (runner.batches().length < config.maxRuns) {
-          const b = await runner.takeOver(jobs.resolve);
+          const b = await runner.takeOver(resolve);
           if (!b) break;
           collect(b.id);
         }
@@ -151,9 +184,11 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
       else if (Date.now() - idleSince >= config.workerIdleMs) break;
       const wait = Math.max(0, Math.min(config.workerPollMs, deadline - Date.now()));
       const runs = runner.batches().map((id) => runner.running(id)!);
-      await Promise.race([sleep(wait, shutdown.signal), ...runs]);
+      await Promise.race([sleep(wait, stop), ...runs]);
     }
   } finally {
+    shutdown.signal.removeEventListener('abort', onStop);
+    deps.signal?.removeEventListener('abort', onStop);
     leasing.abort();
     const [closing] = await Promise.all([
       runner.close(),
@@ -200,6 +235,37 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
   const runs = [...byRun.values()].map(({ batchId, outcome, finishedItems }) => ({ batchId, outcome, finishedItems }));
   log('info', 'worker returning', { processId, reason, runs, continued, replacements });
   return { processId, runs, reason, continued, replacements };
+}
+
+/**
+ * `resolve` with every executor's work wrapped to report each attempt's outcome as the runner
+ * decides it: `done` when the work resolves; when it throws, nothing if the run was stopping and
+ * the attempt is given back, else `failed` at the last attempt or for a permanent error, else
+ * `retry`.
+ */
+function countingResolve(resolve: Resolve, item: NonNullable<WorkerHooks['item']>, defaultAttempts: number): Resolve {
+  return (batch) => {
+    const ex = resolve(batch);
+    if (!ex) return ex;
+    const attempts = Math.max(1, ex.attempts ?? defaultAttempts);
+    const counted: Executor = {
+      ...ex,
+      work: async (ctx) => {
+        try {
+          const out = await ex.work(ctx);
+          item('done');
+          return out;
+        } catch (error) {
+          if (!(ctx.signal.aborted && ctx.attempt < attempts)) {
+            const permanent = (error as { permanent?: unknown } | null)?.permanent === true;
+            item(ctx.attempt >= attempts || permanent ? 'failed' : 'retry');
+          }
+          throw error;
+        }
+      },
+    };
+    return counted;
+  };
 }
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {

@@ -1,7 +1,36 @@
+import type { PeerCertificate } from 'node:tls';
 import postgres from 'postgres';
 
 /** A postgres.js client as used throughout leasehold. */
 export type Sql = postgres.Sql<Record<string, never>>;
+
+/**
+ * Where and how to connect when there is no URL (a deployed database): the password may be a
+ * function, called for every new connection (an IAM token that expires, for example).
+ */
+export interface ConnectTarget {
+  host: string;
+  /** Default 5432. */
+  port?: number;
+  database: string;
+  user: string;
+  /** A password, or a function returning one for each new connection. Default none. */
+  password?: string | (() => string | Promise<string>);
+  /**
+   * TLS options (`node:tls` connect options: `ca`, `rejectUnauthorized`, `servername`,
+   * `checkServerIdentity`), or false for none. postgres.js sends the host as `servername` when
+   * it is a name, but for an IP address Node then checks the certificate against `localhost`:
+   * give `checkServerIdentity` to check it against the real host. Default false.
+   */
+  ssl?:
+    | false
+    | {
+        ca?: string[];
+        rejectUnauthorized: boolean;
+        servername?: string;
+        checkServerIdentity?: (hostname: string, cert: PeerCertificate) => Error | undefined;
+      };
+}
 
 /** Options for {@link connect}. */
 export interface ConnectOptions {
@@ -9,6 +38,13 @@ export interface ConnectOptions {
   max?: number;
   /** Close idle connections after this many seconds (postgres.js unit). Default 30 s. */
   idleTimeoutS?: number;
+  /**
+   * Replace a connection after this many seconds, even a busy one once its query ends
+   * (postgres.js unit). Default postgres.js's own: 30 to 60 minutes.
+   */
+  maxLifetimeS?: number;
+  /** Give up opening a connection after this many seconds. Default 30. */
+  connectTimeoutS?: number;
   /** Schema to put first on the `search_path` (tests isolate themselves this way). Default: none. */
   schema?: string;
   /** Application name shown in `pg_stat_activity`. Default `leasehold`. */
@@ -21,21 +57,24 @@ export interface ConnectOptions {
 }
 
 /**
- * Open a postgres.js pool for `url` (a `postgres://` connection string).
+ * Open a postgres.js pool for `url` (a `postgres://` connection string) or a
+ * {@link ConnectTarget}.
  *
  * Notices are silenced (migrations use `if not exists`), bigint counts come back as numbers,
  * timestamps as `Date`, and statements time out after `statementTimeoutMs`. Throws nothing
  * itself; connection errors surface on the first query.
  */
-export function connect(url: string, options: ConnectOptions = {}): Sql {
+export function connect(url: string | ConnectTarget, options: ConnectOptions = {}): Sql {
   const connection: Record<string, string> = {
     application_name: options.applicationName ?? 'leasehold',
   };
   if (options.schema) connection.search_path = options.schema;
   connection.statement_timeout = String(options.statementTimeoutMs ?? 30_000);
-  return postgres(url, {
+  const settings = {
     max: options.max ?? 10,
     idle_timeout: options.idleTimeoutS ?? 30,
+    ...(options.maxLifetimeS !== undefined ? { max_lifetime: options.maxLifetimeS } : {}),
+    ...(options.connectTimeoutS !== undefined ? { connect_timeout: options.connectTimeoutS } : {}),
     onnotice: () => {},
     // Type discovery runs a catalog query on every new connection whose failure postgres.js
     // leaves unhandled (a connection killed at that moment crashed the process); leasehold
@@ -51,5 +90,15 @@ export function connect(url: string, options: ConnectOptions = {}): Sql {
         parse: (x: string) => Number(x),
       },
     },
+  };
+  if (typeof url === 'string') return postgres(url, settings) as unknown as Sql;
+  return postgres({
+    ...settings,
+    host: url.host,
+    port: url.port ?? 5432,
+    database: url.database,
+    username: url.user,
+    ...(url.password !== undefined ? { password: url.password } : {}),
+    ssl: url.ssl ?? false,
   }) as unknown as Sql;
 }

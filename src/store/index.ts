@@ -1,2 +1,3 @@
-export { connect, type Sql, type ConnectOptions } from './connect.js';
-export { migrate, migrationFiles, type Migration } from './migrate.js';
+export { connect, type Sql, type ConnectOptions, type ConnectTarget } from './connect.js';
+export { migrate, migrationFiles, DEFAULT_MIGRATIONS_DIR, type Migration, type MigrateOptions } from './migrate.js';
+export { provisionRuntimeRole, type RuntimeRole, type RuntimeRoleResult } from './roles.js';

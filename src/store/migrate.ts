@@ -2,6 +2,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 import type { Sql } from './connect.js';
+import { provisionRuntimeRole, type RuntimeRole, type RuntimeRoleResult } from './roles.js';
 
 const MIGRATIONS_DIR = fileURLToPath(new URL('./migrations/', import.meta.url));
 
@@ -13,6 +14,26 @@ export interface Migration {
   name: string;
 }
 
+/** Options of {@link migrate}. */
+export interface MigrateOptions {
+  /**
+   * Folder of the numbered `.sql` files. Default the `migrations/` folder next to this module —
+   * in a bundle (one `.mjs` file per function), a `migrations/` folder copied next to the bundle.
+   */
+  dir?: string;
+  /**
+   * After migrating, provision this role for the runtime functions (see
+   * {@link provisionRuntimeRole}): created with `login` when missing, granted `rds_iam` when
+   * that exists, and row access to leasehold's tables. Default none.
+   */
+  runtimeRole?: RuntimeRole;
+  /** Called with what was done for `runtimeRole`. */
+  onRuntimeRole?: (result: RuntimeRoleResult) => void;
+}
+
+/** The default folder of the migration files. */
+export const DEFAULT_MIGRATIONS_DIR = MIGRATIONS_DIR;
+
 /** List the migration files shipped with leasehold, in version order. */
 export async function migrationFiles(dir = MIGRATIONS_DIR): Promise<Migration[]> {
   const names = (await readdir(dir)).filter((n) => /^\d+_.+\.sql$/.test(n)).sort();
@@ -20,8 +41,9 @@ export async function migrationFiles(dir = MIGRATIONS_DIR): Promise<Migration[]>
 }
 
 /**
- * Apply every migration not yet applied, in version order, each in its own transaction, and
- * return the ones applied now.
+ * Apply every migration not yet applied, in version order, and return the ones applied now;
+ * then, with `options.runtimeRole`, provision the runtime's role. `options` may be the folder of
+ * the migration files (as before {@link MigrateOptions}).
  *
  * Safe under concurrency: the whole run holds a transaction-scoped advisory lock keyed by the
  * current schema, so two processes migrating at once apply each migration exactly once (the
@@ -30,7 +52,9 @@ export async function migrationFiles(dir = MIGRATIONS_DIR): Promise<Migration[]>
  *
  * @throws the database error of a failing migration; earlier migrations stay applied.
  */
-export async function migrate(sql: Sql, dir = MIGRATIONS_DIR): Promise<Migration[]> {
+export async function migrate(sql: Sql, options: string | MigrateOptions = {}): Promise<Migration[]> {
+  const o: MigrateOptions = typeof options === 'string' ? { dir: options } : options;
+  const dir = o.dir ?? MIGRATIONS_DIR;
   const files = await migrationFiles(dir);
   const applied: Migration[] = [];
   await sql.begin(async (tx) => {
@@ -52,6 +76,10 @@ export async function migrate(sql: Sql, dir = MIGRATIONS_DIR): Promise<Migration
       // Marks the migration applied, in the same transaction as its statements.
       await tx`insert into leasehold_migrations (version, name) values (${m.version}, ${m.name})`;
       applied.push(m);
+    }
+    if (o.runtimeRole) {
+      const result = await provisionRuntimeRole(tx, o.runtimeRole);
+      o.onRuntimeRole?.(result);
     }
   });
   return applied;

