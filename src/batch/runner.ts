@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
-import type { Sql } from '../store/index.js';
+import { withTimeout, type Sql } from '../store/index.js';
 import { createBatch, type CreateOptions } from './batches.js';
 import { systemClock, type Clock } from '../clock.js';
 import { BatchLostError } from './errors.js';
@@ -85,27 +85,6 @@ export function retryDelayMs(backoffMs: number, attempt: number, random: () => n
 }
 
 class StoreFailure extends Error {}
-
-/**
- * Settle with `query`, or reject after `ms` (cancelling the query when it can be): a
- * connection that stops answering must not hold a run, whose beats would keep it from stale.
- */
-async function withTimeout<T>(query: Promise<T>, ms: number): Promise<T> {
-  if (!(ms > 0)) return query;
-  let timer: NodeJS.Timeout | undefined;
-  const expired = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
-      (query as { cancel?: () => void }).cancel?.();
-      reject(new Error(`store statement did not answer within ${ms} ms`));
-    }, ms);
-  });
-  query.catch(() => {});
-  try {
-    return await Promise.race([query, expired]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 /** One run: this runner's ownership of one batch, from takeover to its end. */
 class Run {

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { hostname as osHostname } from 'node:os';
 import { systemClock, type Clock } from '../clock.js';
-import type { Sql } from '../store/index.js';
+import { withTimeout, type Sql } from '../store/index.js';
 import * as q from './sql.js';
 import type { UnitKey, UnitRow } from './sql.js';
 
@@ -32,6 +32,12 @@ export interface LeaseConfig {
   claimBatch: number;
   /** Most units one tick claims. Default 1,024. */
   maxClaimPerTick: number;
+  /**
+   * A statement not answered within this fails (the step is retried on its next interval), ms:
+   * a silent connection must not stall heartbeats past the TTL or a stop past its deadline.
+   * Default: a third of `ttlMs`. 0 waits for ever.
+   */
+  storeTimeoutMs: number;
 }
 
 /** Defaults of {@link LeaseConfig} (issue "Processes share per-tenant units fairly"). */
@@ -98,6 +104,7 @@ export function leaseConfig(partial: Partial<LeaseConfig> = {}): LeaseConfig {
     ...LEASE_DEFAULTS,
     ...Object.fromEntries(Object.entries(partial).filter(([, v]) => v !== undefined)),
   } as LeaseConfig;
+  c.storeTimeoutMs ??= Math.floor(c.ttlMs / 3);
   const positive = ['ttlMs', 'heartbeatIntervalMs', 'rebalanceIntervalMs', 'sweepCutoffMs', 'claimBatch', 'maxClaimPerTick'] as const;
   for (const name of positive) {
     if (!Number.isFinite(c[name]) || c[name] <= 0) throw new LeaseConfigError(`${name} must be a positive number, got ${c[name]}`);
@@ -110,6 +117,9 @@ export function leaseConfig(partial: Partial<LeaseConfig> = {}): LeaseConfig {
     throw new LeaseConfigError(`heartbeatIntervalMs (${c.heartbeatIntervalMs}) must be below ttlMs (${c.ttlMs})`);
   }
   if (c.sweepCutoffMs < c.ttlMs) throw new LeaseConfigError(`sweepCutoffMs (${c.sweepCutoffMs}) must not be below ttlMs (${c.ttlMs})`);
+  if (!Number.isFinite(c.storeTimeoutMs) || c.storeTimeoutMs < 0) {
+    throw new LeaseConfigError(`storeTimeoutMs must be 0 (none) or positive, got ${c.storeTimeoutMs}`);
+  }
   if (c.claimBatch > c.maxClaimPerTick) {
     throw new LeaseConfigError(`claimBatch (${c.claimBatch}) must not exceed maxClaimPerTick (${c.maxClaimPerTick})`);
   }
@@ -193,12 +203,12 @@ export class Leaser {
   async heartbeat(): Promise<{ lapsed: boolean }> {
     const started = this.clock.now();
     const gapped = this.lastBeatAt !== undefined && started - this.lastBeatAt > this.config.ttlMs;
-    const { lapsed } = await q.heartbeat(this.sql, {
+    const { lapsed } = await this.withinTimeout(q.heartbeat(this.sql, {
       id: this.config.processId,
       hostname: this.config.hostname,
       version: this.config.version,
       ttlMs: this.config.ttlMs,
-    });
+    }));
     this.lastBeatAt = started;
     const first = this.beats === 0;
     this.beats++;
@@ -221,7 +231,7 @@ export class Leaser {
   async tick(): Promise<{ claimed: number; shed: number; fairShare: number }> {
     const t0 = performance.now();
     const id = this.config.processId;
-    const state = await q.shareState(this.sql, id);
+    const state = await this.withinTimeout(q.shareState(this.sql, id));
     await this.syncOwned(state.owned);
     let weight = this.weight();
     const fairShare = state.live > 0 ? Math.ceil(state.totalWeight / state.live) : 0;
@@ -241,7 +251,7 @@ export class Leaser {
       while (budget > 0 && room > 0 && range < ranges.length) {
         // Every unit weighs at least 1, so `budget` units are as many as can fit.
         const limit = Math.min(this.config.claimBatch, room, budget);
-        const rows = await q.claim(this.sql, {
+        const rows = await this.withinTimeout(q.claim(this.sql, {
           id,
           budget,
           limit,
@@ -250,7 +260,7 @@ export class Leaser {
           allowOver: weight === 0 && claimed === 0,
           // Going over the share is fine while below the shedding line: nobody sheds it back.
           overCap: Math.floor(fairShare * (1 + this.config.shedHysteresis)) - weight,
-        });
+        }));
         if (rows.length < limit) range++;
         if (rows.length === 0) continue;
         for (const u of rows) this.units.set(key(u), u);
@@ -279,12 +289,12 @@ export class Leaser {
     const all = this.owned();
     this.units.clear();
     if (all.length) await this.reconciler.unitsLost(all);
-    return q.releaseAll(this.sql, this.config.processId);
+    return this.withinTimeout(q.releaseAll(this.sql, this.config.processId));
   }
 
   /** Delete the process row: the last step of a graceful stop. */
   async deleteProcess(): Promise<boolean> {
-    return q.deleteProcess(this.sql, this.config.processId);
+    return this.withinTimeout(q.deleteProcess(this.sql, this.config.processId));
   }
 
   /**
@@ -335,7 +345,7 @@ export class Leaser {
       if (this.clock.now() >= nextSweep) {
         nextSweep = this.clock.now() + c.sweepIntervalMs;
         try {
-          const swept = await q.sweep(this.sql, c.sweepCutoffMs);
+          const swept = await this.withinTimeout(q.sweep(this.sql, c.sweepCutoffMs));
           if (swept.processes) this.onEvent({ type: 'swept', ...swept });
         } catch (error) {
           this.onEvent({ type: 'error', step: 'sweep', error });
@@ -343,6 +353,10 @@ export class Leaser {
       }
       await this.clock.sleep(Math.max(0, Math.min(nextBeat, nextTick, nextSweep) - this.clock.now()), signal);
     }
+  }
+
+  private withinTimeout<T>(query: Promise<T>): Promise<T> {
+    return withTimeout(query, this.config.storeTimeoutMs);
   }
 
   private weight(): number {
@@ -370,7 +384,7 @@ export class Leaser {
   }
 
   private async resync(): Promise<number> {
-    return this.syncOwned(await q.ownedUnits(this.sql, this.config.processId));
+    return this.syncOwned(await this.withinTimeout(q.ownedUnits(this.sql, this.config.processId)));
   }
 
   private async dropAll(): Promise<void> {
@@ -397,7 +411,7 @@ export class Leaser {
     if (give.length === 0) return 0;
     for (const u of give) this.units.delete(key(u));
     await this.reconciler.unitsLost(give);
-    await q.releaseUnits(this.sql, this.config.processId, give);
+    await this.withinTimeout(q.releaseUnits(this.sql, this.config.processId, give));
     return give.length;
   }
 }

@@ -3,7 +3,7 @@ import { hostname } from 'node:os';
 import { Runner, type Executor, type Resolve, type RunResult, type RunnerEvent } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
 import { invocationLive, planInvocations, type LeaserEvent, type Reconciler } from '../lease/index.js';
-import type { Sql } from '../store/index.js';
+import { withTimeout, type Sql } from '../store/index.js';
 import type { Config } from './config.js';
 import { dispatchBatch, type Dispatcher, type WorkerEvent } from './dispatch.js';
 import { ReconnectingLeaser } from './heartbeat.js';
@@ -167,7 +167,7 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
       }
       if (!invocationMarked && leaser.ready()) {
         invocationMarked = true;
-        await invocationLive(sql, event.invocationId!).catch(() => {});
+        await withTimeout(invocationLive(sql, event.invocationId!), config.storeTimeoutMs).catch(() => {});
       }
       try {
         while (runner.batches().length < config.maxRuns) {
@@ -209,10 +209,14 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
   // A run may have ended through close() and through collect(): keep one result per run.
   const byRun = new Map(results.map((r) => [r.runId, r]));
   const continued: string[] = [];
+  // Continuations and replacements only while there is time left: the scheduler does the same
+  // within a minute, and returning before the platform's deadline comes first (invariant 6).
+  const leftMs = () => context.getRemainingTimeInMillis() - 500;
+  const bounded = <T>(p: Promise<T>) => withTimeout(p, Math.max(1, Math.min(config.storeTimeoutMs, leftMs())));
   for (const r of byRun.values()) {
-    if (r.outcome !== 'handed-off' || reason === 'shutdown') continue;
+    if (r.outcome !== 'handed-off' || reason === 'shutdown' || leftMs() <= 0) continue;
     try {
-      await dispatchBatch(sql, deps.dispatcher, r.batchId);
+      await bounded(dispatchBatch(sql, deps.dispatcher, r.batchId));
       continued.push(r.batchId);
     } catch (error) {
       // The scheduler dispatches handed-off batches too; this only makes it sooner.
@@ -220,12 +224,12 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
     }
   }
   let replacements = 0;
-  if (reason === 'deadline') {
+  if (reason === 'deadline' && leftMs() > 0) {
     // This process just left the fleet: keep the desired count without waiting for the scheduler.
     try {
-      const plan = await planInvocations(sql, { cap: 1, pendingMs: config.invocationPendingMs });
+      const plan = await bounded(planInvocations(sql, { cap: 1, pendingMs: config.invocationPendingMs }));
       for (const invocationId of plan.invocations) {
-        await deps.dispatcher.invoke({ invocationId });
+        await bounded(deps.dispatcher.invoke({ invocationId }));
         replacements++;
       }
     } catch (error) {

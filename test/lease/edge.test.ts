@@ -31,7 +31,8 @@ async function nearExpiry(): Promise<{ l: Member; m: Member }> {
   await clear(db.sql);
   await db.sql`delete from slow_beat`;
   await putTenantUnits(db.sql, 'acme', { job: 'sync', shards: 6 });
-  const l = member(pools[0], { ttlMs: 1_000, heartbeatIntervalMs: 300 }, { name: 'L' });
+  // Statements may take longer than a third of the TTL here: the slow commit is the point.
+  const l = member(pools[0], { ttlMs: 1_000, heartbeatIntervalMs: 300, storeTimeoutMs: 2_000 }, { name: 'L' });
   const m = member(pools[1], {}, { name: 'M' });
   await concurrently([l, m], (x) => x.leaser.heartbeat());
   for (let round = 0; round < 3; round++) await concurrently([l, m], (x) => x.leaser.tick());

@@ -98,17 +98,19 @@ function within<T>(what: string, p: Promise<T>, ms: number): Promise<T> {
 
 const items = (n: number) => Array.from({ length: n }, (_, i) => ({ key: `k${String(i).padStart(3, '0')}` }));
 const MOVE = /update leasehold_items i\s+set state = v\.state/;
+const HEARTBEAT = /insert into leasehold_processes/;
 const TAKEOVER = /set owner_run = \$1, owner_process = \$2, beat_at = now\(\), taken_at = now\(\)/;
 
 describe('worker under store faults', () => {
   // The statement whose connection goes silent: the nth of its kind in the worker's process.
   it.each([
-    { what: 'a move of its run', pattern: MOVE, nth: 5 },
-    { what: 'a look for batches to take over', pattern: TAKEOVER, nth: 3 },
-  ])('a worker whose store connection stalls mid-run ($what) returns before its deadline, owning nothing', async ({ pattern, nth }) => {
+    { what: 'a move of its run', pattern: MOVE, nth: 5, name: 'move' },
+    { what: 'a look for batches to take over', pattern: TAKEOVER, nth: 3, name: 'takeover' },
+    { what: 'a heartbeat of its process', pattern: HEARTBEAT, nth: 3, name: 'heartbeat' },
+  ])('a worker whose store connection stalls mid-run ($what) returns before its deadline, owning nothing', async ({ pattern, nth, name }) => {
     executions = new Map();
     const { proxy, sql } = await proxied();
-    const key = `stall-${nth}`;
+    const key = `stall-${name}`;
     const { batch } = await createBatch(db.sql, { tenant: 't', datasource: key, job: 'slow', params: { ms: 30 }, requestKey: key, items: items(400) });
     // That statement gets no answer, ever: its connection goes silent.
     let seen = 0;
