@@ -238,7 +238,7 @@ export class Leaser {
     this.lastShare = { live: state.live, totalWeight: state.totalWeight, fairShare };
     let claimed = 0;
     let shed = 0;
-    if (state.selfLive && state.claimable) {
+    if (state.selfLive && (state.unowned || state.abandoned)) {
       let budget = fairShare - weight;
       let room = this.config.maxClaimPerTick;
       // From a random start key round to it: [start, 1), then [0, start).
@@ -260,6 +260,7 @@ export class Leaser {
           allowOver: weight === 0 && claimed === 0,
           // Going over the share is fine while below the shedding line: nobody sheds it back.
           overCap: Math.floor(fairShare * (1 + this.config.shedHysteresis)) - weight,
+          abandoned: state.abandoned,
         }));
         if (rows.length < limit) range++;
         if (rows.length === 0) continue;

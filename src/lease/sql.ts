@@ -43,19 +43,19 @@ export async function heartbeat(
 export async function shareState(
   sql: Sql,
   id: string,
-): Promise<{ live: number; totalWeight: number; selfLive: boolean; claimable: boolean; owned: UnitRow[] }> {
+): Promise<{ live: number; totalWeight: number; selfLive: boolean; unowned: boolean; abandoned: boolean; owned: UnitRow[] }> {
   // `claimable`: one probe of the unowned index and one per expired process, so a process with
   // nothing to claim sends no claim statement.
-  const [r] = await sql<{ live: number; total_weight: number; self_live: boolean; claimable: boolean }[]>`select
+  const [r] = await sql<{ live: number; total_weight: number; self_live: boolean; unowned: boolean; abandoned: boolean }[]>`select
       (select count(*) from leasehold_processes where expires_at > now()) as live,
       (select weight from leasehold_unit_totals) as total_weight,
       exists (select 1 from leasehold_processes where id = ${id} and expires_at > now()) as self_live,
-      ((select pos from leasehold_units where owner is null and weight > 0 order by pos limit 1) is not null
-        or exists (select 1 from leasehold_processes p
-                   where p.expires_at <= now() and p.id <> ${id}
-                     and exists (select 1 from leasehold_units u where u.owner = p.id and u.weight > 0))) as claimable`;
+      (select pos from leasehold_units where owner is null and weight > 0 order by pos limit 1) is not null as unowned,
+      exists (select 1 from leasehold_processes p
+              where p.expires_at <= now() and p.id <> ${id}
+                and exists (select 1 from leasehold_units u where u.owner = p.id and u.weight > 0)) as abandoned`;
   const owned = await ownedUnits(sql, id);
-  return { live: r.live, totalWeight: r.total_weight, selfLive: r.self_live, claimable: r.claimable, owned };
+  return { live: r.live, totalWeight: r.total_weight, selfLive: r.self_live, unowned: r.unowned, abandoned: r.abandoned, owned };
 }
 
 // This process's units, through the owner index.
@@ -75,7 +75,7 @@ export async function ownedUnits(sql: Sql, id: string): Promise<UnitRow[]> {
 // a heartbeat in progress keeps its units, and one that waits for this claim sees the lapse.
 export async function claim(
   sql: Sql,
-  a: { id: string; budget: number; limit: number; from: number; to: number; allowOver: boolean; overCap: number },
+  a: { id: string; budget: number; limit: number; from: number; to: number; allowOver: boolean; overCap: number; abandoned?: boolean },
 ): Promise<UnitRow[]> {
   return sql<UnitRow[]>`with me as (
       select 1 from leasehold_processes where id = ${a.id} and expires_at > now()
@@ -90,7 +90,8 @@ export async function claim(
         limit ${a.limit}
       ) c
       join leasehold_units u on u.tenant = c.tenant and u.shard = c.shard
-      where p.expires_at <= now() and p.id <> ${a.id} and exists (select 1 from me) and u.owner = p.id
+      -- Skipped as a whole (a one-time filter) when the share read found no abandoned unit.
+      where ${a.abandoned ?? true} and p.expires_at <= now() and p.id <> ${a.id} and exists (select 1 from me) and u.owner = p.id
       limit ${a.limit} for update of u skip locked for share of p skip locked
     ), unowned as (
       select tenant, shard, weight, pos, 1 as part from leasehold_units
