@@ -189,6 +189,15 @@ export class Leaser {
     return this.lastShare;
   }
 
+  /**
+   * Whether the lease is valid by this process's own clock: less than the TTL has passed since
+   * the last successful heartbeat started (so the row cannot have expired yet, whatever the
+   * database clock says). False before the first heartbeat. Unit work checks it before acting.
+   */
+  leaseValid(): boolean {
+    return this.lastBeatAt !== undefined && this.clock.now() - this.lastBeatAt < this.config.ttlMs;
+  }
+
   /** True once a heartbeat has succeeded (the process row exists and is live). */
   ready(): boolean {
     return this.beats > 0;
@@ -343,6 +352,9 @@ export class Leaser {
           }
         }
       }
+      // The row may expire now and another process claim the units: stop working them at once,
+      // not when the next heartbeat fails (a later successful heartbeat re-reads ownership).
+      if (!this.leaseValid() && this.units.size > 0) await this.dropAll();
       if (this.clock.now() >= nextSweep) {
         nextSweep = this.clock.now() + c.sweepIntervalMs;
         try {
@@ -352,7 +364,8 @@ export class Leaser {
           this.onEvent({ type: 'error', step: 'sweep', error });
         }
       }
-      await this.clock.sleep(Math.max(0, Math.min(nextBeat, nextTick, nextSweep) - this.clock.now()), signal);
+      const expiry = this.units.size > 0 && this.lastBeatAt !== undefined ? this.lastBeatAt + c.ttlMs : Infinity;
+      await this.clock.sleep(Math.max(0, Math.min(nextBeat, nextTick, nextSweep, expiry) - this.clock.now()), signal);
     }
   }
 

@@ -242,7 +242,16 @@ export async function runDev(options: DevOptions): Promise<number> {
 
     if (options.unitsDemoPerSecond && options.unitsDemoPerSecond > 0) {
       for (const tenant of ['acme', 'globex']) {
-        await client.putUnits(tenant, { job: 'outbox-delivery', shards: 4, endpoints: [`${sink.url}/${tenant}/hook`] });
+        // A passing store error must not end the whole stack: try a few times.
+        for (let tries = 1; ; tries++) {
+          try {
+            await client.putUnits(tenant, { job: 'outbox-delivery', shards: 4, endpoints: [`${sink.url}/${tenant}/hook`] });
+            break;
+          } catch (e) {
+            if (tries >= 5 || ((e as { status?: number }).status ?? 500) < 500) throw e;
+            await sleep(500 * tries, stop.signal);
+          }
+        }
       }
       let n = 0;
       const perTick = Math.max(1, Math.round(options.unitsDemoPerSecond / 10));

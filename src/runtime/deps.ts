@@ -16,7 +16,7 @@ export interface RuntimeDeps {
   /** Unit jobs, by name (`outbox-delivery` built in). */
   unitJobs: UnitJobRegistry;
   /** Builds the reconciler that runs unit jobs for one worker process, logging to `log`. */
-  units: (processId: string, log?: Log) => UnitReconciler;
+  units: (processId: string, log?: Log, leaseValid?: () => boolean) => UnitReconciler;
   dispatcher: Dispatcher;
 }
 
@@ -40,7 +40,7 @@ export function runtimeDeps(): RuntimeDeps {
     sql,
     jobs: defaultRegistry({ allowedRoots: config.allowedRoots, maxItems: config.maxItems }),
     unitJobs,
-    units: (processId, log = unitsLog) => new UnitRunner({ sql, processId, jobs: unitJobs, log }),
+    units: (processId, log = unitsLog, leaseValid) => new UnitRunner({ sql, processId, jobs: unitJobs, log, leaseValid }),
     dispatcher: new LambdaDispatcher(config.workerFunction),
   };
   return cached;

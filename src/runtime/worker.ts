@@ -41,7 +41,7 @@ export interface WorkerDeps {
    * Builds the reconciler of one process's units (the unit jobs); `log` is the invocation's.
    * Default: units are held, nothing runs.
    */
-  units?: (processId: string, log?: Log) => UnitReconciler;
+  units?: (processId: string, log?: Log, leaseValid?: () => boolean) => UnitReconciler;
   /** Structured log sink. Default: none. */
   log?: Log;
   /** Observers of leases, runs and items (metrics). Default: none. */
@@ -120,7 +120,9 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
       logRunnerEvent(log, processId, e);
     },
   });
-  const units = deps.units?.(processId, log) ?? idleUnits;
+  // Unit jobs check the lease by the process's own clock before acting (see Leaser.leaseValid).
+  let leaseValid = () => false;
+  const units = deps.units?.(processId, log, () => leaseValid()) ?? idleUnits;
   const leaser = new ReconnectingLeaser(
     sql,
     {
@@ -134,6 +136,7 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
     units,
     { hooks: hooks.lease, onEvent: (e: LeaserEvent) => logLeaserEvent(log, processId, e) },
   );
+  leaseValid = () => leaser.leaseValid();
   leaser.timeoutMs = config.storeTimeoutMs;
   leaser.onRetry = (error) => {
     hooks.heartbeatRetried?.();

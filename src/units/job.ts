@@ -44,6 +44,12 @@ export interface UnitContext<C> {
   fence(): Fence;
   /** Whether this process owns the unit in the store, with a live row, right now (primary key lookups). */
   owns(): Promise<boolean>;
+  /**
+   * Whether the process's lease is still valid by its own clock (less than the TTL since its
+   * last successful heartbeat started). Synchronous and free: check it before every side
+   * effect, so a process frozen past its TTL stops the moment it resumes, before any timer runs.
+   */
+  leaseValid(): boolean;
   /** Log with the unit's tenant, shard, job and process id added to the fields. */
   log: UnitLog;
 }

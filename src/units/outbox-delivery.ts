@@ -79,11 +79,11 @@ export function outboxShard(key: string, shards: number): number {
   return createHash('sha256').update(key, 'utf8').digest().readUIntBE(0, 6) % shards;
 }
 
-/** The tenant has no outbox delivery units to enqueue on. API: 404. */
+/** The tenant has no outbox delivery units of weight > 0 to enqueue on. API: 404. */
 export class NoOutboxUnitsError extends Error {
   readonly code = 'no_outbox_units';
   constructor(readonly tenant: string) {
-    super(`tenant "${tenant}" has no ${OUTBOX_JOB} units: register them first with PUT /tenants/${tenant}/units { "job": "${OUTBOX_JOB}", "shards": N, "endpoints": [URL, …] }`);
+    super(`tenant "${tenant}" has no ${OUTBOX_JOB} units of weight > 0 (nothing would deliver): register them first with PUT /tenants/${tenant}/units { "job": "${OUTBOX_JOB}", "shards": N, "endpoints": [URL, …] }`);
     this.name = 'NoOutboxUnitsError';
   }
 }
@@ -178,6 +178,8 @@ async function deliverDue(ctx: UnitContext<OutboxConfig>, s: Settings): Promise<
   let lost = false;
   const worker = async () => {
     while (next < due.length && !ctx.signal.aborted && !lost && streak < s.failureStreak) {
+      // A process that was frozen past its TTL must not send on for a unit it may have lost.
+      if (!ctx.leaseValid()) return;
       const m = due[next++];
       const error = await post(ctx, s, m);
       if (ctx.signal.aborted) return;
@@ -222,8 +224,9 @@ async function post(ctx: UnitContext<OutboxConfig>, s: Settings, m: q.OutboxMess
           redirect: 'manual',
           signal: AbortSignal.any([ctx.signal, AbortSignal.timeout(s.timeoutMs)]),
         });
-        // Drain the answer so the connection can be reused.
-        await res.arrayBuffer().catch(() => undefined);
+        // Only the status matters: the body is cancelled unread, so an endpoint answering an
+        // endless (or huge) body cannot fill the worker's memory or hold the delivery.
+        await res.body?.cancel().catch(() => undefined);
         return res.status >= 200 && res.status < 300 ? undefined : `${url}: HTTP ${res.status}`;
       } catch (e) {
         const err = e as Error;

@@ -14,6 +14,11 @@ export interface UnitRunnerOptions {
   jobs: UnitJobRegistry;
   /** Errors of unit runs, unknown jobs and invalid configs go here. Default: none. */
   log?: UnitLog;
+  /**
+   * Whether the process's lease is valid by its own clock (`Leaser.leaseValid`); a run starts
+   * only while it is, and unit jobs see it as `ctx.leaseValid()`. Default: always valid.
+   */
+  leaseValid?: () => boolean;
   /** Paces the interval waits. Default the system clock. */
   clock?: Clock;
   /**
@@ -58,6 +63,7 @@ export class UnitRunner implements Reconciler {
   private readonly processId: string;
   private readonly jobs: UnitJobRegistry;
   private readonly log: UnitLog;
+  private readonly leaseValid: () => boolean;
   private readonly clock: Clock;
   private readonly stopTimeoutMs: number;
   private closed = false;
@@ -68,6 +74,7 @@ export class UnitRunner implements Reconciler {
     this.processId = options.processId;
     this.jobs = options.jobs;
     this.log = options.log ?? (() => {});
+    this.leaseValid = options.leaseValid ?? (() => true);
     this.clock = options.clock ?? systemClock;
     this.stopTimeoutMs = options.stopTimeoutMs ?? 5_000;
     if (!(this.stopTimeoutMs >= 0)) throw new RangeError(`stopTimeoutMs must be 0 or more, got ${options.stopTimeoutMs}`);
@@ -186,6 +193,7 @@ export class UnitRunner implements Reconciler {
   /** One run; resolves with a problem to log, or undefined. */
   private async runOnce(entry: Entry, job: UnitJob<unknown>, log: UnitLog): Promise<string | undefined> {
     const { unit, stop } = entry;
+    if (!this.leaseValid()) return undefined;
     let row: q.OwnedUnitRow | undefined;
     try {
       row = await q.ownedUnit(this.sql, unit, this.processId);
@@ -209,6 +217,7 @@ export class UnitRunner implements Reconciler {
       sql: this.sql,
       fence: () => q.fence(this.sql, unit, this.processId),
       owns: () => q.owns(this.sql, unit, this.processId),
+      leaseValid: () => this.leaseValid() && !stop.signal.aborted,
       log,
     };
     entry.inFlight++;

@@ -46,7 +46,9 @@ export interface OutboxMessage {
 // The tenant's shard count for `job` (0 when it has no such units): shards are 0..n−1
 // (putTenantUnits keeps them contiguous), so one backward step of the primary key finds it.
 export async function outboxShards(sql: Sql, tenant: string, job: string): Promise<number> {
-  const [r] = await sql<{ n: number | null }[]>`select max(shard) + 1 as n from leasehold_units where tenant = ${tenant} and job = ${job}`;
+  // Units of weight 0 are never claimed: a message on them would never be delivered.
+  const [r] = await sql<{ n: number | null }[]>`select max(shard) + 1 as n from leasehold_units
+    where tenant = ${tenant} and job = ${job} and weight > 0`;
   return r.n ?? 0;
 }
 
@@ -59,7 +61,8 @@ export async function enqueue(
 ): Promise<number | undefined> {
   const [r] = await sql<{ id: number }[]>`insert into leasehold_outbox (tenant, shard, key, payload)
     select ${m.tenant}, ${m.shard}, ${m.key}, ${JSON.stringify(m.payload)}::text::jsonb
-    where exists (select 1 from leasehold_units where tenant = ${m.tenant} and shard = ${m.shard} and job = ${m.job})
+    where exists (select 1 from leasehold_units
+                  where tenant = ${m.tenant} and shard = ${m.shard} and job = ${m.job} and weight > 0)
     returning id`;
   return r?.id;
 }

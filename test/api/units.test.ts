@@ -256,10 +256,14 @@ describe('POST /tenants/{tenant}/outbox', () => {
     const none = await send(uniqueTenant('out'), { key: 'k', payload: {} });
     expect(none.status).toBe(404);
     expect(none.body.error.code).toBe('no_outbox_units');
-    expect(none.body.error.message).toMatch(/has no outbox-delivery units: register them first with PUT \/tenants\/.*\/units/);
+    expect(none.body.error.message).toMatch(/has no outbox-delivery units of weight > 0 \(nothing would deliver\): register them first with PUT \/tenants\/.*\/units/);
     const other = uniqueTenant('out');
     await putUnits(other, { job: 'sync', shards: 2 });
     expect((await send(other, { key: 'k', payload: {} })).body.error.code).toBe('no_outbox_units');
+    // Units of weight 0 are never claimed: a message there would never be delivered.
+    const idle = uniqueTenant('out');
+    await putUnits(idle, { job: 'outbox-delivery', shards: 2, endpoints: hooks, weight: 0 });
+    expect((await send(idle, { key: 'k', payload: {} })).body.error.code).toBe('no_outbox_units');
   });
 
   it('refuses bad input with a 4xx naming the field', async () => {

@@ -1,4 +1,6 @@
 import { randomUUID } from 'node:crypto';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Leaser, putTenantUnits } from '../../src/lease/index.js';
 import { startSink, type Sink } from '../../src/local/sink.js';
@@ -172,6 +174,33 @@ describe('outbox delivery', () => {
     const seen = sink.keys('/gamma/down');
     expect(ids.every((id) => seen.has(idempotencyKey(tenant, id)))).toBe(true);
     await p.stop();
+  });
+
+  it('an endpoint answering 200 with an endless body gets its messages marked delivered, unread', async () => {
+    // The answer's body never ends: reading it would fill memory and never finish.
+    const endless = createServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/octet-stream' });
+      const chunk = Buffer.alloc(1 << 20);
+      const pump = () => {
+        while (res.write(chunk));
+        res.once('drain', pump);
+      };
+      pump();
+      res.on('close', () => res.removeAllListeners('drain'));
+    });
+    await new Promise<void>((r) => endless.listen(0, '127.0.0.1', r));
+    const { port } = endless.address() as AddressInfo;
+    try {
+      const tenant = 'endless';
+      await putTenantUnits(db.sql, tenant, { job: OUTBOX_JOB, shards: 1, config: { endpoints: [`http://127.0.0.1:${port}/hook`] } });
+      const p = proc();
+      for (let i = 0; i < 4; i++) await enqueueOutbox(db.sql, tenant, { key: `e${i}`, payload: i });
+      await until(async () => (await undelivered(tenant)) === 0, 10_000, 'every message marked delivered');
+      await p.stop();
+    } finally {
+      endless.closeAllConnections();
+      await new Promise((r) => endless.close(r));
+    }
   });
 
   it('a process that lost its unit mid-delivery cannot mark the message; the new owner delivers and marks it', async () => {
