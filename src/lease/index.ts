@@ -20,4 +20,5 @@ export {
   setDesired,
   planInvocations,
   invocationLive,
+  forgetInvocations,
 } from './registry.js';

@@ -71,3 +71,12 @@ export function planInvocations(
 export function invocationLive(sql: Sql, invocationId: string): Promise<void> {
   return q.invocationLive(sql, invocationId);
 }
+
+/**
+ * Forget every invocation counted as coming but not yet live. Only for a deployment whose
+ * invoker has just started afresh (local mode: the invocations of a stack that is gone will
+ * never become live, and would hold back the desired count for `pendingMs`).
+ */
+export function forgetInvocations(sql: Sql): Promise<number> {
+  return q.forgetInvocations(sql);
+}

@@ -263,3 +263,9 @@ export async function planInvocations(
 export async function invocationLive(sql: Sql, invocationId: string): Promise<void> {
   await sql`delete from leasehold_invocations where id = ${invocationId}`;
 }
+
+// Forgets every invocation counted as coming (local mode: its invoker is gone with the last run).
+export async function forgetInvocations(sql: Sql): Promise<number> {
+  const rows = await sql`delete from leasehold_invocations`;
+  return rows.count;
+}

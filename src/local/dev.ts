@@ -8,6 +8,7 @@ import { followBatch } from '../cli/follow.js';
 import { countOpenBatches } from '../batch/index.js';
 import { loadConfig } from '../runtime/config.js';
 import { requestWorkerShutdown, resetRuntimeDeps, setLogSink } from '../runtime/index.js';
+import { forgetInvocations } from '../lease/index.js';
 import { connect, migrate, type Sql } from '../store/index.js';
 import { createLambdaContext } from './context.js';
 import { startEmbedded } from './embedded.js';
@@ -126,6 +127,8 @@ export async function runDev(options: DevOptions): Promise<number> {
     const sql: Sql = connect(databaseUrl, { max: 2 });
     stopDatabase.push(() => sql.end({ timeout: 5 }));
     const applied = await migrate(sql);
+    // Workers a previous local stack invoked died with it: they must not count as coming.
+    await forgetInvocations(sql);
 
     const roots = [...config.allowedRoots, ...(demoDir ? [demoDir] : [])];
     // The handlers read the environment on their first invocation, not when imported.

@@ -16,9 +16,10 @@ describe('takeover', () => {
     const a = new Runner(db.connect({ max: 3 }), { beatMs: 40, staleMs: 1_000, parallel: 2 });
     const { batch } = await a.start(newBatch(3), {}, async () => gate.promise);
     const runA = runOf(a, batch.id);
-    // Four others with a stale limit of 200 ms try for 700 ms: A's beats keep the batch fresh.
-    const others = Array.from({ length: 4 }, () => new Runner(db.connect({ max: 1 }), { beatMs: 50, staleMs: 200 }));
-    const until = Date.now() + 700;
+    // Four others with a stale limit of 600 ms (15 of A's beats, room for a loaded machine) try
+    // for 1.5 s: A's beats keep the batch fresh.
+    const others = Array.from({ length: 4 }, () => new Runner(db.connect({ max: 1 }), { beatMs: 50, staleMs: 600 }));
+    const until = Date.now() + 1_500;
     const taken = await Promise.all(
       others.map(async (o) => {
         let n = 0;
