@@ -80,19 +80,21 @@ export async function claim(
   return sql<UnitRow[]>`with me as (
       select 1 from leasehold_processes where id = ${a.id} and expires_at > now()
     ), abandoned as (
-      -- One owner-index probe per expired process (never a join over all units), and expired
-      -- processes that own nothing cost one probe each.
-      select u.tenant, u.shard, u.weight, u.pos, 0 as part
+      -- One owner-index probe per expired process (never a join over all units), skipping rows
+      -- another claimer holds while scanning, so concurrent claimers take different units.
+      -- Skipped as a whole (a one-time filter) when the share read found no abandoned unit.
+      select c.tenant, c.shard, c.weight, c.pos, 0 as part
       from leasehold_processes p
       cross join lateral (
         select tenant, shard, weight, pos from leasehold_units
         where owner = p.id and weight > 0
+        order by pos
         limit ${a.limit}
+        for update skip locked
       ) c
-      join leasehold_units u on u.tenant = c.tenant and u.shard = c.shard
-      -- Skipped as a whole (a one-time filter) when the share read found no abandoned unit.
-      where ${a.abandoned ?? true} and p.expires_at <= now() and p.id <> ${a.id} and exists (select 1 from me) and u.owner = p.id
-      limit ${a.limit} for update of u skip locked for share of p skip locked
+      where ${a.abandoned ?? true} and p.expires_at <= now() and p.id <> ${a.id} and exists (select 1 from me)
+      limit ${a.limit}
+      for share of p skip locked
     ), unowned as (
       select tenant, shard, weight, pos, 1 as part from leasehold_units
       where owner is null and weight > 0 and pos >= ${a.from} and pos < ${a.to} and exists (select 1 from me)
