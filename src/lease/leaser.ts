@@ -337,14 +337,13 @@ export class Leaser {
           await this.heartbeat();
         } catch (error) {
           this.onEvent({ type: 'error', step: 'heartbeat', error });
-          if (this.lastBeatAt !== undefined && this.clock.now() - this.lastBeatAt > c.ttlMs) await this.dropAll();
         }
       }
       if (signal.aborted) break;
       if (this.clock.now() >= nextTick) {
         nextTick = this.clock.now() + c.rebalanceIntervalMs;
         // Acting on units needs a heartbeat within the TTL; without one, the row may be gone.
-        if (this.lastBeatAt !== undefined && this.clock.now() - this.lastBeatAt <= c.ttlMs) {
+        if (this.leaseValid()) {
           try {
             await this.tick();
           } catch (error) {

@@ -3,6 +3,7 @@ import { createWriteStream, existsSync, readFileSync, realpathSync, statSync } f
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { delimiter, join, relative, resolve } from 'node:path';
 import type { Context } from 'aws-lambda';
+import { systemClock } from '../clock.js';
 import { ApiClient } from '../cli/client.js';
 import { followBatch } from '../cli/follow.js';
 import { countOpenBatches } from '../batch/index.js';
@@ -252,7 +253,7 @@ export async function runDev(options: DevOptions): Promise<number> {
             break;
           } catch (e) {
             if (tries >= 5 || ((e as { status?: number }).status ?? 500) < 500) throw e;
-            await sleep(500 * tries, stop.signal);
+            await systemClock.sleep(500 * tries, stop.signal);
           }
         }
       }
@@ -284,7 +285,7 @@ export async function runDev(options: DevOptions): Promise<number> {
     }
 
     if (options.exitWhenIdle) {
-      while (!stop.signal.aborted && (await countOpenBatches(sql)) > 0) await sleep(500, stop.signal);
+      while (!stop.signal.aborted && (await countOpenBatches(sql)) > 0) await systemClock.sleep(500, stop.signal);
     } else if (!stop.signal.aborted) {
       say(`serving; try: npx leasehold batch list`);
       await new Promise<void>((r) => stop.signal.addEventListener('abort', () => r(), { once: true }));
@@ -334,11 +335,4 @@ function redact(url: string): string {
   } catch {
     return url;
   }
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((r) => {
-    const t = setTimeout(r, ms);
-    signal.addEventListener('abort', () => (clearTimeout(t), r()), { once: true });
-  });
 }

@@ -1,21 +1,12 @@
 import { Leaser } from '../lease/index.js';
 import { isConnectionError, settleAfterThaw } from './db.js';
 
-/** A heartbeat not answered within {@link ReconnectingLeaser.timeoutMs}. */
-export class HeartbeatTimeoutError extends Error {
-  readonly code = 'heartbeat_timeout';
-  constructor(ms: number) {
-    super(`heartbeat not answered within ${ms} ms`);
-    this.name = 'HeartbeatTimeoutError';
-  }
-}
-
 /**
  * A {@link Leaser} whose heartbeat, when it fails on a dead connection (reset, closed, the
  * server ending the session: see {@link isConnectionError}), is retried once on another
  * connection (DESIGN.md, "Serverless runtime": a heartbeat that fails on a stale connection is
- * retried once on a fresh one), and which gives up on a heartbeat not answered within
- * `timeoutMs`.
+ * retried once on a fresh one). A heartbeat not answered in time is given up by the leaser
+ * itself (`LeaseConfig.storeTimeoutMs`).
  *
  * Why here and not in `src/lease`: connections dying while a Lambda container is frozen is a
  * runtime concern; the leaser stays as it is and this subclass only wraps `heartbeat()`, which
@@ -35,32 +26,15 @@ export class HeartbeatTimeoutError extends Error {
 export class ReconnectingLeaser extends Leaser {
   /** Called when a heartbeat is retried (metrics, logs). */
   onRetry: ((error: unknown) => void) | undefined;
-  /**
-   * A heartbeat not answered within this is given up, ms (the statement may still complete
-   * later); 0 waits for ever. A statement on a connection that went silent is otherwise only
-   * ended by TCP keepalive, minutes later, and the leaser loop would wait for it. Default 0.
-   */
-  timeoutMs = 0;
 
   override async heartbeat(): Promise<{ lapsed: boolean }> {
     try {
-      return await this.bounded(super.heartbeat());
+      return await super.heartbeat();
     } catch (error) {
       if (!isConnectionError(error)) throw error;
       this.onRetry?.(error);
       await settleAfterThaw();
-      return this.bounded(super.heartbeat());
+      return super.heartbeat();
     }
-  }
-
-  private bounded<T>(p: Promise<T>): Promise<T> {
-    if (!(this.timeoutMs > 0)) return p;
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new HeartbeatTimeoutError(this.timeoutMs)), this.timeoutMs);
-    });
-    // A heartbeat given up on may still fail later: nobody awaits it then.
-    p.catch(() => {});
-    return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
   }
 }

@@ -17,7 +17,7 @@ export {
   type SignerCredentials,
   type TlsOptions,
 } from './db.js';
-export { ReconnectingLeaser, HeartbeatTimeoutError } from './heartbeat.js';
+export { ReconnectingLeaser } from './heartbeat.js';
 export { metricsFor, workerMetricHooks, METRICS_NAMESPACE, type RuntimeMetrics, type WorkerHooks } from './metrics.js';
 export { invocation, invocationOf, httpErrorBoundary, type Invocation, type InvocationOptions, type LeaseholdContext } from './middleware.js';
 export {

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
+import { systemClock } from '../clock.js';
 import { Runner, type Executor, type Resolve, type RunResult, type RunnerEvent } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
 import { invocationLive, planInvocations, type LeaserEvent, type Reconciler } from '../lease/index.js';
@@ -137,7 +138,6 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
     { hooks: hooks.lease, onEvent: (e: LeaserEvent) => logLeaserEvent(log, processId, e) },
   );
   leaseValid = () => leaser.leaseValid();
-  leaser.timeoutMs = config.storeTimeoutMs;
   leaser.onRetry = (error) => {
     hooks.heartbeatRetried?.();
     log('warn', 'heartbeat failed on a dead connection; retried on another', { processId, error: String(error) });
@@ -187,7 +187,7 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
       else if (Date.now() - idleSince >= config.workerIdleMs) break;
       const wait = Math.max(0, Math.min(config.workerPollMs, deadline - Date.now()));
       const runs = runner.batches().map((id) => runner.running(id)!);
-      await Promise.race([sleep(wait, stop), ...runs]);
+      await Promise.race([systemClock.sleep(wait, stop), ...runs]);
     }
   } finally {
     shutdown.signal.removeEventListener('abort', onStop);
@@ -273,20 +273,6 @@ function countingResolve(resolve: Resolve, item: NonNullable<WorkerHooks['item']
     };
     return counted;
   };
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const onAbort = () => {
-      clearTimeout(t);
-      resolve();
-    };
-    const t = setTimeout(() => {
-      signal.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    signal.addEventListener('abort', onAbort, { once: true });
-  });
 }
 
 function logLeaserEvent(log: Log, processId: string, e: LeaserEvent): void {

@@ -137,7 +137,7 @@ describe('IAM database authentication', () => {
     }
   });
 
-  it.skipIf(!hasOpenssl)('from the configuration: TLS verified first, then the token as the password', async () => {
+  it.skipIf(!hasOpenssl)('from the configuration: TLS verified first, then the token as the password (skipped without openssl, which makes the test certificates)', async () => {
     const cert = selfSigned(dir);
     const server = await fakePostgres({ tls: cert });
     servers.push(server);
@@ -153,7 +153,7 @@ describe('IAM database authentication', () => {
     expect(user).toBe('leasehold_runtime');
   });
 
-  it.skipIf(!hasOpenssl)('a server whose certificate the RDS bundle does not vouch for gets no password', async () => {
+  it.skipIf(!hasOpenssl)('a server whose certificate the RDS bundle does not vouch for gets no password (skipped without openssl)', async () => {
     const cert = selfSigned(dir);
     const server = await fakePostgres({ tls: cert });
     servers.push(server);
@@ -164,7 +164,7 @@ describe('IAM database authentication', () => {
     expect(server.logins.filter((l) => l.password !== undefined)).toEqual([]);
   });
 
-  it.skipIf(!hasOpenssl)('a certificate for another name is refused (the host name is verified)', async () => {
+  it.skipIf(!hasOpenssl)('a certificate for another name is refused (the host name is verified; skipped without openssl)', async () => {
     const cert = selfSigned(dir);
     const server = await fakePostgres({ tls: cert });
     servers.push(server);

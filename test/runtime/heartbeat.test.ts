@@ -3,7 +3,8 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Leaser, type Reconciler } from '../../src/lease/index.js';
-import { HeartbeatTimeoutError, ReconnectingLeaser } from '../../src/runtime/index.js';
+import { ReconnectingLeaser } from '../../src/runtime/index.js';
+import { StoreTimeoutError } from '../../src/store/index.js';
 import { connect, type Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { dyingProxy, type DyingProxy } from '../store/tcp-proxy.js';
@@ -76,10 +77,9 @@ describe('a heartbeat on a connection that died while the container was frozen',
     }
   });
 
-  it('a heartbeat nobody answers is given up after timeoutMs', async () => {
+  it('a heartbeat nobody answers is given up after storeTimeoutMs', async () => {
     const sql = viaProxy();
-    const leaser = new ReconnectingLeaser(sql, settings(randomUUID()), idle);
-    leaser.timeoutMs = 300;
+    const leaser = new ReconnectingLeaser(sql, { ...settings(randomUUID()), storeTimeoutMs: 300 }, idle);
     await leaser.heartbeat();
     // Hold the process row's lock so the next upsert waits.
     const blocker = db.connect({ max: 1 });
@@ -90,7 +90,7 @@ describe('a heartbeat on a connection that died while the container was frozen',
     });
     await new Promise((r) => setTimeout(r, 50));
     const t0 = Date.now();
-    await expect(leaser.heartbeat()).rejects.toBeInstanceOf(HeartbeatTimeoutError);
+    await expect(leaser.heartbeat()).rejects.toBeInstanceOf(StoreTimeoutError);
     expect(Date.now() - t0).toBeLessThan(1_500);
     release();
     await held;
