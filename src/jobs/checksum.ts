@@ -1,9 +1,9 @@
 import { createHash } from 'node:crypto';
-import { constants } from 'node:fs';
+import { constants, type Dirent } from 'node:fs';
 import { open, readdir, readlink, realpath, stat, type FileHandle } from 'node:fs/promises';
 import { isAbsolute, join, relative, resolve, sep } from 'node:path';
 import { z } from 'zod';
-import { PermanentItemError } from '../batch/index.js';
+import { PermanentItemError, type ItemInput } from '../batch/index.js';
 import { defineJob, InvalidParamsError } from './job.js';
 
 /** Output of one `checksum` item. */
@@ -21,21 +21,31 @@ export function isUnder(path: string, root: string): boolean {
   return rel === '' || (rel !== '..' && !rel.startsWith('..' + sep) && !isAbsolute(rel));
 }
 
-async function walk(root: string, dir: string, out: string[], limit: number): Promise<void> {
-  let entries;
-  try {
-    entries = await readdir(dir, { withFileTypes: true });
-  } catch (e) {
-    // A folder that cannot be listed hides items: refuse the start rather than skip them.
-    const where = relative(root, dir) || '.';
-    throw new InvalidParamsError('params.dir', `cannot list ${where}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
-  }
-  for (const e of entries) {
-    const full = join(dir, e.name);
-    // Links are never followed: a symlinked file or folder is not an item.
-    if (e.isDirectory()) await walk(root, full, out, limit);
-    else if (e.isFile()) out.push(relative(root, full).split(sep).join('/'));
-    if (out.length > limit) return;
+/**
+ * Every regular file under `root` as an item keyed by its path relative to `root` (with `/`),
+ * listed one folder at a time (names in code-unit order, a folder's files before its
+ * subfolders), so a start streams them into its insert instead of holding the whole tree.
+ * Links are never followed: a symlinked file or folder is not an item.
+ * @throws {InvalidParamsError} a folder cannot be listed (refused rather than skipped: it hides items).
+ */
+async function* walk(root: string): AsyncGenerator<ItemInput> {
+  const folders: { path: string; rel: string }[] = [{ path: root, rel: '' }];
+  while (folders.length > 0) {
+    const { path, rel } = folders.pop()!;
+    let entries: Dirent[];
+    try {
+      entries = await readdir(path, { withFileTypes: true });
+    } catch (e) {
+      throw new InvalidParamsError('params.dir', `cannot list ${rel || '.'}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+    }
+    entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    const sub: { path: string; rel: string }[] = [];
+    for (const e of entries) {
+      const key = rel ? `${rel}/${e.name}` : e.name;
+      if (e.isFile()) yield { key };
+      else if (e.isDirectory()) sub.push({ path: join(path, e.name), rel: key });
+    }
+    for (let i = sub.length - 1; i >= 0; i--) folders.push(sub[i]);
   }
 }
 
@@ -66,13 +76,8 @@ export const checksum = defineJob<{ dir: string }, ChecksumOutput>({
     if (!(await stat(dir)).isDirectory()) {
       throw new InvalidParamsError('params.dir', `${params.dir} is not a directory`);
     }
-    const keys: string[] = [];
-    await walk(dir, dir, keys, ctx.maxItems);
-    if (keys.length > ctx.maxItems) {
-      throw new InvalidParamsError('params.dir', `holds more than ${ctx.maxItems} files; at most ${ctx.maxItems} items are allowed (LEASEHOLD_MAX_ITEMS)`);
-    }
-    keys.sort();
-    return { items: keys.map((key) => ({ key })), params: { dir } };
+    // Listed while the batch starts: the start refuses more than its item count limit.
+    return { items: walk(dir), params: { dir } };
   },
   async run(item) {
     const root = item.params.dir;
