@@ -14,6 +14,9 @@ export interface ChecksumOutput {
   bytes: number;
 }
 
+/** Default `parallel` of the `checksum` job: items it hashes at once per run (reads wait on I/O). */
+export const CHECKSUM_PARALLEL = 16;
+
 /** Whether `path` is `root` or lies below it (both absolute, real paths). */
 export function isUnder(path: string, root: string): boolean {
   const rel = relative(root, path);
@@ -60,7 +63,8 @@ export const checksum = defineJob<{ dir: string }, ChecksumOutput>({
   name: 'checksum',
   description: 'SHA-256 and size of every regular file under params.dir',
   params: z.object({ dir: z.string().min(1, 'must be a non-empty path') }).strict(),
-  parallel: 4,
+  // I/O-bound: most of an item is waiting on the file system, so many run at once.
+  parallel: CHECKSUM_PARALLEL,
   async expand(params, ctx) {
     let dir: string;
     try {
@@ -94,29 +98,42 @@ export const checksum = defineJob<{ dir: string }, ChecksumOutput>({
       throw fileError(item.key, e);
     }
     try {
-      const info = await handle.stat();
+      const [info, real] = await Promise.all([handle.stat(), openedPath(handle, path)]);
       if (!info.isFile()) throw new PermanentItemError(`${item.key} is no longer a regular file`);
-      const real = await openedPath(handle, path);
       if (!isUnder(real, root)) throw new PermanentItemError(`${item.key} resolves outside ${root}; links are not followed`);
-      const hash = createHash('sha256');
-      let bytes = 0;
-      // A stream made with an already-aborted signal emits an 'error' nobody listens to yet, and
-      // Node 20 ends the process with it; the signal may have aborted during the awaits above.
-      if (item.signal.aborted) throw new Error(`${item.key}: reading was aborted`);
-      try {
-        for await (const chunk of handle.createReadStream({ signal: item.signal, autoClose: false })) {
-          bytes += (chunk as Buffer).length;
-          hash.update(chunk as Buffer);
-        }
-      } catch (e) {
-        throw fileError(item.key, e);
-      }
-      return { sha256: hash.digest('hex'), bytes };
+      return await hashOpened(handle, info.size, item.key, item.signal);
     } finally {
       await handle.close().catch(() => {});
     }
   },
 });
+
+/** Largest read of one `checksum` item, bytes: a file up to this size is read in one call. */
+const READ_BYTES = 1024 * 1024;
+
+/**
+ * SHA-256 and size of an open regular file of about `size` bytes (its fstat size), read from the
+ * start into one buffer of at most {@link READ_BYTES}: a small file costs one read. Like Node's
+ * own `readFile`, a short read ends the file.
+ */
+async function hashOpened(handle: FileHandle, size: number, key: string, signal: AbortSignal): Promise<ChecksumOutput> {
+  const hash = createHash('sha256');
+  // One byte more than the size, so the read that reaches the end is short and ends the loop.
+  const buffer = Buffer.allocUnsafe(Math.min(size + 1, READ_BYTES));
+  let bytes = 0;
+  for (;;) {
+    if (signal.aborted) throw new Error(`${key}: reading was aborted`);
+    let bytesRead: number;
+    try {
+      ({ bytesRead } = await handle.read(buffer, 0, buffer.length, bytes));
+    } catch (e) {
+      throw fileError(key, e);
+    }
+    hash.update(buffer.subarray(0, bytesRead));
+    bytes += bytesRead;
+    if (bytesRead < buffer.length) return { sha256: hash.digest('hex'), bytes };
+  }
+}
 
 /**
  * The real path of an open file: the kernel's own record of it on Linux (`/proc/self/fd`), so

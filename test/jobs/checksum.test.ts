@@ -98,6 +98,47 @@ describe('checksum job', () => {
     rmSync(join(dir, 'locked.txt'), { force: true });
   });
 
+  it('hashes files of exactly one read, of several reads and of a read and a byte as sha256sum does', async () => {
+    const jobs = registry();
+    const big = mkdtempSync(join(tmpdir(), 'leasehold-checksum-big-'));
+    try {
+      const sizes = { 'one-read.bin': 1024 * 1024, 'several.bin': 2.5 * 1024 * 1024 + 3, 'one-more.bin': 1024 * 1024 + 1 };
+      for (const [name, size] of Object.entries(sizes)) {
+        writeFileSync(join(big, name), Buffer.from(Array.from({ length: size }, (_, i) => (i * 7 + size) % 251)));
+      }
+      const signal = new AbortController().signal;
+      for (const [name, size] of Object.entries(sizes)) {
+        const out = await checksum.run({ key: name, input: null, params: { dir: big }, attempt: 1, signal, tenant: 't', batchId: 'b' }, jobs.context());
+        expect(out).toEqual({ sha256: sha256sum(join(big, name)), bytes: size });
+      }
+    } finally {
+      rmSync(big, { recursive: true, force: true });
+    }
+  });
+
+  it('a file replaced by a named pipe fails as no longer a regular file, without blocking', async () => {
+    const jobs = registry();
+    const { params } = await jobs.expand('checksum', { dir });
+    execFileSync('mkfifo', [join(dir, 'pipe')]);
+    try {
+      await expect(
+        checksum.run({ key: 'pipe', input: null, params: params as { dir: string }, attempt: 1, signal: new AbortController().signal, tenant: 't', batchId: 'b' }, jobs.context()),
+      ).rejects.toThrow(/pipe is no longer a regular file/);
+    } finally {
+      rmSync(join(dir, 'pipe'), { force: true });
+    }
+  });
+
+  it('an item whose signal aborted stops with an abort error, not a result', async () => {
+    const jobs = registry();
+    const { params } = await jobs.expand('checksum', { dir });
+    const controller = new AbortController();
+    controller.abort();
+    await expect(
+      checksum.run({ key: 'a/one.txt', input: null, params: params as { dir: string }, attempt: 1, signal: controller.signal, tenant: 't', batchId: 'b' }, jobs.context()),
+    ).rejects.toThrow(/a\/one\.txt: reading was aborted/);
+  });
+
   it('a dir outside the allowed roots, a missing dir and a file are refused with params.dir', async () => {
     const jobs = defaultRegistry(defaultJobContext({ allowedRoots: [dir] }));
     await expect(jobs.expand('checksum', { dir: outside })).rejects.toThrow(InvalidParamsError);
