@@ -4,7 +4,7 @@
 //   2. by the `checksum` job's item work alone, 16 at a time (no runner, no database);
 //   3. by a `checksum` batch through the library, end to end: expand + `createBatch`, then one
 //      `Runner` (default options; the job's own `parallel`) from takeover until the batch finishes.
-// Prints the medians of BENCH_CHECKSUM_ROUNDS rounds (default 3) and 3 as a ratio of 1.
+// Prints the medians of BENCH_ROUNDS rounds (default 3) and 3 as a ratio of 1.
 import { createHash, randomUUID } from 'node:crypto';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -14,7 +14,7 @@ import { checksum, defaultJobContext, defaultRegistry } from '../src/jobs/index.
 import { connect, migrate } from '../src/store/index.js';
 
 const FILES = 4_000;
-const ROUNDS = Number(process.env.BENCH_CHECKSUM_ROUNDS ?? 3);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 /** Files per folder: the tree is 40 folders of 100 files. */
 const PER_DIR = 100;
 

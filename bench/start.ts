@@ -1,12 +1,12 @@
 // Start benchmark (part of `npm run bench`; `BENCH_ONLY=start` runs only this): `createBatch`
 // of 200,000 small items (keys `000000`…, no input) through the library, from the call to its
-// answer, in a schema of its own. Prints the median of BENCH_START_ROUNDS rounds (default 3).
+// answer, in a schema of its own. Prints the median of BENCH_ROUNDS rounds (default 3).
 import { randomUUID } from 'node:crypto';
 import { createBatch, type NewBatch } from '../src/batch/index.js';
 import { connect, migrate } from '../src/store/index.js';
 
 const ITEMS = 200_000;
-const ROUNDS = Number(process.env.BENCH_START_ROUNDS ?? 3);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
