@@ -6,12 +6,13 @@
 //      `Runner` (default options; the job's own `parallel`) from takeover until the batch finishes.
 // Prints the medians of BENCH_ROUNDS rounds (default 3) and 3 as a ratio of 1.
 import { createHash, randomUUID } from 'node:crypto';
+import { setMaxListeners } from 'node:events';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Runner, createBatch } from '../src/batch/index.js';
 import { checksum, defaultJobContext, defaultRegistry } from '../src/jobs/index.js';
-import { connect, migrate } from '../src/store/index.js';
+import { benchSchema } from './schema.js';
 
 const FILES = 4_000;
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
@@ -47,12 +48,8 @@ async function makeFiles(dir: string): Promise<string[]> {
 /** `checksum of 4,000 files: S s (R× plain hashing)`, and where its time goes. */
 export async function checksumBench(url: string): Promise<void> {
   const dir = await mkdtemp(join(tmpdir(), 'leasehold-bench-checksum-'));
-  const schema = `bench_checksum_${Date.now()}`;
-  const admin = connect(url, { max: 1 });
-  await admin`create schema ${admin(schema)}`;
-  const sql = connect(url, { max: 4, schema });
+  const { sql, drop } = await benchSchema(url, 'bench_checksum', 4);
   try {
-    await migrate(sql);
     const keys = await makeFiles(dir);
     const jobs = defaultRegistry(defaultJobContext({ allowedRoots: [dir] }));
     const ctx = jobs.context();
@@ -66,6 +63,7 @@ export async function checksumBench(url: string): Promise<void> {
       plain.push(performance.now() - t0);
 
       const signal = new AbortController().signal;
+      setMaxListeners(0, signal);
       t0 = performance.now();
       await pool(keys, 16, (key) =>
         checksum.run({ key, input: null, params: { dir }, attempt: 1, signal, tenant: 'bench', batchId: 'bench' }, ctx),
@@ -100,9 +98,7 @@ export async function checksumBench(url: string): Promise<void> {
         ` the job's item work alone 16 at a time ${s(median(itemWork))} s; start ${s(median(starts))} s; run ${s(median(batchRun) - median(starts))} s`,
     );
   } finally {
-    await sql.end();
-    await admin`drop schema ${admin(schema)} cascade`;
-    await admin.end();
+    await drop();
     await rm(dir, { recursive: true, force: true });
   }
 }

@@ -3,7 +3,7 @@
 // answer, in a schema of its own. Prints the median of BENCH_ROUNDS rounds (default 3).
 import { randomUUID } from 'node:crypto';
 import { createBatch, type NewBatch } from '../src/batch/index.js';
-import { connect, migrate } from '../src/store/index.js';
+import { benchSchema } from './schema.js';
 
 const ITEMS = 200_000;
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
@@ -12,12 +12,8 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 
 /** `start of 200,000 items: S s`. */
 export async function startBench(url: string): Promise<void> {
-  const schema = `bench_start_${Date.now()}`;
-  const admin = connect(url, { max: 1 });
-  await admin`create schema ${admin(schema)}`;
-  const sql = connect(url, { max: 2, schema });
+  const { sql, drop } = await benchSchema(url, 'bench_start', 2);
   try {
-    await migrate(sql);
     const times: number[] = [];
     for (let round = 0; round < ROUNDS; round++) {
       const batch: NewBatch = {
@@ -38,8 +34,6 @@ export async function startBench(url: string): Promise<void> {
     const s = (ms: number) => (ms / 1000).toFixed(2);
     console.log(`start of ${ITEMS.toLocaleString('en-US')} items: ${s(median(times))} s (createBatch, median of ${ROUNDS}; best ${s(Math.min(...times))} s)`);
   } finally {
-    await sql.end();
-    await admin`drop schema ${admin(schema)} cascade`;
-    await admin.end();
+    await drop();
   }
 }
