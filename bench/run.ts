@@ -1,5 +1,6 @@
-// `npm run bench`: no-op item throughput of the batch runner on a real PostgreSQL, then the lease
-// benchmarks (bench/lease.ts). BENCH_ONLY=batch|lease runs one part.
+// `npm run bench`: no-op item throughput of the batch runner on a real PostgreSQL, a start of
+// 200,000 items (bench/start.ts), the checksum job over 4,000 files (bench/checksum.ts), then the
+// lease benchmarks (bench/lease.ts). BENCH_ONLY=batch|start|checksum|lease runs one part.
 // DATABASE_URL when set, else a throw-away embedded database (in the OS temp dir, removed after).
 import { randomUUID } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -7,7 +8,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Runner, type NewBatch } from '../src/batch/index.js';
 import { connect, migrate, type Sql } from '../src/store/index.js';
+import { checksumBench } from './checksum.js';
 import { leaseBench } from './lease.js';
+import { startBench } from './start.js';
 
 const ITEMS = Number(process.env.BENCH_ITEMS ?? 20_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
@@ -57,8 +60,10 @@ async function fourRuns(url: string, schema: string | undefined): Promise<number
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 async function main() {
+  const parts = ['batch', 'start', 'checksum', 'lease'];
   const only = process.env.BENCH_ONLY;
-  if (only !== undefined && only !== 'batch' && only !== 'lease') throw new Error(`BENCH_ONLY must be batch or lease, got ${only}`);
+  if (only !== undefined && !parts.includes(only)) throw new Error(`BENCH_ONLY must be one of ${parts.join(', ')}, got ${only}`);
+  const runs = (part: string) => only === undefined || only === part;
   let url = process.env.DATABASE_URL;
   let stop: (() => Promise<void>) | undefined;
   if (!url) {
@@ -72,8 +77,10 @@ async function main() {
     };
   }
   try {
-    if (only !== 'lease') await batchBench(url);
-    if (only !== 'batch') await leaseBench(url);
+    if (runs('batch')) await batchBench(url);
+    if (runs('start')) await startBench(url);
+    if (runs('checksum')) await checksumBench(url);
+    if (runs('lease')) await leaseBench(url);
   } finally {
     await stop?.();
   }

@@ -20,7 +20,7 @@ import {
   type ProcessView,
   type UnitView,
 } from '../lease/index.js';
-import type { Config } from '../runtime/config.js';
+import { startLimits, type Config } from '../runtime/config.js';
 import { dispatchBatch, type Dispatcher } from '../runtime/dispatch.js';
 import type { Log } from '../runtime/log.js';
 import type { Sql } from '../store/index.js';
@@ -50,8 +50,11 @@ import {
 export interface ApiDeps {
   sql: Sql;
   jobs: JobRegistry;
-  /** `maxOpen` (open batches per datasource) and `maxBodyBytes` (413 above) are read. */
-  config: Pick<Config, 'maxOpen' | 'maxBodyBytes'>;
+  /**
+   * `maxOpen` (open batches per datasource), `maxBodyBytes` (413 above) and the start limits
+   * (`maxItems`, `maxInputBytes`, `maxTotalBytes`; 413 above, each defaults to the library's) are read.
+   */
+  config: Pick<Config, 'maxOpen' | 'maxBodyBytes'> & Partial<Pick<Config, 'maxItems' | 'maxInputBytes' | 'maxTotalBytes'>>;
   /** Sends a new batch to a worker at once. */
   dispatcher: Dispatcher;
   /** Structured log sink. Default: none. */
@@ -113,6 +116,7 @@ const LIBRARY_ERRORS: Record<string, { status: number; field?: string }> = {
   batch_not_found: { status: 404 },
   batch_finished: { status: 409 },
   too_many_batches: { status: 429 },
+  batch_too_large: { status: 413, field: 'params' },
   no_outbox_units: { status: 404 },
 };
 
@@ -166,7 +170,8 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
  * (`invalid_request`, `invalid_json`, `invalid_params`, `invalid_batch`; the message names the
  * field), 404 (`not_found`, `batch_not_found`, `unknown_job`, `no_outbox_units`), 405 (`method_not_allowed`, with
  * `allow`), 409 (`batch_finished`), 413 (`body_too_large`, over `config.maxBodyBytes`), 415
- * (`unsupported_media_type`), 429 (`too_many_batches`, the datasource has `maxOpen` open
+ * (`unsupported_media_type`) and 413 `batch_too_large` (the params expand to a batch over a start
+ * limit: item count, key bytes, input bytes or total bytes, named in the message), 429 (`too_many_batches`, the datasource has `maxOpen` open
  * batches). Anything else is a 500 `internal` whose details are logged, not answered.
  * Never throws.
  */
@@ -260,7 +265,7 @@ async function startBatch(event: APIGatewayProxyEventV2, deps: ApiDeps): Promise
       requestKey: givenKey ?? randomUUID(),
       items: expanded.items,
     },
-    { maxOpen: deps.config.maxOpen },
+    { maxOpen: deps.config.maxOpen, limits: startLimits(deps.config) },
   );
   if (!created) return json(200, { ...batchView(batch), created: false });
 

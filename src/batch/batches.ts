@@ -1,5 +1,6 @@
 import type { Sql } from '../store/index.js';
-import { BatchFinishedError, BatchNotFoundError, InvalidBatchError, TooManyBatchesError } from './errors.js';
+import { BatchFinishedError, BatchNotFoundError, BatchTooLargeError, TooManyBatchesError } from './errors.js';
+import { DEFAULT_START_LIMITS, insertItems, MAX_KEY_BYTES, type StartLimits } from './items.js';
 import * as q from './sql.js';
 import type { BatchInfo, BatchStatus, ItemResult, NewBatch } from './types.js';
 
@@ -7,10 +8,9 @@ import type { BatchInfo, BatchStatus, ItemResult, NewBatch } from './types.js';
 export interface CreateOptions {
   /** Most unfinished batches one (tenant, datasource) may have. Default 4. */
   maxOpen?: number;
+  /** What one start may hold; each unset field takes its {@link DEFAULT_START_LIMITS} value. */
+  limits?: Partial<StartLimits>;
 }
-
-/** Longest item key, in UTF-8 bytes. */
-export const MAX_KEY_BYTES = 1000;
 
 /** Default of {@link CreateOptions.maxOpen}. */
 export const DEFAULT_MAX_OPEN = 4;
@@ -18,13 +18,23 @@ export const DEFAULT_MAX_OPEN = 4;
 /**
  * Start a batch: insert it and all its items in one transaction, without running it.
  *
+ * `batch.items` may be an array or stream from an iterable or async iterable (a directory
+ * listing, say): items are checked against `limits` and written in pieces of bounded size as
+ * they come, inside the transaction, so a start of any allowed size succeeds and a refused one
+ * stores nothing (docs/design.md, "Batches"). The iterable is read only when this call creates
+ * the batch, while the start holds the locks below.
+ *
  * The same `(tenant, requestKey)` answers the batch that key started before, with
  * `created: false`, and never starts a second one, also under concurrent calls. A datasource
  * with `maxOpen` open batches refuses a new one; starts on one datasource are decided one at a
- * time under a row lock, so concurrent starts never exceed `maxOpen` (DESIGN.md invariant 4).
+ * time under a row lock, so concurrent starts never exceed `maxOpen` (docs/design.md, "Batches").
  *
- * @throws {InvalidBatchError} no items, or two items with one key.
+ * @throws {InvalidBatchError} no items, two items with one key, a key or input PostgreSQL cannot
+ *   store (NUL, unpaired surrogates), an input that is not JSON.
+ * @throws {BatchTooLargeError} over a limit: item count, key bytes ({@link MAX_KEY_BYTES}),
+ *   input bytes, total bytes.
  * @throws {TooManyBatchesError} the datasource already has `maxOpen` open batches.
+ * @throws what the item iterable throws (the start then stores nothing).
  */
 export async function createBatch(
   sql: Sql,
@@ -32,17 +42,11 @@ export async function createBatch(
   options: CreateOptions = {},
 ): Promise<{ batch: BatchInfo; created: boolean }> {
   const maxOpen = options.maxOpen ?? DEFAULT_MAX_OPEN;
-  const keys = new Set<string>();
-  for (const item of batch.items) {
-    if (keys.has(item.key)) throw new InvalidBatchError(`duplicate item key "${item.key}"`);
-    // Keys are indexed: PostgreSQL's btree limit is ~2,700 bytes per entry.
-    if (Buffer.byteLength(item.key) > MAX_KEY_BYTES) {
-      throw new InvalidBatchError(`item key "${item.key.slice(0, 80)}…" is over ${MAX_KEY_BYTES} bytes`);
-    }
-    if (/[\u0000]/.test(item.key)) throw new InvalidBatchError('an item key contains a NUL character');
-    keys.add(item.key);
+  const limits: StartLimits = { ...DEFAULT_START_LIMITS, ...options.limits };
+  const known = Array.isArray(batch.items) ? batch.items.length : 0;
+  if (known > limits.maxItems) {
+    throw new BatchTooLargeError('items', limits.maxItems, `item count: ${known} items; the limit is ${limits.maxItems}`);
   }
-  if (batch.items.length === 0) throw new InvalidBatchError('a batch needs at least one item');
 
   const id = await sql.begin(async (tx) => {
     const t = tx as unknown as Sql;
@@ -55,16 +59,13 @@ export async function createBatch(
     if ((await q.countOpen(t, batch.tenant, batch.datasource)) >= maxOpen) {
       throw new TooManyBatchesError(batch.tenant, batch.datasource, maxOpen);
     }
-    const inserted = await q.insertBatch(t, { ...batch, total: batch.items.length });
+    const inserted = await q.insertBatch(t, { ...batch, total: known });
     if (!inserted) {
       // The same key committed on another datasource meanwhile: answer that batch.
       return { id: (await q.batchIdByKey(t, batch.tenant, batch.requestKey))!, created: false };
     }
-    await q.insertItems(
-      t,
-      inserted,
-      batch.items.map((i) => ({ key: i.key, input: i.input ?? null })),
-    );
+    const total = await insertItems(t, inserted, batch.items, limits);
+    if (total !== known) await q.setTotal(t, inserted, total);
     return { id: inserted, created: true };
   });
   return { batch: (await q.getBatch(sql, id.id))!, created: id.created };

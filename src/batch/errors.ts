@@ -59,6 +59,25 @@ export class InvalidBatchError extends BatchError {
   }
 }
 
+/** The limit of a start that {@link BatchTooLargeError} names (see `StartLimits`). */
+export type StartLimit = 'items' | 'keyBytes' | 'inputBytes' | 'totalBytes';
+
+/**
+ * A start is over one of its limits (item count, key bytes, input bytes, total bytes; see
+ * `StartLimits`) and stored nothing. The message names the limit. The API answers 413.
+ */
+export class BatchTooLargeError extends BatchError {
+  constructor(
+    /** Which limit the start went over. */
+    readonly limit: StartLimit,
+    /** The limit's value (items or bytes). */
+    readonly max: number,
+    message: string,
+  ) {
+    super('batch_too_large', message);
+  }
+}
+
 /**
  * Thrown by an item's work when retrying cannot help (a file that vanished, input that is
  * invalid): the item ends `failed` at once instead of being retried up to `attempts`.

@@ -14,7 +14,7 @@ export {
   markDispatched,
   isUuid,
   DEFAULT_MAX_OPEN,
-  MAX_KEY_BYTES,
   type CreateOptions,
 } from './batches.js';
+export { DEFAULT_START_LIMITS, MAX_KEY_BYTES, type StartLimits } from './items.js';
 export { Runner, RUNNER_DEFAULTS, retryDelayMs, type RunnerOptions, type RunnerEvent } from './runner.js';

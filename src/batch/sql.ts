@@ -103,10 +103,17 @@ export async function insertBatch(
   return r?.id;
 }
 
-// Inserts all items of a new batch in one statement.
-export async function insertItems(tx: Tx, batchId: string, items: { key: string; input: unknown }[]): Promise<void> {
+// Inserts one piece of a new batch's items, given as the JSON text of `[{"k": key, "i": input}]`
+// (bounded by the caller); a key already in the batch fails the statement (primary key). The
+// text is sent as text and cast here: a jsonb parameter would be serialised a second time.
+export async function insertItemsPiece(tx: Tx, batchId: string, json: string): Promise<void> {
   await tx`insert into leasehold_items (batch_id, key, input)
-    select ${batchId}, x.key, x.input from jsonb_to_recordset(${tx.json(items as never)}) as x(key text, input jsonb)`;
+    select ${batchId}, x.k, x.i from jsonb_to_recordset(${json}::text::jsonb) as x(k text, i jsonb)`;
+}
+
+// Records the item count of a batch being started (inside its start transaction).
+export async function setTotal(tx: Tx, batchId: string, total: number): Promise<void> {
+  await tx`update leasehold_batches set total = ${total} where id = ${batchId}`;
 }
 
 // Reads one batch with its item counts.

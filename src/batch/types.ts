@@ -11,6 +11,9 @@ export interface ItemInput {
   input?: unknown;
 }
 
+/** Where a start's items come from: an array, or any iterable or async iterable of items. */
+export type ItemSource = Iterable<ItemInput> | AsyncIterable<ItemInput>;
+
 /** What {@link createBatch} and `Runner.start` take. */
 export interface NewBatch {
   tenant: string;
@@ -19,7 +22,8 @@ export interface NewBatch {
   params: unknown;
   /** Idempotency key: the same (tenant, request key) always answers the same batch. */
   requestKey: string;
-  items: ItemInput[];
+  /** The items: an array, or an iterable or async iterable read once while the batch starts. */
+  items: ItemSource;
 }
 
 /** A batch as stored, with item counts per state. */

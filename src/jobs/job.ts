@@ -1,5 +1,5 @@
 import type { z } from 'zod';
-import type { BatchInfo, Executor, ItemInput } from '../batch/index.js';
+import type { BatchInfo, Executor, ItemSource } from '../batch/index.js';
 
 /** What a job sees of the deployment's configuration. */
 export interface JobContext {
@@ -8,7 +8,10 @@ export interface JobContext {
    * `LEASEHOLD_ALLOWED_ROOTS`; default: the working directory and the OS temporary directory.
    */
   allowedRoots: string[];
-  /** Most items one batch may have. Default 200,000 (`LEASEHOLD_MAX_ITEMS`). */
+  /**
+   * Most items one batch may have. Default 200,000 (`LEASEHOLD_MAX_ITEMS`). A start enforces
+   * it (`createBatch`'s item count limit, from the same setting); a job may use it to stop early.
+   */
   maxItems: number;
 }
 
@@ -36,10 +39,12 @@ export interface Job<P = unknown, O = unknown> {
   readonly params: z.ZodType<P>;
   /**
    * Turn valid params into items; may normalise the params that are stored with the batch
-   * (for example resolve a directory to an absolute path).
+   * (for example resolve a directory to an absolute path). The items may be an array or a
+   * stream (an async iterable, read while the batch starts, so a long listing is never held in
+   * memory whole); check what can be checked up front here, before returning.
    * @throws {InvalidParamsError} params that are well-shaped but not acceptable.
    */
-  expand(params: P, ctx: JobContext): Promise<{ items: ItemInput[]; params?: P }>;
+  expand(params: P, ctx: JobContext): Promise<{ items: ItemSource; params?: P }>;
   /** Run one item; resolve to its JSON output, throw to fail this attempt. */
   run(item: JobItem<P>, ctx: JobContext): Promise<O>;
   /** Items run at once by one run of this job. Default: the runner's (2). */
@@ -109,10 +114,13 @@ export class JobRegistry {
   }
 
   /**
-   * Validate params and expand them into items for a new batch.
+   * Validate params and expand them into items for a new batch. The items may be a stream
+   * (an async iterable) that `createBatch` reads while it starts the batch; it checks the start
+   * limits and that there is at least one item, and a stream's own errors (for example an
+   * {@link InvalidParamsError} for a folder that cannot be listed) surface from `createBatch`.
    * @throws {UnknownJobError} | {InvalidParamsError}
    */
-  async expand(name: string, params: unknown): Promise<{ items: ItemInput[]; params: unknown }> {
+  async expand(name: string, params: unknown): Promise<{ items: ItemSource; params: unknown }> {
     const job = this.get(name);
     const parsed = job.params.safeParse(params ?? {});
     if (!parsed.success) {
@@ -121,10 +129,6 @@ export class JobRegistry {
       throw new InvalidParamsError(field, issue.message);
     }
     const out = await job.expand(parsed.data, this.ctx);
-    if (out.items.length > this.ctx.maxItems) {
-      throw new InvalidParamsError('params', `expands to ${out.items.length} items; at most ${this.ctx.maxItems} are allowed`);
-    }
-    if (out.items.length === 0) throw new InvalidParamsError('params', 'expands to no items');
     return { items: out.items, params: out.params ?? parsed.data };
   }
 

@@ -32,6 +32,9 @@ export interface HttpExchange {
   durationMs: number;
 }
 
+/** API Gateway's own limit on an HTTP API request's payload: 10 MB, bytes. */
+export const API_GATEWAY_MAX_BODY_BYTES = 10_485_760;
+
 /** Options of {@link startHttpServer}. */
 export interface HttpServerOptions {
   /** Port to listen on; 0 means any free port. */
@@ -39,7 +42,11 @@ export interface HttpServerOptions {
   /** Default `127.0.0.1`. */
   host?: string;
   handler: HttpApiHandler;
-  /** Largest request body, bytes; larger ones get 413 without calling the handler. Default 1,048,576 (1 MiB). */
+  /**
+   * Largest request body, bytes; larger ones get 413 without calling the handler. Default
+   * {@link API_GATEWAY_MAX_BODY_BYTES}, the gateway's own limit, so the API's smaller
+   * `LEASEHOLD_MAX_BODY_BYTES` decides first, as it does when deployed.
+   */
   maxBodyBytes?: number;
   /**
    * How long the handler may take, ms (API Gateway's integration timeout is 30 s). The context's
@@ -91,7 +98,7 @@ export const LOCAL_IAM_IDENTITY: APIGatewayEventRequestContextIAMAuthorizer['iam
  */
 export async function startHttpServer(options: HttpServerOptions): Promise<HttpServer> {
   const host = options.host ?? '127.0.0.1';
-  const maxBodyBytes = options.maxBodyBytes ?? 1_048_576;
+  const maxBodyBytes = options.maxBodyBytes ?? API_GATEWAY_MAX_BODY_BYTES;
   const timeoutMs = options.timeoutMs ?? 30_000;
   const observe = <A extends unknown[]>(fn: ((...args: A) => void) | undefined, ...args: A) => {
     try {

@@ -1,6 +1,7 @@
 import { delimiter } from 'node:path';
 import { tmpdir } from 'node:os';
 import { z } from 'zod';
+import type { StartLimits } from '../batch/index.js';
 
 /** A setting from the environment is missing or invalid; the message names the variable. */
 export class ConfigError extends Error {
@@ -44,7 +45,10 @@ const schema = {
   LEASEHOLD_STORE_TIMEOUT_MS: int(100).default(10_000),
   LEASEHOLD_MAX_OPEN: int(1).default(4),
   LEASEHOLD_MAX_ITEMS: int(1).default(200_000),
-  LEASEHOLD_MAX_BODY_BYTES: int(64).default(65_536),
+  LEASEHOLD_MAX_INPUT_BYTES: int(0).default(65_536),
+  LEASEHOLD_MAX_TOTAL_BYTES: int(1).default(536_870_912),
+  // Lambda refuses a synchronous invocation (API Gateway's) whose event is over 6 MB.
+  LEASEHOLD_MAX_BODY_BYTES: int(64).max(6_291_456, 'must be at most 6291456 (Lambda refuses larger request events)').default(65_536),
   LEASEHOLD_DISPATCH_COOLDOWN_MS: int(0).default(30_000),
   LEASEHOLD_DB_POOL_MAX: int(1).default(4),
   LEASEHOLD_ALLOWED_ROOTS: z.string().optional(),
@@ -108,8 +112,12 @@ export interface Config {
   storeTimeoutMs: number;
   /** Most open batches per (tenant, datasource). */
   maxOpen: number;
-  /** Most items per batch. */
+  /** Most items per batch (a start's item count limit). */
   maxItems: number;
+  /** Largest input of one item, bytes of JSON (a start's input bytes limit). */
+  maxInputBytes: number;
+  /** Largest sum of key bytes plus input bytes over one batch's items (a start's total bytes limit). */
+  maxTotalBytes: number;
   /** Largest accepted request body, bytes. */
   maxBodyBytes: number;
   /** A dispatched batch that no worker took is dispatched again after this long, ms. */
@@ -212,6 +220,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     storeTimeoutMs: e.LEASEHOLD_STORE_TIMEOUT_MS,
     maxOpen: e.LEASEHOLD_MAX_OPEN,
     maxItems: e.LEASEHOLD_MAX_ITEMS,
+    maxInputBytes: e.LEASEHOLD_MAX_INPUT_BYTES,
+    maxTotalBytes: e.LEASEHOLD_MAX_TOTAL_BYTES,
     maxBodyBytes: e.LEASEHOLD_MAX_BODY_BYTES,
     dispatchCooldownMs: e.LEASEHOLD_DISPATCH_COOLDOWN_MS,
     dbPoolMax: e.LEASEHOLD_DB_POOL_MAX,
@@ -279,4 +289,16 @@ function checkDb(db: DbConfig, hasUrl: boolean): void {
   if (db.iamAuth && !db.region) {
     throw new ConfigError('AWS_REGION', 'is required with LEASEHOLD_DB_IAM_AUTH=true (IAM tokens are signed for a region)');
   }
+}
+
+/**
+ * The start limits `createBatch` takes, from the settings that are given (`LEASEHOLD_MAX_ITEMS`,
+ * `LEASEHOLD_MAX_INPUT_BYTES`, `LEASEHOLD_MAX_TOTAL_BYTES`); the others keep the library's defaults.
+ */
+export function startLimits(config: Partial<Pick<Config, 'maxItems' | 'maxInputBytes' | 'maxTotalBytes'>>): Partial<StartLimits> {
+  const limits: Partial<StartLimits> = {};
+  if (config.maxItems !== undefined) limits.maxItems = config.maxItems;
+  if (config.maxInputBytes !== undefined) limits.maxInputBytes = config.maxInputBytes;
+  if (config.maxTotalBytes !== undefined) limits.maxTotalBytes = config.maxTotalBytes;
+  return limits;
 }

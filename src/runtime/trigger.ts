@@ -6,7 +6,7 @@ import { ApiError, checkStorableJson, MAX_NAME_LENGTH, nameSchema, parse } from 
 import { createBatch, findBatchByKey } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
 import type { Sql } from '../store/index.js';
-import type { Config } from './config.js';
+import { startLimits, type Config } from './config.js';
 import { dispatchBatch, type Dispatcher } from './dispatch.js';
 import type { Log } from './log.js';
 import type { RuntimeMetrics } from './metrics.js';
@@ -27,7 +27,8 @@ export type TriggerEvent = EventBridgeEvent<string, TriggerDetail>;
 export interface TriggerDeps {
   sql: Sql;
   jobs: JobRegistry;
-  config: Pick<Config, 'maxOpen'>;
+  /** `maxOpen` and the start limits (each defaults to the library's when absent) are read. */
+  config: Pick<Config, 'maxOpen'> & Partial<Pick<Config, 'maxItems' | 'maxInputBytes' | 'maxTotalBytes'>>;
   /** Sends a new batch to a worker at once; without it the scheduler dispatches it within a minute. */
   dispatcher?: Dispatcher;
   log?: Log;
@@ -53,7 +54,7 @@ export class InvalidTriggerEventError extends Error {
 }
 
 /** Codes of the errors that make an event invalid (dropped) rather than failed (retried). */
-const INVALID_CODES = new Set(['invalid_event', 'invalid_request', 'invalid_json', 'unknown_job', 'invalid_params', 'invalid_batch', 'too_many_batches']);
+const INVALID_CODES = new Set(['invalid_event', 'invalid_request', 'invalid_json', 'unknown_job', 'invalid_params', 'invalid_batch', 'batch_too_large', 'too_many_batches']);
 
 const detailSchema = z
   .object({
@@ -149,8 +150,9 @@ function bounded(key: string): string {
  * expanding the params again.
  *
  * An event that cannot start a batch — not an EventBridge event, bad `detail`, unknown job,
- * params the job refuses, a datasource with `maxOpen` open batches — is logged (`warn`) and
- * dropped: the result says why and nothing is thrown, so EventBridge does not retry it.
+ * params the job refuses, a batch over a start limit, a datasource with `maxOpen` open batches —
+ * is logged (`warn`) and dropped: the result says why and nothing is thrown, so EventBridge does
+ * not retry it.
  * A failed dispatch is logged; the scheduler dispatches the batch later.
  * @throws the store's error (the event is worth retrying then).
  */
@@ -170,7 +172,7 @@ export async function handleTrigger(event: unknown, deps: TriggerDeps): Promise<
     const { batch, created } = await createBatch(
       deps.sql,
       { tenant: req.tenant, datasource: req.datasource, job: req.job, params: expanded.params, requestKey: req.requestKey, items: expanded.items },
-      { maxOpen: deps.config.maxOpen },
+      { maxOpen: deps.config.maxOpen, limits: startLimits(deps.config) },
     );
     if (!created) {
       log('info', 'trigger event repeated: its batch was started before', { ...fields, batchId: batch.id });

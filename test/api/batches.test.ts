@@ -188,6 +188,21 @@ describe('POST /batches', () => {
     expect(res.body.error).toEqual({ code: 'unknown_job', message: 'job: unknown job "no-such-job"' });
   });
 
+  it('answers 413 naming the item count limit for a directory of more files than maxItems, and stores nothing', async () => {
+    const limited = { ...deps, config: { ...deps.config, maxItems: 2 } };
+    const tenant = uniqueTenant();
+    const res = await call(limited, 'POST', '/batches', { body: { tenant, datasource: 'files', job: 'checksum', params: { dir }, requestKey: 'big' } });
+    expect(res.status).toBe(413);
+    expect(res.body.error).toEqual({ code: 'batch_too_large', message: 'params: item count: more than 2 items; the limit is 2' });
+    expect(await db.sql`select id from leasehold_batches where tenant = ${tenant}`).toHaveLength(0);
+    // At the limit it starts.
+    const fits = await call({ ...deps, config: { ...deps.config, maxItems: 3 } }, 'POST', '/batches', {
+      body: { tenant, datasource: 'files', job: 'checksum', params: { dir }, requestKey: 'big' },
+    });
+    expect(fits.status).toBe(201);
+    expect(fits.body.total).toBe(3);
+  });
+
   it('answers 400 for an empty directory (a batch needs items)', async () => {
     const empty = await tempTree({});
     try {

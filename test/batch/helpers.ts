@@ -1,12 +1,12 @@
 // Shared pieces of the batch tests: batch inputs, promises to steer item work, polling, and an
 // audit of every row change so tests can assert on the order of writes in the database.
 import type { Sql } from '../../src/store/index.js';
-import type { ItemState, NewBatch, RunResult, Runner } from '../../src/batch/index.js';
+import type { ItemInput, ItemState, NewBatch, RunResult, Runner } from '../../src/batch/index.js';
 
 let seq = 0;
 
 /** A batch of `n` items `k000`, `k001`, … with a request key unique in this process. */
-export function newBatch(n: number, overrides: Partial<NewBatch> = {}): NewBatch {
+export function newBatch(n: number, overrides: Partial<NewBatch> & { items?: ItemInput[] } = {}): NewBatch & { items: ItemInput[] } {
   seq += 1;
   return {
     tenant: 'acme',

@@ -30,7 +30,7 @@ afterAll(() => {
 });
 
 /** Run the CLI in `project` against the test schema; resolves with its exit and output. */
-function leasehold(args: string[], opts: { interruptAfterMs?: number } = {}) {
+function leasehold(args: string[], opts: { interruptMidBatch?: boolean } = {}) {
   const child = spawn(process.execPath, [BIN, ...args, '--port', '0'], {
     cwd: project,
     env: { ...process.env, DATABASE_URL: db.schemaUrl, LEASEHOLD_LOCAL_SCHEDULE_MS: '300' },
@@ -41,10 +41,18 @@ function leasehold(args: string[], opts: { interruptAfterMs?: number } = {}) {
   child.stdout.on('data', (d) => (stdout += d));
   child.stderr.on('data', (d) => {
     stderr += d;
-    if (opts.interruptAfterMs !== undefined && /demo: checksum batch/.test(stderr)) {
-      const wait = opts.interruptAfterMs;
-      opts.interruptAfterMs = undefined;
-      setTimeout(() => child.kill('SIGINT'), wait);
+    const demo = /demo: checksum batch ([0-9a-f-]{36})/.exec(stderr);
+    if (opts.interruptMidBatch && demo) {
+      opts.interruptMidBatch = false;
+      // Ctrl-C as soon as a run has claimed items: a fixed delay raced the batch's end on fast runs.
+      void (async () => {
+        while (child.exitCode === null) {
+          const [r] = await db.sql`select exists (select 1 from leasehold_items where batch_id = ${demo[1]} and state <> 'pending') as started`;
+          if (r.started) break;
+          await new Promise((wake) => setTimeout(wake, 10));
+        }
+        child.kill('SIGINT');
+      })();
     }
   });
   children.add(child);
@@ -70,7 +78,7 @@ describe('leasehold dev', () => {
   }, 60_000);
 
   it('Ctrl-C mid-batch hands off, leaves nothing owned, and the next start finishes the batch', async () => {
-    const first = await leasehold(['dev', '--demo', files, '--concurrency', '2'], { interruptAfterMs: 700 });
+    const first = await leasehold(['dev', '--demo', files, '--concurrency', '2'], { interruptMidBatch: true });
     expect(first.code, first.stderr).toBe(0);
     expect(first.stderr).toMatch(/nothing left owned/);
     const id = /demo: checksum batch ([0-9a-f-]{36})/.exec(first.stderr)![1];

@@ -240,6 +240,14 @@ describe('trigger (EventBridge)', () => {
     expect(await findBatchByKey(db.sql, 'busy', `event:${third.id}`)).toBeUndefined();
   });
 
+  it('a start over a limit drops the event (413 in the API), storing nothing', async () => {
+    const deps = runtimeDeps();
+    const event = busEvent({ job: 'checksum', tenant: 'big', datasource: 'd', params: { dir } });
+    const r = await handleTrigger(event, { ...deps, config: { ...deps.config, maxItems: 2 } });
+    expect(r).toMatchObject({ outcome: 'dropped', code: 'batch_too_large', reason: expect.stringMatching(/^item count: /) });
+    expect(await findBatchByKey(db.sql, 'big', `event:${event.id}`)).toBeUndefined();
+  });
+
   it('a store error is thrown, so EventBridge retries the event', async () => {
     const dead = db.connect({ max: 1 });
     await dead.end();

@@ -3,7 +3,7 @@ import { mkdtempSync, mkdirSync, symlinkSync, writeFileSync, rmSync, chmodSync }
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Runner, batchResults, createBatch } from '../../src/batch/index.js';
+import { Runner, batchResults, createBatch, type ItemSource } from '../../src/batch/index.js';
 import { checksum, defaultRegistry, defaultJobContext, InvalidParamsError } from '../../src/jobs/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 
@@ -31,6 +31,13 @@ afterAll(async () => {
 
 const registry = () => defaultRegistry(defaultJobContext({ allowedRoots: [tmpdir()] }));
 
+/** The keys of an expansion's items, in the order they come. */
+async function keysOf(items: ItemSource): Promise<string[]> {
+  const keys: string[] = [];
+  for await (const item of items) keys.push(item.key);
+  return keys;
+}
+
 /** SHA-256 by the system's sha256sum, independent of node:crypto. */
 function sha256sum(path: string): string {
   return execFileSync('sha256sum', [path], { encoding: 'utf8' }).split(' ')[0];
@@ -39,8 +46,9 @@ function sha256sum(path: string): string {
 describe('checksum job', () => {
   it('outputs equal an independent SHA-256 of the same files; links are not items', async () => {
     const jobs = registry();
+    expect(await keysOf((await jobs.expand('checksum', { dir })).items)).toEqual(['empty', 'name with spaces.txt', 'a/one.txt', 'a/b/bin.dat']);
+    // The listing is a stream, read once: expand again for the start.
     const { items, params } = await jobs.expand('checksum', { dir });
-    expect(items.map((i) => i.key)).toEqual(['a/b/bin.dat', 'a/one.txt', 'empty', 'name with spaces.txt']);
     const { batch } = await createBatch(db.sql, { tenant: 't', datasource: 'fs', job: 'checksum', params, requestKey: 'sum', items });
     const runner = new Runner(db.sql, { beatMs: 1000, staleMs: 5000 });
     await runner.takeOver(jobs.resolve, batch.id);
@@ -88,6 +96,47 @@ describe('checksum job', () => {
       checksum.run({ key: 'locked.txt', input: null, params: params as { dir: string }, attempt: 1, signal: new AbortController().signal, tenant: 't', batchId: 'b' }, jobs.context()),
     ).rejects.toThrow(/not readable/);
     rmSync(join(dir, 'locked.txt'), { force: true });
+  });
+
+  it('hashes files of exactly one read, of several reads and of a read and a byte as sha256sum does', async () => {
+    const jobs = registry();
+    const big = mkdtempSync(join(tmpdir(), 'leasehold-checksum-big-'));
+    try {
+      const sizes = { 'one-read.bin': 1024 * 1024, 'several.bin': 2.5 * 1024 * 1024 + 3, 'one-more.bin': 1024 * 1024 + 1 };
+      for (const [name, size] of Object.entries(sizes)) {
+        writeFileSync(join(big, name), Buffer.from(Array.from({ length: size }, (_, i) => (i * 7 + size) % 251)));
+      }
+      const signal = new AbortController().signal;
+      for (const [name, size] of Object.entries(sizes)) {
+        const out = await checksum.run({ key: name, input: null, params: { dir: big }, attempt: 1, signal, tenant: 't', batchId: 'b' }, jobs.context());
+        expect(out).toEqual({ sha256: sha256sum(join(big, name)), bytes: size });
+      }
+    } finally {
+      rmSync(big, { recursive: true, force: true });
+    }
+  });
+
+  it('a file replaced by a named pipe fails as no longer a regular file, without blocking', async () => {
+    const jobs = registry();
+    const { params } = await jobs.expand('checksum', { dir });
+    execFileSync('mkfifo', [join(dir, 'pipe')]);
+    try {
+      await expect(
+        checksum.run({ key: 'pipe', input: null, params: params as { dir: string }, attempt: 1, signal: new AbortController().signal, tenant: 't', batchId: 'b' }, jobs.context()),
+      ).rejects.toThrow(/pipe is no longer a regular file/);
+    } finally {
+      rmSync(join(dir, 'pipe'), { force: true });
+    }
+  });
+
+  it('an item whose signal aborted stops with an abort error, not a result', async () => {
+    const jobs = registry();
+    const { params } = await jobs.expand('checksum', { dir });
+    const controller = new AbortController();
+    controller.abort();
+    await expect(
+      checksum.run({ key: 'a/one.txt', input: null, params: params as { dir: string }, attempt: 1, signal: controller.signal, tenant: 't', batchId: 'b' }, jobs.context()),
+    ).rejects.toThrow(/a\/one\.txt: reading was aborted/);
   });
 
   it('a dir outside the allowed roots, a missing dir and a file are refused with params.dir', async () => {

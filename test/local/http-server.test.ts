@@ -145,6 +145,13 @@ describe('local API Gateway (HTTP API v2) server', () => {
     expect(await res.json()).toEqual({ hello: 'world' });
   });
 
+  it("passes bodies up to API Gateway's 10 MB to the handler by default, so the API's own limit answers", async () => {
+    const server = await serve(async (event) => ({ statusCode: 200, body: String(event.body?.length) }));
+    const res = await fetch(`${server.url}/batches`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: `"${'x'.repeat(2 * 1024 * 1024)}"` });
+    expect(res.status).toBe(200);
+    expect(await res.text()).toBe(String(2 * 1024 * 1024 + 2));
+  });
+
   it('refuses a body above maxBodyBytes with 413 without calling the handler', async () => {
     let calls = 0;
     const server = await serve(

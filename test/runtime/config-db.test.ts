@@ -79,3 +79,20 @@ describe('database configuration', () => {
     expect(target.ssl && target.ssl.rejectUnauthorized).toBe(true);
   });
 });
+
+describe('start limits configuration', () => {
+  it('defaults to 200,000 items, 64 KiB inputs, 512 MiB in all and 64 KiB bodies, and reads each variable', () => {
+    expect(loadConfig({})).toMatchObject({ maxItems: 200_000, maxInputBytes: 65_536, maxTotalBytes: 536_870_912, maxBodyBytes: 65_536 });
+    expect(
+      loadConfig({ LEASEHOLD_MAX_ITEMS: '10', LEASEHOLD_MAX_INPUT_BYTES: '0', LEASEHOLD_MAX_TOTAL_BYTES: '1000', LEASEHOLD_MAX_BODY_BYTES: '6291456' }),
+    ).toMatchObject({ maxItems: 10, maxInputBytes: 0, maxTotalBytes: 1000, maxBodyBytes: 6_291_456 });
+  });
+
+  it.each([
+    [{ LEASEHOLD_MAX_BODY_BYTES: '6291457' }, 'LEASEHOLD_MAX_BODY_BYTES', /Lambda refuses larger request events/],
+    [{ LEASEHOLD_MAX_INPUT_BYTES: '-1' }, 'LEASEHOLD_MAX_INPUT_BYTES', /./],
+    [{ LEASEHOLD_MAX_TOTAL_BYTES: '0' }, 'LEASEHOLD_MAX_TOTAL_BYTES', /./],
+  ])('refuses %j naming %s', (env, variable, message) => {
+    expect(refused(env)).toMatchObject({ variable, message: expect.stringMatching(message) });
+  });
+});

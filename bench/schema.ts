@@ -1,0 +1,22 @@
+// A migrated schema of its own for one benchmark part, dropped after.
+import { connect, migrate, type Sql } from '../src/store/index.js';
+
+/** Create schema `<prefix>_<now>` on `url`, migrate it and return a pool of `max` connections in it; `drop()` ends the pool and removes the schema. */
+export async function benchSchema(url: string, prefix: string, max: number): Promise<{ sql: Sql; drop(): Promise<void> }> {
+  const schema = `${prefix}_${Date.now()}`;
+  const admin = connect(url, { max: 1 });
+  await admin`create schema ${admin(schema)}`;
+  const sql = connect(url, { max, schema });
+  const drop = async () => {
+    await sql.end();
+    await admin`drop schema ${admin(schema)} cascade`;
+    await admin.end();
+  };
+  try {
+    await migrate(sql);
+  } catch (e) {
+    await drop();
+    throw e;
+  }
+  return { sql, drop };
+}

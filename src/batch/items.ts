@@ -1,0 +1,126 @@
+// Writing a new batch's items in bounded pieces, and the limits of a start (docs/design.md,
+// "Batches"). Items may come from an array or stream from an (async) iterable, for example a
+// directory listing: they are checked and serialised one by one, and sent as pieces of at most
+// PIECE_ITEMS items or about PIECE_BYTES bytes, each one statement, so no parameter grows with
+// the batch and PostgreSQL's 256 MiB limit on one JSON value never applies to a whole batch.
+import type { Sql } from '../store/index.js';
+import { BatchTooLargeError, InvalidBatchError } from './errors.js';
+import * as q from './sql.js';
+import type { ItemInput, ItemSource } from './types.js';
+
+/** Longest item key, in UTF-8 bytes. Fixed: keys are indexed, and a btree entry holds at most ~2,700 bytes. */
+export const MAX_KEY_BYTES = 1000;
+
+/**
+ * What one start may hold (docs/design.md, "Batches"). A start over any of them is refused
+ * with {@link BatchTooLargeError} naming the limit, and stores nothing. Item keys are at most
+ * {@link MAX_KEY_BYTES} bytes whatever these say.
+ */
+export interface StartLimits {
+  /** Most items in one batch. Default 200,000. */
+  maxItems: number;
+  /** Largest input of one item, in bytes of its JSON text (UTF-8). Default 65,536. */
+  maxInputBytes: number;
+  /** Largest sum over all items of key bytes plus input bytes. Default 536,870,912 (512 MiB). */
+  maxTotalBytes: number;
+}
+
+/** Defaults of {@link StartLimits}. */
+export const DEFAULT_START_LIMITS: Readonly<StartLimits> = {
+  maxItems: 200_000,
+  maxInputBytes: 65_536,
+  maxTotalBytes: 512 * 1024 * 1024,
+};
+
+/** Most items per insert statement. */
+const PIECE_ITEMS = 10_000;
+/** A piece is sent once its JSON text reaches this many bytes (one item may take it past). */
+const PIECE_BYTES = 8 * 1024 * 1024;
+
+/**
+ * A JSON escape PostgreSQL's jsonb refuses: `\u0000`, or a surrogate escape (JSON.stringify
+ * writes pairs as characters, so an escaped surrogate is an unpaired one). The look-behind and
+ * the pairs of backslashes make sure the `\u` starts an escape rather than ends an escaped backslash.
+ */
+const UNSTORABLE_ESCAPE = /(?<!\\)(?:\\\\)*\\u(?:0000|d[89a-f][0-9a-f]{2})/i;
+
+const preview = (key: string) => JSON.stringify(key.length > 80 ? `${key.slice(0, 80)}…` : key);
+
+/**
+ * Check and insert every item of `items` into batch `batchId`, inside the caller's transaction,
+ * in pieces of bounded size; returns how many items were inserted.
+ *
+ * @throws {BatchTooLargeError} over a limit of `limits` or a key over {@link MAX_KEY_BYTES}.
+ * @throws {InvalidBatchError} no items, a key that is not a string or holds NUL or an unpaired
+ *   surrogate, an input that is not JSON or holds one of those, or two items with one key.
+ */
+export async function insertItems(tx: Sql, batchId: string, items: ItemSource, limits: StartLimits): Promise<number> {
+  let count = 0;
+  let totalBytes = 0;
+  let piece: string[] = [];
+  let pieceBytes = 0;
+  const flush = async () => {
+    const json = `[${piece.join(',')}]`;
+    piece = [];
+    pieceBytes = 0;
+    try {
+      await q.insertItemsPiece(tx, batchId, json);
+    } catch (e) {
+      throw duplicateKeyError(e) ?? e;
+    }
+  };
+  const add = (item: ItemInput): boolean => {
+    count += 1;
+    if (count > limits.maxItems) {
+      throw new BatchTooLargeError('items', limits.maxItems, `item count: more than ${limits.maxItems} items; the limit is ${limits.maxItems}`);
+    }
+    const key: unknown = item?.key;
+    if (typeof key !== 'string') throw new InvalidBatchError(`item ${count}: key must be a string`);
+    const keyBytes = Buffer.byteLength(key);
+    if (keyBytes > MAX_KEY_BYTES) {
+      throw new BatchTooLargeError('keyBytes', MAX_KEY_BYTES, `key bytes: the key of item ${preview(key)} is ${keyBytes} bytes; the limit is ${MAX_KEY_BYTES}`);
+    }
+    const keyJson = JSON.stringify(key);
+    if (UNSTORABLE_ESCAPE.test(keyJson)) {
+      throw new InvalidBatchError(`the key of item ${count} (${preview(key)}) contains a NUL character or an unpaired surrogate`);
+    }
+    let inputJson: string | undefined;
+    try {
+      inputJson = item.input === undefined ? undefined : JSON.stringify(item.input);
+    } catch (e) {
+      throw new InvalidBatchError(`the input of item ${preview(key)} is not JSON: ${(e as Error).message}`);
+    }
+    const inputBytes = inputJson === undefined ? 0 : Buffer.byteLength(inputJson);
+    if (inputBytes > limits.maxInputBytes) {
+      throw new BatchTooLargeError('inputBytes', limits.maxInputBytes, `input bytes: the input of item ${preview(key)} is ${inputBytes} bytes of JSON; the limit is ${limits.maxInputBytes}`);
+    }
+    if (inputJson !== undefined && inputJson.includes('\\u') && UNSTORABLE_ESCAPE.test(inputJson)) {
+      throw new InvalidBatchError(`the input of item ${preview(key)} contains a NUL character or an unpaired surrogate`);
+    }
+    totalBytes += keyBytes + inputBytes;
+    if (totalBytes > limits.maxTotalBytes) {
+      throw new BatchTooLargeError('totalBytes', limits.maxTotalBytes, `total bytes: the items' keys and inputs come to more than ${limits.maxTotalBytes} bytes; the limit is ${limits.maxTotalBytes}`);
+    }
+    piece.push(`{"k":${keyJson},"i":${inputJson ?? 'null'}}`);
+    pieceBytes += keyBytes + inputBytes + 12;
+    return piece.length >= PIECE_ITEMS || pieceBytes >= PIECE_BYTES;
+  };
+
+  if (Symbol.asyncIterator in items) {
+    for await (const item of items) if (add(item)) await flush();
+  } else {
+    for (const item of items) if (add(item)) await flush();
+  }
+  if (piece.length > 0) await flush();
+  if (count === 0) throw new InvalidBatchError('a batch needs at least one item');
+  return count;
+}
+
+/** The refusal for a unique violation of the items' primary key: two items with one key. */
+function duplicateKeyError(e: unknown): InvalidBatchError | undefined {
+  const err = e as { code?: unknown; constraint_name?: unknown; detail?: unknown } | null;
+  if (err?.code !== '23505' || err.constraint_name !== 'leasehold_items_pkey') return undefined;
+  // "Key (batch_id, key)=(<uuid>, <key>) already exists."
+  const key = typeof err.detail === 'string' ? /^Key \(batch_id, key\)=\([0-9a-f-]{36}, (.*)\) already exists\.$/s.exec(err.detail)?.[1] : undefined;
+  return new InvalidBatchError(key === undefined ? 'two items have the same key' : `duplicate item key ${preview(key)}`);
+}
