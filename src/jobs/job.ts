@@ -10,6 +10,18 @@ export interface JobContext {
   allowedRoots: string[];
   /** Most items one batch may have. Default 200,000 (`LEASEHOLD_MAX_ITEMS`). */
   maxItems: number;
+  /**
+   * Lambda functions `lambda-invoke` batches may call, by the name batches use: name → function
+   * name or ARN (`LEASEHOLD_INVOKABLE`; the SST component's `invokable`). Default none.
+   */
+  invokable?: Readonly<Record<string, string>>;
+  /**
+   * Expand another registered job's params into items, validated as a start would (for jobs
+   * whose items come from another job, like `lambda-invoke`'s `from`). Set by the
+   * {@link JobRegistry} while it expands; absent elsewhere.
+   * @throws {UnknownJobError} | {InvalidParamsError}
+   */
+  expandJob?(job: string, params: unknown): Promise<{ items: ItemInput[]; params: unknown }>;
 }
 
 /** What one item's run receives. */
@@ -120,7 +132,7 @@ export class JobRegistry {
       const field = ['params', ...issue.path.map(String)].join('.');
       throw new InvalidParamsError(field, issue.message);
     }
-    const out = await job.expand(parsed.data, this.ctx);
+    const out = await job.expand(parsed.data, { ...this.ctx, expandJob: (other, otherParams) => this.expand(other, otherParams) });
     if (out.items.length > this.ctx.maxItems) {
       throw new InvalidParamsError('params', `expands to ${out.items.length} items; at most ${this.ctx.maxItems} are allowed`);
     }
