@@ -55,9 +55,10 @@ export class LambdaThrottledError extends Error {
   readonly code = 'throttled';
   constructor(
     readonly functionName: string,
-    readonly reason: string | undefined,
+    /** Lambda's words and reason, e.g. `Rate Exceeded.` and `ReservedFunctionConcurrentInvocationLimitExceeded`. */
+    readonly detail: string,
   ) {
-    super(`function ${functionName} was throttled${reason ? ` (${reason})` : ''}; retried after the backoff`);
+    super(`function ${functionName} was throttled (TooManyRequestsException: ${detail})`);
     this.name = 'LambdaThrottledError';
   }
 }
@@ -205,7 +206,7 @@ function invokeError(functionName: string, e: unknown): Error {
   const err = e as { name?: string; message?: string; Reason?: string };
   switch (err.name) {
     case 'TooManyRequestsException':
-      return new LambdaThrottledError(functionName, err.Reason ?? err.message);
+      return new LambdaThrottledError(functionName, [err.message, err.Reason].filter(Boolean).join(' ') || 'no reason given');
     case 'RequestTooLargeException':
     case 'RequestEntityTooLargeException':
       return new LambdaPayloadTooLargeError(`function ${functionName}: Lambda refused the payload as too large: ${err.message}`);
