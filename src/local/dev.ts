@@ -77,8 +77,14 @@ async function loadApp(appFile: string | undefined, cwd: string): Promise<LocalA
     const path = resolve(cwd, appFile);
     if (!existsSync(path) || !statSync(path).isFile()) throw new AppFileError(`--app ${appFile}: no such file`);
     if (/^\.[cm]?tsx?$/.test(extname(path))) {
-      const { register } = await import('tsx/esm/api');
-      registerTsx ??= register();
+      // Both of tsx's loaders, as `node --import tsx` registers them: a .ts file in a package
+      // that is not "type": "module" is loaded as CommonJS.
+      if (!tsxRegistered) {
+        const [esm, cjs] = await Promise.all([import('tsx/esm/api'), import('tsx/cjs/api')]);
+        esm.register();
+        cjs.register();
+        tsxRegistered = true;
+      }
     }
     try {
       mod = (await import(pathToFileURL(path).href)) as Record<string, unknown>;
@@ -86,6 +92,8 @@ async function loadApp(appFile: string | undefined, cwd: string): Promise<LocalA
       throw new AppFileError(`--app ${appFile}: could not load it: ${(e as Error)?.stack ?? e}`);
     }
   }
+  // A file loaded as CommonJS (its package is not "type": "module") has its exports on `default`.
+  if (typeof mod.worker !== 'function' && mod.default !== null && typeof mod.default === 'object') mod = mod.default as Record<string, unknown>;
   const missing = (['worker', 'scheduler', 'api'] as const).filter((name) => typeof mod[name] !== 'function');
   if (missing.length) {
     throw new AppFileError(
@@ -119,8 +127,8 @@ async function loadApp(appFile: string | undefined, cwd: string): Promise<LocalA
   };
 }
 
-/** tsx's loader, registered at most once per process. */
-let registerTsx: unknown;
+/** tsx's loaders are registered at most once per process. */
+let tsxRegistered = false;
 
 /**
  * Run the local stack until Ctrl-C (or, with `exitWhenIdle`, until no batch is open): the
