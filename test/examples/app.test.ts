@@ -3,6 +3,7 @@
 // recording stand-ins, and `leasehold dev --app src/leasehold.ts` run on the real test
 // PostgreSQL: its batch job, a lambda-invoke batch of its own function and its unit job.
 import { execFile } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -37,6 +38,17 @@ describe('examples/app', () => {
     const r = await run(process.execPath, [tsc, '-p', join(APP, 'tsconfig.json')], { cwd: APP }).catch((e: { stdout: string; code: number }) => e);
     expect('code' in r ? r.stdout : '').toBe('');
   }, 60_000);
+
+  it("is what README's \"Use it in your app\" shows, file by file", () => {
+    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+    const section = readme.slice(readme.indexOf('## Use it in your app'), readme.indexOf('\n## ', readme.indexOf('## Use it in your app') + 1));
+    for (const file of ['src/jobs.ts', 'src/leasehold.ts', 'sst.config.ts']) {
+      const at = section.indexOf(`(\`${file}\`)`);
+      expect(at, file).toBeGreaterThan(0);
+      const block = /```ts\n([\s\S]*?)```/.exec(section.slice(at))![1];
+      expect(block, file).toBe(readFileSync(join(APP, file), 'utf8'));
+    }
+  });
 
   describe('sst.config.ts, evaluated', () => {
     afterEach(() => removeStandIns());
