@@ -458,15 +458,13 @@ function invokableFunctions(option: LeaseholdArgs['invokable'], functionArn: (na
     : Object.entries(option as Record<string, InvokableFunction>);
   const seen = new Set<string>();
   return entries.map(([name, ref]) => {
+    if (typeof ref === 'string' && (ref.includes('*') || !/^(arn:aws[a-zA-Z-]*:lambda:[a-z0-9-]+:\d{12}:function:)?[A-Za-z0-9_-]{1,140}(:[A-Za-z0-9$_-]{1,128})?$/.test(ref))) {
+      throw new Error(`invokable.${name}: "${ref}" is not a Lambda function name or ARN (wildcards are refused)`);
+    }
     if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,139}$/.test(name)) throw new Error(`invokable: "${name}" is not a name batches can use (letters, digits, ".", "_", "-")`);
     if (seen.has(name)) throw new Error(`invokable: "${name}" is given twice`);
     seen.add(name);
-    if (typeof ref === 'string') {
-      if (ref.includes('*') || !/^(arn:aws[a-zA-Z-]*:lambda:[a-z0-9-]+:\d{12}:function:)?[A-Za-z0-9_-]{1,140}(:[A-Za-z0-9$_-]{1,128})?$/.test(ref)) {
-        throw new Error(`invokable.${name}: "${ref}" is not a Lambda function name or ARN (wildcards are refused)`);
-      }
-      return { name, target: ref, arn: ref.startsWith('arn:') ? ref : functionArn(ref) };
-    }
+    if (typeof ref === 'string') return { name, target: ref, arn: ref.startsWith('arn:') ? ref : functionArn(ref) };
     if (!ref || typeof ref !== 'object' || !('arn' in ref)) throw new Error(`invokable.${name}: not an sst.aws.Function, a function name or an ARN`);
     return { name, target: ref.arn, arn: ref.arn };
   });

@@ -16,7 +16,7 @@ import {
   type ScheduleDeclaration,
 } from '../../src/sst/index.js';
 import { deploy as evaluate, functions, handlerProblems, handlersOf, invokeGrants, invokersOf, permissionsOf, seconds } from './evaluate.js';
-import { ACCOUNT, applyTransform, DB_HOST, DB_RESOURCE_ID, REGION, removeStandIns, type Recorded, type World } from './stand-ins.js';
+import { ACCOUNT, applyTransform, DB_HOST, DB_RESOURCE_ID, installStandIns, REGION, removeStandIns, type Recorded, type World } from './stand-ins.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const deploy = (stage = 'dev') => evaluate(root, stage);
@@ -475,5 +475,99 @@ describe('sst.config.ts, evaluated', () => {
     });
     const registered = world.calls.find((c) => c.method === 'registerOutputs');
     expect(registered?.args[0]).toMatchObject({ url: outputs.api, busName: outputs.bus, workerName: outputs.worker });
+  });
+});
+
+describe('the Leasehold component, constructed directly', () => {
+  async function component(args: Record<string, unknown>, stage = 'dev') {
+    const world = installStandIns(stage, { root });
+    const { Leasehold } = await import('../../src/sst/index.js');
+    const runner = new Leasehold('Jobs', { handlers: 'functions/leasehold', ...args } as never);
+    return { world, runner };
+  }
+  const arnOf = (world: World, name: string) => (world.one('sst.aws.Function', name).instance as { arn: string }).arn;
+
+  it('grants the worker invoke on each invokable function, named by function, name or ARN, and tells the runtime their names', async () => {
+    const { world } = await component({ handlers: './functions/leasehold.ts' });
+    const legacyArn = 'arn:aws:lambda:eu-west-1:123456789012:function:legacy-report:live';
+    removeStandIns();
+    const score = { name: 'score-fn', arn: `arn:aws:lambda:${REGION}:${ACCOUNT}:function:score-fn` };
+    const built = await component({ invokable: { score, legacy: legacyArn, resize: 'resize-images' } });
+    const worker = arnOf(built.world, 'JobsWorker');
+    expect(invokeGrants(built.world).JobsWorker).toEqual(
+      [worker, score.arn, legacyArn, `arn:aws:lambda:${REGION}:${ACCOUNT}:function:resize-images`].sort(),
+    );
+    for (const role of ['Api', 'Scheduler', 'Trigger']) expect(invokeGrants(built.world)[`Jobs${role}`], role).toEqual([worker]);
+    expect(built.world.one('sst.aws.Function', 'JobsWorker').args.environment.LEASEHOLD_INVOKABLE).toBe(
+      `score=${score.arn},legacy=${legacyArn},resize=resize-images`,
+    );
+    // The variable is one the runtime reads the same way.
+    const { parseInvokable } = await import('../../src/runtime/config.js');
+    expect(parseInvokable(built.world.one('sst.aws.Function', 'JobsApi').args.environment.LEASEHOLD_INVOKABLE)).toEqual({
+      score: score.arn,
+      legacy: legacyArn,
+      resize: 'resize-images',
+    });
+    // A list of names and ARNs: each known by its function name.
+    removeStandIns();
+    const listed = await component({ invokable: ['resize-images', legacyArn] });
+    expect(listed.world.one('sst.aws.Function', 'JobsWorker').args.environment.LEASEHOLD_INVOKABLE).toBe(
+      `resize-images=resize-images,legacy-report=${legacyArn}`,
+    );
+    expect(world.of('sst.aws.Function').every((f) => String(f.args.handler).startsWith('functions/leasehold.'))).toBe(true);
+  });
+
+  it('refuses a wildcard, a bad name or a component in a list', async () => {
+    await expect(component({ invokable: ['arn:aws:lambda:us-east-1:123456789012:function:*'] })).rejects.toThrow(/wildcards are refused/);
+    removeStandIns();
+    await expect(component({ invokable: { all: '*' } })).rejects.toThrow(/invokable\.all: "\*" is not a Lambda function name or ARN/);
+    removeStandIns();
+    await expect(component({ invokable: { 'not ok': 'fn' } })).rejects.toThrow(/"not ok" is not a name batches can use/);
+    removeStandIns();
+    await expect(component({ invokable: [{ name: 'x', arn: 'arn:x' }] })).rejects.toThrow(/give functions by name/);
+  });
+
+  it('refuses a handler file that is not there, and environment variables the component sets itself', async () => {
+    await expect(component({ handlers: 'src/missing' })).rejects.toThrow(/handlers: no src\/missing\.ts/);
+    removeStandIns();
+    await expect(component({ environment: { LEASEHOLD_DB_HOST: 'elsewhere' } })).rejects.toThrow(/environment\.LEASEHOLD_DB_HOST: the component sets it/);
+  });
+
+  it('applies transforms the way SST components do: objects merged, functions editing args; migrations stay first', async () => {
+    const seen: string[] = [];
+    const { world } = await component({
+      environment: { MY_SETTING: 'on', LEASEHOLD_MAX_RUNS: '8' },
+      link: ['bucket'],
+      permissions: [{ actions: ['s3:GetObject'], resources: ['arn:aws:s3:::my-bucket/*'] }],
+      worker: { reservedConcurrency: 3, memory: '2048 MB' },
+      api: { timeoutSeconds: 20 },
+      transform: {
+        function: (args: Record<string, unknown>, _opts: unknown, name: string) => {
+          seen.push(name);
+          args.architecture = 'arm64';
+        },
+        worker: { memory: '3008 MB' },
+        httpApi: { cors: false },
+        vpc: (args: Record<string, unknown>) => {
+          args.az = 3;
+        },
+      },
+    });
+    expect(seen.sort()).toEqual(['JobsApi', 'JobsMigrate', 'JobsScheduler', 'JobsTrigger', 'JobsWorker']);
+    const worker = world.one('sst.aws.Function', 'JobsWorker');
+    expect(worker.args).toMatchObject({ memory: '3008 MB', architecture: 'arm64', concurrency: { reserved: 3 }, link: ['bucket'] });
+    expect(worker.args.environment).toMatchObject({ MY_SETTING: 'on', LEASEHOLD_MAX_RUNS: '8' });
+    expect(permissionsOf(worker).some((p) => p.actions.includes('s3:GetObject'))).toBe(true);
+    expect(permissionsOf(world.one('sst.aws.Function', 'JobsMigrate'))).toEqual(expect.not.arrayContaining([expect.objectContaining({ actions: ['s3:GetObject'] })]));
+    expect(seconds(world.one('sst.aws.Function', 'JobsApi').args.timeout)).toBe(20);
+    expect(world.one('sst.aws.ApiGatewayV2', 'JobsHttpApi').args.cors).toBe(false);
+    expect(world.one('sst.aws.Vpc', 'JobsVpc').args.az).toBe(3);
+    const invocation = world.one('aws.lambda.Invocation', 'JobsMigrations');
+    for (const name of ['JobsWorker', 'JobsApi']) {
+      const { opts } = applyTransform(world.one('sst.aws.Function', name).args.transform?.function, {}, {});
+      expect([opts.dependsOn].flat(), name).toContain(invocation.instance);
+    }
+    // Function names carry the component's name.
+    expect((worker.instance as { name: string }).name).toBe('leasehold-dev-jobs-worker');
   });
 });
