@@ -1,53 +1,44 @@
 /// <reference path="./.sst/platform/config.d.ts" />
-// leasehold on AWS: `npx sst deploy --stage NAME` (see README, "Deploy").
+// leasehold on AWS: `npx sst deploy --stage NAME` (see README, "Deploy"). This repository's own
+// app: its runner (functions/leasehold.ts, the built-in jobs) through the Leasehold component,
+// the same one apps use from 'leasehold/sst' (here from the sources).
 //
-// Targets SST v4 (written against sst 4.17.1 from npm, whose components include CronV2,
-// ApiGatewayV2, Bus, Postgres and Vpc as used in infra/). SST generates
-// .sst/platform/config.d.ts on its first run; this file and infra/ are kept out of this
-// project's `tsc` and are tested by evaluating them with stand-ins (test/infra).
-//
-// No top-level imports here, as SST asks: infra/ is imported inside run().
+// Targets SST v4 (sst 4.17.1 from npm). SST generates .sst/platform/config.d.ts on its first run;
+// this file is kept out of this project's `tsc` and tested by evaluating it with stand-ins
+// (test/infra). No top-level imports, as SST asks: the component is imported inside run().
 export default $config({
   app(input) {
-    // Same list as PRODUCTION_STAGES in infra/config.ts (the infrastructure test checks).
+    // Production stages keep their database and VPC when removed and are protected from
+    // `sst remove` (the component's PRODUCTION_STAGES; the infrastructure test checks).
     const production = ['production', 'prod'].includes(input?.stage);
     return {
       name: 'leasehold',
       home: 'aws',
       version: '^4.17.1',
-      // Production keeps its database (RDS instance, parameter and subnet groups) and VPC when
-      // removed; other stages remove everything.
       removal: production ? 'retain' : 'remove',
       protect: production,
     };
   },
   async run() {
-    const { stageSettings } = await import('./infra/config.js');
-    const { awsIdentity } = await import('./infra/identity.js');
-    const { network } = await import('./infra/network.js');
-    const { database } = await import('./infra/database.js');
-    const { migrations } = await import('./infra/migrations.js');
-    const { runner, worker, scheduler } = await import('./infra/functions.js');
-    const { api } = await import('./infra/api.js');
-    const { triggers } = await import('./infra/triggers.js');
-
-    const settings = stageSettings($app.stage, process.env);
-    const ids = awsIdentity();
-    const net = network(settings, ids);
-    const db = database(settings, net, ids);
-    const migration = migrations(settings, net, db);
-    const r = runner(settings, net, db, ids, migration);
-
-    const workerFn = worker(r);
-    scheduler(r);
-    const http = api(r);
-    const { bus } = triggers(r);
-
-    return {
-      api: http.gateway.url,
-      bus: bus.name,
-      worker: workerFn.name,
-      database: db.host,
-    };
+    const { Leasehold, databaseFromEnv } = await import('./src/sst/index.js');
+    const runner = new Leasehold('Runner', {
+      handlers: 'functions/leasehold',
+      // LEASEHOLD_DATABASE_HOST & co. at deploy time: use that database instead of creating one.
+      ...databaseFromEnv(process.env),
+      schedules: [
+        {
+          // An example, deployed disabled: set `enabled: true` to checksum the function's own code
+          // every night at 03:00 UTC.
+          name: 'nightly-checksum',
+          schedule: 'cron(0 3 * * ? *)',
+          enabled: false,
+          job: 'checksum',
+          tenant: 'ops',
+          datasource: 'lambda-code',
+          params: { dir: '/var/task' },
+        },
+      ],
+    });
+    return { api: runner.url, bus: runner.busName, worker: runner.workerName, database: runner.databaseHost };
   },
 });

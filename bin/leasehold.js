@@ -1,8 +1,15 @@
 #!/usr/bin/env node
-// The `leasehold` command: loads the TypeScript sources through tsx, so a clone runs as-is.
-import { register } from 'tsx/esm/api';
+// The `leasehold` command: runs the built JavaScript in dist/, so no TypeScript loader is needed.
+// In a clone, `npm ci` builds it (the `prepare` script), `npm start` rebuilds what changed, and
+// `npm run build` builds it by hand.
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 
-register();
+const cli = new URL('../dist/src/cli.js', import.meta.url);
+if (!existsSync(fileURLToPath(cli))) {
+  console.error('leasehold: dist/ is missing: run `npm run build` first (in a clone of leasehold)');
+  process.exit(1);
+}
 // `leasehold batch results ID | head`: a closed pipe ends the command quietly, as in any Unix tool.
 for (const stream of [process.stdout, process.stderr]) {
   stream.on('error', (e) => {
@@ -10,4 +17,4 @@ for (const stream of [process.stdout, process.stderr]) {
     throw e;
   });
 }
-await import('../src/cli.ts');
+await import(cli.href);

@@ -1,4 +1,4 @@
-// The `leasehold` command line (bin/leasehold.js loads this file).
+// The `leasehold` command line (bin/leasehold.js runs the built copy of this file).
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
@@ -63,6 +63,7 @@ const apiOption = new Option('--api <url>', 'API base URL (default: LEASEHOLD_AP
 program
   .command('dev')
   .description('run the local stack: database, migrations, API, local invoke endpoint, scheduler')
+  .option('--app <file>', "run the handlers FILE exports (createHandlers from 'leasehold/lambda'; TypeScript is fine) instead of the built-in jobs")
   .addOption(new Option('--port <port>', 'API port (0: any free port)').env('PORT').default(3000).argParser(port))
   .option('--demo <dir>', 'allow DIR and start a checksum batch over it, following its progress')
   .option('--exit-when-idle', 'exit 0 once no batch is open; print a JSON summary as the last line')
@@ -82,6 +83,7 @@ program
       scheduleMs: opts.scheduleMs,
       verbose: Boolean(opts.verbose),
       unitsDemoPerSecond: opts.unitsDemo === true ? 20 : opts.unitsDemo,
+      appFile: opts.app,
     });
   });
 

@@ -1,12 +1,22 @@
 import { tmpdir } from 'node:os';
 import { checksum } from './checksum.js';
 import { JobRegistry, type Job, type JobContext } from './job.js';
+import { lambdaInvoke } from './lambda-invoke.js';
 
 export * from './job.js';
 export { checksum, isUnder, type ChecksumOutput } from './checksum.js';
+export {
+  lambdaInvoke,
+  LambdaFunctionError,
+  LambdaThrottledError,
+  LambdaPayloadTooLargeError,
+  MAX_SYNC_PAYLOAD_BYTES,
+  type LambdaInvokeEvent,
+  type LambdaInvokeParams,
+} from './lambda-invoke.js';
 
-/** Jobs shipped with leasehold. */
-export const builtinJobs: Job<unknown, unknown>[] = [checksum];
+/** Jobs shipped with leasehold: `checksum` and `lambda-invoke`. An app picks the ones it wants (`createHandlers`). */
+export const builtinJobs: Job<unknown, unknown>[] = [checksum, lambdaInvoke];
 
 /** Default {@link JobContext}: allowed roots are the working directory and the OS temp dir. */
 export function defaultJobContext(overrides: Partial<JobContext> = {}): JobContext {

@@ -13,6 +13,18 @@ export interface JobContext {
    * it (`createBatch`'s item count limit, from the same setting); a job may use it to stop early.
    */
   maxItems: number;
+  /**
+   * Lambda functions `lambda-invoke` batches may call, by the name batches use: name → function
+   * name or ARN (`LEASEHOLD_INVOKABLE`; the SST component's `invokable`). Default none.
+   */
+  invokable?: Readonly<Record<string, string>>;
+  /**
+   * Expand another registered job's params into items, validated as a start would (for jobs
+   * whose items come from another job, like `lambda-invoke`'s `from`). Set by the
+   * {@link JobRegistry} while it expands; absent elsewhere.
+   * @throws {UnknownJobError} | {InvalidParamsError}
+   */
+  expandJob?(job: string, params: unknown): Promise<{ items: ItemSource; params: unknown }>;
 }
 
 /** What one item's run receives. */
@@ -128,7 +140,7 @@ export class JobRegistry {
       const field = ['params', ...issue.path.map(String)].join('.');
       throw new InvalidParamsError(field, issue.message);
     }
-    const out = await job.expand(parsed.data, this.ctx);
+    const out = await job.expand(parsed.data, { ...this.ctx, expandJob: (other, otherParams) => this.expand(other, otherParams) });
     return { items: out.items, params: out.params ?? parsed.data };
   }
 

@@ -1,7 +1,8 @@
 // `leasehold dev`: the same handlers as on AWS, with local drivers (DESIGN.md, "Local mode").
 import { createWriteStream, existsSync, readFileSync, realpathSync, statSync } from 'node:fs';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
-import { delimiter, join, relative, resolve } from 'node:path';
+import { delimiter, extname, join, relative, resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import type { Context } from 'aws-lambda';
 import { systemClock } from '../clock.js';
 import { ApiClient } from '../cli/client.js';
@@ -15,7 +16,7 @@ import { createLambdaContext } from './context.js';
 import { startEmbedded } from './embedded.js';
 import { startHttpServer } from './http-server.js';
 import { startSink } from './sink.js';
-import { createInvokeEndpoint, localLambdaEnv } from './invoke-endpoint.js';
+import { createInvokeEndpoint, localLambdaEnv, type LocalLambdaHandler } from './invoke-endpoint.js';
 
 /** Options of {@link runDev}; durations in ms. */
 export interface DevOptions {
@@ -42,7 +43,92 @@ export interface DevOptions {
   statusMs?: number;
   /** Project folder (data, logs, dev.json). Default the working directory. */
   cwd?: string;
+  /**
+   * The app file whose handlers to run (`export const { worker, scheduler, api, … } =
+   * createHandlers(…)`, optionally `export const localFunctions = { name: handler }`), relative
+   * to `cwd`; TypeScript is loaded with tsx. Default: this package's own runner (the built-in jobs).
+   */
+  appFile?: string;
 }
+
+/** The handlers the local stack runs, and the functions `lambda-invoke` may call locally. */
+interface LocalApp {
+  worker: LocalLambdaHandler;
+  api: LocalLambdaHandler;
+  scheduler: LocalLambdaHandler;
+  localFunctions: Record<string, LocalLambdaHandler>;
+}
+
+/** An app file that cannot be run; the message says why. */
+class AppFileError extends Error {}
+
+/**
+ * Load the app file (or, without one, this package's own runner) and check what it exports.
+ * TypeScript files are loaded through tsx's loader, registered once for the process.
+ * @throws {AppFileError} the file is missing, fails to load, or lacks handlers made by this copy of leasehold.
+ */
+async function loadApp(appFile: string | undefined, cwd: string): Promise<LocalApp> {
+  const { HANDLERS_MARK, HANDLERS_MODULE } = await import('../lambda.js');
+  let mod: Record<string, unknown>;
+  const shown = appFile ?? 'the built-in runner';
+  if (appFile === undefined) {
+    mod = await import('../../functions/leasehold.js');
+  } else {
+    const path = resolve(cwd, appFile);
+    if (!existsSync(path) || !statSync(path).isFile()) throw new AppFileError(`--app ${appFile}: no such file`);
+    if (/^\.[cm]?tsx?$/.test(extname(path))) {
+      // Both of tsx's loaders, as `node --import tsx` registers them: a .ts file in a package
+      // that is not "type": "module" is loaded as CommonJS.
+      if (!tsxRegistered) {
+        const [esm, cjs] = await Promise.all([import('tsx/esm/api'), import('tsx/cjs/api')]);
+        esm.register();
+        cjs.register();
+        tsxRegistered = true;
+      }
+    }
+    try {
+      mod = (await import(pathToFileURL(path).href)) as Record<string, unknown>;
+    } catch (e) {
+      throw new AppFileError(`--app ${appFile}: could not load it: ${(e as Error)?.stack ?? e}`);
+    }
+  }
+  // A file loaded as CommonJS (its package is not "type": "module") has its exports on `default`.
+  if (typeof mod.worker !== 'function' && mod.default !== null && typeof mod.default === 'object') mod = mod.default as Record<string, unknown>;
+  const missing = (['worker', 'scheduler', 'api'] as const).filter((name) => typeof mod[name] !== 'function');
+  if (missing.length) {
+    throw new AppFileError(
+      `${shown} does not export ${missing.join(', ')}: export the handlers of createHandlers from 'leasehold/lambda' ` +
+        '(export const { worker, scheduler, api, trigger, migrate } = createHandlers({ jobs: [...] }))',
+    );
+  }
+  const mark = (mod.worker as unknown as Record<symbol, unknown>)[HANDLERS_MARK];
+  if (mark === undefined) throw new AppFileError(`${shown}: its worker was not made by createHandlers from 'leasehold/lambda'`);
+  if (mark !== HANDLERS_MODULE) {
+    throw new AppFileError(
+      `${shown} uses another copy of leasehold (${String(mark)}) than this command (${HANDLERS_MODULE}): ` +
+        "run the app's own: npx leasehold dev --app …",
+    );
+  }
+  const localFunctions: Record<string, LocalLambdaHandler> = {};
+  const declared = mod.localFunctions;
+  if (declared !== undefined) {
+    if (declared === null || typeof declared !== 'object') throw new AppFileError(`${shown}: localFunctions must be an object of functions by name`);
+    for (const [name, fn] of Object.entries(declared)) {
+      if (typeof fn !== 'function') throw new AppFileError(`${shown}: localFunctions.${name} is not a function`);
+      if (!/^[A-Za-z0-9_-]{1,64}$/.test(name)) throw new AppFileError(`${shown}: localFunctions: "${name}" is not a Lambda function name (letters, digits, _ and -)`);
+      localFunctions[name] = fn as LocalLambdaHandler;
+    }
+  }
+  return {
+    worker: mod.worker as LocalLambdaHandler,
+    api: mod.api as LocalLambdaHandler,
+    scheduler: mod.scheduler as LocalLambdaHandler,
+    localFunctions,
+  };
+}
+
+/** tsx's loaders are registered at most once per process. */
+let tsxRegistered = false;
 
 /**
  * Run the local stack until Ctrl-C (or, with `exitWhenIdle`, until no batch is open): the
@@ -90,6 +176,22 @@ export async function runDev(options: DevOptions): Promise<number> {
     return 2;
   }
 
+  // The app's handlers, loaded before anything starts; they read the environment on their first
+  // invocation, not when imported.
+  let app: LocalApp;
+  try {
+    app = await loadApp(options.appFile, cwd);
+  } catch (e) {
+    say(`leasehold dev: ${e instanceof AppFileError ? e.message : (e as Error)?.stack ?? e}`);
+    return 2;
+  }
+  const localNames = Object.keys(app.localFunctions);
+  if (localNames.includes(config.workerFunction)) {
+    say(`leasehold dev: localFunctions: "${config.workerFunction}" is the worker's name (LEASEHOLD_WORKER_FUNCTION): choose another`);
+    return 2;
+  }
+  // lambda-invoke batches may call the app's local functions, unless told otherwise.
+  if (process.env.LEASEHOLD_INVOKABLE === undefined && localNames.length) process.env.LEASEHOLD_INVOKABLE = localNames.join(',');
   // Function logs: a file unless --verbose.
   const logFile = join(stateDir, 'dev.log');
   const logStream = options.verbose ? undefined : createWriteStream(logFile, { flags: 'a' });
@@ -132,14 +234,8 @@ export async function runDev(options: DevOptions): Promise<number> {
     await forgetInvocations(sql);
 
     const roots = [...config.allowedRoots, ...(demoDir ? [demoDir] : [])];
-    // The handlers read the environment on their first invocation, not when imported.
-    const [worker, api, scheduler] = await Promise.all([
-      import('../../functions/worker.js'),
-      import('../../functions/api.js'),
-      import('../../functions/scheduler.js'),
-    ]);
     const invoke = createInvokeEndpoint({
-      functions: { [config.workerFunction]: worker.handler },
+      functions: { ...app.localFunctions, [config.workerFunction]: app.worker },
       timeoutMs,
       concurrency,
       onError: (error, info) =>
@@ -163,7 +259,7 @@ export async function runDev(options: DevOptions): Promise<number> {
 
     const server = await startHttpServer({
       port: options.port,
-      handler: (event, context) => api.handler(event, context) as never,
+      handler: (event, context) => app.api(event, context) as never,
     });
     stopServices.push(() => server.close());
 
@@ -174,7 +270,7 @@ export async function runDev(options: DevOptions): Promise<number> {
       if (scheduling) return;
       scheduling = true;
       try {
-        await scheduler.handler({}, lambdaContext('leasehold-scheduler', 60_000));
+        await app.scheduler({}, lambdaContext('leasehold-scheduler', 60_000));
       } catch (e) {
         logStream?.write(JSON.stringify({ level: 'error', service: 'scheduler', message: String(e) }) + '\n');
         // Shown once per distinct failure: a scheduler that cannot run stalls everything.
@@ -200,9 +296,11 @@ export async function runDev(options: DevOptions): Promise<number> {
     });
 
     say('leasehold dev');
+    say(`  app        ${options.appFile ?? 'built-in jobs (checksum, lambda-invoke; outbox-delivery)'}`);
     say(`  database   ${dbWhere}${applied.length ? `; applied ${applied.map((m) => m.name).join(', ')}` : ''}`);
     say(`  api        ${server.url}`);
     say(`  invoke     ${invokeUrl} (worker "${config.workerFunction}", timeout ${timeoutMs / 1000} s, at most ${concurrency} at once)`);
+    if (localNames.length) say(`  functions  ${localNames.join(', ')} (local, for lambda-invoke batches)`);
     say(`  scheduler  every ${scheduleMs / 1000} s (workers for units: the desired count, \`leasehold concurrency\`)`);
     say(`  sink       ${sink.url} (webhook endpoints for outbox-delivery units)`);
     say(`  logs       ${options.verbose ? 'printed' : relative(cwd, logFile)}`);

@@ -58,8 +58,20 @@ export interface InvokeEndpointOptions {
   concurrency?: number;
   /** Largest `Event` payload, bytes; larger ones get 413. Default 262,144 (256 KiB, Lambda's async limit). */
   maxEventPayloadBytes?: number;
-  /** Largest `RequestResponse` payload, bytes; larger ones get 413. Default 6,291,456 (6 MB, Lambda's sync limit). */
+  /**
+   * Largest `RequestResponse` request and response payload, bytes (Lambda's sync limit). A larger
+   * request gets 413; a larger result is answered as Lambda does, a function error of type
+   * `Function.ResponseSizeTooLarge`. Default 6,291,456 (6 MB).
+   */
   maxPayloadBytes?: number;
+  /**
+   * Reserved concurrency by function name, as Lambda's: a `RequestResponse` invocation of a
+   * function that already has this many invocations running or queued is throttled, 429
+   * `TooManyRequestsException` (`Reason: ReservedFunctionConcurrentInvocationLimitExceeded`);
+   * 0 throttles every one. (Lambda queues `Event` invocations instead, so they are never
+   * refused.) Default: no limit but `concurrency`.
+   */
+  reservedConcurrency?: Record<string, number>;
   /** Region in the context's ARN. Default `AWS_REGION`, else `us-east-1`. */
   region?: string;
   /** Read for the context's remaining time. Default the system clock. */
@@ -160,6 +172,9 @@ const INVOKE_PATH = /^\/2015-03-31\/functions\/([^/]+)\/invocations\/?$/;
  * - Unknown function: 404, `x-amzn-ErrorType: ResourceNotFoundException`,
  *   `{ Type: 'User', message }`. Payload not JSON: 400 `InvalidRequestContentException`.
  *   Too large: 413 `RequestEntityTooLargeException`. Stopping: 503 `ServiceException`.
+ *   Above a function's `reservedConcurrency` (`RequestResponse`): 429 `TooManyRequestsException`.
+ * - A `RequestResponse` result above `maxPayloadBytes` answers a `Function.ResponseSizeTooLarge`
+ *   function error instead, as Lambda does.
  * Each invocation gets a {@link createLambdaContext} context with a fresh `awsRequestId`.
  * Handler failures go to `onError` and never reach the server.
  */
@@ -174,6 +189,8 @@ export function createInvokeEndpoint(options: InvokeEndpointOptions): InvokeEndp
 
   const queue: Job[] = [];
   let active = 0;
+  /** Invocations running or queued, by function name (for `reservedConcurrency`). */
+  const inFlight = new Map<string, number>();
   let completed = 0;
   let failed = 0;
   let accepting = true;
@@ -329,15 +346,25 @@ export function createInvokeEndpoint(options: InvokeEndpointOptions): InvokeEndp
       enqueuedAtMs: clock.now(),
       ...(clientContext ? { clientContext } : {}),
     };
+    // Checked and counted in one step, so concurrent callers cannot both take the last slot.
+    const reserved = options.reservedConcurrency?.[functionName];
+    if (typeHeader === 'RequestResponse' && reserved !== undefined && (inFlight.get(functionName) ?? 0) >= reserved) {
+      return sendError(res, 429, 'TooManyRequestsException', 'Rate Exceeded.', awsRequestId, {
+        Reason: 'ReservedFunctionConcurrentInvocationLimitExceeded',
+      });
+    }
+    inFlight.set(functionName, (inFlight.get(functionName) ?? 0) + 1);
+    const done = () => inFlight.set(functionName, (inFlight.get(functionName) ?? 1) - 1);
     if (typeHeader === 'Event') {
       res.writeHead(202, { 'x-amzn-RequestId': awsRequestId, 'content-length': '0' }).end();
-      queue.push({ ...base, settle: () => {} });
+      queue.push({ ...base, settle: done });
       pump();
       return;
     }
     queue.push({
       ...base,
       settle: (outcome) => {
+        done();
         if (outcome.kind === 'dropped') {
           return sendError(res, 503, 'ServiceException', 'The local Lambda endpoint stopped before the invocation ran', awsRequestId);
         }
@@ -353,6 +380,14 @@ export function createInvokeEndpoint(options: InvokeEndpointOptions): InvokeEndp
           } catch (e) {
             headers['x-amz-function-error'] = 'Unhandled';
             payload = JSON.stringify(errorPayload(new TypeError(`result is not serialisable: ${(e as Error).message}`)));
+          }
+          const bytes = Buffer.byteLength(payload);
+          if (bytes > maxPayloadBytes) {
+            headers['x-amz-function-error'] = 'Unhandled';
+            payload = JSON.stringify({
+              errorType: 'Function.ResponseSizeTooLarge',
+              errorMessage: `Response payload size (${bytes} bytes) exceeded maximum allowed payload size (${maxPayloadBytes} bytes).`,
+            });
           }
         } else {
           headers['x-amz-function-error'] = 'Unhandled';
@@ -456,10 +491,10 @@ function errorPayload(error: unknown): { errorType: string; errorMessage: string
   return { errorType: 'Error', errorMessage: String(error), trace: [] };
 }
 
-/** A service error the SDK parses: code in `x-amzn-ErrorType`, `{ Type, message }` body. */
-function sendError(res: ServerResponse, status: number, type: string, message: string, requestId: string): void {
+/** A service error the SDK parses: code in `x-amzn-ErrorType`, `{ Type, message, …extra }` body. */
+function sendError(res: ServerResponse, status: number, type: string, message: string, requestId: string, extra: Record<string, string> = {}): void {
   if (res.headersSent || res.destroyed) return;
-  const body = JSON.stringify({ Type: status >= 500 ? 'Service' : 'User', message });
+  const body = JSON.stringify({ Type: status >= 500 ? 'Service' : 'User', message, ...extra });
   res
     .writeHead(status, {
       'content-type': 'application/json',

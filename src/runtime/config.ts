@@ -52,6 +52,7 @@ const schema = {
   LEASEHOLD_DISPATCH_COOLDOWN_MS: int(0).default(30_000),
   LEASEHOLD_DB_POOL_MAX: int(1).default(4),
   LEASEHOLD_ALLOWED_ROOTS: z.string().optional(),
+  LEASEHOLD_INVOKABLE: z.string().optional(),
   LEASEHOLD_TTL_MS: int(100).default(15_000),
   LEASEHOLD_HEARTBEAT_MS: int(10).default(5_000),
   LEASEHOLD_REBALANCE_MS: int(10).default(5_000),
@@ -130,6 +131,11 @@ export interface Config {
   migrationsDir: string | undefined;
   /** Directories file jobs may read under (absolute). */
   allowedRoots: string[];
+  /**
+   * Functions `lambda-invoke` batches may call, by the name batches use: name → function name or
+   * ARN (`LEASEHOLD_INVOKABLE`, see {@link parseInvokable}). Default none.
+   */
+  invokable: Record<string, string>;
   /** Lease settings of every worker process (see `LeaseConfig`), ms. */
   lease: {
     ttlMs: number;
@@ -243,6 +249,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     allowedRoots: e.LEASEHOLD_ALLOWED_ROOTS
       ? e.LEASEHOLD_ALLOWED_ROOTS.split(delimiter).filter(Boolean)
       : [process.cwd(), tmpdir()],
+    invokable: parseInvokable(e.LEASEHOLD_INVOKABLE ?? ''),
     lease: {
       ttlMs: e.LEASEHOLD_TTL_MS,
       heartbeatIntervalMs: e.LEASEHOLD_HEARTBEAT_MS,
@@ -301,4 +308,44 @@ export function startLimits(config: Partial<Pick<Config, 'maxItems' | 'maxInputB
   if (config.maxInputBytes !== undefined) limits.maxInputBytes = config.maxInputBytes;
   if (config.maxTotalBytes !== undefined) limits.maxTotalBytes = config.maxTotalBytes;
   return limits;
+}
+
+/** A name batches use for a function: letters, digits, `-`, `_` and `.`, at most 140. */
+const INVOKABLE_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,139}$/;
+/** A Lambda function name, or its ARN (with an optional qualifier). */
+const FUNCTION_TARGET = /^(arn:aws[a-zA-Z-]*:lambda:[a-z0-9-]+:\d{12}:function:)?[A-Za-z0-9_-]{1,140}(:[A-Za-z0-9$_-]{1,128})?$/;
+
+/**
+ * Parse `LEASEHOLD_INVOKABLE`: comma-separated entries, each `name=target` or a bare `target`,
+ * where `target` is a Lambda function name or ARN; a bare target is known by its function name.
+ * `score=arn:aws:lambda:eu-west-1:123456789012:function:app-prod-Score-x1, legacy-report`
+ * gives `{ score: 'arn:…', 'legacy-report': 'legacy-report' }`. The SST component writes it from
+ * its `invokable` option; `leasehold dev --app` from the app's `localFunctions`.
+ * @throws {ConfigError} an entry that is not a name and a function name or ARN, or a name given twice.
+ */
+export function parseInvokable(value: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const raw of value.split(',')) {
+    const entry = raw.trim();
+    if (!entry) continue;
+    const at = entry.indexOf('=');
+    const target = (at < 0 ? entry : entry.slice(at + 1)).trim();
+    if (!FUNCTION_TARGET.test(target)) {
+      throw new ConfigError('LEASEHOLD_INVOKABLE', `"${target}" is not a Lambda function name or ARN`);
+    }
+    const name = at < 0 ? functionNameOf(target) : entry.slice(0, at).trim();
+    if (!INVOKABLE_NAME.test(name)) {
+      throw new ConfigError('LEASEHOLD_INVOKABLE', `"${name}" is not a function name (letters, digits, ".", "_", "-")`);
+    }
+    if (Object.prototype.hasOwnProperty.call(out, name)) throw new ConfigError('LEASEHOLD_INVOKABLE', `"${name}" is listed twice`);
+    out[name] = target;
+  }
+  return out;
+}
+
+/** `arn:…:function:NAME[:qualifier]` or `NAME[:qualifier]` → `NAME`. */
+function functionNameOf(target: string): string {
+  const parts = target.split(':');
+  const at = parts.indexOf('function');
+  return at >= 0 ? parts[at + 1]! : parts[0]!;
 }

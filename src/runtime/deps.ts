@@ -1,6 +1,6 @@
-import { defaultRegistry, type JobRegistry } from '../jobs/index.js';
+import { JobRegistry, type Job } from '../jobs/index.js';
 import type { Sql } from '../store/index.js';
-import { defaultUnitJobs, UnitRunner, type UnitJobRegistry } from '../units/index.js';
+import { UnitJobRegistry, UnitRunner, type UnitJob } from '../units/index.js';
 import { jsonLog } from './log.js';
 import type { UnitReconciler } from './worker.js';
 import { loadConfig, type Config } from './config.js';
@@ -12,43 +12,79 @@ import type { Log } from './log.js';
 export interface RuntimeDeps {
   config: Config;
   sql: Sql;
+  /** The app's batch jobs. */
   jobs: JobRegistry;
-  /** Unit jobs, by name (`outbox-delivery` built in). */
+  /** The app's unit jobs, by name. */
   unitJobs: UnitJobRegistry;
   /** Builds the reconciler that runs unit jobs for one worker process, logging to `log`. */
   units: (processId: string, log?: Log, leaseValid?: () => boolean) => UnitReconciler;
   dispatcher: Dispatcher;
 }
 
-let cached: RuntimeDeps | undefined;
-
-/**
- * The container's dependencies: configuration from the environment, one small postgres pool
- * (`DATABASE_URL`, or the RDS host with IAM tokens and verified TLS: see {@link openDatabase}),
- * the batch and unit job registries, the unit runner factory and the Lambda dispatcher. Built
- * on first use (the cold start), then reused.
- * @throws {ConfigError} a setting is invalid, or neither `DATABASE_URL` nor `LEASEHOLD_DB_HOST` is set.
- */
-export function runtimeDeps(): RuntimeDeps {
-  if (cached) return cached;
-  const config = loadConfig();
-  const sql = openDatabase(config);
-  const unitJobs = defaultUnitJobs();
-  const unitsLog = jsonLog('units');
-  cached = {
-    config,
-    sql,
-    jobs: defaultRegistry({ allowedRoots: config.allowedRoots, maxItems: config.maxItems }),
-    unitJobs,
-    units: (processId, log = unitsLog, leaseValid) => new UnitRunner({ sql, processId, jobs: unitJobs, log, leaseValid }),
-    dispatcher: new LambdaDispatcher(config.workerFunction),
-  };
-  return cached;
+/** The jobs an app runs: what `createHandlers` (`leasehold/lambda`) is given. */
+export interface AppJobs {
+  /** Batch jobs (`defineJob`), unique by name. */
+  jobs: readonly Job<unknown, unknown>[];
+  /** Unit jobs (`defineUnitJob`), unique by name. */
+  unitJobs: readonly UnitJob<unknown>[];
 }
 
-/** Forget the cached dependencies, closing the pool (local mode and tests). */
+/**
+ * One app's runtime in a container: its dependencies are built on first use (the cold start)
+ * from the environment and the app's jobs, then reused by every invocation.
+ */
+export interface Runtime {
+  /**
+   * The container's dependencies: configuration from the environment, one small postgres pool
+   * (`DATABASE_URL`, or the RDS host with IAM tokens and verified TLS: see {@link openDatabase}),
+   * the app's job registries (jobs see `LEASEHOLD_ALLOWED_ROOTS`, `LEASEHOLD_MAX_ITEMS` and
+   * `LEASEHOLD_INVOKABLE`), the unit runner factory and the Lambda dispatcher.
+   * @throws {ConfigError} a setting is invalid, or neither `DATABASE_URL` nor `LEASEHOLD_DB_HOST` is set.
+   */
+  deps(): RuntimeDeps;
+  /** Forget the dependencies, closing the pool; the next {@link Runtime.deps} builds them again. */
+  reset(): Promise<void>;
+}
+
+const runtimes = new Set<Runtime>();
+
+/**
+ * The runtime of an app with these jobs (see {@link Runtime}).
+ * @throws {Error} two batch jobs or two unit jobs share a name.
+ */
+export function createRuntime(app: AppJobs): Runtime {
+  const jobs = app.jobs;
+  const unitJobs = new UnitJobRegistry([...app.unitJobs]);
+  // Checked now, so a duplicate name fails where the app is loaded, not at the first invocation.
+  new JobRegistry([...jobs], { allowedRoots: [], maxItems: 1 });
+  let cached: RuntimeDeps | undefined;
+  const runtime: Runtime = {
+    deps() {
+      if (cached) return cached;
+      const config = loadConfig();
+      const sql = openDatabase(config);
+      const unitsLog = jsonLog('units');
+      cached = {
+        config,
+        sql,
+        jobs: new JobRegistry([...jobs], { allowedRoots: config.allowedRoots, maxItems: config.maxItems, invokable: config.invokable }),
+        unitJobs,
+        units: (processId, log = unitsLog, leaseValid) => new UnitRunner({ sql, processId, jobs: unitJobs, log, leaseValid }),
+        dispatcher: new LambdaDispatcher(config.workerFunction),
+      };
+      return cached;
+    },
+    async reset() {
+      const c = cached;
+      cached = undefined;
+      await c?.sql.end({ timeout: 5 });
+    },
+  };
+  runtimes.add(runtime);
+  return runtime;
+}
+
+/** Forget the dependencies of every runtime of this process, closing their pools (local mode and tests). */
 export async function resetRuntimeDeps(): Promise<void> {
-  const c = cached;
-  cached = undefined;
-  await c?.sql.end({ timeout: 5 });
+  await Promise.all([...runtimes].map((r) => r.reset()));
 }

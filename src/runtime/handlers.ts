@@ -1,5 +1,5 @@
-// What each Lambda function does per invocation, given the context the middlewares built.
-// functions/*.ts only wrap these in their middy chains.
+// What each Lambda function does per invocation, given the app's runtime dependencies and the
+// context the middlewares built. createHandlers (src/lambda.ts) wraps these in their middy chains.
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
@@ -7,7 +7,7 @@ import { handleApi } from '../api/index.js';
 import { DEFAULT_MIGRATIONS_DIR, migrate, type Migration, type RuntimeRoleResult } from '../store/index.js';
 import { loadConfig, ConfigError, type Config } from './config.js';
 import { openDatabase } from './db.js';
-import { runtimeDeps } from './deps.js';
+import type { RuntimeDeps } from './deps.js';
 import type { Dispatcher, WorkerEvent } from './dispatch.js';
 import { workerMetricHooks, type RuntimeMetrics } from './metrics.js';
 import { invocationOf } from './middleware.js';
@@ -15,18 +15,12 @@ import { runScheduler, type SchedulerResult } from './scheduler.js';
 import { handleTrigger, type TriggerResult } from './trigger.js';
 import { runWorker, type WorkerResult } from './worker.js';
 
-/** The worker's deadline margin, for the invocation middleware (reads the configuration). */
-export function workerMarginMs(): number {
-  return runtimeDeps().config.deadlineMarginMs;
-}
-
 /**
  * One worker invocation (async `Event` invoke with `{ batchId?, invocationId? }`): a process
  * with the container's dependencies, the invocation's log, the worker metric hooks and the
  * deadline signal. See {@link runWorker}.
  */
-export async function workerInvocation(event: WorkerEvent | null | undefined, context: Context): Promise<WorkerResult> {
-  const deps = runtimeDeps();
+export async function workerInvocation(deps: RuntimeDeps, event: WorkerEvent | null | undefined, context: Context): Promise<WorkerResult> {
   const { log, metrics, deadline } = invocationOf(context);
   return runWorker(event ?? {}, context, { ...deps, log, hooks: workerMetricHooks(metrics), signal: deadline });
 }
@@ -36,8 +30,7 @@ export async function workerInvocation(event: WorkerEvent | null | undefined, co
  * `ProcessesSwept`, `BatchesDispatched`, `DispatchFailures`, `WorkersInvoked`, and the levels
  * `LiveProcesses`, `DesiredProcesses`, `PendingInvocations`.
  */
-export async function schedulerInvocation(_event: unknown, context: Context): Promise<SchedulerResult> {
-  const deps = runtimeDeps();
+export async function schedulerInvocation(deps: RuntimeDeps, _event: unknown, context: Context): Promise<SchedulerResult> {
   const { log, metrics } = invocationOf(context);
   const result = await runScheduler(deps);
   log('info', 'scheduler run', { ...result });
@@ -56,8 +49,11 @@ export async function schedulerInvocation(_event: unknown, context: Context): Pr
  * and maps errors to statuses itself. Records `BatchesStarted` (a new batch is dispatched at
  * once, so every dispatch of the API is one) and `ServerErrors` (5xx answers).
  */
-export async function apiInvocation(event: APIGatewayProxyEventV2, context: Context): Promise<APIGatewayProxyStructuredResultV2> {
-  const deps = runtimeDeps();
+export async function apiInvocation(
+  deps: RuntimeDeps,
+  event: APIGatewayProxyEventV2,
+  context: Context,
+): Promise<APIGatewayProxyStructuredResultV2> {
   const { log, metrics } = invocationOf(context);
   const result = await handleApi(event, { ...deps, log, dispatcher: counting(deps.dispatcher, metrics) });
   if ((result.statusCode ?? 200) >= 500) metrics.count('ServerErrors');
@@ -77,8 +73,7 @@ function counting(dispatcher: Dispatcher, metrics: RuntimeMetrics): Dispatcher {
  * One EventBridge event for the trigger: see {@link handleTrigger}. Never throws for an invalid
  * event (it is logged and dropped); a store error is thrown, so EventBridge retries the event.
  */
-export async function triggerInvocation(event: unknown, context: Context): Promise<TriggerResult> {
-  const deps = runtimeDeps();
+export async function triggerInvocation(deps: RuntimeDeps, event: unknown, context: Context): Promise<TriggerResult> {
   const { log, metrics } = invocationOf(context);
   return handleTrigger(event, { ...deps, log, metrics });
 }

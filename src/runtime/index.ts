@@ -1,9 +1,9 @@
-export { loadConfig, ConfigError, type Config, type DbConfig } from './config.js';
+export { loadConfig, parseInvokable, ConfigError, type Config, type DbConfig } from './config.js';
 export { LambdaDispatcher, dispatchBatch, type Dispatcher, type WorkerEvent } from './dispatch.js';
 export { runWorker, requestWorkerShutdown, type WorkerDeps, type WorkerResult, type InvocationContext, type UnitReconciler } from './worker.js';
 export { runScheduler, type SchedulerResult } from './scheduler.js';
 export { jsonLog, setLogSink, lambdaLog, powertoolsLogger, writeLogLine, type Log } from './log.js';
-export { runtimeDeps, resetRuntimeDeps, type RuntimeDeps } from './deps.js';
+export { createRuntime, resetRuntimeDeps, type AppJobs, type Runtime, type RuntimeDeps } from './deps.js';
 export {
   openDatabase,
   databaseTarget,
@@ -32,7 +32,6 @@ export {
 } from './trigger.js';
 export {
   workerInvocation,
-  workerMarginMs,
   schedulerInvocation,
   apiInvocation,
   triggerInvocation,

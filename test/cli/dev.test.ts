@@ -194,3 +194,26 @@ describe('leasehold dev --units-demo', () => {
     expect(owned.n).toBe(0);
   }, 60_000);
 });
+
+describe('leasehold dev --app', () => {
+  it('refuses, before starting anything, an app file that is missing, fails to load or exports no handlers', async () => {
+    writeFileSync(join(project, 'empty.ts'), 'export const nothing = 1;\n');
+    writeFileSync(join(project, 'broken.ts'), "import { nope } from './does-not-exist.js';\nexport const worker = nope;\n");
+    writeFileSync(
+      join(project, 'bare.ts'),
+      'export const worker = async () => ({});\nexport const scheduler = async () => ({});\nexport const api = async () => ({});\n',
+    );
+    const cases: [string, RegExp][] = [
+      ['missing.ts', /--app missing\.ts: no such file/],
+      ['empty.ts', /empty\.ts does not export worker, scheduler, api: export the handlers of createHandlers from 'leasehold\/lambda'/],
+      ['broken.ts', /--app broken\.ts: could not load it: .*does-not-exist/s],
+      ['bare.ts', /bare\.ts: its worker was not made by createHandlers from 'leasehold\/lambda'/],
+    ];
+    for (const [file, message] of cases) {
+      const r = await leasehold(['dev', '--app', file]);
+      expect(r.code, file).toBe(2);
+      expect(r.stderr, file).toMatch(message);
+      expect(r.stderr, file).not.toMatch(/^ +api +http/m);
+    }
+  }, 60_000);
+});

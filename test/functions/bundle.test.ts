@@ -1,6 +1,7 @@
-// Each function bundled with esbuild the way SST v3+ builds a Node function for deploy, then
-// loaded by a plain `node` process the way the Lambda runtime loads it, and invoked against the
-// real test PostgreSQL. Prints each bundle's size.
+// The runner's handler file (functions/leasehold.ts, which every function points at: one export
+// each) bundled with esbuild the way SST v3+ builds a Node function for deploy, then loaded by a
+// plain `node` process the way the Lambda runtime loads it, and each export invoked against the
+// real test PostgreSQL. Prints the bundle's size.
 //
 // SST's build (pkg/runtime/node/build.go): platform node, format esm, bundle, `mainFields`
 // module then main, keepNames, minify (SST's default `nodejs.minify`), no source map, the
@@ -11,6 +12,7 @@ import { execFile } from 'node:child_process';
 import { cpSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import { build } from 'esbuild';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -18,6 +20,7 @@ import { migrationFiles } from '../../src/store/index.js';
 import { apiEvent, InvokeEndpoint } from '../api/helpers.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 
+/** The handler file's exports, one per function. */
 const FUNCTIONS = ['worker', 'scheduler', 'api', 'trigger', 'migrate'] as const;
 /** Bigger than this is absurd for these functions (Lambda's own limit is 50 MB zipped). */
 const MAX_BYTES = 10 * 1024 * 1024;
@@ -26,49 +29,46 @@ const ROOT = resolve(import.meta.dirname, '../..');
 const run = promisify(execFile);
 let out: string;
 let endpoint: InvokeEndpoint;
-const sizes: Record<string, number> = {};
+let size = 0;
 
 beforeAll(async () => {
   out = mkdtempSync(join(tmpdir(), 'leasehold-bundle-'));
   endpoint = await InvokeEndpoint.start();
-  await Promise.all(
-    FUNCTIONS.map(async (name) => {
-      const result = await build({
-        entryPoints: [join(ROOT, 'functions', `${name}.ts`)],
-        outfile: join(out, name, `${name}.mjs`),
-        platform: 'node',
-        format: 'esm',
-        target: 'esnext',
-        bundle: true,
-        minify: true,
-        keepNames: true,
-        mainFields: ['module', 'main'],
-        external: ['sharp', 'pg-native'],
-        sourcemap: false,
-        metafile: true,
-        logLevel: 'silent',
-        banner: {
-          js: [
-            `import { createRequire as topLevelCreateRequire } from 'module';`,
-            `const require = topLevelCreateRequire(import.meta.url);`,
-            `import { fileURLToPath as topLevelFileUrlToPath, URL as topLevelURL } from "url"`,
-            `const __filename = topLevelFileUrlToPath(import.meta.url)`,
-            `const __dirname = topLevelFileUrlToPath(new topLevelURL(".", import.meta.url))`,
-          ].join('\n'),
-        },
-      });
-      expect(result.errors).toEqual([]);
-      sizes[name] = statSync(join(out, name, `${name}.mjs`)).size;
-    }),
-  );
+  // SST builds the handler file once per function; every function's bundle is this one.
+  const result = await build({
+    entryPoints: [join(ROOT, 'functions', 'leasehold.ts')],
+    outfile: join(out, 'fn', 'leasehold.mjs'),
+    platform: 'node',
+    format: 'esm',
+    target: 'esnext',
+    bundle: true,
+    minify: true,
+    keepNames: true,
+    mainFields: ['module', 'main'],
+    external: ['sharp', 'pg-native'],
+    sourcemap: false,
+    metafile: true,
+    logLevel: 'silent',
+    banner: {
+      js: [
+        `import { createRequire as topLevelCreateRequire } from 'module';`,
+        `const require = topLevelCreateRequire(import.meta.url);`,
+        `import { fileURLToPath as topLevelFileUrlToPath, URL as topLevelURL } from "url"`,
+        `const __filename = topLevelFileUrlToPath(import.meta.url)`,
+        `const __dirname = topLevelFileUrlToPath(new topLevelURL(".", import.meta.url))`,
+      ].join('\n'),
+    },
+  });
+  expect(result.errors).toEqual([]);
+  size = statSync(join(out, 'fn', 'leasehold.mjs')).size;
   // The deploy copies the migration files next to the migrate function's bundle (copyFiles).
-  cpSync(join(ROOT, 'src', 'store', 'migrations'), join(out, 'migrate', 'migrations'), { recursive: true });
+  cpSync(join(ROOT, 'src', 'store', 'migrations'), join(out, 'fn', 'migrations'), { recursive: true });
   writeFileSync(
     join(out, 'invoke.mjs'),
     // What the Lambda runtime does: import the handler module, call it with the event and a context.
     `import { pathToFileURL } from 'node:url';
-const [bundle, event, timeoutMs] = process.argv.slice(2);
-const { handler } = await import(pathToFileURL(bundle).href);
+const [bundle, name, event, timeoutMs] = process.argv.slice(2);
+const handler = (await import(pathToFileURL(bundle).href))[name];
 const start = Date.now();
 const context = {
   functionName: 'leasehold-bundle-test', functionVersion: '$LATEST', awsRequestId: 'req-' + process.pid,
@@ -86,13 +86,14 @@ process.exit(0);
 afterAll(async () => {
   await endpoint.close();
   rmSync(out, { recursive: true, force: true });
-  const rows = FUNCTIONS.map((n) => `  ${`functions/${n}.handler`.padEnd(28)} ${(sizes[n] / 1024).toFixed(0).padStart(6)} KiB  (${sizes[n]} bytes)`);
-  console.log(['[leasehold bundles] esbuild as SST deploys them (esm, minified, AWS SDK included):', ...rows].join('\n'));
+  console.log(
+    `[leasehold bundles] esbuild as SST deploys them (esm, minified, AWS SDK included): functions/leasehold.{${FUNCTIONS.join(',')}} ${(size / 1024).toFixed(0)} KiB (${size} bytes)`,
+  );
 });
 
-/** Invoke a bundle in a fresh `node` process; its JSON log lines and its result. */
-async function invoke(name: string, event: unknown, env: Record<string, string>, timeoutMs = 20_000): Promise<{ result: any; logs: any[] }> {
-  const { stdout } = await run(process.execPath, [join(out, 'invoke.mjs'), join(out, name, `${name}.mjs`), JSON.stringify(event), String(timeoutMs)], {
+/** Invoke one export of the bundle in a fresh `node` process; its JSON log lines and its result. */
+async function invoke(name: (typeof FUNCTIONS)[number], event: unknown, env: Record<string, string>, timeoutMs = 20_000): Promise<{ result: any; logs: any[] }> {
+  const { stdout } = await run(process.execPath, [join(out, 'invoke.mjs'), join(out, 'fn', 'leasehold.mjs'), name, JSON.stringify(event), String(timeoutMs)], {
     env: {
       PATH: process.env.PATH ?? '',
       AWS_REGION: 'eu-west-1',
@@ -104,10 +105,10 @@ async function invoke(name: string, event: unknown, env: Record<string, string>,
       LEASEHOLD_DEADLINE_MARGIN_MS: '3000',
       LEASEHOLD_DRAIN_MS: '1000',
       // Run from elsewhere than the project: the bundle must not need its files.
-      LAMBDA_TASK_ROOT: join(out, name),
+      LAMBDA_TASK_ROOT: join(out, 'fn'),
       ...env,
     },
-    cwd: join(out, name),
+    cwd: join(out, 'fn'),
     timeout: 60_000,
   });
   const lines = stdout.split('\n').filter(Boolean);
@@ -123,11 +124,15 @@ describe('function bundles', () => {
   });
   afterAll(() => db.close());
 
-  it('every function bundles, with a size that is not absurd', () => {
-    for (const name of FUNCTIONS) {
-      expect(sizes[name], name).toBeGreaterThan(10_000);
-      expect(sizes[name], name).toBeLessThan(MAX_BYTES);
-    }
+  it('the handler file bundles, with a size that is not absurd, and exports every function', async () => {
+    expect(size).toBeGreaterThan(10_000);
+    expect(size).toBeLessThan(MAX_BYTES);
+    const { stdout } = await run(
+      process.execPath,
+      ['--input-type=module', '-e', `const m = await import(${JSON.stringify(pathToFileURL(join(out, 'fn', 'leasehold.mjs')).href)}); console.log(JSON.stringify(Object.keys(m).filter((k) => typeof m[k] === 'function').sort()))`],
+      { env: { PATH: process.env.PATH ?? '', AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true' } },
+    );
+    expect(JSON.parse(stdout)).toEqual([...FUNCTIONS].sort());
   });
 
   it('the migrate bundle migrates a fresh database from the migration files copied next to it', async () => {
@@ -154,7 +159,7 @@ describe('function bundles', () => {
       time: '2025-01-01T00:00:00Z',
       region: 'eu-west-1',
       resources: [],
-      detail: { job: 'checksum', tenant: 'bundle', datasource: 'code', params: { dir: join(out, 'migrate', 'migrations') } },
+      detail: { job: 'checksum', tenant: 'bundle', datasource: 'code', params: { dir: join(out, 'fn', 'migrations') } },
     };
     const env = { DATABASE_URL: db.schemaUrl, LEASEHOLD_ALLOWED_ROOTS: out };
     const started = await invoke('trigger', event, env);

@@ -1,4 +1,4 @@
-// The Lambda entry points (functions/*.ts) with their middy chains, driven with real-shaped events
+// The Lambda entry points (functions/leasehold.ts, made by createHandlers) with their middy chains, driven with real-shaped events
 // — API Gateway HTTP API v2 with the IAM authorizer's context, EventBridge bus events, EventBridge
 // Scheduler firings — against the real test PostgreSQL (DATABASE_URL is a test schema). Worker
 // invokes go to a local Lambda endpoint that records them; logs and EMF metrics to a sink here.
@@ -6,11 +6,15 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import type { APIGatewayProxyEventV2WithIAMAuthorizer, Context } from 'aws-lambda';
 import middy from '@middy/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { handler as apiHandler } from '../../functions/api.js';
-import { handler as migrateHandler } from '../../functions/migrate.js';
-import { handler as schedulerHandler } from '../../functions/scheduler.js';
-import { handler as triggerHandler } from '../../functions/trigger.js';
-import { handler as workerHandler } from '../../functions/worker.js';
+import {
+  api as apiHandler,
+  migrate as migrateHandler,
+  scheduler as schedulerHandler,
+  trigger as triggerHandler,
+  worker as workerHandler,
+} from '../../functions/leasehold.js';
+import { builtinJobs } from '../../src/jobs/index.js';
+import { builtinUnitJobs } from '../../src/units/index.js';
 import { getBatch, findBatchByKey } from '../../src/batch/index.js';
 import { createLambdaContext } from '../../src/local/context.js';
 import {
@@ -18,8 +22,8 @@ import {
   handleTrigger,
   httpErrorBoundary,
   invocation,
+  createRuntime,
   resetRuntimeDeps,
-  runtimeDeps,
   setLogSink,
   type TriggerResult,
   type WorkerResult,
@@ -241,7 +245,7 @@ describe('trigger (EventBridge)', () => {
   });
 
   it('a start over a limit drops the event (413 in the API), storing nothing', async () => {
-    const deps = runtimeDeps();
+    const deps = createRuntime({ jobs: builtinJobs, unitJobs: builtinUnitJobs }).deps();
     const event = busEvent({ job: 'checksum', tenant: 'big', datasource: 'd', params: { dir } });
     const r = await handleTrigger(event, { ...deps, config: { ...deps.config, maxItems: 2 } });
     expect(r).toMatchObject({ outcome: 'dropped', code: 'batch_too_large', reason: expect.stringMatching(/^item count: /) });
@@ -251,7 +255,7 @@ describe('trigger (EventBridge)', () => {
   it('a store error is thrown, so EventBridge retries the event', async () => {
     const dead = db.connect({ max: 1 });
     await dead.end();
-    const deps = runtimeDeps();
+    const deps = createRuntime({ jobs: builtinJobs, unitJobs: builtinUnitJobs }).deps();
     await expect(handleTrigger(busEvent({ job: 'checksum', tenant: 't', datasource: 'd', params: { dir } }), { ...deps, sql: dead })).rejects.toMatchObject({
       code: 'CONNECTION_ENDED',
     });

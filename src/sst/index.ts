@@ -1,0 +1,46 @@
+/**
+ * `leasehold/sst`: the `Leasehold` SST component, for `run()` of an app's sst.config.ts.
+ *
+ * ```ts
+ * async run() {
+ *   const { Leasehold } = await import('leasehold/sst');
+ *   const runner = new Leasehold('Runner', { handlers: 'src/leasehold' });
+ *   return { api: runner.url, bus: runner.busName, worker: runner.workerName };
+ * }
+ * ```
+ * Written against SST v4; SST's own types are not needed (its globals are read loosely).
+ * @packageDocumentation
+ */
+export {
+  Leasehold,
+  API_ROUTES,
+  COMPONENT_TYPE,
+  type LeaseholdArgs,
+  type LeaseholdConstructor,
+  type LeaseholdTransforms,
+  type InvokableFunction,
+  type Permission,
+} from './component.js';
+export {
+  databaseFromEnv,
+  resolveSettings,
+  checkSettings,
+  checkSchedules,
+  scheduleEvent,
+  functionName,
+  isProduction,
+  PRODUCTION_STAGES,
+  RUNTIME,
+  START_BATCH_DETAIL_TYPE,
+  SCHEDULE_SOURCE,
+  type ScheduleDeclaration,
+  type Settings,
+  type SettingsOptions,
+  type RdsDatabase,
+  type ExistingDatabase,
+  type ExistingNetwork,
+  type NewNetwork,
+  type WorkerSettings,
+  type FunctionSettings,
+} from './settings.js';
+export type { Input, Output, Transform, ResourceOptions, FunctionLike } from './platform.js';

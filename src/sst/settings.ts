@@ -1,0 +1,366 @@
+// What a Leasehold component deploys with: its options, their defaults, and the checks that stop
+// a deploy before it creates anything wrong. Plain TypeScript with no SST globals, so it can be
+// used and tested without SST.
+import type { Input } from './platform.js';
+
+/** Stages that are production unless the component is told otherwise: managed NAT, a protected database. */
+export const PRODUCTION_STAGES: readonly string[] = ['production', 'prod'];
+
+/** The Lambda runtime of every function. */
+export const RUNTIME = 'nodejs22.x';
+
+/** `detail-type` of the EventBridge events that start a batch (the bus rule matches only these). */
+export const START_BATCH_DETAIL_TYPE = 'leasehold.start-batch';
+
+/** `source` of the events the declared schedules send (bus events may come from any source). */
+export const SCHEDULE_SOURCE = 'leasehold.schedule';
+
+/**
+ * A schedule that starts a batch: EventBridge Scheduler sends the trigger function an event naming
+ * the job, tenant, datasource and params (see {@link scheduleEvent}). The request key of each
+ * start is the schedule plus its scheduled time, so a retried delivery starts nothing new.
+ */
+export interface ScheduleDeclaration {
+  /** Unique, lowercase letters, digits and `-`, at most 48 characters; part of the request key. */
+  name: string;
+  /** `rate(…)`, `cron(…)` or `at(…)`, as EventBridge Scheduler takes it. */
+  schedule: `rate(${string})` | `cron(${string})` | `at(${string})`;
+  /** IANA time zone of a `cron(…)` expression; default UTC. */
+  timezone?: string;
+  /** Default true. A disabled schedule is deployed but never fires. */
+  enabled?: boolean;
+  /** A job of the app's handler file. */
+  job: string;
+  tenant: string;
+  datasource: string;
+  params: Record<string, unknown>;
+}
+
+/** An RDS PostgreSQL instance the component creates (in its VPC). */
+export interface RdsDatabase {
+  kind: 'rds';
+  /** PostgreSQL major version. Default `17`. */
+  version: string;
+  /** Instance class without the `db.` prefix. Default `t4g.micro`. */
+  instance: string;
+  /** Default `20 GB`. */
+  storage: `${number} GB`;
+  /** Default false. */
+  multiAz: boolean;
+  /** Database name. Default `leasehold`. */
+  name: string;
+  /** The runner's user: IAM-authenticated (`rds_iam`), created by the migration. Default `leasehold`. */
+  user: string;
+}
+
+/** A database that exists already. */
+export interface ExistingDatabase {
+  kind: 'existing';
+  host: Input<string>;
+  /** Default 5432. */
+  port: number;
+  /** Default `leasehold`. */
+  name: string;
+  /** The runner's user; must exist with `GRANT rds_iam` and own (or may create) the schema. Default `leasehold`. */
+  user: string;
+  /** `db-…` resource id of the instance, the `{dbi-resource-id}` of the `rds-db:connect` ARN. */
+  resourceId: Input<string>;
+}
+
+/** Subnets and security groups of a VPC that exists already. */
+export interface ExistingNetwork {
+  kind: 'existing';
+  privateSubnets: Input<string>[];
+  securityGroups: Input<string>[];
+}
+
+/** A VPC the component creates, over two availability zones with NAT for the private subnets. */
+export interface NewNetwork {
+  kind: 'vpc';
+  /** `ec2` (fck-nat instances, cheap) or `managed` (NAT gateways). Default `ec2`, `managed` in production. */
+  nat: 'managed' | 'ec2';
+  /** Also add a Lambda interface endpoint, so Invoke calls stay inside the VPC. Default false. */
+  lambdaEndpoint: boolean;
+}
+
+/** The worker function's settings. */
+export interface WorkerSettings {
+  /** Lambda timeout of one worker invocation, s (at most 900). Default 900. */
+  timeoutSeconds: number;
+  /** Default `1024 MB`. */
+  memory: `${number} MB`;
+  /** Reserved concurrency: the most worker processes that can be live at once. Default 10. */
+  reservedConcurrency: number;
+  /** `LEASEHOLD_DEADLINE_MARGIN_MS`: a worker stops at remaining time minus this, ms. Default 10,000. */
+  deadlineMarginMs: number;
+  /** `LEASEHOLD_DRAIN_MS`: how long in-flight items may take to stop at the deadline, ms. Default 5,000. */
+  drainMs: number;
+}
+
+/** A function's settings, for the functions with nothing else to set. */
+export interface FunctionSettings {
+  /** Lambda timeout, s. */
+  timeoutSeconds: number;
+}
+
+/** Everything a component deploys with, defaults applied (see {@link resolveSettings}). */
+export interface Settings {
+  stage: string;
+  production: boolean;
+  /** The handler file without its extension, relative to the app's root: `src/leasehold`. */
+  handlers: string;
+  network: NewNetwork | ExistingNetwork;
+  database: RdsDatabase | ExistingDatabase;
+  worker: WorkerSettings;
+  /** Default 50 s (it runs every minute). */
+  scheduler: FunctionSettings;
+  /** Default 29 s (API Gateway answers within 30 s). */
+  api: FunctionSettings;
+  /** Default 120 s. */
+  trigger: FunctionSettings;
+  /** Default 300 s. */
+  migrate: FunctionSettings;
+  schedules: ScheduleDeclaration[];
+}
+
+/** The options of {@link resolveSettings}: every part optional but the handler file. */
+export interface SettingsOptions {
+  handlers: string;
+  production?: boolean;
+  network?: Partial<Omit<NewNetwork, 'kind'>> | { existing: Omit<ExistingNetwork, 'kind'> };
+  database?: Partial<Omit<RdsDatabase, 'kind'>> | { existing: Partial<Omit<ExistingDatabase, 'kind'>> & Pick<ExistingDatabase, 'host' | 'resourceId'> };
+  worker?: Partial<WorkerSettings>;
+  scheduler?: Partial<FunctionSettings>;
+  api?: Partial<FunctionSettings>;
+  trigger?: Partial<FunctionSettings>;
+  migrate?: Partial<FunctionSettings>;
+  schedules?: ScheduleDeclaration[];
+}
+
+const DEFAULT_RDS: RdsDatabase = {
+  kind: 'rds',
+  version: '17',
+  instance: 't4g.micro',
+  storage: '20 GB',
+  multiAz: false,
+  name: 'leasehold',
+  user: 'leasehold',
+};
+
+const DEFAULT_WORKER: WorkerSettings = {
+  timeoutSeconds: 900,
+  memory: '1024 MB',
+  reservedConcurrency: 10,
+  deadlineMarginMs: 10_000,
+  drainMs: 5_000,
+};
+
+/** Is `stage` a production stage (one of {@link PRODUCTION_STAGES})? */
+export function isProduction(stage: string): boolean {
+  return PRODUCTION_STAGES.includes(stage);
+}
+
+/**
+ * The settings of a component on `stage`: the options given, with the defaults for the rest.
+ * Production (`production`, default {@link isProduction}) changes the NAT default to `managed`.
+ * @throws {Error} an option that cannot work; the message names it.
+ */
+export function resolveSettings(stage: string, options: SettingsOptions): Settings {
+  const production = options.production ?? isProduction(stage);
+  const network: Settings['network'] =
+    options.network && 'existing' in options.network
+      ? { kind: 'existing', ...options.network.existing }
+      : { kind: 'vpc', nat: production ? 'managed' : 'ec2', lambdaEndpoint: false, ...(options.network as Partial<NewNetwork> | undefined) };
+  const database: Settings['database'] =
+    options.database && 'existing' in options.database
+      ? { kind: 'existing', port: 5432, name: 'leasehold', user: 'leasehold', ...options.database.existing }
+      : { ...DEFAULT_RDS, ...(options.database as Partial<RdsDatabase> | undefined), kind: 'rds' };
+  const settings: Settings = {
+    stage,
+    production,
+    handlers: handlerBase(options.handlers),
+    network,
+    database,
+    worker: { ...DEFAULT_WORKER, ...options.worker },
+    scheduler: { timeoutSeconds: 50, ...options.scheduler },
+    api: { timeoutSeconds: 29, ...options.api },
+    trigger: { timeoutSeconds: 120, ...options.trigger },
+    migrate: { timeoutSeconds: 300, ...options.migrate },
+    schedules: options.schedules ?? [],
+  };
+  checkSettings(settings);
+  return settings;
+}
+
+/** `./src/leasehold.ts` → `src/leasehold`. @throws {Error} not a relative path to a file. */
+function handlerBase(handlers: string): string {
+  if (typeof handlers !== 'string' || handlers.trim() === '') {
+    throw new Error('handlers: required, the app\'s handler file relative to sst.config.ts, e.g. "src/leasehold"');
+  }
+  const base = handlers
+    .trim()
+    .replace(/^\.\//, '')
+    .replace(/\.(ts|mts|js|mjs)$/, '');
+  if (base.startsWith('/') || base.split('/').includes('..')) {
+    throw new Error(`handlers: "${handlers}" must be a path inside the app, relative to sst.config.ts`);
+  }
+  return base;
+}
+
+/**
+ * Refuse settings a deploy must not go out with.
+ * @throws {Error} naming the setting.
+ */
+export function checkSettings(s: Settings): void {
+  const w = s.worker;
+  if (!Number.isInteger(w.timeoutSeconds) || w.timeoutSeconds < 1 || w.timeoutSeconds > 900) {
+    throw new Error(`worker.timeoutSeconds: ${w.timeoutSeconds} is not 1..900 (Lambda's limit)`);
+  }
+  if (w.drainMs >= w.deadlineMarginMs) {
+    throw new Error(`worker.drainMs (${w.drainMs}) must be below worker.deadlineMarginMs (${w.deadlineMarginMs})`);
+  }
+  // A worker stops at remaining − margin and may then drain: the invocation needs room for both
+  // and for some work before them (invariant 6: it returns before its deadline).
+  if (w.timeoutSeconds * 1000 <= w.deadlineMarginMs + w.drainMs) {
+    throw new Error(
+      `worker.timeoutSeconds (${w.timeoutSeconds} s) must exceed deadlineMarginMs + drainMs (${w.deadlineMarginMs + w.drainMs} ms)`,
+    );
+  }
+  if (!Number.isInteger(w.reservedConcurrency) || w.reservedConcurrency < 1) {
+    throw new Error(`worker.reservedConcurrency: ${w.reservedConcurrency} is not a positive integer`);
+  }
+  for (const role of ['scheduler', 'api', 'trigger', 'migrate'] as const) {
+    const t = s[role].timeoutSeconds;
+    if (!Number.isInteger(t) || t < 1 || t > 900) throw new Error(`${role}.timeoutSeconds: ${t} is not 1..900 (Lambda's limit)`);
+  }
+  if (s.api.timeoutSeconds > 30) throw new Error(`api.timeoutSeconds: ${s.api.timeoutSeconds} is above API Gateway's 30 s`);
+  if (s.database.kind === 'existing') {
+    const { port } = s.database;
+    if (!Number.isInteger(port) || port < 1 || port > 65_535) throw new Error(`database.existing.port: not a port: ${port}`);
+    if (typeof s.database.resourceId === 'string' && !/^db-[A-Z0-9]+$/.test(s.database.resourceId)) {
+      throw new Error(
+        `database.existing.resourceId: "${s.database.resourceId}" is not the instance's "db-…" resource id ` +
+          '(aws rds describe-db-instances --query "DBInstances[].DbiResourceId")',
+      );
+    }
+  }
+  if (s.network.kind === 'existing' && (s.network.privateSubnets.length === 0 || s.network.securityGroups.length === 0)) {
+    throw new Error('network.existing: give both privateSubnets and securityGroups');
+  }
+  if (s.network.kind === 'existing' && s.database.kind === 'rds') {
+    throw new Error('network.existing: a database the component creates needs its own VPC; give database.existing too, or leave network out');
+  }
+  checkSchedules(s.schedules);
+}
+
+/** A tenant or datasource name, as the API accepts it. */
+const NAME = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$/;
+
+/**
+ * Refuse schedules that could not start a batch.
+ * @throws {Error} naming the schedule and the field.
+ */
+export function checkSchedules(list: readonly ScheduleDeclaration[]): void {
+  const seen = new Set<string>();
+  for (const s of list) {
+    const where = `schedules["${s.name}"]`;
+    if (!/^[a-z0-9][a-z0-9-]{0,47}$/.test(s.name)) throw new Error(`${where}.name: lowercase letters, digits and -, at most 48`);
+    if (seen.has(s.name)) throw new Error(`${where}: declared twice`);
+    seen.add(s.name);
+    if (!/^(rate|cron|at)\(.+\)$/.test(s.schedule)) throw new Error(`${where}.schedule: not rate(…), cron(…) or at(…)`);
+    if (typeof s.job !== 'string' || s.job.length === 0) throw new Error(`${where}.job: required`);
+    if (!NAME.test(s.tenant)) throw new Error(`${where}.tenant: not a tenant name`);
+    if (!NAME.test(s.datasource)) throw new Error(`${where}.datasource: not a datasource name`);
+    if (s.params === null || typeof s.params !== 'object' || Array.isArray(s.params)) {
+      throw new Error(`${where}.params: must be an object`);
+    }
+  }
+}
+
+/**
+ * The event a schedule sends to the trigger function: shaped like an EventBridge event, so the
+ * trigger handles bus events and schedules alike. EventBridge Scheduler replaces
+ * `<aws.scheduler.schedule-arn>` and `<aws.scheduler.scheduled-time>` when it fires; the trigger
+ * keys a start by the schedule (from its ARN in `resources`) plus the scheduled `time`, the same
+ * on a retried delivery of one firing (the `id` carries name and time as well).
+ */
+export function scheduleEvent(s: ScheduleDeclaration) {
+  return {
+    version: '0',
+    id: `schedule:${s.name}:<aws.scheduler.scheduled-time>`,
+    'detail-type': START_BATCH_DETAIL_TYPE,
+    source: SCHEDULE_SOURCE,
+    time: '<aws.scheduler.scheduled-time>',
+    resources: ['<aws.scheduler.schedule-arn>'],
+    detail: { job: s.job, tenant: s.tenant, datasource: s.datasource, params: s.params },
+  };
+}
+
+/**
+ * The database and network of a deploy from environment variables, for configs that take an
+ * existing database at deploy time (this repository's does): `LEASEHOLD_DATABASE_HOST`, `_PORT`
+ * (5432), `_NAME` (leasehold), `_USER` (leasehold), `_RESOURCE_ID` (required), and optionally
+ * `LEASEHOLD_VPC_SUBNETS` with `LEASEHOLD_VPC_SECURITY_GROUPS` (comma-separated ids). Empty when
+ * no host is set: the component then creates its own.
+ * @throws {Error} a variable is invalid; the message names it.
+ */
+export function databaseFromEnv(env: Record<string, string | undefined>): Pick<SettingsOptions, 'database' | 'network'> {
+  const host = env.LEASEHOLD_DATABASE_HOST?.trim();
+  if (!host) return {};
+  const port = Number(env.LEASEHOLD_DATABASE_PORT ?? 5432);
+  if (!Number.isInteger(port) || port < 1 || port > 65_535) {
+    throw new Error(`LEASEHOLD_DATABASE_PORT: not a port: ${env.LEASEHOLD_DATABASE_PORT}`);
+  }
+  const resourceId = env.LEASEHOLD_DATABASE_RESOURCE_ID?.trim() ?? '';
+  if (!/^db-[A-Z0-9]+$/.test(resourceId)) {
+    throw new Error(
+      'LEASEHOLD_DATABASE_RESOURCE_ID: required with LEASEHOLD_DATABASE_HOST, the instance\'s "db-…" resource id ' +
+        '(aws rds describe-db-instances --query "DBInstances[].DbiResourceId")',
+    );
+  }
+  const list = (name: string) =>
+    (env[name] ?? '')
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean);
+  const privateSubnets = list('LEASEHOLD_VPC_SUBNETS');
+  const securityGroups = list('LEASEHOLD_VPC_SECURITY_GROUPS');
+  if ((privateSubnets.length === 0) !== (securityGroups.length === 0)) {
+    throw new Error('LEASEHOLD_VPC_SUBNETS and LEASEHOLD_VPC_SECURITY_GROUPS: set both or neither');
+  }
+  return {
+    database: {
+      existing: {
+        host,
+        port,
+        name: env.LEASEHOLD_DATABASE_NAME?.trim() || 'leasehold',
+        user: env.LEASEHOLD_DATABASE_USER?.trim() || 'leasehold',
+        resourceId,
+      },
+    },
+    ...(privateSubnets.length ? { network: { existing: { privateSubnets, securityGroups } } } : {}),
+  };
+}
+
+/** Name of a function: `${app}-${stage}-${role}` (its log group is `/aws/lambda/` + this); at most 64 characters. */
+export function functionName(app: string, stage: string, role: string): string {
+  return `${app}-${stage}-${role}`;
+}
+
+/** `nightly-checksum` → `NightlyChecksum`, for component names. */
+export function pascal(name: string): string {
+  return name
+    .split(/[^A-Za-z0-9]+/)
+    .filter(Boolean)
+    .map((p) => p[0]!.toUpperCase() + p.slice(1))
+    .join('');
+}
+
+/** `Runner` → `runner`, `MyRunner` → `my-runner`: a component name in a function name. */
+export function kebab(name: string): string {
+  return name
+    .replace(/([a-z0-9])([A-Z])/g, '$1-$2')
+    .replace(/[^A-Za-z0-9]+/g, '-')
+    .replace(/^-|-$/g, '')
+    .toLowerCase();
+}

@@ -1,0 +1,301 @@
+// The built-in `lambda-invoke` job end to end, as `leasehold dev --app` runs it: an app's handlers
+// (createHandlers) on the real test PostgreSQL, the API starting batches, and the worker and the
+// app's own functions behind the local invoke endpoint that the real `@aws-sdk/client-lambda`
+// reaches through AWS_ENDPOINT_URL_LAMBDA.
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
+import { z } from 'zod';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  defineJob,
+  lambdaInvoke,
+  LambdaPayloadTooLargeError,
+  MAX_SYNC_PAYLOAD_BYTES,
+  type LambdaInvokeEvent,
+} from '../../src/jobs/index.js';
+import { createHandlers, type Handlers } from '../../src/lambda.js';
+import { createInvokeEndpoint, createLambdaContext, localLambdaEnv, type InvokeEndpoint } from '../../src/local/index.js';
+import { ConfigError, parseInvokable, resetRuntimeDeps, setLogSink } from '../../src/runtime/index.js';
+import { apiEvent } from '../api/helpers.js';
+import { testDatabase, type TestDatabase } from '../support/db.js';
+
+/** A job whose items other batches take (`from`): keys `0..n−1`, input `{ i }`. */
+const range = defineJob<{ n: number }, number>({
+  name: 'range',
+  description: 'items 0..n-1',
+  params: z.object({ n: z.number().int().min(1).max(100) }),
+  async expand(params) {
+    return { items: Array.from({ length: params.n }, (_, i) => ({ key: String(i), input: { i } })) };
+  },
+  async run(item) {
+    return (item.input as { i: number }).i;
+  },
+});
+
+let db: TestDatabase;
+let endpoint: InvokeEndpoint;
+let handlers: Handlers;
+const saved = { ...process.env };
+/** What each local function received, by function name. */
+const received: Record<string, LambdaInvokeEvent[]> = {};
+/** Reserved concurrency of the local functions; tests change it while batches run. */
+const reserved: Record<string, number> = { narrow: 0, gate: 0 };
+let flakyCalls = 0;
+
+const record = (name: string, event: unknown) => (received[name] ??= []).push(event as LambdaInvokeEvent);
+const functions = {
+  echo: async (event: unknown) => {
+    record('echo', event);
+    const e = event as LambdaInvokeEvent;
+    return { key: e.key, doubled: (e.input as { i: number }).i * 2 };
+  },
+  broken: async (event: unknown) => {
+    record('broken', event);
+    throw new TypeError('boom');
+  },
+  flaky: async (event: unknown) => {
+    record('flaky', event);
+    if (++flakyCalls === 1) throw new Error('first call fails');
+    return 'ok';
+  },
+  narrow: async (event: unknown) => {
+    record('narrow', event);
+    return 'never runs';
+  },
+  gate: async (event: unknown) => {
+    record('gate', event);
+    return 'through';
+  },
+  huge: async (event: unknown) => {
+    record('huge', event);
+    return 'x'.repeat(MAX_SYNC_PAYLOAD_BYTES + 10);
+  },
+  empty: async () => undefined,
+};
+
+beforeAll(async () => {
+  db = await testDatabase();
+  handlers = createHandlers({ jobs: [lambdaInvoke, range] });
+  endpoint = createInvokeEndpoint({
+    functions: { ...functions, 'leasehold-worker': handlers.worker },
+    reservedConcurrency: reserved,
+    timeoutMs: 20_000,
+  });
+  const { url } = await endpoint.start();
+  Object.assign(process.env, localLambdaEnv(url), {
+    DATABASE_URL: db.schemaUrl,
+    LEASEHOLD_WORKER_FUNCTION: 'leasehold-worker',
+    LEASEHOLD_INVOKABLE: Object.keys(functions).join(','),
+    LEASEHOLD_BACKOFF_MS: '50',
+    LEASEHOLD_ATTEMPTS: '3',
+    LEASEHOLD_DEADLINE_MARGIN_MS: '3000',
+    LEASEHOLD_DRAIN_MS: '1000',
+    LEASEHOLD_WORKER_IDLE_MS: '300',
+    LEASEHOLD_WORKER_POLL_MS: '50',
+    AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true',
+  });
+  setLogSink(() => {});
+});
+
+afterAll(async () => {
+  await endpoint.stop({ wait: true });
+  setLogSink(undefined);
+  await resetRuntimeDeps();
+  for (const k of Object.keys(process.env)) if (!(k in saved)) delete process.env[k];
+  Object.assign(process.env, saved);
+  await db.close();
+});
+
+const context = (fn: string): Context => createLambdaContext({ functionName: fn, timeoutMs: 20_000 });
+
+async function api(method: string, path: string, body?: unknown) {
+  const raw = (await handlers.api(apiEvent(method, path, body === undefined ? {} : { body }), context('api'))) as APIGatewayProxyStructuredResultV2;
+  return { status: raw.statusCode ?? 200, body: JSON.parse(raw.body ?? 'null') };
+}
+
+/** Start a batch through the API (it is sent to a local worker at once) and wait for it to finish. */
+async function run(params: unknown) {
+  const started = await api('POST', '/batches', { tenant: 'acme', datasource: 'functions', job: 'lambda-invoke', params });
+  expect(started.status, JSON.stringify(started.body)).toBe(201);
+  const id = started.body.id as string;
+  return { id, ...(await finished(id)) };
+}
+
+async function finished(id: string) {
+  const until = Date.now() + 20_000;
+  for (;;) {
+    const [b] = await db.sql<{ status: string }[]>`select status from leasehold_batches where id = ${id}`;
+    if (b!.status !== 'open') break;
+    if (Date.now() > until) throw new Error(`batch ${id} still open`);
+    await sleep(50);
+  }
+  const items = await db.sql<{ key: string; state: string; attempts: number; output: unknown; error: string | null }[]>`
+    select key, state, attempts, output, error from leasehold_items where batch_id = ${id} order by key`;
+  const [batch] = await db.sql<{ status: string; params: unknown }[]>`select status, params from leasehold_batches where id = ${id}`;
+  return { status: batch!.status, params: batch!.params, items };
+}
+
+describe('lambda-invoke', () => {
+  it('invokes the function once per item with { key, input, batch, attempt } and stores its parsed response', async () => {
+    const r = await run({ functionName: 'echo', items: [{ key: 'a', input: { i: 1 } }, { key: 'b', input: { i: 21 } }] });
+    expect(r.status).toBe('succeeded');
+    expect(r.items).toEqual([
+      { key: 'a', state: 'done', attempts: 1, output: { key: 'a', doubled: 2 }, error: null },
+      { key: 'b', state: 'done', attempts: 1, output: { key: 'b', doubled: 42 }, error: null },
+    ]);
+    const events = received.echo!.filter((e) => e.batch.id === r.id).sort((x, y) => x.key.localeCompare(y.key));
+    expect(events).toEqual([
+      { key: 'a', input: { i: 1 }, batch: { id: r.id, tenant: 'acme' }, attempt: 1 },
+      { key: 'b', input: { i: 21 }, batch: { id: r.id, tenant: 'acme' }, attempt: 1 },
+    ]);
+    // The items live as items: the stored params only name the function.
+    expect(r.params).toEqual({ functionName: 'echo' });
+  });
+
+  it("takes its items from another job's expansion", async () => {
+    const r = await run({ functionName: 'echo', from: { job: 'range', params: { n: 3 } } });
+    expect(r.status).toBe('succeeded');
+    expect(r.items.map((i) => [i.key, i.output])).toEqual([
+      ['0', { key: '0', doubled: 0 }],
+      ['1', { key: '1', doubled: 2 }],
+      ['2', { key: '2', doubled: 4 }],
+    ]);
+    expect(r.params).toEqual({ functionName: 'echo', from: { job: 'range', params: { n: 3 } } });
+  });
+
+  it('a function with no response gives the output null', async () => {
+    const r = await run({ functionName: 'empty', items: [{ key: 'x' }] });
+    expect(r.items).toEqual([{ key: 'x', state: 'done', attempts: 1, output: null, error: null }]);
+  });
+
+  it('a function error fails the attempt, is retried per attempts, then the item is failed', async () => {
+    const r = await run({ functionName: 'broken', items: [{ key: 'only', input: 1 }] });
+    expect(r.status).toBe('failed');
+    expect(r.items).toEqual([
+      { key: 'only', state: 'failed', attempts: 3, output: null, error: expect.stringContaining('function broken failed: TypeError: boom') },
+    ]);
+    expect(received.broken!.filter((e) => e.batch.id === r.id).map((e) => e.attempt)).toEqual([1, 2, 3]);
+  });
+
+  it('a function error followed by a success ends done on the second attempt', async () => {
+    const r = await run({ functionName: 'flaky', items: [{ key: 'k' }] });
+    expect(r.items).toEqual([{ key: 'k', state: 'done', attempts: 2, output: 'ok', error: null }]);
+  });
+
+  it('a throttle fails the attempt: throttled every time, the item is failed without the function ever running', async () => {
+    const r = await run({ functionName: 'narrow', items: [{ key: 'n' }] });
+    expect(r.items).toEqual([
+      { key: 'n', state: 'failed', attempts: 3, output: null, error: expect.stringMatching(/function narrow was throttled \(.*Rate Exceeded/) },
+    ]);
+    expect(received.narrow ?? []).toEqual([]);
+  });
+
+  it('a throttle is retried: once the function has concurrency again, the item is done', async () => {
+    reserved.gate = 0;
+    const started = await api('POST', '/batches', {
+      tenant: 'acme',
+      datasource: 'gate',
+      job: 'lambda-invoke',
+      params: { functionName: 'gate', items: [{ key: 'g' }] },
+    });
+    expect(started.status).toBe(201);
+    const until = Date.now() + 10_000;
+    for (;;) {
+      const [item] = await db.sql<{ attempts: number; error: string | null }[]>`
+        select attempts, error from leasehold_items where batch_id = ${started.body.id}`;
+      if (item!.error?.includes('throttled')) break;
+      if (Date.now() > until) throw new Error('no throttled attempt seen');
+      await sleep(5);
+    }
+    reserved.gate = 5;
+    const r = await finished(started.body.id);
+    expect(r.items).toEqual([{ key: 'g', state: 'done', attempts: expect.any(Number), output: 'through', error: null }]);
+    expect(r.items[0]!.attempts).toBeGreaterThanOrEqual(2);
+    expect(received.gate).toHaveLength(1);
+  });
+
+  it('a response over 6 MB fails the item at once with an error that says so', async () => {
+    const r = await run({ functionName: 'huge', items: [{ key: 'big' }] });
+    expect(r.items).toEqual([
+      {
+        key: 'big',
+        state: 'failed',
+        attempts: 1,
+        output: null,
+        error: expect.stringMatching(/function huge answered item "big" with more than Lambda's 6291456 bytes \(6 MB\).*return a reference/),
+      },
+    ]);
+  });
+
+  it('a request payload over 6 MB fails at once, before anything is sent', async () => {
+    const before = endpoint.completed + endpoint.failed;
+    const attempt = lambdaInvoke.run(
+      {
+        key: 'big',
+        input: 'x'.repeat(MAX_SYNC_PAYLOAD_BYTES),
+        params: { functionName: 'echo' },
+        attempt: 1,
+        signal: new AbortController().signal,
+        tenant: 'acme',
+        batchId: '00000000-0000-0000-0000-000000000000',
+      },
+      { allowedRoots: [], maxItems: 10, invokable: { echo: 'echo' } },
+    );
+    await expect(attempt).rejects.toBeInstanceOf(LambdaPayloadTooLargeError);
+    await expect(attempt).rejects.toMatchObject({
+      permanent: true,
+      message: expect.stringMatching(/item "big" is \d+ bytes; Lambda takes at most 6291456 bytes \(6 MB\)/),
+    });
+    expect(endpoint.completed + endpoint.failed).toBe(before);
+  });
+
+  it('a function not in the invokable list is refused at start with 400, and nothing is started', async () => {
+    const refused = await api('POST', '/batches', {
+      tenant: 'acme',
+      datasource: 'refused',
+      job: 'lambda-invoke',
+      params: { functionName: 'delete-everything', items: [{ key: 'a' }] },
+    });
+    expect(refused.status).toBe(400);
+    expect(refused.body.error.code).toBe('invalid_params');
+    expect(refused.body.error.message).toMatch(/params\.functionName: "delete-everything" is not an invokable function; invokable here: echo, broken/);
+    const [{ n }] = await db.sql<{ n: number }[]>`select count(*)::int as n from leasehold_batches where datasource = 'refused'`;
+    expect(n).toBe(0);
+  });
+
+  it('refuses params that name no items, both kinds of items, or another job that cannot expand', async () => {
+    const start = (params: unknown) => api('POST', '/batches', { tenant: 'acme', datasource: 'bad', job: 'lambda-invoke', params });
+    const cases: [unknown, RegExp][] = [
+      [{ functionName: 'echo' }, /^params: give either "items" or "from"/],
+      [{ functionName: 'echo', items: [{ key: 'a' }], from: { job: 'range', params: { n: 1 } } }, /^params: give either/],
+      [{ functionName: 'echo', items: [{ key: 'a' }, { key: 'a' }] }, /^params\.items\.1\.key: "a" is given twice/],
+      [{ functionName: 'echo', from: { job: 'nope' } }, /^params\.from\.job: unknown job "nope"/],
+      [{ functionName: 'echo', from: { job: 'range', params: { n: 0 } } }, /^params\.from\.params\.n: /],
+    ];
+    for (const [params, message] of cases) {
+      const r = await start(params);
+      expect(r.status, JSON.stringify(params)).toBe(400);
+      expect(r.body.error.message, JSON.stringify(params)).toMatch(message);
+    }
+  });
+});
+
+describe('LEASEHOLD_INVOKABLE', () => {
+  it('reads names, ARNs and name=target entries', () => {
+    expect(
+      parseInvokable(' score=arn:aws:lambda:eu-west-1:123456789012:function:app-prod-Score-x1 , legacy-report,arn:aws:lambda:us-east-1:123456789012:function:resize:live'),
+    ).toEqual({
+      score: 'arn:aws:lambda:eu-west-1:123456789012:function:app-prod-Score-x1',
+      'legacy-report': 'legacy-report',
+      resize: 'arn:aws:lambda:us-east-1:123456789012:function:resize:live',
+    });
+    expect(parseInvokable('')).toEqual({});
+  });
+
+  it('refuses what is not a function, and a name given twice', () => {
+    expect(() => parseInvokable('a=*')).toThrow(ConfigError);
+    expect(() => parseInvokable('arn:aws:lambda:us-east-1:123456789012:function:*')).toThrow(/not a Lambda function name or ARN/);
+    expect(() => parseInvokable('a=x,a=y')).toThrow(/"a" is listed twice/);
+    expect(() => parseInvokable('bad name=x')).toThrow(/not a function name/);
+  });
+});
