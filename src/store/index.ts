@@ -2,3 +2,4 @@ export { connect, type Sql, type ConnectOptions, type ConnectTarget } from './co
 export { migrate, migrationFiles, DEFAULT_MIGRATIONS_DIR, type Migration, type MigrateOptions } from './migrate.js';
 export { provisionRuntimeRole, type RuntimeRole, type RuntimeRoleResult } from './roles.js';
 export { withTimeout, StoreTimeoutError } from './timeout.js';
+export { isCatalogRace, retryCatalogRace } from './catalog.js';
