@@ -33,7 +33,13 @@ export interface MigrateOptions {
    * that exists, and row access to leasehold's tables. Default none.
    */
   runtimeRole?: RuntimeRole;
-  /** Called with what was done for `runtimeRole`. */
+  /**
+   * After `runtimeRole`, provision this one too, the same way: the role the scheduler connects
+   * as, kept apart from the runtime role so that its `connectionLimit` (the fleet's budget) never
+   * starves the scheduler. Default none.
+   */
+  schedulerRole?: RuntimeRole;
+  /** Called with what was done for `runtimeRole`, then for `schedulerRole`. */
   onRuntimeRole?: (result: RuntimeRoleResult) => void;
 }
 
@@ -106,8 +112,9 @@ async function migrateOnce(sql: Sql, dir: string, files: Migration[], o: Migrate
       await tx`insert into leasehold_migrations (version, name) values (${m.version}, ${m.name})`;
       applied.push(m);
     }
-    if (o.runtimeRole) {
-      const result = await provisionRuntimeRole(tx, o.runtimeRole);
+    for (const role of [o.runtimeRole, o.schedulerRole]) {
+      if (!role) continue;
+      const result = await provisionRuntimeRole(tx, role);
       o.onRuntimeRole?.(result);
     }
   });

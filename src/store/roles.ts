@@ -16,6 +16,14 @@ export interface RuntimeRole {
    * skipped elsewhere (a local PostgreSQL). Default `rds_iam`.
    */
   iamRole?: string;
+  /**
+   * The most sessions the role may hold at once (PostgreSQL's role `CONNECTION LIMIT`), set on
+   * every provisioning: a number (−1: no limit), or `{ reserve }` for "the database's own limit
+   * minus `reserve`" ({@link databaseConnectionLimit}), which keeps `reserve` connections that
+   * this role can never take. Default: left as it is (a new role has no limit).
+   * @throws {RangeError} (from {@link provisionRuntimeRole}) `{ reserve }` leaves less than one connection.
+   */
+  connectionLimit?: number | { reserve: number };
 }
 
 /** What {@link provisionRuntimeRole} did. */
@@ -29,6 +37,26 @@ export interface RuntimeRoleResult {
   grants: number;
   /** Nothing was done: the role is the user running the migration, which owns the tables. */
   self: boolean;
+  /** The role's connection limit as set now (−1: none); undefined when left as it was. */
+  connectionLimit?: number;
+}
+
+/**
+ * The most sessions non-superusers can open on the current database: the least of the
+ * database's `CONNECTION LIMIT` and `max_connections` minus the connections PostgreSQL keeps for
+ * superusers (`superuser_reserved_connections`) and, from PostgreSQL 16, for roles granted
+ * `pg_use_reserved_connections` (`reserved_connections`).
+ */
+export async function databaseConnectionLimit(tx: Tx | postgres.Sql<Record<string, never>>): Promise<number> {
+  // The database row and the server's settings; reads only.
+  const [{ n }] = await tx<{ n: number }[]>`select least(
+      case when d.datconnlimit >= 0 then d.datconnlimit end,
+      current_setting('max_connections')::int
+        - current_setting('superuser_reserved_connections')::int
+        - coalesce(nullif(current_setting('reserved_connections', true), '')::int, 0)
+    ) as n
+    from pg_database d where d.datname = current_database()`;
+  return n;
 }
 
 /**
@@ -84,5 +112,16 @@ export async function provisionRuntimeRole(tx: Tx, role: RuntimeRole): Promise<R
       else await s`grant select, insert, update, delete on table ${s(schema)}.${s(o.name)} to ${s(name)}`;
     }
   });
-  return { name, created, iam, grants: objects.length, self: false };
+  let connectionLimit: number | undefined;
+  if (role.connectionLimit !== undefined) {
+    const want = role.connectionLimit;
+    connectionLimit = typeof want === 'number' ? want : (await databaseConnectionLimit(tx)) - want.reserve;
+    if (!Number.isInteger(connectionLimit) || connectionLimit < -1 || (typeof want !== 'number' && connectionLimit < 1)) {
+      throw new RangeError(`connection limit of role "${name}": ${JSON.stringify(want)} leaves ${connectionLimit} connections`);
+    }
+    const limit = connectionLimit;
+    // The cap PostgreSQL enforces on the role's sessions (cluster-wide, like the role).
+    await retryCatalogRace(tx, (s) => s`alter role ${s(name)} connection limit ${s.unsafe(String(limit))}`);
+  }
+  return { name, created, iam, grants: objects.length, self: false, ...(connectionLimit !== undefined ? { connectionLimit } : {}) };
 }
