@@ -25,6 +25,8 @@ export { metricsFor, workerMetricHooks, METRICS_NAMESPACE, type RuntimeMetrics, 
 export { invocation, invocationOf, httpErrorBoundary, type Invocation, type InvocationOptions, type LeaseholdContext } from './middleware.js';
 export {
   handleTrigger,
+  startDeferred,
+  type DeferredResult,
   readTriggerEvent,
   InvalidTriggerEventError,
   type TriggerDeps,
