@@ -72,7 +72,6 @@ const schema = {
   LEASEHOLD_DB_RESERVED_CONNECTIONS: int(1).max(10_000).default(8),
   LEASEHOLD_DB_RUNTIME_CONNECTIONS: int(1).max(100_000).optional(),
   LEASEHOLD_DB_CONNECT_RETRY_MS: int(0).max(900_000).default(20_000),
-  LEASEHOLD_OUTBOX_ALLOW: z.string().optional(),
   LEASEHOLD_MIGRATIONS_DIR: z.string().min(1).optional(),
   AWS_REGION: z.string().min(1).optional(),
 } as const;
@@ -127,11 +126,6 @@ export interface Config {
   migrationsDir: string | undefined;
   /** Directories file jobs may read under (absolute). */
   allowedRoots: string[];
-  /**
-   * Outbox endpoints allowed although their addresses are not public (`LEASEHOLD_OUTBOX_ALLOW`):
-   * host names, addresses or CIDR ranges, separated by commas. Default none.
-   */
-  outboxAllow: string;
   /** Lease settings of every worker process (see `LeaseConfig`), ms. */
   lease: {
     ttlMs: number;
@@ -263,7 +257,6 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       runtimeConnections: e.LEASEHOLD_DB_RUNTIME_CONNECTIONS,
       connectRetryMs: e.LEASEHOLD_DB_CONNECT_RETRY_MS,
     },
-    outboxAllow: e.LEASEHOLD_OUTBOX_ALLOW ?? '',
     migrationsDir: e.LEASEHOLD_MIGRATIONS_DIR,
     allowedRoots: e.LEASEHOLD_ALLOWED_ROOTS
       ? e.LEASEHOLD_ALLOWED_ROOTS.split(delimiter).filter(Boolean)
