@@ -73,6 +73,10 @@ const schema = {
   LEASEHOLD_DB_IDLE_TIMEOUT_MS: int(1_000).default(120_000),
   LEASEHOLD_DB_MAX_LIFETIME_MS: int(60_000).max(3_600_000).default(600_000),
   LEASEHOLD_DB_IAM_USER: z.string().min(1).max(63).optional(),
+  LEASEHOLD_DB_SCHEDULER_USER: z.string().min(1).max(63).optional(),
+  LEASEHOLD_DB_RESERVED_CONNECTIONS: int(1).max(10_000).default(8),
+  LEASEHOLD_DB_RUNTIME_CONNECTIONS: int(1).max(100_000).optional(),
+  LEASEHOLD_DB_CONNECT_RETRY_MS: int(0).max(900_000).default(20_000),
   LEASEHOLD_MIGRATIONS_DIR: z.string().min(1).optional(),
   AWS_REGION: z.string().min(1).optional(),
 } as const;
@@ -190,6 +194,26 @@ export interface DbConfig {
    * the user the migration connects as (the master user, with `password`). Default none.
    */
   iamUser: string | undefined;
+  /**
+   * Migrate function only: the user the scheduler function connects as, provisioned like
+   * `iamUser` but outside the runtime's connection budget, so a fleet that uses every connection
+   * it may have never starves the scheduler. Default none (the scheduler shares `iamUser`).
+   */
+  schedulerUser: string | undefined;
+  /**
+   * Migrate function only: connections kept out of reach of `iamUser` (the scheduler's pool, the
+   * migrate function, an operator's session): `iamUser` gets `CONNECTION LIMIT` = the database's
+   * limit minus this. Default 8.
+   */
+  reservedConnections: number;
+  /** Migrate function only: `iamUser`'s `CONNECTION LIMIT`, instead of one computed from `reservedConnections`. */
+  runtimeConnections: number | undefined;
+  /**
+   * The scheduler and migrate functions retry a refused connection (`53300` too many
+   * connections, `57P03`, refused, timed out) with jittered backoff for at most this long within
+   * their invocation, ms. Default 20,000.
+   */
+  connectRetryMs: number;
 }
 
 /**
@@ -244,6 +268,10 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       idleTimeoutMs: e.LEASEHOLD_DB_IDLE_TIMEOUT_MS,
       maxLifetimeMs: e.LEASEHOLD_DB_MAX_LIFETIME_MS,
       iamUser: e.LEASEHOLD_DB_IAM_USER,
+      schedulerUser: e.LEASEHOLD_DB_SCHEDULER_USER,
+      reservedConnections: e.LEASEHOLD_DB_RESERVED_CONNECTIONS,
+      runtimeConnections: e.LEASEHOLD_DB_RUNTIME_CONNECTIONS,
+      connectRetryMs: e.LEASEHOLD_DB_CONNECT_RETRY_MS,
     },
     migrationsDir: e.LEASEHOLD_MIGRATIONS_DIR,
     allowedRoots: e.LEASEHOLD_ALLOWED_ROOTS

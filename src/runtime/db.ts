@@ -196,3 +196,59 @@ export function isConnectionError(error: unknown): boolean {
   if (typeof code !== 'string') return false;
   return CONNECTION_CODES.has(code) || /^08[0-9A-Z]{3}$/.test(code);
 }
+
+/**
+ * SQLSTATEs and client codes of a connection the server (or the network) refused before any
+ * statement ran on it: `53300` too_many_connections (the database's, a role's or the server's
+ * limit), `57P03` cannot_connect_now (starting up, or `reserved_connections` reached),
+ * `ECONNREFUSED` and postgres.js's `CONNECT_TIMEOUT`. Trying again later can succeed, and is
+ * safe: nothing ran.
+ */
+const REFUSED_CODES = new Set(['53300', '57P03', 'ECONNREFUSED', 'CONNECT_TIMEOUT']);
+
+/** Whether `error` is a refused connection (see {@link retryRefusedConnection}). */
+export function isConnectionRefused(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && REFUSED_CODES.has(code);
+}
+
+/** Options of {@link retryRefusedConnection}. */
+export interface RefusedRetryOptions {
+  /** Give up once the next try would start after this time (epoch ms). */
+  untilMs: number;
+  /** Cap of the first wait, ms; doubles per try. Default 100. */
+  baseMs?: number;
+  /** Largest cap of a wait, ms. Default 2,000. */
+  maxMs?: number;
+  /** Random numbers in [0, 1) for the jitter. Default `Math.random`. */
+  random?: () => number;
+  /** Called before each wait with the refusal and the wait, ms. */
+  onRetry?: (error: unknown, waitMs: number) => void;
+}
+
+/**
+ * Run `fn`, and run it again while it fails with a refused connection
+ * ({@link isConnectionRefused}): after a wait drawn uniformly from `[0, min(maxMs, baseMs ×
+ * 2^(n−1))]` ("full jitter", so refused callers do not come back together), until `untilMs`.
+ * For work that is safe to start over when a statement was refused a connection — the
+ * scheduler's run and the migration (one transaction) are. Implements the scheduler's share of
+ * the connection budget (docs/design.md, "Serverless runtime"): the fleet may take every
+ * connection it is allowed, and the scheduler waits for its reserve to free rather than fail.
+ * @throws the last refusal when `untilMs` comes, or at once any other error.
+ */
+export async function retryRefusedConnection<T>(fn: () => Promise<T>, options: RefusedRetryOptions): Promise<T> {
+  const baseMs = options.baseMs ?? 100;
+  const maxMs = options.maxMs ?? 2_000;
+  const random = options.random ?? Math.random;
+  for (let n = 1; ; n++) {
+    try {
+      return await fn();
+    } catch (e) {
+      if (!isConnectionRefused(e)) throw e;
+      const waitMs = Math.round(random() * Math.min(maxMs, baseMs * 2 ** Math.min(n - 1, 30)));
+      if (Date.now() + waitMs >= options.untilMs) throw e;
+      options.onRetry?.(e, waitMs);
+      await new Promise((r) => setTimeout(r, waitMs));
+    }
+  }
+}

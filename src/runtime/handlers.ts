@@ -6,7 +6,7 @@ import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context
 import { handleApi } from '../api/index.js';
 import { DEFAULT_MIGRATIONS_DIR, migrate, type Migration, type RuntimeRoleResult } from '../store/index.js';
 import { loadConfig, ConfigError, type Config } from './config.js';
-import { openDatabase } from './db.js';
+import { openDatabase, retryRefusedConnection } from './db.js';
 import type { RuntimeDeps } from './deps.js';
 import type { Dispatcher, WorkerEvent } from './dispatch.js';
 import { workerMetricHooks, type RuntimeMetrics } from './metrics.js';
@@ -31,8 +31,13 @@ export async function workerInvocation(deps: RuntimeDeps, event: WorkerEvent | n
  * `LiveProcesses`, `DesiredProcesses`, `PendingInvocations`.
  */
 export async function schedulerInvocation(deps: RuntimeDeps, _event: unknown, context: Context): Promise<SchedulerResult> {
-  const { log, metrics } = invocationOf(context);
-  const result = await runScheduler(deps);
+  const { log, metrics, deadlineAt } = invocationOf(context);
+  // The fleet may hold every connection its budget allows: a refused connection is retried
+  // within the invocation (see retryRefusedConnection).
+  const result = await retryRefusedConnection(() => runScheduler(deps), {
+    untilMs: Math.min(deadlineAt, Date.now() + deps.config.db.connectRetryMs),
+    onRetry: (e, waitMs) => log('warn', 'database connection refused; retrying', { error: String(e), waitMs }),
+  });
   log('info', 'scheduler run', { ...result });
   metrics.count('ProcessesSwept', result.swept.processes);
   metrics.count('BatchesDispatched', result.dispatched.length);
@@ -82,8 +87,10 @@ export async function triggerInvocation(deps: RuntimeDeps, event: unknown, conte
 export interface MigrateResult {
   /** Migrations applied now, in order; empty when the schema was current. */
   applied: Migration[];
-  /** What was done for `LEASEHOLD_DB_IAM_USER`, when set. */
+  /** What was done for `LEASEHOLD_DB_IAM_USER`, when set (its `connectionLimit` is the runtime's budget). */
   runtimeRole?: RuntimeRoleResult;
+  /** What was done for `LEASEHOLD_DB_SCHEDULER_USER`, when set. */
+  schedulerRole?: RuntimeRoleResult;
 }
 
 /**
@@ -111,13 +118,25 @@ export async function migrateInvocation(_event: unknown, context: Context): Prom
   const sql = openDatabase(config, { max: 1, applicationName: 'leasehold-migrate' });
   try {
     let runtimeRole: RuntimeRoleResult | undefined;
-    const applied = await migrate(sql, {
-      dir,
-      ...(config.db.iamUser ? { runtimeRole: { name: config.db.iamUser } } : {}),
-      onRuntimeRole: (r) => (runtimeRole = r),
-    });
-    invocationOf(context).log('info', 'migrated', { applied: applied.map((m) => m.name), runtimeRole, dir });
-    return { applied, ...(runtimeRole ? { runtimeRole } : {}) };
+    let schedulerRole: RuntimeRoleResult | undefined;
+    const { iamUser, schedulerUser, runtimeConnections, reservedConnections } = config.db;
+    const { log, deadlineAt } = invocationOf(context);
+    const applied = await retryRefusedConnection(
+      () =>
+        migrate(sql, {
+          dir,
+          // The runtime's connection budget: the database's limit less a reserve it never takes.
+          ...(iamUser ? { runtimeRole: { name: iamUser, connectionLimit: runtimeConnections ?? { reserve: reservedConnections } } } : {}),
+          ...(schedulerUser ? { schedulerRole: { name: schedulerUser } } : {}),
+          onRuntimeRole: (r) => (r.name === iamUser ? (runtimeRole = r) : (schedulerRole = r)),
+        }),
+      {
+        untilMs: Math.min(deadlineAt, Date.now() + config.db.connectRetryMs),
+        onRetry: (e, waitMs) => log('warn', 'database connection refused; retrying', { error: String(e), waitMs }),
+      },
+    );
+    log('info', 'migrated', { applied: applied.map((m) => m.name), runtimeRole, schedulerRole, dir });
+    return { applied, ...(runtimeRole ? { runtimeRole } : {}), ...(schedulerRole ? { schedulerRole } : {}) };
   } finally {
     await sql.end({ timeout: 5 });
   }

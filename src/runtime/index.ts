@@ -12,6 +12,9 @@ export {
   rdsCertificateAuthorities,
   settleAfterThaw,
   isConnectionError,
+  isConnectionRefused,
+  retryRefusedConnection,
+  type RefusedRetryOptions,
   type IamTokenTarget,
   type OpenDatabaseOptions,
   type SignerCredentials,
@@ -22,6 +25,8 @@ export { metricsFor, workerMetricHooks, METRICS_NAMESPACE, type RuntimeMetrics, 
 export { invocation, invocationOf, httpErrorBoundary, type Invocation, type InvocationOptions, type LeaseholdContext } from './middleware.js';
 export {
   handleTrigger,
+  startDeferred,
+  type DeferredResult,
   readTriggerEvent,
   InvalidTriggerEventError,
   type TriggerDeps,

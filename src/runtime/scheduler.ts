@@ -3,6 +3,8 @@ import { planInvocations, sweep } from '../lease/index.js';
 import type { Sql } from '../store/index.js';
 import type { Config } from './config.js';
 import type { Dispatcher } from './dispatch.js';
+import type { JobRegistry } from '../jobs/index.js';
+import { startDeferred, type DeferredResult } from './trigger.js';
 
 /** What one scheduler run did. */
 export interface SchedulerResult {
@@ -16,6 +18,8 @@ export interface SchedulerResult {
   fleet: { desired: number; live: number; pending: number };
   /** Workers invoked to reach the desired count of live processes. */
   invoked: number;
+  /** Deferred trigger firings started now, and those still waiting for a slot (with `jobs`). */
+  deferred?: DeferredResult;
 }
 
 /**
@@ -27,11 +31,15 @@ export interface SchedulerResult {
  * 3. invoke `desired − live − invoked but not yet live` workers, at most `invokeCap`, decided
  *    one scheduler at a time so overlapping runs never over-invoke; none when no unit has
  *    weight > 0. With no such unit and no open batch nothing is invoked at all (scale to zero).
+ * With `jobs`, it first starts trigger firings deferred at `maxOpen` whose datasource has a free
+ * slot (see `startDeferred`); their batches are dispatched in step 2's way.
  * A failed invoke is reported, never thrown.
  */
-export async function runScheduler(deps: { sql: Sql; config: Config; dispatcher: Dispatcher }): Promise<SchedulerResult> {
+export async function runScheduler(deps: { sql: Sql; config: Config; dispatcher: Dispatcher; jobs?: JobRegistry }): Promise<SchedulerResult> {
   const { sql, config, dispatcher } = deps;
   const swept = await sweep(sql, config.lease.sweepCutoffMs);
+  // Trigger firings refused at maxOpen start once their datasource has a free slot.
+  const deferred = deps.jobs ? await startDeferred({ sql, jobs: deps.jobs, config, dispatcher }) : undefined;
   const ids = await claimDispatch(sql, { staleMs: config.staleMs, cooldownMs: config.dispatchCooldownMs });
   const dispatched: string[] = [];
   const failed: string[] = [];
@@ -57,5 +65,5 @@ export async function runScheduler(deps: { sql: Sql; config: Config; dispatcher:
       }
     }),
   );
-  return { swept, dispatched, failed, fleet: { desired: plan.desired, live: plan.live, pending: plan.pending }, invoked };
+  return { swept, dispatched, failed, fleet: { desired: plan.desired, live: plan.live, pending: plan.pending }, invoked, ...(deferred ? { deferred } : {}) };
 }

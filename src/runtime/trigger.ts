@@ -3,13 +3,14 @@
 import type { EventBridgeEvent } from 'aws-lambda';
 import { z } from 'zod';
 import { ApiError, checkStorableJson, MAX_NAME_LENGTH, nameSchema, parse } from '../api/request.js';
-import { createBatch, findBatchByKey } from '../batch/index.js';
+import { createBatch, findBatchByKey, TooManyBatchesError } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
 import type { Sql } from '../store/index.js';
 import { startLimits, type Config } from './config.js';
 import { dispatchBatch, type Dispatcher } from './dispatch.js';
 import type { Log } from './log.js';
 import type { RuntimeMetrics } from './metrics.js';
+import * as q from './sql.js';
 
 /** What a start-batch event carries in `detail`. */
 export interface TriggerDetail {
@@ -41,6 +42,11 @@ export type TriggerResult =
   | { outcome: 'started'; batchId: string; requestKey: string; tenant: string }
   /** The request key had started this batch before (a redelivered event): nothing new. */
   | { outcome: 'repeated'; batchId: string; requestKey: string; tenant: string }
+  /**
+   * The datasource has `maxOpen` open batches: the firing is kept and the scheduler starts it,
+   * under the same request key, once a batch of the datasource finishes ({@link startDeferred}).
+   */
+  | { outcome: 'deferred'; requestKey: string; tenant: string }
   /** The event cannot start a batch; logged and dropped, never retried. */
   | { outcome: 'dropped'; code: string; reason: string };
 
@@ -54,7 +60,7 @@ export class InvalidTriggerEventError extends Error {
 }
 
 /** Codes of the errors that make an event invalid (dropped) rather than failed (retried). */
-const INVALID_CODES = new Set(['invalid_event', 'invalid_request', 'invalid_json', 'unknown_job', 'invalid_params', 'invalid_batch', 'batch_too_large', 'too_many_batches']);
+const INVALID_CODES = new Set(['invalid_event', 'invalid_request', 'invalid_json', 'unknown_job', 'invalid_params', 'invalid_batch', 'batch_too_large']);
 
 const detailSchema = z
   .object({
@@ -150,9 +156,10 @@ function bounded(key: string): string {
  * expanding the params again.
  *
  * An event that cannot start a batch — not an EventBridge event, bad `detail`, unknown job,
- * params the job refuses, a batch over a start limit, a datasource with `maxOpen` open batches —
- * is logged (`warn`) and dropped: the result says why and nothing is thrown, so EventBridge does
- * not retry it.
+ * params the job refuses, a batch over a start limit — is logged (`warn`) and dropped: the result
+ * says why and nothing is thrown, so EventBridge does not retry it. An event refused only because
+ * its datasource has `maxOpen` open batches is never lost: it is kept (`deferred`) and started by
+ * the scheduler once a slot frees ({@link startDeferred}).
  * A failed dispatch is logged; the scheduler dispatches the batch later.
  * @throws the store's error (the event is worth retrying then).
  */
@@ -169,11 +176,21 @@ export async function handleTrigger(event: unknown, deps: TriggerDeps): Promise<
       return { outcome: 'repeated', batchId: existing.id, requestKey: req.requestKey, tenant: req.tenant };
     }
     const expanded = await deps.jobs.expand(req.job, req.params);
-    const { batch, created } = await createBatch(
-      deps.sql,
-      { tenant: req.tenant, datasource: req.datasource, job: req.job, params: expanded.params, requestKey: req.requestKey, items: expanded.items },
-      { maxOpen: deps.config.maxOpen, limits: startLimits(deps.config) },
-    );
+    let started: Awaited<ReturnType<typeof createBatch>>;
+    try {
+      started = await createBatch(
+        deps.sql,
+        { tenant: req.tenant, datasource: req.datasource, job: req.job, params: expanded.params, requestKey: req.requestKey, items: expanded.items },
+        { maxOpen: deps.config.maxOpen, limits: startLimits(deps.config) },
+      );
+    } catch (error) {
+      if (!(error instanceof TooManyBatchesError)) throw error;
+      await q.deferStart(deps.sql, { tenant: req.tenant, requestKey: req.requestKey, datasource: req.datasource, job: req.job, params: req.params, error: error.message });
+      log('warn', 'trigger event deferred: its datasource has maxOpen open batches', { ...fields, datasource: req.datasource });
+      deps.metrics?.count('TriggersDeferred');
+      return { outcome: 'deferred', requestKey: req.requestKey, tenant: req.tenant };
+    }
+    const { batch, created } = started;
     if (!created) {
       log('info', 'trigger event repeated: its batch was started before', { ...fields, batchId: batch.id });
       deps.metrics?.count('TriggersRepeated');
@@ -199,6 +216,64 @@ export async function handleTrigger(event: unknown, deps: TriggerDeps): Promise<
     deps.metrics?.count('TriggersDropped');
     return dropped;
   }
+}
+
+/** What one {@link startDeferred} pass did. */
+export interface DeferredResult {
+  /** Batches started now from deferred firings. */
+  started: string[];
+  /** Firings still waiting for a slot. */
+  waiting: number;
+}
+
+/**
+ * Start the scheduled firings the trigger deferred because their datasource had `maxOpen` open
+ * batches, oldest first, under their own request keys (so a firing starts at most once, also
+ * when two schedulers run at once). A firing whose datasource is still full waits for the next
+ * pass; one whose batch exists already is forgotten; one that can no longer start (its job or
+ * params now refused) is logged at `warn` with why and forgotten. Each new batch is dispatched
+ * like the trigger's own. At most `limit` (default 100) firings per pass.
+ * @throws the store's error (the next pass tries again).
+ */
+export async function startDeferred(deps: TriggerDeps & { limit?: number }): Promise<DeferredResult> {
+  const log = deps.log ?? (() => {});
+  const started: string[] = [];
+  const full = new Set<string>();
+  for (const d of await q.deferredStarts(deps.sql, deps.limit ?? 100)) {
+    const source = JSON.stringify([d.tenant, d.datasource]);
+    if (full.has(source)) continue;
+    const fields = { tenant: d.tenant, requestKey: d.request_key, datasource: d.datasource };
+    try {
+      const existing = await findBatchByKey(deps.sql, d.tenant, d.request_key);
+      if (!existing) {
+        const expanded = await deps.jobs.expand(d.job, d.params);
+        const { batch, created } = await createBatch(
+          deps.sql,
+          { tenant: d.tenant, datasource: d.datasource, job: d.job, params: expanded.params, requestKey: d.request_key, items: expanded.items },
+          { maxOpen: deps.config.maxOpen, limits: startLimits(deps.config) },
+        );
+        if (created) {
+          started.push(batch.id);
+          log('info', 'deferred trigger event started', { ...fields, batchId: batch.id, tries: d.tries });
+          if (deps.dispatcher) await dispatchBatch(deps.sql, deps.dispatcher, batch.id).catch(() => {});
+        }
+      }
+      await q.forgetDeferred(deps.sql, d.tenant, d.request_key);
+    } catch (error) {
+      if (error instanceof TooManyBatchesError) {
+        // Still full: later firings of this datasource wait behind this one.
+        full.add(source);
+        await q.deferredRefused(deps.sql, d.tenant, d.request_key, error.message);
+        continue;
+      }
+      const code = (error as { code?: unknown } | null)?.code;
+      if (!(error instanceof ApiError || (typeof code === 'string' && INVALID_CODES.has(code)))) throw error;
+      log('warn', 'deferred trigger event dropped: it can no longer start', { ...fields, code, reason: error instanceof Error ? error.message : String(error) });
+      deps.metrics?.count('TriggersDropped');
+      await q.forgetDeferred(deps.sql, d.tenant, d.request_key);
+    }
+  }
+  return { started, waiting: await q.countDeferred(deps.sql) };
 }
 
 /** The fields of an event worth logging with every line about it. */

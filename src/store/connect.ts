@@ -56,6 +56,18 @@ export interface ConnectOptions {
   statementTimeoutMs?: number;
 }
 
+// The driver: postgres.js 3.4.9, pinned and patched at install (`patches/postgres+3.4.9.patch`,
+// applied by patch-package from `postinstall`). Unpatched, a statement written to a connection
+// whose socket had closed — a transaction's own `rollback` after its backend was terminated, or
+// any statement of a transaction in flight when the connection died — was flushed from a
+// `setImmediate` callback that dereferenced the null socket: an uncaught `TypeError: Cannot read
+// properties of null (reading 'write')` in `nextWrite` that killed the process
+// (porsager/postgres#1154, #1066, #1208; fixes proposed in #1168, #1176, #1209, none released).
+// The patch fails such statements with CONNECTION_CLOSED instead, and starts every new session
+// clean: no buffered bytes, write timer, pending error or row count of the dead one carries over
+// (each of those failed or corrupted the first statement of the next session). Remove the patch
+// when a release fixes these; test/store/connection-death.test.ts fails without it.
+
 /**
  * Open a postgres.js pool for `url` (a `postgres://` connection string) or a
  * {@link ConnectTarget}.

@@ -1,4 +1,5 @@
 export { connect, type Sql, type ConnectOptions, type ConnectTarget } from './connect.js';
 export { migrate, migrationFiles, DEFAULT_MIGRATIONS_DIR, type Migration, type MigrateOptions } from './migrate.js';
-export { provisionRuntimeRole, type RuntimeRole, type RuntimeRoleResult } from './roles.js';
+export { provisionRuntimeRole, databaseConnectionLimit, type RuntimeRole, type RuntimeRoleResult } from './roles.js';
 export { withTimeout, StoreTimeoutError } from './timeout.js';
+export { isCatalogRace, retryCatalogRace } from './catalog.js';

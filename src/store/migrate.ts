@@ -2,6 +2,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 import type { Sql } from './connect.js';
+import { CATALOG_RACE_TRIES, catalogRaceDelayMs, isCatalogRace } from './catalog.js';
 import { provisionRuntimeRole, type RuntimeRole, type RuntimeRoleResult } from './roles.js';
 
 const MIGRATIONS_DIR = fileURLToPath(new URL('./migrations/', import.meta.url));
@@ -22,12 +23,23 @@ export interface MigrateOptions {
    */
   dir?: string;
   /**
+   * Migrate into this schema, created when missing. Default: the first schema of the
+   * connection's `search_path` (which must exist).
+   */
+  schema?: string;
+  /**
    * After migrating, provision this role for the runtime functions (see
    * {@link provisionRuntimeRole}): created with `login` when missing, granted `rds_iam` when
    * that exists, and row access to leasehold's tables. Default none.
    */
   runtimeRole?: RuntimeRole;
-  /** Called with what was done for `runtimeRole`. */
+  /**
+   * After `runtimeRole`, provision this one too, the same way: the role the scheduler connects
+   * as, kept apart from the runtime role so that its `connectionLimit` (the fleet's budget) never
+   * starves the scheduler. Default none.
+   */
+  schedulerRole?: RuntimeRole;
+  /** Called with what was done for `runtimeRole`, then for `schedulerRole`. */
   onRuntimeRole?: (result: RuntimeRoleResult) => void;
 }
 
@@ -45,21 +57,44 @@ export async function migrationFiles(dir = MIGRATIONS_DIR): Promise<Migration[]>
  * then, with `options.runtimeRole`, provision the runtime's role. `options` may be the folder of
  * the migration files (as before {@link MigrateOptions}).
  *
- * Safe under concurrency: the whole run holds a transaction-scoped advisory lock keyed by the
- * current schema, so two processes migrating at once apply each migration exactly once (the
- * second waits, then finds nothing left to do). Migrations are unqualified SQL, so they land in
- * the first schema of the connection's `search_path`.
+ * Safe under concurrency: the whole run holds a transaction-scoped advisory lock of the database,
+ * so migrators of any schemas of one database run one after the other and apply each migration
+ * exactly once (a second migrator of a schema waits, then finds nothing left to do). Migrators of
+ * other databases on the same server share its cluster-wide catalogs (roles) without that lock:
+ * a run that loses a race on them (`23505` on a catalog index, "tuple concurrently updated", see
+ * {@link isCatalogRace}) is rolled back as a whole and run again, so no such race reaches the
+ * caller and nothing is applied twice. Migrations are unqualified SQL, so they land in
+ * `options.schema`, else the first schema of the connection's `search_path`.
  *
- * @throws the database error of a failing migration; earlier migrations stay applied.
+ * @throws the database error of a failing migration; the run is one transaction, so nothing of
+ *   it stays applied.
  */
 export async function migrate(sql: Sql, options: string | MigrateOptions = {}): Promise<Migration[]> {
   const o: MigrateOptions = typeof options === 'string' ? { dir: options } : options;
   const dir = o.dir ?? MIGRATIONS_DIR;
   const files = await migrationFiles(dir);
+  for (let n = 1; ; n++) {
+    try {
+      return await migrateOnce(sql, dir, files, o);
+    } catch (e) {
+      if (!isCatalogRace(e) || n >= CATALOG_RACE_TRIES) throw e;
+      await new Promise((r) => setTimeout(r, catalogRaceDelayMs(n)));
+    }
+  }
+}
+
+/** One migration transaction: everything it did is rolled back when it throws. */
+async function migrateOnce(sql: Sql, dir: string, files: Migration[], o: MigrateOptions): Promise<Migration[]> {
   const applied: Migration[] = [];
   await sql.begin(async (tx) => {
-    // Serialises concurrent migrators of the same schema.
-    await tx`select pg_advisory_xact_lock(hashtextextended('leasehold:migrate:' || current_schema(), 0))`;
+    // Serialises the migrators of this database, whatever their schema: schemas, extensions
+    // and roles are shared beyond one schema.
+    await tx`select pg_advisory_xact_lock(hashtextextended('leasehold:migrate', 0))`;
+    if (o.schema) {
+      // The target schema, created when missing; the transaction's statements land in it.
+      await tx`create schema if not exists ${tx(o.schema)}`;
+      await tx`select set_config('search_path', quote_ident(${o.schema}), true)`;
+    }
     // Records which migrations this schema has.
     await tx`create table if not exists leasehold_migrations (
       version integer primary key,
@@ -77,8 +112,9 @@ export async function migrate(sql: Sql, options: string | MigrateOptions = {}): 
       await tx`insert into leasehold_migrations (version, name) values (${m.version}, ${m.name})`;
       applied.push(m);
     }
-    if (o.runtimeRole) {
-      const result = await provisionRuntimeRole(tx, o.runtimeRole);
+    for (const role of [o.runtimeRole, o.schedulerRole]) {
+      if (!role) continue;
+      const result = await provisionRuntimeRole(tx, role);
       o.onRuntimeRole?.(result);
     }
   });

@@ -2,6 +2,7 @@
 // which runs as the master user. Role and schema names are escaped by postgres.js (`sql(name)`),
 // never built into SQL text.
 import type postgres from 'postgres';
+import { retryCatalogRace } from './catalog.js';
 
 /** A transaction of leasehold's postgres.js client. */
 type Tx = postgres.TransactionSql<Record<string, never>>;
@@ -15,6 +16,14 @@ export interface RuntimeRole {
    * skipped elsewhere (a local PostgreSQL). Default `rds_iam`.
    */
   iamRole?: string;
+  /**
+   * The most sessions the role may hold at once (PostgreSQL's role `CONNECTION LIMIT`), set on
+   * every provisioning: a number (−1: no limit), or `{ reserve }` for "the database's own limit
+   * minus `reserve`" ({@link databaseConnectionLimit}), which keeps `reserve` connections that
+   * this role can never take. Default: left as it is (a new role has no limit).
+   * @throws {RangeError} (from {@link provisionRuntimeRole}) `{ reserve }` leaves less than one connection.
+   */
+  connectionLimit?: number | { reserve: number };
 }
 
 /** What {@link provisionRuntimeRole} did. */
@@ -28,6 +37,26 @@ export interface RuntimeRoleResult {
   grants: number;
   /** Nothing was done: the role is the user running the migration, which owns the tables. */
   self: boolean;
+  /** The role's connection limit as set now (−1: none); undefined when left as it was. */
+  connectionLimit?: number;
+}
+
+/**
+ * The most sessions non-superusers can open on the current database: the least of the
+ * database's `CONNECTION LIMIT` and `max_connections` minus the connections PostgreSQL keeps for
+ * superusers (`superuser_reserved_connections`) and, from PostgreSQL 16, for roles granted
+ * `pg_use_reserved_connections` (`reserved_connections`).
+ */
+export async function databaseConnectionLimit(tx: Tx | postgres.Sql<Record<string, never>>): Promise<number> {
+  // The database row and the server's settings; reads only.
+  const [{ n }] = await tx<{ n: number }[]>`select least(
+      case when d.datconnlimit >= 0 then d.datconnlimit end,
+      current_setting('max_connections')::int
+        - current_setting('superuser_reserved_connections')::int
+        - coalesce(nullif(current_setting('reserved_connections', true), '')::int, 0)
+    ) as n
+    from pg_database d where d.datname = current_database()`;
+  return n;
 }
 
 /**
@@ -38,8 +67,11 @@ export interface RuntimeRoleResult {
  * tables added later are granted too. Does nothing when `role` is the current user (it owns the
  * tables; granting it `rds_iam` would also stop its password logins).
  *
- * Call inside the migration's transaction (the advisory lock serialises migrators of one schema;
- * `create role` is cluster-wide, so a concurrent creator elsewhere is tolerated).
+ * Call inside the migration's transaction. Roles are cluster-wide, so another migration (of
+ * another schema, database or stage on the same server) may create or grant the same role at the
+ * same moment: every catalog statement here runs in a savepoint and is tried again when it loses
+ * such a race (`23505` on `pg_authid_rolname_index`, "tuple concurrently updated", …; see
+ * {@link retryCatalogRace}), so a concurrent provisioning never reaches the caller.
  * @throws the database error when the current user may not create roles or grant.
  */
 export async function provisionRuntimeRole(tx: Tx, role: RuntimeRole): Promise<RuntimeRoleResult> {
@@ -49,39 +81,47 @@ export async function provisionRuntimeRole(tx: Tx, role: RuntimeRole): Promise<R
   const [{ me, schema }] = await tx<{ me: string; schema: string }[]>`select current_user as me, current_schema() as schema`;
   if (me === name) return { name, created: false, iam: false, grants: 0, self: true };
 
-  // Whether the role exists already (roles are cluster-wide).
-  const [{ exists }] = await tx<{ exists: boolean }[]>`select exists (select 1 from pg_roles where rolname = ${name}) as exists`;
-  let created = false;
-  if (!exists) {
-    try {
-      await tx.savepoint(async (s) => {
-        // Creates the login role; no password: it authenticates with IAM tokens (or not at all locally).
-        await s`create role ${s(name)} login`;
-      });
-      created = true;
-    } catch (e) {
-      // duplicate_object: created meanwhile by a migration of another schema.
-      if ((e as { code?: string }).code !== '42710') throw e;
-    }
-  }
+  // Created now unless it exists (roles are cluster-wide): the check and the create run again
+  // together when a concurrent creator wins between them.
+  const created = await retryCatalogRace(tx, async (s) => {
+    // Whether the role exists already.
+    const [{ exists }] = await s<{ exists: boolean }[]>`select exists (select 1 from pg_roles where rolname = ${name}) as exists`;
+    if (exists) return false;
+    // Creates the login role; no password: it authenticates with IAM tokens (or not at all locally).
+    await s`create role ${s(name)} login`;
+    return true;
+  });
 
   // Whether the RDS IAM role exists (only on RDS).
   const [{ iam }] = await tx<{ iam: boolean }[]>`select exists (select 1 from pg_roles where rolname = ${iamRole}) as iam`;
   // Lets the role log in with IAM tokens instead of a password.
-  if (iam) await tx`grant ${tx(iamRole)} to ${tx(name)}`;
+  if (iam) await retryCatalogRace(tx, (s) => s`grant ${s(iamRole)} to ${s(name)}`);
 
   // Lets the role see the schema's objects.
-  await tx`grant usage on schema ${tx(schema)} to ${tx(name)}`;
+  await retryCatalogRace(tx, (s) => s`grant usage on schema ${s(schema)} to ${s(name)}`);
   // leasehold's tables and sequences in this schema, nothing else of a shared database.
   const objects = await tx<{ name: string; kind: string }[]>`
     select c.relname as name, c.relkind as kind
     from pg_class c join pg_namespace n on n.oid = c.relnamespace
     where n.nspname = ${schema} and c.relkind in ('r', 'p', 'S') and c.relname like 'leasehold\\_%'
     order by c.relname`;
-  for (const o of objects) {
-    // Row access only: the runtime never changes the schema.
-    if (o.kind === 'S') await tx`grant usage, select, update on sequence ${tx(schema)}.${tx(o.name)} to ${tx(name)}`;
-    else await tx`grant select, insert, update, delete on table ${tx(schema)}.${tx(o.name)} to ${tx(name)}`;
+  await retryCatalogRace(tx, async (s) => {
+    for (const o of objects) {
+      // Row access only: the runtime never changes the schema.
+      if (o.kind === 'S') await s`grant usage, select, update on sequence ${s(schema)}.${s(o.name)} to ${s(name)}`;
+      else await s`grant select, insert, update, delete on table ${s(schema)}.${s(o.name)} to ${s(name)}`;
+    }
+  });
+  let connectionLimit: number | undefined;
+  if (role.connectionLimit !== undefined) {
+    const want = role.connectionLimit;
+    connectionLimit = typeof want === 'number' ? want : (await databaseConnectionLimit(tx)) - want.reserve;
+    if (!Number.isInteger(connectionLimit) || connectionLimit < -1 || (typeof want !== 'number' && connectionLimit < 1)) {
+      throw new RangeError(`connection limit of role "${name}": ${JSON.stringify(want)} leaves ${connectionLimit} connections`);
+    }
+    const limit = connectionLimit;
+    // The cap PostgreSQL enforces on the role's sessions (cluster-wide, like the role).
+    await retryCatalogRace(tx, (s) => s`alter role ${s(name)} connection limit ${s.unsafe(String(limit))}`);
   }
-  return { name, created, iam, grants: objects.length, self: false };
+  return { name, created, iam, grants: objects.length, self: false, ...(connectionLimit !== undefined ? { connectionLimit } : {}) };
 }

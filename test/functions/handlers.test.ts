@@ -25,6 +25,7 @@ import {
   createRuntime,
   resetRuntimeDeps,
   setLogSink,
+  type SchedulerResult,
   type TriggerResult,
   type WorkerResult,
 } from '../../src/runtime/index.js';
@@ -235,13 +236,34 @@ describe('trigger (EventBridge)', () => {
     expect(metrics('trigger', from)).toMatchObject({ TriggersDropped: 1 });
   });
 
-  it('a datasource with maxOpen open batches drops the event (429 in the API), and a later redelivery is still dropped', async () => {
+  it('a firing refused because its datasource has maxOpen open batches is deferred, never lost, and starts once when a batch of the datasource finishes', async () => {
     const detail = { job: 'checksum', tenant: 'busy', datasource: 'full', params: { dir } };
+    const first = await trigger(busEvent(detail));
+    expect(first.outcome).toBe('started');
     expect((await trigger(busEvent(detail))).outcome).toBe('started');
-    expect((await trigger(busEvent(detail))).outcome).toBe('started');
-    const third = busEvent(detail);
-    expect(await trigger(third)).toMatchObject({ outcome: 'dropped', code: 'too_many_batches' });
-    expect(await findBatchByKey(db.sql, 'busy', `event:${third.id}`)).toBeUndefined();
+    const from = lines.length;
+    const third = scheduledEvent(detail, '2025-06-01T03:00:00Z');
+    const refused = await trigger(third);
+    expect(refused).toMatchObject({ outcome: 'deferred', tenant: 'busy' });
+    const key = (refused as { requestKey: string }).requestKey;
+    expect(await findBatchByKey(db.sql, 'busy', key)).toBeUndefined();
+    expect(logged(from).find((l) => l.message.startsWith('trigger event deferred'))).toMatchObject({ level: 'WARN' });
+    // A redelivery while the datasource is still full is deferred again, kept once.
+    expect(await trigger(structuredClone(third))).toMatchObject({ outcome: 'deferred' });
+    expect((await db.sql`select count(*)::int as n from leasehold_deferred_starts where request_key = ${key}`)[0].n).toBe(1);
+    // Still full: a scheduler run leaves it waiting.
+    const waiting = (await schedulerHandler({}, context('scheduler'))) as SchedulerResult;
+    expect(waiting.deferred).toMatchObject({ started: [], waiting: 1 });
+    expect(await findBatchByKey(db.sql, 'busy', key)).toBeUndefined();
+    // A batch of the datasource finishes: the next scheduler run starts the firing, once.
+    await db.sql`update leasehold_batches set status = 'succeeded', finished_at = now() where id = ${(first as { batchId: string }).batchId}`;
+    const run = (await schedulerHandler({}, context('scheduler'))) as SchedulerResult;
+    const batch = await findBatchByKey(db.sql, 'busy', key);
+    expect(batch).toMatchObject({ status: 'open', datasource: 'full', job: 'checksum' });
+    expect(run.deferred).toEqual({ started: [batch!.id], waiting: 0 });
+    expect(((await schedulerHandler({}, context('scheduler'))) as SchedulerResult).deferred).toEqual({ started: [], waiting: 0 });
+    expect(await trigger(structuredClone(third))).toMatchObject({ outcome: 'repeated', batchId: batch!.id });
+    expect((await db.sql`select count(*)::int as n from leasehold_batches where tenant = 'busy' and request_key = ${key}`)[0].n).toBe(1);
   });
 
   it('a start over a limit drops the event (413 in the API), storing nothing', async () => {

@@ -19,6 +19,14 @@ const SSL_REQUEST = 80877103;
 const GSSENC_REQUEST = 80877104;
 const CANCEL_REQUEST = 80877102;
 
+/** Random connection kills of a {@link PgProxy}, from {@link PgProxy.chaos}. */
+export interface Chaos {
+  /** Connections cut so far. */
+  readonly kills: number;
+  /** Stop cutting (connections cut so far stay cut). */
+  stop(): void;
+}
+
 interface Rule {
   kind: 'stall' | 'drop';
   match: (sql: string) => boolean;
@@ -40,7 +48,10 @@ interface Rule {
  *   connection goes silent in both directions while its sockets stay open;
  * - {@link PgProxy.dropAfterCommit}: the statement reaches the server and commits, then the
  *   connection is cut before its answer reaches the client;
- * - {@link PgProxy.killAll} cuts every connection at once.
+ * - {@link PgProxy.killAll} cuts every connection at once;
+ * - {@link PgProxy.chaos} cuts connections at random points: before a client message reaches the
+ *   server, or in the middle of the server's answer (a transaction's statement, its commit, a
+ *   COPY's data, a connection's startup), until stopped.
  *
  * Everything else passes through unchanged. Deterministic: a fault acts on exactly the
  * exchange (up to its `Sync`) that carried the matching statement; earlier answers pipelined on
@@ -52,6 +63,7 @@ export class PgProxy {
   private readonly rules: Rule[] = [];
   private readonly sockets = new Set<net.Socket>();
   private readonly clients = new Set<net.Socket>();
+  private cut: { probability: number; random: () => number; kills: number } | undefined;
 
   private constructor(
     private readonly server: net.Server,
@@ -102,6 +114,32 @@ export class PgProxy {
   /** Cut every connection through this proxy now (clients see their connections close). */
   killAll(): void {
     for (const s of this.sockets) s.destroy();
+  }
+
+  /**
+   * Cut connections at random until {@link Chaos.stop}: each protocol message passing through
+   * (either way, after the startup) cuts its connection with `probability`, before it is
+   * forwarded. `seed` makes the sequence of decisions repeatable (default 1).
+   */
+  chaos(options: { probability: number; seed?: number }): Chaos {
+    const state = { probability: options.probability, random: mulberry32(options.seed ?? 1), kills: 0 };
+    this.cut = state;
+    return {
+      get kills() {
+        return state.kills;
+      },
+      stop: () => {
+        if (this.cut === state) this.cut = undefined;
+      },
+    };
+  }
+
+  /** Whether chaos cuts the connection at this message (counted when it does). */
+  private chaosCuts(): boolean {
+    const c = this.cut;
+    if (!c || c.random() >= c.probability) return false;
+    c.kills++;
+    return true;
   }
 
   /** Number of client connections open through this proxy. */
@@ -204,6 +242,11 @@ export class PgProxy {
         }
         const msg = typed(fromClient);
         if (!msg) break;
+        if (this.chaosCuts()) {
+          if (out.length) server.write(Buffer.concat(out));
+          kill();
+          return;
+        }
         fromClient = fromClient.subarray(msg.length);
         const type = String.fromCharCode(msg[0]);
         let sql: string | undefined;
@@ -236,6 +279,11 @@ export class PgProxy {
       for (;;) {
         const msg = typed(fromServer);
         if (!msg) break;
+        if (!fault && this.chaosCuts()) {
+          if (out.length) client.write(Buffer.concat(out));
+          kill();
+          return;
+        }
         fromServer = fromServer.subarray(msg.length);
         // This message answers exchange `answered + 1`.
         if (fault && answered + 1 >= fault.exchange) {
@@ -267,4 +315,16 @@ function typed(buf: Buffer): Buffer | undefined {
 function cstring(buf: Buffer, start: number): { text: string; end: number } {
   const end = buf.indexOf(0, start);
   return { text: buf.subarray(start, end).toString('utf8'), end };
+}
+
+/** A small seeded PRNG (mulberry32): repeatable random numbers in [0, 1). */
+function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
 }
