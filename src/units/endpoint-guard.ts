@@ -239,18 +239,20 @@ export class EndpointGuard {
    */
   async refusal(url: string): Promise<string | undefined> {
     const allow = this.allowList();
-    let host: string;
+    let name: string;
     try {
-      host = normalHost(new URL(url).hostname);
+      name = new URL(url).hostname;
     } catch {
       return 'must be an absolute http:// or https:// URL';
     }
+    const host = normalHost(name);
     if (allow.hosts.has(host)) return undefined;
     const direct = hostRefusal(host, allow);
     if (direct !== undefined || isIP(host)) return direct && refusalText(direct);
     let addresses: { address: string }[];
     try {
-      addresses = await withTimeout(this.lookup(host), this.resolveTimeoutMs);
+      // Resolved as written: a trailing dot keeps the name absolute (no search domains).
+      addresses = await withTimeout(this.lookup(name), this.resolveTimeoutMs);
     } catch {
       return undefined;
     }
@@ -271,7 +273,7 @@ export class EndpointGuard {
     const host = normalHost(hostname);
     const direct = hostRefusal(host, allow);
     if (direct !== undefined) throw new EndpointRefusedError(refusalText(direct));
-    const addresses = await this.lookup(host);
+    const addresses = await this.lookup(hostname);
     if (addresses.length === 0) throw Object.assign(new Error(`${host}: no address`), { code: 'ENOTFOUND' });
     if (allow.hosts.has(host)) return addresses;
     for (const { address } of addresses) {
