@@ -296,7 +296,33 @@ program
     console.log(`desired ${desired}`);
   });
 
-const outbox = program.command('outbox').description("enqueue messages in a tenant's outbox through the API");
+const outbox = program.command('outbox').description("enqueue messages in a tenant's outbox, and show how its endpoints fare, through the API");
+
+outbox
+  .command('show')
+  .description("per endpoint of TENANT's outbox: the backlog, the oldest undelivered message and the last error")
+  .argument('<tenant>')
+  .option('--json', 'print JSON')
+  .addOption(apiOption)
+  .action(async (tenant: string, opts) => {
+    const status = await new ApiClient(apiUrl(opts.api)).outboxStatus(tenant);
+    if (opts.json) return console.log(JSON.stringify(status, null, 2));
+    console.log(`${status.tenant}: ${status.shards} shard${status.shards === 1 ? '' : 's'}, ${status.endpoints.length} endpoint${status.endpoints.length === 1 ? '' : 's'}`);
+    for (const e of status.endpoints) {
+      const oldest = e.oldest ? `oldest #${e.oldest.id}, ${formatAge(e.oldest.ageMs)} old` : 'nothing pending';
+      console.log(`  ${e.url}`);
+      console.log(`    backlog ${e.backlog} (${oldest}); ${e.failures} failure${e.failures === 1 ? '' : 's'} in a row; last delivered ${e.lastDeliveredAt ?? 'never'}`);
+      if (e.lastError) console.log(`    last error at ${e.lastError.at}: ${e.lastError.message}`);
+    }
+  });
+
+/** `950 ms`, `12.3 s`, `4 min 5 s`, `2 h 3 min`. */
+function formatAge(ms: number): string {
+  if (ms < 1_000) return `${Math.round(ms)} ms`;
+  if (ms < 60_000) return `${(ms / 1_000).toFixed(1)} s`;
+  if (ms < 3_600_000) return `${Math.floor(ms / 60_000)} min ${Math.floor((ms % 60_000) / 1_000)} s`;
+  return `${Math.floor(ms / 3_600_000)} h ${Math.floor((ms % 3_600_000) / 60_000)} min`;
+}
 
 outbox
   .command('send')

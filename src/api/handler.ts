@@ -24,7 +24,7 @@ import { startLimits, type Config } from '../runtime/config.js';
 import { dispatchBatch, type Dispatcher } from '../runtime/dispatch.js';
 import type { Log } from '../runtime/log.js';
 import type { Sql } from '../store/index.js';
-import { defaultUnitJobs, enqueueOutbox, type UnitJobRegistry } from '../units/index.js';
+import { defaultUnitJobs, enqueueOutbox, outboxStatus, type OutboxStatus, type UnitJobRegistry } from '../units/index.js';
 import {
   ApiError,
   checkStorableJson,
@@ -131,7 +131,7 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
   { pattern: ['batches', '*', 'items'], methods: { GET: listItemsRoute } },
   { pattern: ['jobs'], methods: { GET: listJobs } },
   { pattern: ['tenants', '*', 'units'], methods: { PUT: putUnitsRoute, DELETE: deleteUnitsRoute } },
-  { pattern: ['tenants', '*', 'outbox'], methods: { POST: enqueueOutboxRoute } },
+  { pattern: ['tenants', '*', 'outbox'], methods: { POST: enqueueOutboxRoute, GET: outboxStatusRoute } },
   { pattern: ['units'], methods: { GET: listUnitsRoute } },
   { pattern: ['processes'], methods: { GET: listProcessesRoute } },
   { pattern: ['concurrency'], methods: { GET: getConcurrency, PUT: putConcurrency } },
@@ -155,7 +155,8 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
  * - `PUT /tenants/{tenant}/units` `{ job, shards, weight?, endpoints?, config? }` → 200
  *   `{ tenant, job, shards, weight, added, removed }`: the tenant's units become shards
  *   `0..shards−1` of the unit job `job` (1..10,000 shards); `config` (or `endpoints`, shorthand
- *   for `config.endpoints`) is validated by the unit job's schema; `weight` defaults to the job's
+ *   for `config.endpoints`) is validated by the unit job's schema and its `admit` checks (for
+ *   `outbox-delivery`: endpoints must point at public addresses, 400 naming `endpoints[i]`); `weight` defaults to the job's
  *   (`outbox-delivery`: the endpoint count; others 1). 404 `unknown_job` for a job that is not a unit job.
  * - `DELETE /tenants/{tenant}/units` → 200 `{ removed }`.
  * - `GET /units?tenant=&limit=` → 200 `{ units: [{ tenant, shard, job, weight, owner, claimedAt }] }`
@@ -165,6 +166,11 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
  * - `POST /tenants/{tenant}/outbox` `{ key, payload }` → 201 `{ id, shard }`: the message is
  *   enqueued on the shard its key hashes to; 404 `no_outbox_units` when the tenant has no
  *   `outbox-delivery` units.
+ * - `GET /tenants/{tenant}/outbox` → 200 `{ tenant, shards, endpoints: [{ url, backlog, oldest:
+ *   { id, enqueuedAt, ageMs } | null, failures, lastError: { message, at } | null,
+ *   lastDeliveredAt }] }`: per endpoint, the messages not yet delivered to it, the oldest of them
+ *   (age by the database clock), failed attempts since its last success and its last error; 404
+ *   `no_outbox_units` when the tenant has no `outbox-delivery` units.
  *
  * Every answer is JSON. Errors are `{ error: { code, message } }` with a stable code: 400
  * (`invalid_request`, `invalid_json`, `invalid_params`, `invalid_batch`; the message names the
@@ -332,17 +338,20 @@ async function putUnitsRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, [rawT
   }
   const given = { ...(body.config ?? {}), ...(body.endpoints !== undefined ? { endpoints: body.endpoints } : {}) };
   checkStorableJson(given, 'config');
+  // Fields of the config are named as sent: `endpoints[0]` (the shorthand) or `config.x`.
+  const name = (path: readonly PropertyKey[]) =>
+    path[0] === 'endpoints' && body.config?.endpoints === undefined ? fieldPath(path) : fieldPath(['config', ...path]);
   const parsed = job.config.safeParse(given);
   if (!parsed.success) {
-    // Fields of the config are named as sent: `endpoints[0]` (the shorthand) or `config.x`.
-    const name = (path: readonly PropertyKey[]) =>
-      path[0] === 'endpoints' && body.config?.endpoints === undefined ? fieldPath(path) : fieldPath(['config', ...path]);
     const message = parsed.error.issues
       .map((i) => (i.code === 'unrecognized_keys' ? i.keys.map((k) => `${name([...i.path, k])}: unknown field`).join('; ') : `${name(i.path)}: ${i.message}`))
       .join('; ');
     throw new ApiError(400, 'invalid_request', message);
   }
   const config = parsed.data;
+  // What the schema cannot see, such as where an endpoint's host resolves to.
+  const issues = (await job.admit?.(config)) ?? [];
+  if (issues.length) throw new ApiError(400, 'invalid_request', issues.map((i) => `${name(i.path)}: ${i.message}`).join('; '));
   const weight = body.weight ?? job.weight?.(config) ?? 1;
   if (!Number.isInteger(weight) || weight < 0) {
     throw new ApiError(400, 'invalid_request', `weight: the job's default weight for this config is ${weight}; give a whole number ≥ 0`);
@@ -395,6 +404,28 @@ async function putConcurrency(event: APIGatewayProxyEventV2, deps: ApiDeps): Pro
   const { desired } = parse(concurrencySchema, objectBody(event, deps));
   await setDesired(deps.sql, desired);
   return json(200, { desired });
+}
+
+/** A tenant's outbox status as the API shows it (times as ISO 8601). */
+function outboxStatusView(o: OutboxStatus) {
+  return {
+    tenant: o.tenant,
+    shards: o.shards,
+    endpoints: o.endpoints.map((e) => ({
+      url: e.url,
+      backlog: e.backlog,
+      oldest: e.oldest && { id: e.oldest.id, enqueuedAt: iso(e.oldest.enqueuedAt), ageMs: e.oldest.ageMs },
+      failures: e.failures,
+      lastError: e.lastError && { message: e.lastError.message, at: iso(e.lastError.at) },
+      lastDeliveredAt: iso(e.lastDeliveredAt),
+    })),
+  };
+}
+
+async function outboxStatusRoute(_event: APIGatewayProxyEventV2, deps: ApiDeps, [rawTenant]: string[]): Promise<Result> {
+  // Any stored tenant name may be looked at, not only the registration charset.
+  const tenant = parse(storedNameSchema, rawTenant, 'tenant');
+  return json(200, outboxStatusView(await outboxStatus(deps.sql, tenant)));
 }
 
 async function enqueueOutboxRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, [rawTenant]: string[]): Promise<Result> {

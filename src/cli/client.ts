@@ -56,6 +56,26 @@ export interface ApiUnitsPut {
   removed: number;
 }
 
+/** One endpoint of a tenant's outbox as `GET /tenants/{tenant}/outbox` returns it (times as ISO strings). */
+export interface ApiOutboxEndpoint {
+  url: string;
+  /** Messages not yet delivered to it. */
+  backlog: number;
+  /** The oldest of them, with its age in ms (database clock); null when none. */
+  oldest: { id: number; enqueuedAt: string; ageMs: number } | null;
+  /** Failed attempts since its last success. */
+  failures: number;
+  lastError: { message: string; at: string } | null;
+  lastDeliveredAt: string | null;
+}
+
+/** What `GET /tenants/{tenant}/outbox` answers. */
+export interface ApiOutboxStatus {
+  tenant: string;
+  shards: number;
+  endpoints: ApiOutboxEndpoint[];
+}
+
 /** A small client of leasehold's HTTP API, used by the CLI. */
 export class ApiClient {
   constructor(readonly baseUrl: string) {}
@@ -164,6 +184,12 @@ export class ApiClient {
   async setConcurrency(desired: number): Promise<number> {
     const { data } = await this.call<{ desired: number }>('PUT', '/concurrency', { desired });
     return data.desired;
+  }
+
+  /** `GET /tenants/{tenant}/outbox`: backlog, oldest undelivered message and last error per endpoint. */
+  async outboxStatus(tenant: string): Promise<ApiOutboxStatus> {
+    const { data } = await this.call<ApiOutboxStatus>('GET', `/tenants/${encodeURIComponent(tenant)}/outbox`);
+    return data;
   }
 
   /** `POST /tenants/{tenant}/outbox`: enqueue a message; returns its id and shard. */

@@ -253,9 +253,14 @@ export async function runDev(options: DevOptions): Promise<number> {
       await resetRuntimeDeps();
     });
 
-    // Webhook endpoints for outbox-delivery units: records what it receives.
+    // Webhook endpoints for outbox-delivery units: records what it receives. It listens on
+    // loopback, which outbox delivery refuses unless allow-listed: allow its address (the
+    // handlers read the variable when they check an endpoint).
     const sink = await startSink({});
     stopServices.push(() => sink.close());
+    const sinkHost = new URL(sink.url).hostname;
+    const allow = process.env.LEASEHOLD_OUTBOX_ALLOW?.trim();
+    if (!allow?.split(/[\s,]+/).includes(sinkHost)) process.env.LEASEHOLD_OUTBOX_ALLOW = allow ? `${allow},${sinkHost}` : sinkHost;
 
     const server = await startHttpServer({
       port: options.port,
@@ -302,7 +307,7 @@ export async function runDev(options: DevOptions): Promise<number> {
     say(`  invoke     ${invokeUrl} (worker "${config.workerFunction}", timeout ${timeoutMs / 1000} s, at most ${concurrency} at once)`);
     if (localNames.length) say(`  functions  ${localNames.join(', ')} (local, for lambda-invoke batches)`);
     say(`  scheduler  every ${scheduleMs / 1000} s (workers for units: the desired count, \`leasehold concurrency\`)`);
-    say(`  sink       ${sink.url} (webhook endpoints for outbox-delivery units)`);
+    say(`  sink       ${sink.url} (webhook endpoints for outbox-delivery units; LEASEHOLD_OUTBOX_ALLOW=${process.env.LEASEHOLD_OUTBOX_ALLOW})`);
     say(`  logs       ${options.verbose ? 'printed' : relative(cwd, logFile)}`);
     say('Ctrl-C stops (running batches are handed off).');
 

@@ -2,6 +2,7 @@ import { delimiter } from 'node:path';
 import { tmpdir } from 'node:os';
 import { z } from 'zod';
 import type { StartLimits } from '../batch/index.js';
+import { parseOutboxAllow } from '../units/endpoint-guard.js';
 
 /** A setting from the environment is missing or invalid; the message names the variable. */
 export class ConfigError extends Error {
@@ -77,6 +78,18 @@ const schema = {
   LEASEHOLD_DB_RESERVED_CONNECTIONS: int(1).max(10_000).default(8),
   LEASEHOLD_DB_RUNTIME_CONNECTIONS: int(1).max(100_000).optional(),
   LEASEHOLD_DB_CONNECT_RETRY_MS: int(0).max(900_000).default(20_000),
+  // Read by the outbox-delivery job itself (src/units/endpoint-guard.ts) whenever it checks an
+  // endpoint; validated here too, so a bad value stops a function when it starts.
+  LEASEHOLD_OUTBOX_ALLOW: z
+    .string()
+    .optional()
+    .superRefine((v, ctx) => {
+      try {
+        parseOutboxAllow(v);
+      } catch (e) {
+        ctx.addIssue({ code: 'custom', message: (e as Error).message });
+      }
+    }),
   LEASEHOLD_MIGRATIONS_DIR: z.string().min(1).optional(),
   AWS_REGION: z.string().min(1).optional(),
 } as const;

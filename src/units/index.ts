@@ -1,6 +1,17 @@
-// Unit jobs (DESIGN.md, "Two kinds of work": units): recurring work per owned (tenant, shard).
+// Unit jobs (docs/design.md, "Two kinds of work": units): recurring work per owned (tenant, shard).
 import { type UnitJob, UnitJobRegistry } from './job.js';
 import { outboxDeliveryJob } from './outbox-delivery.js';
+export {
+  EndpointGuard,
+  EndpointRefusedError,
+  parseOutboxAllow,
+  addressRefusal,
+  hostRefusal,
+  OUTBOX_ALLOW_VARIABLE,
+  type EndpointGuardOptions,
+  type OutboxAllowList,
+  type AddressLookup,
+} from './endpoint-guard.js';
 
 export {
   defineUnitJob,
@@ -9,6 +20,7 @@ export {
   type UnitContext,
   type UnitLog,
   type Fence,
+  type ConfigIssue,
 } from './job.js';
 export { UnitRunner, type UnitRunnerOptions } from './runner.js';
 export {
@@ -18,11 +30,15 @@ export {
   outboxShard,
   enqueueOutbox,
   markDelivered,
+  outboxStatus,
   idempotencyKey,
   NoOutboxUnitsError,
   OUTBOX_JOB,
   MAX_ENDPOINTS,
+  ASSIGN_BATCH,
   type OutboxConfig,
+  type OutboxStatus,
+  type OutboxEndpointStatus,
   type OutboxDeliveryOptions,
   type OutboxDeliveryBody,
 } from './outbox-delivery.js';

@@ -54,6 +54,12 @@ export interface UnitContext<C> {
   log: UnitLog;
 }
 
+/** A problem {@link UnitJob.admit} found: the field (a path within the config) and what is wrong. */
+export interface ConfigIssue {
+  path: (string | number)[];
+  message: string;
+}
+
 /**
  * A job that runs per owned unit, every `intervalMs` while the unit is owned. Build one with
  * {@link defineUnitJob}; a {@link UnitRunner} runs it.
@@ -70,6 +76,13 @@ export interface UnitJob<C = unknown> {
   readonly config: z.ZodType<C>;
   /** Pause between the end of one run and the start of the next, ms. */
   readonly intervalMs: number;
+  /**
+   * Checks of a registration beyond the schema, for what a schema cannot see (for example where
+   * a URL's host name resolves to). `PUT /tenants/{tenant}/units` runs it after the config
+   * parsed and refuses the registration with a 400 naming each problem's field. Unit runs do not
+   * run it: a job must cope with configs stored before a check existed. Default none.
+   */
+  admit?(config: C): Promise<ConfigIssue[]>;
   /** Weight a unit gets when its registration names none. Default 1. */
   weight?(config: C): number;
   /**

@@ -1,8 +1,10 @@
 import { createHash } from 'node:crypto';
+import type { Dispatcher } from 'undici';
 import { z } from 'zod';
 import type { UnitKey } from '../lease/index.js';
 import type { Sql } from '../store/index.js';
-import { defineUnitJob, type UnitContext, type UnitJob } from './job.js';
+import { EndpointGuard, EndpointRefusedError, type AddressLookup } from './endpoint-guard.js';
+import { defineUnitJob, type ConfigIssue, type UnitContext, type UnitJob } from './job.js';
 import * as q from './sql.js';
 
 /** Name of the outbox delivery unit job (`job` in `PUT /tenants/{tenant}/units`). */
@@ -10,6 +12,9 @@ export const OUTBOX_JOB = 'outbox-delivery';
 
 /** Most endpoints one tenant may register. */
 export const MAX_ENDPOINTS = 32;
+
+/** Most unassigned messages one run of a unit assigns to its endpoints. */
+export const ASSIGN_BATCH = 1_000;
 
 const httpUrl = z
   .string({ error: (i) => `must be a string, got ${i.input === null ? 'null' : Array.isArray(i.input) ? 'array' : typeof i.input}` })
@@ -23,13 +28,33 @@ const httpUrl = z
     }
   }, 'must be an absolute http:// or https:// URL');
 
-/** Configuration of an outbox delivery unit: the tenant's webhook endpoints (1..32 http(s) URLs). */
+/**
+ * Configuration of an outbox delivery unit: the tenant's webhook endpoints, 1..32 distinct
+ * http(s) URLs (two spellings of one URL, such as `HTTP://A.example/x` and `http://a.example/x`,
+ * count as the same). Syntax only: where the URLs point is checked by the job's
+ * {@link UnitJob.admit} and, on every connection, at delivery.
+ */
 export const outboxConfigSchema = z
   .object({
     endpoints: z
       .array(httpUrl, { error: (i) => (i.input === undefined ? 'Required' : 'must be an array of URLs') })
       .min(1, 'must list at least one URL')
-      .max(MAX_ENDPOINTS, `must list at most ${MAX_ENDPOINTS} URLs`),
+      .max(MAX_ENDPOINTS, `must list at most ${MAX_ENDPOINTS} URLs`)
+      .superRefine((urls, ctx) => {
+        if (urls.length > MAX_ENDPOINTS) return;
+        const seen = new Map<string, number>();
+        urls.forEach((url, i) => {
+          let href: string;
+          try {
+            href = new URL(url).href;
+          } catch {
+            return;
+          }
+          const first = seen.get(href);
+          if (first === undefined) seen.set(href, i);
+          else ctx.addIssue({ code: 'custom', path: [i], message: `the same URL as endpoints[${first}]` });
+        });
+      }),
   })
   .strict();
 
@@ -40,20 +65,30 @@ export type OutboxConfig = z.infer<typeof outboxConfigSchema>;
 export interface OutboxDeliveryOptions {
   /** Pause between runs of one unit, ms. Default 1,000. */
   intervalMs?: number;
-  /** Most due messages one run takes, oldest first. Default 100. */
+  /** Most due deliveries one run takes per endpoint, oldest due first. Default 100. */
   batchSize?: number;
-  /** Messages delivered at once by one unit. Default 4. */
+  /** Messages delivered at once to one endpoint by one unit. Default 4. */
   parallel?: number;
-  /** Timeout of one POST to one endpoint, ms. Default 5,000. */
+  /** Timeout of one POST to one endpoint (connecting included), ms. Default 5,000. */
   timeoutMs?: number;
   /** First retry delay after a failed attempt, ms; doubles per attempt, plus up to 25 % jitter. Default 1,000. */
   backoffMs?: number;
   /** Longest retry delay, ms. Default 60,000. */
   maxBackoffMs?: number;
-  /** A run ends early after this many messages failed in a row (the rest wait for the next run). Default `parallel`. */
+  /**
+   * A run stops posting to an endpoint after this many failed attempts in a row (the endpoint's
+   * other due deliveries wait for the next run; the other endpoints go on). Default `parallel`.
+   */
   failureStreak?: number;
-  /** The HTTP client. Default the global `fetch`. */
-  fetch?: typeof fetch;
+  /**
+   * Endpoint hosts, IP addresses and CIDR ranges that may be reached although they are not
+   * public (for example a webhook receiver inside your VPC, or a local test sink). An array, or
+   * one string of entries separated by commas. Default: the environment variable
+   * `LEASEHOLD_OUTBOX_ALLOW`, read when used; unset means only public addresses.
+   */
+  allow?: string | readonly string[];
+  /** Resolves endpoint host names (every address is checked). Default the system resolver (`dns.lookup`). */
+  lookup?: AddressLookup;
 }
 
 /** The JSON body every endpoint receives for one message. */
@@ -79,7 +114,7 @@ export function outboxShard(key: string, shards: number): number {
   return createHash('sha256').update(key, 'utf8').digest().readUIntBE(0, 6) % shards;
 }
 
-/** The tenant has no outbox delivery units of weight > 0 to enqueue on. API: 404. */
+/** The tenant has no outbox delivery units (of weight > 0, to enqueue on). API: 404. */
 export class NoOutboxUnitsError extends Error {
   readonly code = 'no_outbox_units';
   constructor(readonly tenant: string) {
@@ -90,7 +125,8 @@ export class NoOutboxUnitsError extends Error {
 
 /**
  * Enqueue a message in `tenant`'s outbox on the shard its `key` hashes to ({@link outboxShard}
- * over the tenant's current shard count). The owner of that unit delivers it.
+ * over the tenant's current shard count). The owner of that unit assigns it to the unit's
+ * endpoints on its next run and delivers it to each.
  * @param payload any JSON value (stored as `jsonb`).
  * @returns the message id and its shard.
  * @throws {NoOutboxUnitsError} the tenant has no `outbox-delivery` units.
@@ -109,33 +145,96 @@ export async function enqueueOutbox(sql: Sql, tenant: string, message: { key: st
 }
 
 /**
- * Mark message `id` of `unit` delivered — once, and only while `processId` owns the unit with a
- * live process row (one statement conditioned on `leasehold_units.owner` and `expires_at > now()`). Returns false when it changed nothing: the
- * unit was lost or the message was already delivered.
+ * Mark the delivery of message `id` to `endpoint` (of `unit`) delivered — once, and only while
+ * `processId` owns the unit with a live row (one statement conditioned on
+ * `leasehold_units.owner` and `expires_at > now()`). Returns false when it changed nothing: the
+ * unit was lost, the message is not assigned to that endpoint, or it was already marked.
  */
-export function markDelivered(sql: Sql, unit: UnitKey, processId: string, id: number): Promise<boolean> {
-  return q.markDelivered(sql, unit, processId, id);
+export function markDelivered(sql: Sql, unit: UnitKey, processId: string, id: number, endpoint: string): Promise<boolean> {
+  return q.markDelivered(sql, unit, processId, id, endpoint);
+}
+
+/** How one endpoint of a tenant's outbox fares, over all its shards ({@link outboxStatus}). */
+export interface OutboxEndpointStatus {
+  /** The endpoint URL as registered. */
+  url: string;
+  /** Messages not yet delivered to it: its pending deliveries plus messages not yet assigned (each endpoint gets those). */
+  backlog: number;
+  /** The oldest of those (lowest id), with its enqueue time and its age by the database clock, ms; null when none. */
+  oldest: { id: number; enqueuedAt: Date; ageMs: number } | null;
+  /** Failed attempts since the last accepted one (summed over the tenant's shards). */
+  failures: number;
+  /** The most recent failure (it stays after later successes; compare with `lastDeliveredAt`), or null. */
+  lastError: { message: string; at: Date } | null;
+  /** When it last accepted a message, or null. */
+  lastDeliveredAt: Date | null;
+}
+
+/** A tenant's outbox as {@link outboxStatus} reads it. */
+export interface OutboxStatus {
+  tenant: string;
+  /** The tenant's `outbox-delivery` shard count. */
+  shards: number;
+  /** Its endpoints, in the order of its config. */
+  endpoints: OutboxEndpointStatus[];
 }
 
 /**
- * The per-tenant outbox delivery unit job (DESIGN.md, "Two kinds of work": "deliver each
+ * The backlog, oldest undelivered message and last error of each endpoint of `tenant`'s outbox
+ * (`GET /tenants/{tenant}/outbox`). Reads only; cost grows with the tenant's backlog (one index
+ * range over its pending deliveries).
+ * @throws {NoOutboxUnitsError} the tenant has no `outbox-delivery` units.
+ */
+export async function outboxStatus(sql: Sql, tenant: string): Promise<OutboxStatus> {
+  const status = await q.endpointStatus(sql, tenant, OUTBOX_JOB);
+  if (!status) throw new NoOutboxUnitsError(tenant);
+  return {
+    tenant,
+    shards: status.shards,
+    endpoints: status.rows.map((r) => ({
+      url: r.endpoint,
+      backlog: r.backlog,
+      oldest: r.oldestId === null || r.oldestAt === null ? null : { id: r.oldestId, enqueuedAt: r.oldestAt, ageMs: Math.max(0, Math.round(r.oldestAgeMs ?? 0)) },
+      failures: r.failures,
+      lastError: r.lastError === null || r.lastErrorAt === null ? null : { message: r.lastError, at: r.lastErrorAt },
+      lastDeliveredAt: r.lastDeliveredAt,
+    })),
+  };
+}
+
+/**
+ * The per-tenant outbox delivery unit job (docs/design.md, "Two kinds of work": "deliver each
  * tenant's outbox to its webhook endpoints"), with its settings.
  *
- * Each run of unit `(tenant, shard)` takes up to `batchSize` due undelivered messages of that
- * shard, oldest first, and POSTs each (`parallel` at once) as JSON {@link OutboxDeliveryBody}
- * with header `Idempotency-Key: <tenant>:<id>` to every endpoint of the unit's config, with
- * `timeoutMs` per request (redirects are not followed; any non-2xx answer fails). A message
- * every endpoint accepted is marked delivered in one statement fenced on still owning the unit;
- * otherwise its `attempts` grows and its next attempt is due after
- * `min(maxBackoffMs, backoffMs × 2^(attempts−1) × (1 + 0.25 × jitter))` by the database clock, so a
- * failing message never holds up the others, nor the tenant's other shards (each unit runs on
- * its own). The owner of shard 0 also moves undelivered messages of shards that no longer exist
- * onto `shard mod count`. Delivery is at least once (a lost unit's message is posted again by
- * the next owner; endpoints deduplicate on the idempotency key); marking happens once.
- * @throws {RangeError} a setting out of range.
+ * Each run of unit `(tenant, shard)`:
+ * 1. assigns up to {@link ASSIGN_BATCH} newly enqueued messages of the shard to the endpoints
+ *    of the unit's config — one delivery per endpoint — in one statement fenced on still owning
+ *    the unit. An endpoint added later gets only messages assigned after it was added (in
+ *    practice: enqueued after, or within the interval before); an endpoint removed has its
+ *    pending deliveries dropped, on the first run that sees the new config.
+ * 2. per endpoint, on its own: takes up to `batchSize` due deliveries, oldest due first, and
+ *    POSTs each (`parallel` at once) as JSON {@link OutboxDeliveryBody} with header
+ *    `Idempotency-Key: <tenant>:<id>`, with `timeoutMs` per request. A 2xx answer marks that
+ *    delivery delivered; anything else (3xx included: redirects are not followed) records a
+ *    failure, and the delivery is due again after
+ *    `min(maxBackoffMs, backoffMs × 2^(attempts−1) × (1 + 0.25 × jitter))` by the database clock.
+ *    After `failureStreak` failures in a row the run stops posting to that endpoint.
+ *
+ * So a failing endpoint never makes a healthy one receive a message again, nor holds up its
+ * other messages, the other endpoints or the tenant's other shards. Every write is fenced on
+ * owning the unit. Delivery is at least once per endpoint (a process that loses the unit after a
+ * POST and before its mark leaves the delivery to the next owner; endpoints deduplicate on the
+ * idempotency key); marking happens once. The owner of shard 0 also moves unassigned messages and
+ * pending deliveries of shards that no longer exist onto `shard mod count`.
+ *
+ * Where a POST may go: only to public addresses, or to those `allow` lists (see
+ * {@link EndpointGuard}). Registration refuses other endpoints; at delivery every address a
+ * host name resolves to is checked inside the connection's own lookup, so the request goes to
+ * the address that was checked. A refused endpoint fails its deliveries with the reason.
+ * @throws {RangeError} a setting out of range, or an `allow` entry that does not parse.
  */
 export function outboxDelivery(options: OutboxDeliveryOptions = {}): UnitJob<OutboxConfig> {
-  const s = {
+  const s: Settings = {
     intervalMs: options.intervalMs ?? 1_000,
     batchSize: options.batchSize ?? 100,
     parallel: options.parallel ?? 4,
@@ -143,7 +242,6 @@ export function outboxDelivery(options: OutboxDeliveryOptions = {}): UnitJob<Out
     backoffMs: options.backoffMs ?? 1_000,
     maxBackoffMs: options.maxBackoffMs ?? 60_000,
     failureStreak: options.failureStreak ?? options.parallel ?? 4,
-    fetch: options.fetch ?? fetch,
   };
   for (const k of ['batchSize', 'parallel', 'timeoutMs', 'failureStreak'] as const) {
     if (!Number.isInteger(s[k]) || s[k] < 1) throw new RangeError(`${k} must be a positive whole number, got ${s[k]}`);
@@ -151,91 +249,167 @@ export function outboxDelivery(options: OutboxDeliveryOptions = {}): UnitJob<Out
   for (const k of ['backoffMs', 'maxBackoffMs'] as const) {
     if (!Number.isFinite(s[k]) || s[k] < 0) throw new RangeError(`${k} must be 0 or more ms, got ${s[k]}`);
   }
+  const guard = new EndpointGuard({ allow: options.allow, lookup: options.lookup });
+  // The endpoint list each unit last dropped removed endpoints for, in this process.
+  const pruned = new Map<string, string>();
   return defineUnitJob<OutboxConfig>({
     name: OUTBOX_JOB,
-    description: "POST the tenant's outbox messages to its webhook endpoints, at least once",
+    description: "POST the tenant's outbox messages to its webhook endpoints, at least once each",
     config: outboxConfigSchema,
     intervalMs: s.intervalMs,
     weight: (config) => config.endpoints.length,
-    run: (ctx) => deliverDue(ctx, s),
+    admit: (config) => admitEndpoints(guard, config),
+    run: (ctx) => deliverDue(ctx, s, guard, pruned),
   });
 }
 
 /** The `outbox-delivery` unit job with default settings. */
 export const outboxDeliveryJob: UnitJob<OutboxConfig> = outboxDelivery();
 
-type Settings = Required<Omit<OutboxDeliveryOptions, 'fetch'>> & { fetch: typeof fetch };
+type Settings = Required<Omit<OutboxDeliveryOptions, 'allow' | 'lookup'>>;
 
-async function deliverDue(ctx: UnitContext<OutboxConfig>, s: Settings): Promise<void> {
+/** Registration's check: every endpoint must point at a public address (or an allow-listed one). */
+async function admitEndpoints(guard: EndpointGuard, config: OutboxConfig): Promise<ConfigIssue[]> {
+  const found = await Promise.all(config.endpoints.map((url) => guard.refusal(url)));
+  return found.flatMap((message, i) => (message === undefined ? [] : [{ path: ['endpoints', i], message }]));
+}
+
+async function deliverDue(ctx: UnitContext<OutboxConfig>, s: Settings, guard: EndpointGuard, pruned: Map<string, string>): Promise<void> {
   const unit = { tenant: ctx.tenant, shard: ctx.shard };
+  // A config stored before duplicates were refused may list an endpoint twice: it is one endpoint.
+  const endpoints = [...new Set(ctx.config.endpoints)];
   if (ctx.shard === 0) {
     const moved = await q.rehome(ctx.sql, ctx.tenant, OUTBOX_JOB, ctx.processId);
     if (moved > 0) ctx.log('info', 'moved messages of removed shards', { moved });
   }
-  const due = await q.dueMessages(ctx.sql, unit, s.batchSize);
+  const unitKey = `${ctx.tenant}\u0000${ctx.shard}`;
+  const list = JSON.stringify(endpoints);
+  if (pruned.get(unitKey) !== list) {
+    const dropped = await q.dropRemovedEndpoints(ctx.sql, unit, ctx.processId, endpoints);
+    if (dropped > 0) ctx.log('info', 'dropped pending deliveries of removed endpoints', { dropped });
+    if (pruned.size >= 100_000) pruned.clear();
+    pruned.set(unitKey, list);
+  }
+  if (!ctx.leaseValid()) return;
+  await q.assign(ctx.sql, unit, ctx.processId, endpoints, ASSIGN_BATCH);
+
+  const due = await q.dueDeliveries(ctx.sql, unit, endpoints, s.batchSize);
+  if (due.length === 0) return;
+  const dispatcher = await guard.dispatcher(s.timeoutMs);
+  const run: Run = { ctx, s, unit, dispatcher, lost: false };
+  const byEndpoint = new Map<string, q.OutboxDelivery[]>();
+  for (const d of due) {
+    const lane = byEndpoint.get(d.endpoint);
+    if (lane) lane.push(d);
+    else byEndpoint.set(d.endpoint, [d]);
+  }
+  const lanes = await Promise.allSettled([...byEndpoint].map(([endpoint, deliveries]) => deliverTo(run, endpoint, deliveries)));
+  if (run.lost) ctx.log('info', 'unit lost during delivery; stopped', {});
+  const failed = lanes.find((l): l is PromiseRejectedResult => l.status === 'rejected');
+  if (failed) throw failed.reason;
+}
+
+interface Run {
+  ctx: UnitContext<OutboxConfig>;
+  s: Settings;
+  unit: UnitKey;
+  dispatcher: Dispatcher;
+  lost: boolean;
+}
+
+/** One run's deliveries to one endpoint: its due ones, `parallel` at once, until a failure streak. */
+async function deliverTo(run: Run, endpoint: string, due: q.OutboxDelivery[]): Promise<void> {
+  const { ctx, s, unit } = run;
   let next = 0;
   let streak = 0;
-  let lost = false;
+  let delivered = false;
+  let failures = 0;
+  let lastError: string | undefined;
   const worker = async () => {
-    while (next < due.length && !ctx.signal.aborted && !lost && streak < s.failureStreak) {
+    while (next < due.length && !ctx.signal.aborted && !run.lost && streak < s.failureStreak) {
       // A process that was frozen past its TTL must not send on for a unit it may have lost.
       if (!ctx.leaseValid()) return;
       const m = due[next++];
-      const error = await post(ctx, s, m);
+      const error = await post(run, endpoint, m);
       if (ctx.signal.aborted) return;
       if (error === undefined) {
         streak = 0;
-        if (!(await q.markDelivered(ctx.sql, unit, ctx.processId, m.id))) {
-          // Unit lost (or the message was delivered and marked by someone else): stop here;
-          // the owner now delivers what is left.
-          if (!(await ctx.owns())) lost = true;
+        failures = 0;
+        delivered = true;
+        if (!(await q.markDelivered(ctx.sql, unit, ctx.processId, m.id, endpoint))) {
+          // Unit lost (or the delivery was marked by someone else): stop here; the owner now
+          // delivers what is left.
+          if (!(await ctx.owns())) run.lost = true;
         }
       } else {
         streak++;
+        failures++;
+        lastError = error;
         const recorded = await q.markFailed(ctx.sql, unit, ctx.processId, {
           id: m.id,
+          endpoint,
           error,
           backoffMs: s.backoffMs,
           maxBackoffMs: s.maxBackoffMs,
         });
-        if (!recorded && !(await ctx.owns())) lost = true;
+        if (!recorded && !(await ctx.owns())) run.lost = true;
       }
     }
   };
   await Promise.all(Array.from({ length: Math.min(s.parallel, due.length) }, worker));
-  if (lost) ctx.log('info', 'unit lost during delivery; stopped', {});
+  if ((delivered || lastError !== undefined) && !run.lost && !ctx.signal.aborted) {
+    await q.recordEndpoint(ctx.sql, unit, ctx.processId, { endpoint, delivered, failures, error: lastError });
+  }
 }
 
-/** POST one message to every endpoint; resolves with undefined when all accepted it, else what failed. */
-async function post(ctx: UnitContext<OutboxConfig>, s: Settings, m: q.OutboxMessage): Promise<string | undefined> {
+/** POST one message to one endpoint; resolves with undefined when it accepted it (2xx), else what failed. */
+async function post(run: Run, endpoint: string, m: q.OutboxDelivery): Promise<string | undefined> {
+  const { ctx, s } = run;
   const body: OutboxDeliveryBody = { id: m.id, tenant: ctx.tenant, key: m.key, payload: m.payload };
-  const text = JSON.stringify(body);
-  const results = await Promise.all(
-    ctx.config.endpoints.map(async (url): Promise<string | undefined> => {
-      try {
-        const res = await s.fetch(url, {
-          method: 'POST',
-          headers: {
-            'content-type': 'application/json',
-            'idempotency-key': idempotencyKey(ctx.tenant, m.id),
-            'user-agent': 'leasehold-outbox',
-          },
-          body: text,
-          redirect: 'manual',
-          signal: AbortSignal.any([ctx.signal, AbortSignal.timeout(s.timeoutMs)]),
-        });
-        // Only the status matters: the body is cancelled unread, so an endpoint answering an
-        // endless (or huge) body cannot fill the worker's memory or hold the delivery.
-        await res.body?.cancel().catch(() => undefined);
-        return res.status >= 200 && res.status < 300 ? undefined : `${url}: HTTP ${res.status}`;
-      } catch (e) {
-        const err = e as Error;
-        if (err?.name === 'TimeoutError') return `${url}: no answer within ${s.timeoutMs} ms`;
-        const cause = (err?.cause as Error | undefined)?.message;
-        return `${url}: ${err?.message ?? String(e)}${cause ? ` (${cause})` : ''}`;
-      }
-    }),
-  );
-  const failed = results.filter((r): r is string => r !== undefined);
-  return failed.length ? failed.join('; ') : undefined;
+  const url = new URL(endpoint);
+  const headers: Record<string, string> = {
+    'content-type': 'application/json',
+    'idempotency-key': idempotencyKey(ctx.tenant, m.id),
+    'user-agent': 'leasehold-outbox',
+  };
+  // Credentials in the URL (https://user:secret@host/…) go as Basic authentication.
+  if (url.username || url.password) {
+    headers.authorization = `Basic ${Buffer.from(`${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`).toString('base64')}`;
+  }
+  // Aborted at the timeout or with the unit's signal; both are let go once the POST ended, so
+  // nothing aborts the (already dropped) answer later.
+  const abort = new AbortController();
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    abort.abort();
+  }, s.timeoutMs);
+  const onAbort = () => abort.abort();
+  ctx.signal.addEventListener('abort', onAbort, { once: true });
+  try {
+    const res = await run.dispatcher.request({
+      origin: url.origin,
+      path: `${url.pathname}${url.search}`,
+      method: 'POST',
+      headers,
+      body: JSON.stringify(body),
+      signal: abort.signal,
+      headersTimeout: s.timeoutMs,
+      bodyTimeout: s.timeoutMs,
+    });
+    // Only the status matters: the body is dropped unread, so an endpoint answering an endless
+    // (or huge) body cannot fill the worker's memory or hold the delivery.
+    res.body.on('error', () => {});
+    res.body.destroy();
+    return res.statusCode >= 200 && res.statusCode < 300 ? undefined : `HTTP ${res.statusCode}`;
+  } catch (e) {
+    if (timedOut) return `no answer within ${s.timeoutMs} ms`;
+    if (e instanceof EndpointRefusedError) return `refused: ${e.message}`;
+    const err = e as Error & { code?: string };
+    const cause = (err?.cause as Error | undefined)?.message;
+    return `${err?.message ?? String(e)}${err?.code && !err.message?.includes(err.code) ? ` (${err.code})` : ''}${cause ? ` (${cause})` : ''}`;
+  } finally {
+    clearTimeout(timer);
+    ctx.signal.removeEventListener('abort', onAbort);
+  }
 }

@@ -35,14 +35,6 @@ export async function owns(sql: Sql, unit: UnitKey, processId: string): Promise<
   return r.owned;
 }
 
-/** A message as the owner of its unit delivers it. */
-export interface OutboxMessage {
-  id: number;
-  key: string;
-  payload: unknown;
-  attempts: number;
-}
-
 // The tenant's shard count for `job` (0 when it has no such units): shards are 0..n−1
 // (putTenantUnits keeps them contiguous), so one backward step of the primary key finds it.
 export async function outboxShards(sql: Sql, tenant: string, job: string): Promise<number> {
@@ -52,9 +44,9 @@ export async function outboxShards(sql: Sql, tenant: string, job: string): Promi
   return r.n ?? 0;
 }
 
-// Enqueues a message on (tenant, shard), only if that unit exists with the outbox job — a
-// concurrent shrink of the shard count makes this insert nothing rather than orphan the message.
-// The payload goes as JSON text, so JSON null and strings are stored as such.
+// Enqueues a message on (tenant, shard), unassigned, only if that unit exists with the outbox
+// job — a concurrent shrink of the shard count makes this insert nothing rather than orphan the
+// message. The payload goes as JSON text, so JSON null and strings are stored as such.
 export async function enqueue(
   sql: Sql,
   m: { tenant: string; shard: number; job: string; key: string; payload: unknown },
@@ -67,55 +59,196 @@ export async function enqueue(
   return r?.id;
 }
 
-// The unit's undelivered messages that are due (database clock), oldest first, through the
-// partial index over undelivered messages. Reads only.
-export async function dueMessages(sql: Sql, unit: UnitKey, limit: number): Promise<OutboxMessage[]> {
-  return sql<OutboxMessage[]>`select id, key, payload, attempts from leasehold_outbox
-    where tenant = ${unit.tenant} and shard = ${unit.shard} and delivered_at is null and next_attempt_at <= now()
-    order by next_attempt_at, id limit ${limit}`;
+// Assigns up to `limit` unassigned messages of the unit, oldest first, to `endpoints` (one
+// pending delivery each, due now), only while `processId` owns the unit with a live row. A
+// message is assigned once: its assigned_at is set in the same statement, and a delivery that
+// exists already is left as it is. Returns how many messages it assigned.
+export async function assign(sql: Sql, unit: UnitKey, processId: string, endpoints: readonly string[], limit: number): Promise<number> {
+  const [r] = await sql<{ n: number }[]>`with m as (
+      update leasehold_outbox set assigned_at = now()
+      where id in (select id from leasehold_outbox
+                   where tenant = ${unit.tenant} and shard = ${unit.shard} and assigned_at is null
+                   order by id limit ${limit})
+        and assigned_at is null and ${fence(sql, unit, processId)}
+      returning id
+    ), d as (
+      insert into leasehold_outbox_deliveries (message_id, endpoint, tenant, shard)
+      select m.id, e, ${unit.tenant}, ${unit.shard} from m cross join jsonb_array_elements_text(${sql.json(endpoints as string[])}) as e
+      on conflict do nothing
+    )
+    select count(*) as n from m`;
+  return r.n;
 }
 
-// Marks one message delivered, once (delivered_at was null), and only while `processId` owns
-// its unit with a live row and the message is still on that unit's shard. Returns whether it marked.
-export async function markDelivered(sql: Sql, unit: UnitKey, processId: string, id: number): Promise<boolean> {
-  const rows = await sql`update leasehold_outbox set delivered_at = now(), attempts = attempts + 1, last_error = null
-    where id = ${id} and tenant = ${unit.tenant} and shard = ${unit.shard} and delivered_at is null
-      and ${fence(sql, unit, processId)}`;
+// Deletes the unit's pending deliveries to endpoints no longer in `endpoints`, and their
+// endpoint records, only while `processId` owns the unit (live): an endpoint removed from the
+// config blocks nothing and is not delivered to again. Index range over the unit's pending
+// deliveries. Returns how many deliveries it dropped.
+export async function dropRemovedEndpoints(sql: Sql, unit: UnitKey, processId: string, endpoints: readonly string[]): Promise<number> {
+  const list = sql.json(endpoints as string[]);
+  const [r] = await sql<{ n: number }[]>`with d as (
+      delete from leasehold_outbox_deliveries
+      where tenant = ${unit.tenant} and shard = ${unit.shard} and delivered_at is null
+        and endpoint not in (select jsonb_array_elements_text(${list})) and ${fence(sql, unit, processId)}
+      returning 1
+    ), e as (
+      delete from leasehold_outbox_endpoints
+      where tenant = ${unit.tenant} and shard = ${unit.shard} and endpoint not in (select jsonb_array_elements_text(${list}))
+        and ${fence(sql, unit, processId)}
+    )
+    select count(*) as n from d`;
+  return r.n;
+}
+
+/** A pending delivery as the owner of its unit attempts it. */
+export interface OutboxDelivery {
+  endpoint: string;
+  id: number;
+  key: string;
+  payload: unknown;
+  attempts: number;
+}
+
+// The unit's pending deliveries that are due (database clock): for each of `endpoints`, at most
+// `limitPerEndpoint`, oldest due first — one statement whatever the endpoint count, each
+// endpoint an index range of the partial index over pending deliveries. Reads only.
+export async function dueDeliveries(sql: Sql, unit: UnitKey, endpoints: readonly string[], limitPerEndpoint: number): Promise<OutboxDelivery[]> {
+  return sql<OutboxDelivery[]>`select e.endpoint, o.id, o.key, o.payload, d.attempts
+    from jsonb_array_elements_text(${sql.json(endpoints as string[])}) with ordinality as e(endpoint, ord)
+    cross join lateral (
+      select message_id, attempts, next_attempt_at from leasehold_outbox_deliveries
+      where tenant = ${unit.tenant} and shard = ${unit.shard} and endpoint = e.endpoint
+        and delivered_at is null and next_attempt_at <= now()
+      order by next_attempt_at, message_id limit ${limitPerEndpoint}
+    ) d
+    join leasehold_outbox o on o.id = d.message_id
+    order by e.ord, d.next_attempt_at, d.message_id`;
+}
+
+// Marks one delivery (message `id` to `endpoint`) delivered, once (delivered_at was null), and
+// only while `processId` owns its unit with a live row and the delivery is still on that unit's
+// shard. Returns whether it marked.
+export async function markDelivered(sql: Sql, unit: UnitKey, processId: string, id: number, endpoint: string): Promise<boolean> {
+  const rows = await sql`update leasehold_outbox_deliveries set delivered_at = now(), attempts = attempts + 1, last_error = null
+    where message_id = ${id} and endpoint = ${endpoint} and tenant = ${unit.tenant} and shard = ${unit.shard}
+      and delivered_at is null and ${fence(sql, unit, processId)}`;
   return rows.count === 1;
 }
 
-// Records a failed attempt of one undelivered message, only while `processId` owns its unit (live):
+// Records a failed attempt of one pending delivery, only while `processId` owns its unit (live):
 // attempts + 1, next attempt at now() + min(maxBackoff, backoff × 2^(attempts−1) × (1 + 0.25 × jitter))
 // by the database clock. Returns whether it recorded.
 export async function markFailed(
   sql: Sql,
   unit: UnitKey,
   processId: string,
-  a: { id: number; error: string; backoffMs: number; maxBackoffMs: number },
+  a: { id: number; endpoint: string; error: string; backoffMs: number; maxBackoffMs: number },
 ): Promise<boolean> {
   // `attempts` on the right-hand side is the value before this attempt, i.e. the new attempts − 1.
-  const rows = await sql`update leasehold_outbox set
+  const rows = await sql`update leasehold_outbox_deliveries set
       attempts = attempts + 1,
       last_error = ${a.error.slice(0, 1000)},
       next_attempt_at = now() + make_interval(secs => least(
         ${a.maxBackoffMs}::float8,
         ${a.backoffMs}::float8 * power(2::float8, least(attempts, 40)) * (1 + 0.25 * random())
       ) / 1000)
-    where id = ${a.id} and tenant = ${unit.tenant} and shard = ${unit.shard} and delivered_at is null
-      and ${fence(sql, unit, processId)}`;
+    where message_id = ${a.id} and endpoint = ${a.endpoint} and tenant = ${unit.tenant} and shard = ${unit.shard}
+      and delivered_at is null and ${fence(sql, unit, processId)}`;
   return rows.count === 1;
 }
 
-// Moves the tenant's undelivered messages on shards that no longer exist (the shard count
-// shrank) to `shard mod count`, only while `processId` owns the tenant's shard 0 and is live
-// (so one process does it). Index range over (tenant, shard) of undelivered messages.
+// Records how one endpoint of the unit fared in one run, only while `processId` owns the unit
+// (live): `failures` failed attempts since the last accepted one of this run (added to the
+// stored count when none was accepted), the last error and when (now()), and now() as the last
+// delivery when any was accepted. One row per (unit, endpoint).
+export async function recordEndpoint(
+  sql: Sql,
+  unit: UnitKey,
+  processId: string,
+  r: { endpoint: string; delivered: boolean; failures: number; error: string | undefined },
+): Promise<void> {
+  const error = r.error === undefined ? null : r.error.slice(0, 1000);
+  await sql`insert into leasehold_outbox_endpoints as s (tenant, shard, endpoint, failures, last_error, last_error_at, last_delivered_at)
+    select ${unit.tenant}, ${unit.shard}, ${r.endpoint}, ${r.failures}, ${error}::text,
+      case when ${error}::text is null then null else now() end,
+      case when ${r.delivered} then now() end
+    where ${fence(sql, unit, processId)}
+    on conflict (tenant, shard, endpoint) do update set
+      failures = case when ${r.delivered} then excluded.failures else s.failures + excluded.failures end,
+      last_error = coalesce(excluded.last_error, s.last_error),
+      last_error_at = coalesce(excluded.last_error_at, s.last_error_at),
+      last_delivered_at = coalesce(excluded.last_delivered_at, s.last_delivered_at)`;
+}
+
+// Moves the tenant's unassigned messages and pending deliveries on shards that no longer exist
+// (the shard count shrank) to `shard mod count`, only while `processId` owns the tenant's shard 0
+// and is live (so one process does it). Index ranges over (tenant, shard) of unassigned messages
+// and of pending deliveries. Returns how many messages it moved.
 export async function rehome(sql: Sql, tenant: string, job: string, processId: string): Promise<number> {
-  const rows = await sql`with n as (
+  const [r] = await sql<{ n: number }[]>`with n as (
       select coalesce(max(shard) + 1, 0) as shards from leasehold_units where tenant = ${tenant} and job = ${job}
+    ), m as (
+      update leasehold_outbox o set shard = o.shard % n.shards
+      from n
+      where o.tenant = ${tenant} and o.assigned_at is null and n.shards > 0 and o.shard >= n.shards
+        and ${fence(sql, { tenant, shard: 0 }, processId)}
+      returning o.id
+    ), d as (
+      update leasehold_outbox_deliveries d set shard = d.shard % n.shards
+      from n
+      where d.tenant = ${tenant} and d.delivered_at is null and n.shards > 0 and d.shard >= n.shards
+        and ${fence(sql, { tenant, shard: 0 }, processId)}
+      returning d.message_id
     )
-    update leasehold_outbox o set shard = o.shard % n.shards
-    from n
-    where o.tenant = ${tenant} and o.delivered_at is null and n.shards > 0 and o.shard >= n.shards
-      and ${fence(sql, { tenant, shard: 0 }, processId)}`;
-  return rows.count;
+    select (select count(*) from m) + (select count(distinct message_id) from d) as n`;
+  return r.n;
+}
+
+/** One endpoint of a tenant's outbox, over all its shards, as `outboxStatus` reads it. */
+export interface OutboxEndpointRow {
+  endpoint: string;
+  backlog: number;
+  oldestId: number | null;
+  oldestAt: Date | null;
+  oldestAgeMs: number | null;
+  failures: number;
+  lastError: string | null;
+  lastErrorAt: Date | null;
+  lastDeliveredAt: Date | null;
+}
+
+// The tenant's outbox endpoint list (its units' config), and per endpoint: the backlog (pending
+// deliveries plus messages not yet assigned, which every endpoint will get), the oldest of them
+// with its age by the database clock, and the endpoint records summed over shards. Reads only:
+// one pass over the tenant's pending deliveries (index range), one over its unassigned messages.
+export async function endpointStatus(sql: Sql, tenant: string, job: string): Promise<{ shards: number; rows: OutboxEndpointRow[] } | undefined> {
+  const [units] = await sql<{ shards: number; config: { endpoints?: unknown } | null }[]>`select count(*) as shards,
+      (select config from leasehold_units where tenant = ${tenant} and job = ${job} order by shard limit 1) as config
+    from leasehold_units where tenant = ${tenant} and job = ${job}`;
+  if (units.shards === 0) return undefined;
+  const listed = units.config?.endpoints;
+  const endpoints = Array.isArray(listed) ? listed.filter((e): e is string => typeof e === 'string') : [];
+  const rows = await sql<OutboxEndpointRow[]>`with e as (
+      select endpoint, ord from jsonb_array_elements_text(${sql.json(endpoints)}) with ordinality as e(endpoint, ord)
+    ), pending as (
+      select endpoint, count(*) as n, min(message_id) as oldest from leasehold_outbox_deliveries
+      where tenant = ${tenant} and delivered_at is null and endpoint in (select jsonb_array_elements_text(${sql.json(endpoints)}))
+      group by endpoint
+    ), waiting as (
+      select count(*) as n, min(id) as oldest from leasehold_outbox where tenant = ${tenant} and assigned_at is null
+    ), s as (
+      select endpoint, sum(failures) as failures, max(last_delivered_at) as last_delivered_at,
+        (array_agg(last_error order by last_error_at desc nulls last))[1] as last_error, max(last_error_at) as last_error_at
+      from leasehold_outbox_endpoints where tenant = ${tenant} group by endpoint
+    )
+    select e.endpoint, coalesce(p.n, 0) + w.n as backlog, x.id as "oldestId", x.created_at as "oldestAt",
+      (extract(epoch from now() - x.created_at) * 1000)::float8 as "oldestAgeMs",
+      coalesce(s.failures, 0)::int as failures, s.last_error as "lastError", s.last_error_at as "lastErrorAt",
+      s.last_delivered_at as "lastDeliveredAt"
+    from e cross join waiting w
+    left join pending p on p.endpoint = e.endpoint
+    left join s on s.endpoint = e.endpoint
+    left join leasehold_outbox x on x.id = least(p.oldest, w.oldest)
+    order by e.ord`;
+  return { shards: units.shards, rows };
 }

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import type { ApiDeps } from '../../src/api/index.js';
 import { Leaser } from '../../src/lease/index.js';
-import { defaultUnitJobs, defineUnitJob, outboxShard } from '../../src/units/index.js';
+import { defaultUnitJobs, defineUnitJob, outboxDelivery, outboxShard, type AddressLookup } from '../../src/units/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { apiDeps, call, InvokeEndpoint, uniqueTenant, type EventOptions } from './helpers.js';
 
@@ -21,17 +21,35 @@ const sync = defineUnitJob<{ everyMinutes?: number }>({
   async run() {},
 });
 
+/**
+ * A resolver of fixed answers, so registrations never wait on the machine's DNS: names not in
+ * the table do not resolve (`ENOTFOUND`), as they would not on the open internet.
+ */
+const names: Record<string, string[]> = {
+  'public.test': ['93.184.215.14', '2606:2800:21f:cb07:6820:80da:af6b:8b2c'],
+  'private.test': ['10.1.2.3'],
+  'metadata.test': ['169.254.169.254'],
+  'mixed.test': ['93.184.215.14', '172.20.0.9'],
+  'ula.test': ['fd00:ec2::254'],
+};
+const lookup: AddressLookup = async (host) => {
+  const found = names[host];
+  if (!found) throw Object.assign(new Error(`getaddrinfo ENOTFOUND ${host}`), { code: 'ENOTFOUND' });
+  return found.map((address) => ({ address, family: address.includes(':') ? 6 : 4 }));
+};
+const units = (outbox: Parameters<typeof outboxDelivery>[0] = {}) => defaultUnitJobs({ outbox: outboxDelivery({ lookup, ...outbox }) as never, extra: [sync as never] });
+
 beforeAll(async () => {
   db = await testDatabase();
   endpoint = await InvokeEndpoint.start();
-  deps = { ...apiDeps(db.sql, endpoint, { maxBodyBytes: 4096 }), unitJobs: defaultUnitJobs({ extra: [sync as never] }) };
+  deps = { ...apiDeps(db.sql, endpoint, { maxBodyBytes: 4096 }), unitJobs: units() };
 });
 afterAll(async () => {
   await endpoint.close();
   await db.close();
 });
 
-const hooks = ['https://hooks.example.com/a', 'http://127.0.0.1:9/b', 'https://c.example.org:8443/x?y=1'];
+const hooks = ['https://hooks.example.com/a', 'http://93.184.215.14:9/b', 'https://public.test:8443/x?y=1'];
 const putUnits = (tenant: string, body: unknown, d: ApiDeps = deps) => call(d, 'PUT', `/tenants/${encodeURIComponent(tenant)}/units`, { body });
 
 describe('PUT /tenants/{tenant}/units', () => {
@@ -112,6 +130,160 @@ describe('PUT /tenants/{tenant}/units', () => {
       expect(res.body.error.message).toMatch(c.message);
     });
   }
+});
+
+describe('PUT /tenants/{tenant}/units: outbox endpoints must point at public addresses', () => {
+  // Every way to write an address that is not public, as tenants' endpoints. WHATWG URL parsing
+  // turns some spellings into others (0x7f000001 and 2130706433 into 127.0.0.1, full-width
+  // digits into ASCII, [::ffff:127.0.0.1] into [::ffff:7f00:1]); each goes through the route.
+  const refused: [string, RegExp][] = [
+    // The inputs of issue 9, item 9: each answered 200 before.
+    ['http://169.254.169.254/latest/meta-data/', /link-local/],
+    ['http://10.0.0.5/', /private address \(RFC 1918\)/],
+    ['http://[::ffff:127.0.0.1]:9/', /IPv4-mapped/],
+    ['http://0x7f000001:9/', /127\.0\.0\.1 is a loopback address/],
+    ['http://2130706433:9/', /127\.0\.0\.1 is a loopback address/],
+    // Loopback, spelled otherwise.
+    ['http://127.0.0.1/', /loopback/],
+    ['http://127.1/', /loopback/],
+    ['http://0177.0.0.1/', /loopback/],
+    ['http://%31%32%37.0.0.1/', /loopback/],
+    ['http://127.0.0.1./', /loopback/],
+    ['http://[::1]/', /loopback/],
+    ['http://[0:0:0:0:0:0:0:1]/', /loopback/],
+    ['http://localhost:8080/', /special-use name/],
+    ['http://LOCALHOST./', /special-use name/],
+    ['http://api.localhost/', /special-use name/],
+    // The metadata address, spelled otherwise, and its IPv6 forms (AWS: fd00:ec2::254).
+    ['http://169.254.169.254./', /link-local/],
+    ['http://2852039166/', /link-local/],
+    ['http://0xa9.0xfe.0xa9.0xfe/', /link-local/],
+    ['http://0251.0376.0251.0376/', /link-local/],
+    ['http://169.254.43518/', /link-local/],
+    ['http://\uff11\uff16\uff19.\uff12\uff15\uff14.\uff11\uff16\uff19.\uff12\uff15\uff14/', /link-local/],
+    ['http://[::ffff:169.254.169.254]/', /IPv4-mapped/],
+    ['http://[::ffff:a9fe:a9fe]/', /IPv4-mapped/],
+    ['http://[fd00:ec2::254]/', /unique-local/],
+    ['http://metadata.google.internal/computeMetadata/v1/', /special-use name/],
+    // Private, CGNAT, unique-local, link-local IPv6.
+    ['http://172.16.0.1/', /private/],
+    ['http://172.31.255.255:8443/', /private/],
+    ['https://192.168.1.1/', /private/],
+    ['http://100.64.0.1/', /carrier-grade NAT/],
+    ['http://100.127.255.254/', /carrier-grade NAT/],
+    ['http://[fd12:3456::1]/', /unique-local/],
+    ['http://[fe80::1]/', /link-local/],
+    // IPv4 reached through IPv6 transition forms.
+    ['http://[::127.0.0.1]/', /outside the global unicast block/],
+    ['http://[64:ff9b::a9fe:a9fe]/', /NAT64/],
+    ['http://[2002:a9fe:a9fe::]/', /6to4/],
+    ['http://[2001::a9fe:a9fe]/', /Teredo/],
+    ['http://[::ffff:0:a9fe:a9fe]/', /IPv4-translated/],
+    // Unspecified, multicast, broadcast, reserved and documentation ranges.
+    ['http://0/', /unspecified/],
+    ['http://0.0.0.0:80/', /unspecified/],
+    ['http://[::]/', /unspecified/],
+    ['http://224.0.0.1/', /multicast/],
+    ['http://[ff02::1]/', /multicast/],
+    ['http://255.255.255.255/', /broadcast/],
+    ['http://240.0.0.1/', /reserved/],
+    ['http://192.0.2.10/', /reserved or documentation/],
+    ['http://198.18.0.1/', /reserved|benchmarking/],
+    ['http://[2001:db8::1]/', /reserved or documentation/],
+    ['http://[100::1]/', /discard-only/],
+    ['http://[fec0::1]/', /site-local/],
+    // Names that resolve to such addresses (checked by resolving at registration).
+    ['https://private.test/hook', /private\.test resolves to 10\.1\.2\.3 is a private address/],
+    ['https://metadata.test/', /metadata\.test resolves to 169\.254\.169\.254/],
+    ['https://mixed.test/', /mixed\.test resolves to 172\.20\.0\.9/],
+    ['https://ula.test/', /ula\.test resolves to fd00:ec2::254/],
+  ];
+  for (const [url, why] of refused) {
+    it(`refuses ${url} with a 400 naming endpoints[i]`, async () => {
+      const tenant = uniqueTenant('ssrf');
+      const res = await putUnits(tenant, { job: 'outbox-delivery', shards: 1, endpoints: [hooks[0], url] });
+      expect(res.status).toBe(400);
+      expect(res.body.error.code).toBe('invalid_request');
+      expect(res.body.error.message).toMatch(/^endpoints\[1\]: /);
+      expect(res.body.error.message).toMatch(why);
+      expect(res.body.error.message).toMatch(/not a public address \(allow it with LEASEHOLD_OUTBOX_ALLOW/);
+      expect(await db.sql`select 1 from leasehold_units where tenant = ${tenant}`).toEqual([]);
+    });
+  }
+
+  it('refuses an IPv6 zone id as no URL, and names config.endpoints[i] and every bad endpoint', async () => {
+    const zone = await putUnits(uniqueTenant('ssrf'), { job: 'outbox-delivery', shards: 1, endpoints: ['http://[fe80::1%25eth0]/'] });
+    expect(zone.body.error.message).toMatch(/^endpoints\[0\]: must be an absolute http/);
+    const both = await putUnits(uniqueTenant('ssrf'), { job: 'outbox-delivery', shards: 1, config: { endpoints: ['http://10.0.0.5/', hooks[0], 'http://[::1]/'] } });
+    expect(both.status).toBe(400);
+    expect(both.body.error.message).toMatch(/^config\.endpoints\[0\]: 10\.0\.0\.5 is a private address.*; config\.endpoints\[2\]: ::1 is a loopback address/);
+  });
+
+  it('refuses the same endpoint twice, however it is spelled', async () => {
+    const res = await putUnits(uniqueTenant('dup'), { job: 'outbox-delivery', shards: 1, endpoints: ['https://public.test/a', 'HTTPS://PUBLIC.test:443/a'] });
+    expect(res.status).toBe(400);
+    expect(res.body.error.message).toBe('endpoints[1]: the same URL as endpoints[0]');
+  });
+
+  it('accepts public addresses, and names that do not resolve now (delivery checks them again)', async () => {
+    const tenant = uniqueTenant('ok');
+    const endpoints = ['https://public.test/hook', 'http://93.184.215.14/', 'http://[2606:2800:21f:cb07:6820:80da:af6b:8b2c]:8080/x', 'https://not-yet.example/hook'];
+    const res = await putUnits(tenant, { job: 'outbox-delivery', shards: 2, endpoints });
+    expect(res.status).toBe(200);
+    const [row] = await db.sql`select config from leasehold_units where tenant = ${tenant} and shard = 0`;
+    expect(row.config).toEqual({ endpoints });
+  });
+
+  it('accepts what the allow-list names: hosts, addresses and CIDR ranges, from the option or LEASEHOLD_OUTBOX_ALLOW', async () => {
+    const allowed = ['http://10.0.0.5/', 'http://10.200.1.1:8080/x', 'http://sink.internal:4000/hook', 'http://[::1]:9/', 'https://private.test/'];
+    const withOption = { ...deps, unitJobs: units({ allow: ['10.0.0.0/8', 'sink.internal', '::1'] }) };
+    const res = await putUnits(uniqueTenant('allow'), { job: 'outbox-delivery', shards: 1, endpoints: allowed }, withOption);
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    // Not listed: still refused.
+    const other = await putUnits(uniqueTenant('allow'), { job: 'outbox-delivery', shards: 1, endpoints: ['http://192.168.0.1/'] }, withOption);
+    expect(other.body.error.message).toMatch(/^endpoints\[0\]: 192\.168\.0\.1 is a private address/);
+
+    // The default job reads the variable when it checks, not when it was made.
+    const before = process.env.LEASEHOLD_OUTBOX_ALLOW;
+    process.env.LEASEHOLD_OUTBOX_ALLOW = '10.0.0.0/8, sink.internal,::1';
+    try {
+      expect((await putUnits(uniqueTenant('allow'), { job: 'outbox-delivery', shards: 1, endpoints: allowed })).status).toBe(200);
+    } finally {
+      if (before === undefined) delete process.env.LEASEHOLD_OUTBOX_ALLOW;
+      else process.env.LEASEHOLD_OUTBOX_ALLOW = before;
+    }
+    expect((await putUnits(uniqueTenant('allow'), { job: 'outbox-delivery', shards: 1, endpoints: allowed })).status).toBe(400);
+  });
+});
+
+describe('GET /tenants/{tenant}/outbox', () => {
+  it("shows each endpoint's backlog and oldest undelivered message, in config order; 404 without outbox units", async () => {
+    const tenant = uniqueTenant('status');
+    await putUnits(tenant, { job: 'outbox-delivery', shards: 3, endpoints: hooks });
+    const first = await call(deps, 'POST', `/tenants/${tenant}/outbox`, { body: { key: 'a', payload: 1 } });
+    for (const key of ['b', 'c', 'd']) await call(deps, 'POST', `/tenants/${tenant}/outbox`, { body: { key, payload: 1 } });
+    const res = await call(deps, 'GET', `/tenants/${tenant}/outbox`);
+    expect(res.status).toBe(200);
+    // No process runs here: every message waits for its unit's owner to assign it, to every endpoint.
+    expect(res.body).toEqual({
+      tenant,
+      shards: 3,
+      endpoints: hooks.map((url) => ({
+        url,
+        backlog: 4,
+        oldest: { id: first.body.id, enqueuedAt: expect.any(String), ageMs: expect.any(Number) },
+        failures: 0,
+        lastError: null,
+        lastDeliveredAt: null,
+      })),
+    });
+    expect(res.body.endpoints[0].oldest.ageMs).toBeGreaterThanOrEqual(0);
+    expect(new Date(res.body.endpoints[0].oldest.enqueuedAt).toISOString()).toBe(res.body.endpoints[0].oldest.enqueuedAt);
+
+    const none = await call(deps, 'GET', `/tenants/${uniqueTenant('status')}/outbox`);
+    expect(none.status).toBe(404);
+    expect(none.body.error.code).toBe('no_outbox_units');
+  });
 });
 
 describe('DELETE /tenants/{tenant}/units and GET /units', () => {
@@ -239,8 +411,8 @@ describe('POST /tenants/{tenant}/outbox', () => {
       expect(res.status).toBe(201);
       expect(res.body).toEqual({ id: expect.any(Number), shard: outboxShard(key, 5) });
       ids.add(res.body.id);
-      const [row] = await db.sql`select tenant, shard, key, payload, attempts, delivered_at from leasehold_outbox where id = ${res.body.id}`;
-      expect(row).toEqual({ tenant, shard: res.body.shard, key, payload, attempts: 0, delivered_at: null });
+      const [row] = await db.sql`select tenant, shard, key, payload, assigned_at from leasehold_outbox where id = ${res.body.id}`;
+      expect(row).toEqual({ tenant, shard: res.body.shard, key, payload, assigned_at: null });
     }
     expect(ids.size).toBe(4);
     // Any JSON value is a payload, null and strings included.
@@ -312,6 +484,8 @@ describe('POST /tenants/{tenant}/outbox', () => {
 
   it('has a route per new path and a 404 for unknown ones', async () => {
     expect((await call(deps, 'GET', `/tenants/x/${randomUUID()}`)).status).toBe(404);
-    expect((await call(deps, 'GET', '/tenants/x/outbox')).status).toBe(405);
+    const wrong = await call(deps, 'DELETE', '/tenants/x/outbox');
+    expect(wrong.status).toBe(405);
+    expect(wrong.headers.allow).toBe('POST, GET');
   });
 });

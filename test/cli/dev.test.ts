@@ -1,11 +1,13 @@
-import { spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 
 const BIN = resolve(import.meta.dirname, '../../bin/leasehold.js');
+const run = promisify(execFile);
 
 let db: TestDatabase;
 let project: string;
@@ -183,8 +185,13 @@ describe('leasehold dev --units-demo', () => {
         dev.on('exit', () => fail(new Error(err)));
       });
       expect(seen).toMatch(/3 live processes/);
-      const [delivered] = await db.sql`select count(*) filter (where delivered_at is not null) as n from leasehold_outbox`;
+      const [delivered] = await db.sql`select count(*) filter (where delivered_at is not null) as n from leasehold_outbox_deliveries`;
       expect(delivered.n).toBeGreaterThan(0);
+      // The CLI shows each endpoint of a tenant's outbox (it finds the running stack by its dev.json).
+      const show = await run(process.execPath, [BIN, 'outbox', 'show', 'acme'], { cwd: project });
+      expect(show.stdout).toMatch(/^acme: 4 shards, 1 endpoint\n  http:\/\/127\.0\.0\.1:\d+\/acme\/hook\n    backlog \d+ \((oldest #\d+, [\d.]+ (ms|s) old|nothing pending)\); 0 failures in a row; last delivered \d{4}-/);
+      const json = JSON.parse((await run(process.execPath, [BIN, 'outbox', 'show', 'globex', '--json'], { cwd: project })).stdout);
+      expect(json).toMatchObject({ tenant: 'globex', shards: 4, endpoints: [{ url: expect.stringMatching(/\/globex\/hook$/), failures: 0, lastError: null }] });
     } finally {
       dev.kill('SIGINT');
       await new Promise((r) => dev.on('exit', r));

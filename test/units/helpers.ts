@@ -109,25 +109,32 @@ export async function until(check: () => boolean | Promise<boolean>, timeoutMs: 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /**
- * Record, in `outbox_marks`, every update that changes a message's `delivered_at`, with the
- * owner of its unit at that moment (the test asserts each message is marked once, by its owner);
- * and in `outbox_failures`, every failed attempt with the retry delay it set, ms.
+ * Record, in `outbox_marks`, every update that changes a delivery's `delivered_at`, with the
+ * owner of its unit at that moment (the tests assert each delivery is marked once, by its owner);
+ * and in `outbox_failures`, every failed attempt of a delivery with the retry delay it set, ms.
  */
 export async function auditMarks(sql: Sql): Promise<void> {
   await sql.unsafe(`
-    create table outbox_marks (id bigint not null, owner uuid, old_delivered_at timestamptz, at timestamptz not null default now());
-    create table outbox_failures (id bigint not null, attempts int not null, delay_ms float8 not null);
+    create table outbox_marks (id bigint not null, endpoint text not null, owner uuid, old_delivered_at timestamptz, at timestamptz not null default now());
+    create table outbox_failures (id bigint not null, endpoint text not null, attempts int not null, delay_ms float8 not null);
     create function outbox_mark_audit() returns trigger language plpgsql as $$
     begin
       if new.delivered_at is distinct from old.delivered_at then
-        insert into outbox_marks (id, owner, old_delivered_at)
-        values (new.id, (select owner from leasehold_units where tenant = new.tenant and shard = new.shard), old.delivered_at);
+        insert into outbox_marks (id, endpoint, owner, old_delivered_at)
+        values (new.message_id, new.endpoint, (select owner from leasehold_units where tenant = new.tenant and shard = new.shard), old.delivered_at);
       elsif new.attempts > old.attempts then
-        insert into outbox_failures (id, attempts, delay_ms)
-        values (new.id, new.attempts, extract(epoch from new.next_attempt_at - now()) * 1000);
+        insert into outbox_failures (id, endpoint, attempts, delay_ms)
+        values (new.message_id, new.endpoint, new.attempts, extract(epoch from new.next_attempt_at - now()) * 1000);
       end if;
       return new;
     end $$;
-    create trigger outbox_mark_audit after update on leasehold_outbox for each row execute function outbox_mark_audit();
+    create trigger outbox_mark_audit after update on leasehold_outbox_deliveries for each row execute function outbox_mark_audit();
   `);
+}
+
+/** Messages of `tenant` some endpoint has not taken yet: unassigned, or with a pending delivery. */
+export async function undelivered(sql: Sql, tenant: string): Promise<number> {
+  const [r] = await sql<{ n: number }[]>`select count(*) as n from leasehold_outbox o where o.tenant = ${tenant}
+    and (o.assigned_at is null or exists (select 1 from leasehold_outbox_deliveries d where d.message_id = o.id and d.delivered_at is null))`;
+  return r.n;
 }

@@ -13,10 +13,13 @@ import {
   OUTBOX_JOB,
   outboxDelivery,
   outboxShard,
+  outboxStatus,
   UnitRunner,
+  type AddressLookup,
 } from '../../src/units/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { auditMarks, sleep, startProc, until, type Proc } from './helpers.js';
+import * as q from '../../src/units/sql.js';
+import { auditMarks, sleep, startProc, undelivered as undeliveredIn, until, type Proc } from './helpers.js';
 
 let db: TestDatabase;
 let sink: Sink;
@@ -38,8 +41,11 @@ afterAll(async () => {
   await db.close();
 });
 
+// The sink listens on loopback, which delivery refuses unless allow-listed.
 const fast = (o: Parameters<typeof outboxDelivery>[0] = {}) =>
-  defaultUnitJobs({ outbox: outboxDelivery({ intervalMs: 50, backoffMs: 100, maxBackoffMs: 1_000, timeoutMs: 3_000, batchSize: 25, ...o }) as never });
+  defaultUnitJobs({
+    outbox: outboxDelivery({ intervalMs: 50, backoffMs: 100, maxBackoffMs: 1_000, timeoutMs: 3_000, batchSize: 25, allow: ['127.0.0.1'], ...o }) as never,
+  });
 
 function proc(jobs = fast()): Proc {
   const p = startProc(db, jobs);
@@ -53,8 +59,7 @@ async function register(tenant: string, shards: number, paths: string[]): Promis
   return endpoints;
 }
 
-const undelivered = async (tenant: string) =>
-  (await db.sql<{ n: number }[]>`select count(*) as n from leasehold_outbox where tenant = ${tenant} and delivered_at is null`)[0].n;
+const undelivered = (tenant: string) => undeliveredIn(db.sql, tenant);
 
 describe('outbox delivery', () => {
   it('delivers every message at least once and marks each once, while processes are killed, frozen and added', async () => {
@@ -90,12 +95,13 @@ describe('outbox delivery', () => {
 
     await until(async () => (await undelivered(tenant)) === 0, 20_000, 'every message delivered');
 
-    const rows = await db.sql<{ id: number; marks: number; owner_marks: number }[]>`select o.id,
-        (select count(*) from outbox_marks m where m.id = o.id) as marks,
-        (select count(*) from outbox_marks m where m.id = o.id and m.old_delivered_at is null and m.owner is not null) as owner_marks
-      from leasehold_outbox o where o.tenant = ${tenant} order by o.id`;
-    expect(rows.map((r) => r.id)).toEqual([...ids].sort((a, b) => a - b));
-    // Marked exactly once each, by the unit's owner at that moment.
+    const rows = await db.sql<{ id: number; endpoint: string; marks: number; owner_marks: number }[]>`select d.message_id as id, d.endpoint,
+        (select count(*) from outbox_marks m where m.id = d.message_id and m.endpoint = d.endpoint) as marks,
+        (select count(*) from outbox_marks m where m.id = d.message_id and m.endpoint = d.endpoint and m.old_delivered_at is null and m.owner is not null) as owner_marks
+      from leasehold_outbox_deliveries d where d.tenant = ${tenant} order by d.message_id, d.endpoint`;
+    // One delivery per message and endpoint...
+    expect(rows.map((r) => r.id)).toEqual([...ids].sort((a, b) => a - b).flatMap((id) => [id, id]));
+    // ...marked exactly once each, by the unit's owner at that moment.
     expect(rows.filter((r) => r.marks !== 1 || r.owner_marks !== 1)).toEqual([]);
     // The sink saw every message on every endpoint.
     for (const path of ['/acme/a', '/acme/b']) {
@@ -145,13 +151,13 @@ describe('outbox delivery', () => {
     [200, 400, 800].forEach((d, i) => expect(gaps[i], `gap ${i + 1} of ${gaps}`).toBeGreaterThanOrEqual(d - 20));
     // The sink counts a POST before the failure is recorded.
     await until(
-      async () => (await db.sql`select 1 from leasehold_outbox where id = ${poison.id} and attempts >= 4`).length === 1,
+      async () => (await db.sql`select 1 from leasehold_outbox_deliveries where message_id = ${poison.id} and attempts >= 4`).length === 1,
       1_000,
       'the fourth failure recorded',
     );
     const [row] = await db.sql<{ attempts: number; last_error: string; delivered: boolean }[]>`select attempts,
-        last_error, delivered_at is not null as delivered from leasehold_outbox where id = ${poison.id}`;
-    expect(row.last_error).toMatch(/\/beta: HTTP 503/);
+        last_error, delivered_at is not null as delivered from leasehold_outbox_deliveries where message_id = ${poison.id}`;
+    expect(row.last_error).toBe('HTTP 503');
     expect(row.delivered).toBe(false);
     await p.stop();
   });
@@ -164,11 +170,13 @@ describe('outbox delivery', () => {
     const ids = [];
     for (let i = 0; i < 12; i++) ids.push((await enqueueOutbox(db.sql, tenant, { key: `g${i}`, payload: i })).id);
     await until(
-      async () => (await db.sql`select 1 from leasehold_outbox where tenant = ${tenant} and attempts < 2`).length === 0,
+      async () => (await db.sql`select 1 from leasehold_outbox_deliveries where tenant = ${tenant} and endpoint like '%/down' and attempts >= 2`).length === 12,
       5_000,
       'two failed attempts of each message',
     );
     expect(await undelivered(tenant)).toBe(12);
+    // The endpoint that is up took each message once, however often the other one failed.
+    expect(sink.recent().filter((d) => d.path === '/gamma/up').length).toBe(12);
     sink.fail('/gamma/down', false);
     await until(async () => (await undelivered(tenant)) === 0, 5_000, 'every message delivered');
     const seen = sink.keys('/gamma/down');
@@ -225,19 +233,25 @@ describe('outbox delivery', () => {
     await b.stop();
   });
 
-  it('marks a message delivered only for the owner of its unit, and only once', async () => {
+  it('marks a delivery delivered only for the owner of its unit, and only once', async () => {
     const tenant = 'epsilon';
-    await register(tenant, 1, ['/epsilon']);
+    const [endpoint] = await register(tenant, 1, ['/epsilon']);
     // The owner is a bare leaser here: nothing delivers on its own.
     const owner = new Leaser(db.sql, { ttlMs: 2_000, heartbeatIntervalMs: 500 }, { unitsGained() {}, unitsLost() {}, inFlight: () => 0 });
     await owner.heartbeat();
     await owner.tick();
     const m = await enqueueOutbox(db.sql, tenant, { key: 'k', payload: null });
     const unit = { tenant, shard: 0 };
-    expect(await markDelivered(db.sql, unit, randomUUID(), m.id)).toBe(false);
-    expect(await markDelivered(db.sql, { tenant, shard: 1 }, owner.processId, m.id)).toBe(false);
-    expect(await markDelivered(db.sql, unit, owner.processId, m.id)).toBe(true);
-    expect(await markDelivered(db.sql, unit, owner.processId, m.id)).toBe(false);
+    // Not assigned to its endpoint yet: nothing to mark. Assigning is fenced on owning the unit too.
+    expect(await markDelivered(db.sql, unit, owner.processId, m.id, endpoint)).toBe(false);
+    expect(await q.assign(db.sql, unit, randomUUID(), [endpoint], 10)).toBe(0);
+    expect(await q.assign(db.sql, unit, owner.processId, [endpoint], 10)).toBe(1);
+    expect(await q.assign(db.sql, unit, owner.processId, [endpoint], 10)).toBe(0);
+    expect(await markDelivered(db.sql, unit, randomUUID(), m.id, endpoint)).toBe(false);
+    expect(await markDelivered(db.sql, { tenant, shard: 1 }, owner.processId, m.id, endpoint)).toBe(false);
+    expect(await markDelivered(db.sql, unit, owner.processId, m.id, `${endpoint}/other`)).toBe(false);
+    expect(await markDelivered(db.sql, unit, owner.processId, m.id, endpoint)).toBe(true);
+    expect(await markDelivered(db.sql, unit, owner.processId, m.id, endpoint)).toBe(false);
     const [row] = await db.sql<{ payload: unknown }[]>`select payload from leasehold_outbox where id = ${m.id}`;
     expect(row.payload).toBeNull();
     await owner.release();
@@ -268,6 +282,169 @@ describe('outbox delivery', () => {
     await expect(enqueueOutbox(db.sql, 'nobody', { key: 'a', payload: {} })).rejects.toBeInstanceOf(NoOutboxUnitsError);
     await putTenantUnits(db.sql, 'theta', { job: 'something-else', shards: 2 });
     await expect(enqueueOutbox(db.sql, 'theta', { key: 'a', payload: {} })).rejects.toMatchObject({ code: 'no_outbox_units' });
+  });
+});
+
+describe('outbox delivery per endpoint', () => {
+  it('a failing endpoint makes no healthy one receive a message twice; it retries on its own backoff, and the status shows it', async () => {
+    // Issue 9, item 10: a message counted as delivered only once every endpoint took it, so
+    // each retry for the failing endpoint re-posted it to the healthy ones.
+    const tenant = 'iota';
+    const [ok1, ok2, bad] = await register(tenant, 3, ['/iota/ok1', '/iota/ok2', '/iota/bad']);
+    sink.fail('/iota/bad', true);
+    const p = proc();
+    const ids: number[] = [];
+    for (let i = 0; i < 15; i++) ids.push((await enqueueOutbox(db.sql, tenant, { key: `i${i}`, payload: i })).id);
+    await until(
+      async () => (await db.sql`select 1 from leasehold_outbox_deliveries where endpoint = ${bad} and attempts >= 3`).length === 15,
+      10_000,
+      'three failed attempts of each message at the failing endpoint',
+    );
+    const received = (path: string) => ids.map((id) => sink.recent().filter((d) => d.path === path && d.idempotencyKey === idempotencyKey(tenant, id)).length);
+    expect(received('/iota/ok1')).toEqual(ids.map(() => 1));
+    expect(received('/iota/ok2')).toEqual(ids.map(() => 1));
+    expect(Math.min(...received('/iota/bad'))).toBeGreaterThanOrEqual(3);
+    // The healthy endpoints' deliveries took one attempt each; the failing one's deliveries each
+    // waited backoff × 2^(attempts−1) plus up to 25 % jitter (100, 200 ms) between attempts.
+    const attempts = await db.sql<{ endpoint: string; attempts: number; n: number }[]>`select endpoint, min(attempts) as attempts, count(*) as n
+      from leasehold_outbox_deliveries where endpoint in (${ok1}, ${ok2}) group by endpoint order by endpoint`;
+    expect(attempts).toEqual([ok1, ok2].map((endpoint) => ({ endpoint, attempts: 1, n: 15 })));
+    const delays = await db.sql<{ attempts: number; min: number; max: number }[]>`select attempts, min(delay_ms) as min, max(delay_ms) as max
+      from outbox_failures where endpoint = ${bad} and attempts <= 2 group by attempts order by attempts`;
+    expect(delays.map((d) => d.attempts)).toEqual([1, 2]);
+    [100, 200].forEach((d, i) => {
+      expect(delays[i].min, `delay after attempt ${i + 1}`).toBeGreaterThanOrEqual(d - 1);
+      expect(delays[i].max, `delay after attempt ${i + 1}`).toBeLessThanOrEqual(d * 1.25 + 1);
+    });
+    expect(await db.sql`select 1 from outbox_failures where endpoint <> ${bad} and id in ${db.sql(ids)}`).toEqual([]);
+
+    // The status: per endpoint the backlog, the oldest undelivered message and the last error.
+    const status = await outboxStatus(db.sql, tenant);
+    expect(status.shards).toBe(3);
+    expect(status.endpoints.map((e) => e.url)).toEqual([ok1, ok2, bad]);
+    for (const e of status.endpoints.slice(0, 2)) {
+      expect(e).toMatchObject({ backlog: 0, oldest: null, failures: 0, lastError: null, lastDeliveredAt: expect.any(Date) });
+    }
+    const failing = status.endpoints[2];
+    expect(failing).toMatchObject({ backlog: 15, oldest: { id: ids[0], enqueuedAt: expect.any(Date) }, lastError: { message: 'HTTP 503', at: expect.any(Date) }, lastDeliveredAt: null });
+    expect(failing.failures).toBeGreaterThanOrEqual(45);
+    expect(failing.oldest!.ageMs).toBeGreaterThan(0);
+
+    // Once it is back it gets every message; the healthy ones still got each once.
+    sink.fail('/iota/bad', false);
+    await until(async () => (await undelivered(tenant)) === 0, 10_000, 'every message delivered');
+    expect(received('/iota/ok1')).toEqual(ids.map(() => 1));
+    expect(received('/iota/ok2')).toEqual(ids.map(() => 1));
+    const after = (await outboxStatus(db.sql, tenant)).endpoints[2];
+    expect(after).toMatchObject({ backlog: 0, oldest: null, failures: 0, lastError: { message: 'HTTP 503' }, lastDeliveredAt: expect.any(Date) });
+    await p.stop();
+  });
+
+  it("an endpoint removed drops its pending deliveries and blocks nothing; one added gets only messages that came after it", async () => {
+    const tenant = 'kappa';
+    const [a, gone] = await register(tenant, 2, ['/kappa/a', '/kappa/gone']);
+    sink.fail('/kappa/gone', true);
+    const p = proc();
+    const early: number[] = [];
+    for (let i = 0; i < 6; i++) early.push((await enqueueOutbox(db.sql, tenant, { key: `early${i}`, payload: i })).id);
+    await until(
+      async () => (await db.sql`select 1 from leasehold_outbox_deliveries where endpoint = ${gone} and attempts >= 1`).length === 6,
+      5_000,
+      'a failed attempt of each early message at the endpoint to be removed',
+    );
+    expect(await undelivered(tenant)).toBe(6);
+
+    const [, added] = await register(tenant, 2, ['/kappa/a', '/kappa/new']);
+    await until(async () => (await undelivered(tenant)) === 0, 5_000, 'nothing left pending once the failing endpoint is gone');
+    expect(await db.sql`select 1 from leasehold_outbox_deliveries where endpoint = ${gone} and delivered_at is null`).toEqual([]);
+    const late: number[] = [];
+    for (let i = 0; i < 6; i++) late.push((await enqueueOutbox(db.sql, tenant, { key: `late${i}`, payload: i })).id);
+    await until(async () => (await undelivered(tenant)) === 0, 5_000, 'the later messages delivered');
+
+    const keys = (path: string) => [...sink.keys(path)].sort();
+    const keysOf = (ids: number[]) => ids.map((id) => idempotencyKey(tenant, id)).sort();
+    expect(keys('/kappa/a')).toEqual(keysOf([...early, ...late]));
+    expect(keys('/kappa/new')).toEqual(keysOf(late));
+    expect((await outboxStatus(db.sql, tenant)).endpoints.map((e) => [e.url, e.backlog])).toEqual([
+      [a, 0],
+      [added, 0],
+    ]);
+    sink.fail('/kappa/gone', false);
+    await p.stop();
+  });
+});
+
+describe('outbox delivery connects only to checked addresses', () => {
+  let trap: ReturnType<typeof createServer>;
+  let trapped = 0;
+  let redirector: ReturnType<typeof createServer>;
+  let redirectorUrl: string;
+  const port = () => Number(new URL(sink.url).port);
+
+  beforeAll(async () => {
+    // Something that must never be reached: the same port as the sink, on another loopback
+    // address (127.0.0.2), which the allow-list (127.0.0.1) does not cover.
+    trap = createServer((req, res) => {
+      trapped++;
+      res.end('{}');
+    });
+    await new Promise<void>((r) => trap.listen(port(), '127.0.0.2', r));
+    redirector = createServer((_req, res) => {
+      res.writeHead(307, { location: `http://127.0.0.2:${port()}/redirected` });
+      res.end();
+    });
+    await new Promise<void>((r) => redirector.listen(0, '127.0.0.1', r));
+    redirectorUrl = `http://127.0.0.1:${(redirector.address() as AddressInfo).port}`;
+  });
+  afterAll(async () => {
+    trap.closeAllConnections();
+    redirector.closeAllConnections();
+    await new Promise((r) => trap.close(r));
+    await new Promise((r) => redirector.close(r));
+  });
+
+  it('refuses stored literals, names resolving or rebinding to non-public addresses and redirects, while the public endpoint gets every message', async () => {
+    // A resolver standing for DNS: good.test is the (allow-listed) sink; rebind.test answers a
+    // public address to the registration's check and 127.0.0.2 afterwards; mixed.test has both.
+    let rebindLookups = 0;
+    const lookup: AddressLookup = async (host) => {
+      if (host === 'good.test') return [{ address: '127.0.0.1', family: 4 }];
+      if (host === 'rebind.test') return [{ address: rebindLookups++ === 0 ? '93.184.215.14' : '127.0.0.2', family: 4 }];
+      if (host === 'mixed.test') return [{ address: '127.0.0.1', family: 4 }, { address: '127.0.0.2', family: 4 }];
+      throw Object.assign(new Error(`getaddrinfo ENOTFOUND ${host}`), { code: 'ENOTFOUND' });
+    };
+    const job = outboxDelivery({ intervalMs: 50, backoffMs: 100, maxBackoffMs: 200, timeoutMs: 3_000, allow: ['127.0.0.1'], lookup });
+    const rebind = `http://rebind.test:${port()}/rebind`;
+    expect(await job.admit!({ endpoints: [rebind] })).toEqual([]);
+
+    const tenant = 'lambda';
+    const good = `http://good.test:${port()}/good`;
+    const refused: [string, RegExp][] = [
+      // Stored before registration checked them (or written straight to the table).
+      [`http://127.0.0.2:${port()}/literal`, /refused: 127\.0\.0\.2 is a loopback address/],
+      [`http://0x7f000002:${port()}/hex`, /refused: 127\.0\.0\.2 is a loopback address/],
+      [`http://[::ffff:127.0.0.2]:${port()}/mapped`, /refused: ::ffff:7f00:2 is an IPv4-mapped/],
+      [`http://localhost:${port()}/name`, /refused: localhost is a special-use name/],
+      [rebind, /refused: rebind\.test resolves to 127\.0\.0\.2 is a loopback address/],
+      [`http://mixed.test:${port()}/mixed`, /refused: mixed\.test resolves to 127\.0\.0\.2/],
+      [`${redirectorUrl}/redirect`, /^HTTP 307$/],
+    ];
+    const endpoints = [good, ...refused.map(([url]) => url)];
+    await putTenantUnits(db.sql, tenant, { job: OUTBOX_JOB, shards: 1, weight: endpoints.length, config: { endpoints } });
+    const p = proc(defaultUnitJobs({ outbox: job as never }));
+    const ids: number[] = [];
+    for (let i = 0; i < 3; i++) ids.push((await enqueueOutbox(db.sql, tenant, { key: `l${i}`, payload: i })).id);
+    await until(
+      async () => (await db.sql`select 1 from leasehold_outbox_deliveries where tenant = ${tenant} and endpoint <> ${good} and attempts >= 2`).length === 3 * refused.length,
+      10_000,
+      'two attempts of each delivery to each refused endpoint',
+    );
+    await until(() => ids.every((id) => sink.keys('/good').has(idempotencyKey(tenant, id))), 5_000, 'the public endpoint got every message');
+    expect(trapped).toBe(0);
+    const errors = await db.sql<{ endpoint: string; last_error: string }[]>`select endpoint, last_error from leasehold_outbox_endpoints where tenant = ${tenant}`;
+    for (const [url, why] of refused) expect(errors.find((e) => e.endpoint === url)?.last_error, url).toMatch(why);
+    expect(errors.find((e) => e.endpoint === good)?.last_error ?? null).toBeNull();
+    await p.stop();
   });
 });
 
