@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { z } from 'zod';
+import * as z from 'zod';
 import type { UnitKey } from '../lease/index.js';
 import type { Sql } from '../store/index.js';
 import { defineUnitJob, type UnitContext, type UnitJob } from './job.js';

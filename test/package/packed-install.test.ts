@@ -41,7 +41,7 @@ beforeAll(async () => {
     join(app, 'src', 'leasehold.ts'),
     `import { defineJob } from 'leasehold';
 import { createHandlers } from 'leasehold/lambda';
-import { z } from 'zod';
+import * as z from 'zod';
 
 /** params { n }, items 0..n-1, output 2i. */
 const double = defineJob({
