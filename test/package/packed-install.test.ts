@@ -15,6 +15,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { finishedBatch, killDevProcesses, outputs, startDev } from '../support/dev-process.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
+import { ARM_BACKEND_KILLER, installBackendKiller } from '../support/kill-backend.js';
 import { buildLikeSst } from '../support/sst-bundle.js';
 
 const ROOT = resolve(import.meta.dirname, '../..');
@@ -69,20 +70,9 @@ export const { worker, scheduler, api, trigger, migrate } = createHandlers({ job
   writeFileSync(join(app, 'death.mjs'), DEATH_SCRIPT);
   await run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund'], { cwd: app, timeout: 240_000 });
   db = await testDatabase();
-  // Test-only: a statement trigger that terminates its own backend, once per arming (as in
-  // test/store/connection-death.test.ts); created disarmed, so the other tests start batches.
-  await db.sql.unsafe(`
-    create sequence kill_once;
-    select setval('kill_once', 1);
-    create function kill_once() returns trigger language plpgsql as $$
-    begin
-      if nextval('kill_once') = 1 then perform pg_terminate_backend(pg_backend_pid()); end if;
-      return null;
-    end $$;
-    create trigger kill_once after insert on leasehold_items for each statement execute function kill_once();
-    create table kill_copy (x integer);
-    create trigger kill_once after insert on kill_copy for each statement execute function kill_once();
-  `);
+  // Statement triggers that terminate their own backend once per arming (disarmed: the other
+  // tests start batches).
+  await installBackendKiller(db.sql);
 }, 300_000);
 
 /**
@@ -105,7 +95,7 @@ if (process.env.DRIVER === 'raw') {
     items: Array.from({ length: 50 }, (_, k) => ({ key: 'k' + k })) });
 }
 for (let i = 0; i < 4; i++) {
-  await sql\`select setval('kill_once', 1, false)\`;
+  await sql.unsafe(\`${ARM_BACKEND_KILLER}\`);
   const e = await attempt(i).then(() => undefined, (err) => err);
   rounds.push(e?.code ?? String(e));
   // Whatever the driver still had to write for the dead connection comes due meanwhile.
