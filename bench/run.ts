@@ -1,6 +1,7 @@
 // `npm run bench`: no-op item throughput of the batch runner on a real PostgreSQL, a start of
 // 200,000 items (bench/start.ts), the checksum job over 4,000 files (bench/checksum.ts), then the
-// lease benchmarks (bench/lease.ts). BENCH_ONLY=batch|start|checksum|lease runs one part.
+// lease benchmarks (bench/lease.ts), then the worker bundle's size and import cost
+// (bench/bundle.ts). BENCH_ONLY=batch|start|checksum|lease|bundle runs one part.
 // DATABASE_URL when set, else a throw-away embedded database (in the OS temp dir, removed after).
 import { randomUUID } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -8,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Runner, type NewBatch } from '../src/batch/index.js';
 import { connect, migrate, type Sql } from '../src/store/index.js';
+import { bundleBench } from './bundle.js';
 import { checksumBench } from './checksum.js';
 import { leaseBench } from './lease.js';
 import { startBench } from './start.js';
@@ -60,13 +62,14 @@ async function fourRuns(url: string, schema: string | undefined): Promise<number
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 async function main() {
-  const parts = ['batch', 'start', 'checksum', 'lease'];
+  const parts = ['batch', 'start', 'checksum', 'lease', 'bundle'];
   const only = process.env.BENCH_ONLY;
   if (only !== undefined && !parts.includes(only)) throw new Error(`BENCH_ONLY must be one of ${parts.join(', ')}, got ${only}`);
   const runs = (part: string) => only === undefined || only === part;
   let url = process.env.DATABASE_URL;
   let stop: (() => Promise<void>) | undefined;
-  if (!url) {
+  // The bundle part needs no database.
+  if (!url && only !== 'bundle') {
     const { startEmbedded } = await import('../src/local/embedded.js');
     const dir = await mkdtemp(join(tmpdir(), 'leasehold-bench-'));
     const db = await startEmbedded({ dir: join(dir, 'pgdata'), port: 0 });
@@ -77,10 +80,11 @@ async function main() {
     };
   }
   try {
-    if (runs('batch')) await batchBench(url);
-    if (runs('start')) await startBench(url);
-    if (runs('checksum')) await checksumBench(url);
-    if (runs('lease')) await leaseBench(url);
+    if (runs('batch')) await batchBench(url!);
+    if (runs('start')) await startBench(url!);
+    if (runs('checksum')) await checksumBench(url!);
+    if (runs('lease')) await leaseBench(url!);
+    if (runs('bundle')) await bundleBench();
   } finally {
     await stop?.();
   }

@@ -22,24 +22,27 @@
 import middy from '@middy/core';
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
 import type { Job } from './jobs/index.js';
+// From the modules themselves, not runtime/index.js: that one loads every module of the runtime,
+// and Node (unbundled) would then load the API, the scheduler and the trigger at every cold
+// start. handlers.ts loads each of those on its handler's first invocation instead.
+import { createRuntime } from './runtime/deps.js';
+import type { WorkerEvent } from './runtime/dispatch.js';
 import {
   apiInvocation,
-  createRuntime,
-  httpErrorBoundary,
-  invocation,
   migrateInvocation,
   schedulerInvocation,
   triggerInvocation,
   workerInvocation,
   type MigrateResult,
-  type SchedulerResult,
-  type TriggerResult,
-  type WorkerEvent,
-  type WorkerResult,
-} from './runtime/index.js';
+} from './runtime/handlers.js';
+import { httpErrorBoundary, invocation } from './runtime/middleware.js';
+import type { SchedulerResult } from './runtime/scheduler.js';
+import type { TriggerResult } from './runtime/trigger.js';
+import type { WorkerResult } from './runtime/worker.js';
 import type { UnitJob } from './units/index.js';
 
-export { ConfigError, type MigrateResult, type SchedulerResult, type TriggerResult, type WorkerEvent, type WorkerResult } from './runtime/index.js';
+export { ConfigError } from './runtime/config.js';
+export type { MigrateResult, SchedulerResult, TriggerResult, WorkerEvent, WorkerResult };
 
 /** A Lambda handler: `(event, context) => Promise<result>`. */
 export type LambdaHandler<E, R> = (event: E, context: Context) => Promise<R>;

@@ -1,7 +1,7 @@
 // Turning an API Gateway v2 event into validated input. Every failure here is the caller's
 // fault and becomes an ApiError with a 4xx status and a message naming the field.
 import type { APIGatewayProxyEventV2 } from 'aws-lambda';
-import { z } from 'zod';
+import * as z from 'zod';
 
 /**
  * A request the API refuses, with the HTTP status, a stable `code` and a message naming the

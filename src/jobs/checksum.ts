@@ -3,7 +3,7 @@ import { close, constants, fstat, open, read, type Dirent } from 'node:fs';
 import { readdir, readlink, realpath, stat } from 'node:fs/promises';
 import { isAbsolute, join, relative, resolve, sep } from 'node:path';
 import { promisify } from 'node:util';
-import { z } from 'zod';
+import * as z from 'zod';
 import { PermanentItemError, type ItemInput } from '../batch/index.js';
 import { defineJob, InvalidParamsError } from './job.js';
 

@@ -4,7 +4,7 @@
 // The AWS SDK is loaded on the first invoke, not when this module is imported: the `leasehold`
 // entry point exports this job and must load nothing of AWS.
 import type { InvokeCommand as InvokeCommandType, LambdaClient as LambdaClientType } from '@aws-sdk/client-lambda';
-import { z } from 'zod';
+import * as z from 'zod';
 import { PermanentItemError, type ItemInput, type ItemSource } from '../batch/index.js';
 import { defineJob, InvalidParamsError, UnknownJobError } from './job.js';
 

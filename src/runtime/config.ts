@@ -1,6 +1,6 @@
 import { delimiter } from 'node:path';
 import { tmpdir } from 'node:os';
-import { z } from 'zod';
+import * as z from 'zod';
 import type { StartLimits } from '../batch/index.js';
 import { parseOutboxAllow } from '../units/endpoint-guard.js';
 

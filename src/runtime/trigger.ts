@@ -1,7 +1,7 @@
 // Starting batches from EventBridge: bus events and schedules (DESIGN.md, "Serverless runtime":
 // trigger). The event decides the request key, so a redelivered event starts nothing new.
 import type { EventBridgeEvent } from 'aws-lambda';
-import { z } from 'zod';
+import * as z from 'zod';
 import { ApiError, checkStorableJson, MAX_NAME_LENGTH, nameSchema, parse } from '../api/request.js';
 import { createBatch, findBatchByKey, TooManyBatchesError } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';

@@ -6,9 +6,13 @@
 // - migrations on every deploy, before any other function gets its new code;
 // - the worker, the scheduler (every minute), the API (IAM auth on every route) and the trigger
 //   (an EventBridge bus and the declared schedules), all running the app's handler file;
-// - least privilege: `rds-db:connect` as the runner's user only; `lambda:InvokeFunction` on the
-//   worker for the functions that dispatch, and on the `invokable` functions for the worker;
-//   never `*`.
+// - least privilege: `rds-db:connect` as the runner's user only (the scheduler: as its own user
+//   only); `lambda:InvokeFunction` on the worker for the functions that dispatch, and on the
+//   `invokable` functions for the worker; never `*`;
+// - the connection budget: the worker's reserved concurrency times the pool size fits the
+//   runner's user's connection limit, which the migration sets (settings.ts, ConnectionBudget);
+// - the worker's recursive loop detection, set deliberately (WorkerSettings.recursiveLoop);
+// - a dead-letter queue for trigger events whose start failed after Lambda's retries.
 import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join, relative } from 'node:path';
@@ -74,6 +78,10 @@ export interface LeaseholdTransforms {
   schedulerCron?: Transform;
   /** Each declared schedule's `sst.aws.CronV2`. */
   schedule?: Transform;
+  /** The worker's `aws.lambda.FunctionRecursionConfig`. */
+  workerRecursion?: Transform;
+  /** The `sst.aws.Queue` that keeps trigger events whose start failed. */
+  triggerFailures?: Transform;
 }
 
 /** What `new Leasehold(name, args)` takes. Durations are in seconds or ms as their names say. */
@@ -126,6 +134,10 @@ export interface Leasehold {
     migrations: unknown;
     httpApi: unknown;
     bus: unknown;
+    /** The worker's recursion setting. */
+    workerRecursion: unknown;
+    /** The trigger's dead-letter queue: events whose start failed after Lambda's two retries. */
+    triggerFailures: { arn: Output<string>; url: Output<string> };
   };
 }
 
@@ -233,14 +245,23 @@ function componentClass(p: Platform): LeaseholdConstructor {
       // reaches them; TLS is required by the server (SST's parameter group sets rds.force_ssl=0).
       const db = settings.database;
       let postgres: InstanceType<Platform['sst']['aws']['Postgres']> | undefined;
-      let connection: { host: Input<string>; port: Input<string>; name: Input<string>; user: string; userArn: Output<string> };
+      let connection: {
+        host: Input<string>;
+        port: Input<string>;
+        name: Input<string>;
+        user: string;
+        /** The scheduler's own user: the runner's user with an existing database (which may not alter roles). */
+        schedulerUser: string;
+        userArn: (user: string) => Output<string>;
+      };
       if (db.kind === 'existing') {
         connection = {
           host: db.host,
           port: String(db.port),
           name: db.name,
           user: db.user,
-          userArn: $interpolate`arn:${ids.partition}:rds-db:${ids.region}:${ids.accountId}:dbuser:${db.resourceId}/${db.user}`,
+          schedulerUser: db.user,
+          userArn: (user) => $interpolate`arn:${ids.partition}:rds-db:${ids.region}:${ids.accountId}:dbuser:${db.resourceId}/${user}`,
         };
       } else {
         if (!vpc) throw new Error('an RDS database needs the component\'s own VPC');
@@ -267,15 +288,18 @@ function componentClass(p: Platform): LeaseholdConstructor {
           },
           t.database,
         );
+        const resourceId = postgres.nodes.instance.resourceId;
         connection = {
           host: postgres.host,
           port: $interpolate`${postgres.port}`,
           name: postgres.database,
           user: db.user,
-          userArn: $interpolate`arn:${ids.partition}:rds-db:${ids.region}:${ids.accountId}:dbuser:${postgres.nodes.instance.resourceId}/${db.user}`,
+          schedulerUser: db.schedulerUser,
+          userArn: (user) => $interpolate`arn:${ids.partition}:rds-db:${ids.region}:${ids.accountId}:dbuser:${resourceId}/${user}`,
         };
       }
-      const connectDatabase: Permission = { actions: ['rds-db:connect'], resources: [connection.userArn] };
+      const connectAs = (user: string): Permission => ({ actions: ['rds-db:connect'], resources: [connection.userArn(user)] });
+      const connectDatabase = connectAs(connection.user);
 
       const userEnvironment = args.environment ?? {};
       for (const variable of Object.keys(userEnvironment)) {
@@ -309,7 +333,11 @@ function componentClass(p: Platform): LeaseholdConstructor {
                   LEASEHOLD_DB_USER: postgres.username,
                   LEASEHOLD_DB_PASSWORD: postgres.password,
                   LEASEHOLD_DB_IAM_AUTH: 'false',
+                  // The runner's user gets CONNECTION LIMIT = the database's limit − the reserve;
+                  // the scheduler's user is created outside it.
                   LEASEHOLD_DB_IAM_USER: connection.user,
+                  LEASEHOLD_DB_SCHEDULER_USER: connection.schedulerUser,
+                  LEASEHOLD_DB_RESERVED_CONNECTIONS: String(db.reservedConnections),
                 }
               : { LEASEHOLD_DB_USER: connection.user, LEASEHOLD_DB_IAM_AUTH: 'true' }),
           },
@@ -339,12 +367,18 @@ function componentClass(p: Platform): LeaseholdConstructor {
         LEASEHOLD_DB_NAME: connection.name,
         LEASEHOLD_DB_USER: connection.user,
         LEASEHOLD_DB_IAM_AUTH: 'true',
+        LEASEHOLD_DB_POOL_MAX: String(db.poolMax),
         LEASEHOLD_WORKER_FUNCTION: workerName,
         LEASEHOLD_DEADLINE_MARGIN_MS: String(settings.worker.deadlineMarginMs),
         LEASEHOLD_DRAIN_MS: String(settings.worker.drainMs),
         ...(invokable.length ? { LEASEHOLD_INVOKABLE: invokableVariable(invokable, $interpolate) } : {}),
       };
-      const runnerFunction = (role: 'worker' | 'scheduler' | 'api' | 'trigger', extra: Args, permissions: Permission[]) =>
+      const runnerFunction = (
+        role: 'worker' | 'scheduler' | 'api' | 'trigger',
+        extra: Args,
+        permissions: Permission[],
+        as: { user: string } = { user: connection.user },
+      ) =>
         create(
           sst.aws.Function,
           `${name}${pascal(role)}`,
@@ -354,8 +388,9 @@ function componentClass(p: Platform): LeaseholdConstructor {
             runtime: RUNTIME,
             vpc: functionVpc,
             ...extra,
-            environment,
-            permissions: [connectDatabase, ...permissions, ...(args.permissions ?? [])],
+            environment: { ...environment, LEASEHOLD_DB_USER: as.user },
+            // rds-db:connect as the one user the function connects as.
+            permissions: [connectAs(as.user), ...permissions, ...(args.permissions ?? [])],
             ...(args.link ? { link: args.link } : {}),
           },
           t.function,
@@ -364,16 +399,30 @@ function componentClass(p: Platform): LeaseholdConstructor {
         );
 
       // The worker: one invocation is one process. Its reserved concurrency caps the live
-      // processes; async invocations are not retried by Lambda (the scheduler replaces a worker
-      // that failed). It invokes itself (continuations, replacements) and the invokable functions.
+      // processes, and so their connections (settings.budget); async invocations are not retried
+      // by Lambda (the scheduler replaces a worker that failed). It invokes itself (continuations,
+      // replacements) and the invokable functions.
       const w = settings.worker;
       const worker = runnerFunction(
         'worker',
         { timeout: `${w.timeoutSeconds} seconds`, memory: w.memory, concurrency: { reserved: w.reservedConcurrency }, retries: 0 },
         [invokeWorker, ...(invokable.length ? [{ actions: ['lambda:InvokeFunction'], resources: invokable.map((f) => f.arn) }] : [])],
       );
-      // Those that dispatch may invoke the worker, nothing wider.
-      const scheduler = runnerFunction('scheduler', { timeout: `${settings.scheduler.timeoutSeconds} seconds` }, [invokeWorker]);
+      // Set, not left to the account's default: see WorkerSettings.recursiveLoop for the choice.
+      const workerRecursion = create(
+        aws.lambda.FunctionRecursionConfig,
+        `${name}WorkerRecursion`,
+        { functionName: worker.name, recursiveLoop: w.recursiveLoop },
+        (_a: Args, o: ResourceOptions) => {
+          o.dependsOn = [worker];
+        },
+        t.workerRecursion,
+      );
+      // Those that dispatch may invoke the worker, nothing wider. The scheduler connects as its
+      // own user, outside the fleet's connection limit.
+      const scheduler = runnerFunction('scheduler', { timeout: `${settings.scheduler.timeoutSeconds} seconds` }, [invokeWorker], {
+        user: connection.schedulerUser,
+      });
       create(sst.aws.CronV2, `${name}SchedulerCron`, { function: scheduler, schedule: 'rate(1 minute)' }, t.schedulerCron);
 
       // The HTTP API: every route with IAM auth, also any added later through the transform.
@@ -395,8 +444,24 @@ function componentClass(p: Platform): LeaseholdConstructor {
       // By ARN: one function for all routes (a handler per route would create one function each).
       for (const route of API_ROUTES) httpApi.route(route, api.arn, { auth: { iam: true } });
 
-      // The trigger: start-batch events on the bus, and the declared schedules.
-      const trigger = runnerFunction('trigger', { timeout: `${settings.trigger.timeoutSeconds} seconds` }, [invokeWorker]);
+      // The trigger: start-batch events on the bus, and the declared schedules. Both invoke it
+      // asynchronously: an event whose start keeps failing (a store error; an invalid event is
+      // dropped and logged instead) goes to a dead-letter queue after Lambda's two retries, kept
+      // 14 days, instead of being lost.
+      const triggerFailures = create(
+        sst.aws.Queue,
+        `${name}TriggerFailures`,
+        { transform: { queue: { messageRetentionSeconds: 1_209_600 } } },
+        t.triggerFailures,
+      );
+      const trigger = runnerFunction(
+        'trigger',
+        {
+          timeout: `${settings.trigger.timeoutSeconds} seconds`,
+          transform: { function: { deadLetterConfig: { targetArn: triggerFailures.arn } } },
+        },
+        [invokeWorker, { actions: ['sqs:SendMessage'], resources: [triggerFailures.arn] }],
+      );
       const bus = create(sst.aws.Bus, `${name}Events`, {}, t.bus);
       bus.subscribe(`${name}StartBatch`, trigger, { pattern: { detailType: [START_BATCH_DETAIL_TYPE] } });
       for (const s of settings.schedules) {
@@ -430,6 +495,8 @@ function componentClass(p: Platform): LeaseholdConstructor {
         migrations,
         httpApi,
         bus,
+        workerRecursion,
+        triggerFailures,
       };
       this.registerOutputs({ url: this.url, busName: this.busName, workerName, databaseHost: this.databaseHost });
     }
@@ -496,7 +563,9 @@ function afterMigrations(migration: unknown): Transform {
     args.transform = {
       ...own,
       function: (fnArgs: Args, fnOpts: ResourceOptions, fnName: string) => {
-        transform(before, fnName, fnArgs, fnOpts);
+        // An object transform is merged into the args in place (SST keeps these args).
+        if (typeof before === 'function') before(fnArgs, fnOpts, fnName);
+        else if (before) Object.assign(fnArgs, before);
         const deps = fnOpts.dependsOn === undefined ? [] : [fnOpts.dependsOn].flat();
         fnOpts.dependsOn = [...deps, migration];
       },

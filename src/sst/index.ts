@@ -23,6 +23,7 @@ export {
 } from './component.js';
 export {
   databaseFromEnv,
+  estimatedMaxConnections,
   resolveSettings,
   checkSettings,
   checkSchedules,
@@ -42,5 +43,6 @@ export {
   type NewNetwork,
   type WorkerSettings,
   type FunctionSettings,
+  type ConnectionBudget,
 } from './settings.js';
 export type { Input, Output, Transform, ResourceOptions, FunctionLike } from './platform.js';

@@ -57,13 +57,14 @@ export interface Platform {
       ApiGatewayV2: Constructor<{ url: Output<string>; route(route: string, handler: Input<string>, args?: Args): unknown }>;
       Bus: Constructor<{ name: Output<string>; arn: Output<string>; subscribe(name: string, subscriber: unknown, args?: Args): unknown }>;
       CronV2: Constructor<unknown>;
+      Queue: Constructor<{ arn: Output<string>; url: Output<string> }>;
     };
   };
   aws: {
     getRegionOutput(args?: Args, opts?: ResourceOptions): { region: Output<string> };
     getCallerIdentityOutput(args?: Args, opts?: ResourceOptions): { accountId: Output<string> };
     getPartitionOutput(args?: Args, opts?: ResourceOptions): { partition: Output<string> };
-    lambda: { Invocation: Constructor<unknown> };
+    lambda: { Invocation: Constructor<unknown>; FunctionRecursionConfig: Constructor<unknown> };
     ec2: { VpcEndpoint: Constructor<unknown> };
   };
   $app: { name: string; stage: string };

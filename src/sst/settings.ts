@@ -49,8 +49,34 @@ export interface RdsDatabase {
   multiAz: boolean;
   /** Database name. Default `leasehold`. */
   name: string;
-  /** The runner's user: IAM-authenticated (`rds_iam`), created by the migration. Default `leasehold`. */
+  /**
+   * The runner's user (`LEASEHOLD_DB_IAM_USER`): IAM-authenticated (`rds_iam`), created by the
+   * migration with a `CONNECTION LIMIT` of the database's limit minus `reservedConnections`. The
+   * worker, the API and the trigger connect as it. Default `leasehold`.
+   */
   user: string;
+  /**
+   * The scheduler's user (`LEASEHOLD_DB_SCHEDULER_USER`): created by the migration like `user` but
+   * outside its connection limit, so a fleet that holds every connection it may have never starves
+   * the scheduler. Default `leasehold_scheduler`.
+   */
+  schedulerUser: string;
+  /**
+   * The instance's `max_connections`. Default: estimated from `instance` the way RDS's default
+   * parameter group sets it, `LEAST(DBInstanceClassMemory / 9531392, 5000)`, taking
+   * `DBInstanceClassMemory` as the class's memory less 384 MiB for the operating system (a little
+   * below what RDS gives: about 70 for `t4g.micro`, where RDS allows about 80). Give it for a class
+   * the component does not know, or when a custom parameter group sets it.
+   */
+  maxConnections?: number;
+  /**
+   * Connections the runner's user can never take (`LEASEHOLD_DB_RESERVED_CONNECTIONS`): they are
+   * for the scheduler's pool, the migrate function and an operator's session. At least
+   * `poolMax + 1`. Default 8.
+   */
+  reservedConnections: number;
+  /** Connections per function container (`LEASEHOLD_DB_POOL_MAX`, every function). Default 4. */
+  poolMax: number;
 }
 
 /** A database that exists already. */
@@ -65,6 +91,17 @@ export interface ExistingDatabase {
   user: string;
   /** `db-…` resource id of the instance, the `{dbi-resource-id}` of the `rds-db:connect` ARN. */
   resourceId: Input<string>;
+  /**
+   * The database's `max_connections`, when known: the worker's reserved concurrency is then held
+   * to it like for a database the component creates (see {@link ConnectionBudget}). The runner's
+   * user gets no `CONNECTION LIMIT` here (the migration runs as that user and may not alter
+   * roles), so the scheduler shares it. Default unknown: no check.
+   */
+  maxConnections?: number;
+  /** Connections kept out of the fleet's budget (see {@link RdsDatabase.reservedConnections}). Default 8. */
+  reservedConnections: number;
+  /** Connections per function container (`LEASEHOLD_DB_POOL_MAX`). Default 4. */
+  poolMax: number;
 }
 
 /** Subnets and security groups of a VPC that exists already. */
@@ -89,8 +126,25 @@ export interface WorkerSettings {
   timeoutSeconds: number;
   /** Default `1024 MB`. */
   memory: `${number} MB`;
-  /** Reserved concurrency: the most worker processes that can be live at once. Default 10. */
+  /**
+   * Reserved concurrency: the most worker processes that can be live at once. Their pools must fit
+   * the runner's user's connection limit (see {@link ConnectionBudget}): default 10, or fewer when
+   * 10 pools do not fit; a value that does not fit is refused.
+   */
   reservedConcurrency: number;
+  /**
+   * The worker's recursive loop detection (`aws.lambda.FunctionRecursionConfig`). Workers invoke
+   * workers (a continuation for each run handed off at the deadline, a replacement for the
+   * fleet), each invocation one hop of a chain that Lambda, with `Terminate`, stops after about 16
+   * hops, dropping that invocation and notifying the account. Nothing depends on the chain: the
+   * scheduler dispatches handed-off batches and brings the live count back to the desired count
+   * every minute, so a cut costs at most about a minute of one batch or one process, once every
+   * 16 worker lifetimes (about 4 hours at a 15-minute timeout). `Terminate` keeps AWS's guard
+   * against a runaway loop (a defect that made workers invoke workers without end would be
+   * stopped); `Allow` silences the cuts and their notifications but leaves such a loop running up
+   * to the reserved concurrency. Default `Terminate`.
+   */
+  recursiveLoop: 'Terminate' | 'Allow';
   /** `LEASEHOLD_DEADLINE_MARGIN_MS`: a worker stops at remaining time minus this, ms. Default 10,000. */
   deadlineMarginMs: number;
   /** `LEASEHOLD_DRAIN_MS`: how long in-flight items may take to stop at the deadline, ms. Default 5,000. */
@@ -103,6 +157,28 @@ export interface FunctionSettings {
   timeoutSeconds: number;
 }
 
+/**
+ * The fleet's connection budget (docs/design.md, "Serverless runtime"): PostgreSQL keeps
+ * `superuserReserved` of `maxConnections` for superusers; the runner's user may hold
+ * `runtimeLimit` = the rest less `reservedConnections` (its `CONNECTION LIMIT`, set by the
+ * migration); the scheduler (its own user) and the migrate function use the reserve. Every
+ * worker holds up to `poolMax`, so `workers × poolMax` must stay within `runtimeLimit`; what is
+ * left of it is for the API's and the trigger's containers (a connection past the limit is
+ * refused by PostgreSQL, that request fails and is retried, and nothing else is disturbed).
+ */
+export interface ConnectionBudget {
+  /** The database's `max_connections` (given, or estimated from the instance class). */
+  maxConnections: number;
+  /** `superuser_reserved_connections`: 3, PostgreSQL's and RDS's default. */
+  superuserReserved: number;
+  reservedConnections: number;
+  poolMax: number;
+  /** The runner's user's connection limit. */
+  runtimeLimit: number;
+  /** `worker.reservedConcurrency × poolMax`. */
+  workerConnections: number;
+}
+
 /** Everything a component deploys with, defaults applied (see {@link resolveSettings}). */
 export interface Settings {
   stage: string;
@@ -112,6 +188,8 @@ export interface Settings {
   network: NewNetwork | ExistingNetwork;
   database: RdsDatabase | ExistingDatabase;
   worker: WorkerSettings;
+  /** The connection budget, when the database's `max_connections` is known (see {@link ConnectionBudget}). */
+  budget: ConnectionBudget | undefined;
   /** Default 50 s (it runs every minute). */
   scheduler: FunctionSettings;
   /** Default 29 s (API Gateway answers within 30 s). */
@@ -128,7 +206,9 @@ export interface SettingsOptions {
   handlers: string;
   production?: boolean;
   network?: Partial<Omit<NewNetwork, 'kind'>> | { existing: Omit<ExistingNetwork, 'kind'> };
-  database?: Partial<Omit<RdsDatabase, 'kind'>> | { existing: Partial<Omit<ExistingDatabase, 'kind'>> & Pick<ExistingDatabase, 'host' | 'resourceId'> };
+  database?:
+    | Partial<Omit<RdsDatabase, 'kind'>>
+    | { existing: Partial<Omit<ExistingDatabase, 'kind'>> & Pick<ExistingDatabase, 'host' | 'resourceId'> };
   worker?: Partial<WorkerSettings>;
   scheduler?: Partial<FunctionSettings>;
   api?: Partial<FunctionSettings>;
@@ -145,6 +225,9 @@ const DEFAULT_RDS: RdsDatabase = {
   multiAz: false,
   name: 'leasehold',
   user: 'leasehold',
+  schedulerUser: 'leasehold_scheduler',
+  reservedConnections: 8,
+  poolMax: 4,
 };
 
 const DEFAULT_WORKER: WorkerSettings = {
@@ -153,7 +236,31 @@ const DEFAULT_WORKER: WorkerSettings = {
   reservedConcurrency: 10,
   deadlineMarginMs: 10_000,
   drainMs: 5_000,
+  recursiveLoop: 'Terminate',
 };
+
+/** PostgreSQL's (and RDS's) `superuser_reserved_connections`. */
+const SUPERUSER_RESERVED = 3;
+
+/** Memory of the RDS instance classes the component knows, GiB, by size (`t4g.micro` → `micro`). */
+const CLASS_MEMORY_GIB: Record<string, Record<string, number>> = {
+  t: { micro: 1, small: 2, medium: 4, large: 8, xlarge: 16, '2xlarge': 32 },
+  m: { large: 8, xlarge: 16, '2xlarge': 32, '4xlarge': 64, '8xlarge': 128, '12xlarge': 192, '16xlarge': 256 },
+  r: { large: 16, xlarge: 32, '2xlarge': 64, '4xlarge': 128, '8xlarge': 256, '12xlarge': 384, '16xlarge': 512 },
+};
+
+/**
+ * The `max_connections` RDS's default parameter group gives an instance class (`t4g.micro`,
+ * `m7g.large`, …): `LEAST(DBInstanceClassMemory / 9531392, 5000)`, with `DBInstanceClassMemory`
+ * taken as the class's memory less 384 MiB (RDS keeps some for the operating system; this errs
+ * low). Undefined for a class it does not know (families t, m and r, sizes micro to 16xlarge).
+ */
+export function estimatedMaxConnections(instance: string): number | undefined {
+  const m = /^(?:db\.)?([tmr])\d+[a-z]*\.([0-9]*x?[a-z]+)$/.exec(instance);
+  const gib = m ? CLASS_MEMORY_GIB[m[1]!]?.[m[2]!] : undefined;
+  if (gib === undefined) return undefined;
+  return Math.min(5000, Math.floor((gib * 1024 - 384) * 1_048_576 / 9_531_392));
+}
 
 /** Is `stage` a production stage (one of {@link PRODUCTION_STAGES})? */
 export function isProduction(stage: string): boolean {
@@ -173,15 +280,19 @@ export function resolveSettings(stage: string, options: SettingsOptions): Settin
       : { kind: 'vpc', nat: production ? 'managed' : 'ec2', lambdaEndpoint: false, ...(options.network as Partial<NewNetwork> | undefined) };
   const database: Settings['database'] =
     options.database && 'existing' in options.database
-      ? { kind: 'existing', port: 5432, name: 'leasehold', user: 'leasehold', ...options.database.existing }
+      ? { kind: 'existing', port: 5432, name: 'leasehold', user: 'leasehold', reservedConnections: 8, poolMax: 4, ...options.database.existing }
       : { ...DEFAULT_RDS, ...(options.database as Partial<RdsDatabase> | undefined), kind: 'rds' };
+  const worker = { ...DEFAULT_WORKER, ...options.worker };
+  const budget = connectionBudget(database, worker, options.worker?.reservedConcurrency !== undefined);
+  if (budget) worker.reservedConcurrency = budget.workerConnections / budget.poolMax;
   const settings: Settings = {
     stage,
     production,
     handlers: handlerBase(options.handlers),
     network,
     database,
-    worker: { ...DEFAULT_WORKER, ...options.worker },
+    worker,
+    budget,
     scheduler: { timeoutSeconds: 50, ...options.scheduler },
     api: { timeoutSeconds: 29, ...options.api },
     trigger: { timeoutSeconds: 120, ...options.trigger },
@@ -190,6 +301,59 @@ export function resolveSettings(stage: string, options: SettingsOptions): Settin
   };
   checkSettings(settings);
   return settings;
+}
+
+/**
+ * The connection budget of `database` (see {@link ConnectionBudget}), with the worker's reserved
+ * concurrency: the one given (`explicit`), else the default lowered to what fits.
+ * @throws {Error} the budget cannot work, naming the option to change: no `max_connections` known
+ *   for an instance class, a reserve that cannot hold the scheduler's pool and the migration, a
+ *   runtime limit below one worker's pool, or more worker connections than the runtime limit.
+ */
+function connectionBudget(database: Settings['database'], worker: WorkerSettings, explicit: boolean): ConnectionBudget | undefined {
+  const { poolMax, reservedConnections } = database;
+  if (!Number.isInteger(poolMax) || poolMax < 1 || poolMax > 100) throw new Error(`database.poolMax: ${poolMax} is not 1..100`);
+  if (!Number.isInteger(reservedConnections) || reservedConnections < 1) {
+    throw new Error(`database.reservedConnections: ${reservedConnections} is not a positive integer`);
+  }
+  let maxConnections = database.maxConnections;
+  if (maxConnections === undefined && database.kind === 'rds') {
+    maxConnections = estimatedMaxConnections(database.instance);
+    if (maxConnections === undefined) {
+      throw new Error(
+        `database.maxConnections: required with instance "${database.instance}", whose max_connections the component does not know ` +
+          '(its default parameter group gives LEAST(DBInstanceClassMemory / 9531392, 5000))',
+      );
+    }
+  }
+  if (maxConnections === undefined) return undefined;
+  if (!Number.isInteger(maxConnections) || maxConnections < 1) throw new Error(`database.maxConnections: ${maxConnections} is not a positive integer`);
+  // The scheduler's pool and the migrate function's one connection live in the reserve (with an
+  // existing database the scheduler shares the runner's user, but the reserve still keeps room).
+  if (reservedConnections < poolMax + 1) {
+    throw new Error(
+      `database.reservedConnections: ${reservedConnections} cannot hold the scheduler's pool (database.poolMax, ${poolMax}) ` +
+        `and the migrate function's connection: give at least ${poolMax + 1}`,
+    );
+  }
+  const runtimeLimit = maxConnections - SUPERUSER_RESERVED - reservedConnections;
+  const where = `max_connections ${maxConnections} − ${SUPERUSER_RESERVED} for superusers − database.reservedConnections ${reservedConnections}`;
+  if (runtimeLimit < poolMax) {
+    throw new Error(
+      `database.reservedConnections: the runner's user would have ${runtimeLimit} connections (${where}), ` +
+        `not one worker's pool (database.poolMax, ${poolMax}): use a larger database.instance, or lower the reserve or the pool`,
+    );
+  }
+  const fits = Math.floor(runtimeLimit / poolMax);
+  const workers = explicit ? worker.reservedConcurrency : Math.min(worker.reservedConcurrency, fits);
+  if (Number.isInteger(workers) && workers > fits) {
+    throw new Error(
+      `worker.reservedConcurrency: ${workers} workers × database.poolMax ${poolMax} = ${workers * poolMax} connections ` +
+        `exceed the runner's user's limit of ${runtimeLimit} (${where}): at most ${fits} workers fit; ` +
+        'lower it or database.poolMax, or use a larger database.instance (or give its database.maxConnections)',
+    );
+  }
+  return { maxConnections, superuserReserved: SUPERUSER_RESERVED, reservedConnections, poolMax, runtimeLimit, workerConnections: workers * poolMax };
 }
 
 /** `./src/leasehold.ts` → `src/leasehold`. @throws {Error} not a relative path to a file. */
@@ -228,6 +392,12 @@ export function checkSettings(s: Settings): void {
   }
   if (!Number.isInteger(w.reservedConcurrency) || w.reservedConcurrency < 1) {
     throw new Error(`worker.reservedConcurrency: ${w.reservedConcurrency} is not a positive integer`);
+  }
+  if (w.recursiveLoop !== 'Terminate' && w.recursiveLoop !== 'Allow') {
+    throw new Error(`worker.recursiveLoop: ${JSON.stringify(w.recursiveLoop)} is not "Terminate" or "Allow"`);
+  }
+  if (s.database.kind === 'rds' && (!/^[a-z_][a-z0-9_]{0,62}$/.test(s.database.schedulerUser) || s.database.schedulerUser === s.database.user)) {
+    throw new Error(`database.schedulerUser: "${s.database.schedulerUser}" must be a lowercase PostgreSQL name other than database.user`);
   }
   for (const role of ['scheduler', 'api', 'trigger', 'migrate'] as const) {
     const t = s[role].timeoutSeconds;

@@ -57,7 +57,8 @@ export interface ConnectOptions {
 }
 
 // The driver: postgres.js 3.4.9, pinned and patched at install (`patches/postgres+3.4.9.patch`,
-// applied by patch-package from `postinstall`). Unpatched, a statement written to a connection
+// applied by patch-package from `prepare`, which `npm ci` and `npm install` run in a clone but
+// never in an app that installs leasehold). Unpatched, a statement written to a connection
 // whose socket had closed — a transaction's own `rollback` after its backend was terminated, or
 // any statement of a transaction in flight when the connection died — was flushed from a
 // `setImmediate` callback that dereferenced the null socket: an uncaught `TypeError: Cannot read
@@ -65,8 +66,16 @@ export interface ConnectOptions {
 // (porsager/postgres#1154, #1066, #1208; fixes proposed in #1168, #1176, #1209, none released).
 // The patch fails such statements with CONNECTION_CLOSED instead, and starts every new session
 // clean: no buffered bytes, write timer, pending error or row count of the dead one carries over
-// (each of those failed or corrupted the first statement of the next session). Remove the patch
-// when a release fixes these; test/store/connection-death.test.ts fails without it.
+// (each of those failed or corrupted the first statement of the next session).
+//
+// The published package carries the fix too: an app's own `postgres` is installed unpatched (npm
+// runs no install script of a dependency), so `npm run build` bundles the patched driver into
+// `dist/vendor/postgres.js` and points this module's `import postgres from 'postgres'` at that
+// copy (scripts/build.mjs); the declarations keep the `postgres` package's types. All of this goes
+// away once a postgres.js release fixes those issues: drop the patch and the build step, and
+// depend on that release. test/store/connection-death.test.ts fails without the patch, and
+// test/package/packed-install.test.ts checks that an installed leasehold, and an app's bundle of
+// it, run the patched copy.
 
 /**
  * Open a postgres.js pool for `url` (a `postgres://` connection string) or a

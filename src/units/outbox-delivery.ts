@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { Dispatcher } from 'undici';
-import { z } from 'zod';
+import * as z from 'zod';
 import type { UnitKey } from '../lease/index.js';
 import type { Sql } from '../store/index.js';
 import { EndpointGuard, EndpointRefusedError, type AddressLookup } from './endpoint-guard.js';

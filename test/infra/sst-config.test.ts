@@ -212,7 +212,7 @@ describe('sst.config.ts, evaluated', () => {
     for (const r of declared) expect(documented.some((d) => d.path === r.path), r.path).toBe(true);
   });
 
-  it('enables IAM database auth and TLS on the instance, and grants rds-db:connect for the runner user only', async () => {
+  it('enables IAM database auth and TLS on the instance, and grants rds-db:connect for each function\'s own user only', async () => {
     noExistingDatabase();
     const { world } = await deploy();
     const pg = world.one('sst.aws.Postgres', 'RunnerDatabase');
@@ -226,14 +226,17 @@ describe('sst.config.ts, evaluated', () => {
     }).args.parameters as { name: string; value: string }[];
     expect(params.filter((p) => p.name === 'rds.force_ssl').map((p) => p.value)).toEqual(['1']);
 
-    const userArn = `arn:aws:rds-db:${REGION}:${ACCOUNT}:dbuser:${DB_RESOURCE_ID}/leasehold`;
+    const userArn = (user: string) => `arn:aws:rds-db:${REGION}:${ACCOUNT}:dbuser:${DB_RESOURCE_ID}/${user}`;
     const connecting = functions(world).filter((r) => permissionsOf(r).some((p) => p.actions.includes('rds-db:connect')));
     expect(connecting.map((r) => r.name).sort()).toEqual(RUNNER_FUNCTIONS);
     for (const r of connecting) {
       const resources = permissionsOf(r)
         .filter((p) => p.actions.includes('rds-db:connect'))
         .flatMap((p) => p.resources);
-      expect(resources, r.name).toEqual([userArn]);
+      // The scheduler connects as its own user, outside the fleet's connection limit.
+      const user = r.name === 'RunnerScheduler' ? 'leasehold_scheduler' : 'leasehold';
+      expect(resources, r.name).toEqual([userArn(user)]);
+      expect(r.args.environment.LEASEHOLD_DB_USER, r.name).toBe(user);
     }
   });
 
@@ -247,8 +250,9 @@ describe('sst.config.ts, evaluated', () => {
         LEASEHOLD_DB_HOST: DB_HOST,
         LEASEHOLD_DB_PORT: '5432',
         LEASEHOLD_DB_NAME: 'leasehold',
-        LEASEHOLD_DB_USER: 'leasehold',
+        LEASEHOLD_DB_USER: name === 'RunnerScheduler' ? 'leasehold_scheduler' : 'leasehold',
         LEASEHOLD_DB_IAM_AUTH: 'true',
+        LEASEHOLD_DB_POOL_MAX: '4',
         LEASEHOLD_WORKER_FUNCTION: workerName,
         LEASEHOLD_DEADLINE_MARGIN_MS: '10000',
         LEASEHOLD_DRAIN_MS: '5000',
@@ -256,7 +260,14 @@ describe('sst.config.ts, evaluated', () => {
     }
     // Only the migration gets the master password, to create the IAM user.
     const migrate = fn(world, 'Migrate').args.environment as Record<string, string>;
-    expect(migrate).toMatchObject({ LEASEHOLD_DB_IAM_AUTH: 'false', LEASEHOLD_DB_USER: 'postgres', LEASEHOLD_DB_IAM_USER: 'leasehold' });
+    // It also provisions the scheduler's user, and the runner's user's connection limit less the reserve.
+    expect(migrate).toMatchObject({
+      LEASEHOLD_DB_IAM_AUTH: 'false',
+      LEASEHOLD_DB_USER: 'postgres',
+      LEASEHOLD_DB_IAM_USER: 'leasehold',
+      LEASEHOLD_DB_SCHEDULER_USER: 'leasehold_scheduler',
+      LEASEHOLD_DB_RESERVED_CONNECTIONS: '8',
+    });
     expect(migrate.LEASEHOLD_DB_PASSWORD).toBeTruthy();
   });
 
@@ -569,5 +580,97 @@ describe('the Leasehold component, constructed directly', () => {
     }
     // Function names carry the component's name.
     expect((worker.instance as { name: string }).name).toBe('leasehold-dev-jobs-worker');
+  });
+
+  it("sizes the worker's reserved concurrency so that its pools fit the runner's user's connection limit", async () => {
+    // db.t4g.micro: max_connections about 70 (estimated, erring low), 3 for superusers, 8 reserved.
+    const { world, runner } = await component({});
+    expect(runner.settings.budget).toEqual({
+      maxConnections: 70,
+      superuserReserved: 3,
+      reservedConnections: 8,
+      poolMax: 4,
+      runtimeLimit: 59,
+      workerConnections: 40,
+    });
+    const worker = world.one('sst.aws.Function', 'JobsWorker');
+    const reserved = worker.args.concurrency.reserved as number;
+    const poolMax = Number(worker.args.environment.LEASEHOLD_DB_POOL_MAX);
+    expect(reserved).toBe(10);
+    expect(reserved * poolMax).toBeLessThanOrEqual(runner.settings.budget!.runtimeLimit);
+    removeStandIns();
+
+    // Bigger pools: the default comes down to what fits (58 / 8 → 7 workers), and every function gets the pool size.
+    const big = await component({ database: { poolMax: 8, reservedConnections: 9 } });
+    expect(big.world.one('sst.aws.Function', 'JobsWorker').args.concurrency.reserved).toBe(7);
+    for (const name of ['JobsWorker', 'JobsScheduler', 'JobsApi', 'JobsTrigger']) {
+      expect(big.world.one('sst.aws.Function', name).args.environment.LEASEHOLD_DB_POOL_MAX, name).toBe('8');
+    }
+    // The reserve holds the scheduler's pool and the migration: it must be at least 9 here.
+    removeStandIns();
+    expect(() => resolveSettings('dev', { handlers: 'functions/leasehold', database: { poolMax: 8 } })).toThrow(/database\.reservedConnections: 8 cannot hold/);
+    // A larger instance, or its max_connections given, leaves room for more.
+    const large = resolveSettings('dev', { handlers: 'functions/leasehold', database: { instance: 'm7g.large', reservedConnections: 12 }, worker: { reservedConcurrency: 150 } });
+    expect(large.budget).toMatchObject({ maxConnections: 858, runtimeLimit: 843, workerConnections: 600 });
+    const given = resolveSettings('dev', { handlers: 'functions/leasehold', database: { instance: 'x2g.large', maxConnections: 500 } });
+    expect(given.budget).toMatchObject({ maxConnections: 500, runtimeLimit: 489 });
+    expect(given.worker.reservedConcurrency).toBe(10);
+  });
+
+  it('refuses a connection budget that cannot fit the database, naming the option', () => {
+    const ok = { handlers: 'functions/leasehold' };
+    // 20 workers × 4 connections = 80 > 59.
+    expect(() => resolveSettings('dev', { ...ok, worker: { reservedConcurrency: 20 } })).toThrow(
+      /^worker\.reservedConcurrency: 20 workers × database\.poolMax 4 = 80 connections exceed the runner's user's limit of 59 .*at most 14 workers fit/,
+    );
+    expect(() => resolveSettings('dev', { ...ok, worker: { reservedConcurrency: 14 } })).not.toThrow();
+    // A class whose max_connections is not known.
+    expect(() => resolveSettings('dev', { ...ok, database: { instance: 'x2g.large' } })).toThrow(/^database\.maxConnections: required with instance "x2g\.large"/);
+    // A reserve that leaves the runner's user less than one pool.
+    expect(() => resolveSettings('dev', { ...ok, database: { maxConnections: 14 } })).toThrow(/^database\.reservedConnections: the runner's user would have 3 connections/);
+    // Exactly one pool fits: one worker.
+    expect(resolveSettings('dev', { ...ok, database: { maxConnections: 15 } }).worker.reservedConcurrency).toBe(1);
+    // Nonsense values.
+    expect(() => resolveSettings('dev', { ...ok, database: { poolMax: 0 } })).toThrow(/^database\.poolMax/);
+    expect(() => resolveSettings('dev', { ...ok, database: { maxConnections: -1 } })).toThrow(/^database\.maxConnections/);
+    expect(() => resolveSettings('dev', { ...ok, database: { schedulerUser: 'leasehold' } })).toThrow(/^database\.schedulerUser/);
+    // An existing database is checked when its max_connections is given, and not otherwise.
+    const existing = { host: 'db.example', resourceId: 'db-ABC123' };
+    expect(resolveSettings('dev', { ...ok, database: { existing } }).budget).toBeUndefined();
+    expect(() => resolveSettings('dev', { ...ok, database: { existing: { ...existing, maxConnections: 40 } }, worker: { reservedConcurrency: 10 } })).toThrow(
+      /^worker\.reservedConcurrency: 10 workers .* limit of 29/,
+    );
+  });
+
+  it("sets the worker's recursive loop detection deliberately: Terminate unless told Allow", async () => {
+    const { world } = await component({});
+    const worker = world.one('sst.aws.Function', 'JobsWorker');
+    const [config, ...more] = world.of('aws.lambda.FunctionRecursionConfig');
+    expect(more).toHaveLength(0);
+    expect(config!.args).toEqual({ functionName: (worker.instance as { name: string }).name, recursiveLoop: 'Terminate' });
+    expect([config!.opts?.dependsOn].flat()).toContain(worker.instance);
+    removeStandIns();
+    const allowed = await component({ worker: { recursiveLoop: 'Allow' } });
+    expect(allowed.world.one('aws.lambda.FunctionRecursionConfig', 'JobsWorkerRecursion').args.recursiveLoop).toBe('Allow');
+    removeStandIns();
+    expect(() => resolveSettings('dev', { handlers: 'functions/leasehold', worker: { recursiveLoop: 'Off' as never } })).toThrow(/^worker\.recursiveLoop/);
+  });
+
+  it('keeps trigger events whose start failed after Lambda\'s retries in a dead-letter queue only the trigger may write', async () => {
+    const { world, runner } = await component({});
+    const queue = world.one('sst.aws.Queue', 'JobsTriggerFailures');
+    const arn = (queue.instance as { arn: string }).arn;
+    expect(applyTransform(queue.args.transform?.queue, {}).args.messageRetentionSeconds).toBe(1_209_600);
+    const trigger = world.one('sst.aws.Function', 'JobsTrigger');
+    // The Lambda function resource gets the queue as its dead-letter target.
+    const lambda = applyTransform(trigger.args.transform?.function, { handler: 'x' }).args;
+    expect(lambda.deadLetterConfig).toEqual({ targetArn: arn });
+    const senders = functions(world).filter((r) => permissionsOf(r).some((p) => p.actions.includes('sqs:SendMessage')));
+    expect(senders.map((r) => r.name)).toEqual(['JobsTrigger']);
+    expect(permissionsOf(trigger).filter((p) => p.actions.includes('sqs:SendMessage'))).toEqual([{ actions: ['sqs:SendMessage'], resources: [arn] }]);
+    expect(runner.nodes.triggerFailures).toBe(queue.instance);
+    // The migrations still come first for it.
+    const { opts } = applyTransform(trigger.args.transform?.function, {}, {});
+    expect([opts.dependsOn].flat()).toContain(world.one('aws.lambda.Invocation', 'JobsMigrations').instance);
   });
 });

@@ -164,6 +164,22 @@ export function installStandIns(stage: string, options: StandInOptions): World {
     }
   }
 
+  class Queue extends Recording {
+    readonly arn: string;
+    readonly url: string;
+    constructor(name: string, args: Record<string, any> = {}, opts?: Record<string, any>) {
+      super('sst.aws.Queue', name, args, opts);
+      this.arn = `arn:aws:sqs:${REGION}:${ACCOUNT}:${app}-${stage}-${name}Queue-standin`;
+      this.url = `https://sqs.${REGION}.amazonaws.com/${ACCOUNT}/${app}-${stage}-${name}Queue-standin`;
+    }
+  }
+
+  class FunctionRecursionConfig extends Recording {
+    constructor(name: string, args: Record<string, any>, opts?: Record<string, any>) {
+      super('aws.lambda.FunctionRecursionConfig', name, args, opts);
+    }
+  }
+
   class Invocation extends Recording {
     readonly result = '{}';
     constructor(name: string, args: Record<string, any>, opts?: Record<string, any>) {
@@ -195,12 +211,12 @@ export function installStandIns(stage: string, options: StandInOptions): World {
   g.$interpolate = interpolate;
   g.$resolve = (values: unknown[]) => values;
   g.$util = { interpolate, output: (v: unknown) => v, ComponentResource };
-  g.sst = { aws: { Function, Vpc, Postgres, ApiGatewayV2, Bus, CronV2 } };
+  g.sst = { aws: { Function, Vpc, Postgres, ApiGatewayV2, Bus, CronV2, Queue } };
   g.aws = {
     getRegionOutput: () => ({ region: REGION }),
     getCallerIdentityOutput: () => ({ accountId: ACCOUNT }),
     getPartitionOutput: () => ({ partition: 'aws' }),
-    lambda: { Invocation },
+    lambda: { Invocation, FunctionRecursionConfig },
     ec2: { VpcEndpoint },
   };
   return world;

@@ -1,14 +1,22 @@
 // The package as a user gets it: `npm pack`, the tarball installed into a fresh app of its own
 // (outside this repository, its own package.json, its own job), `leasehold dev --app` started
 // there on the real test PostgreSQL, a batch started through the API and every output checked.
+//
+// And the driver fix as a user gets it: the app's own `postgres` is installed from npm
+// unpatched, so the installed leasehold must run its bundled, patched copy
+// (dist/vendor/postgres.js, scripts/build.mjs): a connection killed inside a transaction crashes
+// a process that uses the app's `postgres`, and never one that uses leasehold, installed or
+// bundled as SST bundles the app's handler file.
 import { execFile } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { finishedBatch, killDevProcesses, outputs, startDev } from '../support/dev-process.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
+import { ARM_BACKEND_KILLER, installBackendKiller } from '../support/kill-backend.js';
+import { buildLikeSst } from '../support/sst-bundle.js';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const run = promisify(execFile);
@@ -41,7 +49,7 @@ beforeAll(async () => {
     join(app, 'src', 'leasehold.ts'),
     `import { defineJob } from 'leasehold';
 import { createHandlers } from 'leasehold/lambda';
-import { z } from 'zod';
+import * as z from 'zod';
 
 /** params { n }, items 0..n-1, output 2i. */
 const double = defineJob({
@@ -59,9 +67,54 @@ const double = defineJob({
 export const { worker, scheduler, api, trigger, migrate } = createHandlers({ jobs: [double] });
 `,
   );
+  writeFileSync(join(app, 'death.mjs'), DEATH_SCRIPT);
   await run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund'], { cwd: app, timeout: 240_000 });
   db = await testDatabase();
+  // Statement triggers that terminate their own backend once per arming (disarmed: the other
+  // tests start batches).
+  await installBackendKiller(db.sql);
 }, 300_000);
+
+/**
+ * The connection-death scenario (issue 9 item 3) as an app runs it: 4 times, a transaction whose
+ * backend a trigger terminates while it inserts, then a statement on a fresh connection; prints
+ * `{ rounds: [error code…], after: 2 }`. DRIVER=raw uses the app's own `postgres` (unpatched, from
+ * npm); otherwise leasehold's `connect` and `createBatch` (a start inserting its items).
+ */
+const DEATH_SCRIPT = `const url = process.env.DATABASE_URL;
+const rounds = [];
+let sql, attempt;
+if (process.env.DRIVER === 'raw') {
+  const { default: postgres } = await import('postgres');
+  sql = postgres(url, { max: 2, fetch_types: false, onnotice() {} });
+  attempt = (i) => sql.begin(async (tx) => { await tx\`insert into kill_copy values (\${i})\`; });
+} else {
+  const { connect, createBatch } = await import('leasehold');
+  sql = connect(url, { max: 2 });
+  attempt = (i) => createBatch(sql, { tenant: 't', datasource: 'd' + i, job: 'j', params: {}, requestKey: 'death-' + process.pid + '-' + i,
+    items: Array.from({ length: 50 }, (_, k) => ({ key: 'k' + k })) });
+}
+for (let i = 0; i < 4; i++) {
+  await sql.unsafe(\`${ARM_BACKEND_KILLER}\`);
+  const e = await attempt(i).then(() => undefined, (err) => err);
+  rounds.push(e?.code ?? String(e));
+  // Whatever the driver still had to write for the dead connection comes due meanwhile.
+  await new Promise((r) => setTimeout(r, 50));
+}
+const [{ n }] = await sql\`select 1 + 1 as n\`;
+await sql.end({ timeout: 5 });
+console.log(JSON.stringify({ rounds, after: n }));
+`;
+
+/** Run `script` with node in the app, on the test schema: its exit code, output and error output. */
+async function runInApp(script: string, env: Record<string, string> = {}): Promise<{ code: number; stdout: string; stderr: string }> {
+  return run(process.execPath, [script], { cwd: app, env: { PATH: process.env.PATH ?? '', DATABASE_URL: db.schemaUrl, ...env }, timeout: 60_000 }).then(
+    ({ stdout, stderr }) => ({ code: 0, stdout, stderr }),
+    (e: { code?: number; stdout?: string; stderr?: string }) => ({ code: e.code ?? -1, stdout: e.stdout ?? '', stderr: e.stderr ?? '' }),
+  );
+}
+
+const SURVIVED = { rounds: ['CONNECTION_CLOSED', 'CONNECTION_CLOSED', 'CONNECTION_CLOSED', 'CONNECTION_CLOSED'], after: 2 };
 
 afterAll(async () => {
   killDevProcesses();
@@ -83,10 +136,15 @@ describe('the packed package', () => {
       'dist/src/sst/index.d.ts',
       'dist/src/cli.js',
       'dist/src/store/migrations/001_batches.sql',
+      'dist/vendor/postgres.js',
     ]) {
       expect(files, path).toContain(path);
     }
     expect(files.filter((f) => /^(src|test|functions|examples|bench|scripts)\//.test(f) || (/\.ts$/.test(f) && !/\.d\.ts$/.test(f)))).toEqual([]);
+    // Nothing runs when an app installs it (patch-package, for one, is not there: the driver's
+    // patch ships applied, in dist/vendor).
+    const { scripts = {} } = JSON.parse(readFileSync(join(app, 'node_modules', 'leasehold', 'package.json'), 'utf8')) as { scripts?: Record<string, string> };
+    expect(Object.keys(scripts).filter((s) => /^(pre|post)?install$/.test(s))).toEqual([]);
   });
 
   it('installs into another app, whose leasehold dev --app runs its own job to the end', async () => {
@@ -110,5 +168,40 @@ describe('the packed package', () => {
       expect(stopped.code, stopped.stderr).toBe(0);
       expect(stopped.stderr).toMatch(/nothing left owned/);
     }
+  }, 120_000);
+
+  it("a connection killed inside a transaction crashes the app's own postgres, and never the installed leasehold, which runs its patched copy", async () => {
+    // The scenario is real: the driver npm installed for the app dies of it.
+    const raw = await runInApp('death.mjs', { DRIVER: 'raw' });
+    expect(raw.code, raw.stdout).not.toBe(0);
+    expect(raw.stderr).toMatch(/TypeError: Cannot read properties of null \(reading 'write'\)/);
+    expect(raw.stderr).toMatch(/node_modules\/postgres\/src\/connection\.js/);
+
+    const installed = await runInApp('death.mjs');
+    expect(installed.code, installed.stderr).toBe(0);
+    expect(JSON.parse(installed.stdout)).toEqual(SURVIVED);
+    // The installed package imports its own copy, which says what it is.
+    const connectJs = readFileSync(join(app, 'node_modules', 'leasehold', 'dist', 'src', 'store', 'connect.js'), 'utf8');
+    expect(connectJs).toMatch(/^import postgres from '\.\.\/\.\.\/vendor\/postgres\.js';$/m);
+    expect(readFileSync(join(app, 'node_modules', 'leasehold', 'dist', 'vendor', 'postgres.js'), 'utf8')).toMatch(
+      /^\/\*! leasehold-vendored-postgres: postgres\.js 3\.4\.9 .*patches\/postgres\+3\.4\.9\.patch/s,
+    );
+    // Its declarations still name the postgres package's types.
+    expect(readFileSync(join(app, 'node_modules', 'leasehold', 'dist', 'src', 'store', 'connect.d.ts'), 'utf8')).toMatch(/from 'postgres'/);
+  }, 120_000);
+
+  it("the app's handler file bundled as SST bundles it carries the patched driver, and the bundled scenario survives", async () => {
+    const handlers = await buildLikeSst(join(app, 'src', 'leasehold.ts'), join(dir, 'bundle', 'leasehold.mjs'), { absWorkingDir: app });
+    const inputs = Object.keys(handlers.metafile.inputs);
+    expect(inputs).toContain('node_modules/leasehold/dist/vendor/postgres.js');
+    expect(inputs.filter((p) => p.startsWith('node_modules/postgres/'))).toEqual([]);
+    // The legal comment of the patched copy survives minification (esbuild lists it at the end).
+    expect(readFileSync(handlers.file, 'utf8')).toMatch(/leasehold-vendored-postgres: postgres\.js 3\.4\.9 .*patches\/postgres\+3\.4\.9\.patch/s);
+
+    const death = await buildLikeSst(join(app, 'death.mjs'), join(dir, 'bundle', 'death.mjs'), { absWorkingDir: app });
+    expect(Object.keys(death.metafile.inputs)).toContain('node_modules/leasehold/dist/vendor/postgres.js');
+    const bundled = await runInApp(death.file);
+    expect(bundled.code, bundled.stderr).toBe(0);
+    expect(JSON.parse(bundled.stdout)).toEqual(SURVIVED);
   }, 120_000);
 });

@@ -13,29 +13,18 @@ import { putTenantUnits } from '../../src/lease/index.js';
 import { isConnectionError, loadConfig, runScheduler, runWorker, type Dispatcher } from '../../src/runtime/index.js';
 import { connect, type Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
+import { ARM_BACKEND_KILLER, installBackendKiller } from '../support/kill-backend.js';
 import { PgProxy } from '../support/pgproxy.js';
 
 let db: TestDatabase;
 beforeAll(async () => {
   db = await testDatabase();
-  // Test-only: a statement trigger that terminates its own backend, once per arming (a
-  // sequence, so the terminated transaction's rollback does not re-arm it).
-  await db.sql.unsafe(`
-    create sequence kill_once;
-    create function kill_once() returns trigger language plpgsql as $$
-    begin
-      if nextval('kill_once') = 1 then perform pg_terminate_backend(pg_backend_pid()); end if;
-      return null;
-    end $$;
-    create trigger kill_once after insert on leasehold_items for each statement execute function kill_once();
-    create table kill_copy (x integer);
-    create trigger kill_once after insert on kill_copy for each statement execute function kill_once();
-  `);
+  await installBackendKiller(db.sql);
 });
 afterAll(() => db.close());
 
 /** Arm the trigger: the next insert into `leasehold_items` or `kill_copy` terminates its backend. */
-const arm = () => db.sql`select setval('kill_once', 1, false)`;
+const arm = () => db.sql.unsafe(ARM_BACKEND_KILLER);
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 

@@ -1,6 +1,6 @@
 // The app's own jobs: what leasehold runs for it.
 import { defineJob, defineUnitJob } from 'leasehold';
-import { z } from 'zod';
+import * as z from 'zod';
 
 /**
  * A batch job: params `{ n }`, one item per `i` in `0..n−1`, output `i²`. A real one would

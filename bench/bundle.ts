@@ -1,0 +1,27 @@
+// The worker's cold-start share: functions/leasehold.ts (the handler file every function of the
+// runner points at) bundled as SST bundles it for deploy, its size, and what importing it costs a
+// fresh `node` process over a bare start (what a Lambda cold start pays before the handler runs).
+// Goals: at most 1 MB (1,000,000 bytes) and 150 ms. No database needed.
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { buildLikeSst, bundleInputs, importCost } from '../test/support/sst-bundle.js';
+
+const RUNS = Number(process.env.BENCH_IMPORT_RUNS ?? 15);
+
+/** Print `worker bundle: B bytes, import M ms` and where the bytes come from. */
+export async function bundleBench(): Promise<void> {
+  const dir = await mkdtemp(join(tmpdir(), 'leasehold-bench-bundle-'));
+  try {
+    const bundle = await buildLikeSst(resolve(import.meta.dirname, '..', 'functions', 'leasehold.ts'), join(dir, 'leasehold.mjs'));
+    const cost = importCost(bundle.file, RUNS);
+    console.log(
+      `worker bundle: ${bundle.bytes} bytes, import ${Math.round(cost.wallMs)} ms ` +
+        `(CPU ${Math.round(cost.cpuMs)} ms; medians of ${cost.runs} starts over a bare node start; goals 1,000,000 bytes, 150 ms)`,
+    );
+    const largest = bundleInputs(bundle).slice(0, 8);
+    console.log(`  largest inputs: ${largest.map((i) => `${i.name} ${Math.round(i.bytes / 1024)} KiB`).join(', ')}`);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
