@@ -23,6 +23,7 @@ import {
   kebab,
   pascal,
   resolveSettings,
+  BUNDLING,
   RUNTIME,
   scheduleEvent,
   START_BATCH_DETAIL_TYPE,
@@ -316,6 +317,7 @@ function componentClass(p: Platform): LeaseholdConstructor {
           name: physical('migrate'),
           handler: `${settings.handlers}.migrate`,
           runtime: RUNTIME,
+          nodejs: BUNDLING,
           vpc: functionVpc,
           timeout: `${settings.migrate.timeoutSeconds} seconds`,
           // Deployed as is in `sst dev` too: the deploy waits on it.
@@ -386,6 +388,7 @@ function componentClass(p: Platform): LeaseholdConstructor {
             name: role === 'worker' ? workerName : physical(role),
             handler: `${settings.handlers}.${role}`,
             runtime: RUNTIME,
+            nodejs: BUNDLING,
             vpc: functionVpc,
             ...extra,
             environment: { ...environment, LEASEHOLD_DB_USER: as.user },

@@ -95,7 +95,7 @@ describe('sst.config.ts, evaluated', () => {
     ]);
   });
 
-  it('runs every function on nodejs22.x in the VPC', async () => {
+  it('runs every function on nodejs22.x in the VPC, bundled as ESM with code splitting', async () => {
     noExistingDatabase();
     const { world } = await deploy();
     const vpc = world.one('sst.aws.Vpc', 'RunnerVpc');
@@ -104,6 +104,8 @@ describe('sst.config.ts, evaluated', () => {
       expect(r.args.runtime, r.name).toBe(RUNTIME);
       expect(RUNTIME).toBe('nodejs22.x');
       expect(r.args.vpc, r.name).toBe(vpc.instance);
+      // A cold start loads only the handler file's static imports (test/support/sst-bundle.ts).
+      expect(r.args.nodejs, r.name).toEqual({ format: 'esm', splitting: true });
     }
   });
 

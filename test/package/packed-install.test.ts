@@ -16,7 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { finishedBatch, killDevProcesses, outputs, startDev } from '../support/dev-process.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { ARM_BACKEND_KILLER, installBackendKiller } from '../support/kill-backend.js';
-import { buildLikeSst } from '../support/sst-bundle.js';
+import { buildLikeSst, bundleText } from '../support/sst-bundle.js';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const run = promisify(execFile);
@@ -196,7 +196,7 @@ describe('the packed package', () => {
     expect(inputs).toContain('node_modules/leasehold/dist/vendor/postgres.js');
     expect(inputs.filter((p) => p.startsWith('node_modules/postgres/'))).toEqual([]);
     // The legal comment of the patched copy survives minification (esbuild lists it at the end).
-    expect(readFileSync(handlers.file, 'utf8')).toMatch(/leasehold-vendored-postgres: postgres\.js 3\.4\.9 .*patches\/postgres\+3\.4\.9\.patch/s);
+    expect(bundleText(handlers)).toMatch(/leasehold-vendored-postgres: postgres\.js 3\.4\.9 .*patches\/postgres\+3\.4\.9\.patch/s);
 
     const death = await buildLikeSst(join(app, 'death.mjs'), join(dir, 'bundle', 'death.mjs'), { absWorkingDir: app });
     expect(Object.keys(death.metafile.inputs)).toContain('node_modules/leasehold/dist/vendor/postgres.js');
