@@ -9,7 +9,7 @@ import { loadConfig, ConfigError, type Config } from './config.js';
 import { openDatabase } from './db.js';
 import { runtimeDeps } from './deps.js';
 import type { Dispatcher, WorkerEvent } from './dispatch.js';
-import { workerMetricHooks, type RuntimeMetrics } from './metrics.js';
+import { recordFleetBalance, workerMetricHooks, type RuntimeMetrics } from './metrics.js';
 import { invocationOf } from './middleware.js';
 import { runScheduler, type SchedulerResult } from './scheduler.js';
 import { handleTrigger, type TriggerResult } from './trigger.js';
@@ -33,8 +33,9 @@ export async function workerInvocation(event: WorkerEvent | null | undefined, co
 
 /**
  * One scheduler run (every minute): see {@link runScheduler}. Logs the result and records
- * `ProcessesSwept`, `BatchesDispatched`, `DispatchFailures`, `WorkersInvoked`, and the levels
- * `LiveProcesses`, `DesiredProcesses`, `PendingInvocations`.
+ * `ProcessesSwept`, `BatchesDispatched`, `DispatchFailures`, `WorkersInvoked`, the levels
+ * `LiveProcesses`, `DesiredProcesses`, `PendingInvocations`, and the fleet's balance
+ * (`recordFleetBalance`).
  */
 export async function schedulerInvocation(_event: unknown, context: Context): Promise<SchedulerResult> {
   const deps = runtimeDeps();
@@ -48,6 +49,7 @@ export async function schedulerInvocation(_event: unknown, context: Context): Pr
   metrics.level('LiveProcesses', result.fleet.live);
   metrics.level('DesiredProcesses', result.fleet.desired);
   metrics.level('PendingInvocations', result.fleet.pending);
+  recordFleetBalance(metrics, result);
   return result;
 }
 
