@@ -8,7 +8,7 @@ import { ManualClock } from '../../src/clock.js';
 import { putTenantUnits } from '../../src/lease/index.js';
 import type { Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { OverlapChecker, clear, concurrently, expire, liveIds, member, ownedCounts, owners, type Member } from './helpers.js';
+import { OverlapChecker, clear, concurrently, expire, jittered, liveIds, member, ownedCounts, owners, type Member } from './helpers.js';
 
 let db: TestDatabase;
 let pools: Sql[];
@@ -177,29 +177,10 @@ describe('stability', () => {
     for (let t = 0; t < 5; t++) await round(ms);
     const before = await owners(db.sql);
     for (const m of ms) m.rec.resetCalls();
-    const jitter = () => 4_000 + Math.random() * 2_000;
-    const next = new Map(ms.map((m) => [m, { beat: clock.now() + jitter(), tick: clock.now() + jitter() }]));
-    const end = clock.now() + 2 * 60_000;
-    let steps = 0;
-    for (;;) {
-      let due: { m: Member; what: 'beat' | 'tick'; at: number } | undefined;
-      for (const [m, n] of next) {
-        if (!due || n.beat < due.at) due = { m, what: 'beat', at: n.beat };
-        if (n.tick < due.at) due = { m, what: 'tick', at: n.tick };
-      }
-      if (!due || due.at > end) break;
-      clock.advance(due.at - clock.now());
-      const n = next.get(due.m)!;
-      if (due.what === 'beat') {
-        expect(await due.m.leaser.heartbeat()).toEqual({ lapsed: false });
-        n.beat = clock.now() + jitter();
-      } else {
-        expect(await due.m.leaser.tick()).toMatchObject({ claimed: 0, shed: 0 });
-        n.tick = clock.now() + jitter();
-      }
-      steps++;
-    }
-    expect(steps).toBeGreaterThan(400);
+    const steps = await jittered(ms, clock, 2 * 60_000);
+    for (const beat of steps.beats) expect(beat).toEqual({ lapsed: false });
+    for (const tick of steps.ticks) expect(tick).toMatchObject({ claimed: 0, shed: 0 });
+    expect(steps.beats.length + steps.ticks.length).toBeGreaterThan(400);
     expect(await owners(db.sql)).toEqual(before);
     for (const m of ms) expect(m.rec.calls).toEqual([]);
     await leaveAll(ms);

@@ -3,14 +3,12 @@
 // run every second): the surplus retires within two scheduler runs, invocations lost on the
 // way hold nothing back past their confirmation window, and workers sent for batches own no
 // unit and do not count.
-import { z } from 'zod';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createBatch, getBatch } from '../../src/batch/index.js';
-import { defaultJobContext, defineJob, JobRegistry } from '../../src/jobs/index.js';
 import { planInvocations, putTenantUnits, setDesired } from '../../src/lease/index.js';
 import { loadConfig } from '../../src/runtime/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { inProcessFleet, type InProcessFleet } from '../support/fleet.js';
+import { inProcessFleet, slowJobs, type InProcessFleet } from '../support/fleet.js';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -41,24 +39,7 @@ const config = (extra: Record<string, string> = {}) =>
     ...extra,
   });
 
-const slow = defineJob({
-  name: 'slow',
-  description: 'waits ms per item',
-  params: z.object({ ms: z.number() }),
-  parallel: 2,
-  async expand() {
-    return { items: [] };
-  },
-  async run(item) {
-    await new Promise<void>((resolve, reject) => {
-      const onAbort = () => (clearTimeout(t), reject(new Error('aborted')));
-      const t = setTimeout(() => (item.signal.removeEventListener('abort', onAbort), resolve()), item.params.ms);
-      item.signal.addEventListener('abort', onAbort, { once: true });
-    });
-    return {};
-  },
-});
-const jobs = new JobRegistry([slow], defaultJobContext());
+const jobs = slowJobs();
 
 /** Units owned by no live process, and the weight each live fleet process owns. */
 async function ownership(): Promise<{ orphaned: number; weights: number[] }> {

@@ -2,7 +2,8 @@
 // with a dispatcher that runs each invoked worker at once (as the local invoke endpoint does),
 // optionally dropping some invocations while answering success (as Lambda may). Used by the
 // runtime tests and the lease benchmark (bench/lease.ts); imports nothing of vitest.
-import { defaultRegistry, type JobRegistry } from '../../src/jobs/index.js';
+import { z } from 'zod';
+import { defaultJobContext, defaultRegistry, defineJob, JobRegistry } from '../../src/jobs/index.js';
 import {
   runScheduler,
   runWorker,
@@ -72,4 +73,28 @@ export function inProcessFleet(sql: Sql, config: Config, options: InProcessFleet
       return Promise.all(running);
     },
   };
+}
+
+/** `slow`: each item waits `params.ms`, stopping early (and failing) when its signal aborts. */
+export const slowJob = defineJob({
+  name: 'slow',
+  description: 'waits ms per item',
+  params: z.object({ ms: z.number() }),
+  parallel: 2,
+  async expand() {
+    return { items: [] };
+  },
+  async run(item) {
+    await new Promise<void>((resolve, reject) => {
+      const onAbort = () => (clearTimeout(t), reject(new Error('aborted')));
+      const t = setTimeout(() => (item.signal.removeEventListener('abort', onAbort), resolve()), item.params.ms);
+      item.signal.addEventListener('abort', onAbort, { once: true });
+    });
+    return {};
+  },
+});
+
+/** A registry of {@link slowJob} alone. */
+export function slowJobs(): JobRegistry {
+  return new JobRegistry([slowJob], defaultJobContext());
 }
