@@ -369,7 +369,8 @@ export class Leaser {
    * Heartbeat (retrying the first one with backoff while the store is unreachable), then loop
    * heartbeat, rebalance and sweep on their intervals until `signal` aborts. Errors are
    * reported through `onEvent`, never thrown. When heartbeats keep failing past the TTL, every
-   * unit is reported lost (the row may have expired); a later heartbeat re-reads ownership.
+   * unit is reported lost (the row may have expired) as the TTL passes — even while a statement
+   * is still waiting for its answer; a later heartbeat re-reads ownership.
    * A `batch` process only heartbeats (and sweeps). Does not release: call
    * {@link Leaser.release} and {@link Leaser.deleteProcess} after.
    */
@@ -384,6 +385,29 @@ export class Leaser {
         wait = Math.min(wait * 2, this.config.heartbeatIntervalMs);
       }
     }
+    const watching = this.watchLapse(signal);
+    try {
+      await this.loop(signal);
+    } finally {
+      await watching;
+    }
+  }
+
+  /**
+   * Until `signal` aborts: at the end of each TTL since the last successful heartbeat, drop
+   * every unit when the lease has lapsed. The loop checks too, but it may be waiting (up to
+   * `storeTimeoutMs`) for a statement of a silent connection just then, while the row expires
+   * and another process claims the units.
+   */
+  private async watchLapse(signal: AbortSignal): Promise<void> {
+    while (!signal.aborted) {
+      const at = (this.lastBeatAt ?? this.clock.now()) + this.config.ttlMs;
+      await this.clock.sleep(Math.max(1, at - this.clock.now()), signal);
+      if (!signal.aborted && !this.leaseValid() && this.units.size > 0) await this.dropAll();
+    }
+  }
+
+  private async loop(signal: AbortSignal): Promise<void> {
     const c = this.config;
     let nextBeat = this.clock.now() + c.heartbeatIntervalMs;
     let nextTick = c.role === 'fleet' ? this.clock.now() : Infinity;
