@@ -248,13 +248,14 @@ export async function releaseUnits(sql: Sql, me: Me, units: UnitKey[]): Promise<
 }
 
 // Gives back every unit of this instance, in one statement; nothing when its row is another
-// instance's or gone. The row is share-locked first, then the units in key order, as the sweep
-// locks them: a release racing a sweep of the same process cannot deadlock.
+// instance's or gone. The row is share-locked before the first unit (only when there is one, so
+// a release of nothing writes nothing), then the units in key order, as the sweep locks them: a
+// release racing a sweep of the same process cannot deadlock.
 export async function releaseAll(sql: Sql, me: Me): Promise<number> {
   const rows = await sql`with mine as (
-      select tenant, shard from leasehold_units
+      select tenant, shard from leasehold_units u
       where owner = ${me.id}
-        and exists (select 1 from leasehold_processes where id = ${me.id} and token = ${me.token} for share)
+        and exists (select 1 from leasehold_processes p where p.id = u.owner and p.token = ${me.token} for share)
       order by tenant, shard for update
     )
     update leasehold_units u set owner = null, claimed_at = null
