@@ -1,12 +1,18 @@
 // Lease benchmarks (part of `npm run bench`; `BENCH_ONLY=lease` runs only these):
-//   1. convergence of 20 processes over 10,000 units (all at once, and joining one at a time);
-//   2. tick latency at 1,000 / 100,000 / 1,000,000 units: claim ticks (from unowned units and
+//   1. convergence of 20 processes over 10,000 units (all at once, and joining one at a time),
+//      units moved by one joining 19, and the spread of 10 processes over 3 units of weight 500
+//      and 3,000 of weight 1; a round is a heartbeat and a tick of every process, at once;
+//   2. retire time: the real scheduler and workers in this process (scheduler every second,
+//      heartbeats and rebalancing every 250 ms), the desired count from 10 to 3 and back;
+//   3. tick latency at 1,000 / 100,000 / 1,000,000 units: claim ticks (from unowned units and
 //      from an expired owner) and steady-state ticks;
-//   3. statements an idle process sends per minute under `run()`, counted through postgres.js's
+//   4. statements an idle process sends per minute under `run()`, counted through postgres.js's
 //      `debug` hook, with the server's row counters as a cross-check.
 // Every part works in its own schema, dropped at the end.
-import { Leaser, putTenantUnits, deleteTenantUnits, type Reconciler } from '../src/lease/index.js';
+import { Leaser, putTenantUnits, deleteTenantUnits, setDesired, type Reconciler } from '../src/lease/index.js';
+import { loadConfig } from '../src/runtime/index.js';
 import { connect, migrate, type Sql } from '../src/store/index.js';
+import { inProcessFleet } from '../test/support/fleet.js';
 
 const SIZES = (process.env.BENCH_LEASE_SIZES ?? '1000,100000,1000000').split(',').map(Number);
 const TICKS = Number(process.env.BENCH_LEASE_TICKS ?? 20);
@@ -44,6 +50,25 @@ async function schemaOn(url: string, admin: Sql, name: string): Promise<{ name: 
   };
 }
 
+/** One round: every process heartbeats, then every process ticks, all at once. */
+async function round(ls: Leaser[]): Promise<{ claimed: number; shed: number }> {
+  await Promise.all(ls.map((l) => l.heartbeat()));
+  const r = await Promise.all(ls.map((l) => l.tick()));
+  return { claimed: r.reduce((a, x) => a + x.claimed, 0), shed: r.reduce((a, x) => a + x.shed, 0) };
+}
+
+async function stopAll(ls: Leaser[]): Promise<void> {
+  for (const l of ls) {
+    await l.release();
+    await l.deleteProcess();
+  }
+}
+
+async function ownersOf(sql: Sql): Promise<Map<string, string | null>> {
+  const rows = await sql<{ tenant: string; shard: number; owner: string | null }[]>`select tenant, shard, owner from leasehold_units`;
+  return new Map(rows.map((r) => [`${r.tenant}/${r.shard}`, r.owner]));
+}
+
 async function timed<T>(f: () => Promise<T>): Promise<[T, number]> {
   const t0 = performance.now();
   const r = await f();
@@ -72,12 +97,9 @@ async function convergence(url: string, admin: Sql, log: (line: string) => void)
     for (let i = 0; i < CONV_PROCESSES; i++) pools.push(connect(url, { max: 1, schema: db.name }));
     const fair = CONV_UNITS / CONV_PROCESSES;
     const converged = (ls: Leaser[]) => ls.length === CONV_PROCESSES && ls.every((l) => l.owned().length === fair);
-    const round = async (ls: Leaser[]) => {
-      const r = await Promise.all(ls.map((l) => l.tick()));
-      return { claimed: r.reduce((a, x) => a + x.claimed, 0), shed: r.reduce((a, x) => a + x.shed, 0) };
-    };
+    const counts = (ls: Leaser[]) => ls.map((l) => l.owned().length);
     const spread = (ls: Leaser[]) => {
-      const n = ls.map((l) => l.owned().length);
+      const n = counts(ls);
       return `min ${Math.min(...n)}, max ${Math.max(...n)} units per process, ${n.reduce((a, x) => a + x, 0)} of ${CONV_UNITS} owned`;
     };
     const checkStore = async (ls: Leaser[]) => {
@@ -88,14 +110,9 @@ async function convergence(url: string, admin: Sql, log: (line: string) => void)
       }
       return byOwner.get(null) ?? 0;
     };
-    const stopAll = async (ls: Leaser[]) => {
-      for (const l of ls) {
-        await l.release();
-        await l.deleteProcess();
-      }
-    };
 
-    // All at once: every process heartbeats, then rounds of concurrent ticks.
+    // All at once: every process heartbeats, then rounds (a heartbeat and a tick of every
+    // process, at once, as their 5 s intervals do).
     {
       const ls = pools.map((p) => new Leaser(p, {}, noop));
       const t0 = performance.now();
@@ -116,36 +133,87 @@ async function convergence(url: string, admin: Sql, log: (line: string) => void)
     }
 
     // Joining one at a time: each join (heartbeat) is followed by a round of all live processes;
-    // after the last join, rounds go on until fair or until nothing moves.
+    // after the last join, rounds go on until every process owns 400..600 units and every unit
+    // is owned (T), then until nothing moved for 3 rounds (at most 50 in all).
     {
       const ls: Leaser[] = [];
       const t0 = performance.now();
-      let rounds = 0;
       for (const p of pools) {
         const l = new Leaser(p, {}, noop);
         await l.heartbeat();
         ls.push(l);
         await round(ls);
-        rounds++;
       }
+      const within = async () => counts(ls).every((n) => n >= 0.8 * fair && n <= 1.2 * fair) && (await checkStore(ls)) === 0;
       let extra = 0;
+      let at: { ticks: number; counts: number[] } | undefined = (await within()) ? { ticks: 0, counts: counts(ls) } : undefined;
       let still = 0;
-      while (!converged(ls) && extra < 50 && still < 3) {
+      let moves = 0;
+      while (extra < 50 && still < 3) {
         const r = await round(ls);
-        rounds++;
         extra++;
+        if (at) moves += r.claimed + r.shed;
         still = r.claimed === 0 && r.shed === 0 ? still + 1 : 0;
+        if (!at && (await within())) at = { ticks: extra, counts: counts(ls) };
       }
       const t = performance.now() - t0;
-      const unowned = await checkStore(ls);
-      if (converged(ls) && unowned === 0) {
-        log(`convergence, ${CONV_PROCESSES} processes joining one at a time: ${rounds} ticks (rounds; ${extra} after the last join), ${s(t)} to ${fair} units each`);
+      if (at) {
+        log(
+          `convergence, ${CONV_PROCESSES} processes joining one at a time: ${at.ticks} ticks, min ${Math.min(...at.counts)}, max ${Math.max(...at.counts)} units (fair share ${fair})`,
+        );
+        log(
+          `  (ticks after the last join until every process owned ${0.8 * fair}..${1.2 * fair} units and every unit was owned; ` +
+            `then ${moves} units moved until stable, ${spread(ls)}; ${s(t)} in all)`,
+        );
       } else {
         log(
-          `convergence, ${CONV_PROCESSES} processes joining one at a time: NOT at fair share ${fair} after ${rounds} ticks (${s(t)}; ` +
-            `stable for ${still} rounds): ${spread(ls)}; owned: ${ls.map((l) => l.owned().length).join(' ')}`,
+          `convergence, ${CONV_PROCESSES} processes joining one at a time: NOT within ${0.8 * fair}..${1.2 * fair} after ${extra} ticks ` +
+            `(${s(t)}; stable for ${still} rounds): ${spread(ls)}; owned: ${counts(ls).join(' ')}`,
         );
       }
+      await stopAll(ls);
+    }
+
+    // One joins 19 at fair share: units moved (goal: at most ceil(total / 20) + 19).
+    {
+      const ls = pools.slice(0, CONV_PROCESSES - 1).map((p) => new Leaser(p, {}, noop));
+      await Promise.all(ls.map((l) => l.heartbeat()));
+      for (let i = 0; i < 10; i++) await round(ls);
+      const before = await ownersOf(db.sql);
+      const late = new Leaser(pools[CONV_PROCESSES - 1], {}, noop);
+      await late.heartbeat();
+      ls.push(late);
+      for (let i = 0; i < 10; i++) await round(ls);
+      const after = await ownersOf(db.sql);
+      let moved = 0;
+      for (const [k, o] of after) if (before.get(k) !== o) moved++;
+      const bound = Math.ceil(CONV_UNITS / CONV_PROCESSES) + CONV_PROCESSES - 1;
+      log(`one process joining ${CONV_PROCESSES - 1}: ${moved} units moved over 10 ticks (bound ceil(total/(N+1)) + N = ${bound}); ${spread(ls)}`);
+      await stopAll(ls);
+    }
+
+    // Heavy units: 10 processes over 3 units of weight 500 and 3,000 of weight 1, at once.
+    {
+      await deleteTenantUnits(db.sql, 'bench');
+      await putTenantUnits(db.sql, 'heavy', { job: 'noop', shards: 3, weight: 500 });
+      await putTenantUnits(db.sql, 'light', { job: 'noop', shards: 3000, weight: 1 });
+      const ls = pools.slice(0, 10).map((p) => new Leaser(p, {}, noop));
+      await Promise.all(ls.map((l) => l.heartbeat()));
+      let rounds = 0;
+      let still = 0;
+      while (rounds < 50 && still < 3) {
+        const r = await round(ls);
+        rounds++;
+        still = r.claimed === 0 && r.shed === 0 ? still + 1 : 0;
+      }
+      const weights = ls.map((l) => l.owned().reduce((a, u) => a + u.weight, 0));
+      const light = ls.filter((l) => l.owned().every((u) => u.weight === 1)).map((l) => l.owned().length);
+      const split = 3000 / light.length;
+      log(
+        `heavy units, 10 processes over 3 units of weight 500 + 3,000 of weight 1: min ${Math.min(...weights)}, max ${Math.max(...weights)} weight; ` +
+          `the ${light.length} without a heavy unit: min ${Math.min(...light)}, max ${Math.max(...light)} (even split of the light weight ${split.toFixed(1)}, ±20 %: ` +
+          `${(0.8 * split).toFixed(1)}..${(1.2 * split).toFixed(1)}); stable after ${rounds - still} ticks (fair share ${ls[0].share()?.fairShare})`,
+      );
       await stopAll(ls);
     }
   } finally {
@@ -155,7 +223,84 @@ async function convergence(url: string, admin: Sql, log: (line: string) => void)
 }
 
 // ---------------------------------------------------------------------------------------------
-// 2. Tick latency by number of units
+// 2. The live count following the desired count
+
+const SCHEDULER_MS = 1_000;
+
+/**
+ * 600 units; desired 10, then 3, then 10 again. The scheduler runs every second from the start
+ * (its grid does not wait for the change); each figure is the time from the change until the
+ * live fleet processes number the new count (database clock), and until every unit is owned by
+ * a live process again, each within ±20 % of an even split.
+ */
+async function retire(url: string, admin: Sql, log: (line: string) => void): Promise<void> {
+  const db = await schemaOn(url, admin, 'retire');
+  const sql = connect(url, { max: 24, schema: db.name });
+  const config = loadConfig({
+    DATABASE_URL: url,
+    LEASEHOLD_TTL_MS: '3000',
+    LEASEHOLD_HEARTBEAT_MS: '250',
+    LEASEHOLD_REBALANCE_MS: '250',
+    LEASEHOLD_SWEEP_CUTOFF_MS: '3000',
+    LEASEHOLD_WORKER_POLL_MS: '100',
+    LEASEHOLD_INVOCATION_PENDING_MS: '1000',
+  });
+  const fleet = inProcessFleet(sql, config);
+  let ticks = 0;
+  let stop = false;
+  const scheduler = (async () => {
+    while (!stop) {
+      const next = Date.now() + SCHEDULER_MS;
+      await fleet.tick();
+      ticks++;
+      await new Promise((r) => setTimeout(r, Math.max(0, next - Date.now())));
+    }
+  })();
+  const even = async (n: number) => {
+    const rows = await sql<{ weight: number }[]>`select (select count(*) from leasehold_units u where u.owner = p.id)::int as weight
+      from leasehold_processes p where p.expires_at > now() and p.role = 'fleet' and not p.retiring`;
+    const [{ orphaned }] = await sql<{ orphaned: number }[]>`select count(*) as orphaned from leasehold_units u
+      where not exists (select 1 from leasehold_processes p where p.id = u.owner and p.expires_at > now())`;
+    return orphaned === 0 && rows.length === n && rows.every((r) => r.weight >= (0.8 * 600) / n && r.weight <= (1.2 * 600) / n);
+  };
+  const change = async (to: number) => {
+    const t0 = performance.now();
+    const tick0 = ticks;
+    await setDesired(sql, to);
+    let live: number | undefined;
+    let liveTicks = 0;
+    for (;;) {
+      const l = await fleet.live();
+      if (live === undefined && l.fleet === to && l.retiring === 0) {
+        live = performance.now() - t0;
+        liveTicks = ticks - tick0;
+      }
+      if (live !== undefined && (await even(to))) return { live, liveTicks, owned: performance.now() - t0 };
+      if (performance.now() - t0 > 30_000) throw new Error(`desired ${to} not reached in 30 s: ${JSON.stringify(l)}`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  };
+  try {
+    await putTenantUnits(sql, 'bench', { job: 'noop', shards: 600 });
+    await change(10);
+    const down = await change(3);
+    log(
+      `retire, desired 10 → 3: live 3 after ${s(down.live)} (${down.liveTicks} scheduler run${down.liveTicks === 1 ? '' : 's'}, every ${SCHEDULER_MS / 1000} s; heartbeats every 250 ms), ` +
+        `every unit owned again, each process within ±20 %, after ${s(down.owned)}`,
+    );
+    const up = await change(10);
+    log(`desired 3 → 10: live 10 after ${s(up.live)} (${up.liveTicks} scheduler run${up.liveTicks === 1 ? '' : 's'}), every unit owned, each within ±20 %, after ${s(up.owned)}`);
+  } finally {
+    stop = true;
+    await scheduler;
+    await fleet.stop();
+    await sql.end();
+    await db.drop();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Tick latency by number of units
 
 /**
  * N units, N / 1000 live processes each owning 1,000 units (fair share 1,000 at every size), so
@@ -207,10 +352,13 @@ async function latency(url: string, admin: Sql, n: number, log: (line: string) =
       statements = 0;
     };
 
-    // Steady state: process 0 owns its fair share; ticks claim and shed nothing.
+    // Steady state: process 0 owns its fair share; ticks claim and shed nothing. The leaser
+    // takes over process 0's row once expired (a row of another instance: its units are freed,
+    // never inherited), then claims its 1,000 units.
+    await sql`update leasehold_processes set expires_at = now() - interval '1 second' where id = ${pid(0)}`;
     const steady = new Leaser(pool(), { processId: pid(0), ttlMs: 3_600_000, heartbeatIntervalMs: 60_000 }, noop);
     await steady.heartbeat();
-    await steady.tick(); // adopts its 1,000 units
+    await steady.tick();
     if (steady.owned().length !== PER_PROCESS) throw new Error(`steady process owns ${steady.owned().length}`);
     const tSteady: number[] = [];
     for (let i = 0; i < TICKS; i++) {
@@ -279,7 +427,7 @@ async function latency(url: string, admin: Sql, n: number, log: (line: string) =
 }
 
 // ---------------------------------------------------------------------------------------------
-// 3. Statements of idle processes
+// 4. Statements of idle processes
 
 type Kind = 'write' | 'read' | 'other';
 /** INSERT / UPDATE / DELETE anywhere in the statement (row locks of `for update` aside). */
@@ -306,22 +454,18 @@ const labelOf = (statement: string) => {
  */
 async function idle(url: string, admin: Sql, log: (line: string) => void): Promise<void> {
   const db = await schemaOn(url, admin, 'idle');
-  const setup = Array.from({ length: 3 }, () => connect(url, { max: 1, schema: db.name }));
-  const pools: Sql[] = [];
+  const pools = Array.from({ length: 3 }, () => connect(url, { max: 1, schema: db.name }));
   try {
     await putTenantUnits(db.sql, 'bench', { job: 'noop', shards: 100 });
     const cfg = { heartbeatIntervalMs: 5_000, rebalanceIntervalMs: 5_000 };
-    const first = setup.map((p) => new Leaser(p, cfg, noop));
-    await Promise.all(first.map((l) => l.heartbeat()));
-    for (let i = 0; i < 10; i++) await Promise.all(first.map((l) => l.tick()));
-    // The same processes go on with new connections: the setup's backends exit, which reports
-    // their row counters, so the server-side figures below hold the run only.
-    await Promise.all(setup.map((p) => p.end()));
+    const ls = pools.map((p) => new Leaser(p, cfg, noop));
+    await Promise.all(ls.map((l) => l.heartbeat()));
+    for (let i = 0; i < 10; i++) await Promise.all(ls.map((l) => l.tick()));
+    // The row counters of the setup are reported now (each backend flushes its pending counters
+    // at once; the schema pool's backend exits), so the server-side figures below hold the run only.
+    await Promise.all(pools.map((p) => p`select pg_stat_force_next_flush()`));
     await db.sql.end();
     await new Promise((r) => setTimeout(r, 300));
-    for (let i = 0; i < 3; i++) pools.push(connect(url, { max: 1, schema: db.name }));
-    const ls = pools.map((p, i) => new Leaser(p, { ...cfg, processId: first[i].processId }, noop));
-    await Promise.all(ls.map((l) => l.heartbeat()));
     const counts = ls.map(() => ({ write: 0, read: 0, other: 0, labels: new Map<string, number>() }));
     let t0 = 0;
     pools.forEach((p, i) => {
@@ -366,7 +510,7 @@ async function idle(url: string, admin: Sql, log: (line: string) => void): Promi
     log(`  rows the 3 processes wrote in ${IDLE_S + 1} s of run() (server counters): ${delta.join('; ')}`);
     log(`  expected from the design: ${60_000 / cfg.heartbeatIntervalMs} heartbeats/min per process, no write from an idle tick; + 1 sweep per 10 min per process (outside the window)`);
   } finally {
-    await Promise.all([...setup, ...pools].map((p) => p.end()));
+    await Promise.all(pools.map((p) => p.end()));
     await admin`drop schema ${admin(db.name)} cascade`;
   }
 }
@@ -379,6 +523,7 @@ export async function leaseBench(url: string, log: (line: string) => void = cons
     const [{ version }] = await admin<{ version: string }[]>`select current_setting('server_version') as version`;
     log(`lease: PostgreSQL ${version}; ${TICKS} ticks per figure`);
     await convergence(url, admin, log);
+    await retire(url, admin, log);
     for (const n of SIZES) await latency(url, admin, n, log);
     await idle(url, admin, log);
     log(`lease benchmarks took ${s(performance.now() - t0)}`);

@@ -3,7 +3,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { connect, migrate } from './store/index.js';
-import { ApiClient, ApiError } from './cli/client.js';
+import { ApiClient, ApiError, type ApiConcurrency } from './cli/client.js';
 import { followBatch } from './cli/follow.js';
 
 const program = new Command();
@@ -271,29 +271,45 @@ units
     }
   });
 
+/** `desired 3, live 3 (1 coming, 2 retiring); 1 batch worker` */
+function concurrencyLine(c: ApiConcurrency): string {
+  const extra = [c.coming ? `${c.coming} coming` : '', c.retiring ? `${c.retiring} retiring` : ''].filter(Boolean).join(', ');
+  const batch = c.batch ? `; ${c.batch} batch worker${c.batch === 1 ? '' : 's'} (not counted)` : '';
+  return `desired ${c.desired}, live ${c.live}${extra ? ` (${extra})` : ''}${batch}`;
+}
+
 program
   .command('processes')
-  .description('list processes (live and expired, not yet swept) with the units and weight each owns')
+  .description('show live against desired and the fair share, then list processes (live and expired, not yet swept) with role and the weight each owns')
   .option('--json', 'print JSON')
   .addOption(apiOption)
   .action(async (opts) => {
-    const list = await new ApiClient(apiUrl(opts.api)).listProcesses();
-    if (opts.json) return console.log(JSON.stringify(list, null, 2));
-    if (list.length === 0) return console.log('no processes');
-    for (const p of list) {
-      console.log(`${p.id}  ${(p.live ? 'live' : 'expired').padEnd(7)}  ${String(p.units).padStart(5)} units  weight ${String(p.weight).padStart(5)}  ${p.hostname} ${p.version}  started ${p.startedAt}`);
+    const { fleet, processes } = await new ApiClient(apiUrl(opts.api)).listProcesses();
+    if (opts.json) return console.log(JSON.stringify({ fleet, processes }, null, 2));
+    console.log(concurrencyLine(fleet));
+    console.log(
+      `fair share ${fleet.fairShare} of weight ${fleet.totalWeight}; owned min ${fleet.minWeight}, max ${fleet.maxWeight}` +
+        (fleet.starving ? `; ${fleet.starving} starving` : ''),
+    );
+    if (processes.length === 0) return console.log('no processes');
+    for (const p of processes) {
+      const state = p.live ? (p.retiring ? 'retiring' : 'live') : 'expired';
+      const share = p.role === 'fleet' && p.live && fleet.fairShare > 0 ? ` (${Math.round((100 * p.weight) / fleet.fairShare)} % of fair share)` : '';
+      console.log(
+        `${p.id}  ${p.role.padEnd(5)}  ${state.padEnd(8)}  ${String(p.units).padStart(5)} units  weight ${String(p.weight).padStart(5)}${share}  ${p.hostname} ${p.version}  started ${p.startedAt}`,
+      );
     }
   });
 
 program
   .command('concurrency')
-  .description('show the desired count of live processes, or set it to N (0..1000)')
+  .description('show the desired count of live processes against the live count, or set it to N (0..1000)')
   .argument('[n]', 'the new desired count', nonNegativeInt('N'))
   .addOption(apiOption)
   .action(async (n: number | undefined, opts) => {
     const api = new ApiClient(apiUrl(opts.api));
-    const desired = n === undefined ? await api.getConcurrency() : await api.setConcurrency(n);
-    console.log(`desired ${desired}`);
+    const c = n === undefined ? await api.getConcurrency() : await api.setConcurrency(n);
+    console.log(concurrencyLine(c));
   });
 
 const outbox = program.command('outbox').description("enqueue messages in a tenant's outbox, and show how its endpoints fare, through the API");

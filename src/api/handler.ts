@@ -11,12 +11,15 @@ import {
 } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
 import {
+  balanceOf,
   deleteTenantUnits,
-  getDesired,
+  LEASE_DEFAULTS,
   listProcesses,
   listUnits,
   putTenantUnits,
+  readFleet,
   setDesired,
+  type Fleet,
   type ProcessView,
   type UnitView,
 } from '../lease/index.js';
@@ -52,9 +55,11 @@ export interface ApiDeps {
   jobs: JobRegistry;
   /**
    * `maxOpen` (open batches per datasource), `maxBodyBytes` (413 above) and the start limits
-   * (`maxItems`, `maxInputBytes`, `maxTotalBytes`; 413 above, each defaults to the library's) are read.
+   * (`maxItems`, `maxInputBytes`, `maxTotalBytes`; 413 above, each defaults to the library's) are
+   * read, and `lease.shedHysteresis` (which processes count as starving; default 0.2) when given.
    */
-  config: Pick<Config, 'maxOpen' | 'maxBodyBytes'> & Partial<Pick<Config, 'maxItems' | 'maxInputBytes' | 'maxTotalBytes'>>;
+  config: Pick<Config, 'maxOpen' | 'maxBodyBytes'> &
+    Partial<Pick<Config, 'maxItems' | 'maxInputBytes' | 'maxTotalBytes'>> & { lease?: Pick<Config['lease'], 'shedHysteresis'> };
   /** Sends a new batch to a worker at once. */
   dispatcher: Dispatcher;
   /** Structured log sink. Default: none. */
@@ -161,8 +166,14 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
  * - `DELETE /tenants/{tenant}/units` → 200 `{ removed }`.
  * - `GET /units?tenant=&limit=` → 200 `{ units: [{ tenant, shard, job, weight, owner, claimedAt }] }`
  *   by tenant and shard (limit 1..10,000, default 1,000).
- * - `GET /processes` → 200 `{ processes: [{ id, hostname, version, startedAt, expiresAt, live, units, weight }] }`.
- * - `GET /concurrency` → 200 `{ desired }`; `PUT /concurrency` `{ desired }` (0..1000) → 200 `{ desired }`.
+ * - `GET /processes` → 200 `{ fleet, processes }`: `fleet` is {@link concurrencyView} plus
+ *   `totalWeight`, `fairShare`, and the spread of the weight live fleet processes (not retiring)
+ *   own now: `minWeight`, `maxWeight`, `starving` (below `fairShare × (1 − shedHysteresis)`);
+ *   `processes` (live and expired, not yet swept, oldest first) are `[{ id, role, retiring,
+ *   hostname, version, startedAt, expiresAt, live, units, weight }]`, `weight` being what each
+ *   owns now.
+ * - `GET /concurrency` → 200 {@link concurrencyView}; `PUT /concurrency` `{ desired }` (0..1000)
+ *   → 200 the same, after the change (the scheduler acts on it at its next run).
  * - `POST /tenants/{tenant}/outbox` `{ key, payload }` → 201 `{ id, shard }`: the message is
  *   enqueued on the shard its key hashes to; 404 `no_outbox_units` when the tenant has no
  *   `outbox-delivery` units.
@@ -375,6 +386,8 @@ function unitView(u: UnitView) {
 function processView(p: ProcessView) {
   return {
     id: p.id,
+    role: p.role,
+    retiring: p.retiring,
     hostname: p.hostname,
     version: p.version,
     startedAt: iso(p.startedAt),
@@ -392,18 +405,34 @@ async function listUnitsRoute(event: APIGatewayProxyEventV2, deps: ApiDeps): Pro
   return json(200, { units: units.map(unitView) });
 }
 
+/**
+ * The knob against the fleet: `desired`, `live` (live fleet processes not retiring: what
+ * `desired` is compared with), `coming` (invocations sent and not yet confirmed), `retiring`
+ * (asked to leave, not gone yet) and `batch` (workers sent for batches: not counted, owning no
+ * unit).
+ */
+function concurrencyView(f: Fleet) {
+  return { desired: f.desired, live: f.live, coming: f.coming, retiring: f.retiring, batch: f.batch };
+}
+
 async function listProcessesRoute(_event: APIGatewayProxyEventV2, deps: ApiDeps): Promise<Result> {
-  return json(200, { processes: (await listProcesses(deps.sql)).map(processView) });
+  const [fleet, processes] = await Promise.all([readFleet(deps.sql), listProcesses(deps.sql)]);
+  const owning = processes.filter((p) => p.live && p.role === 'fleet' && !p.retiring).map((p) => p.weight);
+  const hysteresis = deps.config.lease?.shedHysteresis ?? LEASE_DEFAULTS.shedHysteresis;
+  return json(200, {
+    fleet: { ...concurrencyView(fleet), totalWeight: fleet.totalWeight, fairShare: fleet.fairShare, ...balanceOf(owning, fleet.fairShare, hysteresis) },
+    processes: processes.map(processView),
+  });
 }
 
 async function getConcurrency(_event: APIGatewayProxyEventV2, deps: ApiDeps): Promise<Result> {
-  return json(200, { desired: await getDesired(deps.sql) });
+  return json(200, concurrencyView(await readFleet(deps.sql)));
 }
 
 async function putConcurrency(event: APIGatewayProxyEventV2, deps: ApiDeps): Promise<Result> {
   const { desired } = parse(concurrencySchema, objectBody(event, deps));
   await setDesired(deps.sql, desired);
-  return json(200, { desired });
+  return json(200, concurrencyView(await readFleet(deps.sql)));
 }
 
 /** A tenant's outbox status as the API shows it (times as ISO 8601). */

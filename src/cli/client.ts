@@ -35,6 +35,10 @@ export interface ApiUnit {
 /** A process as `GET /processes` returns it. */
 export interface ApiProcess {
   id: string;
+  /** `fleet`: counted against the desired count, owns units; `batch`: sent for a batch. */
+  role: 'fleet' | 'batch';
+  /** Asked to leave: the fleet is above the desired count. */
+  retiring: boolean;
   hostname: string;
   version: string;
   startedAt: string;
@@ -44,6 +48,30 @@ export interface ApiProcess {
   units: number;
   /** Weight of the units owned. */
   weight: number;
+}
+
+/** The desired count against the fleet, as `GET /concurrency` returns it. */
+export interface ApiConcurrency {
+  desired: number;
+  /** Live fleet processes not retiring. */
+  live: number;
+  /** Invocations sent and not yet confirmed. */
+  coming: number;
+  /** Live fleet processes asked to leave, not gone yet. */
+  retiring: number;
+  /** Live workers sent for batches (not counted, owning no unit). */
+  batch: number;
+}
+
+/** The fleet and its balance, as `GET /processes` returns it next to the processes. */
+export interface ApiFleet extends ApiConcurrency {
+  totalWeight: number;
+  fairShare: number;
+  /** Least and most weight a live fleet process (not retiring) owns. */
+  minWeight: number;
+  maxWeight: number;
+  /** Live fleet processes owning less than `fairShare × (1 − shedHysteresis)`. */
+  starving: number;
 }
 
 /** What `PUT /tenants/{tenant}/units` answers. */
@@ -168,22 +196,22 @@ export class ApiClient {
     return data.units;
   }
 
-  /** `GET /processes`. */
-  async listProcesses(): Promise<ApiProcess[]> {
-    const { data } = await this.call<{ processes: ApiProcess[] }>('GET', '/processes');
-    return data.processes;
+  /** `GET /processes`: the fleet and its balance, and every process. */
+  async listProcesses(): Promise<{ fleet: ApiFleet; processes: ApiProcess[] }> {
+    const { data } = await this.call<{ fleet: ApiFleet; processes: ApiProcess[] }>('GET', '/processes');
+    return data;
   }
 
-  /** `GET /concurrency`: the desired count of live processes. */
-  async getConcurrency(): Promise<number> {
-    const { data } = await this.call<{ desired: number }>('GET', '/concurrency');
-    return data.desired;
+  /** `GET /concurrency`: the desired count of live processes, against the live count. */
+  async getConcurrency(): Promise<ApiConcurrency> {
+    const { data } = await this.call<ApiConcurrency>('GET', '/concurrency');
+    return data;
   }
 
   /** `PUT /concurrency`: set the desired count of live processes (0..1000). */
-  async setConcurrency(desired: number): Promise<number> {
-    const { data } = await this.call<{ desired: number }>('PUT', '/concurrency', { desired });
-    return data.desired;
+  async setConcurrency(desired: number): Promise<ApiConcurrency> {
+    const { data } = await this.call<ApiConcurrency>('PUT', '/concurrency', { desired });
+    return data;
   }
 
   /** `GET /tenants/{tenant}/outbox`: backlog, oldest undelivered message and last error per endpoint. */

@@ -4,13 +4,15 @@ export {
   sweep,
   LEASE_DEFAULTS,
   LeaseConfigError,
+  ProcessIdInUseError,
   type LeaseConfig,
   type Hooks,
   type Reconciler,
   type Unit,
   type LeaserEvent,
 } from './leaser.js';
-export { type UnitKey, type UnitView, type ProcessView } from './sql.js';
+export { type UnitKey, type UnitView, type ProcessView, type ProcessRole, type InvocationPlan } from './sql.js';
+export { fairShareOf, balanceOf, type Balance } from './share.js';
 export {
   putTenantUnits,
   deleteTenantUnits,
@@ -19,6 +21,8 @@ export {
   getDesired,
   setDesired,
   planInvocations,
+  readFleet,
+  type Fleet,
   invocationLive,
   forgetInvocations,
 } from './registry.js';

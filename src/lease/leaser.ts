@@ -2,8 +2,9 @@ import { randomUUID } from 'node:crypto';
 import { hostname as osHostname } from 'node:os';
 import { systemClock, type Clock } from '../clock.js';
 import { withTimeout, type Sql } from '../store/index.js';
+import { fairShareOf } from './share.js';
 import * as q from './sql.js';
-import type { UnitKey, UnitRow } from './sql.js';
+import type { Me, ProcessRole, ShareState, UnitKey, UnitRow } from './sql.js';
 
 /** A unit a process owns: identity, job, weight and the job's configuration. */
 export type Unit = UnitRow;
@@ -14,8 +15,17 @@ export interface LeaseConfig {
   hostname: string;
   /** Code version shown in `GET /processes`. Default `unknown`. */
   version: string;
-  /** Process id; fresh for every process, never reused. Default a new UUID. */
+  /**
+   * Process id; fresh for every process, never reused. Default a new UUID. An id reused while
+   * another instance's row is live is refused ({@link ProcessIdInUseError}); another instance's
+   * expired row is taken over as new, its units freed first, never inherited.
+   */
   processId: string;
+  /**
+   * `fleet` (default): owns its fair share of units and counts against the desired count.
+   * `batch`: a worker sent for a batch; it heartbeats (so it is listed) but never claims a unit.
+   */
+  role: ProcessRole;
   /** How long a heartbeat keeps the process live, ms. Default 15,000. */
   ttlMs: number;
   /** Interval between heartbeats, ms; must be below `ttlMs`. Default 5,000. */
@@ -26,7 +36,11 @@ export interface LeaseConfig {
   sweepIntervalMs: number;
   /** A sweep deletes processes expired longer than this, ms. Default 3,600,000 (1 h). */
   sweepCutoffMs: number;
-  /** Shed only above `fairShare × (1 + shedHysteresis)`. Default 0.2. */
+  /**
+   * Shed above `fairShare × (1 + shedHysteresis)`, or above the fair share while another live
+   * process owns less than `fairShare × (1 − shedHysteresis)` and nothing is claimable.
+   * Default 0.2.
+   */
   shedHysteresis: number;
   /** Most units one claim statement takes. Default 64. */
   claimBatch: number;
@@ -61,8 +75,8 @@ export interface Hooks {
   shed?(n: number): void;
   /** Duration of one tick, ms. */
   rebalanced?(ms: number): void;
-  /** Units and weight owned after a tick. */
-  owned?(units: number, weight: number): void;
+  /** Units and weight owned after a tick, and the fair share it computed. */
+  owned?(units: number, weight: number, fairShare: number): void;
 }
 
 /** What the leaser drives: told of units gained and lost, asked what is in flight. */
@@ -84,11 +98,24 @@ export class LeaseConfigError extends Error {
   }
 }
 
+/**
+ * Another instance holds a live process row with this process id: this instance wrote nothing
+ * and owns nothing (process ids are fresh for every process and never reused).
+ */
+export class ProcessIdInUseError extends Error {
+  readonly code = 'process_id_in_use';
+  constructor(readonly processId: string) {
+    super(`process id ${processId} belongs to another live instance; process ids must never be reused`);
+    this.name = 'ProcessIdInUseError';
+  }
+}
+
 /** Events the leaser reports (logging); errors in `run()` come here, never thrown. */
 export type LeaserEvent =
   | { type: 'error'; step: 'heartbeat' | 'tick' | 'sweep'; error: unknown }
   | { type: 'lapsed'; lost: number }
-  | { type: 'swept'; processes: number; units: number };
+  | { type: 'swept'; processes: number; units: number }
+  | { type: 'retiring' };
 
 const key = (u: UnitKey) => `${u.tenant}\u0000${u.shard}`;
 
@@ -101,6 +128,7 @@ export function leaseConfig(partial: Partial<LeaseConfig> = {}): LeaseConfig {
   const c: LeaseConfig = {
     hostname: partial.hostname ?? osHostname(),
     processId: partial.processId ?? randomUUID(),
+    role: partial.role ?? 'fleet',
     ...LEASE_DEFAULTS,
     ...Object.fromEntries(Object.entries(partial).filter(([, v]) => v !== undefined)),
   } as LeaseConfig;
@@ -112,6 +140,7 @@ export function leaseConfig(partial: Partial<LeaseConfig> = {}): LeaseConfig {
   if (!Number.isFinite(c.sweepIntervalMs) || c.sweepIntervalMs < 0) {
     throw new LeaseConfigError(`sweepIntervalMs must be 0 (off) or positive, got ${c.sweepIntervalMs}`);
   }
+  if (c.role !== 'fleet' && c.role !== 'batch') throw new LeaseConfigError(`role must be fleet or batch, got ${String(c.role)}`);
   if (!(c.shedHysteresis >= 0)) throw new LeaseConfigError(`shedHysteresis must be 0 or more, got ${c.shedHysteresis}`);
   if (c.heartbeatIntervalMs >= c.ttlMs) {
     throw new LeaseConfigError(`heartbeatIntervalMs (${c.heartbeatIntervalMs}) must be below ttlMs (${c.ttlMs})`);
@@ -128,11 +157,16 @@ export function leaseConfig(partial: Partial<LeaseConfig> = {}): LeaseConfig {
 }
 
 /**
- * One process's membership and unit ownership (DESIGN.md, "Process membership and unit
- * ownership"). `heartbeat()` keeps the process row live; `tick()` claims up to the fair share
- * (`ceil(total claimable weight / live processes)`) or sheds above it; `release()` gives every
- * unit back; `deleteProcess()` ends the membership. `run(signal)` loops all of these. Every
- * time comparison is made by the database clock; the `clock` only paces the loop.
+ * One process's membership and unit ownership (docs/design.md, "Process membership and unit
+ * ownership"). `heartbeat()` keeps the process row live; `tick()` claims up to the fair share or
+ * sheds down to it; `release()` gives every unit back; `deleteProcess()` ends the membership.
+ * `run(signal)` loops all of these. Every time comparison is made by the database clock; the
+ * `clock` only paces the loop.
+ *
+ * The process row carries a token only this instance holds: every statement that renews the
+ * row, claims, reads owned units, releases or deletes is fenced on it, so another instance
+ * given the same id neither renews this row nor acts on its units, and this one never acts on
+ * units it did not claim.
  *
  * Ownership as the reconciler sees it: a unit enters the owned set only after its claim
  * committed, and leaves it (with `unitsLost`) before the statement that gives it back, so no
@@ -141,9 +175,11 @@ export function leaseConfig(partial: Partial<LeaseConfig> = {}): LeaseConfig {
 export class Leaser {
   readonly config: LeaseConfig;
   private readonly units = new Map<string, Unit>();
+  private readonly me: Me;
   private lastBeatAt: number | undefined;
   private lastShare: { live: number; totalWeight: number; fairShare: number } | undefined;
   private beats = 0;
+  private retire = false;
   private readonly clock: Clock;
   private readonly random: () => number;
   private readonly onEvent: (e: LeaserEvent) => void;
@@ -163,6 +199,7 @@ export class Leaser {
     options: { hooks?: Hooks; clock?: Clock; random?: () => number; onEvent?: (e: LeaserEvent) => void } = {},
   ) {
     this.config = leaseConfig(config);
+    this.me = { id: this.config.processId, token: randomUUID() };
     this.hooks = options.hooks ?? {};
     this.clock = options.clock ?? systemClock;
     this.random = options.random ?? Math.random;
@@ -182,8 +219,8 @@ export class Leaser {
   }
 
   /**
-   * What the last tick saw: live processes, total claimable weight, fair share; undefined
-   * before the first tick.
+   * What the last tick saw: live fleet processes, total claimable weight, fair share; undefined
+   * before the first tick (and always for a `batch` process, which does not tick).
    */
   share(): { live: number; totalWeight: number; fairShare: number } | undefined {
     return this.lastShare;
@@ -204,24 +241,44 @@ export class Leaser {
   }
 
   /**
-   * Upsert the process row with `expires_at = now() + ttl` (database clock). When the row was
-   * gone (swept) or had expired, or when more than the TTL passed since the last successful
-   * heartbeat, ownership is re-read at once and lost units are reported before returning.
+   * True once a heartbeat or tick found that the scheduler asked this process to retire (the
+   * fleet is above the desired count). A retiring process claims and sheds nothing; its owner
+   * should release, hand off and delete the row, as at a deadline.
+   */
+  retiring(): boolean {
+    return this.retire;
+  }
+
+  /**
+   * Upsert the process row with `expires_at = now() + ttl` (database clock) and the units and
+   * weight owned now. When the row was gone (swept) or had expired, or when more than the TTL
+   * passed since the last successful heartbeat, ownership is re-read at once and lost units are
+   * reported before returning.
+   * @throws {ProcessIdInUseError} another instance holds a live row with this id; every unit
+   *   this instance held is reported lost first.
    * @throws the store's error; the owned set is then unchanged.
    */
   async heartbeat(): Promise<{ lapsed: boolean }> {
     const started = this.clock.now();
     const gapped = this.lastBeatAt !== undefined && started - this.lastBeatAt > this.config.ttlMs;
-    const { lapsed } = await this.withinTimeout(q.heartbeat(this.sql, {
-      id: this.config.processId,
+    const { outcome, retiring } = await this.withinTimeout(q.heartbeat(this.sql, {
+      ...this.me,
+      role: this.config.role,
       hostname: this.config.hostname,
       version: this.config.version,
       ttlMs: this.config.ttlMs,
+      units: this.units.size,
+      weight: this.weight(),
     }));
+    if (outcome === 'in-use') {
+      await this.dropAll();
+      throw new ProcessIdInUseError(this.config.processId);
+    }
     this.lastBeatAt = started;
     const first = this.beats === 0;
     this.beats++;
-    if ((lapsed && !first) || gapped) {
+    this.noteRetiring(retiring);
+    if ((outcome === 'lapsed' && !first) || gapped) {
       const lost = await this.resync();
       this.onEvent({ type: 'lapsed', lost });
       return { lapsed: true };
@@ -233,21 +290,28 @@ export class Leaser {
    * One rebalancing step: drop units no longer owned in the store (taken, removed from the
    * registry), then claim up to the fair share — at most `maxClaimPerTick` units, in statements
    * of at most `claimBatch` — or, on a tick that claimed nothing with more than one live
-   * process, shed above `fairShare × (1 + shedHysteresis)`, idle units first, lightest first.
-   * Claims nothing when the process's own row is not live.
+   * process, shed down to the fair share (never below it), idle units first, lightest first,
+   * when this process owns more than `fairShare × (1 + shedHysteresis)`, or more than the fair
+   * share while another live process owns less than `fairShare × (1 − shedHysteresis)` and
+   * nothing is claimable. The fair share is {@link fairShareOf} the live fleet processes.
+   * Claims nothing when the process's own row is not live (or not its own), or when it retires;
+   * a `batch` process neither claims nor reads anything.
    * @throws the store's error.
    */
   async tick(): Promise<{ claimed: number; shed: number; fairShare: number }> {
+    if (this.config.role !== 'fleet') return { claimed: 0, shed: 0, fairShare: 0 };
     const t0 = performance.now();
-    const id = this.config.processId;
-    const state = await this.withinTimeout(q.shareState(this.sql, id));
+    const state = await this.withinTimeout(q.shareState(this.sql, this.me));
     await this.syncOwned(state.owned);
+    this.noteRetiring(state.selfRetiring);
     let weight = this.weight();
-    const fairShare = state.live > 0 ? Math.ceil(state.totalWeight / state.live) : 0;
+    const fairShare = await this.fairShare(state);
     this.lastShare = { live: state.live, totalWeight: state.totalWeight, fairShare };
+    const acting = state.selfLive && !state.selfRetiring;
+    const claimable = state.unowned || state.abandoned;
     let claimed = 0;
     let shed = 0;
-    if (state.selfLive && (state.unowned || state.abandoned)) {
+    if (acting && claimable && weight < fairShare) {
       let budget = fairShare - weight;
       let room = this.config.maxClaimPerTick;
       // From a random start key round to it: [start, 1), then [0, start).
@@ -260,15 +324,11 @@ export class Leaser {
       while (budget > 0 && room > 0 && range < ranges.length) {
         // Every unit weighs at least 1, so `budget` units are as many as can fit.
         const limit = Math.min(this.config.claimBatch, room, budget);
-        const rows = await this.withinTimeout(q.claim(this.sql, {
-          id,
+        const rows = await this.withinTimeout(q.claim(this.sql, this.me, {
           budget,
           limit,
           from: ranges[range][0],
           to: ranges[range][1],
-          allowOver: weight === 0 && claimed === 0,
-          // Going over the share is fine while below the shedding line: nobody sheds it back.
-          overCap: Math.floor(fairShare * (1 + this.config.shedHysteresis)) - weight,
           abandoned: state.abandoned,
         }));
         if (rows.length < limit) range++;
@@ -282,15 +342,13 @@ export class Leaser {
         await this.reconciler.unitsGained(rows);
       }
     }
-    if (state.selfLive) {
-      if (claimed === 0 && state.live > 1 && weight > fairShare * (1 + this.config.shedHysteresis)) {
-        shed = await this.shedTo(fairShare);
-      }
+    if (acting && claimed === 0 && state.live > 1 && this.shouldShed(weight, fairShare, state, claimable)) {
+      shed = await this.shedTo(fairShare);
     }
     if (claimed > 0) this.hooks.claimed?.(claimed);
     if (shed > 0) this.hooks.shed?.(shed);
     this.hooks.rebalanced?.(performance.now() - t0);
-    this.hooks.owned?.(this.units.size, this.weight());
+    this.hooks.owned?.(this.units.size, this.weight(), fairShare);
     return { claimed, shed, fairShare };
   }
 
@@ -299,20 +357,22 @@ export class Leaser {
     const all = this.owned();
     this.units.clear();
     if (all.length) await this.reconciler.unitsLost(all);
-    return this.withinTimeout(q.releaseAll(this.sql, this.config.processId));
+    return this.withinTimeout(q.releaseAll(this.sql, this.me));
   }
 
-  /** Delete the process row: the last step of a graceful stop. */
+  /** Delete the process row (only this instance's): the last step of a graceful stop. */
   async deleteProcess(): Promise<boolean> {
-    return this.withinTimeout(q.deleteProcess(this.sql, this.config.processId));
+    return this.withinTimeout(q.deleteProcess(this.sql, this.me));
   }
 
   /**
    * Heartbeat (retrying the first one with backoff while the store is unreachable), then loop
    * heartbeat, rebalance and sweep on their intervals until `signal` aborts. Errors are
    * reported through `onEvent`, never thrown. When heartbeats keep failing past the TTL, every
-   * unit is reported lost (the row may have expired); a later heartbeat re-reads ownership.
-   * Does not release: call {@link Leaser.release} and {@link Leaser.deleteProcess} after.
+   * unit is reported lost (the row may have expired) as the TTL passes — even while a statement
+   * is still waiting for its answer; a later heartbeat re-reads ownership.
+   * A `batch` process only heartbeats (and sweeps). Does not release: call
+   * {@link Leaser.release} and {@link Leaser.deleteProcess} after.
    */
   async run(signal: AbortSignal): Promise<void> {
     let wait = 100;
@@ -325,9 +385,32 @@ export class Leaser {
         wait = Math.min(wait * 2, this.config.heartbeatIntervalMs);
       }
     }
+    const watching = this.watchLapse(signal);
+    try {
+      await this.loop(signal);
+    } finally {
+      await watching;
+    }
+  }
+
+  /**
+   * Until `signal` aborts: at the end of each TTL since the last successful heartbeat, drop
+   * every unit when the lease has lapsed. The loop checks too, but it may be waiting (up to
+   * `storeTimeoutMs`) for a statement of a silent connection just then, while the row expires
+   * and another process claims the units.
+   */
+  private async watchLapse(signal: AbortSignal): Promise<void> {
+    while (!signal.aborted) {
+      const at = (this.lastBeatAt ?? this.clock.now()) + this.config.ttlMs;
+      await this.clock.sleep(Math.max(1, at - this.clock.now()), signal);
+      if (!signal.aborted && !this.leaseValid() && this.units.size > 0) await this.dropAll();
+    }
+  }
+
+  private async loop(signal: AbortSignal): Promise<void> {
     const c = this.config;
     let nextBeat = this.clock.now() + c.heartbeatIntervalMs;
-    let nextTick = this.clock.now();
+    let nextTick = c.role === 'fleet' ? this.clock.now() : Infinity;
     let nextSweep = c.sweepIntervalMs > 0 ? this.clock.now() + c.sweepIntervalMs : Infinity;
     while (!signal.aborted) {
       const now = this.clock.now();
@@ -378,6 +461,27 @@ export class Leaser {
     return w;
   }
 
+  private noteRetiring(retiring: boolean): void {
+    if (!retiring || this.retire) return;
+    this.retire = true;
+    this.onEvent({ type: 'retiring' });
+  }
+
+  private fairShare(state: ShareState): Promise<number> {
+    return fairShareOf(state.totalWeight, state.live, state.heavy, (a) => this.withinTimeout(q.heavyUnits(this.sql, a)));
+  }
+
+  /**
+   * Above the shedding line; or above the share while another live process starves (by the
+   * weight its row reported at its last heartbeat) and nothing is claimable for it.
+   */
+  private shouldShed(weight: number, fairShare: number, state: ShareState, claimable: boolean): boolean {
+    const h = this.config.shedHysteresis;
+    if (weight > fairShare * (1 + h)) return true;
+    const starving = state.othersMinWeight !== null && state.othersMinWeight < fairShare * (1 - h);
+    return weight > fairShare && starving && !claimable;
+  }
+
   /** Align the owned set with the store's view: report units lost, adopt units found. */
   private async syncOwned(rows: Unit[]): Promise<number> {
     const inStore = new Map(rows.map((u) => [key(u), u]));
@@ -389,7 +493,8 @@ export class Leaser {
       }
     }
     if (lost.length) await this.reconciler.unitsLost(lost);
-    // Owned in the store but unknown here: a claim whose answer was lost after it committed.
+    // Owned in the store but unknown here: a claim of this instance whose answer was lost after
+    // it committed (the read is fenced on this instance's token, so it never finds another's).
     const found = rows.filter((u) => !this.units.has(key(u)));
     for (const u of rows) this.units.set(key(u), u);
     if (found.length) await this.reconciler.unitsGained(found);
@@ -397,7 +502,7 @@ export class Leaser {
   }
 
   private async resync(): Promise<number> {
-    return this.syncOwned(await this.withinTimeout(q.ownedUnits(this.sql, this.config.processId)));
+    return this.syncOwned(await this.withinTimeout(q.ownedUnits(this.sql, this.me)));
   }
 
   private async dropAll(): Promise<void> {
@@ -424,7 +529,7 @@ export class Leaser {
     if (give.length === 0) return 0;
     for (const u of give) this.units.delete(key(u));
     await this.reconciler.unitsLost(give);
-    await this.withinTimeout(q.releaseUnits(this.sql, this.config.processId, give));
+    await this.withinTimeout(q.releaseUnits(this.sql, this.me, give));
     return give.length;
   }
 }

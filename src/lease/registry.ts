@@ -1,6 +1,7 @@
 import type { Sql } from '../store/index.js';
+import { fairShareOf } from './share.js';
 import * as q from './sql.js';
-import type { ProcessView, UnitView } from './sql.js';
+import type { InvocationPlan, ProcessView, UnitView } from './sql.js';
 
 /**
  * Register a tenant's units of `job`: shards `0..shards−1`, each with `weight` (default 1; 0
@@ -32,7 +33,10 @@ export function listUnits(sql: Sql, filter: { tenant?: string; limit?: number } 
   return q.listUnits(sql, filter.tenant, filter.limit ?? 1000);
 }
 
-/** Processes (live and expired, not yet swept) with the units and weight each owns. */
+/**
+ * Processes (live and expired, not yet swept), oldest first, with role, retirement, and the
+ * units and weight each owns now.
+ */
 export function listProcesses(sql: Sql): Promise<ProcessView[]> {
   return q.listProcesses(sql);
 }
@@ -54,20 +58,64 @@ export function setDesired(sql: Sql, desired: number): Promise<void> {
 }
 
 /**
- * The scheduler's decision: how many workers to invoke now, as invocation ids to pass in their
- * events — `desired − live − invoked but not yet live` (an invocation counts as pending for
- * `pendingMs`), at most `cap`, and none when no unit has weight > 0 (open batches are sent to
- * workers by dispatch, so with no unit work and no open batch nothing is invoked).
- * Overlapping callers are serialised, so they never over-invoke.
+ * The scheduler's decision, keeping the live count of fleet processes at the desired count both
+ * ways (docs/design.md, "Process membership and unit ownership"):
+ * - up: workers to invoke now, as invocation ids to pass in their events —
+ *   `desired − live − coming`, at most `cap`, none when no unit has weight > 0 (open batches are
+ *   sent to workers by dispatch, so with no unit work and no open batch nothing is invoked). An
+ *   invocation counts as coming until its worker's first heartbeat confirms it
+ *   ({@link invocationLive}) or for `pendingMs` (the confirmation window), so a dropped
+ *   invocation holds back the count for that window only;
+ * - down: exactly the surplus of live fleet processes is marked retiring, the latest started
+ *   first (ties by id); each learns it on its next heartbeat and leaves. Retiring processes no
+ *   longer count as live.
+ * Batch workers count neither way. Overlapping callers are serialised, so they never
+ * over-invoke or over-retire.
  */
-export function planInvocations(
-  sql: Sql,
-  options: { cap: number; pendingMs: number },
-): Promise<{ desired: number; live: number; pending: number; work: boolean; invocations: string[] }> {
+export function planInvocations(sql: Sql, options: { cap: number; pendingMs: number }): Promise<InvocationPlan> {
   return q.planInvocations(sql, options);
 }
 
-/** Mark an invocation as live (its worker heartbeated), so it no longer counts as pending. */
+/** The fleet against its knob, and the weight its processes own. */
+export interface Fleet {
+  /** The desired count of live fleet processes. */
+  desired: number;
+  /** Live fleet processes not retiring: what the desired count is compared with. */
+  live: number;
+  /** Invocations sent and not yet confirmed, within their confirmation window. */
+  coming: number;
+  /** Live fleet processes asked to retire, not gone yet. */
+  retiring: number;
+  /** Live batch workers (sent for a batch; not counted, owning no unit). */
+  batch: number;
+  /** Total claimable weight (units with weight > 0). */
+  totalWeight: number;
+  /** The fair share of a live fleet process (see {@link fairShareOf}); 0 with none live. */
+  fairShare: number;
+  /** Weight each live fleet process not retiring owned at its last heartbeat, in no order. */
+  reportedWeights: number[];
+}
+
+/**
+ * Read the fleet from the process rows, the settings, the invocations and the totals row (never
+ * a scan of the units; a few heavy units through their index).
+ */
+export async function readFleet(sql: Sql): Promise<Fleet> {
+  const r = await q.fleetRows(sql);
+  const fairShare = await fairShareOf(r.totalWeight, r.live, r.heavy, (a) => q.heavyUnits(sql, a));
+  return {
+    desired: r.desired,
+    live: r.live,
+    coming: r.coming,
+    retiring: r.retiring,
+    batch: r.batch,
+    totalWeight: r.totalWeight,
+    fairShare,
+    reportedWeights: r.weights,
+  };
+}
+
+/** Mark an invocation as confirmed (its worker heartbeated), so it no longer counts as coming. */
 export function invocationLive(sql: Sql, invocationId: string): Promise<void> {
   return q.invocationLive(sql, invocationId);
 }
@@ -75,7 +123,7 @@ export function invocationLive(sql: Sql, invocationId: string): Promise<void> {
 /**
  * Forget every invocation counted as coming but not yet live. Only for a deployment whose
  * invoker has just started afresh (local mode: the invocations of a stack that is gone will
- * never become live, and would hold back the desired count for `pendingMs`).
+ * never become live, and would hold back the desired count for their confirmation window).
  */
 export function forgetInvocations(sql: Sql): Promise<number> {
   return q.forgetInvocations(sql);

@@ -16,69 +16,190 @@ export interface UnitRow extends UnitKey {
   config: unknown;
 }
 
-// Upserts the process row with expires_at = now() + ttl. Returns whether the row was missing
-// (swept) or had already expired before this heartbeat (by the database clock). Expiry is judged
-// on the locked row at the moment the lock is held (clock_timestamp(), not the statement's
-// start): a claim that took this process's units holds its row (FOR SHARE) until it commits, so
-// a heartbeat that started before the TTL ended but got its row after such a claim reports the
-// lapse, and a claim never takes units while a heartbeat holds the row.
+/** Who acts: a process id and the token only the instance that created its row holds. */
+export interface Me {
+  id: string;
+  token: string;
+}
+
+/** A process's part in the fleet: `fleet` owns units and counts against the desired count. */
+export type ProcessRole = 'fleet' | 'batch';
+
+/**
+ * What a heartbeat found: `live` (renewed in time), `lapsed` (the row was missing, had expired,
+ * or was an expired row of another instance, now taken over with its units freed), `in-use` (a
+ * live row of another instance: nothing was written).
+ */
+export type HeartbeatOutcome = 'live' | 'lapsed' | 'in-use';
+
+// Upserts this instance's process row with expires_at = now() + ttl and the units and weight it
+// owns, only while the row is its own (token) and live. Expiry is judged on the locked row at
+// the moment the lock is held (clock_timestamp(), not the statement's start): a claim that took
+// this process's units holds its row (FOR SHARE) until it commits, so a heartbeat that started
+// before the TTL ended but got its row after such a claim reports the lapse, and a claim never
+// takes units while a heartbeat holds the row. Anything else goes to heartbeatSlow.
 export async function heartbeat(
   sql: Sql,
-  p: { id: string; hostname: string; version: string; ttlMs: number },
-): Promise<{ lapsed: boolean }> {
-  const rows = await sql<{ inserted: boolean }[]>`insert into leasehold_processes (id, hostname, version, expires_at)
-    values (${p.id}, ${p.hostname}, ${p.version}, now() + make_interval(secs => ${p.ttlMs / 1000}))
-    on conflict (id) do update set heartbeat_at = now(), expires_at = excluded.expires_at
-      where leasehold_processes.expires_at > clock_timestamp()
-    returning (xmax = 0) as inserted`;
-  if (rows.length === 1) return { lapsed: rows[0].inserted };
-  // The row had expired: renew it all the same (same upsert, unconditional).
-  await sql`insert into leasehold_processes (id, hostname, version, expires_at)
-    values (${p.id}, ${p.hostname}, ${p.version}, now() + make_interval(secs => ${p.ttlMs / 1000}))
-    on conflict (id) do update set heartbeat_at = now(), expires_at = excluded.expires_at`;
-  return { lapsed: true };
+  p: Me & { role: ProcessRole; hostname: string; version: string; ttlMs: number; units: number; weight: number },
+): Promise<{ outcome: HeartbeatOutcome; retiring: boolean }> {
+  const rows = await sql<{ inserted: boolean; retiring: boolean }[]>`insert into leasehold_processes
+      (id, token, role, hostname, version, expires_at, units, weight)
+    values (${p.id}, ${p.token}, ${p.role}, ${p.hostname}, ${p.version},
+      now() + make_interval(secs => ${p.ttlMs / 1000}), ${p.units}, ${p.weight})
+    on conflict (id) do update set heartbeat_at = now(), expires_at = excluded.expires_at,
+        units = excluded.units, weight = excluded.weight
+      where leasehold_processes.token = excluded.token and leasehold_processes.expires_at > clock_timestamp()
+    returning (xmax = 0) as inserted, retiring`;
+  if (rows.length === 1) return { outcome: rows[0].inserted ? 'lapsed' : 'live', retiring: rows[0].retiring };
+  return heartbeatSlow(sql, p);
 }
 
-// Live processes, total claimable weight, and this process's owned units and weight.
-export async function shareState(
+// The row is expired, or another instance's, or was swept meanwhile; decided on the locked row.
+// Its own expired row: renewed. Another instance's live row: untouched ('in-use'). Another
+// instance's expired row: that instance's units are freed (locked in key order, as a release
+// and the sweep lock them: no deadlock) and the row becomes this instance's, as new.
+async function heartbeatSlow(
   sql: Sql,
-  id: string,
-): Promise<{ live: number; totalWeight: number; selfLive: boolean; unowned: boolean; abandoned: boolean; owned: UnitRow[] }> {
-  // `claimable`: one probe of the unowned index and one per expired process, so a process with
-  // nothing to claim sends no claim statement.
-  const [r] = await sql<{ live: number; total_weight: number; self_live: boolean; unowned: boolean; abandoned: boolean }[]>`select
-      (select count(*) from leasehold_processes where expires_at > now()) as live,
-      (select weight from leasehold_unit_totals) as total_weight,
-      exists (select 1 from leasehold_processes where id = ${id} and expires_at > now()) as self_live,
+  p: Me & { role: ProcessRole; hostname: string; version: string; ttlMs: number; units: number; weight: number },
+): Promise<{ outcome: HeartbeatOutcome; retiring: boolean }> {
+  return sql.begin(async (tx) => {
+    const t = tx as unknown as Sql;
+    const [row] = await t<{ mine: boolean; expired: boolean }[]>`select token = ${p.token} as mine,
+        expires_at <= clock_timestamp() as expired
+      from leasehold_processes where id = ${p.id} for update`;
+    if (!row) {
+      const inserted = await t`insert into leasehold_processes (id, token, role, hostname, version, expires_at, units, weight)
+        values (${p.id}, ${p.token}, ${p.role}, ${p.hostname}, ${p.version},
+          now() + make_interval(secs => ${p.ttlMs / 1000}), ${p.units}, ${p.weight})
+        on conflict (id) do nothing`;
+      return { outcome: inserted.count === 1 ? 'lapsed' : 'in-use', retiring: false };
+    }
+    if (!row.mine && !row.expired) return { outcome: 'in-use', retiring: false };
+    if (!row.mine) {
+      await t`with theirs as (
+          select tenant, shard from leasehold_units where owner = ${p.id} order by tenant, shard for update
+        )
+        update leasehold_units u set owner = null, claimed_at = null
+        from theirs where u.tenant = theirs.tenant and u.shard = theirs.shard`;
+    }
+    const [r] = await t<{ retiring: boolean }[]>`update leasehold_processes set
+        token = ${p.token}, role = ${p.role}, hostname = ${p.hostname}, version = ${p.version},
+        started_at = case when token = ${p.token} then started_at else now() end,
+        retiring = token = ${p.token} and retiring,
+        heartbeat_at = now(), expires_at = now() + make_interval(secs => ${p.ttlMs / 1000}),
+        units = ${p.units}, weight = ${p.weight}
+      where id = ${p.id}
+      returning retiring`;
+    return { outcome: 'lapsed', retiring: r.retiring };
+  });
+}
+
+/** What a tick reads before it claims or sheds. */
+export interface ShareState {
+  /** Live fleet processes not retiring (this one included when it is one). */
+  live: number;
+  /** Least weight another live fleet process owned at its last heartbeat; null when none. */
+  othersMinWeight: number | null;
+  totalWeight: number;
+  /** This instance's row exists and is live. */
+  selfLive: boolean;
+  /** The scheduler asked this process to retire. */
+  selfRetiring: boolean;
+  /** Some unit with weight > 0 is unowned. */
+  unowned: boolean;
+  /** Some expired process owns a unit with weight > 0. */
+  abandoned: boolean;
+  /** Weights of units heavier than `floor(totalWeight / live)` (and than 1), heaviest first, at most `live`. */
+  heavy: number[];
+  owned: UnitRow[];
+}
+
+// Live fleet processes and the least weight the others own (their rows, never the units), total
+// claimable weight, this instance's liveness and retirement, whether anything is claimable, and
+// the units heavier than the plain fair share, then this instance's owned units.
+export async function shareState(sql: Sql, me: Me): Promise<ShareState> {
+  // `unowned` / `abandoned`: one probe of the unowned index and one per expired process, so a
+  // process with nothing to claim sends no claim statement. `heavy`: a backward scan of the
+  // partial weight index, bounded by the live count (empty when every unit weighs 1).
+  const [r] = await sql<
+    {
+      live: number;
+      others_min_weight: number | null;
+      total_weight: number;
+      self_live: boolean;
+      self_retiring: boolean;
+      unowned: boolean;
+      abandoned: boolean;
+      heavy: number[];
+    }[]
+  >`with fleet as (
+      select count(*) as live, min(weight) filter (where id <> ${me.id}) as others_min_weight
+      from leasehold_processes where expires_at > now() and role = 'fleet' and not retiring
+    ), totals as (
+      select weight from leasehold_unit_totals
+    ), self as (
+      select expires_at > now() as live, retiring from leasehold_processes where id = ${me.id} and token = ${me.token}
+    )
+    select f.live, f.others_min_weight, t.weight as total_weight,
+      coalesce((select live from self), false) as self_live,
+      coalesce((select retiring from self), false) as self_retiring,
       (select pos from leasehold_units where owner is null and weight > 0 order by pos limit 1) is not null as unowned,
       exists (select 1 from leasehold_processes p
-              where p.expires_at <= now() and p.id <> ${id}
-                and exists (select 1 from leasehold_units u where u.owner = p.id and u.weight > 0)) as abandoned`;
-  const owned = await ownedUnits(sql, id);
-  return { live: r.live, totalWeight: r.total_weight, selfLive: r.self_live, unowned: r.unowned, abandoned: r.abandoned, owned };
+              where p.expires_at <= now() and p.id <> ${me.id}
+                and exists (select 1 from leasehold_units u where u.owner = p.id and u.weight > 0)) as abandoned,
+      to_json(array(select weight from leasehold_units
+            where weight > 1 and weight > t.weight / greatest(f.live, 1)
+            order by weight desc limit greatest(f.live, 1))) as heavy
+    from fleet f cross join totals t`;
+  const owned = await ownedUnits(sql, me);
+  return {
+    live: r.live,
+    othersMinWeight: r.others_min_weight,
+    totalWeight: r.total_weight,
+    selfLive: r.self_live,
+    selfRetiring: r.self_retiring,
+    unowned: r.unowned,
+    abandoned: r.abandoned,
+    heavy: r.heavy.map(Number),
+    owned,
+  };
 }
 
-// This process's units, through the owner index.
-export async function ownedUnits(sql: Sql, id: string): Promise<UnitRow[]> {
+// Weights of units heavier than `above` and at most `atMost` (and heavier than 1), heaviest first,
+// at most `limit`: through the partial weight index.
+export async function heavyUnits(sql: Sql, a: { above: number; atMost: number; limit: number }): Promise<number[]> {
+  const rows = await sql<{ weight: number }[]>`select weight from leasehold_units
+    where weight > 1 and weight > ${a.above} and weight <= ${a.atMost}
+    order by weight desc limit ${a.limit}`;
+  return rows.map((r) => Number(r.weight));
+}
+
+// This instance's units, through the owner index; none when its row is another instance's or gone.
+export async function ownedUnits(sql: Sql, me: Me): Promise<UnitRow[]> {
   return sql<UnitRow[]>`select tenant, shard, job, weight, config from leasehold_units
-    where owner = ${id} order by pos`;
+    where owner = ${me.id} and exists (select 1 from leasehold_processes where id = ${me.id} and token = ${me.token})
+    order by pos`;
 }
 
-// Claims up to `limit` units whose cumulative weight stays within `budget`; the first candidate
-// may cross the budget while the total stays within `overCap` (whatever its weight when
-// `allowOver`), so a unit heavier than every process's room under its share is still owned,
-// and a process overshoots its share by one unit at most: units of expired processes first, then unowned units with
-// weight > 0 whose position lies in [from, to). Candidates come through the owner index and the
-// partial unowned index, locked with SKIP LOCKED (never more than `limit` of each kind, so
-// concurrent claimers do not hide units from each other); nothing is claimed unless the
-// claimer's own row is live. The expired owner's row is share-locked too (skipped when locked):
-// a heartbeat in progress keeps its units, and one that waits for this claim sees the lapse.
+// Claims up to `limit` units whose cumulative weight stays within `budget`, except the first
+// candidate, which is taken whatever its weight (a process below its share may take one unit
+// heavier than its remaining budget, so a heavy unit is never stranded): units of expired
+// processes first, then unowned units with weight > 0 whose position lies in [from, to).
+// Candidates come through the owner index and the partial unowned index, locked with SKIP
+// LOCKED (never more than `limit` of each kind, so concurrent claimers do not hide units from
+// each other). Nothing is claimed unless the claimer's own row is its instance's and live; that
+// row is share-locked, so a takeover of the row by another instance waits for this claim (and
+// frees what it took) or makes it claim nothing. The expired owner's row is share-locked too
+// (skipped when locked): a heartbeat in progress keeps its units, and one that waits for this
+// claim sees the lapse.
 export async function claim(
   sql: Sql,
-  a: { id: string; budget: number; limit: number; from: number; to: number; allowOver: boolean; overCap: number; abandoned?: boolean },
+  me: Me,
+  a: { budget: number; limit: number; from: number; to: number; abandoned?: boolean },
 ): Promise<UnitRow[]> {
   return sql<UnitRow[]>`with me as (
-      select 1 from leasehold_processes where id = ${a.id} and expires_at > now()
+      select 1 from leasehold_processes where id = ${me.id} and token = ${me.token} and expires_at > now()
+      for share
     ), abandoned as (
       -- One owner-index probe per expired process (never a join over all units), skipping rows
       -- another claimer holds while scanning, so concurrent claimers take different units.
@@ -92,7 +213,7 @@ export async function claim(
         limit ${a.limit}
         for update skip locked
       ) c
-      where ${a.abandoned ?? true} and p.expires_at <= now() and p.id <> ${a.id} and exists (select 1 from me)
+      where ${a.abandoned ?? true} and p.expires_at <= now() and p.id <> ${me.id} and exists (select 1 from me)
       limit ${a.limit}
       for share of p skip locked
     ), unowned as (
@@ -106,39 +227,45 @@ export async function claim(
                row_number() over (order by part, pos) as n
         from (select * from abandoned union all select * from unowned) c
       ) c
-      where n <= ${a.limit}
-        and (upto <= ${a.budget}
-             -- the unit that crosses the budget: taken while within overCap (or by an empty process)
-             or (n = 1 and (upto <= ${a.overCap} or ${a.allowOver})))
+      where n <= ${a.limit} and (upto <= ${a.budget} or n = 1)
     )
-    update leasehold_units u set owner = ${a.id}, claimed_at = now()
+    update leasehold_units u set owner = ${me.id}, claimed_at = now()
     from picked where u.tenant = picked.tenant and u.shard = picked.shard
     returning u.tenant, u.shard, u.job, u.weight, u.config`;
 }
 
-// Gives back the listed units of this process (shedding).
-export async function releaseUnits(sql: Sql, id: string, units: UnitKey[]): Promise<number> {
+// Gives back the listed units of this instance (shedding): nothing when its row is another
+// instance's or gone. The row is share-locked first, as a claim locks it.
+export async function releaseUnits(sql: Sql, me: Me, units: UnitKey[]): Promise<number> {
   if (units.length === 0) return 0;
-  const rows = await sql`update leasehold_units u set owner = null, claimed_at = null
+  const rows = await sql`with me as (
+      select 1 from leasehold_processes where id = ${me.id} and token = ${me.token} for share
+    )
+    update leasehold_units u set owner = null, claimed_at = null
     from jsonb_to_recordset(${sql.json(units as never)}) as k(tenant text, shard int)
-    where u.owner = ${id} and u.tenant = k.tenant and u.shard = k.shard`;
+    where u.owner = ${me.id} and u.tenant = k.tenant and u.shard = k.shard and exists (select 1 from me)`;
   return rows.count;
 }
 
-// Gives back every unit of this process, in one statement. Rows are locked in key order, as the
-// sweep locks them: a release racing a sweep of the same process cannot deadlock.
-export async function releaseAll(sql: Sql, id: string): Promise<number> {
+// Gives back every unit of this instance, in one statement; nothing when its row is another
+// instance's or gone. The row is share-locked before the first unit (only when there is one, so
+// a release of nothing writes nothing), then the units in key order, as the sweep locks them: a
+// release racing a sweep of the same process cannot deadlock.
+export async function releaseAll(sql: Sql, me: Me): Promise<number> {
   const rows = await sql`with mine as (
-      select tenant, shard from leasehold_units where owner = ${id} order by tenant, shard for update
+      select tenant, shard from leasehold_units u
+      where owner = ${me.id}
+        and exists (select 1 from leasehold_processes p where p.id = u.owner and p.token = ${me.token} for share)
+      order by tenant, shard for update
     )
     update leasehold_units u set owner = null, claimed_at = null
     from mine where u.tenant = mine.tenant and u.shard = mine.shard`;
   return rows.count;
 }
 
-// Deletes this process's row (last step of a graceful stop).
-export async function deleteProcess(sql: Sql, id: string): Promise<boolean> {
-  const rows = await sql`delete from leasehold_processes where id = ${id}`;
+// Deletes this instance's process row (last step of a graceful stop); never another's.
+export async function deleteProcess(sql: Sql, me: Me): Promise<boolean> {
+  const rows = await sql`delete from leasehold_processes where id = ${me.id} and token = ${me.token}`;
   return rows.count === 1;
 }
 
@@ -171,12 +298,18 @@ export interface UnitView extends UnitRow {
 /** A process as `GET /processes` shows it. */
 export interface ProcessView {
   id: string;
+  /** `fleet`: counted against the desired count, owns units; `batch`: sent for a batch. */
+  role: ProcessRole;
+  /** Asked by the scheduler to leave (the fleet is above the desired count). */
+  retiring: boolean;
   hostname: string;
   version: string;
   startedAt: Date;
   expiresAt: Date;
   live: boolean;
+  /** Units owned now. */
   units: number;
+  /** Weight of the units owned now. */
   weight: number;
 }
 
@@ -214,9 +347,9 @@ export async function listUnits(sql: Sql, tenant: string | undefined, limit: num
     order by tenant, shard limit ${limit}`;
 }
 
-// Lists processes with the units and weight each owns.
+// Lists processes with the units and weight each owns now (through the owner index).
 export async function listProcesses(sql: Sql): Promise<ProcessView[]> {
-  return sql<ProcessView[]>`select p.id, p.hostname, p.version, p.started_at as "startedAt", p.expires_at as "expiresAt",
+  return sql<ProcessView[]>`select p.id, p.role, p.retiring, p.hostname, p.version, p.started_at as "startedAt", p.expires_at as "expiresAt",
       p.expires_at > now() as live,
       (select count(*) from leasehold_units u where u.owner = p.id) as units,
       (select coalesce(sum(weight), 0) from leasehold_units u where u.owner = p.id)::int as weight
@@ -235,33 +368,113 @@ export async function setDesired(sql: Sql, desired: number): Promise<void> {
     on conflict (key) do update set value = excluded.value`;
 }
 
-// Decides, one scheduler at a time (advisory transaction lock), how many workers to invoke:
-// desired − live − invoked but not yet live (within pendingMs), capped at `cap`, and only when
-// some unit has weight > 0 (batches bring their own workers by dispatch). Records the
-// invocations it decides on.
-export async function planInvocations(
-  sql: Sql,
-  a: { cap: number; pendingMs: number },
-): Promise<{ desired: number; live: number; pending: number; work: boolean; invocations: string[] }> {
+/** The fleet as the process rows say: counts, and each live fleet process's reported weight. */
+export interface FleetRows {
+  desired: number;
+  /** Live fleet processes not retiring. */
+  live: number;
+  /** Live fleet processes retiring. */
+  retiring: number;
+  /** Live batch workers. */
+  batch: number;
+  /** Invocations sent and not yet confirmed, within their confirmation window. */
+  coming: number;
+  totalWeight: number;
+  /** Weight each live fleet process not retiring owned at its last heartbeat. */
+  weights: number[];
+  /** Units heavier than `floor(totalWeight / live)` (and than 1), heaviest first, at most `live`. */
+  heavy: number[];
+}
+
+// Reads the fleet from the process rows (live ones through the expiry index), the settings, the
+// invocations and the totals row: never the units, except the few heavy ones through their index.
+export async function fleetRows(sql: Sql): Promise<FleetRows> {
+  const [r] = await sql<
+    { desired: number; live: number; retiring: number; batch: number; coming: number; total_weight: number; weights: number[]; heavy: number[] }[]
+  >`with p as (
+      select role, retiring, weight from leasehold_processes where expires_at > now()
+    ), f as (
+      select count(*) filter (where role = 'fleet' and not retiring) as live,
+        count(*) filter (where role = 'fleet' and retiring) as retiring,
+        count(*) filter (where role = 'batch') as batch,
+        coalesce(json_agg(weight) filter (where role = 'fleet' and not retiring), '[]') as weights
+      from p
+    ), totals as (
+      select weight from leasehold_unit_totals
+    )
+    select coalesce((select value::int from leasehold_settings where key = 'desired'), 0) as desired,
+      f.live, f.retiring, f.batch, f.weights,
+      (select count(*) from leasehold_invocations where confirm_by > now()) as coming,
+      t.weight as total_weight,
+      to_json(array(select weight from leasehold_units
+            where weight > 1 and weight > t.weight / greatest(f.live, 1)
+            order by weight desc limit greatest(f.live, 1))) as heavy
+    from f cross join totals t`;
+  return {
+    desired: r.desired,
+    live: r.live,
+    retiring: r.retiring,
+    batch: r.batch,
+    coming: r.coming,
+    totalWeight: r.total_weight,
+    weights: r.weights.map(Number),
+    heavy: r.heavy.map(Number),
+  };
+}
+
+/** What one scheduling decision saw and did. */
+export interface InvocationPlan {
+  desired: number;
+  /** Live fleet processes not retiring, before this decision. */
+  live: number;
+  /** Invocations counted as coming, before this decision. */
+  pending: number;
+  /** Some unit has weight > 0. */
+  work: boolean;
+  /** Ids of the invocations to send now. */
+  invocations: string[];
+  /** Ids of the processes asked to retire now. */
+  retired: string[];
+}
+
+// Decides, one scheduler at a time (advisory transaction lock), how the fleet follows the
+// desired count. Up: invoke desired − live − coming (invocations sent within their confirmation
+// window and not yet confirmed), capped at `cap`, only when some unit has weight > 0 (batches
+// bring their own workers by dispatch); records those invocations, each coming until
+// now() + pendingMs. Down: marks exactly the surplus of live fleet processes retiring, the
+// latest started first (ties by id), so no more than the surplus leave. Retiring processes no
+// longer count as live.
+export async function planInvocations(sql: Sql, a: { cap: number; pendingMs: number }): Promise<InvocationPlan> {
   return sql.begin(async (tx) => {
     const t = tx as unknown as Sql;
     await t`select pg_advisory_xact_lock(hashtextextended('leasehold:scheduler:' || current_schema(), 0))`;
-    await t`delete from leasehold_invocations where invoked_at < now() - make_interval(secs => ${a.pendingMs / 1000})`;
+    await t`delete from leasehold_invocations where confirm_by <= now()`;
     const [s] = await t<{ desired: number; live: number; pending: number; work: boolean }[]>`select
         coalesce((select value::int from leasehold_settings where key = 'desired'), 0) as desired,
-        (select count(*) from leasehold_processes where expires_at > now()) as live,
+        (select count(*) from leasehold_processes where expires_at > now() and role = 'fleet' and not retiring) as live,
         (select count(*) from leasehold_invocations) as pending,
         (select weight from leasehold_unit_totals) > 0 as work`;
+    const surplus = Math.max(0, s.live - s.desired);
+    const retired = surplus > 0
+      ? await t<{ id: string }[]>`update leasehold_processes set retiring = true
+          where id in (
+            select id from leasehold_processes
+            where expires_at > now() and role = 'fleet' and not retiring
+            order by started_at desc, id desc limit ${surplus}
+          )
+          returning id`
+      : [];
     const need = s.work ? Math.max(0, Math.min(a.cap, s.desired - s.live - s.pending)) : 0;
     const rows = need > 0
-      ? await t<{ id: string }[]>`insert into leasehold_invocations (id)
-          select gen_random_uuid() from generate_series(1, ${need}) returning id`
+      ? await t<{ id: string }[]>`insert into leasehold_invocations (id, confirm_by)
+          select gen_random_uuid(), now() + make_interval(secs => ${a.pendingMs / 1000})
+          from generate_series(1, ${need}) returning id`
       : [];
-    return { ...s, invocations: rows.map((r) => r.id) };
+    return { ...s, invocations: rows.map((r) => r.id), retired: retired.map((r) => r.id) };
   });
 }
 
-// An invoked worker became live: its invocation no longer counts as pending.
+// An invoked worker became live (its first heartbeat): its invocation no longer counts as coming.
 export async function invocationLive(sql: Sql, invocationId: string): Promise<void> {
   await sql`delete from leasehold_invocations where id = ${invocationId}`;
 }

@@ -329,16 +329,20 @@ export async function runDev(options: DevOptions): Promise<number> {
     let demo: { id: string; started: number } | undefined;
     const client = new ApiClient(server.url);
 
-    // Units at work: live processes, units owned per process, deliveries per second.
+    // Units at work: live processes against the desired count, units owned per process, the
+    // spread of the weight they own against the fair share, deliveries per second.
     const statusEvery = options.statusMs ?? 3_000;
     let lastStatus = '';
     const status = setInterval(async () => {
       try {
-        const [units, processes] = await Promise.all([client.listUnits({ limit: 1 }), client.listProcesses()]);
+        const [units, { fleet, processes }] = await Promise.all([client.listUnits({ limit: 1 }), client.listProcesses()]);
         if (units.length === 0) return;
-        const live = processes.filter((p) => p.live);
-        const owned = live.map((p) => `${p.id.slice(0, 8)}:${p.units}`).join(' ');
-        const line = `units: ${live.length} live process${live.length === 1 ? '' : 'es'} [${owned}] | deliveries ${sink.stats().perSecond.toFixed(1)}/s (${sink.stats().accepted} in all)`;
+        const live = processes.filter((p) => p.live && p.role === 'fleet');
+        const owned = live.map((p) => `${p.id.slice(0, 8)}:${p.units}${p.retiring ? '(retiring)' : ''}`).join(' ');
+        const line =
+          `units: ${live.length} live process${live.length === 1 ? '' : 'es'} (desired ${fleet.desired}) [${owned}]` +
+          ` | spread: min ${fleet.minWeight}, max ${fleet.maxWeight}, fair share ${fleet.fairShare}` +
+          ` | deliveries ${sink.stats().perSecond.toFixed(1)}/s (${sink.stats().accepted} in all)`;
         if (line !== lastStatus) say(line);
         lastStatus = line;
       } catch {

@@ -62,7 +62,7 @@ const schema = {
   LEASEHOLD_CLAIM_BATCH: int(1).default(64),
   LEASEHOLD_MAX_CLAIM_PER_TICK: int(1).default(1024),
   LEASEHOLD_INVOKE_CAP: int(0).default(10),
-  LEASEHOLD_INVOCATION_PENDING_MS: int(1000).default(120_000),
+  LEASEHOLD_INVOCATION_PENDING_MS: int(1000).default(30_000),
   LEASEHOLD_DB_HOST: z.string().min(1).optional(),
   LEASEHOLD_DB_PORT: int(1).max(65_535).default(5432),
   LEASEHOLD_DB_NAME: z.string().min(1).optional(),
@@ -165,7 +165,12 @@ export interface Config {
   };
   /** Most workers one scheduler run invokes. */
   invokeCap: number;
-  /** An invoked worker not live after this long no longer counts as coming, ms. */
+  /**
+   * The confirmation window, ms: an invoked worker counts as coming until its first heartbeat
+   * or for this long, whichever is first. Keep it below the scheduler's interval (a minute), so
+   * an invocation lost on the way (or dropped by Lambda's recursive loop detection) is replaced
+   * by the next scheduler run. Default 30,000.
+   */
   invocationPendingMs: number;
 }
 

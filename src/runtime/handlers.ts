@@ -13,7 +13,7 @@ import { loadConfig, ConfigError, type Config } from './config.js';
 import { openDatabase, retryRefusedConnection } from './db.js';
 import type { RuntimeDeps } from './deps.js';
 import type { Dispatcher, WorkerEvent } from './dispatch.js';
-import { workerMetricHooks, type RuntimeMetrics } from './metrics.js';
+import { recordFleetBalance, workerMetricHooks, type RuntimeMetrics } from './metrics.js';
 import { invocationOf } from './middleware.js';
 import type { SchedulerResult } from './scheduler.js';
 import type { TriggerResult } from './trigger.js';
@@ -31,8 +31,9 @@ export async function workerInvocation(deps: RuntimeDeps, event: WorkerEvent | n
 
 /**
  * One scheduler run (every minute): see {@link runScheduler}. Logs the result and records
- * `ProcessesSwept`, `BatchesDispatched`, `DispatchFailures`, `WorkersInvoked`, and the levels
- * `LiveProcesses`, `DesiredProcesses`, `PendingInvocations`.
+ * `ProcessesSwept`, `BatchesDispatched`, `DispatchFailures`, `WorkersInvoked`, the levels
+ * `LiveProcesses`, `DesiredProcesses`, `PendingInvocations`, and the fleet's balance
+ * (`recordFleetBalance`).
  */
 export async function schedulerInvocation(deps: RuntimeDeps, _event: unknown, context: Context): Promise<SchedulerResult> {
   const { log, metrics, deadlineAt } = invocationOf(context);
@@ -51,6 +52,7 @@ export async function schedulerInvocation(deps: RuntimeDeps, _event: unknown, co
   metrics.level('LiveProcesses', result.fleet.live);
   metrics.level('DesiredProcesses', result.fleet.desired);
   metrics.level('PendingInvocations', result.fleet.pending);
+  recordFleetBalance(metrics, result);
   return result;
 }
 

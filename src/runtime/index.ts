@@ -21,7 +21,7 @@ export {
   type TlsOptions,
 } from './db.js';
 export { ReconnectingLeaser } from './heartbeat.js';
-export { metricsFor, workerMetricHooks, METRICS_NAMESPACE, type RuntimeMetrics, type WorkerHooks } from './metrics.js';
+export { metricsFor, workerMetricHooks, recordFleetBalance, METRICS_NAMESPACE, type RuntimeMetrics, type WorkerHooks } from './metrics.js';
 export { invocation, invocationOf, httpErrorBoundary, type Invocation, type InvocationOptions, type LeaseholdContext } from './middleware.js';
 export {
   handleTrigger,

@@ -3,6 +3,7 @@
 import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 import type { RunnerEvent } from '../batch/index.js';
 import type { Hooks } from '../lease/index.js';
+import type { SchedulerResult } from './scheduler.js';
 import { logSilenced, writeLogLine } from './log.js';
 
 /** CloudWatch namespace of every leasehold metric. */
@@ -82,7 +83,8 @@ export interface WorkerHooks {
 /**
  * Worker hooks that record, per invocation flush:
  * - lease: `UnitsClaimed`, `UnitsShed` (counts per tick that moved units), `RebalanceMs`
- *   (duration of each rebalancing tick), `UnitsOwned` and `WeightOwned` (after each tick);
+ *   (duration of each rebalancing tick), `UnitsOwned`, `WeightOwned` and `FairShare` (after
+ *   each tick: the Minimum and Maximum statistics of `WeightOwned` give the spread);
  * - runs: `RunsStarted`, `RunsTakenOver`, `BatchesSucceeded`, `BatchesFailed` (finished by this
  *   worker), `RunsHandedOff`, `RunsLost`, `RunStoreErrors`, `StoreErrors`, `UnknownJobs`;
  * - items: `ItemsDone`, `ItemsFailed`, `ItemsRetried`;
@@ -94,9 +96,10 @@ export function workerMetricHooks(m: RuntimeMetrics): WorkerHooks {
       claimed: (n) => m.count('UnitsClaimed', n),
       shed: (n) => m.count('UnitsShed', n),
       rebalanced: (ms) => m.ms('RebalanceMs', ms),
-      owned: (units, weight) => {
+      owned: (units, weight, fairShare) => {
         m.level('UnitsOwned', units);
         m.level('WeightOwned', weight);
+        m.level('FairShare', fairShare);
       },
     },
     runner: (e) => {
@@ -123,3 +126,20 @@ const RUN_ENDED = {
   lost: 'RunsLost',
   'store-error': 'RunStoreErrors',
 } as const;
+
+/**
+ * The fleet's balance as one scheduler run read it, one value each per run: `FairShare`,
+ * `WeightMin` and `WeightMax` (the spread of the weight live fleet processes own),
+ * `StarvingProcesses` (owning less than `fairShare × (1 − shedHysteresis)`),
+ * `RetiringProcesses`, `BatchProcesses`, and `ProcessesRetired` (asked to retire by this run).
+ */
+export function recordFleetBalance(m: RuntimeMetrics, result: Pick<SchedulerResult, 'balance' | 'retired'>): void {
+  const b = result.balance;
+  m.level('FairShare', b.fairShare);
+  m.level('WeightMin', b.minWeight);
+  m.level('WeightMax', b.maxWeight);
+  m.level('StarvingProcesses', b.starving);
+  m.level('RetiringProcesses', b.retiring);
+  m.level('BatchProcesses', b.batch);
+  m.count('ProcessesRetired', result.retired);
+}

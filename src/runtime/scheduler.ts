@@ -1,5 +1,5 @@
 import { claimDispatch } from '../batch/index.js';
-import { planInvocations, sweep } from '../lease/index.js';
+import { balanceOf, planInvocations, readFleet, sweep, type Balance } from '../lease/index.js';
 import type { Sql } from '../store/index.js';
 import type { Config } from './config.js';
 import type { Dispatcher } from './dispatch.js';
@@ -20,20 +20,33 @@ export interface SchedulerResult {
   invoked: number;
   /** Deferred trigger firings started now, and those still waiting for a slot (with `jobs`). */
   deferred?: DeferredResult;
+  /** Live fleet processes asked to retire now (the fleet was above the desired count). */
+  retired: number;
+  /**
+   * The fleet after this run, as its process rows say (weights as of each process's last
+   * heartbeat): fair share, spread and starving processes (below `fairShare × (1 −
+   * shedHysteresis)`) of the live fleet processes not retiring, and the processes retiring and
+   * sent for batches.
+   */
+  balance: Balance & { fairShare: number; retiring: number; batch: number };
 }
 
 /**
- * One scheduler run (EventBridge, every minute; locally a timer), DESIGN.md "Serverless runtime":
+ * One scheduler run (EventBridge, every minute; locally a timer), docs/design.md "Serverless runtime":
  * 1. sweep: delete processes expired longer than the sweep cutoff and free their units;
  * 2. dispatch every open batch that is never started, handed off or stale to a worker — each
  *    marked in the statement that selects it, so overlapping runs never dispatch it twice within
  *    `dispatchCooldownMs`;
- * 3. invoke `desired − live − invoked but not yet live` workers, at most `invokeCap`, decided
- *    one scheduler at a time so overlapping runs never over-invoke; none when no unit has
- *    weight > 0. With no such unit and no open batch nothing is invoked at all (scale to zero).
+ * 3. invoke `desired − live − coming` workers (coming: invoked within the confirmation window
+ *    `invocationPendingMs` and not yet heartbeating), at most `invokeCap`, or ask exactly the
+ *    surplus of live fleet processes to retire — decided one scheduler at a time so overlapping
+ *    runs never over-invoke or over-retire; nothing is invoked when no unit has weight > 0.
+ *    With no such unit and no open batch nothing is invoked at all (scale to zero);
+ * 4. read the fleet's balance (from the process rows) for the metrics.
  * With `jobs`, it first starts trigger firings deferred at `maxOpen` whose datasource has a free
  * slot (see `startDeferred`); their batches are dispatched in step 2's way.
- * A failed invoke is reported, never thrown.
+ * A failed invoke is reported, never thrown; nothing depends on a chain of worker invocations
+ * (replacements, continuations) that the platform could cut: this run redoes their work.
  */
 export async function runScheduler(deps: { sql: Sql; config: Config; dispatcher: Dispatcher; jobs?: JobRegistry }): Promise<SchedulerResult> {
   const { sql, config, dispatcher } = deps;
@@ -61,9 +74,25 @@ export async function runScheduler(deps: { sql: Sql; config: Config; dispatcher:
         await dispatcher.invoke({ invocationId });
         invoked++;
       } catch {
-        // Counted as pending until invocationPendingMs passes; then planned again.
+        // Counted as coming until its confirmation window passes; then planned again.
       }
     }),
   );
-  return { swept, dispatched, failed, fleet: { desired: plan.desired, live: plan.live, pending: plan.pending }, invoked, ...(deferred ? { deferred } : {}) };
+  const fleet = await readFleet(sql);
+  const balance = {
+    ...balanceOf(fleet.reportedWeights, fleet.fairShare, config.lease.shedHysteresis),
+    fairShare: fleet.fairShare,
+    retiring: fleet.retiring,
+    batch: fleet.batch,
+  };
+  return {
+    swept,
+    dispatched,
+    failed,
+    fleet: { desired: plan.desired, live: plan.live, pending: plan.pending },
+    invoked,
+    retired: plan.retired.length,
+    balance,
+    ...(deferred ? { deferred } : {}),
+  };
 }

@@ -3,7 +3,7 @@ import { hostname } from 'node:os';
 import { systemClock } from '../clock.js';
 import { Runner, type Executor, type Resolve, type RunResult, type RunnerEvent } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
-import { invocationLive, planInvocations, type LeaserEvent, type Reconciler } from '../lease/index.js';
+import { invocationLive, planInvocations, type LeaserEvent, type ProcessRole, type Reconciler } from '../lease/index.js';
 import { withTimeout, type Sql } from '../store/index.js';
 import type { Config } from './config.js';
 import { dispatchBatch, type Dispatcher, type WorkerEvent } from './dispatch.js';
@@ -59,8 +59,13 @@ export interface WorkerDeps {
 export interface WorkerResult {
   processId: string;
   runs: Pick<RunResult, 'batchId' | 'outcome' | 'finishedItems'>[];
-  /** Why it returned: deadline reached, nothing left to run, or shut down (local Ctrl-C). */
-  reason: 'deadline' | 'idle' | 'shutdown';
+  /** `fleet`: counted against the desired count, owned units; `batch`: sent for a batch. */
+  role: ProcessRole;
+  /**
+   * Why it returned: deadline reached, nothing left to run, retired (the scheduler asked: the
+   * fleet was above the desired count), or shut down (local Ctrl-C).
+   */
+  reason: 'deadline' | 'idle' | 'retired' | 'shutdown';
   /** Batches handed off at the deadline for which a continuation was requested. */
   continued: string[];
   /** Workers invoked at the deadline to keep the desired count of live processes. */
@@ -75,16 +80,22 @@ const idleUnits: UnitReconciler = {
 };
 
 /**
- * One worker invocation = one process with a fresh id (DESIGN.md, "Serverless runtime"):
- * - heartbeats and rebalances its fair share of units through a {@link Leaser} (their jobs run
- *   through `deps.units`), and marks its invocation live on the first heartbeat;
+ * One worker invocation = one process with a fresh id (docs/design.md, "Serverless runtime"):
+ * - its role: a worker sent for a batch (`{ batchId }` without `invocationId`: dispatches and
+ *   continuations) is a `batch` process — listed, but owning no unit and not counted against
+ *   the desired count; every other worker (`{ invocationId }` from the scheduler or a
+ *   replacement) is a `fleet` process;
+ * - a fleet process heartbeats and rebalances its fair share of units through a leaser (their
+ *   jobs run through `deps.units`), and marks its invocation confirmed on its first heartbeat;
  * - runs the batch it was sent and takes over unowned, handed-off and stale batches (up to
  *   `maxRuns` at once);
- * - returns after `workerIdleMs` with no batch to run when there is no unit work at all, or at
- *   `deadline = remaining time − deadlineMarginMs`. Then every run hands off (beat cleared,
- *   continuation requested), every unit is released, the process row deleted, and — when units
- *   need processes — replacements are invoked to keep the desired count. The worker returns
- *   owning nothing (invariant 6).
+ * - returns after `workerIdleMs` with no batch to run when it has no unit work (a batch
+ *   process, or no unit with weight); when the scheduler asks it to retire (the fleet is above
+ *   the desired count; learnt on its next heartbeat); or at
+ *   `deadline = remaining time − deadlineMarginMs`. Then every run hands off (beat cleared;
+ *   continuations requested only at the deadline), every unit is released, the process row
+ *   deleted, and — at the deadline, when units need processes — a replacement is invoked to
+ *   keep the desired count. The worker returns owning nothing (invariant 6).
  * Never throws for a run's or a unit's failure.
  */
 export async function runWorker(event: WorkerEvent, context: InvocationContext, deps: WorkerDeps): Promise<WorkerResult> {
@@ -92,9 +103,10 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
   const log = deps.log ?? (() => {});
   const hooks = deps.hooks ?? {};
   const processId = randomUUID();
+  const role: ProcessRole = event.batchId && !event.invocationId ? 'batch' : 'fleet';
   const deadline = Date.now() + context.getRemainingTimeInMillis() - config.deadlineMarginMs;
-  // Wakes the loop's waits on shutdown or at the deadline signal; listeners removed at the end,
-  // since `shutdown` lives as long as the container.
+  // Wakes the loop's waits on shutdown, at the deadline signal or on retirement; listeners
+  // removed at the end, since `shutdown` lives as long as the container.
   const stopping = new AbortController();
   const stop = stopping.signal;
   const onStop = () => stopping.abort();
@@ -129,13 +141,21 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
     {
       ...config.lease,
       processId,
+      role,
       hostname: process.env.AWS_LAMBDA_LOG_STREAM_NAME ?? hostname(),
       version: process.env.AWS_LAMBDA_FUNCTION_VERSION ?? process.env.npm_package_version ?? 'local',
       // The scheduler sweeps; a worker never needs to.
       sweepIntervalMs: 0,
     },
     units,
-    { hooks: hooks.lease, onEvent: (e: LeaserEvent) => logLeaserEvent(log, processId, e) },
+    {
+      hooks: hooks.lease,
+      onEvent: (e: LeaserEvent) => {
+        logLeaserEvent(log, processId, e);
+        // Wake the loop: a retiring process leaves at once.
+        if (e.type === 'retiring') stopping.abort();
+      },
+    },
   );
   leaseValid = () => leaser.leaseValid();
   leaser.onRetry = (error) => {
@@ -168,6 +188,10 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
         reason = 'deadline';
         break;
       }
+      if (leaser.retiring()) {
+        reason = 'retired';
+        break;
+      }
       if (!invocationMarked && leaser.ready()) {
         invocationMarked = true;
         await withTimeout(invocationLive(sql, event.invocationId!), config.storeTimeoutMs).catch(() => {});
@@ -181,9 +205,9 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
       } catch (error) {
         log('warn', 'looking for batches failed', { processId, error: String(error) });
       }
-      // A process stays while units need processes; otherwise it leaves once idle.
-      const unitWork = (leaser.share()?.totalWeight ?? 0) > 0 || leaser.owned().length > 0;
-      if (runner.batches().length > 0 || unitWork || !leaser.share()) idleSince = Date.now();
+      // A fleet process stays while units need processes; otherwise it leaves once idle.
+      const unitWork = role === 'fleet' && ((leaser.share()?.totalWeight ?? 0) > 0 || leaser.owned().length > 0 || !leaser.share());
+      if (runner.batches().length > 0 || unitWork) idleSince = Date.now();
       else if (Date.now() - idleSince >= config.workerIdleMs) break;
       const wait = Math.max(0, Math.min(config.workerPollMs, deadline - Date.now()));
       const runs = runner.batches().map((id) => runner.running(id)!);
@@ -217,7 +241,9 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
   const leftMs = () => context.getRemainingTimeInMillis() - 500;
   const bounded = <T>(p: Promise<T>) => withTimeout(p, Math.max(1, Math.min(config.storeTimeoutMs, leftMs())));
   for (const r of byRun.values()) {
-    if (r.outcome !== 'handed-off' || reason === 'shutdown' || leftMs() <= 0) continue;
+    // A retired process's runs are taken over by the processes that stay (and dispatched by the
+    // scheduler): a continuation would only add a worker to a fleet that is too large.
+    if (r.outcome !== 'handed-off' || reason === 'shutdown' || reason === 'retired' || leftMs() <= 0) continue;
     try {
       await bounded(dispatchBatch(sql, deps.dispatcher, r.batchId));
       continued.push(r.batchId);
@@ -240,8 +266,8 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
     }
   }
   const runs = [...byRun.values()].map(({ batchId, outcome, finishedItems }) => ({ batchId, outcome, finishedItems }));
-  log('info', 'worker returning', { processId, reason, runs, continued, replacements });
-  return { processId, runs, reason, continued, replacements };
+  log('info', 'worker returning', { processId, role, reason, runs, continued, replacements });
+  return { processId, role, runs, reason, continued, replacements };
 }
 
 /**
@@ -283,6 +309,8 @@ function logLeaserEvent(log: Log, processId: string, e: LeaserEvent): void {
       return log('warn', 'heartbeat lapsed: ownership re-read', { processId, lost: e.lost });
     case 'swept':
       return log('info', 'swept', { processId, processes: e.processes, units: e.units });
+    case 'retiring':
+      return log('info', 'retiring: the fleet is above the desired count', { processId });
   }
 }
 

@@ -337,7 +337,7 @@ describe('DELETE /tenants/{tenant}/units and GET /units', () => {
 });
 
 describe('GET /processes', () => {
-  it('lists processes with liveness and the units and weight each owns', async () => {
+  it('lists processes with role, liveness and the units and weight each owns, and the fleet against the fair share', async () => {
     const tenant = uniqueTenant('proc');
     await putUnits(tenant, { job: 'outbox-delivery', shards: 3, endpoints: hooks.slice(0, 2) });
     const leaser = new Leaser(db.sql, { ttlMs: 5_000, heartbeatIntervalMs: 1_000, hostname: 'host-1', version: 'v9' }, { unitsGained() {}, unitsLost() {}, inFlight: () => 0 });
@@ -349,6 +349,8 @@ describe('GET /processes', () => {
       const mine = res.body.processes.find((p: { id: string }) => p.id === leaser.processId);
       expect(mine).toEqual({
         id: leaser.processId,
+        role: 'fleet',
+        retiring: false,
         hostname: 'host-1',
         version: 'v9',
         startedAt: expect.any(String),
@@ -359,6 +361,19 @@ describe('GET /processes', () => {
       });
       expect(mine.units).toBeGreaterThanOrEqual(3);
       expect(Date.parse(mine.expiresAt)).toBeGreaterThan(Date.parse(mine.startedAt));
+      // The only live process: its fair share is all the weight, which it owns.
+      expect(res.body.fleet).toEqual({
+        desired: expect.any(Number),
+        live: 1,
+        coming: 0,
+        retiring: 0,
+        batch: 0,
+        totalWeight: mine.weight,
+        fairShare: mine.weight,
+        minWeight: mine.weight,
+        maxWeight: mine.weight,
+        starving: 0,
+      });
     } finally {
       await leaser.release();
       await leaser.deleteProcess();
@@ -369,13 +384,15 @@ describe('GET /processes', () => {
 
 describe('GET/PUT /concurrency', () => {
   it('reads and sets the desired count of live processes', async () => {
-    expect((await call(deps, 'GET', '/concurrency')).body).toEqual({ desired: 3 });
+    // Against the fleet: nothing live, coming, retiring or sent for batches here.
+    const none = { live: 0, coming: 0, retiring: 0, batch: 0 };
+    expect((await call(deps, 'GET', '/concurrency')).body).toEqual({ desired: 3, ...none });
     const set = await call(deps, 'PUT', '/concurrency', { body: { desired: 7 } });
     expect(set.status).toBe(200);
-    expect(set.body).toEqual({ desired: 7 });
-    expect((await call(deps, 'GET', '/concurrency')).body).toEqual({ desired: 7 });
-    expect((await call(deps, 'PUT', '/concurrency', { body: { desired: 0 } })).body).toEqual({ desired: 0 });
-    expect((await call(deps, 'PUT', '/concurrency', { body: { desired: 1000 } })).body).toEqual({ desired: 1000 });
+    expect(set.body).toEqual({ desired: 7, ...none });
+    expect((await call(deps, 'GET', '/concurrency')).body).toEqual({ desired: 7, ...none });
+    expect((await call(deps, 'PUT', '/concurrency', { body: { desired: 0 } })).body).toEqual({ desired: 0, ...none });
+    expect((await call(deps, 'PUT', '/concurrency', { body: { desired: 1000 } })).body).toEqual({ desired: 1000, ...none });
   });
 
   it('refuses a desired count outside 0..1000 or of the wrong type, changing nothing', async () => {
@@ -393,7 +410,7 @@ describe('GET/PUT /concurrency', () => {
       expect(res.status, JSON.stringify(body)).toBe(400);
       expect(res.body.error.message).toMatch(message);
     }
-    expect((await call(deps, 'GET', '/concurrency')).body).toEqual({ desired: 4 });
+    expect((await call(deps, 'GET', '/concurrency')).body).toMatchObject({ desired: 4 });
   });
 });
 

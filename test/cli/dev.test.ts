@@ -171,12 +171,14 @@ describe('leasehold dev --units-demo', () => {
         const timer = setTimeout(() => fail(new Error(`no full fleet seen:\n${err}`)), 40_000);
         dev.stderr.on('data', (d) => {
           err += d;
-          // Three live processes, all eight units owned, deliveries flowing.
+          // Three live processes of 3 desired, all eight units owned, the spread within the fair
+          // share of 3, deliveries flowing.
           for (const line of err.split('\n')) {
-            const m = /units: 3 live processes \[(.*)\] \| deliveries [\d.]+\/s \((\d+) in all\)/.exec(line);
+            const m = /units: 3 live processes \(desired 3\) \[(.*)\] \| spread: min (\d+), max (\d+), fair share 3 \| deliveries [\d.]+\/s \((\d+) in all\)/.exec(line);
             if (!m) continue;
             const owned = m[1].split(' ').map((p) => Number(p.split(':')[1]));
-            if (owned.reduce((a, b) => a + b, 0) === 8 && owned.every((n) => n >= 2) && Number(m[2]) > 0) {
+            const [min, max] = [Number(m[2]), Number(m[3])];
+            if (owned.reduce((a, b) => a + b, 0) === 8 && owned.every((n) => n >= 2) && min >= 2 && max <= 3 && Number(m[4]) > 0) {
               clearTimeout(timer);
               done(line);
             }

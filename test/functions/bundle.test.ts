@@ -139,7 +139,7 @@ describe('function bundles', () => {
   it('the api bundle answers a signed request from the database', async () => {
     const { result } = await invoke('api', apiEvent('PUT', '/concurrency', { body: { desired: 2 } }), { DATABASE_URL: db.schemaUrl });
     expect(result.statusCode).toBe(200);
-    expect(JSON.parse(result.body)).toEqual({ desired: 2 });
+    expect(JSON.parse(result.body)).toMatchObject({ desired: 2, live: 0 });
     const [{ value }] = await db.sql<{ value: unknown }[]>`select value from leasehold_settings where key = 'desired'`;
     expect(value).toBe(2);
   });

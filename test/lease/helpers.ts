@@ -1,7 +1,7 @@
 // Shared pieces of the lease tests: a reconciler that records what its leaser told it, a
 // checker that no unit is in two live processes' owned sets, clocks, and readers of the
 // ownership the database holds.
-import { systemClock, type Clock } from '../../src/clock.js';
+import { systemClock, type Clock, type ManualClock } from '../../src/clock.js';
 import { Leaser, type LeaseConfig, type LeaserEvent, type Reconciler, type Unit, type UnitKey } from '../../src/lease/index.js';
 import type { Sql } from '../../src/store/index.js';
 
@@ -196,4 +196,39 @@ export function concurrently<T, R>(items: readonly T[], fn: (x: T) => Promise<R>
     if (jitterMs > 0) await sleep(Math.random() * jitterMs);
     return fn(x);
   }));
+}
+
+/** What {@link jittered} saw: every heartbeat's and every tick's result, in time order. */
+export interface JitteredSteps {
+  beats: { lapsed: boolean }[];
+  ticks: { claimed: number; shed: number; fairShare: number }[];
+}
+
+/**
+ * Drive `members` (whose leasers use `clock`) for `durationMs` of simulated time: each
+ * heartbeats 4–6 s after its last heartbeat and ticks 4–6 s after its last tick, one step at a
+ * time in time order, the clock advanced to each step.
+ */
+export async function jittered(members: Member[], clock: ManualClock, durationMs: number): Promise<JitteredSteps> {
+  const out: JitteredSteps = { beats: [], ticks: [] };
+  const jitter = () => 4_000 + Math.random() * 2_000;
+  const next = new Map(members.map((m) => [m, { beat: clock.now() + jitter(), tick: clock.now() + jitter() }]));
+  const end = clock.now() + durationMs;
+  for (;;) {
+    let due: { m: Member; what: 'beat' | 'tick'; at: number } | undefined;
+    for (const [m, n] of next) {
+      if (!due || n.beat < due.at) due = { m, what: 'beat', at: n.beat };
+      if (n.tick < due.at) due = { m, what: 'tick', at: n.tick };
+    }
+    if (!due || due.at > end) return out;
+    clock.advance(due.at - clock.now());
+    const n = next.get(due.m)!;
+    if (due.what === 'beat') {
+      out.beats.push(await due.m.leaser.heartbeat());
+      n.beat = clock.now() + jitter();
+    } else {
+      out.ticks.push(await due.m.leaser.tick());
+      n.tick = clock.now() + jitter();
+    }
+  }
 }

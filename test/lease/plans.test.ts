@@ -1,10 +1,10 @@
-// The statements a leaser sends find their units through indexes, never a scan of the unit
-// table: over 100,000 units, EXPLAIN of each (as captured from a real leaser) shows index
-// scans and no Seq Scan on leasehold_units, with custom and with generic plans.
+// The statements a leaser (and the fleet read) sends find their units through indexes, never a
+// scan of the unit table: over 100,000 units, EXPLAIN of each (as captured from a real leaser)
+// shows index scans and no Seq Scan on leasehold_units, with custom and with generic plans.
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Leaser, sweep } from '../../src/lease/index.js';
-import { releaseUnits } from '../../src/lease/sql.js';
+import { Leaser, readFleet, sweep } from '../../src/lease/index.js';
+import { heavyUnits, releaseUnits } from '../../src/lease/sql.js';
 import type { Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { Recorder } from './helpers.js';
@@ -98,7 +98,8 @@ describe('query plans over 100,000 units', () => {
     // release, and a sweep of the expired processes.
     await leaser.tick();
     const shed = leaser.owned().slice(0, 10);
-    expect(await releaseUnits(traced, leaser.processId, shed)).toBe(10);
+    const [{ token }] = await db.sql<{ token: string }[]>`select token from leasehold_processes where id = ${leaser.processId}`;
+    expect(await releaseUnits(traced, { id: leaser.processId, token }, shed)).toBe(10);
     await leaser.release();
     await leaser.deleteProcess();
     const [left] = await db.sql<{ n: number }[]>`select count(*) as n from leasehold_units u
@@ -117,7 +118,7 @@ describe('query plans over 100,000 units', () => {
       }
     };
     await check('claim', 'update leasehold_units u set owner =');
-    await check('owned units', 'where owner = $1 order by pos');
+    await check('owned units', 'where owner = $1 and exists');
     await check('release all', 'with mine as');
     await check('shed', 'jsonb_to_recordset');
     await check('sweep', 'with dead as');
@@ -137,5 +138,23 @@ describe('query plans over 100,000 units', () => {
         expect(nodes(p).some((n) => n['Relation Name'] === 'leasehold_unit_totals')).toBe(true);
       }
     }
+  });
+
+  it('the fleet read and the heavy-unit reads of the fair share use the partial weight index, never a Seq Scan', async () => {
+    // 100 units heavier than 1 among the 100,000, so the index has entries to find.
+    await db.sql`update leasehold_units set weight = 2 + (shard % 7) where tenant = 't99'`;
+    await db.sql`analyze leasehold_units`;
+    expect((await readFleet(traced)).totalWeight).toBeGreaterThan(UNITS);
+    expect(await heavyUnits(traced, { above: 3, atMost: 8, limit: 5 })).toEqual([8, 8, 8, 8, 8]);
+    for (const marker of ['json_agg(weight)', 'weight <= $']) {
+      for (const s of statements(marker)) {
+        for (const generic of [false, true]) {
+          const scans = unitScans(await plan(s.query, s.parameters, generic));
+          expect(scans.filter((x) => /Seq Scan/.test(x)), `${marker}: ${scans.join(', ')}`).toEqual([]);
+          expect(scans.join(), marker).toMatch(/leasehold_units_heavy/);
+        }
+      }
+    }
+    await db.sql`update leasehold_units set weight = 1 where tenant = 't99'`;
   });
 });

@@ -10,6 +10,7 @@ import {
   OverlapChecker,
   clear,
   concurrently,
+  jittered,
   liveIds,
   member,
   ownedCounts,
@@ -203,30 +204,10 @@ describe('rebalancing', () => {
     for (const m of all) m.rec.resetCalls();
     // Two simulated minutes: each process heartbeats 4–6 s after its last one and ticks every
     // 4–6 s, in time order; the shares stay 3 each, within hysteresis.
-    const next = new Map<Member, { beat: number; tick: number }>();
-    const jitter = () => 4_000 + Math.random() * 2_000;
-    for (const m of all) next.set(m, { beat: clock.now() + jitter(), tick: clock.now() + jitter() });
-    const end = clock.now() + 120_000;
-    let beats = 0;
-    for (;;) {
-      let due: { m: Member; what: 'beat' | 'tick'; at: number } | undefined;
-      for (const [m, n] of next) {
-        if (!due || n.beat < due.at) due = { m, what: 'beat', at: n.beat };
-        if (n.tick < due.at) due = { m, what: 'tick', at: n.tick };
-      }
-      if (!due || due.at > end) break;
-      clock.advance(due.at - clock.now());
-      const n = next.get(due.m)!;
-      if (due.what === 'beat') {
-        expect(await due.m.leaser.heartbeat()).toEqual({ lapsed: false });
-        n.beat = clock.now() + jitter();
-        beats++;
-      } else {
-        expect(await due.m.leaser.tick()).toMatchObject({ claimed: 0, shed: 0, fairShare: 3 });
-        n.tick = clock.now() + jitter();
-      }
-    }
-    expect(beats).toBeGreaterThan(70);
+    const steps = await jittered(all, clock, 120_000);
+    for (const beat of steps.beats) expect(beat).toEqual({ lapsed: false });
+    for (const tick of steps.ticks) expect(tick).toMatchObject({ claimed: 0, shed: 0, fairShare: 3 });
+    expect(steps.beats.length).toBeGreaterThan(70);
     expect(await owners(db.sql)).toEqual(before);
     for (const m of all) {
       expect(m.rec.calls).toEqual([]);

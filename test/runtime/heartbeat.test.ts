@@ -84,11 +84,15 @@ describe('a heartbeat on a connection that died while the container was frozen',
     // Hold the process row's lock so the next upsert waits.
     const blocker = db.connect({ max: 1 });
     let release!: () => void;
+    let locked!: () => void;
+    const holding = new Promise<void>((r) => (locked = r));
     const held = blocker.begin(async (tx) => {
       await tx`select 1 from leasehold_processes where id = ${leaser.processId} for update`;
+      locked();
       await new Promise<void>((r) => (release = r));
     });
-    await new Promise((r) => setTimeout(r, 50));
+    // Only once the lock is held (a loaded server may take longer than any fixed wait).
+    await holding;
     const t0 = Date.now();
     await expect(leaser.heartbeat()).rejects.toBeInstanceOf(StoreTimeoutError);
     expect(Date.now() - t0).toBeLessThan(1_500);

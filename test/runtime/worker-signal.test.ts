@@ -81,7 +81,9 @@ describe('runWorker', () => {
     const items: string[] = [];
     const runs: string[] = [];
     const ticks: number[] = [];
-    const r = await runWorker({ batchId: batch.id }, context(30_000), {
+    // A fleet worker (from the scheduler): it rebalances units and takes over the open batch.
+    // A worker sent for the batch would not tick: it owns no units.
+    const r = await runWorker({ invocationId: '00000000-0000-4000-8000-00000000000f' }, context(30_000), {
       sql: db.sql,
       jobs,
       config: config(),

@@ -1,0 +1,194 @@
+// The live count follows the desired count both ways, with the real scheduler and real workers
+// on a real PostgreSQL (short intervals: heartbeats and rebalancing every 200 ms, a scheduler
+// run every second): the surplus retires within two scheduler runs, invocations lost on the
+// way hold nothing back past their confirmation window, and workers sent for batches own no
+// unit and do not count.
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createBatch, getBatch } from '../../src/batch/index.js';
+import { planInvocations, putTenantUnits, setDesired } from '../../src/lease/index.js';
+import { loadConfig } from '../../src/runtime/index.js';
+import { testDatabase, type TestDatabase } from '../support/db.js';
+import { inProcessFleet, slowJobs, type InProcessFleet } from '../support/fleet.js';
+
+let db: TestDatabase;
+beforeAll(async () => {
+  db = await testDatabase({ max: 20 });
+});
+afterAll(() => db.close());
+beforeEach(async () => {
+  for (const t of ['leasehold_units', 'leasehold_processes', 'leasehold_invocations', 'leasehold_items', 'leasehold_batches']) {
+    await db.sql`delete from ${db.sql(t)}`;
+  }
+});
+
+const TICK_MS = 1_000;
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+const config = (extra: Record<string, string> = {}) =>
+  loadConfig({
+    DATABASE_URL: db.url,
+    LEASEHOLD_TTL_MS: '3000',
+    LEASEHOLD_HEARTBEAT_MS: '200',
+    LEASEHOLD_REBALANCE_MS: '200',
+    LEASEHOLD_SWEEP_CUTOFF_MS: '3000',
+    LEASEHOLD_DEADLINE_MARGIN_MS: '1000',
+    LEASEHOLD_WORKER_POLL_MS: '50',
+    LEASEHOLD_WORKER_IDLE_MS: '300',
+    LEASEHOLD_INVOCATION_PENDING_MS: '1000',
+    LEASEHOLD_DISPATCH_COOLDOWN_MS: '500',
+    ...extra,
+  });
+
+const jobs = slowJobs();
+
+/** Units owned by no live process, and the weight each live fleet process owns. */
+async function ownership(): Promise<{ orphaned: number; weights: number[] }> {
+  const [r] = await db.sql<{ orphaned: number }[]>`select count(*) as orphaned from leasehold_units u
+    where not exists (select 1 from leasehold_processes p where p.id = u.owner and p.expires_at > now())`;
+  const rows = await db.sql<{ weight: number }[]>`select (select coalesce(sum(weight), 0) from leasehold_units u where u.owner = p.id)::int as weight
+    from leasehold_processes p where p.expires_at > now() and p.role = 'fleet' and not p.retiring`;
+  return { orphaned: r.orphaned, weights: rows.map((x) => x.weight) };
+}
+
+/** Wait until `ok()` holds, checking every 50 ms, for at most `ms`. */
+async function until(ok: () => Promise<boolean>, ms: number): Promise<boolean> {
+  const end = Date.now() + ms;
+  for (;;) {
+    if (await ok()) return true;
+    if (Date.now() > end) return false;
+    await sleep(50);
+  }
+}
+
+/** Every unit owned by a live process, each within ±20 % of an even split among `n`. */
+const balanced = (n: number, total: number) => async () => {
+  const o = await ownership();
+  return o.orphaned === 0 && o.weights.length === n && o.weights.every((w) => w >= 0.8 * (total / n) && w <= 1.2 * (total / n));
+};
+
+describe('the live count follows the desired count', () => {
+  let fleet: InProcessFleet | undefined;
+  afterAll(async () => {
+    await fleet?.stop();
+  });
+
+  it('10 → 3: exactly the surplus retires within two scheduler runs, losing nothing; 3 → 10 likewise', async () => {
+    await putTenantUnits(db.sql, 'acme', { job: 'sync', shards: 600 });
+    // A batch running across the changes: its runs are handed off and taken over, not lost.
+    const { batch } = await createBatch(db.sql, {
+      tenant: 't',
+      datasource: 'follow',
+      job: 'slow',
+      params: { ms: 100 },
+      requestKey: 'follow-1',
+      items: Array.from({ length: 60 }, (_, i) => ({ key: `i${i}` })),
+    });
+    await setDesired(db.sql, 10);
+    fleet = inProcessFleet(db.sql, config(), { jobs, drop: (_n, e) => e.batchId !== undefined });
+    expect((await fleet.tick()).invoked).toBe(10);
+    expect(await until(balanced(10, 600), 5_000)).toBe(true);
+
+    // Down: the first run asks exactly 7 to retire; by the second, 3 are live.
+    await setDesired(db.sql, 3);
+    const down = await fleet.tick();
+    expect(down.retired).toBe(7);
+    expect(down.invoked).toBe(0);
+    await sleep(TICK_MS);
+    const second = await fleet.tick();
+    expect(second.retired).toBe(0);
+    expect(await fleet.live()).toEqual({ fleet: 3, retiring: 0, batch: 0 });
+    const retired = fleet.returned.filter((r) => r.reason === 'retired');
+    expect(retired).toHaveLength(7);
+    expect(retired.every((r) => r.role === 'fleet')).toBe(true);
+    // Nothing lost: every unit owned again within two rebalancing intervals, evenly.
+    expect(await until(balanced(3, 600), 2 * 200 + 500)).toBe(true);
+
+    // Up: the first run invokes 7; by the second, 10 are live and nothing more is invoked.
+    await setDesired(db.sql, 10);
+    expect((await fleet.tick()).invoked).toBe(7);
+    await sleep(TICK_MS);
+    expect((await fleet.tick()).invoked).toBe(0);
+    expect(await fleet.live()).toEqual({ fleet: 10, retiring: 0, batch: 0 });
+    expect(await until(balanced(10, 600), 2_000)).toBe(true);
+
+    // The batch ends with every item done once.
+    expect(await until(async () => (await getBatch(db.sql, batch.id)).status !== 'open', 20_000)).toBe(true);
+    const b = await getBatch(db.sql, batch.id);
+    expect(b.status).toBe('succeeded');
+    expect(b.counts.done).toBe(60);
+    const results = await fleet.stop();
+    fleet = undefined;
+    expect(results.filter((r) => r.reason === 'retired')).toHaveLength(7);
+    expect((await db.sql`select count(*) as n from leasehold_units where owner is not null`)[0].n).toBe(0);
+  }, 60_000);
+
+  it('with every third invocation dropped (answered as sent), live returns to the desired 3 within two scheduler runs', async () => {
+    await putTenantUnits(db.sql, 'acme', { job: 'sync', shards: 30 });
+    await setDesired(db.sql, 3);
+    fleet = inProcessFleet(db.sql, config(), { drop: (n) => n % 3 === 0 });
+    expect((await fleet.tick()).invoked).toBe(3);
+    expect(fleet.invocations.map((i) => i.dropped)).toEqual([false, false, true]);
+    // The lost invocation counts as coming for its confirmation window (1 s) only.
+    await sleep(TICK_MS + 100);
+    const second = await fleet.tick();
+    expect(second.fleet).toEqual({ desired: 3, live: 2, pending: 0 });
+    expect(second.invoked).toBe(1);
+    expect(await until(async () => (await fleet!.live()).fleet === 3, 1_000)).toBe(true);
+    expect(await until(balanced(3, 30), 1_000)).toBe(true);
+    await fleet.stop();
+    fleet = undefined;
+  }, 30_000);
+
+  it('a batch whose dispatch was dropped is dispatched again on a later scheduler run and finishes', async () => {
+    const { batch } = await createBatch(db.sql, {
+      tenant: 't',
+      datasource: 'dropped',
+      job: 'slow',
+      params: { ms: 10 },
+      requestKey: 'dropped-1',
+      items: [{ key: 'a' }, { key: 'b' }],
+    });
+    fleet = inProcessFleet(db.sql, config(), { jobs, drop: (n) => n === 1 });
+    expect((await fleet.tick()).dispatched).toEqual([batch.id]);
+    expect(fleet.invocations).toEqual([{ event: { batchId: batch.id }, dropped: true }]);
+    // No unit work: no fleet worker takes it; the cooldown (500 ms) passes and it goes out again.
+    await sleep(TICK_MS);
+    expect((await fleet.tick()).dispatched).toEqual([batch.id]);
+    expect(await until(async () => (await getBatch(db.sql, batch.id)).status === 'succeeded', 5_000)).toBe(true);
+    const results = await fleet.stop();
+    fleet = undefined;
+    expect(results.map((r) => r.role)).toEqual(['batch']);
+  }, 30_000);
+
+  it('a worker sent for a batch owns no unit and is not counted against the desired count', async () => {
+    await putTenantUnits(db.sql, 'acme', { job: 'sync', shards: 12 });
+    await setDesired(db.sql, 2);
+    const { batch } = await createBatch(db.sql, {
+      tenant: 't',
+      datasource: 'role',
+      job: 'slow',
+      params: { ms: 300 },
+      requestKey: 'role-1',
+      items: Array.from({ length: 6 }, (_, i) => ({ key: `i${i}` })),
+    });
+    fleet = inProcessFleet(db.sql, config(), { jobs });
+    const first = await fleet.tick();
+    expect(first.dispatched).toEqual([batch.id]);
+    expect(first.invoked).toBe(2);
+    expect(await until(async () => (await fleet!.live()).batch === 1 && (await fleet!.live()).fleet === 2, 2_000)).toBe(true);
+    expect(await until(balanced(2, 12), 2_000)).toBe(true);
+    const [batchWorker] = await db.sql<{ units: number }[]>`select (select count(*) from leasehold_units u where u.owner = p.id) as units
+      from leasehold_processes p where p.role = 'batch'`;
+    expect(batchWorker.units).toBe(0);
+    // Counted apart: the plan sees 2 live, invokes nothing and retires nobody.
+    const plan = await planInvocations(db.sql, { cap: 10, pendingMs: 1_000 });
+    expect(plan).toMatchObject({ desired: 2, live: 2, invocations: [], retired: [] });
+    // Once its batch is done, the batch worker leaves; the fleet stays.
+    expect(await until(async () => (await getBatch(db.sql, batch.id)).status === 'succeeded', 10_000)).toBe(true);
+    expect(await until(async () => (await fleet!.live()).batch === 0, 2_000)).toBe(true);
+    expect((await fleet.live()).fleet).toBe(2);
+    expect(fleet.returned.map((r) => [r.role, r.reason])).toEqual([['batch', 'idle']]);
+    await fleet.stop();
+    fleet = undefined;
+  }, 30_000);
+});

@@ -1,0 +1,100 @@
+// A whole fleet in one Node process: the real scheduler and real workers on a real PostgreSQL,
+// with a dispatcher that runs each invoked worker at once (as the local invoke endpoint does),
+// optionally dropping some invocations while answering success (as Lambda may). Used by the
+// runtime tests and the lease benchmark (bench/lease.ts); imports nothing of vitest.
+import { z } from 'zod';
+import { defaultJobContext, defaultRegistry, defineJob, JobRegistry } from '../../src/jobs/index.js';
+import {
+  runScheduler,
+  runWorker,
+  type Config,
+  type Dispatcher,
+  type SchedulerResult,
+  type WorkerEvent,
+  type WorkerResult,
+} from '../../src/runtime/index.js';
+import type { Sql } from '../../src/store/index.js';
+
+/** Options of {@link inProcessFleet}. */
+export interface InProcessFleetOptions {
+  /** Whether to drop the `n`th invocation (1-based), answering success. Default: none dropped. */
+  drop?: (n: number, event: WorkerEvent) => boolean;
+  /** What every worker's context reports as its remaining time, ms. Default 120,000. */
+  remainingMs?: number;
+  /** Batch jobs. Default the built-in registry. */
+  jobs?: JobRegistry;
+}
+
+/** A fleet of in-process workers driven by explicit scheduler runs. */
+export interface InProcessFleet {
+  /** Every invocation asked for, in order, with whether it was dropped. */
+  readonly invocations: { event: WorkerEvent; dropped: boolean }[];
+  /** Results of the workers that returned so far. */
+  readonly returned: WorkerResult[];
+  /** One scheduler run. */
+  tick(): Promise<SchedulerResult>;
+  /** Live process rows (database clock) by role, retiring ones counted apart. */
+  live(): Promise<{ fleet: number; retiring: number; batch: number }>;
+  /** Stop every worker as at its deadline (nothing new is started) and wait for all. */
+  stop(): Promise<WorkerResult[]>;
+}
+
+/** Start an empty fleet on `sql` with `config`; workers come from {@link InProcessFleet.tick}. */
+export function inProcessFleet(sql: Sql, config: Config, options: InProcessFleetOptions = {}): InProcessFleet {
+  const jobs = options.jobs ?? defaultRegistry();
+  const remainingMs = options.remainingMs ?? 120_000;
+  const stopping = new AbortController();
+  const running: Promise<WorkerResult>[] = [];
+  const invocations: { event: WorkerEvent; dropped: boolean }[] = [];
+  const returned: WorkerResult[] = [];
+  const dispatcher: Dispatcher = {
+    async invoke(event) {
+      const dropped = stopping.signal.aborted || (options.drop?.(invocations.length + 1, event) ?? false);
+      invocations.push({ event, dropped });
+      if (dropped) return;
+      const worker = runWorker(event, { getRemainingTimeInMillis: () => remainingMs }, { sql, jobs, config, dispatcher, signal: stopping.signal });
+      running.push(worker.then((r) => (returned.push(r), r)));
+    },
+  };
+  return {
+    invocations,
+    returned,
+    tick: () => runScheduler({ sql, config, dispatcher }),
+    async live() {
+      const [r] = await sql<{ fleet: number; retiring: number; batch: number }[]>`select
+          count(*) filter (where role = 'fleet' and not retiring) as fleet,
+          count(*) filter (where role = 'fleet' and retiring) as retiring,
+          count(*) filter (where role = 'batch') as batch
+        from leasehold_processes where expires_at > now()`;
+      return r;
+    },
+    async stop() {
+      stopping.abort();
+      return Promise.all(running);
+    },
+  };
+}
+
+/** `slow`: each item waits `params.ms`, stopping early (and failing) when its signal aborts. */
+export const slowJob = defineJob({
+  name: 'slow',
+  description: 'waits ms per item',
+  params: z.object({ ms: z.number() }),
+  parallel: 2,
+  async expand() {
+    return { items: [] };
+  },
+  async run(item) {
+    await new Promise<void>((resolve, reject) => {
+      const onAbort = () => (clearTimeout(t), reject(new Error('aborted')));
+      const t = setTimeout(() => (item.signal.removeEventListener('abort', onAbort), resolve()), item.params.ms);
+      item.signal.addEventListener('abort', onAbort, { once: true });
+    });
+    return {};
+  },
+});
+
+/** A registry of {@link slowJob} alone. */
+export function slowJobs(): JobRegistry {
+  return new JobRegistry([slowJob], defaultJobContext());
+}
