@@ -46,7 +46,8 @@ describe('the balance of the fleet', () => {
     expect(names).toEqual(expect.arrayContaining(['FairShare', 'WeightMin', 'WeightMax', 'StarvingProcesses']));
 
     // Once the newcomer claimed its share (the others shed for it) and every heartbeat reported
-    // it, nobody starves.
+    // it, nobody starves. Which process sheds what depends on how the concurrent ticks interleave,
+    // so the spread may settle anywhere inside the hysteresis band (10 × (1 ± 0.2)).
     const all = [...three, late];
     for (let t = 0; t < 3; t++) {
       await concurrently(all, (x) => x.leaser.heartbeat());
@@ -54,6 +55,8 @@ describe('the balance of the fleet', () => {
     }
     await concurrently(all, (x) => x.leaser.heartbeat());
     const after = await runScheduler({ sql: db.sql, config, dispatcher: nobody });
-    expect(after.balance).toEqual({ fairShare: 10, minWeight: 10, maxWeight: 10, starving: 0, retiring: 0, batch: 0 });
+    expect(after.balance).toMatchObject({ fairShare: 10, starving: 0, retiring: 0, batch: 0 });
+    expect(after.balance.minWeight).toBeGreaterThanOrEqual(8);
+    expect(after.balance.maxWeight).toBeLessThanOrEqual(12);
   });
 });
