@@ -17,4 +17,13 @@ export {
   MAX_KEY_BYTES,
   type CreateOptions,
 } from './batches.js';
-export { Runner, RUNNER_DEFAULTS, retryDelayMs, type RunnerOptions, type RunnerEvent } from './runner.js';
+export {
+  Runner,
+  RUNNER_DEFAULTS,
+  RUNNER_LIMITS,
+  retryDelayMs,
+  type RunnerOptions,
+  type RunnerEvent,
+  type ItemOutcome,
+} from './runner.js';
+export { DEFAULT_MAX_OUTPUT_BYTES, MAX_ERROR_CHARS } from './values.js';

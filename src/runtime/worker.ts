@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { systemClock } from '../clock.js';
-import { Runner, type Executor, type Resolve, type RunResult, type RunnerEvent } from '../batch/index.js';
+import { Runner, type RunResult, type RunnerEvent } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
 import { invocationLive, planInvocations, type LeaserEvent, type Reconciler } from '../lease/index.js';
 import { withTimeout, type Sql } from '../store/index.js';
@@ -103,7 +103,7 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
     else s?.addEventListener('abort', onStop, { once: true });
   }
   const pastDeadline = () => Date.now() >= deadline || deps.signal?.aborted === true;
-  const resolve = hooks.item ? countingResolve(jobs.resolve, hooks.item, config.attempts) : jobs.resolve;
+  const resolve = jobs.resolve;
   const runner = new Runner(sql, {
     processId,
     parallel: config.parallel,
@@ -118,7 +118,9 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
     storeTimeoutMs: config.storeTimeoutMs,
     onEvent: (e: RunnerEvent) => {
       hooks.runner?.(e);
-      logRunnerEvent(log, processId, e);
+      // Item outcomes as the runner stored them: a result whose move never landed is not counted.
+      if (e.type === 'item-ended') hooks.item?.(e.outcome);
+      else logRunnerEvent(log, processId, e);
     },
   });
   // Unit jobs check the lease by the process's own clock before acting (see Leaser.leaseValid).
@@ -242,37 +244,6 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
   const runs = [...byRun.values()].map(({ batchId, outcome, finishedItems }) => ({ batchId, outcome, finishedItems }));
   log('info', 'worker returning', { processId, reason, runs, continued, replacements });
   return { processId, runs, reason, continued, replacements };
-}
-
-/**
- * `resolve` with every executor's work wrapped to report each attempt's outcome as the runner
- * decides it: `done` when the work resolves; when it throws, nothing if the run was stopping and
- * the attempt is given back, else `failed` at the last attempt or for a permanent error, else
- * `retry`.
- */
-function countingResolve(resolve: Resolve, item: NonNullable<WorkerHooks['item']>, defaultAttempts: number): Resolve {
-  return (batch) => {
-    const ex = resolve(batch);
-    if (!ex) return ex;
-    const attempts = Math.max(1, ex.attempts ?? defaultAttempts);
-    const counted: Executor = {
-      ...ex,
-      work: async (ctx) => {
-        try {
-          const out = await ex.work(ctx);
-          item('done');
-          return out;
-        } catch (error) {
-          if (!(ctx.signal.aborted && ctx.attempt < attempts)) {
-            const permanent = (error as { permanent?: unknown } | null)?.permanent === true;
-            item(ctx.attempt >= attempts || permanent ? 'failed' : 'retry');
-          }
-          throw error;
-        }
-      },
-    };
-    return counted;
-  };
 }
 
 function logLeaserEvent(log: Log, processId: string, e: LeaserEvent): void {
