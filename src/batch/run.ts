@@ -70,26 +70,23 @@ export function retryDelayMs(
 
 /**
  * Check retry settings: `attempts` 1 to {@link MAX_ATTEMPTS}, `backoffMs` and `maxBackoffMs`
- * 0 to {@link MAX_BACKOFF_MS}. `names` says how the caller calls each setting.
+ * 0 to {@link MAX_BACKOFF_MS}; unset ones are not checked. `prefix` goes before each setting's
+ * name in the message (`executor.`, `job "x": `).
  * @throws {RangeError} naming the first setting out of range.
  */
 export function checkRetrySettings(
   s: { attempts?: number; backoffMs?: number; maxBackoffMs?: number },
-  names: { attempts: string; backoffMs: string; maxBackoffMs: string } = {
-    attempts: 'attempts',
-    backoffMs: 'backoffMs',
-    maxBackoffMs: 'maxBackoffMs',
-  },
+  prefix = '',
 ): void {
-  const within = (v: number | undefined, name: string, min: number, max: number, int: boolean) => {
+  const within = (v: number | undefined, name: string, max: number, int: boolean, min = int ? 1 : 0) => {
     if (v === undefined) return;
     if (!Number.isFinite(v) || v < min || v > max || (int && !Number.isInteger(v))) {
-      throw new RangeError(`${name} must be ${int ? 'an integer ' : ''}from ${min} to ${max} (got ${v})`);
+      throw new RangeError(`${prefix}${name} must be ${int ? 'an integer ' : ''}from ${min} to ${max} (got ${v})`);
     }
   };
-  within(s.attempts, names.attempts, 1, MAX_ATTEMPTS, true);
-  within(s.backoffMs, names.backoffMs, 0, MAX_BACKOFF_MS, false);
-  within(s.maxBackoffMs, names.maxBackoffMs, 0, MAX_BACKOFF_MS, false);
+  within(s.attempts, 'attempts', MAX_ATTEMPTS, true);
+  within(s.backoffMs, 'backoffMs', MAX_BACKOFF_MS, false);
+  within(s.maxBackoffMs, 'maxBackoffMs', MAX_BACKOFF_MS, false);
 }
 
 class StoreFailure extends Error {}
@@ -534,7 +531,8 @@ export class Run {
           throw new StoreFailure(`store failed ${tries} times on batch ${this.batch.id}: ${(error as Error)?.message ?? error}`);
         }
         await this.s.clock.sleep(wait);
-        wait *= 2;
+        // Doubling, but never past a minute (a timer beyond 2^31 ms would fire at once).
+        wait = Math.min(wait * 2, 60_000);
       }
     }
   }

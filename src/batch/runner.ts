@@ -7,7 +7,7 @@ import { checkRetrySettings, MAX_ATTEMPTS, MAX_BACKOFF_MS, Run, type RunnerEvent
 import { DEFAULT_MAX_OUTPUT_BYTES } from './values.js';
 import type { BatchInfo, Executor, ItemWork, NewBatch, Resolve, RunResult } from './types.js';
 
-export { retryDelayMs, type ItemOutcome, type RunnerEvent } from './run.js';
+export { retryDelayMs, checkRetrySettings, MAX_ATTEMPTS, MAX_BACKOFF_MS, type ItemOutcome, type RunnerEvent } from './run.js';
 
 /** Options of {@link Runner}; every duration is in milliseconds. */
 export interface RunnerOptions {
@@ -99,7 +99,7 @@ type Settings = Required<Omit<RunnerOptions, 'processId' | 'onEvent' | 'queueDep
  * @throws {RangeError} naming the setting (`executor.attempts`, …).
  */
 function checkExecutor(ex: Executor): void {
-  checkRetrySettings(ex, { attempts: 'executor.attempts', backoffMs: 'executor.backoffMs', maxBackoffMs: 'executor.maxBackoffMs' });
+  checkRetrySettings(ex, 'executor.');
   if (ex.parallel !== undefined && !(Number.isInteger(ex.parallel) && ex.parallel >= 1)) {
     throw new RangeError(`executor.parallel must be an integer of at least 1 (got ${ex.parallel})`);
   }

@@ -107,15 +107,19 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
   const runner = new Runner(sql, {
     processId,
     parallel: config.parallel,
+    queueDepth: config.queueDepth,
     beatMs: config.beatMs,
     staleMs: config.staleMs,
     attempts: config.attempts,
     backoffMs: config.backoffMs,
+    maxBackoffMs: config.maxBackoffMs,
     moveTries: config.moveTries,
     moveBackoffMs: config.moveBackoffMs,
     maxRuns: config.maxRuns,
     drainMs: config.drainMs,
     storeTimeoutMs: config.storeTimeoutMs,
+    maxOutputBytes: config.maxOutputBytes,
+    maxStalledRuns: config.maxStalledRuns,
     onEvent: (e: RunnerEvent) => {
       hooks.runner?.(e);
       // Item outcomes as the runner stored them: a result whose move never landed is not counted.
