@@ -1,28 +1,16 @@
 // `npm run bench`: the batch runner's throughput on a real PostgreSQL (bench/runs.ts) and the time
 // of a start, then the lease benchmarks (bench/lease.ts). BENCH_ONLY=batch|lease runs one part.
 // DATABASE_URL when set, else a throw-away embedded database (in the OS temp dir, removed after).
-import { randomUUID } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createBatch, type NewBatch } from '../src/batch/index.js';
+import { createBatch } from '../src/batch/index.js';
 import { connect, migrate, type Sql } from '../src/store/index.js';
 import { leaseBench } from './lease.js';
-import { runBench } from './runs.js';
+import { batchOf, runBench } from './runs.js';
 
 const ITEMS = Number(process.env.BENCH_ITEMS ?? 20_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
-
-function batchOf(n: number): NewBatch {
-  return {
-    tenant: 'bench',
-    datasource: randomUUID(),
-    job: 'noop',
-    params: {},
-    requestKey: randomUUID(),
-    items: Array.from({ length: n }, (_, i) => ({ key: String(i).padStart(6, '0') })),
-  };
-}
 
 /** A start of ITEMS items: ms to insert the batch and its items. */
 async function startOnce(sql: Sql): Promise<number> {

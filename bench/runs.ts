@@ -14,7 +14,8 @@ const ITEMS = Number(process.env.BENCH_ITEMS ?? 20_000);
 const SHORT_ITEMS = Number(process.env.BENCH_SHORT_ITEMS ?? 2_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 
-function batchOf(n: number): NewBatch {
+/** A batch of `n` no-op items with fresh datasource and request key. */
+export function batchOf(n: number): NewBatch {
   return {
     tenant: 'bench',
     datasource: randomUUID(),

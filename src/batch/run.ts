@@ -237,7 +237,9 @@ export class Run {
         await this.step();
         continue;
       }
-      if (this.executing.size > 0 || this.queue.length > 0 || this.dueTimer) {
+      // Wait for an item to settle, a retry to come due, or (when items are due but the beats
+      // are too old to claim or start them) the next good beat.
+      if (this.executing.size > 0 || this.queue.length > 0 || this.dueTimer || (this.moreDue && !this.beatValid())) {
         await new Promise<void>((resolve) => (this.wakeUp = resolve));
         continue;
       }
