@@ -5,7 +5,9 @@
 //   2. four runs at once, each with its own pool and batch;
 //   3. one run, parallel 4, over SHORT_ITEMS items that each sleep 2 ms, next to the same sleeps
 //      in a plain pool of 4 with no database, measured in the same round.
-// Each figure is the median of ROUNDS rounds, with the best.
+// Each figure is the median of ROUNDS rounds, with the best. Every round starts from the same
+// table state: the batches of earlier rounds are deleted and the tables vacuumed first (otherwise
+// each round pays for the dead rows of all the rounds before it, and later figures sink).
 import { randomUUID } from 'node:crypto';
 import { Runner, createBatch, type Executor, type NewBatch } from '../src/batch/index.js';
 import { connect, type Sql } from '../src/store/index.js';
@@ -89,6 +91,13 @@ async function plainPool(): Promise<number> {
   return SHORT_ITEMS / ((performance.now() - t1) / 1000);
 }
 
+/** Delete the bench's batches (their items cascade) and vacuum, so the next round starts clean. */
+async function clean(sql: Sql): Promise<void> {
+  await sql`delete from leasehold_batches where tenant = 'bench'`;
+  await sql`vacuum leasehold_items`;
+  await sql`vacuum leasehold_batches`;
+}
+
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const fmt = (n: number) => Math.round(n).toString();
 
@@ -99,6 +108,7 @@ export async function runBench(url: string, schema: string, sql: Sql): Promise<v
   const one: number[] = [];
   const perItem: number[] = [];
   for (let i = 0; i < ROUNDS; i++) {
+    await clean(sql);
     const r = await runOnce(url, schema, ITEMS, noop);
     one.push(r.rate);
     perItem.push(r.statements / ITEMS);
@@ -106,11 +116,15 @@ export async function runBench(url: string, schema: string, sql: Sql): Promise<v
   console.log(`one run, parallel 64: ${fmt(median(one))} items/s (best ${fmt(Math.max(...one))} items/s)`);
   console.log(`statements per item, one no-op run: ${median(perItem).toFixed(3)} (statements the run's pool sent / items)`);
   const four: number[] = [];
-  for (let i = 0; i < ROUNDS; i++) four.push(await fourRuns(url, schema));
+  for (let i = 0; i < ROUNDS; i++) {
+    await clean(sql);
+    four.push(await fourRuns(url, schema));
+  }
   console.log(`4 concurrent runs, parallel 64 each: ${fmt(median(four))} items/s (best ${fmt(Math.max(...four))} items/s)`);
   const runs: number[] = [];
   const ratios: number[] = [];
   for (let i = 0; i < ROUNDS; i++) {
+    await clean(sql);
     const plain = await plainPool();
     const run = (await runOnce(url, schema, SHORT_ITEMS, short)).rate;
     runs.push(run);
