@@ -295,6 +295,10 @@ export class Run {
     const claim = this.room();
     const recordProgress = !this.progressRecorded && batch.length > 0;
     const moves = q.encodeMoves(batch.map((b) => b.move));
+    // Due times are counted from the database's now() in the statement, which is no earlier than
+    // this: timers armed from it fire on time or a little early (a claim then answers how long
+    // is left), never a round trip late.
+    const sentAt = this.s.clock.now();
     let r: q.StepResult;
     try {
       r = await this.store(
@@ -309,11 +313,11 @@ export class Run {
       return;
     }
     if (r.moved < batch.length) return this.markLost();
-    this.landed(batch);
+    this.landed(batch, sentAt);
     if (claim > 0) {
       this.moreDue = r.claimed.length >= claim;
       for (const c of r.claimed) this.queue.push(c);
-      if (!this.moreDue && r.nextDueMs !== null) this.dueIn(r.nextDueMs);
+      if (!this.moreDue && r.nextDueMs !== null) this.dueIn(r.nextDueMs, sentAt);
     }
     this.startQueued();
   }
@@ -349,31 +353,38 @@ export class Run {
     );
   }
 
-  /** Account for stored moves: counts, events, and the retries' due times. */
-  private landed(batch: Settled[]): void {
+  /**
+   * Account for stored moves: counts, events, and the retries' due times (counted from
+   * `sentAt`, the local time the statement was sent).
+   */
+  private landed(batch: Settled[], sentAt = this.s.clock.now()): void {
     if (batch.length === 0) return;
     this.progressRecorded = true;
     for (const { move, outcome } of batch) {
       if (move.state === 'done' || move.state === 'failed') this.finishedItems++;
-      else if (outcome === 'retry') this.dueIn(move.delayMs);
+      else if (outcome === 'retry') this.dueIn(move.delayMs, sentAt);
       else this.moreDue = true;
       this.s.onEvent({ type: 'item-ended', batchId: this.batch.id, runId: this.id, key: move.key, attempt: move.claimed, outcome });
     }
   }
 
-  /** Claim again in `ms` (0: at once): a retry or a pending item of the store comes due then. */
-  private dueIn(ms: number): void {
-    if (!(ms > 0)) {
+  /**
+   * Claim again `ms` after `from` (local clock; default now): a retry or a pending item of the
+   * store comes due then. At once when that time has come.
+   */
+  private dueIn(ms: number, from = this.s.clock.now()): void {
+    const wait = from + ms - this.s.clock.now();
+    if (!(wait > 0)) {
       this.moreDue = true;
       return;
     }
-    const at = this.s.clock.now() + ms;
+    const at = from + ms;
     if (at >= this.dueAt) return;
     this.dueTimer?.abort();
     const timer = new AbortController();
     this.dueTimer = timer;
     this.dueAt = at;
-    void this.s.clock.sleep(ms, timer.signal).then(() => {
+    void this.s.clock.sleep(wait, timer.signal).then(() => {
       if (timer.signal.aborted) return;
       this.dueTimer = undefined;
       this.dueAt = Infinity;

@@ -147,7 +147,10 @@ describe('retry delays', () => {
     await db.sql`update leasehold_items set attempts = 44 where batch_id = ${batch.id} and key = 'bad'`;
     const runner = new Runner(db.sql, { parallel: 2, attempts: 100, beatMs: 50 });
     await runner.takeOver(() => ({ work: async ({ key }) => (key === 'ok' ? 'ok' : Promise.reject(new Error('always'))) }), batch.id);
-    await waitFor('both stored', async () => (await itemRows(db.sql, batch.id)).every((r) => r.state !== 'running'));
+    await waitFor('both stored', async () => {
+      const rows = await itemRows(db.sql, batch.id);
+      return rows.some((r) => r.key === 'ok' && r.state === 'done') && rows.some((r) => r.key === 'bad' && r.attempts === 45 && r.state === 'pending');
+    });
     const result = await runner.stop(batch.id);
     expect(result).toMatchObject({ outcome: 'handed-off' });
     const rows = Object.fromEntries((await itemRows(db.sql, batch.id)).map((r) => [r.key, r]));
