@@ -100,6 +100,18 @@ function isDataError(e: unknown): boolean {
   return typeof code === 'string' && /^(22|54)/.test(code);
 }
 
+/**
+ * How long before a pending item is due a run claims it (ms), so that a retry starts on a local
+ * timer when it is due instead of a claim's round trip after.
+ */
+const CLAIM_AHEAD_MS = 200;
+
+/** A claimed item waiting in the run's queue: start it at `startAt` (local clock; 0: at once). */
+interface Queued {
+  item: q.ClaimedRow;
+  startAt: number;
+}
+
 /** A settled item waiting for its move, with what the move means. */
 interface Settled {
   move: q.MoveRow;
@@ -112,7 +124,8 @@ interface Settled {
  *
  * It keeps its slots full. Claims run ahead of execution into a local queue of at most
  * `parallel + queueDepth` items (running included); a freed slot starts the next queued item at
- * once, and an item due later (a retry) starts when a local timer says it is due. One flusher
+ * once. An item due later (a retry) is claimed shortly before it is due and started by a local
+ * timer when it is due. One flusher
  * writes: each statement carries every item settled since the last one, plus a claim for the
  * free room, under one ownership check, so at most one move is in flight and moves stay ordered.
  * A short count means the batch was lost: nothing more starts, and nothing more is written.
@@ -126,7 +139,7 @@ export class Run {
   /** The run is over: settling items are no longer written. */
   private ended = false;
   private readonly capacity: number;
-  private queue: q.ClaimedRow[] = [];
+  private queue: Queued[] = [];
   private readonly executing = new Map<string, Promise<void>>();
   private settled: Settled[] = [];
   /** The store may hold due pending items this run has not claimed. */
@@ -138,6 +151,9 @@ export class Run {
   /** Local clock time of the next retry known to be due, and the timer waiting for it. */
   private dueAt = Infinity;
   private dueTimer: AbortController | undefined;
+  /** Local clock time when the next item claimed ahead of its due time may start, and its timer. */
+  private startAt = Infinity;
+  private startTimer: AbortController | undefined;
   private wakeUp: (() => void) | undefined;
   /** Local clock time when the statement behind the last good beat (or the takeover) was sent. */
   private beatSentAt: number;
@@ -187,6 +203,7 @@ export class Run {
       // The run is over and can write no result: its in-flight items must stop too.
       this.items.abort();
       this.dueTimer?.abort();
+      this.startTimer?.abort();
       beats.abort();
       await beating;
     }
@@ -259,7 +276,7 @@ export class Run {
         return undefined;
       }
       // Pending items not due yet (or, should none be pending, look again after a beat).
-      this.dueIn(Math.min(w.dueInMs ?? this.s.beatMs, this.s.beatMs));
+      this.dueIn(Math.min(w.dueInMs === null ? this.s.beatMs : w.dueInMs - CLAIM_AHEAD_MS, this.s.beatMs));
     }
   }
 
@@ -279,12 +296,35 @@ export class Run {
   }
 
   /**
-   * Start queued items on free slots. Nothing starts once the run stops or lost its batch, nor
-   * while its beats are too old to keep the batch (the next good beat starts them).
+   * Start queued items on free slots, each once it is due (a timer wakes the run for one claimed
+   * ahead of its time). Nothing starts once the run stops or lost its batch, nor while its beats
+   * are too old to keep the batch (the next good beat starts them).
    */
   private startQueued(): void {
-    while (!this.reason && this.executing.size < this.s.parallel && this.queue.length > 0 && this.beatValid()) {
-      this.launch(this.queue.shift()!);
+    if (this.reason || this.queue.length === 0 || !this.beatValid()) return;
+    let now: number | undefined;
+    let next = Infinity;
+    for (let i = 0; i < this.queue.length && this.executing.size < this.s.parallel; ) {
+      const { item, startAt } = this.queue[i];
+      if (startAt > 0 && startAt > (now ??= this.s.clock.now())) {
+        next = Math.min(next, startAt);
+        i++;
+        continue;
+      }
+      this.queue.splice(i, 1);
+      this.launch(item);
+    }
+    if (next < this.startAt) {
+      this.startTimer?.abort();
+      const timer = new AbortController();
+      this.startTimer = timer;
+      this.startAt = next;
+      void this.s.clock.sleep(next - now!, timer.signal).then(() => {
+        if (timer.signal.aborted) return;
+        this.startTimer = undefined;
+        this.startAt = Infinity;
+        this.wake();
+      });
     }
   }
 
@@ -302,7 +342,7 @@ export class Run {
     let r: q.StepResult;
     try {
       r = await this.store(
-        () => q.step(this.sql, { batchId: this.batch.id, run: this.id, moves, claim, recordProgress }),
+        () => q.step(this.sql, { batchId: this.batch.id, run: this.id, moves, claim, aheadMs: CLAIM_AHEAD_MS, recordProgress }),
         // A claim whose answer is lost may have committed: those items would stay running.
         claim > 0 ? () => (this.claimUncertain = true) : undefined,
         batch.length > 0,
@@ -316,8 +356,10 @@ export class Run {
     this.landed(batch, sentAt);
     if (claim > 0) {
       this.moreDue = r.claimed.length >= claim;
-      for (const c of r.claimed) this.queue.push(c);
-      if (!this.moreDue && r.nextDueMs !== null) this.dueIn(r.nextDueMs, sentAt);
+      // Counted from the answer, which came after the database's now(): never early.
+      const answeredAt = this.s.clock.now();
+      for (const item of r.claimed) this.queue.push({ item, startAt: item.due_in_ms > 0 ? answeredAt + item.due_in_ms : 0 });
+      if (!this.moreDue && r.nextDueMs !== null) this.dueIn(r.nextDueMs - CLAIM_AHEAD_MS, sentAt);
     }
     this.startQueued();
   }
@@ -347,7 +389,7 @@ export class Run {
     const moves = q.encodeMoves([item.move]);
     const recordProgress = !this.progressRecorded;
     return this.store(
-      () => q.step(this.sql, { batchId: this.batch.id, run: this.id, moves, claim: 0, recordProgress }),
+      () => q.step(this.sql, { batchId: this.batch.id, run: this.id, moves, claim: 0, aheadMs: 0, recordProgress }),
       undefined,
       dataSensitive,
     );
@@ -362,7 +404,7 @@ export class Run {
     this.progressRecorded = true;
     for (const { move, outcome } of batch) {
       if (move.state === 'done' || move.state === 'failed') this.finishedItems++;
-      else if (outcome === 'retry') this.dueIn(move.delayMs, sentAt);
+      else if (outcome === 'retry') this.dueIn(move.delayMs - CLAIM_AHEAD_MS, sentAt);
       else this.moreDue = true;
       this.s.onEvent({ type: 'item-ended', batchId: this.batch.id, runId: this.id, key: move.key, attempt: move.claimed, outcome });
     }
@@ -454,7 +496,7 @@ export class Run {
   private async handOff(): Promise<RunOutcome> {
     let batch = this.settled;
     this.settled = [];
-    const queued = this.queue;
+    const queued = this.queue.map((e) => e.item);
     this.queue = [];
     const send = (settled: Settled[]) => {
       const moves = q.encodeMoves(settled.map((b) => b.move));

@@ -51,6 +51,8 @@ export interface ClaimedRow {
   key: string;
   input: unknown;
   attempts: number;
+  /** ms until it is due (database clock) when claimed ahead of its time; 0 when due. */
+  due_in_ms: number;
 }
 
 /** One move of an item the run claimed at `claimed` attempts. */
@@ -225,18 +227,20 @@ export async function recoverRunning(
         error = case when i.attempts >= ${a.attempts}
           then 'the run executing this item died (attempt ' || i.attempts || ' of ' || ${a.attempts}::int || ')'
           else i.error end,
-        run_id = ${a.run}, run_after = now(), updated_at = now()
+        run_id = ${a.run}, run_after = greatest(i.run_after, now()), updated_at = now()
     where i.batch_id = ${a.batchId} and i.state = 'running' and exists (select 1 from own)`;
   return rows.count;
 }
 
 // Puts back items this run holds as running but is not executing (claimed by a statement
-// whose answer was lost): pending again, the uncounted attempt given back. Fenced on the run.
+// whose answer was lost): pending again, the uncounted attempt given back, due when they were
+// (an item claimed ahead of its due time keeps its backoff). Fenced on the run.
 export function releaseOrphans(sql: Sql, batchId: string, run: string) {
   return sql`with own as (
       select 1 from leasehold_batches where id = ${batchId} and owner_run = ${run} and status = 'open' for share
     )
-    update leasehold_items set state = 'pending', attempts = attempts - 1, run_after = now(), updated_at = now()
+    update leasehold_items set state = 'pending', attempts = attempts - 1, run_after = greatest(run_after, now()),
+      updated_at = now()
     where batch_id = ${batchId} and run_id = ${run} and state = 'running' and exists (select 1 from own)`;
 }
 
@@ -277,17 +281,20 @@ export interface StepResult {
   moved: number;
   /** Items claimed, oldest due first. */
   claimed: ClaimedRow[];
-  /** ms until the next pending item that is not due yet becomes due (database clock); null: none. */
+  /**
+   * ms until the next pending item not claimable yet (due later than `aheadMs` from now) becomes
+   * due (database clock); null: none.
+   */
   nextDueMs: number | null;
 }
 
-// Moves the settled items and claims up to `claim` due pending items (skipping rows other
-// transactions hold) in one statement, both fenced on the run owning the open batch. With
-// `recordProgress`, the fence is an update that also sets the batch's stalled runs to 0.
-// Also answers how soon the next pending item that is not due yet becomes due.
+// Moves the settled items and claims up to `claim` pending items due within `aheadMs` (oldest
+// due first, skipping rows other transactions hold) in one statement, both fenced on the run
+// owning the open batch. With `recordProgress`, the fence is an update that also sets the
+// batch's stalled runs to 0. Also answers how soon the next pending item left becomes due.
 export async function step(
   sql: Sql,
-  a: { batchId: string; run: string; moves: EncodedMoves; claim: number; recordProgress: boolean },
+  a: { batchId: string; run: string; moves: EncodedMoves; claim: number; aheadMs: number; recordProgress: boolean },
 ): Promise<StepResult> {
   const own = a.recordProgress
     ? sql`update leasehold_batches set stalled_runs = 0
@@ -300,7 +307,8 @@ export async function step(
       ${moved(sql, a.batchId, a.run, a.moves)}
     ), picked as (
       select key from leasehold_items
-      where batch_id = ${a.batchId} and state = 'pending' and run_after <= now() and exists (select 1 from own)
+      where batch_id = ${a.batchId} and state = 'pending' and exists (select 1 from own)
+        and run_after <= now() + make_interval(secs => ${a.aheadMs} / 1000.0)
       order by run_after
       limit ${a.claim}
       for update skip locked
@@ -311,18 +319,20 @@ export async function step(
       returning i.key, i.input, i.attempts, i.run_after
     )
     select (select count(*) from moved)::int as moved,
-      (select json_agg(json_build_object('key', key, 'input', input, 'attempts', attempts) order by run_after)
+      (select json_agg(json_build_object('key', key, 'input', input, 'attempts', attempts,
+          'due_in_ms', greatest(0, extract(epoch from run_after - now()) * 1000)) order by run_after)
         from claimed) as claimed,
       (select extract(epoch from min(run_after) - now()) * 1000 from leasehold_items
-        where batch_id = ${a.batchId} and state = 'pending' and run_after > now())::float8 as next_due_ms`;
+        where batch_id = ${a.batchId} and state = 'pending'
+          and run_after > now() + make_interval(secs => ${a.aheadMs} / 1000.0))::float8 as next_due_ms`;
   return { moved: r.moved, claimed: r.claimed ?? [], nextDueMs: r.next_due_ms };
 }
 
 // Hands the batch off in one statement: writes the settled items; gives every other item this
 // run holds as running, except those still executing (`hold`: their keys, with the settled ones,
-// as a JSON array), back to pending with its attempt given back — claimed ahead but never
-// started, or claimed by a statement whose answer was lost; and clears owner and beat so any
-// process takes the batch over at once. All fenced on the run owning the open batch. A graceful
+// as a JSON array), back to pending with its attempt given back and its due time kept —
+// claimed ahead but never started, or claimed by a statement whose answer was lost; and clears
+// owner and beat so any process takes the batch over at once. All fenced on the run owning the open batch. A graceful
 // handoff is no stalled run: with `recordProgress` the stalled runs go to 0, else this run's
 // count is taken back.
 export async function handOffRun(
@@ -338,7 +348,7 @@ export async function handOffRun(
       ${moved(sql, a.batchId, a.run, a.moves)}
     ), back as (
       update leasehold_items i
-      set state = 'pending', attempts = i.attempts - 1, run_after = now(), updated_at = now()
+      set state = 'pending', attempts = i.attempts - 1, run_after = greatest(i.run_after, now()), updated_at = now()
       where i.batch_id = ${a.batchId} and i.run_id = ${a.run} and i.state = 'running'
         and i.key <> all(array(select jsonb_array_elements_text(${a.hold}::text::jsonb)))
         and exists (select 1 from own)

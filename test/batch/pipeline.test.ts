@@ -98,6 +98,33 @@ describe('a pipelined run', () => {
     }
   });
 
+  it('gives a retry claimed shortly before it is due back on handoff with its attempts and due time unchanged', async () => {
+    const started: string[] = [];
+    const work: ItemWork = async ({ key, attempt, signal }) => {
+      started.push(`${key}/${attempt}`);
+      if (key === 'flaky') throw new Error('fails');
+      await new Promise((_, reject) => signal.addEventListener('abort', () => reject(new Error('interrupted')), { once: true }));
+    };
+    const runner = new Runner(db.sql, { parallel: 2, attempts: 3, backoffMs: 1_000, random: () => 0, beatMs: 50, staleMs: 60_000 });
+    const { batch } = await runner.start(newBatch(2, { items: [{ key: 'flaky' }, { key: 'long' }] }), {}, work);
+    // flaky failed once, is due 1 s later, and is claimed (running, attempt 2) before that.
+    await waitFor('retry claimed ahead', async () => {
+      const flaky = (await itemRows(db.sql, batch.id)).find((r) => r.key === 'flaky')!;
+      return flaky.state === 'running' && flaky.attempts === 2;
+    });
+    const retry = (await itemChanges(db.sql, batch.id)).find((c) => c.key === 'flaky' && c.state === 'pending')!;
+    expect(Date.now()).toBeLessThan(retry.run_after.getTime());
+    expect(started).not.toContain('flaky/2');
+    expect((await runner.stop(batch.id))?.outcome).toBe('handed-off');
+    const flaky = (await itemRows(db.sql, batch.id)).find((r) => r.key === 'flaky')!;
+    expect(flaky).toMatchObject({ state: 'pending', attempts: 1, error: 'fails' });
+    expect(started).not.toContain('flaky/2');
+    const [{ run_after }] = await db.sql<{ run_after: Date }[]>`select run_after from leasehold_items
+      where batch_id = ${batch.id} and key = 'flaky'`;
+    expect(run_after.getTime()).toBe(retry.run_after.getTime());
+    await db.sql`update leasehold_batches set status = 'cancelled' where id = ${batch.id}`;
+  });
+
   it('never has two item statements of one run in flight at once', async () => {
     // Every item write records its transaction and the database's clock, after a short sleep per
     // row: statements that overlapped in time would show as overlapping intervals.
