@@ -154,7 +154,7 @@ batch
         `batch     ${b.id}`,
         `job       ${b.job} ${JSON.stringify(b.params)}`,
         `tenant    ${b.tenant} / datasource ${b.datasource}`,
-        `status    ${b.status}`,
+        `status    ${b.status}${b.reason ? ` (${b.reason})` : ''}`,
         `items     ${b.total}: ${b.counts.done} done, ${b.counts.failed} failed, ${b.counts.running} running, ${b.counts.pending} pending`,
         `runs      ${b.runs}${b.ownerProcess ? ` (owner process ${b.ownerProcess})` : ''}`,
         `created   ${b.createdAt}${b.finishedAt ? `\nfinished  ${b.finishedAt}` : ''}`,

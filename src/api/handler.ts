@@ -81,6 +81,8 @@ export interface BatchView {
   counts: BatchInfo['counts'];
   ownerProcess: string | null;
   runs: number;
+  /** Why the batch ended when its items do not tell (it was given up); otherwise null. */
+  reason: string | null;
   createdAt: string;
   beatAt: string | null;
   finishedAt: string | null;
@@ -100,6 +102,7 @@ export function batchView(b: BatchInfo): BatchView {
     counts: { ...b.counts },
     ownerProcess: b.ownerProcess,
     runs: b.runs,
+    reason: b.reason,
     createdAt: iso(b.createdAt)!,
     beatAt: iso(b.beatAt),
     finishedAt: iso(b.finishedAt),

@@ -90,3 +90,18 @@ export class PermanentItemError extends Error {
     this.name = 'PermanentItemError';
   }
 }
+
+/**
+ * A batch was given up: `stalledRuns` runs in a row ended without storing any item result
+ * (store errors, crashes, lost batches), so it ended `failed` instead of being taken over for
+ * ever. The batch's `reason` says the same.
+ */
+export class BatchGivenUpError extends BatchError {
+  constructor(
+    readonly batchId: string,
+    readonly stalledRuns: number,
+    readonly reason: string,
+  ) {
+    super('batch_given_up', `batch ${batchId} ${reason}`);
+  }
+}

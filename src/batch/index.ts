@@ -17,4 +17,16 @@ export {
   type CreateOptions,
 } from './batches.js';
 export { DEFAULT_START_LIMITS, MAX_KEY_BYTES, type StartLimits } from './items.js';
-export { Runner, RUNNER_DEFAULTS, retryDelayMs, type RunnerOptions, type RunnerEvent } from './runner.js';
+export {
+  Runner,
+  RUNNER_DEFAULTS,
+  RUNNER_LIMITS,
+  retryDelayMs,
+  checkRetrySettings,
+  MAX_ATTEMPTS,
+  MAX_BACKOFF_MS,
+  type RunnerOptions,
+  type RunnerEvent,
+  type ItemOutcome,
+} from './runner.js';
+export { DEFAULT_MAX_OUTPUT_BYTES, MAX_ERROR_CHARS } from './values.js';

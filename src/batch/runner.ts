@@ -1,26 +1,13 @@
 import { randomUUID } from 'node:crypto';
-import { setMaxListeners } from 'node:events';
 import { withTimeout, type Sql } from '../store/index.js';
 import { createBatch, type CreateOptions } from './batches.js';
 import { systemClock, type Clock } from '../clock.js';
-import { BatchLostError } from './errors.js';
 import * as q from './sql.js';
-import type {
-  BatchInfo,
-  Executor,
-  ItemWork,
-  NewBatch,
-  Resolve,
-  RunOutcome,
-  RunResult,
-} from './types.js';
+import { checkRetrySettings, MAX_ATTEMPTS, MAX_BACKOFF_MS, Run, type RunnerEvent, type RunSettings } from './run.js';
+import { DEFAULT_MAX_OUTPUT_BYTES } from './values.js';
+import type { BatchInfo, Executor, ItemWork, NewBatch, Resolve, RunResult } from './types.js';
 
-/** What the runner reports as it goes (for logs); never needed for correctness. */
-export type RunnerEvent =
-  | { type: 'run-started'; batchId: string; runId: string; takeover: boolean }
-  | { type: 'run-ended'; result: RunResult }
-  | { type: 'store-error'; batchId: string; runId: string; error: unknown; tries: number }
-  | { type: 'unknown-job'; batchId: string; job: string };
+export { retryDelayMs, checkRetrySettings, MAX_ATTEMPTS, MAX_BACKOFF_MS, type ItemOutcome, type RunnerEvent } from './run.js';
 
 /** Options of {@link Runner}; every duration is in milliseconds. */
 export interface RunnerOptions {
@@ -28,14 +15,22 @@ export interface RunnerOptions {
   processId?: string;
   /** Items one run executes at once. Default 2. */
   parallel?: number;
+  /**
+   * Items a run claims ahead of execution, beyond `parallel`, so a freed slot starts the next
+   * item with no round trip. A crash costs each of them one attempt (a handoff none). 0 claims
+   * only for free slots. Default: `parallel` (of the run, after a job's override).
+   */
+  queueDepth?: number;
   /** Interval between a run's beats, ms. Default 5,000. */
   beatMs?: number;
   /** A batch whose beat is older than this (database clock) may be taken over, ms. Default 30,000. */
   staleMs?: number;
-  /** Attempts per item before it ends `failed`. Default 3. */
+  /** Attempts per item before it ends `failed`, 1 to 1,000. Default 3. */
   attempts?: number;
-  /** First retry delay, ms; doubled each attempt, plus up to 25 % jitter. Default 5,000. */
+  /** First retry delay, ms; doubled each attempt, plus up to 25 % jitter. 0 to one day. Default 5,000. */
   backoffMs?: number;
+  /** Longest retry delay, jitter included, ms. 0 to one day. Default 600,000 (10 minutes). */
+  maxBackoffMs?: number;
   /** Tries of a store statement (move, claim, finish) before the run gives up. Default 4. */
   moveTries?: number;
   /** Wait before the second try of a failed store statement, ms; doubled each try. Default 100. */
@@ -49,246 +44,74 @@ export interface RunnerOptions {
    * run hands off without them, ms. Default 5,000.
    */
   drainMs?: number;
+  /**
+   * Largest item output stored, in bytes of its JSON text; an item whose output is larger ends
+   * `failed` saying so. Default 262,144 (256 KiB).
+   */
+  maxOutputBytes?: number;
+  /**
+   * A batch whose last `maxStalledRuns` runs all ended without storing any item result (store
+   * errors, crashes, lost batches; a graceful handoff does not count) is given up by the next
+   * run: it ends `failed` with a `reason`. Default 10.
+   */
+  maxStalledRuns?: number;
   /** Clock for beats and waits. Default: {@link systemClock}. */
   clock?: Clock;
   /** Source of jitter in [0, 1). Default `Math.random`. */
   random?: () => number;
-  /** Observer of run events (logging). Default: none. */
+  /** Observer of run events (logging, metrics). Default: none. */
   onEvent?: (event: RunnerEvent) => void;
 }
 
-/** The defaults of {@link RunnerOptions} (DESIGN.md, "Batches"). */
+/** The defaults of {@link RunnerOptions} (docs/design.md, "Batches"). */
 export const RUNNER_DEFAULTS = {
   parallel: 2,
   beatMs: 5_000,
   staleMs: 30_000,
   attempts: 3,
   backoffMs: 5_000,
+  maxBackoffMs: 600_000,
   moveTries: 4,
   moveBackoffMs: 100,
   maxRuns: 4,
   drainMs: 5_000,
   storeTimeoutMs: 10_000,
+  maxOutputBytes: DEFAULT_MAX_OUTPUT_BYTES,
+  maxStalledRuns: 10,
 } as const;
 
-type Settings = Required<Omit<RunnerOptions, 'processId' | 'onEvent'>> & {
+/** Bounds of the runner's settings that the store and the clock depend on. */
+export const RUNNER_LIMITS = {
+  attempts: MAX_ATTEMPTS,
+  backoffMs: MAX_BACKOFF_MS,
+  maxBackoffMs: MAX_BACKOFF_MS,
+  staleMs: MAX_BACKOFF_MS,
+  maxStalledRuns: 1_000,
+} as const;
+
+type Settings = Required<Omit<RunnerOptions, 'processId' | 'onEvent' | 'queueDepth'>> & {
+  queueDepth: number | undefined;
   onEvent: (e: RunnerEvent) => void;
 };
 
 /**
- * Retry delay before attempt `attempt + 1` after attempt `attempt` failed:
- * `backoffMs × 2^(attempt−1)`, plus jitter of up to 25 % of that, in ms.
+ * The executor's settings must be in range like the runner's.
+ * @throws {RangeError} naming the setting (`executor.attempts`, …).
  */
-export function retryDelayMs(backoffMs: number, attempt: number, random: () => number): number {
-  const base = backoffMs * 2 ** (attempt - 1);
-  return base + base * 0.25 * random();
-}
-
-class StoreFailure extends Error {}
-
-/** One run: this runner's ownership of one batch, from takeover to its end. */
-class Run {
-  readonly id: string;
-  private readonly stop = new AbortController();
-  private readonly items = new AbortController();
-  private reason: 'stop' | 'lost' | undefined;
-  private readonly active = new Map<string, Promise<void>>();
-  private moves: q.MoveRow[] = [];
-  private finishedItems = 0;
-  private claimUncertain = false;
-  private readonly parallel: number;
-  private readonly attempts: number;
-  private readonly backoffMs: number;
-
-  constructor(
-    private readonly sql: Sql,
-    private readonly s: Settings,
-    readonly batch: BatchInfo,
-    runId: string,
-    private readonly executor: Executor,
-  ) {
-    this.id = runId;
-    this.parallel = Math.max(1, executor.parallel ?? s.parallel);
-    this.attempts = Math.max(1, executor.attempts ?? s.attempts);
-    this.backoffMs = executor.backoffMs ?? s.backoffMs;
-    // Every in-flight item listens on this one signal; `parallel` may well exceed 10.
-    setMaxListeners(0, this.items.signal);
-  }
-
-  /** Ask the run to hand off: stop claiming, let in-flight items settle, clear the beat. */
-  requestStop(): void {
-    this.reason ??= 'stop';
-    this.stop.abort();
-  }
-
-  private markLost(): void {
-    this.reason = 'lost';
-    this.stop.abort();
-  }
-
-  async execute(): Promise<RunResult> {
-    const beats = new AbortController();
-    const beating = this.beatLoop(beats.signal);
-    let outcome: RunOutcome;
-    let error: Error | undefined;
-    try {
-      outcome = await this.loop();
-    } catch (e) {
-      outcome = e instanceof StoreFailure ? 'store-error' : 'lost';
-      // The run is over and can write no result: its in-flight items must stop too.
-      this.items.abort();
-      error = e instanceof Error ? e : new Error(String(e));
-      if (e instanceof BatchLostError) error = e;
-    } finally {
-      beats.abort();
-      await beating;
-    }
-    if (outcome === 'lost' && !error) error = new BatchLostError(this.batch.id, this.id);
-    return { batchId: this.batch.id, runId: this.id, outcome, finishedItems: this.finishedItems, error };
-  }
-
-  private async loop(): Promise<RunOutcome> {
-    await this.store(() => q.recoverRunning(this.sql, { batchId: this.batch.id, run: this.id, attempts: this.attempts }));
-    const stopped = new Promise<void>((resolve) => this.stop.signal.addEventListener('abort', () => resolve(), { once: true }));
-    while (!this.reason) {
-      const free = this.parallel - this.active.size;
-      if (free > 0) {
-        const claimed = await this.store(
-          () => q.claimItems(this.sql, this.batch.id, this.id, free),
-          // A claim whose answer is lost may have committed: those items would stay running.
-          () => (this.claimUncertain = true),
-        );
-        for (const c of claimed) this.launch(c);
-      }
-      if (this.reason) break;
-      if (this.active.size === 0) {
-        await this.flush();
-        if (this.reason) break;
-        if (this.claimUncertain) {
-          this.claimUncertain = false;
-          // Nothing runs here now, so every item this run holds as running is such an orphan.
-          await this.store(() => q.releaseOrphans(this.sql, this.batch.id, this.id));
-        }
-        const status = await this.store(() => q.finishBatch(this.sql, this.batch.id, this.id));
-        if (status === 'succeeded' || status === 'failed') return status;
-        const w = await this.store(() => q.waitState(this.sql, this.batch.id, this.id));
-        if (!w.owned) {
-          this.markLost();
-          break;
-        }
-        await this.s.clock.sleep(Math.min(w.dueInMs ?? this.s.beatMs, this.s.beatMs), this.stop.signal);
-        continue;
-      }
-      await Promise.race([...this.active.values(), stopped]);
-      // Let items finishing in the same turn land, so one move statement carries them all.
-      await new Promise<void>((resolve) => setImmediate(resolve));
-      await this.flush();
-    }
-    // Stopping: in-flight items are told to stop; their attempts are given back on handoff.
-    this.items.abort();
-    // Work that ignores its signal must not hold the run (and a Lambda worker) past its
-    // deadline: after drainMs the run goes on without it. Such items stay `running`; the next
-    // takeover counts that attempt and runs them again.
-    const drainTimer = new AbortController();
-    await Promise.race([
-      Promise.allSettled([...this.active.values()]).then(() => drainTimer.abort()),
-      this.s.clock.sleep(this.s.drainMs, drainTimer.signal),
-    ]);
-    drainTimer.abort();
-    if (this.reason === 'lost') return 'lost';
-    await this.flush();
-    if ((this.reason as string) === 'lost') return 'lost';
-    const handed = await this.store(() => q.handOff(this.sql, this.batch.id, this.id));
-    return handed ? 'handed-off' : 'lost';
-  }
-
-  private launch(c: q.ClaimedRow): void {
-    const batch = this.batch;
-    const p = (async () => {
-      let move: q.MoveRow;
-      try {
-        const output = await this.executor.work({
-          key: c.key,
-          input: c.input,
-          attempt: c.attempts,
-          signal: this.items.signal,
-          batch: { id: batch.id, tenant: batch.tenant, datasource: batch.datasource, job: batch.job, params: batch.params },
-        });
-        move = { key: c.key, state: 'done', claimed: c.attempts, attempts: c.attempts, output: output ?? null, error: null, delay_ms: 0 };
-      } catch (e) {
-        const message = e instanceof Error ? e.message : String(e);
-        if (this.items.signal.aborted && c.attempts < this.attempts) {
-          // Interrupted by a handoff: the attempt counts (an item that never fits in one
-          // invocation must end), but the next run may start it again at once.
-          move = { key: c.key, state: 'pending', claimed: c.attempts, attempts: c.attempts, output: null, error: message, delay_ms: 0 };
-        } else if (c.attempts >= this.attempts || (e as { permanent?: unknown } | null)?.permanent === true) {
-          move = { key: c.key, state: 'failed', claimed: c.attempts, attempts: c.attempts, output: null, error: message, delay_ms: 0 };
-        } else {
-          const delay = retryDelayMs(this.backoffMs, c.attempts, this.s.random);
-          move = { key: c.key, state: 'pending', claimed: c.attempts, attempts: c.attempts, output: null, error: message, delay_ms: delay };
-        }
-      }
-      this.moves.push(move);
-      this.active.delete(c.key);
-    })();
-    this.active.set(c.key, p);
-  }
-
-  /** Writes every settled item in one fenced move; a short count means the batch was lost. */
-  private async flush(): Promise<void> {
-    if (this.moves.length === 0 || this.reason === 'lost') return;
-    const moves = this.moves;
-    this.moves = [];
-    const changed = await this.store(() => q.moveItems(this.sql, this.batch.id, this.id, moves));
-    if (changed < moves.length) {
-      this.markLost();
-      return;
-    }
-    this.finishedItems += moves.filter((m) => m.state === 'done' || m.state === 'failed').length;
-  }
-
-  private async beatLoop(signal: AbortSignal): Promise<void> {
-    while (!signal.aborted) {
-      await this.s.clock.sleep(this.s.beatMs, signal);
-      if (signal.aborted) return;
-      try {
-        // Bounded like every store statement: a beat waiting on a silent connection would hold
-        // the run's end (execute awaits this loop) forever.
-        if (!(await withTimeout(q.beat(this.sql, this.batch.id, this.id), this.s.storeTimeoutMs))) {
-          this.markLost();
-          return;
-        }
-      } catch (error) {
-        // A missed beat is harmless until the batch turns stale; the next one tries again.
-        this.s.onEvent({ type: 'store-error', batchId: this.batch.id, runId: this.id, error, tries: 1 });
-      }
-    }
-  }
-
-  /** Runs a store statement, retrying store errors `moveTries` times in all, backoff doubling. */
-  private async store<T>(f: () => Promise<T>, onFail?: () => void): Promise<T> {
-    let wait = this.s.moveBackoffMs;
-    for (let tries = 1; ; tries++) {
-      try {
-        return await withTimeout(f(), this.s.storeTimeoutMs);
-      } catch (error) {
-        onFail?.();
-        this.s.onEvent({ type: 'store-error', batchId: this.batch.id, runId: this.id, error, tries });
-        if (tries >= this.s.moveTries) {
-          throw new StoreFailure(`store failed ${tries} times on batch ${this.batch.id}: ${(error as Error)?.message ?? error}`);
-        }
-        await this.s.clock.sleep(wait);
-        wait *= 2;
-      }
-    }
+function checkExecutor(ex: Executor): void {
+  checkRetrySettings(ex, 'executor.');
+  if (ex.parallel !== undefined && !(Number.isInteger(ex.parallel) && ex.parallel >= 1)) {
+    throw new RangeError(`executor.parallel must be an integer of at least 1 (got ${ex.parallel})`);
   }
 }
 
 /**
- * Runs batches (DESIGN.md, "Batches"): owns each through a run that beats every `beatMs`,
- * claims due items in batched, fenced statements, executes up to `parallel` at once, writes
- * their results as fenced moves, retries failures with backoff and jitter, and finishes the
- * batch exactly once. A run that finds its batch lost stops at once; `stop`/`close` hand off.
+ * Runs batches (docs/design.md, "Batches"): owns each through a run ({@link Run}) that beats
+ * every `beatMs`, claims due items ahead of execution in batched, fenced statements, executes up
+ * to `parallel` at once, writes their results as fenced moves, retries failures with capped
+ * backoff and jitter, and finishes the batch exactly once. A run that finds its batch lost stops
+ * at once; `stop`/`close` hand off. A batch whose runs keep ending before they store anything
+ * is given up after `maxStalledRuns` of them.
  *
  * One runner belongs to one process (`owner()`); a process may run several batches.
  */
@@ -310,19 +133,36 @@ export class Runner {
     this.processId = options.processId ?? randomUUID();
     this.s = {
       parallel: options.parallel ?? RUNNER_DEFAULTS.parallel,
+      queueDepth: options.queueDepth,
       beatMs: options.beatMs ?? RUNNER_DEFAULTS.beatMs,
       staleMs: options.staleMs ?? RUNNER_DEFAULTS.staleMs,
       attempts: options.attempts ?? RUNNER_DEFAULTS.attempts,
       backoffMs: options.backoffMs ?? RUNNER_DEFAULTS.backoffMs,
+      maxBackoffMs: options.maxBackoffMs ?? RUNNER_DEFAULTS.maxBackoffMs,
       moveTries: options.moveTries ?? RUNNER_DEFAULTS.moveTries,
       moveBackoffMs: options.moveBackoffMs ?? RUNNER_DEFAULTS.moveBackoffMs,
       maxRuns: options.maxRuns ?? RUNNER_DEFAULTS.maxRuns,
       drainMs: options.drainMs ?? RUNNER_DEFAULTS.drainMs,
       storeTimeoutMs: options.storeTimeoutMs ?? RUNNER_DEFAULTS.storeTimeoutMs,
+      maxOutputBytes: options.maxOutputBytes ?? RUNNER_DEFAULTS.maxOutputBytes,
+      maxStalledRuns: options.maxStalledRuns ?? RUNNER_DEFAULTS.maxStalledRuns,
       clock: options.clock ?? systemClock,
       random: options.random ?? Math.random,
       onEvent: options.onEvent ?? (() => {}),
     };
+    checkRetrySettings(this.s);
+    const int = (name: keyof Settings, min: number, max = Number.MAX_SAFE_INTEGER) => {
+      const v = this.s[name];
+      if (v === undefined) return;
+      if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
+        throw new RangeError(`${name} must be an integer from ${min} to ${max} (got ${String(v)})`);
+      }
+    };
+    int('parallel', 1);
+    int('queueDepth', 0);
+    int('maxOutputBytes', 1);
+    int('maxStalledRuns', 1, RUNNER_LIMITS.maxStalledRuns);
+    int('staleMs', 1, RUNNER_LIMITS.staleMs);
     if (this.s.beatMs >= this.s.staleMs) {
       throw new RangeError(`beatMs (${this.s.beatMs}) must be below staleMs (${this.s.staleMs})`);
     }
@@ -336,17 +176,17 @@ export class Runner {
   /**
    * Start a batch ({@link createBatch}) and, when this call created it, run it here.
    * @throws {TooManyBatchesError} | {InvalidBatchError} as {@link createBatch}.
+   * @throws {RangeError} the executor's settings are out of range (nothing is started).
    */
   async start(
     batch: NewBatch,
     options: CreateOptions,
     work: ItemWork | Executor,
   ): Promise<{ batch: BatchInfo; created: boolean }> {
+    const executor = typeof work === 'function' ? { work } : work;
+    checkExecutor(executor);
     const started = await createBatch(this.sql, batch, options);
-    if (started.created) {
-      const executor = typeof work === 'function' ? { work } : work;
-      await this.takeOver(() => executor, started.batch.id);
-    }
+    if (started.created) await this.takeOver(() => executor, started.batch.id);
     return started;
   }
 
@@ -357,10 +197,12 @@ export class Runner {
    * A batch whose job `resolve` does not know is handed back at once, and this runner's later
    * takeovers without `batchId` skip it.
    * @throws the store's error, or when the store does not answer within `storeTimeoutMs`.
+   * @throws {RangeError} the executor's settings are out of range: the batch is handed back first.
    */
   async takeOver(resolve: Resolve, batchId?: string): Promise<BatchInfo | undefined> {
     if (this.closed) return undefined;
     const runId = randomUUID();
+    const sentAt = this.s.clock.now();
     // Bounded: a worker polls for batches between its deadline checks. A takeover that timed
     // out after it committed leaves a batch that nobody beats: it turns stale and is taken again.
     const batch = await withTimeout(
@@ -380,10 +222,17 @@ export class Runner {
     if (!executor) {
       this.unknown.add(batch.id);
       this.s.onEvent({ type: 'unknown-job', batchId: batch.id, job: batch.job });
-      await withTimeout(q.handOff(this.sql, batch.id, runId), this.s.storeTimeoutMs);
+      await withTimeout(q.handBack(this.sql, batch.id, runId), this.s.storeTimeoutMs);
       return undefined;
     }
-    const run = new Run(this.sql, this.s, batch, runId, executor);
+    try {
+      checkExecutor(executor);
+    } catch (e) {
+      this.unknown.add(batch.id);
+      await withTimeout(q.handBack(this.sql, batch.id, runId), this.s.storeTimeoutMs);
+      throw e;
+    }
+    const run = new Run(this.sql, this.settingsFor(executor), batch, runId, executor, sentAt);
     this.s.onEvent({ type: 'run-started', batchId: batch.id, runId, takeover: batch.runs > 1 });
     const done = run.execute().then((result) => {
       if (this.runs.get(batch.id)?.run === run) this.runs.delete(batch.id);
@@ -392,6 +241,19 @@ export class Runner {
     });
     this.runs.set(batch.id, { run, done });
     return batch;
+  }
+
+  /** The settings of one run: the runner's, with the executor's overrides. */
+  private settingsFor(ex: Executor): RunSettings {
+    const parallel = ex.parallel ?? this.s.parallel;
+    return {
+      ...this.s,
+      parallel,
+      queueDepth: this.s.queueDepth ?? parallel,
+      attempts: ex.attempts ?? this.s.attempts,
+      backoffMs: ex.backoffMs ?? this.s.backoffMs,
+      maxBackoffMs: ex.maxBackoffMs ?? this.s.maxBackoffMs,
+    };
   }
 
   /** The run of batch `id` in this runner, as a promise of its result; undefined when none. */

@@ -16,6 +16,8 @@ interface BatchRow {
   total: number;
   owner_process: string | null;
   runs: number;
+  stalled_runs: number;
+  reason: string | null;
   created_at: Date;
   beat_at: Date | null;
   finished_at: Date | null;
@@ -36,6 +38,8 @@ function toInfo(r: BatchRow): BatchInfo {
     counts: { pending: c.pending ?? 0, running: c.running ?? 0, done: c.done ?? 0, failed: c.failed ?? 0 },
     ownerProcess: r.owner_process,
     runs: r.runs,
+    stalledRuns: r.stalled_runs,
+    reason: r.reason,
     createdAt: r.created_at,
     beatAt: r.beat_at,
     finishedAt: r.finished_at,
@@ -47,6 +51,8 @@ export interface ClaimedRow {
   key: string;
   input: unknown;
   attempts: number;
+  /** ms until it is due (database clock) when claimed ahead of its time; 0 when due. */
+  due_in_ms: number;
 }
 
 /** One move of an item the run claimed at `claimed` attempts. */
@@ -57,10 +63,41 @@ export interface MoveRow {
   claimed: number;
   /** attempts after the move (claimed, or claimed − 1 when the attempt is given back). */
   attempts: number;
-  output: unknown;
+  /** The item's output as JSON text, already checked to be storable; null for none. */
+  output: string | null;
+  /** Error text, already made storable (no NUL, no lone surrogate, bounded); null for none. */
   error: string | null;
-  /** For a move back to pending: wait before the next claim, ms. */
-  delay_ms: number;
+  /** For a move back to pending: wait before the next claim, ms (clamped to {@link MAX_DELAY_MS}). */
+  delayMs: number;
+}
+
+/** Longest retry delay any statement will write, ms (one day): no computed time can overflow. */
+export const MAX_DELAY_MS = 86_400_000;
+
+/** Moves as one statement parameter takes them (see {@link encodeMoves}). */
+export interface EncodedMoves {
+  /** One JSON array text, for `jsonb_to_recordset`. */
+  json: string;
+  /** The items' keys, as a JSON array text. */
+  keys: string;
+}
+
+/**
+ * The moves as one JSON array text, for `jsonb_to_recordset`, and their keys. Outputs are
+ * embedded as the JSON text they already are, so no output is serialised twice.
+ */
+export function encodeMoves(moves: readonly MoveRow[]): EncodedMoves {
+  return { json: movesJson(moves), keys: JSON.stringify(moves.map((m) => m.key)) };
+}
+
+function movesJson(moves: readonly MoveRow[]): string {
+  let s = '[';
+  for (let i = 0; i < moves.length; i++) {
+    const m = moves[i];
+    const delay = Number.isFinite(m.delayMs) ? Math.min(Math.max(m.delayMs, 0), MAX_DELAY_MS) : 0;
+    s += `${i ? ',' : ''}{"key":${JSON.stringify(m.key)},"state":"${m.state}","claimed":${m.claimed},"attempts":${m.attempts},"output":${m.output ?? 'null'},"error":${m.error === null ? 'null' : JSON.stringify(m.error)},"delay_ms":${delay}}`;
+  }
+  return `${s}]`;
 }
 
 type Tx = Sql;
@@ -157,15 +194,16 @@ export async function countAllOpen(sql: Sql): Promise<number> {
 }
 
 // Takes over one open batch that is unowned, handed off or stale (beat older than staleMs by
-// the database clock): one compare-and-set on owner and beat. With `batchId`, only that batch;
-// batches in `skip` are never taken.
+// the database clock): one compare-and-set on owner and beat, counting one more run and one
+// more stalled run (until a move of this run lands). With `batchId`, only that batch; batches in
+// `skip` are never taken.
 export async function takeOver(
   sql: Sql,
   a: { run: string; process: string; staleMs: number; batchId?: string; skip?: string[] },
 ): Promise<BatchInfo | undefined> {
   const [r] = await sql<BatchRow[]>`update leasehold_batches b
     set owner_run = ${a.run}, owner_process = ${a.process}, beat_at = now(), taken_at = now(), handed_off_at = null,
-        runs = b.runs + 1
+        runs = b.runs + 1, stalled_runs = b.stalled_runs + 1
     from (
       select id from leasehold_batches
       where status = 'open'
@@ -196,18 +234,20 @@ export async function recoverRunning(
         error = case when i.attempts >= ${a.attempts}
           then 'the run executing this item died (attempt ' || i.attempts || ' of ' || ${a.attempts}::int || ')'
           else i.error end,
-        run_id = ${a.run}, run_after = now(), updated_at = now()
+        run_id = ${a.run}, run_after = greatest(i.run_after, now()), updated_at = now()
     where i.batch_id = ${a.batchId} and i.state = 'running' and exists (select 1 from own)`;
   return rows.count;
 }
 
 // Puts back items this run holds as running but is not executing (claimed by a statement
-// whose answer was lost): pending again, the uncounted attempt given back. Fenced on the run.
+// whose answer was lost): pending again, the uncounted attempt given back, due when they were
+// (an item claimed ahead of its due time keeps its backoff). Fenced on the run.
 export function releaseOrphans(sql: Sql, batchId: string, run: string) {
   return sql`with own as (
       select 1 from leasehold_batches where id = ${batchId} and owner_run = ${run} and status = 'open' for share
     )
-    update leasehold_items set state = 'pending', attempts = attempts - 1, run_after = now(), updated_at = now()
+    update leasehold_items set state = 'pending', attempts = attempts - 1, run_after = greatest(run_after, now()),
+      updated_at = now()
     where batch_id = ${batchId} and run_id = ${run} and state = 'running' and exists (select 1 from own)`;
 }
 
@@ -218,42 +258,132 @@ export async function beat(sql: Sql, batchId: string, run: string): Promise<bool
   return rows.length === 1;
 }
 
-// Claims up to `n` due pending items, skipping rows other transactions hold; fenced on the run.
-export async function claimItems(sql: Sql, batchId: string, run: string, n: number): Promise<ClaimedRow[]> {
-  return sql<ClaimedRow[]>`with own as (
-      select 1 from leasehold_batches where id = ${batchId} and owner_run = ${run} and status = 'open' for share
-    ), picked as (
-      select key from leasehold_items
-      where batch_id = ${batchId} and state = 'pending' and run_after <= now() and exists (select 1 from own)
-      order by run_after
-      limit ${n}
-      for update skip locked
-    )
-    update leasehold_items i
-    set state = 'running', attempts = i.attempts + 1, run_id = ${run}, updated_at = now()
-    from picked where i.batch_id = ${batchId} and i.key = picked.key
-    returning i.key, i.input, i.attempts`;
-}
-
-// Moves items this run claimed from running to their new state, in one statement. Fenced on
-// the run owning the open batch and on each item's expected state; idempotent when retried
-// (an item already at the target state and attempts by this run counts as moved).
-export async function moveItems(sql: Sql, batchId: string, run: string, moves: MoveRow[]): Promise<number> {
-  const rows = await sql`with own as (
-      select 1 from leasehold_batches where id = ${batchId} and owner_run = ${run} and status = 'open' for share
-    )
-    update leasehold_items i
+// The item writes of one run, fenced on the run owning the open batch:
+// - `moved`: an item the run settled, from running at the attempts it was claimed with to its
+//   new state. A retry waits `delay_ms` (clamped to MAX_DELAY_MS, so no time can overflow).
+//   Idempotent when retried: an item already at the target state and attempts by this run
+//   counts as moved.
+function moved(sql: Sql, batchId: string, run: string, moves: EncodedMoves) {
+  // The keys as an array too: the rows are then found through the primary key whatever the
+  // planner thinks of the batch's size (joined on the recordset alone, a fresh table was read
+  // whole for every move).
+  return sql`update leasehold_items i
     set state = v.state, attempts = v.attempts, output = v.output, error = v.error,
-        run_after = case when v.state = 'pending'
-          then now() + make_interval(secs => v.delay_ms / 1000.0) else i.run_after end,
+        run_after = case when v.state = 'pending' then now() + make_interval(
+          secs => least(greatest(coalesce(v.delay_ms, 0), 0), ${MAX_DELAY_MS}) / 1000.0) else i.run_after end,
         updated_at = now()
-    from jsonb_to_recordset(${sql.json(moves as never)})
+    from jsonb_to_recordset(${moves.json}::text::jsonb)
       as v(key text, state text, claimed int, attempts int, output jsonb, error text, delay_ms double precision)
     where i.batch_id = ${batchId} and i.key = v.key and i.run_id = ${run}
+      and i.key = any(array(select jsonb_array_elements_text(${moves.keys}::text::jsonb)))
       and exists (select 1 from own)
       and ((i.state = 'running' and i.attempts = v.claimed)
-           or (i.state = v.state and i.attempts = v.attempts))`;
-  return rows.count;
+           or (i.state = v.state and i.attempts = v.attempts))
+    returning 1`;
+}
+
+/** What one {@link step} did. */
+export interface StepResult {
+  /** Items moved; fewer than sent means the run lost the batch. */
+  moved: number;
+  /** Items claimed, oldest due first. */
+  claimed: ClaimedRow[];
+  /**
+   * ms until the next pending item not claimable yet (due later than `aheadMs` from now) becomes
+   * due (database clock); null: none.
+   */
+  nextDueMs: number | null;
+}
+
+// Moves the settled items and claims up to `claim` pending items due within `aheadMs` (oldest
+// due first, skipping rows other transactions hold) in one statement, both fenced on the run
+// owning the open batch. With `recordProgress`, the fence is an update that also sets the
+// batch's stalled runs to 0. Also answers how soon the next pending item left becomes due.
+export async function step(
+  sql: Sql,
+  a: { batchId: string; run: string; moves: EncodedMoves; claim: number; aheadMs: number; recordProgress: boolean },
+): Promise<StepResult> {
+  const own = a.recordProgress
+    ? sql`update leasehold_batches set stalled_runs = 0
+        where id = ${a.batchId} and owner_run = ${a.run} and status = 'open' returning id`
+    : sql`select id from leasehold_batches
+        where id = ${a.batchId} and owner_run = ${a.run} and status = 'open' for share`;
+  const [r] = await sql<{ moved: number; claimed: ClaimedRow[] | null; next_due_ms: number | null }[]>`with own as (
+      ${own}
+    ), moved as (
+      ${moved(sql, a.batchId, a.run, a.moves)}
+    ), picked as (
+      select key from leasehold_items
+      where batch_id = ${a.batchId} and state = 'pending' and exists (select 1 from own)
+        and run_after <= now() + make_interval(secs => ${a.aheadMs} / 1000.0)
+      order by run_after
+      limit ${a.claim}
+      for update skip locked
+    ), claimed as (
+      update leasehold_items i
+      set state = 'running', attempts = i.attempts + 1, run_id = ${a.run}, updated_at = now()
+      from picked where i.batch_id = ${a.batchId} and i.key = picked.key
+      returning i.key, i.input, i.attempts, i.run_after
+    )
+    select (select count(*) from moved)::int as moved,
+      (select json_agg(json_build_object('key', key, 'input', input, 'attempts', attempts,
+          'due_in_ms', greatest(0, extract(epoch from run_after - now()) * 1000)) order by run_after)
+        from claimed) as claimed,
+      (select extract(epoch from min(run_after) - now()) * 1000 from leasehold_items
+        where batch_id = ${a.batchId} and state = 'pending'
+          and run_after > now() + make_interval(secs => ${a.aheadMs} / 1000.0))::float8 as next_due_ms`;
+  return { moved: r.moved, claimed: r.claimed ?? [], nextDueMs: r.next_due_ms };
+}
+
+// Hands the batch off in one statement: writes the settled items; gives every other item this
+// run holds as running, except those still executing (`hold`: their keys, with the settled ones,
+// as a JSON array), back to pending with its attempt given back and its due time kept —
+// claimed ahead but never started, or claimed by a statement whose answer was lost; and clears
+// owner and beat so any process takes the batch over at once. All fenced on the run owning the open batch. A graceful
+// handoff is no stalled run: with `recordProgress` the stalled runs go to 0, else this run's
+// count is taken back.
+export async function handOffRun(
+  sql: Sql,
+  a: { batchId: string; run: string; moves: EncodedMoves; hold: string; recordProgress: boolean },
+): Promise<{ handed: boolean; moved: number; givenBack: number }> {
+  const [r] = await sql<{ handed: number; moved: number; given_back: number }[]>`with own as (
+      update leasehold_batches
+      set owner_run = null, owner_process = null, beat_at = null, handed_off_at = now(),
+          stalled_runs = case when ${a.recordProgress} then 0 else greatest(stalled_runs - 1, 0) end
+      where id = ${a.batchId} and owner_run = ${a.run} and status = 'open' returning id
+    ), moved as (
+      ${moved(sql, a.batchId, a.run, a.moves)}
+    ), back as (
+      update leasehold_items i
+      set state = 'pending', attempts = i.attempts - 1, run_after = greatest(i.run_after, now()), updated_at = now()
+      where i.batch_id = ${a.batchId} and i.run_id = ${a.run} and i.state = 'running'
+        and i.key <> all(array(select jsonb_array_elements_text(${a.hold}::text::jsonb)))
+        and exists (select 1 from own)
+      returning 1
+    )
+    select (select count(*) from own)::int as handed, (select count(*) from moved)::int as moved,
+      (select count(*) from back)::int as given_back`;
+  return { handed: r.handed === 1, moved: r.moved, givenBack: r.given_back };
+}
+
+// Ends a batch whose runs keep failing before they store anything: `failed` with `reason`, and
+// every item still pending or running `failed` with `itemError`. Fenced on the run owning it.
+export async function giveUp(
+  sql: Sql,
+  a: { batchId: string; run: string; reason: string; itemError: string },
+): Promise<boolean> {
+  const [r] = await sql<{ given_up: number }[]>`with own as (
+      update leasehold_batches
+      set status = 'failed', reason = ${a.reason}, finished_at = now(),
+          owner_run = null, owner_process = null, beat_at = null
+      where id = ${a.batchId} and owner_run = ${a.run} and status = 'open' returning id
+    ), failed as (
+      update leasehold_items i set state = 'failed', error = ${a.itemError}, run_id = ${a.run}, updated_at = now()
+      where i.batch_id = ${a.batchId} and i.state in ('pending', 'running') and exists (select 1 from own)
+      returning 1
+    )
+    select (select count(*) from own)::int as given_up, (select count(*) from failed)::int as items`;
+  return r.given_up === 1;
 }
 
 // Finishes the batch once no item is pending or running: succeeded, or failed when any item
@@ -284,10 +414,12 @@ export async function waitState(
   return { owned: r.owned, dueInMs: r.due_in_ms };
 }
 
-// Hands the batch off: clears owner and beat so any process takes it over at once.
-export async function handOff(sql: Sql, batchId: string, run: string): Promise<boolean> {
+// Hands back a batch this runner took but cannot run (its job is unknown here): clears owner and
+// beat so any process takes it over at once; the takeover does not count as a stalled run.
+export async function handBack(sql: Sql, batchId: string, run: string): Promise<boolean> {
   const rows = await sql`update leasehold_batches
-    set owner_run = null, owner_process = null, beat_at = null, handed_off_at = now()
+    set owner_run = null, owner_process = null, beat_at = null, handed_off_at = now(),
+        stalled_runs = greatest(stalled_runs - 1, 0)
     where id = ${batchId} and owner_run = ${run} and status = 'open' returning id`;
   return rows.length === 1;
 }

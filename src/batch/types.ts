@@ -41,6 +41,14 @@ export interface BatchInfo {
   ownerProcess: string | null;
   /** How many runs have owned the batch (first start and every takeover). */
   runs: number;
+  /**
+   * Runs in a row, the current one included, that stored no item move (store errors, crashes,
+   * lost batches). Past the runner's `maxStalledRuns` the batch is given up: it ends `failed`
+   * with a {@link BatchInfo.reason}.
+   */
+  stalledRuns: number;
+  /** Why the batch ended, when its items do not tell (it was given up); otherwise null. */
+  reason: string | null;
   createdAt: Date;
   beatAt: Date | null;
   finishedAt: Date | null;
@@ -78,6 +86,8 @@ export interface Executor {
   attempts?: number;
   /** First retry delay in ms, doubled per attempt, plus jitter. Default: the runner's `backoffMs`. */
   backoffMs?: number;
+  /** Longest retry delay in ms, jitter included. Default: the runner's `maxBackoffMs`. */
+  maxBackoffMs?: number;
 }
 
 /** Finds the executor for a stored batch (usually by its job name); undefined when unknown. */
@@ -87,7 +97,7 @@ export type Resolve = (batch: BatchInfo) => Executor | undefined;
 export type RunOutcome =
   /** The batch finished by this run: all items done. */
   | 'succeeded'
-  /** The batch finished by this run with at least one failed item. */
+  /** The batch finished by this run with at least one failed item, or given up by it. */
   | 'failed'
   /** Another run owns it now, or it was cancelled or finished elsewhere. */
   | 'lost'
@@ -103,5 +113,10 @@ export interface RunResult {
   outcome: RunOutcome;
   /** Items this run moved to `done` or `failed`. */
   finishedItems: number;
+  /**
+   * Store statements this run sent (recovery, claims, moves, beats, finish, handoff), retries
+   * included: its cost in round trips.
+   */
+  statements: number;
   error?: Error;
 }

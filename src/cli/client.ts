@@ -13,7 +13,7 @@ export class ApiError extends Error {
 }
 
 /** A batch as the API returns it (dates as ISO strings). */
-export type ApiBatch = Omit<BatchInfo, 'createdAt' | 'beatAt' | 'finishedAt'> & {
+export type ApiBatch = Omit<BatchInfo, 'createdAt' | 'beatAt' | 'finishedAt' | 'stalledRuns'> & {
   createdAt: string;
   beatAt: string | null;
   finishedAt: string | null;

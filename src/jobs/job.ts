@@ -1,5 +1,5 @@
 import type { z } from 'zod';
-import type { BatchInfo, Executor, ItemSource } from '../batch/index.js';
+import { checkRetrySettings, type BatchInfo, type Executor, type ItemSource } from '../batch/index.js';
 
 /** What a job sees of the deployment's configuration. */
 export interface JobContext {
@@ -61,9 +61,9 @@ export interface Job<P = unknown, O = unknown> {
   run(item: JobItem<P>, ctx: JobContext): Promise<O>;
   /** Items run at once by one run of this job. Default: the runner's (2). */
   readonly parallel?: number;
-  /** Attempts per item. Default: the runner's (3). */
+  /** Attempts per item, 1 to 1,000. Default: the runner's (3). */
   readonly attempts?: number;
-  /** First retry delay, ms, doubling, plus jitter. Default: the runner's (5,000). */
+  /** First retry delay, ms, doubling, plus jitter, 0 to one day. Default: the runner's (5,000). */
   readonly backoffMs?: number;
 }
 
@@ -94,7 +94,11 @@ export class UnknownJobError extends Error {
   }
 }
 
-/** The jobs a deployment knows; workers resolve stored batches to executors through it. */
+/**
+ * The jobs a deployment knows; workers resolve stored batches to executors through it.
+ * @throws {Error} a job name registered twice; {RangeError} a job's `attempts`, `backoffMs` or
+ *   `parallel` out of range (attempts 1 to 1,000, backoff 0 to one day, parallel at least 1).
+ */
 export class JobRegistry {
   private readonly jobs = new Map<string, Job<unknown, unknown>>();
 
@@ -104,6 +108,10 @@ export class JobRegistry {
   ) {
     for (const job of jobs) {
       if (this.jobs.has(job.name)) throw new Error(`job "${job.name}" is registered twice`);
+      checkRetrySettings({ attempts: job.attempts, backoffMs: job.backoffMs }, `job "${job.name}": `);
+      if (job.parallel !== undefined && !(Number.isInteger(job.parallel) && job.parallel >= 1)) {
+        throw new RangeError(`job "${job.name}": parallel must be an integer of at least 1 (got ${job.parallel})`);
+      }
       this.jobs.set(job.name, job);
     }
   }

@@ -1,7 +1,7 @@
 import { delimiter } from 'node:path';
 import { tmpdir } from 'node:os';
 import * as z from 'zod';
-import type { StartLimits } from '../batch/index.js';
+import { DEFAULT_MAX_OUTPUT_BYTES, RUNNER_DEFAULTS, RUNNER_LIMITS, type StartLimits } from '../batch/index.js';
 import { parseOutboxAllow } from '../units/endpoint-guard.js';
 
 /** A setting from the environment is missing or invalid; the message names the variable. */
@@ -37,12 +37,17 @@ const schema = {
   LEASEHOLD_WORKER_POLL_MS: int(10).default(1_000),
   LEASEHOLD_MAX_RUNS: int(1).default(4),
   LEASEHOLD_PARALLEL: int(1).default(2),
+  LEASEHOLD_QUEUE_DEPTH: int(0).max(10_000).optional(),
   LEASEHOLD_BEAT_MS: int(10).default(5_000),
-  LEASEHOLD_STALE_MS: int(20).default(30_000),
-  LEASEHOLD_ATTEMPTS: int(1).default(3),
-  LEASEHOLD_BACKOFF_MS: int(0).default(5_000),
-  LEASEHOLD_MOVE_TRIES: int(1).default(4),
-  LEASEHOLD_MOVE_BACKOFF_MS: int(0).default(100),
+  // Bounded: stale limits and retry delays are added to now() in SQL and must never overflow.
+  LEASEHOLD_STALE_MS: int(20).max(RUNNER_LIMITS.staleMs).default(30_000),
+  LEASEHOLD_ATTEMPTS: int(1).max(RUNNER_LIMITS.attempts).default(3),
+  LEASEHOLD_BACKOFF_MS: int(0).max(RUNNER_LIMITS.backoffMs).default(5_000),
+  LEASEHOLD_MAX_BACKOFF_MS: int(0).max(RUNNER_LIMITS.maxBackoffMs).default(RUNNER_DEFAULTS.maxBackoffMs),
+  LEASEHOLD_MOVE_TRIES: int(1).max(100).default(4),
+  LEASEHOLD_MOVE_BACKOFF_MS: int(0).max(60_000).default(100),
+  LEASEHOLD_MAX_OUTPUT_BYTES: int(1).max(67_108_864).default(DEFAULT_MAX_OUTPUT_BYTES),
+  LEASEHOLD_MAX_STALLED_RUNS: int(1).max(RUNNER_LIMITS.maxStalledRuns).default(RUNNER_DEFAULTS.maxStalledRuns),
   LEASEHOLD_STORE_TIMEOUT_MS: int(100).default(10_000),
   LEASEHOLD_MAX_OPEN: int(1).default(4),
   LEASEHOLD_MAX_ITEMS: int(1).default(200_000),
@@ -50,7 +55,7 @@ const schema = {
   LEASEHOLD_MAX_TOTAL_BYTES: int(1).default(536_870_912),
   // Lambda refuses a synchronous invocation (API Gateway's) whose event is over 6 MB.
   LEASEHOLD_MAX_BODY_BYTES: int(64).max(6_291_456, 'must be at most 6291456 (Lambda refuses larger request events)').default(65_536),
-  LEASEHOLD_DISPATCH_COOLDOWN_MS: int(0).default(30_000),
+  LEASEHOLD_DISPATCH_COOLDOWN_MS: int(0).max(RUNNER_LIMITS.staleMs).default(30_000),
   LEASEHOLD_DB_POOL_MAX: int(1).default(4),
   LEASEHOLD_ALLOWED_ROOTS: z.string().optional(),
   LEASEHOLD_INVOKABLE: z.string().optional(),
@@ -120,12 +125,29 @@ export interface Config {
   maxRuns: number;
   /** Runner defaults; jobs may override parallel, attempts and backoff. */
   parallel: number;
+  /**
+   * Items a run claims ahead of execution beyond `parallel` (`LEASEHOLD_QUEUE_DEPTH`, 0 to
+   * 10,000); undefined: as many as `parallel`.
+   */
+  queueDepth: number | undefined;
   beatMs: number;
+  /** `LEASEHOLD_STALE_MS`; at most one day. */
   staleMs: number;
+  /** `LEASEHOLD_ATTEMPTS`, 1 to 1,000. */
   attempts: number;
+  /** First retry delay, ms (`LEASEHOLD_BACKOFF_MS`); 0 to one day, at most `maxBackoffMs`. */
   backoffMs: number;
+  /** Longest retry delay, jitter included, ms (`LEASEHOLD_MAX_BACKOFF_MS`, default 10 minutes); at most one day. */
+  maxBackoffMs: number;
   moveTries: number;
   moveBackoffMs: number;
+  /** Largest item output stored, bytes of JSON (`LEASEHOLD_MAX_OUTPUT_BYTES`, default 256 KiB); a larger one fails its item. */
+  maxOutputBytes: number;
+  /**
+   * Runs in a row that store no item result before a batch is given up: it ends `failed` with a
+   * reason (`LEASEHOLD_MAX_STALLED_RUNS`, default 10).
+   */
+  maxStalledRuns: number;
   /** A run's store statement not answered within this is retried as a store error, ms. */
   storeTimeoutMs: number;
   /** Most open batches per (tenant, datasource). */
@@ -259,12 +281,16 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     workerPollMs: e.LEASEHOLD_WORKER_POLL_MS,
     maxRuns: e.LEASEHOLD_MAX_RUNS,
     parallel: e.LEASEHOLD_PARALLEL,
+    queueDepth: e.LEASEHOLD_QUEUE_DEPTH,
     beatMs: e.LEASEHOLD_BEAT_MS,
     staleMs: e.LEASEHOLD_STALE_MS,
     attempts: e.LEASEHOLD_ATTEMPTS,
     backoffMs: e.LEASEHOLD_BACKOFF_MS,
+    maxBackoffMs: e.LEASEHOLD_MAX_BACKOFF_MS,
     moveTries: e.LEASEHOLD_MOVE_TRIES,
     moveBackoffMs: e.LEASEHOLD_MOVE_BACKOFF_MS,
+    maxOutputBytes: e.LEASEHOLD_MAX_OUTPUT_BYTES,
+    maxStalledRuns: e.LEASEHOLD_MAX_STALLED_RUNS,
     storeTimeoutMs: e.LEASEHOLD_STORE_TIMEOUT_MS,
     maxOpen: e.LEASEHOLD_MAX_OPEN,
     maxItems: e.LEASEHOLD_MAX_ITEMS,
@@ -319,6 +345,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   }
   if (config.drainMs >= config.deadlineMarginMs && config.deadlineMarginMs > 0) {
     throw new ConfigError('LEASEHOLD_DRAIN_MS', `must be below LEASEHOLD_DEADLINE_MARGIN_MS (${config.deadlineMarginMs})`);
+  }
+  if (config.backoffMs > config.maxBackoffMs) {
+    throw new ConfigError('LEASEHOLD_BACKOFF_MS', `must not exceed LEASEHOLD_MAX_BACKOFF_MS (${config.maxBackoffMs})`);
   }
   if (config.beatMs >= config.staleMs) {
     throw new ConfigError('LEASEHOLD_BEAT_MS', `must be below LEASEHOLD_STALE_MS (${config.staleMs})`);

@@ -1,7 +1,7 @@
 // CloudWatch metrics in the Embedded Metric Format (EMF): Powertools metrics, written as log
 // lines (CloudWatch turns them into metrics; no API call, no extra permission).
 import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
-import type { RunnerEvent } from '../batch/index.js';
+import type { ItemOutcome, RunnerEvent } from '../batch/index.js';
 import type { Hooks } from '../lease/index.js';
 import type { SchedulerResult } from './scheduler.js';
 import { logSilenced, writeLogLine } from './log.js';
@@ -72,10 +72,14 @@ export function metricsFor(service: string): RuntimeMetrics {
 export interface WorkerHooks {
   /** The leaser's hooks (units claimed, shed, owned; rebalance duration). */
   lease?: Hooks;
-  /** Every runner event (runs started, taken over, ended; store errors). */
+  /** Every runner event (runs started, taken over, ended; items ended; store errors). */
   runner?: (event: RunnerEvent) => void;
-  /** One item attempt ended: `done`, `failed` (for good) or `retry` (it will be tried again). */
-  item?: (outcome: 'done' | 'failed' | 'retry') => void;
+  /**
+   * One item's turn ended and was stored: `done`, `failed` (for good), `retry` (it will be tried
+   * again), `interrupted` (the run stopped while it ran; the attempt counts) or `given-back`
+   * (claimed ahead but never started before the run stopped; no attempt used).
+   */
+  item?: (outcome: ItemOutcome) => void;
   /** A heartbeat failed on a dead connection and was retried on another one. */
   heartbeatRetried?: () => void;
 }
@@ -87,7 +91,7 @@ export interface WorkerHooks {
  *   each tick: the Minimum and Maximum statistics of `WeightOwned` give the spread);
  * - runs: `RunsStarted`, `RunsTakenOver`, `BatchesSucceeded`, `BatchesFailed` (finished by this
  *   worker), `RunsHandedOff`, `RunsLost`, `RunStoreErrors`, `StoreErrors`, `UnknownJobs`;
- * - items: `ItemsDone`, `ItemsFailed`, `ItemsRetried`;
+ * - items (as stored): `ItemsDone`, `ItemsFailed`, `ItemsRetried`, `ItemsInterrupted`, `ItemsGivenBack`;
  * - `HeartbeatRetries`.
  */
 export function workerMetricHooks(m: RuntimeMetrics): WorkerHooks {
@@ -114,10 +118,18 @@ export function workerMetricHooks(m: RuntimeMetrics): WorkerHooks {
           return m.count(RUN_ENDED[e.result.outcome]);
       }
     },
-    item: (outcome) => m.count(outcome === 'done' ? 'ItemsDone' : outcome === 'failed' ? 'ItemsFailed' : 'ItemsRetried'),
+    item: (outcome) => m.count(ITEM_ENDED[outcome]),
     heartbeatRetried: () => m.count('HeartbeatRetries'),
   };
 }
+
+const ITEM_ENDED = {
+  done: 'ItemsDone',
+  failed: 'ItemsFailed',
+  retry: 'ItemsRetried',
+  interrupted: 'ItemsInterrupted',
+  'given-back': 'ItemsGivenBack',
+} as const;
 
 const RUN_ENDED = {
   succeeded: 'BatchesSucceeded',

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { systemClock } from '../clock.js';
-import { Runner, type Executor, type Resolve, type RunResult, type RunnerEvent } from '../batch/index.js';
+import { Runner, type RunResult, type RunnerEvent } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
 import { invocationLive, planInvocations, type LeaserEvent, type ProcessRole, type Reconciler } from '../lease/index.js';
 import { withTimeout, type Sql } from '../store/index.js';
@@ -115,22 +115,28 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
     else s?.addEventListener('abort', onStop, { once: true });
   }
   const pastDeadline = () => Date.now() >= deadline || deps.signal?.aborted === true;
-  const resolve = hooks.item ? countingResolve(jobs.resolve, hooks.item, config.attempts) : jobs.resolve;
+  const resolve = jobs.resolve;
   const runner = new Runner(sql, {
     processId,
     parallel: config.parallel,
+    queueDepth: config.queueDepth,
     beatMs: config.beatMs,
     staleMs: config.staleMs,
     attempts: config.attempts,
     backoffMs: config.backoffMs,
+    maxBackoffMs: config.maxBackoffMs,
     moveTries: config.moveTries,
     moveBackoffMs: config.moveBackoffMs,
     maxRuns: config.maxRuns,
     drainMs: config.drainMs,
     storeTimeoutMs: config.storeTimeoutMs,
+    maxOutputBytes: config.maxOutputBytes,
+    maxStalledRuns: config.maxStalledRuns,
     onEvent: (e: RunnerEvent) => {
       hooks.runner?.(e);
-      logRunnerEvent(log, processId, e);
+      // Item outcomes as the runner stored them: a result whose move never landed is not counted.
+      if (e.type === 'item-ended') hooks.item?.(e.outcome);
+      else logRunnerEvent(log, processId, e);
     },
   });
   // Unit jobs check the lease by the process's own clock before acting (see Leaser.leaseValid).
@@ -268,37 +274,6 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
   const runs = [...byRun.values()].map(({ batchId, outcome, finishedItems }) => ({ batchId, outcome, finishedItems }));
   log('info', 'worker returning', { processId, role, reason, runs, continued, replacements });
   return { processId, role, runs, reason, continued, replacements };
-}
-
-/**
- * `resolve` with every executor's work wrapped to report each attempt's outcome as the runner
- * decides it: `done` when the work resolves; when it throws, nothing if the run was stopping and
- * the attempt is given back, else `failed` at the last attempt or for a permanent error, else
- * `retry`.
- */
-function countingResolve(resolve: Resolve, item: NonNullable<WorkerHooks['item']>, defaultAttempts: number): Resolve {
-  return (batch) => {
-    const ex = resolve(batch);
-    if (!ex) return ex;
-    const attempts = Math.max(1, ex.attempts ?? defaultAttempts);
-    const counted: Executor = {
-      ...ex,
-      work: async (ctx) => {
-        try {
-          const out = await ex.work(ctx);
-          item('done');
-          return out;
-        } catch (error) {
-          if (!(ctx.signal.aborted && ctx.attempt < attempts)) {
-            const permanent = (error as { permanent?: unknown } | null)?.permanent === true;
-            item(ctx.attempt >= attempts || permanent ? 'failed' : 'retry');
-          }
-          throw error;
-        }
-      },
-    };
-    return counted;
-  };
 }
 
 function logLeaserEvent(log: Log, processId: string, e: LeaserEvent): void {

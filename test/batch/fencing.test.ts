@@ -26,6 +26,10 @@ import {
 /** Stale limit of the runner that takes over; short so each round waits little. */
 const STALE_MS = 400;
 const ROUNDS = 3;
+/** Items each runner here executes at once; it claims as many again ahead (the default queue depth). */
+const PARALLEL = 3;
+/** Items a run holds as running in the store when its slots and its queue are full. */
+const HELD = 2 * PARALLEL;
 
 let db: TestDatabase;
 
@@ -42,14 +46,18 @@ interface Completion {
   attempt: number;
 }
 
-/** A runner whose beats never come: its clock never moves, while its items run normally. */
-function stalledRunner(sql = db.connect({ max: 3 })): Runner {
-  return new Runner(sql, { clock: new ManualClock(), beatMs: 100, staleMs: STALE_MS, parallel: 3, backoffMs: 0 });
+/**
+ * A runner whose beats never come: its clock wakes no sleeper (time only moves when the test
+ * says so), while its items run normally.
+ */
+function stalledRunner(sql = db.connect({ max: 3 }), clock = new ManualClock()): Runner {
+  clock.freeze();
+  return new Runner(sql, { clock, beatMs: 100, staleMs: STALE_MS, parallel: PARALLEL, backoffMs: 0 });
 }
 
 /** A healthy runner on the system clock that may take over batches stale for STALE_MS. */
 function healthyRunner(): Runner {
-  return new Runner(db.connect({ max: 4 }), { beatMs: 100, staleMs: STALE_MS, parallel: 3, backoffMs: 0 });
+  return new Runner(db.connect({ max: 4 }), { beatMs: 100, staleMs: STALE_MS, parallel: PARALLEL, backoffMs: 0 });
 }
 
 /**
@@ -86,26 +94,27 @@ describe('a stalled run (beats stop, work goes on)', () => {
         return { by: 'B' };
       };
 
-      const a = stalledRunner();
+      const clockA = new ManualClock();
+      const a = stalledRunner(undefined, clockA);
       const b = healthyRunner();
       const { batch } = await a.start(newBatch(12), {}, workA);
       const runA = runOf(a, batch.id);
-      // A finished QUICK items and is stuck in three more; it never beats.
+      // A finished QUICK items and is stuck in three more, with three claimed ahead; it never beats.
       await waitFor('A stalled', async () => {
         const c = await itemCounts(db.sql, batch.id);
-        return c.done === QUICK && c.running === 3;
+        return c.done === QUICK && c.running === HELD && startedA === QUICK + PARALLEL;
       });
       const [fresh] = await db.sql<{ fresh: boolean }[]>`select now() - beat_at < ${STALE_MS / 2} * interval '1 ms' as fresh
         from leasehold_batches where id = ${batch.id}`;
       if (fresh.fresh) expect(await b.takeOver(() => ({ work: workB }), batch.id)).toBeUndefined();
 
       const { run: runB } = await takeOverWhenStale(b, batch.id, workB);
-      // B recovered A's three running items and is now running them itself.
+      // B recovered the items A held as running (in flight or queued) and now holds as many itself.
       await waitFor('B running', async () => {
         const [r] = await db.sql<{ n: number }[]>`select count(*) as n from leasehold_items i
           join leasehold_batches b on b.id = i.batch_id and i.run_id = b.owner_run
           where b.id = ${batch.id} and i.state = 'running'`;
-        return r.n === 3;
+        return r.n === HELD;
       });
       const [takeover] = (await batchChanges(db.sql, batch.id)).filter(
         (c) => c.old_owner_run !== null && c.owner_run !== c.old_owner_run && c.owner_run !== null,
@@ -113,7 +122,10 @@ describe('a stalled run (beats stop, work goes on)', () => {
       expect(takeover).toBeDefined();
       const before = await itemRows(db.sql, batch.id);
 
-      // A's stalled work now returns: each of its moves must change nothing.
+      // A's stalled work now returns, once A's own clock also says its last beat is older than the
+      // stale limit (its beats never came): nothing more may start there, and each of its moves
+      // must change nothing.
+      clockA.advance(STALE_MS);
       gateA.resolve();
       const resultA: RunResult = await runA;
       expect(resultA.outcome).toBe('lost');
@@ -143,7 +155,8 @@ describe('a stalled run (beats stop, work goes on)', () => {
         // Written to done exactly once.
         expect(changes.filter((c) => c.key === item.key && c.state === 'done')).toHaveLength(1);
       }
-      // A wrote nothing after the takeover, B wrote the three A was stuck in plus the rest.
+      // A wrote nothing after the takeover (its queued items neither moved nor lost), B wrote the
+      // three A was stuck in plus the rest.
       expect(changes.filter((c) => c.seq > takeover.seq && c.run_id === resultA.runId)).toEqual([]);
       expect(items.filter((i) => i.run_id === resultA.runId)).toHaveLength(QUICK);
       expect(items.filter((i) => i.run_id === resultB.runId)).toHaveLength(12 - QUICK);
@@ -180,7 +193,7 @@ describe('a run killed mid-batch', () => {
       const runAId = (await getRunOwner(batch.id))!;
       await waitFor('A dying', async () => {
         const c = await itemCounts(db.sql, batch.id);
-        return c.done === K && c.running === 3;
+        return c.done === K && c.running === HELD;
       });
       // Kill: its connections drop, it never releases or beats again.
       await sqlA.end({ timeout: 0 });
@@ -201,11 +214,12 @@ describe('a run killed mid-batch', () => {
         expect(item.run_id).toBe(c.by === 'A' ? runAId : resultB.runId);
         expect(item.output).toEqual({ by: c.by });
       }
-      // The three items A died in count their attempt: B ran them as attempt 2.
+      // The items A held when it died count one attempt each (at most one): the three it was
+      // running and the three it had claimed ahead. B ran them as attempt 2.
       const died = items.filter((i) => i.attempts === 2);
-      expect(died).toHaveLength(3);
+      expect(died).toHaveLength(HELD);
       expect(died.every((i) => i.run_id === resultB.runId)).toBe(true);
-      expect(items.filter((i) => i.attempts === 1)).toHaveLength(total - 3);
+      expect(items.filter((i) => i.attempts === 1)).toHaveLength(total - HELD);
       await b.close();
     }
   });

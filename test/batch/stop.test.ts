@@ -68,9 +68,10 @@ describe('cancel', () => {
       });
       const { batch } = await runner.start(newBatch(10), {}, work);
       const run = runOf(runner, batch.id);
+      // Three in flight, and the last three claimed ahead into the run's queue.
       await waitFor('items in flight', async () => {
         const c = await itemCounts(db.sql, batch.id);
-        return c.done === 4 && c.running === 3;
+        return c.done === 4 && c.running === 6 && signals.length === 3;
       });
 
       const cancelled = await cancelBatch(db.sql, batch.id);
@@ -129,8 +130,10 @@ describe('handoff (runner.stop)', () => {
     for (const variant of ['interrupted', 'finishes', 'close'] as const) {
       const completed: { by: 'A' | 'B'; key: string }[] = [];
       let started = 0;
+      const executing: string[] = [];
       const workA: ItemWork = async ({ key, signal }) => {
         if (++started > 4) {
+          executing.push(key);
           if (variant === 'finishes') {
             while (!signal.aborted) await sleep(5);
             await sleep(20);
@@ -149,11 +152,16 @@ describe('handoff (runner.stop)', () => {
       const a = new Runner(db.connect({ max: 3 }), { beatMs: 50, staleMs: 60_000, parallel: 3 });
       const b = new Runner(db.connect({ max: 3 }), { beatMs: 50, staleMs: 60_000, parallel: 3 });
       const { batch } = await a.start(newBatch(10), {}, workA);
+      // Three in flight, and the last three claimed ahead into A's queue, never started.
       await waitFor('items in flight', async () => {
         const c = await itemCounts(db.sql, batch.id);
-        return c.done === 4 && c.running === 3;
+        return c.done === 4 && c.running === 6 && executing.length === 3;
       });
-      const inFlight = (await itemRows(db.sql, batch.id)).filter((i) => i.state === 'running').map((i) => i.key);
+      const held = (await itemRows(db.sql, batch.id)).filter((i) => i.state === 'running').map((i) => i.key);
+      const inFlight = held.filter((k) => executing.includes(k));
+      const queued = held.filter((k) => !executing.includes(k));
+      expect(inFlight).toHaveLength(3);
+      expect(queued).toHaveLength(3);
 
       const result = variant === 'close' ? (await a.close())[0] : await a.stop(batch.id);
       expect(result).toMatchObject({ batchId: batch.id, outcome: 'handed-off' });
@@ -169,6 +177,11 @@ describe('handoff (runner.stop)', () => {
         if (variant === 'finishes') expect(item).toMatchObject({ state: 'done', attempts: 1, output: 'A' });
         else expect(item).toMatchObject({ state: 'pending', attempts: 1, error: 'interrupted' });
       }
+      // The queued items went back to pending in the handoff statement, their attempts unchanged.
+      for (const key of queued) {
+        expect(rows.find((r) => r.key === key)).toMatchObject({ state: 'pending', attempts: 0, error: null, run_id: result!.runId });
+      }
+      expect(executing).toHaveLength(3);
       expect(result!.finishedItems).toBe(variant === 'finishes' ? 7 : 4);
       const handoffSeq = await releaseSeq(batch.id, 'open');
 
@@ -185,8 +198,12 @@ describe('handoff (runner.stop)', () => {
       expect([...perKey.keys()].sort()).toEqual(final.map((i) => i.key));
       expect([...perKey.values()].every((n) => n === 1)).toBe(true);
       for (const item of final) expect(item.output).toBe(completed.find((c) => c.key === item.key)!.by);
+      // A wrote nothing after its handoff statement (which moved its settled and queued items in
+      // the same transaction as the handoff: same database time).
       expect(
-        (await itemChanges(db.sql, batch.id)).filter((c) => c.seq > handoffSeq && c.run_id === result!.runId),
+        (await itemChanges(db.sql, batch.id)).filter(
+          (c) => c.seq > handoffSeq && c.run_id === result!.runId && c.updated_at.getTime() !== handed_off_at!.getTime(),
+        ),
       ).toEqual([]);
       await b.close();
     }

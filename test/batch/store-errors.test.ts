@@ -35,7 +35,8 @@ describe('store errors', () => {
     });
     const { batch } = await a.start(newBatch(8), {}, workA);
     const run = runOf(a, batch.id);
-    await waitFor('three in flight', async () => (await itemCounts(db.sql, batch.id)).running === 3);
+    // Three in flight and three claimed ahead into the run's queue.
+    await waitFor('three in flight', async () => (await itemCounts(db.sql, batch.id)).running === 6 && started === 3);
     // The store goes away for this process; the first item then finishes and must be written.
     await sqlA.end();
     gate.resolve();
@@ -57,8 +58,9 @@ describe('store errors', () => {
     expect((await runOf(b, batch.id)).outcome).toBe('succeeded');
     const items = await itemRows(db.sql, batch.id);
     expect(items.every((i) => i.state === 'done' && i.output === 'B')).toBe(true);
-    // The three items A held count that attempt; the one A finished but could not store runs again.
-    expect(items.filter((i) => i.attempts === 2)).toHaveLength(3);
+    // The six items A held (in flight or queued) count that attempt; the one A finished but could
+    // not store runs again.
+    expect(items.filter((i) => i.attempts === 2)).toHaveLength(6);
     expect([...tally(completed.filter((c) => c.by === 'B').map((c) => c.key)).values()].every((n) => n === 1)).toBe(true);
     expect(completed.filter((c) => c.by === 'B')).toHaveLength(8);
   });

@@ -90,7 +90,8 @@ describe('runWorker', () => {
       dispatcher: recording(),
       hooks: {
         item: (o) => items.push(o),
-        runner: (e) => runs.push(e.type === 'run-ended' ? `ended:${e.result.outcome}` : e.type),
+        // Run events only: item outcomes arrive through `item` too.
+        runner: (e) => e.type !== 'item-ended' && runs.push(e.type === 'run-ended' ? `ended:${e.result.outcome}` : e.type),
         lease: { rebalanced: (ms) => ticks.push(ms) },
       },
     });

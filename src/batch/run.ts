@@ -1,0 +1,594 @@
+// One batch's execution by one run (docs/design.md, "Batches"): a pipeline of claims, items and
+// moves. The Runner (runner.ts) takes batches over and owns many runs.
+import { setMaxListeners } from 'node:events';
+import { withTimeout, type Sql } from '../store/index.js';
+import type { Clock } from '../clock.js';
+import { BatchGivenUpError, BatchLostError } from './errors.js';
+import * as q from './sql.js';
+import { encodeOutput, errorText } from './values.js';
+import type { BatchInfo, Executor, ItemState, RunOutcome, RunResult } from './types.js';
+
+/**
+ * How an item's turn in a run ended, once the move saying so is stored:
+ * - `done`, `failed`: for good (`failed`: attempts used up, a permanent error, or an output that
+ *   cannot be stored);
+ * - `retry`: the attempt failed; the item is pending again after its backoff;
+ * - `interrupted`: the run stopped while the item ran; the attempt counts, the item is pending;
+ * - `given-back`: claimed but never started before the run stopped; pending, attempts unchanged.
+ */
+export type ItemOutcome = 'done' | 'failed' | 'retry' | 'interrupted' | 'given-back';
+
+/** What the runner reports as it goes (for logs and metrics); never needed for correctness. */
+export type RunnerEvent =
+  | { type: 'run-started'; batchId: string; runId: string; takeover: boolean }
+  | { type: 'run-ended'; result: RunResult }
+  | { type: 'item-ended'; batchId: string; runId: string; key: string; attempt: number; outcome: ItemOutcome }
+  | { type: 'store-error'; batchId: string; runId: string; error: unknown; tries: number }
+  | { type: 'unknown-job'; batchId: string; job: string };
+
+/** Most attempts per item a runner or job may set. */
+export const MAX_ATTEMPTS = 1_000;
+/** Largest `backoffMs` and `maxBackoffMs` a runner or job may set, ms (one day). */
+export const MAX_BACKOFF_MS = q.MAX_DELAY_MS;
+
+/** The settings one run works with (the runner's, with the executor's overrides applied). */
+export interface RunSettings {
+  parallel: number;
+  /** Items claimed ahead of execution beyond `parallel`. */
+  queueDepth: number;
+  beatMs: number;
+  staleMs: number;
+  attempts: number;
+  backoffMs: number;
+  maxBackoffMs: number;
+  moveTries: number;
+  moveBackoffMs: number;
+  storeTimeoutMs: number;
+  drainMs: number;
+  maxOutputBytes: number;
+  maxStalledRuns: number;
+  clock: Clock;
+  random: () => number;
+  onEvent: (event: RunnerEvent) => void;
+}
+
+/**
+ * Retry delay before attempt `attempt + 1` after attempt `attempt` failed, in ms:
+ * `backoffMs × 2^(attempt−1)` plus jitter of up to 25 % of that, and never more than
+ * `maxBackoffMs` (default: no cap below {@link MAX_BACKOFF_MS}). Finite for any attempt.
+ */
+export function retryDelayMs(
+  backoffMs: number,
+  attempt: number,
+  random: () => number,
+  maxBackoffMs: number = MAX_BACKOFF_MS,
+): number {
+  // 2^60 × any allowed backoff is far past every cap, and stays finite (0 × ∞ would be NaN).
+  const base = backoffMs * 2 ** Math.min(Math.max(attempt - 1, 0), 60);
+  return Math.min(base + base * 0.25 * random(), maxBackoffMs, MAX_BACKOFF_MS);
+}
+
+/**
+ * Check retry settings: `attempts` 1 to {@link MAX_ATTEMPTS}, `backoffMs` and `maxBackoffMs`
+ * 0 to {@link MAX_BACKOFF_MS}; unset ones are not checked. `prefix` goes before each setting's
+ * name in the message (`executor.`, `job "x": `).
+ * @throws {RangeError} naming the first setting out of range.
+ */
+export function checkRetrySettings(
+  s: { attempts?: number; backoffMs?: number; maxBackoffMs?: number },
+  prefix = '',
+): void {
+  const within = (v: number | undefined, name: string, max: number, int: boolean, min = int ? 1 : 0) => {
+    if (v === undefined) return;
+    if (!Number.isFinite(v) || v < min || v > max || (int && !Number.isInteger(v))) {
+      throw new RangeError(`${prefix}${name} must be ${int ? 'an integer ' : ''}from ${min} to ${max} (got ${v})`);
+    }
+  };
+  within(s.attempts, 'attempts', MAX_ATTEMPTS, true);
+  within(s.backoffMs, 'backoffMs', MAX_BACKOFF_MS, false);
+  within(s.maxBackoffMs, 'maxBackoffMs', MAX_BACKOFF_MS, false);
+}
+
+class StoreFailure extends Error {}
+
+/** A move statement that PostgreSQL refused for the data it carried (an item's value). */
+class UnstorableMoves extends Error {}
+
+/** SQLSTATE classes of errors caused by the data a statement carries, not by the store. */
+function isDataError(e: unknown): boolean {
+  const code = (e as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && /^(22|54)/.test(code);
+}
+
+/**
+ * How long before a pending item is due a run claims it (ms), so that a retry starts on a local
+ * timer when it is due instead of a claim's round trip after.
+ */
+const CLAIM_AHEAD_MS = 200;
+
+/** A claimed item waiting in the run's queue: start it at `startAt` (local clock; 0: at once). */
+interface Queued {
+  item: q.ClaimedRow;
+  startAt: number;
+}
+
+/** A settled item waiting for its move, with what the move means. */
+interface Settled {
+  move: q.MoveRow;
+  outcome: ItemOutcome;
+}
+
+/**
+ * One run: a runner's ownership of one batch, from takeover to its end (docs/design.md,
+ * "Batches").
+ *
+ * It keeps its slots full. Claims run ahead of execution into a local queue of at most
+ * `parallel + queueDepth` items (running included); a freed slot starts the next queued item at
+ * once. An item due later (a retry) is claimed shortly before it is due and started by a local
+ * timer when it is due. One flusher
+ * writes: each statement carries every item settled since the last one, plus a claim for the
+ * free room, under one ownership check, so at most one move is in flight and moves stay ordered.
+ * A short count means the batch was lost: nothing more starts, and nothing more is written.
+ * On a handoff, items claimed but never started go back to pending with their attempts
+ * unchanged, in the handoff statement.
+ */
+export class Run {
+  readonly id: string;
+  private readonly items = new AbortController();
+  private reason: 'stop' | 'lost' | undefined;
+  /** The run is over: settling items are no longer written. */
+  private ended = false;
+  private readonly capacity: number;
+  private queue: Queued[] = [];
+  private readonly executing = new Map<string, Promise<void>>();
+  private settled: Settled[] = [];
+  /** The store may hold due pending items this run has not claimed. */
+  private moreDue = true;
+  /** A claim's answer was lost: items may be running under this run that it never received. */
+  private claimUncertain = false;
+  /** A move of this run landed (and set the batch's stalled runs to 0). */
+  private progressRecorded = false;
+  /** Local clock time of the next retry known to be due, and the timer waiting for it. */
+  private dueAt = Infinity;
+  private dueTimer: AbortController | undefined;
+  /** Local clock time when the next item claimed ahead of its due time may start, and its timer. */
+  private startAt = Infinity;
+  private startTimer: AbortController | undefined;
+  private wakeUp: (() => void) | undefined;
+  /** Local clock time when the statement behind the last good beat (or the takeover) was sent. */
+  private beatSentAt: number;
+  private finishedItems = 0;
+  private statements = 0;
+
+  constructor(
+    private readonly sql: Sql,
+    private readonly s: RunSettings,
+    readonly batch: BatchInfo,
+    runId: string,
+    private readonly executor: Executor,
+    /** Local clock time when the takeover statement was sent (it set the first beat). */
+    takenAt: number = s.clock.now(),
+  ) {
+    this.id = runId;
+    this.beatSentAt = takenAt;
+    this.capacity = s.parallel + s.queueDepth;
+    // Every in-flight item listens on this one signal; `parallel` may well exceed 10.
+    setMaxListeners(0, this.items.signal);
+  }
+
+  /** Ask the run to hand off: stop claiming, let in-flight items settle, clear the beat. */
+  requestStop(): void {
+    this.reason ??= 'stop';
+    this.wake();
+  }
+
+  private markLost(): void {
+    this.reason = 'lost';
+    this.wake();
+  }
+
+  /** Run the batch to its end; never throws (a failure is the result's outcome and error). */
+  async execute(): Promise<RunResult> {
+    const beats = new AbortController();
+    const beating = this.beatLoop(beats.signal);
+    let outcome: RunOutcome;
+    let error: Error | undefined;
+    try {
+      outcome = await this.loop();
+    } catch (e) {
+      outcome = e instanceof StoreFailure ? 'store-error' : e instanceof BatchGivenUpError ? 'failed' : 'lost';
+      error = e instanceof Error ? e : new Error(String(e));
+    } finally {
+      this.ended = true;
+      // The run is over and can write no result: its in-flight items must stop too.
+      this.items.abort();
+      this.dueTimer?.abort();
+      this.startTimer?.abort();
+      beats.abort();
+      await beating;
+    }
+    if (outcome === 'lost' && !error) error = new BatchLostError(this.batch.id, this.id);
+    return {
+      batchId: this.batch.id,
+      runId: this.id,
+      outcome,
+      finishedItems: this.finishedItems,
+      statements: this.statements,
+      error,
+    };
+  }
+
+  private async loop(): Promise<RunOutcome> {
+    if (this.batch.stalledRuns > this.s.maxStalledRuns) return this.giveUp();
+    await this.store(() => q.recoverRunning(this.sql, { batchId: this.batch.id, run: this.id, attempts: this.s.attempts }));
+    const finished = await this.pump();
+    if (finished) return finished;
+    // Stopping or lost: in-flight items are told to stop.
+    this.items.abort();
+    // Work that ignores its signal must not hold the run (and a Lambda worker) past its
+    // deadline: after drainMs the run goes on without it. Such items stay `running`; the next
+    // takeover counts that attempt and runs them again.
+    const drainTimer = new AbortController();
+    await Promise.race([
+      Promise.allSettled([...this.executing.values()]).then(() => drainTimer.abort()),
+      this.s.clock.sleep(this.s.drainMs, drainTimer.signal),
+    ]);
+    drainTimer.abort();
+    if (this.reason === 'lost') return 'lost';
+    return this.handOff();
+  }
+
+  /**
+   * The flusher: one statement at a time, each moving every settled item and claiming the free
+   * room. Resolves to the batch's final status once this run finished it, or undefined once the
+   * run must stop (handoff or loss).
+   */
+  private async pump(): Promise<'succeeded' | 'failed' | undefined> {
+    for (;;) {
+      if (this.reason) return undefined;
+      this.startQueued();
+      if (this.settled.length > 0 || this.room() > 0) {
+        // Let items settling in this turn land, so one statement carries them all.
+        await new Promise<void>((resolve) => setImmediate(resolve));
+        if (this.reason) return undefined;
+        await this.step();
+        continue;
+      }
+      // Wait for an item to settle, a retry to come due, or (when items are due but the beats
+      // are too old to claim or start them) the next good beat.
+      if (this.executing.size > 0 || this.queue.length > 0 || this.dueTimer || (this.moreDue && !this.beatValid())) {
+        await new Promise<void>((resolve) => (this.wakeUp = resolve));
+        continue;
+      }
+      // Nothing runs, nothing is queued, and no item is due that this run knows of.
+      if (this.claimUncertain) {
+        this.claimUncertain = false;
+        // Nothing runs here now, so every item this run holds as running is such an orphan.
+        await this.store(() => q.releaseOrphans(this.sql, this.batch.id, this.id));
+        this.moreDue = true;
+        continue;
+      }
+      const status = await this.store(() => q.finishBatch(this.sql, this.batch.id, this.id));
+      if (status === 'succeeded' || status === 'failed') return status;
+      const w = await this.store(() => q.waitState(this.sql, this.batch.id, this.id));
+      if (!w.owned) {
+        this.markLost();
+        return undefined;
+      }
+      // Pending items not due yet (or, should none be pending, look again after a beat).
+      this.dueIn(Math.min(w.dueInMs === null ? this.s.beatMs : w.dueInMs - CLAIM_AHEAD_MS, this.s.beatMs));
+    }
+  }
+
+  /** Claims that fit: free room in the local queue while the store may hold due items. */
+  private room(): number {
+    if (this.reason || !this.moreDue || !this.beatValid()) return 0;
+    return Math.max(0, this.capacity - this.executing.size - this.queue.length);
+  }
+
+  /**
+   * Whether the last good beat still keeps the batch from being taken over: `staleMs` since it
+   * was sent has not passed by the local clock (the database counts from later, when the beat ran).
+   * Past that, another run may own the batch and be running the items queued here.
+   */
+  private beatValid(): boolean {
+    return this.s.clock.now() - this.beatSentAt < this.s.staleMs;
+  }
+
+  /**
+   * Start queued items on free slots, each once it is due (a timer wakes the run for one claimed
+   * ahead of its time). Nothing starts once the run stops or lost its batch, nor while its beats
+   * are too old to keep the batch (the next good beat starts them).
+   */
+  private startQueued(): void {
+    if (this.reason || this.queue.length === 0 || !this.beatValid()) return;
+    let now: number | undefined;
+    let next = Infinity;
+    for (let i = 0; i < this.queue.length && this.executing.size < this.s.parallel; ) {
+      const { item, startAt } = this.queue[i];
+      if (startAt > 0 && startAt > (now ??= this.s.clock.now())) {
+        next = Math.min(next, startAt);
+        i++;
+        continue;
+      }
+      this.queue.splice(i, 1);
+      this.launch(item);
+    }
+    if (next < this.startAt) {
+      this.startTimer?.abort();
+      const timer = new AbortController();
+      this.startTimer = timer;
+      this.startAt = next;
+      void this.s.clock.sleep(next - now!, timer.signal).then(() => {
+        if (timer.signal.aborted) return;
+        this.startTimer = undefined;
+        this.startAt = Infinity;
+        this.wake();
+      });
+    }
+  }
+
+  /** One statement: move every settled item and claim the free room. */
+  private async step(): Promise<void> {
+    const batch = this.settled;
+    this.settled = [];
+    const claim = this.room();
+    const recordProgress = !this.progressRecorded && batch.length > 0;
+    const moves = q.encodeMoves(batch.map((b) => b.move));
+    // Due times are counted from the database's now() in the statement, which is no earlier than
+    // this: timers armed from it fire on time or a little early (a claim then answers how long
+    // is left), never a round trip late.
+    const sentAt = this.s.clock.now();
+    let r: q.StepResult;
+    try {
+      r = await this.store(
+        () => q.step(this.sql, { batchId: this.batch.id, run: this.id, moves, claim, aheadMs: CLAIM_AHEAD_MS, recordProgress }),
+        // A claim whose answer is lost may have committed: those items would stay running.
+        claim > 0 ? () => (this.claimUncertain = true) : undefined,
+        batch.length > 0,
+      );
+    } catch (e) {
+      if (!(e instanceof UnstorableMoves)) throw e;
+      await this.moveOneByOne(batch);
+      return;
+    }
+    if (r.moved < batch.length) return this.markLost();
+    this.landed(batch, sentAt);
+    if (claim > 0) {
+      this.moreDue = r.claimed.length >= claim;
+      // Counted from the answer, which came after the database's now(): never early.
+      const answeredAt = this.s.clock.now();
+      for (const item of r.claimed) this.queue.push({ item, startAt: item.due_in_ms > 0 ? answeredAt + item.due_in_ms : 0 });
+      if (!this.moreDue && r.nextDueMs !== null) this.dueIn(r.nextDueMs - CLAIM_AHEAD_MS, sentAt);
+    }
+    this.startQueued();
+  }
+
+  /**
+   * PostgreSQL refused a move for a value it carried (despite the checks at settle time): write
+   * each item alone, and store the one it refuses as failed with the reason, so the others land.
+   */
+  private async moveOneByOne(batch: Settled[]): Promise<void> {
+    for (let item of batch) {
+      let r: q.StepResult;
+      try {
+        r = await this.moveAlone(item, true);
+      } catch (e) {
+        if (!(e instanceof UnstorableMoves)) throw e;
+        const m = item.move;
+        const error = `its result cannot be stored: ${errorText(e.cause)}`;
+        item = { outcome: 'failed', move: { ...m, state: 'failed', attempts: m.claimed, output: null, error, delayMs: 0 } };
+        r = await this.moveAlone(item, false);
+      }
+      if (r.moved < 1) return this.markLost();
+      this.landed([item]);
+    }
+  }
+
+  private moveAlone(item: Settled, dataSensitive: boolean): Promise<q.StepResult> {
+    const moves = q.encodeMoves([item.move]);
+    const recordProgress = !this.progressRecorded;
+    return this.store(
+      () => q.step(this.sql, { batchId: this.batch.id, run: this.id, moves, claim: 0, aheadMs: 0, recordProgress }),
+      undefined,
+      dataSensitive,
+    );
+  }
+
+  /**
+   * Account for stored moves: counts, events, and the retries' due times (counted from
+   * `sentAt`, the local time the statement was sent).
+   */
+  private landed(batch: Settled[], sentAt = this.s.clock.now()): void {
+    if (batch.length === 0) return;
+    this.progressRecorded = true;
+    for (const { move, outcome } of batch) {
+      if (move.state === 'done' || move.state === 'failed') this.finishedItems++;
+      else if (outcome === 'retry') this.dueIn(move.delayMs - CLAIM_AHEAD_MS, sentAt);
+      else this.moreDue = true;
+      this.s.onEvent({ type: 'item-ended', batchId: this.batch.id, runId: this.id, key: move.key, attempt: move.claimed, outcome });
+    }
+  }
+
+  /**
+   * Claim again `ms` after `from` (local clock; default now): a retry or a pending item of the
+   * store comes due then. At once when that time has come.
+   */
+  private dueIn(ms: number, from = this.s.clock.now()): void {
+    const wait = from + ms - this.s.clock.now();
+    if (!(wait > 0)) {
+      this.moreDue = true;
+      return;
+    }
+    const at = from + ms;
+    if (at >= this.dueAt) return;
+    this.dueTimer?.abort();
+    const timer = new AbortController();
+    this.dueTimer = timer;
+    this.dueAt = at;
+    void this.s.clock.sleep(wait, timer.signal).then(() => {
+      if (timer.signal.aborted) return;
+      this.dueTimer = undefined;
+      this.dueAt = Infinity;
+      this.moreDue = true;
+      this.wake();
+    });
+  }
+
+  private wake(): void {
+    const w = this.wakeUp;
+    this.wakeUp = undefined;
+    w?.();
+  }
+
+  private launch(c: q.ClaimedRow): void {
+    const p = this.work(c).then((s) => {
+      this.executing.delete(c.key);
+      if (this.ended || this.reason === 'lost') return;
+      this.settled.push(s);
+      // A freed slot starts the next queued item at once, without waiting for the flusher.
+      this.startQueued();
+      this.wake();
+    });
+    this.executing.set(c.key, p);
+  }
+
+  /** Execute one item and say how its move should read. Never throws. */
+  private async work(c: q.ClaimedRow): Promise<Settled> {
+    const batch = this.batch;
+    const verdict = (state: ItemState, outcome: ItemOutcome, output: string | null, error: string | null, delayMs = 0): Settled => ({
+      outcome,
+      move: { key: c.key, state, claimed: c.attempts, attempts: c.attempts, output, error, delayMs },
+    });
+    try {
+      const output = await this.executor.work({
+        key: c.key,
+        input: c.input,
+        attempt: c.attempts,
+        signal: this.items.signal,
+        batch: { id: batch.id, tenant: batch.tenant, datasource: batch.datasource, job: batch.job, params: batch.params },
+      });
+      const encoded = encodeOutput(output, this.s.maxOutputBytes);
+      // An output that cannot be stored would be the same next time: the item fails for good.
+      if (encoded.error !== undefined) return verdict('failed', 'failed', null, encoded.error);
+      return verdict('done', 'done', encoded.json, null);
+    } catch (e) {
+      const message = errorText(e);
+      if (this.items.signal.aborted && c.attempts < this.s.attempts) {
+        // Interrupted by a handoff: the attempt counts (an item that never fits in one
+        // invocation must end), but the next run may start it again at once.
+        return verdict('pending', 'interrupted', null, message);
+      }
+      if (c.attempts >= this.s.attempts || (e as { permanent?: unknown } | null)?.permanent === true) {
+        return verdict('failed', 'failed', null, message);
+      }
+      const delay = retryDelayMs(this.s.backoffMs, c.attempts, this.s.random, this.s.maxBackoffMs);
+      return verdict('pending', 'retry', null, message, delay);
+    }
+  }
+
+  /**
+   * The handoff statement: the items settled meanwhile are moved, the queued ones (and any a
+   * claim whose answer was lost left running here) given back with their attempts unchanged,
+   * and the beat cleared. A run that stored nothing ended gracefully: its
+   * takeover does not count as a stalled run.
+   */
+  private async handOff(): Promise<RunOutcome> {
+    let batch = this.settled;
+    this.settled = [];
+    const queued = this.queue.map((e) => e.item);
+    this.queue = [];
+    const send = (settled: Settled[]) => {
+      const moves = q.encodeMoves(settled.map((b) => b.move));
+      // Items still executing (they ignored their signal past drainMs) stay running: the next
+      // takeover counts that attempt. Every other item this run holds goes back.
+      const hold = JSON.stringify([...this.executing.keys(), ...settled.map((b) => b.move.key)]);
+      const recordProgress = !this.progressRecorded && settled.length > 0;
+      return this.store(
+        () => q.handOffRun(this.sql, { batchId: this.batch.id, run: this.id, moves, hold, recordProgress }),
+        undefined,
+        settled.length > 0,
+      );
+    };
+    let r: Awaited<ReturnType<typeof q.handOffRun>>;
+    try {
+      r = await send(batch);
+    } catch (e) {
+      if (!(e instanceof UnstorableMoves)) throw e;
+      await this.moveOneByOne(batch);
+      if (this.reason === 'lost') return 'lost';
+      batch = [];
+      r = await send(batch);
+    }
+    if (!r.handed) return 'lost';
+    this.landed(batch);
+    for (const c of queued) {
+      this.s.onEvent({ type: 'item-ended', batchId: this.batch.id, runId: this.id, key: c.key, attempt: c.attempts - 1, outcome: 'given-back' });
+    }
+    return 'handed-off';
+  }
+
+  /** End a batch whose runs keep ending before they store anything: failed, with the reason. */
+  private async giveUp(): Promise<RunOutcome> {
+    const runs = this.batch.stalledRuns - 1;
+    const reason = `was given up: its last ${runs} runs ended without storing any item result (store errors, crashes or lost batches; maxStalledRuns ${this.s.maxStalledRuns})`;
+    const ok = await this.store(() =>
+      q.giveUp(this.sql, {
+        batchId: this.batch.id,
+        run: this.id,
+        reason: `given up: its last ${runs} runs ended without storing any item result`,
+        itemError: `the batch ${reason}`,
+      }),
+    );
+    if (!ok) return 'lost';
+    throw new BatchGivenUpError(this.batch.id, runs, reason);
+  }
+
+  private async beatLoop(signal: AbortSignal): Promise<void> {
+    while (!signal.aborted) {
+      await this.s.clock.sleep(this.s.beatMs, signal);
+      if (signal.aborted) return;
+      try {
+        this.statements++;
+        const sent = this.s.clock.now();
+        // Bounded like every store statement: a beat waiting on a silent connection would hold
+        // the run's end (execute awaits this loop) forever.
+        if (!(await withTimeout(q.beat(this.sql, this.batch.id, this.id), this.s.storeTimeoutMs))) {
+          this.markLost();
+          return;
+        }
+        this.beatSentAt = sent;
+        // Items held back while the beats were too old may start now.
+        this.wake();
+      } catch (error) {
+        // A missed beat is harmless until the batch turns stale; the next one tries again.
+        this.s.onEvent({ type: 'store-error', batchId: this.batch.id, runId: this.id, error, tries: 1 });
+      }
+    }
+  }
+
+  /**
+   * Runs a store statement, retrying store errors `moveTries` times in all, backoff doubling.
+   * With `dataSensitive`, an error caused by the data the statement carries is not retried: it
+   * is thrown at once as {@link UnstorableMoves} (its `cause` the database's error).
+   */
+  private async store<T>(f: () => Promise<T>, onFail?: () => void, dataSensitive = false): Promise<T> {
+    let wait = this.s.moveBackoffMs;
+    for (let tries = 1; ; tries++) {
+      try {
+        this.statements++;
+        return await withTimeout(f(), this.s.storeTimeoutMs);
+      } catch (error) {
+        onFail?.();
+        this.s.onEvent({ type: 'store-error', batchId: this.batch.id, runId: this.id, error, tries });
+        if (dataSensitive && isDataError(error)) throw new UnstorableMoves('a value cannot be stored', { cause: error });
+        if (tries >= this.s.moveTries) {
+          throw new StoreFailure(`store failed ${tries} times on batch ${this.batch.id}: ${(error as Error)?.message ?? error}`);
+        }
+        await this.s.clock.sleep(wait);
+        // Doubling, but never past a minute (a timer beyond 2^31 ms would fire at once).
+        wait = Math.min(wait * 2, 60_000);
+      }
+    }
+  }
+}
