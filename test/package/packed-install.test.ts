@@ -137,6 +137,9 @@ describe('the packed package', () => {
       'dist/src/cli.js',
       'dist/src/store/migrations/001_batches.sql',
       'dist/vendor/postgres.js',
+      // The README links into docs/.
+      'docs/design.md',
+      'docs/api.md',
     ]) {
       expect(files, path).toContain(path);
     }
