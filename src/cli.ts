@@ -156,7 +156,7 @@ batch
         `tenant    ${b.tenant} / datasource ${b.datasource}`,
         `status    ${b.status}`,
         `items     ${b.total}: ${b.counts.done} done, ${b.counts.failed} failed, ${b.counts.running} running, ${b.counts.pending} pending`,
-        `runs      ${b.runs}${b.ownerProcess ? ` (owner process ${b.ownerProcess})` : ''}`,
+        `runs      ${b.runs}${b.ownerProcess ? ` (owner process ${b.ownerProcess})` : ''}${b.redrives ? `; redriven ${b.redrives} time${b.redrives === 1 ? '' : 's'}` : ''}`,
         `created   ${b.createdAt}${b.finishedAt ? `\nfinished  ${b.finishedAt}` : ''}`,
       ].join('\n'),
     );
@@ -200,6 +200,27 @@ batch
   .action(async (id: string, opts) => {
     const b = await new ApiClient(apiUrl(opts.api)).cancelBatch(id);
     console.log(`batch ${b.id} ${b.status}`);
+  });
+
+batch
+  .command('redrive')
+  .description("put a finished batch's failed items back to pending with fresh attempts and run it again")
+  .argument('<id>')
+  .option('--idempotency-key <key>', 'a repeat with the same key answers the first redrive and does nothing')
+  .option('--follow', 'show progress until the batch finishes; exit 1 unless it succeeded')
+  .option('--json', 'print the batch and the redrive as JSON')
+  .addOption(apiOption)
+  .action(async (id: string, opts) => {
+    const api = new ApiClient(apiUrl(opts.api));
+    const { batch: b, redrive, redriven } = await api.redriveBatch(id, opts.idempotencyKey);
+    if (opts.json) console.log(JSON.stringify({ ...b, redrive, redriven }));
+    else if (redriven) console.log(`batch ${b.id} redriven (redrive ${redrive.number}): ${redrive.items} failed item${redrive.items === 1 ? '' : 's'} pending again`);
+    else console.log(`already redriven by this idempotency key: batch ${b.id} redrive ${redrive.number} (${redrive.items} items) at ${redrive.at}; now ${b.status}`);
+    if (opts.follow) {
+      const end = await followBatch(api, b.id);
+      console.log(`batch ${end.id} ${end.status}: ${end.counts.done} done, ${end.counts.failed} failed`);
+      if (end.status !== 'succeeded') process.exitCode = 1;
+    }
   });
 
 const units = program.command('units').description("register, list and remove tenants' units through the API");

@@ -17,4 +17,13 @@ export {
   type CreateOptions,
 } from './batches.js';
 export { DEFAULT_START_LIMITS, MAX_KEY_BYTES, type StartLimits } from './items.js';
+export { redriveBatch, type Redrive, type RedriveOptions, type RedriveResult } from './redrive.js';
+export {
+  finishedSeries,
+  batchActivity,
+  bucketLengthMs,
+  MAX_SERIES_BUCKETS,
+  type FinishedSeries,
+  type BatchActivity,
+} from './progress.js';
 export { Runner, RUNNER_DEFAULTS, retryDelayMs, type RunnerOptions, type RunnerEvent } from './runner.js';

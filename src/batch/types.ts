@@ -41,6 +41,8 @@ export interface BatchInfo {
   ownerProcess: string | null;
   /** How many runs have owned the batch (first start and every takeover). */
   runs: number;
+  /** How many times the batch was redriven (its failed items put back to pending: `redriveBatch`). */
+  redrives: number;
   createdAt: Date;
   beatAt: Date | null;
   finishedAt: Date | null;
