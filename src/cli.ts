@@ -88,6 +88,18 @@ program
   });
 
 program
+  .command('dashboard')
+  .description("serve the dashboard of a deployed stage on 127.0.0.1: the page's API calls go to the stage's HTTP API, signed (SigV4) with your AWS credentials")
+  .addOption(new Option('--api <url>', "the stage's HTTP API URL (the `api` output of `sst deploy`)").env('LEASEHOLD_API_URL').makeOptionMandatory())
+  .addOption(new Option('--port <port>', 'port on 127.0.0.1 (0: any free port)').default(3300).argParser(port))
+  .option('--region <region>', 'region to sign for (default: from an execute-api URL, else AWS_REGION or the profile\'s)')
+  .option('--profile <profile>', 'AWS profile of the credential chain (default: AWS_PROFILE, else default)')
+  .action(async (opts) => {
+    const { runDashboard } = await import('./local/dashboard-proxy.js');
+    process.exitCode = await runDashboard({ apiUrl: opts.api, port: opts.port, region: opts.region, profile: opts.profile });
+  });
+
+program
   .command('migrate')
   .description('apply pending database migrations (DATABASE_URL, else the embedded database)')
   .action(async () => {
