@@ -58,6 +58,13 @@ function apiUrl(opt?: string): string {
   return `http://127.0.0.1:${process.env.PORT ?? 3000}`;
 }
 
+/** Show batch `id`'s progress until it finishes, say how it ended, and exit 1 unless it succeeded. */
+async function followToEnd(api: ApiClient, id: string): Promise<void> {
+  const end = await followBatch(api, id);
+  console.log(`batch ${end.id} ${end.status}: ${end.counts.done} done, ${end.counts.failed} failed`);
+  if (end.status !== 'succeeded') process.exitCode = 1;
+}
+
 const apiOption = new Option('--api <url>', 'API base URL (default: LEASEHOLD_API_URL, the running `leasehold dev`, or http://127.0.0.1:3000)');
 
 program
@@ -145,11 +152,7 @@ batch
     });
     if (opts.json) console.log(JSON.stringify(b));
     else console.log(`${created ? 'started' : 'already started by this request key:'} batch ${b.id} (${b.total} items)`);
-    if (opts.follow) {
-      const end = await followBatch(api, b.id);
-      console.log(`batch ${end.id} ${end.status}: ${end.counts.done} done, ${end.counts.failed} failed`);
-      if (end.status !== 'succeeded') process.exitCode = 1;
-    }
+    if (opts.follow) await followToEnd(api, b.id);
   });
 
 batch
@@ -228,11 +231,7 @@ batch
     if (opts.json) console.log(JSON.stringify({ ...b, redrive, redriven }));
     else if (redriven) console.log(`batch ${b.id} redriven (redrive ${redrive.number}): ${redrive.items} failed item${redrive.items === 1 ? '' : 's'} pending again`);
     else console.log(`already redriven by this idempotency key: batch ${b.id} redrive ${redrive.number} (${redrive.items} items) at ${redrive.at}; now ${b.status}`);
-    if (opts.follow) {
-      const end = await followBatch(api, b.id);
-      console.log(`batch ${end.id} ${end.status}: ${end.counts.done} done, ${end.counts.failed} failed`);
-      if (end.status !== 'succeeded') process.exitCode = 1;
-    }
+    if (opts.follow) await followToEnd(api, b.id);
   });
 
 const units = program.command('units').description("register, list and remove tenants' units through the API");

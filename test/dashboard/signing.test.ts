@@ -2,7 +2,7 @@
 // the stage's API Gateway that verifies every request's SigV4 signature and passes the verified
 // ones to the real API handler on the test database.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { Sha256 } from '@smithy/core/checksum';
@@ -28,6 +28,8 @@ let endpoint: InvokeEndpoint;
 let api: HttpServer;
 let gateway: SigV4Gateway;
 let home: string;
+/** A folder of one file for checksum batches (not the whole temp dir, which other tests change). */
+let files: string;
 const children = new Set<ChildProcess>();
 
 beforeAll(async () => {
@@ -37,6 +39,8 @@ beforeAll(async () => {
   api = await startHttpServer({ port: 0, handler: (event) => handleApi(event, deps) });
   gateway = await startSigV4Gateway({ credentials: CREDENTIALS, region: REGION, upstream: api.url });
   home = mkdtempSync(join(tmpdir(), 'leasehold-aws-home-'));
+  files = mkdtempSync(join(tmpdir(), 'leasehold-signed-files-'));
+  writeFileSync(join(files, 'a.txt'), 'alpha');
 });
 afterAll(async () => {
   for (const c of children) c.kill('SIGKILL');
@@ -45,6 +49,7 @@ afterAll(async () => {
   await endpoint?.close();
   await db?.close();
   rmSync(home, { recursive: true, force: true });
+  rmSync(files, { recursive: true, force: true });
 });
 
 /**
@@ -106,7 +111,7 @@ describe('leasehold dashboard --api URL', () => {
       await fetch(`${d.url}/batches`, {
         method: 'POST',
         headers: { 'content-type': 'application/json', 'idempotency-key': 'signed-start' },
-        body: JSON.stringify({ tenant: 'signed', datasource: 'ds', job: 'checksum', params: { dir: tmpdir() } }),
+        body: JSON.stringify({ tenant: 'signed', datasource: 'ds', job: 'checksum', params: { dir: files } }),
       }),
     );
     expect(started.status, JSON.stringify(started.body)).toBe(201);
@@ -147,7 +152,7 @@ describe('leasehold dashboard --api URL', () => {
     await fetch(`${api.url}/batches`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ tenant: 'browser-signed', datasource: 'ds', job: 'checksum', params: { dir: tmpdir() } }),
+      body: JSON.stringify({ tenant: 'browser-signed', datasource: 'ds', job: 'checksum', params: { dir: files } }),
     });
     const d = await dashboard(awsEnv(CREDENTIALS));
     const browser = await launchBrowser();
