@@ -47,7 +47,8 @@ export function BatchView({ id }: { id: string }) {
             ${b.status === 'open' ? html`<${CancelButton} batch=${b} onDone=${reload} />` : null}
           </div>
           <h3>Items finished over time</h3>
-          ${series.data ? html`<${FinishedChart} series=${series.data} />` : html`<p>Loading…</p>`}
+          <${ErrorNote} error=${series.error} />
+          ${series.data ? html`<${FinishedChart} series=${series.data} />` : series.error ? null : html`<p>Loading…</p>`}
           <${Items} batch=${b} />
         `}
   </section>`;
