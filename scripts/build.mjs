@@ -13,11 +13,16 @@
 // goes away once a postgres.js release fixes those issues: drop the patch, this step and the
 // vendor folder, and depend on that release.
 //
+// The dashboard: the page `leasehold dev` and `leasehold dashboard` serve (src/dashboard, browser
+// code with its own tsconfig) is bundled with esbuild into dist/dashboard/: index.html, app.js
+// (Preact, htm and uPlot included), app.css, and LICENSES.txt with the licenses of what app.js
+// carries.
+//
 // --if-stale: do nothing when dist/ is newer than every input (what `npm start` and the test
 // setup use, so an unchanged clone starts at once). Otherwise dist/ is removed first, so files of
 // deleted sources never linger in it.
 import { spawnSync } from 'node:child_process';
-import { cpSync, existsSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join, relative, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -27,6 +32,8 @@ const dist = join(root, 'dist');
 const stamp = join(dist, '.built');
 /** Names the bundled driver in its legal comment. */
 const VENDOR_MARK = 'leasehold-vendored-postgres';
+/** Libraries the dashboard's bundle carries; their license texts ship next to it. */
+const DASHBOARD_LIBRARIES = ['preact', 'htm', 'uplot'];
 const inputs = ['src', 'functions', 'tsconfig.json', 'tsconfig.build.json', 'package.json', 'scripts/build.mjs', 'patches'];
 
 /** Newest modification time under `path`, ms. */
@@ -52,6 +59,7 @@ if (status !== 0) {
 cpSync(join(root, 'src', 'store', 'migrations'), join(dist, 'src', 'store', 'migrations'), { recursive: true });
 try {
   await vendorDriver();
+  await bundleDashboard();
 } catch (e) {
   rmSync(dist, { recursive: true, force: true });
   console.error(`build: ${e.message}`);
@@ -115,4 +123,35 @@ async function vendorDriver() {
     }
   }
   if (rewritten === 0) throw new Error('no built module imports postgres: the driver step has nothing to point at dist/vendor');
+}
+
+/** Bundle the dashboard page into dist/dashboard/ (see the top of this file). */
+async function bundleDashboard() {
+  const { build } = await import('esbuild');
+  const src = join(root, 'src', 'dashboard');
+  const out = join(dist, 'dashboard');
+  const names = DASHBOARD_LIBRARIES.map((name) => {
+    const { version, license } = JSON.parse(readFileSync(join(root, 'node_modules', name, 'package.json'), 'utf8'));
+    return { name, version, license };
+  });
+  await build({
+    entryPoints: { app: join(src, 'main.ts'), 'app-style': join(src, 'style.css') },
+    outdir: out,
+    bundle: true,
+    platform: 'browser',
+    format: 'esm',
+    target: ['es2022', 'chrome110', 'firefox110', 'safari16'],
+    minify: true,
+    legalComments: 'none',
+    logLevel: 'warning',
+    banner: { js: `/*! leasehold dashboard; bundles ${names.map((l) => `${l.name} ${l.version} (${l.license})`).join(', ')}: see LICENSES.txt */` },
+  });
+  // One stylesheet: the page's own with uPlot's, named as index.html links it.
+  renameSync(join(out, 'app-style.css'), join(out, 'app.css'));
+  cpSync(join(src, 'index.html'), join(out, 'index.html'));
+  const licenses = names.map(({ name, version }) => {
+    const text = readFileSync(join(root, 'node_modules', name, 'LICENSE'), 'utf8').trim();
+    return `${name} ${version}\n${'-'.repeat(name.length + version.length + 1)}\n${text}\n`;
+  });
+  writeFileSync(join(out, 'LICENSES.txt'), `The leasehold dashboard's app.js bundles these libraries:\n\n${licenses.join('\n')}`);
 }

@@ -58,6 +58,13 @@ function apiUrl(opt?: string): string {
   return `http://127.0.0.1:${process.env.PORT ?? 3000}`;
 }
 
+/** Show batch `id`'s progress until it finishes, say how it ended, and exit 1 unless it succeeded. */
+async function followToEnd(api: ApiClient, id: string): Promise<void> {
+  const end = await followBatch(api, id);
+  console.log(`batch ${end.id} ${end.status}: ${end.counts.done} done, ${end.counts.failed} failed`);
+  if (end.status !== 'succeeded') process.exitCode = 1;
+}
+
 const apiOption = new Option('--api <url>', 'API base URL (default: LEASEHOLD_API_URL, the running `leasehold dev`, or http://127.0.0.1:3000)');
 
 program
@@ -85,6 +92,18 @@ program
       unitsDemoPerSecond: opts.unitsDemo === true ? 20 : opts.unitsDemo,
       appFile: opts.app,
     });
+  });
+
+program
+  .command('dashboard')
+  .description("serve the dashboard of a deployed stage on 127.0.0.1: the page's API calls go to the stage's HTTP API, signed (SigV4) with your AWS credentials")
+  .addOption(new Option('--api <url>', "the stage's HTTP API URL (the `api` output of `sst deploy`)").env('LEASEHOLD_API_URL').makeOptionMandatory())
+  .addOption(new Option('--port <port>', 'port on 127.0.0.1 (0: any free port)').default(3300).argParser(port))
+  .option('--region <region>', 'region to sign for (default: from an execute-api URL, else AWS_REGION or the profile\'s)')
+  .option('--profile <profile>', 'AWS profile of the credential chain (default: AWS_PROFILE, else default)')
+  .action(async (opts) => {
+    const { runDashboard } = await import('./local/dashboard-proxy.js');
+    process.exitCode = await runDashboard({ apiUrl: opts.api, port: opts.port, region: opts.region, profile: opts.profile });
   });
 
 program
@@ -133,11 +152,7 @@ batch
     });
     if (opts.json) console.log(JSON.stringify(b));
     else console.log(`${created ? 'started' : 'already started by this request key:'} batch ${b.id} (${b.total} items)`);
-    if (opts.follow) {
-      const end = await followBatch(api, b.id);
-      console.log(`batch ${end.id} ${end.status}: ${end.counts.done} done, ${end.counts.failed} failed`);
-      if (end.status !== 'succeeded') process.exitCode = 1;
-    }
+    if (opts.follow) await followToEnd(api, b.id);
   });
 
 batch
@@ -156,7 +171,7 @@ batch
         `tenant    ${b.tenant} / datasource ${b.datasource}`,
         `status    ${b.status}${b.reason ? ` (${b.reason})` : ''}`,
         `items     ${b.total}: ${b.counts.done} done, ${b.counts.failed} failed, ${b.counts.running} running, ${b.counts.pending} pending`,
-        `runs      ${b.runs}${b.ownerProcess ? ` (owner process ${b.ownerProcess})` : ''}`,
+        `runs      ${b.runs}${b.ownerProcess ? ` (owner process ${b.ownerProcess})` : ''}${b.redrives ? `; redriven ${b.redrives} time${b.redrives === 1 ? '' : 's'}` : ''}`,
         `created   ${b.createdAt}${b.finishedAt ? `\nfinished  ${b.finishedAt}` : ''}`,
       ].join('\n'),
     );
@@ -200,6 +215,23 @@ batch
   .action(async (id: string, opts) => {
     const b = await new ApiClient(apiUrl(opts.api)).cancelBatch(id);
     console.log(`batch ${b.id} ${b.status}`);
+  });
+
+batch
+  .command('redrive')
+  .description("put a finished batch's failed items back to pending with fresh attempts and run it again")
+  .argument('<id>')
+  .option('--idempotency-key <key>', 'a repeat with the same key answers the first redrive and does nothing')
+  .option('--follow', 'show progress until the batch finishes; exit 1 unless it succeeded')
+  .option('--json', 'print the batch and the redrive as JSON')
+  .addOption(apiOption)
+  .action(async (id: string, opts) => {
+    const api = new ApiClient(apiUrl(opts.api));
+    const { batch: b, redrive, redriven } = await api.redriveBatch(id, opts.idempotencyKey);
+    if (opts.json) console.log(JSON.stringify({ ...b, redrive, redriven }));
+    else if (redriven) console.log(`batch ${b.id} redriven (redrive ${redrive.number}): ${redrive.items} failed item${redrive.items === 1 ? '' : 's'} pending again`);
+    else console.log(`already redriven by this idempotency key: batch ${b.id} redrive ${redrive.number} (${redrive.items} items) at ${redrive.at}; now ${b.status}`);
+    if (opts.follow) await followToEnd(api, b.id);
   });
 
 const units = program.command('units').description("register, list and remove tenants' units through the API");

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2 } from 'aws-lambda';
+import type { APIGatewayProxyEventV2 } from 'aws-lambda';
 import {
   cancelBatch,
   createBatch,
@@ -7,7 +7,6 @@ import {
   getBatch,
   itemsPage,
   listBatches,
-  type BatchInfo,
 } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
 import {
@@ -28,6 +27,9 @@ import { dispatchBatch, type Dispatcher } from '../runtime/dispatch.js';
 import type { Log } from '../runtime/log.js';
 import type { Sql } from '../store/index.js';
 import { defaultUnitJobs, enqueueOutbox, outboxStatus, type OutboxStatus, type UnitJobRegistry } from '../units/index.js';
+import { finishedRoute, redriveRoute } from './batch-routes.js';
+import { batchView, withActivity } from './batch-view.js';
+import { errorResult, iso, json, type Result } from './respond.js';
 import {
   ApiError,
   checkStorableJson,
@@ -68,51 +70,6 @@ export interface ApiDeps {
   unitJobs?: UnitJobRegistry;
 }
 
-/** A batch as the API shows it (timestamps as ISO 8601 strings). */
-export interface BatchView {
-  id: string;
-  tenant: string;
-  datasource: string;
-  job: string;
-  params: unknown;
-  requestKey: string;
-  status: BatchInfo['status'];
-  total: number;
-  counts: BatchInfo['counts'];
-  ownerProcess: string | null;
-  runs: number;
-  /** Why the batch ended when its items do not tell (it was given up); otherwise null. */
-  reason: string | null;
-  createdAt: string;
-  beatAt: string | null;
-  finishedAt: string | null;
-}
-
-/** The JSON shape of a batch in every response. */
-export function batchView(b: BatchInfo): BatchView {
-  return {
-    id: b.id,
-    tenant: b.tenant,
-    datasource: b.datasource,
-    job: b.job,
-    params: b.params,
-    requestKey: b.requestKey,
-    status: b.status,
-    total: b.total,
-    counts: { ...b.counts },
-    ownerProcess: b.ownerProcess,
-    runs: b.runs,
-    reason: b.reason,
-    createdAt: iso(b.createdAt)!,
-    beatAt: iso(b.beatAt),
-    finishedAt: iso(b.finishedAt),
-  };
-}
-
-function iso(d: Date | null): string | null {
-  return d === null ? null : new Date(d).toISOString();
-}
-
 /**
  * HTTP status of each stable error `code` thrown by the library, and the request field to
  * name in the message when the library's message does not already.
@@ -123,12 +80,14 @@ const LIBRARY_ERRORS: Record<string, { status: number; field?: string }> = {
   invalid_batch: { status: 400, field: 'params' },
   batch_not_found: { status: 404 },
   batch_finished: { status: 409 },
+  batch_open: { status: 409 },
+  nothing_to_redrive: { status: 409 },
+  batch_cancelled: { status: 400 },
   too_many_batches: { status: 429 },
   batch_too_large: { status: 413, field: 'params' },
   no_outbox_units: { status: 404 },
 };
 
-type Result = APIGatewayProxyStructuredResultV2;
 type Handler = (event: APIGatewayProxyEventV2, deps: ApiDeps, params: string[]) => Promise<Result>;
 
 /** The routes: path pattern (`*` is one path segment) → method → handler. */
@@ -137,6 +96,8 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
   { pattern: ['batches', '*'], methods: { GET: showBatch } },
   { pattern: ['batches', '*', 'cancel'], methods: { POST: cancelBatchRoute } },
   { pattern: ['batches', '*', 'items'], methods: { GET: listItemsRoute } },
+  { pattern: ['batches', '*', 'redrive'], methods: { POST: redriveRoute } },
+  { pattern: ['batches', '*', 'finished'], methods: { GET: finishedRoute } },
   { pattern: ['jobs'], methods: { GET: listJobs } },
   { pattern: ['tenants', '*', 'units'], methods: { PUT: putUnitsRoute, DELETE: deleteUnitsRoute } },
   { pattern: ['tenants', '*', 'outbox'], methods: { POST: enqueueOutboxRoute, GET: outboxStatusRoute } },
@@ -153,12 +114,17 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
  *   `Idempotency-Key`) → 201 with the new batch (plus `created: true`), sent to a worker at once;
  *   200 with the batch the request key started before (`created: false`), without expanding
  *   the params again. Without any request key every request starts a new batch.
- * - `GET /batches?tenant=&status=&limit=` → 200 `{ batches }`, newest first (limit 1..1000, default 100).
- * - `GET /batches/{id}` → 200 with the batch.
+ * - `GET /batches?tenant=&status=&limit=` → 200 `{ batches }`, newest first (limit 1..1000,
+ *   default 100), each with its `ageMs` and `itemsPerSecond` (database clock).
+ * - `GET /batches/{id}` → 200 with the batch, with its `ageMs` and `itemsPerSecond`.
  * - `POST /batches/{id}/cancel` → 200 with the cancelled batch.
- * - `GET /batches/{id}/items?after=&limit=` → 200 `{ items, next }`: items (`key`, `state`,
- *   `attempts`, `output`, `error`) in key order after `after`; `next` is the `after` of the
- *   next page, null on the last (limit 1..1000, default 1000).
+ * - `POST /batches/{id}/redrive` → 200 the batch reopened with its failed items pending again
+ *   ({@link redriveRoute}).
+ * - `GET /batches/{id}/items?after=&limit=&state=` → 200 `{ items, next }`: items (`key`, `state`,
+ *   `attempts`, `output`, `error`) in key order after `after`, only those in `state` when given;
+ *   `next` is the `after` of the next page, null on the last (limit 1..1000, default 1000).
+ * - `GET /batches/{id}/finished?buckets=` → 200 items finished over the batch's life
+ *   ({@link finishedRoute}).
  * - `GET /jobs` → 200 `{ jobs: [{ name, description }] }`.
  * - `PUT /tenants/{tenant}/units` `{ job, shards, weight?, endpoints?, config? }` → 200
  *   `{ tenant, job, shards, weight, added, removed }`: the tenant's units become shards
@@ -188,8 +154,9 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
  *
  * Every answer is JSON. Errors are `{ error: { code, message } }` with a stable code: 400
  * (`invalid_request`, `invalid_json`, `invalid_params`, `invalid_batch`; the message names the
- * field), 404 (`not_found`, `batch_not_found`, `unknown_job`, `no_outbox_units`), 405 (`method_not_allowed`, with
- * `allow`), 409 (`batch_finished`), 413 (`body_too_large`, over `config.maxBodyBytes`), 415
+ * field; `batch_cancelled`: a redrive of a cancelled batch), 404 (`not_found`, `batch_not_found`,
+ * `unknown_job`, `no_outbox_units`), 405 (`method_not_allowed`, with `allow`), 409
+ * (`batch_finished`; a redrive's `batch_open`, `nothing_to_redrive`), 413 (`body_too_large`, over `config.maxBodyBytes`), 415
  * (`unsupported_media_type`) and 413 `batch_too_large` (the params expand to a batch over a start
  * limit: item count, key bytes, input bytes or total bytes, named in the message), 429 (`too_many_batches`, the datasource has `maxOpen` open
  * batches). Anything else is a 500 `internal` whose details are logged, not answered.
@@ -244,14 +211,6 @@ function matches(pattern: string[], segments: string[]): boolean {
   return pattern.length === segments.length && pattern.every((p, i) => p === '*' || p === segments[i]);
 }
 
-function json(statusCode: number, body: unknown, headers: Record<string, string> = {}): Result {
-  return { statusCode, headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) };
-}
-
-function errorResult(status: number, code: string, message: string, headers: Record<string, string> = {}): Result {
-  return json(status, { error: { code, message } }, headers);
-}
-
 async function startBatch(event: APIGatewayProxyEventV2, deps: ApiDeps): Promise<Result> {
   const raw = readJsonBody(event, deps.config.maxBodyBytes);
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
@@ -302,11 +261,12 @@ async function listBatchesRoute(event: APIGatewayProxyEventV2, deps: ApiDeps): P
   const q = Object.fromEntries(Object.entries(query(event)).filter(([, v]) => v !== ''));
   const filter = parse(listSchema, q, 'query');
   const batches = await listBatches(deps.sql, filter);
-  return json(200, { batches: batches.map(batchView) });
+  return json(200, { batches: await withActivity(deps.sql, batches) });
 }
 
 async function showBatch(_event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: string[]): Promise<Result> {
-  return json(200, batchView(await getBatch(deps.sql, id)));
+  const [view] = await withActivity(deps.sql, [await getBatch(deps.sql, id)]);
+  return json(200, view);
 }
 
 async function cancelBatchRoute(_event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: string[]): Promise<Result> {

@@ -1,2 +1,3 @@
-export { handleApi, batchView, type ApiDeps, type BatchView } from './handler.js';
+export { handleApi, type ApiDeps } from './handler.js';
+export { batchView, type BatchView } from './batch-view.js';
 export { ApiError, MAX_LIST_LIMIT, MAX_NAME_LENGTH, MAX_PARAMS_DEPTH } from './request.js';

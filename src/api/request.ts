@@ -214,12 +214,23 @@ export function checkStorableJson(value: unknown, root: string, maxDepth = MAX_P
   }
 }
 
-/** Query of `GET /batches/{id}/items`: `after` (a key, exclusive) and `limit` (1..1000). */
+/** Item states accepted by `GET /batches/{id}/items?state=`. */
+export const ITEM_STATES = ['pending', 'running', 'done', 'failed'] as const;
+
+/** Query of `GET /batches/{id}/items`: `after` (a key, exclusive), `limit` (1..1000) and `state`. */
 export const itemsPageSchema = z
   .object({
     // Item keys are at most 1,000 bytes and never hold control characters.
     after: z.string().max(1_000).regex(/^[^\u0000-\u001f]*$/, 'must not contain control characters').optional(),
     limit: limitSchema(1000).optional(),
+    state: z.enum(ITEM_STATES, { error: () => `must be one of ${ITEM_STATES.join(', ')}` }).optional(),
+  })
+  .strict();
+
+/** Query of `GET /batches/{id}/finished`: `buckets` (1..500, default 60). */
+export const seriesSchema = z
+  .object({
+    buckets: limitSchema(500).optional(),
   })
   .strict();
 

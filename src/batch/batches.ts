@@ -2,7 +2,7 @@ import type { Sql } from '../store/index.js';
 import { BatchFinishedError, BatchNotFoundError, BatchTooLargeError, TooManyBatchesError } from './errors.js';
 import { DEFAULT_START_LIMITS, insertItems, MAX_KEY_BYTES, type StartLimits } from './items.js';
 import * as q from './sql.js';
-import type { BatchInfo, BatchStatus, ItemResult, NewBatch } from './types.js';
+import type { BatchInfo, BatchStatus, ItemResult, ItemState, NewBatch } from './types.js';
 
 /** Options of {@link createBatch}. */
 export interface CreateOptions {
@@ -121,17 +121,18 @@ export async function* batchResults(sql: Sql, id: string): AsyncGenerator<ItemRe
 
 /**
  * One page of a batch's items in key order: up to `limit` (default 1,000) items with a key
- * after `after`; `next` is the `after` of the following page, or null on the last one.
+ * after `after`, only those in `state` when given; `next` is the `after` of the following page,
+ * or null on the last one.
  * @throws {BatchNotFoundError} unknown id.
  */
 export async function itemsPage(
   sql: Sql,
   id: string,
-  page: { after?: string; limit?: number } = {},
+  page: { after?: string; limit?: number; state?: ItemState } = {},
 ): Promise<{ items: ItemResult[]; next: string | null }> {
   await getBatch(sql, id);
   const limit = page.limit ?? 1000;
-  const items = await q.itemsPage(sql, id, { after: page.after, limit });
+  const items = await q.itemsPage(sql, id, { after: page.after, limit, state: page.state });
   return { items, next: items.length === limit ? items[items.length - 1].key : null };
 }
 

@@ -105,3 +105,27 @@ export class BatchGivenUpError extends BatchError {
     super('batch_given_up', `batch ${batchId} ${reason}`);
   }
 }
+
+/** A redrive of a batch that is still open: only a finished batch can be redriven. The API answers 409. */
+export class BatchOpenError extends BatchError {
+  constructor(readonly batchId: string) {
+    super('batch_open', `batch ${batchId} is still open: only a finished batch can be redriven`);
+  }
+}
+
+/**
+ * A redrive of a cancelled batch: cancel stops a batch for good, so its items are never run
+ * again. The API answers 400.
+ */
+export class BatchCancelledError extends BatchError {
+  constructor(readonly batchId: string) {
+    super('batch_cancelled', `batch ${batchId} was cancelled, which is for good: start a new batch instead`);
+  }
+}
+
+/** A redrive of a finished batch that has no failed item. The API answers 409. */
+export class NothingToRedriveError extends BatchError {
+  constructor(readonly batchId: string) {
+    super('nothing_to_redrive', `batch ${batchId} has no failed item to redrive`);
+  }
+}

@@ -30,3 +30,12 @@ export {
   type ItemOutcome,
 } from './runner.js';
 export { DEFAULT_MAX_OUTPUT_BYTES, MAX_ERROR_CHARS } from './values.js';
+export { redriveBatch, type Redrive, type RedriveOptions, type RedriveResult } from './redrive.js';
+export {
+  finishedSeries,
+  batchActivity,
+  bucketLengthMs,
+  MAX_SERIES_BUCKETS,
+  type FinishedSeries,
+  type BatchActivity,
+} from './progress.js';

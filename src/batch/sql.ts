@@ -18,6 +18,7 @@ interface BatchRow {
   runs: number;
   stalled_runs: number;
   reason: string | null;
+  redrives: number;
   created_at: Date;
   beat_at: Date | null;
   finished_at: Date | null;
@@ -40,6 +41,7 @@ function toInfo(r: BatchRow): BatchInfo {
     runs: r.runs,
     stalledRuns: r.stalled_runs,
     reason: r.reason,
+    redrives: r.redrives,
     createdAt: r.created_at,
     beatAt: r.beat_at,
     finishedAt: r.finished_at,
@@ -453,14 +455,16 @@ export async function markDispatched(sql: Sql, batchId: string): Promise<void> {
   await sql`update leasehold_batches set dispatched_at = now() where id = ${batchId}`;
 }
 
-// Reads one page of a batch's items in key order, after key `after` (exclusive).
+// Reads one page of a batch's items in key order, after key `after` (exclusive), optionally
+// only those in one state.
 export async function itemsPage(
   sql: Sql,
   batchId: string,
-  a: { after?: string; limit: number },
+  a: { after?: string; limit: number; state?: ItemState },
 ): Promise<ItemResult[]> {
   return sql<ItemResult[]>`select key, state, attempts, output, error from leasehold_items
     where batch_id = ${batchId} and (${a.after ?? null}::text is null or key > ${a.after ?? null})
+      and (${a.state ?? null}::text is null or state = ${a.state ?? null})
     order by key limit ${a.limit}`;
 }
 
@@ -468,4 +472,123 @@ export async function itemsPage(
 export function itemResults(sql: Sql, batchId: string, size = 1000): AsyncIterable<ItemResult[]> {
   return sql<ItemResult[]>`select key, state, attempts, output, error from leasehold_items
     where batch_id = ${batchId} order by key`.cursor(size);
+}
+
+// ---- Redrive (src/batch/redrive.ts). One transaction takes, in this order, the datasource
+// row lock (as a start does, so maxOpen is decided one at a time with starts) and then the batch
+// row lock (as a takeover, finish or cancel does), so a redrive and a run's statements on the
+// batch are ordered one after the other.
+
+// Reads the tenant and datasource of a batch (they never change), to lock its datasource.
+export async function batchPlace(tx: Tx, id: string): Promise<{ tenant: string; datasource: string } | undefined> {
+  const [r] = await tx<{ tenant: string; datasource: string }[]>`select tenant, datasource from leasehold_batches where id = ${id}`;
+  return r;
+}
+
+// Locks the batch row against takeovers, finishes, cancels and other redrives until commit, and
+// reads its status as of the lock.
+export async function lockBatch(tx: Tx, id: string): Promise<BatchStatus | undefined> {
+  const [r] = await tx<{ status: BatchStatus }[]>`select status from leasehold_batches where id = ${id} for update`;
+  return r?.status;
+}
+
+/** One recorded redrive of a batch. */
+export interface RedriveRow {
+  number: number;
+  idempotency_key: string | null;
+  items: number;
+  created_at: Date;
+}
+
+// Reads the redrive an idempotency key did on a batch, if any.
+export async function redriveByKey(tx: Tx, batchId: string, key: string): Promise<RedriveRow | undefined> {
+  const [r] = await tx<RedriveRow[]>`select number, idempotency_key, items, created_at from leasehold_redrives
+    where batch_id = ${batchId} and idempotency_key = ${key}`;
+  return r;
+}
+
+// Counts a batch's failed items (through the index of failed items).
+export async function countFailed(tx: Tx, batchId: string): Promise<number> {
+  const [r] = await tx<{ n: number }[]>`select count(*) as n from leasehold_items where batch_id = ${batchId} and state = 'failed'`;
+  return r.n;
+}
+
+// Puts a finished batch's failed items back to pending with fresh attempts, due now; only
+// while the batch is finished (caller holds its row lock), so no run's move can meet them.
+export async function resetFailed(tx: Tx, batchId: string): Promise<number> {
+  const rows = await tx`update leasehold_items i
+    set state = 'pending', attempts = 0, output = null, error = null, run_id = null, run_after = now(), updated_at = now()
+    from leasehold_batches b
+    where b.id = ${batchId} and b.status in ('succeeded', 'failed')
+      and i.batch_id = b.id and i.state = 'failed'`;
+  return rows.count;
+}
+
+// Opens a finished batch again, unowned and never beaten, so the next takeover or dispatch
+// takes it at once, and counts the redrive; returns its number (undefined: not finished).
+export async function reopenBatch(tx: Tx, batchId: string): Promise<number | undefined> {
+  const [r] = await tx<{ redrives: number }[]>`update leasehold_batches
+    set status = 'open', finished_at = null, owner_run = null, owner_process = null, beat_at = null,
+        handed_off_at = null, redrives = redrives + 1, stalled_runs = 0, reason = null
+    where id = ${batchId} and status in ('succeeded', 'failed')
+    returning redrives`;
+  return r?.redrives;
+}
+
+// Records a redrive; a second one with the same (batch, key) fails on the unique constraint.
+export async function recordRedrive(
+  tx: Tx,
+  a: { batchId: string; number: number; key: string | null; items: number },
+): Promise<RedriveRow> {
+  const [r] = await tx<RedriveRow[]>`insert into leasehold_redrives (batch_id, number, idempotency_key, items)
+    values (${a.batchId}, ${a.number}, ${a.key}, ${a.items})
+    returning number, idempotency_key, items, created_at`;
+  return r;
+}
+
+// ---- What the dashboard reads (src/batch/progress.ts). Read-only; every age and rate is taken
+// from the database clock.
+
+// How long a batch has lived: until it finished, or until now while open, ms; undefined: no batch.
+export async function batchSpan(sql: Sql, id: string): Promise<{ createdAt: Date; spanMs: number } | undefined> {
+  const [r] = await sql<{ created_at: Date; span_ms: number }[]>`select created_at,
+      (extract(epoch from coalesce(finished_at, now()) - created_at) * 1000)::float8 as span_ms
+    from leasehold_batches where id = ${id}`;
+  return r && { createdAt: r.created_at, spanMs: r.span_ms };
+}
+
+// Counts a batch's finished items (done, failed) by when they last finished, in buckets of
+// `bucketMs` from the batch's creation; bucket i covers [i·bucketMs, (i+1)·bucketMs).
+export async function finishedBuckets(
+  sql: Sql,
+  id: string,
+  bucketMs: number,
+): Promise<{ bucket: number; done: number; failed: number }[]> {
+  return sql<{ bucket: number; done: number; failed: number }[]>`select
+      greatest(0, floor(extract(epoch from i.updated_at - b.created_at) * 1000 / ${bucketMs}))::int as bucket,
+      count(*) filter (where i.state = 'done')::int as done,
+      count(*) filter (where i.state = 'failed')::int as failed
+    from leasehold_items i join leasehold_batches b on b.id = i.batch_id
+    where i.batch_id = ${id} and i.state in ('done', 'failed')
+    group by 1 order by 1`;
+}
+
+// Per batch: its age (ms), and items finished per second: over the last `windowMs` (or its whole
+// life when younger) while open, over its whole life once finished.
+export async function batchActivity(
+  sql: Sql,
+  ids: string[],
+  windowMs: number,
+): Promise<{ id: string; age_ms: number; per_second: number }[]> {
+  return sql<{ id: string; age_ms: number; per_second: number }[]>`select b.id,
+      (extract(epoch from now() - b.created_at) * 1000)::float8 as age_ms,
+      (case when b.status = 'open' then
+        (select count(*) from leasehold_items i where i.batch_id = b.id and i.state in ('done', 'failed')
+           and i.updated_at > now() - make_interval(secs => ${windowMs / 1000}))
+        / greatest(least(extract(epoch from now() - b.created_at), ${windowMs / 1000}), 1)
+      else
+        (select count(*) from leasehold_items i where i.batch_id = b.id and i.state in ('done', 'failed'))
+        / greatest(extract(epoch from b.finished_at - b.created_at), 1)
+      end)::float8 as per_second
+    from leasehold_batches b where b.id in (select jsonb_array_elements_text(${sql.json(ids)})::uuid)`;
 }

@@ -49,6 +49,8 @@ export interface BatchInfo {
   stalledRuns: number;
   /** Why the batch ended, when its items do not tell (it was given up); otherwise null. */
   reason: string | null;
+  /** How many times the batch was redriven (its failed items put back to pending: `redriveBatch`). */
+  redrives: number;
   createdAt: Date;
   beatAt: Date | null;
   finishedAt: Date | null;

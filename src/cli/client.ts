@@ -20,6 +20,17 @@ export type ApiBatch = Omit<BatchInfo, 'createdAt' | 'beatAt' | 'finishedAt' | '
   created?: boolean;
 };
 
+/** One redrive of a batch, as `POST /batches/{id}/redrive` answers it. */
+export interface ApiRedrive {
+  /** 1 for the batch's first redrive, 2 for the next, … */
+  number: number;
+  /** Failed items put back to pending. */
+  items: number;
+  idempotencyKey: string | null;
+  /** When it was done (ISO 8601). */
+  at: string;
+}
+
 /** A unit as `GET /units` returns it. */
 export interface ApiUnit {
   tenant: string;
@@ -158,6 +169,17 @@ export class ApiClient {
   async cancelBatch(id: string): Promise<ApiBatch> {
     const { data } = await this.call<{ batch: ApiBatch } | ApiBatch>('POST', `/batches/${encodeURIComponent(id)}/cancel`);
     return 'batch' in data ? data.batch : data;
+  }
+
+  /**
+   * `POST /batches/{id}/redrive`: the batch's failed items back to pending, the batch open again.
+   * With `idempotencyKey` (sent as `Idempotency-Key`), a repeat answers the first redrive.
+   */
+  async redriveBatch(id: string, idempotencyKey?: string): Promise<{ batch: ApiBatch; redrive: ApiRedrive; redriven: boolean }> {
+    const headers: Record<string, string> = idempotencyKey === undefined ? {} : { 'idempotency-key': idempotencyKey };
+    const { data } = await this.call<ApiBatch & { redrive: ApiRedrive; redriven: boolean }>('POST', `/batches/${encodeURIComponent(id)}/redrive`, undefined, headers);
+    const { redrive, redriven, ...batch } = data;
+    return { batch, redrive, redriven };
   }
 
   /** `GET /batches/{id}/items`, page by page, in key order. */

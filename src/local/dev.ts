@@ -14,6 +14,7 @@ import { forgetInvocations } from '../lease/index.js';
 import { connect, migrate, type Sql } from '../store/index.js';
 import { createLambdaContext } from './context.js';
 import { startEmbedded } from './embedded.js';
+import { dashboardAssets } from './dashboard-assets.js';
 import { startHttpServer } from './http-server.js';
 import { startSink } from './sink.js';
 import { createInvokeEndpoint, localLambdaEnv, type LocalLambdaHandler } from './invoke-endpoint.js';
@@ -265,6 +266,7 @@ export async function runDev(options: DevOptions): Promise<number> {
     const server = await startHttpServer({
       port: options.port,
       handler: (event, context) => app.api(event, context) as never,
+      assets: dashboardAssets(),
     });
     stopServices.push(() => server.close());
 
@@ -304,6 +306,7 @@ export async function runDev(options: DevOptions): Promise<number> {
     say(`  app        ${options.appFile ?? 'built-in jobs (checksum, lambda-invoke; outbox-delivery)'}`);
     say(`  database   ${dbWhere}${applied.length ? `; applied ${applied.map((m) => m.name).join(', ')}` : ''}`);
     say(`  api        ${server.url}`);
+    say(`  dashboard  ${server.url}/`);
     say(`  invoke     ${invokeUrl} (worker "${config.workerFunction}", timeout ${timeoutMs / 1000} s, at most ${concurrency} at once)`);
     if (localNames.length) say(`  functions  ${localNames.join(', ')} (local, for lambda-invoke batches)`);
     say(`  scheduler  every ${scheduleMs / 1000} s (workers for units: the desired count, \`leasehold concurrency\`)`);

@@ -10,6 +10,7 @@ import type {
 } from 'aws-lambda';
 import { createLambdaContext, type LambdaLikeContext } from './context.js';
 import { closeServer, listen, readBody } from './http-util.js';
+import { crossSiteRefusal } from './local-guard.js';
 
 /**
  * The API handler: receives an HTTP API v2 event (with the IAM authorizer block a deployed
@@ -56,7 +57,12 @@ export interface HttpServerOptions {
   timeoutMs?: number;
   /** The caller identity put in `requestContext.authorizer.iam`. Default a local IAM user. */
   iam?: APIGatewayEventRequestContextIAMAuthorizer['iam'];
-  /** Called after each response is written. Exceptions thrown by observers are ignored. */
+  /**
+   * Serves requests that are not for the API (the dashboard's page and assets) before the API
+   * sees them: resolves to true when it answered the request. Default none.
+   */
+  assets?: (req: IncomingMessage, res: ServerResponse) => Promise<boolean>;
+  /** Called after each API response is written. Exceptions thrown by observers are ignored. */
   onResponse?(exchange: HttpExchange): void;
   /** Called when the handler throws, times out or returns something unusable (the client got 500/503). */
   onError?(error: unknown, event: APIGatewayProxyEventV2WithIAMAuthorizer): void;
@@ -94,6 +100,8 @@ export const LOCAL_IAM_IDENTITY: APIGatewayEventRequestContextIAMAuthorizer['iam
  * - body above `maxBodyBytes`: 413 `{ error: { code: 'payload_too_large', message } }`;
  *   handler throws or returns an invalid result: 500 `{ error: { code: 'internal', message } }`;
  *   past `timeoutMs`: 503 `{ error: { code: 'timeout', message } }`. The server never crashes on them.
+ * - a request that would change something sent by another site's page (an `Origin` that is not
+ *   this server's): 403 `{ error: { code: 'forbidden', message } }`, without calling the handler.
  * @throws {LocalPortInUseError} `port` is taken.
  */
 export async function startHttpServer(options: HttpServerOptions): Promise<HttpServer> {
@@ -113,6 +121,7 @@ export async function startHttpServer(options: HttpServerOptions): Promise<HttpS
   const drained = () => (inFlight === 0 ? Promise.resolve() : new Promise<void>((r) => drainWaiters.push(r)));
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    if (options.assets && (await options.assets(req, res))) return;
     const startedAtMs = Date.now();
     const requestId = randomUUID();
     const [rawPath, rawQueryString] = splitUrl(req.url ?? '/');
@@ -124,6 +133,9 @@ export async function startHttpServer(options: HttpServerOptions): Promise<HttpS
     const sendError = (statusCode: number, code: string, message: string) =>
       send(statusCode, { 'content-type': 'application/json' }, Buffer.from(JSON.stringify({ error: { code, message } })));
 
+    // The API has no login locally: a page of another site must not be able to change anything.
+    const refusal = crossSiteRefusal(req);
+    if (refusal) return sendError(403, 'forbidden', refusal);
     const body = await readBody(req, maxBodyBytes);
     if (body === undefined) return sendError(413, 'payload_too_large', `request body exceeds ${maxBodyBytes} bytes`);
 

@@ -37,6 +37,8 @@ export const API_ROUTES: readonly string[] = [
   'ANY /batches/{id}',
   'ANY /batches/{id}/items',
   'ANY /batches/{id}/cancel',
+  'ANY /batches/{id}/redrive',
+  'ANY /batches/{id}/finished',
   'ANY /jobs',
   'ANY /tenants/{tenant}/units',
   'ANY /tenants/{tenant}/outbox',

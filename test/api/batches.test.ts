@@ -222,7 +222,9 @@ describe('GET /batches/{id}', () => {
     const res = await call(deps, 'GET', `/batches/${created.body.id}`);
     expect(res.status).toBe(200);
     const { created: _created, ...batch } = created.body;
-    expect(res.body).toEqual({ ...batch, counts: { pending: 2, running: 0, done: 1, failed: 0 } });
+    // 1 item finished in a batch younger than 1 s: 1 item/s (the rate's window is at least 1 s).
+    expect(res.body).toEqual({ ...batch, counts: { pending: 2, running: 0, done: 1, failed: 0 }, ageMs: expect.any(Number), itemsPerSecond: 1 });
+    expect(res.body.ageMs).toBeGreaterThanOrEqual(0);
   });
 
   it('answers 404 for an unknown id and for an id that is not a UUID', async () => {

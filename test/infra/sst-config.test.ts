@@ -1,7 +1,7 @@
 // This repository's sst.config.ts, which deploys its runner through the Leasehold component
 // (src/sst), evaluated with recording stand-ins for SST's globals and components
 // (test/infra/stand-ins.ts): what a deploy would create, checked without AWS.
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it, vi } from 'vitest';
@@ -46,6 +46,28 @@ describe('sst.config.ts, evaluated', () => {
       const prod = await deploy(stage);
       expect(prod.app).toMatchObject({ removal: 'retain', protect: true });
     }
+  });
+
+  it("pins the SST CLI as a dev dependency: npm ci installs it and its binary for this platform, in the config's range", async () => {
+    noExistingDatabase();
+    const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { devDependencies: Record<string, string>; dependencies: Record<string, string> };
+    const pinned = pkg.devDependencies.sst;
+    expect(pinned, 'an exact version').toMatch(/^\d+\.\d+\.\d+$/);
+    expect(pkg.dependencies.sst, 'apps install their own').toBeUndefined();
+    const installed = JSON.parse(readFileSync(join(root, 'node_modules', 'sst', 'package.json'), 'utf8')) as { version: string; scripts?: Record<string, string> };
+    expect(installed.version).toBe(pinned);
+    // Nothing of it runs at install (npm 11 would skip it unless allowed): the CLI comes as a
+    // plain binary package for the platform, found by node_modules/.bin/sst.
+    expect(Object.keys(installed.scripts ?? {}).filter((s) => /^(pre|post)?install$/.test(s))).toEqual([]);
+    const binary = join(root, 'node_modules', `sst-${process.platform}-${process.arch}`, 'bin', 'sst');
+    expect(statSync(binary).size, binary).toBeGreaterThan(1_000_000);
+    expect(existsSync(join(root, 'node_modules', '.bin', 'sst'))).toBe(true);
+    // The config asks for ^X.Y.Z: the pinned version is X.*, at least Y.Z.
+    const { app } = await deploy('dev');
+    const [major, minor, patch] = String(app.version).replace(/^\^/, '').split('.').map(Number);
+    const [pMajor, pMinor, pPatch] = pinned.split('.').map(Number);
+    expect(pMajor).toBe(major);
+    expect(pMinor * 1e6 + pPatch).toBeGreaterThanOrEqual(minor * 1e6 + patch);
   });
 
   it('creates one Leasehold component, parent of everything it creates', async () => {

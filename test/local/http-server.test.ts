@@ -2,6 +2,7 @@ import { request } from 'node:http';
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startHttpServer, type HttpApiHandler, type HttpServer, type HttpServerOptions } from '../../src/local/http-server.js';
+import { dashboardAssets } from '../../src/local/dashboard-assets.js';
 import { LocalPortInUseError } from '../../src/local/http-util.js';
 
 const servers: HttpServer[] = [];
@@ -236,5 +237,52 @@ describe('local API Gateway (HTTP API v2) server', () => {
     expect(await res.text()).toBe('late');
     await closed;
     await expect(fetch(server.url)).rejects.toThrow();
+  });
+
+  it("serves the dashboard's page and assets before the API, whose paths keep answering", async () => {
+    const { server, events } = await recording();
+    const withAssets = await serve(async (event) => ({ statusCode: 200, body: event.rawPath }), { assets: dashboardAssets() });
+    const page = await fetch(`${withAssets.url}/`);
+    expect(page.status).toBe(200);
+    expect(page.headers.get('content-type')).toBe('text/html; charset=utf-8');
+    expect(page.headers.get('content-security-policy')).toContain("default-src 'self'");
+    expect(await page.text()).toContain('<script type="module" src="/dashboard/app.js"></script>');
+    for (const [path, type] of [
+      ['/dashboard/app.js', 'text/javascript; charset=utf-8'],
+      ['/dashboard/app.css', 'text/css; charset=utf-8'],
+    ]) {
+      const res = await fetch(`${withAssets.url}${path}`);
+      expect([path, res.status, res.headers.get('content-type')]).toEqual([path, 200, type]);
+      expect((await res.arrayBuffer()).byteLength).toBeGreaterThan(1000);
+    }
+    // Everything else is the API's, the same paths as without the dashboard.
+    expect(await (await fetch(`${withAssets.url}/batches`)).text()).toBe('/batches');
+    expect(await (await fetch(`${withAssets.url}/dashboard/other.js`)).text()).toBe('/dashboard/other.js');
+    expect(await (await fetch(`${withAssets.url}/`, { method: 'POST' })).text()).toBe('/');
+    await fetch(`${server.url}/`);
+    expect(events.map((e) => e.rawPath)).toEqual(['/']);
+  });
+
+  it("answers a missing dashboard build with 500 naming npm run build", async () => {
+    const server = await serve(async () => ({ statusCode: 204 }), { assets: dashboardAssets('/nonexistent/leasehold-dashboard') });
+    const res = await fetch(`${server.url}/`);
+    expect(res.status).toBe(500);
+    expect(await res.text()).toMatch(/the dashboard is not built .*run `npm run build`/);
+  });
+
+  it("refuses a change sent by another site's page with 403, without calling the handler", async () => {
+    const { server, events } = await recording();
+    const post = (origin: string | undefined, method = 'POST') =>
+      fetch(`${server.url}/batches/x/cancel`, { method, headers: origin === undefined ? {} : { origin } });
+    const refused = await post('https://evil.example');
+    expect(refused.status).toBe(403);
+    expect(await refused.json()).toEqual({ error: { code: 'forbidden', message: expect.stringMatching(/^POST from a page of https:\/\/evil\.example is refused/) } });
+    expect((await post('http://127.0.0.1:1')).status).toBe(403);
+    expect(events).toEqual([]);
+    // Its own pages, the CLI (no Origin) and reads from anywhere go on.
+    expect((await post(server.url)).status).toBe(204);
+    expect((await post(undefined)).status).toBe(204);
+    expect((await post('https://evil.example', 'GET')).status).toBe(204);
+    expect(events).toHaveLength(3);
   });
 });

@@ -140,6 +140,10 @@ describe('the packed package', () => {
       // The README links into docs/.
       'docs/design.md',
       'docs/api.md',
+      'dist/dashboard/index.html',
+      'dist/dashboard/app.js',
+      'dist/dashboard/app.css',
+      'dist/dashboard/LICENSES.txt',
     ]) {
       expect(files, path).toContain(path);
     }
@@ -157,6 +161,9 @@ describe('the packed package', () => {
     });
     try {
       expect(dev.stderr()).toMatch(/app +src\/leasehold\.ts/);
+      // The installed package serves its dashboard.
+      expect(await (await fetch(`${dev.url}/`)).text()).toContain('/dashboard/app.js');
+      expect((await fetch(`${dev.url}/dashboard/app.js`)).headers.get('content-type')).toBe('text/javascript; charset=utf-8');
       const { batch } = await dev.api.startBatch({ tenant: 'acme', datasource: 'numbers', job: 'double', params: { n: 50 } });
       expect(batch.total).toBe(50);
       const end = await finishedBatch(dev.api, batch.id);

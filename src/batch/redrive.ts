@@ -1,0 +1,112 @@
+// Redrive: a finished batch's failed items back to pending with fresh attempts, and the batch
+// open again (docs/design.md, "Batches"). A redrive is one transaction that holds the batch's
+// datasource lock (as a start does) and then the batch row lock (as a takeover, finish or cancel
+// does), so it is ordered against each of them and leaves one consistent state.
+import type { Sql } from '../store/index.js';
+import { getBatch, isUuid } from './batches.js';
+import {
+  BatchCancelledError,
+  BatchNotFoundError,
+  BatchOpenError,
+  NothingToRedriveError,
+  TooManyBatchesError,
+} from './errors.js';
+import * as q from './sql.js';
+import type { BatchInfo } from './types.js';
+
+/** Options of {@link redriveBatch}. */
+export interface RedriveOptions {
+  /** Most unfinished batches one (tenant, datasource) may have, as for a start. Default 4. */
+  maxOpen?: number;
+  /**
+   * Idempotency key: the first redrive of the batch with this key is done, every later one
+   * answers that redrive and changes nothing. Default none: every call is a new redrive.
+   */
+  idempotencyKey?: string;
+}
+
+/** One redrive of a batch, as recorded. */
+export interface Redrive {
+  /** 1 for the batch's first redrive, 2 for the next, … */
+  number: number;
+  /** Failed items it put back to pending. */
+  items: number;
+  /** The idempotency key it was done with, or null. */
+  idempotencyKey: string | null;
+  /** When it was done (database clock). */
+  at: Date;
+}
+
+/** What {@link redriveBatch} returns. */
+export interface RedriveResult {
+  /** The batch as it is after the call. */
+  batch: BatchInfo;
+  /** The redrive this call did, or, for a repeated idempotency key, the one that key did. */
+  redrive: Redrive;
+  /** True when this call redrove the batch; false when it answered an earlier redrive by its key. */
+  redriven: boolean;
+}
+
+/** Default of {@link RedriveOptions.maxOpen}: the same as a start's. */
+const DEFAULT_MAX_OPEN = 4;
+
+/**
+ * Redrive a finished batch: every `failed` item goes back to `pending` with its attempts at 0
+ * (fresh attempts; output and error cleared, due now), the batch becomes `open` again, unowned,
+ * so the next takeover runs it (dispatching it is the caller's), and its `redrives` count goes up.
+ *
+ * Rules (docs/design.md, "Batches"):
+ * - only a finished batch (`succeeded` or `failed`) with at least one failed item is redriven;
+ *   a `cancelled` batch never is (cancel is for good);
+ * - the batch counts against `maxOpen` again: a datasource with `maxOpen` open batches refuses
+ *   the redrive as it refuses a start, decided under the same datasource lock, so concurrent
+ *   starts and redrives never exceed it;
+ * - with an idempotency key, the first call with that key on this batch redrives it and every
+ *   later call (also a concurrent one) answers that redrive (`redriven: false`) and changes
+ *   nothing, whatever the batch's state by then;
+ * - the transaction locks the batch row before it reads the status, so a redrive never meets a
+ *   run: a run that still owns the batch keeps it open (the redrive is refused), and a run that
+ *   lost or finished it fences every later move on its own run id, which a redrive clears.
+ *
+ * @throws {BatchNotFoundError} no batch has this id.
+ * @throws {BatchOpenError} the batch is open.
+ * @throws {BatchCancelledError} the batch was cancelled.
+ * @throws {NothingToRedriveError} the batch finished without a failed item.
+ * @throws {TooManyBatchesError} its datasource already has `maxOpen` open batches.
+ */
+export async function redriveBatch(sql: Sql, id: string, options: RedriveOptions = {}): Promise<RedriveResult> {
+  const maxOpen = options.maxOpen ?? DEFAULT_MAX_OPEN;
+  const key = options.idempotencyKey ?? null;
+  if (!isUuid(id)) throw new BatchNotFoundError(id);
+  const outcome = await sql.begin(async (tx) => {
+    const t = tx as unknown as Sql;
+    const place = await q.batchPlace(t, id);
+    if (!place) throw new BatchNotFoundError(id);
+    // Datasource first, then the batch: the order a start takes (its batch row is new).
+    await q.lockDatasource(t, place.tenant, place.datasource);
+    const status = await q.lockBatch(t, id);
+    if (status === undefined) throw new BatchNotFoundError(id);
+    if (key !== null) {
+      const earlier = await q.redriveByKey(t, id, key);
+      if (earlier) return { row: earlier, redriven: false };
+    }
+    if (status === 'open') throw new BatchOpenError(id);
+    if (status === 'cancelled') throw new BatchCancelledError(id);
+    if ((await q.countFailed(t, id)) === 0) throw new NothingToRedriveError(id);
+    if ((await q.countOpen(t, place.tenant, place.datasource)) >= maxOpen) {
+      throw new TooManyBatchesError(place.tenant, place.datasource, maxOpen);
+    }
+    const items = await q.resetFailed(t, id);
+    const number = await q.reopenBatch(t, id);
+    // Unreachable while the row lock holds: the status was read under it.
+    if (number === undefined) throw new BatchOpenError(id);
+    const row = await q.recordRedrive(t, { batchId: id, number, key, items });
+    return { row, redriven: true };
+  });
+  const { row, redriven } = outcome;
+  return {
+    batch: await getBatch(sql, id),
+    redrive: { number: row.number, items: row.items, idempotencyKey: row.idempotency_key, at: row.created_at },
+    redriven,
+  };
+}

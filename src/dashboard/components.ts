@@ -1,0 +1,116 @@
+// Pieces every view uses: polling, the progress bar of a batch, the weight bar of a process,
+// status badges and error notes.
+import { html } from 'htm/preact';
+import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
+import { ApiError, ITEM_STATES, type Batch, type Counts } from './api.js';
+import { percent } from './format.js';
+
+/** How often a view reloads what it shows, ms. */
+export const POLL_MS = 2_000;
+
+/** The message of an error, for a person. */
+export function message(e: unknown): string {
+  if (e instanceof ApiError) return e.status ? `${e.message} (HTTP ${e.status})` : e.message;
+  return e instanceof Error ? e.message : String(e);
+}
+
+/** What {@link usePoll} gives a view. */
+export interface Polled<T> {
+  data: T | undefined;
+  /** The last load's error, while it lasts (the data of the load before stays shown). */
+  error: string | undefined;
+  /** Load again now (after an action). */
+  reload: () => void;
+}
+
+/**
+ * Load with `load` now and again every {@link POLL_MS} (from the start of each load, so a slow
+ * API is asked again as soon as it answered), until the view goes or `deps` change.
+ */
+export function usePoll<T>(load: () => Promise<T>, deps: unknown[]): Polled<T> {
+  const [state, setState] = useState<{ data?: T; error?: string }>({});
+  const [round, setRound] = useState(0);
+  const latest = useRef(load);
+  latest.current = load;
+  useEffect(() => {
+    let alive = true;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const run = async () => {
+      const started = Date.now();
+      try {
+        const data = await latest.current();
+        if (alive) setState({ data });
+      } catch (e) {
+        if (alive) setState((s) => ({ data: s.data, error: message(e) }));
+      }
+      if (alive) timer = setTimeout(run, Math.max(0, POLL_MS - (Date.now() - started)));
+    };
+    void run();
+    return () => {
+      alive = false;
+      clearTimeout(timer);
+    };
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [...deps, round]);
+  const reload = useCallback(() => setRound((r) => r + 1), []);
+  return { data: state.data, error: state.error, reload };
+}
+
+/** A note that something failed, announced to screen readers. */
+export function ErrorNote({ error }: { error?: string }) {
+  if (!error) return null;
+  return html`<p class="error" role="alert">${error}</p>`;
+}
+
+/** A batch's status as a badge. */
+export function StatusBadge({ status }: { status: string }) {
+  return html`<span class=${`badge status-${status}`}>${status}</span>`;
+}
+
+/**
+ * A batch's items by state as one bar (done, failed, running, pending), with the share finished
+ * as its value: a `progressbar` whose text says every count.
+ */
+export function ProgressBar({ batch }: { batch: Pick<Batch, 'total' | 'counts'> }) {
+  const { total, counts } = batch;
+  const finished = counts.done + counts.failed;
+  const pct = percent(finished, total);
+  const text = `${pct} %: ${finished} of ${total} finished (${counts.done} done, ${counts.failed} failed, ${counts.running} running, ${counts.pending} pending)`;
+  return html`<div class="progress">
+    <div
+      class="bar"
+      role="progressbar"
+      aria-valuemin="0"
+      aria-valuemax=${total}
+      aria-valuenow=${finished}
+      aria-valuetext=${text}
+      title=${text}
+      data-percent=${pct}
+    >
+      ${ITEM_STATES.map((s) => html`<span class=${`seg ${s}`} style=${{ width: `${total ? (100 * counts[s]) / total : 0}%` }}></span>`)}
+    </div>
+    <span class="pct">${pct} %</span>
+  </div>`;
+}
+
+/** The counts of every item state, with their colours. */
+export function CountsLegend({ counts }: { counts: Counts }) {
+  return html`<ul class="legend">
+    ${ITEM_STATES.map((s) => html`<li><span class=${`swatch ${s}`} aria-hidden="true"></span>${s} <strong>${counts[s]}</strong></li>`)}
+  </ul>`;
+}
+
+/**
+ * The weight a process owns against the fair share: a bar of `weight` on a scale of `scale`,
+ * with a mark at `fairShare`.
+ */
+export function WeightBar({ weight, fairShare, scale }: { weight: number; fairShare: number | undefined; scale: number }) {
+  const width = scale > 0 ? Math.min(100, (100 * weight) / scale) : 0;
+  const mark = fairShare !== undefined && scale > 0 ? Math.min(100, (100 * fairShare) / scale) : undefined;
+  const over = fairShare !== undefined && weight > fairShare;
+  const label = `weight ${weight}${fairShare === undefined ? '' : ` of fair share ${fairShare}`}`;
+  return html`<div class="weight" role="img" aria-label=${label} title=${label} data-weight=${weight}>
+    <span class=${over ? 'fill over' : 'fill'} style=${{ width: `${width}%` }}></span>
+    ${mark === undefined ? null : html`<span class="share" style=${{ left: `${mark}%` }}></span>`}
+  </div>`;
+}

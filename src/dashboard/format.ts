@@ -1,0 +1,29 @@
+// How the page writes numbers, ages and ids.
+
+/** `950 ms`, `12 s`, `4 min 5 s`, `2 h 3 min`, `3 d 4 h`. */
+export function duration(ms: number): string {
+  if (!Number.isFinite(ms)) return '–';
+  if (ms < 1_000) return `${Math.max(0, Math.round(ms))} ms`;
+  if (ms < 60_000) return `${Math.round(ms / 1_000)} s`;
+  if (ms < 3_600_000) return `${Math.floor(ms / 60_000)} min ${Math.floor((ms % 60_000) / 1_000)} s`;
+  if (ms < 86_400_000) return `${Math.floor(ms / 3_600_000)} h ${Math.floor((ms % 3_600_000) / 60_000)} min`;
+  return `${Math.floor(ms / 86_400_000)} d ${Math.floor((ms % 86_400_000) / 3_600_000)} h`;
+}
+
+/** The first 8 characters of a UUID. */
+export const shortId = (id: string | null | undefined) => (id ? id.slice(0, 8) : '–');
+
+/** A rate with at most one decimal. */
+export const rate = (n: number | undefined) => (n === undefined ? '–' : n >= 100 ? String(Math.round(n)) : n.toFixed(1));
+
+/** A whole percentage of `part` in `total` (floored, so 100 % means all). */
+export const percent = (part: number, total: number) => (total > 0 ? Math.floor((100 * part) / total) : 0);
+
+/** A local date and time, to the second. */
+export const when = (iso: string | null | undefined) => (iso ? new Date(iso).toLocaleString(undefined, { hour12: false }) : '–');
+
+/** JSON on one line, cut at `max` characters. */
+export function brief(v: unknown, max = 120): string {
+  const s = v === undefined ? '' : JSON.stringify(v);
+  return s.length > max ? `${s.slice(0, max - 1)}…` : s;
+}

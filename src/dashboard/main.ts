@@ -1,0 +1,81 @@
+// The dashboard page: batches, one batch, the fleet, and units with their outbox. Views are
+// chosen by the address's hash (`#/batches/ID`), so the server only serves one page, and every
+// view reloads what it shows every 2 s.
+import { html } from 'htm/preact';
+import { render } from 'preact';
+import { useEffect, useState } from 'preact/hooks';
+import { POLL_MS } from './components.js';
+import { BatchView } from './views/batch.js';
+import { BatchesView } from './views/batches.js';
+import { FleetView } from './views/fleet.js';
+import { UnitsView } from './views/units.js';
+
+type Route =
+  | { view: 'batches'; tenant: string; status: string }
+  | { view: 'batch'; id: string }
+  | { view: 'fleet' }
+  | { view: 'units' };
+
+function parseHash(hash: string): Route {
+  const [path, query = ''] = hash.replace(/^#/, '').split('?');
+  const parts = path.split('/').filter(Boolean).map(decodeURIComponent);
+  if (parts[0] === 'batches' && parts[1]) return { view: 'batch', id: parts[1] };
+  if (parts[0] === 'fleet') return { view: 'fleet' };
+  if (parts[0] === 'units') return { view: 'units' };
+  const q = new URLSearchParams(query);
+  return { view: 'batches', tenant: q.get('tenant') ?? '', status: q.get('status') ?? '' };
+}
+
+function useRoute(): Route {
+  const [route, setRoute] = useState(() => parseHash(location.hash));
+  useEffect(() => {
+    const on = () => setRoute(parseHash(location.hash));
+    addEventListener('hashchange', on);
+    return () => removeEventListener('hashchange', on);
+  }, []);
+  return route;
+}
+
+const TABS = [
+  { view: 'batches', href: '#/batches', label: 'Batches' },
+  { view: 'fleet', href: '#/fleet', label: 'Fleet' },
+  { view: 'units', href: '#/units', label: 'Units and outbox' },
+] as const;
+
+function App() {
+  const route = useRoute();
+  const current = route.view === 'batch' ? 'batches' : route.view;
+  useEffect(() => {
+    const titles = { batches: 'Batches', batch: 'Batch', fleet: 'Fleet', units: 'Units and outbox' };
+    document.title = `${titles[route.view]} · leasehold`;
+  }, [route.view]);
+  let view;
+  if (route.view === 'batch') view = html`<${BatchView} key=${route.id} id=${route.id} />`;
+  else if (route.view === 'fleet') view = html`<${FleetView} />`;
+  else if (route.view === 'units') view = html`<${UnitsView} />`;
+  else {
+    view = html`<${BatchesView}
+      tenant=${route.tenant}
+      status=${route.status}
+      onFilter=${(f: { tenant: string; status: string }) => {
+        const q = new URLSearchParams(Object.entries(f).filter(([, v]) => v));
+        location.hash = `#/batches${q.size ? `?${q}` : ''}`;
+      }}
+    />`;
+  }
+  return html`
+    <a class="skip" href="#main">Skip to content</a>
+    <header>
+      <h1>leasehold</h1>
+      <nav aria-label="Views">
+        <ul>
+          ${TABS.map((t) => html`<li><a href=${t.href} aria-current=${current === t.view ? 'page' : undefined}>${t.label}</a></li>`)}
+        </ul>
+      </nav>
+      <p class="muted live">Live: updates every ${POLL_MS / 1000} s</p>
+    </header>
+    <main id="main" tabindex="-1">${view}</main>
+  `;
+}
+
+render(html`<${App} />`, document.getElementById('app')!);

@@ -1,0 +1,243 @@
+// The dashboard in a real browser (Debian's Chromium through playwright-core) against a running
+// `leasehold dev`, started as a user starts it, with an app of two test jobs and the units demo.
+// A check that fails writes a screenshot under test-results/dashboard/ first. With
+// LEASEHOLD_SCREENSHOTS=DIR (`npm run screenshots`: DIR is docs/), the last test also writes the
+// README's screenshots there.
+import { execFile } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { promisify } from 'node:util';
+import type { Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ApiBatch } from '../../src/cli/client.js';
+import { launchBrowser, outputDir, withScreenshot, type TestBrowser } from '../support/browser.js';
+import { testDatabase, type TestDatabase } from '../support/db.js';
+import { finishedBatch, killDevProcesses, startDev, type DevProcess } from '../support/dev-process.js';
+
+const ROOT = resolve(import.meta.dirname, '../..');
+const BIN = join(ROOT, 'bin', 'leasehold.js');
+const APP = join(import.meta.dirname, 'fixtures', 'app.mjs');
+const OUT = outputDir('dashboard');
+const run = promisify(execFile);
+
+let db: TestDatabase;
+let project: string;
+let dev: DevProcess;
+let browser: TestBrowser;
+let page: Page;
+
+beforeAll(async () => {
+  db = await testDatabase();
+  project = mkdtempSync(join(tmpdir(), 'leasehold-dashboard-'));
+  dev = await startDev(process.execPath, [BIN, 'dev', '--app', APP, '--port', '0', '--units-demo', '4', '--schedule-ms', '1000'], {
+    cwd: project,
+    env: { ...process.env, DATABASE_URL: db.schemaUrl },
+  });
+  browser = await launchBrowser();
+  page = browser.page;
+}, 120_000);
+
+afterAll(async () => {
+  await browser?.close();
+  const stopped = await dev?.stop();
+  killDevProcesses();
+  await db?.close();
+  rmSync(project, { recursive: true, force: true });
+  expect(stopped?.code, stopped?.stderr).toBe(0);
+});
+
+/** A test of the page: a failing check leaves `test-results/dashboard/<name>.failed.png`. */
+function browserTest(name: string, check: () => Promise<void>, timeoutMs = 90_000) {
+  it(name, () => withScreenshot(page, OUT, name, check), timeoutMs);
+}
+
+/** Start a batch of the test app's jobs through the API. */
+async function start(job: 'slow' | 'flaky', params: Record<string, unknown>, tenant = 'acme', datasource = `ds-${randomUUID().slice(0, 8)}`): Promise<ApiBatch> {
+  const { batch } = await dev.api.startBatch({ tenant, datasource, job, params });
+  return batch;
+}
+
+/** The row of batch `id` on the batches page, and its progress bar. */
+const rowOf = (id: string) => page.locator(`tr[data-batch="${id}"]`);
+const barOf = (id: string) => rowOf(id).getByRole('progressbar');
+
+describe('the dashboard in a browser, against leasehold dev', () => {
+  browserTest('is served by leasehold dev on the API port, with its own assets and a content security policy', async () => {
+    expect(dev.stderr()).toMatch(/dashboard +http:\/\/127\.0\.0\.1:\d+\//);
+    const res = await fetch(`${dev.url}/`);
+    expect(res.headers.get('content-security-policy')).toMatch(/script-src 'self'/);
+    await page.goto(`${dev.url}/`);
+    await expect.poll(() => page.title()).toBe('Batches · leasehold');
+    await page.getByRole('heading', { name: 'Batches' }).waitFor();
+    // The API's paths still answer JSON next to the page.
+    expect((await fetch(`${dev.url}/jobs`)).headers.get('content-type')).toBe('application/json');
+  });
+
+  browserTest('shows a running batch whose progress bar advances to 100 % without a reload', async () => {
+    // 96 items of 300 ms, 4 at a time: about 7 s, so the page (every 2 s) shows it under way.
+    const batch = await start('slow', { n: 96, ms: 300 });
+    await page.goto(`${dev.url}/#/batches`);
+    await page.evaluate(() => ((window as unknown as { loadedOnce: boolean }).loadedOnce = true));
+    const seen: number[] = [];
+    const until = Date.now() + 60_000;
+    for (;;) {
+      const now = Number((await barOf(batch.id).getAttribute('aria-valuenow', { timeout: 10_000 })) ?? -1);
+      if (seen.at(-1) !== now) seen.push(now);
+      if (now === 96 || Date.now() > until) break;
+      await page.waitForTimeout(100);
+    }
+    expect(seen.filter((v) => v > 0 && v < 96).length, `values seen: ${seen.join(', ')}`).toBeGreaterThanOrEqual(2);
+    expect([...seen].sort((a, b) => a - b), 'the bar never goes back').toEqual(seen);
+    expect(await barOf(batch.id).getAttribute('data-percent')).toBe('100');
+    expect(await rowOf(batch.id).locator('.pct').textContent()).toBe('100 %');
+    await rowOf(batch.id).getByText('succeeded').waitFor();
+    // Live updates, no reload: the page's own state is still there.
+    expect(await page.evaluate(() => (window as unknown as { loadedOnce?: boolean }).loadedOnce)).toBe(true);
+    expect(browser.pageErrors).toEqual([]);
+  });
+
+  browserTest("shows a failed item's error and attempts, and redrive turns it done", async () => {
+    const batch = await start('flaky', { n: 12, fail: ['item-0004', 'item-0009'] });
+    expect((await finishedBatch(dev.api, batch.id)).status).toBe('failed');
+    await page.goto(`${dev.url}/#/batches/${batch.id}`);
+    const failedRow = page.locator('tr[data-item="item-0004"]');
+    await failedRow.waitFor();
+    expect(await failedRow.locator('td').nth(1).textContent()).toBe('failed');
+    expect(await failedRow.locator('td').nth(2).textContent()).toBe('1');
+    expect(await failedRow.locator('td').nth(3).textContent()).toBe('upstream refused item-0004');
+    await page.locator('tr[data-item="item-0009"]').getByText('upstream refused item-0009').waitFor();
+    await page.locator('figure.chart canvas').first().waitFor();
+
+    await page.getByRole('button', { name: 'Redrive failed items' }).click();
+    await page.getByRole('status').getByText('Redrive 1: 2 failed items pending again.').waitFor();
+    await page.locator('.facts .badge', { hasText: 'succeeded' }).waitFor({ timeout: 30_000 });
+    await page.getByLabel('State').selectOption('');
+    const redriven = page.locator('tr[data-item="item-0004"]');
+    await expect.poll(() => redriven.getAttribute('data-state'), { timeout: 10_000 }).toBe('done');
+    expect(await redriven.locator('td').nth(2).textContent()).toBe('1');
+    expect(await page.getByRole('button', { name: 'Redrive failed items' }).isDisabled()).toBe(true);
+    const after = await dev.api.getBatch(batch.id);
+    expect(after).toMatchObject({ status: 'succeeded', redrives: 1, counts: { done: 12, failed: 0 } });
+    expect(browser.pageErrors).toEqual([]);
+  });
+
+  browserTest('cancels an open batch, in two steps, from the batches page', async () => {
+    const batch = await start('slow', { n: 400, ms: 500 }, 'globex');
+    await page.goto(`${dev.url}/#/batches?tenant=globex`);
+    const row = rowOf(batch.id);
+    await row.getByRole('button', { name: `Cancel batch ${batch.id.slice(0, 8)}` }).click();
+    await row.getByRole('button', { name: 'Yes, cancel for good' }).click();
+    await row.locator('.badge', { hasText: 'cancelled' }).waitFor({ timeout: 10_000 });
+    expect(await row.getByRole('button', { name: /Cancel/ }).count()).toBe(0);
+    expect((await dev.api.getBatch(batch.id)).status).toBe('cancelled');
+    expect(browser.pageErrors).toEqual([]);
+  });
+
+  browserTest('filters batches by tenant and status through the address', async () => {
+    await page.goto(`${dev.url}/#/batches`);
+    await page.getByLabel('Tenant').fill('globex');
+    await page.getByRole('button', { name: 'Filter' }).click();
+    await page.getByLabel('Status').selectOption('cancelled');
+    await expect.poll(() => page.evaluate(() => location.hash)).toBe('#/batches?tenant=globex&status=cancelled');
+    await expect.poll(async () => new Set(await page.locator('tr[data-batch]').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-status'))))).toEqual(new Set(['cancelled']));
+    await expect.poll(() => page.locator('tr[data-batch] td:nth-child(3)').allTextContents()).toEqual(expect.arrayContaining([expect.stringMatching(/^globex \//)]));
+  });
+
+  browserTest('shows live processes with their weight against the fair share, expired ones, and changes the desired count', async () => {
+    // A process that died without leaving: its row stays, expired, until the sweep.
+    const dead = randomUUID();
+    await db.sql`insert into leasehold_processes (id, hostname, version, expires_at) values (${dead}, 'gone-host', 'test', now() - interval '2 minutes')`;
+    await page.goto(`${dev.url}/#/fleet`);
+    const live = page.locator('table.processes:not(.expired) tr[data-process]');
+    await expect.poll(() => live.count(), { timeout: 30_000 }).toBeGreaterThan(0);
+    // The units demo's weight (8) is owned by live processes: some bar shows weight.
+    await expect
+      .poll(async () => (await page.locator('.weight').evaluateAll((bars) => bars.map((b) => Number(b.getAttribute('data-weight'))))).reduce((a, b) => a + b, 0), {
+        timeout: 30_000,
+      })
+      .toBe(8);
+    const label = await page.locator('.weight').first().getAttribute('aria-label');
+    expect(label).toMatch(/^weight \d+ of fair share \d+$/);
+    await page.locator(`table.expired tr[data-process="${dead}"]`).getByText('gone-host').waitFor();
+
+    await page.getByLabel('Desired live processes').fill('2');
+    await page.getByRole('button', { name: 'Set desired count' }).click();
+    await page.getByText('Desired count set to 2').waitFor();
+    expect(await dev.api.getConcurrency()).toBe(2);
+    await page.locator('dd[data-desired="2"]').waitFor();
+    await db.sql`delete from leasehold_processes where id = ${dead}`;
+    expect(browser.pageErrors).toEqual([]);
+  });
+
+  browserTest("shows each tenant's units, owners and outbox backlog per endpoint", async () => {
+    await page.goto(`${dev.url}/#/units`);
+    for (const tenant of ['acme', 'globex']) {
+      const article = page.locator(`article[data-tenant="${tenant}"]`);
+      await article.waitFor({ timeout: 20_000 });
+      await article.getByText(`4 units of outbox-delivery, weight 4`).waitFor();
+      const endpoint = article.locator('table.outbox tr[data-endpoint]');
+      await endpoint.first().waitFor();
+      expect(await endpoint.first().getAttribute('data-endpoint')).toMatch(new RegExp(`/${tenant}/hook$`));
+    }
+    expect(browser.pageErrors).toEqual([]);
+  });
+
+  it('on failure, a check writes a screenshot under its output folder and fails with its path', async () => {
+    await page.goto(`${dev.url}/#/fleet`);
+    const failing = withScreenshot(page, OUT, 'a deliberately failing check', async () => {
+      await page.getByRole('heading', { name: 'No such heading' }).waitFor({ timeout: 200 });
+    });
+    await expect(failing).rejects.toThrow(/screenshot: .*a-deliberately-failing-check\.failed\.png/);
+    const path = join(OUT, 'a-deliberately-failing-check.failed.png');
+    expect(existsSync(path)).toBe(true);
+    expect(readFileSync(path).subarray(0, 8)).toEqual(Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]));
+    rmSync(path);
+  });
+});
+
+describe('leasehold batch redrive, against leasehold dev', () => {
+  it('redrives a failed batch once per idempotency key and follows it to the end', async () => {
+    const batch = await start('flaky', { n: 5, fail: ['item-0001'] });
+    expect((await finishedBatch(dev.api, batch.id)).status).toBe('failed');
+    const cli = (args: string[]) => run(process.execPath, [BIN, 'batch', ...args], { cwd: project, env: { ...process.env, LEASEHOLD_API_URL: dev.url } });
+    const first = await cli(['redrive', batch.id, '--idempotency-key', 'cli-once', '--follow']);
+    expect(first.stdout).toContain(`batch ${batch.id} redriven (redrive 1): 1 failed item pending again`);
+    expect(first.stdout).toContain(`batch ${batch.id} succeeded: 5 done, 0 failed`);
+    const again = await cli(['redrive', batch.id, '--idempotency-key', 'cli-once']);
+    expect(again.stdout).toMatch(new RegExp(`already redriven by this idempotency key: batch ${batch.id} redrive 1 \\(1 items\\) at .*; now succeeded`));
+    const refused = await cli(['redrive', batch.id]).catch((e: { code: number; stderr: string }) => e);
+    expect(refused).toMatchObject({ code: 1, stderr: expect.stringContaining('has no failed item to redrive (HTTP 409)') });
+    const shown = await cli(['show', batch.id]);
+    expect(shown.stdout).toMatch(/runs +2; redriven 1 time/);
+  }, 60_000);
+});
+
+describe('screenshots of the dashboard', () => {
+  browserTest('renders every view for the README', async () => {
+    const dirs = [OUT, ...(process.env.LEASEHOLD_SCREENSHOTS ? [resolve(ROOT, process.env.LEASEHOLD_SCREENSHOTS)] : [])];
+    for (const d of dirs) mkdirSync(d, { recursive: true });
+    // A batch under way, one with failures, one done.
+    const failed = await start('flaky', { n: 40, ms: 250, fail: ['item-0007', 'item-0021', 'item-0033'] }, 'globex', 'crm');
+    await start('slow', { n: 30, ms: 20 }, 'acme', 'reports');
+    const running = await start('slow', { n: 600, ms: 400 }, 'acme', 'images');
+    await finishedBatch(dev.api, failed.id);
+    await expect.poll(async () => (await dev.api.getBatch(running.id)).counts.done, { timeout: 30_000 }).toBeGreaterThan(120);
+    const shots: [string, string][] = [
+      ['dashboard.png', '#/batches'],
+      ['dashboard-batch.png', `#/batches/${failed.id}`],
+      ['dashboard-fleet.png', '#/fleet'],
+    ];
+    for (const [file, hash] of shots) {
+      await page.goto(`${dev.url}/${hash}`);
+      await page.locator('main h2').first().waitFor();
+      await page.waitForLoadState('networkidle');
+      await page.waitForTimeout(2_500);
+      for (const d of dirs) await page.screenshot({ path: join(d, file) });
+    }
+    expect(existsSync(join(OUT, 'dashboard.png'))).toBe(true);
+    await dev.api.cancelBatch(running.id);
+    expect(browser.pageErrors).toEqual([]);
+  }, 120_000);
+});
