@@ -165,7 +165,7 @@ describe('the dashboard in a browser, against leasehold dev', () => {
     await page.getByLabel('Desired live processes').fill('2');
     await page.getByRole('button', { name: 'Set desired count' }).click();
     await page.getByText('Desired count set to 2').waitFor();
-    expect(await dev.api.getConcurrency()).toBe(2);
+    expect((await dev.api.getConcurrency()).desired).toBe(2);
     await page.locator('dd[data-desired="2"]').waitFor();
     await db.sql`delete from leasehold_processes where id = ${dead}`;
     expect(browser.pageErrors).toEqual([]);
