@@ -107,7 +107,7 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
 ];
 
 /**
- * Answer one API Gateway HTTP API (payload v2) request (DESIGN.md, "Serverless runtime": api).
+ * Answer one API Gateway HTTP API (payload v2) request (docs/design.md, "Serverless runtime": api).
  *
  * Routes:
  * - `POST /batches` `{ tenant, datasource, job, params?, requestKey? }` (or header

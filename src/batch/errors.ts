@@ -11,7 +11,7 @@ export class BatchError extends Error {
 }
 
 /**
- * A datasource already has `maxOpen` unfinished batches (DESIGN.md invariant 4). The API
+ * A datasource already has `maxOpen` unfinished batches (invariant 4 (docs/design.md)). The API
  * answers 429.
  */
 export class TooManyBatchesError extends BatchError {
@@ -30,7 +30,7 @@ export class TooManyBatchesError extends BatchError {
 /**
  * A run found that it no longer owns its batch (taken over, cancelled or finished by
  * another run): a fenced move or beat changed no row. The run stops at once
- * (DESIGN.md invariant 2).
+ * (invariant 2 (docs/design.md)).
  */
 export class BatchLostError extends BatchError {
   constructor(readonly batchId: string, readonly runId: string) {

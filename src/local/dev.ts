@@ -1,4 +1,4 @@
-// `leasehold dev`: the same handlers as on AWS, with local drivers (DESIGN.md, "Local mode").
+// `leasehold dev`: the same handlers as on AWS, with local drivers (docs/design.md, "Local mode").
 import { createWriteStream, existsSync, readFileSync, realpathSync, statSync } from 'node:fs';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { delimiter, extname, join, relative, resolve } from 'node:path';

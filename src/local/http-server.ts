@@ -1,4 +1,4 @@
-// The local stand-in for API Gateway (DESIGN.md "Local mode"): an HTTP server that turns each
+// The local stand-in for API Gateway (docs/design.md, "Local mode"): an HTTP server that turns each
 // request into an HTTP API payload format 2.0 event for the API handler, as deployed with IAM
 // auth, and writes the handler's result back as API Gateway would.
 import { randomUUID } from 'node:crypto';

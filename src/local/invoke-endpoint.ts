@@ -1,4 +1,4 @@
-// A local stand-in for the AWS Lambda Invoke API (DESIGN.md "Local mode"): the scheduler's and
+// A local stand-in for the AWS Lambda Invoke API (docs/design.md, "Local mode"): the scheduler's and
 // the API's real `@aws-sdk/client-lambda` calls reach local handlers when
 // `AWS_ENDPOINT_URL_LAMBDA` points here.
 import { randomUUID } from 'node:crypto';

@@ -98,7 +98,7 @@ interface PathState {
 }
 
 /**
- * Start a webhook sink on 127.0.0.1 (DESIGN.md, "Local mode"; `leasehold dev` starts one for
+ * Start a webhook sink on 127.0.0.1 (docs/design.md, "Local mode"; `leasehold dev` starts one for
  * the outbox delivery demo).
  *
  * HTTP interface:

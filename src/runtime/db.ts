@@ -23,7 +23,7 @@ export interface IamTokenTarget {
 
 /**
  * A postgres.js `password` function returning a fresh RDS IAM authentication token for `user`
- * on `host:port` (DESIGN.md, "Serverless runtime": IAM database auth). postgres.js calls it for
+ * on `host:port` (docs/design.md, "Serverless runtime": IAM database auth). postgres.js calls it for
  * every new connection, so no token outlives its 15 minutes. The token is a SigV4-presigned
  * `host:port/?Action=connect&DBUser=user&X-Amz-…` computed locally: no network call. The signer
  * is loaded on the first call (a function without IAM auth never loads it).
@@ -140,7 +140,7 @@ export function databaseTarget(config: Pick<Config, 'databaseUrl' | 'db'>, crede
 }
 
 /**
- * Open the container's pool (DESIGN.md, "Serverless runtime": one small pool per container,
+ * Open the container's pool (docs/design.md, "Serverless runtime": one small pool per container,
  * reused across invocations). Connections idle longer than `LEASEHOLD_DB_IDLE_TIMEOUT_MS` are
  * closed, and every connection is replaced after `LEASEHOLD_DB_MAX_LIFETIME_MS` (below the
  * 15-minute life of an IAM token; a connection made with a token stays valid after it expires,

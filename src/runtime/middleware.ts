@@ -1,4 +1,4 @@
-// The middy middlewares every leasehold function is wrapped with (DESIGN.md, "Serverless
+// The middy middlewares every leasehold function is wrapped with (docs/design.md, "Serverless
 // runtime": all handlers are wrapped with @middy/core). Small and written here: @middy's own
 // packages past v6 need Node 22, and these need nothing they offer.
 import type { MiddlewareObj, Request } from '@middy/core';

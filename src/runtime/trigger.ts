@@ -1,4 +1,4 @@
-// Starting batches from EventBridge: bus events and schedules (DESIGN.md, "Serverless runtime":
+// Starting batches from EventBridge: bus events and schedules (docs/design.md, "Serverless runtime":
 // trigger). The event decides the request key, so a redelivered event starts nothing new.
 import type { EventBridgeEvent } from 'aws-lambda';
 import * as z from 'zod';

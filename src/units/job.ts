@@ -17,7 +17,7 @@ export type UnitLog = (level: 'info' | 'warn' | 'error', message: string, fields
  */
 export type Fence = postgres.PendingQuery<postgres.Row[]>;
 
-/** What one run of a unit job receives (DESIGN.md, "Two kinds of work": units). */
+/** What one run of a unit job receives (docs/design.md, "Two kinds of work": units). */
 export interface UnitContext<C> {
   /** The unit's tenant. */
   readonly tenant: string;

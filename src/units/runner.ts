@@ -44,7 +44,7 @@ const keyOf = (u: UnitKey) => `${u.tenant}\u0000${u.shard}`;
 
 /**
  * The runtime's side of unit ownership: a lease `Reconciler` that runs each owned unit's job
- * (DESIGN.md, "Process membership and unit ownership": "the reconciler is told `unitsGained` /
+ * (docs/design.md, "Process membership and unit ownership": "the reconciler is told `unitsGained` /
  * `unitsLost` and reports `inFlight(unit)`").
  *
  * - `unitsGained`: starts one loop per unit — read the unit's row (only while this process owns
