@@ -1,6 +1,6 @@
 import type { Sql } from '../store/index.js';
 import { BatchFinishedError, BatchNotFoundError, BatchTooLargeError, TooManyBatchesError } from './errors.js';
-import { DEFAULT_START_LIMITS, insertItems, MAX_KEY_BYTES, type StartLimits } from './items.js';
+import { DEFAULT_START_LIMITS, insertItems, type StartLimits } from './items.js';
 import * as q from './sql.js';
 import type { BatchInfo, BatchStatus, ItemResult, ItemState, NewBatch } from './types.js';
 

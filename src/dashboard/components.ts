@@ -50,7 +50,7 @@ export function usePoll<T>(load: () => Promise<T>, deps: unknown[]): Polled<T> {
       alive = false;
       clearTimeout(timer);
     };
-    // eslint-disable-next-line react-hooks/exhaustive-deps
+    // The caller's deps decide when to reload, like a hook's dependency list.
   }, [...deps, round]);
   const reload = useCallback(() => setRound((r) => r + 1), []);
   return { data: state.data, error: state.error, reload };

@@ -287,7 +287,8 @@ export async function runDev(options: DevOptions): Promise<number> {
         scheduling = false;
       }
     };
-    const timer = setInterval(tick, scheduleMs);
+    // tick catches its own errors; setInterval drops the promise.
+    const timer = setInterval(() => void tick(), scheduleMs);
     stopServices.push(async () => clearInterval(timer));
     void tick();
 
@@ -336,7 +337,7 @@ export async function runDev(options: DevOptions): Promise<number> {
     // spread of the weight they own against the fair share, deliveries per second.
     const statusEvery = options.statusMs ?? 3_000;
     let lastStatus = '';
-    const status = setInterval(async () => {
+    const showStatus = async () => {
       try {
         const [units, { fleet, processes }] = await Promise.all([client.listUnits({ limit: 1 }), client.listProcesses()]);
         if (units.length === 0) return;
@@ -351,7 +352,9 @@ export async function runDev(options: DevOptions): Promise<number> {
       } catch {
         // the next tick tries again
       }
-    }, statusEvery);
+    };
+    // showStatus catches its own errors; setInterval drops the promise.
+    const status = setInterval(() => void showStatus(), statusEvery);
     stopServices.push(async () => clearInterval(status));
 
     if (options.unitsDemoPerSecond && options.unitsDemoPerSecond > 0) {

@@ -143,6 +143,7 @@ function requestKeyOf(e: Partial<Record<string, unknown>>): string {
 }
 
 function bounded(key: string): string {
+  // eslint-disable-next-line no-control-regex -- control characters are what this rejects
   if (key.length > MAX_NAME_LENGTH || /[\u0000-\u001f\u007f]/.test(key)) {
     throw new InvalidTriggerEventError(`request key "${key.slice(0, 80)}…" is over ${MAX_NAME_LENGTH} characters or holds control characters`);
   }

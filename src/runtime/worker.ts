@@ -172,7 +172,9 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
   const leaseLoop = leaser.run(leasing.signal);
 
   const results: RunResult[] = [];
-  const collect = (id: string) => runner.running(id)?.then((r) => results.push(r));
+  // A run's promise never rejects (Run.execute settles every outcome into its result), and
+  // runner.close() below awaits every run still going: collecting needs no await of its own.
+  const collect = (id: string) => void runner.running(id)?.then((r) => results.push(r));
   let invocationMarked = !event.invocationId;
 
   let reason: WorkerResult['reason'] = 'idle';

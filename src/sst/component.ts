@@ -196,6 +196,7 @@ function componentClass(p: Platform): LeaseholdConstructor {
 
     constructor(name: string, args: LeaseholdArgs, opts: ResourceOptions = {}) {
       super(COMPONENT_TYPE, name, {}, opts);
+      // eslint-disable-next-line @typescript-eslint/no-this-alias -- Pulumi's resource options name their parent
       const parent = this;
       const t = args.transform ?? {};
       const settings = resolveSettings($app.stage, args);

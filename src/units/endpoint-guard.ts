@@ -225,7 +225,7 @@ export class EndpointGuard {
       try {
         this.cached = { text, list: parseOutboxAllow(text) };
       } catch (e) {
-        throw new RangeError(`${OUTBOX_ALLOW_VARIABLE}: ${(e as Error).message}`);
+        throw new RangeError(`${OUTBOX_ALLOW_VARIABLE}: ${(e as Error).message}`, { cause: e });
       }
     }
     return this.cached.list;

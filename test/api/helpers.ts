@@ -100,6 +100,7 @@ export class InvokeEndpoint {
   private constructor(private readonly server: Server, readonly url: string) {}
 
   static async start(): Promise<InvokeEndpoint> {
+    // eslint-disable-next-line prefer-const -- assigned once the server listens; its handler reads it
     let self!: InvokeEndpoint;
     const server = createServer((req, res) => {
       const chunks: Buffer[] = [];

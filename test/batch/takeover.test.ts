@@ -58,7 +58,7 @@ describe('takeover', () => {
       );
       const won = runs.filter((r) => r !== undefined);
       expect(won).toHaveLength(1);
-      expect((await won[0]).outcome).toBe('succeeded');
+      expect(won[0]!.outcome).toBe('succeeded');
       expect(await getBatch(db.sql, batchId)).toMatchObject({ status: 'succeeded', runs: round % 2 === 0 ? 1 : 2 });
     }
   });

@@ -191,7 +191,7 @@ describe('leasehold dev --units-demo', () => {
       expect(delivered.n).toBeGreaterThan(0);
       // The CLI shows each endpoint of a tenant's outbox (it finds the running stack by its dev.json).
       const show = await run(process.execPath, [BIN, 'outbox', 'show', 'acme'], { cwd: project });
-      expect(show.stdout).toMatch(/^acme: 4 shards, 1 endpoint\n  http:\/\/127\.0\.0\.1:\d+\/acme\/hook\n    backlog \d+ \((oldest #\d+, [\d.]+ (ms|s) old|nothing pending)\); 0 failures in a row; last delivered \d{4}-/);
+      expect(show.stdout).toMatch(/^acme: 4 shards, 1 endpoint\n {2}http:\/\/127\.0\.0\.1:\d+\/acme\/hook\n {4}backlog \d+ \((oldest #\d+, [\d.]+ (ms|s) old|nothing pending)\); 0 failures in a row; last delivered \d{4}-/);
       const json = JSON.parse((await run(process.execPath, [BIN, 'outbox', 'show', 'globex', '--json'], { cwd: project })).stdout);
       expect(json).toMatchObject({ tenant: 'globex', shards: 4, endpoints: [{ url: expect.stringMatching(/\/globex\/hook$/), failures: 0, lastError: null }] });
     } finally {

@@ -49,6 +49,7 @@ describe('worker handoff through the local invoke endpoint', () => {
     const outcomes: InvocationOutcome[] = [];
     const starts: number[] = [];
     const results: WorkerResult[] = [];
+    // eslint-disable-next-line prefer-const -- assigned once the endpoint listens; its handler reads it
     let dispatcher!: LambdaDispatcher;
     const endpoint = createInvokeEndpoint({
       functions: {

@@ -95,7 +95,7 @@ describe('runWorker', () => {
         lease: { rebalanced: (ms) => ticks.push(ms) },
       },
     });
-    expect(r.runs).toEqual([expect.objectContaining({ outcome: 'failed' })]);
+    expect(r.runs).toEqual([expect.objectContaining({ batchId: batch.id, outcome: 'failed' })]);
     expect(items.sort()).toEqual(['done', 'done', 'done', 'failed', 'retry']);
     expect(runs).toEqual(['run-started', 'ended:failed']);
     expect(ticks.length).toBeGreaterThan(0);
