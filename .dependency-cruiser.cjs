@@ -5,7 +5,8 @@
 //
 // where the domain is src/batch/, src/lease/, src/units/ and src/jobs/: within it, jobs use
 // batch, units use jobs and lease, and batch and lease use only the store (and src/clock.ts).
-// src/local/, src/cli* and bench/ drive the same code from outside; src/sst/ (the deploy
+// src/local/, src/cli* and bench/ drive the same code from outside (tests share helpers only
+// through test/support/); src/sst/ (the deploy
 // component) and src/dashboard/ (the browser page) stand alone.
 const DOMAIN = '^src/(batch|lease|units|jobs)/';
 const OUTSIDE = '^(functions/|src/(lambda|cli|index)\\.ts$|src/(cli|local|sst|dashboard)/)';
@@ -38,6 +39,12 @@ module.exports = {
     forbid('lambda-entry-below-functions', 'functions/ use leasehold/lambda, not the other way round.', '^src/lambda\\.ts$', '^(functions/|src/(cli|local|sst|dashboard)/|src/cli\\.ts$)'),
     forbid('sst-stands-alone', 'The deploy component runs in SST, apart from the runtime code.', '^src/sst/', '^src/(?!sst/)'),
     forbid('dashboard-stands-alone', 'The dashboard page is bundled for the browser on its own.', '^src/dashboard/', '^src/(?!dashboard/)'),
+    forbid(
+      'test-folders-share-through-support',
+      "A test folder uses its own files and test/support/, never another folder's internals.",
+      '^test/([^/]+)/',
+      '^test/(?!$1/|support/)',
+    ),
     forbid('tests-stay-out-of-src', 'src never imports tests, benchmarks or scripts.', '^(src|functions)/', '^(test|bench|scripts)/'),
   ],
   options: {

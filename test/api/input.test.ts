@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { handleApi, type ApiDeps } from '../../src/api/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { registryWithEcho } from './jobs.js';
-import { answer, apiDeps, apiEvent, call, InvokeEndpoint, memoryLog, removeTree, tempTree, uniqueTenant, type EventOptions } from './helpers.js';
+import { answer, apiDeps, apiEvent, call, InvokeEndpoint, memoryLog, removeTree, tempTree, uniqueTenant, type EventOptions } from '../support/api.js';
 
 let db: TestDatabase;
 let endpoint: InvokeEndpoint;

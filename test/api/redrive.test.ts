@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ApiDeps } from '../../src/api/index.js';
 import { PermanentItemError, Runner, createBatch, type ItemInput } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { apiDeps, call, InvokeEndpoint, uniqueTenant } from './helpers.js';
+import { apiDeps, call, InvokeEndpoint, uniqueTenant } from '../support/api.js';
 
 let db: TestDatabase;
 let endpoint: InvokeEndpoint;

@@ -6,7 +6,7 @@ import type { ApiDeps } from '../../src/api/index.js';
 import { Leaser } from '../../src/lease/index.js';
 import { defaultUnitJobs, defineUnitJob, outboxDelivery, outboxShard, type AddressLookup } from '../../src/units/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { apiDeps, call, InvokeEndpoint, uniqueTenant, type EventOptions } from './helpers.js';
+import { apiDeps, call, InvokeEndpoint, uniqueTenant, type EventOptions } from '../support/api.js';
 
 let db: TestDatabase;
 let endpoint: InvokeEndpoint;

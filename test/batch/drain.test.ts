@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Runner, createBatch, getBatch } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
+import { sleep } from '../support/time.js';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -26,7 +27,7 @@ describe('stopping a run whose work ignores its signal', () => {
       batch.id,
     );
     // Wait until `fine` is done and `stubborn` hangs.
-    for (let i = 0; i < 100 && (await getBatch(db.sql, batch.id)).counts.done < 1; i++) await new Promise((r) => setTimeout(r, 20));
+    for (let i = 0; i < 100 && (await getBatch(db.sql, batch.id)).counts.done < 1; i++) await sleep(20);
     const t0 = Date.now();
     const result = await first.stop(batch.id);
     expect(Date.now() - t0).toBeLessThan(2000);

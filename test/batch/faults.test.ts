@@ -15,8 +15,9 @@ import {
   type RunResult,
 } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { answer, apiDeps, apiEvent, InvokeEndpoint } from '../api/helpers.js';
-import { itemRows, newBatch, runOf, waitFor, type ItemRow } from './helpers.js';
+import { answer, apiDeps, apiEvent, InvokeEndpoint } from '../support/api.js';
+import { itemRows, newBatch, runOf, type ItemRow } from './helpers.js';
+import { waitFor } from '../support/waits.js';
 
 let db: TestDatabase;
 

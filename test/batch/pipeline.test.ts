@@ -2,19 +2,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ManualClock, Runner, createBatch, getBatch, type ItemWork, type RunnerEvent } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import {
-  batchChanges,
-  deferred,
-  installAudit,
-  itemChanges,
-  itemCounts,
-  itemRows,
-  newBatch,
-  runOf,
-  sleep,
-  waitFor,
-  type Deferred,
-} from './helpers.js';
+import { batchChanges, installAudit, itemChanges, itemCounts, itemRows, newBatch, runOf } from './helpers.js';
+import { sleep } from '../support/time.js';
+import { deferred, waitFor, type Deferred } from '../support/waits.js';
 
 let db: TestDatabase;
 

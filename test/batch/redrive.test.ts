@@ -17,7 +17,9 @@ import {
 } from '../../src/batch/index.js';
 import type { Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { deferred, itemCounts, itemRows, newBatch, runOf, sleep, tally, waitFor } from './helpers.js';
+import { itemCounts, itemRows, newBatch, runOf, tally } from './helpers.js';
+import { sleep } from '../support/time.js';
+import { deferred, waitFor } from '../support/waits.js';
 
 let db: TestDatabase;
 

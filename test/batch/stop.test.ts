@@ -8,19 +8,9 @@ import {
   type ItemWork,
 } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import {
-  batchChanges,
-  deferred,
-  installAudit,
-  itemChanges,
-  itemCounts,
-  itemRows,
-  newBatch,
-  runOf,
-  sleep,
-  tally,
-  waitFor,
-} from './helpers.js';
+import { batchChanges, installAudit, itemChanges, itemCounts, itemRows, newBatch, runOf, tally } from './helpers.js';
+import { sleep } from '../support/time.js';
+import { deferred, waitFor } from '../support/waits.js';
 
 let db: TestDatabase;
 

@@ -6,7 +6,9 @@ import { Runner, getBatch, type ItemWork, type RunResult, type RunnerEvent } fro
 import { connect, type Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { PgProxy } from '../support/pgproxy.js';
-import { installAudit, itemChanges, itemRows, newBatch, runOf, sleep, waitFor } from './helpers.js';
+import { installAudit, itemChanges, itemRows, newBatch, runOf } from './helpers.js';
+import { sleep } from '../support/time.js';
+import { waitFor } from '../support/waits.js';
 
 let db: TestDatabase;
 beforeAll(async () => {

@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ManualClock, Runner, createBatch, getBatch, type Executor, type ItemWork } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { deferred, itemCounts, itemRows, never, newBatch, runOf, sleep, waitFor } from './helpers.js';
+import { itemCounts, itemRows, newBatch, runOf } from './helpers.js';
+import { never, sleep } from '../support/time.js';
+import { deferred, waitFor } from '../support/waits.js';
 
 let db: TestDatabase;
 

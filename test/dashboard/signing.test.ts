@@ -12,10 +12,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { handleApi } from '../../src/api/index.js';
 import { regionOfApiHost } from '../../src/local/dashboard-proxy.js';
 import { startHttpServer, type HttpServer } from '../../src/local/http-server.js';
-import { apiDeps, InvokeEndpoint } from '../api/helpers.js';
+import { apiDeps, InvokeEndpoint } from '../support/api.js';
 import { launchBrowser, outputDir, withScreenshot } from '../support/browser.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { startSigV4Gateway, type SigV4Gateway } from '../support/sigv4-gateway.js';
+import { sleep } from '../support/time.js';
 
 const BIN = resolve(import.meta.dirname, '../../bin/leasehold.js');
 const OUT = outputDir('dashboard-signing');
@@ -83,7 +84,7 @@ async function dashboard(env: NodeJS.ProcessEnv, args: string[] = ['--region', R
   const until = Date.now() + 30_000;
   while (!/Ctrl-C stops/.test(stderr)) {
     if (child.exitCode !== null || Date.now() > until) throw new Error(`leasehold dashboard did not start:\n${stderr}`);
-    await new Promise((r) => setTimeout(r, 25));
+    await sleep(25);
   }
   const url = /dashboard +(http:\/\/127\.0\.0\.1:\d+)\//.exec(stderr)![1];
   return {

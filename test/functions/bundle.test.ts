@@ -12,7 +12,7 @@ import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { migrationFiles } from '../../src/store/index.js';
-import { apiEvent, InvokeEndpoint } from '../api/helpers.js';
+import { apiEvent, InvokeEndpoint } from '../support/api.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { buildLikeSst, bundleInputs, importCost, type SstBundle } from '../support/sst-bundle.js';
 

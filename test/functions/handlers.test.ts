@@ -30,7 +30,7 @@ import {
   type WorkerResult,
 } from '../../src/runtime/index.js';
 import { migrationFiles } from '../../src/store/index.js';
-import { apiEvent, InvokeEndpoint, removeTree, tempTree, type EventOptions } from '../api/helpers.js';
+import { apiEvent, InvokeEndpoint, removeTree, tempTree, type EventOptions } from '../support/api.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 
 let db: TestDatabase;

@@ -1,6 +1,6 @@
 // This repository's sst.config.ts, which deploys its runner through the Leasehold component
 // (src/sst), evaluated with recording stand-ins for SST's globals and components
-// (test/infra/stand-ins.ts): what a deploy would create, checked without AWS.
+// (test/support/sst-stand-ins.ts): what a deploy would create, checked without AWS.
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -15,8 +15,8 @@ import {
   START_BATCH_DETAIL_TYPE,
   type ScheduleDeclaration,
 } from '../../src/sst/index.js';
-import { deploy as evaluate, functions, handlerProblems, handlersOf, invokeGrants, invokersOf, permissionsOf, seconds } from './evaluate.js';
-import { ACCOUNT, applyTransform, DB_HOST, DB_RESOURCE_ID, installStandIns, REGION, removeStandIns, type Recorded, type World } from './stand-ins.js';
+import { deploy as evaluate, functions, handlerProblems, handlersOf, invokeGrants, invokersOf, permissionsOf, seconds } from '../support/sst-evaluate.js';
+import { ACCOUNT, applyTransform, DB_HOST, DB_RESOURCE_ID, installStandIns, REGION, removeStandIns, type Recorded, type World } from '../support/sst-stand-ins.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const deploy = (stage = 'dev') => evaluate(root, stage);

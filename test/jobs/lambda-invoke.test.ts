@@ -16,7 +16,7 @@ import {
 import { createHandlers, type Handlers } from '../../src/lambda.js';
 import { createInvokeEndpoint, createLambdaContext, localLambdaEnv, type InvokeEndpoint } from '../../src/local/index.js';
 import { ConfigError, parseInvokable, resetRuntimeDeps, setLogSink } from '../../src/runtime/index.js';
-import { apiEvent } from '../api/helpers.js';
+import { apiEvent } from '../support/api.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 
 /** A job whose items other batches take (`from`): keys `0..n−1`, input `{ i }`. */

@@ -8,7 +8,7 @@ import { ManualClock } from '../../src/clock.js';
 import { putTenantUnits } from '../../src/lease/index.js';
 import type { Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { OverlapChecker, clear, concurrently, expire, jittered, liveIds, member, ownedCounts, owners, type Member } from './helpers.js';
+import { OverlapChecker, clear, concurrently, expire, jittered, liveIds, member, ownedCounts, owners, type Member } from '../support/lease.js';
 
 let db: TestDatabase;
 let pools: Sql[];

@@ -8,7 +8,8 @@ import { claim } from '../../src/lease/sql.js';
 import type { Clock } from '../../src/clock.js';
 import type { Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { clear, concurrently, expire, liveIds, member, offsetClock, ownedKeys, sleep, type Member } from './helpers.js';
+import { clear, concurrently, expire, liveIds, member, offsetClock, ownedKeys, type Member } from '../support/lease.js';
+import { sleep } from '../support/time.js';
 
 let db: TestDatabase;
 let pools: Sql[];

@@ -5,7 +5,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ProcessIdInUseError, putTenantUnits, type LeaserEvent } from '../../src/lease/index.js';
 import type { Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { OverlapChecker, clear, concurrently, expire, member, ownedKeys, sleep, type Member } from './helpers.js';
+import { OverlapChecker, clear, concurrently, expire, member, ownedKeys, type Member } from '../support/lease.js';
+import { sleep } from '../support/time.js';
 
 let db: TestDatabase;
 let pools: Sql[];

@@ -7,7 +7,7 @@ import { Leaser, readFleet, sweep } from '../../src/lease/index.js';
 import { heavyUnits, releaseUnits } from '../../src/lease/sql.js';
 import type { Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { Recorder } from './helpers.js';
+import { Recorder } from '../support/lease.js';
 
 let db: TestDatabase;
 let traced: Sql;

@@ -4,7 +4,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { putTenantUnits, sweep } from '../../src/lease/index.js';
 import type { Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { clear, concurrently, expire, liveIds, member, ownedKeys, type Member } from './helpers.js';
+import { clear, concurrently, expire, liveIds, member, ownedKeys, type Member } from '../support/lease.js';
+import { sleep } from '../support/time.js';
 
 let db: TestDatabase;
 let pools: Sql[];
@@ -151,7 +152,7 @@ describe('a process swept while it releases', () => {
     });
     await ready;
     const swept = sweep(pools[2], 3_600_000);
-    await new Promise((r) => setTimeout(r, 200));
+    await sleep(200);
     commit();
     await writer;
     expect(await swept).toEqual({ processes: 1, units: 10 });

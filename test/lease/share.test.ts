@@ -6,19 +6,8 @@ import { ManualClock } from '../../src/clock.js';
 import { putTenantUnits } from '../../src/lease/index.js';
 import type { Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import {
-  OverlapChecker,
-  clear,
-  concurrently,
-  jittered,
-  liveIds,
-  member,
-  ownedCounts,
-  ownedKeys,
-  owners,
-  sleep,
-  type Member,
-} from './helpers.js';
+import { OverlapChecker, clear, concurrently, jittered, liveIds, member, ownedCounts, ownedKeys, owners, type Member } from '../support/lease.js';
+import { sleep } from '../support/time.js';
 
 let db: TestDatabase;
 let pools: Sql[];

@@ -4,6 +4,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { startHttpServer, type HttpApiHandler, type HttpServer, type HttpServerOptions } from '../../src/local/http-server.js';
 import { dashboardAssets } from '../../src/local/dashboard-assets.js';
 import { LocalPortInUseError } from '../../src/local/http-util.js';
+import { sleep } from '../support/time.js';
 
 const servers: HttpServer[] = [];
 
@@ -230,7 +231,7 @@ describe('local API Gateway (HTTP API v2) server', () => {
       },
     });
     const pending = fetch(server.url);
-    await new Promise((r) => setTimeout(r, 50));
+    await sleep(50);
     const closed = server.close();
     release();
     const res = await pending;

@@ -8,6 +8,8 @@ import {
   type InvokeEndpoint,
   type InvokeEndpointOptions,
 } from '../../src/local/index.js';
+import { deferred } from '../support/waits.js';
+import { sleep } from '../support/time.js';
 
 const encode = (value: unknown) => new TextEncoder().encode(JSON.stringify(value));
 const decode = (bytes: Uint8Array | undefined) => JSON.parse(new TextDecoder().decode(bytes)) as unknown;
@@ -31,12 +33,6 @@ async function started(options: InvokeEndpointOptions) {
   endpoints.push(endpoint);
   const { url } = await endpoint.start();
   return { endpoint, url };
-}
-
-function deferred() {
-  let resolve!: () => void;
-  const promise = new Promise<void>((r) => (resolve = r));
-  return { promise, resolve };
 }
 
 afterEach(async () => {
@@ -187,7 +183,7 @@ describe('local Lambda invoke endpoint', () => {
           now++;
           peak = Math.max(peak, now);
           started_.push((event as { n: number }).n);
-          await new Promise((r) => setTimeout(r, 20 + Math.random() * 20));
+          await sleep(20 + Math.random() * 20);
           now--;
         },
       },
@@ -218,7 +214,7 @@ describe('local Lambda invoke endpoint', () => {
         worker: async () => {
           now++;
           peak = Math.max(peak, now);
-          await new Promise((r) => setTimeout(r, 30));
+          await sleep(30);
           now--;
         },
       },
@@ -307,7 +303,7 @@ describe('local Lambda invoke endpoint', () => {
       concurrency: 1,
       functions: {
         worker: async (event: unknown) => {
-          await new Promise((r) => setTimeout(r, 30));
+          await sleep(30);
           ran.push((event as { n: number }).n);
         },
       },

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { putTenantUnits, setDesired } from '../../src/lease/index.js';
 import { loadConfig, metricsFor, recordFleetBalance, runScheduler, setLogSink, type Dispatcher } from '../../src/runtime/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { concurrently, member } from '../lease/helpers.js';
+import { concurrently, member } from '../support/lease.js';
 
 let db: TestDatabase;
 beforeAll(async () => {

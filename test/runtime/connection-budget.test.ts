@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isConnectionRefused, loadConfig, retryRefusedConnection, runScheduler, type Dispatcher } from '../../src/runtime/index.js';
 import { connect, migrate, type RuntimeRoleResult, type Sql } from '../../src/store/index.js';
 import { databaseUrl } from '../support/db.js';
+import { sleep } from '../support/time.js';
 
 // A database of its own (its CONNECTION LIMIT is the input) and roles unique to this run: the
 // server may be shared.
@@ -59,7 +60,6 @@ afterAll(async () => {
 
 const noDispatch: Dispatcher = { invoke: async () => {} };
 const config = () => loadConfig({ DATABASE_URL: urlAs(scheduler) });
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 describe('the connection budget', () => {
   it("gives the runtime's role the database's limit less the reserve", () => {

@@ -4,6 +4,7 @@ import { defaultRegistry } from '../../src/jobs/index.js';
 import { putTenantUnits, setDesired, deleteTenantUnits } from '../../src/lease/index.js';
 import { loadConfig, runScheduler, runWorker, type Dispatcher, type WorkerEvent } from '../../src/runtime/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
+import { sleep } from '../support/time.js';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -111,7 +112,7 @@ describe('a worker process', () => {
       }),
     );
     // While they live: three processes, 2 units each, no invocation pending any more.
-    await new Promise((r) => setTimeout(r, 1500));
+    await sleep(1500);
     const live = await db.sql`select p.id, (select count(*) from leasehold_units u where u.owner = p.id) as units
       from leasehold_processes p where expires_at > now()`;
     expect(live.map((p) => p.units)).toEqual([2, 2, 2]);

@@ -6,6 +6,7 @@ import { defineJob, JobRegistry, defaultJobContext } from '../../src/jobs/index.
 import { createInvokeEndpoint, type InvocationOutcome } from '../../src/local/invoke-endpoint.js';
 import { loadConfig, runScheduler, runWorker, LambdaDispatcher, type WorkerResult } from '../../src/runtime/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
+import { sleep } from '../support/time.js';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -75,7 +76,7 @@ describe('worker handoff through the local invoke endpoint', () => {
 
       const deadline = Date.now() + 40_000;
       while ((await getBatch(db.sql, batch.id)).status === 'open' && Date.now() < deadline) {
-        await new Promise((r) => setTimeout(r, 200));
+        await sleep(200);
       }
       await endpoint.idle();
       const end = await getBatch(db.sql, batch.id);

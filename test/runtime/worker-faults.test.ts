@@ -9,6 +9,7 @@ import { loadConfig, runWorker, type Dispatcher, type WorkerEvent, type WorkerRe
 import { connect, type Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { PgProxy } from '../support/pgproxy.js';
+import { sleep } from '../support/time.js';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -16,7 +17,6 @@ beforeAll(async () => {
 });
 afterAll(() => db.close());
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 // Proxies and the pools through them, closed after each test: the proxy first, so a stalled
 // connection does not hold the pool's end.

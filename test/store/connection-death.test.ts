@@ -15,6 +15,7 @@ import { connect, type Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { ARM_BACKEND_KILLER, installBackendKiller } from '../support/kill-backend.js';
 import { PgProxy } from '../support/pgproxy.js';
+import { sleep } from '../support/time.js';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -26,7 +27,6 @@ afterAll(() => db.close());
 /** Arm the trigger: the next insert into `leasehold_items` or `kill_copy` terminates its backend. */
 const arm = () => db.sql.unsafe(ARM_BACKEND_KILLER);
 
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 // Errors thrown where nothing can catch them (a driver's timer callback), collected per test.
 let uncaught: unknown[] = [];

@@ -97,17 +97,6 @@ export function startProc(db: TestDatabase, jobs: UnitJobRegistry, timing: ProcT
   };
 }
 
-/** Resolve once `check` returns true, polling every `everyMs`; throw after `timeoutMs`. */
-export async function until(check: () => boolean | Promise<boolean>, timeoutMs: number, what: string, everyMs = 25): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(everyMs);
-  }
-}
-
-export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-
 /**
  * Record, in `outbox_marks`, every update that changes a delivery's `delivered_at`, with the
  * owner of its unit at that moment (the tests assert each delivery is marked once, by its owner);

@@ -19,7 +19,9 @@ import {
 } from '../../src/units/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import * as q from '../../src/units/sql.js';
-import { auditMarks, sleep, startProc, undelivered as undeliveredIn, until, type Proc } from './helpers.js';
+import { auditMarks, startProc, undelivered as undeliveredIn, type Proc } from './helpers.js';
+import { sleep } from '../support/time.js';
+import { waitFor } from '../support/waits.js';
 
 let db: TestDatabase;
 let sink: Sink;
@@ -93,7 +95,7 @@ describe('outbox delivery', () => {
     await produce;
     expect(shards.size).toBe(6);
 
-    await until(async () => (await undelivered(tenant)) === 0, 20_000, 'every message delivered');
+    await waitFor('every message delivered', async () => (await undelivered(tenant)) === 0, { timeoutMs: 20_000 });
 
     const rows = await db.sql<{ id: number; endpoint: string; marks: number; owner_marks: number }[]>`select d.message_id as id, d.endpoint,
         (select count(*) from outbox_marks m where m.id = d.message_id and m.endpoint = d.endpoint) as marks,
@@ -134,9 +136,9 @@ describe('outbox delivery', () => {
     expect(others.some((m) => m.shard === poison.shard)).toBe(true);
 
     // Everything else, on the poison's shard too, is delivered while the poison keeps failing.
-    await until(async () => (await undelivered(tenant)) === 1, 3_000, 'every other message delivered');
+    await waitFor('every other message delivered', async () => (await undelivered(tenant)) === 1, { timeoutMs: 3_000 });
     const poisonKey = idempotencyKey(tenant, poison.id);
-    await until(() => sink.recent().filter((d) => d.idempotencyKey === poisonKey).length >= 4, 5_000, 'four attempts of the poison');
+    await waitFor('four attempts of the poison', () => sink.recent().filter((d) => d.idempotencyKey === poisonKey).length >= 4, { timeoutMs: 5_000 });
     // Each failure set the next attempt backoff × 2^(attempts−1) plus up to 25 % jitter ahead
     // (database clock): 200, 400, 800 ms; and the endpoint saw no attempt before it was due.
     const delays = await db.sql<{ attempts: number; delay_ms: number }[]>`select attempts, delay_ms from outbox_failures
@@ -150,11 +152,7 @@ describe('outbox delivery', () => {
     const gaps = times.slice(1, 4).map((t, i) => t - times[i]);
     [200, 400, 800].forEach((d, i) => expect(gaps[i], `gap ${i + 1} of ${gaps}`).toBeGreaterThanOrEqual(d - 20));
     // The sink counts a POST before the failure is recorded.
-    await until(
-      async () => (await db.sql`select 1 from leasehold_outbox_deliveries where message_id = ${poison.id} and attempts >= 4`).length === 1,
-      1_000,
-      'the fourth failure recorded',
-    );
+    await waitFor('the fourth failure recorded', async () => (await db.sql`select 1 from leasehold_outbox_deliveries where message_id = ${poison.id} and attempts >= 4`).length === 1, { timeoutMs: 1_000 });
     const [row] = await db.sql<{ attempts: number; last_error: string; delivered: boolean }[]>`select attempts,
         last_error, delivered_at is not null as delivered from leasehold_outbox_deliveries where message_id = ${poison.id}`;
     expect(row.last_error).toBe('HTTP 503');
@@ -169,16 +167,12 @@ describe('outbox delivery', () => {
     const p = proc();
     const ids = [];
     for (let i = 0; i < 12; i++) ids.push((await enqueueOutbox(db.sql, tenant, { key: `g${i}`, payload: i })).id);
-    await until(
-      async () => (await db.sql`select 1 from leasehold_outbox_deliveries where tenant = ${tenant} and endpoint like '%/down' and attempts >= 2`).length === 12,
-      5_000,
-      'two failed attempts of each message',
-    );
+    await waitFor('two failed attempts of each message', async () => (await db.sql`select 1 from leasehold_outbox_deliveries where tenant = ${tenant} and endpoint like '%/down' and attempts >= 2`).length === 12, { timeoutMs: 5_000 });
     expect(await undelivered(tenant)).toBe(12);
     // The endpoint that is up took each message once, however often the other one failed.
     expect(sink.recent().filter((d) => d.path === '/gamma/up').length).toBe(12);
     sink.fail('/gamma/down', false);
-    await until(async () => (await undelivered(tenant)) === 0, 5_000, 'every message delivered');
+    await waitFor('every message delivered', async () => (await undelivered(tenant)) === 0, { timeoutMs: 5_000 });
     const seen = sink.keys('/gamma/down');
     expect(ids.every((id) => seen.has(idempotencyKey(tenant, id)))).toBe(true);
     await p.stop();
@@ -203,7 +197,7 @@ describe('outbox delivery', () => {
       await putTenantUnits(db.sql, tenant, { job: OUTBOX_JOB, shards: 1, config: { endpoints: [`http://127.0.0.1:${port}/hook`] } });
       const p = proc();
       for (let i = 0; i < 4; i++) await enqueueOutbox(db.sql, tenant, { key: `e${i}`, payload: i });
-      await until(async () => (await undelivered(tenant)) === 0, 10_000, 'every message marked delivered');
+      await waitFor('every message marked delivered', async () => (await undelivered(tenant)) === 0, { timeoutMs: 10_000 });
       await p.stop();
     } finally {
       endless.closeAllConnections();
@@ -217,18 +211,18 @@ describe('outbox delivery', () => {
     sink.delay('/delta', 1_500);
     const m = await enqueueOutbox(db.sql, tenant, { key: 'slow', payload: 'x' });
     const a = proc();
-    await until(() => a.leaser.owned().some((u) => u.tenant === tenant), 2_000, 'A owns the unit');
+    await waitFor('A owns the unit', () => a.leaser.owned().some((u) => u.tenant === tenant), { timeoutMs: 2_000 });
     await sleep(150);
     // A is paused: no heartbeats, but its POST is in flight. B takes the unit once A's TTL passed.
     await a.freeze();
     const b = proc();
-    await until(() => b.leaser.owned().some((u) => u.tenant === tenant), 3_000, 'B owns the unit');
-    await until(async () => (await undelivered(tenant)) === 0, 5_000, 'the message delivered');
+    await waitFor('B owns the unit', () => b.leaser.owned().some((u) => u.tenant === tenant), { timeoutMs: 3_000 });
+    await waitFor('the message delivered', async () => (await undelivered(tenant)) === 0, { timeoutMs: 5_000 });
     const marks = await db.sql<{ owner: string }[]>`select owner from outbox_marks where id = ${m.id}`;
     expect(marks).toEqual([{ owner: b.processId }]);
     // Both posted it (at least once); only B's mark counted.
     expect(sink.recent().filter((d) => d.idempotencyKey === idempotencyKey(tenant, m.id)).length).toBeGreaterThanOrEqual(2);
-    await until(() => a.log.some((e) => /unit lost during delivery/.test(e.message)), 3_000, "A's report of the loss");
+    await waitFor("A's report of the loss", () => a.log.some((e) => /unit lost during delivery/.test(e.message)), { timeoutMs: 3_000 });
     sink.delay('/delta', 0);
     await b.stop();
   });
@@ -266,7 +260,7 @@ describe('outbox delivery', () => {
     expect(ids.some((m) => m.shard >= 2)).toBe(true);
     await register(tenant, 2, ['/zeta']);
     const p = proc();
-    await until(async () => (await undelivered(tenant)) === 0, 5_000, 'every message delivered');
+    await waitFor('every message delivered', async () => (await undelivered(tenant)) === 0, { timeoutMs: 5_000 });
     const seen = sink.keys('/zeta');
     expect(ids.filter((m) => !seen.has(idempotencyKey(tenant, m.id)))).toEqual([]);
     await p.stop();
@@ -295,11 +289,7 @@ describe('outbox delivery per endpoint', () => {
     const p = proc();
     const ids: number[] = [];
     for (let i = 0; i < 15; i++) ids.push((await enqueueOutbox(db.sql, tenant, { key: `i${i}`, payload: i })).id);
-    await until(
-      async () => (await db.sql`select 1 from leasehold_outbox_deliveries where endpoint = ${bad} and attempts >= 3`).length === 15,
-      10_000,
-      'three failed attempts of each message at the failing endpoint',
-    );
+    await waitFor('three failed attempts of each message at the failing endpoint', async () => (await db.sql`select 1 from leasehold_outbox_deliveries where endpoint = ${bad} and attempts >= 3`).length === 15, { timeoutMs: 10_000 });
     const received = (path: string) => ids.map((id) => sink.recent().filter((d) => d.path === path && d.idempotencyKey === idempotencyKey(tenant, id)).length);
     expect(received('/iota/ok1')).toEqual(ids.map(() => 1));
     expect(received('/iota/ok2')).toEqual(ids.map(() => 1));
@@ -332,7 +322,7 @@ describe('outbox delivery per endpoint', () => {
 
     // Once it is back it gets every message; the healthy ones still got each once.
     sink.fail('/iota/bad', false);
-    await until(async () => (await undelivered(tenant)) === 0, 10_000, 'every message delivered');
+    await waitFor('every message delivered', async () => (await undelivered(tenant)) === 0, { timeoutMs: 10_000 });
     expect(received('/iota/ok1')).toEqual(ids.map(() => 1));
     expect(received('/iota/ok2')).toEqual(ids.map(() => 1));
     const after = (await outboxStatus(db.sql, tenant)).endpoints[2];
@@ -347,19 +337,15 @@ describe('outbox delivery per endpoint', () => {
     const p = proc();
     const early: number[] = [];
     for (let i = 0; i < 6; i++) early.push((await enqueueOutbox(db.sql, tenant, { key: `early${i}`, payload: i })).id);
-    await until(
-      async () => (await db.sql`select 1 from leasehold_outbox_deliveries where endpoint = ${gone} and attempts >= 1`).length === 6,
-      5_000,
-      'a failed attempt of each early message at the endpoint to be removed',
-    );
+    await waitFor('a failed attempt of each early message at the endpoint to be removed', async () => (await db.sql`select 1 from leasehold_outbox_deliveries where endpoint = ${gone} and attempts >= 1`).length === 6, { timeoutMs: 5_000 });
     expect(await undelivered(tenant)).toBe(6);
 
     const [, added] = await register(tenant, 2, ['/kappa/a', '/kappa/new']);
-    await until(async () => (await undelivered(tenant)) === 0, 5_000, 'nothing left pending once the failing endpoint is gone');
+    await waitFor('nothing left pending once the failing endpoint is gone', async () => (await undelivered(tenant)) === 0, { timeoutMs: 5_000 });
     expect(await db.sql`select 1 from leasehold_outbox_deliveries where endpoint = ${gone} and delivered_at is null`).toEqual([]);
     const late: number[] = [];
     for (let i = 0; i < 6; i++) late.push((await enqueueOutbox(db.sql, tenant, { key: `late${i}`, payload: i })).id);
-    await until(async () => (await undelivered(tenant)) === 0, 5_000, 'the later messages delivered');
+    await waitFor('the later messages delivered', async () => (await undelivered(tenant)) === 0, { timeoutMs: 5_000 });
 
     const keys = (path: string) => [...sink.keys(path)].sort();
     const keysOf = (ids: number[]) => ids.map((id) => idempotencyKey(tenant, id)).sort();
@@ -434,12 +420,8 @@ describe('outbox delivery connects only to checked addresses', () => {
     const p = proc(defaultUnitJobs({ outbox: job as never }));
     const ids: number[] = [];
     for (let i = 0; i < 3; i++) ids.push((await enqueueOutbox(db.sql, tenant, { key: `l${i}`, payload: i })).id);
-    await until(
-      async () => (await db.sql`select 1 from leasehold_outbox_deliveries where tenant = ${tenant} and endpoint <> ${good} and attempts >= 2`).length === 3 * refused.length,
-      10_000,
-      'two attempts of each delivery to each refused endpoint',
-    );
-    await until(() => ids.every((id) => sink.keys('/good').has(idempotencyKey(tenant, id))), 5_000, 'the public endpoint got every message');
+    await waitFor('two attempts of each delivery to each refused endpoint', async () => (await db.sql`select 1 from leasehold_outbox_deliveries where tenant = ${tenant} and endpoint <> ${good} and attempts >= 2`).length === 3 * refused.length, { timeoutMs: 10_000 });
+    await waitFor('the public endpoint got every message', () => ids.every((id) => sink.keys('/good').has(idempotencyKey(tenant, id))), { timeoutMs: 5_000 });
     expect(trapped).toBe(0);
     const errors = await db.sql<{ endpoint: string; last_error: string }[]>`select endpoint, last_error from leasehold_outbox_endpoints where tenant = ${tenant}`;
     for (const [url, why] of refused) expect(errors.find((e) => e.endpoint === url)?.last_error, url).toMatch(why);

@@ -4,7 +4,9 @@ import { z } from 'zod';
 import { Leaser, putTenantUnits, type Unit } from '../../src/lease/index.js';
 import { defineUnitJob, UnitJobRegistry, UnitRunner, type UnitContext } from '../../src/units/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { memoryLog, sleep, until } from './helpers.js';
+import { memoryLog } from './helpers.js';
+import { sleep } from '../support/time.js';
+import { waitFor } from '../support/waits.js';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -122,7 +124,7 @@ describe('UnitRunner', () => {
     const { leaser, runner } = pair();
     await leaser.heartbeat();
     await leaser.tick();
-    await until(() => runs.has(key(t, 0)), 2_000, 'the first run');
+    await waitFor('the first run', () => runs.has(key(t, 0)), { timeoutMs: 2_000 });
     expect(runner.inFlight({ tenant: t, shard: 0 })).toBe(1);
 
     // Another process takes the unit; the loser learns of it on its next tick.
@@ -144,7 +146,7 @@ describe('UnitRunner', () => {
     const { leaser } = pair();
     await leaser.heartbeat();
     await leaser.tick();
-    await until(() => contexts.has(key(t, 0)), 2_000, 'the first run');
+    await waitFor('the first run', () => contexts.has(key(t, 0)), { timeoutMs: 2_000 });
     const ctx = contexts.get(key(t, 0))!;
     const write = (n: number) => ctx.sql`insert into probe_writes (tenant, shard, n) select ${t}, 0, ${n} where ${ctx.fence()}`;
 
@@ -163,7 +165,7 @@ describe('UnitRunner', () => {
     const { leaser, log } = pair();
     await leaser.heartbeat();
     await leaser.tick();
-    await until(() => (runs.get(key(t, 0))?.length ?? 0) >= 3, 2_000, 'three runs');
+    await waitFor('three runs', () => (runs.get(key(t, 0))?.length ?? 0) >= 3, { timeoutMs: 2_000 });
     const failures = log.filter((e) => e.message === 'unit run failed');
     expect(failures.length).toBeGreaterThanOrEqual(2);
     expect(failures[0]).toMatchObject({ level: 'error', fields: { tenant: t, shard: 0, job: 'probe-tick', error: 'probe failure' } });
@@ -191,7 +193,7 @@ describe('UnitRunner', () => {
 
     // A config fixed in the registry is used from the next run on.
     await putTenantUnits(db.sql, u, { job: 'probe-tick', shards: 1, config: { label: 'ok' } });
-    await until(() => runs.has(key(u, 0)), 2_000, 'a run with the fixed config');
+    await waitFor('a run with the fixed config', () => runs.has(key(u, 0)), { timeoutMs: 2_000 });
     expect(contexts.get(key(u, 0))!.config).toEqual({ label: 'ok' });
   });
 
@@ -203,7 +205,7 @@ describe('UnitRunner', () => {
     const { leaser, runner, log } = pair(300);
     await leaser.heartbeat();
     await leaser.tick();
-    await until(() => [0, 1, 2].every((s) => runs.has(key(a, s))) && runs.has(key(b, 0)), 2_000, 'every unit running');
+    await waitFor('every unit running', () => [0, 1, 2].every((s) => runs.has(key(a, s))) && runs.has(key(b, 0)), { timeoutMs: 2_000 });
     const started = Date.now();
     await runner.close();
     const took = Date.now() - started;
@@ -236,9 +238,9 @@ describe('UnitRunner', () => {
     pairs.push({ leaser, runner, log: [] });
     await leaser.heartbeat();
     await leaser.tick();
-    await until(() => runs.has(key(t, 0)) && runs.has(key(t, 1)), 2_000, 'both units running');
+    await waitFor('both units running', () => runs.has(key(t, 0)) && runs.has(key(t, 1)), { timeoutMs: 2_000 });
     deadline.abort();
-    await until(() => aborted.has(key(t, 0)) && aborted.has(key(t, 1)), 1_000, 'both runs aborted');
+    await waitFor('both runs aborted', () => aborted.has(key(t, 0)) && aborted.has(key(t, 1)), { timeoutMs: 1_000 });
     expect(runner.units()).toEqual([]);
   });
 });

@@ -1,9 +1,9 @@
-// Evaluate an sst.config.ts with the recording stand-ins (stand-ins.ts), as `sst deploy --stage`
+// Evaluate an sst.config.ts with the recording stand-ins (sst-stand-ins.ts), as `sst deploy --stage`
 // would, and read what it created: handlers, IAM permissions, invokers.
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { vi } from 'vitest';
-import { installStandIns, type Recorded, type World } from './stand-ins.js';
+import { installStandIns, type Recorded, type World } from './sst-stand-ins.js';
 
 /** What an sst.config.ts exports. */
 export interface SstConfig {

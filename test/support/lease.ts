@@ -4,10 +4,9 @@
 import { systemClock, type Clock, type ManualClock } from '../../src/clock.js';
 import { Leaser, type LeaseConfig, type LeaserEvent, type Reconciler, type Unit, type UnitKey } from '../../src/lease/index.js';
 import type { Sql } from '../../src/store/index.js';
+import { sleep } from './time.js';
 
 export const key = (u: UnitKey): string => `${u.tenant}/${u.shard}`;
-
-export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** One call a leaser made on its reconciler, in order. */
 export interface Call {
