@@ -4,7 +4,8 @@
 //   functions/ → src/lambda.ts → src/runtime/ → src/api/, src/trigger/ → the domain → src/store/
 //
 // where the domain is src/batch/, src/lease/, src/units/ and src/jobs/: within it, jobs use
-// batch, units use jobs and lease, and batch and lease use only the store (and src/clock.ts).
+// batch, units use jobs and lease, and batch and lease use only the store. Three leaves serve
+// every layer: src/clock.ts, src/errors.ts (the error base) and src/log.ts (the logger).
 // src/local/, src/cli* and bench/ drive the same code from outside (tests share helpers only
 // through test/support/); src/sst/ (the deploy
 // component) and src/dashboard/ (the browser page) stand alone.
@@ -23,15 +24,15 @@ module.exports = {
       from: {},
       to: { circular: true },
     },
-    forbid('store-is-the-bottom', 'The store knows nothing of the modules that use it.', '^src/store/', '^src/(?!store/|clock\\.ts$)'),
+    forbid('store-is-the-bottom', 'The store knows nothing of the modules that use it.', '^src/store/', '^src/(?!store/|(clock|errors|log)\\.ts$)'),
     forbid(
       'batch-and-lease-use-only-the-store',
       'batch and lease are the base of the domain: they use the store and the clock only.',
       '^src/(batch|lease)/',
-      '^src/(?!store/|clock\\.ts$|$1/)',
+      '^src/(?!store/|(clock|errors|log)\\.ts$|$1/)',
     ),
-    forbid('jobs-use-batch', 'Jobs use batches (and the store), not units, leases or anything above.', '^src/jobs/', '^src/(?!jobs/|batch/|store/|clock\\.ts$)'),
-    forbid('units-use-jobs-and-lease', 'Unit jobs use jobs, leases and the store, nothing above the domain.', '^src/units/', '^src/(?!units/|jobs/|lease/|batch/|store/|clock\\.ts$)'),
+    forbid('jobs-use-batch', 'Jobs use batches (and the store), not units, leases or anything above.', '^src/jobs/', '^src/(?!jobs/|batch/|store/|(clock|errors|log)\\.ts$)'),
+    forbid('units-use-jobs-and-lease', 'Unit jobs use jobs, leases and the store, nothing above the domain.', '^src/units/', '^src/(?!units/|jobs/|lease/|batch/|store/|(clock|errors|log)\\.ts$)'),
     forbid('api-and-trigger-below-runtime', 'The API and the trigger serve the runtime; they never import it (or each other).', '^src/api/', '^src/(runtime|trigger)/|' + OUTSIDE),
     forbid('trigger-below-runtime', 'The trigger serves the runtime; it never imports it (or the API).', '^src/trigger/', '^src/(runtime|api)/|' + OUTSIDE),
     forbid('domain-below-api', 'The domain knows nothing of Lambda, HTTP or the CLI.', DOMAIN, '^src/(runtime|api|trigger)/|' + OUTSIDE),

@@ -1,11 +1,10 @@
 // Routes of one batch beyond start, show and cancel: redrive, and items finished over time.
 // Each is a route handler as the route table of handler.ts takes it.
 import type { APIGatewayProxyEventV2 } from 'aws-lambda';
-import { finishedSeries, redriveBatch } from '../batch/index.js';
-import { dispatchBatch } from '../runtime/dispatch.js';
-import type { ApiDeps } from './handler.js';
+import { dispatchBatch, finishedSeries, parseInput, redriveBatch, requestKeySchema } from '../batch/index.js';
 import { batchView } from './batch-view.js';
-import { header, parse, query, requestKeySchema, seriesSchema } from './request.js';
+import type { ApiDeps } from './deps.js';
+import { header, query, seriesSchema } from './request.js';
 import { iso, json, type Result } from './respond.js';
 
 /**
@@ -17,7 +16,7 @@ import { iso, json, type Result } from './respond.js';
  */
 export async function redriveRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: string[]): Promise<Result> {
   const given = header(event, 'idempotency-key');
-  const idempotencyKey = given === undefined ? undefined : parse(requestKeySchema, given, 'Idempotency-Key');
+  const idempotencyKey = given === undefined ? undefined : parseInput(requestKeySchema, given, 'Idempotency-Key');
   const { batch, redrive, redriven } = await redriveBatch(deps.sql, id, { maxOpen: deps.config.maxOpen, idempotencyKey });
   if (redriven) {
     try {
@@ -36,7 +35,7 @@ export async function redriveRoute(event: APIGatewayProxyEventV2, deps: ApiDeps,
  * default 60, of a round length; `at` is the bucket's start), by the database clock.
  */
 export async function finishedRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: string[]): Promise<Result> {
-  const { buckets } = parse(seriesSchema, query(event), 'query');
+  const { buckets } = parseInput(seriesSchema, query(event), 'query');
   const series = await finishedSeries(deps.sql, id, { buckets });
   const from = series.from.getTime();
   return json(200, {

@@ -1,14 +1,18 @@
-import { randomUUID } from 'node:crypto';
 import type { APIGatewayProxyEventV2 } from 'aws-lambda';
 import {
   cancelBatch,
-  createBatch,
-  findBatchByKey,
+  checkStorableJson,
+  fieldPath,
   getBatch,
   itemsPage,
   listBatches,
+  nameSchema,
+  parseInput,
+  requestKeySchema,
+  startBatch,
+  storedNameSchema,
+  typeName,
 } from '../batch/index.js';
-import type { JobRegistry } from '../jobs/index.js';
 import {
   balanceOf,
   deleteTenantUnits,
@@ -22,53 +26,26 @@ import {
   type ProcessView,
   type UnitView,
 } from '../lease/index.js';
-import { startLimits, type Config } from '../runtime/config.js';
-import { dispatchBatch, type Dispatcher } from '../runtime/dispatch.js';
-import type { Log } from '../runtime/log.js';
-import type { Sql } from '../store/index.js';
 import { defaultUnitJobs, enqueueOutbox, outboxStatus, type OutboxStatus, type UnitJobRegistry } from '../units/index.js';
 import { finishedRoute, redriveRoute } from './batch-routes.js';
 import { batchView, withActivity } from './batch-view.js';
+import type { ApiDeps } from './deps.js';
 import { errorResult, iso, json, type Result } from './respond.js';
 import {
   ApiError,
-  checkStorableJson,
   concurrencySchema,
-  fieldPath,
-  listUnitsSchema,
-  nameSchema,
-  outboxSchema,
-  putUnitsSchema,
-  storedNameSchema,
   header,
   itemsPageSchema,
   listSchema,
-  parse,
+  listUnitsSchema,
+  outboxSchema,
+  putUnitsSchema,
   query,
   readJsonBody,
-  requestKeySchema,
   startSchema,
-  typeName,
 } from './request.js';
 
-/** What {@link handleApi} needs, built once per container. */
-export interface ApiDeps {
-  sql: Sql;
-  jobs: JobRegistry;
-  /**
-   * `maxOpen` (open batches per datasource), `maxBodyBytes` (413 above) and the start limits
-   * (`maxItems`, `maxInputBytes`, `maxTotalBytes`; 413 above, each defaults to the library's) are
-   * read, and `lease.shedHysteresis` (which processes count as starving; default 0.2) when given.
-   */
-  config: Pick<Config, 'maxOpen' | 'maxBodyBytes'> &
-    Partial<Pick<Config, 'maxItems' | 'maxInputBytes' | 'maxTotalBytes'>> & { lease?: Pick<Config['lease'], 'shedHysteresis'> };
-  /** Sends a new batch to a worker at once. */
-  dispatcher: Dispatcher;
-  /** Structured log sink. Default: none. */
-  log?: Log;
-  /** Unit jobs units may be registered for. Default {@link defaultUnitJobs} (`outbox-delivery`). */
-  unitJobs?: UnitJobRegistry;
-}
+export type { ApiDeps };
 
 /**
  * HTTP status of each stable error `code` thrown by the library, and the request field to
@@ -76,6 +53,7 @@ export interface ApiDeps {
  */
 const LIBRARY_ERRORS: Record<string, { status: number; field?: string }> = {
   unknown_job: { status: 404, field: 'job' },
+  invalid_request: { status: 400 },
   invalid_params: { status: 400 },
   invalid_batch: { status: 400, field: 'params' },
   batch_not_found: { status: 404 },
@@ -92,7 +70,7 @@ type Handler = (event: APIGatewayProxyEventV2, deps: ApiDeps, params: string[]) 
 
 /** The routes: path pattern (`*` is one path segment) → method → handler. */
 const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
-  { pattern: ['batches'], methods: { POST: startBatch, GET: listBatchesRoute } },
+  { pattern: ['batches'], methods: { POST: startBatchRoute, GET: listBatchesRoute } },
   { pattern: ['batches', '*'], methods: { GET: showBatch } },
   { pattern: ['batches', '*', 'cancel'], methods: { POST: cancelBatchRoute } },
   { pattern: ['batches', '*', 'items'], methods: { GET: listItemsRoute } },
@@ -211,55 +189,33 @@ function matches(pattern: string[], segments: string[]): boolean {
   return pattern.length === segments.length && pattern.every((p, i) => p === '*' || p === segments[i]);
 }
 
-async function startBatch(event: APIGatewayProxyEventV2, deps: ApiDeps): Promise<Result> {
+async function startBatchRoute(event: APIGatewayProxyEventV2, deps: ApiDeps): Promise<Result> {
   const raw = readJsonBody(event, deps.config.maxBodyBytes);
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
     throw new ApiError(400, 'invalid_request', `body: must be a JSON object, got ${typeName(raw)}`);
   }
-  const body = parse(startSchema, raw);
+  const body = parseInput(startSchema, raw);
   checkStorableJson(body.params, 'params');
 
   const headerValue = header(event, 'idempotency-key');
-  const headerKey = headerValue === undefined ? undefined : parse(requestKeySchema, headerValue, 'Idempotency-Key');
+  const headerKey = headerValue === undefined ? undefined : parseInput(requestKeySchema, headerValue, 'Idempotency-Key');
   if (body.requestKey !== undefined && headerKey !== undefined && body.requestKey !== headerKey) {
     throw new ApiError(400, 'invalid_request', 'requestKey: differs from the Idempotency-Key header; send one or make them equal');
   }
   const givenKey = body.requestKey ?? headerKey;
 
-  // A repeated request answers the batch its key started, even if its params would no longer
-  // expand (a directory since deleted, for example).
-  if (givenKey !== undefined) {
-    const existing = await findBatchByKey(deps.sql, body.tenant, givenKey);
-    if (existing) return json(200, { ...batchView(existing), created: false });
-  }
-
-  const expanded = await deps.jobs.expand(body.job, body.params);
-  const { batch, created } = await createBatch(
-    deps.sql,
-    {
-      tenant: body.tenant,
-      datasource: body.datasource,
-      job: body.job,
-      params: expanded.params,
-      requestKey: givenKey ?? randomUUID(),
-      items: expanded.items,
-    },
-    { maxOpen: deps.config.maxOpen, limits: startLimits(deps.config) },
-  );
+  const { batch, created, dispatchError } = await startBatch(deps, { ...body, requestKey: givenKey });
   if (!created) return json(200, { ...batchView(batch), created: false });
-
-  try {
-    await dispatchBatch(deps.sql, deps.dispatcher, batch.id);
-  } catch (error) {
-    // The scheduler dispatches never-started batches; this only makes the start sooner.
-    (deps.log ?? (() => {}))('warn', 'dispatch of a new batch failed', { batchId: batch.id, error: String(error) });
+  if (dispatchError !== undefined) {
+    // The scheduler dispatches never-started batches; this only made the start sooner.
+    (deps.log ?? (() => {}))('warn', 'dispatch of a new batch failed', { batchId: batch.id, error: String(dispatchError) });
   }
   return json(201, { ...batchView(batch), created: true }, { location: `/batches/${batch.id}` });
 }
 
 async function listBatchesRoute(event: APIGatewayProxyEventV2, deps: ApiDeps): Promise<Result> {
   const q = Object.fromEntries(Object.entries(query(event)).filter(([, v]) => v !== ''));
-  const filter = parse(listSchema, q, 'query');
+  const filter = parseInput(listSchema, q, 'query');
   const batches = await listBatches(deps.sql, filter);
   return json(200, { batches: await withActivity(deps.sql, batches) });
 }
@@ -274,7 +230,7 @@ async function cancelBatchRoute(_event: APIGatewayProxyEventV2, deps: ApiDeps, [
 }
 
 async function listItemsRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: string[]): Promise<Result> {
-  const page = parse(itemsPageSchema, query(event), 'query');
+  const page = parseInput(itemsPageSchema, query(event), 'query');
   return json(200, await itemsPage(deps.sql, id, page));
 }
 
@@ -300,12 +256,12 @@ function objectBody(event: APIGatewayProxyEventV2, deps: ApiDeps): Record<string
 
 /** The `{tenant}` path segment, validated like every tenant name. */
 function tenantParam(tenant: string): string {
-  return parse(nameSchema, tenant, 'tenant');
+  return parseInput(nameSchema, tenant, 'tenant');
 }
 
 async function putUnitsRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, [rawTenant]: string[]): Promise<Result> {
   const tenant = tenantParam(rawTenant);
-  const body = parse(putUnitsSchema, objectBody(event, deps));
+  const body = parseInput(putUnitsSchema, objectBody(event, deps));
   const job = unitJobs(deps).get(body.job);
   if (body.endpoints !== undefined && body.config?.endpoints !== undefined) {
     throw new ApiError(400, 'invalid_request', 'endpoints: given twice (also as config.endpoints); send one');
@@ -336,7 +292,7 @@ async function putUnitsRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, [rawT
 
 async function deleteUnitsRoute(_event: APIGatewayProxyEventV2, deps: ApiDeps, [rawTenant]: string[]): Promise<Result> {
   // Any stored tenant name may be deleted, not only the registration charset.
-  const tenant = parse(storedNameSchema, rawTenant, 'tenant');
+  const tenant = parseInput(storedNameSchema, rawTenant, 'tenant');
   return json(200, { removed: await deleteTenantUnits(deps.sql, tenant) });
 }
 
@@ -363,7 +319,7 @@ function processView(p: ProcessView) {
 
 async function listUnitsRoute(event: APIGatewayProxyEventV2, deps: ApiDeps): Promise<Result> {
   const q = Object.fromEntries(Object.entries(query(event)).filter(([, v]) => v !== ''));
-  const filter = parse(listUnitsSchema, q, 'query');
+  const filter = parseInput(listUnitsSchema, q, 'query');
   const units = await listUnits(deps.sql, filter);
   return json(200, { units: units.map(unitView) });
 }
@@ -393,7 +349,7 @@ async function getConcurrency(_event: APIGatewayProxyEventV2, deps: ApiDeps): Pr
 }
 
 async function putConcurrency(event: APIGatewayProxyEventV2, deps: ApiDeps): Promise<Result> {
-  const { desired } = parse(concurrencySchema, objectBody(event, deps));
+  const { desired } = parseInput(concurrencySchema, objectBody(event, deps));
   await setDesired(deps.sql, desired);
   return json(200, concurrencyView(await readFleet(deps.sql)));
 }
@@ -416,13 +372,13 @@ function outboxStatusView(o: OutboxStatus) {
 
 async function outboxStatusRoute(_event: APIGatewayProxyEventV2, deps: ApiDeps, [rawTenant]: string[]): Promise<Result> {
   // Any stored tenant name may be looked at, not only the registration charset.
-  const tenant = parse(storedNameSchema, rawTenant, 'tenant');
+  const tenant = parseInput(storedNameSchema, rawTenant, 'tenant');
   return json(200, outboxStatusView(await outboxStatus(deps.sql, tenant)));
 }
 
 async function enqueueOutboxRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, [rawTenant]: string[]): Promise<Result> {
   const tenant = tenantParam(rawTenant);
-  const body = parse(outboxSchema, objectBody(event, deps));
+  const body = parseInput(outboxSchema, objectBody(event, deps));
   checkStorableJson(body.payload, 'payload');
   const { id, shard } = await enqueueOutbox(deps.sql, tenant, { key: body.key, payload: body.payload });
   return json(201, { id, shard });

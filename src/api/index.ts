@@ -1,3 +1,3 @@
 export { handleApi, type ApiDeps } from './handler.js';
 export { batchView, type BatchView } from './batch-view.js';
-export { ApiError, MAX_LIST_LIMIT, MAX_NAME_LENGTH, MAX_PARAMS_DEPTH } from './request.js';
+export { ApiError, MAX_LIST_LIMIT } from './request.js';

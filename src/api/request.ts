@@ -2,6 +2,7 @@
 // fault and becomes an ApiError with a 4xx status and a message naming the field.
 import type { APIGatewayProxyEventV2 } from 'aws-lambda';
 import * as z from 'zod';
+import { MAX_NAME_LENGTH, nameSchema, requestKeySchema, storedNameSchema, textSchema, typeName } from '../batch/index.js';
 
 /**
  * A request the API refuses, with the HTTP status, a stable `code` and a message naming the
@@ -21,12 +22,6 @@ export class ApiError extends Error {
     this.name = 'ApiError';
   }
 }
-
-/** Most levels of nesting accepted inside `params` (deeper JSON cannot be stored or serialised safely). */
-export const MAX_PARAMS_DEPTH = 32;
-
-/** Longest tenant, datasource, job name and request key, in characters. */
-export const MAX_NAME_LENGTH = 200;
 
 /** The value of header `name` (case-insensitive; HTTP API v2 already lowercases names). */
 export function header(event: APIGatewayProxyEventV2, name: string): string | undefined {
@@ -89,41 +84,12 @@ export function readJsonBody(event: APIGatewayProxyEventV2, maxBodyBytes: number
   }
 }
 
-/** `null`, `array` or the `typeof` of a value, for messages. */
-export function typeName(v: unknown): string {
-  if (v === null) return 'null';
-  if (Array.isArray(v)) return 'array';
-  return typeof v;
-}
-
-// eslint-disable-next-line no-control-regex -- control characters are what this rejects
-const CONTROL = /[\u0000-\u001f\u007f]/;
-const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
-
-/** A required string of 1..max characters without control characters. */
-function text(max: number) {
-  return z
-    .string({ error: (i) => (i.input === undefined ? 'Required' : `must be a string, got ${typeName(i.input)}`) })
-    .min(1, 'must not be empty')
-    .max(max, `must be at most ${max} characters`)
-    .refine((s) => !CONTROL.test(s) && !LONE_SURROGATE.test(s), 'must not contain control characters or unpaired surrogates');
-}
-
-/** Tenant and datasource names: letters, digits, `.`, `_`, `:`, `-`, starting with a letter or digit. */
-export const nameSchema = text(MAX_NAME_LENGTH).regex(
-  /^[A-Za-z0-9][A-Za-z0-9._:-]*$/,
-  "may contain only letters, digits, '.', '_', ':' and '-', and must start with a letter or digit",
-);
-
-/** A request key (body `requestKey` or header `Idempotency-Key`). */
-export const requestKeySchema = text(MAX_NAME_LENGTH);
-
 /** Body of `POST /batches`. Unknown fields are refused, so a misspelt `requestKey` is not silently ignored. */
 export const startSchema = z
   .object({
     tenant: nameSchema,
     datasource: nameSchema,
-    job: text(MAX_NAME_LENGTH),
+    job: textSchema(MAX_NAME_LENGTH),
     params: z
       .record(z.string(), z.unknown(), { error: (i) => `must be a JSON object, got ${typeName(i.input)}` })
       .default({}),
@@ -154,66 +120,11 @@ function limitSchema(max: number) {
 export const listSchema = z
   .object({
     // Not the start charset: batches started another way (CLI, trigger) can still be listed.
-    tenant: text(MAX_NAME_LENGTH).optional(),
+    tenant: textSchema(MAX_NAME_LENGTH).optional(),
     status: z.enum(STATUSES, { error: () => `must be one of ${STATUSES.join(', ')}` }).optional(),
     limit: limitSchema(MAX_LIST_LIMIT).optional(),
   })
   .strict();
-
-/**
- * Parse `input` with `schema`, or throw a 400 whose message names every offending field
- * (`tenant: Required; params: must be a JSON object, got array`).
- * @throws {ApiError}
- */
-export function parse<T extends z.ZodType>(schema: T, input: unknown, where = 'body'): z.output<T> {
-  const r = schema.safeParse(input);
-  if (r.success) return r.data;
-  throw new ApiError(400, 'invalid_request', r.error.issues.map((i) => describeIssue(i, where)).join('; '));
-}
-
-function describeIssue(issue: z.core.$ZodIssue, where: string): string {
-  if (issue.code === 'unrecognized_keys') {
-    return issue.keys.map((k) => `${fieldPath([...issue.path, k], where)}: unknown field`).join('; ');
-  }
-  return `${fieldPath(issue.path, where)}: ${issue.message}`;
-}
-
-/** `params.items[2].name` from a path; `where` when the path is empty. */
-export function fieldPath(path: readonly PropertyKey[], where = 'body'): string {
-  if (path.length === 0) return where;
-  let out = '';
-  for (const p of path) {
-    if (typeof p === 'number') out += `[${p}]`;
-    else out += out === '' ? String(p) : `.${String(p)}`;
-  }
-  return out;
-}
-
-/**
- * Refuse JSON that PostgreSQL cannot store or that is too deep to serialise: strings or keys
- * with NUL characters or unpaired surrogates, nesting deeper than `maxDepth`. Iterative, so
- * deep input cannot exhaust the stack here.
- * @throws {ApiError} 400 naming the path, e.g. `params.a.b: nested deeper than 32 levels`.
- */
-export function checkStorableJson(value: unknown, root: string, maxDepth = MAX_PARAMS_DEPTH): void {
-  const stack: { v: unknown; path: PropertyKey[]; depth: number }[] = [{ v: value, path: [root], depth: 0 }];
-  const bad = (path: PropertyKey[], why: string) => new ApiError(400, 'invalid_request', `${fieldPath(path)}: ${why}`);
-  const badString = (s: string) => s.includes('\u0000') || LONE_SURROGATE.test(s);
-  while (stack.length > 0) {
-    const { v, path, depth } = stack.pop()!;
-    if (typeof v === 'string') {
-      if (badString(v)) throw bad(path, 'must not contain NUL characters or unpaired surrogates');
-    } else if (v !== null && typeof v === 'object') {
-      if (depth >= maxDepth) throw bad(path, `nested deeper than ${maxDepth} levels`);
-      if (Array.isArray(v)) v.forEach((x, i) => stack.push({ v: x, path: [...path, i], depth: depth + 1 }));
-      else
-        for (const [k, x] of Object.entries(v)) {
-          if (badString(k)) throw bad(path, 'keys must not contain NUL characters or unpaired surrogates');
-          stack.push({ v: x, path: [...path, k], depth: depth + 1 });
-        }
-    }
-  }
-}
 
 /** Item states accepted by `GET /batches/{id}/items?state=`. */
 export const ITEM_STATES = ['pending', 'running', 'done', 'failed'] as const;
@@ -257,16 +168,13 @@ export const MAX_UNIT_WEIGHT = 1_000_000;
  */
 export const putUnitsSchema = z
   .object({
-    job: text(MAX_NAME_LENGTH),
+    job: textSchema(MAX_NAME_LENGTH),
     shards: wholeNumber(1, MAX_SHARDS),
     weight: wholeNumber(0, MAX_UNIT_WEIGHT).optional(),
     endpoints: z.array(z.unknown(), { error: (i) => `must be an array of URLs, got ${typeName(i.input)}` }).optional(),
     config: z.record(z.string(), z.unknown(), { error: (i) => `must be a JSON object, got ${typeName(i.input)}` }).optional(),
   })
   .strict();
-
-/** A tenant name as stored (any text a tenant may have been registered with), for lookups and deletes. */
-export const storedNameSchema = text(MAX_NAME_LENGTH);
 
 /** Query of `GET /units`; empty values count as absent. */
 export const listUnitsSchema = z
@@ -285,7 +193,7 @@ export const concurrencySchema = z.object({ desired: wholeNumber(0, MAX_DESIRED)
 /** Body of `POST /tenants/{tenant}/outbox`: `key` picks the shard; `payload` is any JSON value. */
 export const outboxSchema = z
   .object({
-    key: text(MAX_NAME_LENGTH),
+    key: textSchema(MAX_NAME_LENGTH),
     payload: z.unknown().refine((v) => v !== undefined, 'Required'),
   })
   .strict();

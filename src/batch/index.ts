@@ -16,6 +16,20 @@ export {
   DEFAULT_MAX_OPEN,
   type CreateOptions,
 } from './batches.js';
+export {
+  MAX_NAME_LENGTH,
+  MAX_PARAMS_DEPTH,
+  typeName,
+  textSchema,
+  nameSchema,
+  requestKeySchema,
+  storedNameSchema,
+  parseInput,
+  fieldPath,
+  checkStorableJson,
+} from './input.js';
+export { dispatchBatch, type Dispatcher, type WorkerEvent } from './dispatch.js';
+export { startBatch, startLimits, type BatchExpander, type StartDeps, type StartRequest, type StartResult, type StartSettings } from './start.js';
 export { DEFAULT_START_LIMITS, MAX_KEY_BYTES, type StartLimits } from './items.js';
 export {
   Runner,

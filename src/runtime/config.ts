@@ -1,7 +1,7 @@
 import { delimiter } from 'node:path';
 import { tmpdir } from 'node:os';
 import * as z from 'zod';
-import { DEFAULT_MAX_OUTPUT_BYTES, RUNNER_DEFAULTS, RUNNER_LIMITS, type StartLimits } from '../batch/index.js';
+import { DEFAULT_MAX_OUTPUT_BYTES, RUNNER_DEFAULTS, RUNNER_LIMITS } from '../batch/index.js';
 import { parseOutboxAllow } from '../units/endpoint-guard.js';
 
 /** A setting from the environment is missing or invalid; the message names the variable. */
@@ -371,18 +371,6 @@ function checkDb(db: DbConfig, hasUrl: boolean): void {
   if (db.iamAuth && !db.region) {
     throw new ConfigError('AWS_REGION', 'is required with LEASEHOLD_DB_IAM_AUTH=true (IAM tokens are signed for a region)');
   }
-}
-
-/**
- * The start limits `createBatch` takes, from the settings that are given (`LEASEHOLD_MAX_ITEMS`,
- * `LEASEHOLD_MAX_INPUT_BYTES`, `LEASEHOLD_MAX_TOTAL_BYTES`); the others keep the library's defaults.
- */
-export function startLimits(config: Partial<Pick<Config, 'maxItems' | 'maxInputBytes' | 'maxTotalBytes'>>): Partial<StartLimits> {
-  const limits: Partial<StartLimits> = {};
-  if (config.maxItems !== undefined) limits.maxItems = config.maxItems;
-  if (config.maxInputBytes !== undefined) limits.maxInputBytes = config.maxInputBytes;
-  if (config.maxTotalBytes !== undefined) limits.maxTotalBytes = config.maxTotalBytes;
-  return limits;
 }
 
 /** A name batches use for a function: letters, digits, `-`, `_` and `.`, at most 140. */

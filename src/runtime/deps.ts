@@ -5,8 +5,9 @@ import { jsonLog } from './log.js';
 import type { UnitReconciler } from './worker.js';
 import { loadConfig, type Config } from './config.js';
 import { openDatabase } from './db.js';
-import { LambdaDispatcher, type Dispatcher } from './dispatch.js';
-import type { Log } from './log.js';
+import type { Dispatcher } from '../batch/index.js';
+import { LambdaDispatcher } from './dispatch.js';
+import type { Log } from '../log.js';
 
 /** Everything a function needs, built once per container and reused across invocations. */
 export interface RuntimeDeps {

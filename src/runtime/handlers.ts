@@ -12,11 +12,11 @@ import type { Migration, RuntimeRoleResult } from '../store/index.js';
 import { loadConfig, ConfigError, type Config } from './config.js';
 import { openDatabase, retryRefusedConnection } from './db.js';
 import type { RuntimeDeps } from './deps.js';
-import type { Dispatcher, WorkerEvent } from './dispatch.js';
+import type { Dispatcher, WorkerEvent } from '../batch/index.js';
 import { recordFleetBalance, workerMetricHooks, type RuntimeMetrics } from './metrics.js';
 import { invocationOf } from './middleware.js';
 import type { SchedulerResult } from './scheduler.js';
-import type { TriggerResult } from './trigger.js';
+import type { TriggerResult } from '../trigger/index.js';
 import { runWorker, type WorkerResult } from './worker.js';
 
 /**
@@ -88,7 +88,7 @@ function counting(dispatcher: Dispatcher, metrics: RuntimeMetrics): Dispatcher {
  */
 export async function triggerInvocation(deps: RuntimeDeps, event: unknown, context: Context): Promise<TriggerResult> {
   const { log, metrics } = invocationOf(context);
-  const { handleTrigger } = await import('./trigger.js');
+  const { handleTrigger } = await import('../trigger/trigger.js');
   return handleTrigger(event, { ...deps, log, metrics });
 }
 

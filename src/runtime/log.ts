@@ -1,8 +1,7 @@
 import { Logger, LogLevelThreshold, type LogItem } from '@aws-lambda-powertools/logger';
 import type { Context } from 'aws-lambda';
+import type { Log } from '../log.js';
 
-/** A structured log function: level, message, fields. */
-export type Log = (level: 'info' | 'warn' | 'error', message: string, fields?: Record<string, unknown>) => void;
 
 /** Where JSON log lines go; default stdout (errors to stderr). */
 let sink: ((line: string, level: 'info' | 'warn' | 'error') => void) | undefined;

@@ -5,7 +5,8 @@ import type { MiddlewareObj, Request } from '@middy/core';
 import type { APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
 import { ConfigError } from './config.js';
 import { settleAfterThaw } from './db.js';
-import { lambdaLog, type Log } from './log.js';
+import type { Log } from '../log.js';
+import { lambdaLog } from './log.js';
 import { metricsFor, type RuntimeMetrics } from './metrics.js';
 
 /** What one invocation gets from {@link invocation}: `context.leasehold`. */

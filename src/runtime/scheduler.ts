@@ -2,9 +2,9 @@ import { claimDispatch } from '../batch/index.js';
 import { balanceOf, planInvocations, readFleet, sweep, type Balance } from '../lease/index.js';
 import type { Sql } from '../store/index.js';
 import type { Config } from './config.js';
-import type { Dispatcher } from './dispatch.js';
+import type { Dispatcher } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
-import { startDeferred, type DeferredResult } from './trigger.js';
+import { startDeferred, type DeferredResult } from '../trigger/index.js';
 
 /** What one scheduler run did. */
 export interface SchedulerResult {

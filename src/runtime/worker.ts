@@ -1,14 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { systemClock } from '../clock.js';
-import { Runner, type RunResult, type RunnerEvent } from '../batch/index.js';
+import { dispatchBatch, Runner, type Dispatcher, type RunResult, type RunnerEvent, type WorkerEvent } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
 import { invocationLive, planInvocations, type LeaserEvent, type ProcessRole, type Reconciler } from '../lease/index.js';
 import { withTimeout, type Sql } from '../store/index.js';
 import type { Config } from './config.js';
-import { dispatchBatch, type Dispatcher, type WorkerEvent } from './dispatch.js';
 import { ReconnectingLeaser } from './heartbeat.js';
-import type { Log } from './log.js';
+import type { Log } from '../log.js';
 import type { WorkerHooks } from './metrics.js';
 
 const shutdown = new AbortController();

@@ -17,18 +17,8 @@ import { builtinJobs } from '../../src/jobs/index.js';
 import { builtinUnitJobs } from '../../src/units/index.js';
 import { getBatch, findBatchByKey } from '../../src/batch/index.js';
 import { createLambdaContext } from '../../src/local/context.js';
-import {
-  ConfigError,
-  handleTrigger,
-  httpErrorBoundary,
-  invocation,
-  createRuntime,
-  resetRuntimeDeps,
-  setLogSink,
-  type SchedulerResult,
-  type TriggerResult,
-  type WorkerResult,
-} from '../../src/runtime/index.js';
+import { ConfigError, httpErrorBoundary, invocation, createRuntime, resetRuntimeDeps, setLogSink, type SchedulerResult, type WorkerResult } from '../../src/runtime/index.js';
+import { handleTrigger, type TriggerResult } from '../../src/trigger/index.js';
 import { migrationFiles } from '../../src/store/index.js';
 import { apiEvent, InvokeEndpoint, removeTree, tempTree, type EventOptions } from '../support/api.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';

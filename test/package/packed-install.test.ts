@@ -50,7 +50,6 @@ beforeAll(async () => {
     `import { defineJob } from 'leasehold';
 import { createHandlers } from 'leasehold/lambda';
 import * as z from 'zod';
-import { sleep } from '../support/time.js';
 
 /** params { n }, items 0..n-1, output 2i. */
 const double = defineJob({
@@ -100,7 +99,7 @@ for (let i = 0; i < 4; i++) {
   const e = await attempt(i).then(() => undefined, (err) => err);
   rounds.push(e?.code ?? String(e));
   // Whatever the driver still had to write for the dead connection comes due meanwhile.
-  await sleep(50);
+  await new Promise((r) => setTimeout(r, 50));
 }
 const [{ n }] = await sql\`select 1 + 1 as n\`;
 await sql.end({ timeout: 5 });

@@ -2,7 +2,8 @@
 // heartbeat reported) and records it as EMF: fair share, spread and starving processes.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { putTenantUnits, setDesired } from '../../src/lease/index.js';
-import { loadConfig, metricsFor, recordFleetBalance, runScheduler, setLogSink, type Dispatcher } from '../../src/runtime/index.js';
+import { loadConfig, metricsFor, recordFleetBalance, runScheduler, setLogSink } from '../../src/runtime/index.js';
+import { type Dispatcher } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { concurrently, member } from '../support/lease.js';
 

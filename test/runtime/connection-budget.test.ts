@@ -4,7 +4,8 @@
 // with jittered backoff within the scheduler's invocation.
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { isConnectionRefused, loadConfig, retryRefusedConnection, runScheduler, type Dispatcher } from '../../src/runtime/index.js';
+import { isConnectionRefused, loadConfig, retryRefusedConnection, runScheduler } from '../../src/runtime/index.js';
+import { type Dispatcher } from '../../src/batch/index.js';
 import { connect, migrate, type RuntimeRoleResult, type Sql } from '../../src/store/index.js';
 import { databaseUrl } from '../support/db.js';
 import { sleep } from '../support/time.js';

@@ -2,7 +2,8 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createBatch } from '../../src/batch/index.js';
 import { defaultRegistry } from '../../src/jobs/index.js';
 import { putTenantUnits, setDesired, deleteTenantUnits } from '../../src/lease/index.js';
-import { loadConfig, runScheduler, runWorker, type Dispatcher, type WorkerEvent } from '../../src/runtime/index.js';
+import { loadConfig, runScheduler, runWorker } from '../../src/runtime/index.js';
+import { type Dispatcher, type WorkerEvent } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { sleep } from '../support/time.js';
 

@@ -3,7 +3,8 @@ import { z } from 'zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cancelBatch, createBatch, getBatch, PermanentItemError } from '../../src/batch/index.js';
 import { defaultJobContext, defineJob, JobRegistry } from '../../src/jobs/index.js';
-import { loadConfig, runWorker, type Dispatcher, type WorkerEvent } from '../../src/runtime/index.js';
+import { loadConfig, runWorker } from '../../src/runtime/index.js';
+import { type Dispatcher, type WorkerEvent } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 
 let db: TestDatabase;

@@ -4,15 +4,8 @@
 // runtime tests and the lease benchmark (bench/lease.ts); imports nothing of vitest.
 import { z } from 'zod';
 import { defaultJobContext, defaultRegistry, defineJob, JobRegistry } from '../../src/jobs/index.js';
-import {
-  runScheduler,
-  runWorker,
-  type Config,
-  type Dispatcher,
-  type SchedulerResult,
-  type WorkerEvent,
-  type WorkerResult,
-} from '../../src/runtime/index.js';
+import { runScheduler, runWorker, type Config, type SchedulerResult, type WorkerResult } from '../../src/runtime/index.js';
+import { type Dispatcher, type WorkerEvent } from '../../src/batch/index.js';
 import type { Sql } from '../../src/store/index.js';
 
 /** Options of {@link inProcessFleet}. */

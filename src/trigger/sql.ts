@@ -1,4 +1,4 @@
-// Statements of the runtime's own tables: scheduled firings deferred until their datasource has
+// Statements of the trigger's own table: scheduled firings deferred until their datasource has
 // a free slot (leasehold_deferred_starts, migration 006).
 import type { Sql } from '../store/index.js';
 

@@ -2,14 +2,17 @@
 // trigger). The event decides the request key, so a redelivered event starts nothing new.
 import type { EventBridgeEvent } from 'aws-lambda';
 import * as z from 'zod';
-import { ApiError, checkStorableJson, MAX_NAME_LENGTH, nameSchema, parse } from '../api/request.js';
-import { createBatch, findBatchByKey, TooManyBatchesError } from '../batch/index.js';
-import type { JobRegistry } from '../jobs/index.js';
-import type { Sql } from '../store/index.js';
-import { startLimits, type Config } from './config.js';
-import { dispatchBatch, type Dispatcher } from './dispatch.js';
-import type { Log } from './log.js';
-import type { RuntimeMetrics } from './metrics.js';
+import {
+  checkStorableJson,
+  MAX_NAME_LENGTH,
+  nameSchema,
+  parseInput,
+  startBatch,
+  TooManyBatchesError,
+  type StartDeps,
+} from '../batch/index.js';
+import { LeaseholdError } from '../errors.js';
+import type { Log } from '../log.js';
 import * as q from './sql.js';
 
 /** What a start-batch event carries in `detail`. */
@@ -24,16 +27,18 @@ export interface TriggerDetail {
 /** The EventBridge event the trigger function receives. */
 export type TriggerEvent = EventBridgeEvent<string, TriggerDetail>;
 
-/** What the trigger needs, built once per container. */
-export interface TriggerDeps {
-  sql: Sql;
-  jobs: JobRegistry;
-  /** `maxOpen` and the start limits (each defaults to the library's when absent) are read. */
-  config: Pick<Config, 'maxOpen'> & Partial<Pick<Config, 'maxItems' | 'maxInputBytes' | 'maxTotalBytes'>>;
-  /** Sends a new batch to a worker at once; without it the scheduler dispatches it within a minute. */
-  dispatcher?: Dispatcher;
+/** Counts what the trigger did (the runtime's EMF metrics). */
+export interface TriggerMetrics {
+  count(name: 'BatchesStarted' | 'TriggersRepeated' | 'TriggersDeferred' | 'TriggersDropped'): void;
+}
+
+/**
+ * What the trigger needs, built once per container: what a start needs (`maxOpen` and the start
+ * limits are read from `config`; each defaults to the library's when absent).
+ */
+export interface TriggerDeps extends StartDeps {
   log?: Log;
-  metrics?: RuntimeMetrics;
+  metrics?: TriggerMetrics;
 }
 
 /** What one trigger event did. */
@@ -51,11 +56,9 @@ export type TriggerResult =
   | { outcome: 'dropped'; code: string; reason: string };
 
 /** An event that cannot start a batch, whatever the number of retries. */
-export class InvalidTriggerEventError extends Error {
-  readonly code = 'invalid_event';
+export class InvalidTriggerEventError extends LeaseholdError {
   constructor(message: string) {
-    super(message);
-    this.name = 'InvalidTriggerEventError';
+    super('invalid_event', message);
   }
 }
 
@@ -97,7 +100,7 @@ const RULE_ARN = /^arn:aws[a-z-]*:events:[^:]*:[^:]*:rule\/(.+)$/;
  *
  * @throws {InvalidTriggerEventError} not an EventBridge event, no usable key (including
  *   `<aws.scheduler.…>` placeholders left unreplaced), or `params` text that is not a JSON object.
- * @throws {ApiError} (400) `detail` fields missing, of the wrong type, unknown or unstorable.
+ * @throws {InvalidRequestError} `detail` fields missing, of the wrong type, unknown or unstorable.
  */
 export function readTriggerEvent(event: unknown): TriggerRequest {
   if (event === null || typeof event !== 'object' || Array.isArray(event)) {
@@ -109,7 +112,7 @@ export function readTriggerEvent(event: unknown): TriggerRequest {
   if (detail === null || typeof detail !== 'object' || Array.isArray(detail)) {
     throw new InvalidTriggerEventError('detail: must be a JSON object { job, tenant, datasource, params }');
   }
-  const body = parse(detailSchema, detail, 'detail');
+  const body = parseInput(detailSchema, detail, 'detail');
   let params: unknown = body.params ?? {};
   if (typeof params === 'string') {
     try {
@@ -151,9 +154,8 @@ function bounded(key: string): string {
 }
 
 /**
- * Start the batch an EventBridge event asks for (see {@link readTriggerEvent}): expand the
- * params with the job registry, `createBatch` under the event's request key, and send the new
- * batch to a worker. A redelivered event answers the batch its key started (`repeated`), without
+ * Start the batch an EventBridge event asks for (see {@link readTriggerEvent}) under the event's
+ * request key, the way every start goes (`startBatch`: expand, create, send to a worker). A redelivered event answers the batch its key started (`repeated`), without
  * expanding the params again.
  *
  * An event that cannot start a batch — not an EventBridge event, bad `detail`, unknown job,
@@ -170,20 +172,9 @@ export async function handleTrigger(event: unknown, deps: TriggerDeps): Promise<
   try {
     const req = readTriggerEvent(event);
     const fields = { ...ids, tenant: req.tenant, requestKey: req.requestKey };
-    const existing = await findBatchByKey(deps.sql, req.tenant, req.requestKey);
-    if (existing) {
-      log('info', 'trigger event repeated: its batch was started before', { ...fields, batchId: existing.id });
-      deps.metrics?.count('TriggersRepeated');
-      return { outcome: 'repeated', batchId: existing.id, requestKey: req.requestKey, tenant: req.tenant };
-    }
-    const expanded = await deps.jobs.expand(req.job, req.params);
-    let started: Awaited<ReturnType<typeof createBatch>>;
+    let started: Awaited<ReturnType<typeof startBatch>>;
     try {
-      started = await createBatch(
-        deps.sql,
-        { tenant: req.tenant, datasource: req.datasource, job: req.job, params: expanded.params, requestKey: req.requestKey, items: expanded.items },
-        { maxOpen: deps.config.maxOpen, limits: startLimits(deps.config) },
-      );
+      started = await startBatch(deps, req);
     } catch (error) {
       if (!(error instanceof TooManyBatchesError)) throw error;
       await q.deferStart(deps.sql, { tenant: req.tenant, requestKey: req.requestKey, datasource: req.datasource, job: req.job, params: req.params, error: error.message });
@@ -191,7 +182,7 @@ export async function handleTrigger(event: unknown, deps: TriggerDeps): Promise<
       deps.metrics?.count('TriggersDeferred');
       return { outcome: 'deferred', requestKey: req.requestKey, tenant: req.tenant };
     }
-    const { batch, created } = started;
+    const { batch, created, dispatchError } = started;
     if (!created) {
       log('info', 'trigger event repeated: its batch was started before', { ...fields, batchId: batch.id });
       deps.metrics?.count('TriggersRepeated');
@@ -199,20 +190,16 @@ export async function handleTrigger(event: unknown, deps: TriggerDeps): Promise<
     }
     deps.metrics?.count('BatchesStarted');
     log('info', 'batch started by trigger', { ...fields, batchId: batch.id, job: req.job, datasource: req.datasource, items: batch.total });
-    if (deps.dispatcher) {
-      try {
-        await dispatchBatch(deps.sql, deps.dispatcher, batch.id);
-      } catch (error) {
-        // The scheduler dispatches never-started batches; this only makes the start sooner.
-        log('warn', 'dispatch of a new batch failed', { ...fields, batchId: batch.id, error: String(error) });
-      }
+    if (dispatchError !== undefined) {
+      // The scheduler dispatches never-started batches; this only made the start sooner.
+      log('warn', 'dispatch of a new batch failed', { ...fields, batchId: batch.id, error: String(dispatchError) });
     }
     return { outcome: 'started', batchId: batch.id, requestKey: req.requestKey, tenant: req.tenant };
   } catch (error) {
     const code = (error as { code?: unknown } | null)?.code;
-    if (!(error instanceof ApiError || (typeof code === 'string' && INVALID_CODES.has(code)))) throw error;
+    if (!(typeof code === 'string' && INVALID_CODES.has(code))) throw error;
     const reason = error instanceof Error ? error.message : String(error);
-    const dropped = { outcome: 'dropped' as const, code: String(error instanceof ApiError ? error.code : code), reason };
+    const dropped = { outcome: 'dropped' as const, code, reason };
     log('warn', 'trigger event dropped', { ...ids, code: dropped.code, reason });
     deps.metrics?.count('TriggersDropped');
     return dropped;
@@ -245,19 +232,11 @@ export async function startDeferred(deps: TriggerDeps & { limit?: number }): Pro
     if (full.has(source)) continue;
     const fields = { tenant: d.tenant, requestKey: d.request_key, datasource: d.datasource };
     try {
-      const existing = await findBatchByKey(deps.sql, d.tenant, d.request_key);
-      if (!existing) {
-        const expanded = await deps.jobs.expand(d.job, d.params);
-        const { batch, created } = await createBatch(
-          deps.sql,
-          { tenant: d.tenant, datasource: d.datasource, job: d.job, params: expanded.params, requestKey: d.request_key, items: expanded.items },
-          { maxOpen: deps.config.maxOpen, limits: startLimits(deps.config) },
-        );
-        if (created) {
-          started.push(batch.id);
-          log('info', 'deferred trigger event started', { ...fields, batchId: batch.id, tries: d.tries });
-          if (deps.dispatcher) await dispatchBatch(deps.sql, deps.dispatcher, batch.id).catch(() => {});
-        }
+      // A firing whose batch exists already is forgotten; a failed dispatch is the scheduler's to redo.
+      const { batch, created } = await startBatch(deps, { tenant: d.tenant, datasource: d.datasource, job: d.job, params: d.params, requestKey: d.request_key });
+      if (created) {
+        started.push(batch.id);
+        log('info', 'deferred trigger event started', { ...fields, batchId: batch.id, tries: d.tries });
       }
       await q.forgetDeferred(deps.sql, d.tenant, d.request_key);
     } catch (error) {
@@ -268,7 +247,7 @@ export async function startDeferred(deps: TriggerDeps & { limit?: number }): Pro
         continue;
       }
       const code = (error as { code?: unknown } | null)?.code;
-      if (!(error instanceof ApiError || (typeof code === 'string' && INVALID_CODES.has(code)))) throw error;
+      if (!(typeof code === 'string' && INVALID_CODES.has(code))) throw error;
       log('warn', 'deferred trigger event dropped: it can no longer start', { ...fields, code, reason: error instanceof Error ? error.message : String(error) });
       deps.metrics?.count('TriggersDropped');
       await q.forgetDeferred(deps.sql, d.tenant, d.request_key);

@@ -1,0 +1,32 @@
+/**
+ * The one base of leasehold's errors: every error leasehold throws on purpose carries a stable
+ * machine-readable `code` (`too_many_batches`, `invalid_request`, …). The HTTP API answers each
+ * code with one status from one table (`src/api/errors.ts`); the trigger decides from the code
+ * whether an event is dropped or retried. Subclasses are named for what happened.
+ */
+export class LeaseholdError extends Error {
+  constructor(
+    /** Stable machine-readable code. */
+    readonly code: string,
+    message: string,
+    options?: ErrorOptions,
+  ) {
+    super(message, options);
+    this.name = new.target.name;
+  }
+}
+
+/**
+ * Input that breaks a rule (a field missing, of the wrong type, out of range, unstorable); the
+ * message names the field (`tenant: Required`). Code `invalid_request`; the API answers 400.
+ */
+export class InvalidRequestError extends LeaseholdError {
+  constructor(message: string, options?: ErrorOptions) {
+    super('invalid_request', message, options);
+  }
+}
+
+/** The stable `code` of a leasehold error, or undefined for any other value. */
+export function errorCode(error: unknown): string | undefined {
+  return error instanceof LeaseholdError ? error.code : undefined;
+}
