@@ -26,6 +26,22 @@ export class InvalidRequestError extends LeaseholdError {
   }
 }
 
+/**
+ * A setting or argument out of range or inconsistent with another. `setting` names it as the
+ * caller spelt it (`attempts`, `executor.parallel`, `heartbeatIntervalMs`), `reason` says what
+ * is wrong (`must be an integer from 1 to 1000 (got 0)`); the message is both. Code
+ * `invalid_setting` by default. `loadConfig` turns these into errors naming the environment variable.
+ */
+export class InvalidSettingError extends LeaseholdError {
+  constructor(
+    readonly setting: string,
+    readonly reason: string,
+    code = 'invalid_setting',
+  ) {
+    super(code, `${setting} ${reason}`);
+  }
+}
+
 /** The stable `code` of a leasehold error, or undefined for any other value. */
 export function errorCode(error: unknown): string | undefined {
   return error instanceof LeaseholdError ? error.code : undefined;

@@ -35,6 +35,8 @@ export {
   Runner,
   RUNNER_DEFAULTS,
   RUNNER_LIMITS,
+  runnerSettings,
+  type RunnerSettings,
   retryDelayMs,
   checkRetrySettings,
   MAX_ATTEMPTS,

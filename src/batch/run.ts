@@ -1,6 +1,7 @@
 // One batch's execution by one run (docs/design.md, "Batches"): a pipeline of claims, items and
 // moves. The Runner (runner.ts) takes batches over and owns many runs.
 import { setMaxListeners } from 'node:events';
+import { InvalidSettingError } from '../errors.js';
 import { withTimeout, type Sql } from '../store/index.js';
 import type { Clock } from '../clock.js';
 import { BatchGivenUpError, BatchLostError } from './errors.js';
@@ -72,7 +73,7 @@ export function retryDelayMs(
  * Check retry settings: `attempts` 1 to {@link MAX_ATTEMPTS}, `backoffMs` and `maxBackoffMs`
  * 0 to {@link MAX_BACKOFF_MS}; unset ones are not checked. `prefix` goes before each setting's
  * name in the message (`executor.`, `job "x": `).
- * @throws {RangeError} naming the first setting out of range.
+ * @throws {InvalidSettingError} naming the first setting out of range.
  */
 export function checkRetrySettings(
   s: { attempts?: number; backoffMs?: number; maxBackoffMs?: number },
@@ -81,7 +82,7 @@ export function checkRetrySettings(
   const within = (v: number | undefined, name: string, max: number, int: boolean, min = int ? 1 : 0) => {
     if (v === undefined) return;
     if (!Number.isFinite(v) || v < min || v > max || (int && !Number.isInteger(v))) {
-      throw new RangeError(`${prefix}${name} must be ${int ? 'an integer ' : ''}from ${min} to ${max} (got ${v})`);
+      throw new InvalidSettingError(`${prefix}${name}`, `must be ${int ? 'an integer ' : ''}from ${min} to ${max} (got ${v})`);
     }
   };
   within(s.attempts, 'attempts', MAX_ATTEMPTS, true);

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { InvalidSettingError } from '../errors.js';
 import { hostname as osHostname } from 'node:os';
 import { systemClock, type Clock } from '../clock.js';
 import { withTimeout, type Sql } from '../store/index.js';
@@ -89,12 +90,10 @@ export interface Reconciler {
   inFlight(unit: UnitKey): number;
 }
 
-/** A configuration that cannot work; the message names the setting. */
-export class LeaseConfigError extends Error {
-  readonly code = 'lease_config';
-  constructor(message: string) {
-    super(message);
-    this.name = 'LeaseConfigError';
+/** A configuration that cannot work; `setting` names the setting (code `lease_config`). */
+export class LeaseConfigError extends InvalidSettingError {
+  constructor(setting: string, reason: string) {
+    super(setting, reason, 'lease_config');
   }
 }
 
@@ -135,24 +134,24 @@ export function leaseConfig(partial: Partial<LeaseConfig> = {}): LeaseConfig {
   c.storeTimeoutMs ??= Math.floor(c.ttlMs / 3);
   const positive = ['ttlMs', 'heartbeatIntervalMs', 'rebalanceIntervalMs', 'sweepCutoffMs', 'claimBatch', 'maxClaimPerTick'] as const;
   for (const name of positive) {
-    if (!Number.isFinite(c[name]) || c[name] <= 0) throw new LeaseConfigError(`${name} must be a positive number, got ${c[name]}`);
+    if (!Number.isFinite(c[name]) || c[name] <= 0) throw new LeaseConfigError(name, `must be a positive number, got ${c[name]}`);
   }
   if (!Number.isFinite(c.sweepIntervalMs) || c.sweepIntervalMs < 0) {
-    throw new LeaseConfigError(`sweepIntervalMs must be 0 (off) or positive, got ${c.sweepIntervalMs}`);
+    throw new LeaseConfigError('sweepIntervalMs', `must be 0 (off) or positive, got ${c.sweepIntervalMs}`);
   }
-  if (c.role !== 'fleet' && c.role !== 'batch') throw new LeaseConfigError(`role must be fleet or batch, got ${String(c.role)}`);
-  if (!(c.shedHysteresis >= 0)) throw new LeaseConfigError(`shedHysteresis must be 0 or more, got ${c.shedHysteresis}`);
+  if (c.role !== 'fleet' && c.role !== 'batch') throw new LeaseConfigError('role', `must be fleet or batch, got ${String(c.role)}`);
+  if (!(c.shedHysteresis >= 0)) throw new LeaseConfigError('shedHysteresis', `must be 0 or more, got ${c.shedHysteresis}`);
   if (c.heartbeatIntervalMs >= c.ttlMs) {
-    throw new LeaseConfigError(`heartbeatIntervalMs (${c.heartbeatIntervalMs}) must be below ttlMs (${c.ttlMs})`);
+    throw new LeaseConfigError('heartbeatIntervalMs', `(${c.heartbeatIntervalMs}) must be below ttlMs (${c.ttlMs})`);
   }
-  if (c.sweepCutoffMs < c.ttlMs) throw new LeaseConfigError(`sweepCutoffMs (${c.sweepCutoffMs}) must not be below ttlMs (${c.ttlMs})`);
+  if (c.sweepCutoffMs < c.ttlMs) throw new LeaseConfigError('sweepCutoffMs', `(${c.sweepCutoffMs}) must not be below ttlMs (${c.ttlMs})`);
   if (!Number.isFinite(c.storeTimeoutMs) || c.storeTimeoutMs < 0) {
-    throw new LeaseConfigError(`storeTimeoutMs must be 0 (none) or positive, got ${c.storeTimeoutMs}`);
+    throw new LeaseConfigError('storeTimeoutMs', `must be 0 (none) or positive, got ${c.storeTimeoutMs}`);
   }
   if (c.claimBatch > c.maxClaimPerTick) {
-    throw new LeaseConfigError(`claimBatch (${c.claimBatch}) must not exceed maxClaimPerTick (${c.maxClaimPerTick})`);
+    throw new LeaseConfigError('claimBatch', `(${c.claimBatch}) must not exceed maxClaimPerTick (${c.maxClaimPerTick})`);
   }
-  if (!c.processId) throw new LeaseConfigError('processId must not be empty');
+  if (!c.processId) throw new LeaseConfigError('processId', 'must not be empty');
   return c;
 }
 

@@ -117,20 +117,7 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
   const resolve = jobs.resolve;
   const runner = new Runner(sql, {
     processId,
-    parallel: config.parallel,
-    queueDepth: config.queueDepth,
-    beatMs: config.beatMs,
-    staleMs: config.staleMs,
-    attempts: config.attempts,
-    backoffMs: config.backoffMs,
-    maxBackoffMs: config.maxBackoffMs,
-    moveTries: config.moveTries,
-    moveBackoffMs: config.moveBackoffMs,
-    maxRuns: config.maxRuns,
-    drainMs: config.drainMs,
-    storeTimeoutMs: config.storeTimeoutMs,
-    maxOutputBytes: config.maxOutputBytes,
-    maxStalledRuns: config.maxStalledRuns,
+    ...config.runner,
     onEvent: (e: RunnerEvent) => {
       hooks.runner?.(e);
       // Item outcomes as the runner stored them: a result whose move never landed is not counted.
@@ -201,10 +188,10 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
       }
       if (!invocationMarked && leaser.ready()) {
         invocationMarked = true;
-        await withTimeout(invocationLive(sql, event.invocationId!), config.storeTimeoutMs).catch(() => {});
+        await withTimeout(invocationLive(sql, event.invocationId!), config.runner.storeTimeoutMs).catch(() => {});
       }
       try {
-        while (runner.batches().length < config.maxRuns) {
+        while (runner.batches().length < config.runner.maxRuns) {
           const b = await runner.takeOver(resolve);
           if (!b) break;
           collect(b.id);
@@ -246,7 +233,7 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
   // Continuations and replacements only while there is time left: the scheduler does the same
   // within a minute, and returning before the platform's deadline comes first (invariant 6).
   const leftMs = () => context.getRemainingTimeInMillis() - 500;
-  const bounded = <T>(p: Promise<T>) => withTimeout(p, Math.max(1, Math.min(config.storeTimeoutMs, leftMs())));
+  const bounded = <T>(p: Promise<T>) => withTimeout(p, Math.max(1, Math.min(config.runner.storeTimeoutMs, leftMs())));
   for (const r of byRun.values()) {
     // A retired process's runs are taken over by the processes that stay (and dispatched by the
     // scheduler): a continuation would only add a worker to a fleet that is too large.
