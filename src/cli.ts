@@ -3,7 +3,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { connect, migrate } from './store/index.js';
-import { ApiClient, ApiError, type ApiConcurrency } from './cli/client.js';
+import { ApiCallError, ApiClient, type ApiConcurrency } from './cli/client.js';
 import { followBatch } from './cli/follow.js';
 
 const program = new Command();
@@ -395,7 +395,7 @@ outbox
   });
 
 program.parseAsync().catch((e: unknown) => {
-  if (e instanceof ApiError) console.error(`leasehold: ${e.message}${e.status ? ` (HTTP ${e.status})` : ''}`);
+  if (e instanceof ApiCallError) console.error(`leasehold: ${e.message}${e.status ? ` (HTTP ${e.status})` : ''}`);
   else console.error(`leasehold: ${(e as Error)?.stack ?? e}`);
   process.exitCode = process.exitCode || 1;
 });

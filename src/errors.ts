@@ -37,8 +37,9 @@ export class InvalidSettingError extends LeaseholdError {
     readonly setting: string,
     readonly reason: string,
     code = 'invalid_setting',
+    message = `${setting} ${reason}`,
   ) {
-    super(code, `${setting} ${reason}`);
+    super(code, message);
   }
 }
 

@@ -1,4 +1,5 @@
 import type { APIGatewayProxyEventV2 } from 'aws-lambda';
+import { InvalidRequestError } from '../errors.js';
 import {
   cancelBatch,
   checkStorableJson,
@@ -30,9 +31,9 @@ import { defaultUnitJobs, enqueueOutbox, outboxStatus, type OutboxStatus, type U
 import { finishedRoute, redriveRoute } from './batch-routes.js';
 import { batchView, withActivity } from './batch-view.js';
 import type { ApiDeps } from './deps.js';
+import { errorAnswer, RequestError } from './errors.js';
 import { errorResult, iso, json, type Result } from './respond.js';
 import {
-  ApiError,
   concurrencySchema,
   header,
   itemsPageSchema,
@@ -46,25 +47,6 @@ import {
 } from './request.js';
 
 export type { ApiDeps };
-
-/**
- * HTTP status of each stable error `code` thrown by the library, and the request field to
- * name in the message when the library's message does not already.
- */
-const LIBRARY_ERRORS: Record<string, { status: number; field?: string }> = {
-  unknown_job: { status: 404, field: 'job' },
-  invalid_request: { status: 400 },
-  invalid_params: { status: 400 },
-  invalid_batch: { status: 400, field: 'params' },
-  batch_not_found: { status: 404 },
-  batch_finished: { status: 409 },
-  batch_open: { status: 409 },
-  nothing_to_redrive: { status: 409 },
-  batch_cancelled: { status: 400 },
-  too_many_batches: { status: 429 },
-  batch_too_large: { status: 413, field: 'params' },
-  no_outbox_units: { status: 404 },
-};
 
 type Handler = (event: APIGatewayProxyEventV2, deps: ApiDeps, params: string[]) => Promise<Result>;
 
@@ -147,21 +129,17 @@ export async function handleApi(event: APIGatewayProxyEventV2, deps: ApiDeps): P
   try {
     const segments = routeSegments(event, path);
     const route = segments && ROUTES.find((r) => matches(r.pattern, segments));
-    if (!segments || !route) throw new ApiError(404, 'not_found', `no route ${method} ${path}`);
+    if (!segments || !route) throw new RequestError('not_found', `no route ${method} ${path}`);
     const run = route.methods[method];
     if (!run) {
       const allow = Object.keys(route.methods).join(', ');
-      throw new ApiError(405, 'method_not_allowed', `${method} is not allowed on ${path}; use ${allow}`, { allow });
+      throw new RequestError('method_not_allowed', `${method} is not allowed on ${path}; use ${allow}`, { allow });
     }
     const params = segments.filter((_, i) => route.pattern[i] === '*');
     return await run(event, deps, params);
   } catch (e) {
-    if (e instanceof ApiError) return errorResult(e.status, e.code, e.message, e.headers);
-    const code = (e as { code?: unknown } | null)?.code;
-    if (e instanceof Error && typeof code === 'string' && Object.hasOwn(LIBRARY_ERRORS, code)) {
-      const { status, field } = LIBRARY_ERRORS[code];
-      return errorResult(status, code, field ? `${field}: ${e.message}` : e.message);
-    }
+    const answer = errorAnswer(e);
+    if (answer) return errorResult(answer.status, answer.code, answer.message, answer.headers);
     log('error', 'request failed', {
       requestId: event.requestContext?.requestId,
       method,
@@ -192,7 +170,7 @@ function matches(pattern: string[], segments: string[]): boolean {
 async function startBatchRoute(event: APIGatewayProxyEventV2, deps: ApiDeps): Promise<Result> {
   const raw = readJsonBody(event, deps.config.maxBodyBytes);
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
-    throw new ApiError(400, 'invalid_request', `body: must be a JSON object, got ${typeName(raw)}`);
+    throw new InvalidRequestError(`body: must be a JSON object, got ${typeName(raw)}`);
   }
   const body = parseInput(startSchema, raw);
   checkStorableJson(body.params, 'params');
@@ -200,7 +178,7 @@ async function startBatchRoute(event: APIGatewayProxyEventV2, deps: ApiDeps): Pr
   const headerValue = header(event, 'idempotency-key');
   const headerKey = headerValue === undefined ? undefined : parseInput(requestKeySchema, headerValue, 'Idempotency-Key');
   if (body.requestKey !== undefined && headerKey !== undefined && body.requestKey !== headerKey) {
-    throw new ApiError(400, 'invalid_request', 'requestKey: differs from the Idempotency-Key header; send one or make them equal');
+    throw new InvalidRequestError('requestKey: differs from the Idempotency-Key header; send one or make them equal');
   }
   const givenKey = body.requestKey ?? headerKey;
 
@@ -249,7 +227,7 @@ function unitJobs(deps: ApiDeps): UnitJobRegistry {
 function objectBody(event: APIGatewayProxyEventV2, deps: ApiDeps): Record<string, unknown> {
   const raw = readJsonBody(event, deps.config.maxBodyBytes);
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
-    throw new ApiError(400, 'invalid_request', `body: must be a JSON object, got ${typeName(raw)}`);
+    throw new InvalidRequestError(`body: must be a JSON object, got ${typeName(raw)}`);
   }
   return raw as Record<string, unknown>;
 }
@@ -264,7 +242,7 @@ async function putUnitsRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, [rawT
   const body = parseInput(putUnitsSchema, objectBody(event, deps));
   const job = unitJobs(deps).get(body.job);
   if (body.endpoints !== undefined && body.config?.endpoints !== undefined) {
-    throw new ApiError(400, 'invalid_request', 'endpoints: given twice (also as config.endpoints); send one');
+    throw new InvalidRequestError('endpoints: given twice (also as config.endpoints); send one');
   }
   const given = { ...(body.config ?? {}), ...(body.endpoints !== undefined ? { endpoints: body.endpoints } : {}) };
   checkStorableJson(given, 'config');
@@ -276,15 +254,15 @@ async function putUnitsRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, [rawT
     const message = parsed.error.issues
       .map((i) => (i.code === 'unrecognized_keys' ? i.keys.map((k) => `${name([...i.path, k])}: unknown field`).join('; ') : `${name(i.path)}: ${i.message}`))
       .join('; ');
-    throw new ApiError(400, 'invalid_request', message);
+    throw new InvalidRequestError(message);
   }
   const config = parsed.data;
   // What the schema cannot see, such as where an endpoint's host resolves to.
   const issues = (await job.admit?.(config)) ?? [];
-  if (issues.length) throw new ApiError(400, 'invalid_request', issues.map((i) => `${name(i.path)}: ${i.message}`).join('; '));
+  if (issues.length) throw new InvalidRequestError(issues.map((i) => `${name(i.path)}: ${i.message}`).join('; '));
   const weight = body.weight ?? job.weight?.(config) ?? 1;
   if (!Number.isInteger(weight) || weight < 0) {
-    throw new ApiError(400, 'invalid_request', `weight: the job's default weight for this config is ${weight}; give a whole number ≥ 0`);
+    throw new InvalidRequestError(`weight: the job's default weight for this config is ${weight}; give a whole number ≥ 0`);
   }
   const { added, removed } = await putTenantUnits(deps.sql, tenant, { job: job.name, shards: body.shards, weight, config });
   return json(200, { tenant, job: job.name, shards: body.shards, weight, added, removed });

@@ -1,27 +1,10 @@
 // Turning an API Gateway v2 event into validated input. Every failure here is the caller's
-// fault and becomes an ApiError with a 4xx status and a message naming the field.
+// fault: an error whose code the API answers with a 4xx (src/api/errors.ts), its message naming the field.
 import type { APIGatewayProxyEventV2 } from 'aws-lambda';
 import * as z from 'zod';
+import { InvalidRequestError } from '../errors.js';
+import { RequestError } from './errors.js';
 import { MAX_NAME_LENGTH, nameSchema, requestKeySchema, storedNameSchema, textSchema, typeName } from '../batch/index.js';
-
-/**
- * A request the API refuses, with the HTTP status, a stable `code` and a message naming the
- * offending field (`tenant: Required`).
- */
-export class ApiError extends Error {
-  constructor(
-    /** HTTP status, 4xx. */
-    readonly status: number,
-    /** Stable machine-readable code. */
-    readonly code: string,
-    message: string,
-    /** Extra response headers (for example `allow` on a 405). */
-    readonly headers: Record<string, string> = {},
-  ) {
-    super(message);
-    this.name = 'ApiError';
-  }
-}
 
 /** The value of header `name` (case-insensitive; HTTP API v2 already lowercases names). */
 export function header(event: APIGatewayProxyEventV2, name: string): string | undefined {
@@ -48,7 +31,7 @@ export function query(event: APIGatewayProxyEventV2): Record<string, string> {
  *
  * Decodes `isBase64Encoded` bodies, refuses bodies over `maxBodyBytes` (413), a content type
  * other than JSON (415), an empty body, bytes that are not UTF-8 and malformed JSON (400).
- * @throws {ApiError}
+ * @throws {RequestError} | {InvalidRequestError}
  */
 export function readJsonBody(event: APIGatewayProxyEventV2, maxBodyBytes: number): unknown {
   const raw = event.body ?? '';
@@ -56,7 +39,7 @@ export function readJsonBody(event: APIGatewayProxyEventV2, maxBodyBytes: number
   // Measured before decoding, so an oversized body is refused without copying it.
   const size = Buffer.byteLength(raw, encoding);
   if (size > maxBodyBytes) {
-    throw new ApiError(413, 'body_too_large', `body: ${size} bytes is over the limit of ${maxBodyBytes} bytes`);
+    throw new RequestError('body_too_large', `body: ${size} bytes is over the limit of ${maxBodyBytes} bytes`);
   }
   const bytes = Buffer.from(raw, encoding);
 
@@ -65,22 +48,22 @@ export function readJsonBody(event: APIGatewayProxyEventV2, maxBodyBytes: number
     const [media, ...attrs] = type.split(';').map((s) => s.trim().toLowerCase());
     const charset = attrs.find((a) => a.startsWith('charset='))?.slice('charset='.length).replace(/"/g, '');
     if (!(media === 'application/json' || media.endsWith('+json')) || (charset && charset !== 'utf-8' && charset !== 'utf8')) {
-      throw new ApiError(415, 'unsupported_media_type', `content-type: must be application/json (UTF-8), got "${type}"`);
+      throw new RequestError('unsupported_media_type', `content-type: must be application/json (UTF-8), got "${type}"`);
     }
   }
-  if (bytes.length === 0) throw new ApiError(400, 'invalid_request', 'body: Required (a JSON object)');
+  if (bytes.length === 0) throw new InvalidRequestError('body: Required (a JSON object)');
 
   let text: string;
   try {
     text = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
   } catch {
-    throw new ApiError(400, 'invalid_json', 'body: is not valid UTF-8');
+    throw new RequestError('invalid_json', 'body: is not valid UTF-8');
   }
-  if (text.trim() === '') throw new ApiError(400, 'invalid_request', 'body: Required (a JSON object)');
+  if (text.trim() === '') throw new InvalidRequestError('body: Required (a JSON object)');
   try {
     return JSON.parse(text);
   } catch (e) {
-    throw new ApiError(400, 'invalid_json', `body: malformed JSON (${(e as Error).message})`);
+    throw new RequestError('invalid_json', `body: malformed JSON (${(e as Error).message})`);
   }
 }
 

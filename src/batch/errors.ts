@@ -1,12 +1,9 @@
+import { LeaseholdError } from '../errors.js';
+
 /** Base class of leasehold's batch errors; `code` is stable and the API maps it to a status. */
-export class BatchError extends Error {
-  constructor(
-    /** Stable machine-readable code. */
-    readonly code: string,
-    message: string,
-  ) {
-    super(message);
-    this.name = new.target.name;
+export class BatchError extends LeaseholdError {
+  constructor(code: string, message: string) {
+    super(code, message);
   }
 }
 
@@ -83,11 +80,10 @@ export class BatchTooLargeError extends BatchError {
  * invalid): the item ends `failed` at once instead of being retried up to `attempts`.
  * Any error with `permanent: true` counts the same.
  */
-export class PermanentItemError extends Error {
+export class PermanentItemError extends LeaseholdError {
   readonly permanent = true;
   constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = 'PermanentItemError';
+    super('permanent_item', message, options);
   }
 }
 

@@ -1,14 +1,17 @@
 import type { BatchInfo, ItemResult } from '../batch/index.js';
+import { LeaseholdError } from '../errors.js';
 
-/** An error answer of the HTTP API. */
-export class ApiError extends Error {
+/**
+ * A call of the HTTP API that failed: the API's error answer (`status` and its `code`, see
+ * docs/api.md), or `unreachable` (status 0) when no answer came.
+ */
+export class ApiCallError extends LeaseholdError {
   constructor(
     readonly status: number,
-    readonly code: string,
+    code: string,
     message: string,
   ) {
-    super(message);
-    this.name = 'ApiError';
+    super(code, message);
   }
 }
 
@@ -128,7 +131,7 @@ export class ApiClient {
         body: body === undefined ? undefined : JSON.stringify(body),
       });
     } catch (e) {
-      throw new ApiError(0, 'unreachable', `cannot reach the leasehold API at ${this.baseUrl} (is \`leasehold dev\` running?): ${(e as Error).cause ?? (e as Error).message}`);
+      throw new ApiCallError(0, 'unreachable', `cannot reach the leasehold API at ${this.baseUrl} (is \`leasehold dev\` running?): ${(e as Error).cause ?? (e as Error).message}`);
     }
     const text = await res.text();
     let data: unknown;
@@ -139,7 +142,7 @@ export class ApiClient {
     }
     if (!res.ok) {
       const err = (data as { error?: { code?: string; message?: string } })?.error;
-      throw new ApiError(res.status, err?.code ?? 'http_' + res.status, err?.message ?? `HTTP ${res.status}: ${text.slice(0, 200)}`);
+      throw new ApiCallError(res.status, err?.code ?? 'http_' + res.status, err?.message ?? `HTTP ${res.status}: ${text.slice(0, 200)}`);
     }
     return { status: res.status, data: data as T };
   }

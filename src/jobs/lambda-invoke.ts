@@ -7,6 +7,7 @@ import type { InvokeCommand as InvokeCommandType, LambdaClient as LambdaClientTy
 import * as z from 'zod';
 import { PermanentItemError, type ItemInput, type ItemSource } from '../batch/index.js';
 import { defineJob, InvalidParamsError, UnknownJobError } from './job.js';
+import { LeaseholdError } from '../errors.js';
 
 /** Lambda's limit on a synchronous (`RequestResponse`) invoke's request and response payloads: 6 MB, in bytes. */
 export const MAX_SYNC_PAYLOAD_BYTES = 6_291_456;
@@ -38,28 +39,24 @@ export interface LambdaInvokeEvent {
 }
 
 /** The function answered with an error (`FunctionError`): this attempt fails and is retried per `attempts`. */
-export class LambdaFunctionError extends Error {
-  readonly code = 'function_error';
+export class LambdaFunctionError extends LeaseholdError {
   constructor(
     readonly functionName: string,
     readonly errorType: string,
     readonly errorMessage: string,
   ) {
-    super(`function ${functionName} failed: ${errorType}: ${errorMessage}`);
-    this.name = 'LambdaFunctionError';
+    super('function_error', `function ${functionName} failed: ${errorType}: ${errorMessage}`);
   }
 }
 
 /** Lambda throttled the invoke (429, `TooManyRequestsException`): this attempt fails and is retried after the backoff. */
-export class LambdaThrottledError extends Error {
-  readonly code = 'throttled';
+export class LambdaThrottledError extends LeaseholdError {
   constructor(
     readonly functionName: string,
     /** Lambda's words and reason, e.g. `Rate Exceeded.` and `ReservedFunctionConcurrentInvocationLimitExceeded`. */
     readonly detail: string,
   ) {
-    super(`function ${functionName} was throttled (TooManyRequestsException: ${detail})`);
-    this.name = 'LambdaThrottledError';
+    super('throttled', `function ${functionName} was throttled (TooManyRequestsException: ${detail})`);
   }
 }
 

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { InvalidSettingError } from '../errors.js';
+import { InvalidSettingError, LeaseholdError } from '../errors.js';
 import { hostname as osHostname } from 'node:os';
 import { systemClock, type Clock } from '../clock.js';
 import { withTimeout, type Sql } from '../store/index.js';
@@ -101,11 +101,9 @@ export class LeaseConfigError extends InvalidSettingError {
  * Another instance holds a live process row with this process id: this instance wrote nothing
  * and owns nothing (process ids are fresh for every process and never reused).
  */
-export class ProcessIdInUseError extends Error {
-  readonly code = 'process_id_in_use';
+export class ProcessIdInUseError extends LeaseholdError {
   constructor(readonly processId: string) {
-    super(`process id ${processId} belongs to another live instance; process ids must never be reused`);
-    this.name = 'ProcessIdInUseError';
+    super('process_id_in_use', `process id ${processId} belongs to another live instance; process ids must never be reused`);
   }
 }
 

@@ -2,13 +2,14 @@ import type { Sql } from '../store/index.js';
 import { fairShareOf } from './share.js';
 import * as q from './sql.js';
 import type { InvocationPlan, ProcessView, UnitView } from './sql.js';
+import { InvalidSettingError } from '../errors.js';
 
 /**
  * Register a tenant's units of `job`: shards `0..shards−1`, each with `weight` (default 1; 0
  * means never claimed) and `config` (the job's per-unit settings, e.g. `{ endpoints }`).
  * Changing the shard count adds or removes units; a removed unit's owner stops working it on
  * its next tick. Units of another job of the tenant are removed.
- * @throws {RangeError} shards not a whole number from 1 to 10,000, or weight negative.
+ * @throws {InvalidSettingError} shards not a whole number from 1 to 10,000, or weight negative.
  */
 export function putTenantUnits(
   sql: Sql,
@@ -16,10 +17,10 @@ export function putTenantUnits(
   units: { job: string; shards: number; weight?: number; config?: unknown },
 ): Promise<{ added: number; removed: number }> {
   if (!Number.isInteger(units.shards) || units.shards < 1 || units.shards > 10_000) {
-    throw new RangeError(`shards must be a whole number from 1 to 10000, got ${units.shards}`);
+    throw new InvalidSettingError('shards', `must be a whole number from 1 to 10000, got ${units.shards}`);
   }
   const weight = units.weight ?? 1;
-  if (!Number.isInteger(weight) || weight < 0) throw new RangeError(`weight must be a whole number ≥ 0, got ${weight}`);
+  if (!Number.isInteger(weight) || weight < 0) throw new InvalidSettingError('weight', `must be a whole number ≥ 0, got ${weight}`);
   return q.putTenantUnits(sql, { tenant, job: units.job, shards: units.shards, weight, config: units.config ?? {} });
 }
 
@@ -48,11 +49,11 @@ export function getDesired(sql: Sql): Promise<number> {
 
 /**
  * Set the desired count of live processes.
- * @throws {RangeError} not a whole number from 0 to 1,000.
+ * @throws {InvalidSettingError} not a whole number from 0 to 1,000.
  */
 export function setDesired(sql: Sql, desired: number): Promise<void> {
   if (!Number.isInteger(desired) || desired < 0 || desired > 1000) {
-    throw new RangeError(`desired must be a whole number from 0 to 1000, got ${desired}`);
+    throw new InvalidSettingError('desired', `must be a whole number from 0 to 1000, got ${desired}`);
   }
   return q.setDesired(sql, desired);
 }

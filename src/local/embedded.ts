@@ -19,6 +19,7 @@ import { dirname, join, parse, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import postgres from 'postgres';
+import { LeaseholdError } from '../errors.js';
 
 /** Port tried first by {@link startEmbedded}; a free one is chosen when it is taken. */
 export const EMBEDDED_DEFAULT_PORT = 54329;
@@ -35,14 +36,9 @@ export const EMBEDDED_DATABASE = 'leasehold';
 const OWNER_FILE = 'leasehold-owner.json';
 
 /** Base class of the embedded server's errors; `code` is stable. */
-export class EmbeddedPostgresError extends Error {
-  constructor(
-    /** Stable machine-readable code. */
-    readonly code: string,
-    message: string,
-  ) {
-    super(message);
-    this.name = new.target.name;
+export class EmbeddedPostgresError extends LeaseholdError {
+  constructor(code: string, message: string) {
+    super(code, message);
   }
 }
 

@@ -6,6 +6,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { ClientContext } from 'aws-lambda';
 import { createLambdaContext, systemNow, type LambdaLikeContext, type NowClock } from './context.js';
 import { closeServer, listen, readBody } from './http-util.js';
+import { LeaseholdError, InvalidSettingError } from '../errors.js';
 
 /**
  * A function the endpoint can invoke: `(event, context) => result`, usually a middy handler.
@@ -118,15 +119,13 @@ export interface InvokeEndpoint {
 }
 
 /** An invocation ran past `timeoutMs`; its handler keeps its slot until it actually settles. */
-export class LocalInvocationTimeoutError extends Error {
-  readonly code = 'invocation_timeout';
+export class LocalInvocationTimeoutError extends LeaseholdError {
   constructor(
     readonly functionName: string,
     readonly awsRequestId: string,
     readonly timeoutMs: number,
   ) {
-    super(`RequestId: ${awsRequestId} Error: Task timed out after ${(timeoutMs / 1000).toFixed(2)} seconds`);
-    this.name = 'LocalInvocationTimeoutError';
+    super('invocation_timeout', `RequestId: ${awsRequestId} Error: Task timed out after ${(timeoutMs / 1000).toFixed(2)} seconds`);
   }
 }
 
@@ -185,7 +184,7 @@ export function createInvokeEndpoint(options: InvokeEndpointOptions): InvokeEndp
   const maxEventPayloadBytes = options.maxEventPayloadBytes ?? 262_144;
   const maxPayloadBytes = options.maxPayloadBytes ?? 6_291_456;
   const clock = options.clock ?? systemNow;
-  if (!Number.isInteger(concurrency) || concurrency < 1) throw new RangeError(`concurrency must be a positive integer, got ${concurrency}`);
+  if (!Number.isInteger(concurrency) || concurrency < 1) throw new InvalidSettingError('concurrency', `must be a positive integer, got ${concurrency}`);
 
   const queue: Job[] = [];
   let active = 0;

@@ -1,6 +1,7 @@
 // A local webhook receiver for outbox delivery: what tenants' endpoints are in `leasehold dev`.
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { closeServer, listen, readBody } from './http-util.js';
+import { InvalidSettingError } from '../errors.js';
 
 /** One POST the sink received. */
 export interface SinkDelivery {
@@ -179,7 +180,7 @@ export async function startSink(options: SinkOptions = {}): Promise<Sink> {
   };
 
   const delay = (path: string, ms: number): void => {
-    if (!Number.isFinite(ms) || ms < 0) throw new RangeError(`delay must be 0 or more ms, got ${ms}`);
+    if (!Number.isFinite(ms) || ms < 0) throw new InvalidSettingError('delay', `must be 0 or more ms, got ${ms}`);
     if (ms === 0) delays.delete(normalPath(path));
     else delays.set(normalPath(path), ms);
   };

@@ -2,6 +2,7 @@ import type postgres from 'postgres';
 import type { z } from 'zod';
 import { UnknownJobError } from '../jobs/job.js';
 import type { Sql } from '../store/index.js';
+import { InvalidSettingError } from '../errors.js';
 
 /** A structured log function: level, message, fields (the runtime's `Log` fits). */
 export type UnitLog = (level: 'info' | 'warn' | 'error', message: string, fields?: Record<string, unknown>) => void;
@@ -94,12 +95,12 @@ export interface UnitJob<C = unknown> {
 
 /**
  * Define a unit job; returns the definition unchanged, typed.
- * @throws {RangeError} `intervalMs` not a positive finite number, or an empty name.
+ * @throws {InvalidSettingError} `intervalMs` not a positive finite number, or an empty name.
  */
 export function defineUnitJob<C>(job: UnitJob<C>): UnitJob<C> {
-  if (!job.name) throw new RangeError('a unit job needs a name');
+  if (!job.name) throw new InvalidSettingError('name', 'must not be empty (a unit job needs a name)');
   if (!Number.isFinite(job.intervalMs) || job.intervalMs <= 0) {
-    throw new RangeError(`unit job "${job.name}": intervalMs must be a positive number of ms, got ${job.intervalMs}`);
+    throw new InvalidSettingError(`unit job "${job.name}": intervalMs`, `must be a positive number of ms, got ${job.intervalMs}`);
   }
   return job;
 }

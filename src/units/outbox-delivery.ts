@@ -6,6 +6,7 @@ import type { Sql } from '../store/index.js';
 import { EndpointGuard, EndpointRefusedError, type AddressLookup } from './endpoint-guard.js';
 import { defineUnitJob, type ConfigIssue, type UnitContext, type UnitJob } from './job.js';
 import * as q from './sql.js';
+import { LeaseholdError, InvalidSettingError } from '../errors.js';
 
 /** Name of the outbox delivery unit job (`job` in `PUT /tenants/{tenant}/units`). */
 export const OUTBOX_JOB = 'outbox-delivery';
@@ -107,19 +108,17 @@ export function idempotencyKey(tenant: string, id: number): string {
 /**
  * The shard a message key is enqueued on: the first 48 bits of the key's SHA-256, modulo the
  * tenant's shard count. Stable across processes, versions and restarts.
- * @throws {RangeError} `shards` not a positive whole number.
+ * @throws {InvalidSettingError} `shards` not a positive whole number.
  */
 export function outboxShard(key: string, shards: number): number {
-  if (!Number.isInteger(shards) || shards < 1) throw new RangeError(`shards must be a positive whole number, got ${shards}`);
+  if (!Number.isInteger(shards) || shards < 1) throw new InvalidSettingError('shards', `must be a positive whole number, got ${shards}`);
   return createHash('sha256').update(key, 'utf8').digest().readUIntBE(0, 6) % shards;
 }
 
 /** The tenant has no outbox delivery units (of weight > 0, to enqueue on). API: 404. */
-export class NoOutboxUnitsError extends Error {
-  readonly code = 'no_outbox_units';
+export class NoOutboxUnitsError extends LeaseholdError {
   constructor(readonly tenant: string) {
-    super(`tenant "${tenant}" has no ${OUTBOX_JOB} units of weight > 0 (nothing would deliver): register them first with PUT /tenants/${tenant}/units { "job": "${OUTBOX_JOB}", "shards": N, "endpoints": [URL, …] }`);
-    this.name = 'NoOutboxUnitsError';
+    super('no_outbox_units', `tenant "${tenant}" has no ${OUTBOX_JOB} units of weight > 0 (nothing would deliver): register them first with PUT /tenants/${tenant}/units { "job": "${OUTBOX_JOB}", "shards": N, "endpoints": [URL, …] }`);
   }
 }
 
@@ -231,7 +230,7 @@ export async function outboxStatus(sql: Sql, tenant: string): Promise<OutboxStat
  * {@link EndpointGuard}). Registration refuses other endpoints; at delivery every address a
  * host name resolves to is checked inside the connection's own lookup, so the request goes to
  * the address that was checked. A refused endpoint fails its deliveries with the reason.
- * @throws {RangeError} a setting out of range, or an `allow` entry that does not parse.
+ * @throws {InvalidSettingError} a setting out of range, or an `allow` entry that does not parse.
  */
 export function outboxDelivery(options: OutboxDeliveryOptions = {}): UnitJob<OutboxConfig> {
   const s: Settings = {
@@ -244,10 +243,10 @@ export function outboxDelivery(options: OutboxDeliveryOptions = {}): UnitJob<Out
     failureStreak: options.failureStreak ?? options.parallel ?? 4,
   };
   for (const k of ['batchSize', 'parallel', 'timeoutMs', 'failureStreak'] as const) {
-    if (!Number.isInteger(s[k]) || s[k] < 1) throw new RangeError(`${k} must be a positive whole number, got ${s[k]}`);
+    if (!Number.isInteger(s[k]) || s[k] < 1) throw new InvalidSettingError(k, `must be a positive whole number, got ${s[k]}`);
   }
   for (const k of ['backoffMs', 'maxBackoffMs'] as const) {
-    if (!Number.isFinite(s[k]) || s[k] < 0) throw new RangeError(`${k} must be 0 or more ms, got ${s[k]}`);
+    if (!Number.isFinite(s[k]) || s[k] < 0) throw new InvalidSettingError(k, `must be 0 or more ms, got ${s[k]}`);
   }
   const guard = new EndpointGuard({ allow: options.allow, lookup: options.lookup });
   // The endpoint list each unit last dropped removed endpoints for, in this process.

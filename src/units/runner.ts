@@ -3,6 +3,7 @@ import type { Reconciler, Unit, UnitKey } from '../lease/index.js';
 import type { Sql } from '../store/index.js';
 import type { UnitContext, UnitJob, UnitJobRegistry, UnitLog } from './job.js';
 import * as q from './sql.js';
+import { InvalidSettingError } from '../errors.js';
 
 /** Settings of a {@link UnitRunner}. */
 export interface UnitRunnerOptions {
@@ -68,7 +69,7 @@ export class UnitRunner implements Reconciler {
   private readonly stopTimeoutMs: number;
   private closed = false;
 
-  /** @throws {RangeError} `stopTimeoutMs` negative. */
+  /** @throws {InvalidSettingError} `stopTimeoutMs` negative. */
   constructor(options: UnitRunnerOptions) {
     this.sql = options.sql;
     this.processId = options.processId;
@@ -77,7 +78,7 @@ export class UnitRunner implements Reconciler {
     this.leaseValid = options.leaseValid ?? (() => true);
     this.clock = options.clock ?? systemClock;
     this.stopTimeoutMs = options.stopTimeoutMs ?? 5_000;
-    if (!(this.stopTimeoutMs >= 0)) throw new RangeError(`stopTimeoutMs must be 0 or more, got ${options.stopTimeoutMs}`);
+    if (!(this.stopTimeoutMs >= 0)) throw new InvalidSettingError('stopTimeoutMs', `must be 0 or more, got ${options.stopTimeoutMs}`);
     const signal = options.signal;
     if (signal) {
       if (signal.aborted) this.closed = true;
