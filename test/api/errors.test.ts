@@ -30,7 +30,7 @@ describe('the error table', () => {
       [new BatchFinishedError('b1', 'succeeded'), 409, 'batch_finished', /b1/],
       [new BatchOpenError('b1'), 409, 'batch_open', /b1/],
       [new NothingToRedriveError('b1'), 409, 'nothing_to_redrive', /b1/],
-      [new BatchTooLargeError('maxItems', 10, '11 items is over maxItems (10)'), 413, 'batch_too_large', /^params: 11 items/],
+      [new BatchTooLargeError('items', 10, '11 items is over maxItems (10)'), 413, 'batch_too_large', /^params: 11 items/],
       [new TooManyBatchesError('acme', 'files', 4), 429, 'too_many_batches', /maxOpen 4/],
       [new RequestError('not_found', 'no route GET /x'), 404, 'not_found', /^no route/],
       [new RequestError('body_too_large', 'body: 70000 bytes'), 413, 'body_too_large', /^body: /],
