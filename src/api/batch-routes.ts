@@ -23,7 +23,7 @@ export async function redriveRoute(event: APIGatewayProxyEventV2, deps: ApiDeps,
       await dispatchBatch(deps.sql, deps.dispatcher, batch.id);
     } catch (error) {
       // The scheduler dispatches open batches nobody runs; this only makes the redrive sooner.
-      (deps.log ?? (() => {}))('warn', 'dispatch of a redriven batch failed', { batchId: batch.id, error: String(error) });
+      deps.log('warn', 'dispatch of a redriven batch failed', { batchId: batch.id, error: String(error) });
     }
   }
   return json(200, { ...batchView(batch), redrive: { ...redrive, at: iso(redrive.at) }, redriven });

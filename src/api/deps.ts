@@ -17,8 +17,8 @@ export interface ApiDeps {
   config: StartSettings & { maxOpen: number; maxBodyBytes: number; lease?: { shedHysteresis: number } };
   /** Sends a new batch to a worker at once. */
   dispatcher: Dispatcher;
-  /** Structured log sink. Default: none. */
-  log?: Log;
+  /** Structured log of the invocation (`silentLog` to drop lines). */
+  log: Log;
   /** Unit jobs units may be registered for. Default {@link defaultUnitJobs} (`outbox-delivery`). */
   unitJobs?: UnitJobRegistry;
 }

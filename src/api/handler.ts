@@ -123,7 +123,7 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
  * Never throws.
  */
 export async function handleApi(event: APIGatewayProxyEventV2, deps: ApiDeps): Promise<Result> {
-  const log = deps.log ?? (() => {});
+  const { log } = deps;
   const method = (event.requestContext?.http?.method ?? '').toUpperCase();
   const path = event.rawPath ?? event.requestContext?.http?.path ?? '/';
   try {
@@ -186,7 +186,7 @@ async function startBatchRoute(event: APIGatewayProxyEventV2, deps: ApiDeps): Pr
   if (!created) return json(200, { ...batchView(batch), created: false });
   if (dispatchError !== undefined) {
     // The scheduler dispatches never-started batches; this only made the start sooner.
-    (deps.log ?? (() => {}))('warn', 'dispatch of a new batch failed', { batchId: batch.id, error: String(dispatchError) });
+    deps.log('warn', 'dispatch of a new batch failed', { batchId: batch.id, error: String(dispatchError) });
   }
   return json(201, { ...batchView(batch), created: true }, { location: `/batches/${batch.id}` });
 }

@@ -40,7 +40,7 @@ export async function schedulerInvocation(deps: RuntimeDeps, _event: unknown, co
   const { runScheduler } = await import('./scheduler.js');
   // The fleet may hold every connection its budget allows: a refused connection is retried
   // within the invocation (see retryRefusedConnection).
-  const result = await retryRefusedConnection(() => runScheduler(deps), {
+  const result = await retryRefusedConnection(() => runScheduler({ ...deps, log }), {
     untilMs: Math.min(deadlineAt, Date.now() + deps.config.db.connectRetryMs),
     onRetry: (e, waitMs) => log('warn', 'database connection refused; retrying', { error: String(e), waitMs }),
   });

@@ -1,6 +1,6 @@
 import { Logger, LogLevelThreshold, type LogItem } from '@aws-lambda-powertools/logger';
 import type { Context } from 'aws-lambda';
-import type { Log } from '../log.js';
+import { createLog, type Log } from '../log.js';
 
 
 /** Where JSON log lines go; default stdout (errors to stderr). */
@@ -36,10 +36,10 @@ export function writeLogLine(line: string, level: 'info' | 'warn' | 'error'): vo
  * `service` set to `source`. Set `LEASEHOLD_LOG=silent` to drop them (tests).
  */
 export function jsonLog(source: string): Log {
-  return (level, message, fields = {}) => {
+  return createLog((level, message, fields) => {
     if (logSilenced()) return;
     writeLogLine(JSON.stringify({ level, time: new Date().toISOString(), service: source, message, ...fields }), level);
-  };
+  });
 }
 
 /**
@@ -88,10 +88,9 @@ export function powertoolsLogger(service: string): Logger {
 export function lambdaLog(service: string, context?: Pick<Context, 'awsRequestId'> & Partial<Context>, fields: Record<string, unknown> = {}): Log {
   const logger = powertoolsLogger(service);
   if (context?.awsRequestId && typeof context.functionName === 'string') logger.addContext(context as Context);
-  return (level, message, extra = {}) => {
-    const all = { ...fields, ...extra };
+  return createLog((level, message, all) => {
     if (level === 'error') logger.error(message, all);
     else if (level === 'warn') logger.warn(message, all);
     else logger.info(message, all);
-  };
+  }, fields);
 }

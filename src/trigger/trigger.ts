@@ -37,7 +37,7 @@ export interface TriggerMetrics {
  * limits are read from `config`; each defaults to the library's when absent).
  */
 export interface TriggerDeps extends StartDeps {
-  log?: Log;
+  log: Log;
   metrics?: TriggerMetrics;
 }
 
@@ -167,7 +167,7 @@ function bounded(key: string): string {
  * @throws the store's error (the event is worth retrying then).
  */
 export async function handleTrigger(event: unknown, deps: TriggerDeps): Promise<TriggerResult> {
-  const log = deps.log ?? (() => {});
+  const { log } = deps;
   const ids = eventIds(event);
   try {
     const req = readTriggerEvent(event);
@@ -224,7 +224,7 @@ export interface DeferredResult {
  * @throws the store's error (the next pass tries again).
  */
 export async function startDeferred(deps: TriggerDeps & { limit?: number }): Promise<DeferredResult> {
-  const log = deps.log ?? (() => {});
+  const { log } = deps;
   const started: string[] = [];
   const full = new Set<string>();
   for (const d of await q.deferredStarts(deps.sql, deps.limit ?? 100)) {

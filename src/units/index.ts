@@ -18,7 +18,6 @@ export {
   UnitJobRegistry,
   type UnitJob,
   type UnitContext,
-  type UnitLog,
   type Fence,
   type ConfigIssue,
 } from './job.js';

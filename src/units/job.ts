@@ -3,9 +3,8 @@ import type { z } from 'zod';
 import { UnknownJobError } from '../jobs/job.js';
 import type { Sql } from '../store/index.js';
 import { InvalidSettingError } from '../errors.js';
+import type { Log } from '../log.js';
 
-/** A structured log function: level, message, fields (the runtime's `Log` fits). */
-export type UnitLog = (level: 'info' | 'warn' | 'error', message: string, fields?: Record<string, unknown>) => void;
 
 /**
  * A SQL condition, true only while the running process still owns the unit and its process row
@@ -52,7 +51,7 @@ export interface UnitContext<C> {
    */
   leaseValid(): boolean;
   /** Log with the unit's tenant, shard, job and process id added to the fields. */
-  log: UnitLog;
+  log: Log;
 }
 
 /** A problem {@link UnitJob.admit} found: the field (a path within the config) and what is wrong. */

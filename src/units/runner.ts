@@ -1,7 +1,8 @@
 import { systemClock, type Clock } from '../clock.js';
 import type { Reconciler, Unit, UnitKey } from '../lease/index.js';
 import type { Sql } from '../store/index.js';
-import type { UnitContext, UnitJob, UnitJobRegistry, UnitLog } from './job.js';
+import type { Log } from '../log.js';
+import type { UnitContext, UnitJob, UnitJobRegistry } from './job.js';
 import * as q from './sql.js';
 import { InvalidSettingError } from '../errors.js';
 
@@ -13,8 +14,8 @@ export interface UnitRunnerOptions {
   processId: string;
   /** Resolves a unit's `job` to its definition. */
   jobs: UnitJobRegistry;
-  /** Errors of unit runs, unknown jobs and invalid configs go here. Default: none. */
-  log?: UnitLog;
+  /** Errors of unit runs, unknown jobs and invalid configs go here (`silentLog` to drop them). */
+  log: Log;
   /**
    * Whether the process's lease is valid by its own clock (`Leaser.leaseValid`); a run starts
    * only while it is, and unit jobs see it as `ctx.leaseValid()`. Default: always valid.
@@ -63,7 +64,7 @@ export class UnitRunner implements Reconciler {
   private readonly sql: Sql;
   private readonly processId: string;
   private readonly jobs: UnitJobRegistry;
-  private readonly log: UnitLog;
+  private readonly log: Log;
   private readonly leaseValid: () => boolean;
   private readonly clock: Clock;
   private readonly stopTimeoutMs: number;
@@ -74,7 +75,7 @@ export class UnitRunner implements Reconciler {
     this.sql = options.sql;
     this.processId = options.processId;
     this.jobs = options.jobs;
-    this.log = options.log ?? (() => {});
+    this.log = options.log;
     this.leaseValid = options.leaseValid ?? (() => true);
     this.clock = options.clock ?? systemClock;
     this.stopTimeoutMs = options.stopTimeoutMs ?? 5_000;
@@ -176,8 +177,7 @@ export class UnitRunner implements Reconciler {
   private async loop(entry: Entry, job: UnitJob<unknown>): Promise<void> {
     const { unit, stop } = entry;
     const signal = stop.signal;
-    const fields = { processId: this.processId, tenant: unit.tenant, shard: unit.shard, job: job.name };
-    const log: UnitLog = (level, message, extra) => this.log(level, message, { ...fields, ...extra });
+    const log = this.log.with({ processId: this.processId, tenant: unit.tenant, shard: unit.shard, job: job.name });
     // Let the caller (the leaser's tick) finish its bookkeeping before the first run.
     await Promise.resolve();
     let lastProblem: string | undefined;
@@ -192,7 +192,7 @@ export class UnitRunner implements Reconciler {
   }
 
   /** One run; resolves with a problem to log, or undefined. */
-  private async runOnce(entry: Entry, job: UnitJob<unknown>, log: UnitLog): Promise<string | undefined> {
+  private async runOnce(entry: Entry, job: UnitJob<unknown>, log: Log): Promise<string | undefined> {
     const { unit, stop } = entry;
     if (!this.leaseValid()) return undefined;
     let row: q.OwnedUnitRow | undefined;

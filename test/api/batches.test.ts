@@ -2,7 +2,8 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { handleApi, type ApiDeps } from '../../src/api/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { answer, apiDeps, apiEvent, call, InvokeEndpoint, memoryLog, removeTree, tempTree, uniqueTenant } from '../support/api.js';
+import { answer, apiDeps, apiEvent, call, InvokeEndpoint, removeTree, tempTree, uniqueTenant } from '../support/api.js';
+import { memoryLog } from '../support/log.js';
 
 let db: TestDatabase;
 let endpoint: InvokeEndpoint;

@@ -3,7 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { handleApi, type ApiDeps } from '../../src/api/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { registryWithEcho } from './jobs.js';
-import { answer, apiDeps, apiEvent, call, InvokeEndpoint, memoryLog, removeTree, tempTree, uniqueTenant, type EventOptions } from '../support/api.js';
+import { answer, apiDeps, apiEvent, call, InvokeEndpoint, removeTree, tempTree, uniqueTenant, type EventOptions } from '../support/api.js';
+import { memoryLog } from '../support/log.js';
 
 let db: TestDatabase;
 let endpoint: InvokeEndpoint;

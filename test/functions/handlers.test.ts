@@ -22,6 +22,7 @@ import { handleTrigger, type TriggerResult } from '../../src/trigger/index.js';
 import { migrationFiles } from '../../src/store/index.js';
 import { apiEvent, InvokeEndpoint, removeTree, tempTree, type EventOptions } from '../support/api.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
+import { silentLog } from '../../src/log.js';
 
 let db: TestDatabase;
 let endpoint: InvokeEndpoint;
@@ -259,7 +260,7 @@ describe('trigger (EventBridge)', () => {
   it('a start over a limit drops the event (413 in the API), storing nothing', async () => {
     const deps = createRuntime({ jobs: builtinJobs, unitJobs: builtinUnitJobs }).deps();
     const event = busEvent({ job: 'checksum', tenant: 'big', datasource: 'd', params: { dir } });
-    const r = await handleTrigger(event, { ...deps, config: { ...deps.config, maxItems: 2 } });
+    const r = await handleTrigger(event, { log: silentLog, ...deps, config: { ...deps.config, maxItems: 2 } });
     expect(r).toMatchObject({ outcome: 'dropped', code: 'batch_too_large', reason: expect.stringMatching(/^item count: /) });
     expect(await findBatchByKey(db.sql, 'big', `event:${event.id}`)).toBeUndefined();
   });
@@ -268,7 +269,7 @@ describe('trigger (EventBridge)', () => {
     const dead = db.connect({ max: 1 });
     await dead.end();
     const deps = createRuntime({ jobs: builtinJobs, unitJobs: builtinUnitJobs }).deps();
-    await expect(handleTrigger(busEvent({ job: 'checksum', tenant: 't', datasource: 'd', params: { dir } }), { ...deps, sql: dead })).rejects.toMatchObject({
+    await expect(handleTrigger(busEvent({ job: 'checksum', tenant: 't', datasource: 'd', params: { dir } }), { log: silentLog, ...deps, sql: dead })).rejects.toMatchObject({
       code: 'CONNECTION_ENDED',
     });
   });

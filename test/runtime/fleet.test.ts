@@ -6,6 +6,7 @@ import { loadConfig, runScheduler, runWorker } from '../../src/runtime/index.js'
 import { type Dispatcher, type WorkerEvent } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { sleep } from '../support/time.js';
+import { silentLog } from '../../src/log.js';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -91,7 +92,7 @@ describe('a worker process', () => {
     expect(plan.invoked).toBe(3);
     const seen: number[] = [];
     const workers = d.events.splice(0).map((event) =>
-      runWorker(event, { getRemainingTimeInMillis: () => 3000 }, {
+      runWorker(event, { getRemainingTimeInMillis: () => 3000 }, { log: silentLog,
         sql: db.sql,
         jobs: defaultRegistry(),
         config: config(),
@@ -131,7 +132,7 @@ describe('a worker process', () => {
   it('with no unit work, an idle worker returns soon instead of waiting for its deadline', async () => {
     await deleteTenantUnits(db.sql, 'acme');
     const t0 = Date.now();
-    const r = await runWorker({}, { getRemainingTimeInMillis: () => 60_000 }, {
+    const r = await runWorker({}, { getRemainingTimeInMillis: () => 60_000 }, { log: silentLog,
       sql: db.sql,
       jobs: defaultRegistry(),
       config: config(),

@@ -7,6 +7,7 @@ import { createInvokeEndpoint, type InvocationOutcome } from '../../src/local/in
 import { loadConfig, runScheduler, runWorker, LambdaDispatcher, type WorkerResult } from '../../src/runtime/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { sleep } from '../support/time.js';
+import { silentLog } from '../../src/log.js';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -55,7 +56,7 @@ describe('worker handoff through the local invoke endpoint', () => {
     const endpoint = createInvokeEndpoint({
       functions: {
         worker: async (event: unknown, context) => {
-          const r = await runWorker(event as { batchId?: string }, context, { sql: db.sql, jobs, config, dispatcher });
+          const r = await runWorker(event as { batchId?: string }, context, { log: silentLog, sql: db.sql, jobs, config, dispatcher });
           results.push(r);
           return r;
         },

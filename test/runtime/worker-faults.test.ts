@@ -11,6 +11,7 @@ import { connect, type Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { PgProxy } from '../support/pgproxy.js';
 import { sleep } from '../support/time.js';
+import { createLog, silentLog } from '../../src/log.js';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -120,7 +121,7 @@ describe('worker under store faults', () => {
     const REMAINING = 4_000;
     const cfg = config({ LEASEHOLD_DEADLINE_MARGIN_MS: '1500', LEASEHOLD_STORE_TIMEOUT_MS: '500', LEASEHOLD_MOVE_TRIES: '2' });
     const t0 = Date.now();
-    const r: WorkerResult = await within('worker', runWorker({ batchId: batch.id }, remaining(REMAINING), { sql, jobs, config: cfg, dispatcher: d }), REMAINING + 5_000);
+    const r: WorkerResult = await within('worker', runWorker({ batchId: batch.id }, remaining(REMAINING), { log: silentLog, sql, jobs, config: cfg, dispatcher: d }), REMAINING + 5_000);
     const took = Date.now() - t0;
 
     expect(await stall.fired).toMatch(pattern);
@@ -139,7 +140,7 @@ describe('worker under store faults', () => {
 
     // The continuation finishes the batch; what the stalled statement did had committed, and
     // nothing runs twice.
-    const rest = await within('continuation', runWorker({ batchId: batch.id }, remaining(20_000), { sql: db.sql, jobs, config: config(), dispatcher: recording() }), 20_000);
+    const rest = await within('continuation', runWorker({ batchId: batch.id }, remaining(20_000), { log: silentLog, sql: db.sql, jobs, config: config(), dispatcher: recording() }), 20_000);
     expect(rest.runs).toEqual([expect.objectContaining({ batchId: batch.id, outcome: 'succeeded' })]);
     expect((await getBatch(db.sql, batch.id)).counts).toEqual({ pending: 0, running: 0, done: 400, failed: 0 });
     expect(executions.size).toBe(400);
@@ -162,7 +163,7 @@ describe('worker under store faults', () => {
         jobs,
         config: config({ LEASEHOLD_DEADLINE_MARGIN_MS: '1500' }),
         dispatcher: recording(),
-        log: (_level, message) => void logged.push(message),
+        log: createLog((_level, message) => void logged.push(message)),
       }),
       20_000,
     );

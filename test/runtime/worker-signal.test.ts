@@ -6,6 +6,7 @@ import { defaultJobContext, defineJob, JobRegistry } from '../../src/jobs/index.
 import { loadConfig, runWorker } from '../../src/runtime/index.js';
 import { type Dispatcher, type WorkerEvent } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
+import { silentLog } from '../../src/log.js';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -60,7 +61,7 @@ describe('runWorker', () => {
     setTimeout(() => deadline.abort(), 300);
     const dispatcher = recording();
     const t0 = Date.now();
-    const r = await runWorker({ batchId: batch.id }, context(60_000), { sql: db.sql, jobs, config: config(), dispatcher, signal: deadline.signal });
+    const r = await runWorker({ batchId: batch.id }, context(60_000), { log: silentLog, sql: db.sql, jobs, config: config(), dispatcher, signal: deadline.signal });
     expect(Date.now() - t0).toBeLessThan(3_000);
     expect(r.reason).toBe('deadline');
     expect(r.runs).toEqual([expect.objectContaining({ batchId: batch.id, outcome: 'handed-off' })]);
@@ -84,7 +85,7 @@ describe('runWorker', () => {
     const ticks: number[] = [];
     // A fleet worker (from the scheduler): it rebalances units and takes over the open batch.
     // A worker sent for the batch would not tick: it owns no units.
-    const r = await runWorker({ invocationId: '00000000-0000-4000-8000-00000000000f' }, context(30_000), {
+    const r = await runWorker({ invocationId: '00000000-0000-4000-8000-00000000000f' }, context(30_000), { log: silentLog,
       sql: db.sql,
       jobs,
       config: config(),

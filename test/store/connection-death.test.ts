@@ -17,6 +17,7 @@ import { testDatabase, type TestDatabase } from '../support/db.js';
 import { ARM_BACKEND_KILLER, installBackendKiller } from '../support/kill-backend.js';
 import { PgProxy } from '../support/pgproxy.js';
 import { sleep } from '../support/time.js';
+import { silentLog } from '../../src/log.js';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -199,7 +200,7 @@ describe('connections cut at random points', () => {
       }
     })();
     const workers = Array.from({ length: 3 }, () =>
-      within('a worker under cuts', runWorker({}, remaining(5_500), { sql, jobs, config: config(), dispatcher: noDispatch }), 20_000).catch((e: unknown) => {
+      within('a worker under cuts', runWorker({}, remaining(5_500), { log: silentLog, sql, jobs, config: config(), dispatcher: noDispatch }), 20_000).catch((e: unknown) => {
         if (!isConnectionError(e)) throw e;
       }),
     );
@@ -211,7 +212,7 @@ describe('connections cut at random points', () => {
 
     // Without cuts, one worker (through the same proxy and pool) finishes what is left, and
     // returns at its deadline (units keep it until then) owning nothing.
-    const rest = await within('the worker after the cuts', runWorker({}, remaining(12_000), { sql, jobs, config: config(), dispatcher: noDispatch }), 20_000);
+    const rest = await within('the worker after the cuts', runWorker({}, remaining(12_000), { log: silentLog, sql, jobs, config: config(), dispatcher: noDispatch }), 20_000);
     expect(rest.reason).toBe('deadline');
     for (const id of started) {
       expect(await getBatch(db.sql, id)).toMatchObject({ status: 'succeeded', counts: { pending: 0, running: 0, done: 40, failed: 0 } });

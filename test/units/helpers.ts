@@ -3,21 +3,9 @@
 import { randomUUID } from 'node:crypto';
 import { Leaser } from '../../src/lease/index.js';
 import type { Sql } from '../../src/store/index.js';
-import { UnitRunner, type UnitJobRegistry, type UnitLog } from '../../src/units/index.js';
+import { UnitRunner, type UnitJobRegistry } from '../../src/units/index.js';
+import { memoryLog, type LogEntry } from '../support/log.js';
 import type { TestDatabase } from '../support/db.js';
-
-/** One log entry kept by {@link memoryLog}. */
-export interface LogEntry {
-  level: string;
-  message: string;
-  fields?: Record<string, unknown>;
-}
-
-/** A log that keeps its entries. */
-export function memoryLog(): { log: UnitLog; entries: LogEntry[] } {
-  const entries: LogEntry[] = [];
-  return { entries, log: (level, message, fields) => entries.push({ level, message, fields }) };
-}
 
 /** A simulated process: leaser + unit runner, looping until stopped, killed or frozen. */
 export interface Proc {

@@ -22,6 +22,7 @@ import * as q from '../../src/units/sql.js';
 import { auditMarks, startProc, undelivered as undeliveredIn, type Proc } from './helpers.js';
 import { sleep } from '../support/time.js';
 import { waitFor } from '../support/waits.js';
+import { silentLog } from '../../src/log.js';
 
 let db: TestDatabase;
 let sink: Sink;
@@ -435,5 +436,5 @@ it('the default registry knows outbox-delivery, weighted by endpoint count', () 
   const job = defaultUnitJobs().get(OUTBOX_JOB);
   expect(job.weight?.({ endpoints: ['http://a', 'http://b'] })).toBe(2);
   expect(job.config.safeParse({ endpoints: ['ftp://x'] }).success).toBe(false);
-  expect(new UnitRunner({ sql: db.sql, processId: randomUUID(), jobs: defaultUnitJobs() }).units()).toEqual([]);
+  expect(new UnitRunner({ log: silentLog, sql: db.sql, processId: randomUUID(), jobs: defaultUnitJobs() }).units()).toEqual([]);
 });

@@ -4,9 +4,10 @@ import { z } from 'zod';
 import { Leaser, putTenantUnits, type Unit } from '../../src/lease/index.js';
 import { defineUnitJob, UnitJobRegistry, UnitRunner, type UnitContext } from '../../src/units/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { memoryLog } from './helpers.js';
+import { memoryLog } from '../support/log.js';
 import { sleep } from '../support/time.js';
 import { waitFor } from '../support/waits.js';
+import { silentLog } from '../../src/log.js';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -233,7 +234,7 @@ describe('UnitRunner', () => {
     await putTenantUnits(db.sql, t, { job: 'probe-block', shards: 2 });
     const deadline = new AbortController();
     const processId = randomUUID();
-    const runner = new UnitRunner({ sql: db.sql, processId, jobs, signal: deadline.signal });
+    const runner = new UnitRunner({ log: silentLog, sql: db.sql, processId, jobs, signal: deadline.signal });
     const leaser = new Leaser(db.sql, { processId, ttlMs: 2_000, heartbeatIntervalMs: 500 }, runner);
     pairs.push({ leaser, runner, log: [] });
     await leaser.heartbeat();
