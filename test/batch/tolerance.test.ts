@@ -297,7 +297,7 @@ describe('failure tolerance', () => {
       }
       const end = await waitFor('batch end', async () => {
         const b = await getBatch(db.sql, batch.id);
-        return b.status !== 'open' && b;
+        return b.status !== 'open' ? b : undefined;
       });
       for (const r of runners) results.push(...(await r.close()));
       expect(end.status).toBe('failed');
