@@ -17,3 +17,7 @@ alter table leasehold_batches add column allowed_failures integer generated alwa
   case when tolerated_count is not null then tolerated_count
        when tolerated_percent is not null then floor(tolerated_percent * total / 100)::int end
 ) stored;
+
+-- A trigger event deferred because its datasource was full keeps the tolerance it asked for
+-- (`{ "count": n }` or `{ "percent": p }`; null: none), given to the batch when it starts.
+alter table leasehold_deferred_starts add column tolerated_failures jsonb;
