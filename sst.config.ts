@@ -1,5 +1,5 @@
 /// <reference path="./.sst/platform/config.d.ts" />
-// leasehold on AWS: `npx sst deploy --stage NAME` (see README, "Deploy"). This repository's own
+// leasehold on AWS: `npx sst deploy --stage NAME` (see docs/deploy.md). This repository's own
 // app: its runner (functions/leasehold.ts, the built-in jobs) through the Leasehold component,
 // the same one apps use from 'leasehold/sst' (here from the sources).
 //

@@ -26,7 +26,7 @@ const SECRET = /PASSWORD/;
 
 /**
  * Every setting, its environment variable and default. Durations are in ms (the `_MS` suffix).
- * The README's configuration table lists the same.
+ * docs/configuration.md lists the same (test/docs/configuration.test.ts checks it).
  */
 const schema = {
   DATABASE_URL: z.string().url().optional(),

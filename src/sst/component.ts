@@ -31,7 +31,7 @@ import {
   type SettingsOptions,
 } from './settings.js';
 
-/** The API's routes: the paths of README's HTTP API table, every method (the handler answers 405 for a method a path lacks). */
+/** The API's routes: the paths of docs/api.md, every method (the handler answers 405 for a method a path lacks). */
 export const API_ROUTES: readonly string[] = [
   'ANY /batches',
   'ANY /batches/{id}',
