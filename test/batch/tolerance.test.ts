@@ -358,6 +358,43 @@ describe('failure tolerance', () => {
     }
   });
 
+  it("a stale run's items learn of an end by another run's takeover as of a cancel: its move lands nothing, its work is aborted", async () => {
+    const gate = deferred();
+    const aborted = new Set<string>();
+    const executor: Executor = {
+      attempts: 1,
+      parallel: 4,
+      work: ({ key, signal }) =>
+        new Promise((resolve, reject) => {
+          if (key === 'k000') return void gate.promise.then(() => resolve('late'));
+          signal.addEventListener('abort', () => {
+            aborted.add(key);
+            reject(new Error('aborted'));
+          });
+        }),
+    };
+    // A beats rarely and holds its beats valid long; B sees the batch stale almost at once.
+    const a = runner({ beatMs: 10_000, staleMs: 20_000 });
+    const { batch } = await a.start(newBatch(4, { tenant: ownTenant(), toleratedFailures: { count: 0 } }), { maxOpen: 100 }, executor);
+    const aDone = runOf(a, batch.id);
+    await waitFor('all running', async () => (await itemCounts(db.sql, batch.id)).running === 4);
+    await sleep(150);
+    const b = runner({ staleMs: 100 });
+    expect(await b.takeOver(() => executor, batch.id)).toBeDefined();
+    // B counts the attempts A's items used (1 of 1): four failures, none tolerated.
+    expect((await runOf(b, batch.id)).outcome).toBe('failed');
+    const ended = await getBatch(db.sql, batch.id);
+    expect(ended).toMatchObject({ status: 'failed', counts: { failed: 4, running: 0 } });
+    expect(ended.reason).toBe('more items failed than tolerated: 4 failed, 0 tolerated (count 0)');
+    expect(aborted.size).toBe(0);
+    // A's first move comes back short: A lost the batch and aborts the rest of its work.
+    gate.resolve();
+    expect((await aDone).outcome).toBe('lost');
+    expect([...aborted].sort()).toEqual(['k001', 'k002', 'k003']);
+    expect(await getBatch(db.sql, batch.id)).toMatchObject({ status: 'failed', counts: { failed: 4, done: 0 } });
+    expect(await ends(batch.id)).toHaveLength(1);
+  });
+
   it('a batch failed by its tolerance can be redriven: its failed and unstarted items run, and it may succeed', async () => {
     let broken = true;
     const runs = new Map<string, number>();
