@@ -3,7 +3,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { connect, migrate } from './store/index.js';
-import { ApiClient, ApiError, type ApiConcurrency } from './cli/client.js';
+import { ApiClient, ApiError, type ApiBatch, type ApiConcurrency } from './cli/client.js';
 import { followBatch } from './cli/follow.js';
 
 const program = new Command();
@@ -58,12 +58,54 @@ function apiUrl(opt?: string): string {
   return `http://127.0.0.1:${process.env.PORT ?? 3000}`;
 }
 
-/** Show batch `id`'s progress until it finishes, say how it ended, and exit 1 unless it succeeded. */
+/** `--tolerate`: `N` (a whole number of failed items) or `P%` (a percent of the items, 0..100). */
+function tolerance(v: string): { count: number } | { percent: number } {
+  const percent = /^\s*(\d+(?:\.\d+)?)\s*%\s*$/.exec(v);
+  if (percent) {
+    const p = Number(percent[1]);
+    if (p <= 100) return { percent: p };
+  } else if (/^\s*\d+\s*$/.test(v)) {
+    return { count: Number(v) };
+  }
+  throw new InvalidArgumentError('--tolerate takes N (failed items) or P% (0..100% of the items), e.g. 3 or 5%');
+}
+
+/** How a batch's tolerance reads: `2 failed items` or `5% of the items (2 of 40)`; null when none. */
+function toleranceText(b: ApiBatch): string | null {
+  const t = b.toleratedFailures;
+  if (!t) return null;
+  if ('count' in t) return `${t.count} failed item${t.count === 1 ? '' : 's'}`;
+  return `${t.percent}% of the items (${b.allowedFailures} of ${b.total})`;
+}
+
+/** Most failed items the end of a follow lists (all are in `leasehold batch results`). */
+const LISTED_FAILURES = 10;
+
+/**
+ * Show batch `id`'s progress until it finishes, say how it ended (the reason, and its failed
+ * items with their errors), and exit 1 unless it succeeded.
+ */
 async function followToEnd(api: ApiClient, id: string): Promise<void> {
   const end = await followBatch(api, id);
-  console.log(`batch ${end.id} ${end.status}: ${end.counts.done} done, ${end.counts.failed} failed`);
+  const tolerated = end.status === 'succeeded' && end.counts.failed > 0 ? ' (tolerated)' : '';
+  console.log(`batch ${end.id} ${end.status}: ${end.counts.done} done, ${end.counts.failed} failed${tolerated}${end.reason ? `; ${end.reason}` : ''}`);
+  if (end.counts.failed > 0) {
+    let n = 0;
+    for await (const item of api.items(end.id, LISTED_FAILURES, 'failed')) {
+      if (n++ === LISTED_FAILURES) break;
+      console.log(`  failed ${item.key}: ${item.error ?? ''}`);
+    }
+    if (end.counts.failed > LISTED_FAILURES) console.log(`  … ${end.counts.failed - LISTED_FAILURES} more: leasehold batch results ${end.id}`);
+  }
   if (end.status !== 'succeeded') process.exitCode = 1;
 }
+
+/** `--tenant` of the commands on one batch: the tenant-scoped routes. */
+const scopeOption = () =>
+  new Option('--tenant <tenant>', "use the tenant's own routes (/tenants/TENANT/batches/…), as a per-tenant IAM policy requires; another tenant's batch answers 404");
+
+/** A client on the API, scoped to `tenant` when given. */
+const client = (opts: { api?: string; tenant?: string }) => new ApiClient(apiUrl(opts.api), opts.tenant === undefined ? {} : { tenant: opts.tenant });
 
 const apiOption = new Option('--api <url>', 'API base URL (default: LEASEHOLD_API_URL, the running `leasehold dev`, or http://127.0.0.1:3000)');
 
@@ -138,17 +180,20 @@ batch
   .option('--tenant <tenant>', 'tenant', 'local')
   .option('--datasource <name>', 'datasource the batch reads from', 'local')
   .option('--request-key <key>', 'idempotency key: the same key never starts a second batch')
+  .option('--tolerate <N|P%>', 'failed items tolerated: N items or P% of them; past that the batch ends failed at once (default: any failed item fails the batch once all ran)', tolerance)
   .option('--follow', 'show progress until the batch finishes; exit 1 unless it succeeded')
   .option('--json', 'print the batch as JSON')
   .addOption(apiOption)
   .action(async (job: string, opts) => {
-    const api = new ApiClient(apiUrl(opts.api));
+    // The start's own tenant's routes (/tenants/TENANT/batches…), for the start and the follow.
+    const api = new ApiClient(apiUrl(opts.api), { tenant: opts.tenant });
     const { batch: b, created } = await api.startBatch({
       tenant: opts.tenant,
       datasource: opts.datasource,
       job,
       params: opts.param,
       requestKey: opts.requestKey,
+      ...(opts.tolerate ? { toleratedFailures: opts.tolerate } : {}),
     });
     if (opts.json) console.log(JSON.stringify(b));
     else console.log(`${created ? 'started' : 'already started by this request key:'} batch ${b.id} (${b.total} items)`);
@@ -160,9 +205,10 @@ batch
   .description('show a batch: status and item counts')
   .argument('<id>')
   .option('--json', 'print JSON')
+  .addOption(scopeOption())
   .addOption(apiOption)
   .action(async (id: string, opts) => {
-    const b = await new ApiClient(apiUrl(opts.api)).getBatch(id);
+    const b = await client(opts).getBatch(id);
     if (opts.json) return console.log(JSON.stringify(b, null, 2));
     console.log(
       [
@@ -171,6 +217,7 @@ batch
         `tenant    ${b.tenant} / datasource ${b.datasource}`,
         `status    ${b.status}${b.reason ? ` (${b.reason})` : ''}`,
         `items     ${b.total}: ${b.counts.done} done, ${b.counts.failed} failed, ${b.counts.running} running, ${b.counts.pending} pending`,
+        `tolerates ${toleranceText(b) ?? 'no failed item (any failure fails the batch once all items ran)'}`,
         `runs      ${b.runs}${b.ownerProcess ? ` (owner process ${b.ownerProcess})` : ''}${b.redrives ? `; redriven ${b.redrives} time${b.redrives === 1 ? '' : 's'}` : ''}`,
         `created   ${b.createdAt}${b.finishedAt ? `\nfinished  ${b.finishedAt}` : ''}`,
       ].join('\n'),
@@ -181,9 +228,11 @@ batch
   .command('results')
   .description('print one JSON line per item: key, state, attempts, output, error')
   .argument('<id>')
+  .option('--state <state>', 'only items in this state: pending | running | done | failed')
+  .addOption(scopeOption())
   .addOption(apiOption)
   .action(async (id: string, opts) => {
-    for await (const item of new ApiClient(apiUrl(opts.api)).items(id)) {
+    for await (const item of client(opts).items(id, 1000, opts.state)) {
       const { key, state, attempts, output, error } = item;
       process.stdout.write(JSON.stringify({ key, state, attempts, output, error }) + '\n');
     }
@@ -192,13 +241,14 @@ batch
 batch
   .command('list')
   .description('list batches, newest first')
-  .option('--tenant <tenant>', 'only this tenant')
+  .option('--tenant <tenant>', 'only this tenant (through its own route, /tenants/TENANT/batches)')
   .option('--status <status>', 'open | succeeded | failed | cancelled')
   .option('--limit <n>', 'most batches (1..1000, default 100)', positiveInt('--limit'))
   .option('--json', 'print JSON')
   .addOption(apiOption)
   .action(async (opts) => {
-    const list = await new ApiClient(apiUrl(opts.api)).listBatches({ tenant: opts.tenant, status: opts.status, limit: opts.limit });
+    // With --tenant, the tenant's own route (/tenants/TENANT/batches), as a per-tenant IAM policy requires.
+    const list = await client(opts).listBatches({ status: opts.status, limit: opts.limit });
     if (opts.json) return console.log(JSON.stringify(list, null, 2));
     if (list.length === 0) return console.log('no batches');
     console.log(`${'id'.padEnd(36)}  ${'status'.padEnd(9)}  ${'job'.padEnd(12)} finished/total  tenant/datasource  created`);
@@ -211,9 +261,10 @@ batch
   .command('cancel')
   .description('cancel an open batch for good')
   .argument('<id>')
+  .addOption(scopeOption())
   .addOption(apiOption)
   .action(async (id: string, opts) => {
-    const b = await new ApiClient(apiUrl(opts.api)).cancelBatch(id);
+    const b = await client(opts).cancelBatch(id);
     console.log(`batch ${b.id} ${b.status}`);
   });
 
@@ -224,9 +275,10 @@ batch
   .option('--idempotency-key <key>', 'a repeat with the same key answers the first redrive and does nothing')
   .option('--follow', 'show progress until the batch finishes; exit 1 unless it succeeded')
   .option('--json', 'print the batch and the redrive as JSON')
+  .addOption(scopeOption())
   .addOption(apiOption)
   .action(async (id: string, opts) => {
-    const api = new ApiClient(apiUrl(opts.api));
+    const api = client(opts);
     const { batch: b, redrive, redriven } = await api.redriveBatch(id, opts.idempotencyKey);
     if (opts.json) console.log(JSON.stringify({ ...b, redrive, redriven }));
     else if (redriven) console.log(`batch ${b.id} redriven (redrive ${redrive.number}): ${redrive.items} failed item${redrive.items === 1 ? '' : 's'} pending again`);

@@ -16,8 +16,15 @@ export interface BatchView {
   counts: BatchInfo['counts'];
   ownerProcess: string | null;
   runs: number;
-  /** Why the batch ended when its items do not tell (it was given up); otherwise null. */
+  /**
+   * Why the batch ended when its items do not tell (it was given up, or more items failed than
+   * tolerated); otherwise null.
+   */
   reason: string | null;
+  /** Failed items it tolerates as started (`{ count }` or `{ percent }`); null: none given. */
+  toleratedFailures: BatchInfo['toleratedFailures'];
+  /** Failed items allowed before it ends `failed` (the count, or floor(percent × total / 100)); null: none given. */
+  allowedFailures: number | null;
   /** How many times it was redriven. */
   redrives: number;
   createdAt: string;
@@ -47,6 +54,8 @@ export function batchView(b: BatchInfo): BatchView {
     ownerProcess: b.ownerProcess,
     runs: b.runs,
     reason: b.reason,
+    toleratedFailures: b.toleratedFailures,
+    allowedFailures: b.allowedFailures,
     redrives: b.redrives,
     createdAt: iso(b.createdAt)!,
     beatAt: iso(b.beatAt),

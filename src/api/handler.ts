@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { APIGatewayProxyEventV2 } from 'aws-lambda';
 import {
+  BatchNotFoundError,
   cancelBatch,
   createBatch,
   findBatchByKey,
@@ -88,7 +89,29 @@ const LIBRARY_ERRORS: Record<string, { status: number; field?: string }> = {
   no_outbox_units: { status: 404 },
 };
 
-type Handler = (event: APIGatewayProxyEventV2, deps: ApiDeps, params: string[]) => Promise<Result>;
+/**
+ * A route's handler: `params` are the path's `*` segments; `tenant` is set on the tenant-scoped
+ * twin of a batch route (`/tenants/{tenant}/batches…`), whose batch must be that tenant's.
+ */
+type Handler = (event: APIGatewayProxyEventV2, deps: ApiDeps, params: string[], tenant?: string) => Promise<Result>;
+
+/**
+ * The tenant-scoped twin of a batch route (`/tenants/{tenant}/batches…`), so that an IAM policy
+ * can allow `execute-api:Invoke` on one tenant's paths only (docs/deploy.md): the first `*` is
+ * the tenant; with `ofBatch`, the next is a batch id, and a batch of another tenant answers 404
+ * `batch_not_found` as an unknown one does, before anything is done to it.
+ */
+function scoped(handler: Handler, ofBatch: boolean): Handler {
+  return async (event, deps, [rawTenant, ...rest]) => {
+    const tenant = parse(storedNameSchema, rawTenant, 'tenant');
+    if (ofBatch) {
+      const [id] = rest;
+      // A batch's tenant never changes: checked once, it holds for the handler's statements.
+      if ((await getBatch(deps.sql, id)).tenant !== tenant) throw new BatchNotFoundError(id);
+    }
+    return handler(event, deps, rest, tenant);
+  };
+}
 
 /** The routes: path pattern (`*` is one path segment) → method → handler. */
 const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
@@ -98,6 +121,12 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
   { pattern: ['batches', '*', 'items'], methods: { GET: listItemsRoute } },
   { pattern: ['batches', '*', 'redrive'], methods: { POST: redriveRoute } },
   { pattern: ['batches', '*', 'finished'], methods: { GET: finishedRoute } },
+  { pattern: ['tenants', '*', 'batches'], methods: { POST: scoped(startBatch, false), GET: scoped(listBatchesRoute, false) } },
+  { pattern: ['tenants', '*', 'batches', '*'], methods: { GET: scoped(showBatch, true) } },
+  { pattern: ['tenants', '*', 'batches', '*', 'cancel'], methods: { POST: scoped(cancelBatchRoute, true) } },
+  { pattern: ['tenants', '*', 'batches', '*', 'items'], methods: { GET: scoped(listItemsRoute, true) } },
+  { pattern: ['tenants', '*', 'batches', '*', 'redrive'], methods: { POST: scoped(redriveRoute, true) } },
+  { pattern: ['tenants', '*', 'batches', '*', 'finished'], methods: { GET: scoped(finishedRoute, true) } },
   { pattern: ['jobs'], methods: { GET: listJobs } },
   { pattern: ['tenants', '*', 'units'], methods: { PUT: putUnitsRoute, DELETE: deleteUnitsRoute } },
   { pattern: ['tenants', '*', 'outbox'], methods: { POST: enqueueOutboxRoute, GET: outboxStatusRoute } },
@@ -110,8 +139,9 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
  * Answer one API Gateway HTTP API (payload v2) request (DESIGN.md, "Serverless runtime": api).
  *
  * Routes:
- * - `POST /batches` `{ tenant, datasource, job, params?, requestKey? }` (or header
- *   `Idempotency-Key`) → 201 with the new batch (plus `created: true`), sent to a worker at once;
+ * - `POST /batches` `{ tenant, datasource, job, params?, requestKey?, toleratedFailures? }` (or
+ *   header `Idempotency-Key`; `toleratedFailures` is `{ count }` or `{ percent }`, see
+ *   docs/design.md, "Batches": "End") → 201 with the new batch (plus `created: true`), sent to a worker at once;
  *   200 with the batch the request key started before (`created: false`), without expanding
  *   the params again. Without any request key every request starts a new batch.
  * - `GET /batches?tenant=&status=&limit=` → 200 `{ batches }`, newest first (limit 1..1000,
@@ -125,6 +155,11 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
  *   `next` is the `after` of the next page, null on the last (limit 1..1000, default 1000).
  * - `GET /batches/{id}/finished?buckets=` → 200 items finished over the batch's life
  *   ({@link finishedRoute}).
+ * - Every batch route above has a tenant-scoped twin under `/tenants/{tenant}` (`POST`/`GET
+ *   /tenants/{tenant}/batches`, `GET /tenants/{tenant}/batches/{id}`, `…/cancel`, `…/items`,
+ *   `…/redrive`, `…/finished`), so an IAM policy can allow one tenant's paths only: the start's
+ *   and the list's tenant is the path's (a different one in the body or query is a 400), and a
+ *   batch of another tenant answers 404 `batch_not_found`.
  * - `GET /jobs` → 200 `{ jobs: [{ name, description }] }`.
  * - `PUT /tenants/{tenant}/units` `{ job, shards, weight?, endpoints?, config? }` → 200
  *   `{ tenant, job, shards, weight, added, removed }`: the tenant's units become shards
@@ -211,12 +246,17 @@ function matches(pattern: string[], segments: string[]): boolean {
   return pattern.length === segments.length && pattern.every((p, i) => p === '*' || p === segments[i]);
 }
 
-async function startBatch(event: APIGatewayProxyEventV2, deps: ApiDeps): Promise<Result> {
+async function startBatch(event: APIGatewayProxyEventV2, deps: ApiDeps, _params: string[], scope?: string): Promise<Result> {
   const raw = readJsonBody(event, deps.config.maxBodyBytes);
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
     throw new ApiError(400, 'invalid_request', `body: must be a JSON object, got ${typeName(raw)}`);
   }
-  const body = parse(startSchema, raw);
+  // On /tenants/{tenant}/batches the body's tenant is the path's: it may be left out.
+  const given = raw as Record<string, unknown>;
+  if (scope !== undefined && given.tenant !== undefined && given.tenant !== scope) {
+    throw new ApiError(400, 'invalid_request', `tenant: differs from the path's tenant ${JSON.stringify(scope)}; leave it out or make them equal`);
+  }
+  const body = parse(startSchema, scope === undefined ? raw : { ...given, tenant: scope });
   checkStorableJson(body.params, 'params');
 
   const headerValue = header(event, 'idempotency-key');
@@ -243,6 +283,7 @@ async function startBatch(event: APIGatewayProxyEventV2, deps: ApiDeps): Promise
       params: expanded.params,
       requestKey: givenKey ?? randomUUID(),
       items: expanded.items,
+      toleratedFailures: body.toleratedFailures ?? null,
     },
     { maxOpen: deps.config.maxOpen, limits: startLimits(deps.config) },
   );
@@ -254,12 +295,16 @@ async function startBatch(event: APIGatewayProxyEventV2, deps: ApiDeps): Promise
     // The scheduler dispatches never-started batches; this only makes the start sooner.
     (deps.log ?? (() => {}))('warn', 'dispatch of a new batch failed', { batchId: batch.id, error: String(error) });
   }
-  return json(201, { ...batchView(batch), created: true }, { location: `/batches/${batch.id}` });
+  const location = scope === undefined ? `/batches/${batch.id}` : `/tenants/${encodeURIComponent(scope)}/batches/${batch.id}`;
+  return json(201, { ...batchView(batch), created: true }, { location });
 }
 
-async function listBatchesRoute(event: APIGatewayProxyEventV2, deps: ApiDeps): Promise<Result> {
+async function listBatchesRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, _params: string[], scope?: string): Promise<Result> {
   const q = Object.fromEntries(Object.entries(query(event)).filter(([, v]) => v !== ''));
-  const filter = parse(listSchema, q, 'query');
+  if (scope !== undefined && q.tenant !== undefined && q.tenant !== scope) {
+    throw new ApiError(400, 'invalid_request', `tenant: differs from the path's tenant ${JSON.stringify(scope)}; leave it out or make them equal`);
+  }
+  const filter = parse(listSchema, scope === undefined ? q : { ...q, tenant: scope }, 'query');
   const batches = await listBatches(deps.sql, filter);
   return json(200, { batches: await withActivity(deps.sql, batches) });
 }

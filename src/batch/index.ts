@@ -14,6 +14,8 @@ export {
   markDispatched,
   isUuid,
   DEFAULT_MAX_OPEN,
+  checkToleratedFailures,
+  MAX_TOLERATED_COUNT,
   type CreateOptions,
 } from './batches.js';
 export { DEFAULT_START_LIMITS, MAX_KEY_BYTES, type StartLimits } from './items.js';

@@ -136,6 +136,12 @@ export class Run {
   readonly id: string;
   private readonly items = new AbortController();
   private reason: 'stop' | 'lost' | undefined;
+  /** This run ended the batch `failed` because more items failed than it tolerates. */
+  private intolerable = false;
+  /** The batch's failed items as last counted by this run's tolerance check (it alone fails items). */
+  private failedStored = 0;
+  /** Items settled as failed whose move has not landed yet. */
+  private failedSettling = 0;
   /** The run is over: settling items are no longer written. */
   private ended = false;
   private readonly capacity: number;
@@ -221,6 +227,9 @@ export class Run {
   private async loop(): Promise<RunOutcome> {
     if (this.batch.stalledRuns > this.s.maxStalledRuns) return this.giveUp();
     await this.store(() => q.recoverRunning(this.sql, { batchId: this.batch.id, run: this.id, attempts: this.s.attempts }));
+    // The items recovered may cross the batch's tolerance, or a run that died (or handed off)
+    // may have stored failures past it without ending the batch.
+    if (await this.endIfIntolerable()) return 'failed';
     const finished = await this.pump();
     if (finished) return finished;
     // Stopping or lost: in-flight items are told to stop.
@@ -252,6 +261,7 @@ export class Run {
         await new Promise<void>((resolve) => setImmediate(resolve));
         if (this.reason) return undefined;
         await this.step();
+        if (this.intolerable) return 'failed';
         continue;
       }
       // Wait for an item to settle, a retry to come due, or (when items are due but the beats
@@ -282,7 +292,7 @@ export class Run {
 
   /** Claims that fit: free room in the local queue while the store may hold due items. */
   private room(): number {
-    if (this.reason || !this.moreDue || !this.beatValid()) return 0;
+    if (this.reason || !this.moreDue || !this.beatValid() || this.doomed()) return 0;
     return Math.max(0, this.capacity - this.executing.size - this.queue.length);
   }
 
@@ -301,7 +311,7 @@ export class Run {
    * are too old to keep the batch (the next good beat starts them).
    */
   private startQueued(): void {
-    if (this.reason || this.queue.length === 0 || !this.beatValid()) return;
+    if (this.reason || this.queue.length === 0 || !this.beatValid() || this.doomed()) return;
     let now: number | undefined;
     let next = Infinity;
     for (let i = 0; i < this.queue.length && this.executing.size < this.s.parallel; ) {
@@ -328,10 +338,20 @@ export class Run {
     }
   }
 
+  /**
+   * Whether the failures stored and settling are more than the batch tolerates: the flush under
+   * way ends it, so nothing more is claimed or started meanwhile.
+   */
+  private doomed(): boolean {
+    const allowed = this.batch.allowedFailures;
+    return allowed !== null && allowed !== undefined && this.failedStored + this.failedSettling > allowed;
+  }
+
   /** One statement: move every settled item and claim the free room. */
   private async step(): Promise<void> {
     const batch = this.settled;
     this.settled = [];
+    const failures = batch.filter((b) => b.move.state === 'failed').length;
     const claim = this.room();
     const recordProgress = !this.progressRecorded && batch.length > 0;
     const moves = q.encodeMoves(batch.map((b) => b.move));
@@ -351,9 +371,14 @@ export class Run {
       if (!(e instanceof UnstorableMoves)) throw e;
       await this.moveOneByOne(batch);
       return;
+    } finally {
+      // Landed, or lost: either way no longer settling.
+      this.failedSettling -= failures;
     }
     if (r.moved < batch.length) return this.markLost();
     this.landed(batch, sentAt);
+    // The items it claimed are put back by the end: they are not queued.
+    if (failures > 0 && (await this.endIfIntolerable())) return;
     if (claim > 0) {
       this.moreDue = r.claimed.length >= claim;
       // Counted from the answer, which came after the database's now(): never early.
@@ -383,6 +408,24 @@ export class Run {
       if (r.moved < 1) return this.markLost();
       this.landed([item]);
     }
+    if (batch.some((b) => b.move.state === 'failed')) await this.endIfIntolerable();
+  }
+
+  /**
+   * Once more items have failed than the batch tolerates, end it `failed` at once (one fenced
+   * statement; docs/design.md, "Batches": "End"): the items this run claimed or runs go back to
+   * pending and their work is told to stop when the run ends. Resolves to whether it ended the
+   * batch; a batch without a tolerance is never ended here (no statement is sent).
+   */
+  private async endIfIntolerable(): Promise<boolean> {
+    if (this.batch.allowedFailures === null || this.batch.allowedFailures === undefined) return false;
+    const r = await this.store(() => q.endIntolerable(this.sql, this.batch.id, this.id));
+    this.failedStored = r.failed;
+    if (!r.ended) return false;
+    this.intolerable = true;
+    this.queue = [];
+    this.wake();
+    return true;
   }
 
   private moveAlone(item: Settled, dataSensitive: boolean): Promise<q.StepResult> {
@@ -403,6 +446,7 @@ export class Run {
     if (batch.length === 0) return;
     this.progressRecorded = true;
     for (const { move, outcome } of batch) {
+      if (move.state === 'failed') this.failedStored++;
       if (move.state === 'done' || move.state === 'failed') this.finishedItems++;
       else if (outcome === 'retry') this.dueIn(move.delayMs - CLAIM_AHEAD_MS, sentAt);
       else this.moreDue = true;
@@ -446,6 +490,7 @@ export class Run {
       this.executing.delete(c.key);
       if (this.ended || this.reason === 'lost') return;
       this.settled.push(s);
+      if (s.move.state === 'failed') this.failedSettling++;
       // A freed slot starts the next queued item at once, without waiting for the flusher.
       this.startQueued();
       this.wake();
@@ -516,6 +561,7 @@ export class Run {
     } catch (e) {
       if (!(e instanceof UnstorableMoves)) throw e;
       await this.moveOneByOne(batch);
+      if (this.intolerable) return 'failed';
       if (this.reason === 'lost') return 'lost';
       batch = [];
       r = await send(batch);

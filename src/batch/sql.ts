@@ -2,7 +2,7 @@
 // named by `run` owns the open batch; the ownership check takes a share lock on the batch row,
 // so a takeover (an update of that row) and a move are ordered one after the other.
 import type { Sql } from '../store/index.js';
-import type { BatchInfo, BatchStatus, ItemResult, ItemState } from './types.js';
+import type { BatchInfo, BatchStatus, ItemResult, ItemState, ToleratedFailures } from './types.js';
 
 /** A row of `leasehold_batches` joined with its item counts. */
 interface BatchRow {
@@ -19,6 +19,10 @@ interface BatchRow {
   stalled_runs: number;
   reason: string | null;
   redrives: number;
+  tolerated_count: number | null;
+  /** numeric: postgres.js reads it as a string. */
+  tolerated_percent: string | null;
+  allowed_failures: number | null;
   created_at: Date;
   beat_at: Date | null;
   finished_at: Date | null;
@@ -42,6 +46,13 @@ function toInfo(r: BatchRow): BatchInfo {
     stalledRuns: r.stalled_runs,
     reason: r.reason,
     redrives: r.redrives,
+    toleratedFailures:
+      r.tolerated_count !== null
+        ? { count: r.tolerated_count }
+        : r.tolerated_percent !== null
+          ? { percent: Number(r.tolerated_percent) }
+          : null,
+    allowedFailures: r.allowed_failures,
     createdAt: r.created_at,
     beatAt: r.beat_at,
     finishedAt: r.finished_at,
@@ -132,11 +143,24 @@ export async function countOpen(tx: Tx, tenant: string, datasource: string): Pro
 // Inserts a batch unless its request key exists; returns the new id or undefined.
 export async function insertBatch(
   tx: Tx,
-  b: { tenant: string; datasource: string; job: string; params: unknown; requestKey: string; total: number },
+  b: {
+    tenant: string;
+    datasource: string;
+    job: string;
+    params: unknown;
+    requestKey: string;
+    total: number;
+    toleratedFailures?: ToleratedFailures | null;
+  },
 ): Promise<string | undefined> {
+  const t = b.toleratedFailures;
+  const count = t && 'count' in t ? t.count : null;
+  // As text, cast to numeric: the percent is stored exactly as given.
+  const percent = t && 'percent' in t ? String(t.percent) : null;
   const [r] = await tx<{ id: string }[]>`insert into leasehold_batches
-      (tenant, datasource, job, params, request_key, total)
-    values (${b.tenant}, ${b.datasource}, ${b.job}, ${tx.json(b.params as never)}, ${b.requestKey}, ${b.total})
+      (tenant, datasource, job, params, request_key, total, tolerated_count, tolerated_percent)
+    values (${b.tenant}, ${b.datasource}, ${b.job}, ${tx.json(b.params as never)}, ${b.requestKey}, ${b.total},
+      ${count}::int, ${percent}::text::numeric)
     on conflict (tenant, request_key) do nothing
     returning id`;
   return r?.id;
@@ -389,17 +413,66 @@ export async function giveUp(
 }
 
 // Finishes the batch once no item is pending or running: succeeded, or failed when any item
-// failed. Only the owning run can, and only once (status must still be open).
+// failed — or, when the batch tolerates failures, when more items failed than it allows (the
+// reason then says so). Only the owning run can, and only once (status must still be open).
 export async function finishBatch(sql: Sql, batchId: string, run: string): Promise<BatchStatus | undefined> {
   const [r] = await sql<{ status: BatchStatus }[]>`update leasehold_batches b
-    set status = case when exists (select 1 from leasehold_items where batch_id = b.id and state = 'failed')
+    set status = case when (b.allowed_failures is null and n.failed > 0) or n.failed > b.allowed_failures
           then 'failed' else 'succeeded' end,
+        reason = case when n.failed > b.allowed_failures then ${toleranceReason(sql)} else b.reason end,
         finished_at = now(), owner_run = null, owner_process = null, beat_at = null
+    from (select count(*)::int as failed from leasehold_items where batch_id = ${batchId} and state = 'failed') n
     where b.id = ${batchId} and b.owner_run = ${run} and b.status = 'open'
       and not exists (select 1 from leasehold_items
                       where batch_id = b.id and state in ('pending', 'running'))
     returning b.status`;
   return r?.status;
+}
+
+// The reason of a batch ended by its tolerance, from `b` (the batch row) and `n.failed`.
+function toleranceReason(sql: Sql) {
+  return sql`'more items failed than tolerated: ' || n.failed || ' failed, ' || b.allowed_failures || ' tolerated ('
+    || case when b.tolerated_count is not null then 'count ' || b.tolerated_count
+            else b.tolerated_percent || ' % of ' || b.total || ' items' end || ')'`;
+}
+
+/** What {@link endIntolerable} did. */
+export interface IntolerableEnd {
+  /** The batch ended `failed` by this statement. */
+  ended: boolean;
+  /** Items put back to pending (running or claimed when it ended). */
+  givenBack: number;
+  /** The batch's failed items as counted by the statement. */
+  failed: number;
+}
+
+// Ends the batch `failed` at once when more of its items have failed than its tolerance allows
+// (a batch without one is never ended here), with the reason; the items still running under it
+// (executing or claimed ahead) go back to pending with their attempt given back (the end
+// interrupted them), pending ones stay pending. Fenced on the run owning the open batch, whose
+// statements are the only ones that fail items while it owns the batch, so the count read here
+// is the count at the end, and the batch is ended once.
+export async function endIntolerable(sql: Sql, batchId: string, run: string): Promise<IntolerableEnd> {
+  const [r] = await sql<{ ended: number; given_back: number; failed: number }[]>`with n as (
+      select count(*)::int as failed from leasehold_items where batch_id = ${batchId} and state = 'failed'
+    ), ended as (
+      update leasehold_batches b
+      set status = 'failed', reason = ${toleranceReason(sql)},
+          finished_at = now(), owner_run = null, owner_process = null, beat_at = null
+      from n
+      where b.id = ${batchId} and b.owner_run = ${run} and b.status = 'open'
+        and n.failed > b.allowed_failures
+      returning b.id
+    ), back as (
+      update leasehold_items i
+      set state = 'pending', attempts = greatest(i.attempts - 1, 0), run_after = greatest(i.run_after, now()),
+          updated_at = now()
+      where i.batch_id = ${batchId} and i.state = 'running' and exists (select 1 from ended)
+      returning 1
+    )
+    select (select count(*) from ended)::int as ended, (select count(*) from back)::int as given_back,
+      (select failed from n) as failed`;
+  return { ended: r.ended === 1, givenBack: r.given_back, failed: r.failed };
 }
 
 // Whether the run still owns the batch, and how long until its next pending item is due

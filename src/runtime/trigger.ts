@@ -2,8 +2,8 @@
 // trigger). The event decides the request key, so a redelivered event starts nothing new.
 import type { EventBridgeEvent } from 'aws-lambda';
 import * as z from 'zod';
-import { ApiError, checkStorableJson, MAX_NAME_LENGTH, nameSchema, parse } from '../api/request.js';
-import { createBatch, findBatchByKey, TooManyBatchesError } from '../batch/index.js';
+import { ApiError, checkStorableJson, MAX_NAME_LENGTH, nameSchema, parse, toleratedFailuresSchema } from '../api/request.js';
+import { createBatch, findBatchByKey, TooManyBatchesError, type ToleratedFailures } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
 import type { Sql } from '../store/index.js';
 import { startLimits, type Config } from './config.js';
@@ -68,6 +68,7 @@ const detailSchema = z
     datasource: nameSchema,
     job: z.string({ error: (i) => (i.input === undefined ? 'Required' : 'must be a string') }).min(1, 'must not be empty').max(MAX_NAME_LENGTH),
     params: z.union([z.record(z.string(), z.unknown()), z.string()], { error: () => 'must be a JSON object (or its JSON text)' }).optional(),
+    toleratedFailures: toleratedFailuresSchema.optional(),
   })
   .strict();
 
@@ -78,6 +79,8 @@ export interface TriggerRequest {
   job: string;
   params: Record<string, unknown>;
   requestKey: string;
+  /** `detail.toleratedFailures`: `{ count }` or `{ percent }`; null: none (docs/design.md, "Batches": "End"). */
+  toleratedFailures: ToleratedFailures | null;
 }
 
 // `arn:aws:scheduler:region:account:schedule/group/name` and `arn:aws:events:…:rule/[bus/]name`.
@@ -86,7 +89,8 @@ const RULE_ARN = /^arn:aws[a-z-]*:events:[^:]*:[^:]*:rule\/(.+)$/;
 
 /**
  * Read a start request from an EventBridge event `{ id, 'detail-type', source, time, resources,
- * detail: { job, tenant, datasource, params? } }`.
+ * detail: { job, tenant, datasource, params?, toleratedFailures? } }` (`toleratedFailures` as the
+ * API's start takes it: `{ count }` or `{ percent }`).
  *
  * The request key (unique per tenant, like the API's):
  * - a scheduled event — `resources[0]` is an EventBridge Scheduler schedule ARN, or
@@ -122,7 +126,14 @@ export function readTriggerEvent(event: unknown): TriggerRequest {
     }
   }
   checkStorableJson(params, 'detail.params');
-  return { tenant: body.tenant, datasource: body.datasource, job: body.job, params: params as Record<string, unknown>, requestKey: requestKeyOf(e) };
+  return {
+    tenant: body.tenant,
+    datasource: body.datasource,
+    job: body.job,
+    params: params as Record<string, unknown>,
+    requestKey: requestKeyOf(e),
+    toleratedFailures: body.toleratedFailures ?? null,
+  };
 }
 
 function requestKeyOf(e: Partial<Record<string, unknown>>): string {
@@ -180,12 +191,28 @@ export async function handleTrigger(event: unknown, deps: TriggerDeps): Promise<
     try {
       started = await createBatch(
         deps.sql,
-        { tenant: req.tenant, datasource: req.datasource, job: req.job, params: expanded.params, requestKey: req.requestKey, items: expanded.items },
+        {
+          tenant: req.tenant,
+          datasource: req.datasource,
+          job: req.job,
+          params: expanded.params,
+          requestKey: req.requestKey,
+          items: expanded.items,
+          toleratedFailures: req.toleratedFailures,
+        },
         { maxOpen: deps.config.maxOpen, limits: startLimits(deps.config) },
       );
     } catch (error) {
       if (!(error instanceof TooManyBatchesError)) throw error;
-      await q.deferStart(deps.sql, { tenant: req.tenant, requestKey: req.requestKey, datasource: req.datasource, job: req.job, params: req.params, error: error.message });
+      await q.deferStart(deps.sql, {
+        tenant: req.tenant,
+        requestKey: req.requestKey,
+        datasource: req.datasource,
+        job: req.job,
+        params: req.params,
+        toleratedFailures: req.toleratedFailures,
+        error: error.message,
+      });
       log('warn', 'trigger event deferred: its datasource has maxOpen open batches', { ...fields, datasource: req.datasource });
       deps.metrics?.count('TriggersDeferred');
       return { outcome: 'deferred', requestKey: req.requestKey, tenant: req.tenant };
@@ -249,7 +276,15 @@ export async function startDeferred(deps: TriggerDeps & { limit?: number }): Pro
         const expanded = await deps.jobs.expand(d.job, d.params);
         const { batch, created } = await createBatch(
           deps.sql,
-          { tenant: d.tenant, datasource: d.datasource, job: d.job, params: expanded.params, requestKey: d.request_key, items: expanded.items },
+          {
+            tenant: d.tenant,
+            datasource: d.datasource,
+            job: d.job,
+            params: expanded.params,
+            requestKey: d.request_key,
+            items: expanded.items,
+            toleratedFailures: d.tolerated_failures,
+          },
           { maxOpen: deps.config.maxOpen, limits: startLimits(deps.config) },
         );
         if (created) {

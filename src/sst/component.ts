@@ -39,6 +39,13 @@ export const API_ROUTES: readonly string[] = [
   'ANY /batches/{id}/cancel',
   'ANY /batches/{id}/redrive',
   'ANY /batches/{id}/finished',
+  // Tenant-scoped twins of the batch routes: an IAM policy may allow one tenant's paths only.
+  'ANY /tenants/{tenant}/batches',
+  'ANY /tenants/{tenant}/batches/{id}',
+  'ANY /tenants/{tenant}/batches/{id}/items',
+  'ANY /tenants/{tenant}/batches/{id}/cancel',
+  'ANY /tenants/{tenant}/batches/{id}/redrive',
+  'ANY /tenants/{tenant}/batches/{id}/finished',
   'ANY /jobs',
   'ANY /tenants/{tenant}/units',
   'ANY /tenants/{tenant}/outbox',

@@ -12,6 +12,7 @@ import {
   PRODUCTION_STAGES,
   resolveSettings,
   RUNTIME,
+  scheduleEvent,
   START_BATCH_DETAIL_TYPE,
   type ScheduleDeclaration,
 } from '../../src/sst/index.js';
@@ -427,6 +428,20 @@ describe('sst.config.ts, evaluated', () => {
     expect(() => checkSchedules([{ ...good, tenant: '' }])).toThrow(/tenant/);
     expect(() => checkSchedules([{ ...good, datasource: '-x' }])).toThrow(/datasource/);
     expect(() => checkSchedules([{ ...good, params: [] as never }])).toThrow(/params/);
+    expect(() => checkSchedules([{ ...good, toleratedFailures: { count: 2 } }])).not.toThrow();
+    expect(() => checkSchedules([{ ...good, toleratedFailures: { percent: 12.5 } }])).not.toThrow();
+    for (const t of [{ count: -1 }, { count: 1.5 }, { percent: 101 }, { count: 1, percent: 1 }, {}, null]) {
+      expect(() => checkSchedules([{ ...good, toleratedFailures: t as never }]), JSON.stringify(t)).toThrow(/toleratedFailures/);
+    }
+    // The tolerance travels in the schedule's event, as the trigger reads it.
+    expect(scheduleEvent({ ...good, toleratedFailures: { percent: 5 } }).detail).toEqual({
+      job: 'checksum',
+      tenant: 'acme',
+      datasource: 'files',
+      params: {},
+      toleratedFailures: { percent: 5 },
+    });
+    expect(scheduleEvent(good).detail).not.toHaveProperty('toleratedFailures');
   });
 
   it('runs migrations on every deploy before any function takes traffic', async () => {

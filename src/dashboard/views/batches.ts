@@ -62,7 +62,12 @@ function BatchRow({ batch: b, onChanged }: { batch: Batch; onChanged: () => void
     <td><a href=${`#/batches/${b.id}`} title=${b.id}><code>${shortId(b.id)}</code></a></td>
     <td>${b.job}</td>
     <td>${b.tenant} / ${b.datasource}</td>
-    <td><${StatusBadge} status=${b.status} /></td>
+    <td>
+      <${StatusBadge} status=${b.status} />
+      ${b.status === 'succeeded' && b.counts.failed > 0
+        ? html`<br /><span class="muted small" data-tolerated>${b.counts.failed} failed, tolerated</span>`
+        : null}
+    </td>
     <td><${ProgressBar} batch=${b} /></td>
     <td class="num">${rate(b.itemsPerSecond)}</td>
     <td class="num">${b.ageMs === undefined ? '–' : duration(b.ageMs)}</td>
