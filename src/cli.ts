@@ -3,6 +3,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { connect, migrate } from './store/index.js';
+import { ConfigError, loadConfig } from './runtime/config.js';
 import { ApiClient, ApiError, type ApiBatch, type ApiConcurrency } from './cli/client.js';
 import { followBatch } from './cli/follow.js';
 
@@ -152,7 +153,8 @@ program
   .command('migrate')
   .description('apply pending database migrations (DATABASE_URL, else the embedded database)')
   .action(async () => {
-    let url = process.env.DATABASE_URL;
+    // Checked as the functions check it (a postgres:// URL; a bad one named, its password not shown).
+    let url = process.env.DATABASE_URL ? loadConfig({ DATABASE_URL: process.env.DATABASE_URL }).databaseUrl : undefined;
     let stop: (() => Promise<void>) | undefined;
     if (!url) {
       const { startEmbedded } = await import('./local/embedded.js');
@@ -448,6 +450,7 @@ outbox
 
 program.parseAsync().catch((e: unknown) => {
   if (e instanceof ApiError) console.error(`leasehold: ${e.message}${e.status ? ` (HTTP ${e.status})` : ''}`);
+  else if (e instanceof ConfigError) console.error(`leasehold: ${e.message}`);
   else console.error(`leasehold: ${(e as Error)?.stack ?? e}`);
   process.exitCode = process.exitCode || 1;
 });

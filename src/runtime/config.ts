@@ -29,7 +29,11 @@ const SECRET = /PASSWORD/;
  * docs/configuration.md lists the same (test/docs/configuration.test.ts checks it).
  */
 const schema = {
-  DATABASE_URL: z.string().url().optional(),
+  DATABASE_URL: z
+    .string()
+    .url()
+    .refine((url) => /^postgres(ql)?:\/\//.test(url), 'must be a postgres:// or postgresql:// URL')
+    .optional(),
   LEASEHOLD_WORKER_FUNCTION: z.string().min(1).default('leasehold-worker'),
   LEASEHOLD_DEADLINE_MARGIN_MS: int(0).default(10_000),
   LEASEHOLD_DRAIN_MS: int(0).optional(),
@@ -256,6 +260,11 @@ export interface DbConfig {
   connectRetryMs: number;
 }
 
+/** `url` with the password of its user info (`//user:password@`) shown as `***`, for messages. */
+export function redactPassword(url: string): string {
+  return url.replace(/(\/\/[^/@:]*:)[^/@]*@/, '$1***@');
+}
+
 /**
  * Read and validate every setting from `env` (default `process.env`).
  * @throws {ConfigError} naming the first invalid variable.
@@ -266,7 +275,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     const raw = env[name];
     const parsed = (type as z.ZodType).safeParse(raw === '' ? undefined : raw);
     if (!parsed.success) {
-      const got = SECRET.test(name) ? '' : ` (got ${JSON.stringify(raw)})`;
+      const got = SECRET.test(name) ? '' : ` (got ${JSON.stringify(name === 'DATABASE_URL' ? redactPassword(raw ?? '') : raw)})`;
       throw new ConfigError(name, `${parsed.error.issues[0].message}${got}`);
     }
     out[name] = parsed.data;
