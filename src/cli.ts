@@ -26,20 +26,24 @@ const positiveInt = (name: string) => (v: string) => {
   return n;
 };
 
-/** `k=v` pairs into params; values that parse as JSON (numbers, booleans, objects) are taken as JSON. */
+/**
+ * `k=v` pairs into params; values that parse as JSON (numbers such as `1e1`, booleans, null,
+ * strings in quotes, arrays, objects) are taken as JSON, others as text. A whole number past
+ * 2^53 stays text, so it keeps every digit.
+ */
 function collectParam(pair: string, params: Record<string, unknown>): Record<string, unknown> {
   const at = pair.indexOf('=');
   if (at <= 0) throw new InvalidArgumentError(`--param takes key=value, got "${pair}"`);
   const key = pair.slice(0, at);
   const raw = pair.slice(at + 1);
   let value: unknown = raw;
-  if (/^(-?\d+(\.\d+)?|true|false|null|[[{"].*)$/s.test(raw)) {
-    try {
-      value = JSON.parse(raw);
-    } catch {
-      value = raw;
-    }
+  try {
+    value = JSON.parse(raw);
+  } catch {
+    value = raw;
   }
+  // A number JSON cannot carry exactly (an id of 20 digits) stays the text it was.
+  if (typeof value === 'number' && !Number.isSafeInteger(value) && /^-?\d+$/.test(raw.trim())) value = raw;
   return { ...params, [key]: value };
 }
 
@@ -172,7 +176,7 @@ program
     }
   });
 
-const batch = program.command('batch').description('start, show, list and cancel batches through the API');
+const batch = program.command('batch').description('start, show, list, follow the results of, cancel and redrive batches through the API');
 
 batch
   .command('start')
