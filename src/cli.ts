@@ -176,7 +176,7 @@ program
     }
   });
 
-const batch = program.command('batch').description('start, show, list, follow the results of, cancel and redrive batches through the API');
+const batch = program.command('batch').description('start, show, list, cancel and redrive batches, and read their results, through the API');
 
 batch
   .command('start')
