@@ -132,6 +132,8 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
     storeTimeoutMs: config.storeTimeoutMs,
     maxOutputBytes: config.maxOutputBytes,
     maxStalledRuns: config.maxStalledRuns,
+    maxRunning: config.maxRunning,
+    sliceMs: config.sliceMs,
     onEvent: (e: RunnerEvent) => {
       hooks.runner?.(e);
       // Item outcomes as the runner stored them: a result whose move never landed is not counted.
