@@ -221,13 +221,27 @@ export type TakenBatch = BatchInfo & {
 // Tenants and batches are found through the partial indexes `leasehold_tenants_waiting` and
 // `leasehold_batches_waiting`, and stale batches through `leasehold_batches_open_beat`.
 // Batches in `skip` are never taken.
-export async function takeOver(
-  sql: Sql,
-  a: { run: string; process: string; staleMs: number; maxRunning: number; batchId?: string; skip?: string[] },
-): Promise<TakenBatch | undefined> {
+export async function takeOver(sql: Sql, a: TakeOverArgs): Promise<TakenBatch | undefined> {
+  const [r] = await sql<(BatchRow & { queue_wait_ms: number | null })[]>`${takeOverStatement(sql, a)}`;
+  return r && { ...toInfo(r), queueWaitMs: r.queue_wait_ms };
+}
+
+/** What {@link takeOver} takes: the new run and its process, and the choice's settings. */
+export interface TakeOverArgs {
+  run: string;
+  process: string;
+  staleMs: number;
+  /** Limit of tenants without their own; {@link NO_LIMIT} for none. */
+  maxRunning: number;
+  batchId?: string;
+  skip?: string[];
+}
+
+/** The takeover statement as a fragment (the benchmark and a test read its plan with EXPLAIN). */
+export function takeOverStatement(sql: Sql, a: TakeOverArgs) {
   const skip = sql.json(a.skip ?? []);
   const sent = a.batchId ?? null;
-  const [r] = await sql<(BatchRow & { queue_wait_ms: number | null })[]>`with fair as (
+  return sql`with fair as (
       select w.id, t.running
       from leasehold_tenants t
       cross join lateral (
@@ -271,7 +285,6 @@ export async function takeOver(
     where b.id = pick.id
     returning b.*, null::jsonb as counts,
       case when b.runs = 1 then (extract(epoch from now() - b.created_at) * 1000)::float8 end as queue_wait_ms`;
-  return r && { ...toInfo(r), queueWaitMs: r.queue_wait_ms };
 }
 
 // Clears the dispatch mark of a batch a worker was sent for but did not take (another tenant was
