@@ -40,6 +40,8 @@ export const API_ROUTES: readonly string[] = [
   'ANY /batches/{id}/redrive',
   'ANY /batches/{id}/finished',
   'ANY /jobs',
+  'ANY /tenants/{tenant}',
+  'ANY /tenants/{tenant}/limits',
   'ANY /tenants/{tenant}/units',
   'ANY /tenants/{tenant}/outbox',
   'ANY /units',
