@@ -214,15 +214,17 @@ export class Runner {
    * database clock) with one compare-and-set, and run it here in the background. The batch is
    * chosen by the rules of docs/design.md, "Tenant fairness": a stale batch first, else a
    * waiting batch of the tenant running the fewest batches (below its limit), by priority then
-   * age within the tenant. With `batchId` (the batch a worker was sent for), that batch is taken
-   * unless another tenant's waiting batch is served worse; a batch not taken keeps waiting and
-   * may be dispatched again. Resolves to the batch taken, or undefined when none was.
+   * age within the tenant. With `batchId`, only that batch (when its tenant is below its limit,
+   * or it is stale); with `batchId` and `options.orFairer` (a worker sent for the batch), that
+   * batch unless another tenant with a waiting batch runs fewer batches, whose batch is taken
+   * instead: the sent batch keeps waiting and may be dispatched again at once. Resolves to the
+   * batch taken, or undefined when none was.
    * A batch whose job `resolve` does not know is handed back at once, and this runner's later
    * takeovers without `batchId` skip it.
    * @throws the store's error, or when the store does not answer within `storeTimeoutMs`.
    * @throws {RangeError} the executor's settings are out of range: the batch is handed back first.
    */
-  async takeOver(resolve: Resolve, batchId?: string): Promise<BatchInfo | undefined> {
+  async takeOver(resolve: Resolve, batchId?: string, options: { orFairer?: boolean } = {}): Promise<BatchInfo | undefined> {
     if (this.closed) return undefined;
     const runId = randomUUID();
     const sentAt = this.s.clock.now();
@@ -235,13 +237,14 @@ export class Runner {
         staleMs: this.s.staleMs,
         maxRunning: this.s.maxRunning,
         batchId,
+        orFairer: options.orFairer,
         // Else the oldest batch with an unknown job, handed straight back, would be picked again
         // every time and no other batch would ever be taken.
         skip: batchId ? undefined : [...this.unknown],
       }),
       this.s.storeTimeoutMs,
     );
-    if (batchId && batch?.id !== batchId) {
+    if (batchId && options.orFairer && batch?.id !== batchId) {
       // Not taken here: left waiting, and dispatchable again at once.
       await withTimeout(q.undispatch(this.sql, batchId), this.s.storeTimeoutMs).catch(() => {});
     }

@@ -209,8 +209,9 @@ export type TakenBatch = BatchInfo & {
 // Takes over one open batch in one statement, as one compare-and-set on owner and beat that
 // counts one more run and one more stalled run (until a move of this run lands). The choice
 // (docs/design.md, "Tenant fairness"):
-// - `sent`: the batch the worker was sent for, when it is stale, or waits and its tenant is below
-//   its limit, and no other tenant with a waiting batch runs fewer batches;
+// - `batchId`: that batch, when it is stale, or waits and its tenant is below its limit; with
+//   `orFairer`, only while no other tenant with a waiting batch runs fewer batches (else the
+//   choice below), without it nothing else is ever taken;
 // - else a stale batch (beat older than staleMs, database clock): its run died, the slot is its own;
 // - else the waiting batch (open, no owner) of the tenant running the fewest batches, below its
 //   limit (`max_running`, else `maxRunning`), longest unchanged first among equals; within the
@@ -234,6 +235,8 @@ export interface TakeOverArgs {
   /** Limit of tenants without their own; {@link NO_LIMIT} for none. */
   maxRunning: number;
   batchId?: string;
+  /** With `batchId`: take a better choice instead when one exists (a worker sent for the batch). */
+  orFairer?: boolean;
   skip?: string[];
 }
 
@@ -241,6 +244,7 @@ export interface TakeOverArgs {
 export function takeOverStatement(sql: Sql, a: TakeOverArgs) {
   const skip = sql.json(a.skip ?? []);
   const sent = a.batchId ?? null;
+  const only = a.batchId !== undefined && !a.orFairer;
   return sql`with fair as (
       select w.id, t.running
       from leasehold_tenants t
@@ -272,9 +276,10 @@ export function takeOverStatement(sql: Sql, a: TakeOverArgs) {
              or b.beat_at < now() - make_interval(secs => ${a.staleMs / 1000}))
       for update of b, t skip locked
     ), pick as (
-      select id, 0 as o from sent where stale or not exists (select 1 from fair where fair.running < sent.running)
-      union all select id, 1 from stale
-      union all select id, 2 from fair
+      select id, 0 as o from sent
+        where ${only} or stale or not exists (select 1 from fair where fair.running < sent.running)
+      union all select id, 1 from stale where not ${only}
+      union all select id, 2 from fair where not ${only}
       order by o
       limit 1
     )
