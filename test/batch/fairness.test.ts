@@ -144,6 +144,22 @@ describe('per-tenant limits', () => {
     }
   });
 
+  it('leaves a waiting batch of a tenant at its limit out of dispatch until a slot frees', async () => {
+    await cancelAllOpen();
+    const t = tenant('full');
+    await setTenantLimit(db.sql, t, 1);
+    const gate = deferred();
+    const runner = new Runner(db.connect({ max: 2 }), { beatMs: 1_000, staleMs: 10_000 });
+    const first = (await createBatch(db.sql, newBatch(1, { tenant: t }), { maxOpen: 100 })).batch;
+    const second = (await createBatch(db.sql, newBatch(1, { tenant: t }), { maxOpen: 100 })).batch;
+    expect((await runner.takeOver(() => ({ work: () => gate.promise })))?.id).toBe(first.id);
+    expect(await claimDispatch(db.sql, { staleMs: 10_000, cooldownMs: 0 })).not.toContain(second.id);
+    await db.sql`update leasehold_batches set status = 'cancelled', finished_at = now(), owner_run = null where id = ${first.id}`;
+    expect(await claimDispatch(db.sql, { staleMs: 10_000, cooldownMs: 0 })).toContain(second.id);
+    gate.resolve();
+    await runner.close();
+  });
+
   it('runs one batch at a time with maxRunning 1 and 5 concurrent starts, the rest starting in order as each ends', async () => {
     await cancelAllOpen();
     const t = tenant('one');

@@ -30,8 +30,10 @@ create index leasehold_batches_waiting on leasehold_batches (tenant, priority de
 
 -- Adds the change one batch row makes to its tenant's counts. A change of the running count
 -- stamps served_at with the database clock.
+-- Both functions keep the search path of the migration, so they find this schema's tables
+-- whatever the search path of the statement that fires them.
 create function leasehold_tenant_count(t text, d_open integer, d_running integer) returns void
-language plpgsql as $$
+language plpgsql set search_path from current as $$
 begin
   if d_open = 0 and d_running = 0 then
     return;
@@ -44,7 +46,7 @@ begin
 end $$;
 
 create function leasehold_batches_count() returns trigger
-language plpgsql as $$
+language plpgsql set search_path from current as $$
 declare
   old_open integer := 0;
   old_running integer := 0;
