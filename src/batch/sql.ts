@@ -583,8 +583,8 @@ export async function claimDispatch(
         and ((owner_run is null
               and not exists (select 1 from leasehold_tenants t where t.tenant = o.tenant
                               and t.running >= coalesce(t.max_running, ${a.maxRunning})))
-             or beat_at is null
-             or beat_at < now() - make_interval(secs => ${a.staleMs / 1000}))
+             or (owner_run is not null
+                 and (beat_at is null or beat_at < now() - make_interval(secs => ${a.staleMs / 1000}))))
         and (dispatched_at is null or dispatched_at < taken_at
              or dispatched_at < now() - make_interval(secs => ${a.cooldownMs / 1000}))
       order by created_at
