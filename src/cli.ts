@@ -441,7 +441,10 @@ tenants
   });
 
 function printTenant(t: ApiTenant): void {
-  const limit = t.effectiveMaxRunning === null ? 'no limit' : `at most ${t.effectiveMaxRunning} running${t.maxRunning === null ? ' (the default)' : ''}`;
+  const limit =
+    t.effectiveMaxRunning === null
+      ? 'no limit'
+      : `${t.effectiveMaxRunning === 0 ? 'paused: limit 0' : `at most ${t.effectiveMaxRunning} running`}${t.maxRunning === null ? ' (the default)' : ''}`;
   const oldest = t.oldestWaitMs === null ? '' : `; oldest wait ${formatAge(t.oldestWaitMs)}`;
   console.log(`${t.tenant}: ${t.running} running, ${t.waiting} waiting (${limit})${oldest}`);
   for (const [title, list] of [['running', t.runningBatches], ['waiting', t.waitingBatches]] as const) {
