@@ -216,9 +216,10 @@ export type TakenBatch = BatchInfo & {
 // - else the waiting batch (open, no owner) of the tenant running the fewest batches, below its
 //   limit (`max_running`, else `maxRunning`), longest unchanged first among equals; within the
 //   tenant, highest priority, then oldest.
-// The tenant row is locked (skip locked) along with the batch, so two takeovers never both pass
-// one tenant's limit; the triggers of migration 011 count the run on that row in this statement.
-// Nothing here waits for a lock, so a takeover never deadlocks with a cancel or a finish.
+// The tenant row is locked first (skip locked), then its batch (skip locked), so two takeovers
+// never both pass one tenant's limit and take a tenant's batches in their order; the triggers of
+// migration 011 count the run on that row in this statement. Nothing here waits for a lock, so a
+// takeover never deadlocks with a cancel or a finish (which lock the batch, then the tenant).
 // Tenants and batches are found through the partial indexes `leasehold_tenants_waiting` and
 // `leasehold_batches_waiting`, and stale batches through `leasehold_batches_open_beat`.
 // Batches in `skip` are never taken.
@@ -245,21 +246,26 @@ export function takeOverStatement(sql: Sql, a: TakeOverArgs) {
   const skip = sql.json(a.skip ?? []);
   const sent = a.batchId ?? null;
   const only = a.batchId !== undefined && !a.orFairer;
-  return sql`with fair as (
-      select w.id, t.running
-      from leasehold_tenants t
+  return sql`with tenant as materialized (
+      select t.tenant, t.running from leasehold_tenants t
+      where t.open > t.running and t.running < coalesce(t.max_running, ${a.maxRunning})
+        and exists (select 1 from leasehold_batches w
+                    where w.tenant = t.tenant and w.status = 'open' and w.owner_run is null
+                      and w.id::text not in (select jsonb_array_elements_text(${skip})))
+      order by t.running, t.served_at nulls first, t.tenant
+      limit 1
+      for update of t skip locked
+    ), fair as (
+      select w.id, tenant.running
+      from tenant
       cross join lateral (
         select id from leasehold_batches
-        where tenant = t.tenant and status = 'open' and owner_run is null
+        where leasehold_batches.tenant = tenant.tenant and status = 'open' and owner_run is null
           and id::text not in (select jsonb_array_elements_text(${skip}))
         order by priority desc, created_at, id
         limit 1
         for update skip locked
       ) w
-      where t.open > t.running and t.running < coalesce(t.max_running, ${a.maxRunning})
-      order by t.running, t.served_at nulls first, t.tenant
-      limit 1
-      for update of t skip locked
     ), stale as (
       select id from leasehold_batches
       where status = 'open' and owner_run is not null

@@ -1,6 +1,6 @@
 // Tenant fairness (docs/design.md, "Tenant fairness"): which batch a takeover chooses, per-tenant
 // limits under concurrent takeovers, priorities within a tenant, and time slices.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
   Runner,
   claimDispatch,
@@ -13,6 +13,7 @@ import {
   type RunnerEvent,
 } from '../../src/batch/index.js';
 import * as q from '../../src/batch/sql.js';
+import type { Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { deferred, newBatch, runOf, sleep, waitFor } from './helpers.js';
 
@@ -22,6 +23,16 @@ beforeAll(async () => {
   db = await testDatabase();
 });
 afterAll(() => db.close());
+
+/** Pools of this test's runners, ended after each round and test (the server's connections are shared). */
+const opened: Sql[] = [];
+const pool = (max: number): Sql => {
+  const p = db.connect({ max });
+  opened.push(p);
+  return p;
+};
+const endPools = () => Promise.all(opened.splice(0).map((p) => p.end({ timeout: 5 })));
+afterEach(endPools);
 
 let tenantSeq = 0;
 /** A tenant name no other test uses. */
@@ -44,7 +55,7 @@ describe('choosing the next batch', () => {
     const b2 = (await createBatch(db.sql, newBatch(1, { tenant: big }))).batch;
     const b3 = (await createBatch(db.sql, newBatch(1, { tenant: big, priority: 8 }))).batch;
     const s1 = (await createBatch(db.sql, newBatch(1, { tenant: small }))).batch;
-    const runner = new Runner(db.connect({ max: 2 }), { beatMs: 1_000, staleMs: 10_000 });
+    const runner = new Runner(pool(2), { beatMs: 1_000, staleMs: 10_000 });
     const taken: BatchInfo[] = [];
     for (let i = 0; i < 4; i++) taken.push((await runner.takeOver(() => hold))!);
     // big first (alphabetical among never-served tenants), its priority-8 batch before older ones;
@@ -62,7 +73,7 @@ describe('choosing the next batch', () => {
     const small = tenant('small');
     const gate = deferred();
     const hold: Executor = { work: () => gate.promise };
-    const runner = new Runner(db.connect({ max: 2 }), { beatMs: 1_000, staleMs: 10_000 });
+    const runner = new Runner(pool(2), { beatMs: 1_000, staleMs: 10_000 });
     const first = (await createBatch(db.sql, newBatch(1, { tenant: big }))).batch;
     expect((await runner.takeOver(() => hold, first.id))?.id).toBe(first.id);
     const sent = (await createBatch(db.sql, newBatch(1, { tenant: big }))).batch;
@@ -85,7 +96,7 @@ describe('choosing the next batch', () => {
     const small = tenant('small');
     const gate = deferred();
     const hold: Executor = { work: () => gate.promise };
-    const runner = new Runner(db.connect({ max: 2 }), { beatMs: 1_000, staleMs: 10_000 });
+    const runner = new Runner(pool(2), { beatMs: 1_000, staleMs: 10_000 });
     await runner.start(newBatch(1, { tenant: big }), {}, hold);
     await createBatch(db.sql, newBatch(1, { tenant: small }));
     const { batch } = await runner.start(newBatch(1, { tenant: big, datasource: 'other' }), {}, hold);
@@ -99,7 +110,7 @@ describe('choosing the next batch', () => {
     await cancelAllOpen();
     const t = tenant('count');
     const gate = deferred();
-    const runner = new Runner(db.connect({ max: 2 }), { beatMs: 1_000, staleMs: 10_000 });
+    const runner = new Runner(pool(2), { beatMs: 1_000, staleMs: 10_000 });
     const a = (await createBatch(db.sql, newBatch(2, { tenant: t }))).batch;
     const b = (await createBatch(db.sql, newBatch(2, { tenant: t, priority: 2 }))).batch;
     expect(await getTenant(db.sql, t)).toMatchObject({ running: 0, waiting: 2, maxRunning: null });
@@ -135,12 +146,13 @@ describe('per-tenant limits', () => {
       await setTenantLimit(db.sql, t, 1);
       for (let i = 0; i < 5; i++) await createBatch(db.sql, newBatch(1, { tenant: t }), { maxOpen: 100 });
       const gate = deferred();
-      const runners = Array.from({ length: 8 }, () => new Runner(db.connect({ max: 1 }), { beatMs: 1_000, staleMs: 10_000 }));
+      const runners = Array.from({ length: 8 }, () => new Runner(pool(1), { beatMs: 1_000, staleMs: 10_000 }));
       const taken = await Promise.all(runners.map((r) => r.takeOver(() => ({ work: () => gate.promise }))));
       expect(taken.filter(Boolean)).toHaveLength(1);
       expect(await getTenant(db.sql, t)).toMatchObject({ running: 1, waiting: 4, maxRunning: 1, effectiveMaxRunning: 1 });
       gate.resolve();
       await Promise.all(runners.map((r) => r.close()));
+      await endPools();
     }
   });
 
@@ -149,7 +161,7 @@ describe('per-tenant limits', () => {
     const t = tenant('full');
     await setTenantLimit(db.sql, t, 1);
     const gate = deferred();
-    const runner = new Runner(db.connect({ max: 2 }), { beatMs: 1_000, staleMs: 10_000 });
+    const runner = new Runner(pool(2), { beatMs: 1_000, staleMs: 10_000 });
     const first = (await createBatch(db.sql, newBatch(1, { tenant: t }), { maxOpen: 100 })).batch;
     const second = (await createBatch(db.sql, newBatch(1, { tenant: t }), { maxOpen: 100 })).batch;
     expect((await runner.takeOver(() => ({ work: () => gate.promise })))?.id).toBe(first.id);
@@ -160,38 +172,42 @@ describe('per-tenant limits', () => {
     await runner.close();
   });
 
-  it('runs one batch at a time with maxRunning 1 and 5 concurrent starts, the rest starting in order as each ends', async () => {
-    await cancelAllOpen();
-    const t = tenant('one');
-    const started = await Promise.all(Array.from({ length: 5 }, () => createBatch(db.sql, newBatch(4, { tenant: t }), { maxOpen: 100 })));
-    const order = (
-      await db.sql<{ id: string }[]>`select id from leasehold_batches where tenant = ${t} order by created_at, id`
-    ).map((r) => r.id);
-    expect(order).toHaveLength(5);
-    let peak = 0;
-    let now = 0;
-    const work = async () => {
-      now++;
-      peak = Math.max(peak, now);
-      await sleep(20);
-      now--;
-      return 'ok';
-    };
-    // Three workers of two runs each, with the runner's default limit of 1 per tenant.
-    const runners = Array.from({ length: 3 }, () => new Runner(db.connect({ max: 2 }), { beatMs: 200, staleMs: 5_000, maxRuns: 2, maxRunning: 1, parallel: 1 }));
-    for (const r of runners) r.watch(() => ({ work }), 10);
-    await waitFor(
-      'every batch to finish',
-      async () => (await Promise.all(started.map((s) => getBatch(db.sql, s.batch.id)))).every((b) => b.status === 'succeeded'),
-      { timeoutMs: 30_000, everyMs: 20 },
-    );
-    await Promise.all(runners.map((r) => r.close()));
-    const rows = await db.sql<{ id: string; taken_at: Date; finished_at: Date; runs: number }[]>`select id, taken_at, finished_at, runs
-      from leasehold_batches where tenant = ${t} order by taken_at`;
-    expect(rows.map((r) => r.id)).toEqual(order);
-    for (let i = 1; i < rows.length; i++) expect(rows[i].taken_at.getTime()).toBeGreaterThanOrEqual(rows[i - 1].finished_at.getTime());
-    expect(rows.every((r) => r.runs === 1)).toBe(true);
-    expect(peak).toBe(1);
+  it('runs one batch at a time with maxRunning 1 and 5 concurrent starts, the rest starting in order as each ends, round after round', async () => {
+    // Three rounds: the order must hold whichever of the racing runners wins each takeover.
+    for (let round = 0; round < 3; round++) {
+      await cancelAllOpen();
+      const t = tenant('one');
+      const started = await Promise.all(Array.from({ length: 5 }, () => createBatch(db.sql, newBatch(4, { tenant: t }), { maxOpen: 100 })));
+      const order = (
+        await db.sql<{ id: string }[]>`select id from leasehold_batches where tenant = ${t} order by created_at, id`
+      ).map((r) => r.id);
+      expect(order).toHaveLength(5);
+      let peak = 0;
+      let now = 0;
+      const work = async () => {
+        now++;
+        peak = Math.max(peak, now);
+        await sleep(20);
+        now--;
+        return 'ok';
+      };
+      // Three workers of two runs each, with the runner's default limit of 1 per tenant.
+      const runners = Array.from({ length: 3 }, () => new Runner(pool(2), { beatMs: 200, staleMs: 5_000, maxRuns: 2, maxRunning: 1, parallel: 1 }));
+      for (const r of runners) r.watch(() => ({ work }), 10);
+      await waitFor(
+        'every batch to finish',
+        async () => (await Promise.all(started.map((s) => getBatch(db.sql, s.batch.id)))).every((b) => b.status === 'succeeded'),
+        { timeoutMs: 30_000, everyMs: 20 },
+      );
+      await Promise.all(runners.map((r) => r.close()));
+      await endPools();
+      const rows = await db.sql<{ id: string; taken_at: Date; finished_at: Date; runs: number }[]>`select id, taken_at, finished_at, runs
+        from leasehold_batches where tenant = ${t} order by taken_at`;
+      expect(rows.map((r) => r.id)).toEqual(order);
+      for (let i = 1; i < rows.length; i++) expect(rows[i].taken_at.getTime()).toBeGreaterThanOrEqual(rows[i - 1].finished_at.getTime());
+      expect(rows.every((r) => r.runs === 1)).toBe(true);
+      expect(peak).toBe(1);
+    }
   });
 });
 
@@ -215,7 +231,7 @@ describe('time slices', () => {
     };
     const runners = Array.from(
       { length: 2 },
-      () => new Runner(db.connect({ max: 3 }), { beatMs: 100, staleMs: 5_000, maxRuns: 1, parallel: 2, sliceMs: 300, onEvent }),
+      () => new Runner(pool(3), { beatMs: 100, staleMs: 5_000, maxRuns: 1, parallel: 2, sliceMs: 300, onEvent }),
     );
     // The second worker comes half a slice later, so the two workers' slices end apart (as
     // workers' do when they did not all start at one instant).
@@ -247,7 +263,7 @@ describe('time slices', () => {
     await cancelAllOpen();
     const t = tenant('alone');
     const { batch } = await createBatch(db.sql, newBatch(30, { tenant: t }));
-    const runner = new Runner(db.connect({ max: 2 }), { beatMs: 50, staleMs: 5_000, parallel: 1, sliceMs: 60 });
+    const runner = new Runner(pool(2), { beatMs: 50, staleMs: 5_000, parallel: 1, sliceMs: 60 });
     await runner.takeOver(() => ({ work: async () => (await sleep(10), 'ok') }));
     expect((await runOf(runner, batch.id)).outcome).toBe('succeeded');
     await runner.close();
