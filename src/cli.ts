@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { connect, migrate } from './store/index.js';
 import { ConfigError, loadConfig } from './runtime/config.js';
-import { ApiClient, ApiError, type ApiBatch, type ApiConcurrency } from './cli/client.js';
+import { ApiClient, ApiError, type ApiBatch, type ApiTenant, type ApiConcurrency } from './cli/client.js';
 import { followBatch } from './cli/follow.js';
 
 const program = new Command();
@@ -178,6 +178,13 @@ program
 
 const batch = program.command('batch').description('start, show, list, cancel and redrive batches, and read their results, through the API');
 
+/** `--priority`: a whole number from 0 to 9. */
+const priorityArg = (v: string) => {
+  const n = Number(v);
+  if (!/^\d$/.test(v.trim())) throw new InvalidArgumentError('--priority must be a whole number from 0 to 9');
+  return n;
+};
+
 batch
   .command('start')
   .description('start a batch of JOB')
@@ -187,6 +194,7 @@ batch
   .option('--datasource <name>', 'datasource the batch reads from', 'local')
   .option('--request-key <key>', 'idempotency key: the same key never starts a second batch')
   .option('--tolerate <N|P%>', 'failed items tolerated: N items or P% of them; past that the batch ends failed at once (default: any failed item fails the batch once all ran)', tolerance)
+  .option('--priority <0-9>', "order among the tenant's own batches, 9 first (default 5)", priorityArg)
   .option('--follow', 'show progress until the batch finishes; exit 1 unless it succeeded')
   .option('--json', 'print the batch as JSON')
   .addOption(apiOption)
@@ -200,6 +208,7 @@ batch
       params: opts.param,
       requestKey: opts.requestKey,
       ...(opts.tolerate ? { toleratedFailures: opts.tolerate } : {}),
+      priority: opts.priority,
     });
     if (opts.json) console.log(JSON.stringify(b));
     else console.log(`${created ? 'started' : 'already started by this request key:'} batch ${b.id} (${b.total} items)`);
@@ -220,7 +229,7 @@ batch
       [
         `batch     ${b.id}`,
         `job       ${b.job} ${JSON.stringify(b.params)}`,
-        `tenant    ${b.tenant} / datasource ${b.datasource}`,
+        `tenant    ${b.tenant} / datasource ${b.datasource} / priority ${b.priority}`,
         `status    ${b.status}${b.reason ? ` (${b.reason})` : ''}`,
         `items     ${b.total}: ${b.counts.done} done, ${b.counts.failed} failed, ${b.counts.running} running, ${b.counts.pending} pending`,
         `tolerates ${toleranceText(b) ?? 'no failed item (any failure fails the batch once all items ran)'}`,
@@ -257,9 +266,11 @@ batch
     const list = await client(opts).listBatches({ status: opts.status, limit: opts.limit });
     if (opts.json) return console.log(JSON.stringify(list, null, 2));
     if (list.length === 0) return console.log('no batches');
-    console.log(`${'id'.padEnd(36)}  ${'status'.padEnd(9)}  ${'job'.padEnd(12)} finished/total  tenant/datasource  created`);
+    console.log(`${'id'.padEnd(36)}  ${'status'.padEnd(9)}  ${'job'.padEnd(12)} prio  finished/total  tenant/datasource  created`);
     for (const b of list) {
-      console.log(`${b.id}  ${b.status.padEnd(9)}  ${b.job.padEnd(12)} ${b.counts.done + b.counts.failed}/${b.total}  ${b.tenant}/${b.datasource}  ${b.createdAt}`);
+      console.log(
+        `${b.id}  ${b.status.padEnd(9)}  ${b.job.padEnd(12)} ${String(b.priority).padEnd(4)}  ${b.counts.done + b.counts.failed}/${b.total}  ${b.tenant}/${b.datasource}  ${b.createdAt}`,
+      );
     }
   });
 
@@ -451,6 +462,55 @@ outbox
     if (opts.json) return console.log(JSON.stringify(r));
     console.log(`enqueued message ${r.id} on ${tenant}/${r.shard}`);
   });
+
+const tenants = program.command('tenants').description("show a tenant's running and waiting batches, and set its limit, through the API");
+
+tenants
+  .command('show')
+  .description("TENANT's running and waiting batches (waiting ones in the order they will run), its limit and its oldest wait")
+  .argument('<tenant>')
+  .option('--json', 'print JSON')
+  .addOption(apiOption)
+  .action(async (tenant: string, opts) => {
+    const t = await new ApiClient(apiUrl(opts.api)).getTenant(tenant);
+    if (opts.json) return console.log(JSON.stringify(t, null, 2));
+    printTenant(t);
+  });
+
+tenants
+  .command('limit')
+  .description("set how many of TENANT's batches may run at once (0 pauses it), or `default` for the configured default")
+  .argument('<tenant>')
+  .argument('<maxRunning>', 'a whole number ≥ 0, or default')
+  .option('--json', 'print JSON')
+  .addOption(apiOption)
+  .action(async (tenant: string, value: string, opts) => {
+    let maxRunning: number | null;
+    if (value === 'default') maxRunning = null;
+    else if (/^\d{1,10}$/.test(value.trim())) maxRunning = Number(value);
+    else {
+      console.error('leasehold: maxRunning must be a whole number ≥ 0 or "default"');
+      process.exitCode = 2;
+      return;
+    }
+    const t = await new ApiClient(apiUrl(opts.api)).setTenantLimit(tenant, maxRunning);
+    if (opts.json) return console.log(JSON.stringify(t, null, 2));
+    printTenant(t);
+  });
+
+function printTenant(t: ApiTenant): void {
+  const limit =
+    t.effectiveMaxRunning === null
+      ? 'no limit'
+      : `${t.effectiveMaxRunning === 0 ? 'paused: limit 0' : `at most ${t.effectiveMaxRunning} running`}${t.maxRunning === null ? ' (the default)' : ''}`;
+  const oldest = t.oldestWaitMs === null ? '' : `; oldest wait ${formatAge(t.oldestWaitMs)}`;
+  console.log(`${t.tenant}: ${t.running} running, ${t.waiting} waiting (${limit})${oldest}`);
+  for (const [title, list] of [['running', t.runningBatches], ['waiting', t.waitingBatches]] as const) {
+    if (list.length === 0) continue;
+    console.log(`  ${title}:`);
+    for (const b of list) console.log(`    ${b.id}  prio ${b.priority}  ${b.job.padEnd(12)} ${b.datasource}  for ${formatAge(b.forMs)}`);
+  }
+}
 
 program.parseAsync().catch((e: unknown) => {
   if (e instanceof ApiError) console.error(`leasehold: ${e.message}${e.status ? ` (HTTP ${e.status})` : ''}`);

@@ -11,6 +11,8 @@ export interface BatchView {
   job: string;
   params: unknown;
   requestKey: string;
+  /** 0 to 9; orders batches within their tenant only. */
+  priority: number;
   status: BatchInfo['status'];
   total: number;
   counts: BatchInfo['counts'];
@@ -48,6 +50,7 @@ export function batchView(b: BatchInfo): BatchView {
     job: b.job,
     params: b.params,
     requestKey: b.requestKey,
+    priority: b.priority,
     status: b.status,
     total: b.total,
     counts: { ...b.counts },

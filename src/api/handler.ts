@@ -6,8 +6,11 @@ import {
   createBatch,
   findBatchByKey,
   getBatch,
+  getTenant,
   itemsPage,
   listBatches,
+  setTenantLimit,
+  type TenantInfo,
 } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
 import {
@@ -49,6 +52,7 @@ import {
   readJsonBody,
   requestKeySchema,
   startSchema,
+  tenantLimitsSchema,
   typeName,
 } from './request.js';
 
@@ -59,10 +63,13 @@ export interface ApiDeps {
   /**
    * `maxOpen` (open batches per datasource), `maxBodyBytes` (413 above) and the start limits
    * (`maxItems`, `maxInputBytes`, `maxTotalBytes`; 413 above, each defaults to the library's) are
-   * read, and `lease.shedHysteresis` (which processes count as starving; default 0.2) when given.
+   * read, and `lease.shedHysteresis` (which processes count as starving; default 0.2) and
+   * `maxRunning` (the default per-tenant limit `GET /tenants/{tenant}` shows; default none) when given.
    */
   config: Pick<Config, 'maxOpen' | 'maxBodyBytes'> &
-    Partial<Pick<Config, 'maxItems' | 'maxInputBytes' | 'maxTotalBytes'>> & { lease?: Pick<Config['lease'], 'shedHysteresis'> };
+    Partial<Pick<Config, 'maxItems' | 'maxInputBytes' | 'maxTotalBytes' | 'maxRunning'>> & {
+      lease?: Pick<Config['lease'], 'shedHysteresis'>;
+    };
   /** Sends a new batch to a worker at once. */
   dispatcher: Dispatcher;
   /** Structured log sink. Default: none. */
@@ -128,6 +135,8 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
   { pattern: ['tenants', '*', 'batches', '*', 'redrive'], methods: { POST: scoped(redriveRoute, true) } },
   { pattern: ['tenants', '*', 'batches', '*', 'finished'], methods: { GET: scoped(finishedRoute, true) } },
   { pattern: ['jobs'], methods: { GET: listJobs } },
+  { pattern: ['tenants', '*'], methods: { GET: showTenant } },
+  { pattern: ['tenants', '*', 'limits'], methods: { PUT: putTenantLimits } },
   { pattern: ['tenants', '*', 'units'], methods: { PUT: putUnitsRoute, DELETE: deleteUnitsRoute } },
   { pattern: ['tenants', '*', 'outbox'], methods: { POST: enqueueOutboxRoute, GET: outboxStatusRoute } },
   { pattern: ['units'], methods: { GET: listUnitsRoute } },
@@ -139,9 +148,10 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
  * Answer one API Gateway HTTP API (payload v2) request (DESIGN.md, "Serverless runtime": api).
  *
  * Routes:
- * - `POST /batches` `{ tenant, datasource, job, params?, requestKey?, toleratedFailures? }` (or
- *   header `Idempotency-Key`; `toleratedFailures` is `{ count }` or `{ percent }`, see
- *   docs/design.md, "Batches": "End") → 201 with the new batch (plus `created: true`), sent to a worker at once;
+ * - `POST /batches` `{ tenant, datasource, job, params?, requestKey?, priority?, toleratedFailures? }`
+ *   (or header `Idempotency-Key`; `priority` 0..9, default 5, orders the tenant's own batches
+ *   only; `toleratedFailures` is `{ count }` or `{ percent }`, see docs/design.md, "Batches":
+ *   "End") → 201 with the new batch (plus `created: true`), sent to a worker at once;
  *   200 with the batch the request key started before (`created: false`), without expanding
  *   the params again. Without any request key every request starts a new batch.
  * - `GET /batches?tenant=&status=&limit=` → 200 `{ batches }`, newest first (limit 1..1000,
@@ -161,6 +171,10 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
  *   and the list's tenant is the path's (a different one in the body or query is a 400), and a
  *   batch of another tenant answers 404 `batch_not_found`.
  * - `GET /jobs` → 200 `{ jobs: [{ name, description }] }`.
+ * - `GET /tenants/{tenant}` → 200 {@link tenantView}: the tenant's running and waiting batches,
+ *   its limit and its oldest wait (docs/design.md, "Tenant fairness").
+ * - `PUT /tenants/{tenant}/limits` `{ maxRunning }` (0..2,147,483,647, or null for the default)
+ *   → 200 {@link tenantView} after the change.
  * - `PUT /tenants/{tenant}/units` `{ job, shards, weight?, endpoints?, config? }` → 200
  *   `{ tenant, job, shards, weight, added, removed }`: the tenant's units become shards
  *   `0..shards−1` of the unit job `job` (1..10,000 shards); `config` (or `endpoints`, shorthand
@@ -284,6 +298,7 @@ async function startBatch(event: APIGatewayProxyEventV2, deps: ApiDeps, _params:
       requestKey: givenKey ?? randomUUID(),
       items: expanded.items,
       toleratedFailures: body.toleratedFailures ?? null,
+      priority: body.priority,
     },
     { maxOpen: deps.config.maxOpen, limits: startLimits(deps.config) },
   );
@@ -315,7 +330,24 @@ async function showBatch(_event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: st
 }
 
 async function cancelBatchRoute(_event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: string[]): Promise<Result> {
-  return json(200, batchView(await cancelBatch(deps.sql, id)));
+  const cancelled = await cancelBatch(deps.sql, id);
+  // Its slot is free at once: the tenant's next waiting batch goes to a worker now.
+  await dispatchWaiting(deps, cancelled.tenant);
+  return json(200, batchView(cancelled));
+}
+
+/**
+ * Sends the tenant's first waiting batches, as many as its limit leaves room for (at most 10),
+ * to workers; a failed send is logged (the scheduler dispatches waiting batches too).
+ */
+async function dispatchWaiting(deps: ApiDeps, tenant: string): Promise<void> {
+  try {
+    const t = await getTenant(deps.sql, tenant, { defaultMaxRunning: deps.config.maxRunning, limit: 10 });
+    const room = Math.max(0, (t.effectiveMaxRunning ?? Infinity) - t.running);
+    for (const b of t.waitingBatches.slice(0, room)) await dispatchBatch(deps.sql, deps.dispatcher, b.id);
+  } catch (error) {
+    (deps.log ?? (() => {}))('warn', 'dispatch of waiting batches failed', { tenant, error: String(error) });
+  }
 }
 
 async function listItemsRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: string[]): Promise<Result> {
@@ -471,4 +503,48 @@ async function enqueueOutboxRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, 
   checkStorableJson(body.payload, 'payload');
   const { id, shard } = await enqueueOutbox(deps.sql, tenant, { key: body.key, payload: body.payload });
   return json(201, { id, shard });
+}
+
+/**
+ * A tenant as the API shows it: `running` and `waiting` counts, `maxRunning` (its own limit, null
+ * when it uses the default), `effectiveMaxRunning` (the limit in force, null: none),
+ * `oldestWaitMs` (how long its longest-waiting batch has waited, since its start or last
+ * handoff, database clock; null: none waits), and `runningBatches` / `waitingBatches` (at most
+ * 100 each; waiting ones in the order its turns take them) as `[{ id, datasource, job, priority,
+ * createdAt, since, forMs }]`.
+ */
+function tenantView(t: TenantInfo) {
+  const batch = (b: TenantInfo['runningBatches'][number]) => ({
+    id: b.id,
+    datasource: b.datasource,
+    job: b.job,
+    priority: b.priority,
+    createdAt: iso(b.createdAt),
+    since: iso(b.since),
+    forMs: b.forMs,
+  });
+  return {
+    tenant: t.tenant,
+    running: t.running,
+    waiting: t.waiting,
+    maxRunning: t.maxRunning,
+    effectiveMaxRunning: t.effectiveMaxRunning,
+    oldestWaitMs: t.oldestWaitMs,
+    runningBatches: t.runningBatches.map(batch),
+    waitingBatches: t.waitingBatches.map(batch),
+  };
+}
+
+async function showTenant(_event: APIGatewayProxyEventV2, deps: ApiDeps, [rawTenant]: string[]): Promise<Result> {
+  // Any stored tenant name may be looked at, not only the registration charset.
+  const tenant = parse(storedNameSchema, rawTenant, 'tenant');
+  return json(200, tenantView(await getTenant(deps.sql, tenant, { defaultMaxRunning: deps.config.maxRunning })));
+}
+
+async function putTenantLimits(event: APIGatewayProxyEventV2, deps: ApiDeps, [rawTenant]: string[]): Promise<Result> {
+  const tenant = parse(storedNameSchema, rawTenant, 'tenant');
+  const { maxRunning } = parse(tenantLimitsSchema, objectBody(event, deps));
+  await setTenantLimit(deps.sql, tenant, maxRunning);
+  await dispatchWaiting(deps, tenant);
+  return json(200, tenantView(await getTenant(deps.sql, tenant, { defaultMaxRunning: deps.config.maxRunning })));
 }

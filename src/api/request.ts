@@ -117,6 +117,9 @@ export const nameSchema = text(MAX_NAME_LENGTH).regex(
 /** A request key (body `requestKey` or header `Idempotency-Key`). */
 export const requestKeySchema = text(MAX_NAME_LENGTH);
 
+/** Highest batch priority (0 is the lowest; docs/design.md, "Tenant fairness"). */
+export const MAX_PRIORITY = 9;
+
 /** Body of `POST /batches`. Unknown fields are refused, so a misspelt `requestKey` is not silently ignored. */
 export const startSchema = z
   .object({
@@ -128,6 +131,7 @@ export const startSchema = z
       .default({}),
     requestKey: requestKeySchema.optional(),
     toleratedFailures: z.lazy(() => toleratedFailuresSchema).optional(),
+    priority: wholeNumber(0, MAX_PRIORITY).optional(),
   })
   .strict();
 
@@ -307,6 +311,12 @@ export const MAX_DESIRED = 1000;
 
 /** Body of `PUT /concurrency`. */
 export const concurrencySchema = z.object({ desired: wholeNumber(0, MAX_DESIRED) }).strict();
+
+/** Largest per-tenant limit of running batches (a PostgreSQL integer). */
+export const MAX_TENANT_LIMIT = 2_147_483_647;
+
+/** Body of `PUT /tenants/{tenant}/limits`: `maxRunning` a whole number, or null for the default. */
+export const tenantLimitsSchema = z.object({ maxRunning: wholeNumber(0, MAX_TENANT_LIMIT).nullable() }).strict();
 
 /** Body of `POST /tenants/{tenant}/outbox`: `key` picks the shard; `payload` is any JSON value. */
 export const outboxSchema = z

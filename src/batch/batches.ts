@@ -2,7 +2,16 @@ import type { Sql } from '../store/index.js';
 import { BatchFinishedError, BatchNotFoundError, BatchTooLargeError, InvalidBatchError, TooManyBatchesError } from './errors.js';
 import { DEFAULT_START_LIMITS, insertItems, MAX_KEY_BYTES, type StartLimits } from './items.js';
 import * as q from './sql.js';
-import type { BatchInfo, BatchStatus, ItemResult, ItemState, NewBatch, ToleratedFailures } from './types.js';
+import {
+  DEFAULT_PRIORITY,
+  MAX_PRIORITY,
+  type BatchInfo,
+  type BatchStatus,
+  type ItemResult,
+  type ItemState,
+  type NewBatch,
+  type ToleratedFailures,
+} from './types.js';
 
 /** Largest `toleratedFailures.count` (the column is a 32-bit integer). */
 export const MAX_TOLERATED_COUNT = 2_147_483_647;
@@ -63,9 +72,9 @@ export const DEFAULT_MAX_OPEN = 4;
  *
  * `batch.toleratedFailures` (default none) is kept with the batch: see {@link ToleratedFailures}.
  *
- * @throws {InvalidBatchError} no items, two items with one key, a key or input PostgreSQL cannot
- *   store (NUL, unpaired surrogates), an input that is not JSON; a `toleratedFailures` out of
- *   range ({@link checkToleratedFailures}).
+ * @throws {InvalidBatchError} a priority that is not an integer from 0 to 9, no items, two items
+ *   with one key, a key or input PostgreSQL cannot store (NUL, unpaired surrogates), an input
+ *   that is not JSON; a `toleratedFailures` out of range ({@link checkToleratedFailures}).
  * @throws {BatchTooLargeError} over a limit: item count, key bytes ({@link MAX_KEY_BYTES}),
  *   input bytes, total bytes.
  * @throws {TooManyBatchesError} the datasource already has `maxOpen` open batches.
@@ -79,6 +88,10 @@ export async function createBatch(
   checkToleratedFailures(batch.toleratedFailures);
   const maxOpen = options.maxOpen ?? DEFAULT_MAX_OPEN;
   const limits: StartLimits = { ...DEFAULT_START_LIMITS, ...options.limits };
+  const priority = batch.priority ?? DEFAULT_PRIORITY;
+  if (!Number.isInteger(priority) || priority < 0 || priority > MAX_PRIORITY) {
+    throw new InvalidBatchError(`priority must be an integer from 0 to ${MAX_PRIORITY} (got ${String(batch.priority)})`);
+  }
   const known = Array.isArray(batch.items) ? batch.items.length : 0;
   if (known > limits.maxItems) {
     throw new BatchTooLargeError('items', limits.maxItems, `item count: ${known} items; the limit is ${limits.maxItems}`);
@@ -95,7 +108,7 @@ export async function createBatch(
     if ((await q.countOpen(t, batch.tenant, batch.datasource)) >= maxOpen) {
       throw new TooManyBatchesError(batch.tenant, batch.datasource, maxOpen);
     }
-    const inserted = await q.insertBatch(t, { ...batch, total: known });
+    const inserted = await q.insertBatch(t, { ...batch, total: known, priority });
     if (!inserted) {
       // The same key committed on another datasource meanwhile: answer that batch.
       return { id: (await q.batchIdByKey(t, batch.tenant, batch.requestKey))!, created: false };
@@ -180,13 +193,15 @@ export function countOpenBatches(sql: Sql): Promise<number> {
 /**
  * Mark and return open batches that need a worker: never started, handed off, or stale
  * (beat older than `staleMs`, database clock). A batch dispatched within `cooldownMs` is
- * skipped, so overlapping callers never dispatch it twice.
+ * skipped, so overlapping callers never dispatch it twice. A batch waiting while its tenant
+ * runs its limit of batches (its own, else `maxRunning`; default no limit) is not returned
+ * (docs/design.md, "Tenant fairness").
  */
 export function claimDispatch(
   sql: Sql,
-  options: { staleMs: number; cooldownMs: number; limit?: number },
+  options: { staleMs: number; cooldownMs: number; limit?: number; maxRunning?: number },
 ): Promise<string[]> {
-  return q.claimDispatch(sql, { ...options, limit: options.limit ?? 100 });
+  return q.claimDispatch(sql, { ...options, limit: options.limit ?? 100, maxRunning: options.maxRunning ?? q.NO_LIMIT });
 }
 
 /** Record that `batchId` was just sent to a worker. */

@@ -41,3 +41,4 @@ export {
   type FinishedSeries,
   type BatchActivity,
 } from './progress.js';
+export { getTenant, setTenantLimit, MAX_TENANT_LIMIT, type TenantInfo, type TenantBatch } from './tenants.js';

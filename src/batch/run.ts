@@ -20,7 +20,16 @@ export type ItemOutcome = 'done' | 'failed' | 'retry' | 'interrupted' | 'given-b
 
 /** What the runner reports as it goes (for logs and metrics); never needed for correctness. */
 export type RunnerEvent =
-  | { type: 'run-started'; batchId: string; runId: string; takeover: boolean }
+  | {
+      type: 'run-started';
+      batchId: string;
+      runId: string;
+      takeover: boolean;
+      tenant: string;
+      priority: number;
+      /** ms from the batch's start to this run, on its first run (database clock); else null. */
+      queueWaitMs: number | null;
+    }
   | { type: 'run-ended'; result: RunResult }
   | { type: 'item-ended'; batchId: string; runId: string; key: string; attempt: number; outcome: ItemOutcome }
   | { type: 'store-error'; batchId: string; runId: string; error: unknown; tries: number }
@@ -47,6 +56,10 @@ export interface RunSettings {
   drainMs: number;
   maxOutputBytes: number;
   maxStalledRuns: number;
+  /** Default per-tenant limit of running batches (for the slice check). */
+  maxRunning: number;
+  /** The run's time slice, ms (docs/design.md, "Tenant fairness"). */
+  sliceMs: number;
   clock: Clock;
   random: () => number;
   onEvent: (event: RunnerEvent) => void;
@@ -135,7 +148,8 @@ interface Settled {
 export class Run {
   readonly id: string;
   private readonly items = new AbortController();
-  private reason: 'stop' | 'lost' | undefined;
+  /** Why the run stops: asked to (handoff), lost its batch, or its slice ended with others waiting. */
+  private reason: 'stop' | 'lost' | 'slice' | undefined;
   /** This run ended the batch `failed` because more items failed than it tolerates. */
   private intolerable = false;
   /** The batch's failed items as last counted by this run's tolerance check (it alone fails items). */
@@ -184,7 +198,7 @@ export class Run {
 
   /** Ask the run to hand off: stop claiming, let in-flight items settle, clear the beat. */
   requestStop(): void {
-    this.reason ??= 'stop';
+    if (this.reason !== 'lost') this.reason = 'stop';
     this.wake();
   }
 
@@ -197,6 +211,7 @@ export class Run {
   async execute(): Promise<RunResult> {
     const beats = new AbortController();
     const beating = this.beatLoop(beats.signal);
+    const slicing = this.sliceLoop(beats.signal);
     let outcome: RunOutcome;
     let error: Error | undefined;
     try {
@@ -211,7 +226,7 @@ export class Run {
       this.dueTimer?.abort();
       this.startTimer?.abort();
       beats.abort();
-      await beating;
+      await Promise.all([beating, slicing]);
     }
     if (outcome === 'lost' && !error) error = new BatchLostError(this.batch.id, this.id);
     return {
@@ -232,6 +247,11 @@ export class Run {
     if (await this.endIfIntolerable()) return 'failed';
     const finished = await this.pump();
     if (finished) return finished;
+    // The slice ended: in-flight items finish (a slice uses no attempt) unless a stop or a loss
+    // comes meanwhile; nothing new starts.
+    while (this.reason === 'slice' && this.executing.size > 0) {
+      await new Promise<void>((resolve) => (this.wakeUp = resolve));
+    }
     // Stopping or lost: in-flight items are told to stop.
     this.items.abort();
     // Work that ignores its signal must not hold the run (and a Lambda worker) past its
@@ -568,6 +588,12 @@ export class Run {
     }
     if (!r.handed) return 'lost';
     this.landed(batch);
+    if (this.reason === 'slice') {
+      for (const c of queued) {
+        this.s.onEvent({ type: 'item-ended', batchId: this.batch.id, runId: this.id, key: c.key, attempt: c.attempts - 1, outcome: 'given-back' });
+      }
+      return 'sliced';
+    }
     for (const c of queued) {
       this.s.onEvent({ type: 'item-ended', batchId: this.batch.id, runId: this.id, key: c.key, attempt: c.attempts - 1, outcome: 'given-back' });
     }
@@ -588,6 +614,29 @@ export class Run {
     );
     if (!ok) return 'lost';
     throw new BatchGivenUpError(this.batch.id, runs, reason);
+  }
+
+  /**
+   * Time slicing (docs/design.md, "Tenant fairness"): once the run has held its batch for
+   * `sliceMs`, and after every beat from then on, it asks whether another tenant's batch waits
+   * for a worker (below its tenant's limit); if so the run hands off. With nobody waiting it
+   * keeps its batch. A failed check is tried again after the next beat.
+   */
+  private async sliceLoop(signal: AbortSignal): Promise<void> {
+    await this.s.clock.sleep(this.s.sliceMs, signal);
+    while (!signal.aborted && !this.reason) {
+      try {
+        const waiting = await withTimeout(q.othersWaiting(this.sql, this.batch.tenant, this.s.maxRunning), this.s.storeTimeoutMs);
+        if (waiting && !signal.aborted && !this.reason) {
+          this.reason = 'slice';
+          this.wake();
+          return;
+        }
+      } catch (error) {
+        this.s.onEvent({ type: 'store-error', batchId: this.batch.id, runId: this.id, error, tries: 1 });
+      }
+      await this.s.clock.sleep(Math.min(this.s.beatMs, this.s.sliceMs), signal);
+    }
   }
 
   private async beatLoop(signal: AbortSignal): Promise<void> {

@@ -12,6 +12,7 @@ interface BatchRow {
   job: string;
   params: unknown;
   request_key: string;
+  priority: number;
   status: BatchStatus;
   total: number;
   owner_process: string | null;
@@ -38,6 +39,7 @@ function toInfo(r: BatchRow): BatchInfo {
     job: r.job,
     params: r.params,
     requestKey: r.request_key,
+    priority: r.priority,
     status: r.status,
     total: r.total,
     counts: { pending: c.pending ?? 0, running: c.running ?? 0, done: c.done ?? 0, failed: c.failed ?? 0 },
@@ -150,6 +152,7 @@ export async function insertBatch(
     params: unknown;
     requestKey: string;
     total: number;
+    priority: number;
     toleratedFailures?: ToleratedFailures | null;
   },
 ): Promise<string | undefined> {
@@ -158,8 +161,8 @@ export async function insertBatch(
   // As text, cast to numeric: the percent is stored exactly as given.
   const percent = t && 'percent' in t ? String(t.percent) : null;
   const [r] = await tx<{ id: string }[]>`insert into leasehold_batches
-      (tenant, datasource, job, params, request_key, total, tolerated_count, tolerated_percent)
-    values (${b.tenant}, ${b.datasource}, ${b.job}, ${tx.json(b.params as never)}, ${b.requestKey}, ${b.total},
+      (tenant, datasource, job, params, request_key, total, priority, tolerated_count, tolerated_percent)
+    values (${b.tenant}, ${b.datasource}, ${b.job}, ${tx.json(b.params as never)}, ${b.requestKey}, ${b.total}, ${b.priority},
       ${count}::int, ${percent}::text::numeric)
     on conflict (tenant, request_key) do nothing
     returning id`;
@@ -219,31 +222,177 @@ export async function countAllOpen(sql: Sql): Promise<number> {
   return r.n;
 }
 
-// Takes over one open batch that is unowned, handed off or stale (beat older than staleMs by
-// the database clock): one compare-and-set on owner and beat, counting one more run and one
-// more stalled run (until a move of this run lands). With `batchId`, only that batch; batches in
-// `skip` are never taken.
-export async function takeOver(
-  sql: Sql,
-  a: { run: string; process: string; staleMs: number; batchId?: string; skip?: string[] },
-): Promise<BatchInfo | undefined> {
-  const [r] = await sql<BatchRow[]>`update leasehold_batches b
-    set owner_run = ${a.run}, owner_process = ${a.process}, beat_at = now(), taken_at = now(), handed_off_at = null,
-        runs = b.runs + 1, stalled_runs = b.stalled_runs + 1
-    from (
+/** No per-tenant limit: the largest `max_running` a statement compares with. */
+export const NO_LIMIT = 2_147_483_647;
+
+/** A batch a takeover took, with how long it waited for its first run. */
+export type TakenBatch = BatchInfo & {
+  /** ms from its start to this takeover when this is its first run (database clock); else null. */
+  queueWaitMs: number | null;
+};
+
+// Takes over one open batch in one statement, as one compare-and-set on owner and beat that
+// counts one more run and one more stalled run (until a move of this run lands). The choice
+// (docs/design.md, "Tenant fairness"):
+// - `batchId`: that batch, when it is stale, or waits and its tenant is below its limit; with
+//   `orFairer`, only while no other tenant with a waiting batch runs fewer batches (else the
+//   choice below), without it nothing else is ever taken;
+// - else a stale batch (beat older than staleMs, database clock): its run died, the slot is its own;
+// - else the waiting batch (open, no owner) of the tenant running the fewest batches, below its
+//   limit (`max_running`, else `maxRunning`), longest unchanged first among equals; within the
+//   tenant, highest priority, then oldest.
+// The tenant row is locked first (skip locked), then its batch (skip locked), so two takeovers
+// never both pass one tenant's limit and take a tenant's batches in their order; the triggers of
+// migration 011 count the run on that row in this statement. Nothing here waits for a lock, so a
+// takeover never deadlocks with a cancel or a finish (which lock the batch, then the tenant).
+// Tenants and batches are found through the partial indexes `leasehold_tenants_waiting` and
+// `leasehold_batches_waiting`, and stale batches through `leasehold_batches_open_beat`.
+// Batches in `skip` are never taken.
+export async function takeOver(sql: Sql, a: TakeOverArgs): Promise<TakenBatch | undefined> {
+  const [r] = await sql<(BatchRow & { queue_wait_ms: number | null })[]>`${takeOverStatement(sql, a)}`;
+  return r && { ...toInfo(r), queueWaitMs: r.queue_wait_ms };
+}
+
+/** What {@link takeOver} takes: the new run and its process, and the choice's settings. */
+export interface TakeOverArgs {
+  run: string;
+  process: string;
+  staleMs: number;
+  /** Limit of tenants without their own; {@link NO_LIMIT} for none. */
+  maxRunning: number;
+  batchId?: string;
+  /** With `batchId`: take a better choice instead when one exists (a worker sent for the batch). */
+  orFairer?: boolean;
+  skip?: string[];
+}
+
+/** The takeover statement as a fragment (the benchmark and a test read its plan with EXPLAIN). */
+export function takeOverStatement(sql: Sql, a: TakeOverArgs) {
+  const skip = sql.json(a.skip ?? []);
+  const sent = a.batchId ?? null;
+  const only = a.batchId !== undefined && !a.orFairer;
+  return sql`with tenant as materialized (
+      select t.tenant, t.running from leasehold_tenants t
+      where t.open > t.running and t.running < coalesce(t.max_running, ${a.maxRunning})
+        and exists (select 1 from leasehold_batches w
+                    where w.tenant = t.tenant and w.status = 'open' and w.owner_run is null
+                      and w.id::text not in (select jsonb_array_elements_text(${skip})))
+      order by t.running, t.served_at nulls first, t.tenant
+      limit 1
+      for update of t skip locked
+    ), fair as (
+      select w.id, tenant.running
+      from tenant
+      cross join lateral (
+        select id from leasehold_batches
+        where leasehold_batches.tenant = tenant.tenant and status = 'open' and owner_run is null
+          and id::text not in (select jsonb_array_elements_text(${skip}))
+        order by priority desc, created_at, id
+        limit 1
+        for update skip locked
+      ) w
+    ), stale as (
       select id from leasehold_batches
-      where status = 'open'
-        and (${a.batchId ?? null}::uuid is null or id = ${a.batchId ?? null}::uuid)
-        and id::text not in (select jsonb_array_elements_text(${sql.json(a.skip ?? [])}))
-        and (owner_run is null or beat_at is null
-             or beat_at < now() - make_interval(secs => ${a.staleMs / 1000}))
-      order by beat_at nulls first, created_at
+      where status = 'open' and owner_run is not null
+        and beat_at < now() - make_interval(secs => ${a.staleMs / 1000})
+        and id::text not in (select jsonb_array_elements_text(${skip}))
+      order by beat_at
       limit 1
       for update skip locked
-    ) s
-    where b.id = s.id
-    returning b.*, null::jsonb as counts`;
-  return r && toInfo(r);
+    ), sent as (
+      select b.id, t.running, b.owner_run is not null as stale
+      from leasehold_batches b join leasehold_tenants t on t.tenant = b.tenant
+      where b.id = ${sent}::uuid and b.status = 'open'
+        and ((b.owner_run is null and t.running < coalesce(t.max_running, ${a.maxRunning}))
+             or b.beat_at < now() - make_interval(secs => ${a.staleMs / 1000}))
+      for update of b, t skip locked
+    ), pick as (
+      select id, 0 as o from sent
+        where ${only} or stale or not exists (select 1 from fair where fair.running < sent.running)
+      union all select id, 1 from stale where not ${only}
+      union all select id, 2 from fair where not ${only}
+      order by o
+      limit 1
+    )
+    update leasehold_batches b
+    set owner_run = ${a.run}, owner_process = ${a.process}, beat_at = now(), taken_at = now(), handed_off_at = null,
+        runs = b.runs + 1, stalled_runs = b.stalled_runs + 1
+    from pick
+    where b.id = pick.id
+    returning b.*, null::jsonb as counts,
+      case when b.runs = 1 then (extract(epoch from now() - b.created_at) * 1000)::float8 end as queue_wait_ms`;
+}
+
+// Clears the dispatch mark of a batch a worker was sent for but did not take (another tenant was
+// served worse, or its tenant is at its limit), so the scheduler may dispatch it again at once.
+export async function undispatch(sql: Sql, batchId: string): Promise<void> {
+  await sql`update leasehold_batches set dispatched_at = null where id = ${batchId} and status = 'open' and owner_run is null`;
+}
+
+// Whether a tenant other than `tenant` has a batch waiting for a worker and is below its limit
+// (through the partial index of tenants with waiting batches): a run past its slice hands off then.
+export async function othersWaiting(sql: Sql, tenant: string, maxRunning: number): Promise<boolean> {
+  const [r] = await sql<{ waiting: boolean }[]>`select exists (
+      select 1 from leasehold_tenants
+      where open > running and running < coalesce(max_running, ${maxRunning}) and tenant <> ${tenant}
+    ) as waiting`;
+  return r.waiting;
+}
+
+/** A tenant's counts and limit, as {@link tenantState} reads them. */
+export interface TenantRow {
+  tenant: string;
+  open: number;
+  running: number;
+  max_running: number | null;
+  /** ms since the longest-waiting batch began to wait (start or handoff), database clock; null: none. */
+  oldest_wait_ms: number | null;
+}
+
+// Reads a tenant's counts, its limit override and its oldest wait; undefined: no such tenant.
+export async function tenantState(sql: Sql, tenant: string): Promise<TenantRow | undefined> {
+  const [r] = await sql<TenantRow[]>`select t.tenant, t.open, t.running, t.max_running,
+      (select (extract(epoch from now() - min(coalesce(b.handed_off_at, b.created_at))) * 1000)::float8
+        from leasehold_batches b where b.tenant = t.tenant and b.status = 'open' and b.owner_run is null) as oldest_wait_ms
+    from leasehold_tenants t where t.tenant = ${tenant}`;
+  return r;
+}
+
+/** One open batch of a tenant, as {@link tenantBatches} lists it. */
+export interface TenantBatchRow {
+  id: string;
+  datasource: string;
+  job: string;
+  priority: number;
+  created_at: Date;
+  /** Running: when its run took it; waiting: when it began to wait (start or handoff). */
+  since: Date;
+  /** ms since `since`, database clock. */
+  for_ms: number;
+}
+
+// Lists a tenant's running batches (oldest takeover first) or waiting batches (in the order its
+// turns take them: priority, then age), at most `limit`.
+export async function tenantBatches(
+  sql: Sql,
+  tenant: string,
+  a: { running: boolean; limit: number },
+): Promise<TenantBatchRow[]> {
+  return a.running
+    ? sql<TenantBatchRow[]>`select id, datasource, job, priority, created_at, taken_at as since,
+          (extract(epoch from now() - taken_at) * 1000)::float8 as for_ms
+        from leasehold_batches where tenant = ${tenant} and status = 'open' and owner_run is not null
+        order by taken_at, id limit ${a.limit}`
+    : sql<TenantBatchRow[]>`select id, datasource, job, priority, created_at, coalesce(handed_off_at, created_at) as since,
+          (extract(epoch from now() - coalesce(handed_off_at, created_at)) * 1000)::float8 as for_ms
+        from leasehold_batches where tenant = ${tenant} and status = 'open' and owner_run is null
+        order by priority desc, created_at, id limit ${a.limit}`;
+}
+
+// Sets (or, with null, clears) a tenant's limit on running batches; creates its row if needed.
+export async function setTenantLimit(sql: Sql, tenant: string, maxRunning: number | null): Promise<void> {
+  await sql`insert into leasehold_tenants (tenant, max_running) values (${tenant}, ${maxRunning})
+    on conflict (tenant) do update set max_running = excluded.max_running`;
 }
 
 // After a takeover: items the dead run left running count that attempt; they go back to
@@ -501,17 +650,21 @@ export async function handBack(sql: Sql, batchId: string, run: string): Promise<
 
 // Marks open batches that need a worker (never started, handed off or stale) as dispatched
 // and returns them; a batch dispatched less than cooldownMs ago that no run has taken since is
-// skipped, so overlapping schedulers never dispatch one batch twice.
+// skipped, so overlapping schedulers never dispatch one batch twice. A waiting batch whose tenant
+// runs its limit of batches (`max_running`, else `maxRunning`) needs no worker yet.
 export async function claimDispatch(
   sql: Sql,
-  a: { staleMs: number; cooldownMs: number; limit: number },
+  a: { staleMs: number; cooldownMs: number; limit: number; maxRunning: number },
 ): Promise<string[]> {
   const rows = await sql<{ id: string }[]>`update leasehold_batches b set dispatched_at = now()
     from (
-      select id from leasehold_batches
+      select id from leasehold_batches o
       where status = 'open'
-        and (owner_run is null or beat_at is null
-             or beat_at < now() - make_interval(secs => ${a.staleMs / 1000}))
+        and ((owner_run is null
+              and not exists (select 1 from leasehold_tenants t where t.tenant = o.tenant
+                              and t.running >= coalesce(t.max_running, ${a.maxRunning})))
+             or (owner_run is not null
+                 and (beat_at is null or beat_at < now() - make_interval(secs => ${a.staleMs / 1000}))))
         and (dispatched_at is null or dispatched_at < taken_at
              or dispatched_at < now() - make_interval(secs => ${a.cooldownMs / 1000}))
       order by created_at

@@ -38,7 +38,17 @@ export interface NewBatch {
   items: ItemSource;
   /** Failed items tolerated; default none given (any failed item fails the batch, at its end). */
   toleratedFailures?: ToleratedFailures | null;
+  /**
+   * 0 (lowest) to 9 (highest); orders the batches of its tenant only, never across tenants
+   * (docs/design.md, "Tenant fairness"). Default {@link DEFAULT_PRIORITY}.
+   */
+  priority?: number;
 }
+
+/** Priority of a batch started without one. */
+export const DEFAULT_PRIORITY = 5;
+/** Highest priority a batch may have (the lowest is 0). */
+export const MAX_PRIORITY = 9;
 
 /** A batch as stored, with item counts per state. */
 export interface BatchInfo {
@@ -48,6 +58,8 @@ export interface BatchInfo {
   job: string;
   params: unknown;
   requestKey: string;
+  /** 0 to 9: within its tenant, a higher priority is taken first (docs/design.md, "Tenant fairness"). */
+  priority: number;
   status: BatchStatus;
   total: number;
   counts: Record<ItemState, number>;
@@ -132,6 +144,11 @@ export type RunOutcome =
   | 'lost'
   /** Stopped by `stop`/`close`: beat cleared so the batch is taken over at once. */
   | 'handed-off'
+  /**
+   * Handed off at the end of its time slice (`sliceMs`) because another tenant's batch was
+   * waiting; no attempt was used (docs/design.md, "Tenant fairness").
+   */
+  | 'sliced'
   /** The store kept failing; the batch stays unfinished for takeover. */
   | 'store-error';
 

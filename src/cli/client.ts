@@ -115,6 +115,34 @@ export interface ApiOutboxStatus {
   endpoints: ApiOutboxEndpoint[];
 }
 
+/** A batch as `GET /tenants/{tenant}` lists it. */
+export interface ApiTenantBatch {
+  id: string;
+  datasource: string;
+  job: string;
+  priority: number;
+  createdAt: string;
+  /** Running: when its run took it; waiting: when it began to wait. */
+  since: string;
+  /** ms since `since` (database clock). */
+  forMs: number;
+}
+
+/** What `GET /tenants/{tenant}` and `PUT /tenants/{tenant}/limits` answer. */
+export interface ApiTenant {
+  tenant: string;
+  running: number;
+  waiting: number;
+  /** The tenant's own limit; null: the default. */
+  maxRunning: number | null;
+  /** The limit in force; null: none. */
+  effectiveMaxRunning: number | null;
+  /** ms the longest-waiting batch has waited; null: none waits. */
+  oldestWaitMs: number | null;
+  runningBatches: ApiTenantBatch[];
+  waitingBatches: ApiTenantBatch[];
+}
+
 /** A small client of leasehold's HTTP API, used by the CLI. */
 export class ApiClient {
   /**
@@ -174,6 +202,7 @@ export class ApiClient {
     job: string;
     params: unknown;
     requestKey?: string;
+    priority?: number;
     toleratedFailures?: { count: number } | { percent: number };
   }): Promise<{ batch: ApiBatch; created: boolean }> {
     const { tenant, ...body } = input;
@@ -277,6 +306,18 @@ export class ApiClient {
   /** `POST /tenants/{tenant}/outbox`: enqueue a message; returns its id and shard. */
   async sendOutbox(tenant: string, message: { key: string; payload: unknown }): Promise<{ id: number; shard: number }> {
     const { data } = await this.call<{ id: number; shard: number }>('POST', `/tenants/${encodeURIComponent(tenant)}/outbox`, message);
+    return data;
+  }
+
+  /** `GET /tenants/{tenant}`: running and waiting batches, limit and oldest wait. */
+  async getTenant(tenant: string): Promise<ApiTenant> {
+    const { data } = await this.call<ApiTenant>('GET', `/tenants/${encodeURIComponent(tenant)}`);
+    return data;
+  }
+
+  /** `PUT /tenants/{tenant}/limits`: the tenant's limit of running batches (null: the default). */
+  async setTenantLimit(tenant: string, maxRunning: number | null): Promise<ApiTenant> {
+    const { data } = await this.call<ApiTenant>('PUT', `/tenants/${encodeURIComponent(tenant)}/limits`, { maxRunning });
     return data;
   }
 }

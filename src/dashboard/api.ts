@@ -15,6 +15,8 @@ export interface Batch {
   job: string;
   params: unknown;
   requestKey: string;
+  /** 0–9, within its tenant; absent from an older API. */
+  priority?: number;
   status: 'open' | 'succeeded' | 'failed' | 'cancelled';
   total: number;
   counts: Counts;

@@ -54,6 +54,8 @@ const schema = {
   LEASEHOLD_MAX_STALLED_RUNS: int(1).max(RUNNER_LIMITS.maxStalledRuns).default(RUNNER_DEFAULTS.maxStalledRuns),
   LEASEHOLD_STORE_TIMEOUT_MS: int(100).default(10_000),
   LEASEHOLD_MAX_OPEN: int(1).default(4),
+  LEASEHOLD_MAX_RUNNING: int(0).max(RUNNER_DEFAULTS.maxRunning).optional(),
+  LEASEHOLD_SLICE_MS: int(10).max(RUNNER_LIMITS.staleMs).default(RUNNER_DEFAULTS.sliceMs),
   LEASEHOLD_MAX_ITEMS: int(1).default(200_000),
   LEASEHOLD_MAX_INPUT_BYTES: int(0).default(65_536),
   LEASEHOLD_MAX_TOTAL_BYTES: int(1).default(536_870_912),
@@ -156,6 +158,16 @@ export interface Config {
   storeTimeoutMs: number;
   /** Most open batches per (tenant, datasource). */
   maxOpen: number;
+  /**
+   * Most batches of one tenant running at once, for tenants without a limit of their own
+   * (`LEASEHOLD_MAX_RUNNING`, 0 to 2,147,483,647; unset: no limit). docs/design.md, "Tenant fairness".
+   */
+  maxRunning: number;
+  /**
+   * A run that has held its batch this long hands off when another tenant's batch waits, ms
+   * (`LEASEHOLD_SLICE_MS`, default 60,000; at most one day). docs/design.md, "Tenant fairness".
+   */
+  sliceMs: number;
   /** Most items per batch (a start's item count limit). */
   maxItems: number;
   /** Largest input of one item, bytes of JSON (a start's input bytes limit). */
@@ -302,6 +314,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     maxStalledRuns: e.LEASEHOLD_MAX_STALLED_RUNS,
     storeTimeoutMs: e.LEASEHOLD_STORE_TIMEOUT_MS,
     maxOpen: e.LEASEHOLD_MAX_OPEN,
+    maxRunning: e.LEASEHOLD_MAX_RUNNING ?? RUNNER_DEFAULTS.maxRunning,
+    sliceMs: e.LEASEHOLD_SLICE_MS,
     maxItems: e.LEASEHOLD_MAX_ITEMS,
     maxInputBytes: e.LEASEHOLD_MAX_INPUT_BYTES,
     maxTotalBytes: e.LEASEHOLD_MAX_TOTAL_BYTES,

@@ -53,7 +53,11 @@ export async function runScheduler(deps: { sql: Sql; config: Config; dispatcher:
   const swept = await sweep(sql, config.lease.sweepCutoffMs);
   // Trigger firings refused at maxOpen start once their datasource has a free slot.
   const deferred = deps.jobs ? await startDeferred({ sql, jobs: deps.jobs, config, dispatcher }) : undefined;
-  const ids = await claimDispatch(sql, { staleMs: config.staleMs, cooldownMs: config.dispatchCooldownMs });
+  const ids = await claimDispatch(sql, {
+    staleMs: config.staleMs,
+    cooldownMs: config.dispatchCooldownMs,
+    maxRunning: config.maxRunning,
+  });
   const dispatched: string[] = [];
   const failed: string[] = [];
   await Promise.all(

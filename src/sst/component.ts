@@ -47,6 +47,8 @@ export const API_ROUTES: readonly string[] = [
   'ANY /tenants/{tenant}/batches/{id}/redrive',
   'ANY /tenants/{tenant}/batches/{id}/finished',
   'ANY /jobs',
+  'ANY /tenants/{tenant}',
+  'ANY /tenants/{tenant}/limits',
   'ANY /tenants/{tenant}/units',
   'ANY /tenants/{tenant}/outbox',
   'ANY /units',

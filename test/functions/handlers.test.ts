@@ -85,10 +85,17 @@ function metrics(service: string, from = 0): Record<string, number> {
   for (const l of logged(from)) {
     if (!l._aws || l.service !== service) continue;
     expect(l._aws.CloudWatchMetrics[0].Namespace).toBe('leasehold');
-    expect(l._aws.CloudWatchMetrics[0].Dimensions).toEqual([['service']]);
-    for (const m of l._aws.CloudWatchMetrics[0].Metrics as { Name: string }[]) {
-      const v = l[m.Name];
-      out[m.Name] = (out[m.Name] ?? 0) + (Array.isArray(v) ? v.reduce((a: number, b: number) => a + b, 0) : v);
+    const dims = l._aws.CloudWatchMetrics[0].Dimensions;
+    const names = (l._aws.CloudWatchMetrics[0].Metrics as { Name: string }[]).map((m) => m.Name);
+    // Per-tenant metrics (QueueWaitMs) carry the tenant too; every other metric only the service.
+    if (names.includes('QueueWaitMs')) {
+      expect(dims).toEqual([['service', 'tenant']]);
+      expect(typeof l.tenant).toBe('string');
+      expect(names).toEqual(['QueueWaitMs']);
+    } else expect(dims).toEqual([['service']]);
+    for (const name of names) {
+      const v = l[name];
+      out[name] = (out[name] ?? 0) + (Array.isArray(v) ? v.reduce((a: number, b: number) => a + b, 0) : v);
     }
   }
   return out;
@@ -303,6 +310,8 @@ describe('worker and scheduler', () => {
     expect(m.RunsStarted + (m.RunsTakenOver ?? 0)).toBe(r.runs.length);
     expect(m.BatchesSucceeded).toBe(r.runs.filter((x) => x.outcome === 'succeeded').length);
     expect(m.RebalanceMs).toBeGreaterThanOrEqual(0);
+    // Each batch's first run records how long it waited since its start.
+    expect(m.QueueWaitMs).toBeGreaterThanOrEqual(0);
     const returning = logged(from).find((l) => l.message === 'worker returning');
     expect(returning).toMatchObject({ service: 'worker', processId: r.processId, function_name: 'leasehold-test-worker' });
     const started = logged(from).filter((l) => l.message === 'batch started' || l.message === 'batch taken over');
