@@ -1,7 +1,8 @@
 // `npm run bench`: the batch runner's throughput on a real PostgreSQL (bench/runs.ts), a start of
 // 200,000 items (bench/start.ts), the checksum job over 4,000 files (bench/checksum.ts), then the
 // lease benchmarks (bench/lease.ts), then the worker bundle's size and import cost
-// (bench/bundle.ts). BENCH_ONLY=batch|start|checksum|lease|bundle runs one part.
+// (bench/bundle.ts), then tenant fairness (bench/fairness.ts).
+// BENCH_ONLY=batch|start|checksum|lease|bundle|fairness runs one part.
 // DATABASE_URL when set, else a throw-away embedded database (in the OS temp dir, removed after).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -10,6 +11,7 @@ import { createBatch } from '../src/batch/index.js';
 import { connect, migrate, type Sql } from '../src/store/index.js';
 import { bundleBench } from './bundle.js';
 import { checksumBench } from './checksum.js';
+import { fairnessBench } from './fairness.js';
 import { leaseBench } from './lease.js';
 import { batchOf, runBench } from './runs.js';
 import { startBench } from './start.js';
@@ -27,7 +29,7 @@ async function startOnce(sql: Sql): Promise<number> {
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 async function main() {
-  const parts = ['batch', 'start', 'checksum', 'lease', 'bundle'];
+  const parts = ['batch', 'start', 'checksum', 'lease', 'bundle', 'fairness'];
   const only = process.env.BENCH_ONLY;
   if (only !== undefined && !parts.includes(only)) throw new Error(`BENCH_ONLY must be one of ${parts.join(', ')}, got ${only}`);
   const runs = (part: string) => only === undefined || only === part;
@@ -50,6 +52,7 @@ async function main() {
     if (runs('checksum')) await checksumBench(url!);
     if (runs('lease')) await leaseBench(url!);
     if (runs('bundle')) await bundleBench();
+    if (runs('fairness')) await fairnessBench(url!);
   } finally {
     await stop?.();
   }

@@ -3,7 +3,8 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { connect, migrate } from './store/index.js';
-import { ApiCallError, ApiClient, type ApiConcurrency } from './cli/client.js';
+import { ConfigError, loadConfig } from './runtime/config.js';
+import { ApiCallError, ApiClient, type ApiBatch, type ApiTenant, type ApiConcurrency } from './cli/client.js';
 import { followBatch } from './cli/follow.js';
 
 const program = new Command();
@@ -25,20 +26,24 @@ const positiveInt = (name: string) => (v: string) => {
   return n;
 };
 
-/** `k=v` pairs into params; values that parse as JSON (numbers, booleans, objects) are taken as JSON. */
+/**
+ * `k=v` pairs into params; values that parse as JSON (numbers such as `1e1`, booleans, null,
+ * strings in quotes, arrays, objects) are taken as JSON, others as text. A whole number past
+ * 2^53 stays text, so it keeps every digit.
+ */
 function collectParam(pair: string, params: Record<string, unknown>): Record<string, unknown> {
   const at = pair.indexOf('=');
   if (at <= 0) throw new InvalidArgumentError(`--param takes key=value, got "${pair}"`);
   const key = pair.slice(0, at);
   const raw = pair.slice(at + 1);
-  let value: unknown = raw;
-  if (/^(-?\d+(\.\d+)?|true|false|null|[[{"].*)$/s.test(raw)) {
-    try {
-      value = JSON.parse(raw);
-    } catch {
-      value = raw;
-    }
+  let value: unknown;
+  try {
+    value = JSON.parse(raw);
+  } catch {
+    value = raw;
   }
+  // A number JSON cannot carry exactly (an id of 20 digits) stays the text it was.
+  if (typeof value === 'number' && !Number.isSafeInteger(value) && /^-?\d+$/.test(raw.trim())) value = raw;
   return { ...params, [key]: value };
 }
 
@@ -58,12 +63,54 @@ function apiUrl(opt?: string): string {
   return `http://127.0.0.1:${process.env.PORT ?? 3000}`;
 }
 
-/** Show batch `id`'s progress until it finishes, say how it ended, and exit 1 unless it succeeded. */
+/** `--tolerate`: `N` (a whole number of failed items) or `P%` (a percent of the items, 0..100). */
+function tolerance(v: string): { count: number } | { percent: number } {
+  const percent = /^\s*(\d+(?:\.\d+)?)\s*%\s*$/.exec(v);
+  if (percent) {
+    const p = Number(percent[1]);
+    if (p <= 100) return { percent: p };
+  } else if (/^\s*\d+\s*$/.test(v)) {
+    return { count: Number(v) };
+  }
+  throw new InvalidArgumentError('--tolerate takes N (failed items) or P% (0..100% of the items), e.g. 3 or 5%');
+}
+
+/** How a batch's tolerance reads: `2 failed items` or `5% of the items (2 of 40)`; null when none. */
+function toleranceText(b: ApiBatch): string | null {
+  const t = b.toleratedFailures;
+  if (!t) return null;
+  if ('count' in t) return `${t.count} failed item${t.count === 1 ? '' : 's'}`;
+  return `${t.percent}% of the items (${b.allowedFailures} of ${b.total})`;
+}
+
+/** Most failed items the end of a follow lists (all are in `leasehold batch results`). */
+const LISTED_FAILURES = 10;
+
+/**
+ * Show batch `id`'s progress until it finishes, say how it ended (the reason, and its failed
+ * items with their errors), and exit 1 unless it succeeded.
+ */
 async function followToEnd(api: ApiClient, id: string): Promise<void> {
   const end = await followBatch(api, id);
-  console.log(`batch ${end.id} ${end.status}: ${end.counts.done} done, ${end.counts.failed} failed`);
+  const tolerated = end.status === 'succeeded' && end.counts.failed > 0 ? ' (tolerated)' : '';
+  console.log(`batch ${end.id} ${end.status}: ${end.counts.done} done, ${end.counts.failed} failed${tolerated}${end.reason ? `; ${end.reason}` : ''}`);
+  if (end.counts.failed > 0) {
+    let n = 0;
+    for await (const item of api.items(end.id, LISTED_FAILURES, 'failed')) {
+      if (n++ === LISTED_FAILURES) break;
+      console.log(`  failed ${item.key}: ${item.error ?? ''}`);
+    }
+    if (end.counts.failed > LISTED_FAILURES) console.log(`  … ${end.counts.failed - LISTED_FAILURES} more: leasehold batch results ${end.id}`);
+  }
   if (end.status !== 'succeeded') process.exitCode = 1;
 }
+
+/** `--tenant` of the commands on one batch: the tenant-scoped routes. */
+const scopeOption = () =>
+  new Option('--tenant <tenant>', "use the tenant's own routes (/tenants/TENANT/batches/…), as a per-tenant IAM policy requires; another tenant's batch answers 404");
+
+/** A client on the API, scoped to `tenant` when given. */
+const client = (opts: { api?: string; tenant?: string }) => new ApiClient(apiUrl(opts.api), opts.tenant === undefined ? {} : { tenant: opts.tenant });
 
 const apiOption = new Option('--api <url>', 'API base URL (default: LEASEHOLD_API_URL, the running `leasehold dev`, or http://127.0.0.1:3000)');
 
@@ -110,7 +157,8 @@ program
   .command('migrate')
   .description('apply pending database migrations (DATABASE_URL, else the embedded database)')
   .action(async () => {
-    let url = process.env.DATABASE_URL;
+    // Checked as the functions check it (a postgres:// URL; a bad one named, its password not shown).
+    let url = process.env.DATABASE_URL ? loadConfig({ DATABASE_URL: process.env.DATABASE_URL }).databaseUrl : undefined;
     let stop: (() => Promise<void>) | undefined;
     if (!url) {
       const { startEmbedded } = await import('./local/embedded.js');
@@ -128,7 +176,14 @@ program
     }
   });
 
-const batch = program.command('batch').description('start, show, list and cancel batches through the API');
+const batch = program.command('batch').description('start, show, list, cancel and redrive batches, and read their results, through the API');
+
+/** `--priority`: a whole number from 0 to 9. */
+const priorityArg = (v: string) => {
+  const n = Number(v);
+  if (!/^\d$/.test(v.trim())) throw new InvalidArgumentError('--priority must be a whole number from 0 to 9');
+  return n;
+};
 
 batch
   .command('start')
@@ -138,17 +193,22 @@ batch
   .option('--tenant <tenant>', 'tenant', 'local')
   .option('--datasource <name>', 'datasource the batch reads from', 'local')
   .option('--request-key <key>', 'idempotency key: the same key never starts a second batch')
+  .option('--tolerate <N|P%>', 'failed items tolerated: N items or P% of them; past that the batch ends failed at once (default: any failed item fails the batch once all ran)', tolerance)
+  .option('--priority <0-9>', "order among the tenant's own batches, 9 first (default 5)", priorityArg)
   .option('--follow', 'show progress until the batch finishes; exit 1 unless it succeeded')
   .option('--json', 'print the batch as JSON')
   .addOption(apiOption)
   .action(async (job: string, opts) => {
-    const api = new ApiClient(apiUrl(opts.api));
+    // The start's own tenant's routes (/tenants/TENANT/batches…), for the start and the follow.
+    const api = new ApiClient(apiUrl(opts.api), { tenant: opts.tenant });
     const { batch: b, created } = await api.startBatch({
       tenant: opts.tenant,
       datasource: opts.datasource,
       job,
       params: opts.param,
       requestKey: opts.requestKey,
+      ...(opts.tolerate ? { toleratedFailures: opts.tolerate } : {}),
+      priority: opts.priority,
     });
     if (opts.json) console.log(JSON.stringify(b));
     else console.log(`${created ? 'started' : 'already started by this request key:'} batch ${b.id} (${b.total} items)`);
@@ -160,17 +220,19 @@ batch
   .description('show a batch: status and item counts')
   .argument('<id>')
   .option('--json', 'print JSON')
+  .addOption(scopeOption())
   .addOption(apiOption)
   .action(async (id: string, opts) => {
-    const b = await new ApiClient(apiUrl(opts.api)).getBatch(id);
+    const b = await client(opts).getBatch(id);
     if (opts.json) return console.log(JSON.stringify(b, null, 2));
     console.log(
       [
         `batch     ${b.id}`,
         `job       ${b.job} ${JSON.stringify(b.params)}`,
-        `tenant    ${b.tenant} / datasource ${b.datasource}`,
+        `tenant    ${b.tenant} / datasource ${b.datasource} / priority ${b.priority}`,
         `status    ${b.status}${b.reason ? ` (${b.reason})` : ''}`,
         `items     ${b.total}: ${b.counts.done} done, ${b.counts.failed} failed, ${b.counts.running} running, ${b.counts.pending} pending`,
+        `tolerates ${toleranceText(b) ?? 'no failed item (any failure fails the batch once all items ran)'}`,
         `runs      ${b.runs}${b.ownerProcess ? ` (owner process ${b.ownerProcess})` : ''}${b.redrives ? `; redriven ${b.redrives} time${b.redrives === 1 ? '' : 's'}` : ''}`,
         `created   ${b.createdAt}${b.finishedAt ? `\nfinished  ${b.finishedAt}` : ''}`,
       ].join('\n'),
@@ -181,9 +243,11 @@ batch
   .command('results')
   .description('print one JSON line per item: key, state, attempts, output, error')
   .argument('<id>')
+  .option('--state <state>', 'only items in this state: pending | running | done | failed')
+  .addOption(scopeOption())
   .addOption(apiOption)
   .action(async (id: string, opts) => {
-    for await (const item of new ApiClient(apiUrl(opts.api)).items(id)) {
+    for await (const item of client(opts).items(id, 1000, opts.state)) {
       const { key, state, attempts, output, error } = item;
       process.stdout.write(JSON.stringify({ key, state, attempts, output, error }) + '\n');
     }
@@ -192,18 +256,21 @@ batch
 batch
   .command('list')
   .description('list batches, newest first')
-  .option('--tenant <tenant>', 'only this tenant')
+  .option('--tenant <tenant>', 'only this tenant (through its own route, /tenants/TENANT/batches)')
   .option('--status <status>', 'open | succeeded | failed | cancelled')
   .option('--limit <n>', 'most batches (1..1000, default 100)', positiveInt('--limit'))
   .option('--json', 'print JSON')
   .addOption(apiOption)
   .action(async (opts) => {
-    const list = await new ApiClient(apiUrl(opts.api)).listBatches({ tenant: opts.tenant, status: opts.status, limit: opts.limit });
+    // With --tenant, the tenant's own route (/tenants/TENANT/batches), as a per-tenant IAM policy requires.
+    const list = await client(opts).listBatches({ status: opts.status, limit: opts.limit });
     if (opts.json) return console.log(JSON.stringify(list, null, 2));
     if (list.length === 0) return console.log('no batches');
-    console.log(`${'id'.padEnd(36)}  ${'status'.padEnd(9)}  ${'job'.padEnd(12)} finished/total  tenant/datasource  created`);
+    console.log(`${'id'.padEnd(36)}  ${'status'.padEnd(9)}  ${'job'.padEnd(12)} prio  finished/total  tenant/datasource  created`);
     for (const b of list) {
-      console.log(`${b.id}  ${b.status.padEnd(9)}  ${b.job.padEnd(12)} ${b.counts.done + b.counts.failed}/${b.total}  ${b.tenant}/${b.datasource}  ${b.createdAt}`);
+      console.log(
+        `${b.id}  ${b.status.padEnd(9)}  ${b.job.padEnd(12)} ${String(b.priority).padEnd(4)}  ${b.counts.done + b.counts.failed}/${b.total}  ${b.tenant}/${b.datasource}  ${b.createdAt}`,
+      );
     }
   });
 
@@ -211,9 +278,10 @@ batch
   .command('cancel')
   .description('cancel an open batch for good')
   .argument('<id>')
+  .addOption(scopeOption())
   .addOption(apiOption)
   .action(async (id: string, opts) => {
-    const b = await new ApiClient(apiUrl(opts.api)).cancelBatch(id);
+    const b = await client(opts).cancelBatch(id);
     console.log(`batch ${b.id} ${b.status}`);
   });
 
@@ -224,9 +292,10 @@ batch
   .option('--idempotency-key <key>', 'a repeat with the same key answers the first redrive and does nothing')
   .option('--follow', 'show progress until the batch finishes; exit 1 unless it succeeded')
   .option('--json', 'print the batch and the redrive as JSON')
+  .addOption(scopeOption())
   .addOption(apiOption)
   .action(async (id: string, opts) => {
-    const api = new ApiClient(apiUrl(opts.api));
+    const api = client(opts);
     const { batch: b, redrive, redriven } = await api.redriveBatch(id, opts.idempotencyKey);
     if (opts.json) console.log(JSON.stringify({ ...b, redrive, redriven }));
     else if (redriven) console.log(`batch ${b.id} redriven (redrive ${redrive.number}): ${redrive.items} failed item${redrive.items === 1 ? '' : 's'} pending again`);
@@ -394,8 +463,58 @@ outbox
     console.log(`enqueued message ${r.id} on ${tenant}/${r.shard}`);
   });
 
+const tenants = program.command('tenants').description("show a tenant's running and waiting batches, and set its limit, through the API");
+
+tenants
+  .command('show')
+  .description("TENANT's running and waiting batches (waiting ones in the order they will run), its limit and its oldest wait")
+  .argument('<tenant>')
+  .option('--json', 'print JSON')
+  .addOption(apiOption)
+  .action(async (tenant: string, opts) => {
+    const t = await new ApiClient(apiUrl(opts.api)).getTenant(tenant);
+    if (opts.json) return console.log(JSON.stringify(t, null, 2));
+    printTenant(t);
+  });
+
+tenants
+  .command('limit')
+  .description("set how many of TENANT's batches may run at once (0 pauses it), or `default` for the configured default")
+  .argument('<tenant>')
+  .argument('<maxRunning>', 'a whole number ≥ 0, or default')
+  .option('--json', 'print JSON')
+  .addOption(apiOption)
+  .action(async (tenant: string, value: string, opts) => {
+    let maxRunning: number | null;
+    if (value === 'default') maxRunning = null;
+    else if (/^\d{1,10}$/.test(value.trim())) maxRunning = Number(value);
+    else {
+      console.error('leasehold: maxRunning must be a whole number ≥ 0 or "default"');
+      process.exitCode = 2;
+      return;
+    }
+    const t = await new ApiClient(apiUrl(opts.api)).setTenantLimit(tenant, maxRunning);
+    if (opts.json) return console.log(JSON.stringify(t, null, 2));
+    printTenant(t);
+  });
+
+function printTenant(t: ApiTenant): void {
+  const limit =
+    t.effectiveMaxRunning === null
+      ? 'no limit'
+      : `${t.effectiveMaxRunning === 0 ? 'paused: limit 0' : `at most ${t.effectiveMaxRunning} running`}${t.maxRunning === null ? ' (the default)' : ''}`;
+  const oldest = t.oldestWaitMs === null ? '' : `; oldest wait ${formatAge(t.oldestWaitMs)}`;
+  console.log(`${t.tenant}: ${t.running} running, ${t.waiting} waiting (${limit})${oldest}`);
+  for (const [title, list] of [['running', t.runningBatches], ['waiting', t.waitingBatches]] as const) {
+    if (list.length === 0) continue;
+    console.log(`  ${title}:`);
+    for (const b of list) console.log(`    ${b.id}  prio ${b.priority}  ${b.job.padEnd(12)} ${b.datasource}  for ${formatAge(b.forMs)}`);
+  }
+}
+
 program.parseAsync().catch((e: unknown) => {
   if (e instanceof ApiCallError) console.error(`leasehold: ${e.message}${e.status ? ` (HTTP ${e.status})` : ''}`);
+  else if (e instanceof ConfigError) console.error(`leasehold: ${e.message}`);
   else console.error(`leasehold: ${(e as Error)?.stack ?? e}`);
   process.exitCode = process.exitCode || 1;
 });

@@ -11,13 +11,22 @@ export interface BatchView {
   job: string;
   params: unknown;
   requestKey: string;
+  /** 0 to 9; orders batches within their tenant only. */
+  priority: number;
   status: BatchInfo['status'];
   total: number;
   counts: BatchInfo['counts'];
   ownerProcess: string | null;
   runs: number;
-  /** Why the batch ended when its items do not tell (it was given up); otherwise null. */
+  /**
+   * Why the batch ended when its items do not tell (it was given up, or more items failed than
+   * tolerated); otherwise null.
+   */
   reason: string | null;
+  /** Failed items it tolerates as started (`{ count }` or `{ percent }`); null: none given. */
+  toleratedFailures: BatchInfo['toleratedFailures'];
+  /** Failed items allowed before it ends `failed` (the count, or floor(percent × total / 100)); null: none given. */
+  allowedFailures: number | null;
   /** How many times it was redriven. */
   redrives: number;
   createdAt: string;
@@ -41,12 +50,15 @@ export function batchView(b: BatchInfo): BatchView {
     job: b.job,
     params: b.params,
     requestKey: b.requestKey,
+    priority: b.priority,
     status: b.status,
     total: b.total,
     counts: { ...b.counts },
     ownerProcess: b.ownerProcess,
     runs: b.runs,
     reason: b.reason,
+    toleratedFailures: b.toleratedFailures,
+    allowedFailures: b.allowedFailures,
     redrives: b.redrives,
     createdAt: iso(b.createdAt)!,
     beatAt: iso(b.beatAt),

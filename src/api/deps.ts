@@ -14,7 +14,13 @@ export interface ApiDeps {
    * (`maxItems`, `maxInputBytes`, `maxTotalBytes`; 413 above, each defaults to the library's) are
    * read, and `lease.shedHysteresis` (which processes count as starving; default 0.2) when given.
    */
-  config: StartSettings & { maxOpen: number; maxBodyBytes: number; lease?: { shedHysteresis: number } };
+  config: StartSettings & {
+    maxOpen: number;
+    maxBodyBytes: number;
+    lease?: { shedHysteresis: number };
+    /** The default per-tenant limit `GET /tenants/{tenant}` shows (`LEASEHOLD_MAX_RUNNING`); default none. */
+    runner?: { maxRunning: number };
+  };
   /** Sends a new batch to a worker at once. */
   dispatcher: Dispatcher;
   /** Structured log of the invocation (`silentLog` to drop lines). */

@@ -1,10 +1,13 @@
 import type { APIGatewayProxyEventV2 } from 'aws-lambda';
 import { InvalidRequestError } from '../errors.js';
 import {
+  BatchNotFoundError,
   cancelBatch,
   checkStorableJson,
+  dispatchBatch,
   fieldPath,
   getBatch,
+  getTenant,
   itemsPage,
   listBatches,
   nameSchema,
@@ -13,6 +16,8 @@ import {
   startBatch,
   storedNameSchema,
   typeName,
+  setTenantLimit,
+  type TenantInfo,
 } from '../batch/index.js';
 import {
   balanceOf,
@@ -44,11 +49,34 @@ import {
   query,
   readJsonBody,
   startSchema,
+  tenantLimitsSchema,
 } from './request.js';
 
 export type { ApiDeps };
 
-type Handler = (event: APIGatewayProxyEventV2, deps: ApiDeps, params: string[]) => Promise<Result>;
+/**
+ * A route's handler: `params` are the path's `*` segments; `tenant` is set on the tenant-scoped
+ * twin of a batch route (`/tenants/{tenant}/batches…`), whose batch must be that tenant's.
+ */
+type Handler = (event: APIGatewayProxyEventV2, deps: ApiDeps, params: string[], tenant?: string) => Promise<Result>;
+
+/**
+ * The tenant-scoped twin of a batch route (`/tenants/{tenant}/batches…`), so that an IAM policy
+ * can allow `execute-api:Invoke` on one tenant's paths only (docs/deploy.md): the first `*` is
+ * the tenant; with `ofBatch`, the next is a batch id, and a batch of another tenant answers 404
+ * `batch_not_found` as an unknown one does, before anything is done to it.
+ */
+function scoped(handler: Handler, ofBatch: boolean): Handler {
+  return async (event, deps, [rawTenant, ...rest]) => {
+    const tenant = parseInput(storedNameSchema, rawTenant, 'tenant');
+    if (ofBatch) {
+      const [id] = rest;
+      // A batch's tenant never changes: checked once, it holds for the handler's statements.
+      if ((await getBatch(deps.sql, id)).tenant !== tenant) throw new BatchNotFoundError(id);
+    }
+    return handler(event, deps, rest, tenant);
+  };
+}
 
 /** The routes: path pattern (`*` is one path segment) → method → handler. */
 const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
@@ -58,7 +86,15 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
   { pattern: ['batches', '*', 'items'], methods: { GET: listItemsRoute } },
   { pattern: ['batches', '*', 'redrive'], methods: { POST: redriveRoute } },
   { pattern: ['batches', '*', 'finished'], methods: { GET: finishedRoute } },
+  { pattern: ['tenants', '*', 'batches'], methods: { POST: scoped(startBatchRoute, false), GET: scoped(listBatchesRoute, false) } },
+  { pattern: ['tenants', '*', 'batches', '*'], methods: { GET: scoped(showBatch, true) } },
+  { pattern: ['tenants', '*', 'batches', '*', 'cancel'], methods: { POST: scoped(cancelBatchRoute, true) } },
+  { pattern: ['tenants', '*', 'batches', '*', 'items'], methods: { GET: scoped(listItemsRoute, true) } },
+  { pattern: ['tenants', '*', 'batches', '*', 'redrive'], methods: { POST: scoped(redriveRoute, true) } },
+  { pattern: ['tenants', '*', 'batches', '*', 'finished'], methods: { GET: scoped(finishedRoute, true) } },
   { pattern: ['jobs'], methods: { GET: listJobs } },
+  { pattern: ['tenants', '*'], methods: { GET: showTenant } },
+  { pattern: ['tenants', '*', 'limits'], methods: { PUT: putTenantLimits } },
   { pattern: ['tenants', '*', 'units'], methods: { PUT: putUnitsRoute, DELETE: deleteUnitsRoute } },
   { pattern: ['tenants', '*', 'outbox'], methods: { POST: enqueueOutboxRoute, GET: outboxStatusRoute } },
   { pattern: ['units'], methods: { GET: listUnitsRoute } },
@@ -70,8 +106,10 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
  * Answer one API Gateway HTTP API (payload v2) request (docs/design.md, "Serverless runtime": api).
  *
  * Routes:
- * - `POST /batches` `{ tenant, datasource, job, params?, requestKey? }` (or header
- *   `Idempotency-Key`) → 201 with the new batch (plus `created: true`), sent to a worker at once;
+ * - `POST /batches` `{ tenant, datasource, job, params?, requestKey?, priority?, toleratedFailures? }`
+ *   (or header `Idempotency-Key`; `priority` 0..9, default 5, orders the tenant's own batches
+ *   only; `toleratedFailures` is `{ count }` or `{ percent }`, see docs/design.md, "Batches":
+ *   "End") → 201 with the new batch (plus `created: true`), sent to a worker at once;
  *   200 with the batch the request key started before (`created: false`), without expanding
  *   the params again. Without any request key every request starts a new batch.
  * - `GET /batches?tenant=&status=&limit=` → 200 `{ batches }`, newest first (limit 1..1000,
@@ -85,7 +123,16 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
  *   `next` is the `after` of the next page, null on the last (limit 1..1000, default 1000).
  * - `GET /batches/{id}/finished?buckets=` → 200 items finished over the batch's life
  *   ({@link finishedRoute}).
+ * - Every batch route above has a tenant-scoped twin under `/tenants/{tenant}` (`POST`/`GET
+ *   /tenants/{tenant}/batches`, `GET /tenants/{tenant}/batches/{id}`, `…/cancel`, `…/items`,
+ *   `…/redrive`, `…/finished`), so an IAM policy can allow one tenant's paths only: the start's
+ *   and the list's tenant is the path's (a different one in the body or query is a 400), and a
+ *   batch of another tenant answers 404 `batch_not_found`.
  * - `GET /jobs` → 200 `{ jobs: [{ name, description }] }`.
+ * - `GET /tenants/{tenant}` → 200 {@link tenantView}: the tenant's running and waiting batches,
+ *   its limit and its oldest wait (docs/design.md, "Tenant fairness").
+ * - `PUT /tenants/{tenant}/limits` `{ maxRunning }` (0..2,147,483,647, or null for the default)
+ *   → 200 {@link tenantView} after the change.
  * - `PUT /tenants/{tenant}/units` `{ job, shards, weight?, endpoints?, config? }` → 200
  *   `{ tenant, job, shards, weight, added, removed }`: the tenant's units become shards
  *   `0..shards−1` of the unit job `job` (1..10,000 shards); `config` (or `endpoints`, shorthand
@@ -167,12 +214,17 @@ function matches(pattern: string[], segments: string[]): boolean {
   return pattern.length === segments.length && pattern.every((p, i) => p === '*' || p === segments[i]);
 }
 
-async function startBatchRoute(event: APIGatewayProxyEventV2, deps: ApiDeps): Promise<Result> {
+async function startBatchRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, _params: string[], scope?: string): Promise<Result> {
   const raw = readJsonBody(event, deps.config.maxBodyBytes);
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
     throw new InvalidRequestError(`body: must be a JSON object, got ${typeName(raw)}`);
   }
-  const body = parseInput(startSchema, raw);
+  // On /tenants/{tenant}/batches the body's tenant is the path's: it may be left out.
+  const given = raw as Record<string, unknown>;
+  if (scope !== undefined && given.tenant !== undefined && given.tenant !== scope) {
+    throw new InvalidRequestError(`tenant: differs from the path's tenant ${JSON.stringify(scope)}; leave it out or make them equal`);
+  }
+  const body = parseInput(startSchema, scope === undefined ? raw : { ...given, tenant: scope });
   checkStorableJson(body.params, 'params');
 
   const headerValue = header(event, 'idempotency-key');
@@ -182,18 +234,22 @@ async function startBatchRoute(event: APIGatewayProxyEventV2, deps: ApiDeps): Pr
   }
   const givenKey = body.requestKey ?? headerKey;
 
-  const { batch, created, dispatchError } = await startBatch(deps, { ...body, requestKey: givenKey });
+  const { batch, created, dispatchError } = await startBatch(deps, { ...body, requestKey: givenKey, toleratedFailures: body.toleratedFailures ?? null });
   if (!created) return json(200, { ...batchView(batch), created: false });
   if (dispatchError !== undefined) {
     // The scheduler dispatches never-started batches; this only made the start sooner.
     deps.log('warn', 'dispatch of a new batch failed', { batchId: batch.id, error: String(dispatchError) });
   }
-  return json(201, { ...batchView(batch), created: true }, { location: `/batches/${batch.id}` });
+  const location = scope === undefined ? `/batches/${batch.id}` : `/tenants/${encodeURIComponent(scope)}/batches/${batch.id}`;
+  return json(201, { ...batchView(batch), created: true }, { location });
 }
 
-async function listBatchesRoute(event: APIGatewayProxyEventV2, deps: ApiDeps): Promise<Result> {
+async function listBatchesRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, _params: string[], scope?: string): Promise<Result> {
   const q = Object.fromEntries(Object.entries(query(event)).filter(([, v]) => v !== ''));
-  const filter = parseInput(listSchema, q, 'query');
+  if (scope !== undefined && q.tenant !== undefined && q.tenant !== scope) {
+    throw new InvalidRequestError(`tenant: differs from the path's tenant ${JSON.stringify(scope)}; leave it out or make them equal`);
+  }
+  const filter = parseInput(listSchema, scope === undefined ? q : { ...q, tenant: scope }, 'query');
   const batches = await listBatches(deps.sql, filter);
   return json(200, { batches: await withActivity(deps.sql, batches) });
 }
@@ -204,7 +260,24 @@ async function showBatch(_event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: st
 }
 
 async function cancelBatchRoute(_event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: string[]): Promise<Result> {
-  return json(200, batchView(await cancelBatch(deps.sql, id)));
+  const cancelled = await cancelBatch(deps.sql, id);
+  // Its slot is free at once: the tenant's next waiting batch goes to a worker now.
+  await dispatchWaiting(deps, cancelled.tenant);
+  return json(200, batchView(cancelled));
+}
+
+/**
+ * Sends the tenant's first waiting batches, as many as its limit leaves room for (at most 10),
+ * to workers; a failed send is logged (the scheduler dispatches waiting batches too).
+ */
+async function dispatchWaiting(deps: ApiDeps, tenant: string): Promise<void> {
+  try {
+    const t = await getTenant(deps.sql, tenant, { defaultMaxRunning: deps.config.runner?.maxRunning, limit: 10 });
+    const room = Math.max(0, (t.effectiveMaxRunning ?? Infinity) - t.running);
+    for (const b of t.waitingBatches.slice(0, room)) await dispatchBatch(deps.sql, deps.dispatcher, b.id);
+  } catch (error) {
+    deps.log('warn', 'dispatch of waiting batches failed', { tenant, error: String(error) });
+  }
 }
 
 async function listItemsRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: string[]): Promise<Result> {
@@ -360,4 +433,48 @@ async function enqueueOutboxRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, 
   checkStorableJson(body.payload, 'payload');
   const { id, shard } = await enqueueOutbox(deps.sql, tenant, { key: body.key, payload: body.payload });
   return json(201, { id, shard });
+}
+
+/**
+ * A tenant as the API shows it: `running` and `waiting` counts, `maxRunning` (its own limit, null
+ * when it uses the default), `effectiveMaxRunning` (the limit in force, null: none),
+ * `oldestWaitMs` (how long its longest-waiting batch has waited, since its start or last
+ * handoff, database clock; null: none waits), and `runningBatches` / `waitingBatches` (at most
+ * 100 each; waiting ones in the order its turns take them) as `[{ id, datasource, job, priority,
+ * createdAt, since, forMs }]`.
+ */
+function tenantView(t: TenantInfo) {
+  const batch = (b: TenantInfo['runningBatches'][number]) => ({
+    id: b.id,
+    datasource: b.datasource,
+    job: b.job,
+    priority: b.priority,
+    createdAt: iso(b.createdAt),
+    since: iso(b.since),
+    forMs: b.forMs,
+  });
+  return {
+    tenant: t.tenant,
+    running: t.running,
+    waiting: t.waiting,
+    maxRunning: t.maxRunning,
+    effectiveMaxRunning: t.effectiveMaxRunning,
+    oldestWaitMs: t.oldestWaitMs,
+    runningBatches: t.runningBatches.map(batch),
+    waitingBatches: t.waitingBatches.map(batch),
+  };
+}
+
+async function showTenant(_event: APIGatewayProxyEventV2, deps: ApiDeps, [rawTenant]: string[]): Promise<Result> {
+  // Any stored tenant name may be looked at, not only the registration charset.
+  const tenant = parseInput(storedNameSchema, rawTenant, 'tenant');
+  return json(200, tenantView(await getTenant(deps.sql, tenant, { defaultMaxRunning: deps.config.runner?.maxRunning })));
+}
+
+async function putTenantLimits(event: APIGatewayProxyEventV2, deps: ApiDeps, [rawTenant]: string[]): Promise<Result> {
+  const tenant = parseInput(storedNameSchema, rawTenant, 'tenant');
+  const { maxRunning } = parseInput(tenantLimitsSchema, objectBody(event, deps));
+  await setTenantLimit(deps.sql, tenant, maxRunning);
+  await dispatchWaiting(deps, tenant);
+  return json(200, tenantView(await getTenant(deps.sql, tenant, { defaultMaxRunning: deps.config.runner?.maxRunning })));
 }

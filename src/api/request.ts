@@ -4,7 +4,16 @@ import type { APIGatewayProxyEventV2 } from 'aws-lambda';
 import * as z from 'zod';
 import { InvalidRequestError } from '../errors.js';
 import { RequestError } from './errors.js';
-import { MAX_NAME_LENGTH, nameSchema, requestKeySchema, storedNameSchema, textSchema, typeName } from '../batch/index.js';
+import {
+  MAX_NAME_LENGTH,
+  MAX_PRIORITY,
+  nameSchema,
+  requestKeySchema,
+  storedNameSchema,
+  textSchema,
+  toleratedFailuresSchema,
+  typeName,
+} from '../batch/index.js';
 
 /** The value of header `name` (case-insensitive; HTTP API v2 already lowercases names). */
 export function header(event: APIGatewayProxyEventV2, name: string): string | undefined {
@@ -77,8 +86,11 @@ export const startSchema = z
       .record(z.string(), z.unknown(), { error: (i) => `must be a JSON object, got ${typeName(i.input)}` })
       .default({}),
     requestKey: requestKeySchema.optional(),
+    toleratedFailures: toleratedFailuresSchema.optional(),
+    priority: wholeNumber(0, MAX_PRIORITY).optional(),
   })
   .strict();
+
 
 /** Validated body of `POST /batches`. */
 export type StartRequest = z.infer<typeof startSchema>;
@@ -172,6 +184,12 @@ export const MAX_DESIRED = 1000;
 
 /** Body of `PUT /concurrency`. */
 export const concurrencySchema = z.object({ desired: wholeNumber(0, MAX_DESIRED) }).strict();
+
+/** Largest per-tenant limit of running batches (a PostgreSQL integer). */
+export const MAX_TENANT_LIMIT = 2_147_483_647;
+
+/** Body of `PUT /tenants/{tenant}/limits`: `maxRunning` a whole number, or null for the default. */
+export const tenantLimitsSchema = z.object({ maxRunning: wholeNumber(0, MAX_TENANT_LIMIT).nullable() }).strict();
 
 /** Body of `POST /tenants/{tenant}/outbox`: `key` picks the shard; `payload` is any JSON value. */
 export const outboxSchema = z

@@ -1,8 +1,49 @@
 import type { Sql } from '../store/index.js';
-import { BatchFinishedError, BatchNotFoundError, BatchTooLargeError, TooManyBatchesError } from './errors.js';
+import { BatchFinishedError, BatchNotFoundError, BatchTooLargeError, InvalidBatchError, TooManyBatchesError } from './errors.js';
 import { DEFAULT_START_LIMITS, insertItems, type StartLimits } from './items.js';
 import * as q from './sql.js';
-import type { BatchInfo, BatchStatus, ItemResult, ItemState, NewBatch } from './types.js';
+import {
+  DEFAULT_PRIORITY,
+  MAX_PRIORITY,
+  type BatchInfo,
+  type BatchStatus,
+  type ItemResult,
+  type ItemState,
+  type NewBatch,
+  type ToleratedFailures,
+} from './types.js';
+
+/** Largest `toleratedFailures.count` (the column is a 32-bit integer). */
+export const MAX_TOLERATED_COUNT = 2_147_483_647;
+
+/**
+ * Check a start's `toleratedFailures` (docs/design.md, "Batches": "End"): null/undefined, or an
+ * object with exactly one of `count` (a whole number from 0 to {@link MAX_TOLERATED_COUNT}) and
+ * `percent` (a number from 0 to 100).
+ * @throws {InvalidBatchError} naming the offending field (`toleratedFailures.count: …`).
+ */
+export function checkToleratedFailures(t: ToleratedFailures | null | undefined): void {
+  if (t === undefined || t === null) return;
+  const refuse = (m: string) => {
+    throw new InvalidBatchError(`toleratedFailures${m}`);
+  };
+  if (typeof t !== 'object' || Array.isArray(t)) return refuse(': must be { count } or { percent }');
+  const keys = Object.keys(t);
+  if (keys.length !== 1 || (keys[0] !== 'count' && keys[0] !== 'percent')) {
+    return refuse(`: must be { count } or { percent }, got fields ${keys.join(', ') || 'none'}`);
+  }
+  if ('count' in t) {
+    const c = t.count;
+    if (typeof c !== 'number' || !Number.isInteger(c) || c < 0 || c > MAX_TOLERATED_COUNT) {
+      refuse(`.count: must be a whole number from 0 to ${MAX_TOLERATED_COUNT}, got ${String(c)}`);
+    }
+  } else {
+    const p = t.percent;
+    if (typeof p !== 'number' || !Number.isFinite(p) || p < 0 || p > 100) {
+      refuse(`.percent: must be a number from 0 to 100, got ${String(p)}`);
+    }
+  }
+}
 
 /** Options of {@link createBatch}. */
 export interface CreateOptions {
@@ -29,8 +70,11 @@ export const DEFAULT_MAX_OPEN = 4;
  * with `maxOpen` open batches refuses a new one; starts on one datasource are decided one at a
  * time under a row lock, so concurrent starts never exceed `maxOpen` (docs/design.md, "Batches").
  *
- * @throws {InvalidBatchError} no items, two items with one key, a key or input PostgreSQL cannot
- *   store (NUL, unpaired surrogates), an input that is not JSON.
+ * `batch.toleratedFailures` (default none) is kept with the batch: see {@link ToleratedFailures}.
+ *
+ * @throws {InvalidBatchError} a priority that is not an integer from 0 to 9, no items, two items
+ *   with one key, a key or input PostgreSQL cannot store (NUL, unpaired surrogates), an input
+ *   that is not JSON; a `toleratedFailures` out of range ({@link checkToleratedFailures}).
  * @throws {BatchTooLargeError} over a limit: item count, key bytes ({@link MAX_KEY_BYTES}),
  *   input bytes, total bytes.
  * @throws {TooManyBatchesError} the datasource already has `maxOpen` open batches.
@@ -41,8 +85,13 @@ export async function createBatch(
   batch: NewBatch,
   options: CreateOptions = {},
 ): Promise<{ batch: BatchInfo; created: boolean }> {
+  checkToleratedFailures(batch.toleratedFailures);
   const maxOpen = options.maxOpen ?? DEFAULT_MAX_OPEN;
   const limits: StartLimits = { ...DEFAULT_START_LIMITS, ...options.limits };
+  const priority = batch.priority ?? DEFAULT_PRIORITY;
+  if (!Number.isInteger(priority) || priority < 0 || priority > MAX_PRIORITY) {
+    throw new InvalidBatchError(`priority must be an integer from 0 to ${MAX_PRIORITY} (got ${String(batch.priority)})`);
+  }
   const known = Array.isArray(batch.items) ? batch.items.length : 0;
   if (known > limits.maxItems) {
     throw new BatchTooLargeError('items', limits.maxItems, `item count: ${known} items; the limit is ${limits.maxItems}`);
@@ -59,7 +108,7 @@ export async function createBatch(
     if ((await q.countOpen(t, batch.tenant, batch.datasource)) >= maxOpen) {
       throw new TooManyBatchesError(batch.tenant, batch.datasource, maxOpen);
     }
-    const inserted = await q.insertBatch(t, { ...batch, total: known });
+    const inserted = await q.insertBatch(t, { ...batch, total: known, priority });
     if (!inserted) {
       // The same key committed on another datasource meanwhile: answer that batch.
       return { id: (await q.batchIdByKey(t, batch.tenant, batch.requestKey))!, created: false };
@@ -144,13 +193,15 @@ export function countOpenBatches(sql: Sql): Promise<number> {
 /**
  * Mark and return open batches that need a worker: never started, handed off, or stale
  * (beat older than `staleMs`, database clock). A batch dispatched within `cooldownMs` is
- * skipped, so overlapping callers never dispatch it twice.
+ * skipped, so overlapping callers never dispatch it twice. A batch waiting while its tenant
+ * runs its limit of batches (its own, else `maxRunning`; default no limit) is not returned
+ * (docs/design.md, "Tenant fairness").
  */
 export function claimDispatch(
   sql: Sql,
-  options: { staleMs: number; cooldownMs: number; limit?: number },
+  options: { staleMs: number; cooldownMs: number; limit?: number; maxRunning?: number },
 ): Promise<string[]> {
-  return q.claimDispatch(sql, { ...options, limit: options.limit ?? 100 });
+  return q.claimDispatch(sql, { ...options, limit: options.limit ?? 100, maxRunning: options.maxRunning ?? q.NO_LIMIT });
 }
 
 /** Record that `batchId` was just sent to a worker. */

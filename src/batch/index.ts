@@ -14,6 +14,8 @@ export {
   markDispatched,
   isUuid,
   DEFAULT_MAX_OPEN,
+  checkToleratedFailures,
+  MAX_TOLERATED_COUNT,
   type CreateOptions,
 } from './batches.js';
 export {
@@ -27,6 +29,7 @@ export {
   parseInput,
   fieldPath,
   checkStorableJson,
+  toleratedFailuresSchema,
 } from './input.js';
 export { dispatchBatch, type Dispatcher, type WorkerEvent } from './dispatch.js';
 export { startBatch, startLimits, type BatchExpander, type StartDeps, type StartRequest, type StartResult, type StartSettings } from './start.js';
@@ -55,3 +58,4 @@ export {
   type FinishedSeries,
   type BatchActivity,
 } from './progress.js';
+export { getTenant, setTenantLimit, MAX_TENANT_LIMIT, type TenantInfo, type TenantBatch } from './tenants.js';

@@ -96,3 +96,29 @@ export function checkStorableJson(value: unknown, root: string, maxDepth = MAX_P
 /** A tenant name as stored (any text a tenant may have been registered with), for lookups and deletes. */
 export const storedNameSchema = textSchema(MAX_NAME_LENGTH);
 
+/**
+ * `toleratedFailures` of a start: `{ count }` (a whole number from 0 to 2,147,483,647) or
+ * `{ percent }` (a number from 0 to 100), exactly one of them; null: none (docs/design.md,
+ * "Batches": "End").
+ */
+export const toleratedFailuresSchema = z
+  .object(
+    {
+      count: z
+        .number({ error: (i) => `must be a whole number from 0 to 2147483647, got ${typeName(i.input)}` })
+        .int('must be a whole number from 0 to 2147483647')
+        .min(0, 'must be a whole number from 0 to 2147483647')
+        .max(2_147_483_647, 'must be a whole number from 0 to 2147483647')
+        .optional(),
+      percent: z
+        .number({ error: (i) => `must be a number from 0 to 100, got ${typeName(i.input)}` })
+        .min(0, 'must be a number from 0 to 100')
+        .max(100, 'must be a number from 0 to 100')
+        .optional(),
+    },
+    { error: (i) => `must be { count } or { percent }, got ${typeName(i.input)}` },
+  )
+  .strict()
+  .refine((t) => (t.count === undefined) !== (t.percent === undefined), 'must be { count } or { percent }: give exactly one')
+  .transform((t) => (t.count !== undefined ? { count: t.count } : { percent: t.percent! }))
+  .nullable();

@@ -21,7 +21,16 @@ export type ItemOutcome = 'done' | 'failed' | 'retry' | 'interrupted' | 'given-b
 
 /** What the runner reports as it goes (for logs and metrics); never needed for correctness. */
 export type RunnerEvent =
-  | { type: 'run-started'; batchId: string; runId: string; takeover: boolean }
+  | {
+      type: 'run-started';
+      batchId: string;
+      runId: string;
+      takeover: boolean;
+      tenant: string;
+      priority: number;
+      /** ms from the batch's start to this run, on its first run (database clock); else null. */
+      queueWaitMs: number | null;
+    }
   | { type: 'run-ended'; result: RunResult }
   | { type: 'item-ended'; batchId: string; runId: string; key: string; attempt: number; outcome: ItemOutcome }
   | { type: 'store-error'; batchId: string; runId: string; error: unknown; tries: number }
@@ -48,6 +57,10 @@ export interface RunSettings {
   drainMs: number;
   maxOutputBytes: number;
   maxStalledRuns: number;
+  /** Default per-tenant limit of running batches (for the slice check). */
+  maxRunning: number;
+  /** The run's time slice, ms (docs/design.md, "Tenant fairness"). */
+  sliceMs: number;
   clock: Clock;
   random: () => number;
   onEvent: (event: RunnerEvent) => void;
@@ -136,7 +149,14 @@ interface Settled {
 export class Run {
   readonly id: string;
   private readonly items = new AbortController();
-  private reason: 'stop' | 'lost' | undefined;
+  /** Why the run stops: asked to (handoff), lost its batch, or its slice ended with others waiting. */
+  private reason: 'stop' | 'lost' | 'slice' | undefined;
+  /** This run ended the batch `failed` because more items failed than it tolerates. */
+  private intolerable = false;
+  /** The batch's failed items as last counted by this run's tolerance check (it alone fails items). */
+  private failedStored = 0;
+  /** Items settled as failed whose move has not landed yet. */
+  private failedSettling = 0;
   /** The run is over: settling items are no longer written. */
   private ended = false;
   private readonly capacity: number;
@@ -179,7 +199,7 @@ export class Run {
 
   /** Ask the run to hand off: stop claiming, let in-flight items settle, clear the beat. */
   requestStop(): void {
-    this.reason ??= 'stop';
+    if (this.reason !== 'lost') this.reason = 'stop';
     this.wake();
   }
 
@@ -192,6 +212,7 @@ export class Run {
   async execute(): Promise<RunResult> {
     const beats = new AbortController();
     const beating = this.beatLoop(beats.signal);
+    const slicing = this.sliceLoop(beats.signal);
     let outcome: RunOutcome;
     let error: Error | undefined;
     try {
@@ -206,7 +227,7 @@ export class Run {
       this.dueTimer?.abort();
       this.startTimer?.abort();
       beats.abort();
-      await beating;
+      await Promise.all([beating, slicing]);
     }
     if (outcome === 'lost' && !error) error = new BatchLostError(this.batch.id, this.id);
     return {
@@ -222,8 +243,16 @@ export class Run {
   private async loop(): Promise<RunOutcome> {
     if (this.batch.stalledRuns > this.s.maxStalledRuns) return this.giveUp();
     await this.store(() => q.recoverRunning(this.sql, { batchId: this.batch.id, run: this.id, attempts: this.s.attempts }));
+    // The items recovered may cross the batch's tolerance, or a run that died (or handed off)
+    // may have stored failures past it without ending the batch.
+    if (await this.endIfIntolerable()) return 'failed';
     const finished = await this.pump();
     if (finished) return finished;
+    // The slice ended: in-flight items finish (a slice uses no attempt) unless a stop or a loss
+    // comes meanwhile; nothing new starts.
+    while (this.reason === 'slice' && this.executing.size > 0) {
+      await new Promise<void>((resolve) => (this.wakeUp = resolve));
+    }
     // Stopping or lost: in-flight items are told to stop.
     this.items.abort();
     // Work that ignores its signal must not hold the run (and a Lambda worker) past its
@@ -253,6 +282,7 @@ export class Run {
         await new Promise<void>((resolve) => setImmediate(resolve));
         if (this.reason) return undefined;
         await this.step();
+        if (this.intolerable) return 'failed';
         continue;
       }
       // Wait for an item to settle, a retry to come due, or (when items are due but the beats
@@ -283,7 +313,7 @@ export class Run {
 
   /** Claims that fit: free room in the local queue while the store may hold due items. */
   private room(): number {
-    if (this.reason || !this.moreDue || !this.beatValid()) return 0;
+    if (this.reason || !this.moreDue || !this.beatValid() || this.doomed()) return 0;
     return Math.max(0, this.capacity - this.executing.size - this.queue.length);
   }
 
@@ -302,7 +332,7 @@ export class Run {
    * are too old to keep the batch (the next good beat starts them).
    */
   private startQueued(): void {
-    if (this.reason || this.queue.length === 0 || !this.beatValid()) return;
+    if (this.reason || this.queue.length === 0 || !this.beatValid() || this.doomed()) return;
     let now: number | undefined;
     let next = Infinity;
     for (let i = 0; i < this.queue.length && this.executing.size < this.s.parallel; ) {
@@ -329,10 +359,20 @@ export class Run {
     }
   }
 
+  /**
+   * Whether the failures stored and settling are more than the batch tolerates: the flush under
+   * way ends it, so nothing more is claimed or started meanwhile.
+   */
+  private doomed(): boolean {
+    const allowed = this.batch.allowedFailures;
+    return allowed !== null && allowed !== undefined && this.failedStored + this.failedSettling > allowed;
+  }
+
   /** One statement: move every settled item and claim the free room. */
   private async step(): Promise<void> {
     const batch = this.settled;
     this.settled = [];
+    const failures = batch.filter((b) => b.move.state === 'failed').length;
     const claim = this.room();
     const recordProgress = !this.progressRecorded && batch.length > 0;
     const moves = q.encodeMoves(batch.map((b) => b.move));
@@ -352,9 +392,14 @@ export class Run {
       if (!(e instanceof UnstorableMoves)) throw e;
       await this.moveOneByOne(batch);
       return;
+    } finally {
+      // Landed, or lost: either way no longer settling.
+      this.failedSettling -= failures;
     }
     if (r.moved < batch.length) return this.markLost();
     this.landed(batch, sentAt);
+    // The items it claimed are put back by the end: they are not queued.
+    if (failures > 0 && (await this.endIfIntolerable())) return;
     if (claim > 0) {
       this.moreDue = r.claimed.length >= claim;
       // Counted from the answer, which came after the database's now(): never early.
@@ -384,6 +429,24 @@ export class Run {
       if (r.moved < 1) return this.markLost();
       this.landed([item]);
     }
+    if (batch.some((b) => b.move.state === 'failed')) await this.endIfIntolerable();
+  }
+
+  /**
+   * Once more items have failed than the batch tolerates, end it `failed` at once (one fenced
+   * statement; docs/design.md, "Batches": "End"): the items this run claimed or runs go back to
+   * pending and their work is told to stop when the run ends. Resolves to whether it ended the
+   * batch; a batch without a tolerance is never ended here (no statement is sent).
+   */
+  private async endIfIntolerable(): Promise<boolean> {
+    if (this.batch.allowedFailures === null || this.batch.allowedFailures === undefined) return false;
+    const r = await this.store(() => q.endIntolerable(this.sql, this.batch.id, this.id));
+    this.failedStored = r.failed;
+    if (!r.ended) return false;
+    this.intolerable = true;
+    this.queue = [];
+    this.wake();
+    return true;
   }
 
   private moveAlone(item: Settled, dataSensitive: boolean): Promise<q.StepResult> {
@@ -404,6 +467,7 @@ export class Run {
     if (batch.length === 0) return;
     this.progressRecorded = true;
     for (const { move, outcome } of batch) {
+      if (move.state === 'failed') this.failedStored++;
       if (move.state === 'done' || move.state === 'failed') this.finishedItems++;
       else if (outcome === 'retry') this.dueIn(move.delayMs - CLAIM_AHEAD_MS, sentAt);
       else this.moreDue = true;
@@ -447,6 +511,7 @@ export class Run {
       this.executing.delete(c.key);
       if (this.ended || this.reason === 'lost') return;
       this.settled.push(s);
+      if (s.move.state === 'failed') this.failedSettling++;
       // A freed slot starts the next queued item at once, without waiting for the flusher.
       this.startQueued();
       this.wake();
@@ -517,12 +582,19 @@ export class Run {
     } catch (e) {
       if (!(e instanceof UnstorableMoves)) throw e;
       await this.moveOneByOne(batch);
+      if (this.intolerable) return 'failed';
       if (this.reason === 'lost') return 'lost';
       batch = [];
       r = await send(batch);
     }
     if (!r.handed) return 'lost';
     this.landed(batch);
+    if (this.reason === 'slice') {
+      for (const c of queued) {
+        this.s.onEvent({ type: 'item-ended', batchId: this.batch.id, runId: this.id, key: c.key, attempt: c.attempts - 1, outcome: 'given-back' });
+      }
+      return 'sliced';
+    }
     for (const c of queued) {
       this.s.onEvent({ type: 'item-ended', batchId: this.batch.id, runId: this.id, key: c.key, attempt: c.attempts - 1, outcome: 'given-back' });
     }
@@ -543,6 +615,29 @@ export class Run {
     );
     if (!ok) return 'lost';
     throw new BatchGivenUpError(this.batch.id, runs, reason);
+  }
+
+  /**
+   * Time slicing (docs/design.md, "Tenant fairness"): once the run has held its batch for
+   * `sliceMs`, and after every beat from then on, it asks whether another tenant's batch waits
+   * for a worker (below its tenant's limit); if so the run hands off. With nobody waiting it
+   * keeps its batch. A failed check is tried again after the next beat.
+   */
+  private async sliceLoop(signal: AbortSignal): Promise<void> {
+    await this.s.clock.sleep(this.s.sliceMs, signal);
+    while (!signal.aborted && !this.reason) {
+      try {
+        const waiting = await withTimeout(q.othersWaiting(this.sql, this.batch.tenant, this.s.maxRunning), this.s.storeTimeoutMs);
+        if (waiting && !signal.aborted && !this.reason) {
+          this.reason = 'slice';
+          this.wake();
+          return;
+        }
+      } catch (error) {
+        this.s.onEvent({ type: 'store-error', batchId: this.batch.id, runId: this.id, error, tries: 1 });
+      }
+      await this.s.clock.sleep(Math.min(this.s.beatMs, this.s.sliceMs), signal);
+    }
   }
 
   private async beatLoop(signal: AbortSignal): Promise<void> {

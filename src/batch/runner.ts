@@ -4,6 +4,7 @@ import { withTimeout, type Sql } from '../store/index.js';
 import { createBatch, type CreateOptions } from './batches.js';
 import { systemClock, type Clock } from '../clock.js';
 import * as q from './sql.js';
+import { NO_LIMIT } from './sql.js';
 import { checkRetrySettings, MAX_ATTEMPTS, MAX_BACKOFF_MS, Run, type RunnerEvent, type RunSettings } from './run.js';
 import { DEFAULT_MAX_OUTPUT_BYTES } from './values.js';
 import type { BatchInfo, Executor, ItemWork, NewBatch, Resolve, RunResult } from './types.js';
@@ -56,6 +57,18 @@ export interface RunnerOptions {
    * run: it ends `failed` with a `reason`. Default 10.
    */
   maxStalledRuns?: number;
+  /**
+   * Most batches of one tenant that run at once, for tenants without a limit of their own
+   * (set through `setTenantLimit`); batches beyond it wait. Default: no limit
+   * (docs/design.md, "Tenant fairness").
+   */
+  maxRunning?: number;
+  /**
+   * A run that has held its batch this long hands off, using no attempt, when another tenant's
+   * batch is waiting for a worker; checked then and after every beat, ms. Default 60,000
+   * (docs/design.md, "Tenant fairness").
+   */
+  sliceMs?: number;
   /** Clock for beats and waits. Default: {@link systemClock}. */
   clock?: Clock;
   /** Source of jitter in [0, 1). Default `Math.random`. */
@@ -79,6 +92,8 @@ export const RUNNER_DEFAULTS = {
   storeTimeoutMs: 10_000,
   maxOutputBytes: DEFAULT_MAX_OUTPUT_BYTES,
   maxStalledRuns: 10,
+  maxRunning: NO_LIMIT,
+  sliceMs: 60_000,
 } as const;
 
 /** Bounds of the runner's settings that the store and the clock depend on. */
@@ -119,6 +134,8 @@ export function runnerSettings(options: RunnerOptions = {}): RunnerSettings {
     storeTimeoutMs: options.storeTimeoutMs ?? RUNNER_DEFAULTS.storeTimeoutMs,
     maxOutputBytes: options.maxOutputBytes ?? RUNNER_DEFAULTS.maxOutputBytes,
     maxStalledRuns: options.maxStalledRuns ?? RUNNER_DEFAULTS.maxStalledRuns,
+    maxRunning: options.maxRunning ?? RUNNER_DEFAULTS.maxRunning,
+    sliceMs: options.sliceMs ?? RUNNER_DEFAULTS.sliceMs,
     clock: options.clock ?? systemClock,
     random: options.random ?? Math.random,
     onEvent: options.onEvent ?? (() => {}),
@@ -136,6 +153,8 @@ export function runnerSettings(options: RunnerOptions = {}): RunnerSettings {
   int('maxOutputBytes', 1);
   int('maxStalledRuns', 1, RUNNER_LIMITS.maxStalledRuns);
   int('staleMs', 1, RUNNER_LIMITS.staleMs);
+  int('maxRunning', 0, NO_LIMIT);
+  int('sliceMs', 1, RUNNER_LIMITS.staleMs);
   if (s.backoffMs > s.maxBackoffMs) throw new InvalidSettingError('backoffMs', `(${s.backoffMs}) must not exceed maxBackoffMs (${s.maxBackoffMs})`);
   if (s.beatMs >= s.staleMs) throw new InvalidSettingError('beatMs', `(${s.beatMs}) must be below staleMs (${s.staleMs})`);
   return s;
@@ -205,14 +224,20 @@ export class Runner {
 
   /**
    * Take over one batch that is unowned, handed off or stale (beat older than `staleMs`,
-   * database clock) with one compare-and-set, and run it here in the background. With
-   * `batchId`, only that batch. Resolves to the batch taken, or undefined when none was.
+   * database clock) with one compare-and-set, and run it here in the background. The batch is
+   * chosen by the rules of docs/design.md, "Tenant fairness": a stale batch first, else a
+   * waiting batch of the tenant running the fewest batches (below its limit), by priority then
+   * age within the tenant. With `batchId`, only that batch (when its tenant is below its limit,
+   * or it is stale); with `batchId` and `options.orFairer` (a worker sent for the batch), that
+   * batch unless another tenant with a waiting batch runs fewer batches, whose batch is taken
+   * instead: the sent batch keeps waiting and may be dispatched again at once. Resolves to the
+   * batch taken, or undefined when none was.
    * A batch whose job `resolve` does not know is handed back at once, and this runner's later
    * takeovers without `batchId` skip it.
    * @throws the store's error, or when the store does not answer within `storeTimeoutMs`.
    * @throws {InvalidSettingError} the executor's settings are out of range: the batch is handed back first.
    */
-  async takeOver(resolve: Resolve, batchId?: string): Promise<BatchInfo | undefined> {
+  async takeOver(resolve: Resolve, batchId?: string, options: { orFairer?: boolean } = {}): Promise<BatchInfo | undefined> {
     if (this.closed) return undefined;
     const runId = randomUUID();
     const sentAt = this.s.clock.now();
@@ -223,13 +248,19 @@ export class Runner {
         run: runId,
         process: this.processId,
         staleMs: this.s.staleMs,
+        maxRunning: this.s.maxRunning,
         batchId,
+        orFairer: options.orFairer,
         // Else the oldest batch with an unknown job, handed straight back, would be picked again
         // every time and no other batch would ever be taken.
         skip: batchId ? undefined : [...this.unknown],
       }),
       this.s.storeTimeoutMs,
     );
+    if (batchId && options.orFairer && batch?.id !== batchId) {
+      // Not taken here: left waiting, and dispatchable again at once.
+      await withTimeout(q.undispatch(this.sql, batchId), this.s.storeTimeoutMs).catch(() => {});
+    }
     if (!batch) return undefined;
     const executor = resolve(batch);
     if (!executor) {
@@ -246,7 +277,15 @@ export class Runner {
       throw e;
     }
     const run = new Run(this.sql, this.settingsFor(executor), batch, runId, executor, sentAt);
-    this.s.onEvent({ type: 'run-started', batchId: batch.id, runId, takeover: batch.runs > 1 });
+    this.s.onEvent({
+      type: 'run-started',
+      batchId: batch.id,
+      runId,
+      takeover: batch.runs > 1,
+      tenant: batch.tenant,
+      priority: batch.priority,
+      queueWaitMs: batch.queueWaitMs,
+    });
     const done = run.execute().then((result) => {
       if (this.runs.get(batch.id)?.run === run) this.runs.delete(batch.id);
       this.s.onEvent({ type: 'run-ended', result });

@@ -2,7 +2,7 @@
 // named by `run` owns the open batch; the ownership check takes a share lock on the batch row,
 // so a takeover (an update of that row) and a move are ordered one after the other.
 import type { Sql } from '../store/index.js';
-import type { BatchInfo, BatchStatus, ItemResult, ItemState } from './types.js';
+import type { BatchInfo, BatchStatus, ItemResult, ItemState, ToleratedFailures } from './types.js';
 
 /** A row of `leasehold_batches` joined with its item counts. */
 interface BatchRow {
@@ -12,6 +12,7 @@ interface BatchRow {
   job: string;
   params: unknown;
   request_key: string;
+  priority: number;
   status: BatchStatus;
   total: number;
   owner_process: string | null;
@@ -19,6 +20,10 @@ interface BatchRow {
   stalled_runs: number;
   reason: string | null;
   redrives: number;
+  tolerated_count: number | null;
+  /** numeric: postgres.js reads it as a string. */
+  tolerated_percent: string | null;
+  allowed_failures: number | null;
   created_at: Date;
   beat_at: Date | null;
   finished_at: Date | null;
@@ -34,6 +39,7 @@ function toInfo(r: BatchRow): BatchInfo {
     job: r.job,
     params: r.params,
     requestKey: r.request_key,
+    priority: r.priority,
     status: r.status,
     total: r.total,
     counts: { pending: c.pending ?? 0, running: c.running ?? 0, done: c.done ?? 0, failed: c.failed ?? 0 },
@@ -42,6 +48,13 @@ function toInfo(r: BatchRow): BatchInfo {
     stalledRuns: r.stalled_runs,
     reason: r.reason,
     redrives: r.redrives,
+    toleratedFailures:
+      r.tolerated_count !== null
+        ? { count: r.tolerated_count }
+        : r.tolerated_percent !== null
+          ? { percent: Number(r.tolerated_percent) }
+          : null,
+    allowedFailures: r.allowed_failures,
     createdAt: r.created_at,
     beatAt: r.beat_at,
     finishedAt: r.finished_at,
@@ -132,11 +145,25 @@ export async function countOpen(tx: Tx, tenant: string, datasource: string): Pro
 // Inserts a batch unless its request key exists; returns the new id or undefined.
 export async function insertBatch(
   tx: Tx,
-  b: { tenant: string; datasource: string; job: string; params: unknown; requestKey: string; total: number },
+  b: {
+    tenant: string;
+    datasource: string;
+    job: string;
+    params: unknown;
+    requestKey: string;
+    total: number;
+    priority: number;
+    toleratedFailures?: ToleratedFailures | null;
+  },
 ): Promise<string | undefined> {
+  const t = b.toleratedFailures;
+  const count = t && 'count' in t ? t.count : null;
+  // As text, cast to numeric: the percent is stored exactly as given.
+  const percent = t && 'percent' in t ? String(t.percent) : null;
   const [r] = await tx<{ id: string }[]>`insert into leasehold_batches
-      (tenant, datasource, job, params, request_key, total)
-    values (${b.tenant}, ${b.datasource}, ${b.job}, ${tx.json(b.params as never)}, ${b.requestKey}, ${b.total})
+      (tenant, datasource, job, params, request_key, total, priority, tolerated_count, tolerated_percent)
+    values (${b.tenant}, ${b.datasource}, ${b.job}, ${tx.json(b.params as never)}, ${b.requestKey}, ${b.total}, ${b.priority},
+      ${count}::int, ${percent}::text::numeric)
     on conflict (tenant, request_key) do nothing
     returning id`;
   return r?.id;
@@ -195,31 +222,177 @@ export async function countAllOpen(sql: Sql): Promise<number> {
   return r.n;
 }
 
-// Takes over one open batch that is unowned, handed off or stale (beat older than staleMs by
-// the database clock): one compare-and-set on owner and beat, counting one more run and one
-// more stalled run (until a move of this run lands). With `batchId`, only that batch; batches in
-// `skip` are never taken.
-export async function takeOver(
-  sql: Sql,
-  a: { run: string; process: string; staleMs: number; batchId?: string; skip?: string[] },
-): Promise<BatchInfo | undefined> {
-  const [r] = await sql<BatchRow[]>`update leasehold_batches b
-    set owner_run = ${a.run}, owner_process = ${a.process}, beat_at = now(), taken_at = now(), handed_off_at = null,
-        runs = b.runs + 1, stalled_runs = b.stalled_runs + 1
-    from (
+/** No per-tenant limit: the largest `max_running` a statement compares with. */
+export const NO_LIMIT = 2_147_483_647;
+
+/** A batch a takeover took, with how long it waited for its first run. */
+export type TakenBatch = BatchInfo & {
+  /** ms from its start to this takeover when this is its first run (database clock); else null. */
+  queueWaitMs: number | null;
+};
+
+// Takes over one open batch in one statement, as one compare-and-set on owner and beat that
+// counts one more run and one more stalled run (until a move of this run lands). The choice
+// (docs/design.md, "Tenant fairness"):
+// - `batchId`: that batch, when it is stale, or waits and its tenant is below its limit; with
+//   `orFairer`, only while no other tenant with a waiting batch runs fewer batches (else the
+//   choice below), without it nothing else is ever taken;
+// - else a stale batch (beat older than staleMs, database clock): its run died, the slot is its own;
+// - else the waiting batch (open, no owner) of the tenant running the fewest batches, below its
+//   limit (`max_running`, else `maxRunning`), longest unchanged first among equals; within the
+//   tenant, highest priority, then oldest.
+// The tenant row is locked first (skip locked), then its batch (skip locked), so two takeovers
+// never both pass one tenant's limit and take a tenant's batches in their order; the triggers of
+// migration 011 count the run on that row in this statement. Nothing here waits for a lock, so a
+// takeover never deadlocks with a cancel or a finish (which lock the batch, then the tenant).
+// Tenants and batches are found through the partial indexes `leasehold_tenants_waiting` and
+// `leasehold_batches_waiting`, and stale batches through `leasehold_batches_open_beat`.
+// Batches in `skip` are never taken.
+export async function takeOver(sql: Sql, a: TakeOverArgs): Promise<TakenBatch | undefined> {
+  const [r] = await sql<(BatchRow & { queue_wait_ms: number | null })[]>`${takeOverStatement(sql, a)}`;
+  return r && { ...toInfo(r), queueWaitMs: r.queue_wait_ms };
+}
+
+/** What {@link takeOver} takes: the new run and its process, and the choice's settings. */
+export interface TakeOverArgs {
+  run: string;
+  process: string;
+  staleMs: number;
+  /** Limit of tenants without their own; {@link NO_LIMIT} for none. */
+  maxRunning: number;
+  batchId?: string;
+  /** With `batchId`: take a better choice instead when one exists (a worker sent for the batch). */
+  orFairer?: boolean;
+  skip?: string[];
+}
+
+/** The takeover statement as a fragment (the benchmark and a test read its plan with EXPLAIN). */
+export function takeOverStatement(sql: Sql, a: TakeOverArgs) {
+  const skip = sql.json(a.skip ?? []);
+  const sent = a.batchId ?? null;
+  const only = a.batchId !== undefined && !a.orFairer;
+  return sql`with tenant as materialized (
+      select t.tenant, t.running from leasehold_tenants t
+      where t.open > t.running and t.running < coalesce(t.max_running, ${a.maxRunning})
+        and exists (select 1 from leasehold_batches w
+                    where w.tenant = t.tenant and w.status = 'open' and w.owner_run is null
+                      and w.id::text not in (select jsonb_array_elements_text(${skip})))
+      order by t.running, t.served_at nulls first, t.tenant
+      limit 1
+      for update of t skip locked
+    ), fair as (
+      select w.id, tenant.running
+      from tenant
+      cross join lateral (
+        select id from leasehold_batches
+        where leasehold_batches.tenant = tenant.tenant and status = 'open' and owner_run is null
+          and id::text not in (select jsonb_array_elements_text(${skip}))
+        order by priority desc, created_at, id
+        limit 1
+        for update skip locked
+      ) w
+    ), stale as (
       select id from leasehold_batches
-      where status = 'open'
-        and (${a.batchId ?? null}::uuid is null or id = ${a.batchId ?? null}::uuid)
-        and id::text not in (select jsonb_array_elements_text(${sql.json(a.skip ?? [])}))
-        and (owner_run is null or beat_at is null
-             or beat_at < now() - make_interval(secs => ${a.staleMs / 1000}))
-      order by beat_at nulls first, created_at
+      where status = 'open' and owner_run is not null
+        and beat_at < now() - make_interval(secs => ${a.staleMs / 1000})
+        and id::text not in (select jsonb_array_elements_text(${skip}))
+      order by beat_at
       limit 1
       for update skip locked
-    ) s
-    where b.id = s.id
-    returning b.*, null::jsonb as counts`;
-  return r && toInfo(r);
+    ), sent as (
+      select b.id, t.running, b.owner_run is not null as stale
+      from leasehold_batches b join leasehold_tenants t on t.tenant = b.tenant
+      where b.id = ${sent}::uuid and b.status = 'open'
+        and ((b.owner_run is null and t.running < coalesce(t.max_running, ${a.maxRunning}))
+             or b.beat_at < now() - make_interval(secs => ${a.staleMs / 1000}))
+      for update of b, t skip locked
+    ), pick as (
+      select id, 0 as o from sent
+        where ${only} or stale or not exists (select 1 from fair where fair.running < sent.running)
+      union all select id, 1 from stale where not ${only}
+      union all select id, 2 from fair where not ${only}
+      order by o
+      limit 1
+    )
+    update leasehold_batches b
+    set owner_run = ${a.run}, owner_process = ${a.process}, beat_at = now(), taken_at = now(), handed_off_at = null,
+        runs = b.runs + 1, stalled_runs = b.stalled_runs + 1
+    from pick
+    where b.id = pick.id
+    returning b.*, null::jsonb as counts,
+      case when b.runs = 1 then (extract(epoch from now() - b.created_at) * 1000)::float8 end as queue_wait_ms`;
+}
+
+// Clears the dispatch mark of a batch a worker was sent for but did not take (another tenant was
+// served worse, or its tenant is at its limit), so the scheduler may dispatch it again at once.
+export async function undispatch(sql: Sql, batchId: string): Promise<void> {
+  await sql`update leasehold_batches set dispatched_at = null where id = ${batchId} and status = 'open' and owner_run is null`;
+}
+
+// Whether a tenant other than `tenant` has a batch waiting for a worker and is below its limit
+// (through the partial index of tenants with waiting batches): a run past its slice hands off then.
+export async function othersWaiting(sql: Sql, tenant: string, maxRunning: number): Promise<boolean> {
+  const [r] = await sql<{ waiting: boolean }[]>`select exists (
+      select 1 from leasehold_tenants
+      where open > running and running < coalesce(max_running, ${maxRunning}) and tenant <> ${tenant}
+    ) as waiting`;
+  return r.waiting;
+}
+
+/** A tenant's counts and limit, as {@link tenantState} reads them. */
+export interface TenantRow {
+  tenant: string;
+  open: number;
+  running: number;
+  max_running: number | null;
+  /** ms since the longest-waiting batch began to wait (start or handoff), database clock; null: none. */
+  oldest_wait_ms: number | null;
+}
+
+// Reads a tenant's counts, its limit override and its oldest wait; undefined: no such tenant.
+export async function tenantState(sql: Sql, tenant: string): Promise<TenantRow | undefined> {
+  const [r] = await sql<TenantRow[]>`select t.tenant, t.open, t.running, t.max_running,
+      (select (extract(epoch from now() - min(coalesce(b.handed_off_at, b.created_at))) * 1000)::float8
+        from leasehold_batches b where b.tenant = t.tenant and b.status = 'open' and b.owner_run is null) as oldest_wait_ms
+    from leasehold_tenants t where t.tenant = ${tenant}`;
+  return r;
+}
+
+/** One open batch of a tenant, as {@link tenantBatches} lists it. */
+export interface TenantBatchRow {
+  id: string;
+  datasource: string;
+  job: string;
+  priority: number;
+  created_at: Date;
+  /** Running: when its run took it; waiting: when it began to wait (start or handoff). */
+  since: Date;
+  /** ms since `since`, database clock. */
+  for_ms: number;
+}
+
+// Lists a tenant's running batches (oldest takeover first) or waiting batches (in the order its
+// turns take them: priority, then age), at most `limit`.
+export async function tenantBatches(
+  sql: Sql,
+  tenant: string,
+  a: { running: boolean; limit: number },
+): Promise<TenantBatchRow[]> {
+  return a.running
+    ? sql<TenantBatchRow[]>`select id, datasource, job, priority, created_at, taken_at as since,
+          (extract(epoch from now() - taken_at) * 1000)::float8 as for_ms
+        from leasehold_batches where tenant = ${tenant} and status = 'open' and owner_run is not null
+        order by taken_at, id limit ${a.limit}`
+    : sql<TenantBatchRow[]>`select id, datasource, job, priority, created_at, coalesce(handed_off_at, created_at) as since,
+          (extract(epoch from now() - coalesce(handed_off_at, created_at)) * 1000)::float8 as for_ms
+        from leasehold_batches where tenant = ${tenant} and status = 'open' and owner_run is null
+        order by priority desc, created_at, id limit ${a.limit}`;
+}
+
+// Sets (or, with null, clears) a tenant's limit on running batches; creates its row if needed.
+export async function setTenantLimit(sql: Sql, tenant: string, maxRunning: number | null): Promise<void> {
+  await sql`insert into leasehold_tenants (tenant, max_running) values (${tenant}, ${maxRunning})
+    on conflict (tenant) do update set max_running = excluded.max_running`;
 }
 
 // After a takeover: items the dead run left running count that attempt; they go back to
@@ -389,17 +562,66 @@ export async function giveUp(
 }
 
 // Finishes the batch once no item is pending or running: succeeded, or failed when any item
-// failed. Only the owning run can, and only once (status must still be open).
+// failed — or, when the batch tolerates failures, when more items failed than it allows (the
+// reason then says so). Only the owning run can, and only once (status must still be open).
 export async function finishBatch(sql: Sql, batchId: string, run: string): Promise<BatchStatus | undefined> {
   const [r] = await sql<{ status: BatchStatus }[]>`update leasehold_batches b
-    set status = case when exists (select 1 from leasehold_items where batch_id = b.id and state = 'failed')
+    set status = case when (b.allowed_failures is null and n.failed > 0) or n.failed > b.allowed_failures
           then 'failed' else 'succeeded' end,
+        reason = case when n.failed > b.allowed_failures then ${toleranceReason(sql)} else b.reason end,
         finished_at = now(), owner_run = null, owner_process = null, beat_at = null
+    from (select count(*)::int as failed from leasehold_items where batch_id = ${batchId} and state = 'failed') n
     where b.id = ${batchId} and b.owner_run = ${run} and b.status = 'open'
       and not exists (select 1 from leasehold_items
                       where batch_id = b.id and state in ('pending', 'running'))
     returning b.status`;
   return r?.status;
+}
+
+// The reason of a batch ended by its tolerance, from `b` (the batch row) and `n.failed`.
+function toleranceReason(sql: Sql) {
+  return sql`'more items failed than tolerated: ' || n.failed || ' failed, ' || b.allowed_failures || ' tolerated ('
+    || case when b.tolerated_count is not null then 'count ' || b.tolerated_count
+            else b.tolerated_percent || ' % of ' || b.total || ' items' end || ')'`;
+}
+
+/** What {@link endIntolerable} did. */
+export interface IntolerableEnd {
+  /** The batch ended `failed` by this statement. */
+  ended: boolean;
+  /** Items put back to pending (running or claimed when it ended). */
+  givenBack: number;
+  /** The batch's failed items as counted by the statement. */
+  failed: number;
+}
+
+// Ends the batch `failed` at once when more of its items have failed than its tolerance allows
+// (a batch without one is never ended here), with the reason; the items still running under it
+// (executing or claimed ahead) go back to pending with their attempt given back (the end
+// interrupted them), pending ones stay pending. Fenced on the run owning the open batch, whose
+// statements are the only ones that fail items while it owns the batch, so the count read here
+// is the count at the end, and the batch is ended once.
+export async function endIntolerable(sql: Sql, batchId: string, run: string): Promise<IntolerableEnd> {
+  const [r] = await sql<{ ended: number; given_back: number; failed: number }[]>`with n as (
+      select count(*)::int as failed from leasehold_items where batch_id = ${batchId} and state = 'failed'
+    ), ended as (
+      update leasehold_batches b
+      set status = 'failed', reason = ${toleranceReason(sql)},
+          finished_at = now(), owner_run = null, owner_process = null, beat_at = null
+      from n
+      where b.id = ${batchId} and b.owner_run = ${run} and b.status = 'open'
+        and n.failed > b.allowed_failures
+      returning b.id
+    ), back as (
+      update leasehold_items i
+      set state = 'pending', attempts = greatest(i.attempts - 1, 0), run_after = greatest(i.run_after, now()),
+          updated_at = now()
+      where i.batch_id = ${batchId} and i.state = 'running' and exists (select 1 from ended)
+      returning 1
+    )
+    select (select count(*) from ended)::int as ended, (select count(*) from back)::int as given_back,
+      (select failed from n) as failed`;
+  return { ended: r.ended === 1, givenBack: r.given_back, failed: r.failed };
 }
 
 // Whether the run still owns the batch, and how long until its next pending item is due
@@ -428,17 +650,21 @@ export async function handBack(sql: Sql, batchId: string, run: string): Promise<
 
 // Marks open batches that need a worker (never started, handed off or stale) as dispatched
 // and returns them; a batch dispatched less than cooldownMs ago that no run has taken since is
-// skipped, so overlapping schedulers never dispatch one batch twice.
+// skipped, so overlapping schedulers never dispatch one batch twice. A waiting batch whose tenant
+// runs its limit of batches (`max_running`, else `maxRunning`) needs no worker yet.
 export async function claimDispatch(
   sql: Sql,
-  a: { staleMs: number; cooldownMs: number; limit: number },
+  a: { staleMs: number; cooldownMs: number; limit: number; maxRunning: number },
 ): Promise<string[]> {
   const rows = await sql<{ id: string }[]>`update leasehold_batches b set dispatched_at = now()
     from (
-      select id from leasehold_batches
+      select id from leasehold_batches o
       where status = 'open'
-        and (owner_run is null or beat_at is null
-             or beat_at < now() - make_interval(secs => ${a.staleMs / 1000}))
+        and ((owner_run is null
+              and not exists (select 1 from leasehold_tenants t where t.tenant = o.tenant
+                              and t.running >= coalesce(t.max_running, ${a.maxRunning})))
+             or (owner_run is not null
+                 and (beat_at is null or beat_at < now() - make_interval(secs => ${a.staleMs / 1000}))))
         and (dispatched_at is null or dispatched_at < taken_at
              or dispatched_at < now() - make_interval(secs => ${a.cooldownMs / 1000}))
       order by created_at

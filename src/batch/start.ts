@@ -6,7 +6,7 @@ import type { Sql } from '../store/index.js';
 import { createBatch, findBatchByKey } from './batches.js';
 import { dispatchBatch, type Dispatcher } from './dispatch.js';
 import type { StartLimits } from './items.js';
-import type { BatchInfo, ItemSource } from './types.js';
+import type { BatchInfo, ItemSource, ToleratedFailures } from './types.js';
 
 /** Expands a job's params into the items of a new batch (the job registry does). */
 export interface BatchExpander {
@@ -46,6 +46,10 @@ export interface StartRequest {
   params: unknown;
   /** The request key; without one every call starts a new batch (under a random key). */
   requestKey?: string;
+  /** Failed items the batch tolerates (docs/design.md, "Batches": "End"); null or absent: none. */
+  toleratedFailures?: ToleratedFailures | null;
+  /** Order among the tenant's own batches, 0..9 (docs/design.md, "Tenant fairness"); default 5. */
+  priority?: number;
 }
 
 /** What {@link startBatch} did. */
@@ -93,6 +97,8 @@ export async function startBatch(deps: StartDeps, req: StartRequest): Promise<St
       params: expanded.params,
       requestKey: req.requestKey ?? randomUUID(),
       items: expanded.items,
+      toleratedFailures: req.toleratedFailures,
+      priority: req.priority,
     },
     { maxOpen: deps.config.maxOpen, limits: startLimits(deps.config) },
   );

@@ -1,4 +1,7 @@
-/** Lifecycle of a batch. `failed` means "finished with failures": at least one item failed. */
+/**
+ * Lifecycle of a batch. `failed` means "finished with failures": at least one item failed (more
+ * than its {@link ToleratedFailures} allow, when it set some), or it was given up.
+ */
 export type BatchStatus = 'open' | 'succeeded' | 'failed' | 'cancelled';
 
 /** Lifecycle of an item. */
@@ -14,6 +17,15 @@ export interface ItemInput {
 /** Where a start's items come from: an array, or any iterable or async iterable of items. */
 export type ItemSource = Iterable<ItemInput> | AsyncIterable<ItemInput>;
 
+/**
+ * How many failed items a batch tolerates (docs/design.md, "Batches": "End"): `{ count }`, a
+ * whole number ≥ 0, or `{ percent }` of its items, 0 to 100 (the allowed count is
+ * `floor(percent × total / 100)`). Once more items have failed than allowed, the batch ends
+ * `failed` at once; otherwise it ends `succeeded`, its failed items listed. Without one, every
+ * item runs and the batch ends `failed` when any item failed.
+ */
+export type ToleratedFailures = { count: number } | { percent: number };
+
 /** What {@link createBatch} and `Runner.start` take. */
 export interface NewBatch {
   tenant: string;
@@ -24,7 +36,19 @@ export interface NewBatch {
   requestKey: string;
   /** The items: an array, or an iterable or async iterable read once while the batch starts. */
   items: ItemSource;
+  /** Failed items tolerated; default none given (any failed item fails the batch, at its end). */
+  toleratedFailures?: ToleratedFailures | null;
+  /**
+   * 0 (lowest) to 9 (highest); orders the batches of its tenant only, never across tenants
+   * (docs/design.md, "Tenant fairness"). Default {@link DEFAULT_PRIORITY}.
+   */
+  priority?: number;
 }
+
+/** Priority of a batch started without one. */
+export const DEFAULT_PRIORITY = 5;
+/** Highest priority a batch may have (the lowest is 0). */
+export const MAX_PRIORITY = 9;
 
 /** A batch as stored, with item counts per state. */
 export interface BatchInfo {
@@ -34,6 +58,8 @@ export interface BatchInfo {
   job: string;
   params: unknown;
   requestKey: string;
+  /** 0 to 9: within its tenant, a higher priority is taken first (docs/design.md, "Tenant fairness"). */
+  priority: number;
   status: BatchStatus;
   total: number;
   counts: Record<ItemState, number>;
@@ -47,8 +73,18 @@ export interface BatchInfo {
    * with a {@link BatchInfo.reason}.
    */
   stalledRuns: number;
-  /** Why the batch ended, when its items do not tell (it was given up); otherwise null. */
+  /**
+   * Why the batch ended, when its items do not tell (it was given up, or more items failed than
+   * tolerated); otherwise null.
+   */
   reason: string | null;
+  /** Failed items it tolerates, as started; null: none given. */
+  toleratedFailures: ToleratedFailures | null;
+  /**
+   * Failed items allowed before it ends `failed`: the count, or `floor(percent × total / 100)`;
+   * null when no tolerance was given.
+   */
+  allowedFailures: number | null;
   /** How many times the batch was redriven (its failed items put back to pending: `redriveBatch`). */
   redrives: number;
   createdAt: Date;
@@ -99,12 +135,20 @@ export type Resolve = (batch: BatchInfo) => Executor | undefined;
 export type RunOutcome =
   /** The batch finished by this run: all items done. */
   | 'succeeded'
-  /** The batch finished by this run with at least one failed item, or given up by it. */
+  /**
+   * The batch finished by this run with at least one failed item (more than it tolerates, when it
+   * set a tolerance: then at once), or given up by it.
+   */
   | 'failed'
   /** Another run owns it now, or it was cancelled or finished elsewhere. */
   | 'lost'
   /** Stopped by `stop`/`close`: beat cleared so the batch is taken over at once. */
   | 'handed-off'
+  /**
+   * Handed off at the end of its time slice (`sliceMs`) because another tenant's batch was
+   * waiting; no attempt was used (docs/design.md, "Tenant fairness").
+   */
+  | 'sliced'
   /** The store kept failing; the batch stays unfinished for takeover. */
   | 'store-error';
 

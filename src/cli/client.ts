@@ -118,9 +118,57 @@ export interface ApiOutboxStatus {
   endpoints: ApiOutboxEndpoint[];
 }
 
+/** A batch as `GET /tenants/{tenant}` lists it. */
+export interface ApiTenantBatch {
+  id: string;
+  datasource: string;
+  job: string;
+  priority: number;
+  createdAt: string;
+  /** Running: when its run took it; waiting: when it began to wait. */
+  since: string;
+  /** ms since `since` (database clock). */
+  forMs: number;
+}
+
+/** What `GET /tenants/{tenant}` and `PUT /tenants/{tenant}/limits` answer. */
+export interface ApiTenant {
+  tenant: string;
+  running: number;
+  waiting: number;
+  /** The tenant's own limit; null: the default. */
+  maxRunning: number | null;
+  /** The limit in force; null: none. */
+  effectiveMaxRunning: number | null;
+  /** ms the longest-waiting batch has waited; null: none waits. */
+  oldestWaitMs: number | null;
+  runningBatches: ApiTenantBatch[];
+  waitingBatches: ApiTenantBatch[];
+}
+
 /** A small client of leasehold's HTTP API, used by the CLI. */
 export class ApiClient {
-  constructor(readonly baseUrl: string) {}
+  /**
+   * @param baseUrl the API's base URL.
+   * @param options.tenant use the tenant-scoped batch routes (`/tenants/{tenant}/batches…`,
+   *   which a per-tenant IAM policy allows) for every batch call: another tenant's batch then
+   *   answers 404. Default: the unscoped routes.
+   */
+  constructor(
+    readonly baseUrl: string,
+    readonly options: { tenant?: string } = {},
+  ) {}
+
+  /** `/batches` + `rest`, under `/tenants/{tenant}` when the client is scoped to a tenant. */
+  private batches(rest = ''): string {
+    const t = this.options.tenant;
+    return `${t === undefined ? '' : `/tenants/${encodeURIComponent(t)}`}/batches${rest}`;
+  }
+
+  /** The same client scoped to `tenant`. */
+  forTenant(tenant: string): ApiClient {
+    return new ApiClient(this.baseUrl, { ...this.options, tenant });
+  }
 
   private async call<T>(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<{ status: number; data: T }> {
     let res: Response;
@@ -147,16 +195,28 @@ export class ApiClient {
     return { status: res.status, data: data as T };
   }
 
-  /** `POST /batches`. */
-  async startBatch(input: { tenant: string; datasource: string; job: string; params: unknown; requestKey?: string }): Promise<{ batch: ApiBatch; created: boolean }> {
-    const { status, data } = await this.call<{ batch: ApiBatch } | ApiBatch>('POST', '/batches', input);
+  /**
+   * `POST /tenants/{tenant}/batches`: the start's own tenant's route, so that a caller whose IAM
+   * policy allows that tenant's paths only can start batches too.
+   */
+  async startBatch(input: {
+    tenant: string;
+    datasource: string;
+    job: string;
+    params: unknown;
+    requestKey?: string;
+    priority?: number;
+    toleratedFailures?: { count: number } | { percent: number };
+  }): Promise<{ batch: ApiBatch; created: boolean }> {
+    const { tenant, ...body } = input;
+    const { status, data } = await this.call<{ batch: ApiBatch } | ApiBatch>('POST', this.forTenant(tenant).batches(), body);
     const batch = 'batch' in data ? data.batch : data;
     return { batch, created: status === 201 };
   }
 
   /** `GET /batches/{id}`. */
   async getBatch(id: string): Promise<ApiBatch> {
-    const { data } = await this.call<{ batch: ApiBatch } | ApiBatch>('GET', `/batches/${encodeURIComponent(id)}`);
+    const { data } = await this.call<{ batch: ApiBatch } | ApiBatch>('GET', this.batches(`/${encodeURIComponent(id)}`));
     return 'batch' in data ? data.batch : data;
   }
 
@@ -164,13 +224,13 @@ export class ApiClient {
   async listBatches(filter: { tenant?: string; status?: string; limit?: number }): Promise<ApiBatch[]> {
     const q = new URLSearchParams();
     for (const [k, v] of Object.entries(filter)) if (v !== undefined) q.set(k, String(v));
-    const { data } = await this.call<{ batches: ApiBatch[] }>('GET', `/batches?${q}`);
+    const { data } = await this.call<{ batches: ApiBatch[] }>('GET', `${this.batches()}?${q}`);
     return data.batches;
   }
 
   /** `POST /batches/{id}/cancel`. */
   async cancelBatch(id: string): Promise<ApiBatch> {
-    const { data } = await this.call<{ batch: ApiBatch } | ApiBatch>('POST', `/batches/${encodeURIComponent(id)}/cancel`);
+    const { data } = await this.call<{ batch: ApiBatch } | ApiBatch>('POST', this.batches(`/${encodeURIComponent(id)}/cancel`));
     return 'batch' in data ? data.batch : data;
   }
 
@@ -180,18 +240,19 @@ export class ApiClient {
    */
   async redriveBatch(id: string, idempotencyKey?: string): Promise<{ batch: ApiBatch; redrive: ApiRedrive; redriven: boolean }> {
     const headers: Record<string, string> = idempotencyKey === undefined ? {} : { 'idempotency-key': idempotencyKey };
-    const { data } = await this.call<ApiBatch & { redrive: ApiRedrive; redriven: boolean }>('POST', `/batches/${encodeURIComponent(id)}/redrive`, undefined, headers);
+    const { data } = await this.call<ApiBatch & { redrive: ApiRedrive; redriven: boolean }>('POST', this.batches(`/${encodeURIComponent(id)}/redrive`), undefined, headers);
     const { redrive, redriven, ...batch } = data;
     return { batch, redrive, redriven };
   }
 
-  /** `GET /batches/{id}/items`, page by page, in key order. */
-  async *items(id: string, pageSize = 1000): AsyncGenerator<ItemResult> {
+  /** `GET /batches/{id}/items`, page by page, in key order; only items in `state` when given. */
+  async *items(id: string, pageSize = 1000, state?: ItemResult['state']): AsyncGenerator<ItemResult> {
     let after: string | undefined;
     while (true) {
       const q = new URLSearchParams({ limit: String(pageSize) });
+      if (state !== undefined) q.set('state', state);
       if (after !== undefined) q.set('after', after);
-      const { data } = await this.call<{ items: ItemResult[]; next: string | null }>('GET', `/batches/${encodeURIComponent(id)}/items?${q}`);
+      const { data } = await this.call<{ items: ItemResult[]; next: string | null }>('GET', this.batches(`/${encodeURIComponent(id)}/items?${q}`));
       yield* data.items;
       if (!data.next) return;
       after = data.next;
@@ -248,6 +309,18 @@ export class ApiClient {
   /** `POST /tenants/{tenant}/outbox`: enqueue a message; returns its id and shard. */
   async sendOutbox(tenant: string, message: { key: string; payload: unknown }): Promise<{ id: number; shard: number }> {
     const { data } = await this.call<{ id: number; shard: number }>('POST', `/tenants/${encodeURIComponent(tenant)}/outbox`, message);
+    return data;
+  }
+
+  /** `GET /tenants/{tenant}`: running and waiting batches, limit and oldest wait. */
+  async getTenant(tenant: string): Promise<ApiTenant> {
+    const { data } = await this.call<ApiTenant>('GET', `/tenants/${encodeURIComponent(tenant)}`);
+    return data;
+  }
+
+  /** `PUT /tenants/{tenant}/limits`: the tenant's limit of running batches (null: the default). */
+  async setTenantLimit(tenant: string, maxRunning: number | null): Promise<ApiTenant> {
+    const { data } = await this.call<ApiTenant>('PUT', `/tenants/${encodeURIComponent(tenant)}/limits`, { maxRunning });
     return data;
   }
 }

@@ -15,6 +15,8 @@ export interface Batch {
   job: string;
   params: unknown;
   requestKey: string;
+  /** 0–9, within its tenant; absent from an older API. */
+  priority?: number;
   status: 'open' | 'succeeded' | 'failed' | 'cancelled';
   total: number;
   counts: Counts;
@@ -26,8 +28,12 @@ export interface Batch {
   finishedAt: string | null;
   ageMs?: number;
   itemsPerSecond?: number;
-  /** Shown when the API has it: how many failed items the batch tolerates. */
+  /** Shown when the API has it: how many failed items the batch tolerates (null: none given). */
   toleratedFailures?: { count?: number; percent?: number } | null;
+  /** Failed items allowed before the batch ends failed: the count, or floor(percent × total / 100). */
+  allowedFailures?: number | null;
+  /** Why the batch ended when its items do not tell (given up, more items failed than tolerated). */
+  reason?: string | null;
 }
 
 export interface Item {

@@ -313,6 +313,12 @@ export interface ProcessView {
   weight: number;
 }
 
+// One tenant's unit changes run one after another: two puts (or a put and a delete) of one
+// tenant lock its rows in different orders and would deadlock. The last to commit wins.
+function lockTenantUnits(t: Sql, tenant: string) {
+  return t`select pg_advisory_xact_lock(hashtextextended(${'leasehold_units:' + tenant}, 0))`;
+}
+
 // Sets a tenant's units of `job` to shards 0..shards-1 with the given weight and config:
 // inserts missing shards, updates existing ones, deletes shards at or above `shards`. Owners of
 // deleted units find them gone on their next tick.
@@ -322,6 +328,7 @@ export async function putTenantUnits(
 ): Promise<{ added: number; removed: number }> {
   return sql.begin(async (tx) => {
     const t = tx as unknown as Sql;
+    await lockTenantUnits(t, a.tenant);
     const removed = await t`delete from leasehold_units where tenant = ${a.tenant} and (shard >= ${a.shards} or job <> ${a.job})`;
     const [r] = await t<{ added: number }[]>`with up as (
         insert into leasehold_units (tenant, shard, job, weight, config)
@@ -336,8 +343,12 @@ export async function putTenantUnits(
 
 // Deletes every unit of a tenant.
 export async function deleteTenantUnits(sql: Sql, tenant: string): Promise<number> {
-  const rows = await sql`delete from leasehold_units where tenant = ${tenant}`;
-  return rows.count;
+  return sql.begin(async (tx) => {
+    const t = tx as unknown as Sql;
+    await lockTenantUnits(t, tenant);
+    const rows = await t`delete from leasehold_units where tenant = ${tenant}`;
+    return rows.count;
+  });
 }
 
 // Lists units (of one tenant, or all), with owner and claim time.
@@ -352,7 +363,7 @@ export async function listProcesses(sql: Sql): Promise<ProcessView[]> {
   return sql<ProcessView[]>`select p.id, p.role, p.retiring, p.hostname, p.version, p.started_at as "startedAt", p.expires_at as "expiresAt",
       p.expires_at > now() as live,
       (select count(*) from leasehold_units u where u.owner = p.id) as units,
-      (select coalesce(sum(weight), 0) from leasehold_units u where u.owner = p.id)::int as weight
+      (select coalesce(sum(weight), 0) from leasehold_units u where u.owner = p.id)::bigint as weight
     from leasehold_processes p order by p.started_at, p.id`;
 }
 

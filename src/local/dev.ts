@@ -29,7 +29,7 @@ export interface DevOptions {
   exitWhenIdle?: boolean;
   /** Timeout of a local worker invocation, ms. Default 30,000. */
   timeoutMs?: number;
-  /** Most local worker invocations at once. Default 4. */
+  /** Most local worker invocations at once. Default 8. */
   concurrency?: number;
   /** Scheduler interval, ms. Default 5,000. */
   scheduleMs?: number;

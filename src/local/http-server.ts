@@ -10,7 +10,7 @@ import type {
 } from 'aws-lambda';
 import { createLambdaContext, type LambdaLikeContext } from './context.js';
 import { closeServer, listen, readBody } from './http-util.js';
-import { crossSiteRefusal } from './local-guard.js';
+import { crossSiteRefusal, rebindingRefusal } from './local-guard.js';
 
 /**
  * The API handler: receives an HTTP API v2 event (with the IAM authorizer block a deployed
@@ -102,6 +102,8 @@ export const LOCAL_IAM_IDENTITY: APIGatewayEventRequestContextIAMAuthorizer['iam
  *   past `timeoutMs`: 503 `{ error: { code: 'timeout', message } }`. The server never crashes on them.
  * - a request that would change something sent by another site's page (an `Origin` that is not
  *   this server's): 403 `{ error: { code: 'forbidden', message } }`, without calling the handler.
+ * - on a loopback `host`, a request whose `Host` is not the loopback with this port (DNS
+ *   rebinding): 403 `forbidden` as well, for every method and path, the dashboard's included.
  * @throws {LocalPortInUseError} `port` is taken.
  */
 export async function startHttpServer(options: HttpServerOptions): Promise<HttpServer> {
@@ -121,6 +123,16 @@ export async function startHttpServer(options: HttpServerOptions): Promise<HttpS
   const drained = () => (inFlight === 0 ? Promise.resolve() : new Promise<void>((r) => drainWaiters.push(r)));
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    // A page of another site whose name was made to resolve to 127.0.0.1 (DNS rebinding) sends
+    // its own name as Host and its own origin: it is same-origin to the browser, so only the
+    // Host tells it apart.
+    const rebinding = rebindingRefusal(req, host);
+    if (rebinding) {
+      req.resume();
+      const body = Buffer.from(JSON.stringify({ error: { code: 'forbidden', message: rebinding } }));
+      res.writeHead(403, { 'content-type': 'application/json', 'content-length': String(body.length) }).end(body);
+      return;
+    }
     if (options.assets && (await options.assets(req, res))) return;
     const startedAtMs = Date.now();
     const requestId = randomUUID();

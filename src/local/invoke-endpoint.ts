@@ -7,6 +7,7 @@ import type { ClientContext } from 'aws-lambda';
 import { createLambdaContext, systemNow, type LambdaLikeContext, type NowClock } from './context.js';
 import { closeServer, listen, readBody } from './http-util.js';
 import { LeaseholdError, InvalidSettingError } from '../errors.js';
+import { browserRefusal, rebindingRefusal } from './local-guard.js';
 
 /**
  * A function the endpoint can invoke: `(event, context) => result`, usually a middy handler.
@@ -172,6 +173,8 @@ const INVOKE_PATH = /^\/2015-03-31\/functions\/([^/]+)\/invocations\/?$/;
  *   `{ Type: 'User', message }`. Payload not JSON: 400 `InvalidRequestContentException`.
  *   Too large: 413 `RequestEntityTooLargeException`. Stopping: 503 `ServiceException`.
  *   Above a function's `reservedConcurrency` (`RequestResponse`): 429 `TooManyRequestsException`.
+ *   A request a browser sent (it has an `Origin`), or one whose `Host` is not this loopback
+ *   address and port: 403 `AccessDeniedException`.
  * - A `RequestResponse` result above `maxPayloadBytes` answers a `Function.ResponseSizeTooLarge`
  *   function error instead, as Lambda does.
  * Each invocation gets a {@link createLambdaContext} context with a fresh `awsRequestId`.
@@ -285,6 +288,12 @@ export function createInvokeEndpoint(options: InvokeEndpointOptions): InvokeEndp
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const awsRequestId = randomUUID();
+    // Web pages may send requests to 127.0.0.1 too; the SDK sends no Origin and the loopback Host.
+    const refusal = browserRefusal(req) ?? rebindingRefusal(req, host);
+    if (refusal) {
+      req.resume();
+      return sendError(res, 403, 'AccessDeniedException', refusal, awsRequestId);
+    }
     const pathname = (req.url ?? '/').split('?')[0]!;
     const match = INVOKE_PATH.exec(pathname);
     if (!match || req.method !== 'POST') {

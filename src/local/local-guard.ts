@@ -20,12 +20,37 @@ export function crossSiteRefusal(req: IncomingMessage): string | undefined {
 
 /**
  * Why a request must be refused as not addressed to this machine's loopback: its `Host` is not
- * `127.0.0.1`, `localhost` or `[::1]` with the server's `port` (a page of another site whose
+ * `127.0.0.1`, `localhost` or `[::1]`, with the server's `port` or none (a page of another site whose
  * name was made to resolve to 127.0.0.1, a DNS rebinding, would send its own name). Undefined
  * when it may go on.
  */
 export function foreignHostRefusal(req: IncomingMessage, port: number): string | undefined {
   const host = (req.headers.host ?? '').toLowerCase();
-  if ([`127.0.0.1:${port}`, `localhost:${port}`, `[::1]:${port}`].includes(host)) return undefined;
-  return `Host "${req.headers.host ?? ''}" is refused: open the dashboard at http://127.0.0.1:${port}/`;
+  const names = ['127.0.0.1', 'localhost', '[::1]'];
+  if (names.includes(host) || names.some((name) => host === `${name}:${port}`)) return undefined;
+  return `Host "${req.headers.host ?? ''}" is refused: this server answers at http://127.0.0.1:${port}/ only`;
+}
+
+/** The names of this machine's loopback, as a server's listen host. */
+const LOOPBACK = new Set(['127.0.0.1', 'localhost', '::1', '[::1]']);
+
+/**
+ * {@link foreignHostRefusal} for a server listening on `listenHost` at the port the request came
+ * in on. A server bound to an address other than the loopback (a user's explicit choice, for
+ * example inside a container) is reached by other names, so it does not check the `Host`.
+ */
+export function rebindingRefusal(req: IncomingMessage, listenHost: string): string | undefined {
+  if (!LOOPBACK.has(listenHost)) return undefined;
+  return foreignHostRefusal(req, req.socket.localPort ?? 0);
+}
+
+/**
+ * Why a request to a server that has no pages (the local Lambda invoke endpoint) must be refused
+ * as sent by a browser: it carries an `Origin`, which browsers add to every cross-origin request
+ * and SDKs never send. Undefined when it may go on.
+ */
+export function browserRefusal(req: IncomingMessage): string | undefined {
+  const origin = req.headers.origin;
+  if (origin === undefined) return undefined;
+  return `a request from a page of ${origin} is refused: this endpoint serves SDK calls only`;
 }

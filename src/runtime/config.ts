@@ -32,7 +32,11 @@ const SECRET = /PASSWORD/;
  * check is bounded here.
  */
 const schema = {
-  DATABASE_URL: z.string().url().optional(),
+  DATABASE_URL: z
+    .string()
+    .url()
+    .refine((url) => /^postgres(ql)?:\/\//.test(url), 'must be a postgres:// or postgresql:// URL')
+    .optional(),
   LEASEHOLD_WORKER_FUNCTION: z.string().min(1).default('leasehold-worker'),
   LEASEHOLD_DEADLINE_MARGIN_MS: int(0).default(10_000),
   LEASEHOLD_DRAIN_MS: int(0).optional(),
@@ -53,6 +57,8 @@ const schema = {
   LEASEHOLD_MAX_STALLED_RUNS: int(1).default(RUNNER_DEFAULTS.maxStalledRuns),
   LEASEHOLD_STORE_TIMEOUT_MS: int(100).default(RUNNER_DEFAULTS.storeTimeoutMs),
   LEASEHOLD_MAX_OPEN: int(1).default(4),
+  LEASEHOLD_MAX_RUNNING: int(0).optional(),
+  LEASEHOLD_SLICE_MS: int(10).default(RUNNER_DEFAULTS.sliceMs),
   LEASEHOLD_MAX_ITEMS: int(1).default(200_000),
   LEASEHOLD_MAX_INPUT_BYTES: int(0).default(65_536),
   LEASEHOLD_MAX_TOTAL_BYTES: int(1).default(536_870_912),
@@ -124,7 +130,11 @@ export interface Config {
    * `LEASEHOLD_ATTEMPTS`, … in docs/configuration.md), every default from RUNNER_DEFAULTS except
    * `drainMs`: at the deadline, how long in-flight items may take to stop before runs hand off
    * without them, ms; default half the deadline margin, at most 5,000, and below the margin.
-   * A worker's runner takes them as they are.
+   * A worker's runner takes them as they are. Among them, for tenant fairness (docs/design.md,
+   * "Tenant fairness"): `maxRunning`, most batches of one tenant running at once for tenants
+   * without a limit of their own (`LEASEHOLD_MAX_RUNNING`, 0 to 2,147,483,647; unset: no
+   * limit), and `sliceMs`, how long a run holds its batch before it hands off when another
+   * tenant's batch waits (`LEASEHOLD_SLICE_MS`, default 60,000; at most one day).
    */
   runner: Omit<RunnerSettings, 'clock' | 'random' | 'onEvent'>;
   /** Most open batches per (tenant, datasource). */
@@ -225,6 +235,11 @@ export interface DbConfig {
   connectRetryMs: number;
 }
 
+/** `url` with the password of its user info (`//user:password@`) shown as `***`, for messages. */
+export function redactPassword(url: string): string {
+  return url.replace(/(\/\/[^/@:]*:)[^/@]*@/, '$1***@');
+}
+
 /**
  * Read and validate every setting from `env` (default `process.env`).
  * @throws {ConfigError} naming the first invalid variable.
@@ -235,7 +250,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     const raw = env[name];
     const parsed = (type as z.ZodType).safeParse(raw === '' ? undefined : raw);
     if (!parsed.success) {
-      const got = SECRET.test(name) ? '' : ` (got ${JSON.stringify(raw)})`;
+      const got = SECRET.test(name) ? '' : ` (got ${JSON.stringify(name === 'DATABASE_URL' ? redactPassword(raw ?? '') : raw)})`;
       throw new ConfigError(name, `${parsed.error.issues[0].message}${got}`);
     }
     out[name] = parsed.data;
@@ -262,6 +277,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       maxStalledRuns: e.LEASEHOLD_MAX_STALLED_RUNS,
       storeTimeoutMs: e.LEASEHOLD_STORE_TIMEOUT_MS,
       drainMs: e.LEASEHOLD_DRAIN_MS ?? Math.min(RUNNER_DEFAULTS.drainMs, Math.floor(e.LEASEHOLD_DEADLINE_MARGIN_MS / 2)),
+      maxRunning: e.LEASEHOLD_MAX_RUNNING ?? RUNNER_DEFAULTS.maxRunning,
+      sliceMs: e.LEASEHOLD_SLICE_MS,
     },
     maxOpen: e.LEASEHOLD_MAX_OPEN,
     maxItems: e.LEASEHOLD_MAX_ITEMS,
@@ -331,6 +348,8 @@ const RUNNER_VARIABLES: Record<string, keyof typeof schema> = {
   maxStalledRuns: 'LEASEHOLD_MAX_STALLED_RUNS',
   storeTimeoutMs: 'LEASEHOLD_STORE_TIMEOUT_MS',
   drainMs: 'LEASEHOLD_DRAIN_MS',
+  maxRunning: 'LEASEHOLD_MAX_RUNNING',
+  sliceMs: 'LEASEHOLD_SLICE_MS',
 };
 
 /** The variable of each lease setting. */

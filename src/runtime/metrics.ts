@@ -40,6 +40,11 @@ export interface RuntimeMetrics {
   ms(name: string, value: number): void;
   /** Record a level (a count of things at this moment, e.g. units owned). */
   level(name: string, value: number): void;
+  /**
+   * Record a duration, ms, with the dimension `tenant` besides `service`; written as an EMF line
+   * of its own at once.
+   */
+  msByTenant(name: string, tenant: string, value: number): void;
   /** Write what is buffered as EMF now. */
   flush(): void;
 }
@@ -61,6 +66,11 @@ export function metricsFor(service: string): RuntimeMetrics {
       },
       ms: (name, value) => emf.addMetric(name, MetricUnit.Milliseconds, Math.max(0, value)),
       level: (name, value) => emf.addMetric(name, MetricUnit.Count, value),
+      msByTenant: (name, tenant, value) => {
+        const one = new LeaseholdMetrics({ namespace: METRICS_NAMESPACE, serviceName: service, defaultDimensions: { tenant } });
+        one.addMetric(name, MetricUnit.Milliseconds, Math.max(0, value));
+        one.publishStoredMetrics();
+      },
       flush: () => emf.publishStoredMetrics(),
     };
     instances.set(service, m);
@@ -90,7 +100,10 @@ export interface WorkerHooks {
  *   (duration of each rebalancing tick), `UnitsOwned`, `WeightOwned` and `FairShare` (after
  *   each tick: the Minimum and Maximum statistics of `WeightOwned` give the spread);
  * - runs: `RunsStarted`, `RunsTakenOver`, `BatchesSucceeded`, `BatchesFailed` (finished by this
- *   worker), `RunsHandedOff`, `RunsLost`, `RunStoreErrors`, `StoreErrors`, `UnknownJobs`;
+ *   worker), `RunsHandedOff`, `RunsSliced` (handed off at the end of a time slice), `RunsLost`,
+ *   `RunStoreErrors`, `StoreErrors`, `UnknownJobs`;
+ * - `QueueWaitMs` with the dimension `tenant`: from a batch's start to its first run (database
+ *   clock), once per batch (docs/design.md, "Tenant fairness");
  * - items (as stored): `ItemsDone`, `ItemsFailed`, `ItemsRetried`, `ItemsInterrupted`, `ItemsGivenBack`;
  * - `HeartbeatRetries`.
  */
@@ -109,6 +122,7 @@ export function workerMetricHooks(m: RuntimeMetrics): WorkerHooks {
     runner: (e) => {
       switch (e.type) {
         case 'run-started':
+          if (e.queueWaitMs !== null) m.msByTenant('QueueWaitMs', e.tenant, e.queueWaitMs);
           return m.count(e.takeover ? 'RunsTakenOver' : 'RunsStarted');
         case 'store-error':
           return m.count('StoreErrors');
@@ -135,6 +149,7 @@ const RUN_ENDED = {
   succeeded: 'BatchesSucceeded',
   failed: 'BatchesFailed',
   'handed-off': 'RunsHandedOff',
+  sliced: 'RunsSliced',
   lost: 'RunsLost',
   'store-error': 'RunStoreErrors',
 } as const;

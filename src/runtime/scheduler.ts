@@ -56,7 +56,11 @@ export async function runScheduler(
   const swept = await sweep(sql, config.lease.sweepCutoffMs);
   // Trigger firings refused at maxOpen start once their datasource has a free slot.
   const deferred = deps.jobs ? await startDeferred({ sql, jobs: deps.jobs, config, dispatcher, log: deps.log }) : undefined;
-  const ids = await claimDispatch(sql, { staleMs: config.runner.staleMs, cooldownMs: config.dispatchCooldownMs });
+  const ids = await claimDispatch(sql, {
+    staleMs: config.runner.staleMs,
+    cooldownMs: config.dispatchCooldownMs,
+    maxRunning: config.runner.maxRunning,
+  });
   const dispatched: string[] = [];
   const failed: string[] = [];
   await Promise.all(

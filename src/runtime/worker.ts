@@ -166,7 +166,8 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
   let reason: WorkerResult['reason'] = 'idle';
   try {
     if (event.batchId && !pastDeadline() && !shutdown.signal.aborted) {
-      const b = await runner.takeOver(resolve, event.batchId).catch((error) => {
+      // The batch it was sent for, unless another tenant is served worse (docs/design.md, "Tenant fairness").
+      const b = await runner.takeOver(resolve, event.batchId, { orFairer: true }).catch((error) => {
         log('warn', 'takeover of the dispatched batch failed', { batchId: event.batchId, error: String(error) });
         return undefined;
       });

@@ -31,7 +31,7 @@ import {
   type SettingsOptions,
 } from './settings.js';
 
-/** The API's routes: the paths of README's HTTP API table, every method (the handler answers 405 for a method a path lacks). */
+/** The API's routes: the paths of docs/api.md, every method (the handler answers 405 for a method a path lacks). */
 export const API_ROUTES: readonly string[] = [
   'ANY /batches',
   'ANY /batches/{id}',
@@ -39,7 +39,16 @@ export const API_ROUTES: readonly string[] = [
   'ANY /batches/{id}/cancel',
   'ANY /batches/{id}/redrive',
   'ANY /batches/{id}/finished',
+  // Tenant-scoped twins of the batch routes: an IAM policy may allow one tenant's paths only.
+  'ANY /tenants/{tenant}/batches',
+  'ANY /tenants/{tenant}/batches/{id}',
+  'ANY /tenants/{tenant}/batches/{id}/items',
+  'ANY /tenants/{tenant}/batches/{id}/cancel',
+  'ANY /tenants/{tenant}/batches/{id}/redrive',
+  'ANY /tenants/{tenant}/batches/{id}/finished',
   'ANY /jobs',
+  'ANY /tenants/{tenant}',
+  'ANY /tenants/{tenant}/limits',
   'ANY /tenants/{tenant}/units',
   'ANY /tenants/{tenant}/outbox',
   'ANY /units',

@@ -41,6 +41,12 @@ export interface ScheduleDeclaration {
   tenant: string;
   datasource: string;
   params: Record<string, unknown>;
+  /**
+   * Failed items each batch tolerates: `{ count }` (a whole number ≥ 0) or `{ percent }` (0 to
+   * 100) of its items; past that it ends `failed` at once. Default none: any failed item fails
+   * the batch once every item ran (docs/design.md, "Batches": "End").
+   */
+  toleratedFailures?: { count: number } | { percent: number };
 }
 
 /** An RDS PostgreSQL instance the component creates (in its VPC). */
@@ -451,6 +457,13 @@ export function checkSchedules(list: readonly ScheduleDeclaration[]): void {
     if (s.params === null || typeof s.params !== 'object' || Array.isArray(s.params)) {
       throw new Error(`${where}.params: must be an object`);
     }
+    const t = s.toleratedFailures as Record<string, unknown> | undefined;
+    if (t !== undefined) {
+      const keys = t === null || typeof t !== 'object' ? [] : Object.keys(t);
+      const count = keys.length === 1 && keys[0] === 'count' && Number.isInteger(t.count) && (t.count as number) >= 0 && (t.count as number) <= 2_147_483_647;
+      const percent = keys.length === 1 && keys[0] === 'percent' && typeof t.percent === 'number' && t.percent >= 0 && t.percent <= 100;
+      if (!count && !percent) throw new Error(`${where}.toleratedFailures: must be { count } (a whole number ≥ 0) or { percent } (0 to 100)`);
+    }
   }
 }
 
@@ -469,7 +482,13 @@ export function scheduleEvent(s: ScheduleDeclaration) {
     source: SCHEDULE_SOURCE,
     time: '<aws.scheduler.scheduled-time>',
     resources: ['<aws.scheduler.schedule-arn>'],
-    detail: { job: s.job, tenant: s.tenant, datasource: s.datasource, params: s.params },
+    detail: {
+      job: s.job,
+      tenant: s.tenant,
+      datasource: s.datasource,
+      params: s.params,
+      ...(s.toleratedFailures ? { toleratedFailures: s.toleratedFailures } : {}),
+    },
   };
 }
 

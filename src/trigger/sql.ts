@@ -1,5 +1,6 @@
 // Statements of the trigger's own table: scheduled firings deferred until their datasource has
 // a free slot (leasehold_deferred_starts, migration 006).
+import type { ToleratedFailures } from '../batch/index.js';
 import type { Sql } from '../store/index.js';
 
 /** A firing waiting for a slot. */
@@ -9,23 +10,34 @@ export interface DeferredStartRow {
   datasource: string;
   job: string;
   params: Record<string, unknown>;
+  /** The tolerance the event asked for (migration 012); null: none. */
+  tolerated_failures: ToleratedFailures | null;
   tries: number;
 }
 
 // Keeps a refused firing once per (tenant, request key): a redelivered event adds nothing.
 export async function deferStart(
   sql: Sql,
-  d: { tenant: string; requestKey: string; datasource: string; job: string; params: Record<string, unknown>; error: string },
+  d: {
+    tenant: string;
+    requestKey: string;
+    datasource: string;
+    job: string;
+    params: Record<string, unknown>;
+    toleratedFailures: ToleratedFailures | null;
+    error: string;
+  },
 ): Promise<boolean> {
-  const rows = await sql`insert into leasehold_deferred_starts (tenant, request_key, datasource, job, params, last_error)
-    values (${d.tenant}, ${d.requestKey}, ${d.datasource}, ${d.job}, ${sql.json(d.params as never)}, ${d.error})
+  const rows = await sql`insert into leasehold_deferred_starts (tenant, request_key, datasource, job, params, tolerated_failures, last_error)
+    values (${d.tenant}, ${d.requestKey}, ${d.datasource}, ${d.job}, ${sql.json(d.params as never)},
+      ${d.toleratedFailures === null ? null : sql.json(d.toleratedFailures as never)}, ${d.error})
     on conflict (tenant, request_key) do nothing`;
   return rows.count === 1;
 }
 
 // The oldest deferred firings; reads only.
 export function deferredStarts(sql: Sql, limit: number): Promise<DeferredStartRow[]> {
-  return sql<DeferredStartRow[]>`select tenant, request_key, datasource, job, params, tries
+  return sql<DeferredStartRow[]>`select tenant, request_key, datasource, job, params, tolerated_failures, tries
     from leasehold_deferred_starts order by created_at, tenant, request_key limit ${limit}`;
 }
 

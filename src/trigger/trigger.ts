@@ -7,9 +7,11 @@ import {
   MAX_NAME_LENGTH,
   nameSchema,
   parseInput,
+  toleratedFailuresSchema,
   startBatch,
   TooManyBatchesError,
   type StartDeps,
+  type ToleratedFailures,
 } from '../batch/index.js';
 import { LeaseholdError } from '../errors.js';
 import type { Log } from '../log.js';
@@ -71,6 +73,7 @@ const detailSchema = z
     datasource: nameSchema,
     job: z.string({ error: (i) => (i.input === undefined ? 'Required' : 'must be a string') }).min(1, 'must not be empty').max(MAX_NAME_LENGTH),
     params: z.union([z.record(z.string(), z.unknown()), z.string()], { error: () => 'must be a JSON object (or its JSON text)' }).optional(),
+    toleratedFailures: toleratedFailuresSchema.optional(),
   })
   .strict();
 
@@ -81,6 +84,8 @@ export interface TriggerRequest {
   job: string;
   params: Record<string, unknown>;
   requestKey: string;
+  /** `detail.toleratedFailures`: `{ count }` or `{ percent }`; null: none (docs/design.md, "Batches": "End"). */
+  toleratedFailures: ToleratedFailures | null;
 }
 
 // `arn:aws:scheduler:region:account:schedule/group/name` and `arn:aws:events:…:rule/[bus/]name`.
@@ -89,7 +94,8 @@ const RULE_ARN = /^arn:aws[a-z-]*:events:[^:]*:[^:]*:rule\/(.+)$/;
 
 /**
  * Read a start request from an EventBridge event `{ id, 'detail-type', source, time, resources,
- * detail: { job, tenant, datasource, params? } }`.
+ * detail: { job, tenant, datasource, params?, toleratedFailures? } }` (`toleratedFailures` as the
+ * API's start takes it: `{ count }` or `{ percent }`).
  *
  * The request key (unique per tenant, like the API's):
  * - a scheduled event — `resources[0]` is an EventBridge Scheduler schedule ARN, or
@@ -125,7 +131,14 @@ export function readTriggerEvent(event: unknown): TriggerRequest {
     }
   }
   checkStorableJson(params, 'detail.params');
-  return { tenant: body.tenant, datasource: body.datasource, job: body.job, params: params as Record<string, unknown>, requestKey: requestKeyOf(e) };
+  return {
+    tenant: body.tenant,
+    datasource: body.datasource,
+    job: body.job,
+    params: params as Record<string, unknown>,
+    requestKey: requestKeyOf(e),
+    toleratedFailures: body.toleratedFailures ?? null,
+  };
 }
 
 function requestKeyOf(e: Partial<Record<string, unknown>>): string {
@@ -177,7 +190,15 @@ export async function handleTrigger(event: unknown, deps: TriggerDeps): Promise<
       started = await startBatch(deps, req);
     } catch (error) {
       if (!(error instanceof TooManyBatchesError)) throw error;
-      await q.deferStart(deps.sql, { tenant: req.tenant, requestKey: req.requestKey, datasource: req.datasource, job: req.job, params: req.params, error: error.message });
+      await q.deferStart(deps.sql, {
+        tenant: req.tenant,
+        requestKey: req.requestKey,
+        datasource: req.datasource,
+        job: req.job,
+        params: req.params,
+        toleratedFailures: req.toleratedFailures,
+        error: error.message,
+      });
       log('warn', 'trigger event deferred: its datasource has maxOpen open batches', { ...fields, datasource: req.datasource });
       deps.metrics?.count('TriggersDeferred');
       return { outcome: 'deferred', requestKey: req.requestKey, tenant: req.tenant };
@@ -233,7 +254,14 @@ export async function startDeferred(deps: TriggerDeps & { limit?: number }): Pro
     const fields = { tenant: d.tenant, requestKey: d.request_key, datasource: d.datasource };
     try {
       // A firing whose batch exists already is forgotten; a failed dispatch is the scheduler's to redo.
-      const { batch, created } = await startBatch(deps, { tenant: d.tenant, datasource: d.datasource, job: d.job, params: d.params, requestKey: d.request_key });
+      const { batch, created } = await startBatch(deps, {
+        tenant: d.tenant,
+        datasource: d.datasource,
+        job: d.job,
+        params: d.params,
+        requestKey: d.request_key,
+        toleratedFailures: d.tolerated_failures,
+      });
       if (created) {
         started.push(batch.id);
         log('info', 'deferred trigger event started', { ...fields, batchId: batch.id, tries: d.tries });

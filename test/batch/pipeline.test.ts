@@ -157,10 +157,12 @@ describe('a pipelined run', () => {
       const gates = new Map<string, Deferred<void>>();
       const signals = new Map<string, AbortSignal>();
       const startedA: string[] = [];
-      // A: the first two items wait for the test; the others take 150 ms, ignoring their signal.
+      // A: the first two items it starts (claims of equal due time come in no set order) wait
+      // for the test; the others take 150 ms, ignoring their signal.
       const workA: ItemWork = async ({ key, signal }) => {
         startedA.push(key);
         signals.set(key, signal);
+        if (startedA.length <= 2) gates.set(key, deferred());
         const gate = gates.get(key);
         await (gate ? gate.promise : sleep(150));
         return 'A';
@@ -173,8 +175,6 @@ describe('a pipelined run', () => {
       // A never beats (its clock never moves): its batch turns stale while its items wait.
       const a = new Runner(db.connect({ max: 3 }), { clock: new ManualClock(), parallel: 2, beatMs: 50, staleMs: 200, backoffMs: 0 });
       const { batch } = await createBatch(db.sql, newBatch(8));
-      gates.set('k000', deferred());
-      gates.set('k001', deferred());
       await a.takeOver(() => ({ work: workA }), batch.id);
       const runA = runOf(a, batch.id);
       // Two in flight, two claimed ahead.
@@ -188,16 +188,17 @@ describe('a pipelined run', () => {
 
       // A's first item returns; the move carrying it finds the batch lost and A tells its items
       // to stop. What A started until then it could not know better; after that, nothing.
-      gates.get('k000')!.resolve();
-      await waitFor('A learns of the loss', () => signals.get('k001')!.aborted);
+      const [first, second] = startedA;
+      gates.get(first)!.resolve();
+      await waitFor('A learns of the loss', () => signals.get(second)!.aborted);
       const startedBeforeLoss = [...startedA];
-      // k000's slot started the next queued item before that move came back; the last queued
+      // The first item's slot started the next queued item before that move came back; the last queued
       // one was still waiting when A learned of the loss.
       expect(startedBeforeLoss).toHaveLength(3);
-      gates.get('k001')!.resolve();
+      gates.get(second)!.resolve();
       const resultA = await runA;
       expect(resultA.outcome).toBe('lost');
-      // Both of A's slots freed after the loss (k001 now, the third item after its 150 ms):
+      // Both of A's slots freed after the loss (the second item now, the third item after its 150 ms):
       // neither started the queued item.
       await sleep(200);
       expect(startedA).toEqual(startedBeforeLoss);

@@ -147,6 +147,25 @@ describe('leasehold batch', () => {
       const listed = await run(['batch', 'list', '--json']);
       expect(JSON.parse(listed.stdout).map((b: { id: string }) => b.id)).toContain(batch.id);
 
+      // A tolerance, and a tenant's own routes: another tenant's batch is not found there.
+      const scoped = await run(['batch', 'start', 'checksum', '--param', 'dir=files/d3', '--tenant', 'acme', '--tolerate', '5%', '--follow', '--json']);
+      expect(scoped.code, scoped.stderr).toBe(0);
+      const acme = JSON.parse(scoped.stdout.split('\n')[0]);
+      expect(acme).toMatchObject({ tenant: 'acme', toleratedFailures: { percent: 5 }, allowedFailures: 5 });
+      expect(scoped.stdout).toMatch(new RegExp(`batch ${acme.id} succeeded: 100 done, 0 failed`));
+      const acmeShown = await run(['batch', 'show', acme.id, '--tenant', 'acme']);
+      expect(acmeShown.stdout).toMatch(/tolerates 5% of the items \(5 of 100\)/);
+      const plainShown = await run(['batch', 'show', batch.id]);
+      expect(plainShown.stdout).toMatch(/tolerates no failed item/);
+      const elsewhere = await run(['batch', 'show', acme.id, '--tenant', 'globex']);
+      expect(elsewhere.code).toBe(1);
+      expect(elsewhere.stderr).toMatch(new RegExp(`no batch ${acme.id} \\(HTTP 404\\)`));
+      const acmeList = await run(['batch', 'list', '--tenant', 'acme', '--json']);
+      expect(JSON.parse(acmeList.stdout).map((b: { id: string }) => b.id)).toEqual([acme.id]);
+      const badTolerance = await run(['batch', 'start', 'checksum', '--tolerate', '120%']);
+      expect(badTolerance.code).toBe(1);
+      expect(badTolerance.stderr).toMatch(/--tolerate takes N/);
+
       const bad = await run(['batch', 'start', 'nope']);
       expect(bad.code).toBe(1);
       expect(bad.stderr).toMatch(/unknown job "nope".*HTTP 404/);

@@ -54,8 +54,14 @@ function browserTest(name: string, check: () => Promise<void>, timeoutMs = 90_00
 }
 
 /** Start a batch of the test app's jobs through the API. */
-async function start(job: 'slow' | 'flaky', params: Record<string, unknown>, tenant = 'acme', datasource = `ds-${randomUUID().slice(0, 8)}`): Promise<ApiBatch> {
-  const { batch } = await dev.api.startBatch({ tenant, datasource, job, params });
+async function start(
+  job: 'slow' | 'flaky',
+  params: Record<string, unknown>,
+  tenant = 'acme',
+  datasource = `ds-${randomUUID().slice(0, 8)}`,
+  toleratedFailures?: { count: number } | { percent: number },
+): Promise<ApiBatch> {
+  const { batch } = await dev.api.startBatch({ tenant, datasource, job, params, toleratedFailures });
   return batch;
 }
 
@@ -120,6 +126,27 @@ describe('the dashboard in a browser, against leasehold dev', () => {
     expect(await page.getByRole('button', { name: 'Redrive failed items' }).isDisabled()).toBe(true);
     const after = await dev.api.getBatch(batch.id);
     expect(after).toMatchObject({ status: 'succeeded', redrives: 1, counts: { done: 12, failed: 0 } });
+    expect(browser.pageErrors).toEqual([]);
+  });
+
+  browserTest('shows what a batch tolerates, the reason it failed past it, and failures it tolerated', async () => {
+    // Two failures, one tolerated: the batch ends failed at the second, saying why.
+    const over = await start('flaky', { n: 12, fail: ['item-0001', 'item-0002'] }, 'acme', undefined, { count: 1 });
+    expect((await finishedBatch(dev.api, over.id)).status).toBe('failed');
+    await page.goto(`${dev.url}/#/batches/${over.id}`);
+    await page.locator('dd[data-tolerance]', { hasText: '1 failed item · 2 failed' }).waitFor();
+    await page.locator('dd[data-reason]', { hasText: 'more items failed than tolerated: 2 failed, 1 tolerated (count 1)' }).waitFor();
+    expect(await page.locator('.facts .badge', { hasText: 'failed' }).count()).toBe(1);
+
+    // Two failures within 20 % of 12 items (2 allowed): succeeded, its failed items listed.
+    const within = await start('flaky', { n: 12, fail: ['item-0003', 'item-0007'] }, 'acme', undefined, { percent: 20 });
+    expect((await finishedBatch(dev.api, within.id)).status).toBe('succeeded');
+    await page.goto(`${dev.url}/#/batches/${within.id}`);
+    await page.locator('dd[data-tolerance]', { hasText: '20 % of the items (2 of 12) · 2 failed' }).waitFor();
+    await page.locator('tr[data-item="item-0007"]').getByText('upstream refused item-0007').waitFor();
+    expect(await page.locator('dd[data-reason]').count()).toBe(0);
+    await page.goto(`${dev.url}/#/batches?tenant=acme`);
+    await rowOf(within.id).locator('[data-tolerated]', { hasText: '2 failed, tolerated' }).waitFor();
     expect(browser.pageErrors).toEqual([]);
   });
 

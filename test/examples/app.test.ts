@@ -135,6 +135,8 @@ describe('examples/app', () => {
               { key: 'r3', input: { text: 42 } },
             ],
           },
+          // r3 fails on every attempt: tolerated, so the batch succeeds with it listed.
+          toleratedFailures: { count: 1 },
         })
       ).batch;
       expect((await finishedBatch(dev.api, squares.id)).status).toBe('succeeded');
@@ -142,7 +144,10 @@ describe('examples/app', () => {
       expect(sq.byKey).toEqual(Object.fromEntries(Array.from({ length: 20 }, (_, i) => [String(i).padStart(5, '0'), i * i])));
 
       const done = await finishedBatch(dev.api, scored.id);
-      expect(done.counts).toMatchObject({ done: 2, failed: 1 });
+      expect(done).toMatchObject({ status: 'succeeded', allowedFailures: 1, counts: { done: 2, failed: 1 } });
+      // acme's own routes show it; another tenant's do not.
+      expect((await dev.api.forTenant('acme').getBatch(scored.id)).id).toBe(scored.id);
+      await expect(dev.api.forTenant('globex').getBatch(scored.id)).rejects.toMatchObject({ status: 404, code: 'batch_not_found' });
       const items: Record<string, { state: string; output: unknown; error: string | null }> = {};
       for await (const item of dev.api.items(scored.id)) items[item.key] = item;
       expect(items.r1).toMatchObject({ state: 'done', output: { words: 5, score: 3 } });

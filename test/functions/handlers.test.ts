@@ -76,10 +76,17 @@ function metrics(service: string, from = 0): Record<string, number> {
   for (const l of logged(from)) {
     if (!l._aws || l.service !== service) continue;
     expect(l._aws.CloudWatchMetrics[0].Namespace).toBe('leasehold');
-    expect(l._aws.CloudWatchMetrics[0].Dimensions).toEqual([['service']]);
-    for (const m of l._aws.CloudWatchMetrics[0].Metrics as { Name: string }[]) {
-      const v = l[m.Name];
-      out[m.Name] = (out[m.Name] ?? 0) + (Array.isArray(v) ? v.reduce((a: number, b: number) => a + b, 0) : v);
+    const dims = l._aws.CloudWatchMetrics[0].Dimensions;
+    const names = (l._aws.CloudWatchMetrics[0].Metrics as { Name: string }[]).map((m) => m.Name);
+    // Per-tenant metrics (QueueWaitMs) carry the tenant too; every other metric only the service.
+    if (names.includes('QueueWaitMs')) {
+      expect(dims).toEqual([['service', 'tenant']]);
+      expect(typeof l.tenant).toBe('string');
+      expect(names).toEqual(['QueueWaitMs']);
+    } else expect(dims).toEqual([['service']]);
+    for (const name of names) {
+      const v = l[name];
+      out[name] = (out[name] ?? 0) + (Array.isArray(v) ? v.reduce((a: number, b: number) => a + b, 0) : v);
     }
   }
   return out;
@@ -156,6 +163,9 @@ describe('api (API Gateway HTTP API v2, IAM auth)', () => {
     const shown = await api('GET', `/batches/${r.body.id}`);
     expect(shown.status).toBe(200);
     expect(shown.body.id).toBe(r.body.id);
+    // The tenant's own route shows it too; another tenant's does not.
+    expect((await api('GET', `/tenants/acme/batches/${r.body.id}`)).body.id).toBe(r.body.id);
+    expect((await api('GET', `/tenants/globex/batches/${r.body.id}`)).status).toBe(404);
   });
 
   it('answers its own errors as before (parsing and validation stay in the API handler)', async () => {
@@ -211,6 +221,7 @@ describe('trigger (EventBridge)', () => {
     ['detail without tenant', busEvent({ job: 'checksum', datasource: 'd', params: {} }), 'invalid_request'],
     ['an unknown field', busEvent({ job: 'checksum', tenant: 't', datasource: 'd', param: {} }), 'invalid_request'],
     ['an unknown job', busEvent({ job: 'no-such-job', tenant: 't', datasource: 'd' }), 'unknown_job'],
+    ['a tolerance out of range', busEvent({ job: 'checksum', tenant: 't', datasource: 'd', params: { dir }, toleratedFailures: { percent: 150 } }), 'invalid_request'],
     ['params the job refuses', busEvent({ job: 'checksum', tenant: 't', datasource: 'd', params: { dir: '/etc' } }), 'invalid_params'],
     ['params text that is not an object', busEvent({ job: 'checksum', tenant: 't', datasource: 'd', params: '[1]' }), 'invalid_event'],
     ['an unreplaced scheduler placeholder', { ...busEvent({ job: 'checksum', tenant: 't', datasource: 'd', params: { dir } }), id: 'schedule:x:<aws.scheduler.scheduled-time>' }, 'invalid_event'],
@@ -228,7 +239,7 @@ describe('trigger (EventBridge)', () => {
   });
 
   it('a firing refused because its datasource has maxOpen open batches is deferred, never lost, and starts once when a batch of the datasource finishes', async () => {
-    const detail = { job: 'checksum', tenant: 'busy', datasource: 'full', params: { dir } };
+    const detail = { job: 'checksum', tenant: 'busy', datasource: 'full', params: { dir }, toleratedFailures: { count: 1 } };
     const first = await trigger(busEvent(detail));
     expect(first.outcome).toBe('started');
     expect((await trigger(busEvent(detail))).outcome).toBe('started');
@@ -250,7 +261,8 @@ describe('trigger (EventBridge)', () => {
     await db.sql`update leasehold_batches set status = 'succeeded', finished_at = now() where id = ${(first as { batchId: string }).batchId}`;
     const run = (await schedulerHandler({}, context('scheduler'))) as SchedulerResult;
     const batch = await findBatchByKey(db.sql, 'busy', key);
-    expect(batch).toMatchObject({ status: 'open', datasource: 'full', job: 'checksum' });
+    // With the tolerance the event asked for, kept while it waited.
+    expect(batch).toMatchObject({ status: 'open', datasource: 'full', job: 'checksum', toleratedFailures: { count: 1 }, allowedFailures: 1 });
     expect(run.deferred).toEqual({ started: [batch!.id], waiting: 0 });
     expect(((await schedulerHandler({}, context('scheduler'))) as SchedulerResult).deferred).toEqual({ started: [], waiting: 0 });
     expect(await trigger(structuredClone(third))).toMatchObject({ outcome: 'repeated', batchId: batch!.id });
@@ -289,6 +301,8 @@ describe('worker and scheduler', () => {
     expect(m.RunsStarted + (m.RunsTakenOver ?? 0)).toBe(r.runs.length);
     expect(m.BatchesSucceeded).toBe(r.runs.filter((x) => x.outcome === 'succeeded').length);
     expect(m.RebalanceMs).toBeGreaterThanOrEqual(0);
+    // Each batch's first run records how long it waited since its start.
+    expect(m.QueueWaitMs).toBeGreaterThanOrEqual(0);
     const returning = logged(from).find((l) => l.message === 'worker returning');
     expect(returning).toMatchObject({ service: 'worker', processId: r.processId, function_name: 'leasehold-test-worker' });
     const started = logged(from).filter((l) => l.message === 'batch started' || l.message === 'batch taken over');

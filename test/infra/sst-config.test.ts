@@ -12,6 +12,7 @@ import {
   PRODUCTION_STAGES,
   resolveSettings,
   RUNTIME,
+  scheduleEvent,
   START_BATCH_DETAIL_TYPE,
   type ScheduleDeclaration,
 } from '../../src/sst/index.js';
@@ -201,7 +202,7 @@ describe('sst.config.ts, evaluated', () => {
     }
   });
 
-  it("puts IAM auth on every route, covering README's HTTP API table", async () => {
+  it('puts IAM auth on every route, covering the routes of docs/api.md', async () => {
     noExistingDatabase();
     const { world } = await deploy();
     const api = fn(world, 'Api');
@@ -220,9 +221,10 @@ describe('sst.config.ts, evaluated', () => {
       const [method, path] = String(c.args[0]).split(' ') as [string, string];
       return { method, path: shape(path) };
     });
-    const readme = readFileSync(join(root, 'README.md'), 'utf8');
-    const table = readme.slice(readme.indexOf('## HTTP API'), readme.indexOf('\n## ', readme.indexOf('## HTTP API') + 1));
-    const documented = [...table.matchAll(/`(GET|POST|PUT|DELETE|PATCH) (\/[^`?\s]*)[^`]*`/g)].map((m) => ({
+    // docs/api.md gives each route a heading: "### `GET /batches/{id}`".
+    const reference = readFileSync(join(root, 'docs', 'api.md'), 'utf8');
+    const headings = reference.split('\n').filter((line) => line.startsWith('#')).join('\n');
+    const documented = [...headings.matchAll(/`(GET|POST|PUT|DELETE|PATCH) (\/[^`?\s]*)[^`]*`/g)].map((m) => ({
       method: m[1]!,
       path: shape(m[2]!),
     }));
@@ -392,7 +394,7 @@ describe('sst.config.ts, evaluated', () => {
       expect(runtime.readTriggerEvent(fire(c, '2026-11-30T03:00:00Z')).requestKey).toBe(first.requestKey);
       expect(runtime.readTriggerEvent(fire(c, '2026-12-01T03:00:00Z')).requestKey).not.toBe(first.requestKey);
     }
-    // A bus event as `aws events put-events` makes it (README, Deploy), matched by the rule.
+    // A bus event as `aws events put-events` makes it (docs/deploy.md), matched by the rule.
     const sub = world.calls.find((x) => x.method === 'subscribe')!;
     const busEvent = {
       version: '0',
@@ -426,6 +428,20 @@ describe('sst.config.ts, evaluated', () => {
     expect(() => checkSchedules([{ ...good, tenant: '' }])).toThrow(/tenant/);
     expect(() => checkSchedules([{ ...good, datasource: '-x' }])).toThrow(/datasource/);
     expect(() => checkSchedules([{ ...good, params: [] as never }])).toThrow(/params/);
+    expect(() => checkSchedules([{ ...good, toleratedFailures: { count: 2 } }])).not.toThrow();
+    expect(() => checkSchedules([{ ...good, toleratedFailures: { percent: 12.5 } }])).not.toThrow();
+    for (const t of [{ count: -1 }, { count: 1.5 }, { percent: 101 }, { count: 1, percent: 1 }, {}, null]) {
+      expect(() => checkSchedules([{ ...good, toleratedFailures: t as never }]), JSON.stringify(t)).toThrow(/toleratedFailures/);
+    }
+    // The tolerance travels in the schedule's event, as the trigger reads it.
+    expect(scheduleEvent({ ...good, toleratedFailures: { percent: 5 } }).detail).toEqual({
+      job: 'checksum',
+      tenant: 'acme',
+      datasource: 'files',
+      params: {},
+      toleratedFailures: { percent: 5 },
+    });
+    expect(scheduleEvent(good).detail).not.toHaveProperty('toleratedFailures');
   });
 
   it('runs migrations on every deploy before any function takes traffic', async () => {

@@ -286,4 +286,36 @@ describe('local API Gateway (HTTP API v2) server', () => {
     expect((await post('https://evil.example', 'GET')).status).toBe(204);
     expect(events).toHaveLength(3);
   });
+
+  it('refuses every request whose Host is not its loopback address and port (DNS rebinding), the dashboard included', async () => {
+    const { server, events } = await recording();
+    const withAssets = await serve(async () => ({ statusCode: 204 }), { assets: dashboardAssets() });
+    const port = (s: HttpServer) => Number(new URL(s.url).port);
+    for (const [method, path] of [['GET', '/batches'], ['PUT', '/concurrency'], ['POST', '/batches']] as const) {
+      const res = await hostRequest(port(server), method, path, { host: `evil.example:${port(server)}`, origin: `http://evil.example:${port(server)}` });
+      expect([method, res.status]).toEqual([method, 403]);
+      expect(JSON.parse(res.body).error.code).toBe('forbidden');
+    }
+    expect((await hostRequest(port(withAssets), 'GET', '/', { host: `evil.example:${port(withAssets)}` })).status).toBe(403);
+    expect(events).toEqual([]);
+    // Its own names go on.
+    for (const host of [`127.0.0.1:${port(server)}`, `localhost:${port(server)}`]) {
+      expect((await hostRequest(port(server), 'GET', '/batches', { host })).status).toBe(204);
+    }
+    expect(events).toHaveLength(2);
+  });
 });
+
+/** A request with headers fetch would not let a caller set (Host). */
+function hostRequest(port: number, method: string, path: string, headers: Record<string, string>): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: '127.0.0.1', port, method, path, headers }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (body += c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}

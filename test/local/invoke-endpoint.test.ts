@@ -1,3 +1,4 @@
+import { request as httpRequest } from 'node:http';
 import { InvokeCommand, LambdaClient, ResourceNotFoundException } from '@aws-sdk/client-lambda';
 import type { Context } from 'aws-lambda';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -295,6 +296,26 @@ describe('local Lambda invoke endpoint', () => {
     await endpoint.idle();
     expect(endpoint.running()).toBe(0);
     expect(endpoint.failed + endpoint.completed).toBe(1);
+  });
+
+  it('refuses what a web page sends: a request with an Origin, or with a Host other than its loopback address', async () => {
+    let calls = 0;
+    const { url } = await started({ functions: { worker: async () => void calls++ } });
+    const { port } = new URL(url);
+    const invoke = (headers: Record<string, string>) =>
+      new Promise<number>((resolve, reject) => {
+        const req = httpRequest({ host: '127.0.0.1', port, method: 'POST', path: '/2015-03-31/functions/worker/invocations', headers: { 'content-type': 'text/plain', ...headers } }, (res) => {
+          res.resume();
+          res.on('end', () => resolve(res.statusCode ?? 0));
+        });
+        req.on('error', reject);
+        req.end('{}');
+      });
+    expect(await invoke({ origin: 'http://evil.example' })).toBe(403);
+    expect(await invoke({ host: `evil.example:${port}` })).toBe(403);
+    expect(calls).toBe(0);
+    expect(await invoke({})).toBe(200);
+    expect(calls).toBe(1);
   });
 
   it('stop waits for running and queued invocations, then refuses new ones', async () => {

@@ -67,6 +67,23 @@ describe('database configuration', () => {
     expect(databaseTarget(c)).toBe('postgres://u@127.0.0.1:5432/db');
   });
 
+  it('DATABASE_URL must be a postgres:// URL, and a refused one is named without its password', () => {
+    for (const url of ['http://127.0.0.1:5432/db', 'mysql://x', 'postgres://u:s3cr3t@host:99999/db']) {
+      const error = (() => {
+        try {
+          loadConfig({ DATABASE_URL: url });
+        } catch (e) {
+          return e as ConfigError;
+        }
+      })();
+      expect(error, url).toBeInstanceOf(ConfigError);
+      expect(error!.variable).toBe('DATABASE_URL');
+      expect(error!.message).not.toContain('s3cr3t');
+    }
+    expect(() => loadConfig({ DATABASE_URL: 'postgres://u:s3cr3t@host:99999/db' })).toThrow('(got "postgres://u:***@host:99999/db")');
+    expect(loadConfig({ DATABASE_URL: 'postgresql://u:p@127.0.0.1/db' }).databaseUrl).toBe('postgresql://u:p@127.0.0.1/db');
+  });
+
   it('with neither DATABASE_URL nor LEASEHOLD_DB_HOST, connecting stops naming DATABASE_URL', () => {
     expect(() => databaseTarget(loadConfig({}))).toThrow(ConfigError);
     expect(() => databaseTarget(loadConfig({}))).toThrow(/^DATABASE_URL: is required/);

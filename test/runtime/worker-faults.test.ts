@@ -101,7 +101,7 @@ function within<T>(what: string, p: Promise<T>, ms: number): Promise<T> {
 const items = (n: number) => Array.from({ length: n }, (_, i) => ({ key: `k${String(i).padStart(3, '0')}` }));
 const MOVE = /update leasehold_items i\s+set state = v\.state/;
 const HEARTBEAT = /insert into leasehold_processes/;
-const TAKEOVER = /set owner_run = \$1, owner_process = \$2, beat_at = now\(\), taken_at = now\(\)/;
+const TAKEOVER = /set owner_run = \$\d+, owner_process = \$\d+, beat_at = now\(\), taken_at = now\(\)/;
 
 describe('worker under store faults', () => {
   // The statement whose connection goes silent: the nth of its kind in the worker's process.

@@ -61,7 +61,8 @@ describe('concurrent migrations', () => {
       for (const s of [a, b]) await admin`drop schema ${admin(s)} cascade`;
       await admin`drop role ${admin(role)}`;
     }
-  });
+    // About 1 s a round on a quiet 2-core machine, several times that while other test files run.
+  }, 180_000);
 
   it('provisioning one absent role from transactions that share no lock (as migrations of two databases do) never fails: the create and the grants that lose a race are tried again', async () => {
     // A stand-in for RDS's rds_iam, so the role grant races too.

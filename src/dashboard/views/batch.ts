@@ -36,9 +36,10 @@ export function BatchView({ id }: { id: string }) {
             <div><dt>Owner process</dt><dd><code>${b.ownerProcess ?? '–'}</code></dd></div>
             <div><dt>Created</dt><dd>${when(b.createdAt)}</dd></div>
             <div><dt>Finished</dt><dd>${when(b.finishedAt)}</dd></div>
-            ${b.toleratedFailures
-              ? html`<div><dt>Tolerated failures</dt><dd>${b.toleratedFailures.count !== undefined ? `${b.toleratedFailures.count} items` : `${b.toleratedFailures.percent} %`}</dd></div>`
+            ${b.toleratedFailures !== undefined
+              ? html`<div><dt>Tolerated failures</dt><dd data-tolerance>${toleranceText(b)}</dd></div>`
               : null}
+            ${b.reason ? html`<div class="wide"><dt>Reason</dt><dd data-reason>${b.reason}</dd></div>` : null}
           </dl>
           <${ProgressBar} batch=${b} />
           <${CountsLegend} counts=${b.counts} />
@@ -52,6 +53,18 @@ export function BatchView({ id }: { id: string }) {
           <${Items} batch=${b} />
         `}
   </section>`;
+}
+
+/**
+ * What a batch tolerates: `2 failed items`, `5 % of the items (2 of 40)`, or none (any failed
+ * item fails the batch once all items ran); with how many it has now when some failed.
+ */
+export function toleranceText(b: Batch): string {
+  const t = b.toleratedFailures;
+  const now = b.counts.failed > 0 && t ? ` · ${b.counts.failed} failed` : '';
+  if (!t) return 'none: any failed item fails the batch';
+  if (t.count !== undefined) return `${t.count} failed item${t.count === 1 ? '' : 's'}${now}`;
+  return `${t.percent} % of the items (${b.allowedFailures ?? '?'} of ${b.total})${now}`;
 }
 
 /**

@@ -1,4 +1,4 @@
-// All batches: status, progress, items/s, age and runs; filtered by tenant and status; cancel.
+// All batches: priority, status, progress, items/s, age and runs; filtered by tenant and status; cancel.
 import { html } from 'htm/preact';
 import { useState } from 'preact/hooks';
 import { api, type Batch } from '../api.js';
@@ -42,6 +42,7 @@ export function BatchesView({ tenant, status, onFilter }: { tenant: string; stat
                 <th scope="col">Batch</th>
                 <th scope="col">Job</th>
                 <th scope="col">Tenant / datasource</th>
+                <th scope="col" class="num" title="0–9: higher runs first within its tenant">Priority</th>
                 <th scope="col">Status</th>
                 <th scope="col" class="wide">Progress</th>
                 <th scope="col" class="num">Items/s</th>
@@ -62,7 +63,13 @@ function BatchRow({ batch: b, onChanged }: { batch: Batch; onChanged: () => void
     <td><a href=${`#/batches/${b.id}`} title=${b.id}><code>${shortId(b.id)}</code></a></td>
     <td>${b.job}</td>
     <td>${b.tenant} / ${b.datasource}</td>
-    <td><${StatusBadge} status=${b.status} /></td>
+    <td class="num">${b.priority ?? '–'}</td>
+    <td>
+      <${StatusBadge} status=${b.status} />
+      ${b.status === 'succeeded' && b.counts.failed > 0
+        ? html`<br /><span class="muted small" data-tolerated>${b.counts.failed} failed, tolerated</span>`
+        : null}
+    </td>
     <td><${ProgressBar} batch=${b} /></td>
     <td class="num">${rate(b.itemsPerSecond)}</td>
     <td class="num">${b.ageMs === undefined ? '–' : duration(b.ageMs)}</td>

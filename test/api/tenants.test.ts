@@ -1,0 +1,107 @@
+// GET /tenants/{tenant}, PUT /tenants/{tenant}/limits and batch priorities through the API
+// (docs/design.md, "Tenant fairness").
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ApiDeps } from '../../src/api/index.js';
+import { testDatabase, type TestDatabase } from '../support/db.js';
+import { apiDeps, call, InvokeEndpoint, removeTree, tempTree, uniqueTenant } from '../support/api.js';
+
+let db: TestDatabase;
+let endpoint: InvokeEndpoint;
+let deps: ApiDeps;
+let dir: string;
+
+beforeAll(async () => {
+  db = await testDatabase();
+  endpoint = await InvokeEndpoint.start();
+  deps = apiDeps(db.sql, endpoint, { maxOpen: 20 });
+  dir = await tempTree({ 'a.txt': 'alpha' });
+});
+afterAll(async () => {
+  await removeTree(dir);
+  await endpoint.close();
+  await db.close();
+});
+
+const start = (tenant: string, extra: Record<string, unknown> = {}) =>
+  call(deps, 'POST', '/batches', { body: { tenant, datasource: 'files', job: 'checksum', params: { dir }, ...extra } });
+
+describe('batch priority', () => {
+  it('is stored and shown by a start, GET /batches/{id} and GET /batches; 5 when not given', async () => {
+    const tenant = uniqueTenant();
+    const urgent = await start(tenant, { priority: 9 });
+    expect(urgent.status).toBe(201);
+    expect(urgent.body.priority).toBe(9);
+    const plain = await start(tenant);
+    expect(plain.body.priority).toBe(5);
+    expect((await call(deps, 'GET', `/batches/${urgent.body.id}`)).body.priority).toBe(9);
+    const list = await call(deps, 'GET', '/batches', { query: { tenant } });
+    expect(list.body.batches.map((b: { priority: number }) => b.priority).sort()).toEqual([5, 9]);
+  });
+
+  it('refuses a priority that is not a whole number from 0 to 9, naming the field', async () => {
+    for (const priority of [10, -1, 2.5, '3']) {
+      const res = await start(uniqueTenant(), { priority });
+      expect(res.status).toBe(400);
+      expect(res.body.error.message).toMatch(/^priority: /);
+    }
+  });
+});
+
+describe('tenants', () => {
+  it('shows waiting batches in the order they will run, the limit and the oldest wait', async () => {
+    const tenant = uniqueTenant();
+    const low = await start(tenant, { priority: 1 });
+    const high = await start(tenant, { priority: 7 });
+    const res = await call(deps, 'GET', `/tenants/${tenant}`);
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({ tenant, running: 0, waiting: 2, maxRunning: null, effectiveMaxRunning: null, runningBatches: [] });
+    expect(res.body.waitingBatches.map((b: { id: string; priority: number }) => [b.id, b.priority])).toEqual([
+      [high.body.id, 7],
+      [low.body.id, 1],
+    ]);
+    expect(res.body.oldestWaitMs).toBeGreaterThanOrEqual(0);
+    expect(res.body.waitingBatches[0]).toMatchObject({ datasource: 'files', job: 'checksum' });
+  });
+
+  it('answers zeros for a tenant with no batch', async () => {
+    const res = await call(deps, 'GET', `/tenants/${uniqueTenant()}`);
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({ running: 0, waiting: 0, oldestWaitMs: null, waitingBatches: [], runningBatches: [] });
+  });
+
+  it('sets a tenant limit, shows it, and goes back to the default with null', async () => {
+    const tenant = uniqueTenant();
+    const set = await call(deps, 'PUT', `/tenants/${tenant}/limits`, { body: { maxRunning: 2 } });
+    expect(set.status).toBe(200);
+    expect(set.body).toMatchObject({ tenant, maxRunning: 2, effectiveMaxRunning: 2 });
+    expect((await call(deps, 'GET', `/tenants/${tenant}`)).body.maxRunning).toBe(2);
+    const withDefault = { ...deps, config: { ...deps.config, maxRunning: 3 } };
+    const reset = await call(withDefault, 'PUT', `/tenants/${tenant}/limits`, { body: { maxRunning: null } });
+    expect(reset.body).toMatchObject({ maxRunning: null, effectiveMaxRunning: 3 });
+  });
+
+  it('refuses a limit that is not a whole number ≥ 0 or null, and unknown fields', async () => {
+    const tenant = uniqueTenant();
+    for (const body of [{ maxRunning: -1 }, { maxRunning: 1.5 }, { maxRunning: '2' }, {}, { maxRunning: 1, extra: true }]) {
+      const res = await call(deps, 'PUT', `/tenants/${tenant}/limits`, { body });
+      expect(res.status, JSON.stringify(body)).toBe(400);
+    }
+    expect((await call(deps, 'GET', `/tenants/${tenant}/limits`)).status).toBe(405);
+  });
+
+  it('sends the next waiting batch to a worker when a running one is cancelled', async () => {
+    const tenant = uniqueTenant();
+    await call(deps, 'PUT', `/tenants/${tenant}/limits`, { body: { maxRunning: 1 } });
+    const first = await start(tenant);
+    const second = await start(tenant);
+    // The first runs (as if a worker took it).
+    await db.sql`update leasehold_batches set owner_run = gen_random_uuid(), owner_process = gen_random_uuid(), beat_at = now()
+      where id = ${first.body.id}`;
+    expect((await call(deps, 'GET', `/tenants/${tenant}`)).body).toMatchObject({ running: 1, waiting: 1 });
+    const before = endpoint.invokes.filter((i) => (i.payload as { batchId?: string }).batchId === second.body.id).length;
+    expect((await call(deps, 'POST', `/batches/${first.body.id}/cancel`)).status).toBe(200);
+    expect((await call(deps, 'GET', `/tenants/${tenant}`)).body).toMatchObject({ running: 0, waiting: 1 });
+    const after = endpoint.invokes.filter((i) => (i.payload as { batchId?: string }).batchId === second.body.id).length;
+    expect(after).toBe(before + 1);
+  });
+});
