@@ -75,7 +75,7 @@ describe('tenants', () => {
     expect(set.status).toBe(200);
     expect(set.body).toMatchObject({ tenant, maxRunning: 2, effectiveMaxRunning: 2 });
     expect((await call(deps, 'GET', `/tenants/${tenant}`)).body.maxRunning).toBe(2);
-    const withDefault = { ...deps, config: { ...deps.config, maxRunning: 3 } };
+    const withDefault = { ...deps, config: { ...deps.config, runner: { maxRunning: 3 } } };
     const reset = await call(withDefault, 'PUT', `/tenants/${tenant}/limits`, { body: { maxRunning: null } });
     expect(reset.body).toMatchObject({ maxRunning: null, effectiveMaxRunning: 3 });
   });
