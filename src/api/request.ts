@@ -14,6 +14,8 @@ import {
   toleratedFailuresSchema,
   typeName,
 } from '../batch/index.js';
+import { parseInput } from '../batch/index.js';
+import type { ApiDeps } from './deps.js';
 
 /** The value of header `name` (case-insensitive; HTTP API v2 already lowercases names). */
 export function header(event: APIGatewayProxyEventV2, name: string): string | undefined {
@@ -198,3 +200,17 @@ export const outboxSchema = z
     payload: z.unknown().refine((v) => v !== undefined, 'Required'),
   })
   .strict();
+
+/** A JSON object body, or a 400 naming the body. */
+export function objectBody(event: APIGatewayProxyEventV2, deps: ApiDeps): Record<string, unknown> {
+  const raw = readJsonBody(event, deps.config.maxBodyBytes);
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
+    throw new InvalidRequestError(`body: must be a JSON object, got ${typeName(raw)}`);
+  }
+  return raw as Record<string, unknown>;
+}
+
+/** The `{tenant}` path segment, validated like every tenant name. */
+export function tenantParam(tenant: string): string {
+  return parseInput(nameSchema, tenant, 'tenant');
+}

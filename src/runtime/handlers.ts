@@ -67,7 +67,7 @@ export async function apiInvocation(
   context: Context,
 ): Promise<APIGatewayProxyStructuredResultV2> {
   const { log, metrics } = invocationOf(context);
-  const { handleApi } = await import('../api/handler.js');
+  const { handleApi } = await import('../api/router.js');
   const result = await handleApi(event, { ...deps, log, dispatcher: counting(deps.dispatcher, metrics) });
   if ((result.statusCode ?? 200) >= 500) metrics.count('ServerErrors');
   return result;

@@ -1,0 +1,153 @@
+// A batch as the API shows it.
+import { batchActivity, type BatchInfo } from '../batch/index.js';
+import type { Sql } from '../store/index.js';
+import { iso } from './respond.js';
+import type { TenantInfo } from '../batch/index.js';
+import type { Fleet, ProcessView, UnitView } from '../lease/index.js';
+import type { OutboxStatus } from '../units/index.js';
+
+/** A batch as the API shows it (timestamps as ISO 8601 strings). */
+export interface BatchView {
+  id: string;
+  tenant: string;
+  datasource: string;
+  job: string;
+  params: unknown;
+  requestKey: string;
+  /** 0 to 9; orders batches within their tenant only. */
+  priority: number;
+  status: BatchInfo['status'];
+  total: number;
+  counts: BatchInfo['counts'];
+  ownerProcess: string | null;
+  runs: number;
+  /**
+   * Why the batch ended when its items do not tell (it was given up, or more items failed than
+   * tolerated); otherwise null.
+   */
+  reason: string | null;
+  /** Failed items it tolerates as started (`{ count }` or `{ percent }`); null: none given. */
+  toleratedFailures: BatchInfo['toleratedFailures'];
+  /** Failed items allowed before it ends `failed` (the count, or floor(percent × total / 100)); null: none given. */
+  allowedFailures: number | null;
+  /** How many times it was redriven. */
+  redrives: number;
+  createdAt: string;
+  beatAt: string | null;
+  finishedAt: string | null;
+  /** `GET /batches` and `GET /batches/{id}` only: time since it was created, ms (database clock). */
+  ageMs?: number;
+  /**
+   * `GET /batches` and `GET /batches/{id}` only: items finished per second, over the last 10 s
+   * while open, over its whole life once finished (database clock).
+   */
+  itemsPerSecond?: number;
+}
+
+/** The JSON shape of a batch in every response. */
+export function batchView(b: BatchInfo): BatchView {
+  return {
+    id: b.id,
+    tenant: b.tenant,
+    datasource: b.datasource,
+    job: b.job,
+    params: b.params,
+    requestKey: b.requestKey,
+    priority: b.priority,
+    status: b.status,
+    total: b.total,
+    counts: { ...b.counts },
+    ownerProcess: b.ownerProcess,
+    runs: b.runs,
+    reason: b.reason,
+    toleratedFailures: b.toleratedFailures,
+    allowedFailures: b.allowedFailures,
+    redrives: b.redrives,
+    createdAt: iso(b.createdAt)!,
+    beatAt: iso(b.beatAt),
+    finishedAt: iso(b.finishedAt),
+  };
+}
+
+/** Batch views with their `ageMs` and `itemsPerSecond`, read in one statement for all of them. */
+export async function withActivity(sql: Sql, batches: BatchInfo[]): Promise<BatchView[]> {
+  const activity = await batchActivity(sql, batches.map((b) => b.id));
+  return batches.map((b) => ({ ...batchView(b), ...activity.get(b.id) }));
+}
+
+/** A unit as the API shows it (claim time as ISO 8601). */
+export function unitView(u: UnitView) {
+  return { tenant: u.tenant, shard: u.shard, job: u.job, weight: u.weight, owner: u.owner, claimedAt: iso(u.claimedAt) };
+}
+
+/** A process as the API shows it (times as ISO 8601). */
+export function processView(p: ProcessView) {
+  return {
+    id: p.id,
+    role: p.role,
+    retiring: p.retiring,
+    hostname: p.hostname,
+    version: p.version,
+    startedAt: iso(p.startedAt),
+    expiresAt: iso(p.expiresAt),
+    live: p.live,
+    units: p.units,
+    weight: p.weight,
+  };
+}
+
+/**
+ * The knob against the fleet: `desired`, `live` (live fleet processes not retiring: what
+ * `desired` is compared with), `coming` (invocations sent and not yet confirmed), `retiring`
+ * (asked to leave, not gone yet) and `batch` (workers sent for batches: not counted, owning no
+ * unit).
+ */
+export function concurrencyView(f: Fleet) {
+  return { desired: f.desired, live: f.live, coming: f.coming, retiring: f.retiring, batch: f.batch };
+}
+
+/** A tenant's outbox status as the API shows it (times as ISO 8601). */
+export function outboxStatusView(o: OutboxStatus) {
+  return {
+    tenant: o.tenant,
+    shards: o.shards,
+    endpoints: o.endpoints.map((e) => ({
+      url: e.url,
+      backlog: e.backlog,
+      oldest: e.oldest && { id: e.oldest.id, enqueuedAt: iso(e.oldest.enqueuedAt), ageMs: e.oldest.ageMs },
+      failures: e.failures,
+      lastError: e.lastError && { message: e.lastError.message, at: iso(e.lastError.at) },
+      lastDeliveredAt: iso(e.lastDeliveredAt),
+    })),
+  };
+}
+
+/**
+ * A tenant as the API shows it: `running` and `waiting` counts, `maxRunning` (its own limit, null
+ * when it uses the default), `effectiveMaxRunning` (the limit in force, null: none),
+ * `oldestWaitMs` (how long its longest-waiting batch has waited, since its start or last
+ * handoff, database clock; null: none waits), and `runningBatches` / `waitingBatches` (at most
+ * 100 each; waiting ones in the order its turns take them) as `[{ id, datasource, job, priority,
+ * createdAt, since, forMs }]`.
+ */
+export function tenantView(t: TenantInfo) {
+  const batch = (b: TenantInfo['runningBatches'][number]) => ({
+    id: b.id,
+    datasource: b.datasource,
+    job: b.job,
+    priority: b.priority,
+    createdAt: iso(b.createdAt),
+    since: iso(b.since),
+    forMs: b.forMs,
+  });
+  return {
+    tenant: t.tenant,
+    running: t.running,
+    waiting: t.waiting,
+    maxRunning: t.maxRunning,
+    effectiveMaxRunning: t.effectiveMaxRunning,
+    oldestWaitMs: t.oldestWaitMs,
+    runningBatches: t.runningBatches.map(batch),
+    waitingBatches: t.waitingBatches.map(batch),
+  };
+}
