@@ -4,8 +4,8 @@ import { hostname as osHostname } from 'node:os';
 import { systemClock, type Clock } from '../clock.js';
 import { withTimeout, type Sql } from '../store/index.js';
 import { fairShareOf } from './share.js';
-import * as q from './sql.js';
-import type { Me, ProcessRole, ShareState, UnitKey, UnitRow } from './sql.js';
+import * as q from './sql/ownership.js';
+import type { Me, ProcessRole, ShareState, UnitKey, UnitRow } from './sql/ownership.js';
 
 /** A unit a process owns: identity, job, weight and the job's configuration. */
 export type Unit = UnitRow;

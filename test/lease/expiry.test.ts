@@ -4,7 +4,7 @@
 // clocks change none of it.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { putTenantUnits, deleteTenantUnits, sweep } from '../../src/lease/index.js';
-import { claim } from '../../src/lease/sql.js';
+import { claim } from '../../src/lease/sql/ownership.js';
 import type { Clock } from '../../src/clock.js';
 import type { Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';

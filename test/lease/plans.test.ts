@@ -4,7 +4,7 @@
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Leaser, readFleet, sweep } from '../../src/lease/index.js';
-import { heavyUnits, releaseUnits } from '../../src/lease/sql.js';
+import { heavyUnits, releaseUnits } from '../../src/lease/sql/ownership.js';
 import type { Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { Recorder } from '../support/lease.js';
