@@ -1,7 +1,7 @@
 import type { Sql } from '../store/index.js';
 import { BatchFinishedError, BatchNotFoundError, BatchTooLargeError, InvalidBatchError, TooManyBatchesError } from './errors.js';
 import { DEFAULT_START_LIMITS, insertItems, type StartLimits } from './items.js';
-import * as q from './sql.js';
+import * as q from './sql/batches.js';
 import {
   DEFAULT_PRIORITY,
   MAX_PRIORITY,

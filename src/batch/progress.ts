@@ -3,7 +3,7 @@
 import type { Sql } from '../store/index.js';
 import { BatchNotFoundError } from './errors.js';
 import { isUuid } from './batches.js';
-import * as q from './sql.js';
+import * as q from './sql/progress.js';
 import { InvalidSettingError } from '../errors.js';
 
 /** Items finished over a batch's life, in buckets of equal length: {@link finishedSeries}. */

@@ -5,7 +5,7 @@ import { InvalidSettingError } from '../errors.js';
 import { withTimeout, type Sql } from '../store/index.js';
 import type { Clock } from '../clock.js';
 import { BatchGivenUpError, BatchLostError } from './errors.js';
-import * as q from './sql.js';
+import * as q from './sql/batches.js';
 import { encodeOutput, errorText } from './values.js';
 import type { BatchInfo, Executor, ItemState, RunOutcome, RunResult } from './types.js';
 
