@@ -39,7 +39,19 @@ module.exports = {
     forbid('runtime-below-entries', 'The runtime is driven by the entry points, never the other way round.', '^src/runtime/', OUTSIDE),
     forbid('lambda-entry-below-functions', 'functions/ use leasehold/lambda, not the other way round.', '^src/lambda\\.ts$', '^(functions/|src/(cli|local|sst|dashboard)/|src/cli\\.ts$)'),
     forbid('sst-stands-alone', 'The deploy component runs in SST, apart from the runtime code.', '^src/sst/', '^src/(?!sst/)'),
-    forbid('dashboard-stands-alone', 'The dashboard page is bundled for the browser on its own.', '^src/dashboard/', '^src/(?!dashboard/)'),
+    forbid(
+      'dashboard-stands-alone',
+      "The dashboard page is bundled for the browser on its own; it reads only the API's wire types.",
+      '^src/dashboard/',
+      '^src/(?!dashboard/|api/wire\\.ts$)',
+    ),
+    {
+      name: 'wire-types-only',
+      comment: 'src/api/wire.ts declares the answers: types only, so every reader (the browser page too) can take it.',
+      severity: 'error',
+      from: { path: '^src/api/wire\\.ts$' },
+      to: { path: '.' },
+    },
     forbid(
       'test-folders-share-through-support',
       "A test folder uses its own files and test/support/, never another folder's internals.",

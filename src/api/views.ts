@@ -1,48 +1,14 @@
-// A batch as the API shows it.
+// The API's answers built from the library's records (the shapes are declared in wire.ts).
 import { batchActivity, type BatchInfo } from '../batch/index.js';
 import type { Sql } from '../store/index.js';
 import { iso } from './respond.js';
+import type { ApiBatch, ApiConcurrency, ApiOutboxStatus, ApiProcess, ApiTenant, ApiUnit } from './wire.js';
 import type { TenantInfo } from '../batch/index.js';
 import type { Fleet, ProcessView, UnitView } from '../lease/index.js';
 import type { OutboxStatus } from '../units/index.js';
 
-/** A batch as the API shows it (timestamps as ISO 8601 strings). */
-export interface BatchView {
-  id: string;
-  tenant: string;
-  datasource: string;
-  job: string;
-  params: unknown;
-  requestKey: string;
-  /** 0 to 9; orders batches within their tenant only. */
-  priority: number;
-  status: BatchInfo['status'];
-  total: number;
-  counts: BatchInfo['counts'];
-  ownerProcess: string | null;
-  runs: number;
-  /**
-   * Why the batch ended when its items do not tell (it was given up, or more items failed than
-   * tolerated); otherwise null.
-   */
-  reason: string | null;
-  /** Failed items it tolerates as started (`{ count }` or `{ percent }`); null: none given. */
-  toleratedFailures: BatchInfo['toleratedFailures'];
-  /** Failed items allowed before it ends `failed` (the count, or floor(percent × total / 100)); null: none given. */
-  allowedFailures: number | null;
-  /** How many times it was redriven. */
-  redrives: number;
-  createdAt: string;
-  beatAt: string | null;
-  finishedAt: string | null;
-  /** `GET /batches` and `GET /batches/{id}` only: time since it was created, ms (database clock). */
-  ageMs?: number;
-  /**
-   * `GET /batches` and `GET /batches/{id}` only: items finished per second, over the last 10 s
-   * while open, over its whole life once finished (database clock).
-   */
-  itemsPerSecond?: number;
-}
+/** A batch as the API shows it: {@link ApiBatch}. */
+export type BatchView = ApiBatch;
 
 /** The JSON shape of a batch in every response. */
 export function batchView(b: BatchInfo): BatchView {
@@ -76,12 +42,12 @@ export async function withActivity(sql: Sql, batches: BatchInfo[]): Promise<Batc
 }
 
 /** A unit as the API shows it (claim time as ISO 8601). */
-export function unitView(u: UnitView) {
+export function unitView(u: UnitView): ApiUnit {
   return { tenant: u.tenant, shard: u.shard, job: u.job, weight: u.weight, owner: u.owner, claimedAt: iso(u.claimedAt) };
 }
 
 /** A process as the API shows it (times as ISO 8601). */
-export function processView(p: ProcessView) {
+export function processView(p: ProcessView): ApiProcess {
   return {
     id: p.id,
     role: p.role,
@@ -102,12 +68,12 @@ export function processView(p: ProcessView) {
  * (asked to leave, not gone yet) and `batch` (workers sent for batches: not counted, owning no
  * unit).
  */
-export function concurrencyView(f: Fleet) {
+export function concurrencyView(f: Fleet): ApiConcurrency {
   return { desired: f.desired, live: f.live, coming: f.coming, retiring: f.retiring, batch: f.batch };
 }
 
 /** A tenant's outbox status as the API shows it (times as ISO 8601). */
-export function outboxStatusView(o: OutboxStatus) {
+export function outboxStatusView(o: OutboxStatus): ApiOutboxStatus {
   return {
     tenant: o.tenant,
     shards: o.shards,
@@ -130,7 +96,7 @@ export function outboxStatusView(o: OutboxStatus) {
  * 100 each; waiting ones in the order its turns take them) as `[{ id, datasource, job, priority,
  * createdAt, since, forMs }]`.
  */
-export function tenantView(t: TenantInfo) {
+export function tenantView(t: TenantInfo): ApiTenant {
   const batch = (b: TenantInfo['runningBatches'][number]) => ({
     id: b.id,
     datasource: b.datasource,

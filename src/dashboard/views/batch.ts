@@ -63,7 +63,7 @@ export function toleranceText(b: Batch): string {
   const t = b.toleratedFailures;
   const now = b.counts.failed > 0 && t ? ` · ${b.counts.failed} failed` : '';
   if (!t) return 'none: any failed item fails the batch';
-  if (t.count !== undefined) return `${t.count} failed item${t.count === 1 ? '' : 's'}${now}`;
+  if ('count' in t) return `${t.count} failed item${t.count === 1 ? '' : 's'}${now}`;
   return `${t.percent} % of the items (${b.allowedFailures ?? '?'} of ${b.total})${now}`;
 }
 
