@@ -1,4 +1,3 @@
-// eslint-disable-next-line @typescript-eslint/triple-slash-reference -- SST declares $config this way
 /// <reference path="./.sst/platform/config.d.ts" />
 // leasehold on AWS: `npx sst deploy --stage NAME` (see docs/deploy.md). This repository's own
 // app: its runner (functions/leasehold.ts, the built-in jobs) through the Leasehold component,

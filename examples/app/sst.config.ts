@@ -1,4 +1,3 @@
-// eslint-disable-next-line @typescript-eslint/triple-slash-reference -- SST declares $config this way
 /// <reference path="./.sst/platform/config.d.ts" />
 // `npx sst deploy --stage dev`: the app's own function and its leasehold runner.
 export default $config({

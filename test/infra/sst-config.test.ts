@@ -177,7 +177,7 @@ describe('sst.config.ts, evaluated', () => {
     noExistingDatabase();
     const { world } = await deploy();
     const worker = fn(world, 'Worker');
-    // The trigger dispatches the batch it starts (src/runtime/trigger.ts); the migration never does.
+    // The trigger dispatches the batch it starts (src/trigger/trigger.ts); the migration never does.
     expect(invokersOf(world, worker)).toEqual(['RunnerApi', 'RunnerScheduler', 'RunnerTrigger', 'RunnerWorker']);
     expect((worker.instance as { name: string }).name).toBe('leasehold-dev-runner-worker');
     // No cron, bus rule or route targets the worker either.
@@ -378,7 +378,7 @@ describe('sst.config.ts, evaluated', () => {
     noExistingDatabase();
     const { world } = await deploy();
     // The runtime's reader, by a computed path: this test checks the contract, tsc the types.
-    const runtime = (await import(/* @vite-ignore */ join(root, 'src/runtime/trigger.ts'))) as {
+    const runtime = (await import(/* @vite-ignore */ join(root, 'src/trigger/trigger.ts'))) as {
       readTriggerEvent(event: unknown): { job: string; tenant: string; datasource: string; params: object; requestKey: string };
     };
     // EventBridge Scheduler replaces its placeholders in the input text when a schedule fires.
