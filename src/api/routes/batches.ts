@@ -49,6 +49,7 @@ export async function finishedRoute(event: APIGatewayProxyEventV2, deps: ApiDeps
   });
 }
 
+/** `POST /batches` (and `POST /tenants/{tenant}/batches`, `scope` the path's tenant): start a batch through `startBatch`; 201 new, 200 repeated (see `handleApi`). */
 export async function startBatchRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, _params: string[], scope?: string): Promise<Result> {
   const raw = readJsonBody(event, deps.config.maxBodyBytes);
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
@@ -79,6 +80,7 @@ export async function startBatchRoute(event: APIGatewayProxyEventV2, deps: ApiDe
   return json(201, { ...batchView(batch), created: true }, { location });
 }
 
+/** `GET /batches?tenant=&status=&limit=` (and its tenant-scoped twin): batches newest first, with their activity. */
 export async function listBatchesRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, _params: string[], scope?: string): Promise<Result> {
   const q = Object.fromEntries(Object.entries(query(event)).filter(([, v]) => v !== ''));
   if (scope !== undefined && q.tenant !== undefined && q.tenant !== scope) {
@@ -89,11 +91,13 @@ export async function listBatchesRoute(event: APIGatewayProxyEventV2, deps: ApiD
   return json(200, { batches: await withActivity(deps.sql, batches) });
 }
 
+/** `GET /batches/{id}`: one batch with its `ageMs` and `itemsPerSecond`. */
 export async function showBatch(_event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: string[]): Promise<Result> {
   const [view] = await withActivity(deps.sql, [await getBatch(deps.sql, id)]);
   return json(200, view);
 }
 
+/** `POST /batches/{id}/cancel`: cancel for good; the tenant's next waiting batches go to workers. */
 export async function cancelBatchRoute(_event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: string[]): Promise<Result> {
   const cancelled = await cancelBatch(deps.sql, id);
   // Its slot is free at once: the tenant's next waiting batch goes to a worker now.
@@ -115,6 +119,7 @@ export async function dispatchWaiting(deps: ApiDeps, tenant: string): Promise<vo
   }
 }
 
+/** `GET /batches/{id}/items?after=&limit=&state=`: one page of items in key order. */
 export async function listItemsRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: string[]): Promise<Result> {
   const page = parseInput(itemsPageSchema, query(event), 'query');
   return json(200, await itemsPage(deps.sql, id, page));

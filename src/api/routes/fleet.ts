@@ -7,6 +7,7 @@ import { concurrencySchema, objectBody } from '../request.js';
 import { json, type Result } from '../respond.js';
 import { concurrencyView, processView } from '../views.js';
 
+/** `GET /processes`: the fleet (its knob, fair share and balance) and every process row. */
 export async function listProcessesRoute(_event: APIGatewayProxyEventV2, deps: ApiDeps): Promise<Result> {
   const [fleet, processes] = await Promise.all([readFleet(deps.sql), listProcesses(deps.sql)]);
   const owning = processes.filter((p) => p.live && p.role === 'fleet' && !p.retiring).map((p) => p.weight);
@@ -17,10 +18,12 @@ export async function listProcessesRoute(_event: APIGatewayProxyEventV2, deps: A
   });
 }
 
+/** `GET /concurrency`: the desired count against the fleet. */
 export async function getConcurrency(_event: APIGatewayProxyEventV2, deps: ApiDeps): Promise<Result> {
   return json(200, concurrencyView(await readFleet(deps.sql)));
 }
 
+/** `PUT /concurrency` `{ desired }`: set the desired count; answers as `GET /concurrency`. */
 export async function putConcurrency(event: APIGatewayProxyEventV2, deps: ApiDeps): Promise<Result> {
   const { desired } = parseInput(concurrencySchema, objectBody(event, deps));
   await setDesired(deps.sql, desired);

@@ -7,12 +7,14 @@ import { objectBody, outboxSchema, tenantParam } from '../request.js';
 import { json, type Result } from '../respond.js';
 import { outboxStatusView } from '../views.js';
 
+/** `GET /tenants/{tenant}/outbox`: per endpoint, its backlog, oldest message, failures and last error. */
 export async function outboxStatusRoute(_event: APIGatewayProxyEventV2, deps: ApiDeps, [rawTenant]: string[]): Promise<Result> {
   // Any stored tenant name may be looked at, not only the registration charset.
   const tenant = parseInput(storedNameSchema, rawTenant, 'tenant');
   return json(200, outboxStatusView(await outboxStatus(deps.sql, tenant)));
 }
 
+/** `POST /tenants/{tenant}/outbox` `{ key, payload }`: enqueue on the shard the key hashes to. */
 export async function enqueueOutboxRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, [rawTenant]: string[]): Promise<Result> {
   const tenant = tenantParam(rawTenant);
   const body = parseInput(outboxSchema, objectBody(event, deps));

@@ -15,6 +15,7 @@ function unitJobs(deps: ApiDeps): UnitJobRegistry {
   return deps.unitJobs ?? (builtinUnitJobs ??= defaultUnitJobs());
 }
 
+/** `PUT /tenants/{tenant}/units`: register the tenant's units of a unit job, the config checked by the job's schema and `admit`. */
 export async function putUnitsRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, [rawTenant]: string[]): Promise<Result> {
   const tenant = tenantParam(rawTenant);
   const body = parseInput(putUnitsSchema, objectBody(event, deps));
@@ -46,12 +47,14 @@ export async function putUnitsRoute(event: APIGatewayProxyEventV2, deps: ApiDeps
   return json(200, { tenant, job: job.name, shards: body.shards, weight, added, removed });
 }
 
+/** `DELETE /tenants/{tenant}/units`: remove every unit of the tenant. */
 export async function deleteUnitsRoute(_event: APIGatewayProxyEventV2, deps: ApiDeps, [rawTenant]: string[]): Promise<Result> {
   // Any stored tenant name may be deleted, not only the registration charset.
   const tenant = parseInput(storedNameSchema, rawTenant, 'tenant');
   return json(200, { removed: await deleteTenantUnits(deps.sql, tenant) });
 }
 
+/** `GET /units?tenant=&limit=`: units with owner and claim time. */
 export async function listUnitsRoute(event: APIGatewayProxyEventV2, deps: ApiDeps): Promise<Result> {
   const q = Object.fromEntries(Object.entries(query(event)).filter(([, v]) => v !== ''));
   const filter = parseInput(listUnitsSchema, q, 'query');
