@@ -26,7 +26,7 @@ export type Outbox = ApiOutboxStatus;
 export type Redrive = ApiRedrive;
 
 /** An error answer of the API (or no answer: status 0). */
-export class ApiError extends Error {
+export class ApiCallError extends Error {
   constructor(
     readonly status: number,
     readonly code: string,
@@ -58,7 +58,7 @@ async function call<T>(method: string, path: string, body?: unknown, headers: Re
       body: body === undefined ? undefined : JSON.stringify(body),
     });
   } catch (e) {
-    throw new ApiError(0, 'unreachable', `the API does not answer (${(e as Error).message})`);
+    throw new ApiCallError(0, 'unreachable', `the API does not answer (${(e as Error).message})`);
   }
   const text = await res.text();
   let data: unknown;
@@ -69,7 +69,7 @@ async function call<T>(method: string, path: string, body?: unknown, headers: Re
   }
   if (!res.ok) {
     const err = (data as { error?: { code?: string; message?: string } } | undefined)?.error;
-    throw new ApiError(res.status, err?.code ?? `http_${res.status}`, err?.message ?? `HTTP ${res.status}`);
+    throw new ApiCallError(res.status, err?.code ?? `http_${res.status}`, err?.message ?? `HTTP ${res.status}`);
   }
   return data as T;
 }

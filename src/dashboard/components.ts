@@ -2,7 +2,7 @@
 // status badges and error notes.
 import { html } from 'htm/preact';
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
-import { ApiError, ITEM_STATES, type Batch, type Counts } from './api.js';
+import { ApiCallError, ITEM_STATES, type Batch, type Counts } from './api.js';
 import { percent } from './format.js';
 
 /** How often a view reloads what it shows, ms. */
@@ -10,7 +10,7 @@ export const POLL_MS = 2_000;
 
 /** The message of an error, for a person. */
 export function message(e: unknown): string {
-  if (e instanceof ApiError) return e.status ? `${e.message} (HTTP ${e.status})` : e.message;
+  if (e instanceof ApiCallError) return e.status ? `${e.message} (HTTP ${e.status})` : e.message;
   return e instanceof Error ? e.message : String(e);
 }
 
