@@ -42,8 +42,3 @@ export class InvalidSettingError extends LeaseholdError {
     super(code, message);
   }
 }
-
-/** The stable `code` of a leasehold error, or undefined for any other value. */
-export function errorCode(error: unknown): string | undefined {
-  return error instanceof LeaseholdError ? error.code : undefined;
-}
