@@ -78,6 +78,9 @@ export interface RunnerOptions {
 }
 
 /** The defaults of {@link RunnerOptions} (docs/design.md, "Batches"). */
+/** Takeovers tried again when one took nothing while a batch still waits (see `takeOver`). */
+const TAKEOVER_RETRIES = 4;
+
 export const RUNNER_DEFAULTS = {
   parallel: 2,
   beatMs: 5_000,
@@ -243,20 +246,32 @@ export class Runner {
     const sentAt = this.s.clock.now();
     // Bounded: a worker polls for batches between its deadline checks. A takeover that timed
     // out after it committed leaves a batch that nobody beats: it turns stale and is taken again.
-    const batch = await withTimeout(
-      q.takeOver(this.sql, {
-        run: runId,
-        process: this.processId,
-        staleMs: this.s.staleMs,
-        maxRunning: this.s.maxRunning,
-        batchId,
-        orFairer: options.orFairer,
-        // Else the oldest batch with an unknown job, handed straight back, would be picked again
-        // every time and no other batch would ever be taken.
-        skip: batchId ? undefined : [...this.unknown],
-      }),
-      this.s.storeTimeoutMs,
-    );
+    const attempt = () =>
+      withTimeout(
+        q.takeOver(this.sql, {
+          run: runId,
+          process: this.processId,
+          staleMs: this.s.staleMs,
+          maxRunning: this.s.maxRunning,
+          batchId,
+          orFairer: options.orFairer,
+          // Else the oldest batch with an unknown job, handed straight back, would be picked again
+          // every time and no other batch would ever be taken.
+          skip: batchId ? undefined : [...this.unknown],
+        }),
+        this.s.storeTimeoutMs,
+      );
+    let batch = await attempt();
+    // The choice skips a tenant row another takeover holds for its one statement (docs/design.md,
+    // "Tenant fairness"): workers sent at once for batches of one tenant would otherwise find
+    // nothing. Try again a few times, after a short jittered pause, while a batch still waits.
+    for (let retry = 0; !batch && retry < TAKEOVER_RETRIES; retry++) {
+      const waiting = await withTimeout(q.takeoverMayFind(this.sql, { batchId, maxRunning: this.s.maxRunning }), this.s.storeTimeoutMs);
+      if (!waiting || this.closed) break;
+      // A real pause, not the clock's: a manual test clock must not hold a takeover.
+      await new Promise<void>((resolve) => setTimeout(resolve, 2 + Math.floor(Math.random() * 10 * (retry + 1))));
+      batch = await attempt();
+    }
     if (batchId && options.orFairer && batch?.id !== batchId) {
       // Not taken here: left waiting, and dispatchable again at once.
       await withTimeout(q.undispatch(this.sql, batchId), this.s.storeTimeoutMs).catch(() => {});

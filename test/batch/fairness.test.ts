@@ -140,6 +140,23 @@ describe('choosing the next batch', () => {
   });
 });
 
+describe('takeovers at once', () => {
+  it('workers sent at the same moment for batches of one tenant each take theirs (the tenant row one of them holds is tried again), round after round', async () => {
+    await cancelAllOpen();
+    const t = tenant('burst');
+    const work: Executor = { work: async () => null };
+    for (let round = 0; round < 5; round++) {
+      const runners = Array.from({ length: 6 }, () => new Runner(pool(2), { parallel: 4 }));
+      const ids = await Promise.all(runners.map(() => createBatch(db.sql, newBatch(5, { tenant: t, datasource: `d-${round}-${Math.random()}` })).then((r) => r.batch.id)));
+      const taken = await Promise.all(runners.map((r, i) => r.takeOver(() => work, ids[i])));
+      expect(taken.map((b) => b?.id)).toEqual(ids);
+      await waitFor('every batch done', async () => (await Promise.all(ids.map((id) => getBatch(db.sql, id)))).every((b) => b.status === 'succeeded'));
+      await Promise.all(runners.map((r) => r.close()));
+    }
+    await endPools();
+  });
+});
+
 describe('per-tenant limits', () => {
   it('lets exactly one of many concurrent takeovers run a batch of a tenant limited to 1, round after round', async () => {
     for (let round = 0; round < 5; round++) {

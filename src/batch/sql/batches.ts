@@ -324,6 +324,20 @@ export function takeOverStatement(sql: Sql, a: TakeOverArgs) {
       case when b.runs = 1 then (extract(epoch from now() - b.created_at) * 1000)::float8 end as queue_wait_ms`;
 }
 
+// Whether a takeover that took nothing may have skipped a batch only because a concurrent
+// takeover held its tenant's row (the choice skips locked rows): the named batch is still
+// waiting, or (without one) some tenant below its limit has a batch waiting.
+export async function takeoverMayFind(sql: Sql, a: { batchId?: string; maxRunning: number }): Promise<boolean> {
+  const [r] = a.batchId
+    ? await sql<{ waiting: boolean }[]>`select exists (
+        select 1 from leasehold_batches where id = ${a.batchId}::uuid and status = 'open' and owner_run is null
+      ) as waiting`
+    : await sql<{ waiting: boolean }[]>`select exists (
+        select 1 from leasehold_tenants where open > running and running < coalesce(max_running, ${a.maxRunning})
+      ) as waiting`;
+  return r.waiting;
+}
+
 // Clears the dispatch mark of a batch a worker was sent for but did not take (another tenant was
 // served worse, or its tenant is at its limit), so the scheduler may dispatch it again at once.
 export async function undispatch(sql: Sql, batchId: string): Promise<void> {
