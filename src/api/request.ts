@@ -126,12 +126,14 @@ export const listSchema = z
 /** Item states accepted by `GET /batches/{id}/items?state=`. */
 export const ITEM_STATES = ['pending', 'running', 'done', 'failed'] as const;
 
+// eslint-disable-next-line no-control-regex -- control characters are what this rejects
+const NO_CONTROL_CHARACTERS = /^[^\u0000-\u001f]*$/;
+
 /** Query of `GET /batches/{id}/items`: `after` (a key, exclusive), `limit` (1..1000) and `state`. */
 export const itemsPageSchema = z
   .object({
     // Item keys are at most 1,000 bytes and never hold control characters.
-    // eslint-disable-next-line no-control-regex -- control characters are what this rejects
-    after: z.string().max(1_000).regex(/^[^\u0000-\u001f]*$/, 'must not contain control characters').optional(),
+    after: z.string().max(1_000).regex(NO_CONTROL_CHARACTERS, 'must not contain control characters').optional(),
     limit: limitSchema(1000).optional(),
     state: z.enum(ITEM_STATES, { error: () => `must be one of ${ITEM_STATES.join(', ')}` }).optional(),
   })
