@@ -20,7 +20,8 @@ export interface Log {
 
 /** A {@link Log} that hands every line, its scoped fields merged in, to `write`. */
 export function createLog(write: (level: LogLevel, message: string, fields: LogFields) => void, scope: LogFields = {}): Log {
-  const log = ((level: LogLevel, message: string, fields: LogFields = {}) => write(level, message, { ...scope, ...fields })) as Log;
+  const log = ((level: LogLevel, message: string, fields: LogFields = {}) =>
+    write(level, message, { ...scope, ...fields })) as Log;
   log.with = (fields) => createLog(write, { ...scope, ...fields });
   return log;
 }

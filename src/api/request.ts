@@ -57,7 +57,10 @@ export function readJsonBody(event: APIGatewayProxyEventV2, maxBodyBytes: number
   const type = header(event, 'content-type');
   if (type !== undefined && type.trim() !== '') {
     const [media, ...attrs] = type.split(';').map((s) => s.trim().toLowerCase());
-    const charset = attrs.find((a) => a.startsWith('charset='))?.slice('charset='.length).replace(/"/g, '');
+    const charset = attrs
+      .find((a) => a.startsWith('charset='))
+      ?.slice('charset='.length)
+      .replace(/"/g, '');
     if (!(media === 'application/json' || media.endsWith('+json')) || (charset && charset !== 'utf-8' && charset !== 'utf8')) {
       throw new RequestError('unsupported_media_type', `content-type: must be application/json (UTF-8), got "${type}"`);
     }
@@ -84,15 +87,12 @@ export const startSchema = z
     tenant: nameSchema,
     datasource: nameSchema,
     job: textSchema(MAX_NAME_LENGTH),
-    params: z
-      .record(z.string(), z.unknown(), { error: (i) => `must be a JSON object, got ${typeName(i.input)}` })
-      .default({}),
+    params: z.record(z.string(), z.unknown(), { error: (i) => `must be a JSON object, got ${typeName(i.input)}` }).default({}),
     requestKey: requestKeySchema.optional(),
     toleratedFailures: toleratedFailuresSchema.optional(),
     priority: wholeNumber(0, MAX_PRIORITY).optional(),
   })
   .strict();
-
 
 /** Validated body of `POST /batches`. */
 export type StartRequest = z.infer<typeof startSchema>;
@@ -149,7 +149,10 @@ export const seriesSchema = z
 /** A whole number from `min` to `max`, given as a JSON number. */
 function wholeNumber(min: number, max: number) {
   return z
-    .number({ error: (i) => (i.input === undefined ? 'Required' : `must be a whole number from ${min} to ${max}, got ${typeName(i.input)}`) })
+    .number({
+      error: (i) =>
+        i.input === undefined ? 'Required' : `must be a whole number from ${min} to ${max}, got ${typeName(i.input)}`,
+    })
     .int(`must be a whole number from ${min} to ${max}`)
     .min(min, `must be a whole number from ${min} to ${max}`)
     .max(max, `must be a whole number from ${min} to ${max}`);

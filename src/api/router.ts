@@ -5,7 +5,15 @@ import { BatchNotFoundError, getBatch, parseInput, storedNameSchema } from '../b
 import type { ApiDeps } from './deps.js';
 import { errorAnswer, RequestError } from './errors.js';
 import { errorResult, type Result } from './respond.js';
-import { cancelBatchRoute, finishedRoute, listBatchesRoute, listItemsRoute, redriveRoute, showBatch, startBatchRoute } from './routes/batches.js';
+import {
+  cancelBatchRoute,
+  finishedRoute,
+  listBatchesRoute,
+  listItemsRoute,
+  redriveRoute,
+  showBatch,
+  startBatchRoute,
+} from './routes/batches.js';
 import { getConcurrency, listProcessesRoute, putConcurrency } from './routes/fleet.js';
 import { listJobs } from './routes/jobs.js';
 import { enqueueOutboxRoute, outboxStatusRoute } from './routes/outbox.js';
@@ -46,7 +54,10 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
   { pattern: ['batches', '*', 'items'], methods: { GET: listItemsRoute } },
   { pattern: ['batches', '*', 'redrive'], methods: { POST: redriveRoute } },
   { pattern: ['batches', '*', 'finished'], methods: { GET: finishedRoute } },
-  { pattern: ['tenants', '*', 'batches'], methods: { POST: scoped(startBatchRoute, false), GET: scoped(listBatchesRoute, false) } },
+  {
+    pattern: ['tenants', '*', 'batches'],
+    methods: { POST: scoped(startBatchRoute, false), GET: scoped(listBatchesRoute, false) },
+  },
   { pattern: ['tenants', '*', 'batches', '*'], methods: { GET: scoped(showBatch, true) } },
   { pattern: ['tenants', '*', 'batches', '*', 'cancel'], methods: { POST: scoped(cancelBatchRoute, true) } },
   { pattern: ['tenants', '*', 'batches', '*', 'items'], methods: { GET: scoped(listItemsRoute, true) } },

@@ -37,7 +37,10 @@ export function batchView(b: BatchInfo): BatchView {
 
 /** Batch views with their `ageMs` and `itemsPerSecond`, read in one statement for all of them. */
 export async function withActivity(sql: Sql, batches: BatchInfo[]): Promise<BatchView[]> {
-  const activity = await batchActivity(sql, batches.map((b) => b.id));
+  const activity = await batchActivity(
+    sql,
+    batches.map((b) => b.id),
+  );
   return batches.map((b) => ({ ...batchView(b), ...activity.get(b.id) }));
 }
 

@@ -185,4 +185,3 @@ export interface ApiTenant {
   runningBatches: ApiTenantBatch[];
   waitingBatches: ApiTenantBatch[];
 }
-

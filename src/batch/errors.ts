@@ -30,7 +30,10 @@ export class TooManyBatchesError extends BatchError {
  * (invariant 2 (docs/design.md)).
  */
 export class BatchLostError extends BatchError {
-  constructor(readonly batchId: string, readonly runId: string) {
+  constructor(
+    readonly batchId: string,
+    readonly runId: string,
+  ) {
     super('batch_lost', `run ${runId} no longer owns batch ${batchId}`);
   }
 }
@@ -44,7 +47,10 @@ export class BatchNotFoundError extends BatchError {
 
 /** The batch is already finished or cancelled. The API answers 409. */
 export class BatchFinishedError extends BatchError {
-  constructor(readonly batchId: string, readonly status: string) {
+  constructor(
+    readonly batchId: string,
+    readonly status: string,
+  ) {
     super('batch_finished', `batch ${batchId} is already ${status}`);
   }
 }

@@ -32,7 +32,15 @@ export {
   toleratedFailuresSchema,
 } from './input.js';
 export { dispatchBatch, type Dispatcher, type WorkerEvent } from './dispatch.js';
-export { startBatch, startLimits, type BatchExpander, type StartDeps, type StartRequest, type StartResult, type StartSettings } from './start.js';
+export {
+  startBatch,
+  startLimits,
+  type BatchExpander,
+  type StartDeps,
+  type StartRequest,
+  type StartResult,
+  type StartSettings,
+} from './start.js';
 export { DEFAULT_START_LIMITS, MAX_KEY_BYTES, type StartLimits } from './items.js';
 export {
   Runner,

@@ -4,13 +4,7 @@
 // does), so it is ordered against each of them and leaves one consistent state.
 import type { Sql } from '../store/index.js';
 import { getBatch, isUuid } from './batches.js';
-import {
-  BatchCancelledError,
-  BatchNotFoundError,
-  BatchOpenError,
-  NothingToRedriveError,
-  TooManyBatchesError,
-} from './errors.js';
+import { BatchCancelledError, BatchNotFoundError, BatchOpenError, NothingToRedriveError, TooManyBatchesError } from './errors.js';
 import * as q from './sql/batches.js';
 import * as r from './sql/redrives.js';
 import type { BatchInfo } from './types.js';

@@ -88,10 +88,7 @@ export function retryDelayMs(
  * name in the message (`executor.`, `job "x": `).
  * @throws {InvalidSettingError} naming the first setting out of range.
  */
-export function checkRetrySettings(
-  s: { attempts?: number; backoffMs?: number; maxBackoffMs?: number },
-  prefix = '',
-): void {
+export function checkRetrySettings(s: { attempts?: number; backoffMs?: number; maxBackoffMs?: number }, prefix = ''): void {
   const within = (v: number | undefined, name: string, max: number, int: boolean, min = int ? 1 : 0) => {
     if (v === undefined) return;
     if (!Number.isFinite(v) || v < min || v > max || (int && !Number.isInteger(v))) {
@@ -335,7 +332,7 @@ export class Run {
     if (this.reason || this.queue.length === 0 || !this.beatValid() || this.doomed()) return;
     let now: number | undefined;
     let next = Infinity;
-    for (let i = 0; i < this.queue.length && this.executing.size < this.s.parallel; ) {
+    for (let i = 0; i < this.queue.length && this.executing.size < this.s.parallel;) {
       const { item, startAt } = this.queue[i];
       if (startAt > 0 && startAt > (now ??= this.s.clock.now())) {
         next = Math.min(next, startAt);
@@ -471,7 +468,14 @@ export class Run {
       if (move.state === 'done' || move.state === 'failed') this.finishedItems++;
       else if (outcome === 'retry') this.dueIn(move.delayMs - CLAIM_AHEAD_MS, sentAt);
       else this.moreDue = true;
-      this.s.onEvent({ type: 'item-ended', batchId: this.batch.id, runId: this.id, key: move.key, attempt: move.claimed, outcome });
+      this.s.onEvent({
+        type: 'item-ended',
+        batchId: this.batch.id,
+        runId: this.id,
+        key: move.key,
+        attempt: move.claimed,
+        outcome,
+      });
     }
   }
 
@@ -522,7 +526,13 @@ export class Run {
   /** Execute one item and say how its move should read. Never throws. */
   private async work(c: q.ClaimedRow): Promise<Settled> {
     const batch = this.batch;
-    const verdict = (state: ItemState, outcome: ItemOutcome, output: string | null, error: string | null, delayMs = 0): Settled => ({
+    const verdict = (
+      state: ItemState,
+      outcome: ItemOutcome,
+      output: string | null,
+      error: string | null,
+      delayMs = 0,
+    ): Settled => ({
       outcome,
       move: { key: c.key, state, claimed: c.attempts, attempts: c.attempts, output, error, delayMs },
     });
@@ -591,12 +601,26 @@ export class Run {
     this.landed(batch);
     if (this.reason === 'slice') {
       for (const c of queued) {
-        this.s.onEvent({ type: 'item-ended', batchId: this.batch.id, runId: this.id, key: c.key, attempt: c.attempts - 1, outcome: 'given-back' });
+        this.s.onEvent({
+          type: 'item-ended',
+          batchId: this.batch.id,
+          runId: this.id,
+          key: c.key,
+          attempt: c.attempts - 1,
+          outcome: 'given-back',
+        });
       }
       return 'sliced';
     }
     for (const c of queued) {
-      this.s.onEvent({ type: 'item-ended', batchId: this.batch.id, runId: this.id, key: c.key, attempt: c.attempts - 1, outcome: 'given-back' });
+      this.s.onEvent({
+        type: 'item-ended',
+        batchId: this.batch.id,
+        runId: this.id,
+        key: c.key,
+        attempt: c.attempts - 1,
+        outcome: 'given-back',
+      });
     }
     return 'handed-off';
   }

@@ -158,7 +158,8 @@ export function runnerSettings(options: RunnerOptions = {}): RunnerSettings {
   int('staleMs', 1, RUNNER_LIMITS.staleMs);
   int('maxRunning', 0, NO_LIMIT);
   int('sliceMs', 1, RUNNER_LIMITS.staleMs);
-  if (s.backoffMs > s.maxBackoffMs) throw new InvalidSettingError('backoffMs', `(${s.backoffMs}) must not exceed maxBackoffMs (${s.maxBackoffMs})`);
+  if (s.backoffMs > s.maxBackoffMs)
+    throw new InvalidSettingError('backoffMs', `(${s.backoffMs}) must not exceed maxBackoffMs (${s.maxBackoffMs})`);
   if (s.beatMs >= s.staleMs) throw new InvalidSettingError('beatMs', `(${s.beatMs}) must be below staleMs (${s.staleMs})`);
   return s;
 }
@@ -266,7 +267,10 @@ export class Runner {
     // "Tenant fairness"): workers sent at once for batches of one tenant would otherwise find
     // nothing. Try again a few times, after a short jittered pause, while a batch still waits.
     for (let retry = 0; !batch && retry < TAKEOVER_RETRIES; retry++) {
-      const waiting = await withTimeout(q.takeoverMayFind(this.sql, { batchId, maxRunning: this.s.maxRunning }), this.s.storeTimeoutMs);
+      const waiting = await withTimeout(
+        q.takeoverMayFind(this.sql, { batchId, maxRunning: this.s.maxRunning }),
+        this.s.storeTimeoutMs,
+      );
       if (!waiting || this.closed) break;
       // A real pause, not the clock's: a manual test clock must not hold a takeover.
       await new Promise<void>((resolve) => setTimeout(resolve, 2 + Math.floor(Math.random() * 10 * (retry + 1))));

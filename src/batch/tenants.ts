@@ -56,7 +56,8 @@ export async function getTenant(
     q.tenantBatches(sql, tenant, { running: false, limit }),
   ]);
   const own = row?.max_running ?? null;
-  const fallback = options.defaultMaxRunning === undefined || options.defaultMaxRunning >= NO_LIMIT ? null : options.defaultMaxRunning;
+  const fallback =
+    options.defaultMaxRunning === undefined || options.defaultMaxRunning >= NO_LIMIT ? null : options.defaultMaxRunning;
   const toBatch = (r: q.TenantBatchRow): TenantBatch => ({
     id: r.id,
     datasource: r.datasource,
@@ -86,7 +87,9 @@ export async function getTenant(
  */
 export async function setTenantLimit(sql: Sql, tenant: string, maxRunning: number | null): Promise<void> {
   if (maxRunning !== null && !(Number.isInteger(maxRunning) && maxRunning >= 0 && maxRunning <= MAX_TENANT_LIMIT)) {
-    throw new InvalidBatchError(`maxRunning must be null or an integer from 0 to ${MAX_TENANT_LIMIT} (got ${String(maxRunning)})`);
+    throw new InvalidBatchError(
+      `maxRunning must be null or an integer from 0 to ${MAX_TENANT_LIMIT} (got ${String(maxRunning)})`,
+    );
   }
   await q.setTenantLimit(sql, tenant, maxRunning);
 }

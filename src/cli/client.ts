@@ -52,7 +52,12 @@ export class ApiClient {
     return new ApiClient(this.baseUrl, { ...this.options, tenant });
   }
 
-  private async call<T>(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<{ status: number; data: T }> {
+  private async call<T>(
+    method: string,
+    path: string,
+    body?: unknown,
+    headers: Record<string, string> = {},
+  ): Promise<{ status: number; data: T }> {
     let res: Response;
     try {
       res = await fetch(new URL(path, this.baseUrl), {
@@ -61,7 +66,11 @@ export class ApiClient {
         body: body === undefined ? undefined : JSON.stringify(body),
       });
     } catch (e) {
-      throw new ApiCallError(0, 'unreachable', `cannot reach the leasehold API at ${this.baseUrl} (is \`leasehold dev\` running?): ${(e as Error).cause ?? (e as Error).message}`);
+      throw new ApiCallError(
+        0,
+        'unreachable',
+        `cannot reach the leasehold API at ${this.baseUrl} (is \`leasehold dev\` running?): ${(e as Error).cause ?? (e as Error).message}`,
+      );
     }
     const text = await res.text();
     let data: unknown;
@@ -72,7 +81,11 @@ export class ApiClient {
     }
     if (!res.ok) {
       const err = (data as { error?: { code?: string; message?: string } })?.error;
-      throw new ApiCallError(res.status, err?.code ?? 'http_' + res.status, err?.message ?? `HTTP ${res.status}: ${text.slice(0, 200)}`);
+      throw new ApiCallError(
+        res.status,
+        err?.code ?? 'http_' + res.status,
+        err?.message ?? `HTTP ${res.status}: ${text.slice(0, 200)}`,
+      );
     }
     return { status: res.status, data: data as T };
   }
@@ -122,7 +135,12 @@ export class ApiClient {
    */
   async redriveBatch(id: string, idempotencyKey?: string): Promise<{ batch: ApiBatch; redrive: ApiRedrive; redriven: boolean }> {
     const headers: Record<string, string> = idempotencyKey === undefined ? {} : { 'idempotency-key': idempotencyKey };
-    const { data } = await this.call<ApiBatch & { redrive: ApiRedrive; redriven: boolean }>('POST', this.batches(`/${encodeURIComponent(id)}/redrive`), undefined, headers);
+    const { data } = await this.call<ApiBatch & { redrive: ApiRedrive; redriven: boolean }>(
+      'POST',
+      this.batches(`/${encodeURIComponent(id)}/redrive`),
+      undefined,
+      headers,
+    );
     const { redrive, redriven, ...batch } = data;
     return { batch, redrive, redriven };
   }
@@ -134,7 +152,10 @@ export class ApiClient {
       const q = new URLSearchParams({ limit: String(pageSize) });
       if (state !== undefined) q.set('state', state);
       if (after !== undefined) q.set('after', after);
-      const { data } = await this.call<{ items: ApiItem[]; next: string | null }>('GET', this.batches(`/${encodeURIComponent(id)}/items?${q}`));
+      const { data } = await this.call<{ items: ApiItem[]; next: string | null }>(
+        'GET',
+        this.batches(`/${encodeURIComponent(id)}/items?${q}`),
+      );
       yield* data.items;
       if (!data.next) return;
       after = data.next;
@@ -190,7 +211,11 @@ export class ApiClient {
 
   /** `POST /tenants/{tenant}/outbox`: enqueue a message; returns its id and shard. */
   async sendOutbox(tenant: string, message: { key: string; payload: unknown }): Promise<{ id: number; shard: number }> {
-    const { data } = await this.call<{ id: number; shard: number }>('POST', `/tenants/${encodeURIComponent(tenant)}/outbox`, message);
+    const { data } = await this.call<{ id: number; shard: number }>(
+      'POST',
+      `/tenants/${encodeURIComponent(tenant)}/outbox`,
+      message,
+    );
     return data;
   }
 

@@ -3,7 +3,17 @@
 // dashboard --api URL`). Types are what the page reads; fields it does not know are kept and
 // ignored, so newer APIs (a fleet summary, failure tolerance) keep working.
 
-import type { ApiBatch, ApiFleet, ApiItem, ApiOutboxEndpoint, ApiOutboxStatus, ApiProcess, ApiRedrive, ApiSeries, ApiUnit } from '../api/wire.js';
+import type {
+  ApiBatch,
+  ApiFleet,
+  ApiItem,
+  ApiOutboxEndpoint,
+  ApiOutboxStatus,
+  ApiProcess,
+  ApiRedrive,
+  ApiSeries,
+  ApiUnit,
+} from '../api/wire.js';
 
 /** Item states, in the order the page shows them. */
 export const ITEM_STATES = ['done', 'failed', 'running', 'pending'] as const;
@@ -88,7 +98,9 @@ export const api = {
   cancelBatch: (id: string) => call<Batch>('POST', `${paths.batch(id)}/cancel`),
   /** `key` is the Idempotency-Key: a repeated click with the same key redrives once. */
   redriveBatch: (id: string, key: string) =>
-    call<Batch & { redrive: Redrive; redriven: boolean }>('POST', `${paths.batch(id)}/redrive`, undefined, { 'idempotency-key': key }),
+    call<Batch & { redrive: Redrive; redriven: boolean }>('POST', `${paths.batch(id)}/redrive`, undefined, {
+      'idempotency-key': key,
+    }),
   items: (id: string, page: { state?: ItemState; after?: string; limit: number }) =>
     call<{ items: Item[]; next: string | null }>('GET', withQuery(`${paths.batch(id)}/items`, page)),
   finished: (id: string, buckets: number) => call<Series>('GET', withQuery(`${paths.batch(id)}/finished`, { buckets })),

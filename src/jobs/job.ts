@@ -145,7 +145,10 @@ export class JobRegistry {
       const field = ['params', ...issue.path.map(String)].join('.');
       throw new InvalidParamsError(field, issue.message);
     }
-    const out = await job.expand(parsed.data, { ...this.ctx, expandJob: (other, otherParams) => this.expand(other, otherParams) });
+    const out = await job.expand(parsed.data, {
+      ...this.ctx,
+      expandJob: (other, otherParams) => this.expand(other, otherParams),
+    });
     return { items: out.items, params: out.params ?? parsed.data };
   }
 
@@ -161,7 +164,15 @@ export class JobRegistry {
       backoffMs: job.backoffMs,
       work: (item) =>
         job.run(
-          { key: item.key, input: item.input, params, attempt: item.attempt, signal: item.signal, tenant: batch.tenant, batchId: batch.id },
+          {
+            key: item.key,
+            input: item.input,
+            params,
+            attempt: item.attempt,
+            signal: item.signal,
+            tenant: batch.tenant,
+            batchId: batch.id,
+          },
           this.ctx,
         ),
     };

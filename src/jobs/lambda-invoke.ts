@@ -75,7 +75,10 @@ const paramsSchema = z
   .object({
     functionName: z.string().min(1, 'must name an invokable function'),
     items: z.array(itemSchema).min(1, 'must hold at least one item').optional(),
-    from: z.object({ job: z.string().min(1, 'must name a job'), params: z.unknown().optional() }).strict().optional(),
+    from: z
+      .object({ job: z.string().min(1, 'must name a job'), params: z.unknown().optional() })
+      .strict()
+      .optional(),
   })
   .strict();
 
@@ -123,7 +126,10 @@ export const lambdaInvoke = defineJob<LambdaInvokeParams, unknown>({
         seen.add(item.key);
       }
       // The items become the batch's items; the stored params keep only what names the function.
-      return { items: params.items.map((item): ItemInput => ({ key: item.key, input: item.input })), params: { functionName: params.functionName } };
+      return {
+        items: params.items.map((item): ItemInput => ({ key: item.key, input: item.input })),
+        params: { functionName: params.functionName },
+      };
     }
     const from = params.from!;
     if (!ctx.expandJob) throw new InvalidParamsError('params.from', 'cannot take items from another job here');
@@ -132,7 +138,8 @@ export const lambdaInvoke = defineJob<LambdaInvokeParams, unknown>({
       inner = await ctx.expandJob(from.job, from.params);
     } catch (e) {
       if (e instanceof UnknownJobError) throw new InvalidParamsError('params.from.job', `unknown job "${from.job}"`);
-      if (e instanceof InvalidParamsError) throw new InvalidParamsError(e.field.replace(/^params/, 'params.from.params'), e.message.slice(e.field.length + 2));
+      if (e instanceof InvalidParamsError)
+        throw new InvalidParamsError(e.field.replace(/^params/, 'params.from.params'), e.message.slice(e.field.length + 2));
       throw e;
     }
     return { items: inner.items, params: { functionName: params.functionName, from: { job: from.job, params: inner.params } } };
@@ -180,7 +187,9 @@ export const lambdaInvoke = defineJob<LambdaInvokeParams, unknown>({
     try {
       return JSON.parse(text) as unknown;
     } catch {
-      throw new PermanentItemError(`function ${name} answered item "${item.key}" with something that is not JSON: ${text.slice(0, 200)}`);
+      throw new PermanentItemError(
+        `function ${name} answered item "${item.key}" with something that is not JSON: ${text.slice(0, 200)}`,
+      );
     }
   },
 });

@@ -130,19 +130,28 @@ export function leaseConfig(partial: Partial<LeaseConfig> = {}): LeaseConfig {
     ...Object.fromEntries(Object.entries(partial).filter(([, v]) => v !== undefined)),
   } as LeaseConfig;
   c.storeTimeoutMs ??= Math.floor(c.ttlMs / 3);
-  const positive = ['ttlMs', 'heartbeatIntervalMs', 'rebalanceIntervalMs', 'sweepCutoffMs', 'claimBatch', 'maxClaimPerTick'] as const;
+  const positive = [
+    'ttlMs',
+    'heartbeatIntervalMs',
+    'rebalanceIntervalMs',
+    'sweepCutoffMs',
+    'claimBatch',
+    'maxClaimPerTick',
+  ] as const;
   for (const name of positive) {
     if (!Number.isFinite(c[name]) || c[name] <= 0) throw new LeaseConfigError(name, `must be a positive number, got ${c[name]}`);
   }
   if (!Number.isFinite(c.sweepIntervalMs) || c.sweepIntervalMs < 0) {
     throw new LeaseConfigError('sweepIntervalMs', `must be 0 (off) or positive, got ${c.sweepIntervalMs}`);
   }
-  if (c.role !== 'fleet' && c.role !== 'batch') throw new LeaseConfigError('role', `must be fleet or batch, got ${String(c.role)}`);
+  if (c.role !== 'fleet' && c.role !== 'batch')
+    throw new LeaseConfigError('role', `must be fleet or batch, got ${String(c.role)}`);
   if (!(c.shedHysteresis >= 0)) throw new LeaseConfigError('shedHysteresis', `must be 0 or more, got ${c.shedHysteresis}`);
   if (c.heartbeatIntervalMs >= c.ttlMs) {
     throw new LeaseConfigError('heartbeatIntervalMs', `(${c.heartbeatIntervalMs}) must be below ttlMs (${c.ttlMs})`);
   }
-  if (c.sweepCutoffMs < c.ttlMs) throw new LeaseConfigError('sweepCutoffMs', `(${c.sweepCutoffMs}) must not be below ttlMs (${c.ttlMs})`);
+  if (c.sweepCutoffMs < c.ttlMs)
+    throw new LeaseConfigError('sweepCutoffMs', `(${c.sweepCutoffMs}) must not be below ttlMs (${c.ttlMs})`);
   if (!Number.isFinite(c.storeTimeoutMs) || c.storeTimeoutMs < 0) {
     throw new LeaseConfigError('storeTimeoutMs', `must be 0 (none) or positive, got ${c.storeTimeoutMs}`);
   }
@@ -258,15 +267,17 @@ export class Leaser {
   async heartbeat(): Promise<{ lapsed: boolean }> {
     const started = this.clock.now();
     const gapped = this.lastBeatAt !== undefined && started - this.lastBeatAt > this.config.ttlMs;
-    const { outcome, retiring } = await this.withinTimeout(q.heartbeat(this.sql, {
-      ...this.me,
-      role: this.config.role,
-      hostname: this.config.hostname,
-      version: this.config.version,
-      ttlMs: this.config.ttlMs,
-      units: this.units.size,
-      weight: this.weight(),
-    }));
+    const { outcome, retiring } = await this.withinTimeout(
+      q.heartbeat(this.sql, {
+        ...this.me,
+        role: this.config.role,
+        hostname: this.config.hostname,
+        version: this.config.version,
+        ttlMs: this.config.ttlMs,
+        units: this.units.size,
+        weight: this.weight(),
+      }),
+    );
     if (outcome === 'in-use') {
       await this.dropAll();
       throw new ProcessIdInUseError(this.config.processId);
@@ -321,13 +332,15 @@ export class Leaser {
       while (budget > 0 && room > 0 && range < ranges.length) {
         // Every unit weighs at least 1, so `budget` units are as many as can fit.
         const limit = Math.min(this.config.claimBatch, room, budget);
-        const rows = await this.withinTimeout(q.claim(this.sql, this.me, {
-          budget,
-          limit,
-          from: ranges[range][0],
-          to: ranges[range][1],
-          abandoned: state.abandoned,
-        }));
+        const rows = await this.withinTimeout(
+          q.claim(this.sql, this.me, {
+            budget,
+            limit,
+            from: ranges[range][0],
+            to: ranges[range][1],
+            abandoned: state.abandoned,
+          }),
+        );
         if (rows.length < limit) range++;
         if (rows.length === 0) continue;
         for (const u of rows) this.units.set(key(u), u);

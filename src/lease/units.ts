@@ -21,7 +21,8 @@ export function putTenantUnits(
     throw new InvalidSettingError('shards', `must be a whole number from 1 to 10000, got ${units.shards}`);
   }
   const weight = units.weight ?? 1;
-  if (!Number.isInteger(weight) || weight < 0) throw new InvalidSettingError('weight', `must be a whole number ≥ 0, got ${weight}`);
+  if (!Number.isInteger(weight) || weight < 0)
+    throw new InvalidSettingError('weight', `must be a whole number ≥ 0, got ${weight}`);
   return q.putTenantUnits(sql, { tenant, job: units.job, shards: units.shards, weight, config: units.config ?? {} });
 }
 

@@ -140,7 +140,13 @@ export async function startHttpServer(options: HttpServerOptions): Promise<HttpS
     const send = (statusCode: number, headers: Record<string, string | string[]>, body: Buffer) => {
       if (res.headersSent || res.destroyed) return;
       res.writeHead(statusCode, { ...headers, 'content-length': String(body.length) }).end(body);
-      observe(options.onResponse, { method: req.method ?? 'GET', path: rawPath, statusCode, requestId, durationMs: Date.now() - startedAtMs });
+      observe(options.onResponse, {
+        method: req.method ?? 'GET',
+        path: rawPath,
+        statusCode,
+        requestId,
+        durationMs: Date.now() - startedAtMs,
+      });
     };
     const sendError = (statusCode: number, code: string, message: string) =>
       send(statusCode, { 'content-type': 'application/json' }, Buffer.from(JSON.stringify({ error: { code, message } })));

@@ -17,9 +17,7 @@ export class ConfigError extends LeaseholdError {
 }
 
 const int = (min: number) => z.coerce.number().int().min(min);
-const flag = z
-  .enum(['true', 'false'], { error: () => 'must be "true" or "false"' })
-  .transform((v) => v === 'true');
+const flag = z.enum(['true', 'false'], { error: () => 'must be "true" or "false"' }).transform((v) => v === 'true');
 
 /** Variables whose values are secrets: never echoed in a {@link ConfigError}. */
 const SECRET = /PASSWORD/;
@@ -63,7 +61,9 @@ const schema = {
   LEASEHOLD_MAX_INPUT_BYTES: int(0).default(65_536),
   LEASEHOLD_MAX_TOTAL_BYTES: int(1).default(536_870_912),
   // Lambda refuses a synchronous invocation (API Gateway's) whose event is over 6 MB.
-  LEASEHOLD_MAX_BODY_BYTES: int(64).max(6_291_456, 'must be at most 6291456 (Lambda refuses larger request events)').default(65_536),
+  LEASEHOLD_MAX_BODY_BYTES: int(64)
+    .max(6_291_456, 'must be at most 6291456 (Lambda refuses larger request events)')
+    .default(65_536),
   LEASEHOLD_DISPATCH_COOLDOWN_MS: int(0).max(86_400_000).default(30_000),
   LEASEHOLD_DB_POOL_MAX: int(1).default(4),
   LEASEHOLD_ALLOWED_ROOTS: z.string().optional(),
@@ -163,7 +163,16 @@ export interface Config {
    */
   invokable: Record<string, string>;
   /** Lease settings of every worker process (see `LeaseConfig`; defaults LEASE_DEFAULTS), ms. */
-  lease: Pick<LeaseConfig, 'ttlMs' | 'heartbeatIntervalMs' | 'rebalanceIntervalMs' | 'sweepCutoffMs' | 'shedHysteresis' | 'claimBatch' | 'maxClaimPerTick'>;
+  lease: Pick<
+    LeaseConfig,
+    | 'ttlMs'
+    | 'heartbeatIntervalMs'
+    | 'rebalanceIntervalMs'
+    | 'sweepCutoffMs'
+    | 'shedHysteresis'
+    | 'claimBatch'
+    | 'maxClaimPerTick'
+  >;
   /** Most workers one scheduler run invokes. */
   invokeCap: number;
   /**
@@ -367,7 +376,11 @@ const LEASE_VARIABLES: Record<string, keyof typeof schema> = {
  * Run `check`; an {@link InvalidSettingError} it throws becomes a {@link ConfigError} naming the
  * variable, its reason's other setting names replaced by their variables, and the value as given.
  */
-function asVariables(env: Record<string, string | undefined>, check: () => unknown, variables: Record<string, keyof typeof schema>): void {
+function asVariables(
+  env: Record<string, string | undefined>,
+  check: () => unknown,
+  variables: Record<string, keyof typeof schema>,
+): void {
   try {
     check();
   } catch (e) {
@@ -392,7 +405,10 @@ function checkDb(db: DbConfig, hasUrl: boolean): void {
   if (!db.name) throw new ConfigError('LEASEHOLD_DB_NAME', 'is required with LEASEHOLD_DB_HOST');
   if (!db.user) throw new ConfigError('LEASEHOLD_DB_USER', 'is required with LEASEHOLD_DB_HOST');
   if (db.iamAuth && db.tls === 'off') {
-    throw new ConfigError('LEASEHOLD_DB_TLS', 'must not be off with LEASEHOLD_DB_IAM_AUTH=true: RDS accepts IAM tokens only over TLS');
+    throw new ConfigError(
+      'LEASEHOLD_DB_TLS',
+      'must not be off with LEASEHOLD_DB_IAM_AUTH=true: RDS accepts IAM tokens only over TLS',
+    );
   }
   if (db.iamAuth && !db.region) {
     throw new ConfigError('AWS_REGION', 'is required with LEASEHOLD_DB_IAM_AUTH=true (IAM tokens are signed for a region)');
@@ -426,7 +442,8 @@ export function parseInvokable(value: string): Record<string, string> {
     if (!INVOKABLE_NAME.test(name)) {
       throw new ConfigError('LEASEHOLD_INVOKABLE', `"${name}" is not a function name (letters, digits, ".", "_", "-")`);
     }
-    if (Object.prototype.hasOwnProperty.call(out, name)) throw new ConfigError('LEASEHOLD_INVOKABLE', `"${name}" is listed twice`);
+    if (Object.prototype.hasOwnProperty.call(out, name))
+      throw new ConfigError('LEASEHOLD_INVOKABLE', `"${name}" is listed twice`);
     out[name] = target;
   }
   return out;

@@ -76,7 +76,8 @@ export function dbTls(db: Pick<DbConfig, 'tls' | 'caFile'>): TlsOptions | false 
   if (db.tls === 'off') return false;
   const extra = db.caFile ? readCaFile(db.caFile) : [];
   // Giving `ca` replaces Node's store: keep it when only adding certificates to it.
-  if (db.tls === 'system') return extra.length ? { ca: [...rootCertificates, ...extra], rejectUnauthorized: true } : { rejectUnauthorized: true };
+  if (db.tls === 'system')
+    return extra.length ? { ca: [...rootCertificates, ...extra], rejectUnauthorized: true } : { rejectUnauthorized: true };
   return { ca: [...rdsCertificateAuthorities(), ...extra], rejectUnauthorized: true };
 }
 
@@ -116,10 +117,14 @@ export interface OpenDatabaseOptions {
  * `LEASEHOLD_DB_TLS` says.
  * @throws {ConfigError} neither `DATABASE_URL` nor `LEASEHOLD_DB_HOST` is set, or the CA file is unusable.
  */
-export function databaseTarget(config: Pick<Config, 'databaseUrl' | 'db'>, credentials?: SignerCredentials): string | ConnectTarget {
+export function databaseTarget(
+  config: Pick<Config, 'databaseUrl' | 'db'>,
+  credentials?: SignerCredentials,
+): string | ConnectTarget {
   if (config.databaseUrl) return config.databaseUrl;
   const db = config.db;
-  if (!db.host) throw new ConfigError('DATABASE_URL', 'is required (or LEASEHOLD_DB_HOST with LEASEHOLD_DB_NAME and LEASEHOLD_DB_USER)');
+  if (!db.host)
+    throw new ConfigError('DATABASE_URL', 'is required (or LEASEHOLD_DB_HOST with LEASEHOLD_DB_NAME and LEASEHOLD_DB_USER)');
   // loadConfig checked that name, user (and region with IAM auth) are set with a host.
   const user = db.user!;
   const host = db.host;

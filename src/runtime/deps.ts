@@ -66,7 +66,11 @@ export function createRuntime(app: AppJobs): Runtime {
       cached = {
         config,
         sql,
-        jobs: new JobRegistry([...jobs], { allowedRoots: config.allowedRoots, maxItems: config.maxItems, invokable: config.invokable }),
+        jobs: new JobRegistry([...jobs], {
+          allowedRoots: config.allowedRoots,
+          maxItems: config.maxItems,
+          invokable: config.invokable,
+        }),
         unitJobs,
         units: (processId, log, leaseValid) => new UnitRunner({ sql, processId, jobs: unitJobs, log, leaseValid }),
         dispatcher: new LambdaDispatcher(config.workerFunction),

@@ -24,7 +24,11 @@ import { runWorker, type WorkerResult } from './worker.js';
  * with the container's dependencies, the invocation's log, the worker metric hooks and the
  * deadline signal. See {@link runWorker}.
  */
-export async function workerInvocation(deps: RuntimeDeps, event: WorkerEvent | null | undefined, context: Context): Promise<WorkerResult> {
+export async function workerInvocation(
+  deps: RuntimeDeps,
+  event: WorkerEvent | null | undefined,
+  context: Context,
+): Promise<WorkerResult> {
   const { log, metrics, deadline } = invocationOf(context);
   return runWorker(event ?? {}, context, { ...deps, log, hooks: workerMetricHooks(metrics), signal: deadline });
 }
@@ -136,7 +140,9 @@ export async function migrateInvocation(_event: unknown, context: Context): Prom
         migrate(sql, {
           dir,
           // The runtime's connection budget: the database's limit less a reserve it never takes.
-          ...(iamUser ? { runtimeRole: { name: iamUser, connectionLimit: runtimeConnections ?? { reserve: reservedConnections } } } : {}),
+          ...(iamUser
+            ? { runtimeRole: { name: iamUser, connectionLimit: runtimeConnections ?? { reserve: reservedConnections } } }
+            : {}),
           ...(schedulerUser ? { schedulerRole: { name: schedulerUser } } : {}),
           onRuntimeRole: (r) => (r.name === iamUser ? (runtimeRole = r) : (schedulerRole = r)),
         }),
@@ -155,7 +161,8 @@ export async function migrateInvocation(_event: unknown, context: Context): Prom
 function migrationsDir(config: Pick<Config, 'migrationsDir'>, defaultDir: string): string {
   const hasSql = (d: string) => existsSync(d) && readdirSync(d).some((n) => /^\d+_.+\.sql$/.test(n));
   if (config.migrationsDir) {
-    if (!hasSql(config.migrationsDir)) throw new ConfigError('LEASEHOLD_MIGRATIONS_DIR', `holds no migration files (${config.migrationsDir})`);
+    if (!hasSql(config.migrationsDir))
+      throw new ConfigError('LEASEHOLD_MIGRATIONS_DIR', `holds no migration files (${config.migrationsDir})`);
     return config.migrationsDir;
   }
   const candidates = [defaultDir, join(process.env.LAMBDA_TASK_ROOT ?? process.cwd(), 'src', 'store', 'migrations')];

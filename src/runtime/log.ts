@@ -2,7 +2,6 @@ import { Logger, LogLevelThreshold, type LogItem } from '@aws-lambda-powertools/
 import type { Context } from 'aws-lambda';
 import { createLog, type Log } from '../log.js';
 
-
 /** Where JSON log lines go; default stdout (errors to stderr). */
 let sink: ((line: string, level: 'info' | 'warn' | 'error') => void) | undefined;
 
@@ -85,7 +84,11 @@ export function powertoolsLogger(service: string): Logger {
  * container's logger is exact; locally, concurrent invocations share it and a line may show
  * another invocation's request id (the `fields` are always this invocation's).
  */
-export function lambdaLog(service: string, context?: Pick<Context, 'awsRequestId'> & Partial<Context>, fields: Record<string, unknown> = {}): Log {
+export function lambdaLog(
+  service: string,
+  context?: Pick<Context, 'awsRequestId'> & Partial<Context>,
+  fields: Record<string, unknown> = {},
+): Log {
   const logger = powertoolsLogger(service);
   if (context?.awsRequestId && typeof context.functionName === 'string') logger.addContext(context as Context);
   return createLog((level, message, all) => {

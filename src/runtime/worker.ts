@@ -201,7 +201,8 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
         log('warn', 'looking for batches failed', { error: String(error) });
       }
       // A fleet process stays while units need processes; otherwise it leaves once idle.
-      const unitWork = role === 'fleet' && ((leaser.share()?.totalWeight ?? 0) > 0 || leaser.owned().length > 0 || !leaser.share());
+      const unitWork =
+        role === 'fleet' && ((leaser.share()?.totalWeight ?? 0) > 0 || leaser.owned().length > 0 || !leaser.share());
       if (runner.batches().length > 0 || unitWork) idleSince = Date.now();
       else if (Date.now() - idleSince >= config.workerIdleMs) break;
       const wait = Math.max(0, Math.min(config.workerPollMs, deadline - Date.now()));

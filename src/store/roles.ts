@@ -118,11 +118,21 @@ export async function provisionRuntimeRole(tx: Tx, role: RuntimeRole): Promise<R
     const want = role.connectionLimit;
     connectionLimit = typeof want === 'number' ? want : (await databaseConnectionLimit(tx)) - want.reserve;
     if (!Number.isInteger(connectionLimit) || connectionLimit < -1 || (typeof want !== 'number' && connectionLimit < 1)) {
-      throw new InvalidSettingError(`the connection limit of role "${name}"`, `${JSON.stringify(want)} leaves ${connectionLimit} connections`);
+      throw new InvalidSettingError(
+        `the connection limit of role "${name}"`,
+        `${JSON.stringify(want)} leaves ${connectionLimit} connections`,
+      );
     }
     const limit = connectionLimit;
     // The cap PostgreSQL enforces on the role's sessions (cluster-wide, like the role).
     await retryCatalogRace(tx, (s) => s`alter role ${s(name)} connection limit ${s.unsafe(String(limit))}`);
   }
-  return { name, created, iam, grants: objects.length, self: false, ...(connectionLimit !== undefined ? { connectionLimit } : {}) };
+  return {
+    name,
+    created,
+    iam,
+    grants: objects.length,
+    self: false,
+    ...(connectionLimit !== undefined ? { connectionLimit } : {}),
+  };
 }

@@ -28,7 +28,8 @@ export async function deferStart(
     error: string;
   },
 ): Promise<boolean> {
-  const rows = await sql`insert into leasehold_deferred_starts (tenant, request_key, datasource, job, params, tolerated_failures, last_error)
+  const rows =
+    await sql`insert into leasehold_deferred_starts (tenant, request_key, datasource, job, params, tolerated_failures, last_error)
     values (${d.tenant}, ${d.requestKey}, ${d.datasource}, ${d.job}, ${sql.json(d.params as never)},
       ${d.toleratedFailures === null ? null : sql.json(d.toleratedFailures as never)}, ${d.error})
     on conflict (tenant, request_key) do nothing`;

@@ -65,14 +65,27 @@ export class InvalidTriggerEventError extends LeaseholdError {
 }
 
 /** Codes of the errors that make an event invalid (dropped) rather than failed (retried). */
-const INVALID_CODES = new Set(['invalid_event', 'invalid_request', 'invalid_json', 'unknown_job', 'invalid_params', 'invalid_batch', 'batch_too_large']);
+const INVALID_CODES = new Set([
+  'invalid_event',
+  'invalid_request',
+  'invalid_json',
+  'unknown_job',
+  'invalid_params',
+  'invalid_batch',
+  'batch_too_large',
+]);
 
 const detailSchema = z
   .object({
     tenant: nameSchema,
     datasource: nameSchema,
-    job: z.string({ error: (i) => (i.input === undefined ? 'Required' : 'must be a string') }).min(1, 'must not be empty').max(MAX_NAME_LENGTH),
-    params: z.union([z.record(z.string(), z.unknown()), z.string()], { error: () => 'must be a JSON object (or its JSON text)' }).optional(),
+    job: z
+      .string({ error: (i) => (i.input === undefined ? 'Required' : 'must be a string') })
+      .min(1, 'must not be empty')
+      .max(MAX_NAME_LENGTH),
+    params: z
+      .union([z.record(z.string(), z.unknown()), z.string()], { error: () => 'must be a JSON object (or its JSON text)' })
+      .optional(),
     toleratedFailures: toleratedFailuresSchema.optional(),
   })
   .strict();
@@ -110,7 +123,9 @@ const RULE_ARN = /^arn:aws[a-z-]*:events:[^:]*:[^:]*:rule\/(.+)$/;
  */
 export function readTriggerEvent(event: unknown): TriggerRequest {
   if (event === null || typeof event !== 'object' || Array.isArray(event)) {
-    throw new InvalidTriggerEventError(`not an EventBridge event (got ${event === null ? 'null' : Array.isArray(event) ? 'array' : typeof event})`);
+    throw new InvalidTriggerEventError(
+      `not an EventBridge event (got ${event === null ? 'null' : Array.isArray(event) ? 'array' : typeof event})`,
+    );
   }
   const e = event as Partial<Record<string, unknown>>;
   const detail = e.detail;
@@ -144,24 +159,33 @@ export function readTriggerEvent(event: unknown): TriggerRequest {
 function requestKeyOf(e: Partial<Record<string, unknown>>): string {
   const placeholder = (v: unknown) => typeof v === 'string' && v.includes('<aws.');
   const resource = Array.isArray(e.resources) && typeof e.resources[0] === 'string' ? e.resources[0] : undefined;
-  const schedule = resource && (SCHEDULE_ARN.exec(resource)?.[1] ?? (e['detail-type'] === 'Scheduled Event' ? RULE_ARN.exec(resource)?.[1] : undefined));
+  const schedule =
+    resource &&
+    (SCHEDULE_ARN.exec(resource)?.[1] ?? (e['detail-type'] === 'Scheduled Event' ? RULE_ARN.exec(resource)?.[1] : undefined));
   if (schedule) {
     if (placeholder(e.time) || typeof e.time !== 'string' || !Number.isFinite(Date.parse(e.time))) {
-      throw new InvalidTriggerEventError(`time: a scheduled event needs its scheduled time as ISO 8601 (got ${JSON.stringify(e.time)})`);
+      throw new InvalidTriggerEventError(
+        `time: a scheduled event needs its scheduled time as ISO 8601 (got ${JSON.stringify(e.time)})`,
+      );
     }
     return bounded(`schedule:${schedule}@${new Date(e.time).toISOString()}`);
   }
   if (placeholder(e.id) || placeholder(e.time) || placeholder(resource)) {
-    throw new InvalidTriggerEventError(`id: holds an unreplaced EventBridge Scheduler placeholder (${JSON.stringify(e.id)}); no request key`);
+    throw new InvalidTriggerEventError(
+      `id: holds an unreplaced EventBridge Scheduler placeholder (${JSON.stringify(e.id)}); no request key`,
+    );
   }
-  if (typeof e.id !== 'string' || e.id.length === 0) throw new InvalidTriggerEventError('id: Required (the request key of the start)');
+  if (typeof e.id !== 'string' || e.id.length === 0)
+    throw new InvalidTriggerEventError('id: Required (the request key of the start)');
   return bounded(`event:${e.id}`);
 }
 
 function bounded(key: string): string {
   // eslint-disable-next-line no-control-regex -- control characters are what this rejects
   if (key.length > MAX_NAME_LENGTH || /[\u0000-\u001f\u007f]/.test(key)) {
-    throw new InvalidTriggerEventError(`request key "${key.slice(0, 80)}…" is over ${MAX_NAME_LENGTH} characters or holds control characters`);
+    throw new InvalidTriggerEventError(
+      `request key "${key.slice(0, 80)}…" is over ${MAX_NAME_LENGTH} characters or holds control characters`,
+    );
   }
   return key;
 }
@@ -210,7 +234,13 @@ export async function handleTrigger(event: unknown, deps: TriggerDeps): Promise<
       return { outcome: 'repeated', batchId: batch.id, requestKey: req.requestKey, tenant: req.tenant };
     }
     deps.metrics?.count('BatchesStarted');
-    log('info', 'batch started by trigger', { ...fields, batchId: batch.id, job: req.job, datasource: req.datasource, items: batch.total });
+    log('info', 'batch started by trigger', {
+      ...fields,
+      batchId: batch.id,
+      job: req.job,
+      datasource: req.datasource,
+      items: batch.total,
+    });
     if (dispatchError !== undefined) {
       // The scheduler dispatches never-started batches; this only made the start sooner.
       log('warn', 'dispatch of a new batch failed', { ...fields, batchId: batch.id, error: String(dispatchError) });
@@ -276,7 +306,11 @@ export async function startDeferred(deps: TriggerDeps & { limit?: number }): Pro
       }
       const code = (error as { code?: unknown } | null)?.code;
       if (!(typeof code === 'string' && INVALID_CODES.has(code))) throw error;
-      log('warn', 'deferred trigger event dropped: it can no longer start', { ...fields, code, reason: error instanceof Error ? error.message : String(error) });
+      log('warn', 'deferred trigger event dropped: it can no longer start', {
+        ...fields,
+        code,
+        reason: error instanceof Error ? error.message : String(error),
+      });
       deps.metrics?.count('TriggersDropped');
       await q.forgetDeferred(deps.sql, d.tenant, d.request_key);
     }

@@ -152,7 +152,10 @@ export function addressRefusal(address: string, allow: OutboxAllowList): string 
 
 function allowed(a: Address, allow: OutboxAllowList): boolean {
   const v4 = a.kind() === 'ipv6' && (a as ipaddr.IPv6).isIPv4MappedAddress() ? (a as ipaddr.IPv6).toIPv4Address() : undefined;
-  return allow.ranges.some(([net, bits]) => (net.kind() === a.kind() && a.match(net, bits)) || (v4 !== undefined && net.kind() === 'ipv4' && v4.match(net, bits)));
+  return allow.ranges.some(
+    ([net, bits]) =>
+      (net.kind() === a.kind() && a.match(net, bits)) || (v4 !== undefined && net.kind() === 'ipv4' && v4.match(net, bits)),
+  );
 }
 
 // Names that only ever mean something on a local network (RFC 6761 §6.3 localhost, RFC 6762
@@ -209,7 +212,8 @@ export class EndpointGuard {
   constructor(options: EndpointGuardOptions = {}) {
     this.lookup = options.lookup ?? systemLookup;
     this.resolveTimeoutMs = options.resolveTimeoutMs ?? 2_000;
-    if (!(this.resolveTimeoutMs >= 0)) throw new InvalidSettingError('resolveTimeoutMs', `must be 0 or more ms, got ${options.resolveTimeoutMs}`);
+    if (!(this.resolveTimeoutMs >= 0))
+      throw new InvalidSettingError('resolveTimeoutMs', `must be 0 or more ms, got ${options.resolveTimeoutMs}`);
     this.fixed = options.allow === undefined ? undefined : parseOutboxAllow(options.allow);
   }
 
@@ -224,7 +228,12 @@ export class EndpointGuard {
       try {
         this.cached = { text, list: parseOutboxAllow(text) };
       } catch (e) {
-        throw new InvalidSettingError(OUTBOX_ALLOW_VARIABLE, (e as Error).message, 'invalid_setting', `${OUTBOX_ALLOW_VARIABLE}: ${(e as Error).message}`);
+        throw new InvalidSettingError(
+          OUTBOX_ALLOW_VARIABLE,
+          (e as Error).message,
+          'invalid_setting',
+          `${OUTBOX_ALLOW_VARIABLE}: ${(e as Error).message}`,
+        );
       }
     }
     return this.cached.list;

@@ -5,7 +5,6 @@ import type { Sql } from '../store/index.js';
 import { InvalidSettingError } from '../errors.js';
 import type { Log } from '../log.js';
 
-
 /**
  * A SQL condition, true only while the running process still owns the unit and its process row
  * is live (`expires_at > now()`, database clock). Embed it in the

@@ -18,7 +18,9 @@ export const MAX_ENDPOINTS = 32;
 export const ASSIGN_BATCH = 1_000;
 
 const httpUrl = z
-  .string({ error: (i) => `must be a string, got ${i.input === null ? 'null' : Array.isArray(i.input) ? 'array' : typeof i.input}` })
+  .string({
+    error: (i) => `must be a string, got ${i.input === null ? 'null' : Array.isArray(i.input) ? 'array' : typeof i.input}`,
+  })
   .max(2048, 'must be at most 2048 characters')
   .refine((s) => {
     try {
@@ -111,14 +113,18 @@ export function idempotencyKey(tenant: string, id: number): string {
  * @throws {InvalidSettingError} `shards` not a positive whole number.
  */
 export function outboxShard(key: string, shards: number): number {
-  if (!Number.isInteger(shards) || shards < 1) throw new InvalidSettingError('shards', `must be a positive whole number, got ${shards}`);
+  if (!Number.isInteger(shards) || shards < 1)
+    throw new InvalidSettingError('shards', `must be a positive whole number, got ${shards}`);
   return createHash('sha256').update(key, 'utf8').digest().readUIntBE(0, 6) % shards;
 }
 
 /** The tenant has no outbox delivery units (of weight > 0, to enqueue on). API: 404. */
 export class NoOutboxUnitsError extends LeaseholdError {
   constructor(readonly tenant: string) {
-    super('no_outbox_units', `tenant "${tenant}" has no ${OUTBOX_JOB} units of weight > 0 (nothing would deliver): register them first with PUT /tenants/${tenant}/units { "job": "${OUTBOX_JOB}", "shards": N, "endpoints": [URL, …] }`);
+    super(
+      'no_outbox_units',
+      `tenant "${tenant}" has no ${OUTBOX_JOB} units of weight > 0 (nothing would deliver): register them first with PUT /tenants/${tenant}/units { "job": "${OUTBOX_JOB}", "shards": N, "endpoints": [URL, …] }`,
+    );
   }
 }
 
@@ -130,7 +136,11 @@ export class NoOutboxUnitsError extends LeaseholdError {
  * @returns the message id and its shard.
  * @throws {NoOutboxUnitsError} the tenant has no `outbox-delivery` units.
  */
-export async function enqueueOutbox(sql: Sql, tenant: string, message: { key: string; payload: unknown }): Promise<{ id: number; shard: number }> {
+export async function enqueueOutbox(
+  sql: Sql,
+  tenant: string,
+  message: { key: string; payload: unknown },
+): Promise<{ id: number; shard: number }> {
   // A concurrent change of the shard count can remove the shard between the count and the
   // insert (which then inserts nothing): count again.
   for (let tries = 0; tries < 5; tries++) {
@@ -193,7 +203,10 @@ export async function outboxStatus(sql: Sql, tenant: string): Promise<OutboxStat
     endpoints: status.rows.map((r) => ({
       url: r.endpoint,
       backlog: r.backlog,
-      oldest: r.oldestId === null || r.oldestAt === null ? null : { id: r.oldestId, enqueuedAt: r.oldestAt, ageMs: Math.max(0, Math.round(r.oldestAgeMs ?? 0)) },
+      oldest:
+        r.oldestId === null || r.oldestAt === null
+          ? null
+          : { id: r.oldestId, enqueuedAt: r.oldestAt, ageMs: Math.max(0, Math.round(r.oldestAgeMs ?? 0)) },
       failures: r.failures,
       lastError: r.lastError === null || r.lastErrorAt === null ? null : { message: r.lastError, at: r.lastErrorAt },
       lastDeliveredAt: r.lastDeliveredAt,
@@ -273,7 +286,12 @@ async function admitEndpoints(guard: EndpointGuard, config: OutboxConfig): Promi
   return found.flatMap((message, i) => (message === undefined ? [] : [{ path: ['endpoints', i], message }]));
 }
 
-async function deliverDue(ctx: UnitContext<OutboxConfig>, s: Settings, guard: EndpointGuard, pruned: Map<string, string>): Promise<void> {
+async function deliverDue(
+  ctx: UnitContext<OutboxConfig>,
+  s: Settings,
+  guard: EndpointGuard,
+  pruned: Map<string, string>,
+): Promise<void> {
   const unit = { tenant: ctx.tenant, shard: ctx.shard };
   // A config stored before duplicates were refused may list an endpoint twice: it is one endpoint.
   const endpoints = [...new Set(ctx.config.endpoints)];

@@ -79,7 +79,8 @@ export class UnitRunner implements Reconciler {
     this.leaseValid = options.leaseValid ?? (() => true);
     this.clock = options.clock ?? systemClock;
     this.stopTimeoutMs = options.stopTimeoutMs ?? 5_000;
-    if (!(this.stopTimeoutMs >= 0)) throw new InvalidSettingError('stopTimeoutMs', `must be 0 or more, got ${options.stopTimeoutMs}`);
+    if (!(this.stopTimeoutMs >= 0))
+      throw new InvalidSettingError('stopTimeoutMs', `must be 0 or more, got ${options.stopTimeoutMs}`);
     const signal = options.signal;
     if (signal) {
       if (signal.aborted) this.closed = true;

@@ -54,7 +54,14 @@ describe('tenants', () => {
     const high = await start(tenant, { priority: 7 });
     const res = await call(deps, 'GET', `/tenants/${tenant}`);
     expect(res.status).toBe(200);
-    expect(res.body).toMatchObject({ tenant, running: 0, waiting: 2, maxRunning: null, effectiveMaxRunning: null, runningBatches: [] });
+    expect(res.body).toMatchObject({
+      tenant,
+      running: 0,
+      waiting: 2,
+      maxRunning: null,
+      effectiveMaxRunning: null,
+      runningBatches: [],
+    });
     expect(res.body.waitingBatches.map((b: { id: string; priority: number }) => [b.id, b.priority])).toEqual([
       [high.body.id, 7],
       [low.body.id, 1],

@@ -1,12 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  BatchLostError,
-  ManualClock,
-  Runner,
-  getBatch,
-  type ItemWork,
-  type RunResult,
-} from '../../src/batch/index.js';
+import { BatchLostError, ManualClock, Runner, getBatch, type ItemWork, type RunResult } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { batchChanges, installAudit, itemChanges, itemCounts, itemRows, newBatch, runOf, tally } from './helpers.js';
 import { never, sleep } from '../support/time.js';

@@ -6,7 +6,10 @@ import type { ItemInput, ItemState, NewBatch, RunResult, Runner } from '../../sr
 let seq = 0;
 
 /** A batch of `n` items `k000`, `k001`, … with a request key unique in this process. */
-export function newBatch(n: number, overrides: Partial<NewBatch> & { items?: ItemInput[] } = {}): NewBatch & { items: ItemInput[] } {
+export function newBatch(
+  n: number,
+  overrides: Partial<NewBatch> & { items?: ItemInput[] } = {},
+): NewBatch & { items: ItemInput[] } {
   seq += 1;
   return {
     tenant: 'acme',

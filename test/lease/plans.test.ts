@@ -113,7 +113,10 @@ describe('query plans over 100,000 units', () => {
           const scans = unitScans(await plan(s.query, s.parameters, generic));
           checked[`${name}${generic ? ' (generic)' : ''}`] = scans;
           expect(scans.length, `${name} reads leasehold_units`).toBeGreaterThan(0);
-          expect(scans.filter((x) => /Seq Scan/.test(x)), `${name}: ${scans.join(', ')}`).toEqual([]);
+          expect(
+            scans.filter((x) => /Seq Scan/.test(x)),
+            `${name}: ${scans.join(', ')}`,
+          ).toEqual([]);
         }
       }
     };
@@ -150,7 +153,10 @@ describe('query plans over 100,000 units', () => {
       for (const s of statements(marker)) {
         for (const generic of [false, true]) {
           const scans = unitScans(await plan(s.query, s.parameters, generic));
-          expect(scans.filter((x) => /Seq Scan/.test(x)), `${marker}: ${scans.join(', ')}`).toEqual([]);
+          expect(
+            scans.filter((x) => /Seq Scan/.test(x)),
+            `${marker}: ${scans.join(', ')}`,
+          ).toEqual([]);
           expect(scans.join(), marker).toMatch(/leasehold_units_heavy/);
         }
       }

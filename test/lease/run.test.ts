@@ -120,10 +120,14 @@ describe('run', () => {
     const ms = [0, 1, 2].map(() => member(db.connect({ max: 1 }), config));
     const ac = new AbortController();
     const runs = ms.map((m) => m.leaser.run(ac.signal));
-    await waitFor('equal shares', async () => {
-      const counts = await ownedCounts(db.sql);
-      return ms.every((m) => counts.get(m.leaser.processId)?.units === 10 && m.rec.owned.size === 10);
-    }, { timeoutMs: 15_000, everyMs: 20 });
+    await waitFor(
+      'equal shares',
+      async () => {
+        const counts = await ownedCounts(db.sql);
+        return ms.every((m) => counts.get(m.leaser.processId)?.units === 10 && m.rec.owned.size === 10);
+      },
+      { timeoutMs: 15_000, everyMs: 20 },
+    );
     // Heartbeats keep the rows live past the first TTL.
     const [before] = await db.sql<{ at: Date }[]>`select min(heartbeat_at) as at from leasehold_processes`;
     await sleep(700);

@@ -6,7 +6,18 @@ import { ManualClock } from '../../src/clock.js';
 import { putTenantUnits } from '../../src/lease/index.js';
 import type { Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { OverlapChecker, clear, concurrently, jittered, liveIds, member, ownedCounts, ownedKeys, owners, type Member } from '../support/lease.js';
+import {
+  OverlapChecker,
+  clear,
+  concurrently,
+  jittered,
+  liveIds,
+  member,
+  ownedCounts,
+  ownedKeys,
+  owners,
+  type Member,
+} from '../support/lease.js';
 import { sleep } from '../support/time.js';
 
 let db: TestDatabase;
@@ -92,7 +103,11 @@ describe('fair shares', () => {
         }
         if (r < 0.1 && members.size < 9) {
           joined++;
-          running.push(join().then(loop).catch((e) => errors.push(e)));
+          running.push(
+            join()
+              .then(loop)
+              .catch((e) => errors.push(e)),
+          );
         }
         if (r < 0.3) await m.leaser.heartbeat();
         else await m.leaser.tick();
@@ -240,7 +255,8 @@ describe('weights', () => {
     const fairShare = Math.ceil(total / 3);
     for (let rep = 0; rep < 5; rep++) {
       await clear(db.sql);
-      for (let w = 1; w <= n; w++) await putTenantUnits(db.sql, `t${String(w).padStart(2, '0')}`, { job: 'sync', shards: 1, weight: w });
+      for (let w = 1; w <= n; w++)
+        await putTenantUnits(db.sql, `t${String(w).padStart(2, '0')}`, { job: 'sync', shards: 1, weight: w });
       const ms = [0, 1, 2].map((i) => member(pools[i]));
       await concurrently(ms, (m) => m.leaser.heartbeat());
       for (let round = 0; round < 10; round++) await concurrently(ms, (m) => m.leaser.tick());

@@ -192,7 +192,9 @@ describe('local Lambda invoke endpoint', () => {
     const lambda = client(url);
     // Sequential sends fix the arrival order, so FIFO start order is observable.
     for (let n = 0; n < 20; n++) {
-      const out = await lambda.send(new InvokeCommand({ FunctionName: 'worker', InvocationType: 'Event', Payload: encode({ n }) }));
+      const out = await lambda.send(
+        new InvokeCommand({ FunctionName: 'worker', InvocationType: 'Event', Payload: encode({ n }) }),
+      );
       expect(out.StatusCode).toBe(202);
       expect(endpoint.running()).toBeLessThanOrEqual(3);
     }
@@ -304,10 +306,19 @@ describe('local Lambda invoke endpoint', () => {
     const { port } = new URL(url);
     const invoke = (headers: Record<string, string>) =>
       new Promise<number>((resolve, reject) => {
-        const req = httpRequest({ host: '127.0.0.1', port, method: 'POST', path: '/2015-03-31/functions/worker/invocations', headers: { 'content-type': 'text/plain', ...headers } }, (res) => {
-          res.resume();
-          res.on('end', () => resolve(res.statusCode ?? 0));
-        });
+        const req = httpRequest(
+          {
+            host: '127.0.0.1',
+            port,
+            method: 'POST',
+            path: '/2015-03-31/functions/worker/invocations',
+            headers: { 'content-type': 'text/plain', ...headers },
+          },
+          (res) => {
+            res.resume();
+            res.on('end', () => resolve(res.statusCode ?? 0));
+          },
+        );
         req.on('error', reject);
         req.end('{}');
       });

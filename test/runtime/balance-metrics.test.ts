@@ -42,8 +42,17 @@ describe('the balance of the fleet', () => {
       setLogSink(undefined);
     }
     const emf = lines.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => '_aws' in l);
-    expect(emf).toMatchObject({ FairShare: 10, WeightMin: 0, WeightMax: 14, StarvingProcesses: 1, RetiringProcesses: 0, BatchProcesses: 0 });
-    const names = ((emf!._aws as { CloudWatchMetrics: { Metrics: { Name: string }[] }[] }).CloudWatchMetrics[0].Metrics).map((x) => x.Name);
+    expect(emf).toMatchObject({
+      FairShare: 10,
+      WeightMin: 0,
+      WeightMax: 14,
+      StarvingProcesses: 1,
+      RetiringProcesses: 0,
+      BatchProcesses: 0,
+    });
+    const names = (emf!._aws as { CloudWatchMetrics: { Metrics: { Name: string }[] }[] }).CloudWatchMetrics[0].Metrics.map(
+      (x) => x.Name,
+    );
     expect(names).toEqual(expect.arrayContaining(['FairShare', 'WeightMin', 'WeightMax', 'StarvingProcesses']));
 
     // Once the newcomer claimed its share (the others shed for it) and every heartbeat reported

@@ -70,7 +70,9 @@ describe('the connection budget', () => {
   });
 
   it('a database with CONNECTION LIMIT 10 and 12 worker pools of 4 as the runner role: the fleet stays within 8 connections and the scheduler runs', async () => {
-    const workers = Array.from({ length: 12 }, () => connect(urlAs(runner), { max: 4, applicationName: 'leasehold-test-worker', connectTimeoutS: 5 }));
+    const workers = Array.from({ length: 12 }, () =>
+      connect(urlAs(runner), { max: 4, applicationName: 'leasehold-test-worker', connectTimeoutS: 5 }),
+    );
     const sched = connect(urlAs(scheduler), { max: 4, applicationName: 'leasehold-test-scheduler' });
     try {
       let refused = 0;

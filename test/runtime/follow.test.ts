@@ -46,7 +46,9 @@ const jobs = slowJobs();
 async function ownership(): Promise<{ orphaned: number; weights: number[] }> {
   const [r] = await db.sql<{ orphaned: number }[]>`select count(*) as orphaned from leasehold_units u
     where not exists (select 1 from leasehold_processes p where p.id = u.owner and p.expires_at > now())`;
-  const rows = await db.sql<{ weight: number }[]>`select (select coalesce(sum(weight), 0) from leasehold_units u where u.owner = p.id)::int as weight
+  const rows = await db.sql<
+    { weight: number }[]
+  >`select (select coalesce(sum(weight), 0) from leasehold_units u where u.owner = p.id)::int as weight
     from leasehold_processes p where p.expires_at > now() and p.role = 'fleet' and not p.retiring`;
   return { orphaned: r.orphaned, weights: rows.map((x) => x.weight) };
 }
@@ -103,7 +105,10 @@ describe('the live count follows the desired count', () => {
     await waitFor('the units balanced among 10 processes', balanced(10, 600), { timeoutMs: 2_000, everyMs: 50 });
 
     // The batch ends with every item done once.
-    await waitFor('the batch to end', async () => (await getBatch(db.sql, batch.id)).status !== 'open', { timeoutMs: 20_000, everyMs: 50 });
+    await waitFor('the batch to end', async () => (await getBatch(db.sql, batch.id)).status !== 'open', {
+      timeoutMs: 20_000,
+      everyMs: 50,
+    });
     const b = await getBatch(db.sql, batch.id);
     expect(b.status).toBe('succeeded');
     expect(b.counts.done).toBe(60);
@@ -145,7 +150,10 @@ describe('the live count follows the desired count', () => {
     // No unit work: no fleet worker takes it; the cooldown (500 ms) passes and it goes out again.
     await sleep(TICK_MS);
     expect((await fleet.tick()).dispatched).toEqual([batch.id]);
-    await waitFor('the batch to succeed', async () => (await getBatch(db.sql, batch.id)).status === 'succeeded', { timeoutMs: 5_000, everyMs: 50 });
+    await waitFor('the batch to succeed', async () => (await getBatch(db.sql, batch.id)).status === 'succeeded', {
+      timeoutMs: 5_000,
+      everyMs: 50,
+    });
     const results = await fleet.stop();
     fleet = undefined;
     expect(results.map((r) => r.role)).toEqual(['batch']);
@@ -166,16 +174,25 @@ describe('the live count follows the desired count', () => {
     const first = await fleet.tick();
     expect(first.dispatched).toEqual([batch.id]);
     expect(first.invoked).toBe(2);
-    await waitFor('one batch worker and two fleet processes', async () => (await fleet!.live()).batch === 1 && (await fleet!.live()).fleet === 2, { timeoutMs: 2_000, everyMs: 50 });
+    await waitFor(
+      'one batch worker and two fleet processes',
+      async () => (await fleet!.live()).batch === 1 && (await fleet!.live()).fleet === 2,
+      { timeoutMs: 2_000, everyMs: 50 },
+    );
     await waitFor('the units balanced among 2 processes', balanced(2, 12), { timeoutMs: 2_000, everyMs: 50 });
-    const [batchWorker] = await db.sql<{ units: number }[]>`select (select count(*) from leasehold_units u where u.owner = p.id) as units
+    const [batchWorker] = await db.sql<
+      { units: number }[]
+    >`select (select count(*) from leasehold_units u where u.owner = p.id) as units
       from leasehold_processes p where p.role = 'batch'`;
     expect(batchWorker.units).toBe(0);
     // Counted apart: the plan sees 2 live, invokes nothing and retires nobody.
     const plan = await planInvocations(db.sql, { cap: 10, pendingMs: 1_000 });
     expect(plan).toMatchObject({ desired: 2, live: 2, invocations: [], retired: [] });
     // Once its batch is done, the batch worker leaves; the fleet stays.
-    await waitFor('the batch to succeed', async () => (await getBatch(db.sql, batch.id)).status === 'succeeded', { timeoutMs: 10_000, everyMs: 50 });
+    await waitFor('the batch to succeed', async () => (await getBatch(db.sql, batch.id)).status === 'succeeded', {
+      timeoutMs: 10_000,
+      everyMs: 50,
+    });
     await waitFor('no batch worker left', async () => (await fleet!.live()).batch === 0, { timeoutMs: 2_000, everyMs: 50 });
     expect((await fleet.live()).fleet).toBe(2);
     expect(fleet.returned.map((r) => [r.role, r.reason])).toEqual([['batch', 'idle']]);

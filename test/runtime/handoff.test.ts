@@ -56,7 +56,13 @@ describe('worker handoff through the local invoke endpoint', () => {
     const endpoint = createInvokeEndpoint({
       functions: {
         worker: async (event: unknown, context) => {
-          const r = await runWorker(event as { batchId?: string }, context, { log: silentLog, sql: db.sql, jobs, config, dispatcher });
+          const r = await runWorker(event as { batchId?: string }, context, {
+            log: silentLog,
+            sql: db.sql,
+            jobs,
+            config,
+            dispatcher,
+          });
           results.push(r);
           return r;
         },
@@ -67,12 +73,23 @@ describe('worker handoff through the local invoke endpoint', () => {
       onDone: (o) => outcomes.push(o),
     });
     const { url } = await endpoint.start();
-    const client = new LambdaClient({ endpoint: url, region: 'us-east-1', credentials: { accessKeyId: 'l', secretAccessKey: 'l' } });
+    const client = new LambdaClient({
+      endpoint: url,
+      region: 'us-east-1',
+      credentials: { accessKeyId: 'l', secretAccessKey: 'l' },
+    });
     dispatcher = new LambdaDispatcher('worker', client);
     try {
       // 70 items × 250 ms at parallel 2 ≈ 8.75 s of work: more than one 7.5 s invocation holds.
       const items = Array.from({ length: 70 }, (_, i) => ({ key: `k${String(i).padStart(3, '0')}` }));
-      const { batch } = await createBatch(db.sql, { tenant: 't', datasource: 'd', job: 'slow', params: { ms: 250 }, requestKey: 'handoff', items });
+      const { batch } = await createBatch(db.sql, {
+        tenant: 't',
+        datasource: 'd',
+        job: 'slow',
+        params: { ms: 250 },
+        requestKey: 'handoff',
+        items,
+      });
       await dispatcher.invoke({ batchId: batch.id });
 
       const deadline = Date.now() + 40_000;
@@ -118,7 +135,9 @@ describe('worker handoff through the local invoke endpoint', () => {
       requestKey: 'sched',
       items: [{ key: 'a' }],
     });
-    const runs = await Promise.all(Array.from({ length: 8 }, () => runScheduler({ sql: db.connect({ max: 1 }), config, dispatcher })));
+    const runs = await Promise.all(
+      Array.from({ length: 8 }, () => runScheduler({ sql: db.connect({ max: 1 }), config, dispatcher })),
+    );
     const dispatched = runs.flatMap((r) => r.dispatched).filter((id) => id === batch.id);
     expect(dispatched).toEqual([batch.id]);
     expect(invoked.filter((e) => (e as { batchId: string }).batchId === batch.id)).toHaveLength(1);

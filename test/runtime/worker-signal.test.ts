@@ -37,7 +37,13 @@ const slow = defineJob({
 });
 const jobs = new JobRegistry([slow], defaultJobContext());
 const config = () =>
-  loadConfig({ DATABASE_URL: db.url, LEASEHOLD_DEADLINE_MARGIN_MS: '1000', LEASEHOLD_DRAIN_MS: '200', LEASEHOLD_WORKER_POLL_MS: '50', LEASEHOLD_WORKER_IDLE_MS: '200' });
+  loadConfig({
+    DATABASE_URL: db.url,
+    LEASEHOLD_DEADLINE_MARGIN_MS: '1000',
+    LEASEHOLD_DRAIN_MS: '200',
+    LEASEHOLD_WORKER_POLL_MS: '50',
+    LEASEHOLD_WORKER_IDLE_MS: '200',
+  });
 const recording = (): Dispatcher & { events: WorkerEvent[] } => {
   const events: WorkerEvent[] = [];
   return { events, invoke: async (e) => void events.push(e) };
@@ -61,7 +67,14 @@ describe('runWorker', () => {
     setTimeout(() => deadline.abort(), 300);
     const dispatcher = recording();
     const t0 = Date.now();
-    const r = await runWorker({ batchId: batch.id }, context(60_000), { log: silentLog, sql: db.sql, jobs, config: config(), dispatcher, signal: deadline.signal });
+    const r = await runWorker({ batchId: batch.id }, context(60_000), {
+      log: silentLog,
+      sql: db.sql,
+      jobs,
+      config: config(),
+      dispatcher,
+      signal: deadline.signal,
+    });
     expect(Date.now() - t0).toBeLessThan(3_000);
     expect(r.reason).toBe('deadline');
     expect(r.runs).toEqual([expect.objectContaining({ batchId: batch.id, outcome: 'handed-off' })]);
@@ -85,7 +98,8 @@ describe('runWorker', () => {
     const ticks: number[] = [];
     // A fleet worker (from the scheduler): it rebalances units and takes over the open batch.
     // A worker sent for the batch would not tick: it owns no units.
-    const r = await runWorker({ invocationId: '00000000-0000-4000-8000-00000000000f' }, context(30_000), { log: silentLog,
+    const r = await runWorker({ invocationId: '00000000-0000-4000-8000-00000000000f' }, context(30_000), {
+      log: silentLog,
       sql: db.sql,
       jobs,
       config: config(),

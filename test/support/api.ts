@@ -98,7 +98,10 @@ export interface InvokeRecord {
 export class InvokeEndpoint {
   readonly invokes: InvokeRecord[] = [];
   failing = false;
-  private constructor(private readonly server: Server, readonly url: string) {}
+  private constructor(
+    private readonly server: Server,
+    readonly url: string,
+  ) {}
 
   static async start(): Promise<InvokeEndpoint> {
     // eslint-disable-next-line prefer-const -- assigned once the server listens; its handler reads it

@@ -46,7 +46,11 @@ export function inProcessFleet(sql: Sql, config: Config, options: InProcessFleet
       const dropped = stopping.signal.aborted || (options.drop?.(invocations.length + 1, event) ?? false);
       invocations.push({ event, dropped });
       if (dropped) return;
-      const worker = runWorker(event, { getRemainingTimeInMillis: () => remainingMs }, { log: silentLog, sql, jobs, config, dispatcher, signal: stopping.signal });
+      const worker = runWorker(
+        event,
+        { getRemainingTimeInMillis: () => remainingMs },
+        { log: silentLog, sql, jobs, config, dispatcher, signal: stopping.signal },
+      );
       running.push(worker.then((r) => (returned.push(r), r)));
     },
   };

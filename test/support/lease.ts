@@ -191,10 +191,12 @@ export function shuffled<T>(xs: readonly T[]): T[] {
 
 /** Run `fn` over all items at once, each after a random delay of up to `jitterMs`. */
 export function concurrently<T, R>(items: readonly T[], fn: (x: T) => Promise<R>, jitterMs = 3): Promise<R[]> {
-  return Promise.all(shuffled(items).map(async (x) => {
-    if (jitterMs > 0) await sleep(Math.random() * jitterMs);
-    return fn(x);
-  }));
+  return Promise.all(
+    shuffled(items).map(async (x) => {
+      if (jitterMs > 0) await sleep(Math.random() * jitterMs);
+      return fn(x);
+    }),
+  );
 }
 
 /** What {@link jittered} saw: every heartbeat's and every tick's result, in time order. */

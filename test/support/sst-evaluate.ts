@@ -86,7 +86,12 @@ export const permissionsOf = (r: Recorded): Permission[] => (r.args.permissions 
 
 /** Does an IAM `pattern` (with `*` and `?`) match `value`? */
 export function iamMatches(pattern: string, value: string): boolean {
-  const re = new RegExp(`^${pattern.replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*/g, '.*').replace(/\?/g, '.')}$`);
+  const re = new RegExp(
+    `^${pattern
+      .replace(/[.+^${}()|[\]\\]/g, '\\$&')
+      .replace(/\*/g, '.*')
+      .replace(/\?/g, '.')}$`,
+  );
   return re.test(value);
 }
 
@@ -98,7 +103,8 @@ export function invokersOf(w: World, target: Recorded | string): string[] {
       (r) =>
         permissionsOf(r).some(
           (p) => p.actions.some((a) => iamMatches(a, 'lambda:InvokeFunction')) && p.resources.some((res) => iamMatches(res, arn)),
-        ) || (typeof target !== 'string' && ((r.args.link ?? []) as unknown[]).includes(target.instance)),
+        ) ||
+        (typeof target !== 'string' && ((r.args.link ?? []) as unknown[]).includes(target.instance)),
     )
     .map((r) => r.name)
     .sort();

@@ -12,7 +12,11 @@ export interface WaitOptions {
  * Poll `check` until it returns a truthy value and return that value.
  * @throws Error `timed out after … ms waiting for <what>` once `timeoutMs` has passed.
  */
-export async function waitFor<T>(what: string, check: () => Promise<T> | T, { timeoutMs = 10_000, everyMs = 10 }: WaitOptions = {}): Promise<NonNullable<T>> {
+export async function waitFor<T>(
+  what: string,
+  check: () => Promise<T> | T,
+  { timeoutMs = 10_000, everyMs = 10 }: WaitOptions = {},
+): Promise<NonNullable<T>> {
   const until = Date.now() + timeoutMs;
   for (;;) {
     const v = await check();

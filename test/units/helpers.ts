@@ -48,7 +48,14 @@ export function startProc(db: TestDatabase, jobs: UnitJobRegistry, timing: ProcT
       rebalanceIntervalMs: timing.rebalanceIntervalMs ?? 150,
     },
     runner,
-    { onEvent: (e) => log(e.type === 'error' ? 'error' : 'info', `leaser ${e.type}`, e.type === 'error' ? { step: e.step, error: String(e.error) } : { ...e }) },
+    {
+      onEvent: (e) =>
+        log(
+          e.type === 'error' ? 'error' : 'info',
+          `leaser ${e.type}`,
+          e.type === 'error' ? { step: e.step, error: String(e.error) } : { ...e },
+        ),
+    },
   );
   const loop = new AbortController();
   const running = leaser.run(loop.signal);

@@ -47,7 +47,15 @@ afterAll(async () => {
 // The sink listens on loopback, which delivery refuses unless allow-listed.
 const fast = (o: Parameters<typeof outboxDelivery>[0] = {}) =>
   defaultUnitJobs({
-    outbox: outboxDelivery({ intervalMs: 50, backoffMs: 100, maxBackoffMs: 1_000, timeoutMs: 3_000, batchSize: 25, allow: ['127.0.0.1'], ...o }) as never,
+    outbox: outboxDelivery({
+      intervalMs: 50,
+      backoffMs: 100,
+      maxBackoffMs: 1_000,
+      timeoutMs: 3_000,
+      batchSize: 25,
+      allow: ['127.0.0.1'],
+      ...o,
+    }) as never,
   });
 
 function proc(jobs = fast()): Proc {
@@ -98,7 +106,9 @@ describe('outbox delivery', () => {
 
     await waitFor('every message delivered', async () => (await undelivered(tenant)) === 0, { timeoutMs: 20_000 });
 
-    const rows = await db.sql<{ id: number; endpoint: string; marks: number; owner_marks: number }[]>`select d.message_id as id, d.endpoint,
+    const rows = await db.sql<
+      { id: number; endpoint: string; marks: number; owner_marks: number }[]
+    >`select d.message_id as id, d.endpoint,
         (select count(*) from outbox_marks m where m.id = d.message_id and m.endpoint = d.endpoint) as marks,
         (select count(*) from outbox_marks m where m.id = d.message_id and m.endpoint = d.endpoint and m.old_delivered_at is null and m.owner is not null) as owner_marks
       from leasehold_outbox_deliveries d where d.tenant = ${tenant} order by d.message_id, d.endpoint`;
@@ -109,7 +119,10 @@ describe('outbox delivery', () => {
     // The sink saw every message on every endpoint.
     for (const path of ['/acme/a', '/acme/b']) {
       const seen = sink.keys(path);
-      expect(ids.filter((id) => !seen.has(idempotencyKey(tenant, id))), path).toEqual([]);
+      expect(
+        ids.filter((id) => !seen.has(idempotencyKey(tenant, id))),
+        path,
+      ).toEqual([]);
     }
     // Endpoints received the message as sent.
     const sample = sink.recent().find((d) => d.path === '/acme/a')!;
@@ -139,7 +152,9 @@ describe('outbox delivery', () => {
     // Everything else, on the poison's shard too, is delivered while the poison keeps failing.
     await waitFor('every other message delivered', async () => (await undelivered(tenant)) === 1, { timeoutMs: 3_000 });
     const poisonKey = idempotencyKey(tenant, poison.id);
-    await waitFor('four attempts of the poison', () => sink.recent().filter((d) => d.idempotencyKey === poisonKey).length >= 4, { timeoutMs: 5_000 });
+    await waitFor('four attempts of the poison', () => sink.recent().filter((d) => d.idempotencyKey === poisonKey).length >= 4, {
+      timeoutMs: 5_000,
+    });
     // Each failure set the next attempt backoff × 2^(attempts−1) plus up to 25 % jitter ahead
     // (database clock): 200, 400, 800 ms; and the endpoint saw no attempt before it was due.
     const delays = await db.sql<{ attempts: number; delay_ms: number }[]>`select attempts, delay_ms from outbox_failures
@@ -149,11 +164,19 @@ describe('outbox delivery', () => {
       expect(delays[i].delay_ms, `delay after attempt ${i + 1}`).toBeGreaterThanOrEqual(d - 1);
       expect(delays[i].delay_ms, `delay after attempt ${i + 1}`).toBeLessThanOrEqual(d * 1.25 + 1);
     });
-    const times = sink.recent().filter((d) => d.idempotencyKey === poisonKey).map((d) => d.at);
+    const times = sink
+      .recent()
+      .filter((d) => d.idempotencyKey === poisonKey)
+      .map((d) => d.at);
     const gaps = times.slice(1, 4).map((t, i) => t - times[i]);
     [200, 400, 800].forEach((d, i) => expect(gaps[i], `gap ${i + 1} of ${gaps}`).toBeGreaterThanOrEqual(d - 20));
     // The sink counts a POST before the failure is recorded.
-    await waitFor('the fourth failure recorded', async () => (await db.sql`select 1 from leasehold_outbox_deliveries where message_id = ${poison.id} and attempts >= 4`).length === 1, { timeoutMs: 1_000 });
+    await waitFor(
+      'the fourth failure recorded',
+      async () =>
+        (await db.sql`select 1 from leasehold_outbox_deliveries where message_id = ${poison.id} and attempts >= 4`).length === 1,
+      { timeoutMs: 1_000 },
+    );
     const [row] = await db.sql<{ attempts: number; last_error: string; delivered: boolean }[]>`select attempts,
         last_error, delivered_at is not null as delivered from leasehold_outbox_deliveries where message_id = ${poison.id}`;
     expect(row.last_error).toBe('HTTP 503');
@@ -168,7 +191,14 @@ describe('outbox delivery', () => {
     const p = proc();
     const ids = [];
     for (let i = 0; i < 12; i++) ids.push((await enqueueOutbox(db.sql, tenant, { key: `g${i}`, payload: i })).id);
-    await waitFor('two failed attempts of each message', async () => (await db.sql`select 1 from leasehold_outbox_deliveries where tenant = ${tenant} and endpoint like '%/down' and attempts >= 2`).length === 12, { timeoutMs: 5_000 });
+    await waitFor(
+      'two failed attempts of each message',
+      async () =>
+        (
+          await db.sql`select 1 from leasehold_outbox_deliveries where tenant = ${tenant} and endpoint like '%/down' and attempts >= 2`
+        ).length === 12,
+      { timeoutMs: 5_000 },
+    );
     expect(await undelivered(tenant)).toBe(12);
     // The endpoint that is up took each message once, however often the other one failed.
     expect(sink.recent().filter((d) => d.path === '/gamma/up').length).toBe(12);
@@ -195,7 +225,11 @@ describe('outbox delivery', () => {
     const { port } = endless.address() as AddressInfo;
     try {
       const tenant = 'endless';
-      await putTenantUnits(db.sql, tenant, { job: OUTBOX_JOB, shards: 1, config: { endpoints: [`http://127.0.0.1:${port}/hook`] } });
+      await putTenantUnits(db.sql, tenant, {
+        job: OUTBOX_JOB,
+        shards: 1,
+        config: { endpoints: [`http://127.0.0.1:${port}/hook`] },
+      });
       const p = proc();
       for (let i = 0; i < 4; i++) await enqueueOutbox(db.sql, tenant, { key: `e${i}`, payload: i });
       await waitFor('every message marked delivered', async () => (await undelivered(tenant)) === 0, { timeoutMs: 10_000 });
@@ -223,7 +257,9 @@ describe('outbox delivery', () => {
     expect(marks).toEqual([{ owner: b.processId }]);
     // Both posted it (at least once); only B's mark counted.
     expect(sink.recent().filter((d) => d.idempotencyKey === idempotencyKey(tenant, m.id)).length).toBeGreaterThanOrEqual(2);
-    await waitFor("A's report of the loss", () => a.log.some((e) => /unit lost during delivery/.test(e.message)), { timeoutMs: 3_000 });
+    await waitFor("A's report of the loss", () => a.log.some((e) => /unit lost during delivery/.test(e.message)), {
+      timeoutMs: 3_000,
+    });
     sink.delay('/delta', 0);
     await b.stop();
   });
@@ -232,7 +268,11 @@ describe('outbox delivery', () => {
     const tenant = 'epsilon';
     const [endpoint] = await register(tenant, 1, ['/epsilon']);
     // The owner is a bare leaser here: nothing delivers on its own.
-    const owner = new Leaser(db.sql, { ttlMs: 2_000, heartbeatIntervalMs: 500 }, { unitsGained() {}, unitsLost() {}, inFlight: () => 0 });
+    const owner = new Leaser(
+      db.sql,
+      { ttlMs: 2_000, heartbeatIntervalMs: 500 },
+      { unitsGained() {}, unitsLost() {}, inFlight: () => 0 },
+    );
     await owner.heartbeat();
     await owner.tick();
     const m = await enqueueOutbox(db.sql, tenant, { key: 'k', payload: null });
@@ -290,17 +330,27 @@ describe('outbox delivery per endpoint', () => {
     const p = proc();
     const ids: number[] = [];
     for (let i = 0; i < 15; i++) ids.push((await enqueueOutbox(db.sql, tenant, { key: `i${i}`, payload: i })).id);
-    await waitFor('three failed attempts of each message at the failing endpoint', async () => (await db.sql`select 1 from leasehold_outbox_deliveries where endpoint = ${bad} and attempts >= 3`).length === 15, { timeoutMs: 10_000 });
-    const received = (path: string) => ids.map((id) => sink.recent().filter((d) => d.path === path && d.idempotencyKey === idempotencyKey(tenant, id)).length);
+    await waitFor(
+      'three failed attempts of each message at the failing endpoint',
+      async () =>
+        (await db.sql`select 1 from leasehold_outbox_deliveries where endpoint = ${bad} and attempts >= 3`).length === 15,
+      { timeoutMs: 10_000 },
+    );
+    const received = (path: string) =>
+      ids.map((id) => sink.recent().filter((d) => d.path === path && d.idempotencyKey === idempotencyKey(tenant, id)).length);
     expect(received('/iota/ok1')).toEqual(ids.map(() => 1));
     expect(received('/iota/ok2')).toEqual(ids.map(() => 1));
     expect(Math.min(...received('/iota/bad'))).toBeGreaterThanOrEqual(3);
     // The healthy endpoints' deliveries took one attempt each; the failing one's deliveries each
     // waited backoff × 2^(attempts−1) plus up to 25 % jitter (100, 200 ms) between attempts.
-    const attempts = await db.sql<{ endpoint: string; attempts: number; n: number }[]>`select endpoint, min(attempts) as attempts, count(*) as n
+    const attempts = await db.sql<
+      { endpoint: string; attempts: number; n: number }[]
+    >`select endpoint, min(attempts) as attempts, count(*) as n
       from leasehold_outbox_deliveries where endpoint in (${ok1}, ${ok2}) group by endpoint order by endpoint`;
     expect(attempts).toEqual([ok1, ok2].map((endpoint) => ({ endpoint, attempts: 1, n: 15 })));
-    const delays = await db.sql<{ attempts: number; min: number; max: number }[]>`select attempts, min(delay_ms) as min, max(delay_ms) as max
+    const delays = await db.sql<
+      { attempts: number; min: number; max: number }[]
+    >`select attempts, min(delay_ms) as min, max(delay_ms) as max
       from outbox_failures where endpoint = ${bad} and attempts <= 2 group by attempts order by attempts`;
     expect(delays.map((d) => d.attempts)).toEqual([1, 2]);
     [100, 200].forEach((d, i) => {
@@ -317,7 +367,12 @@ describe('outbox delivery per endpoint', () => {
       expect(e).toMatchObject({ backlog: 0, oldest: null, failures: 0, lastError: null, lastDeliveredAt: expect.any(Date) });
     }
     const failing = status.endpoints[2];
-    expect(failing).toMatchObject({ backlog: 15, oldest: { id: ids[0], enqueuedAt: expect.any(Date) }, lastError: { message: 'HTTP 503', at: expect.any(Date) }, lastDeliveredAt: null });
+    expect(failing).toMatchObject({
+      backlog: 15,
+      oldest: { id: ids[0], enqueuedAt: expect.any(Date) },
+      lastError: { message: 'HTTP 503', at: expect.any(Date) },
+      lastDeliveredAt: null,
+    });
     expect(failing.failures).toBeGreaterThanOrEqual(45);
     expect(failing.oldest!.ageMs).toBeGreaterThan(0);
 
@@ -327,22 +382,35 @@ describe('outbox delivery per endpoint', () => {
     expect(received('/iota/ok1')).toEqual(ids.map(() => 1));
     expect(received('/iota/ok2')).toEqual(ids.map(() => 1));
     const after = (await outboxStatus(db.sql, tenant)).endpoints[2];
-    expect(after).toMatchObject({ backlog: 0, oldest: null, failures: 0, lastError: { message: 'HTTP 503' }, lastDeliveredAt: expect.any(Date) });
+    expect(after).toMatchObject({
+      backlog: 0,
+      oldest: null,
+      failures: 0,
+      lastError: { message: 'HTTP 503' },
+      lastDeliveredAt: expect.any(Date),
+    });
     await p.stop();
   });
 
-  it("an endpoint removed drops its pending deliveries and blocks nothing; one added gets only messages that came after it", async () => {
+  it('an endpoint removed drops its pending deliveries and blocks nothing; one added gets only messages that came after it', async () => {
     const tenant = 'kappa';
     const [a, gone] = await register(tenant, 2, ['/kappa/a', '/kappa/gone']);
     sink.fail('/kappa/gone', true);
     const p = proc();
     const early: number[] = [];
     for (let i = 0; i < 6; i++) early.push((await enqueueOutbox(db.sql, tenant, { key: `early${i}`, payload: i })).id);
-    await waitFor('a failed attempt of each early message at the endpoint to be removed', async () => (await db.sql`select 1 from leasehold_outbox_deliveries where endpoint = ${gone} and attempts >= 1`).length === 6, { timeoutMs: 5_000 });
+    await waitFor(
+      'a failed attempt of each early message at the endpoint to be removed',
+      async () =>
+        (await db.sql`select 1 from leasehold_outbox_deliveries where endpoint = ${gone} and attempts >= 1`).length === 6,
+      { timeoutMs: 5_000 },
+    );
     expect(await undelivered(tenant)).toBe(6);
 
     const [, added] = await register(tenant, 2, ['/kappa/a', '/kappa/new']);
-    await waitFor('nothing left pending once the failing endpoint is gone', async () => (await undelivered(tenant)) === 0, { timeoutMs: 5_000 });
+    await waitFor('nothing left pending once the failing endpoint is gone', async () => (await undelivered(tenant)) === 0, {
+      timeoutMs: 5_000,
+    });
     expect(await db.sql`select 1 from leasehold_outbox_deliveries where endpoint = ${gone} and delivered_at is null`).toEqual([]);
     const late: number[] = [];
     for (let i = 0; i < 6; i++) late.push((await enqueueOutbox(db.sql, tenant, { key: `late${i}`, payload: i })).id);
@@ -397,10 +465,21 @@ describe('outbox delivery connects only to checked addresses', () => {
     const lookup: AddressLookup = async (host) => {
       if (host === 'good.test') return [{ address: '127.0.0.1', family: 4 }];
       if (host === 'rebind.test') return [{ address: rebindLookups++ === 0 ? '93.184.215.14' : '127.0.0.2', family: 4 }];
-      if (host === 'mixed.test') return [{ address: '127.0.0.1', family: 4 }, { address: '127.0.0.2', family: 4 }];
+      if (host === 'mixed.test')
+        return [
+          { address: '127.0.0.1', family: 4 },
+          { address: '127.0.0.2', family: 4 },
+        ];
       throw Object.assign(new Error(`getaddrinfo ENOTFOUND ${host}`), { code: 'ENOTFOUND' });
     };
-    const job = outboxDelivery({ intervalMs: 50, backoffMs: 100, maxBackoffMs: 200, timeoutMs: 3_000, allow: ['127.0.0.1'], lookup });
+    const job = outboxDelivery({
+      intervalMs: 50,
+      backoffMs: 100,
+      maxBackoffMs: 200,
+      timeoutMs: 3_000,
+      allow: ['127.0.0.1'],
+      lookup,
+    });
     const rebind = `http://rebind.test:${port()}/rebind`;
     expect(await job.admit!({ endpoints: [rebind] })).toEqual([]);
 
@@ -421,10 +500,24 @@ describe('outbox delivery connects only to checked addresses', () => {
     const p = proc(defaultUnitJobs({ outbox: job as never }));
     const ids: number[] = [];
     for (let i = 0; i < 3; i++) ids.push((await enqueueOutbox(db.sql, tenant, { key: `l${i}`, payload: i })).id);
-    await waitFor('two attempts of each delivery to each refused endpoint', async () => (await db.sql`select 1 from leasehold_outbox_deliveries where tenant = ${tenant} and endpoint <> ${good} and attempts >= 2`).length === 3 * refused.length, { timeoutMs: 10_000 });
-    await waitFor('the public endpoint got every message', () => ids.every((id) => sink.keys('/good').has(idempotencyKey(tenant, id))), { timeoutMs: 5_000 });
+    await waitFor(
+      'two attempts of each delivery to each refused endpoint',
+      async () =>
+        (
+          await db.sql`select 1 from leasehold_outbox_deliveries where tenant = ${tenant} and endpoint <> ${good} and attempts >= 2`
+        ).length ===
+        3 * refused.length,
+      { timeoutMs: 10_000 },
+    );
+    await waitFor(
+      'the public endpoint got every message',
+      () => ids.every((id) => sink.keys('/good').has(idempotencyKey(tenant, id))),
+      { timeoutMs: 5_000 },
+    );
     expect(trapped).toBe(0);
-    const errors = await db.sql<{ endpoint: string; last_error: string }[]>`select endpoint, last_error from leasehold_outbox_endpoints where tenant = ${tenant}`;
+    const errors = await db.sql<
+      { endpoint: string; last_error: string }[]
+    >`select endpoint, last_error from leasehold_outbox_endpoints where tenant = ${tenant}`;
     for (const [url, why] of refused) expect(errors.find((e) => e.endpoint === url)?.last_error, url).toMatch(why);
     expect(errors.find((e) => e.endpoint === good)?.last_error ?? null).toBeNull();
     await p.stop();

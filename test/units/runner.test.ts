@@ -104,7 +104,9 @@ describe('UnitRunner', () => {
     expect(leaser.owned()).toHaveLength(2);
     // One run at once, then one per 100 ms interval (plus the run's own few ms): never sooner
     // than the interval, and on (a loaded machine may stretch the gaps, so the test waits).
-    await waitFor('four runs of each shard', () => [0, 1].every((s) => (runs.get(key(t, s)) ?? []).length >= 4), { timeoutMs: 5_000 });
+    await waitFor('four runs of each shard', () => [0, 1].every((s) => (runs.get(key(t, s)) ?? []).length >= 4), {
+      timeoutMs: 5_000,
+    });
     for (const s of [0, 1]) {
       const times = runs.get(key(t, s)) ?? [];
       for (let i = 1; i < times.length; i++) expect(times[i] - times[i - 1], `runs of shard ${s}`).toBeGreaterThanOrEqual(95);
@@ -169,7 +171,10 @@ describe('UnitRunner', () => {
     await waitFor('three runs', () => (runs.get(key(t, 0))?.length ?? 0) >= 3, { timeoutMs: 2_000 });
     const failures = log.filter((e) => e.message === 'unit run failed');
     expect(failures.length).toBeGreaterThanOrEqual(2);
-    expect(failures[0]).toMatchObject({ level: 'error', fields: { tenant: t, shard: 0, job: 'probe-tick', error: 'probe failure' } });
+    expect(failures[0]).toMatchObject({
+      level: 'error',
+      fields: { tenant: t, shard: 0, job: 'probe-tick', error: 'probe failure' },
+    });
   });
 
   it('leaves a unit whose job is unknown here idle, logging it once; a unit whose config does not parse too', async () => {
@@ -186,10 +191,18 @@ describe('UnitRunner', () => {
     expect(runs.has(key(u, 0))).toBe(false);
     expect(runner.inFlight({ tenant: t, shard: 0 })).toBe(0);
     expect(log.filter((e) => e.fields?.job === 'not-here')).toEqual([
-      { level: 'error', message: expect.stringMatching(/does not know/), fields: expect.objectContaining({ tenant: t, shard: 0 }) },
+      {
+        level: 'error',
+        message: expect.stringMatching(/does not know/),
+        fields: expect.objectContaining({ tenant: t, shard: 0 }),
+      },
     ]);
     expect(log.filter((e) => e.fields?.tenant === u)).toEqual([
-      { level: 'error', message: expect.stringMatching(/^unit config is invalid for its job \(config\.label: /), fields: expect.objectContaining({ shard: 0 }) },
+      {
+        level: 'error',
+        message: expect.stringMatching(/^unit config is invalid for its job \(config\.label: /),
+        fields: expect.objectContaining({ shard: 0 }),
+      },
     ]);
 
     // A config fixed in the registry is used from the next run on.
@@ -206,7 +219,9 @@ describe('UnitRunner', () => {
     const { leaser, runner, log } = pair(300);
     await leaser.heartbeat();
     await leaser.tick();
-    await waitFor('every unit running', () => [0, 1, 2].every((s) => runs.has(key(a, s))) && runs.has(key(b, 0)), { timeoutMs: 2_000 });
+    await waitFor('every unit running', () => [0, 1, 2].every((s) => runs.has(key(a, s))) && runs.has(key(b, 0)), {
+      timeoutMs: 2_000,
+    });
     const started = Date.now();
     await runner.close();
     const took = Date.now() - started;

@@ -6,7 +6,16 @@ import { batchView } from '../views.js';
 import type { ApiDeps } from '../deps.js';
 import { header, query, seriesSchema } from '../request.js';
 import { iso, json, type Result } from '../respond.js';
-import { cancelBatch, checkStorableJson, getBatch, getTenant, itemsPage, listBatches, startBatch, typeName } from '../../batch/index.js';
+import {
+  cancelBatch,
+  checkStorableJson,
+  getBatch,
+  getTenant,
+  itemsPage,
+  listBatches,
+  startBatch,
+  typeName,
+} from '../../batch/index.js';
 import { InvalidRequestError } from '../../errors.js';
 import { itemsPageSchema, listSchema, readJsonBody, startSchema } from '../request.js';
 import { withActivity } from '../views.js';
@@ -50,7 +59,12 @@ export async function finishedRoute(event: APIGatewayProxyEventV2, deps: ApiDeps
 }
 
 /** `POST /batches` (and `POST /tenants/{tenant}/batches`, `scope` the path's tenant): start a batch through `startBatch`; 201 new, 200 repeated (see `handleApi`). */
-export async function startBatchRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, _params: string[], scope?: string): Promise<Result> {
+export async function startBatchRoute(
+  event: APIGatewayProxyEventV2,
+  deps: ApiDeps,
+  _params: string[],
+  scope?: string,
+): Promise<Result> {
   const raw = readJsonBody(event, deps.config.maxBodyBytes);
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
     throw new InvalidRequestError(`body: must be a JSON object, got ${typeName(raw)}`);
@@ -58,7 +72,9 @@ export async function startBatchRoute(event: APIGatewayProxyEventV2, deps: ApiDe
   // On /tenants/{tenant}/batches the body's tenant is the path's: it may be left out.
   const given = raw as Record<string, unknown>;
   if (scope !== undefined && given.tenant !== undefined && given.tenant !== scope) {
-    throw new InvalidRequestError(`tenant: differs from the path's tenant ${JSON.stringify(scope)}; leave it out or make them equal`);
+    throw new InvalidRequestError(
+      `tenant: differs from the path's tenant ${JSON.stringify(scope)}; leave it out or make them equal`,
+    );
   }
   const body = parseInput(startSchema, scope === undefined ? raw : { ...given, tenant: scope });
   checkStorableJson(body.params, 'params');
@@ -70,7 +86,11 @@ export async function startBatchRoute(event: APIGatewayProxyEventV2, deps: ApiDe
   }
   const givenKey = body.requestKey ?? headerKey;
 
-  const { batch, created, dispatchError } = await startBatch(deps, { ...body, requestKey: givenKey, toleratedFailures: body.toleratedFailures ?? null });
+  const { batch, created, dispatchError } = await startBatch(deps, {
+    ...body,
+    requestKey: givenKey,
+    toleratedFailures: body.toleratedFailures ?? null,
+  });
   if (!created) return json(200, { ...batchView(batch), created: false });
   if (dispatchError !== undefined) {
     // The scheduler dispatches never-started batches; this only made the start sooner.
@@ -81,10 +101,17 @@ export async function startBatchRoute(event: APIGatewayProxyEventV2, deps: ApiDe
 }
 
 /** `GET /batches?tenant=&status=&limit=` (and its tenant-scoped twin): batches newest first, with their activity. */
-export async function listBatchesRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, _params: string[], scope?: string): Promise<Result> {
+export async function listBatchesRoute(
+  event: APIGatewayProxyEventV2,
+  deps: ApiDeps,
+  _params: string[],
+  scope?: string,
+): Promise<Result> {
   const q = Object.fromEntries(Object.entries(query(event)).filter(([, v]) => v !== ''));
   if (scope !== undefined && q.tenant !== undefined && q.tenant !== scope) {
-    throw new InvalidRequestError(`tenant: differs from the path's tenant ${JSON.stringify(scope)}; leave it out or make them equal`);
+    throw new InvalidRequestError(
+      `tenant: differs from the path's tenant ${JSON.stringify(scope)}; leave it out or make them equal`,
+    );
   }
   const filter = parseInput(listSchema, scope === undefined ? q : { ...q, tenant: scope }, 'query');
   const batches = await listBatches(deps.sql, filter);

@@ -13,7 +13,12 @@ export async function listProcessesRoute(_event: APIGatewayProxyEventV2, deps: A
   const owning = processes.filter((p) => p.live && p.role === 'fleet' && !p.retiring).map((p) => p.weight);
   const hysteresis = deps.config.lease?.shedHysteresis ?? LEASE_DEFAULTS.shedHysteresis;
   return json(200, {
-    fleet: { ...concurrencyView(fleet), totalWeight: fleet.totalWeight, fairShare: fleet.fairShare, ...balanceOf(owning, fleet.fairShare, hysteresis) },
+    fleet: {
+      ...concurrencyView(fleet),
+      totalWeight: fleet.totalWeight,
+      fairShare: fleet.fairShare,
+      ...balanceOf(owning, fleet.fairShare, hysteresis),
+    },
     processes: processes.map(processView),
   });
 }

@@ -31,7 +31,11 @@ export async function putUnitsRoute(event: APIGatewayProxyEventV2, deps: ApiDeps
   const parsed = job.config.safeParse(given);
   if (!parsed.success) {
     const message = parsed.error.issues
-      .map((i) => (i.code === 'unrecognized_keys' ? i.keys.map((k) => `${name([...i.path, k])}: unknown field`).join('; ') : `${name(i.path)}: ${i.message}`))
+      .map((i) =>
+        i.code === 'unrecognized_keys'
+          ? i.keys.map((k) => `${name([...i.path, k])}: unknown field`).join('; ')
+          : `${name(i.path)}: ${i.message}`,
+      )
       .join('; ');
     throw new InvalidRequestError(message);
   }

@@ -193,10 +193,7 @@ export async function getBatch(sql: Sql, id: string): Promise<BatchInfo | undefi
 }
 
 // Lists batches, newest first, optionally by tenant and status.
-export async function listBatches(
-  sql: Sql,
-  f: { tenant?: string; status?: BatchStatus; limit: number },
-): Promise<BatchInfo[]> {
+export async function listBatches(sql: Sql, f: { tenant?: string; status?: BatchStatus; limit: number }): Promise<BatchInfo[]> {
   const rows = await sql<BatchRow[]>`select b.*,
       (select jsonb_object_agg(s.state, s.n) from
         (select state, count(*) as n from leasehold_items where batch_id = b.id group by state) s) as counts
@@ -357,10 +354,7 @@ export async function othersWaiting(sql: Sql, tenant: string, maxRunning: number
 /** A tenant's counts and limit, as {@link tenantState} reads them. */
 // After a takeover: items the dead run left running count that attempt; they go back to
 // pending, or to failed when their attempts are used up. Fenced on the new run.
-export async function recoverRunning(
-  sql: Sql,
-  a: { batchId: string; run: string; attempts: number },
-): Promise<number> {
+export async function recoverRunning(sql: Sql, a: { batchId: string; run: string; attempts: number }): Promise<number> {
   const rows = await sql`with own as (
       select 1 from leasehold_batches where id = ${a.batchId} and owner_run = ${a.run} and status = 'open' for share
     )
@@ -503,10 +497,7 @@ export async function handOffRun(
 
 // Ends a batch whose runs keep failing before they store anything: `failed` with `reason`, and
 // every item still pending or running `failed` with `itemError`. Fenced on the run owning it.
-export async function giveUp(
-  sql: Sql,
-  a: { batchId: string; run: string; reason: string; itemError: string },
-): Promise<boolean> {
+export async function giveUp(sql: Sql, a: { batchId: string; run: string; reason: string; itemError: string }): Promise<boolean> {
   const [r] = await sql<{ given_up: number }[]>`with own as (
       update leasehold_batches
       set status = 'failed', reason = ${a.reason}, finished_at = now(),
@@ -586,11 +577,7 @@ export async function endIntolerable(sql: Sql, batchId: string, run: string): Pr
 
 // Whether the run still owns the batch, and how long until its next pending item is due
 // (ms, by the database clock; null when none is pending).
-export async function waitState(
-  sql: Sql,
-  batchId: string,
-  run: string,
-): Promise<{ owned: boolean; dueInMs: number | null }> {
+export async function waitState(sql: Sql, batchId: string, run: string): Promise<{ owned: boolean; dueInMs: number | null }> {
   const [r] = await sql<{ owned: boolean; due_in_ms: number | null }[]>`select
       exists (select 1 from leasehold_batches where id = ${batchId} and owner_run = ${run} and status = 'open') as owned,
       (select greatest(0, extract(epoch from min(run_after) - now()) * 1000)::float8 from leasehold_items
@@ -667,7 +654,8 @@ export function itemResults(sql: Sql, batchId: string, size = 1000): AsyncIterab
 
 // Reads the tenant and datasource of a batch (they never change), to lock its datasource.
 export async function batchPlace(tx: Tx, id: string): Promise<{ tenant: string; datasource: string } | undefined> {
-  const [r] = await tx<{ tenant: string; datasource: string }[]>`select tenant, datasource from leasehold_batches where id = ${id}`;
+  const [r] = await tx<
+    { tenant: string; datasource: string }[]
+  >`select tenant, datasource from leasehold_batches where id = ${id}`;
   return r;
 }
-

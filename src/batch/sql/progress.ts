@@ -2,7 +2,6 @@
 // database clock.
 import type { Sql } from '../../store/index.js';
 
-
 // How long a batch has lived: until it finished, or until now while open, ms; undefined: no batch.
 export async function batchSpan(sql: Sql, id: string): Promise<{ createdAt: Date; spanMs: number } | undefined> {
   const [r] = await sql<{ created_at: Date; span_ms: number }[]>`select created_at,

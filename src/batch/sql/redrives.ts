@@ -27,7 +27,9 @@ export async function redriveByKey(tx: Tx, batchId: string, key: string): Promis
 
 // Counts a batch's failed items (through the index of failed items).
 export async function countFailed(tx: Tx, batchId: string): Promise<number> {
-  const [r] = await tx<{ n: number }[]>`select count(*) as n from leasehold_items where batch_id = ${batchId} and state = 'failed'`;
+  const [r] = await tx<
+    { n: number }[]
+  >`select count(*) as n from leasehold_items where batch_id = ${batchId} and state = 'failed'`;
   return r.n;
 }
 
@@ -63,4 +65,3 @@ export async function recordRedrive(
     returning number, idempotency_key, items, created_at`;
   return r;
 }
-

@@ -35,11 +35,7 @@ export interface TenantBatchRow {
 
 // Lists a tenant's running batches (oldest takeover first) or waiting batches (in the order its
 // turns take them: priority, then age), at most `limit`.
-export async function tenantBatches(
-  sql: Sql,
-  tenant: string,
-  a: { running: boolean; limit: number },
-): Promise<TenantBatchRow[]> {
+export async function tenantBatches(sql: Sql, tenant: string, a: { running: boolean; limit: number }): Promise<TenantBatchRow[]> {
   return a.running
     ? sql<TenantBatchRow[]>`select id, datasource, job, priority, created_at, taken_at as since,
           (extract(epoch from now() - taken_at) * 1000)::float8 as for_ms
@@ -56,4 +52,3 @@ export async function setTenantLimit(sql: Sql, tenant: string, maxRunning: numbe
   await sql`insert into leasehold_tenants (tenant, max_running) values (${tenant}, ${maxRunning})
     on conflict (tenant) do update set max_running = excluded.max_running`;
 }
-

@@ -38,7 +38,16 @@ export interface FleetRows {
 // invocations and the totals row: never the units, except the few heavy ones through their index.
 export async function fleetRows(sql: Sql): Promise<FleetRows> {
   const [r] = await sql<
-    { desired: number; live: number; retiring: number; batch: number; coming: number; total_weight: number; weights: number[]; heavy: number[] }[]
+    {
+      desired: number;
+      live: number;
+      retiring: number;
+      batch: number;
+      coming: number;
+      total_weight: number;
+      weights: number[];
+      heavy: number[];
+    }[]
   >`with p as (
       select role, retiring, weight from leasehold_processes where expires_at > now()
     ), f as (
@@ -111,21 +120,23 @@ export async function planInvocations(sql: Sql, a: { cap: number; pendingMs: num
         (select count(*) from leasehold_invocations) as pending,
         (select weight from leasehold_unit_totals) > 0 as work`;
     const surplus = Math.max(0, s.live - s.desired);
-    const retired = surplus > 0
-      ? await t<{ id: string }[]>`update leasehold_processes set retiring = true
+    const retired =
+      surplus > 0
+        ? await t<{ id: string }[]>`update leasehold_processes set retiring = true
           where id in (
             select id from leasehold_processes
             where expires_at > now() and role = 'fleet' and not retiring
             order by started_at desc, id desc limit ${surplus}
           )
           returning id`
-      : [];
+        : [];
     const need = s.work ? Math.max(0, Math.min(a.cap, s.desired - s.live - s.pending)) : 0;
-    const rows = need > 0
-      ? await t<{ id: string }[]>`insert into leasehold_invocations (id, confirm_by)
+    const rows =
+      need > 0
+        ? await t<{ id: string }[]>`insert into leasehold_invocations (id, confirm_by)
           select gen_random_uuid(), now() + make_interval(secs => ${a.pendingMs / 1000})
           from generate_series(1, ${need}) returning id`
-      : [];
+        : [];
     return { ...s, invocations: rows.map((r) => r.id), retired: retired.map((r) => r.id) };
   });
 }

@@ -78,10 +78,11 @@ export async function listUnits(sql: Sql, tenant: string | undefined, limit: num
  * units and weight each owns now.
  */
 export async function listProcesses(sql: Sql): Promise<ProcessView[]> {
-  return sql<ProcessView[]>`select p.id, p.role, p.retiring, p.hostname, p.version, p.started_at as "startedAt", p.expires_at as "expiresAt",
+  return sql<
+    ProcessView[]
+  >`select p.id, p.role, p.retiring, p.hostname, p.version, p.started_at as "startedAt", p.expires_at as "expiresAt",
       p.expires_at > now() as live,
       (select count(*) from leasehold_units u where u.owner = p.id) as units,
       (select coalesce(sum(weight), 0) from leasehold_units u where u.owner = p.id)::bigint as weight
     from leasehold_processes p order by p.started_at, p.id`;
 }
-

@@ -80,8 +80,7 @@ export async function ensureTraversable(dir: string, ids: { uid: number; gid: nu
   if (!ids) return; // initialise() creates the user; it will be checked by the server itself
   for (let p = dirname(parent); ; p = dirname(p)) {
     const st = await stat(p);
-    const ok =
-      st.mode & 0o001 || (st.uid === ids.uid && st.mode & 0o100) || (st.gid === ids.gid && st.mode & 0o010);
+    const ok = st.mode & 0o001 || (st.uid === ids.uid && st.mode & 0o100) || (st.gid === ids.gid && st.mode & 0o010);
     if (!ok) {
       throw new EmbeddedStartError(
         `the embedded PostgreSQL runs as OS user "postgres" (leasehold runs as root), which cannot enter ${p} ` +

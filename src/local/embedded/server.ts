@@ -147,11 +147,7 @@ export async function spawnServer(o: SpawnOptions): Promise<Spawned> {
 }
 
 /** Fast shutdown, then immediate shutdown, then SIGKILL, each given `timeoutMs`. */
-export async function terminate(
-  child: ChildProcess,
-  exited: Promise<unknown>,
-  timeoutMs: number,
-): Promise<void> {
+export async function terminate(child: ChildProcess, exited: Promise<unknown>, timeoutMs: number): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return;
   for (const [signal, ms] of [
     ['SIGINT', timeoutMs],
