@@ -26,75 +26,35 @@ export function BatchView({ id }: { id: string }) {
       b === undefined
         ? html`<p>Loading…</p>`
         : html`
-            <dl class="facts">
-              <div>
-                <dt>Status</dt>
-                <dd><${StatusBadge} status=${b.status} /></dd>
-              </div>
-              <div>
-                <dt>Job</dt>
-                <dd>${b.job}</dd>
-              </div>
-              <div>
-                <dt>Tenant / datasource</dt>
-                <dd>${b.tenant} / ${b.datasource}</dd>
-              </div>
-              <div>
-                <dt>Items/s</dt>
-                <dd>${rate(b.itemsPerSecond)}</dd>
-              </div>
-              <div>
-                <dt>Age</dt>
-                <dd>${b.ageMs === undefined ? '–' : duration(b.ageMs)}</dd>
-              </div>
-              <div>
-                <dt>Runs</dt>
-                <dd>${b.runs}</dd>
-              </div>
-              <div>
-                <dt>Redrives</dt>
-                <dd>${b.redrives ?? 0}</dd>
-              </div>
-              <div>
-                <dt>Owner process</dt>
-                <dd><code>${b.ownerProcess ?? '–'}</code></dd>
-              </div>
-              <div>
-                <dt>Created</dt>
-                <dd>${when(b.createdAt)}</dd>
-              </div>
-              <div>
-                <dt>Finished</dt>
-                <dd>${when(b.finishedAt)}</dd>
-              </div>
-              ${
-                b.toleratedFailures !== undefined
-                  ? html`<div>
-                      <dt>Tolerated failures</dt>
-                      <dd data-tolerance>${toleranceText(b)}</dd>
-                    </div>`
-                  : null
-              }
-              ${
-                b.reason
-                  ? html`<div class="wide">
-                      <dt>Reason</dt>
-                      <dd data-reason>${b.reason}</dd>
-                    </div>`
-                  : null
-              }
-            </dl>
-            <${ProgressBar} batch=${b} />
-            <${CountsLegend} counts=${b.counts} />
-            <div class="actions">
-              <${RedriveButton} batch=${b} onDone=${reload} />
-              ${b.status === 'open' ? html`<${CancelButton} batch=${b} onDone=${reload} />` : null}
-            </div>
-            <h3>Items finished over time</h3>
-            <${ErrorNote} error=${series.error} />
-            ${series.data ? html`<${FinishedChart} series=${series.data} />` : series.error ? null : html`<p>Loading…</p>`}
-            <${Items} batch=${b} />
-          `
+          <dl class="facts">
+            <div><dt>Status</dt><dd><${StatusBadge} status=${b.status} /></dd></div>
+            <div><dt>Job</dt><dd>${b.job}</dd></div>
+            <div><dt>Tenant / datasource</dt><dd>${b.tenant} / ${b.datasource}</dd></div>
+            <div><dt>Items/s</dt><dd>${rate(b.itemsPerSecond)}</dd></div>
+            <div><dt>Age</dt><dd>${b.ageMs === undefined ? '–' : duration(b.ageMs)}</dd></div>
+            <div><dt>Runs</dt><dd>${b.runs}</dd></div>
+            <div><dt>Redrives</dt><dd>${b.redrives ?? 0}</dd></div>
+            <div><dt>Owner process</dt><dd><code>${b.ownerProcess ?? '–'}</code></dd></div>
+            <div><dt>Created</dt><dd>${when(b.createdAt)}</dd></div>
+            <div><dt>Finished</dt><dd>${when(b.finishedAt)}</dd></div>
+            ${
+              b.toleratedFailures !== undefined
+                ? html`<div><dt>Tolerated failures</dt><dd data-tolerance>${toleranceText(b)}</dd></div>`
+                : null
+            }
+            ${b.reason ? html`<div class="wide"><dt>Reason</dt><dd data-reason>${b.reason}</dd></div>` : null}
+          </dl>
+          <${ProgressBar} batch=${b} />
+          <${CountsLegend} counts=${b.counts} />
+          <div class="actions">
+            <${RedriveButton} batch=${b} onDone=${reload} />
+            ${b.status === 'open' ? html`<${CancelButton} batch=${b} onDone=${reload} />` : null}
+          </div>
+          <h3>Items finished over time</h3>
+          <${ErrorNote} error=${series.error} />
+          ${series.data ? html`<${FinishedChart} series=${series.data} />` : series.error ? null : html`<p>Loading…</p>`}
+          <${Items} batch=${b} />
+        `
     }
   </section>`;
 }
@@ -136,9 +96,7 @@ function RedriveButton({ batch, onDone }: { batch: Batch; onDone: () => void }) 
     }
   };
   return html`<span>
-    <button type="button" disabled=${!can || busy} onClick=${redrive} aria-describedby="redrive-help">
-      Redrive failed items
-    </button>
+    <button type="button" disabled=${!can || busy} onClick=${redrive} aria-describedby="redrive-help">Redrive failed items</button>
     <span id="redrive-help" class="muted">
       ${can ? ` ${batch.counts.failed} failed item${batch.counts.failed === 1 ? '' : 's'} go back to pending with fresh attempts.` : ' Only a finished batch with failed items can be redriven.'}
     </span>
@@ -162,11 +120,7 @@ function Items({ batch }: { batch: Batch }) {
     <div class="filters">
       <label
         >State
-        <select
-          name="state"
-          value=${state}
-          onChange=${(e: Event) => choose((e.target as HTMLSelectElement).value as ItemState | '')}
-        >
+        <select name="state" value=${state} onChange=${(e: Event) => choose((e.target as HTMLSelectElement).value as ItemState | '')}>
           <option value="">all (${batch.total})</option>
           ${ITEM_STATES.map((s) => html`<option value=${s}>${s} (${batch.counts[s]})</option>`)}
         </select>
@@ -179,39 +133,30 @@ function Items({ batch }: { batch: Batch }) {
         : page.data.items.length === 0
           ? html`<p>No ${state || ''} items${cursors.length > 1 ? ' on this page' : ''}.</p>`
           : html`<table class="items">
-              <thead>
-                <tr>
-                  <th scope="col">Key</th>
-                  <th scope="col">State</th>
-                  <th scope="col" class="num">Attempts</th>
-                  <th scope="col">Error or output</th>
-                </tr>
-              </thead>
-              <tbody>
-                ${page.data.items.map(
-                  (i) =>
-                    html`<tr data-item=${i.key} data-state=${i.state}>
-                      <td><code>${i.key}</code></td>
-                      <td><span class=${`state ${i.state}`}>${i.state}</span></td>
-                      <td class="num">${i.attempts}</td>
-                      <td class=${i.error ? 'item-error' : 'muted'}>${i.error ?? brief(i.output)}</td>
-                    </tr>`,
-                )}
-              </tbody>
-            </table>`
+            <thead>
+              <tr>
+                <th scope="col">Key</th>
+                <th scope="col">State</th>
+                <th scope="col" class="num">Attempts</th>
+                <th scope="col">Error or output</th>
+              </tr>
+            </thead>
+            <tbody>
+              ${page.data.items.map(
+                (i) => html`<tr data-item=${i.key} data-state=${i.state}>
+                  <td><code>${i.key}</code></td>
+                  <td><span class=${`state ${i.state}`}>${i.state}</span></td>
+                  <td class="num">${i.attempts}</td>
+                  <td class=${i.error ? 'item-error' : 'muted'}>${i.error ?? brief(i.output)}</td>
+                </tr>`,
+              )}
+            </tbody>
+          </table>`
     }
     <nav class="pager" aria-label="Item pages">
-      <button type="button" disabled=${cursors.length <= 1} onClick=${() => setCursors(cursors.slice(0, -1))}>
-        Previous page
-      </button>
+      <button type="button" disabled=${cursors.length <= 1} onClick=${() => setCursors(cursors.slice(0, -1))}>Previous page</button>
       <span>Page ${cursors.length}</span>
-      <button
-        type="button"
-        disabled=${!page.data?.next}
-        onClick=${() => page.data?.next && setCursors([...cursors, page.data.next])}
-      >
-        Next page
-      </button>
+      <button type="button" disabled=${!page.data?.next} onClick=${() => page.data?.next && setCursors([...cursors, page.data.next])}>Next page</button>
     </nav>
   </section>`;
 }

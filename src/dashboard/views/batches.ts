@@ -32,23 +32,11 @@ export function BatchesView({
         onFilter({ tenant: draft.trim(), status });
       }}
     >
-      <label
-        >Tenant
-        <input
-          name="tenant"
-          list="tenants"
-          value=${draft}
-          onInput=${(e: Event) => setDraft((e.target as HTMLInputElement).value)}
-          placeholder="all"
-      /></label>
+      <label>Tenant <input name="tenant" list="tenants" value=${draft} onInput=${(e: Event) => setDraft((e.target as HTMLInputElement).value)} placeholder="all" /></label>
       <datalist id="tenants">${tenants.map((t) => html`<option value=${t}></option>`)}</datalist>
       <label
         >Status
-        <select
-          name="status"
-          value=${status}
-          onChange=${(e: Event) => onFilter({ tenant: draft.trim(), status: (e.target as HTMLSelectElement).value })}
-        >
+        <select name="status" value=${status} onChange=${(e: Event) => onFilter({ tenant: draft.trim(), status: (e.target as HTMLSelectElement).value })}>
           ${STATUSES.map((s) => html`<option value=${s}>${s || 'all'}</option>`)}
         </select>
       </label>
@@ -61,33 +49,31 @@ export function BatchesView({
         : polled.data.length === 0
           ? html`<p>No batches${tenant || status ? ' match the filter' : ' yet'}.</p>`
           : html`<table class="batches">
-              <thead>
-                <tr>
-                  <th scope="col">Batch</th>
-                  <th scope="col">Job</th>
-                  <th scope="col">Tenant / datasource</th>
-                  <th scope="col" class="num" title="0–9: higher runs first within its tenant">Priority</th>
-                  <th scope="col">Status</th>
-                  <th scope="col" class="wide">Progress</th>
-                  <th scope="col" class="num">Items/s</th>
-                  <th scope="col" class="num">Age</th>
-                  <th scope="col" class="num">Runs</th>
-                  <th scope="col"><span class="sr-only">Actions</span></th>
-                </tr>
-              </thead>
-              <tbody>
-                ${polled.data.map((b) => html`<${BatchRow} key=${b.id} batch=${b} onChanged=${polled.reload} />`)}
-              </tbody>
-            </table>`
+            <thead>
+              <tr>
+                <th scope="col">Batch</th>
+                <th scope="col">Job</th>
+                <th scope="col">Tenant / datasource</th>
+                <th scope="col" class="num" title="0–9: higher runs first within its tenant">Priority</th>
+                <th scope="col">Status</th>
+                <th scope="col" class="wide">Progress</th>
+                <th scope="col" class="num">Items/s</th>
+                <th scope="col" class="num">Age</th>
+                <th scope="col" class="num">Runs</th>
+                <th scope="col"><span class="sr-only">Actions</span></th>
+              </tr>
+            </thead>
+            <tbody>
+              ${polled.data.map((b) => html`<${BatchRow} key=${b.id} batch=${b} onChanged=${polled.reload} />`)}
+            </tbody>
+          </table>`
     }
   </section>`;
 }
 
 function BatchRow({ batch: b, onChanged }: { batch: Batch; onChanged: () => void }) {
   return html`<tr data-batch=${b.id} data-status=${b.status}>
-    <td>
-      <a href=${`#/batches/${b.id}`} title=${b.id}><code>${shortId(b.id)}</code></a>
-    </td>
+    <td><a href=${`#/batches/${b.id}`} title=${b.id}><code>${shortId(b.id)}</code></a></td>
     <td>${b.job}</td>
     <td>${b.tenant} / ${b.datasource}</td>
     <td class="num">${b.priority ?? '–'}</td>
@@ -102,9 +88,7 @@ function BatchRow({ batch: b, onChanged }: { batch: Batch; onChanged: () => void
     <td><${ProgressBar} batch=${b} /></td>
     <td class="num">${rate(b.itemsPerSecond)}</td>
     <td class="num">${b.ageMs === undefined ? '–' : duration(b.ageMs)}</td>
-    <td class="num">
-      ${b.runs}${b.redrives ? html`<br /><span class="muted small">${b.redrives} redrive${b.redrives === 1 ? '' : 's'}</span>` : null}
-    </td>
+    <td class="num">${b.runs}${b.redrives ? html`<br /><span class="muted small">${b.redrives} redrive${b.redrives === 1 ? '' : 's'}</span>` : null}</td>
     <td>${b.status === 'open' ? html`<${CancelButton} batch=${b} onDone=${onChanged} />` : null}</td>
   </tr>`;
 }
@@ -128,14 +112,7 @@ export function CancelButton({ batch, onDone }: { batch: Batch; onDone: () => vo
     }
   };
   if (!asking)
-    return html`<button
-      type="button"
-      class="danger"
-      onClick=${() => setAsking(true)}
-      aria-label=${`Cancel batch ${shortId(batch.id)}`}
-    >
-      Cancel
-    </button>`;
+    return html`<button type="button" class="danger" onClick=${() => setAsking(true)} aria-label=${`Cancel batch ${shortId(batch.id)}`}>Cancel</button>`;
   return html`<span class="confirm" role="group" aria-label=${`Cancel batch ${shortId(batch.id)} for good?`}>
     <button type="button" class="danger" disabled=${busy} onClick=${cancel}>Yes, cancel for good</button>
     <button type="button" disabled=${busy} onClick=${() => setAsking(false)}>Keep it</button>

@@ -41,113 +41,73 @@ export function FleetView() {
       d === undefined
         ? html`<p>Loading…</p>`
         : html`
-            <dl class="facts">
-              <div>
-                <dt>Live processes</dt>
-                <dd data-live=${d.fleet.live ?? live.length}>${d.fleet.live ?? live.length}</dd>
-              </div>
-              <div>
-                <dt>Desired</dt>
-                <dd data-desired=${d.desired}>${d.desired}</dd>
-              </div>
-              ${
-                d.fleet.coming !== undefined
-                  ? html`<div>
-                      <dt>Coming</dt>
-                      <dd>${d.fleet.coming}</dd>
-                    </div>`
-                  : null
-              }
-              ${
-                d.fleet.retiring !== undefined
-                  ? html`<div>
-                      <dt>Retiring</dt>
-                      <dd>${d.fleet.retiring}</dd>
-                    </div>`
-                  : null
-              }
-              ${
-                d.fleet.batch !== undefined
-                  ? html`<div>
-                      <dt>Batch workers</dt>
-                      <dd>${d.fleet.batch}</dd>
-                    </div>`
-                  : null
-              }
-              <div>
-                <dt>Claimable weight</dt>
-                <dd>${d.fleet.totalWeight ?? '–'}</dd>
-              </div>
-              <div>
-                <dt>Fair share</dt>
-                <dd>${fairShare ?? '–'}</dd>
-              </div>
-            </dl>
-            <${DesiredControl} desired=${d.desired} onDone=${polled.reload} />
-            <h3>Live processes</h3>
-            ${
-              live.length === 0
-                ? html`<p>No live process.</p>`
-                : html`<table class="processes">
-                    <thead>
-                      <tr>
-                        <th scope="col">Process</th>
-                        <th scope="col">Host</th>
-                        <th scope="col">Role</th>
-                        <th scope="col" class="num">Units</th>
-                        <th scope="col" class="wide">
-                          Weight against the fair share${fairShare === undefined ? '' : ` (${fairShare})`}
-                        </th>
-                        <th scope="col">Started</th>
-                        <th scope="col" class="num">Expires in</th>
-                      </tr>
-                    </thead>
-                    <tbody>
-                      ${live.map(
-                        (p) =>
-                          html`<tr data-process=${p.id}>
-                            <td><code title=${p.id}>${shortId(p.id)}</code></td>
-                            <td>${p.hostname}</td>
-                            <td>${p.role ?? '–'}${p.retiring ? ' (retiring)' : ''}</td>
-                            <td class="num">${p.units}</td>
-                            <td>
-                              <${WeightBar} weight=${p.weight} fairShare=${fairShare} scale=${scale} />
-                              <span class="muted">${p.weight}</span>
-                            </td>
-                            <td>${when(p.startedAt)}</td>
-                            <td class="num">${duration(Date.parse(p.expiresAt) - d.readAt)}</td>
-                          </tr>`,
-                      )}
-                    </tbody>
-                  </table>`
-            }
-            <h3>Expired, not yet swept</h3>
-            ${
-              expired.length === 0
-                ? html`<p>None.</p>`
-                : html`<table class="processes expired">
-                    <thead>
-                      <tr>
-                        <th scope="col">Process</th>
-                        <th scope="col">Host</th>
-                        <th scope="col" class="num">Units still held</th>
-                        <th scope="col">Expired at</th>
-                      </tr>
-                    </thead>
-                    <tbody>
-                      ${expired.map(
-                        (p) =>
-                          html`<tr data-process=${p.id}>
-                            <td><code title=${p.id}>${shortId(p.id)}</code></td>
-                            <td>${p.hostname}</td>
-                            <td class="num">${p.units}</td>
-                            <td>${when(p.expiresAt)}</td>
-                          </tr>`,
-                      )}
-                    </tbody>
-                  </table>`
-            }
-          `
+          <dl class="facts">
+            <div><dt>Live processes</dt><dd data-live=${d.fleet.live ?? live.length}>${d.fleet.live ?? live.length}</dd></div>
+            <div><dt>Desired</dt><dd data-desired=${d.desired}>${d.desired}</dd></div>
+            ${d.fleet.coming !== undefined ? html`<div><dt>Coming</dt><dd>${d.fleet.coming}</dd></div>` : null}
+            ${d.fleet.retiring !== undefined ? html`<div><dt>Retiring</dt><dd>${d.fleet.retiring}</dd></div>` : null}
+            ${d.fleet.batch !== undefined ? html`<div><dt>Batch workers</dt><dd>${d.fleet.batch}</dd></div>` : null}
+            <div><dt>Claimable weight</dt><dd>${d.fleet.totalWeight ?? '–'}</dd></div>
+            <div><dt>Fair share</dt><dd>${fairShare ?? '–'}</dd></div>
+          </dl>
+          <${DesiredControl} desired=${d.desired} onDone=${polled.reload} />
+          <h3>Live processes</h3>
+          ${
+            live.length === 0
+              ? html`<p>No live process.</p>`
+              : html`<table class="processes">
+                <thead>
+                  <tr>
+                    <th scope="col">Process</th>
+                    <th scope="col">Host</th>
+                    <th scope="col">Role</th>
+                    <th scope="col" class="num">Units</th>
+                    <th scope="col" class="wide">Weight against the fair share${fairShare === undefined ? '' : ` (${fairShare})`}</th>
+                    <th scope="col">Started</th>
+                    <th scope="col" class="num">Expires in</th>
+                  </tr>
+                </thead>
+                <tbody>
+                  ${live.map(
+                    (p) => html`<tr data-process=${p.id}>
+                      <td><code title=${p.id}>${shortId(p.id)}</code></td>
+                      <td>${p.hostname}</td>
+                      <td>${p.role ?? '–'}${p.retiring ? ' (retiring)' : ''}</td>
+                      <td class="num">${p.units}</td>
+                      <td><${WeightBar} weight=${p.weight} fairShare=${fairShare} scale=${scale} /> <span class="muted">${p.weight}</span></td>
+                      <td>${when(p.startedAt)}</td>
+                      <td class="num">${duration(Date.parse(p.expiresAt) - d.readAt)}</td>
+                    </tr>`,
+                  )}
+                </tbody>
+              </table>`
+          }
+          <h3>Expired, not yet swept</h3>
+          ${
+            expired.length === 0
+              ? html`<p>None.</p>`
+              : html`<table class="processes expired">
+                <thead>
+                  <tr>
+                    <th scope="col">Process</th>
+                    <th scope="col">Host</th>
+                    <th scope="col" class="num">Units still held</th>
+                    <th scope="col">Expired at</th>
+                  </tr>
+                </thead>
+                <tbody>
+                  ${expired.map(
+                    (p) => html`<tr data-process=${p.id}>
+                      <td><code title=${p.id}>${shortId(p.id)}</code></td>
+                      <td>${p.hostname}</td>
+                      <td class="num">${p.units}</td>
+                      <td>${when(p.expiresAt)}</td>
+                    </tr>`,
+                  )}
+                </tbody>
+              </table>`
+          }
+        `
     }
   </section>`;
 }
@@ -179,16 +139,7 @@ function DesiredControl({ desired, onDone }: { desired: number; onDone: () => vo
   return html`<form class="filters" onSubmit=${submit}>
     <label
       >Desired live processes
-      <input
-        name="desired"
-        type="number"
-        min="0"
-        max="1000"
-        step="1"
-        required
-        value=${value ?? String(desired)}
-        onInput=${(e: Event) => setValue((e.target as HTMLInputElement).value)}
-      />
+      <input name="desired" type="number" min="0" max="1000" step="1" required value=${value ?? String(desired)} onInput=${(e: Event) => setValue((e.target as HTMLInputElement).value)} />
     </label>
     <button type="submit" disabled=${busy}>Set desired count</button>
     <span role="status" class=${note && !note.ok ? 'error' : 'ok'}>${note?.text ?? ''}</span>

@@ -37,10 +37,7 @@ export function UnitsView() {
       polled.data === undefined
         ? html`<p>Loading…</p>`
         : polled.data.length === 0
-          ? html`<p>
-              No units. Register some with
-              <code>leasehold units put TENANT --job outbox-delivery --shards 4 --endpoint URL</code>.
-            </p>`
+          ? html`<p>No units. Register some with <code>leasehold units put TENANT --job outbox-delivery --shards 4 --endpoint URL</code>.</p>`
           : polled.data.map((t) => html`<${Tenant} key=${t.tenant} data=${t} />`)
     }
   </section>`;
@@ -55,32 +52,24 @@ function Tenant({ data }: { data: TenantData }) {
   return html`<article class="tenant" aria-labelledby=${id} data-tenant=${tenant}>
     <h3 id=${id}>${tenant}</h3>
     <p>
-      ${units.length} unit${units.length === 1 ? '' : 's'} of ${[...new Set(units.map((u) => u.job))].join(', ')}, weight
-      ${weight}; owners:
+      ${units.length} unit${units.length === 1 ? '' : 's'} of ${[...new Set(units.map((u) => u.job))].join(', ')}, weight ${weight}; owners:
       ${[...owners].map(([owner, n]) => html` <span class="owner"><code>${owner ? shortId(owner) : 'unowned'}</code> × ${n}</span>`)}
     </p>
     <details>
       <summary>Units of ${tenant}</summary>
       <table class="units">
         <thead>
-          <tr>
-            <th scope="col" class="num">Shard</th>
-            <th scope="col">Job</th>
-            <th scope="col" class="num">Weight</th>
-            <th scope="col">Owner</th>
-            <th scope="col">Claimed</th>
-          </tr>
+          <tr><th scope="col" class="num">Shard</th><th scope="col">Job</th><th scope="col" class="num">Weight</th><th scope="col">Owner</th><th scope="col">Claimed</th></tr>
         </thead>
         <tbody>
           ${units.map(
-            (u) =>
-              html`<tr>
-                <td class="num">${u.shard}</td>
-                <td>${u.job}</td>
-                <td class="num">${u.weight}</td>
-                <td><code title=${u.owner ?? ''}>${u.owner ? shortId(u.owner) : 'unowned'}</code></td>
-                <td>${when(u.claimedAt)}</td>
-              </tr>`,
+            (u) => html`<tr>
+              <td class="num">${u.shard}</td>
+              <td>${u.job}</td>
+              <td class="num">${u.weight}</td>
+              <td><code title=${u.owner ?? ''}>${u.owner ? shortId(u.owner) : 'unowned'}</code></td>
+              <td>${when(u.claimedAt)}</td>
+            </tr>`,
           )}
         </tbody>
       </table>
@@ -89,35 +78,30 @@ function Tenant({ data }: { data: TenantData }) {
     ${
       outbox
         ? html`<table class="outbox">
-            <caption>
-              Outbox of ${tenant}, per endpoint
-            </caption>
-            <thead>
-              <tr>
-                <th scope="col">Endpoint</th>
-                <th scope="col" class="num">Backlog</th>
-                <th scope="col" class="num">Oldest waiting</th>
-                <th scope="col" class="num">Failures in a row</th>
-                <th scope="col">Last error</th>
-                <th scope="col">Last delivered</th>
-              </tr>
-            </thead>
-            <tbody>
-              ${outbox.endpoints.map(
-                (e) =>
-                  html`<tr data-endpoint=${e.url}>
-                    <td><code>${e.url}</code></td>
-                    <td class="num">${e.backlog}</td>
-                    <td class="num">${e.oldest ? duration(e.oldest.ageMs) : '–'}</td>
-                    <td class="num">${e.failures}</td>
-                    <td class=${e.lastError ? 'item-error' : 'muted'}>
-                      ${e.lastError ? `${e.lastError.message} (${when(e.lastError.at)})` : 'none'}
-                    </td>
-                    <td>${when(e.lastDeliveredAt)}</td>
-                  </tr>`,
-              )}
-            </tbody>
-          </table>`
+          <caption>Outbox of ${tenant}, per endpoint</caption>
+          <thead>
+            <tr>
+              <th scope="col">Endpoint</th>
+              <th scope="col" class="num">Backlog</th>
+              <th scope="col" class="num">Oldest waiting</th>
+              <th scope="col" class="num">Failures in a row</th>
+              <th scope="col">Last error</th>
+              <th scope="col">Last delivered</th>
+            </tr>
+          </thead>
+          <tbody>
+            ${outbox.endpoints.map(
+              (e) => html`<tr data-endpoint=${e.url}>
+                <td><code>${e.url}</code></td>
+                <td class="num">${e.backlog}</td>
+                <td class="num">${e.oldest ? duration(e.oldest.ageMs) : '–'}</td>
+                <td class="num">${e.failures}</td>
+                <td class=${e.lastError ? 'item-error' : 'muted'}>${e.lastError ? `${e.lastError.message} (${when(e.lastError.at)})` : 'none'}</td>
+                <td>${when(e.lastDeliveredAt)}</td>
+              </tr>`,
+            )}
+          </tbody>
+        </table>`
         : null
     }
   </article>`;
