@@ -13,7 +13,10 @@ const RUNS = Number(process.env.BENCH_IMPORT_RUNS ?? 15);
 export async function bundleBench(): Promise<void> {
   const dir = await mkdtemp(join(tmpdir(), 'leasehold-bench-bundle-'));
   try {
-    const bundle = await buildLikeSst(resolve(import.meta.dirname, '..', 'functions', 'leasehold.ts'), join(dir, 'leasehold.mjs'));
+    const bundle = await buildLikeSst(
+      resolve(import.meta.dirname, '..', 'functions', 'leasehold.ts'),
+      join(dir, 'leasehold.mjs'),
+    );
     const cost = importCost(bundle.file, RUNS);
     console.log(
       `worker bundle: ${bundle.bytes} bytes, import ${Math.round(cost.wallMs)} ms ` +

@@ -35,12 +35,17 @@ async function pool<T>(items: T[], n: number, work: (item: T) => Promise<unknown
 /** Write FILES files of 1–64 KiB (sizes from a fixed-seed generator) under `dir`; returns their paths relative to it. */
 async function makeFiles(dir: string): Promise<string[]> {
   let seed = 42;
-  const random = () => ((seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31);
-  const keys = Array.from({ length: FILES }, (_, i) => `d${String(Math.floor(i / PER_DIR)).padStart(2, '0')}/f${String(i).padStart(4, '0')}.bin`);
+  const random = () => (seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31;
+  const keys = Array.from(
+    { length: FILES },
+    (_, i) => `d${String(Math.floor(i / PER_DIR)).padStart(2, '0')}/f${String(i).padStart(4, '0')}.bin`,
+  );
   for (let d = 0; d < FILES / PER_DIR; d++) await mkdir(join(dir, `d${String(d).padStart(2, '0')}`));
   const sizes = keys.map(() => 1024 + Math.floor(random() * 63 * 1024));
-  await pool(keys.map((k, i) => [k, sizes[i]] as const), 16, ([key, size]) =>
-    writeFile(join(dir, key), Buffer.alloc(size, key)),
+  await pool(
+    keys.map((k, i) => [k, sizes[i]] as const),
+    16,
+    ([key, size]) => writeFile(join(dir, key), Buffer.alloc(size, key)),
   );
   return keys;
 }
@@ -59,7 +64,11 @@ export async function checksumBench(url: string): Promise<void> {
     const starts: number[] = [];
     for (let round = 0; round < ROUNDS; round++) {
       let t0 = performance.now();
-      await pool(keys, 16, async (key) => createHash('sha256').update(await readFile(join(dir, key))).digest('hex'));
+      await pool(keys, 16, async (key) =>
+        createHash('sha256')
+          .update(await readFile(join(dir, key)))
+          .digest('hex'),
+      );
       plain.push(performance.now() - t0);
 
       const signal = new AbortController().signal;
@@ -86,13 +95,16 @@ export async function checksumBench(url: string): Promise<void> {
       const result = await runner.running(batch.id)!;
       const t2 = performance.now();
       await runner.close();
-      if (result.outcome !== 'succeeded' || result.finishedItems !== FILES) throw new Error(`bench checksum run ended ${result.outcome}`);
+      if (result.outcome !== 'succeeded' || result.finishedItems !== FILES)
+        throw new Error(`bench checksum run ended ${result.outcome}`);
       starts.push(t1 - t0);
       batchRun.push(t2 - t0);
       await sql`delete from leasehold_batches where id = ${batch.id}`;
     }
     const parallel = jobs.get('checksum').parallel;
-    console.log(`checksum of ${FILES.toLocaleString('en-US')} files: ${s(median(batchRun))} s (${(median(batchRun) / median(plain)).toFixed(1)}× plain hashing)`);
+    console.log(
+      `checksum of ${FILES.toLocaleString('en-US')} files: ${s(median(batchRun))} s (${(median(batchRun) / median(plain)).toFixed(1)}× plain hashing)`,
+    );
     console.log(
       `  checksum parts (library, parallel ${parallel ?? 'default'}, median of ${ROUNDS}): plain hashing 16 at a time ${s(median(plain))} s;` +
         ` the job's item work alone 16 at a time ${s(median(itemWork))} s; start ${s(median(starts))} s; run ${s(median(batchRun) - median(starts))} s`,

@@ -15,7 +15,7 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Runner, RUNNER_DEFAULTS, createBatch, getBatch, type Resolve } from '../src/batch/index.js';
-import * as q from '../src/batch/sql.js';
+import * as q from '../src/batch/sql/batches.js';
 import { defaultJobContext, defaultRegistry, type JobRegistry } from '../src/jobs/index.js';
 import { ApiClient } from '../src/cli/client.js';
 import type { Sql } from '../src/store/index.js';
@@ -36,8 +36,9 @@ async function folder(root: string, name: string, n: number): Promise<string> {
   const dir = join(root, name);
   await mkdir(dir);
   let seed = n;
-  const random = () => ((seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31);
-  for (let i = 0; i < n; i++) await writeFile(join(dir, `f${String(i).padStart(4, '0')}.bin`), Buffer.alloc(1024 + Math.floor(random() * 63 * 1024), i));
+  const random = () => (seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31;
+  for (let i = 0; i < n; i++)
+    await writeFile(join(dir, `f${String(i).padStart(4, '0')}.bin`), Buffer.alloc(1024 + Math.floor(random() * 63 * 1024), i));
   return dir;
 }
 
@@ -86,11 +87,15 @@ async function finishedAt(sql: Sql, ids: string[], t0: number): Promise<number> 
 async function devStack(url: string, schema: string, root: string): Promise<{ api: ApiClient; stop(): Promise<void> }> {
   const cli = join(import.meta.dirname, '..', 'src', 'cli.ts');
   const schemaUrl = `${url}${url.includes('?') ? '&' : '?'}search_path=${encodeURIComponent(schema)}`;
-  const child = spawn(process.execPath, ['--import', import.meta.resolve('tsx'), cli, 'dev', '--port', '0', '--concurrency', String(WORKERS)], {
-    cwd: root,
-    env: { ...process.env, DATABASE_URL: schemaUrl, LEASEHOLD_ALLOWED_ROOTS: root, LEASEHOLD_MAX_OPEN: '100' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const child = spawn(
+    process.execPath,
+    ['--import', import.meta.resolve('tsx'), cli, 'dev', '--port', '0', '--concurrency', String(WORKERS)],
+    {
+      cwd: root,
+      env: { ...process.env, DATABASE_URL: schemaUrl, LEASEHOLD_ALLOWED_ROOTS: root, LEASEHOLD_MAX_OPEN: '100' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
   let out = '';
   child.stdout!.on('data', (d) => (out += d));
   child.stderr!.on('data', (d) => (out += d));
@@ -159,7 +164,9 @@ async function sharingDev(url: string): Promise<void> {
       await sql<{ n: number }[]>`select count(*)::int as n from leasehold_batches
         where tenant = 'big' and finished_at <= (select finished_at from leasehold_batches where id = ${small})`
     )[0].n;
-    console.log(`tenant fairness, ${WORKERS} workers: small batch done after ${s(smallDone)} s (big tenant done after ${s(bigDone)} s)`);
+    console.log(
+      `tenant fairness, ${WORKERS} workers: small batch done after ${s(smallDone)} s (big tenant done after ${s(bigDone)} s)`,
+    );
     console.log(
       `  on leasehold dev --concurrency ${WORKERS}: small batch ${s(smallDone - (smallStart - t0))} s from its own start (solo ${s(solo)} s;` +
         ` goal ≤ solo + 1 s + one slice of ${s(RUNNER_DEFAULTS.sliceMs)} s); small done / big done = ${((100 * smallDone) / bigDone).toFixed(0)} %,` +
@@ -238,7 +245,9 @@ async function choiceServerMs(sql: Sql, n: number): Promise<number> {
     await sql
       .begin(async (tx) => {
         const t = tx as unknown as Sql;
-        const [row] = await t<{ 'QUERY PLAN': [{ 'Execution Time': number }] }[]>`explain (analyze, format json) ${q.takeOverStatement(t, args)}`;
+        const [row] = await t<
+          { 'QUERY PLAN': [{ 'Execution Time': number }] }[]
+        >`explain (analyze, format json) ${q.takeOverStatement(t, args)}`;
         times.push(row['QUERY PLAN'][0]['Execution Time']);
         throw new RolledBack();
       })

@@ -65,7 +65,9 @@ async function stopAll(ls: Leaser[]): Promise<void> {
 }
 
 async function ownersOf(sql: Sql): Promise<Map<string, string | null>> {
-  const rows = await sql<{ tenant: string; shard: number; owner: string | null }[]>`select tenant, shard, owner from leasehold_units`;
+  const rows = await sql<
+    { tenant: string; shard: number; owner: string | null }[]
+  >`select tenant, shard, owner from leasehold_units`;
   return new Map(rows.map((r) => [`${r.tenant}/${r.shard}`, r.owner]));
 }
 
@@ -103,7 +105,9 @@ async function convergence(url: string, admin: Sql, log: (line: string) => void)
       return `min ${Math.min(...n)}, max ${Math.max(...n)} units per process, ${n.reduce((a, x) => a + x, 0)} of ${CONV_UNITS} owned`;
     };
     const checkStore = async (ls: Leaser[]) => {
-      const rows = await db.sql<{ owner: string | null; n: number }[]>`select owner, count(*) as n from leasehold_units group by owner`;
+      const rows = await db.sql<
+        { owner: string | null; n: number }[]
+      >`select owner, count(*) as n from leasehold_units group by owner`;
       const byOwner = new Map(rows.map((r) => [r.owner, r.n]));
       for (const l of ls) {
         if ((byOwner.get(l.processId) ?? 0) !== l.owned().length) throw new Error(`store and leaser disagree on ${l.processId}`);
@@ -125,7 +129,9 @@ async function convergence(url: string, admin: Sql, log: (line: string) => void)
       const t = performance.now() - t0;
       const unowned = await checkStore(ls);
       if (converged(ls) && unowned === 0) {
-        log(`convergence, ${CONV_PROCESSES} processes at once, ${fmt(CONV_UNITS)} units: ${rounds} ticks (rounds), ${s(t)} to ${fair} units each`);
+        log(
+          `convergence, ${CONV_PROCESSES} processes at once, ${fmt(CONV_UNITS)} units: ${rounds} ticks (rounds), ${s(t)} to ${fair} units each`,
+        );
       } else {
         log(`convergence, ${CONV_PROCESSES} processes at once: NOT converged after ${rounds} ticks (${s(t)}): ${spread(ls)}`);
       }
@@ -188,7 +194,9 @@ async function convergence(url: string, admin: Sql, log: (line: string) => void)
       let moved = 0;
       for (const [k, o] of after) if (before.get(k) !== o) moved++;
       const bound = Math.ceil(CONV_UNITS / CONV_PROCESSES) + CONV_PROCESSES - 1;
-      log(`one process joining ${CONV_PROCESSES - 1}: ${moved} units moved over 10 ticks (bound ceil(total/(N+1)) + N = ${bound}); ${spread(ls)}`);
+      log(
+        `one process joining ${CONV_PROCESSES - 1}: ${moved} units moved over 10 ticks (bound ceil(total/(N+1)) + N = ${bound}); ${spread(ls)}`,
+      );
       await stopAll(ls);
     }
 
@@ -257,7 +265,9 @@ async function retire(url: string, admin: Sql, log: (line: string) => void): Pro
     }
   })();
   const even = async (n: number) => {
-    const rows = await sql<{ weight: number }[]>`select (select count(*) from leasehold_units u where u.owner = p.id)::int as weight
+    const rows = await sql<
+      { weight: number }[]
+    >`select (select count(*) from leasehold_units u where u.owner = p.id)::int as weight
       from leasehold_processes p where p.expires_at > now() and p.role = 'fleet' and not p.retiring`;
     const [{ orphaned }] = await sql<{ orphaned: number }[]>`select count(*) as orphaned from leasehold_units u
       where not exists (select 1 from leasehold_processes p where p.id = u.owner and p.expires_at > now())`;
@@ -289,7 +299,9 @@ async function retire(url: string, admin: Sql, log: (line: string) => void): Pro
         `every unit owned again, each process within ±20 %, after ${s(down.owned)}`,
     );
     const up = await change(10);
-    log(`desired 3 → 10: live 10 after ${s(up.live)} (${up.liveTicks} scheduler run${up.liveTicks === 1 ? '' : 's'}), every unit owned, each within ±20 %, after ${s(up.owned)}`);
+    log(
+      `desired 3 → 10: live 10 after ${s(up.live)} (${up.liveTicks} scheduler run${up.liveTicks === 1 ? '' : 's'}), every unit owned, each within ±20 %, after ${s(up.owned)}`,
+    );
   } finally {
     stop = true;
     await scheduler;
@@ -325,8 +337,12 @@ async function latency(url: string, admin: Sql, n: number, log: (line: string) =
         // The statement-level totals trigger keeps the totals in one write.
       }),
     );
-    const [, tVacuum] = await timed(() => sql.unsafe('vacuum analyze leasehold_units, leasehold_processes, leasehold_unit_totals'));
-    log(`${fmt(n)} units, ${fmt(processes)} live process${processes === 1 ? '' : 'es'} of ${fmt(PER_PROCESS)} units each: insert ${s(tInsert)} (one statement), vacuum analyze ${s(tVacuum)}`);
+    const [, tVacuum] = await timed(() =>
+      sql.unsafe('vacuum analyze leasehold_units, leasehold_processes, leasehold_unit_totals'),
+    );
+    log(
+      `${fmt(n)} units, ${fmt(processes)} live process${processes === 1 ? '' : 'es'} of ${fmt(PER_PROCESS)} units each: insert ${s(tInsert)} (one statement), vacuum analyze ${s(tVacuum)}`,
+    );
 
     // Statements sent by the measured ticks, counted through postgres.js's debug hook.
     let statements = 0;
@@ -348,7 +364,9 @@ async function latency(url: string, admin: Sql, n: number, log: (line: string) =
       }
     };
     const line = (what: string, xs: number[]) => {
-      log(`  ${what}: median ${ms(pct(xs, 0.5))}, p95 ${ms(pct(xs, 0.95))} (${xs.length} ticks, ${(statements / xs.length).toFixed(1)} statements/tick)`);
+      log(
+        `  ${what}: median ${ms(pct(xs, 0.5))}, p95 ${ms(pct(xs, 0.95))} (${xs.length} ticks, ${(statements / xs.length).toFixed(1)} statements/tick)`,
+      );
       statements = 0;
     };
 
@@ -405,7 +423,10 @@ async function latency(url: string, admin: Sql, n: number, log: (line: string) =
     await sql`update leasehold_units set owner = null where owner = ${fresh.processId}`;
     const late = new Leaser(pools[1], { ttlMs: 3_600_000, heartbeatIntervalMs: 60_000 }, noop);
     let expired = 1; // `fresh`
-    for (const [times, ticks] of [[1, 5], [5, 3]] as const) {
+    for (const [times, ticks] of [
+      [1, 5],
+      [5, 3],
+    ] as const) {
       await sql`insert into leasehold_processes (id, hostname, version, expires_at)
         select gen_random_uuid(), 'bench', 'bench', now() - interval '10 minutes' from generate_series(1, ${times * processes - expired})`;
       expired = times * processes;
@@ -418,7 +439,10 @@ async function latency(url: string, admin: Sql, n: number, log: (line: string) =
         tLate.push(t);
         await late.release();
       }
-      line(`claim tick, ${fmt(PER_PROCESS)} unowned units, ${fmt(expired)} expired process${expired === 1 ? '' : 'es'} owning nothing`, tLate);
+      line(
+        `claim tick, ${fmt(PER_PROCESS)} unowned units, ${fmt(expired)} expired process${expired === 1 ? '' : 'es'} owning nothing`,
+        tLate,
+      );
     }
   } finally {
     await Promise.all(pools.map((p) => p.end()));
@@ -508,7 +532,9 @@ async function idle(url: string, admin: Sql, log: (line: string) => void): Promi
       return `${a.relname} ${a.upd - b.upd} updated (${a.hot - b.hot} HOT), ${a.ins - b.ins} inserted, ${a.del - b.del} deleted`;
     });
     log(`  rows the 3 processes wrote in ${IDLE_S + 1} s of run() (server counters): ${delta.join('; ')}`);
-    log(`  expected from the design: ${60_000 / cfg.heartbeatIntervalMs} heartbeats/min per process, no write from an idle tick; + 1 sweep per 10 min per process (outside the window)`);
+    log(
+      `  expected from the design: ${60_000 / cfg.heartbeatIntervalMs} heartbeats/min per process, no write from an idle tick; + 1 sweep per 10 min per process (outside the window)`,
+    );
   } finally {
     await Promise.all(pools.map((p) => p.end()));
     await admin`drop schema ${admin(db.name)} cascade`;

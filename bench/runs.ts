@@ -11,7 +11,14 @@
 // table state: the batches of earlier rounds are deleted and the tables vacuumed first (otherwise
 // each round pays for the dead rows of all the rounds before it, and later figures sink).
 import { randomUUID } from 'node:crypto';
-import { PermanentItemError, Runner, createBatch, type Executor, type NewBatch, type ToleratedFailures } from '../src/batch/index.js';
+import {
+  PermanentItemError,
+  Runner,
+  createBatch,
+  type Executor,
+  type NewBatch,
+  type ToleratedFailures,
+} from '../src/batch/index.js';
 import { connect, type Sql } from '../src/store/index.js';
 
 const ITEMS = Number(process.env.BENCH_ITEMS ?? 20_000);

@@ -32,7 +32,9 @@ export async function startBench(url: string): Promise<void> {
       await sql`delete from leasehold_batches where id = ${started.id}`;
     }
     const s = (ms: number) => (ms / 1000).toFixed(2);
-    console.log(`start of ${ITEMS.toLocaleString('en-US')} items: ${s(median(times))} s (createBatch, median of ${ROUNDS}; best ${s(Math.min(...times))} s)`);
+    console.log(
+      `start of ${ITEMS.toLocaleString('en-US')} items: ${s(median(times))} s (createBatch, median of ${ROUNDS}; best ${s(Math.min(...times))} s)`,
+    );
   } finally {
     await drop();
   }

@@ -81,7 +81,9 @@ async function vendorDriver() {
   const { version } = JSON.parse(readFileSync(join(pkgDir, 'package.json'), 'utf8'));
   const patch = readdirSync(join(root, 'patches')).find((f) => f.startsWith('postgres+'));
   if (!patch || patch !== `postgres+${version}.patch`) {
-    throw new Error(`patches/ holds ${patch ?? 'no postgres patch'} but postgres ${version} is installed: update the patch (or drop it with this step once upstream fixed the bugs)`);
+    throw new Error(
+      `patches/ holds ${patch ?? 'no postgres patch'} but postgres ${version} is installed: update the patch (or drop it with this step once upstream fixed the bugs)`,
+    );
   }
   // patch-package marks nothing in node_modules: check for the patch's own text instead.
   if (!readFileSync(join(pkgDir, 'src', 'connection.js'), 'utf8').includes('Patched for leasehold')) {
@@ -144,7 +146,9 @@ async function bundleDashboard() {
     minify: true,
     legalComments: 'none',
     logLevel: 'warning',
-    banner: { js: `/*! leasehold dashboard; bundles ${names.map((l) => `${l.name} ${l.version} (${l.license})`).join(', ')}: see LICENSES.txt */` },
+    banner: {
+      js: `/*! leasehold dashboard; bundles ${names.map((l) => `${l.name} ${l.version} (${l.license})`).join(', ')}: see LICENSES.txt */`,
+    },
   });
   // One stylesheet: the page's own with uPlot's, named as index.html links it.
   renameSync(join(out, 'app-style.css'), join(out, 'app.css'));

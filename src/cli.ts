@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { connect, migrate } from './store/index.js';
 import { ConfigError, loadConfig } from './runtime/config.js';
-import { ApiClient, ApiError, type ApiBatch, type ApiTenant, type ApiConcurrency } from './cli/client.js';
+import { ApiCallError, ApiClient, type ApiBatch, type ApiTenant, type ApiConcurrency } from './cli/client.js';
 import { followBatch } from './cli/follow.js';
 
 const program = new Command();
@@ -36,7 +36,7 @@ function collectParam(pair: string, params: Record<string, unknown>): Record<str
   if (at <= 0) throw new InvalidArgumentError(`--param takes key=value, got "${pair}"`);
   const key = pair.slice(0, at);
   const raw = pair.slice(at + 1);
-  let value: unknown = raw;
+  let value: unknown;
   try {
     value = JSON.parse(raw);
   } catch {
@@ -93,39 +93,72 @@ const LISTED_FAILURES = 10;
 async function followToEnd(api: ApiClient, id: string): Promise<void> {
   const end = await followBatch(api, id);
   const tolerated = end.status === 'succeeded' && end.counts.failed > 0 ? ' (tolerated)' : '';
-  console.log(`batch ${end.id} ${end.status}: ${end.counts.done} done, ${end.counts.failed} failed${tolerated}${end.reason ? `; ${end.reason}` : ''}`);
+  console.log(
+    `batch ${end.id} ${end.status}: ${end.counts.done} done, ${end.counts.failed} failed${tolerated}${end.reason ? `; ${end.reason}` : ''}`,
+  );
   if (end.counts.failed > 0) {
     let n = 0;
     for await (const item of api.items(end.id, LISTED_FAILURES, 'failed')) {
       if (n++ === LISTED_FAILURES) break;
       console.log(`  failed ${item.key}: ${item.error ?? ''}`);
     }
-    if (end.counts.failed > LISTED_FAILURES) console.log(`  … ${end.counts.failed - LISTED_FAILURES} more: leasehold batch results ${end.id}`);
+    if (end.counts.failed > LISTED_FAILURES)
+      console.log(`  … ${end.counts.failed - LISTED_FAILURES} more: leasehold batch results ${end.id}`);
   }
   if (end.status !== 'succeeded') process.exitCode = 1;
 }
 
 /** `--tenant` of the commands on one batch: the tenant-scoped routes. */
 const scopeOption = () =>
-  new Option('--tenant <tenant>', "use the tenant's own routes (/tenants/TENANT/batches/…), as a per-tenant IAM policy requires; another tenant's batch answers 404");
+  new Option(
+    '--tenant <tenant>',
+    "use the tenant's own routes (/tenants/TENANT/batches/…), as a per-tenant IAM policy requires; another tenant's batch answers 404",
+  );
 
 /** A client on the API, scoped to `tenant` when given. */
-const client = (opts: { api?: string; tenant?: string }) => new ApiClient(apiUrl(opts.api), opts.tenant === undefined ? {} : { tenant: opts.tenant });
+const client = (opts: { api?: string; tenant?: string }) =>
+  new ApiClient(apiUrl(opts.api), opts.tenant === undefined ? {} : { tenant: opts.tenant });
 
-const apiOption = new Option('--api <url>', 'API base URL (default: LEASEHOLD_API_URL, the running `leasehold dev`, or http://127.0.0.1:3000)');
+const apiOption = new Option(
+  '--api <url>',
+  'API base URL (default: LEASEHOLD_API_URL, the running `leasehold dev`, or http://127.0.0.1:3000)',
+);
 
 program
   .command('dev')
   .description('run the local stack: database, migrations, API, local invoke endpoint, scheduler')
-  .option('--app <file>', "run the handlers FILE exports (createHandlers from 'leasehold/lambda'; TypeScript is fine) instead of the built-in jobs")
+  .option(
+    '--app <file>',
+    "run the handlers FILE exports (createHandlers from 'leasehold/lambda'; TypeScript is fine) instead of the built-in jobs",
+  )
   .addOption(new Option('--port <port>', 'API port (0: any free port)').env('PORT').default(3000).argParser(port))
   .option('--demo <dir>', 'allow DIR and start a checksum batch over it, following its progress')
   .option('--exit-when-idle', 'exit 0 once no batch is open; print a JSON summary as the last line')
-  .addOption(new Option('--timeout-ms <ms>', 'local worker timeout, ms').env('LEASEHOLD_LOCAL_TIMEOUT_MS').default(30_000).argParser(positiveInt('--timeout-ms')))
-  .addOption(new Option('--concurrency <n>', 'most local worker invocations at once').env('LEASEHOLD_LOCAL_CONCURRENCY').default(8).argParser(positiveInt('--concurrency')))
-  .addOption(new Option('--schedule-ms <ms>', 'scheduler interval, ms').env('LEASEHOLD_LOCAL_SCHEDULE_MS').default(5_000).argParser(positiveInt('--schedule-ms')))
-  .option('--verbose', 'print the functions\' JSON logs (default: written to .leasehold/dev.log)')
-  .addOption(new Option('--units-demo [perSecond]', 'register demo tenants with outbox-delivery units to the local sink and send messages (default 20/s)').argParser(positiveInt('--units-demo')))
+  .addOption(
+    new Option('--timeout-ms <ms>', 'local worker timeout, ms')
+      .env('LEASEHOLD_LOCAL_TIMEOUT_MS')
+      .default(30_000)
+      .argParser(positiveInt('--timeout-ms')),
+  )
+  .addOption(
+    new Option('--concurrency <n>', 'most local worker invocations at once')
+      .env('LEASEHOLD_LOCAL_CONCURRENCY')
+      .default(8)
+      .argParser(positiveInt('--concurrency')),
+  )
+  .addOption(
+    new Option('--schedule-ms <ms>', 'scheduler interval, ms')
+      .env('LEASEHOLD_LOCAL_SCHEDULE_MS')
+      .default(5_000)
+      .argParser(positiveInt('--schedule-ms')),
+  )
+  .option('--verbose', "print the functions' JSON logs (default: written to .leasehold/dev.log)")
+  .addOption(
+    new Option(
+      '--units-demo [perSecond]',
+      'register demo tenants with outbox-delivery units to the local sink and send messages (default 20/s)',
+    ).argParser(positiveInt('--units-demo')),
+  )
   .action(async (opts) => {
     const { runDev } = await import('./local/dev.js');
     process.exitCode = await runDev({
@@ -143,10 +176,16 @@ program
 
 program
   .command('dashboard')
-  .description("serve the dashboard of a deployed stage on 127.0.0.1: the page's API calls go to the stage's HTTP API, signed (SigV4) with your AWS credentials")
-  .addOption(new Option('--api <url>', "the stage's HTTP API URL (the `api` output of `sst deploy`)").env('LEASEHOLD_API_URL').makeOptionMandatory())
+  .description(
+    "serve the dashboard of a deployed stage on 127.0.0.1: the page's API calls go to the stage's HTTP API, signed (SigV4) with your AWS credentials",
+  )
+  .addOption(
+    new Option('--api <url>', "the stage's HTTP API URL (the `api` output of `sst deploy`)")
+      .env('LEASEHOLD_API_URL')
+      .makeOptionMandatory(),
+  )
   .addOption(new Option('--port <port>', 'port on 127.0.0.1 (0: any free port)').default(3300).argParser(port))
-  .option('--region <region>', 'region to sign for (default: from an execute-api URL, else AWS_REGION or the profile\'s)')
+  .option('--region <region>', "region to sign for (default: from an execute-api URL, else AWS_REGION or the profile's)")
   .option('--profile <profile>', 'AWS profile of the credential chain (default: AWS_PROFILE, else default)')
   .action(async (opts) => {
     const { runDashboard } = await import('./local/dashboard-proxy.js');
@@ -176,7 +215,9 @@ program
     }
   });
 
-const batch = program.command('batch').description('start, show, list, cancel and redrive batches, and read their results, through the API');
+const batch = program
+  .command('batch')
+  .description('start, show, list, cancel and redrive batches, and read their results, through the API');
 
 /** `--priority`: a whole number from 0 to 9. */
 const priorityArg = (v: string) => {
@@ -193,7 +234,11 @@ batch
   .option('--tenant <tenant>', 'tenant', 'local')
   .option('--datasource <name>', 'datasource the batch reads from', 'local')
   .option('--request-key <key>', 'idempotency key: the same key never starts a second batch')
-  .option('--tolerate <N|P%>', 'failed items tolerated: N items or P% of them; past that the batch ends failed at once (default: any failed item fails the batch once all ran)', tolerance)
+  .option(
+    '--tolerate <N|P%>',
+    'failed items tolerated: N items or P% of them; past that the batch ends failed at once (default: any failed item fails the batch once all ran)',
+    tolerance,
+  )
   .option('--priority <0-9>', "order among the tenant's own batches, 9 first (default 5)", priorityArg)
   .option('--follow', 'show progress until the batch finishes; exit 1 unless it succeeded')
   .option('--json', 'print the batch as JSON')
@@ -266,7 +311,9 @@ batch
     const list = await client(opts).listBatches({ status: opts.status, limit: opts.limit });
     if (opts.json) return console.log(JSON.stringify(list, null, 2));
     if (list.length === 0) return console.log('no batches');
-    console.log(`${'id'.padEnd(36)}  ${'status'.padEnd(9)}  ${'job'.padEnd(12)} prio  finished/total  tenant/datasource  created`);
+    console.log(
+      `${'id'.padEnd(36)}  ${'status'.padEnd(9)}  ${'job'.padEnd(12)} prio  finished/total  tenant/datasource  created`,
+    );
     for (const b of list) {
       console.log(
         `${b.id}  ${b.status.padEnd(9)}  ${b.job.padEnd(12)} ${String(b.priority).padEnd(4)}  ${b.counts.done + b.counts.failed}/${b.total}  ${b.tenant}/${b.datasource}  ${b.createdAt}`,
@@ -298,8 +345,14 @@ batch
     const api = client(opts);
     const { batch: b, redrive, redriven } = await api.redriveBatch(id, opts.idempotencyKey);
     if (opts.json) console.log(JSON.stringify({ ...b, redrive, redriven }));
-    else if (redriven) console.log(`batch ${b.id} redriven (redrive ${redrive.number}): ${redrive.items} failed item${redrive.items === 1 ? '' : 's'} pending again`);
-    else console.log(`already redriven by this idempotency key: batch ${b.id} redrive ${redrive.number} (${redrive.items} items) at ${redrive.at}; now ${b.status}`);
+    else if (redriven)
+      console.log(
+        `batch ${b.id} redriven (redrive ${redrive.number}): ${redrive.items} failed item${redrive.items === 1 ? '' : 's'} pending again`,
+      );
+    else
+      console.log(
+        `already redriven by this idempotency key: batch ${b.id} redrive ${redrive.number} (${redrive.items} items) at ${redrive.at}; now ${b.status}`,
+      );
     if (opts.follow) await followToEnd(api, b.id);
   });
 
@@ -319,7 +372,11 @@ units
   .argument('<tenant>')
   .requiredOption('--job <job>', 'unit job, e.g. outbox-delivery')
   .requiredOption('--shards <n>', 'number of shards (1..10000)', positiveInt('--shards'))
-  .option('--weight <w>', "weight of each unit (default: the job's, e.g. the endpoint count; 0: never claimed)", nonNegativeInt('--weight'))
+  .option(
+    '--weight <w>',
+    "weight of each unit (default: the job's, e.g. the endpoint count; 0: never claimed)",
+    nonNegativeInt('--weight'),
+  )
   .option('--endpoint <url>', 'a webhook endpoint (repeatable; outbox-delivery)', collect)
   .option('--config <json>', 'the unit config as a JSON object')
   .option('--json', 'print JSON')
@@ -348,7 +405,7 @@ units
 
 units
   .command('delete')
-  .description("remove every unit of TENANT")
+  .description('remove every unit of TENANT')
   .argument('<tenant>')
   .addOption(apiOption)
   .action(async (tenant: string, opts) => {
@@ -368,7 +425,10 @@ units
     if (opts.json) return console.log(JSON.stringify(list, null, 2));
     if (list.length === 0) return console.log('no units');
     for (const u of list) {
-      console.log(`${u.tenant}/${u.shard}`.padEnd(24) + `  ${u.job.padEnd(16)} weight ${String(u.weight).padEnd(4)} ${u.owner ? `owner ${u.owner} since ${u.claimedAt}` : 'unowned'}`);
+      console.log(
+        `${u.tenant}/${u.shard}`.padEnd(24) +
+          `  ${u.job.padEnd(16)} weight ${String(u.weight).padEnd(4)} ${u.owner ? `owner ${u.owner} since ${u.claimedAt}` : 'unowned'}`,
+      );
     }
   });
 
@@ -381,7 +441,9 @@ function concurrencyLine(c: ApiConcurrency): string {
 
 program
   .command('processes')
-  .description('show live against desired and the fair share, then list processes (live and expired, not yet swept) with role and the weight each owns')
+  .description(
+    'show live against desired and the fair share, then list processes (live and expired, not yet swept) with role and the weight each owns',
+  )
   .option('--json', 'print JSON')
   .addOption(apiOption)
   .action(async (opts) => {
@@ -395,7 +457,10 @@ program
     if (processes.length === 0) return console.log('no processes');
     for (const p of processes) {
       const state = p.live ? (p.retiring ? 'retiring' : 'live') : 'expired';
-      const share = p.role === 'fleet' && p.live && fleet.fairShare > 0 ? ` (${Math.round((100 * p.weight) / fleet.fairShare)} % of fair share)` : '';
+      const share =
+        p.role === 'fleet' && p.live && fleet.fairShare > 0
+          ? ` (${Math.round((100 * p.weight) / fleet.fairShare)} % of fair share)`
+          : '';
       console.log(
         `${p.id}  ${p.role.padEnd(5)}  ${state.padEnd(8)}  ${String(p.units).padStart(5)} units  weight ${String(p.weight).padStart(5)}${share}  ${p.hostname} ${p.version}  started ${p.startedAt}`,
       );
@@ -413,7 +478,9 @@ program
     console.log(concurrencyLine(c));
   });
 
-const outbox = program.command('outbox').description("enqueue messages in a tenant's outbox, and show how its endpoints fare, through the API");
+const outbox = program
+  .command('outbox')
+  .description("enqueue messages in a tenant's outbox, and show how its endpoints fare, through the API");
 
 outbox
   .command('show')
@@ -424,11 +491,15 @@ outbox
   .action(async (tenant: string, opts) => {
     const status = await new ApiClient(apiUrl(opts.api)).outboxStatus(tenant);
     if (opts.json) return console.log(JSON.stringify(status, null, 2));
-    console.log(`${status.tenant}: ${status.shards} shard${status.shards === 1 ? '' : 's'}, ${status.endpoints.length} endpoint${status.endpoints.length === 1 ? '' : 's'}`);
+    console.log(
+      `${status.tenant}: ${status.shards} shard${status.shards === 1 ? '' : 's'}, ${status.endpoints.length} endpoint${status.endpoints.length === 1 ? '' : 's'}`,
+    );
     for (const e of status.endpoints) {
       const oldest = e.oldest ? `oldest #${e.oldest.id}, ${formatAge(e.oldest.ageMs)} old` : 'nothing pending';
       console.log(`  ${e.url}`);
-      console.log(`    backlog ${e.backlog} (${oldest}); ${e.failures} failure${e.failures === 1 ? '' : 's'} in a row; last delivered ${e.lastDeliveredAt ?? 'never'}`);
+      console.log(
+        `    backlog ${e.backlog} (${oldest}); ${e.failures} failure${e.failures === 1 ? '' : 's'} in a row; last delivered ${e.lastDeliveredAt ?? 'never'}`,
+      );
       if (e.lastError) console.log(`    last error at ${e.lastError.at}: ${e.lastError.message}`);
     }
   });
@@ -463,7 +534,9 @@ outbox
     console.log(`enqueued message ${r.id} on ${tenant}/${r.shard}`);
   });
 
-const tenants = program.command('tenants').description("show a tenant's running and waiting batches, and set its limit, through the API");
+const tenants = program
+  .command('tenants')
+  .description("show a tenant's running and waiting batches, and set its limit, through the API");
 
 tenants
   .command('show')
@@ -505,15 +578,19 @@ function printTenant(t: ApiTenant): void {
       : `${t.effectiveMaxRunning === 0 ? 'paused: limit 0' : `at most ${t.effectiveMaxRunning} running`}${t.maxRunning === null ? ' (the default)' : ''}`;
   const oldest = t.oldestWaitMs === null ? '' : `; oldest wait ${formatAge(t.oldestWaitMs)}`;
   console.log(`${t.tenant}: ${t.running} running, ${t.waiting} waiting (${limit})${oldest}`);
-  for (const [title, list] of [['running', t.runningBatches], ['waiting', t.waitingBatches]] as const) {
+  for (const [title, list] of [
+    ['running', t.runningBatches],
+    ['waiting', t.waitingBatches],
+  ] as const) {
     if (list.length === 0) continue;
     console.log(`  ${title}:`);
-    for (const b of list) console.log(`    ${b.id}  prio ${b.priority}  ${b.job.padEnd(12)} ${b.datasource}  for ${formatAge(b.forMs)}`);
+    for (const b of list)
+      console.log(`    ${b.id}  prio ${b.priority}  ${b.job.padEnd(12)} ${b.datasource}  for ${formatAge(b.forMs)}`);
   }
 }
 
 program.parseAsync().catch((e: unknown) => {
-  if (e instanceof ApiError) console.error(`leasehold: ${e.message}${e.status ? ` (HTTP ${e.status})` : ''}`);
+  if (e instanceof ApiCallError) console.error(`leasehold: ${e.message}${e.status ? ` (HTTP ${e.status})` : ''}`);
   else if (e instanceof ConfigError) console.error(`leasehold: ${e.message}`);
   else console.error(`leasehold: ${(e as Error)?.stack ?? e}`);
   process.exitCode = process.exitCode || 1;

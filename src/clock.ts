@@ -1,7 +1,7 @@
 /**
  * What the runner waits with. Beats, retry waits and move backoff all sleep through a clock,
  * so tests can drive time without sleeping. Times are application-side only and are never
- * compared with stored timestamps (DESIGN.md invariant 5).
+ * compared with stored timestamps (invariant 5 (docs/design.md)).
  */
 export interface Clock {
   /** Milliseconds since the epoch. */
@@ -20,10 +20,13 @@ export const systemClock: Clock = {
         clearTimeout(timer);
         resolve();
       };
-      const timer = setTimeout(() => {
-        signal?.removeEventListener('abort', onAbort);
-        resolve();
-      }, Math.max(0, ms));
+      const timer = setTimeout(
+        () => {
+          signal?.removeEventListener('abort', onAbort);
+          resolve();
+        },
+        Math.max(0, ms),
+      );
       signal?.addEventListener('abort', onAbort, { once: true });
     }),
 };

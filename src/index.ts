@@ -12,3 +12,5 @@ export * from './batch/index.js';
 export * from './jobs/index.js';
 export * from './lease/index.js';
 export * from './units/index.js';
+export { LeaseholdError, InvalidRequestError, InvalidSettingError } from './errors.js';
+export { createLog, silentLog, type Log, type LogFields, type LogLevel } from './log.js';

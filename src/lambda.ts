@@ -19,121 +19,19 @@
  * no CLI and no local-mode code.
  * @packageDocumentation
  */
-import middy from '@middy/core';
-import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
-import type { Job } from './jobs/index.js';
-// From the modules themselves, not runtime/index.js: that one loads every module of the runtime,
-// and Node (unbundled) would then load the API, the scheduler and the trigger at every cold
-// start. handlers.ts loads each of those on its handler's first invocation instead.
-import { createRuntime } from './runtime/deps.js';
-import type { WorkerEvent } from './runtime/dispatch.js';
-import {
-  apiInvocation,
-  migrateInvocation,
-  schedulerInvocation,
-  triggerInvocation,
-  workerInvocation,
-  type MigrateResult,
-} from './runtime/handlers.js';
-import { httpErrorBoundary, invocation } from './runtime/middleware.js';
-import type { SchedulerResult } from './runtime/scheduler.js';
-import type { TriggerResult } from './runtime/trigger.js';
-import type { WorkerResult } from './runtime/worker.js';
-import type { UnitJob } from './units/index.js';
-
 export { ConfigError } from './runtime/config.js';
-export type { MigrateResult, SchedulerResult, TriggerResult, WorkerEvent, WorkerResult };
-
-/** A Lambda handler: `(event, context) => Promise<result>`. */
-export type LambdaHandler<E, R> = (event: E, context: Context) => Promise<R>;
-
-/** The five functions of a runner, as `createHandlers` returns them. */
-export interface Handlers {
-  /** One worker process per invocation (async `Event` invoke with `{ batchId?, invocationId? }`). */
-  worker: LambdaHandler<WorkerEvent, WorkerResult>;
-  /** Every minute: sweep, dispatch, keep the desired count of live processes. */
-  scheduler: LambdaHandler<unknown, SchedulerResult>;
-  /** The HTTP API (API Gateway HTTP API, payload format 2.0, IAM auth). */
-  api: LambdaHandler<APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2>;
-  /** Starts a batch from an EventBridge event (bus rule or schedule). */
-  trigger: LambdaHandler<unknown, TriggerResult>;
-  /** Applies the migrations at deploy time, before new code takes traffic. */
-  migrate: LambdaHandler<unknown, MigrateResult>;
-}
-
-/** What {@link createHandlers} takes. */
-export interface HandlersOptions {
-  /**
-   * The app's batch jobs (`defineJob`), unique by name; batches name them in `job`. The
-   * built-in ones are opt-in imports from `leasehold`: `checksum`, `lambdaInvoke`.
-   */
-  jobs: readonly Job<unknown, unknown>[];
-  /**
-   * The app's unit jobs (`defineUnitJob`), unique by name; units name them in `job`. Built in:
-   * `outboxDelivery()` from `leasehold`. Default none.
-   */
-  unitJobs?: readonly UnitJob<unknown>[];
-}
-
-/**
- * A function `leasehold dev` may invoke by name on its local invoke endpoint, for `lambda-invoke`
- * batches offline: `(event, context) => result`. Declared through a method, so a handler typed
- * for its own event (`LambdaInvokeEvent`) fits.
- */
-export type LocalFunction = {
-  bivarianceHack(event: unknown, context: Context): unknown;
-}['bivarianceHack'];
-
-/**
- * What an app file may export as `localFunctions`: functions by the name `lambda-invoke` batches
- * use (`functionName`). `leasehold dev --app FILE` registers them on its local invoke endpoint
- * and makes them invokable (`LEASEHOLD_INVOKABLE`); deployed, the SST component's `invokable`
- * option names the real functions instead.
- */
-export type LocalFunctions = Readonly<Record<string, LocalFunction>>;
-
-/**
- * Marks handlers made by {@link createHandlers} with the URL of the module that made them, so
- * `leasehold dev --app` can tell an app that loaded another copy of leasehold than the CLI's.
- * @internal
- */
-export const HANDLERS_MARK: unique symbol = Symbol.for('leasehold.handlers');
-
-/** The value {@link HANDLERS_MARK} holds on handlers made by this copy of the module. @internal */
-export const HANDLERS_MODULE = import.meta.url;
-
-/**
- * The Lambda handlers of a runner that runs `jobs` and `unitJobs`, each wrapped in leasehold's
- * middy chain (per-invocation logs with the Lambda context, EMF metrics, the deadline signal;
- * the API's error boundary answers JSON 500s). Configuration is read from the environment and
- * the database pool opened on the first invocation of a container (the cold start), then reused.
- * Export them from one file and point the functions at it (the SST component does).
- * @throws {Error} two batch jobs or two unit jobs share a name (when the file is loaded).
- */
-export function createHandlers(options: HandlersOptions): Handlers {
-  const runtime = createRuntime({ jobs: options.jobs, unitJobs: options.unitJobs ?? [] });
-  const deps = () => runtime.deps();
-
-  const worker = middy<WorkerEvent, WorkerResult, Error, Context>()
-    .use(invocation({ service: 'worker', marginMs: () => deps().config.deadlineMarginMs }))
-    .handler((event, context) => workerInvocation(deps(), event, context));
-  const scheduler = middy<unknown, SchedulerResult, Error, Context>()
-    .use(invocation({ service: 'scheduler' }))
-    .handler((event, context) => schedulerInvocation(deps(), event, context));
-  const api = middy<APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Error, Context>()
-    .use(invocation({ service: 'api' }))
-    .use(httpErrorBoundary())
-    .handler((event, context) => apiInvocation(deps(), event, context));
-  const trigger = middy<unknown, TriggerResult, Error, Context>()
-    .use(invocation({ service: 'trigger' }))
-    .handler((event, context) => triggerInvocation(deps(), event, context));
-  const migrate = middy<unknown, MigrateResult, Error, Context>()
-    .use(invocation({ service: 'migrate' }))
-    .handler(migrateInvocation);
-
-  const handlers: Handlers = { worker, scheduler, api, trigger, migrate };
-  for (const handler of Object.values(handlers)) {
-    Object.defineProperty(handler, HANDLERS_MARK, { value: HANDLERS_MODULE });
-  }
-  return handlers;
-}
+export {
+  createHandlers,
+  HANDLERS_MARK,
+  HANDLERS_MODULE,
+  type Handlers,
+  type HandlersOptions,
+  type LambdaHandler,
+  type LocalFunction,
+  type LocalFunctions,
+} from './runtime/create-handlers.js';
+export type { MigrateResult } from './runtime/handlers.js';
+export type { SchedulerResult } from './runtime/scheduler.js';
+export type { WorkerResult } from './runtime/worker.js';
+export type { WorkerEvent } from './batch/index.js';
+export type { TriggerResult } from './trigger/index.js';

@@ -1,3 +1,4 @@
-export { handleApi, type ApiDeps } from './handler.js';
-export { batchView, type BatchView } from './batch-view.js';
-export { ApiError, MAX_LIST_LIMIT, MAX_NAME_LENGTH, MAX_PARAMS_DEPTH } from './request.js';
+export { handleApi, type ApiDeps } from './router.js';
+export { batchView, type BatchView } from './views.js';
+export { MAX_LIST_LIMIT } from './request.js';
+export { HTTP_STATUS, RequestError, errorAnswer, type ErrorAnswer } from './errors.js';

@@ -15,6 +15,8 @@ export function errorResult(status: number, code: string, message: string, heade
 }
 
 /** A time as ISO 8601, null as null. */
+export function iso(d: Date): string;
+export function iso(d: Date | null): string | null;
 export function iso(d: Date | null): string | null {
   return d === null ? null : new Date(d).toISOString();
 }

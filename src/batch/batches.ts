@@ -1,7 +1,7 @@
 import type { Sql } from '../store/index.js';
 import { BatchFinishedError, BatchNotFoundError, BatchTooLargeError, InvalidBatchError, TooManyBatchesError } from './errors.js';
-import { DEFAULT_START_LIMITS, insertItems, MAX_KEY_BYTES, type StartLimits } from './items.js';
-import * as q from './sql.js';
+import { DEFAULT_START_LIMITS, insertItems, type StartLimits } from './items.js';
+import * as q from './sql/batches.js';
 import {
   DEFAULT_PRIORITY,
   MAX_PRIORITY,
@@ -132,7 +132,7 @@ export async function getBatch(sql: Sql, id: string): Promise<BatchInfo> {
 
 /**
  * The batch that `requestKey` started for `tenant`, or undefined when the key started none.
- * Lets a caller answer a repeated start before doing any work for it (DESIGN.md invariant 4).
+ * Lets a caller answer a repeated start before doing any work for it (invariant 4 (docs/design.md)).
  */
 export async function findBatchByKey(sql: Sql, tenant: string, requestKey: string): Promise<BatchInfo | undefined> {
   const id = await q.batchIdByKey(sql, tenant, requestKey);

@@ -1,17 +1,14 @@
+import { LeaseholdError } from '../errors.js';
+
 /** Base class of leasehold's batch errors; `code` is stable and the API maps it to a status. */
-export class BatchError extends Error {
-  constructor(
-    /** Stable machine-readable code. */
-    readonly code: string,
-    message: string,
-  ) {
-    super(message);
-    this.name = new.target.name;
+export class BatchError extends LeaseholdError {
+  constructor(code: string, message: string) {
+    super(code, message);
   }
 }
 
 /**
- * A datasource already has `maxOpen` unfinished batches (DESIGN.md invariant 4). The API
+ * A datasource already has `maxOpen` unfinished batches (invariant 4 (docs/design.md)). The API
  * answers 429.
  */
 export class TooManyBatchesError extends BatchError {
@@ -30,10 +27,13 @@ export class TooManyBatchesError extends BatchError {
 /**
  * A run found that it no longer owns its batch (taken over, cancelled or finished by
  * another run): a fenced move or beat changed no row. The run stops at once
- * (DESIGN.md invariant 2).
+ * (invariant 2 (docs/design.md)).
  */
 export class BatchLostError extends BatchError {
-  constructor(readonly batchId: string, readonly runId: string) {
+  constructor(
+    readonly batchId: string,
+    readonly runId: string,
+  ) {
     super('batch_lost', `run ${runId} no longer owns batch ${batchId}`);
   }
 }
@@ -47,7 +47,10 @@ export class BatchNotFoundError extends BatchError {
 
 /** The batch is already finished or cancelled. The API answers 409. */
 export class BatchFinishedError extends BatchError {
-  constructor(readonly batchId: string, readonly status: string) {
+  constructor(
+    readonly batchId: string,
+    readonly status: string,
+  ) {
     super('batch_finished', `batch ${batchId} is already ${status}`);
   }
 }
@@ -83,11 +86,10 @@ export class BatchTooLargeError extends BatchError {
  * invalid): the item ends `failed` at once instead of being retried up to `attempts`.
  * Any error with `permanent: true` counts the same.
  */
-export class PermanentItemError extends Error {
+export class PermanentItemError extends LeaseholdError {
   readonly permanent = true;
   constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = 'PermanentItemError';
+    super('permanent_item', message, options);
   }
 }
 

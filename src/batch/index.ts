@@ -18,11 +18,36 @@ export {
   MAX_TOLERATED_COUNT,
   type CreateOptions,
 } from './batches.js';
+export {
+  MAX_NAME_LENGTH,
+  MAX_PARAMS_DEPTH,
+  typeName,
+  textSchema,
+  nameSchema,
+  requestKeySchema,
+  storedNameSchema,
+  parseInput,
+  fieldPath,
+  checkStorableJson,
+  toleratedFailuresSchema,
+} from './input.js';
+export { dispatchBatch, type Dispatcher, type WorkerEvent } from './dispatch.js';
+export {
+  startBatch,
+  startLimits,
+  type BatchExpander,
+  type StartDeps,
+  type StartRequest,
+  type StartResult,
+  type StartSettings,
+} from './start.js';
 export { DEFAULT_START_LIMITS, MAX_KEY_BYTES, type StartLimits } from './items.js';
 export {
   Runner,
   RUNNER_DEFAULTS,
   RUNNER_LIMITS,
+  runnerSettings,
+  type RunnerSettings,
   retryDelayMs,
   checkRetrySettings,
   MAX_ATTEMPTS,

@@ -5,7 +5,7 @@
 // the batch and PostgreSQL's 256 MiB limit on one JSON value never applies to a whole batch.
 import type { Sql } from '../store/index.js';
 import { BatchTooLargeError, InvalidBatchError } from './errors.js';
-import * as q from './sql.js';
+import * as q from './sql/batches.js';
 import type { ItemInput, ItemSource } from './types.js';
 
 /** Longest item key, in UTF-8 bytes. Fixed: keys are indexed, and a btree entry holds at most ~2,700 bytes. */
@@ -72,13 +72,21 @@ export async function insertItems(tx: Sql, batchId: string, items: ItemSource, l
   const add = (item: ItemInput): boolean => {
     count += 1;
     if (count > limits.maxItems) {
-      throw new BatchTooLargeError('items', limits.maxItems, `item count: more than ${limits.maxItems} items; the limit is ${limits.maxItems}`);
+      throw new BatchTooLargeError(
+        'items',
+        limits.maxItems,
+        `item count: more than ${limits.maxItems} items; the limit is ${limits.maxItems}`,
+      );
     }
     const key: unknown = item?.key;
     if (typeof key !== 'string') throw new InvalidBatchError(`item ${count}: key must be a string`);
     const keyBytes = Buffer.byteLength(key);
     if (keyBytes > MAX_KEY_BYTES) {
-      throw new BatchTooLargeError('keyBytes', MAX_KEY_BYTES, `key bytes: the key of item ${preview(key)} is ${keyBytes} bytes; the limit is ${MAX_KEY_BYTES}`);
+      throw new BatchTooLargeError(
+        'keyBytes',
+        MAX_KEY_BYTES,
+        `key bytes: the key of item ${preview(key)} is ${keyBytes} bytes; the limit is ${MAX_KEY_BYTES}`,
+      );
     }
     const keyJson = JSON.stringify(key);
     if (UNSTORABLE_ESCAPE.test(keyJson)) {
@@ -92,14 +100,22 @@ export async function insertItems(tx: Sql, batchId: string, items: ItemSource, l
     }
     const inputBytes = inputJson === undefined ? 0 : Buffer.byteLength(inputJson);
     if (inputBytes > limits.maxInputBytes) {
-      throw new BatchTooLargeError('inputBytes', limits.maxInputBytes, `input bytes: the input of item ${preview(key)} is ${inputBytes} bytes of JSON; the limit is ${limits.maxInputBytes}`);
+      throw new BatchTooLargeError(
+        'inputBytes',
+        limits.maxInputBytes,
+        `input bytes: the input of item ${preview(key)} is ${inputBytes} bytes of JSON; the limit is ${limits.maxInputBytes}`,
+      );
     }
     if (inputJson !== undefined && inputJson.includes('\\u') && UNSTORABLE_ESCAPE.test(inputJson)) {
       throw new InvalidBatchError(`the input of item ${preview(key)} contains a NUL character or an unpaired surrogate`);
     }
     totalBytes += keyBytes + inputBytes;
     if (totalBytes > limits.maxTotalBytes) {
-      throw new BatchTooLargeError('totalBytes', limits.maxTotalBytes, `total bytes: the items' keys and inputs come to more than ${limits.maxTotalBytes} bytes; the limit is ${limits.maxTotalBytes}`);
+      throw new BatchTooLargeError(
+        'totalBytes',
+        limits.maxTotalBytes,
+        `total bytes: the items' keys and inputs come to more than ${limits.maxTotalBytes} bytes; the limit is ${limits.maxTotalBytes}`,
+      );
     }
     piece.push(`{"k":${keyJson},"i":${inputJson ?? 'null'}}`);
     pieceBytes += keyBytes + inputBytes + 12;
@@ -121,6 +137,9 @@ function duplicateKeyError(e: unknown): InvalidBatchError | undefined {
   const err = e as { code?: unknown; constraint_name?: unknown; detail?: unknown } | null;
   if (err?.code !== '23505' || err.constraint_name !== 'leasehold_items_pkey') return undefined;
   // "Key (batch_id, key)=(<uuid>, <key>) already exists."
-  const key = typeof err.detail === 'string' ? /^Key \(batch_id, key\)=\([0-9a-f-]{36}, (.*)\) already exists\.$/s.exec(err.detail)?.[1] : undefined;
+  const key =
+    typeof err.detail === 'string'
+      ? /^Key \(batch_id, key\)=\([0-9a-f-]{36}, (.*)\) already exists\.$/s.exec(err.detail)?.[1]
+      : undefined;
   return new InvalidBatchError(key === undefined ? 'two items have the same key' : `duplicate item key ${preview(key)}`);
 }

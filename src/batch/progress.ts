@@ -3,7 +3,8 @@
 import type { Sql } from '../store/index.js';
 import { BatchNotFoundError } from './errors.js';
 import { isUuid } from './batches.js';
-import * as q from './sql.js';
+import * as q from './sql/progress.js';
+import { InvalidSettingError } from '../errors.js';
 
 /** Items finished over a batch's life, in buckets of equal length: {@link finishedSeries}. */
 export interface FinishedSeries {
@@ -26,11 +27,11 @@ export const MAX_SERIES_BUCKETS = 500;
 
 /**
  * The round bucket length, ms, that cuts a span of `spanMs` into at most `buckets` buckets.
- * @throws {RangeError} `buckets` is not a whole number from 1 to {@link MAX_SERIES_BUCKETS}.
+ * @throws {InvalidSettingError} `buckets` is not a whole number from 1 to {@link MAX_SERIES_BUCKETS}.
  */
 export function bucketLengthMs(spanMs: number, buckets: number): number {
   if (!Number.isInteger(buckets) || buckets < 1 || buckets > MAX_SERIES_BUCKETS) {
-    throw new RangeError(`buckets must be a whole number from 1 to ${MAX_SERIES_BUCKETS}, got ${buckets}`);
+    throw new InvalidSettingError('buckets', `must be a whole number from 1 to ${MAX_SERIES_BUCKETS}, got ${buckets}`);
   }
   const least = Math.max(spanMs, 1) / buckets;
   return STEPS_MS.find((s) => s >= least) ?? Math.ceil(least / 86_400_000) * 86_400_000;
@@ -42,7 +43,7 @@ export function bucketLengthMs(spanMs: number, buckets: number): number {
  * each with the count of items that last finished in it (`done`, `failed`), by the items'
  * last move (database clock). A redriven item counts where it finished last.
  * @throws {BatchNotFoundError} unknown id.
- * @throws {RangeError} `buckets` outside 1..{@link MAX_SERIES_BUCKETS}.
+ * @throws {InvalidSettingError} `buckets` outside 1..{@link MAX_SERIES_BUCKETS}.
  */
 export async function finishedSeries(sql: Sql, id: string, options: { buckets?: number } = {}): Promise<FinishedSeries> {
   const wanted = options.buckets ?? 60;

@@ -4,14 +4,9 @@
 // does), so it is ordered against each of them and leaves one consistent state.
 import type { Sql } from '../store/index.js';
 import { getBatch, isUuid } from './batches.js';
-import {
-  BatchCancelledError,
-  BatchNotFoundError,
-  BatchOpenError,
-  NothingToRedriveError,
-  TooManyBatchesError,
-} from './errors.js';
-import * as q from './sql.js';
+import { BatchCancelledError, BatchNotFoundError, BatchOpenError, NothingToRedriveError, TooManyBatchesError } from './errors.js';
+import * as q from './sql/batches.js';
+import * as r from './sql/redrives.js';
 import type { BatchInfo } from './types.js';
 
 /** Options of {@link redriveBatch}. */
@@ -84,23 +79,23 @@ export async function redriveBatch(sql: Sql, id: string, options: RedriveOptions
     if (!place) throw new BatchNotFoundError(id);
     // Datasource first, then the batch: the order a start takes (its batch row is new).
     await q.lockDatasource(t, place.tenant, place.datasource);
-    const status = await q.lockBatch(t, id);
+    const status = await r.lockBatch(t, id);
     if (status === undefined) throw new BatchNotFoundError(id);
     if (key !== null) {
-      const earlier = await q.redriveByKey(t, id, key);
+      const earlier = await r.redriveByKey(t, id, key);
       if (earlier) return { row: earlier, redriven: false };
     }
     if (status === 'open') throw new BatchOpenError(id);
     if (status === 'cancelled') throw new BatchCancelledError(id);
-    if ((await q.countFailed(t, id)) === 0) throw new NothingToRedriveError(id);
+    if ((await r.countFailed(t, id)) === 0) throw new NothingToRedriveError(id);
     if ((await q.countOpen(t, place.tenant, place.datasource)) >= maxOpen) {
       throw new TooManyBatchesError(place.tenant, place.datasource, maxOpen);
     }
-    const items = await q.resetFailed(t, id);
-    const number = await q.reopenBatch(t, id);
+    const items = await r.resetFailed(t, id);
+    const number = await r.reopenBatch(t, id);
     // Unreachable while the row lock holds: the status was read under it.
     if (number === undefined) throw new BatchOpenError(id);
-    const row = await q.recordRedrive(t, { batchId: id, number, key, items });
+    const row = await r.recordRedrive(t, { batchId: id, number, key, items });
     return { row, redriven: true };
   });
   const { row, redriven } = outcome;

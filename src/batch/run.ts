@@ -1,10 +1,11 @@
 // One batch's execution by one run (docs/design.md, "Batches"): a pipeline of claims, items and
 // moves. The Runner (runner.ts) takes batches over and owns many runs.
 import { setMaxListeners } from 'node:events';
+import { InvalidSettingError } from '../errors.js';
 import { withTimeout, type Sql } from '../store/index.js';
 import type { Clock } from '../clock.js';
 import { BatchGivenUpError, BatchLostError } from './errors.js';
-import * as q from './sql.js';
+import * as q from './sql/batches.js';
 import { encodeOutput, errorText } from './values.js';
 import type { BatchInfo, Executor, ItemState, RunOutcome, RunResult } from './types.js';
 
@@ -85,16 +86,13 @@ export function retryDelayMs(
  * Check retry settings: `attempts` 1 to {@link MAX_ATTEMPTS}, `backoffMs` and `maxBackoffMs`
  * 0 to {@link MAX_BACKOFF_MS}; unset ones are not checked. `prefix` goes before each setting's
  * name in the message (`executor.`, `job "x": `).
- * @throws {RangeError} naming the first setting out of range.
+ * @throws {InvalidSettingError} naming the first setting out of range.
  */
-export function checkRetrySettings(
-  s: { attempts?: number; backoffMs?: number; maxBackoffMs?: number },
-  prefix = '',
-): void {
+export function checkRetrySettings(s: { attempts?: number; backoffMs?: number; maxBackoffMs?: number }, prefix = ''): void {
   const within = (v: number | undefined, name: string, max: number, int: boolean, min = int ? 1 : 0) => {
     if (v === undefined) return;
     if (!Number.isFinite(v) || v < min || v > max || (int && !Number.isInteger(v))) {
-      throw new RangeError(`${prefix}${name} must be ${int ? 'an integer ' : ''}from ${min} to ${max} (got ${v})`);
+      throw new InvalidSettingError(`${prefix}${name}`, `must be ${int ? 'an integer ' : ''}from ${min} to ${max} (got ${v})`);
     }
   };
   within(s.attempts, 'attempts', MAX_ATTEMPTS, true);
@@ -334,7 +332,7 @@ export class Run {
     if (this.reason || this.queue.length === 0 || !this.beatValid() || this.doomed()) return;
     let now: number | undefined;
     let next = Infinity;
-    for (let i = 0; i < this.queue.length && this.executing.size < this.s.parallel; ) {
+    for (let i = 0; i < this.queue.length && this.executing.size < this.s.parallel;) {
       const { item, startAt } = this.queue[i];
       if (startAt > 0 && startAt > (now ??= this.s.clock.now())) {
         next = Math.min(next, startAt);
@@ -470,7 +468,14 @@ export class Run {
       if (move.state === 'done' || move.state === 'failed') this.finishedItems++;
       else if (outcome === 'retry') this.dueIn(move.delayMs - CLAIM_AHEAD_MS, sentAt);
       else this.moreDue = true;
-      this.s.onEvent({ type: 'item-ended', batchId: this.batch.id, runId: this.id, key: move.key, attempt: move.claimed, outcome });
+      this.s.onEvent({
+        type: 'item-ended',
+        batchId: this.batch.id,
+        runId: this.id,
+        key: move.key,
+        attempt: move.claimed,
+        outcome,
+      });
     }
   }
 
@@ -521,7 +526,13 @@ export class Run {
   /** Execute one item and say how its move should read. Never throws. */
   private async work(c: q.ClaimedRow): Promise<Settled> {
     const batch = this.batch;
-    const verdict = (state: ItemState, outcome: ItemOutcome, output: string | null, error: string | null, delayMs = 0): Settled => ({
+    const verdict = (
+      state: ItemState,
+      outcome: ItemOutcome,
+      output: string | null,
+      error: string | null,
+      delayMs = 0,
+    ): Settled => ({
       outcome,
       move: { key: c.key, state, claimed: c.attempts, attempts: c.attempts, output, error, delayMs },
     });
@@ -590,12 +601,26 @@ export class Run {
     this.landed(batch);
     if (this.reason === 'slice') {
       for (const c of queued) {
-        this.s.onEvent({ type: 'item-ended', batchId: this.batch.id, runId: this.id, key: c.key, attempt: c.attempts - 1, outcome: 'given-back' });
+        this.s.onEvent({
+          type: 'item-ended',
+          batchId: this.batch.id,
+          runId: this.id,
+          key: c.key,
+          attempt: c.attempts - 1,
+          outcome: 'given-back',
+        });
       }
       return 'sliced';
     }
     for (const c of queued) {
-      this.s.onEvent({ type: 'item-ended', batchId: this.batch.id, runId: this.id, key: c.key, attempt: c.attempts - 1, outcome: 'given-back' });
+      this.s.onEvent({
+        type: 'item-ended',
+        batchId: this.batch.id,
+        runId: this.id,
+        key: c.key,
+        attempt: c.attempts - 1,
+        outcome: 'given-back',
+      });
     }
     return 'handed-off';
   }

@@ -1,9 +1,10 @@
 import { randomUUID } from 'node:crypto';
+import { InvalidSettingError } from '../errors.js';
 import { withTimeout, type Sql } from '../store/index.js';
 import { createBatch, type CreateOptions } from './batches.js';
 import { systemClock, type Clock } from '../clock.js';
-import * as q from './sql.js';
-import { NO_LIMIT } from './sql.js';
+import * as q from './sql/batches.js';
+import { NO_LIMIT } from './sql/batches.js';
 import { checkRetrySettings, MAX_ATTEMPTS, MAX_BACKOFF_MS, Run, type RunnerEvent, type RunSettings } from './run.js';
 import { DEFAULT_MAX_OUTPUT_BYTES } from './values.js';
 import type { BatchInfo, Executor, ItemWork, NewBatch, Resolve, RunResult } from './types.js';
@@ -107,19 +108,70 @@ export const RUNNER_LIMITS = {
   maxStalledRuns: 1_000,
 } as const;
 
-type Settings = Required<Omit<RunnerOptions, 'processId' | 'onEvent' | 'queueDepth'>> & {
+/** A runner's settings with every default filled in ({@link runnerSettings}). */
+export type RunnerSettings = Required<Omit<RunnerOptions, 'processId' | 'onEvent' | 'queueDepth'>> & {
   queueDepth: number | undefined;
   onEvent: (e: RunnerEvent) => void;
 };
 
 /**
+ * A runner's settings: `options` with every unset one at its {@link RUNNER_DEFAULTS} value,
+ * checked. The one place the runner's bounds are checked (`loadConfig` calls it for the
+ * `LEASEHOLD_*` variables).
+ * @throws {InvalidSettingError} naming the first setting out of range or inconsistent
+ *   (`beatMs` must be below `staleMs`).
+ */
+export function runnerSettings(options: RunnerOptions = {}): RunnerSettings {
+  const s: RunnerSettings = {
+    parallel: options.parallel ?? RUNNER_DEFAULTS.parallel,
+    queueDepth: options.queueDepth,
+    beatMs: options.beatMs ?? RUNNER_DEFAULTS.beatMs,
+    staleMs: options.staleMs ?? RUNNER_DEFAULTS.staleMs,
+    attempts: options.attempts ?? RUNNER_DEFAULTS.attempts,
+    backoffMs: options.backoffMs ?? RUNNER_DEFAULTS.backoffMs,
+    maxBackoffMs: options.maxBackoffMs ?? RUNNER_DEFAULTS.maxBackoffMs,
+    moveTries: options.moveTries ?? RUNNER_DEFAULTS.moveTries,
+    moveBackoffMs: options.moveBackoffMs ?? RUNNER_DEFAULTS.moveBackoffMs,
+    maxRuns: options.maxRuns ?? RUNNER_DEFAULTS.maxRuns,
+    drainMs: options.drainMs ?? RUNNER_DEFAULTS.drainMs,
+    storeTimeoutMs: options.storeTimeoutMs ?? RUNNER_DEFAULTS.storeTimeoutMs,
+    maxOutputBytes: options.maxOutputBytes ?? RUNNER_DEFAULTS.maxOutputBytes,
+    maxStalledRuns: options.maxStalledRuns ?? RUNNER_DEFAULTS.maxStalledRuns,
+    maxRunning: options.maxRunning ?? RUNNER_DEFAULTS.maxRunning,
+    sliceMs: options.sliceMs ?? RUNNER_DEFAULTS.sliceMs,
+    clock: options.clock ?? systemClock,
+    random: options.random ?? Math.random,
+    onEvent: options.onEvent ?? (() => {}),
+  };
+  checkRetrySettings(s);
+  const int = (name: keyof RunnerSettings, min: number, max = Number.MAX_SAFE_INTEGER) => {
+    const v = s[name];
+    if (v === undefined) return;
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
+      throw new InvalidSettingError(name, `must be an integer from ${min} to ${max} (got ${String(v)})`);
+    }
+  };
+  int('parallel', 1);
+  int('queueDepth', 0);
+  int('maxOutputBytes', 1);
+  int('maxStalledRuns', 1, RUNNER_LIMITS.maxStalledRuns);
+  int('staleMs', 1, RUNNER_LIMITS.staleMs);
+  int('maxRunning', 0, NO_LIMIT);
+  int('sliceMs', 1, RUNNER_LIMITS.staleMs);
+  if (s.backoffMs > s.maxBackoffMs)
+    throw new InvalidSettingError('backoffMs', `(${s.backoffMs}) must not exceed maxBackoffMs (${s.maxBackoffMs})`);
+  if (s.beatMs >= s.staleMs) throw new InvalidSettingError('beatMs', `(${s.beatMs}) must be below staleMs (${s.staleMs})`);
+  return s;
+}
+
+/**
  * The executor's settings must be in range like the runner's.
- * @throws {RangeError} naming the setting (`executor.attempts`, …).
+ * @throws {InvalidSettingError} naming the setting (`executor.attempts`, …).
  */
 function checkExecutor(ex: Executor): void {
   checkRetrySettings(ex, 'executor.');
   if (ex.parallel !== undefined && !(Number.isInteger(ex.parallel) && ex.parallel >= 1)) {
-    throw new RangeError(`executor.parallel must be an integer of at least 1 (got ${ex.parallel})`);
+    throw new InvalidSettingError('executor.parallel', `must be an integer of at least 1 (got ${ex.parallel})`);
   }
 }
 
@@ -134,7 +186,7 @@ function checkExecutor(ex: Executor): void {
  * One runner belongs to one process (`owner()`); a process may run several batches.
  */
 export class Runner {
-  private readonly s: Settings;
+  private readonly s: RunnerSettings;
   private readonly processId: string;
   private readonly runs = new Map<string, { run: Run; done: Promise<RunResult> }>();
   /** Batches whose job `resolve` did not know; a takeover of any batch skips them. */
@@ -149,45 +201,7 @@ export class Runner {
     options: RunnerOptions = {},
   ) {
     this.processId = options.processId ?? randomUUID();
-    this.s = {
-      parallel: options.parallel ?? RUNNER_DEFAULTS.parallel,
-      queueDepth: options.queueDepth,
-      beatMs: options.beatMs ?? RUNNER_DEFAULTS.beatMs,
-      staleMs: options.staleMs ?? RUNNER_DEFAULTS.staleMs,
-      attempts: options.attempts ?? RUNNER_DEFAULTS.attempts,
-      backoffMs: options.backoffMs ?? RUNNER_DEFAULTS.backoffMs,
-      maxBackoffMs: options.maxBackoffMs ?? RUNNER_DEFAULTS.maxBackoffMs,
-      moveTries: options.moveTries ?? RUNNER_DEFAULTS.moveTries,
-      moveBackoffMs: options.moveBackoffMs ?? RUNNER_DEFAULTS.moveBackoffMs,
-      maxRuns: options.maxRuns ?? RUNNER_DEFAULTS.maxRuns,
-      drainMs: options.drainMs ?? RUNNER_DEFAULTS.drainMs,
-      storeTimeoutMs: options.storeTimeoutMs ?? RUNNER_DEFAULTS.storeTimeoutMs,
-      maxOutputBytes: options.maxOutputBytes ?? RUNNER_DEFAULTS.maxOutputBytes,
-      maxStalledRuns: options.maxStalledRuns ?? RUNNER_DEFAULTS.maxStalledRuns,
-      maxRunning: options.maxRunning ?? RUNNER_DEFAULTS.maxRunning,
-      sliceMs: options.sliceMs ?? RUNNER_DEFAULTS.sliceMs,
-      clock: options.clock ?? systemClock,
-      random: options.random ?? Math.random,
-      onEvent: options.onEvent ?? (() => {}),
-    };
-    checkRetrySettings(this.s);
-    const int = (name: keyof Settings, min: number, max = Number.MAX_SAFE_INTEGER) => {
-      const v = this.s[name];
-      if (v === undefined) return;
-      if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
-        throw new RangeError(`${name} must be an integer from ${min} to ${max} (got ${String(v)})`);
-      }
-    };
-    int('parallel', 1);
-    int('queueDepth', 0);
-    int('maxOutputBytes', 1);
-    int('maxStalledRuns', 1, RUNNER_LIMITS.maxStalledRuns);
-    int('staleMs', 1, RUNNER_LIMITS.staleMs);
-    int('maxRunning', 0, NO_LIMIT);
-    int('sliceMs', 1, RUNNER_LIMITS.staleMs);
-    if (this.s.beatMs >= this.s.staleMs) {
-      throw new RangeError(`beatMs (${this.s.beatMs}) must be below staleMs (${this.s.staleMs})`);
-    }
+    this.s = runnerSettings(options);
   }
 
   /** The id of the process this runner belongs to. */
@@ -198,7 +212,7 @@ export class Runner {
   /**
    * Start a batch ({@link createBatch}) and, when this call created it, run it here.
    * @throws {TooManyBatchesError} | {InvalidBatchError} as {@link createBatch}.
-   * @throws {RangeError} the executor's settings are out of range (nothing is started).
+   * @throws {InvalidSettingError} the executor's settings are out of range (nothing is started).
    */
   async start(
     batch: NewBatch,
@@ -225,7 +239,7 @@ export class Runner {
    * A batch whose job `resolve` does not know is handed back at once, and this runner's later
    * takeovers without `batchId` skip it.
    * @throws the store's error, or when the store does not answer within `storeTimeoutMs`.
-   * @throws {RangeError} the executor's settings are out of range: the batch is handed back first.
+   * @throws {InvalidSettingError} the executor's settings are out of range: the batch is handed back first.
    */
   async takeOver(resolve: Resolve, batchId?: string, options: { orFairer?: boolean } = {}): Promise<BatchInfo | undefined> {
     if (this.closed) return undefined;
@@ -253,7 +267,10 @@ export class Runner {
     // "Tenant fairness"): workers sent at once for batches of one tenant would otherwise find
     // nothing. Try again a few times, after a short jittered pause, while a batch still waits.
     for (let retry = 0; !batch && retry < TAKEOVER_RETRIES; retry++) {
-      const waiting = await withTimeout(q.takeoverMayFind(this.sql, { batchId, maxRunning: this.s.maxRunning }), this.s.storeTimeoutMs);
+      const waiting = await withTimeout(
+        q.takeoverMayFind(this.sql, { batchId, maxRunning: this.s.maxRunning }),
+        this.s.storeTimeoutMs,
+      );
       if (!waiting || this.closed) break;
       // A real pause, not the clock's: a manual test clock must not hold a takeover.
       await new Promise<void>((resolve) => setTimeout(resolve, 2 + Math.floor(Math.random() * 10 * (retry + 1))));

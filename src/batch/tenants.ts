@@ -1,7 +1,8 @@
 // What a tenant runs and waits for, and its limit (docs/design.md, "Tenant fairness").
 import type { Sql } from '../store/index.js';
 import { InvalidBatchError } from './errors.js';
-import * as q from './sql.js';
+import { NO_LIMIT } from './sql/batches.js';
+import * as q from './sql/tenants.js';
 
 /** One open batch of a tenant, as {@link getTenant} lists it. */
 export interface TenantBatch {
@@ -36,7 +37,7 @@ export interface TenantInfo {
 }
 
 /** Largest per-tenant limit (PostgreSQL integer). */
-export const MAX_TENANT_LIMIT = q.NO_LIMIT;
+export const MAX_TENANT_LIMIT = NO_LIMIT;
 
 /**
  * A tenant's counts, limit and open batches. A tenant that never had a batch or a limit reads
@@ -55,7 +56,8 @@ export async function getTenant(
     q.tenantBatches(sql, tenant, { running: false, limit }),
   ]);
   const own = row?.max_running ?? null;
-  const fallback = options.defaultMaxRunning === undefined || options.defaultMaxRunning >= q.NO_LIMIT ? null : options.defaultMaxRunning;
+  const fallback =
+    options.defaultMaxRunning === undefined || options.defaultMaxRunning >= NO_LIMIT ? null : options.defaultMaxRunning;
   const toBatch = (r: q.TenantBatchRow): TenantBatch => ({
     id: r.id,
     datasource: r.datasource,
@@ -85,7 +87,9 @@ export async function getTenant(
  */
 export async function setTenantLimit(sql: Sql, tenant: string, maxRunning: number | null): Promise<void> {
   if (maxRunning !== null && !(Number.isInteger(maxRunning) && maxRunning >= 0 && maxRunning <= MAX_TENANT_LIMIT)) {
-    throw new InvalidBatchError(`maxRunning must be null or an integer from 0 to ${MAX_TENANT_LIMIT} (got ${String(maxRunning)})`);
+    throw new InvalidBatchError(
+      `maxRunning must be null or an integer from 0 to ${MAX_TENANT_LIMIT} (got ${String(maxRunning)})`,
+    );
   }
   await q.setTenantLimit(sql, tenant, maxRunning);
 }

@@ -66,6 +66,7 @@ export function storableText(text: string, maxChars = MAX_ERROR_CHARS): string {
   let t = text;
   if (t.length > maxChars) t = `${t.slice(0, maxChars)}… (${t.length} characters, cut)`;
   // After the cut: a pair split by it leaves a lone high surrogate, replaced here too.
+  // eslint-disable-next-line no-control-regex -- NUL is what this replaces (PostgreSQL text cannot hold it)
   return t.replace(/\u0000/g, '\ufffd').replace(LONE_SURROGATE, '\ufffd');
 }
 

@@ -1,146 +1,31 @@
-import type { BatchInfo, ItemResult } from '../batch/index.js';
+import type {
+  ApiBatch,
+  ApiConcurrency,
+  ApiFleet,
+  ApiItem,
+  ApiOutboxStatus,
+  ApiProcess,
+  ApiRedrive,
+  ApiTenant,
+  ApiUnit,
+  ApiUnitsPut,
+} from '../api/wire.js';
+import { LeaseholdError } from '../errors.js';
 
-/** An error answer of the HTTP API. */
-export class ApiError extends Error {
+export type * from '../api/wire.js';
+
+/**
+ * A call of the HTTP API that failed: the API's error answer (`status` and its `code`, see
+ * docs/api.md), or `unreachable` (status 0) when no answer came.
+ */
+export class ApiCallError extends LeaseholdError {
   constructor(
     readonly status: number,
-    readonly code: string,
+    code: string,
     message: string,
   ) {
-    super(message);
-    this.name = 'ApiError';
+    super(code, message);
   }
-}
-
-/** A batch as the API returns it (dates as ISO strings). */
-export type ApiBatch = Omit<BatchInfo, 'createdAt' | 'beatAt' | 'finishedAt' | 'stalledRuns'> & {
-  createdAt: string;
-  beatAt: string | null;
-  finishedAt: string | null;
-  created?: boolean;
-};
-
-/** One redrive of a batch, as `POST /batches/{id}/redrive` answers it. */
-export interface ApiRedrive {
-  /** 1 for the batch's first redrive, 2 for the next, … */
-  number: number;
-  /** Failed items put back to pending. */
-  items: number;
-  idempotencyKey: string | null;
-  /** When it was done (ISO 8601). */
-  at: string;
-}
-
-/** A unit as `GET /units` returns it. */
-export interface ApiUnit {
-  tenant: string;
-  shard: number;
-  job: string;
-  weight: number;
-  /** Owning process id, or null when unowned. */
-  owner: string | null;
-  /** When the owner claimed it (ISO 8601), or null. */
-  claimedAt: string | null;
-}
-
-/** A process as `GET /processes` returns it. */
-export interface ApiProcess {
-  id: string;
-  /** `fleet`: counted against the desired count, owns units; `batch`: sent for a batch. */
-  role: 'fleet' | 'batch';
-  /** Asked to leave: the fleet is above the desired count. */
-  retiring: boolean;
-  hostname: string;
-  version: string;
-  startedAt: string;
-  expiresAt: string;
-  live: boolean;
-  /** Units owned. */
-  units: number;
-  /** Weight of the units owned. */
-  weight: number;
-}
-
-/** The desired count against the fleet, as `GET /concurrency` returns it. */
-export interface ApiConcurrency {
-  desired: number;
-  /** Live fleet processes not retiring. */
-  live: number;
-  /** Invocations sent and not yet confirmed. */
-  coming: number;
-  /** Live fleet processes asked to leave, not gone yet. */
-  retiring: number;
-  /** Live workers sent for batches (not counted, owning no unit). */
-  batch: number;
-}
-
-/** The fleet and its balance, as `GET /processes` returns it next to the processes. */
-export interface ApiFleet extends ApiConcurrency {
-  totalWeight: number;
-  fairShare: number;
-  /** Least and most weight a live fleet process (not retiring) owns. */
-  minWeight: number;
-  maxWeight: number;
-  /** Live fleet processes owning less than `fairShare × (1 − shedHysteresis)`. */
-  starving: number;
-}
-
-/** What `PUT /tenants/{tenant}/units` answers. */
-export interface ApiUnitsPut {
-  tenant: string;
-  job: string;
-  shards: number;
-  weight: number;
-  added: number;
-  removed: number;
-}
-
-/** One endpoint of a tenant's outbox as `GET /tenants/{tenant}/outbox` returns it (times as ISO strings). */
-export interface ApiOutboxEndpoint {
-  url: string;
-  /** Messages not yet delivered to it. */
-  backlog: number;
-  /** The oldest of them, with its age in ms (database clock); null when none. */
-  oldest: { id: number; enqueuedAt: string; ageMs: number } | null;
-  /** Failed attempts since its last success. */
-  failures: number;
-  lastError: { message: string; at: string } | null;
-  lastDeliveredAt: string | null;
-}
-
-/** What `GET /tenants/{tenant}/outbox` answers. */
-export interface ApiOutboxStatus {
-  tenant: string;
-  shards: number;
-  endpoints: ApiOutboxEndpoint[];
-}
-
-/** A batch as `GET /tenants/{tenant}` lists it. */
-export interface ApiTenantBatch {
-  id: string;
-  datasource: string;
-  job: string;
-  priority: number;
-  createdAt: string;
-  /** Running: when its run took it; waiting: when it began to wait. */
-  since: string;
-  /** ms since `since` (database clock). */
-  forMs: number;
-}
-
-/** What `GET /tenants/{tenant}` and `PUT /tenants/{tenant}/limits` answer. */
-export interface ApiTenant {
-  tenant: string;
-  running: number;
-  waiting: number;
-  /** The tenant's own limit; null: the default. */
-  maxRunning: number | null;
-  /** The limit in force; null: none. */
-  effectiveMaxRunning: number | null;
-  /** ms the longest-waiting batch has waited; null: none waits. */
-  oldestWaitMs: number | null;
-  runningBatches: ApiTenantBatch[];
-  waitingBatches: ApiTenantBatch[];
 }
 
 /** A small client of leasehold's HTTP API, used by the CLI. */
@@ -167,7 +52,12 @@ export class ApiClient {
     return new ApiClient(this.baseUrl, { ...this.options, tenant });
   }
 
-  private async call<T>(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<{ status: number; data: T }> {
+  private async call<T>(
+    method: string,
+    path: string,
+    body?: unknown,
+    headers: Record<string, string> = {},
+  ): Promise<{ status: number; data: T }> {
     let res: Response;
     try {
       res = await fetch(new URL(path, this.baseUrl), {
@@ -176,7 +66,11 @@ export class ApiClient {
         body: body === undefined ? undefined : JSON.stringify(body),
       });
     } catch (e) {
-      throw new ApiError(0, 'unreachable', `cannot reach the leasehold API at ${this.baseUrl} (is \`leasehold dev\` running?): ${(e as Error).cause ?? (e as Error).message}`);
+      throw new ApiCallError(
+        0,
+        'unreachable',
+        `cannot reach the leasehold API at ${this.baseUrl} (is \`leasehold dev\` running?): ${(e as Error).cause ?? (e as Error).message}`,
+      );
     }
     const text = await res.text();
     let data: unknown;
@@ -187,7 +81,11 @@ export class ApiClient {
     }
     if (!res.ok) {
       const err = (data as { error?: { code?: string; message?: string } })?.error;
-      throw new ApiError(res.status, err?.code ?? 'http_' + res.status, err?.message ?? `HTTP ${res.status}: ${text.slice(0, 200)}`);
+      throw new ApiCallError(
+        res.status,
+        err?.code ?? 'http_' + res.status,
+        err?.message ?? `HTTP ${res.status}: ${text.slice(0, 200)}`,
+      );
     }
     return { status: res.status, data: data as T };
   }
@@ -237,19 +135,27 @@ export class ApiClient {
    */
   async redriveBatch(id: string, idempotencyKey?: string): Promise<{ batch: ApiBatch; redrive: ApiRedrive; redriven: boolean }> {
     const headers: Record<string, string> = idempotencyKey === undefined ? {} : { 'idempotency-key': idempotencyKey };
-    const { data } = await this.call<ApiBatch & { redrive: ApiRedrive; redriven: boolean }>('POST', this.batches(`/${encodeURIComponent(id)}/redrive`), undefined, headers);
+    const { data } = await this.call<ApiBatch & { redrive: ApiRedrive; redriven: boolean }>(
+      'POST',
+      this.batches(`/${encodeURIComponent(id)}/redrive`),
+      undefined,
+      headers,
+    );
     const { redrive, redriven, ...batch } = data;
     return { batch, redrive, redriven };
   }
 
   /** `GET /batches/{id}/items`, page by page, in key order; only items in `state` when given. */
-  async *items(id: string, pageSize = 1000, state?: ItemResult['state']): AsyncGenerator<ItemResult> {
+  async *items(id: string, pageSize = 1000, state?: ApiItem['state']): AsyncGenerator<ApiItem> {
     let after: string | undefined;
     while (true) {
       const q = new URLSearchParams({ limit: String(pageSize) });
       if (state !== undefined) q.set('state', state);
       if (after !== undefined) q.set('after', after);
-      const { data } = await this.call<{ items: ItemResult[]; next: string | null }>('GET', this.batches(`/${encodeURIComponent(id)}/items?${q}`));
+      const { data } = await this.call<{ items: ApiItem[]; next: string | null }>(
+        'GET',
+        this.batches(`/${encodeURIComponent(id)}/items?${q}`),
+      );
       yield* data.items;
       if (!data.next) return;
       after = data.next;
@@ -305,7 +211,11 @@ export class ApiClient {
 
   /** `POST /tenants/{tenant}/outbox`: enqueue a message; returns its id and shard. */
   async sendOutbox(tenant: string, message: { key: string; payload: unknown }): Promise<{ id: number; shard: number }> {
-    const { data } = await this.call<{ id: number; shard: number }>('POST', `/tenants/${encodeURIComponent(tenant)}/outbox`, message);
+    const { data } = await this.call<{ id: number; shard: number }>(
+      'POST',
+      `/tenants/${encodeURIComponent(tenant)}/outbox`,
+      message,
+    );
     return data;
   }
 

@@ -34,7 +34,9 @@ export async function followBatch(
     if (bar) bar.update(finished(batch), extra);
     else if (Date.now() - lastLine >= 2000 || batch.status !== 'open') {
       lastLine = Date.now();
-      out.write(`${batch.job} ${batch.id}: ${finished(batch)}/${batch.total} items (failed ${batch.counts.failed}, runs ${batch.runs}) ${batch.status}\n`);
+      out.write(
+        `${batch.job} ${batch.id}: ${finished(batch)}/${batch.total} items (failed ${batch.counts.failed}, runs ${batch.runs}) ${batch.status}\n`,
+      );
     }
     if (batch.status !== 'open' || options.signal?.aborted) break;
     await new Promise((r) => setTimeout(r, interval));
@@ -50,7 +52,7 @@ export async function followBatch(
  */
 async function getWithRetry(api: ApiClient, id: string, signal?: AbortSignal): Promise<ApiBatch> {
   let wait = 250;
-  for (let waited = 0; ; ) {
+  for (let waited = 0; ;) {
     try {
       return await api.getBatch(id);
     } catch (e) {

@@ -3,110 +3,40 @@
 // dashboard --api URL`). Types are what the page reads; fields it does not know are kept and
 // ignored, so newer APIs (a fleet summary, failure tolerance) keep working.
 
+import type {
+  ApiBatch,
+  ApiFleet,
+  ApiItem,
+  ApiOutboxEndpoint,
+  ApiOutboxStatus,
+  ApiProcess,
+  ApiRedrive,
+  ApiSeries,
+  ApiUnit,
+} from '../api/wire.js';
+
 /** Item states, in the order the page shows them. */
 export const ITEM_STATES = ['done', 'failed', 'running', 'pending'] as const;
 export type ItemState = (typeof ITEM_STATES)[number];
 export type Counts = Record<ItemState, number>;
 
-export interface Batch {
-  id: string;
-  tenant: string;
-  datasource: string;
-  job: string;
-  params: unknown;
-  requestKey: string;
-  /** 0–9, within its tenant; absent from an older API. */
-  priority?: number;
-  status: 'open' | 'succeeded' | 'failed' | 'cancelled';
-  total: number;
-  counts: Counts;
-  ownerProcess: string | null;
-  runs: number;
-  redrives?: number;
-  createdAt: string;
-  beatAt: string | null;
-  finishedAt: string | null;
-  ageMs?: number;
-  itemsPerSecond?: number;
-  /** Shown when the API has it: how many failed items the batch tolerates (null: none given). */
-  toleratedFailures?: { count?: number; percent?: number } | null;
-  /** Failed items allowed before the batch ends failed: the count, or floor(percent × total / 100). */
-  allowedFailures?: number | null;
-  /** Why the batch ended when its items do not tell (given up, more items failed than tolerated). */
-  reason?: string | null;
-}
+/** Fields an older API may lack: the page shows what it gets. */
+type Tolerant<T, K extends keyof T> = Omit<T, K> & Partial<Pick<T, K>>;
 
-export interface Item {
-  key: string;
-  state: ItemState;
-  attempts: number;
-  output: unknown;
-  error: string | null;
-}
-
-export interface Series {
-  from: string;
-  bucketMs: number;
-  buckets: { at: string; done: number; failed: number }[];
-}
-
-export interface Process {
-  id: string;
-  hostname: string;
-  version: string;
-  startedAt: string;
-  expiresAt: string;
-  live: boolean;
-  units: number;
-  weight: number;
-  role?: string;
-  retiring?: boolean;
-}
-
+// The shapes are the API's own (src/api/wire.ts), loosened where an older API answers less.
+export type Batch = Tolerant<ApiBatch, 'priority' | 'redrives' | 'toleratedFailures' | 'allowedFailures' | 'reason'>;
+export type Item = ApiItem;
+export type Series = ApiSeries;
+export type Process = Tolerant<ApiProcess, 'role' | 'retiring'>;
 /** The fleet summary newer APIs give with `GET /processes`. */
-export interface Fleet {
-  desired?: number;
-  live?: number;
-  coming?: number;
-  retiring?: number;
-  batch?: number;
-  totalWeight?: number;
-  fairShare?: number;
-}
-
-export interface Unit {
-  tenant: string;
-  shard: number;
-  job: string;
-  weight: number;
-  owner: string | null;
-  claimedAt: string | null;
-}
-
-export interface OutboxEndpoint {
-  url: string;
-  backlog: number;
-  oldest: { id: number; enqueuedAt: string; ageMs: number } | null;
-  failures: number;
-  lastError: { message: string; at: string } | null;
-  lastDeliveredAt: string | null;
-}
-
-export interface Outbox {
-  tenant: string;
-  shards: number;
-  endpoints: OutboxEndpoint[];
-}
-
-export interface Redrive {
-  number: number;
-  items: number;
-  idempotencyKey: string | null;
-  at: string;
-}
+export type Fleet = Partial<ApiFleet>;
+export type Unit = ApiUnit;
+export type OutboxEndpoint = ApiOutboxEndpoint;
+export type Outbox = ApiOutboxStatus;
+export type Redrive = ApiRedrive;
 
 /** An error answer of the API (or no answer: status 0). */
-export class ApiError extends Error {
+export class ApiCallError extends Error {
   constructor(
     readonly status: number,
     readonly code: string,
@@ -138,7 +68,7 @@ async function call<T>(method: string, path: string, body?: unknown, headers: Re
       body: body === undefined ? undefined : JSON.stringify(body),
     });
   } catch (e) {
-    throw new ApiError(0, 'unreachable', `the API does not answer (${(e as Error).message})`);
+    throw new ApiCallError(0, 'unreachable', `the API does not answer (${(e as Error).message})`);
   }
   const text = await res.text();
   let data: unknown;
@@ -149,7 +79,7 @@ async function call<T>(method: string, path: string, body?: unknown, headers: Re
   }
   if (!res.ok) {
     const err = (data as { error?: { code?: string; message?: string } } | undefined)?.error;
-    throw new ApiError(res.status, err?.code ?? `http_${res.status}`, err?.message ?? `HTTP ${res.status}`);
+    throw new ApiCallError(res.status, err?.code ?? `http_${res.status}`, err?.message ?? `HTTP ${res.status}`);
   }
   return data as T;
 }
@@ -168,7 +98,9 @@ export const api = {
   cancelBatch: (id: string) => call<Batch>('POST', `${paths.batch(id)}/cancel`),
   /** `key` is the Idempotency-Key: a repeated click with the same key redrives once. */
   redriveBatch: (id: string, key: string) =>
-    call<Batch & { redrive: Redrive; redriven: boolean }>('POST', `${paths.batch(id)}/redrive`, undefined, { 'idempotency-key': key }),
+    call<Batch & { redrive: Redrive; redriven: boolean }>('POST', `${paths.batch(id)}/redrive`, undefined, {
+      'idempotency-key': key,
+    }),
   items: (id: string, page: { state?: ItemState; after?: string; limit: number }) =>
     call<{ items: Item[]; next: string | null }>('GET', withQuery(`${paths.batch(id)}/items`, page)),
   finished: (id: string, buckets: number) => call<Series>('GET', withQuery(`${paths.batch(id)}/finished`, { buckets })),

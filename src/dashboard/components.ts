@@ -2,7 +2,7 @@
 // status badges and error notes.
 import { html } from 'htm/preact';
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
-import { ApiError, ITEM_STATES, type Batch, type Counts } from './api.js';
+import { ApiCallError, ITEM_STATES, type Batch, type Counts } from './api.js';
 import { percent } from './format.js';
 
 /** How often a view reloads what it shows, ms. */
@@ -10,7 +10,7 @@ export const POLL_MS = 2_000;
 
 /** The message of an error, for a person. */
 export function message(e: unknown): string {
-  if (e instanceof ApiError) return e.status ? `${e.message} (HTTP ${e.status})` : e.message;
+  if (e instanceof ApiCallError) return e.status ? `${e.message} (HTTP ${e.status})` : e.message;
   return e instanceof Error ? e.message : String(e);
 }
 
@@ -50,7 +50,7 @@ export function usePoll<T>(load: () => Promise<T>, deps: unknown[]): Polled<T> {
       alive = false;
       clearTimeout(timer);
     };
-    // eslint-disable-next-line react-hooks/exhaustive-deps
+    // The caller's deps decide when to reload, like a hook's dependency list.
   }, [...deps, round]);
   const reload = useCallback(() => setRound((r) => r + 1), []);
   return { data: state.data, error: state.error, reload };

@@ -11,10 +11,7 @@ import { FleetView } from './views/fleet.js';
 import { UnitsView } from './views/units.js';
 
 type Route =
-  | { view: 'batches'; tenant: string; status: string }
-  | { view: 'batch'; id: string }
-  | { view: 'fleet' }
-  | { view: 'units' };
+  { view: 'batches'; tenant: string; status: string } | { view: 'batch'; id: string } | { view: 'fleet' } | { view: 'units' };
 
 function parseHash(hash: string): Route {
   const [path, query = ''] = hash.replace(/^#/, '').split('?');

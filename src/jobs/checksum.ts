@@ -40,7 +40,10 @@ async function* walk(root: string): AsyncGenerator<ItemInput> {
     try {
       entries = await readdir(path, { withFileTypes: true });
     } catch (e) {
-      throw new InvalidParamsError('params.dir', `cannot list ${rel || '.'}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+      throw new InvalidParamsError(
+        'params.dir',
+        `cannot list ${rel || '.'}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`,
+      );
     }
     entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
     const sub: { path: string; rel: string }[] = [];

@@ -1,5 +1,6 @@
 import type { z } from 'zod';
 import { checkRetrySettings, type BatchInfo, type Executor, type ItemSource } from '../batch/index.js';
+import { LeaseholdError, InvalidSettingError } from '../errors.js';
 
 /** What a job sees of the deployment's configuration. */
 export interface JobContext {
@@ -73,30 +74,26 @@ export function defineJob<P, O>(job: Job<P, O>): Job<P, O> {
 }
 
 /** Params that are well-shaped but refused (for example a directory outside the allowed roots). API: 400. */
-export class InvalidParamsError extends Error {
-  readonly code = 'invalid_params';
+export class InvalidParamsError extends LeaseholdError {
   constructor(
     /** Dotted path of the offending field, e.g. `params.dir`. */
     readonly field: string,
     message: string,
   ) {
-    super(`${field}: ${message}`);
-    this.name = 'InvalidParamsError';
+    super('invalid_params', `${field}: ${message}`);
   }
 }
 
 /** No job has this name. API: 404. */
-export class UnknownJobError extends Error {
-  readonly code = 'unknown_job';
+export class UnknownJobError extends LeaseholdError {
   constructor(readonly job: string) {
-    super(`unknown job "${job}"`);
-    this.name = 'UnknownJobError';
+    super('unknown_job', `unknown job "${job}"`);
   }
 }
 
 /**
  * The jobs a deployment knows; workers resolve stored batches to executors through it.
- * @throws {Error} a job name registered twice; {RangeError} a job's `attempts`, `backoffMs` or
+ * @throws {Error} a job name registered twice; {InvalidSettingError} a job's `attempts`, `backoffMs` or
  *   `parallel` out of range (attempts 1 to 1,000, backoff 0 to one day, parallel at least 1).
  */
 export class JobRegistry {
@@ -110,7 +107,7 @@ export class JobRegistry {
       if (this.jobs.has(job.name)) throw new Error(`job "${job.name}" is registered twice`);
       checkRetrySettings({ attempts: job.attempts, backoffMs: job.backoffMs }, `job "${job.name}": `);
       if (job.parallel !== undefined && !(Number.isInteger(job.parallel) && job.parallel >= 1)) {
-        throw new RangeError(`job "${job.name}": parallel must be an integer of at least 1 (got ${job.parallel})`);
+        throw new InvalidSettingError(`job "${job.name}": parallel`, `must be an integer of at least 1 (got ${job.parallel})`);
       }
       this.jobs.set(job.name, job);
     }
@@ -148,7 +145,10 @@ export class JobRegistry {
       const field = ['params', ...issue.path.map(String)].join('.');
       throw new InvalidParamsError(field, issue.message);
     }
-    const out = await job.expand(parsed.data, { ...this.ctx, expandJob: (other, otherParams) => this.expand(other, otherParams) });
+    const out = await job.expand(parsed.data, {
+      ...this.ctx,
+      expandJob: (other, otherParams) => this.expand(other, otherParams),
+    });
     return { items: out.items, params: out.params ?? parsed.data };
   }
 
@@ -164,7 +164,15 @@ export class JobRegistry {
       backoffMs: job.backoffMs,
       work: (item) =>
         job.run(
-          { key: item.key, input: item.input, params, attempt: item.attempt, signal: item.signal, tenant: batch.tenant, batchId: batch.id },
+          {
+            key: item.key,
+            input: item.input,
+            params,
+            attempt: item.attempt,
+            signal: item.signal,
+            tenant: batch.tenant,
+            batchId: batch.id,
+          },
           this.ctx,
         ),
     };

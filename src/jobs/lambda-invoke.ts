@@ -7,6 +7,7 @@ import type { InvokeCommand as InvokeCommandType, LambdaClient as LambdaClientTy
 import * as z from 'zod';
 import { PermanentItemError, type ItemInput, type ItemSource } from '../batch/index.js';
 import { defineJob, InvalidParamsError, UnknownJobError } from './job.js';
+import { LeaseholdError } from '../errors.js';
 
 /** Lambda's limit on a synchronous (`RequestResponse`) invoke's request and response payloads: 6 MB, in bytes. */
 export const MAX_SYNC_PAYLOAD_BYTES = 6_291_456;
@@ -38,28 +39,24 @@ export interface LambdaInvokeEvent {
 }
 
 /** The function answered with an error (`FunctionError`): this attempt fails and is retried per `attempts`. */
-export class LambdaFunctionError extends Error {
-  readonly code = 'function_error';
+export class LambdaFunctionError extends LeaseholdError {
   constructor(
     readonly functionName: string,
     readonly errorType: string,
     readonly errorMessage: string,
   ) {
-    super(`function ${functionName} failed: ${errorType}: ${errorMessage}`);
-    this.name = 'LambdaFunctionError';
+    super('function_error', `function ${functionName} failed: ${errorType}: ${errorMessage}`);
   }
 }
 
 /** Lambda throttled the invoke (429, `TooManyRequestsException`): this attempt fails and is retried after the backoff. */
-export class LambdaThrottledError extends Error {
-  readonly code = 'throttled';
+export class LambdaThrottledError extends LeaseholdError {
   constructor(
     readonly functionName: string,
     /** Lambda's words and reason, e.g. `Rate Exceeded.` and `ReservedFunctionConcurrentInvocationLimitExceeded`. */
     readonly detail: string,
   ) {
-    super(`function ${functionName} was throttled (TooManyRequestsException: ${detail})`);
-    this.name = 'LambdaThrottledError';
+    super('throttled', `function ${functionName} was throttled (TooManyRequestsException: ${detail})`);
   }
 }
 
@@ -78,7 +75,10 @@ const paramsSchema = z
   .object({
     functionName: z.string().min(1, 'must name an invokable function'),
     items: z.array(itemSchema).min(1, 'must hold at least one item').optional(),
-    from: z.object({ job: z.string().min(1, 'must name a job'), params: z.unknown().optional() }).strict().optional(),
+    from: z
+      .object({ job: z.string().min(1, 'must name a job'), params: z.unknown().optional() })
+      .strict()
+      .optional(),
   })
   .strict();
 
@@ -126,7 +126,10 @@ export const lambdaInvoke = defineJob<LambdaInvokeParams, unknown>({
         seen.add(item.key);
       }
       // The items become the batch's items; the stored params keep only what names the function.
-      return { items: params.items.map((item): ItemInput => ({ key: item.key, input: item.input })), params: { functionName: params.functionName } };
+      return {
+        items: params.items.map((item): ItemInput => ({ key: item.key, input: item.input })),
+        params: { functionName: params.functionName },
+      };
     }
     const from = params.from!;
     if (!ctx.expandJob) throw new InvalidParamsError('params.from', 'cannot take items from another job here');
@@ -135,7 +138,8 @@ export const lambdaInvoke = defineJob<LambdaInvokeParams, unknown>({
       inner = await ctx.expandJob(from.job, from.params);
     } catch (e) {
       if (e instanceof UnknownJobError) throw new InvalidParamsError('params.from.job', `unknown job "${from.job}"`);
-      if (e instanceof InvalidParamsError) throw new InvalidParamsError(e.field.replace(/^params/, 'params.from.params'), e.message.slice(e.field.length + 2));
+      if (e instanceof InvalidParamsError)
+        throw new InvalidParamsError(e.field.replace(/^params/, 'params.from.params'), e.message.slice(e.field.length + 2));
       throw e;
     }
     return { items: inner.items, params: { functionName: params.functionName, from: { job: from.job, params: inner.params } } };
@@ -183,7 +187,9 @@ export const lambdaInvoke = defineJob<LambdaInvokeParams, unknown>({
     try {
       return JSON.parse(text) as unknown;
     } catch {
-      throw new PermanentItemError(`function ${name} answered item "${item.key}" with something that is not JSON: ${text.slice(0, 200)}`);
+      throw new PermanentItemError(
+        `function ${name} answered item "${item.key}" with something that is not JSON: ${text.slice(0, 200)}`,
+      );
     }
   },
 });

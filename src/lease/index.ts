@@ -11,18 +11,9 @@ export {
   type Unit,
   type LeaserEvent,
 } from './leaser.js';
-export { type UnitKey, type UnitView, type ProcessView, type ProcessRole, type InvocationPlan } from './sql.js';
+export { type UnitKey, type ProcessRole } from './sql/ownership.js';
 export { fairShareOf, balanceOf, type Balance } from './share.js';
-export {
-  putTenantUnits,
-  deleteTenantUnits,
-  listUnits,
-  listProcesses,
-  getDesired,
-  setDesired,
-  planInvocations,
-  readFleet,
-  type Fleet,
-  invocationLive,
-  forgetInvocations,
-} from './registry.js';
+export { putTenantUnits, listUnits } from './units.js';
+export { deleteTenantUnits, listProcesses, type UnitView, type ProcessView } from './sql/units.js';
+export { setDesired, readFleet, type Fleet } from './fleet.js';
+export { getDesired, planInvocations, invocationLive, forgetInvocations, type InvocationPlan } from './sql/fleet.js';

@@ -1,10 +1,11 @@
 import { randomUUID } from 'node:crypto';
+import { InvalidSettingError, LeaseholdError } from '../errors.js';
 import { hostname as osHostname } from 'node:os';
 import { systemClock, type Clock } from '../clock.js';
 import { withTimeout, type Sql } from '../store/index.js';
 import { fairShareOf } from './share.js';
-import * as q from './sql.js';
-import type { Me, ProcessRole, ShareState, UnitKey, UnitRow } from './sql.js';
+import * as q from './sql/ownership.js';
+import type { Me, ProcessRole, ShareState, UnitKey, UnitRow } from './sql/ownership.js';
 
 /** A unit a process owns: identity, job, weight and the job's configuration. */
 export type Unit = UnitRow;
@@ -89,12 +90,10 @@ export interface Reconciler {
   inFlight(unit: UnitKey): number;
 }
 
-/** A configuration that cannot work; the message names the setting. */
-export class LeaseConfigError extends Error {
-  readonly code = 'lease_config';
-  constructor(message: string) {
-    super(message);
-    this.name = 'LeaseConfigError';
+/** A configuration that cannot work; `setting` names the setting (code `lease_config`). */
+export class LeaseConfigError extends InvalidSettingError {
+  constructor(setting: string, reason: string) {
+    super(setting, reason, 'lease_config');
   }
 }
 
@@ -102,11 +101,9 @@ export class LeaseConfigError extends Error {
  * Another instance holds a live process row with this process id: this instance wrote nothing
  * and owns nothing (process ids are fresh for every process and never reused).
  */
-export class ProcessIdInUseError extends Error {
-  readonly code = 'process_id_in_use';
+export class ProcessIdInUseError extends LeaseholdError {
   constructor(readonly processId: string) {
-    super(`process id ${processId} belongs to another live instance; process ids must never be reused`);
-    this.name = 'ProcessIdInUseError';
+    super('process_id_in_use', `process id ${processId} belongs to another live instance; process ids must never be reused`);
   }
 }
 
@@ -133,26 +130,35 @@ export function leaseConfig(partial: Partial<LeaseConfig> = {}): LeaseConfig {
     ...Object.fromEntries(Object.entries(partial).filter(([, v]) => v !== undefined)),
   } as LeaseConfig;
   c.storeTimeoutMs ??= Math.floor(c.ttlMs / 3);
-  const positive = ['ttlMs', 'heartbeatIntervalMs', 'rebalanceIntervalMs', 'sweepCutoffMs', 'claimBatch', 'maxClaimPerTick'] as const;
+  const positive = [
+    'ttlMs',
+    'heartbeatIntervalMs',
+    'rebalanceIntervalMs',
+    'sweepCutoffMs',
+    'claimBatch',
+    'maxClaimPerTick',
+  ] as const;
   for (const name of positive) {
-    if (!Number.isFinite(c[name]) || c[name] <= 0) throw new LeaseConfigError(`${name} must be a positive number, got ${c[name]}`);
+    if (!Number.isFinite(c[name]) || c[name] <= 0) throw new LeaseConfigError(name, `must be a positive number, got ${c[name]}`);
   }
   if (!Number.isFinite(c.sweepIntervalMs) || c.sweepIntervalMs < 0) {
-    throw new LeaseConfigError(`sweepIntervalMs must be 0 (off) or positive, got ${c.sweepIntervalMs}`);
+    throw new LeaseConfigError('sweepIntervalMs', `must be 0 (off) or positive, got ${c.sweepIntervalMs}`);
   }
-  if (c.role !== 'fleet' && c.role !== 'batch') throw new LeaseConfigError(`role must be fleet or batch, got ${String(c.role)}`);
-  if (!(c.shedHysteresis >= 0)) throw new LeaseConfigError(`shedHysteresis must be 0 or more, got ${c.shedHysteresis}`);
+  if (c.role !== 'fleet' && c.role !== 'batch')
+    throw new LeaseConfigError('role', `must be fleet or batch, got ${String(c.role)}`);
+  if (!(c.shedHysteresis >= 0)) throw new LeaseConfigError('shedHysteresis', `must be 0 or more, got ${c.shedHysteresis}`);
   if (c.heartbeatIntervalMs >= c.ttlMs) {
-    throw new LeaseConfigError(`heartbeatIntervalMs (${c.heartbeatIntervalMs}) must be below ttlMs (${c.ttlMs})`);
+    throw new LeaseConfigError('heartbeatIntervalMs', `(${c.heartbeatIntervalMs}) must be below ttlMs (${c.ttlMs})`);
   }
-  if (c.sweepCutoffMs < c.ttlMs) throw new LeaseConfigError(`sweepCutoffMs (${c.sweepCutoffMs}) must not be below ttlMs (${c.ttlMs})`);
+  if (c.sweepCutoffMs < c.ttlMs)
+    throw new LeaseConfigError('sweepCutoffMs', `(${c.sweepCutoffMs}) must not be below ttlMs (${c.ttlMs})`);
   if (!Number.isFinite(c.storeTimeoutMs) || c.storeTimeoutMs < 0) {
-    throw new LeaseConfigError(`storeTimeoutMs must be 0 (none) or positive, got ${c.storeTimeoutMs}`);
+    throw new LeaseConfigError('storeTimeoutMs', `must be 0 (none) or positive, got ${c.storeTimeoutMs}`);
   }
   if (c.claimBatch > c.maxClaimPerTick) {
-    throw new LeaseConfigError(`claimBatch (${c.claimBatch}) must not exceed maxClaimPerTick (${c.maxClaimPerTick})`);
+    throw new LeaseConfigError('claimBatch', `(${c.claimBatch}) must not exceed maxClaimPerTick (${c.maxClaimPerTick})`);
   }
-  if (!c.processId) throw new LeaseConfigError('processId must not be empty');
+  if (!c.processId) throw new LeaseConfigError('processId', 'must not be empty');
   return c;
 }
 
@@ -261,15 +267,17 @@ export class Leaser {
   async heartbeat(): Promise<{ lapsed: boolean }> {
     const started = this.clock.now();
     const gapped = this.lastBeatAt !== undefined && started - this.lastBeatAt > this.config.ttlMs;
-    const { outcome, retiring } = await this.withinTimeout(q.heartbeat(this.sql, {
-      ...this.me,
-      role: this.config.role,
-      hostname: this.config.hostname,
-      version: this.config.version,
-      ttlMs: this.config.ttlMs,
-      units: this.units.size,
-      weight: this.weight(),
-    }));
+    const { outcome, retiring } = await this.withinTimeout(
+      q.heartbeat(this.sql, {
+        ...this.me,
+        role: this.config.role,
+        hostname: this.config.hostname,
+        version: this.config.version,
+        ttlMs: this.config.ttlMs,
+        units: this.units.size,
+        weight: this.weight(),
+      }),
+    );
     if (outcome === 'in-use') {
       await this.dropAll();
       throw new ProcessIdInUseError(this.config.processId);
@@ -324,13 +332,15 @@ export class Leaser {
       while (budget > 0 && room > 0 && range < ranges.length) {
         // Every unit weighs at least 1, so `budget` units are as many as can fit.
         const limit = Math.min(this.config.claimBatch, room, budget);
-        const rows = await this.withinTimeout(q.claim(this.sql, this.me, {
-          budget,
-          limit,
-          from: ranges[range][0],
-          to: ranges[range][1],
-          abandoned: state.abandoned,
-        }));
+        const rows = await this.withinTimeout(
+          q.claim(this.sql, this.me, {
+            budget,
+            limit,
+            from: ranges[range][0],
+            to: ranges[range][1],
+            abandoned: state.abandoned,
+          }),
+        );
         if (rows.length < limit) range++;
         if (rows.length === 0) continue;
         for (const u of rows) this.units.set(key(u), u);

@@ -41,7 +41,7 @@ export const systemNow: NowClock = { now: () => Date.now() };
 /**
  * Build a Lambda-like context for one local invocation. `getRemainingTimeInMillis()` is
  * `startedAtMs + timeoutMs − now`, never below 0, which is what a worker uses to stop before its
- * deadline (DESIGN.md invariant 6). The deprecated `done`/`succeed`/`fail` throw: local
+ * deadline (invariant 6 (docs/design.md)). The deprecated `done`/`succeed`/`fail` throw: local
  * handlers must return a promise.
  */
 export function createLambdaContext(options: LambdaContextOptions): LambdaLikeContext {

@@ -77,10 +77,12 @@ const FORWARDED_HEADERS = ['content-type', 'idempotency-key', 'accept'];
 const RETURNED_HEADERS = ['content-type', 'allow', 'location', 'retry-after'];
 
 /** RFC 3986 encoding, as SigV4 canonicalises query strings. */
-const escapeUri = (s: string) => encodeURIComponent(s).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+const escapeUri = (s: string) =>
+  encodeURIComponent(s).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
 
 /** `127.0.0.1`, `::1`, `localhost` and the like: where plain http is fine. */
-const isLoopback = (hostname: string) => hostname === 'localhost' || /^127\./.test(hostname) || hostname === '[::1]' || hostname === '::1';
+const isLoopback = (hostname: string) =>
+  hostname === 'localhost' || /^127\./.test(hostname) || hostname === '[::1]' || hostname === '::1';
 
 /**
  * Serve the dashboard on `127.0.0.1:port` and forward every other request to `apiUrl`, signed
@@ -110,10 +112,13 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
   if (base.protocol !== 'https:' && !(base.protocol === 'http:' && isLoopback(base.hostname))) {
     throw new DashboardConfigError(`--api ${options.apiUrl}: must be https:// (plain http only to this machine)`);
   }
-  if (base.search || base.hash) throw new DashboardConfigError(`--api ${options.apiUrl}: give the API's base URL, without a query`);
+  if (base.search || base.hash)
+    throw new DashboardConfigError(`--api ${options.apiUrl}: give the API's base URL, without a query`);
   const region = options.region ?? regionOfApiHost(base.hostname) ?? (await profileRegion(options.profile));
   if (!region) {
-    throw new DashboardConfigError(`--api ${options.apiUrl}: cannot tell its region from the URL: give --region (or set AWS_REGION)`);
+    throw new DashboardConfigError(
+      `--api ${options.apiUrl}: cannot tell its region from the URL: give --region (or set AWS_REGION)`,
+    );
   }
   const credentials = options.credentials ?? fromNodeProviderChain(options.profile ? { profile: options.profile } : {});
   const signer = new SignatureV4({ service: 'execute-api', region, credentials, sha256: Sha256 });
@@ -123,16 +128,26 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
   const assets = dashboardAssets();
   let port = options.port;
 
-  const sendError = (res: ServerResponse, status: number, code: string, message: string, headers: Record<string, string> = {}) => {
+  const sendError = (
+    res: ServerResponse,
+    status: number,
+    code: string,
+    message: string,
+    headers: Record<string, string> = {},
+  ) => {
     if (res.headersSent) return void res.destroy();
     const body = JSON.stringify({ error: { code, message } });
-    res.writeHead(status, { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)), ...headers }).end(body);
+    res
+      .writeHead(status, { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)), ...headers })
+      .end(body);
   };
 
   const forward = async (req: IncomingMessage, res: ServerResponse) => {
     const method = req.method ?? 'GET';
     if (!['GET', 'POST', 'PUT', 'DELETE'].includes(method)) {
-      return sendError(res, 405, 'method_not_allowed', `${method} is not forwarded to the API`, { allow: 'GET, POST, PUT, DELETE' });
+      return sendError(res, 405, 'method_not_allowed', `${method} is not forwarded to the API`, {
+        allow: 'GET, POST, PUT, DELETE',
+      });
     }
     const body = await readBody(req, maxBodyBytes);
     if (body === undefined) return sendError(res, 413, 'body_too_large', `request body exceeds ${maxBodyBytes} bytes`);
@@ -164,7 +179,12 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
         }),
       )) as HttpRequest;
     } catch (e) {
-      return sendError(res, 401, 'no_credentials', `no AWS credentials to sign the request with: ${(e as Error).message}. Set AWS_PROFILE (after \`aws sso login\`), or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY`);
+      return sendError(
+        res,
+        401,
+        'no_credentials',
+        `no AWS credentials to sign the request with: ${(e as Error).message}. Set AWS_PROFILE (after \`aws sso login\`), or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY`,
+      );
     }
     const search = Object.entries(query)
       .flatMap(([k, v]) => [v].flat().map((one) => `${escapeUri(k)}=${escapeUri(one)}`))
@@ -183,7 +203,12 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     } catch (e) {
       const err = e as Error;
       if (err.name === 'TimeoutError') return sendError(res, 504, 'api_timeout', `the API did not answer within ${timeoutMs} ms`);
-      return sendError(res, 502, 'api_unreachable', `the API at ${base.origin} does not answer: ${(err.cause as Error)?.message ?? err.message}`);
+      return sendError(
+        res,
+        502,
+        'api_unreachable',
+        `the API at ${base.origin} does not answer: ${(err.cause as Error)?.message ?? err.message}`,
+      );
     }
     const payload = Buffer.from(await answer.arrayBuffer());
     const out: Record<string, string> = { 'content-length': String(payload.length), 'cache-control': 'no-store' };
@@ -233,7 +258,10 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
 /** The region of the environment or of the profile's config, if any. */
 async function profileRegion(profile: string | undefined): Promise<string | undefined> {
   try {
-    return await loadConfig(NODE_REGION_CONFIG_OPTIONS, { ...NODE_REGION_CONFIG_FILE_OPTIONS, ...(profile ? { profile } : {}) })();
+    return await loadConfig(NODE_REGION_CONFIG_OPTIONS, {
+      ...NODE_REGION_CONFIG_FILE_OPTIONS,
+      ...(profile ? { profile } : {}),
+    })();
   } catch {
     return undefined;
   }
@@ -258,10 +286,14 @@ export async function runDashboard(options: DashboardOptions): Promise<number> {
   say(`  api          ${dashboard.apiUrl} (requests signed with SigV4 for execute-api in ${dashboard.region})`);
   try {
     const key = await dashboard.checkCredentials();
-    say(`  credentials  ${key.slice(0, 4)}…${key.slice(-4)} (${options.credentials ? 'given' : `the default provider chain${options.profile ? `, profile ${options.profile}` : ''}`})`);
+    say(
+      `  credentials  ${key.slice(0, 4)}…${key.slice(-4)} (${options.credentials ? 'given' : `the default provider chain${options.profile ? `, profile ${options.profile}` : ''}`})`,
+    );
   } catch (e) {
     say(`  credentials  none yet: ${(e as Error).message}`);
-    say('               the page shows 401 until there are (aws sso login, AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)');
+    say(
+      '               the page shows 401 until there are (aws sso login, AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)',
+    );
   }
   say('Ctrl-C stops.');
   await new Promise<void>((resolve) => {

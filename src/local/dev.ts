@@ -1,4 +1,4 @@
-// `leasehold dev`: the same handlers as on AWS, with local drivers (DESIGN.md, "Local mode").
+// `leasehold dev`: the same handlers as on AWS, with local drivers (docs/design.md, "Local mode").
 import { createWriteStream, existsSync, readFileSync, realpathSync, statSync } from 'node:fs';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { delimiter, extname, join, relative, resolve } from 'node:path';
@@ -94,7 +94,8 @@ async function loadApp(appFile: string | undefined, cwd: string): Promise<LocalA
     }
   }
   // A file loaded as CommonJS (its package is not "type": "module") has its exports on `default`.
-  if (typeof mod.worker !== 'function' && mod.default !== null && typeof mod.default === 'object') mod = mod.default as Record<string, unknown>;
+  if (typeof mod.worker !== 'function' && mod.default !== null && typeof mod.default === 'object')
+    mod = mod.default as Record<string, unknown>;
   const missing = (['worker', 'scheduler', 'api'] as const).filter((name) => typeof mod[name] !== 'function');
   if (missing.length) {
     throw new AppFileError(
@@ -113,10 +114,12 @@ async function loadApp(appFile: string | undefined, cwd: string): Promise<LocalA
   const localFunctions: Record<string, LocalLambdaHandler> = {};
   const declared = mod.localFunctions;
   if (declared !== undefined) {
-    if (declared === null || typeof declared !== 'object') throw new AppFileError(`${shown}: localFunctions must be an object of functions by name`);
+    if (declared === null || typeof declared !== 'object')
+      throw new AppFileError(`${shown}: localFunctions must be an object of functions by name`);
     for (const [name, fn] of Object.entries(declared)) {
       if (typeof fn !== 'function') throw new AppFileError(`${shown}: localFunctions.${name} is not a function`);
-      if (!/^[A-Za-z0-9_-]{1,64}$/.test(name)) throw new AppFileError(`${shown}: localFunctions: "${name}" is not a Lambda function name (letters, digits, _ and -)`);
+      if (!/^[A-Za-z0-9_-]{1,64}$/.test(name))
+        throw new AppFileError(`${shown}: localFunctions: "${name}" is not a Lambda function name (letters, digits, _ and -)`);
       localFunctions[name] = fn as LocalLambdaHandler;
     }
   }
@@ -173,7 +176,9 @@ export async function runDev(options: DevOptions): Promise<number> {
     return 2;
   }
   if (config.deadlineMarginMs >= timeoutMs) {
-    say(`leasehold dev: --timeout-ms (${timeoutMs}) must be above LEASEHOLD_DEADLINE_MARGIN_MS (${config.deadlineMarginMs}): workers would stop before doing anything`);
+    say(
+      `leasehold dev: --timeout-ms (${timeoutMs}) must be above LEASEHOLD_DEADLINE_MARGIN_MS (${config.deadlineMarginMs}): workers would stop before doing anything`,
+    );
     return 2;
   }
 
@@ -183,12 +188,14 @@ export async function runDev(options: DevOptions): Promise<number> {
   try {
     app = await loadApp(options.appFile, cwd);
   } catch (e) {
-    say(`leasehold dev: ${e instanceof AppFileError ? e.message : (e as Error)?.stack ?? e}`);
+    say(`leasehold dev: ${e instanceof AppFileError ? e.message : ((e as Error)?.stack ?? e)}`);
     return 2;
   }
   const localNames = Object.keys(app.localFunctions);
   if (localNames.includes(config.workerFunction)) {
-    say(`leasehold dev: localFunctions: "${config.workerFunction}" is the worker's name (LEASEHOLD_WORKER_FUNCTION): choose another`);
+    say(
+      `leasehold dev: localFunctions: "${config.workerFunction}" is the worker's name (LEASEHOLD_WORKER_FUNCTION): choose another`,
+    );
     return 2;
   }
   // lambda-invoke batches may call the app's local functions, unless told otherwise.
@@ -241,13 +248,23 @@ export async function runDev(options: DevOptions): Promise<number> {
       concurrency,
       onError: (error, info) =>
         logStream?.write(
-          JSON.stringify({ level: 'error', service: 'invoke', message: 'invocation failed', awsRequestId: info.awsRequestId, error: String(error) }) + '\n',
+          JSON.stringify({
+            level: 'error',
+            service: 'invoke',
+            message: 'invocation failed',
+            awsRequestId: info.awsRequestId,
+            error: String(error),
+          }) + '\n',
         ),
     });
     const { url: invokeUrl } = await invoke.start();
     // The SDK's notice that its 2027 releases need Node 22 is noise for a local run.
     process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
-    Object.assign(process.env, { DATABASE_URL: databaseUrl, LEASEHOLD_ALLOWED_ROOTS: roots.join(delimiter) }, localLambdaEnv(invokeUrl));
+    Object.assign(
+      process.env,
+      { DATABASE_URL: databaseUrl, LEASEHOLD_ALLOWED_ROOTS: roots.join(delimiter) },
+      localLambdaEnv(invokeUrl),
+    );
     stopServices.push(async () => {
       requestWorkerShutdown();
       await invoke.stop({ wait: true });
@@ -261,7 +278,8 @@ export async function runDev(options: DevOptions): Promise<number> {
     stopServices.push(() => sink.close());
     const sinkHost = new URL(sink.url).hostname;
     const allow = process.env.LEASEHOLD_OUTBOX_ALLOW?.trim();
-    if (!allow?.split(/[\s,]+/).includes(sinkHost)) process.env.LEASEHOLD_OUTBOX_ALLOW = allow ? `${allow},${sinkHost}` : sinkHost;
+    if (!allow?.split(/[\s,]+/).includes(sinkHost))
+      process.env.LEASEHOLD_OUTBOX_ALLOW = allow ? `${allow},${sinkHost}` : sinkHost;
 
     const server = await startHttpServer({
       port: options.port,
@@ -287,7 +305,8 @@ export async function runDev(options: DevOptions): Promise<number> {
         scheduling = false;
       }
     };
-    const timer = setInterval(tick, scheduleMs);
+    // tick catches its own errors; setInterval drops the promise.
+    const timer = setInterval(() => void tick(), scheduleMs);
     stopServices.push(async () => clearInterval(timer));
     void tick();
 
@@ -307,10 +326,14 @@ export async function runDev(options: DevOptions): Promise<number> {
     say(`  database   ${dbWhere}${applied.length ? `; applied ${applied.map((m) => m.name).join(', ')}` : ''}`);
     say(`  api        ${server.url}`);
     say(`  dashboard  ${server.url}/`);
-    say(`  invoke     ${invokeUrl} (worker "${config.workerFunction}", timeout ${timeoutMs / 1000} s, at most ${concurrency} at once)`);
+    say(
+      `  invoke     ${invokeUrl} (worker "${config.workerFunction}", timeout ${timeoutMs / 1000} s, at most ${concurrency} at once)`,
+    );
     if (localNames.length) say(`  functions  ${localNames.join(', ')} (local, for lambda-invoke batches)`);
     say(`  scheduler  every ${scheduleMs / 1000} s (workers for units: the desired count, \`leasehold concurrency\`)`);
-    say(`  sink       ${sink.url} (webhook endpoints for outbox-delivery units; LEASEHOLD_OUTBOX_ALLOW=${process.env.LEASEHOLD_OUTBOX_ALLOW})`);
+    say(
+      `  sink       ${sink.url} (webhook endpoints for outbox-delivery units; LEASEHOLD_OUTBOX_ALLOW=${process.env.LEASEHOLD_OUTBOX_ALLOW})`,
+    );
     say(`  logs       ${options.verbose ? 'printed' : relative(cwd, logFile)}`);
     say('Ctrl-C stops (running batches are handed off).');
 
@@ -336,7 +359,7 @@ export async function runDev(options: DevOptions): Promise<number> {
     // spread of the weight they own against the fair share, deliveries per second.
     const statusEvery = options.statusMs ?? 3_000;
     let lastStatus = '';
-    const status = setInterval(async () => {
+    const showStatus = async () => {
       try {
         const [units, { fleet, processes }] = await Promise.all([client.listUnits({ limit: 1 }), client.listProcesses()]);
         if (units.length === 0) return;
@@ -351,7 +374,9 @@ export async function runDev(options: DevOptions): Promise<number> {
       } catch {
         // the next tick tries again
       }
-    }, statusEvery);
+    };
+    // showStatus catches its own errors; setInterval drops the promise.
+    const status = setInterval(() => void showStatus(), statusEvery);
     stopServices.push(async () => clearInterval(status));
 
     if (options.unitsDemoPerSecond && options.unitsDemoPerSecond > 0) {
@@ -372,25 +397,33 @@ export async function runDev(options: DevOptions): Promise<number> {
       const producer = setInterval(() => {
         for (let i = 0; i < perTick; i++) {
           const tenant = n % 2 ? 'globex' : 'acme';
-          void client.sendOutbox(tenant, { key: `order-${n}`, payload: { order: n, at: new Date().toISOString() } }).catch(() => {});
+          void client
+            .sendOutbox(tenant, { key: `order-${n}`, payload: { order: n, at: new Date().toISOString() } })
+            .catch(() => {});
           n++;
         }
       }, 100);
       stopServices.push(async () => clearInterval(producer));
-      say(`units demo: tenants acme and globex, 4 outbox-delivery units each; about ${options.unitsDemoPerSecond} messages/s to ${sink.url}`);
+      say(
+        `units demo: tenants acme and globex, 4 outbox-delivery units each; about ${options.unitsDemoPerSecond} messages/s to ${sink.url}`,
+      );
     }
     if (demoDir) {
       // An open demo batch over the same folder (left by an earlier Ctrl-C) is resumed, not repeated.
       const open = (await client.listBatches({ tenant: 'demo', status: 'open' })).find(
         (b) => b.job === 'checksum' && (b.params as { dir?: string })?.dir === demoDir,
       );
-      const batch = open ?? (await client.startBatch({ tenant: 'demo', datasource: 'files', job: 'checksum', params: { dir: demoDir } })).batch;
+      const batch =
+        open ??
+        (await client.startBatch({ tenant: 'demo', datasource: 'files', job: 'checksum', params: { dir: demoDir } })).batch;
       demo = { id: batch.id, started: Date.now() };
       const files = `${batch.total} ${batch.total === 1 ? 'file' : 'files'}`;
       say(`demo: checksum batch ${batch.id} over ${relative(cwd, demoDir) || demoDir}: ${files}${open ? ' (resumed)' : ''}`);
       const end = await followBatch(client, batch.id, { signal: stop.signal });
       if (end.status !== 'open') {
-        say(`demo: batch ${end.status}: ${end.counts.done} done, ${end.counts.failed} failed in ${seconds(end)} s over ${end.runs} run(s)`);
+        say(
+          `demo: batch ${end.status}: ${end.counts.done} done, ${end.counts.failed} failed in ${seconds(end)} s over ${end.runs} run(s)`,
+        );
       }
     }
 
@@ -403,7 +436,9 @@ export async function runDev(options: DevOptions): Promise<number> {
 
     const summary = demo ? await client.getBatch(demo.id).catch(() => undefined) : undefined;
     await unwind(stopServices);
-    const owned = await sql<{ n: number }[]>`select count(*) as n from leasehold_batches where status = 'open' and owner_run is not null`;
+    const owned = await sql<
+      { n: number }[]
+    >`select count(*) as n from leasehold_batches where status = 'open' and owner_run is not null`;
     say(owned[0].n === 0 ? 'stopped: nothing left owned' : `stopped: ${owned[0].n} batch(es) still owned`);
     await runCleanup();
     if (options.exitWhenIdle && stop.signal.aborted) return 130;

@@ -1,4 +1,4 @@
-// The local stand-in for API Gateway (DESIGN.md "Local mode"): an HTTP server that turns each
+// The local stand-in for API Gateway (docs/design.md, "Local mode"): an HTTP server that turns each
 // request into an HTTP API payload format 2.0 event for the API handler, as deployed with IAM
 // auth, and writes the handler's result back as API Gateway would.
 import { randomUUID } from 'node:crypto';
@@ -140,7 +140,13 @@ export async function startHttpServer(options: HttpServerOptions): Promise<HttpS
     const send = (statusCode: number, headers: Record<string, string | string[]>, body: Buffer) => {
       if (res.headersSent || res.destroyed) return;
       res.writeHead(statusCode, { ...headers, 'content-length': String(body.length) }).end(body);
-      observe(options.onResponse, { method: req.method ?? 'GET', path: rawPath, statusCode, requestId, durationMs: Date.now() - startedAtMs });
+      observe(options.onResponse, {
+        method: req.method ?? 'GET',
+        path: rawPath,
+        statusCode,
+        requestId,
+        durationMs: Date.now() - startedAtMs,
+      });
     };
     const sendError = (statusCode: number, code: string, message: string) =>
       send(statusCode, { 'content-type': 'application/json' }, Buffer.from(JSON.stringify({ error: { code, message } })));

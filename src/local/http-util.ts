@@ -1,15 +1,14 @@
 import type { IncomingMessage, Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { LeaseholdError } from '../errors.js';
 
 /** A local server could not listen because its port is taken. `code` is stable. */
-export class LocalPortInUseError extends Error {
-  readonly code = 'port_in_use';
+export class LocalPortInUseError extends LeaseholdError {
   constructor(
     readonly host: string,
     readonly port: number,
   ) {
-    super(`port ${port} on ${host} is already in use: stop what uses it or choose another port`);
-    this.name = 'LocalPortInUseError';
+    super('port_in_use', `port ${port} on ${host} is already in use: stop what uses it or choose another port`);
   }
 }
 

@@ -1,4 +1,4 @@
-// Local mode (DESIGN.md "Local mode"): the drivers that run the same handlers on one machine.
+// Local mode (docs/design.md, "Local mode"): the drivers that run the same handlers on one machine.
 export {
   startEmbedded,
   defaultDataDir,

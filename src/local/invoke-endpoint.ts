@@ -1,4 +1,4 @@
-// A local stand-in for the AWS Lambda Invoke API (DESIGN.md "Local mode"): the scheduler's and
+// A local stand-in for the AWS Lambda Invoke API (docs/design.md, "Local mode"): the scheduler's and
 // the API's real `@aws-sdk/client-lambda` calls reach local handlers when
 // `AWS_ENDPOINT_URL_LAMBDA` points here.
 import { randomUUID } from 'node:crypto';
@@ -6,6 +6,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { ClientContext } from 'aws-lambda';
 import { createLambdaContext, systemNow, type LambdaLikeContext, type NowClock } from './context.js';
 import { closeServer, listen, readBody } from './http-util.js';
+import { LeaseholdError, InvalidSettingError } from '../errors.js';
 import { browserRefusal, rebindingRefusal } from './local-guard.js';
 
 /**
@@ -119,15 +120,16 @@ export interface InvokeEndpoint {
 }
 
 /** An invocation ran past `timeoutMs`; its handler keeps its slot until it actually settles. */
-export class LocalInvocationTimeoutError extends Error {
-  readonly code = 'invocation_timeout';
+export class LocalInvocationTimeoutError extends LeaseholdError {
   constructor(
     readonly functionName: string,
     readonly awsRequestId: string,
     readonly timeoutMs: number,
   ) {
-    super(`RequestId: ${awsRequestId} Error: Task timed out after ${(timeoutMs / 1000).toFixed(2)} seconds`);
-    this.name = 'LocalInvocationTimeoutError';
+    super(
+      'invocation_timeout',
+      `RequestId: ${awsRequestId} Error: Task timed out after ${(timeoutMs / 1000).toFixed(2)} seconds`,
+    );
   }
 }
 
@@ -188,7 +190,8 @@ export function createInvokeEndpoint(options: InvokeEndpointOptions): InvokeEndp
   const maxEventPayloadBytes = options.maxEventPayloadBytes ?? 262_144;
   const maxPayloadBytes = options.maxPayloadBytes ?? 6_291_456;
   const clock = options.clock ?? systemNow;
-  if (!Number.isInteger(concurrency) || concurrency < 1) throw new RangeError(`concurrency must be a positive integer, got ${concurrency}`);
+  if (!Number.isInteger(concurrency) || concurrency < 1)
+    throw new InvalidSettingError('concurrency', `must be a positive integer, got ${concurrency}`);
 
   const queue: Job[] = [];
   let active = 0;
@@ -272,7 +275,8 @@ export function createInvokeEndpoint(options: InvokeEndpointOptions): InvokeEndp
     // Lambda would end the invocation here; locally the handler cannot be stopped, so it keeps
     // its slot until it settles, but the caller and the observers learn of the timeout now.
     const timer = setTimeout(
-      () => finish({ kind: 'error', error: new LocalInvocationTimeoutError(job.functionName, job.awsRequestId, timeoutMs) }, true),
+      () =>
+        finish({ kind: 'error', error: new LocalInvocationTimeoutError(job.functionName, job.awsRequestId, timeoutMs) }, true),
       timeoutMs,
     );
     timer.unref();
@@ -339,7 +343,13 @@ export function createInvokeEndpoint(options: InvokeEndpointOptions): InvokeEndp
       const text = body.toString('utf8');
       event = text.trim() === '' ? {} : JSON.parse(text);
     } catch (e) {
-      return sendError(res, 400, 'InvalidRequestContentException', `Could not parse request body into json: ${(e as Error).message}`, awsRequestId);
+      return sendError(
+        res,
+        400,
+        'InvalidRequestContentException',
+        `Could not parse request body into json: ${(e as Error).message}`,
+        awsRequestId,
+      );
     }
     if (typeHeader === 'DryRun') {
       res.writeHead(204, { 'x-amzn-RequestId': awsRequestId }).end();
@@ -375,7 +385,13 @@ export function createInvokeEndpoint(options: InvokeEndpointOptions): InvokeEndp
       settle: (outcome) => {
         done();
         if (outcome.kind === 'dropped') {
-          return sendError(res, 503, 'ServiceException', 'The local Lambda endpoint stopped before the invocation ran', awsRequestId);
+          return sendError(
+            res,
+            503,
+            'ServiceException',
+            'The local Lambda endpoint stopped before the invocation ran',
+            awsRequestId,
+          );
         }
         const headers: Record<string, string> = {
           'content-type': 'application/json',
@@ -413,7 +429,8 @@ export function createInvokeEndpoint(options: InvokeEndpointOptions): InvokeEndp
       if (server) throw new Error('the local Lambda endpoint is already started');
       const s = createServer((req, res) => {
         handle(req, res).catch((e: unknown) => {
-          if (!res.headersSent) sendError(res, 500, 'ServiceException', `local endpoint failure: ${(e as Error).message}`, randomUUID());
+          if (!res.headersSent)
+            sendError(res, 500, 'ServiceException', `local endpoint failure: ${(e as Error).message}`, randomUUID());
           else res.destroy();
         });
       });
@@ -491,7 +508,6 @@ function decodeClientContext(value: string | undefined): ClientContext | undefin
   }
 }
 
-
 /** Lambda's shape of an unhandled function error. */
 function errorPayload(error: unknown): { errorType: string; errorMessage: string; trace: string[] } {
   if (error instanceof Error) {
@@ -501,7 +517,14 @@ function errorPayload(error: unknown): { errorType: string; errorMessage: string
 }
 
 /** A service error the SDK parses: code in `x-amzn-ErrorType`, `{ Type, message, …extra }` body. */
-function sendError(res: ServerResponse, status: number, type: string, message: string, requestId: string, extra: Record<string, string> = {}): void {
+function sendError(
+  res: ServerResponse,
+  status: number,
+  type: string,
+  message: string,
+  requestId: string,
+  extra: Record<string, string> = {},
+): void {
   if (res.headersSent || res.destroyed) return;
   const body = JSON.stringify({ Type: status >= 500 ? 'Service' : 'User', message, ...extra });
   res

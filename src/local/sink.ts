@@ -1,6 +1,7 @@
 // A local webhook receiver for outbox delivery: what tenants' endpoints are in `leasehold dev`.
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { closeServer, listen, readBody } from './http-util.js';
+import { InvalidSettingError } from '../errors.js';
 
 /** One POST the sink received. */
 export interface SinkDelivery {
@@ -98,7 +99,7 @@ interface PathState {
 }
 
 /**
- * Start a webhook sink on 127.0.0.1 (DESIGN.md, "Local mode"; `leasehold dev` starts one for
+ * Start a webhook sink on 127.0.0.1 (docs/design.md, "Local mode"; `leasehold dev` starts one for
  * the outbox delivery demo).
  *
  * HTTP interface:
@@ -156,10 +157,24 @@ export async function startSink(options: SinkOptions = {}): Promise<Sink> {
       accepted += s.accepted;
       failed += s.failed;
       for (const k of s.keys) all.add(k);
-      byPath[path] = { received: s.received, accepted: s.accepted, failed: s.failed, distinctKeys: s.keys.size, failing: failing.has(path), delayMs: delays.get(path) ?? 0 };
+      byPath[path] = {
+        received: s.received,
+        accepted: s.accepted,
+        failed: s.failed,
+        distinctKeys: s.keys.size,
+        failing: failing.has(path),
+        delayMs: delays.get(path) ?? 0,
+      };
     }
     for (const path of new Set([...failing, ...delays.keys()])) {
-      byPath[path] ??= { received: 0, accepted: 0, failed: 0, distinctKeys: 0, failing: failing.has(path), delayMs: delays.get(path) ?? 0 };
+      byPath[path] ??= {
+        received: 0,
+        accepted: 0,
+        failed: 0,
+        distinctKeys: 0,
+        failing: failing.has(path),
+        delayMs: delays.get(path) ?? 0,
+      };
     }
     // Whole seconds within the window, the current (partial) one counted by its elapsed part.
     const windowS = SINK_RATE_WINDOW_MS / 1000;
@@ -167,7 +182,14 @@ export async function startSink(options: SinkOptions = {}): Promise<Sink> {
     let inWindow = 0;
     for (const [sec, n] of buckets) if (sec > nowS - windowS) inWindow += n;
     const span = windowS - 1 + (now % 1000) / 1000;
-    return { received, accepted, failed, distinctKeys: all.size, perSecond: Math.round((inWindow / Math.max(span, 1)) * 10) / 10, paths: byPath };
+    return {
+      received,
+      accepted,
+      failed,
+      distinctKeys: all.size,
+      perSecond: Math.round((inWindow / Math.max(span, 1)) * 10) / 10,
+      paths: byPath,
+    };
   };
 
   const fail = (path: string, on?: boolean): boolean => {
@@ -179,7 +201,7 @@ export async function startSink(options: SinkOptions = {}): Promise<Sink> {
   };
 
   const delay = (path: string, ms: number): void => {
-    if (!Number.isFinite(ms) || ms < 0) throw new RangeError(`delay must be 0 or more ms, got ${ms}`);
+    if (!Number.isFinite(ms) || ms < 0) throw new InvalidSettingError('delay', `must be 0 or more ms, got ${ms}`);
     if (ms === 0) delays.delete(normalPath(path));
     else delays.set(normalPath(path), ms);
   };
@@ -202,7 +224,8 @@ export async function startSink(options: SinkOptions = {}): Promise<Sink> {
       await readBody(req, 1024);
       const target = path.slice('/_delay'.length);
       const ms = Number(url.searchParams.get('ms') ?? '0');
-      if (!Number.isFinite(ms) || ms < 0 || ms > 600_000) return send(400, { error: { code: 'invalid_request', message: 'ms: must be 0 to 600000' } });
+      if (!Number.isFinite(ms) || ms < 0 || ms > 600_000)
+        return send(400, { error: { code: 'invalid_request', message: 'ms: must be 0 to 600000' } });
       delay(target, ms);
       return send(200, { path: target, delayMs: ms });
     }
@@ -213,7 +236,9 @@ export async function startSink(options: SinkOptions = {}): Promise<Sink> {
     }
     if (req.method !== 'POST') {
       res.setHeader('allow', 'POST');
-      return send(405, { error: { code: 'method_not_allowed', message: `${req.method} is not allowed; POST deliveries, GET /_stats` } });
+      return send(405, {
+        error: { code: 'method_not_allowed', message: `${req.method} is not allowed; POST deliveries, GET /_stats` },
+      });
     }
     const bytes = await readBody(req, maxBodyBytes);
     if (bytes === undefined) return send(413, { error: { code: 'body_too_large', message: `body over ${maxBodyBytes} bytes` } });
@@ -264,7 +289,11 @@ export async function startSink(options: SinkOptions = {}): Promise<Sink> {
     fail,
     delay,
     reset,
-    close: () => (closing ??= closeServer(server, Promise.allSettled([...inFlight]).then(() => undefined))),
+    close: () =>
+      (closing ??= closeServer(
+        server,
+        Promise.allSettled([...inFlight]).then(() => undefined),
+      )),
   };
 }
 

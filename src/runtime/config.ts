@@ -1,32 +1,33 @@
 import { delimiter } from 'node:path';
 import { tmpdir } from 'node:os';
 import * as z from 'zod';
-import { DEFAULT_MAX_OUTPUT_BYTES, RUNNER_DEFAULTS, RUNNER_LIMITS, type StartLimits } from '../batch/index.js';
+import { RUNNER_DEFAULTS, runnerSettings, type RunnerSettings } from '../batch/index.js';
+import { InvalidSettingError, LeaseholdError } from '../errors.js';
+import { LEASE_DEFAULTS, leaseConfig, type LeaseConfig } from '../lease/index.js';
 import { parseOutboxAllow } from '../units/endpoint-guard.js';
 
 /** A setting from the environment is missing or invalid; the message names the variable. */
-export class ConfigError extends Error {
-  readonly code = 'config';
+export class ConfigError extends LeaseholdError {
   constructor(
     readonly variable: string,
     message: string,
   ) {
-    super(`${variable}: ${message}`);
-    this.name = 'ConfigError';
+    super('config', `${variable}: ${message}`);
   }
 }
 
 const int = (min: number) => z.coerce.number().int().min(min);
-const flag = z
-  .enum(['true', 'false'], { error: () => 'must be "true" or "false"' })
-  .transform((v) => v === 'true');
+const flag = z.enum(['true', 'false'], { error: () => 'must be "true" or "false"' }).transform((v) => v === 'true');
 
 /** Variables whose values are secrets: never echoed in a {@link ConfigError}. */
 const SECRET = /PASSWORD/;
 
 /**
  * Every setting, its environment variable and default. Durations are in ms (the `_MS` suffix).
- * docs/configuration.md lists the same (test/docs/configuration.test.ts checks it).
+ * docs/configuration.md lists the same (a test compares them). The runner's and the lease's
+ * defaults come from RUNNER_DEFAULTS and LEASE_DEFAULTS, and their bounds are checked by
+ * `runnerSettings` and `leaseConfig` (`loadConfig` names the variable); only what those do not
+ * check is bounded here.
  */
 const schema = {
   DATABASE_URL: z
@@ -39,39 +40,41 @@ const schema = {
   LEASEHOLD_DRAIN_MS: int(0).optional(),
   LEASEHOLD_WORKER_IDLE_MS: int(0).default(2_000),
   LEASEHOLD_WORKER_POLL_MS: int(10).default(1_000),
-  LEASEHOLD_MAX_RUNS: int(1).default(4),
-  LEASEHOLD_PARALLEL: int(1).default(2),
+  LEASEHOLD_MAX_RUNS: int(1).default(RUNNER_DEFAULTS.maxRuns),
+  LEASEHOLD_PARALLEL: int(1).default(RUNNER_DEFAULTS.parallel),
   LEASEHOLD_QUEUE_DEPTH: int(0).max(10_000).optional(),
-  LEASEHOLD_BEAT_MS: int(10).default(5_000),
-  // Bounded: stale limits and retry delays are added to now() in SQL and must never overflow.
-  LEASEHOLD_STALE_MS: int(20).max(RUNNER_LIMITS.staleMs).default(30_000),
-  LEASEHOLD_ATTEMPTS: int(1).max(RUNNER_LIMITS.attempts).default(3),
-  LEASEHOLD_BACKOFF_MS: int(0).max(RUNNER_LIMITS.backoffMs).default(5_000),
-  LEASEHOLD_MAX_BACKOFF_MS: int(0).max(RUNNER_LIMITS.maxBackoffMs).default(RUNNER_DEFAULTS.maxBackoffMs),
-  LEASEHOLD_MOVE_TRIES: int(1).max(100).default(4),
-  LEASEHOLD_MOVE_BACKOFF_MS: int(0).max(60_000).default(100),
-  LEASEHOLD_MAX_OUTPUT_BYTES: int(1).max(67_108_864).default(DEFAULT_MAX_OUTPUT_BYTES),
-  LEASEHOLD_MAX_STALLED_RUNS: int(1).max(RUNNER_LIMITS.maxStalledRuns).default(RUNNER_DEFAULTS.maxStalledRuns),
-  LEASEHOLD_STORE_TIMEOUT_MS: int(100).default(10_000),
+  LEASEHOLD_BEAT_MS: int(10).default(RUNNER_DEFAULTS.beatMs),
+  // Stale limits and retry delays are added to now() in SQL: runnerSettings bounds them.
+  LEASEHOLD_STALE_MS: int(20).default(RUNNER_DEFAULTS.staleMs),
+  LEASEHOLD_ATTEMPTS: int(1).default(RUNNER_DEFAULTS.attempts),
+  LEASEHOLD_BACKOFF_MS: int(0).default(RUNNER_DEFAULTS.backoffMs),
+  LEASEHOLD_MAX_BACKOFF_MS: int(0).default(RUNNER_DEFAULTS.maxBackoffMs),
+  LEASEHOLD_MOVE_TRIES: int(1).max(100).default(RUNNER_DEFAULTS.moveTries),
+  LEASEHOLD_MOVE_BACKOFF_MS: int(0).max(60_000).default(RUNNER_DEFAULTS.moveBackoffMs),
+  LEASEHOLD_MAX_OUTPUT_BYTES: int(1).max(67_108_864).default(RUNNER_DEFAULTS.maxOutputBytes),
+  LEASEHOLD_MAX_STALLED_RUNS: int(1).default(RUNNER_DEFAULTS.maxStalledRuns),
+  LEASEHOLD_STORE_TIMEOUT_MS: int(100).default(RUNNER_DEFAULTS.storeTimeoutMs),
   LEASEHOLD_MAX_OPEN: int(1).default(4),
-  LEASEHOLD_MAX_RUNNING: int(0).max(RUNNER_DEFAULTS.maxRunning).optional(),
-  LEASEHOLD_SLICE_MS: int(10).max(RUNNER_LIMITS.staleMs).default(RUNNER_DEFAULTS.sliceMs),
+  LEASEHOLD_MAX_RUNNING: int(0).optional(),
+  LEASEHOLD_SLICE_MS: int(10).default(RUNNER_DEFAULTS.sliceMs),
   LEASEHOLD_MAX_ITEMS: int(1).default(200_000),
   LEASEHOLD_MAX_INPUT_BYTES: int(0).default(65_536),
   LEASEHOLD_MAX_TOTAL_BYTES: int(1).default(536_870_912),
   // Lambda refuses a synchronous invocation (API Gateway's) whose event is over 6 MB.
-  LEASEHOLD_MAX_BODY_BYTES: int(64).max(6_291_456, 'must be at most 6291456 (Lambda refuses larger request events)').default(65_536),
-  LEASEHOLD_DISPATCH_COOLDOWN_MS: int(0).max(RUNNER_LIMITS.staleMs).default(30_000),
+  LEASEHOLD_MAX_BODY_BYTES: int(64)
+    .max(6_291_456, 'must be at most 6291456 (Lambda refuses larger request events)')
+    .default(65_536),
+  LEASEHOLD_DISPATCH_COOLDOWN_MS: int(0).max(86_400_000).default(30_000),
   LEASEHOLD_DB_POOL_MAX: int(1).default(4),
   LEASEHOLD_ALLOWED_ROOTS: z.string().optional(),
   LEASEHOLD_INVOKABLE: z.string().optional(),
-  LEASEHOLD_TTL_MS: int(100).default(15_000),
-  LEASEHOLD_HEARTBEAT_MS: int(10).default(5_000),
-  LEASEHOLD_REBALANCE_MS: int(10).default(5_000),
-  LEASEHOLD_SWEEP_CUTOFF_MS: int(100).default(3_600_000),
-  LEASEHOLD_SHED_HYSTERESIS: z.coerce.number().min(0).max(10).default(0.2),
-  LEASEHOLD_CLAIM_BATCH: int(1).default(64),
-  LEASEHOLD_MAX_CLAIM_PER_TICK: int(1).default(1024),
+  LEASEHOLD_TTL_MS: int(100).default(LEASE_DEFAULTS.ttlMs),
+  LEASEHOLD_HEARTBEAT_MS: int(10).default(LEASE_DEFAULTS.heartbeatIntervalMs),
+  LEASEHOLD_REBALANCE_MS: int(10).default(LEASE_DEFAULTS.rebalanceIntervalMs),
+  LEASEHOLD_SWEEP_CUTOFF_MS: int(100).default(LEASE_DEFAULTS.sweepCutoffMs),
+  LEASEHOLD_SHED_HYSTERESIS: z.coerce.number().min(0).max(10).default(LEASE_DEFAULTS.shedHysteresis),
+  LEASEHOLD_CLAIM_BATCH: int(1).default(LEASE_DEFAULTS.claimBatch),
+  LEASEHOLD_MAX_CLAIM_PER_TICK: int(1).default(LEASE_DEFAULTS.maxClaimPerTick),
   LEASEHOLD_INVOKE_CAP: int(0).default(10),
   LEASEHOLD_INVOCATION_PENDING_MS: int(1000).default(30_000),
   LEASEHOLD_DB_HOST: z.string().min(1).optional(),
@@ -118,56 +121,24 @@ export interface Config {
   workerFunction: string;
   /** A worker stops at `remaining time − deadlineMarginMs`, ms. */
   deadlineMarginMs: number;
-  /**
-   * At the deadline, how long in-flight items may take to stop before runs hand off without
-   * them, ms. Default: half the deadline margin, at most 5,000. Must be below the margin.
-   */
-  drainMs: number;
   /** A worker with nothing to run returns after this long, ms. */
   workerIdleMs: number;
   /** How often a worker looks for batches to take over, ms. */
   workerPollMs: number;
-  /** Batches one worker runs at once. */
-  maxRuns: number;
-  /** Runner defaults; jobs may override parallel, attempts and backoff. */
-  parallel: number;
   /**
-   * Items a run claims ahead of execution beyond `parallel` (`LEASEHOLD_QUEUE_DEPTH`, 0 to
-   * 10,000); undefined: as many as `parallel`.
+   * The runner's settings (`runnerSettings`; `LEASEHOLD_PARALLEL`, `LEASEHOLD_BEAT_MS`,
+   * `LEASEHOLD_ATTEMPTS`, … in docs/configuration.md), every default from RUNNER_DEFAULTS except
+   * `drainMs`: at the deadline, how long in-flight items may take to stop before runs hand off
+   * without them, ms; default half the deadline margin, at most 5,000, and below the margin.
+   * A worker's runner takes them as they are. Among them, for tenant fairness (docs/design.md,
+   * "Tenant fairness"): `maxRunning`, most batches of one tenant running at once for tenants
+   * without a limit of their own (`LEASEHOLD_MAX_RUNNING`, 0 to 2,147,483,647; unset: no
+   * limit), and `sliceMs`, how long a run holds its batch before it hands off when another
+   * tenant's batch waits (`LEASEHOLD_SLICE_MS`, default 60,000; at most one day).
    */
-  queueDepth: number | undefined;
-  beatMs: number;
-  /** `LEASEHOLD_STALE_MS`; at most one day. */
-  staleMs: number;
-  /** `LEASEHOLD_ATTEMPTS`, 1 to 1,000. */
-  attempts: number;
-  /** First retry delay, ms (`LEASEHOLD_BACKOFF_MS`); 0 to one day, at most `maxBackoffMs`. */
-  backoffMs: number;
-  /** Longest retry delay, jitter included, ms (`LEASEHOLD_MAX_BACKOFF_MS`, default 10 minutes); at most one day. */
-  maxBackoffMs: number;
-  moveTries: number;
-  moveBackoffMs: number;
-  /** Largest item output stored, bytes of JSON (`LEASEHOLD_MAX_OUTPUT_BYTES`, default 256 KiB); a larger one fails its item. */
-  maxOutputBytes: number;
-  /**
-   * Runs in a row that store no item result before a batch is given up: it ends `failed` with a
-   * reason (`LEASEHOLD_MAX_STALLED_RUNS`, default 10).
-   */
-  maxStalledRuns: number;
-  /** A run's store statement not answered within this is retried as a store error, ms. */
-  storeTimeoutMs: number;
+  runner: Omit<RunnerSettings, 'clock' | 'random' | 'onEvent'>;
   /** Most open batches per (tenant, datasource). */
   maxOpen: number;
-  /**
-   * Most batches of one tenant running at once, for tenants without a limit of their own
-   * (`LEASEHOLD_MAX_RUNNING`, 0 to 2,147,483,647; unset: no limit). docs/design.md, "Tenant fairness".
-   */
-  maxRunning: number;
-  /**
-   * A run that has held its batch this long hands off when another tenant's batch waits, ms
-   * (`LEASEHOLD_SLICE_MS`, default 60,000; at most one day). docs/design.md, "Tenant fairness".
-   */
-  sliceMs: number;
   /** Most items per batch (a start's item count limit). */
   maxItems: number;
   /** Largest input of one item, bytes of JSON (a start's input bytes limit). */
@@ -191,16 +162,17 @@ export interface Config {
    * ARN (`LEASEHOLD_INVOKABLE`, see {@link parseInvokable}). Default none.
    */
   invokable: Record<string, string>;
-  /** Lease settings of every worker process (see `LeaseConfig`), ms. */
-  lease: {
-    ttlMs: number;
-    heartbeatIntervalMs: number;
-    rebalanceIntervalMs: number;
-    sweepCutoffMs: number;
-    shedHysteresis: number;
-    claimBatch: number;
-    maxClaimPerTick: number;
-  };
+  /** Lease settings of every worker process (see `LeaseConfig`; defaults LEASE_DEFAULTS), ms. */
+  lease: Pick<
+    LeaseConfig,
+    | 'ttlMs'
+    | 'heartbeatIntervalMs'
+    | 'rebalanceIntervalMs'
+    | 'sweepCutoffMs'
+    | 'shedHysteresis'
+    | 'claimBatch'
+    | 'maxClaimPerTick'
+  >;
   /** Most workers one scheduler run invokes. */
   invokeCap: number;
   /**
@@ -297,25 +269,27 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     databaseUrl: e.DATABASE_URL,
     workerFunction: e.LEASEHOLD_WORKER_FUNCTION,
     deadlineMarginMs: e.LEASEHOLD_DEADLINE_MARGIN_MS,
-    drainMs: e.LEASEHOLD_DRAIN_MS ?? Math.min(5_000, Math.floor(e.LEASEHOLD_DEADLINE_MARGIN_MS / 2)),
     workerIdleMs: e.LEASEHOLD_WORKER_IDLE_MS,
     workerPollMs: e.LEASEHOLD_WORKER_POLL_MS,
-    maxRuns: e.LEASEHOLD_MAX_RUNS,
-    parallel: e.LEASEHOLD_PARALLEL,
-    queueDepth: e.LEASEHOLD_QUEUE_DEPTH,
-    beatMs: e.LEASEHOLD_BEAT_MS,
-    staleMs: e.LEASEHOLD_STALE_MS,
-    attempts: e.LEASEHOLD_ATTEMPTS,
-    backoffMs: e.LEASEHOLD_BACKOFF_MS,
-    maxBackoffMs: e.LEASEHOLD_MAX_BACKOFF_MS,
-    moveTries: e.LEASEHOLD_MOVE_TRIES,
-    moveBackoffMs: e.LEASEHOLD_MOVE_BACKOFF_MS,
-    maxOutputBytes: e.LEASEHOLD_MAX_OUTPUT_BYTES,
-    maxStalledRuns: e.LEASEHOLD_MAX_STALLED_RUNS,
-    storeTimeoutMs: e.LEASEHOLD_STORE_TIMEOUT_MS,
+    runner: {
+      maxRuns: e.LEASEHOLD_MAX_RUNS,
+      parallel: e.LEASEHOLD_PARALLEL,
+      queueDepth: e.LEASEHOLD_QUEUE_DEPTH,
+      beatMs: e.LEASEHOLD_BEAT_MS,
+      staleMs: e.LEASEHOLD_STALE_MS,
+      attempts: e.LEASEHOLD_ATTEMPTS,
+      backoffMs: e.LEASEHOLD_BACKOFF_MS,
+      maxBackoffMs: e.LEASEHOLD_MAX_BACKOFF_MS,
+      moveTries: e.LEASEHOLD_MOVE_TRIES,
+      moveBackoffMs: e.LEASEHOLD_MOVE_BACKOFF_MS,
+      maxOutputBytes: e.LEASEHOLD_MAX_OUTPUT_BYTES,
+      maxStalledRuns: e.LEASEHOLD_MAX_STALLED_RUNS,
+      storeTimeoutMs: e.LEASEHOLD_STORE_TIMEOUT_MS,
+      drainMs: e.LEASEHOLD_DRAIN_MS ?? Math.min(RUNNER_DEFAULTS.drainMs, Math.floor(e.LEASEHOLD_DEADLINE_MARGIN_MS / 2)),
+      maxRunning: e.LEASEHOLD_MAX_RUNNING ?? RUNNER_DEFAULTS.maxRunning,
+      sliceMs: e.LEASEHOLD_SLICE_MS,
+    },
     maxOpen: e.LEASEHOLD_MAX_OPEN,
-    maxRunning: e.LEASEHOLD_MAX_RUNNING ?? RUNNER_DEFAULTS.maxRunning,
-    sliceMs: e.LEASEHOLD_SLICE_MS,
     maxItems: e.LEASEHOLD_MAX_ITEMS,
     maxInputBytes: e.LEASEHOLD_MAX_INPUT_BYTES,
     maxTotalBytes: e.LEASEHOLD_MAX_TOTAL_BYTES,
@@ -357,26 +331,68 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     invokeCap: e.LEASEHOLD_INVOKE_CAP,
     invocationPendingMs: e.LEASEHOLD_INVOCATION_PENDING_MS,
   };
-  if (config.lease.heartbeatIntervalMs >= config.lease.ttlMs) {
-    throw new ConfigError('LEASEHOLD_HEARTBEAT_MS', `must be below LEASEHOLD_TTL_MS (${config.lease.ttlMs})`);
-  }
-  if (config.lease.claimBatch > config.lease.maxClaimPerTick) {
-    throw new ConfigError('LEASEHOLD_CLAIM_BATCH', `must not exceed LEASEHOLD_MAX_CLAIM_PER_TICK (${config.lease.maxClaimPerTick})`);
-  }
-  if (config.lease.sweepCutoffMs < config.lease.ttlMs) {
-    throw new ConfigError('LEASEHOLD_SWEEP_CUTOFF_MS', `must not be below LEASEHOLD_TTL_MS (${config.lease.ttlMs})`);
-  }
-  if (config.drainMs >= config.deadlineMarginMs && config.deadlineMarginMs > 0) {
+  // The runner and the lease check their own settings; their errors name the variable here.
+  asVariables(env, () => runnerSettings(config.runner), RUNNER_VARIABLES);
+  asVariables(env, () => leaseConfig(config.lease), LEASE_VARIABLES);
+  if (config.runner.drainMs >= config.deadlineMarginMs && config.deadlineMarginMs > 0) {
     throw new ConfigError('LEASEHOLD_DRAIN_MS', `must be below LEASEHOLD_DEADLINE_MARGIN_MS (${config.deadlineMarginMs})`);
-  }
-  if (config.backoffMs > config.maxBackoffMs) {
-    throw new ConfigError('LEASEHOLD_BACKOFF_MS', `must not exceed LEASEHOLD_MAX_BACKOFF_MS (${config.maxBackoffMs})`);
-  }
-  if (config.beatMs >= config.staleMs) {
-    throw new ConfigError('LEASEHOLD_BEAT_MS', `must be below LEASEHOLD_STALE_MS (${config.staleMs})`);
   }
   checkDb(config.db, config.databaseUrl !== undefined);
   return config;
+}
+
+/** The variable of each runner setting. */
+const RUNNER_VARIABLES: Record<string, keyof typeof schema> = {
+  maxRuns: 'LEASEHOLD_MAX_RUNS',
+  parallel: 'LEASEHOLD_PARALLEL',
+  queueDepth: 'LEASEHOLD_QUEUE_DEPTH',
+  beatMs: 'LEASEHOLD_BEAT_MS',
+  staleMs: 'LEASEHOLD_STALE_MS',
+  attempts: 'LEASEHOLD_ATTEMPTS',
+  backoffMs: 'LEASEHOLD_BACKOFF_MS',
+  maxBackoffMs: 'LEASEHOLD_MAX_BACKOFF_MS',
+  moveTries: 'LEASEHOLD_MOVE_TRIES',
+  moveBackoffMs: 'LEASEHOLD_MOVE_BACKOFF_MS',
+  maxOutputBytes: 'LEASEHOLD_MAX_OUTPUT_BYTES',
+  maxStalledRuns: 'LEASEHOLD_MAX_STALLED_RUNS',
+  storeTimeoutMs: 'LEASEHOLD_STORE_TIMEOUT_MS',
+  drainMs: 'LEASEHOLD_DRAIN_MS',
+  maxRunning: 'LEASEHOLD_MAX_RUNNING',
+  sliceMs: 'LEASEHOLD_SLICE_MS',
+};
+
+/** The variable of each lease setting. */
+const LEASE_VARIABLES: Record<string, keyof typeof schema> = {
+  ttlMs: 'LEASEHOLD_TTL_MS',
+  heartbeatIntervalMs: 'LEASEHOLD_HEARTBEAT_MS',
+  rebalanceIntervalMs: 'LEASEHOLD_REBALANCE_MS',
+  sweepCutoffMs: 'LEASEHOLD_SWEEP_CUTOFF_MS',
+  shedHysteresis: 'LEASEHOLD_SHED_HYSTERESIS',
+  claimBatch: 'LEASEHOLD_CLAIM_BATCH',
+  maxClaimPerTick: 'LEASEHOLD_MAX_CLAIM_PER_TICK',
+};
+
+/**
+ * Run `check`; an {@link InvalidSettingError} it throws becomes a {@link ConfigError} naming the
+ * variable, its reason's other setting names replaced by their variables, and the value as given.
+ */
+function asVariables(
+  env: Record<string, string | undefined>,
+  check: () => unknown,
+  variables: Record<string, keyof typeof schema>,
+): void {
+  try {
+    check();
+  } catch (e) {
+    const variable = e instanceof InvalidSettingError ? variables[e.setting] : undefined;
+    if (!variable) throw e;
+    const reason = (e as InvalidSettingError).reason
+      .replace(/^\([^)]*\) /, '')
+      .replace(/ \(got [^)]*\)$/, '')
+      .replace(/\b[a-z][A-Za-z]+\b/g, (word) => variables[word] ?? word);
+    const given = env[variable];
+    throw new ConfigError(variable, given === undefined || given === '' ? reason : `${reason} (got ${JSON.stringify(given)})`);
+  }
 }
 
 /** The database settings must name one reachable database, and IAM auth what it needs. */
@@ -389,23 +405,14 @@ function checkDb(db: DbConfig, hasUrl: boolean): void {
   if (!db.name) throw new ConfigError('LEASEHOLD_DB_NAME', 'is required with LEASEHOLD_DB_HOST');
   if (!db.user) throw new ConfigError('LEASEHOLD_DB_USER', 'is required with LEASEHOLD_DB_HOST');
   if (db.iamAuth && db.tls === 'off') {
-    throw new ConfigError('LEASEHOLD_DB_TLS', 'must not be off with LEASEHOLD_DB_IAM_AUTH=true: RDS accepts IAM tokens only over TLS');
+    throw new ConfigError(
+      'LEASEHOLD_DB_TLS',
+      'must not be off with LEASEHOLD_DB_IAM_AUTH=true: RDS accepts IAM tokens only over TLS',
+    );
   }
   if (db.iamAuth && !db.region) {
     throw new ConfigError('AWS_REGION', 'is required with LEASEHOLD_DB_IAM_AUTH=true (IAM tokens are signed for a region)');
   }
-}
-
-/**
- * The start limits `createBatch` takes, from the settings that are given (`LEASEHOLD_MAX_ITEMS`,
- * `LEASEHOLD_MAX_INPUT_BYTES`, `LEASEHOLD_MAX_TOTAL_BYTES`); the others keep the library's defaults.
- */
-export function startLimits(config: Partial<Pick<Config, 'maxItems' | 'maxInputBytes' | 'maxTotalBytes'>>): Partial<StartLimits> {
-  const limits: Partial<StartLimits> = {};
-  if (config.maxItems !== undefined) limits.maxItems = config.maxItems;
-  if (config.maxInputBytes !== undefined) limits.maxInputBytes = config.maxInputBytes;
-  if (config.maxTotalBytes !== undefined) limits.maxTotalBytes = config.maxTotalBytes;
-  return limits;
 }
 
 /** A name batches use for a function: letters, digits, `-`, `_` and `.`, at most 140. */
@@ -435,7 +442,8 @@ export function parseInvokable(value: string): Record<string, string> {
     if (!INVOKABLE_NAME.test(name)) {
       throw new ConfigError('LEASEHOLD_INVOKABLE', `"${name}" is not a function name (letters, digits, ".", "_", "-")`);
     }
-    if (Object.prototype.hasOwnProperty.call(out, name)) throw new ConfigError('LEASEHOLD_INVOKABLE', `"${name}" is listed twice`);
+    if (Object.prototype.hasOwnProperty.call(out, name))
+      throw new ConfigError('LEASEHOLD_INVOKABLE', `"${name}" is listed twice`);
     out[name] = target;
   }
   return out;

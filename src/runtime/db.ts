@@ -23,7 +23,7 @@ export interface IamTokenTarget {
 
 /**
  * A postgres.js `password` function returning a fresh RDS IAM authentication token for `user`
- * on `host:port` (DESIGN.md, "Serverless runtime": IAM database auth). postgres.js calls it for
+ * on `host:port` (docs/design.md, "Serverless runtime": IAM database auth). postgres.js calls it for
  * every new connection, so no token outlives its 15 minutes. The token is a SigV4-presigned
  * `host:port/?Action=connect&DBUser=user&X-Amz-…` computed locally: no network call. The signer
  * is loaded on the first call (a function without IAM auth never loads it).
@@ -76,7 +76,8 @@ export function dbTls(db: Pick<DbConfig, 'tls' | 'caFile'>): TlsOptions | false 
   if (db.tls === 'off') return false;
   const extra = db.caFile ? readCaFile(db.caFile) : [];
   // Giving `ca` replaces Node's store: keep it when only adding certificates to it.
-  if (db.tls === 'system') return extra.length ? { ca: [...rootCertificates, ...extra], rejectUnauthorized: true } : { rejectUnauthorized: true };
+  if (db.tls === 'system')
+    return extra.length ? { ca: [...rootCertificates, ...extra], rejectUnauthorized: true } : { rejectUnauthorized: true };
   return { ca: [...rdsCertificateAuthorities(), ...extra], rejectUnauthorized: true };
 }
 
@@ -116,10 +117,14 @@ export interface OpenDatabaseOptions {
  * `LEASEHOLD_DB_TLS` says.
  * @throws {ConfigError} neither `DATABASE_URL` nor `LEASEHOLD_DB_HOST` is set, or the CA file is unusable.
  */
-export function databaseTarget(config: Pick<Config, 'databaseUrl' | 'db'>, credentials?: SignerCredentials): string | ConnectTarget {
+export function databaseTarget(
+  config: Pick<Config, 'databaseUrl' | 'db'>,
+  credentials?: SignerCredentials,
+): string | ConnectTarget {
   if (config.databaseUrl) return config.databaseUrl;
   const db = config.db;
-  if (!db.host) throw new ConfigError('DATABASE_URL', 'is required (or LEASEHOLD_DB_HOST with LEASEHOLD_DB_NAME and LEASEHOLD_DB_USER)');
+  if (!db.host)
+    throw new ConfigError('DATABASE_URL', 'is required (or LEASEHOLD_DB_HOST with LEASEHOLD_DB_NAME and LEASEHOLD_DB_USER)');
   // loadConfig checked that name, user (and region with IAM auth) are set with a host.
   const user = db.user!;
   const host = db.host;
@@ -140,7 +145,7 @@ export function databaseTarget(config: Pick<Config, 'databaseUrl' | 'db'>, crede
 }
 
 /**
- * Open the container's pool (DESIGN.md, "Serverless runtime": one small pool per container,
+ * Open the container's pool (docs/design.md, "Serverless runtime": one small pool per container,
  * reused across invocations). Connections idle longer than `LEASEHOLD_DB_IDLE_TIMEOUT_MS` are
  * closed, and every connection is replaced after `LEASEHOLD_DB_MAX_LIFETIME_MS` (below the
  * 15-minute life of an IAM token; a connection made with a token stays valid after it expires,

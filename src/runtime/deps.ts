@@ -1,12 +1,12 @@
 import { JobRegistry, type Job } from '../jobs/index.js';
 import type { Sql } from '../store/index.js';
 import { UnitJobRegistry, UnitRunner, type UnitJob } from '../units/index.js';
-import { jsonLog } from './log.js';
 import type { UnitReconciler } from './worker.js';
 import { loadConfig, type Config } from './config.js';
 import { openDatabase } from './db.js';
-import { LambdaDispatcher, type Dispatcher } from './dispatch.js';
-import type { Log } from './log.js';
+import type { Dispatcher } from '../batch/index.js';
+import { LambdaDispatcher } from './dispatch.js';
+import type { Log } from '../log.js';
 
 /** Everything a function needs, built once per container and reused across invocations. */
 export interface RuntimeDeps {
@@ -17,7 +17,7 @@ export interface RuntimeDeps {
   /** The app's unit jobs, by name. */
   unitJobs: UnitJobRegistry;
   /** Builds the reconciler that runs unit jobs for one worker process, logging to `log`. */
-  units: (processId: string, log?: Log, leaseValid?: () => boolean) => UnitReconciler;
+  units: (processId: string, log: Log, leaseValid?: () => boolean) => UnitReconciler;
   dispatcher: Dispatcher;
 }
 
@@ -63,13 +63,16 @@ export function createRuntime(app: AppJobs): Runtime {
       if (cached) return cached;
       const config = loadConfig();
       const sql = openDatabase(config);
-      const unitsLog = jsonLog('units');
       cached = {
         config,
         sql,
-        jobs: new JobRegistry([...jobs], { allowedRoots: config.allowedRoots, maxItems: config.maxItems, invokable: config.invokable }),
+        jobs: new JobRegistry([...jobs], {
+          allowedRoots: config.allowedRoots,
+          maxItems: config.maxItems,
+          invokable: config.invokable,
+        }),
         unitJobs,
-        units: (processId, log = unitsLog, leaseValid) => new UnitRunner({ sql, processId, jobs: unitJobs, log, leaseValid }),
+        units: (processId, log, leaseValid) => new UnitRunner({ sql, processId, jobs: unitJobs, log, leaseValid }),
         dispatcher: new LambdaDispatcher(config.workerFunction),
       };
       return cached;

@@ -12,11 +12,11 @@ import type { Migration, RuntimeRoleResult } from '../store/index.js';
 import { loadConfig, ConfigError, type Config } from './config.js';
 import { openDatabase, retryRefusedConnection } from './db.js';
 import type { RuntimeDeps } from './deps.js';
-import type { Dispatcher, WorkerEvent } from './dispatch.js';
+import type { Dispatcher, WorkerEvent } from '../batch/index.js';
 import { recordFleetBalance, workerMetricHooks, type RuntimeMetrics } from './metrics.js';
 import { invocationOf } from './middleware.js';
 import type { SchedulerResult } from './scheduler.js';
-import type { TriggerResult } from './trigger.js';
+import type { TriggerResult } from '../trigger/index.js';
 import { runWorker, type WorkerResult } from './worker.js';
 
 /**
@@ -24,7 +24,11 @@ import { runWorker, type WorkerResult } from './worker.js';
  * with the container's dependencies, the invocation's log, the worker metric hooks and the
  * deadline signal. See {@link runWorker}.
  */
-export async function workerInvocation(deps: RuntimeDeps, event: WorkerEvent | null | undefined, context: Context): Promise<WorkerResult> {
+export async function workerInvocation(
+  deps: RuntimeDeps,
+  event: WorkerEvent | null | undefined,
+  context: Context,
+): Promise<WorkerResult> {
   const { log, metrics, deadline } = invocationOf(context);
   return runWorker(event ?? {}, context, { ...deps, log, hooks: workerMetricHooks(metrics), signal: deadline });
 }
@@ -40,7 +44,7 @@ export async function schedulerInvocation(deps: RuntimeDeps, _event: unknown, co
   const { runScheduler } = await import('./scheduler.js');
   // The fleet may hold every connection its budget allows: a refused connection is retried
   // within the invocation (see retryRefusedConnection).
-  const result = await retryRefusedConnection(() => runScheduler(deps), {
+  const result = await retryRefusedConnection(() => runScheduler({ ...deps, log }), {
     untilMs: Math.min(deadlineAt, Date.now() + deps.config.db.connectRetryMs),
     onRetry: (e, waitMs) => log('warn', 'database connection refused; retrying', { error: String(e), waitMs }),
   });
@@ -67,7 +71,7 @@ export async function apiInvocation(
   context: Context,
 ): Promise<APIGatewayProxyStructuredResultV2> {
   const { log, metrics } = invocationOf(context);
-  const { handleApi } = await import('../api/handler.js');
+  const { handleApi } = await import('../api/router.js');
   const result = await handleApi(event, { ...deps, log, dispatcher: counting(deps.dispatcher, metrics) });
   if ((result.statusCode ?? 200) >= 500) metrics.count('ServerErrors');
   return result;
@@ -88,7 +92,7 @@ function counting(dispatcher: Dispatcher, metrics: RuntimeMetrics): Dispatcher {
  */
 export async function triggerInvocation(deps: RuntimeDeps, event: unknown, context: Context): Promise<TriggerResult> {
   const { log, metrics } = invocationOf(context);
-  const { handleTrigger } = await import('./trigger.js');
+  const { handleTrigger } = await import('../trigger/trigger.js');
   return handleTrigger(event, { ...deps, log, metrics });
 }
 
@@ -136,7 +140,9 @@ export async function migrateInvocation(_event: unknown, context: Context): Prom
         migrate(sql, {
           dir,
           // The runtime's connection budget: the database's limit less a reserve it never takes.
-          ...(iamUser ? { runtimeRole: { name: iamUser, connectionLimit: runtimeConnections ?? { reserve: reservedConnections } } } : {}),
+          ...(iamUser
+            ? { runtimeRole: { name: iamUser, connectionLimit: runtimeConnections ?? { reserve: reservedConnections } } }
+            : {}),
           ...(schedulerUser ? { schedulerRole: { name: schedulerUser } } : {}),
           onRuntimeRole: (r) => (r.name === iamUser ? (runtimeRole = r) : (schedulerRole = r)),
         }),
@@ -155,7 +161,8 @@ export async function migrateInvocation(_event: unknown, context: Context): Prom
 function migrationsDir(config: Pick<Config, 'migrationsDir'>, defaultDir: string): string {
   const hasSql = (d: string) => existsSync(d) && readdirSync(d).some((n) => /^\d+_.+\.sql$/.test(n));
   if (config.migrationsDir) {
-    if (!hasSql(config.migrationsDir)) throw new ConfigError('LEASEHOLD_MIGRATIONS_DIR', `holds no migration files (${config.migrationsDir})`);
+    if (!hasSql(config.migrationsDir))
+      throw new ConfigError('LEASEHOLD_MIGRATIONS_DIR', `holds no migration files (${config.migrationsDir})`);
     return config.migrationsDir;
   }
   const candidates = [defaultDir, join(process.env.LAMBDA_TASK_ROOT ?? process.cwd(), 'src', 'store', 'migrations')];

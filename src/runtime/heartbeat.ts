@@ -4,7 +4,7 @@ import { isConnectionError, settleAfterThaw } from './db.js';
 /**
  * A {@link Leaser} whose heartbeat, when it fails on a dead connection (reset, closed, the
  * server ending the session: see {@link isConnectionError}), is retried once on another
- * connection (DESIGN.md, "Serverless runtime": a heartbeat that fails on a stale connection is
+ * connection (docs/design.md, "Serverless runtime": a heartbeat that fails on a stale connection is
  * retried once on a fresh one). A heartbeat not answered in time is given up by the leaser
  * itself (`LeaseConfig.storeTimeoutMs`).
  *

@@ -1,8 +1,15 @@
 export { loadConfig, parseInvokable, ConfigError, type Config, type DbConfig } from './config.js';
-export { LambdaDispatcher, dispatchBatch, type Dispatcher, type WorkerEvent } from './dispatch.js';
-export { runWorker, requestWorkerShutdown, type WorkerDeps, type WorkerResult, type InvocationContext, type UnitReconciler } from './worker.js';
+export { LambdaDispatcher } from './dispatch.js';
+export {
+  runWorker,
+  requestWorkerShutdown,
+  type WorkerDeps,
+  type WorkerResult,
+  type InvocationContext,
+  type UnitReconciler,
+} from './worker.js';
 export { runScheduler, type SchedulerResult } from './scheduler.js';
-export { jsonLog, setLogSink, lambdaLog, powertoolsLogger, writeLogLine, type Log } from './log.js';
+export { jsonLog, setLogSink, lambdaLog, powertoolsLogger, writeLogLine } from './log.js';
 export { createRuntime, resetRuntimeDeps, type AppJobs, type Runtime, type RuntimeDeps } from './deps.js';
 export {
   openDatabase,
@@ -21,20 +28,22 @@ export {
   type TlsOptions,
 } from './db.js';
 export { ReconnectingLeaser } from './heartbeat.js';
-export { metricsFor, workerMetricHooks, recordFleetBalance, METRICS_NAMESPACE, type RuntimeMetrics, type WorkerHooks } from './metrics.js';
-export { invocation, invocationOf, httpErrorBoundary, type Invocation, type InvocationOptions, type LeaseholdContext } from './middleware.js';
 export {
-  handleTrigger,
-  startDeferred,
-  type DeferredResult,
-  readTriggerEvent,
-  InvalidTriggerEventError,
-  type TriggerDeps,
-  type TriggerDetail,
-  type TriggerEvent,
-  type TriggerRequest,
-  type TriggerResult,
-} from './trigger.js';
+  metricsFor,
+  workerMetricHooks,
+  recordFleetBalance,
+  METRICS_NAMESPACE,
+  type RuntimeMetrics,
+  type WorkerHooks,
+} from './metrics.js';
+export {
+  invocation,
+  invocationOf,
+  httpErrorBoundary,
+  type Invocation,
+  type InvocationOptions,
+  type LeaseholdContext,
+} from './middleware.js';
 export {
   workerInvocation,
   schedulerInvocation,

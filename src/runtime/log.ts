@@ -1,8 +1,6 @@
 import { Logger, LogLevelThreshold, type LogItem } from '@aws-lambda-powertools/logger';
 import type { Context } from 'aws-lambda';
-
-/** A structured log function: level, message, fields. */
-export type Log = (level: 'info' | 'warn' | 'error', message: string, fields?: Record<string, unknown>) => void;
+import { createLog, type Log } from '../log.js';
 
 /** Where JSON log lines go; default stdout (errors to stderr). */
 let sink: ((line: string, level: 'info' | 'warn' | 'error') => void) | undefined;
@@ -37,10 +35,10 @@ export function writeLogLine(line: string, level: 'info' | 'warn' | 'error'): vo
  * `service` set to `source`. Set `LEASEHOLD_LOG=silent` to drop them (tests).
  */
 export function jsonLog(source: string): Log {
-  return (level, message, fields = {}) => {
+  return createLog((level, message, fields) => {
     if (logSilenced()) return;
     writeLogLine(JSON.stringify({ level, time: new Date().toISOString(), service: source, message, ...fields }), level);
-  };
+  });
 }
 
 /**
@@ -86,13 +84,16 @@ export function powertoolsLogger(service: string): Logger {
  * container's logger is exact; locally, concurrent invocations share it and a line may show
  * another invocation's request id (the `fields` are always this invocation's).
  */
-export function lambdaLog(service: string, context?: Pick<Context, 'awsRequestId'> & Partial<Context>, fields: Record<string, unknown> = {}): Log {
+export function lambdaLog(
+  service: string,
+  context?: Pick<Context, 'awsRequestId'> & Partial<Context>,
+  fields: Record<string, unknown> = {},
+): Log {
   const logger = powertoolsLogger(service);
   if (context?.awsRequestId && typeof context.functionName === 'string') logger.addContext(context as Context);
-  return (level, message, extra = {}) => {
-    const all = { ...fields, ...extra };
+  return createLog((level, message, all) => {
     if (level === 'error') logger.error(message, all);
     else if (level === 'warn') logger.warn(message, all);
     else logger.info(message, all);
-  };
+  }, fields);
 }

@@ -1,11 +1,12 @@
-// The middy middlewares every leasehold function is wrapped with (DESIGN.md, "Serverless
+// The middy middlewares every leasehold function is wrapped with (docs/design.md, "Serverless
 // runtime": all handlers are wrapped with @middy/core). Small and written here: @middy's own
 // packages past v6 need Node 22, and these need nothing they offer.
 import type { MiddlewareObj, Request } from '@middy/core';
 import type { APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
 import { ConfigError } from './config.js';
 import { settleAfterThaw } from './db.js';
-import { lambdaLog, type Log } from './log.js';
+import type { Log } from '../log.js';
+import { lambdaLog } from './log.js';
 import { metricsFor, type RuntimeMetrics } from './metrics.js';
 
 /** What one invocation gets from {@link invocation}: `context.leasehold`. */

@@ -2,9 +2,10 @@ import { claimDispatch } from '../batch/index.js';
 import { balanceOf, planInvocations, readFleet, sweep, type Balance } from '../lease/index.js';
 import type { Sql } from '../store/index.js';
 import type { Config } from './config.js';
-import type { Dispatcher } from './dispatch.js';
+import type { Dispatcher } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
-import { startDeferred, type DeferredResult } from './trigger.js';
+import { startDeferred, type DeferredResult } from '../trigger/index.js';
+import type { Log } from '../log.js';
 
 /** What one scheduler run did. */
 export interface SchedulerResult {
@@ -48,15 +49,17 @@ export interface SchedulerResult {
  * A failed invoke is reported, never thrown; nothing depends on a chain of worker invocations
  * (replacements, continuations) that the platform could cut: this run redoes their work.
  */
-export async function runScheduler(deps: { sql: Sql; config: Config; dispatcher: Dispatcher; jobs?: JobRegistry }): Promise<SchedulerResult> {
+export async function runScheduler(
+  deps: { sql: Sql; config: Config; dispatcher: Dispatcher } & ({ jobs?: undefined } | { jobs: JobRegistry; log: Log }),
+): Promise<SchedulerResult> {
   const { sql, config, dispatcher } = deps;
   const swept = await sweep(sql, config.lease.sweepCutoffMs);
   // Trigger firings refused at maxOpen start once their datasource has a free slot.
-  const deferred = deps.jobs ? await startDeferred({ sql, jobs: deps.jobs, config, dispatcher }) : undefined;
+  const deferred = deps.jobs ? await startDeferred({ sql, jobs: deps.jobs, config, dispatcher, log: deps.log }) : undefined;
   const ids = await claimDispatch(sql, {
-    staleMs: config.staleMs,
+    staleMs: config.runner.staleMs,
     cooldownMs: config.dispatchCooldownMs,
-    maxRunning: config.maxRunning,
+    maxRunning: config.runner.maxRunning,
   });
   const dispatched: string[] = [];
   const failed: string[] = [];

@@ -1,14 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { systemClock } from '../clock.js';
-import { Runner, type RunResult, type RunnerEvent } from '../batch/index.js';
+import { dispatchBatch, Runner, type Dispatcher, type RunResult, type RunnerEvent, type WorkerEvent } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
 import { invocationLive, planInvocations, type LeaserEvent, type ProcessRole, type Reconciler } from '../lease/index.js';
 import { withTimeout, type Sql } from '../store/index.js';
 import type { Config } from './config.js';
-import { dispatchBatch, type Dispatcher, type WorkerEvent } from './dispatch.js';
 import { ReconnectingLeaser } from './heartbeat.js';
-import type { Log } from './log.js';
+import type { Log } from '../log.js';
 import type { WorkerHooks } from './metrics.js';
 
 const shutdown = new AbortController();
@@ -42,9 +41,9 @@ export interface WorkerDeps {
    * Builds the reconciler of one process's units (the unit jobs); `log` is the invocation's.
    * Default: units are held, nothing runs.
    */
-  units?: (processId: string, log?: Log, leaseValid?: () => boolean) => UnitReconciler;
-  /** Structured log sink. Default: none. */
-  log?: Log;
+  units?: (processId: string, log: Log, leaseValid?: () => boolean) => UnitReconciler;
+  /** Structured log of the invocation; the worker scopes it to its process (`processId` on every line). */
+  log: Log;
   /** Observers of leases, runs and items (metrics). Default: none. */
   hooks?: WorkerHooks;
   /**
@@ -100,9 +99,9 @@ const idleUnits: UnitReconciler = {
  */
 export async function runWorker(event: WorkerEvent, context: InvocationContext, deps: WorkerDeps): Promise<WorkerResult> {
   const { config, jobs, sql } = deps;
-  const log = deps.log ?? (() => {});
   const hooks = deps.hooks ?? {};
   const processId = randomUUID();
+  const log = deps.log.with({ processId });
   const role: ProcessRole = event.batchId && !event.invocationId ? 'batch' : 'fleet';
   const deadline = Date.now() + context.getRemainingTimeInMillis() - config.deadlineMarginMs;
   // Wakes the loop's waits on shutdown, at the deadline signal or on retirement; listeners
@@ -118,27 +117,12 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
   const resolve = jobs.resolve;
   const runner = new Runner(sql, {
     processId,
-    parallel: config.parallel,
-    queueDepth: config.queueDepth,
-    beatMs: config.beatMs,
-    staleMs: config.staleMs,
-    attempts: config.attempts,
-    backoffMs: config.backoffMs,
-    maxBackoffMs: config.maxBackoffMs,
-    moveTries: config.moveTries,
-    moveBackoffMs: config.moveBackoffMs,
-    maxRuns: config.maxRuns,
-    drainMs: config.drainMs,
-    storeTimeoutMs: config.storeTimeoutMs,
-    maxOutputBytes: config.maxOutputBytes,
-    maxStalledRuns: config.maxStalledRuns,
-    maxRunning: config.maxRunning,
-    sliceMs: config.sliceMs,
+    ...config.runner,
     onEvent: (e: RunnerEvent) => {
       hooks.runner?.(e);
       // Item outcomes as the runner stored them: a result whose move never landed is not counted.
       if (e.type === 'item-ended') hooks.item?.(e.outcome);
-      else logRunnerEvent(log, processId, e);
+      else logRunnerEvent(log, e);
     },
   });
   // Unit jobs check the lease by the process's own clock before acting (see Leaser.leaseValid).
@@ -159,7 +143,7 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
     {
       hooks: hooks.lease,
       onEvent: (e: LeaserEvent) => {
-        logLeaserEvent(log, processId, e);
+        logLeaserEvent(log, e);
         // Wake the loop: a retiring process leaves at once.
         if (e.type === 'retiring') stopping.abort();
       },
@@ -168,13 +152,15 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
   leaseValid = () => leaser.leaseValid();
   leaser.onRetry = (error) => {
     hooks.heartbeatRetried?.();
-    log('warn', 'heartbeat failed on a dead connection; retried on another', { processId, error: String(error) });
+    log('warn', 'heartbeat failed on a dead connection; retried on another', { error: String(error) });
   };
   const leasing = new AbortController();
   const leaseLoop = leaser.run(leasing.signal);
 
   const results: RunResult[] = [];
-  const collect = (id: string) => runner.running(id)?.then((r) => results.push(r));
+  // A run's promise never rejects (Run.execute settles every outcome into its result), and
+  // runner.close() below awaits every run still going: collecting needs no await of its own.
+  const collect = (id: string) => void runner.running(id)?.then((r) => results.push(r));
   let invocationMarked = !event.invocationId;
 
   let reason: WorkerResult['reason'] = 'idle';
@@ -182,7 +168,7 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
     if (event.batchId && !pastDeadline() && !shutdown.signal.aborted) {
       // The batch it was sent for, unless another tenant is served worse (docs/design.md, "Tenant fairness").
       const b = await runner.takeOver(resolve, event.batchId, { orFairer: true }).catch((error) => {
-        log('warn', 'takeover of the dispatched batch failed', { processId, batchId: event.batchId, error: String(error) });
+        log('warn', 'takeover of the dispatched batch failed', { batchId: event.batchId, error: String(error) });
         return undefined;
       });
       if (b) collect(b.id);
@@ -203,19 +189,20 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
       }
       if (!invocationMarked && leaser.ready()) {
         invocationMarked = true;
-        await withTimeout(invocationLive(sql, event.invocationId!), config.storeTimeoutMs).catch(() => {});
+        await withTimeout(invocationLive(sql, event.invocationId!), config.runner.storeTimeoutMs).catch(() => {});
       }
       try {
-        while (runner.batches().length < config.maxRuns) {
+        while (runner.batches().length < config.runner.maxRuns) {
           const b = await runner.takeOver(resolve);
           if (!b) break;
           collect(b.id);
         }
       } catch (error) {
-        log('warn', 'looking for batches failed', { processId, error: String(error) });
+        log('warn', 'looking for batches failed', { error: String(error) });
       }
       // A fleet process stays while units need processes; otherwise it leaves once idle.
-      const unitWork = role === 'fleet' && ((leaser.share()?.totalWeight ?? 0) > 0 || leaser.owned().length > 0 || !leaser.share());
+      const unitWork =
+        role === 'fleet' && ((leaser.share()?.totalWeight ?? 0) > 0 || leaser.owned().length > 0 || !leaser.share());
       if (runner.batches().length > 0 || unitWork) idleSince = Date.now();
       else if (Date.now() - idleSince >= config.workerIdleMs) break;
       const wait = Math.max(0, Math.min(config.workerPollMs, deadline - Date.now()));
@@ -235,7 +222,7 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
           await leaser.deleteProcess();
         } catch (error) {
           // The row expires by itself and the sweep frees its units; nothing is acted on meanwhile.
-          log('error', 'release failed', { processId, error: String(error) });
+          log('error', 'release failed', { error: String(error) });
         }
         await units.close();
       })(),
@@ -248,7 +235,7 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
   // Continuations and replacements only while there is time left: the scheduler does the same
   // within a minute, and returning before the platform's deadline comes first (invariant 6).
   const leftMs = () => context.getRemainingTimeInMillis() - 500;
-  const bounded = <T>(p: Promise<T>) => withTimeout(p, Math.max(1, Math.min(config.storeTimeoutMs, leftMs())));
+  const bounded = <T>(p: Promise<T>) => withTimeout(p, Math.max(1, Math.min(config.runner.storeTimeoutMs, leftMs())));
   for (const r of byRun.values()) {
     // A retired process's runs are taken over by the processes that stay (and dispatched by the
     // scheduler): a continuation would only add a worker to a fleet that is too large.
@@ -258,7 +245,7 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
       continued.push(r.batchId);
     } catch (error) {
       // The scheduler dispatches handed-off batches too; this only makes it sooner.
-      log('warn', 'continuation invoke failed', { processId, batchId: r.batchId, error: String(error) });
+      log('warn', 'continuation invoke failed', { batchId: r.batchId, error: String(error) });
     }
   }
   let replacements = 0;
@@ -271,42 +258,41 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
         replacements++;
       }
     } catch (error) {
-      log('warn', 'replacement invoke failed', { processId, error: String(error) });
+      log('warn', 'replacement invoke failed', { error: String(error) });
     }
   }
   const runs = [...byRun.values()].map(({ batchId, outcome, finishedItems }) => ({ batchId, outcome, finishedItems }));
-  log('info', 'worker returning', { processId, role, reason, runs, continued, replacements });
+  log('info', 'worker returning', { role, reason, runs, continued, replacements });
   return { processId, role, runs, reason, continued, replacements };
 }
 
-function logLeaserEvent(log: Log, processId: string, e: LeaserEvent): void {
+function logLeaserEvent(log: Log, e: LeaserEvent): void {
   switch (e.type) {
     case 'error':
-      return log('warn', `lease ${e.step} failed`, { processId, error: String(e.error) });
+      return log('warn', `lease ${e.step} failed`, { error: String(e.error) });
     case 'lapsed':
-      return log('warn', 'heartbeat lapsed: ownership re-read', { processId, lost: e.lost });
+      return log('warn', 'heartbeat lapsed: ownership re-read', { lost: e.lost });
     case 'swept':
-      return log('info', 'swept', { processId, processes: e.processes, units: e.units });
+      return log('info', 'swept', { processes: e.processes, units: e.units });
     case 'retiring':
-      return log('info', 'retiring: the fleet is above the desired count', { processId });
+      return log('info', 'retiring: the fleet is above the desired count');
   }
 }
 
-function logRunnerEvent(log: Log, processId: string, e: RunnerEvent): void {
+function logRunnerEvent(log: Log, e: RunnerEvent): void {
   switch (e.type) {
     case 'run-started':
-      return log('info', e.takeover ? 'batch taken over' : 'batch started', { processId, batchId: e.batchId, runId: e.runId });
+      return log('info', e.takeover ? 'batch taken over' : 'batch started', { batchId: e.batchId, runId: e.runId });
     case 'run-ended':
       return log(e.result.outcome === 'store-error' ? 'error' : 'info', `run ${e.result.outcome}`, {
-        processId,
         batchId: e.result.batchId,
         runId: e.result.runId,
         finishedItems: e.result.finishedItems,
         error: e.result.error?.message,
       });
     case 'store-error':
-      return log('warn', 'store error', { processId, batchId: e.batchId, tries: e.tries, error: String(e.error) });
+      return log('warn', 'store error', { batchId: e.batchId, tries: e.tries, error: String(e.error) });
     case 'unknown-job':
-      return log('error', 'batch has a job this worker does not know', { processId, batchId: e.batchId, job: e.job });
+      return log('error', 'batch has a job this worker does not know', { batchId: e.batchId, job: e.job });
   }
 }

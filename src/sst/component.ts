@@ -17,7 +17,17 @@ import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { platform, transform, type Args, type FunctionLike, type Input, type Output, type Platform, type ResourceOptions, type Transform } from './platform.js';
+import {
+  platform,
+  transform,
+  type Args,
+  type FunctionLike,
+  type Input,
+  type Output,
+  type Platform,
+  type ResourceOptions,
+  type Transform,
+} from './platform.js';
 import {
   functionName,
   kebab,
@@ -57,7 +67,8 @@ export const API_ROUTES: readonly string[] = [
 ];
 
 /** Variables the component sets on the functions; `environment` may not set them too. */
-const OWN_VARIABLES = /^(LEASEHOLD_DB_|LEASEHOLD_WORKER_FUNCTION$|LEASEHOLD_DEADLINE_MARGIN_MS$|LEASEHOLD_DRAIN_MS$|LEASEHOLD_INVOKABLE$|LEASEHOLD_MIGRATIONS_DIR$)/;
+const OWN_VARIABLES =
+  /^(LEASEHOLD_DB_|LEASEHOLD_WORKER_FUNCTION$|LEASEHOLD_DEADLINE_MARGIN_MS$|LEASEHOLD_DRAIN_MS$|LEASEHOLD_INVOKABLE$|LEASEHOLD_MIGRATIONS_DIR$)/;
 
 /** A function `lambda-invoke` batches may call: an `sst.aws.Function`, or a function name or ARN. */
 export type InvokableFunction = FunctionLike | string;
@@ -205,6 +216,7 @@ function componentClass(p: Platform): LeaseholdConstructor {
 
     constructor(name: string, args: LeaseholdArgs, opts: ResourceOptions = {}) {
       super(COMPONENT_TYPE, name, {}, opts);
+      // eslint-disable-next-line @typescript-eslint/no-this-alias -- Pulumi's resource options name their parent
       const parent = this;
       const t = args.transform ?? {};
       const settings = resolveSettings($app.stage, args);
@@ -213,7 +225,8 @@ function componentClass(p: Platform): LeaseholdConstructor {
       checkHandlerFile(root, settings.handlers);
       const physical = (role: string) => {
         const n = functionName($app.name, $app.stage, `${kebab(name)}-${role}`);
-        if (n.length > 64) throw new Error(`function name ${n} is longer than Lambda's 64 characters: use a shorter app, stage or component name`);
+        if (n.length > 64)
+          throw new Error(`function name ${n} is longer than Lambda's 64 characters: use a shorter app, stage or component name`);
         return n;
       };
       const ids = {
@@ -221,8 +234,14 @@ function componentClass(p: Platform): LeaseholdConstructor {
         accountId: aws.getCallerIdentityOutput({}, { parent }).accountId,
         partition: aws.getPartitionOutput({}, { parent }).partition,
       };
-      const functionArn = (fn: Input<string>) => $interpolate`arn:${ids.partition}:lambda:${ids.region}:${ids.accountId}:function:${fn}`;
-      const create = <T>(Ctor: new (n: string, a: Args, o?: ResourceOptions) => T, logical: string, base: Args, ...ts: (Transform | undefined)[]) => {
+      const functionArn = (fn: Input<string>) =>
+        $interpolate`arn:${ids.partition}:lambda:${ids.region}:${ids.accountId}:function:${fn}`;
+      const create = <T>(
+        Ctor: new (n: string, a: Args, o?: ResourceOptions) => T,
+        logical: string,
+        base: Args,
+        ...ts: (Transform | undefined)[]
+      ) => {
         let a = base;
         let o: ResourceOptions = { parent };
         for (const each of ts) [a, o] = transform(each, logical, a, o);
@@ -273,10 +292,11 @@ function componentClass(p: Platform): LeaseholdConstructor {
           name: db.name,
           user: db.user,
           schedulerUser: db.user,
-          userArn: (user) => $interpolate`arn:${ids.partition}:rds-db:${ids.region}:${ids.accountId}:dbuser:${db.resourceId}/${user}`,
+          userArn: (user) =>
+            $interpolate`arn:${ids.partition}:rds-db:${ids.region}:${ids.accountId}:dbuser:${db.resourceId}/${user}`,
         };
       } else {
-        if (!vpc) throw new Error('an RDS database needs the component\'s own VPC');
+        if (!vpc) throw new Error("an RDS database needs the component's own VPC");
         postgres = create(
           sst.aws.Postgres,
           `${name}Database`,
@@ -307,7 +327,8 @@ function componentClass(p: Platform): LeaseholdConstructor {
           name: postgres.database,
           user: db.user,
           schedulerUser: db.schedulerUser,
-          userArn: (user) => $interpolate`arn:${ids.partition}:rds-db:${ids.region}:${ids.accountId}:dbuser:${resourceId}/${user}`,
+          userArn: (user) =>
+            $interpolate`arn:${ids.partition}:rds-db:${ids.region}:${ids.accountId}:dbuser:${resourceId}/${user}`,
         };
       }
       const connectAs = (user: string): Permission => ({ actions: ['rds-db:connect'], resources: [connection.userArn(user)] });
@@ -315,7 +336,8 @@ function componentClass(p: Platform): LeaseholdConstructor {
 
       const userEnvironment = args.environment ?? {};
       for (const variable of Object.keys(userEnvironment)) {
-        if (OWN_VARIABLES.test(variable)) throw new Error(`environment.${variable}: the component sets it; use its option instead`);
+        if (OWN_VARIABLES.test(variable))
+          throw new Error(`environment.${variable}: the component sets it; use its option instead`);
       }
 
       // Migrations on every deploy: the migrate function connects as the master user (a database
@@ -362,7 +384,11 @@ function componentClass(p: Platform): LeaseholdConstructor {
       const migrations = create(
         aws.lambda.Invocation,
         `${name}Migrations`,
-        { functionName: migrateFn.name, input: JSON.stringify({ stage: $app.stage }), triggers: { deployedAt: String(Date.now()) } },
+        {
+          functionName: migrateFn.name,
+          input: JSON.stringify({ stage: $app.stage }),
+          triggers: { deployedAt: String(Date.now()) },
+        },
         (_a: Args, o: ResourceOptions) => {
           o.dependsOn = [migrateFn];
         },
@@ -419,8 +445,16 @@ function componentClass(p: Platform): LeaseholdConstructor {
       const w = settings.worker;
       const worker = runnerFunction(
         'worker',
-        { timeout: `${w.timeoutSeconds} seconds`, memory: w.memory, concurrency: { reserved: w.reservedConcurrency }, retries: 0 },
-        [invokeWorker, ...(invokable.length ? [{ actions: ['lambda:InvokeFunction'], resources: invokable.map((f) => f.arn) }] : [])],
+        {
+          timeout: `${w.timeoutSeconds} seconds`,
+          memory: w.memory,
+          concurrency: { reserved: w.reservedConcurrency },
+          retries: 0,
+        },
+        [
+          invokeWorker,
+          ...(invokable.length ? [{ actions: ['lambda:InvokeFunction'], resources: invokable.map((f) => f.arn) }] : []),
+        ],
       );
       // Set, not left to the account's default: see WorkerSettings.recursiveLoop for the choice.
       const workerRecursion = create(
@@ -529,24 +563,34 @@ interface Invokable {
  * The `invokable` option, normalised.
  * @throws {Error} a name that batches could not use, a wildcard, or a list entry that is not a string.
  */
-function invokableFunctions(option: LeaseholdArgs['invokable'], functionArn: (name: Input<string>) => Output<string>): Invokable[] {
+function invokableFunctions(
+  option: LeaseholdArgs['invokable'],
+  functionArn: (name: Input<string>) => Output<string>,
+): Invokable[] {
   if (option === undefined) return [];
   const entries: [string, InvokableFunction][] = Array.isArray(option)
     ? option.map((ref, i) => {
-        if (typeof ref !== 'string') throw new Error(`invokable[${i}]: a list takes names and ARNs; give functions by name: { score: scoreFn }`);
+        if (typeof ref !== 'string')
+          throw new Error(`invokable[${i}]: a list takes names and ARNs; give functions by name: { score: scoreFn }`);
         return [functionNameOf(ref), ref] as [string, InvokableFunction];
       })
     : Object.entries(option as Record<string, InvokableFunction>);
   const seen = new Set<string>();
   return entries.map(([name, ref]) => {
-    if (typeof ref === 'string' && (ref.includes('*') || !/^(arn:aws[a-zA-Z-]*:lambda:[a-z0-9-]+:\d{12}:function:)?[A-Za-z0-9_-]{1,140}(:[A-Za-z0-9$_-]{1,128})?$/.test(ref))) {
+    if (
+      typeof ref === 'string' &&
+      (ref.includes('*') ||
+        !/^(arn:aws[a-zA-Z-]*:lambda:[a-z0-9-]+:\d{12}:function:)?[A-Za-z0-9_-]{1,140}(:[A-Za-z0-9$_-]{1,128})?$/.test(ref))
+    ) {
       throw new Error(`invokable.${name}: "${ref}" is not a Lambda function name or ARN (wildcards are refused)`);
     }
-    if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,139}$/.test(name)) throw new Error(`invokable: "${name}" is not a name batches can use (letters, digits, ".", "_", "-")`);
+    if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,139}$/.test(name))
+      throw new Error(`invokable: "${name}" is not a name batches can use (letters, digits, ".", "_", "-")`);
     if (seen.has(name)) throw new Error(`invokable: "${name}" is given twice`);
     seen.add(name);
     if (typeof ref === 'string') return { name, target: ref, arn: ref.startsWith('arn:') ? ref : functionArn(ref) };
-    if (!ref || typeof ref !== 'object' || !('arn' in ref)) throw new Error(`invokable.${name}: not an sst.aws.Function, a function name or an ARN`);
+    if (!ref || typeof ref !== 'object' || !('arn' in ref))
+      throw new Error(`invokable.${name}: not an sst.aws.Function, a function name or an ARN`);
     return { name, target: ref.arn, arn: ref.arn };
   });
 }

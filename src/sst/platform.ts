@@ -55,7 +55,11 @@ export interface Platform {
         nodes: { instance: { resourceId: Output<string> } };
       }>;
       ApiGatewayV2: Constructor<{ url: Output<string>; route(route: string, handler: Input<string>, args?: Args): unknown }>;
-      Bus: Constructor<{ name: Output<string>; arn: Output<string>; subscribe(name: string, subscriber: unknown, args?: Args): unknown }>;
+      Bus: Constructor<{
+        name: Output<string>;
+        arn: Output<string>;
+        subscribe(name: string, subscriber: unknown, args?: Args): unknown;
+      }>;
       CronV2: Constructor<unknown>;
       Queue: Constructor<{ arn: Output<string>; url: Output<string> }>;
     };
@@ -70,7 +74,12 @@ export interface Platform {
   $app: { name: string; stage: string };
   $interpolate(strings: TemplateStringsArray, ...values: unknown[]): Output<string>;
   $util: {
-    ComponentResource: new (type: string, name: string, args?: Args, opts?: ResourceOptions) => {
+    ComponentResource: new (
+      type: string,
+      name: string,
+      args?: Args,
+      opts?: ResourceOptions,
+    ) => {
       registerOutputs(outputs?: Record<string, unknown>): void;
     };
   };
@@ -97,7 +106,12 @@ export function platform(): Platform {
  * Apply an SST {@link Transform} to `args` and `opts` the way SST's components do: a function
  * edits them in place, an object is merged over the args.
  */
-export function transform<T extends Args>(t: Transform<T> | undefined, name: string, args: T, opts: ResourceOptions): [T, ResourceOptions] {
+export function transform<T extends Args>(
+  t: Transform<T> | undefined,
+  name: string,
+  args: T,
+  opts: ResourceOptions,
+): [T, ResourceOptions] {
   if (typeof t === 'function') {
     t(args, opts, name);
     return [args, opts];

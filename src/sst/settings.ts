@@ -272,7 +272,7 @@ export function estimatedMaxConnections(instance: string): number | undefined {
   const m = /^(?:db\.)?([tmr])\d+[a-z]*\.([0-9]*x?[a-z]+)$/.exec(instance);
   const gib = m ? CLASS_MEMORY_GIB[m[1]!]?.[m[2]!] : undefined;
   if (gib === undefined) return undefined;
-  return Math.min(5000, Math.floor((gib * 1024 - 384) * 1_048_576 / 9_531_392));
+  return Math.min(5000, Math.floor(((gib * 1024 - 384) * 1_048_576) / 9_531_392));
 }
 
 /** Is `stage` a production stage (one of {@link PRODUCTION_STAGES})? */
@@ -290,10 +290,23 @@ export function resolveSettings(stage: string, options: SettingsOptions): Settin
   const network: Settings['network'] =
     options.network && 'existing' in options.network
       ? { kind: 'existing', ...options.network.existing }
-      : { kind: 'vpc', nat: production ? 'managed' : 'ec2', lambdaEndpoint: false, ...(options.network as Partial<NewNetwork> | undefined) };
+      : {
+          kind: 'vpc',
+          nat: production ? 'managed' : 'ec2',
+          lambdaEndpoint: false,
+          ...(options.network as Partial<NewNetwork> | undefined),
+        };
   const database: Settings['database'] =
     options.database && 'existing' in options.database
-      ? { kind: 'existing', port: 5432, name: 'leasehold', user: 'leasehold', reservedConnections: 8, poolMax: 4, ...options.database.existing }
+      ? {
+          kind: 'existing',
+          port: 5432,
+          name: 'leasehold',
+          user: 'leasehold',
+          reservedConnections: 8,
+          poolMax: 4,
+          ...options.database.existing,
+        }
       : { ...DEFAULT_RDS, ...(options.database as Partial<RdsDatabase> | undefined), kind: 'rds' };
   const worker = { ...DEFAULT_WORKER, ...options.worker };
   const budget = connectionBudget(database, worker, options.worker?.reservedConcurrency !== undefined);
@@ -323,7 +336,11 @@ export function resolveSettings(stage: string, options: SettingsOptions): Settin
  *   for an instance class, a reserve that cannot hold the scheduler's pool and the migration, a
  *   runtime limit below one worker's pool, or more worker connections than the runtime limit.
  */
-function connectionBudget(database: Settings['database'], worker: WorkerSettings, explicit: boolean): ConnectionBudget | undefined {
+function connectionBudget(
+  database: Settings['database'],
+  worker: WorkerSettings,
+  explicit: boolean,
+): ConnectionBudget | undefined {
   const { poolMax, reservedConnections } = database;
   if (!Number.isInteger(poolMax) || poolMax < 1 || poolMax > 100) throw new Error(`database.poolMax: ${poolMax} is not 1..100`);
   if (!Number.isInteger(reservedConnections) || reservedConnections < 1) {
@@ -340,7 +357,8 @@ function connectionBudget(database: Settings['database'], worker: WorkerSettings
     }
   }
   if (maxConnections === undefined) return undefined;
-  if (!Number.isInteger(maxConnections) || maxConnections < 1) throw new Error(`database.maxConnections: ${maxConnections} is not a positive integer`);
+  if (!Number.isInteger(maxConnections) || maxConnections < 1)
+    throw new Error(`database.maxConnections: ${maxConnections} is not a positive integer`);
   // The scheduler's pool and the migrate function's one connection live in the reserve (with an
   // existing database the scheduler shares the runner's user, but the reserve still keeps room).
   if (reservedConnections < poolMax + 1) {
@@ -366,7 +384,14 @@ function connectionBudget(database: Settings['database'], worker: WorkerSettings
         'lower it or database.poolMax, or use a larger database.instance (or give its database.maxConnections)',
     );
   }
-  return { maxConnections, superuserReserved: SUPERUSER_RESERVED, reservedConnections, poolMax, runtimeLimit, workerConnections: workers * poolMax };
+  return {
+    maxConnections,
+    superuserReserved: SUPERUSER_RESERVED,
+    reservedConnections,
+    poolMax,
+    runtimeLimit,
+    workerConnections: workers * poolMax,
+  };
 }
 
 /** `./src/leasehold.ts` → `src/leasehold`. @throws {Error} not a relative path to a file. */
@@ -409,8 +434,13 @@ export function checkSettings(s: Settings): void {
   if (w.recursiveLoop !== 'Terminate' && w.recursiveLoop !== 'Allow') {
     throw new Error(`worker.recursiveLoop: ${JSON.stringify(w.recursiveLoop)} is not "Terminate" or "Allow"`);
   }
-  if (s.database.kind === 'rds' && (!/^[a-z_][a-z0-9_]{0,62}$/.test(s.database.schedulerUser) || s.database.schedulerUser === s.database.user)) {
-    throw new Error(`database.schedulerUser: "${s.database.schedulerUser}" must be a lowercase PostgreSQL name other than database.user`);
+  if (
+    s.database.kind === 'rds' &&
+    (!/^[a-z_][a-z0-9_]{0,62}$/.test(s.database.schedulerUser) || s.database.schedulerUser === s.database.user)
+  ) {
+    throw new Error(
+      `database.schedulerUser: "${s.database.schedulerUser}" must be a lowercase PostgreSQL name other than database.user`,
+    );
   }
   for (const role of ['scheduler', 'api', 'trigger', 'migrate'] as const) {
     const t = s[role].timeoutSeconds;
@@ -431,7 +461,9 @@ export function checkSettings(s: Settings): void {
     throw new Error('network.existing: give both privateSubnets and securityGroups');
   }
   if (s.network.kind === 'existing' && s.database.kind === 'rds') {
-    throw new Error('network.existing: a database the component creates needs its own VPC; give database.existing too, or leave network out');
+    throw new Error(
+      'network.existing: a database the component creates needs its own VPC; give database.existing too, or leave network out',
+    );
   }
   checkSchedules(s.schedules);
 }
@@ -460,9 +492,16 @@ export function checkSchedules(list: readonly ScheduleDeclaration[]): void {
     const t = s.toleratedFailures as Record<string, unknown> | undefined;
     if (t !== undefined) {
       const keys = t === null || typeof t !== 'object' ? [] : Object.keys(t);
-      const count = keys.length === 1 && keys[0] === 'count' && Number.isInteger(t.count) && (t.count as number) >= 0 && (t.count as number) <= 2_147_483_647;
-      const percent = keys.length === 1 && keys[0] === 'percent' && typeof t.percent === 'number' && t.percent >= 0 && t.percent <= 100;
-      if (!count && !percent) throw new Error(`${where}.toleratedFailures: must be { count } (a whole number ≥ 0) or { percent } (0 to 100)`);
+      const count =
+        keys.length === 1 &&
+        keys[0] === 'count' &&
+        Number.isInteger(t.count) &&
+        (t.count as number) >= 0 &&
+        (t.count as number) <= 2_147_483_647;
+      const percent =
+        keys.length === 1 && keys[0] === 'percent' && typeof t.percent === 'number' && t.percent >= 0 && t.percent <= 100;
+      if (!count && !percent)
+        throw new Error(`${where}.toleratedFailures: must be { count } (a whole number ≥ 0) or { percent } (0 to 100)`);
     }
   }
 }

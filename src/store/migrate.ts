@@ -101,9 +101,7 @@ async function migrateOnce(sql: Sql, dir: string, files: Migration[], o: Migrate
       name text not null,
       applied_at timestamptz not null default now()
     )`;
-    const done = new Set(
-      (await tx<{ version: number }[]>`select version from leasehold_migrations`).map((r) => r.version),
-    );
+    const done = new Set((await tx<{ version: number }[]>`select version from leasehold_migrations`).map((r) => r.version));
     for (const m of files) {
       if (done.has(m.version)) continue;
       const text = await readFile(join(dir, m.name), 'utf8');

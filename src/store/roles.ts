@@ -3,6 +3,7 @@
 // never built into SQL text.
 import type postgres from 'postgres';
 import { retryCatalogRace } from './catalog.js';
+import { InvalidSettingError } from '../errors.js';
 
 /** A transaction of leasehold's postgres.js client. */
 type Tx = postgres.TransactionSql<Record<string, never>>;
@@ -21,7 +22,7 @@ export interface RuntimeRole {
    * every provisioning: a number (−1: no limit), or `{ reserve }` for "the database's own limit
    * minus `reserve`" ({@link databaseConnectionLimit}), which keeps `reserve` connections that
    * this role can never take. Default: left as it is (a new role has no limit).
-   * @throws {RangeError} (from {@link provisionRuntimeRole}) `{ reserve }` leaves less than one connection.
+   * @throws {InvalidSettingError} (from {@link provisionRuntimeRole}) `{ reserve }` leaves less than one connection.
    */
   connectionLimit?: number | { reserve: number };
 }
@@ -117,11 +118,21 @@ export async function provisionRuntimeRole(tx: Tx, role: RuntimeRole): Promise<R
     const want = role.connectionLimit;
     connectionLimit = typeof want === 'number' ? want : (await databaseConnectionLimit(tx)) - want.reserve;
     if (!Number.isInteger(connectionLimit) || connectionLimit < -1 || (typeof want !== 'number' && connectionLimit < 1)) {
-      throw new RangeError(`connection limit of role "${name}": ${JSON.stringify(want)} leaves ${connectionLimit} connections`);
+      throw new InvalidSettingError(
+        `the connection limit of role "${name}"`,
+        `${JSON.stringify(want)} leaves ${connectionLimit} connections`,
+      );
     }
     const limit = connectionLimit;
     // The cap PostgreSQL enforces on the role's sessions (cluster-wide, like the role).
     await retryCatalogRace(tx, (s) => s`alter role ${s(name)} connection limit ${s.unsafe(String(limit))}`);
   }
-  return { name, created, iam, grants: objects.length, self: false, ...(connectionLimit !== undefined ? { connectionLimit } : {}) };
+  return {
+    name,
+    created,
+    iam,
+    grants: objects.length,
+    self: false,
+    ...(connectionLimit !== undefined ? { connectionLimit } : {}),
+  };
 }

@@ -1,9 +1,8 @@
+import { LeaseholdError } from '../errors.js';
 /** A store statement was not answered in time. */
-export class StoreTimeoutError extends Error {
-  readonly code = 'store_timeout';
+export class StoreTimeoutError extends LeaseholdError {
   constructor(readonly ms: number) {
-    super(`store statement did not answer within ${ms} ms`);
-    this.name = 'StoreTimeoutError';
+    super('store_timeout', `store statement did not answer within ${ms} ms`);
   }
 }
 

@@ -12,6 +12,7 @@ import { lookup as dnsLookup } from 'node:dns/promises';
 import { isIP, type LookupFunction } from 'node:net';
 import ipaddr from 'ipaddr.js';
 import type { Dispatcher } from 'undici';
+import { LeaseholdError, InvalidSettingError } from '../errors.js';
 
 /** The environment variable of the default allow-list of outbox endpoints. */
 export const OUTBOX_ALLOW_VARIABLE = 'LEASEHOLD_OUTBOX_ALLOW';
@@ -27,11 +28,9 @@ export interface OutboxAllowList {
 }
 
 /** An endpoint's address is not public and not allow-listed. Delivery records it as the endpoint's error. */
-export class EndpointRefusedError extends Error {
-  readonly code = 'endpoint_refused';
+export class EndpointRefusedError extends LeaseholdError {
   constructor(message: string) {
-    super(message);
-    this.name = 'EndpointRefusedError';
+    super('endpoint_refused', message);
   }
 }
 
@@ -43,7 +42,7 @@ export type AddressLookup = (hostname: string) => Promise<{ address: string; fam
  * separated by commas or whitespace when given as one string. An allow-listed host name skips
  * every check for URLs with exactly that host; an address or range allows those addresses
  * whatever name they are reached by (an IPv4 range also covers the IPv4-mapped IPv6 form).
- * @throws {RangeError} an entry that is none of those, named in the message.
+ * @throws {InvalidSettingError} an entry that is none of those, named in the message.
  */
 export function parseOutboxAllow(entries: string | readonly string[] | undefined): OutboxAllowList {
   const list = typeof entries === 'string' ? entries.split(/[\s,]+/) : (entries ?? []);
@@ -62,7 +61,7 @@ export function parseOutboxAllow(entries: string | readonly string[] | undefined
       } else if (ipaddr.isValidCIDR(`${ip}${entry.slice(slash)}`)) {
         ranges.push(ipaddr.parseCIDR(`${ip}${entry.slice(slash)}`));
       } else {
-        throw new RangeError(`"${entry}" is not a valid CIDR range`);
+        throw new InvalidSettingError(`"${entry}"`, 'is not a valid CIDR range');
       }
       continue;
     }
@@ -70,7 +69,7 @@ export function parseOutboxAllow(entries: string | readonly string[] | undefined
     // A name URL parsing would read as an address (`0x7f.1`, `2130706433`) is refused here:
     // write addresses in their canonical form.
     if (slash !== -1 || !HOST_NAME.test(host) || urlHost(host) !== host) {
-      throw new RangeError(`"${entry}" is neither a host name, an IP address nor a CIDR range`);
+      throw new InvalidSettingError(`"${entry}"`, 'is neither a host name, an IP address nor a CIDR range');
     }
     hosts.add(host);
   }
@@ -153,7 +152,10 @@ export function addressRefusal(address: string, allow: OutboxAllowList): string 
 
 function allowed(a: Address, allow: OutboxAllowList): boolean {
   const v4 = a.kind() === 'ipv6' && (a as ipaddr.IPv6).isIPv4MappedAddress() ? (a as ipaddr.IPv6).toIPv4Address() : undefined;
-  return allow.ranges.some(([net, bits]) => (net.kind() === a.kind() && a.match(net, bits)) || (v4 !== undefined && net.kind() === 'ipv4' && v4.match(net, bits)));
+  return allow.ranges.some(
+    ([net, bits]) =>
+      (net.kind() === a.kind() && a.match(net, bits)) || (v4 !== undefined && net.kind() === 'ipv4' && v4.match(net, bits)),
+  );
 }
 
 // Names that only ever mean something on a local network (RFC 6761 §6.3 localhost, RFC 6762
@@ -206,17 +208,18 @@ export class EndpointGuard {
   private cached: { text: string; list: OutboxAllowList } | undefined;
   private agent: Promise<Dispatcher> | undefined;
 
-  /** @throws {RangeError} an `allow` entry that does not parse, or a negative `resolveTimeoutMs`. */
+  /** @throws {InvalidSettingError} an `allow` entry that does not parse, or a negative `resolveTimeoutMs`. */
   constructor(options: EndpointGuardOptions = {}) {
     this.lookup = options.lookup ?? systemLookup;
     this.resolveTimeoutMs = options.resolveTimeoutMs ?? 2_000;
-    if (!(this.resolveTimeoutMs >= 0)) throw new RangeError(`resolveTimeoutMs must be 0 or more ms, got ${options.resolveTimeoutMs}`);
+    if (!(this.resolveTimeoutMs >= 0))
+      throw new InvalidSettingError('resolveTimeoutMs', `must be 0 or more ms, got ${options.resolveTimeoutMs}`);
     this.fixed = options.allow === undefined ? undefined : parseOutboxAllow(options.allow);
   }
 
   /**
    * The allow-list in force: the `allow` option, else `LEASEHOLD_OUTBOX_ALLOW` as it is now.
-   * @throws {RangeError} the variable holds an entry that does not parse (named with the variable).
+   * @throws {InvalidSettingError} the variable holds an entry that does not parse (named with the variable).
    */
   allowList(): OutboxAllowList {
     if (this.fixed) return this.fixed;
@@ -225,7 +228,12 @@ export class EndpointGuard {
       try {
         this.cached = { text, list: parseOutboxAllow(text) };
       } catch (e) {
-        throw new RangeError(`${OUTBOX_ALLOW_VARIABLE}: ${(e as Error).message}`);
+        throw new InvalidSettingError(
+          OUTBOX_ALLOW_VARIABLE,
+          (e as Error).message,
+          'invalid_setting',
+          `${OUTBOX_ALLOW_VARIABLE}: ${(e as Error).message}`,
+        );
       }
     }
     return this.cached.list;

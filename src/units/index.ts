@@ -13,15 +13,7 @@ export {
   type AddressLookup,
 } from './endpoint-guard.js';
 
-export {
-  defineUnitJob,
-  UnitJobRegistry,
-  type UnitJob,
-  type UnitContext,
-  type UnitLog,
-  type Fence,
-  type ConfigIssue,
-} from './job.js';
+export { defineUnitJob, UnitJobRegistry, type UnitJob, type UnitContext, type Fence, type ConfigIssue } from './job.js';
 export { UnitRunner, type UnitRunnerOptions } from './runner.js';
 export {
   outboxDelivery,

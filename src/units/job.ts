@@ -2,9 +2,8 @@ import type postgres from 'postgres';
 import type { z } from 'zod';
 import { UnknownJobError } from '../jobs/job.js';
 import type { Sql } from '../store/index.js';
-
-/** A structured log function: level, message, fields (the runtime's `Log` fits). */
-export type UnitLog = (level: 'info' | 'warn' | 'error', message: string, fields?: Record<string, unknown>) => void;
+import { InvalidSettingError } from '../errors.js';
+import type { Log } from '../log.js';
 
 /**
  * A SQL condition, true only while the running process still owns the unit and its process row
@@ -17,7 +16,7 @@ export type UnitLog = (level: 'info' | 'warn' | 'error', message: string, fields
  */
 export type Fence = postgres.PendingQuery<postgres.Row[]>;
 
-/** What one run of a unit job receives (DESIGN.md, "Two kinds of work": units). */
+/** What one run of a unit job receives (docs/design.md, "Two kinds of work": units). */
 export interface UnitContext<C> {
   /** The unit's tenant. */
   readonly tenant: string;
@@ -51,7 +50,7 @@ export interface UnitContext<C> {
    */
   leaseValid(): boolean;
   /** Log with the unit's tenant, shard, job and process id added to the fields. */
-  log: UnitLog;
+  log: Log;
 }
 
 /** A problem {@link UnitJob.admit} found: the field (a path within the config) and what is wrong. */
@@ -94,12 +93,12 @@ export interface UnitJob<C = unknown> {
 
 /**
  * Define a unit job; returns the definition unchanged, typed.
- * @throws {RangeError} `intervalMs` not a positive finite number, or an empty name.
+ * @throws {InvalidSettingError} `intervalMs` not a positive finite number, or an empty name.
  */
 export function defineUnitJob<C>(job: UnitJob<C>): UnitJob<C> {
-  if (!job.name) throw new RangeError('a unit job needs a name');
+  if (!job.name) throw new InvalidSettingError('name', 'must not be empty (a unit job needs a name)');
   if (!Number.isFinite(job.intervalMs) || job.intervalMs <= 0) {
-    throw new RangeError(`unit job "${job.name}": intervalMs must be a positive number of ms, got ${job.intervalMs}`);
+    throw new InvalidSettingError(`unit job "${job.name}": intervalMs`, `must be a positive number of ms, got ${job.intervalMs}`);
   }
   return job;
 }

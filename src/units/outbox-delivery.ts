@@ -6,6 +6,7 @@ import type { Sql } from '../store/index.js';
 import { EndpointGuard, EndpointRefusedError, type AddressLookup } from './endpoint-guard.js';
 import { defineUnitJob, type ConfigIssue, type UnitContext, type UnitJob } from './job.js';
 import * as q from './sql.js';
+import { LeaseholdError, InvalidSettingError } from '../errors.js';
 
 /** Name of the outbox delivery unit job (`job` in `PUT /tenants/{tenant}/units`). */
 export const OUTBOX_JOB = 'outbox-delivery';
@@ -17,7 +18,9 @@ export const MAX_ENDPOINTS = 32;
 export const ASSIGN_BATCH = 1_000;
 
 const httpUrl = z
-  .string({ error: (i) => `must be a string, got ${i.input === null ? 'null' : Array.isArray(i.input) ? 'array' : typeof i.input}` })
+  .string({
+    error: (i) => `must be a string, got ${i.input === null ? 'null' : Array.isArray(i.input) ? 'array' : typeof i.input}`,
+  })
   .max(2048, 'must be at most 2048 characters')
   .refine((s) => {
     try {
@@ -107,19 +110,21 @@ export function idempotencyKey(tenant: string, id: number): string {
 /**
  * The shard a message key is enqueued on: the first 48 bits of the key's SHA-256, modulo the
  * tenant's shard count. Stable across processes, versions and restarts.
- * @throws {RangeError} `shards` not a positive whole number.
+ * @throws {InvalidSettingError} `shards` not a positive whole number.
  */
 export function outboxShard(key: string, shards: number): number {
-  if (!Number.isInteger(shards) || shards < 1) throw new RangeError(`shards must be a positive whole number, got ${shards}`);
+  if (!Number.isInteger(shards) || shards < 1)
+    throw new InvalidSettingError('shards', `must be a positive whole number, got ${shards}`);
   return createHash('sha256').update(key, 'utf8').digest().readUIntBE(0, 6) % shards;
 }
 
 /** The tenant has no outbox delivery units (of weight > 0, to enqueue on). API: 404. */
-export class NoOutboxUnitsError extends Error {
-  readonly code = 'no_outbox_units';
+export class NoOutboxUnitsError extends LeaseholdError {
   constructor(readonly tenant: string) {
-    super(`tenant "${tenant}" has no ${OUTBOX_JOB} units of weight > 0 (nothing would deliver): register them first with PUT /tenants/${tenant}/units { "job": "${OUTBOX_JOB}", "shards": N, "endpoints": [URL, …] }`);
-    this.name = 'NoOutboxUnitsError';
+    super(
+      'no_outbox_units',
+      `tenant "${tenant}" has no ${OUTBOX_JOB} units of weight > 0 (nothing would deliver): register them first with PUT /tenants/${tenant}/units { "job": "${OUTBOX_JOB}", "shards": N, "endpoints": [URL, …] }`,
+    );
   }
 }
 
@@ -131,7 +136,11 @@ export class NoOutboxUnitsError extends Error {
  * @returns the message id and its shard.
  * @throws {NoOutboxUnitsError} the tenant has no `outbox-delivery` units.
  */
-export async function enqueueOutbox(sql: Sql, tenant: string, message: { key: string; payload: unknown }): Promise<{ id: number; shard: number }> {
+export async function enqueueOutbox(
+  sql: Sql,
+  tenant: string,
+  message: { key: string; payload: unknown },
+): Promise<{ id: number; shard: number }> {
   // A concurrent change of the shard count can remove the shard between the count and the
   // insert (which then inserts nothing): count again.
   for (let tries = 0; tries < 5; tries++) {
@@ -194,7 +203,10 @@ export async function outboxStatus(sql: Sql, tenant: string): Promise<OutboxStat
     endpoints: status.rows.map((r) => ({
       url: r.endpoint,
       backlog: r.backlog,
-      oldest: r.oldestId === null || r.oldestAt === null ? null : { id: r.oldestId, enqueuedAt: r.oldestAt, ageMs: Math.max(0, Math.round(r.oldestAgeMs ?? 0)) },
+      oldest:
+        r.oldestId === null || r.oldestAt === null
+          ? null
+          : { id: r.oldestId, enqueuedAt: r.oldestAt, ageMs: Math.max(0, Math.round(r.oldestAgeMs ?? 0)) },
       failures: r.failures,
       lastError: r.lastError === null || r.lastErrorAt === null ? null : { message: r.lastError, at: r.lastErrorAt },
       lastDeliveredAt: r.lastDeliveredAt,
@@ -231,7 +243,7 @@ export async function outboxStatus(sql: Sql, tenant: string): Promise<OutboxStat
  * {@link EndpointGuard}). Registration refuses other endpoints; at delivery every address a
  * host name resolves to is checked inside the connection's own lookup, so the request goes to
  * the address that was checked. A refused endpoint fails its deliveries with the reason.
- * @throws {RangeError} a setting out of range, or an `allow` entry that does not parse.
+ * @throws {InvalidSettingError} a setting out of range, or an `allow` entry that does not parse.
  */
 export function outboxDelivery(options: OutboxDeliveryOptions = {}): UnitJob<OutboxConfig> {
   const s: Settings = {
@@ -244,10 +256,10 @@ export function outboxDelivery(options: OutboxDeliveryOptions = {}): UnitJob<Out
     failureStreak: options.failureStreak ?? options.parallel ?? 4,
   };
   for (const k of ['batchSize', 'parallel', 'timeoutMs', 'failureStreak'] as const) {
-    if (!Number.isInteger(s[k]) || s[k] < 1) throw new RangeError(`${k} must be a positive whole number, got ${s[k]}`);
+    if (!Number.isInteger(s[k]) || s[k] < 1) throw new InvalidSettingError(k, `must be a positive whole number, got ${s[k]}`);
   }
   for (const k of ['backoffMs', 'maxBackoffMs'] as const) {
-    if (!Number.isFinite(s[k]) || s[k] < 0) throw new RangeError(`${k} must be 0 or more ms, got ${s[k]}`);
+    if (!Number.isFinite(s[k]) || s[k] < 0) throw new InvalidSettingError(k, `must be 0 or more ms, got ${s[k]}`);
   }
   const guard = new EndpointGuard({ allow: options.allow, lookup: options.lookup });
   // The endpoint list each unit last dropped removed endpoints for, in this process.
@@ -274,7 +286,12 @@ async function admitEndpoints(guard: EndpointGuard, config: OutboxConfig): Promi
   return found.flatMap((message, i) => (message === undefined ? [] : [{ path: ['endpoints', i], message }]));
 }
 
-async function deliverDue(ctx: UnitContext<OutboxConfig>, s: Settings, guard: EndpointGuard, pruned: Map<string, string>): Promise<void> {
+async function deliverDue(
+  ctx: UnitContext<OutboxConfig>,
+  s: Settings,
+  guard: EndpointGuard,
+  pruned: Map<string, string>,
+): Promise<void> {
   const unit = { tenant: ctx.tenant, shard: ctx.shard };
   // A config stored before duplicates were refused may list an endpoint twice: it is one endpoint.
   const endpoints = [...new Set(ctx.config.endpoints)];

@@ -1,8 +1,10 @@
 import { systemClock, type Clock } from '../clock.js';
 import type { Reconciler, Unit, UnitKey } from '../lease/index.js';
 import type { Sql } from '../store/index.js';
-import type { UnitContext, UnitJob, UnitJobRegistry, UnitLog } from './job.js';
+import type { Log } from '../log.js';
+import type { UnitContext, UnitJob, UnitJobRegistry } from './job.js';
 import * as q from './sql.js';
+import { InvalidSettingError } from '../errors.js';
 
 /** Settings of a {@link UnitRunner}. */
 export interface UnitRunnerOptions {
@@ -12,8 +14,8 @@ export interface UnitRunnerOptions {
   processId: string;
   /** Resolves a unit's `job` to its definition. */
   jobs: UnitJobRegistry;
-  /** Errors of unit runs, unknown jobs and invalid configs go here. Default: none. */
-  log?: UnitLog;
+  /** Errors of unit runs, unknown jobs and invalid configs go here (`silentLog` to drop them). */
+  log: Log;
   /**
    * Whether the process's lease is valid by its own clock (`Leaser.leaseValid`); a run starts
    * only while it is, and unit jobs see it as `ctx.leaseValid()`. Default: always valid.
@@ -44,7 +46,7 @@ const keyOf = (u: UnitKey) => `${u.tenant}\u0000${u.shard}`;
 
 /**
  * The runtime's side of unit ownership: a lease `Reconciler` that runs each owned unit's job
- * (DESIGN.md, "Process membership and unit ownership": "the reconciler is told `unitsGained` /
+ * (docs/design.md, "Process membership and unit ownership": "the reconciler is told `unitsGained` /
  * `unitsLost` and reports `inFlight(unit)`").
  *
  * - `unitsGained`: starts one loop per unit — read the unit's row (only while this process owns
@@ -62,22 +64,23 @@ export class UnitRunner implements Reconciler {
   private readonly sql: Sql;
   private readonly processId: string;
   private readonly jobs: UnitJobRegistry;
-  private readonly log: UnitLog;
+  private readonly log: Log;
   private readonly leaseValid: () => boolean;
   private readonly clock: Clock;
   private readonly stopTimeoutMs: number;
   private closed = false;
 
-  /** @throws {RangeError} `stopTimeoutMs` negative. */
+  /** @throws {InvalidSettingError} `stopTimeoutMs` negative. */
   constructor(options: UnitRunnerOptions) {
     this.sql = options.sql;
     this.processId = options.processId;
     this.jobs = options.jobs;
-    this.log = options.log ?? (() => {});
+    this.log = options.log;
     this.leaseValid = options.leaseValid ?? (() => true);
     this.clock = options.clock ?? systemClock;
     this.stopTimeoutMs = options.stopTimeoutMs ?? 5_000;
-    if (!(this.stopTimeoutMs >= 0)) throw new RangeError(`stopTimeoutMs must be 0 or more, got ${options.stopTimeoutMs}`);
+    if (!(this.stopTimeoutMs >= 0))
+      throw new InvalidSettingError('stopTimeoutMs', `must be 0 or more, got ${options.stopTimeoutMs}`);
     const signal = options.signal;
     if (signal) {
       if (signal.aborted) this.closed = true;
@@ -175,8 +178,7 @@ export class UnitRunner implements Reconciler {
   private async loop(entry: Entry, job: UnitJob<unknown>): Promise<void> {
     const { unit, stop } = entry;
     const signal = stop.signal;
-    const fields = { processId: this.processId, tenant: unit.tenant, shard: unit.shard, job: job.name };
-    const log: UnitLog = (level, message, extra) => this.log(level, message, { ...fields, ...extra });
+    const log = this.log.with({ processId: this.processId, tenant: unit.tenant, shard: unit.shard, job: job.name });
     // Let the caller (the leaser's tick) finish its bookkeeping before the first run.
     await Promise.resolve();
     let lastProblem: string | undefined;
@@ -191,7 +193,7 @@ export class UnitRunner implements Reconciler {
   }
 
   /** One run; resolves with a problem to log, or undefined. */
-  private async runOnce(entry: Entry, job: UnitJob<unknown>, log: UnitLog): Promise<string | undefined> {
+  private async runOnce(entry: Entry, job: UnitJob<unknown>, log: Log): Promise<string | undefined> {
     const { unit, stop } = entry;
     if (!this.leaseValid()) return undefined;
     let row: q.OwnedUnitRow | undefined;

@@ -63,7 +63,13 @@ export async function enqueue(
 // pending delivery each, due now), only while `processId` owns the unit with a live row. A
 // message is assigned once: its assigned_at is set in the same statement, and a delivery that
 // exists already is left as it is. Returns how many messages it assigned.
-export async function assign(sql: Sql, unit: UnitKey, processId: string, endpoints: readonly string[], limit: number): Promise<number> {
+export async function assign(
+  sql: Sql,
+  unit: UnitKey,
+  processId: string,
+  endpoints: readonly string[],
+  limit: number,
+): Promise<number> {
   const [r] = await sql<{ n: number }[]>`with m as (
       update leasehold_outbox set assigned_at = now()
       where id in (select id from leasehold_outbox
@@ -84,7 +90,12 @@ export async function assign(sql: Sql, unit: UnitKey, processId: string, endpoin
 // endpoint records, only while `processId` owns the unit (live): an endpoint removed from the
 // config blocks nothing and is not delivered to again. Index range over the unit's pending
 // deliveries. Returns how many deliveries it dropped.
-export async function dropRemovedEndpoints(sql: Sql, unit: UnitKey, processId: string, endpoints: readonly string[]): Promise<number> {
+export async function dropRemovedEndpoints(
+  sql: Sql,
+  unit: UnitKey,
+  processId: string,
+  endpoints: readonly string[],
+): Promise<number> {
   const list = sql.json(endpoints as string[]);
   const [r] = await sql<{ n: number }[]>`with d as (
       delete from leasehold_outbox_deliveries
@@ -112,7 +123,12 @@ export interface OutboxDelivery {
 // The unit's pending deliveries that are due (database clock): for each of `endpoints`, at most
 // `limitPerEndpoint`, oldest due first — one statement whatever the endpoint count, each
 // endpoint an index range of the partial index over pending deliveries. Reads only.
-export async function dueDeliveries(sql: Sql, unit: UnitKey, endpoints: readonly string[], limitPerEndpoint: number): Promise<OutboxDelivery[]> {
+export async function dueDeliveries(
+  sql: Sql,
+  unit: UnitKey,
+  endpoints: readonly string[],
+  limitPerEndpoint: number,
+): Promise<OutboxDelivery[]> {
   return sql<OutboxDelivery[]>`select e.endpoint, o.id, o.key, o.payload, d.attempts
     from jsonb_array_elements_text(${sql.json(endpoints as string[])}) with ordinality as e(endpoint, ord)
     cross join lateral (
@@ -221,7 +237,11 @@ export interface OutboxEndpointRow {
 // deliveries plus messages not yet assigned, which every endpoint will get), the oldest of them
 // with its age by the database clock, and the endpoint records summed over shards. Reads only:
 // one pass over the tenant's pending deliveries (index range), one over its unassigned messages.
-export async function endpointStatus(sql: Sql, tenant: string, job: string): Promise<{ shards: number; rows: OutboxEndpointRow[] } | undefined> {
+export async function endpointStatus(
+  sql: Sql,
+  tenant: string,
+  job: string,
+): Promise<{ shards: number; rows: OutboxEndpointRow[] } | undefined> {
   const [units] = await sql<{ shards: number; config: { endpoints?: unknown } | null }[]>`select count(*) as shards,
       (select config from leasehold_units where tenant = ${tenant} and job = ${job} order by shard limit 1) as config
     from leasehold_units where tenant = ${tenant} and job = ${job}`;

@@ -2,7 +2,8 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { handleApi, type ApiDeps } from '../../src/api/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { answer, apiDeps, apiEvent, call, InvokeEndpoint, memoryLog, removeTree, tempTree, uniqueTenant } from './helpers.js';
+import { answer, apiDeps, apiEvent, call, InvokeEndpoint, removeTree, tempTree, uniqueTenant } from '../support/api.js';
+import { memoryLog } from '../support/log.js';
 
 let db: TestDatabase;
 let endpoint: InvokeEndpoint;
@@ -133,7 +134,9 @@ describe('POST /batches', () => {
   it('answers 429 once the datasource has maxOpen open batches, and accepts again after a cancel', async () => {
     const tenant = uniqueTenant();
     const limited = { ...deps, config: { ...deps.config, maxOpen: 2 } };
-    const body = (k: string, datasource = 'files') => ({ body: { tenant, datasource, job: 'checksum', params: { dir }, requestKey: k } });
+    const body = (k: string, datasource = 'files') => ({
+      body: { tenant, datasource, job: 'checksum', params: { dir }, requestKey: k },
+    });
     const a = await call(limited, 'POST', '/batches', body('1'));
     const b = await call(limited, 'POST', '/batches', body('2'));
     const c = await call(limited, 'POST', '/batches', body('3'));
@@ -191,7 +194,9 @@ describe('POST /batches', () => {
   it('answers 413 naming the item count limit for a directory of more files than maxItems, and stores nothing', async () => {
     const limited = { ...deps, config: { ...deps.config, maxItems: 2 } };
     const tenant = uniqueTenant();
-    const res = await call(limited, 'POST', '/batches', { body: { tenant, datasource: 'files', job: 'checksum', params: { dir }, requestKey: 'big' } });
+    const res = await call(limited, 'POST', '/batches', {
+      body: { tenant, datasource: 'files', job: 'checksum', params: { dir }, requestKey: 'big' },
+    });
     expect(res.status).toBe(413);
     expect(res.body.error).toEqual({ code: 'batch_too_large', message: 'params: item count: more than 2 items; the limit is 2' });
     expect(await db.sql`select id from leasehold_batches where tenant = ${tenant}`).toHaveLength(0);
@@ -223,7 +228,12 @@ describe('GET /batches/{id}', () => {
     expect(res.status).toBe(200);
     const { created: _created, ...batch } = created.body;
     // 1 item finished in a batch younger than 1 s: 1 item/s (the rate's window is at least 1 s).
-    expect(res.body).toEqual({ ...batch, counts: { pending: 2, running: 0, done: 1, failed: 0 }, ageMs: expect.any(Number), itemsPerSecond: 1 });
+    expect(res.body).toEqual({
+      ...batch,
+      counts: { pending: 2, running: 0, done: 1, failed: 0 },
+      ageMs: expect.any(Number),
+      itemsPerSecond: 1,
+    });
     expect(res.body.ageMs).toBeGreaterThanOrEqual(0);
   });
 

@@ -3,7 +3,18 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { handleApi, type ApiDeps } from '../../src/api/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { registryWithEcho } from './jobs.js';
-import { answer, apiDeps, apiEvent, call, InvokeEndpoint, memoryLog, removeTree, tempTree, uniqueTenant, type EventOptions } from './helpers.js';
+import {
+  answer,
+  apiDeps,
+  apiEvent,
+  call,
+  InvokeEndpoint,
+  removeTree,
+  tempTree,
+  uniqueTenant,
+  type EventOptions,
+} from '../support/api.js';
+import { memoryLog } from '../support/log.js';
 
 let db: TestDatabase;
 let endpoint: InvokeEndpoint;
@@ -36,7 +47,13 @@ interface Case {
 }
 
 const cases: Case[] = [
-  { name: 'missing tenant', options: () => ({ body: { ...valid(), tenant: undefined } }), status: 400, code: 'invalid_request', message: /^tenant: Required$/ },
+  {
+    name: 'missing tenant',
+    options: () => ({ body: { ...valid(), tenant: undefined } }),
+    status: 400,
+    code: 'invalid_request',
+    message: /^tenant: Required$/,
+  },
   {
     name: 'every field missing',
     options: () => ({ body: {} }),
@@ -44,41 +61,239 @@ const cases: Case[] = [
     code: 'invalid_request',
     message: /^tenant: Required; datasource: Required; job: Required$/,
   },
-  { name: 'tenant a number', options: () => ({ body: { ...valid(), tenant: 42 } }), status: 400, code: 'invalid_request', message: /^tenant: must be a string, got number$/ },
-  { name: 'tenant empty', options: () => ({ body: { ...valid(), tenant: '' } }), status: 400, code: 'invalid_request', message: /^tenant: must not be empty/ },
-  { name: 'tenant too long', options: () => ({ body: { ...valid(), tenant: 'x'.repeat(201) } }), status: 400, code: 'invalid_request', message: /^tenant: must be at most 200 characters$/ },
-  { name: 'tenant with a slash', options: () => ({ body: { ...valid(), tenant: 'a/b' } }), status: 400, code: 'invalid_request', message: /^tenant: may contain only/ },
-  { name: 'tenant with a NUL', options: () => ({ body: { ...valid(), tenant: 'a\u0000b' } }), status: 400, code: 'invalid_request', message: /^tenant: / },
-  { name: 'datasource null', options: () => ({ body: { ...valid(), datasource: null } }), status: 400, code: 'invalid_request', message: /^datasource: must be a string, got null$/ },
-  { name: 'job an object', options: () => ({ body: { ...valid(), job: { name: 'checksum' } } }), status: 400, code: 'invalid_request', message: /^job: must be a string, got object$/ },
-  { name: 'job too long', options: () => ({ body: { ...valid(), job: 'j'.repeat(201) } }), status: 400, code: 'invalid_request', message: /^job: / },
-  { name: 'unknown job', options: () => ({ body: { ...valid(), job: 'nope' } }), status: 404, code: 'unknown_job', message: /^job: unknown job "nope"$/ },
-  { name: 'params an array', options: () => ({ body: { ...valid(), params: [dir] } }), status: 400, code: 'invalid_request', message: /^params: must be a JSON object, got array$/ },
-  { name: 'params a string', options: () => ({ body: { ...valid(), params: dir } }), status: 400, code: 'invalid_request', message: /^params: must be a JSON object, got string$/ },
-  { name: 'params null', options: () => ({ body: { ...valid(), params: null } }), status: 400, code: 'invalid_request', message: /^params: must be a JSON object, got null$/ },
-  { name: 'params missing for a job that needs them', options: () => ({ body: { ...valid(), params: undefined } }), status: 400, code: 'invalid_params', message: /^params\.dir: / },
-  { name: 'params.dir a number', options: () => ({ body: { ...valid(), params: { dir: 7 } } }), status: 400, code: 'invalid_params', message: /^params\.dir: / },
-  { name: 'params.dir empty', options: () => ({ body: { ...valid(), params: { dir: '' } } }), status: 400, code: 'invalid_params', message: /^params\.dir: / },
-  { name: 'params.dir does not exist', options: () => ({ body: { ...valid(), params: { dir: `${dir}/missing` } } }), status: 400, code: 'invalid_params', message: /^params\.dir: .*does not exist/ },
-  { name: 'params.dir a file', options: () => ({ body: { ...valid(), params: { dir: `${dir}/one.txt` } } }), status: 400, code: 'invalid_params', message: /^params\.dir: .*not a directory/ },
-  { name: 'params.dir with a NUL', options: () => ({ body: { ...valid(), params: { dir: 'a\u0000b' } } }), status: 400, code: 'invalid_request', message: /^params\.dir: .*NUL/ },
-  { name: 'params with an unknown field', options: () => ({ body: { ...valid(), params: { dir, depth: 2 } } }), status: 400, code: 'invalid_params', message: /^params/ },
-  { name: 'params with an unpaired surrogate', options: () => ({ body: `{"tenant":"t","datasource":"d","job":"checksum","params":{"dir":"\\ud800"}}` }), status: 400, code: 'invalid_request', message: /^params\.dir: / },
-  { name: 'params nested too deep', options: () => ({ body: { ...valid(), params: { a: nested(40) } } }), status: 400, code: 'invalid_request', message: /^params\.a(\[0\])+: nested deeper than 32 levels$/ },
-  { name: 'requestKey a number', options: () => ({ body: { ...valid(), requestKey: 5 } }), status: 400, code: 'invalid_request', message: /^requestKey: must be a string, got number$/ },
-  { name: 'requestKey too long', options: () => ({ body: { ...valid(), requestKey: 'k'.repeat(201) } }), status: 400, code: 'invalid_request', message: /^requestKey: must be at most 200 characters$/ },
-  { name: 'requestKey with a NUL', options: () => ({ body: { ...valid(), requestKey: 'k\u0000' } }), status: 400, code: 'invalid_request', message: /^requestKey: / },
-  { name: 'empty Idempotency-Key header', options: () => ({ body: valid(), headers: { 'idempotency-key': '' } }), status: 400, code: 'invalid_request', message: /^Idempotency-Key: must not be empty$/ },
-  { name: 'misspelt field', options: () => ({ body: { ...valid(), requestkey: 'k' } }), status: 400, code: 'invalid_request', message: /^requestkey: unknown field$/ },
-  { name: 'malformed JSON', options: () => ({ body: '{"tenant": "a",' }), status: 400, code: 'invalid_json', message: /^body: malformed JSON/ },
-  { name: 'JSON array body', options: () => ({ body: '[1, 2]' }), status: 400, code: 'invalid_request', message: /^body: must be a JSON object, got array$/ },
-  { name: 'JSON string body', options: () => ({ body: '"hello"' }), status: 400, code: 'invalid_request', message: /^body: must be a JSON object, got string$/ },
-  { name: 'JSON null body', options: () => ({ body: 'null' }), status: 400, code: 'invalid_request', message: /^body: must be a JSON object, got null$/ },
+  {
+    name: 'tenant a number',
+    options: () => ({ body: { ...valid(), tenant: 42 } }),
+    status: 400,
+    code: 'invalid_request',
+    message: /^tenant: must be a string, got number$/,
+  },
+  {
+    name: 'tenant empty',
+    options: () => ({ body: { ...valid(), tenant: '' } }),
+    status: 400,
+    code: 'invalid_request',
+    message: /^tenant: must not be empty/,
+  },
+  {
+    name: 'tenant too long',
+    options: () => ({ body: { ...valid(), tenant: 'x'.repeat(201) } }),
+    status: 400,
+    code: 'invalid_request',
+    message: /^tenant: must be at most 200 characters$/,
+  },
+  {
+    name: 'tenant with a slash',
+    options: () => ({ body: { ...valid(), tenant: 'a/b' } }),
+    status: 400,
+    code: 'invalid_request',
+    message: /^tenant: may contain only/,
+  },
+  {
+    name: 'tenant with a NUL',
+    options: () => ({ body: { ...valid(), tenant: 'a\u0000b' } }),
+    status: 400,
+    code: 'invalid_request',
+    message: /^tenant: /,
+  },
+  {
+    name: 'datasource null',
+    options: () => ({ body: { ...valid(), datasource: null } }),
+    status: 400,
+    code: 'invalid_request',
+    message: /^datasource: must be a string, got null$/,
+  },
+  {
+    name: 'job an object',
+    options: () => ({ body: { ...valid(), job: { name: 'checksum' } } }),
+    status: 400,
+    code: 'invalid_request',
+    message: /^job: must be a string, got object$/,
+  },
+  {
+    name: 'job too long',
+    options: () => ({ body: { ...valid(), job: 'j'.repeat(201) } }),
+    status: 400,
+    code: 'invalid_request',
+    message: /^job: /,
+  },
+  {
+    name: 'unknown job',
+    options: () => ({ body: { ...valid(), job: 'nope' } }),
+    status: 404,
+    code: 'unknown_job',
+    message: /^job: unknown job "nope"$/,
+  },
+  {
+    name: 'params an array',
+    options: () => ({ body: { ...valid(), params: [dir] } }),
+    status: 400,
+    code: 'invalid_request',
+    message: /^params: must be a JSON object, got array$/,
+  },
+  {
+    name: 'params a string',
+    options: () => ({ body: { ...valid(), params: dir } }),
+    status: 400,
+    code: 'invalid_request',
+    message: /^params: must be a JSON object, got string$/,
+  },
+  {
+    name: 'params null',
+    options: () => ({ body: { ...valid(), params: null } }),
+    status: 400,
+    code: 'invalid_request',
+    message: /^params: must be a JSON object, got null$/,
+  },
+  {
+    name: 'params missing for a job that needs them',
+    options: () => ({ body: { ...valid(), params: undefined } }),
+    status: 400,
+    code: 'invalid_params',
+    message: /^params\.dir: /,
+  },
+  {
+    name: 'params.dir a number',
+    options: () => ({ body: { ...valid(), params: { dir: 7 } } }),
+    status: 400,
+    code: 'invalid_params',
+    message: /^params\.dir: /,
+  },
+  {
+    name: 'params.dir empty',
+    options: () => ({ body: { ...valid(), params: { dir: '' } } }),
+    status: 400,
+    code: 'invalid_params',
+    message: /^params\.dir: /,
+  },
+  {
+    name: 'params.dir does not exist',
+    options: () => ({ body: { ...valid(), params: { dir: `${dir}/missing` } } }),
+    status: 400,
+    code: 'invalid_params',
+    message: /^params\.dir: .*does not exist/,
+  },
+  {
+    name: 'params.dir a file',
+    options: () => ({ body: { ...valid(), params: { dir: `${dir}/one.txt` } } }),
+    status: 400,
+    code: 'invalid_params',
+    message: /^params\.dir: .*not a directory/,
+  },
+  {
+    name: 'params.dir with a NUL',
+    options: () => ({ body: { ...valid(), params: { dir: 'a\u0000b' } } }),
+    status: 400,
+    code: 'invalid_request',
+    message: /^params\.dir: .*NUL/,
+  },
+  {
+    name: 'params with an unknown field',
+    options: () => ({ body: { ...valid(), params: { dir, depth: 2 } } }),
+    status: 400,
+    code: 'invalid_params',
+    message: /^params/,
+  },
+  {
+    name: 'params with an unpaired surrogate',
+    options: () => ({ body: `{"tenant":"t","datasource":"d","job":"checksum","params":{"dir":"\\ud800"}}` }),
+    status: 400,
+    code: 'invalid_request',
+    message: /^params\.dir: /,
+  },
+  {
+    name: 'params nested too deep',
+    options: () => ({ body: { ...valid(), params: { a: nested(40) } } }),
+    status: 400,
+    code: 'invalid_request',
+    message: /^params\.a(\[0\])+: nested deeper than 32 levels$/,
+  },
+  {
+    name: 'requestKey a number',
+    options: () => ({ body: { ...valid(), requestKey: 5 } }),
+    status: 400,
+    code: 'invalid_request',
+    message: /^requestKey: must be a string, got number$/,
+  },
+  {
+    name: 'requestKey too long',
+    options: () => ({ body: { ...valid(), requestKey: 'k'.repeat(201) } }),
+    status: 400,
+    code: 'invalid_request',
+    message: /^requestKey: must be at most 200 characters$/,
+  },
+  {
+    name: 'requestKey with a NUL',
+    options: () => ({ body: { ...valid(), requestKey: 'k\u0000' } }),
+    status: 400,
+    code: 'invalid_request',
+    message: /^requestKey: /,
+  },
+  {
+    name: 'empty Idempotency-Key header',
+    options: () => ({ body: valid(), headers: { 'idempotency-key': '' } }),
+    status: 400,
+    code: 'invalid_request',
+    message: /^Idempotency-Key: must not be empty$/,
+  },
+  {
+    name: 'misspelt field',
+    options: () => ({ body: { ...valid(), requestkey: 'k' } }),
+    status: 400,
+    code: 'invalid_request',
+    message: /^requestkey: unknown field$/,
+  },
+  {
+    name: 'malformed JSON',
+    options: () => ({ body: '{"tenant": "a",' }),
+    status: 400,
+    code: 'invalid_json',
+    message: /^body: malformed JSON/,
+  },
+  {
+    name: 'JSON array body',
+    options: () => ({ body: '[1, 2]' }),
+    status: 400,
+    code: 'invalid_request',
+    message: /^body: must be a JSON object, got array$/,
+  },
+  {
+    name: 'JSON string body',
+    options: () => ({ body: '"hello"' }),
+    status: 400,
+    code: 'invalid_request',
+    message: /^body: must be a JSON object, got string$/,
+  },
+  {
+    name: 'JSON null body',
+    options: () => ({ body: 'null' }),
+    status: 400,
+    code: 'invalid_request',
+    message: /^body: must be a JSON object, got null$/,
+  },
   { name: 'empty body', options: () => ({ body: '' }), status: 400, code: 'invalid_request', message: /^body: Required/ },
-  { name: 'whitespace body', options: () => ({ body: '  \n' }), status: 400, code: 'invalid_request', message: /^body: Required/ },
+  {
+    name: 'whitespace body',
+    options: () => ({ body: '  \n' }),
+    status: 400,
+    code: 'invalid_request',
+    message: /^body: Required/,
+  },
   { name: 'no body at all', options: () => ({}), status: 400, code: 'invalid_request', message: /^body: Required/ },
-  { name: 'deeply nested body', options: () => ({ body: '['.repeat(2000) + ']'.repeat(2000) }), status: 400, code: 'invalid_request', message: /^body: must be a JSON object/ },
-  { name: 'base64 body that is not JSON', options: () => ({ body: 'not json at all', base64: true }), status: 400, code: 'invalid_json', message: /^body: malformed JSON/ },
+  {
+    name: 'deeply nested body',
+    options: () => ({ body: '['.repeat(2000) + ']'.repeat(2000) }),
+    status: 400,
+    code: 'invalid_request',
+    message: /^body: must be a JSON object/,
+  },
+  {
+    name: 'base64 body that is not JSON',
+    options: () => ({ body: 'not json at all', base64: true }),
+    status: 400,
+    code: 'invalid_json',
+    message: /^body: malformed JSON/,
+  },
   {
     name: 'base64 body that is not UTF-8',
     options: () => ({ body: 'x', base64: true, headers: {} }),
@@ -86,10 +301,34 @@ const cases: Case[] = [
     code: 'invalid_json',
     message: /^body: is not valid UTF-8$/,
   },
-  { name: 'oversized params', options: () => ({ body: { ...valid(), params: { dir, pad: 'x'.repeat(5000) } } }), status: 413, code: 'body_too_large', message: /^body: \d+ bytes is over the limit of 4096 bytes$/ },
-  { name: 'oversized base64 body', options: () => ({ body: { ...valid(), params: { dir, pad: 'x'.repeat(5000) } }, base64: true }), status: 413, code: 'body_too_large', message: /^body: / },
-  { name: 'form content type', options: () => ({ body: 'tenant=a&datasource=b', headers: { 'content-type': 'application/x-www-form-urlencoded' } }), status: 415, code: 'unsupported_media_type', message: /^content-type: must be application\/json/ },
-  { name: 'JSON in Latin-1', options: () => ({ body: valid(), headers: { 'content-type': 'application/json; charset=iso-8859-1' } }), status: 415, code: 'unsupported_media_type', message: /^content-type: / },
+  {
+    name: 'oversized params',
+    options: () => ({ body: { ...valid(), params: { dir, pad: 'x'.repeat(5000) } } }),
+    status: 413,
+    code: 'body_too_large',
+    message: /^body: \d+ bytes is over the limit of 4096 bytes$/,
+  },
+  {
+    name: 'oversized base64 body',
+    options: () => ({ body: { ...valid(), params: { dir, pad: 'x'.repeat(5000) } }, base64: true }),
+    status: 413,
+    code: 'body_too_large',
+    message: /^body: /,
+  },
+  {
+    name: 'form content type',
+    options: () => ({ body: 'tenant=a&datasource=b', headers: { 'content-type': 'application/x-www-form-urlencoded' } }),
+    status: 415,
+    code: 'unsupported_media_type',
+    message: /^content-type: must be application\/json/,
+  },
+  {
+    name: 'JSON in Latin-1',
+    options: () => ({ body: valid(), headers: { 'content-type': 'application/json; charset=iso-8859-1' } }),
+    status: 415,
+    code: 'unsupported_media_type',
+    message: /^content-type: /,
+  },
 ];
 
 describe('POST /batches with bad input', () => {
@@ -113,7 +352,10 @@ describe('POST /batches with bad input', () => {
 
   it('accepts a base64-encoded JSON body and JSON with a charset or +json type', async () => {
     const a = await call(deps, 'POST', '/batches', { body: valid(), base64: true });
-    const b = await call(deps, 'POST', '/batches', { body: valid(), headers: { 'content-type': 'application/json; charset=UTF-8' } });
+    const b = await call(deps, 'POST', '/batches', {
+      body: valid(),
+      headers: { 'content-type': 'application/json; charset=UTF-8' },
+    });
     const c = await call(deps, 'POST', '/batches', { body: valid(), headers: { 'content-type': 'application/vnd.api+json' } });
     expect([a.status, b.status, c.status]).toEqual([201, 201, 201]);
   });
@@ -139,16 +381,40 @@ describe('random bodies', () => {
   it('never answer 5xx', async () => {
     const rand = prng(20240611);
     const pick = <T>(xs: T[]): T => xs[Math.floor(rand() * xs.length)];
-    const strings = ['', 'a', 'acme', 'checksum', dir, '/', '../..', 'x'.repeat(300), 'a\u0000', '\ud83d', '😀', 'é', ' ', 'a b', 'null'];
+    const strings = [
+      '',
+      'a',
+      'acme',
+      'checksum',
+      dir,
+      '/',
+      '../..',
+      'x'.repeat(300),
+      'a\u0000',
+      '\ud83d',
+      '😀',
+      'é',
+      ' ',
+      'a b',
+      'null',
+    ];
     const value = (depth: number): unknown => {
       switch (Math.floor(rand() * (depth > 3 ? 5 : 7))) {
-        case 0: return null;
-        case 1: return rand() < 0.5;
-        case 2: return pick([0, -1, 1.5, 1e308, 2 ** 53 + 1]);
+        case 0:
+          return null;
+        case 1:
+          return rand() < 0.5;
+        case 2:
+          return pick([0, -1, 1.5, 1e308, 2 ** 53 + 1]);
         case 3:
-        case 4: return pick(strings);
-        case 5: return Array.from({ length: Math.floor(rand() * 3) }, () => value(depth + 1));
-        default: return Object.fromEntries(Array.from({ length: Math.floor(rand() * 3) }, () => [pick(['dir', 'a', '', 'x\u0000']), value(depth + 1)]));
+        case 4:
+          return pick(strings);
+        case 5:
+          return Array.from({ length: Math.floor(rand() * 3) }, () => value(depth + 1));
+        default:
+          return Object.fromEntries(
+            Array.from({ length: Math.floor(rand() * 3) }, () => [pick(['dir', 'a', '', 'x\u0000']), value(depth + 1)]),
+          );
       }
     };
     const fields = ['tenant', 'datasource', 'job', 'params', 'requestKey', 'extra'];
@@ -164,8 +430,11 @@ describe('random bodies', () => {
       const res = answer(await handleApi(apiEvent('POST', '/batches', { body: text, base64: rand() < 0.2 }), { ...deps, log }));
       expect(res.status, `${text} → ${JSON.stringify(res.body)}`).toBeLessThan(500);
       statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
-      expect(entries.filter((e) => e.level === 'error'), text).toEqual([]);
-      if (res.status >= 400) expect(res.body.error.message, text).toMatch(/^[A-Za-z][\w.\[\]-]*: /);
+      expect(
+        entries.filter((e) => e.level === 'error'),
+        text,
+      ).toEqual([]);
+      if (res.status >= 400) expect(res.body.error.message, text).toMatch(/^[A-Za-z][\w.[\]-]*: /);
     }
     // The random bodies reach every stage: some start batches, some fail in the job's expand.
     expect(statuses.get(201)).toBeGreaterThan(0);
@@ -219,7 +488,10 @@ describe('internal failures', () => {
       expect(res.status).toBe(500);
       expect(res.body).toEqual({ error: { code: 'internal', message: 'internal error' } });
       expect(entries).toContainEqual(
-        expect.objectContaining({ level: 'error', fields: expect.objectContaining({ error: expect.stringContaining('leasehold_batches') }) }),
+        expect.objectContaining({
+          level: 'error',
+          fields: expect.objectContaining({ error: expect.stringContaining('leasehold_batches') }),
+        }),
       );
     } finally {
       await broken.close();

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ApiDeps } from '../../src/api/index.js';
 import { PermanentItemError, Runner, createBatch, type ItemInput } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { apiDeps, call, InvokeEndpoint, uniqueTenant } from './helpers.js';
+import { apiDeps, call, InvokeEndpoint, uniqueTenant } from '../support/api.js';
 
 let db: TestDatabase;
 let endpoint: InvokeEndpoint;
@@ -57,7 +57,9 @@ describe('POST /batches/{id}/redrive', () => {
       redrive: { number: 1, items: 2, idempotencyKey: null },
     });
     expect(new Date(res.body.redrive.at).toISOString()).toBe(res.body.redrive.at);
-    expect(endpoint.invokes.slice(before)).toEqual([{ functionName: 'leasehold-worker', invocationType: 'Event', payload: { batchId: batch.id } }]);
+    expect(endpoint.invokes.slice(before)).toEqual([
+      { functionName: 'leasehold-worker', invocationType: 'Event', payload: { batchId: batch.id } },
+    ]);
     const shown = await call(deps, 'GET', `/batches/${batch.id}`);
     expect(shown.body).toMatchObject({ status: 'open', redrives: 1 });
   });
@@ -82,9 +84,21 @@ describe('POST /batches/{id}/redrive', () => {
       status: 404,
       body: { error: { code: 'batch_not_found' } },
     });
-    expect(await call(deps, 'POST', '/batches/nope/redrive')).toMatchObject({ status: 404, body: { error: { code: 'batch_not_found' } } });
+    expect(await call(deps, 'POST', '/batches/nope/redrive')).toMatchObject({
+      status: 404,
+      body: { error: { code: 'batch_not_found' } },
+    });
 
-    const open = (await createBatch(db.sql, { tenant: uniqueTenant(), datasource: 'ds', job: 'test', params: {}, requestKey: 'open', items: keys(1) })).batch;
+    const open = (
+      await createBatch(db.sql, {
+        tenant: uniqueTenant(),
+        datasource: 'ds',
+        job: 'test',
+        params: {},
+        requestKey: 'open',
+        items: keys(1),
+      })
+    ).batch;
     const o = await call(deps, 'POST', `/batches/${open.id}/redrive`);
     expect(o).toMatchObject({ status: 409, body: { error: { code: 'batch_open' } } });
     expect(o.body.error.message).toMatch(/still open: only a finished batch can be redriven/);
@@ -95,14 +109,18 @@ describe('POST /batches/{id}/redrive', () => {
     expect(c.body.error.message).toMatch(/cancelled, which is for good/);
 
     const clean = await finished(2, []);
-    expect(await call(deps, 'POST', `/batches/${clean.id}/redrive`)).toMatchObject({ status: 409, body: { error: { code: 'nothing_to_redrive' } } });
+    expect(await call(deps, 'POST', `/batches/${clean.id}/redrive`)).toMatchObject({
+      status: 409,
+      body: { error: { code: 'nothing_to_redrive' } },
+    });
     expect(await call(deps, 'GET', `/batches/${clean.id}/redrive`)).toMatchObject({ status: 405, headers: { allow: 'POST' } });
   });
 
   it("answers 429 when the batch's datasource already has maxOpen open batches, as a start does", async () => {
     const tenant = uniqueTenant();
     const batch = await finished(2, [0], tenant);
-    for (const key of ['a', 'b']) await createBatch(db.sql, { tenant, datasource: 'ds', job: 'test', params: {}, requestKey: key, items: keys(1) });
+    for (const key of ['a', 'b'])
+      await createBatch(db.sql, { tenant, datasource: 'ds', job: 'test', params: {}, requestKey: key, items: keys(1) });
     const res = await call(deps, 'POST', `/batches/${batch.id}/redrive`);
     expect(res).toMatchObject({ status: 429, body: { error: { code: 'too_many_batches' } } });
     expect((await call(deps, 'GET', `/batches/${batch.id}`)).body).toMatchObject({ status: 'failed', redrives: 0 });
@@ -122,15 +140,26 @@ describe('GET /batches/{id}/items?state=', () => {
     const first = await call(deps, 'GET', `/batches/${batch.id}/items`, { query: { state: 'failed', limit: '3' } });
     expect(first.status).toBe(200);
     expect(first.body.items.map((i: { key: string }) => i.key)).toEqual(['item-001', 'item-002', 'item-004']);
-    expect(first.body.items[0]).toEqual({ key: 'item-001', state: 'failed', attempts: 1, output: null, error: 'item-001: no such record' });
+    expect(first.body.items[0]).toEqual({
+      key: 'item-001',
+      state: 'failed',
+      attempts: 1,
+      output: null,
+      error: 'item-001: no such record',
+    });
     expect(first.body.next).toBe('item-004');
-    const second = await call(deps, 'GET', `/batches/${batch.id}/items`, { query: { state: 'failed', limit: '3', after: first.body.next } });
+    const second = await call(deps, 'GET', `/batches/${batch.id}/items`, {
+      query: { state: 'failed', limit: '3', after: first.body.next },
+    });
     expect(second.body.items.map((i: { key: string }) => i.key)).toEqual(['item-007', 'item-008']);
     expect(second.body.next).toBeNull();
     const done = await call(deps, 'GET', `/batches/${batch.id}/items`, { query: { state: 'done' } });
     expect(done.body.items.map((i: { key: string }) => i.key)).toEqual(['item-000', 'item-003', 'item-005', 'item-006']);
     const bad = await call(deps, 'GET', `/batches/${batch.id}/items`, { query: { state: 'broken' } });
-    expect(bad).toMatchObject({ status: 400, body: { error: { message: 'state: must be one of pending, running, done, failed' } } });
+    expect(bad).toMatchObject({
+      status: 400,
+      body: { error: { message: 'state: must be one of pending, running, done, failed' } },
+    });
   });
 });
 
@@ -175,7 +204,9 @@ describe('GET /batches/{id}/finished and the activity of a batch', () => {
     expect(shown.body.ageMs).toBeGreaterThanOrEqual(30_000);
     expect(shown.body.ageMs).toBeLessThan(40_000);
     expect(shown.body.itemsPerSecond).toBeCloseTo(0.2, 2);
-    const open = (await createBatch(db.sql, { tenant, datasource: 'ds', job: 'test', params: {}, requestKey: 'open', items: keys(3) })).batch;
+    const open = (
+      await createBatch(db.sql, { tenant, datasource: 'ds', job: 'test', params: {}, requestKey: 'open', items: keys(3) })
+    ).batch;
     // Two items finished within the last 10 s of an open batch 60 s old: 0.2 items/s.
     await db.sql`update leasehold_batches set created_at = now() - interval '60 seconds' where id = ${open.id}`;
     await db.sql`update leasehold_items set state = 'done', updated_at = now() - interval '2 seconds' where batch_id = ${open.id} and key <> 'item-002'`;

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ApiDeps } from '../../src/api/index.js';
 import { PermanentItemError, Runner } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { apiDeps, call, InvokeEndpoint, removeTree, tempTree, uniqueTenant } from './helpers.js';
+import { apiDeps, call, InvokeEndpoint, removeTree, tempTree, uniqueTenant } from '../support/api.js';
 
 let db: TestDatabase;
 let endpoint: InvokeEndpoint;
@@ -41,7 +41,12 @@ describe('toleratedFailures on POST /batches', () => {
     const shown = await call(deps, 'GET', `/batches/${byPercent.body.id}`);
     expect(shown.body).toMatchObject({ toleratedFailures: { percent: 66.7 }, allowedFailures: 2 });
     const listed = await call(deps, 'GET', '/batches', { query: { tenant } });
-    expect(listed.body.batches.map((b: { toleratedFailures: unknown }) => b.toleratedFailures)).toEqual([null, null, { percent: 66.7 }, { count: 1 }]);
+    expect(listed.body.batches.map((b: { toleratedFailures: unknown }) => b.toleratedFailures)).toEqual([
+      null,
+      null,
+      { percent: 66.7 },
+      { count: 1 },
+    ]);
   });
 
   it('refuses a tolerance out of range with a 400 naming the field, and stores nothing', async () => {
@@ -89,7 +94,9 @@ describe('toleratedFailures on POST /batches', () => {
     const within = await run({ count: 2 });
     const ok = await call(deps, 'GET', `/tenants/${within.tenant}/batches/${within.id}`);
     expect(ok.body).toMatchObject({ status: 'succeeded', reason: null, counts: { done: 1, failed: 2 }, allowedFailures: 2 });
-    const failed = await call(deps, 'GET', `/tenants/${within.tenant}/batches/${within.id}/items`, { query: { state: 'failed' } });
+    const failed = await call(deps, 'GET', `/tenants/${within.tenant}/batches/${within.id}/items`, {
+      query: { state: 'failed' },
+    });
     expect(failed.body.items.map((i: { key: string }) => i.key)).toEqual(['b.txt', 'c.txt']);
 
     const over = await run({ count: 0 });

@@ -3,7 +3,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ApiDeps } from '../../src/api/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { apiDeps, call, InvokeEndpoint, removeTree, tempTree, uniqueTenant } from './helpers.js';
+import { apiDeps, call, InvokeEndpoint, removeTree, tempTree, uniqueTenant } from '../support/api.js';
 
 let db: TestDatabase;
 let endpoint: InvokeEndpoint;
@@ -54,7 +54,14 @@ describe('tenants', () => {
     const high = await start(tenant, { priority: 7 });
     const res = await call(deps, 'GET', `/tenants/${tenant}`);
     expect(res.status).toBe(200);
-    expect(res.body).toMatchObject({ tenant, running: 0, waiting: 2, maxRunning: null, effectiveMaxRunning: null, runningBatches: [] });
+    expect(res.body).toMatchObject({
+      tenant,
+      running: 0,
+      waiting: 2,
+      maxRunning: null,
+      effectiveMaxRunning: null,
+      runningBatches: [],
+    });
     expect(res.body.waitingBatches.map((b: { id: string; priority: number }) => [b.id, b.priority])).toEqual([
       [high.body.id, 7],
       [low.body.id, 1],
@@ -75,7 +82,7 @@ describe('tenants', () => {
     expect(set.status).toBe(200);
     expect(set.body).toMatchObject({ tenant, maxRunning: 2, effectiveMaxRunning: 2 });
     expect((await call(deps, 'GET', `/tenants/${tenant}`)).body.maxRunning).toBe(2);
-    const withDefault = { ...deps, config: { ...deps.config, maxRunning: 3 } };
+    const withDefault = { ...deps, config: { ...deps.config, runner: { maxRunning: 3 } } };
     const reset = await call(withDefault, 'PUT', `/tenants/${tenant}/limits`, { body: { maxRunning: null } });
     expect(reset.body).toMatchObject({ maxRunning: null, effectiveMaxRunning: 3 });
   });

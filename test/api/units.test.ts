@@ -6,7 +6,7 @@ import type { ApiDeps } from '../../src/api/index.js';
 import { Leaser } from '../../src/lease/index.js';
 import { defaultUnitJobs, defineUnitJob, outboxDelivery, outboxShard, type AddressLookup } from '../../src/units/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { apiDeps, call, InvokeEndpoint, uniqueTenant, type EventOptions } from './helpers.js';
+import { apiDeps, call, InvokeEndpoint, uniqueTenant, type EventOptions } from '../support/api.js';
 
 let db: TestDatabase;
 let endpoint: InvokeEndpoint;
@@ -37,7 +37,8 @@ const lookup: AddressLookup = async (host) => {
   if (!found) throw Object.assign(new Error(`getaddrinfo ENOTFOUND ${host}`), { code: 'ENOTFOUND' });
   return found.map((address) => ({ address, family: address.includes(':') ? 6 : 4 }));
 };
-const units = (outbox: Parameters<typeof outboxDelivery>[0] = {}) => defaultUnitJobs({ outbox: outboxDelivery({ lookup, ...outbox }) as never, extra: [sync as never] });
+const units = (outbox: Parameters<typeof outboxDelivery>[0] = {}) =>
+  defaultUnitJobs({ outbox: outboxDelivery({ lookup, ...outbox }) as never, extra: [sync as never] });
 
 beforeAll(async () => {
   db = await testDatabase();
@@ -50,7 +51,8 @@ afterAll(async () => {
 });
 
 const hooks = ['https://hooks.example.com/a', 'http://93.184.215.14:9/b', 'https://public.test:8443/x?y=1'];
-const putUnits = (tenant: string, body: unknown, d: ApiDeps = deps) => call(d, 'PUT', `/tenants/${encodeURIComponent(tenant)}/units`, { body });
+const putUnits = (tenant: string, body: unknown, d: ApiDeps = deps) =>
+  call(d, 'PUT', `/tenants/${encodeURIComponent(tenant)}/units`, { body });
 
 describe('PUT /tenants/{tenant}/units', () => {
   it('registers outbox-delivery units with the endpoints as config, weighted by the endpoint count', async () => {
@@ -58,8 +60,11 @@ describe('PUT /tenants/{tenant}/units', () => {
     const res = await putUnits(tenant, { job: 'outbox-delivery', shards: 4, endpoints: hooks });
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ tenant, job: 'outbox-delivery', shards: 4, weight: 3, added: 4, removed: 0 });
-    const rows = await db.sql`select shard, job, weight, config, owner from leasehold_units where tenant = ${tenant} order by shard`;
-    expect(rows).toEqual([0, 1, 2, 3].map((shard) => ({ shard, job: 'outbox-delivery', weight: 3, config: { endpoints: hooks }, owner: null })));
+    const rows =
+      await db.sql`select shard, job, weight, config, owner from leasehold_units where tenant = ${tenant} order by shard`;
+    expect(rows).toEqual(
+      [0, 1, 2, 3].map((shard) => ({ shard, job: 'outbox-delivery', weight: 3, config: { endpoints: hooks }, owner: null })),
+    );
   });
 
   it('changes the shard count by adding or removing units, and takes an explicit weight', async () => {
@@ -79,7 +84,9 @@ describe('PUT /tenants/{tenant}/units', () => {
     expect(res.body).toEqual({ tenant, job: 'sync', shards: 3, weight: 1, added: 3, removed: 0 });
     const paused = await putUnits(tenant, { job: 'sync', shards: 3, weight: 0 });
     expect(paused.body).toMatchObject({ weight: 0, added: 0, removed: 0 });
-    expect(await db.sql`select distinct weight, config from leasehold_units where tenant = ${tenant}`).toEqual([{ weight: 0, config: {} }]);
+    expect(await db.sql`select distinct weight, config from leasehold_units where tenant = ${tenant}`).toEqual([
+      { weight: 0, config: {} },
+    ]);
     // Switching the tenant to another job replaces its units.
     const switched = await putUnits(tenant, { job: 'outbox-delivery', shards: 1, endpoints: hooks });
     expect(switched.body).toMatchObject({ added: 1, removed: 3 });
@@ -98,28 +105,93 @@ describe('PUT /tenants/{tenant}/units', () => {
     { name: 'shards 0', body: { job: 'sync', shards: 0 }, message: /^shards: must be a whole number from 1 to 10000$/ },
     { name: 'shards 10001', body: { job: 'sync', shards: 10_001 }, message: /^shards: must be a whole number from 1 to 10000$/ },
     { name: 'shards 1.5', body: { job: 'sync', shards: 1.5 }, message: /^shards: must be a whole number/ },
-    { name: 'shards a string', body: { job: 'sync', shards: '3' }, message: /^shards: must be a whole number from 1 to 10000, got string$/ },
-    { name: 'weight negative', body: { job: 'sync', shards: 1, weight: -1 }, message: /^weight: must be a whole number from 0 to/ },
+    {
+      name: 'shards a string',
+      body: { job: 'sync', shards: '3' },
+      message: /^shards: must be a whole number from 1 to 10000, got string$/,
+    },
+    {
+      name: 'weight negative',
+      body: { job: 'sync', shards: 1, weight: -1 },
+      message: /^weight: must be a whole number from 0 to/,
+    },
     { name: 'weight null', body: { job: 'sync', shards: 1, weight: null }, message: /^weight: .*got null$/ },
     { name: 'endpoints missing', body: { job: 'outbox-delivery', shards: 1 }, message: /^endpoints: Required$/ },
-    { name: 'endpoints empty', body: { job: 'outbox-delivery', shards: 1, endpoints: [] }, message: /^endpoints: must list at least one URL$/ },
-    { name: 'endpoints a string', body: { job: 'outbox-delivery', shards: 1, endpoints: hooks[0] }, message: /^endpoints: must be an array of URLs, got string$/ },
-    { name: 'endpoint not a URL', body: { job: 'outbox-delivery', shards: 1, endpoints: [hooks[0], 'not a url'] }, message: /^endpoints\[1\]: must be an absolute http:\/\/ or https:\/\/ URL$/ },
-    { name: 'endpoint ftp', body: { job: 'outbox-delivery', shards: 1, endpoints: ['ftp://example.com/x'] }, message: /^endpoints\[0\]: must be an absolute http/ },
-    { name: 'endpoint javascript:', body: { job: 'outbox-delivery', shards: 1, endpoints: ['javascript:alert(1)'] }, message: /^endpoints\[0\]: / },
-    { name: 'endpoint a number', body: { job: 'outbox-delivery', shards: 1, endpoints: [42] }, message: /^endpoints\[0\]: must be a string, got number$/ },
-    { name: 'too many endpoints', body: { job: 'outbox-delivery', shards: 1, endpoints: Array(33).fill(hooks[0]) }, message: /^endpoints: must list at most 32 URLs$/ },
-    { name: 'endpoints in config, badly', body: { job: 'outbox-delivery', shards: 1, config: { endpoints: ['x'] } }, message: /^config\.endpoints\[0\]: / },
-    { name: 'endpoints twice', body: { job: 'outbox-delivery', shards: 1, endpoints: hooks, config: { endpoints: hooks } }, message: /^endpoints: given twice/ },
-    { name: 'unknown config field', body: { job: 'outbox-delivery', shards: 1, endpoints: hooks, config: { retries: 3 } }, message: /^config\.retries: unknown field$/ },
-    { name: 'config of the wrong shape', body: { job: 'sync', shards: 1, config: { everyMinutes: 'often' } }, message: /^config\.everyMinutes: / },
-    { name: 'config an array', body: { job: 'sync', shards: 1, config: [] }, message: /^config: must be a JSON object, got array$/ },
-    { name: 'config with a NUL', body: { job: 'sync', shards: 1, config: { 'a\u0000': 1 } }, message: /^config: keys must not contain NUL/ },
+    {
+      name: 'endpoints empty',
+      body: { job: 'outbox-delivery', shards: 1, endpoints: [] },
+      message: /^endpoints: must list at least one URL$/,
+    },
+    {
+      name: 'endpoints a string',
+      body: { job: 'outbox-delivery', shards: 1, endpoints: hooks[0] },
+      message: /^endpoints: must be an array of URLs, got string$/,
+    },
+    {
+      name: 'endpoint not a URL',
+      body: { job: 'outbox-delivery', shards: 1, endpoints: [hooks[0], 'not a url'] },
+      message: /^endpoints\[1\]: must be an absolute http:\/\/ or https:\/\/ URL$/,
+    },
+    {
+      name: 'endpoint ftp',
+      body: { job: 'outbox-delivery', shards: 1, endpoints: ['ftp://example.com/x'] },
+      message: /^endpoints\[0\]: must be an absolute http/,
+    },
+    {
+      name: 'endpoint javascript:',
+      body: { job: 'outbox-delivery', shards: 1, endpoints: ['javascript:alert(1)'] },
+      message: /^endpoints\[0\]: /,
+    },
+    {
+      name: 'endpoint a number',
+      body: { job: 'outbox-delivery', shards: 1, endpoints: [42] },
+      message: /^endpoints\[0\]: must be a string, got number$/,
+    },
+    {
+      name: 'too many endpoints',
+      body: { job: 'outbox-delivery', shards: 1, endpoints: Array(33).fill(hooks[0]) },
+      message: /^endpoints: must list at most 32 URLs$/,
+    },
+    {
+      name: 'endpoints in config, badly',
+      body: { job: 'outbox-delivery', shards: 1, config: { endpoints: ['x'] } },
+      message: /^config\.endpoints\[0\]: /,
+    },
+    {
+      name: 'endpoints twice',
+      body: { job: 'outbox-delivery', shards: 1, endpoints: hooks, config: { endpoints: hooks } },
+      message: /^endpoints: given twice/,
+    },
+    {
+      name: 'unknown config field',
+      body: { job: 'outbox-delivery', shards: 1, endpoints: hooks, config: { retries: 3 } },
+      message: /^config\.retries: unknown field$/,
+    },
+    {
+      name: 'config of the wrong shape',
+      body: { job: 'sync', shards: 1, config: { everyMinutes: 'often' } },
+      message: /^config\.everyMinutes: /,
+    },
+    {
+      name: 'config an array',
+      body: { job: 'sync', shards: 1, config: [] },
+      message: /^config: must be a JSON object, got array$/,
+    },
+    {
+      name: 'config with a NUL',
+      body: { job: 'sync', shards: 1, config: { 'a\u0000': 1 } },
+      message: /^config: keys must not contain NUL/,
+    },
     { name: 'unknown field', body: { job: 'sync', shards: 1, tenant: 'x' }, message: /^tenant: unknown field$/ },
     { name: 'job a number', body: { job: 5, shards: 1 }, message: /^job: must be a string, got number$/ },
     { name: 'body an array', body: [1], message: /^body: must be a JSON object, got array$/ },
     { name: 'tenant with a space', tenant: 'a b', body: { job: 'sync', shards: 1 }, message: /^tenant: may contain only/ },
-    { name: 'tenant too long', tenant: 'x'.repeat(201), body: { job: 'sync', shards: 1 }, message: /^tenant: must be at most 200 characters$/ },
+    {
+      name: 'tenant too long',
+      tenant: 'x'.repeat(201),
+      body: { job: 'sync', shards: 1 },
+      message: /^tenant: must be at most 200 characters$/,
+    },
     { name: 'malformed JSON', body: '{"job":', message: /^body: malformed JSON/, code: 'invalid_json' },
   ];
   for (const c of bad) {
@@ -212,22 +284,41 @@ describe('PUT /tenants/{tenant}/units: outbox endpoints must point at public add
   }
 
   it('refuses an IPv6 zone id as no URL, and names config.endpoints[i] and every bad endpoint', async () => {
-    const zone = await putUnits(uniqueTenant('ssrf'), { job: 'outbox-delivery', shards: 1, endpoints: ['http://[fe80::1%25eth0]/'] });
+    const zone = await putUnits(uniqueTenant('ssrf'), {
+      job: 'outbox-delivery',
+      shards: 1,
+      endpoints: ['http://[fe80::1%25eth0]/'],
+    });
     expect(zone.body.error.message).toMatch(/^endpoints\[0\]: must be an absolute http/);
-    const both = await putUnits(uniqueTenant('ssrf'), { job: 'outbox-delivery', shards: 1, config: { endpoints: ['http://10.0.0.5/', hooks[0], 'http://[::1]/'] } });
+    const both = await putUnits(uniqueTenant('ssrf'), {
+      job: 'outbox-delivery',
+      shards: 1,
+      config: { endpoints: ['http://10.0.0.5/', hooks[0], 'http://[::1]/'] },
+    });
     expect(both.status).toBe(400);
-    expect(both.body.error.message).toMatch(/^config\.endpoints\[0\]: 10\.0\.0\.5 is a private address.*; config\.endpoints\[2\]: ::1 is a loopback address/);
+    expect(both.body.error.message).toMatch(
+      /^config\.endpoints\[0\]: 10\.0\.0\.5 is a private address.*; config\.endpoints\[2\]: ::1 is a loopback address/,
+    );
   });
 
   it('refuses the same endpoint twice, however it is spelled', async () => {
-    const res = await putUnits(uniqueTenant('dup'), { job: 'outbox-delivery', shards: 1, endpoints: ['https://public.test/a', 'HTTPS://PUBLIC.test:443/a'] });
+    const res = await putUnits(uniqueTenant('dup'), {
+      job: 'outbox-delivery',
+      shards: 1,
+      endpoints: ['https://public.test/a', 'HTTPS://PUBLIC.test:443/a'],
+    });
     expect(res.status).toBe(400);
     expect(res.body.error.message).toBe('endpoints[1]: the same URL as endpoints[0]');
   });
 
   it('accepts public addresses, and names that do not resolve now (delivery checks them again)', async () => {
     const tenant = uniqueTenant('ok');
-    const endpoints = ['https://public.test/hook', 'http://93.184.215.14/', 'http://[2606:2800:21f:cb07:6820:80da:af6b:8b2c]:8080/x', 'https://not-yet.example/hook'];
+    const endpoints = [
+      'https://public.test/hook',
+      'http://93.184.215.14/',
+      'http://[2606:2800:21f:cb07:6820:80da:af6b:8b2c]:8080/x',
+      'https://not-yet.example/hook',
+    ];
     const res = await putUnits(tenant, { job: 'outbox-delivery', shards: 2, endpoints });
     expect(res.status).toBe(200);
     const [row] = await db.sql`select config from leasehold_units where tenant = ${tenant} and shard = 0`;
@@ -235,12 +326,22 @@ describe('PUT /tenants/{tenant}/units: outbox endpoints must point at public add
   });
 
   it('accepts what the allow-list names: hosts, addresses and CIDR ranges, from the option or LEASEHOLD_OUTBOX_ALLOW', async () => {
-    const allowed = ['http://10.0.0.5/', 'http://10.200.1.1:8080/x', 'http://sink.internal:4000/hook', 'http://[::1]:9/', 'https://private.test/'];
+    const allowed = [
+      'http://10.0.0.5/',
+      'http://10.200.1.1:8080/x',
+      'http://sink.internal:4000/hook',
+      'http://[::1]:9/',
+      'https://private.test/',
+    ];
     const withOption = { ...deps, unitJobs: units({ allow: ['10.0.0.0/8', 'sink.internal', '::1'] }) };
     const res = await putUnits(uniqueTenant('allow'), { job: 'outbox-delivery', shards: 1, endpoints: allowed }, withOption);
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     // Not listed: still refused.
-    const other = await putUnits(uniqueTenant('allow'), { job: 'outbox-delivery', shards: 1, endpoints: ['http://192.168.0.1/'] }, withOption);
+    const other = await putUnits(
+      uniqueTenant('allow'),
+      { job: 'outbox-delivery', shards: 1, endpoints: ['http://192.168.0.1/'] },
+      withOption,
+    );
     expect(other.body.error.message).toMatch(/^endpoints\[0\]: 192\.168\.0\.1 is a private address/);
 
     // The default job reads the variable when it checks, not when it was made.
@@ -292,13 +393,26 @@ describe('DELETE /tenants/{tenant}/units and GET /units', () => {
     const b = uniqueTenant('list');
     await putUnits(a, { job: 'outbox-delivery', shards: 2, endpoints: hooks.slice(0, 2) });
     await putUnits(b, { job: 'sync', shards: 1 });
-    const leaser = new Leaser(db.sql, { ttlMs: 5_000, heartbeatIntervalMs: 1_000 }, { unitsGained() {}, unitsLost() {}, inFlight: () => 0 });
+    const leaser = new Leaser(
+      db.sql,
+      { ttlMs: 5_000, heartbeatIntervalMs: 1_000 },
+      { unitsGained() {}, unitsLost() {}, inFlight: () => 0 },
+    );
     await leaser.heartbeat();
     await leaser.tick();
     try {
       const res = await call(deps, 'GET', '/units', { query: { tenant: a } });
       expect(res.status).toBe(200);
-      expect(res.body.units).toEqual([0, 1].map((shard) => ({ tenant: a, shard, job: 'outbox-delivery', weight: 2, owner: leaser.processId, claimedAt: expect.any(String) })));
+      expect(res.body.units).toEqual(
+        [0, 1].map((shard) => ({
+          tenant: a,
+          shard,
+          job: 'outbox-delivery',
+          weight: 2,
+          owner: leaser.processId,
+          claimedAt: expect.any(String),
+        })),
+      );
       expect(new Date(res.body.units[0].claimedAt).toISOString()).toBe(res.body.units[0].claimedAt);
 
       const all = await call(deps, 'GET', '/units');
@@ -360,7 +474,11 @@ describe('GET /processes', () => {
   it('lists processes with role, liveness and the units and weight each owns, and the fleet against the fair share', async () => {
     const tenant = uniqueTenant('proc');
     await putUnits(tenant, { job: 'outbox-delivery', shards: 3, endpoints: hooks.slice(0, 2) });
-    const leaser = new Leaser(db.sql, { ttlMs: 5_000, heartbeatIntervalMs: 1_000, hostname: 'host-1', version: 'v9' }, { unitsGained() {}, unitsLost() {}, inFlight: () => 0 });
+    const leaser = new Leaser(
+      db.sql,
+      { ttlMs: 5_000, heartbeatIntervalMs: 1_000, hostname: 'host-1', version: 'v9' },
+      { unitsGained() {}, unitsLost() {}, inFlight: () => 0 },
+    );
     await leaser.heartbeat();
     await leaser.tick();
     try {
@@ -406,7 +524,11 @@ describe('GET /processes with heavy units', () => {
   it('answers a weight owned by one process past 2^31 exactly', async () => {
     const tenant = uniqueTenant('heavy');
     await putUnits(tenant, { job: 'sync', shards: 2_500, weight: 1_000_000 });
-    const leaser = new Leaser(db.sql, { ttlMs: 5_000, heartbeatIntervalMs: 1_000 }, { unitsGained() {}, unitsLost() {}, inFlight: () => 0 });
+    const leaser = new Leaser(
+      db.sql,
+      { ttlMs: 5_000, heartbeatIntervalMs: 1_000 },
+      { unitsGained() {}, unitsLost() {}, inFlight: () => 0 },
+    );
     await leaser.heartbeat();
     try {
       // Ownership set directly: this checks the view, not how claims spread the weight.
@@ -486,7 +608,9 @@ describe('POST /tenants/{tenant}/outbox', () => {
     const none = await send(uniqueTenant('out'), { key: 'k', payload: {} });
     expect(none.status).toBe(404);
     expect(none.body.error.code).toBe('no_outbox_units');
-    expect(none.body.error.message).toMatch(/has no outbox-delivery units of weight > 0 \(nothing would deliver\): register them first with PUT \/tenants\/.*\/units/);
+    expect(none.body.error.message).toMatch(
+      /has no outbox-delivery units of weight > 0 \(nothing would deliver\): register them first with PUT \/tenants\/.*\/units/,
+    );
     const other = uniqueTenant('out');
     await putUnits(other, { job: 'sync', shards: 2 });
     expect((await send(other, { key: 'k', payload: {} })).body.error.code).toBe('no_outbox_units');
@@ -522,7 +646,24 @@ describe('POST /tenants/{tenant}/outbox', () => {
   it('never answers 5xx to random bodies on the new routes', async () => {
     const tenant = uniqueTenant('fuzz');
     await putUnits(tenant, { job: 'outbox-delivery', shards: 2, endpoints: hooks });
-    const values: unknown[] = [null, true, 0, -1, 1e308, 'x', '', [], {}, [null], { a: [] }, 'http://x', ['http://x'], 10_001, 2 ** 53, NaN];
+    const values: unknown[] = [
+      null,
+      true,
+      0,
+      -1,
+      1e308,
+      'x',
+      '',
+      [],
+      {},
+      [null],
+      { a: [] },
+      'http://x',
+      ['http://x'],
+      10_001,
+      2 ** 53,
+      NaN,
+    ];
     const pick = () => values[Math.floor(Math.random() * values.length)];
     const fields = ['job', 'shards', 'weight', 'endpoints', 'config', 'key', 'payload', 'desired', 'tenant'];
     for (let i = 0; i < 150; i++) {

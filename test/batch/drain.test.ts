@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Runner, createBatch, getBatch } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
+import { sleep } from '../support/time.js';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -21,12 +22,9 @@ describe('stopping a run whose work ignores its signal', () => {
     let release!: () => void;
     const stuck = new Promise<void>((r) => (release = r));
     const first = new Runner(db.sql, { beatMs: 200, staleMs: 2000, drainMs: 300, parallel: 2 });
-    await first.takeOver(
-      () => ({ work: async (item) => (item.key === 'stubborn' ? stuck.then(() => 'late') : 'ok') }),
-      batch.id,
-    );
+    await first.takeOver(() => ({ work: async (item) => (item.key === 'stubborn' ? stuck.then(() => 'late') : 'ok') }), batch.id);
     // Wait until `fine` is done and `stubborn` hangs.
-    for (let i = 0; i < 100 && (await getBatch(db.sql, batch.id)).counts.done < 1; i++) await new Promise((r) => setTimeout(r, 20));
+    for (let i = 0; i < 100 && (await getBatch(db.sql, batch.id)).counts.done < 1; i++) await sleep(20);
     const t0 = Date.now();
     const result = await first.stop(batch.id);
     expect(Date.now() - t0).toBeLessThan(2000);
@@ -38,7 +36,8 @@ describe('stopping a run whose work ignores its signal', () => {
     await second.takeOver(() => ({ work: async () => 'second' }), batch.id);
     expect((await second.running(batch.id))!.outcome).toBe('succeeded');
     release();
-    const [item] = await db.sql`select state, attempts, output from leasehold_items where batch_id = ${batch.id} and key = 'stubborn'`;
+    const [item] =
+      await db.sql`select state, attempts, output from leasehold_items where batch_id = ${batch.id} and key = 'stubborn'`;
     expect(item).toEqual({ state: 'done', attempts: 2, output: 'second' });
   });
 });

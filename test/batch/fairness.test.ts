@@ -12,10 +12,12 @@ import {
   type Executor,
   type RunnerEvent,
 } from '../../src/batch/index.js';
-import * as q from '../../src/batch/sql.js';
+import * as q from '../../src/batch/sql/batches.js';
 import type { Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { deferred, newBatch, runOf, sleep, waitFor } from './helpers.js';
+import { newBatch, runOf } from './helpers.js';
+import { deferred, waitFor } from '../support/waits.js';
+import { sleep } from '../support/time.js';
 
 let db: TestDatabase;
 
@@ -145,10 +147,16 @@ describe('takeovers at once', () => {
     const work: Executor = { work: async () => null };
     for (let round = 0; round < 5; round++) {
       const runners = Array.from({ length: 6 }, () => new Runner(pool(2), { parallel: 4 }));
-      const ids = await Promise.all(runners.map(() => createBatch(db.sql, newBatch(5, { tenant: t, datasource: `d-${round}-${Math.random()}` })).then((r) => r.batch.id)));
+      const ids = await Promise.all(
+        runners.map(() =>
+          createBatch(db.sql, newBatch(5, { tenant: t, datasource: `d-${round}-${Math.random()}` })).then((r) => r.batch.id),
+        ),
+      );
       const taken = await Promise.all(runners.map((r, i) => r.takeOver(() => work, ids[i])));
       expect(taken.map((b) => b?.id)).toEqual(ids);
-      await waitFor('every batch done', async () => (await Promise.all(ids.map((id) => getBatch(db.sql, id)))).every((b) => b.status === 'succeeded'));
+      await waitFor('every batch done', async () =>
+        (await Promise.all(ids.map((id) => getBatch(db.sql, id)))).every((b) => b.status === 'succeeded'),
+      );
       await Promise.all(runners.map((r) => r.close()));
     }
     await endPools();
@@ -195,7 +203,9 @@ describe('per-tenant limits', () => {
     for (let round = 0; round < 3; round++) {
       await cancelAllOpen();
       const t = tenant('one');
-      const started = await Promise.all(Array.from({ length: 5 }, () => createBatch(db.sql, newBatch(4, { tenant: t }), { maxOpen: 100 })));
+      const started = await Promise.all(
+        Array.from({ length: 5 }, () => createBatch(db.sql, newBatch(4, { tenant: t }), { maxOpen: 100 })),
+      );
       const order = (
         await db.sql<{ id: string }[]>`select id from leasehold_batches where tenant = ${t} order by created_at, id`
       ).map((r) => r.id);
@@ -210,7 +220,10 @@ describe('per-tenant limits', () => {
         return 'ok';
       };
       // Three workers of two runs each, with the runner's default limit of 1 per tenant.
-      const runners = Array.from({ length: 3 }, () => new Runner(pool(2), { beatMs: 200, staleMs: 5_000, maxRuns: 2, maxRunning: 1, parallel: 1 }));
+      const runners = Array.from(
+        { length: 3 },
+        () => new Runner(pool(2), { beatMs: 200, staleMs: 5_000, maxRuns: 2, maxRunning: 1, parallel: 1 }),
+      );
       for (const r of runners) r.watch(() => ({ work }), 10);
       await waitFor(
         'every batch to finish',
@@ -219,7 +232,9 @@ describe('per-tenant limits', () => {
       );
       await Promise.all(runners.map((r) => r.close()));
       await endPools();
-      const rows = await db.sql<{ id: string; taken_at: Date; finished_at: Date; runs: number }[]>`select id, taken_at, finished_at, runs
+      const rows = await db.sql<
+        { id: string; taken_at: Date; finished_at: Date; runs: number }[]
+      >`select id, taken_at, finished_at, runs
         from leasehold_batches where tenant = ${t} order by taken_at`;
       expect(rows.map((r) => r.id)).toEqual(order);
       expect(rows.every((r) => r.runs === 1)).toBe(true);
@@ -265,14 +280,17 @@ describe('time slices', () => {
     // Runs ended by slices (or their batch done: the single batch of the third tenant), not by
     // losing their batch or a store error.
     expect(sliced.filter((o) => o === 'sliced' || o === 'succeeded').length, sliced.join(' ')).toBeGreaterThanOrEqual(8);
-    expect(sliced.filter((o) => o === 'lost' || o === 'store-error'), sliced.join(' ')).toEqual([]);
+    expect(
+      sliced.filter((o) => o === 'lost' || o === 'store-error'),
+      sliced.join(' '),
+    ).toEqual([]);
     // Every tenant had a batch waiting throughout: no tenant starts twice in a row, and between
     // two starts of one tenant at most tenants − 1 = 2 others start (each after one slice).
     for (let i = 1; i < seq.length; i++) expect(seq[i], `starts ${seq.join(' ')}`).not.toBe(seq[i - 1]);
     for (const name of names) {
       const at = seq.flatMap((t, i) => (t === name ? [i] : []));
       expect(at[0], `first start of ${name} in ${seq.join(' ')}`).toBeLessThanOrEqual(2);
-      for (let k = 1; k < at.length; k++) expect(at[k] - at[k - 1] - 1, `starts ${seq.join(" ")}`).toBeLessThanOrEqual(2);
+      for (let k = 1; k < at.length; k++) expect(at[k] - at[k - 1] - 1, `starts ${seq.join(' ')}`).toBeLessThanOrEqual(2);
     }
   });
 
@@ -294,7 +312,12 @@ describe('the choice statement', () => {
    * `indexOnly`, sequential scans are priced out, as the planner itself does once tables grow.
    */
   async function plan(indexOnly: boolean): Promise<{ text: string; cost: number }> {
-    const args = { run: '00000000-0000-4000-8000-000000000001', process: '00000000-0000-4000-8000-000000000002', staleMs: 30_000, maxRunning: q.NO_LIMIT };
+    const args = {
+      run: '00000000-0000-4000-8000-000000000001',
+      process: '00000000-0000-4000-8000-000000000002',
+      staleMs: 30_000,
+      maxRunning: q.NO_LIMIT,
+    };
     return db.sql.begin(async (tx) => {
       const t = tx as unknown as typeof db.sql;
       if (indexOnly) await t`set local enable_seqscan = off`;

@@ -15,8 +15,9 @@ import {
   type RunResult,
 } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { answer, apiDeps, apiEvent, InvokeEndpoint } from '../api/helpers.js';
-import { itemRows, newBatch, runOf, waitFor, type ItemRow } from './helpers.js';
+import { answer, apiDeps, apiEvent, InvokeEndpoint } from '../support/api.js';
+import { itemRows, newBatch, runOf, type ItemRow } from './helpers.js';
+import { waitFor } from '../support/waits.js';
 
 let db: TestDatabase;
 
@@ -39,11 +40,16 @@ async function runBatch(
 }
 
 describe('an item value the store cannot hold', () => {
-  it('fails only its own item; the other item of the same flush lands, with no takeover (the issue\'s input)', async () => {
+  it("fails only its own item; the other item of the same flush lands, with no takeover (the issue's input)", async () => {
     // a returns a lone surrogate, or throws an error whose message holds a NUL; b returns { ok: true }.
     const variants: { name: string; a: () => Promise<unknown>; error: RegExp | string; state: 'failed' }[] = [
       { name: 'lone surrogate output', a: async () => 'x\ud800y', error: /lone surrogate \(\\ud800\)/, state: 'failed' },
-      { name: 'NUL in the error', a: async () => Promise.reject(new Error('bad\u0000byte')), error: 'bad\ufffdbyte', state: 'failed' },
+      {
+        name: 'NUL in the error',
+        a: async () => Promise.reject(new Error('bad\u0000byte')),
+        error: 'bad\ufffdbyte',
+        state: 'failed',
+      },
     ];
     for (const v of variants) {
       const { result, rows, runs } = await runBatch(['a', 'b'], async ({ key }) => (key === 'a' ? v.a() : { ok: true }));
@@ -68,7 +74,11 @@ describe('an item value the store cannot hold', () => {
       loneHighKey: { 'x\udbff': true },
       bigint: { n: 10n },
       cycle: cyclic,
-      toJsonThrows: { toJSON: () => { throw new Error('no JSON for you'); } },
+      toJsonThrows: {
+        toJSON: () => {
+          throw new Error('no JSON for you');
+        },
+      },
       tooBig: 'x'.repeat(2_000),
       // Storable: a surrogate pair, and text that only looks like escapes.
       emoji: '😀 ok',
@@ -77,7 +87,11 @@ describe('an item value the store cannot hold', () => {
     };
     const errors: Record<string, unknown> = {
       errLone: new Error('lone \ud83d here'),
-      errThrowingToString: { toString: () => { throw new Error('nope'); } },
+      errThrowingToString: {
+        toString: () => {
+          throw new Error('nope');
+        },
+      },
       errLong: new Error('e'.repeat(20_000)),
     };
     const keys = [...Object.keys(outputs), ...Object.keys(errors)];
@@ -91,7 +105,8 @@ describe('an item value the store cannot hold', () => {
     );
     expect(result.outcome).toBe('failed');
     expect(runs).toBe(1);
-    const failed = (key: string, message: RegExp) => expect(rows[key], key).toMatchObject({ state: 'failed', output: null, error: expect.stringMatching(message) });
+    const failed = (key: string, message: RegExp) =>
+      expect(rows[key], key).toMatchObject({ state: 'failed', output: null, error: expect.stringMatching(message) });
     failed('nulString', /NUL character/);
     failed('nulKey', /NUL character/);
     failed('loneLow', /lone surrogate \(\\udc00\)/);
@@ -142,14 +157,20 @@ describe('an item value the store cannot hold', () => {
 });
 
 describe('retry delays', () => {
-  it('never overflow: an always failing item at attempt 45 of 100 with the default 5 s backoff waits maxBackoffMs (the issue\'s input)', async () => {
+  it("never overflow: an always failing item at attempt 45 of 100 with the default 5 s backoff waits maxBackoffMs (the issue's input)", async () => {
     const { batch } = await createBatch(db.sql, newBatch(2, { items: [{ key: 'bad' }, { key: 'ok' }] }));
     await db.sql`update leasehold_items set attempts = 44 where batch_id = ${batch.id} and key = 'bad'`;
     const runner = new Runner(db.sql, { parallel: 2, attempts: 100, beatMs: 50 });
-    await runner.takeOver(() => ({ work: async ({ key }) => (key === 'ok' ? 'ok' : Promise.reject(new Error('always'))) }), batch.id);
+    await runner.takeOver(
+      () => ({ work: async ({ key }) => (key === 'ok' ? 'ok' : Promise.reject(new Error('always'))) }),
+      batch.id,
+    );
     await waitFor('both stored', async () => {
       const rows = await itemRows(db.sql, batch.id);
-      return rows.some((r) => r.key === 'ok' && r.state === 'done') && rows.some((r) => r.key === 'bad' && r.attempts === 45 && r.state === 'pending');
+      return (
+        rows.some((r) => r.key === 'ok' && r.state === 'done') &&
+        rows.some((r) => r.key === 'bad' && r.attempts === 45 && r.state === 'pending')
+      );
     });
     const result = await runner.stop(batch.id);
     expect(result).toMatchObject({ outcome: 'handed-off' });
@@ -187,13 +208,27 @@ describe('retry delays', () => {
     // A job's own settings: refused before anything is started.
     const runner = new Runner(db.sql);
     const b = newBatch(1);
-    await expect(runner.start(b, {}, { work: async () => 1, backoffMs: 1e15 })).rejects.toThrow(/executor\.backoffMs must be from 0/);
+    await expect(runner.start(b, {}, { work: async () => 1, backoffMs: 1e15 })).rejects.toThrow(
+      /executor\.backoffMs must be from 0/,
+    );
     await expect(runner.start(b, {}, { work: async () => 1, attempts: 100_000 })).rejects.toThrow(/executor\.attempts/);
     expect((await db.sql`select count(*)::int as n from leasehold_batches where request_key = ${b.requestKey}`)[0].n).toBe(0);
     // A deployment's job with such settings is refused when the registry is built.
-    const job = (over: Partial<Job>) => defineJob({ name: 'j', description: 'd', params: z.object({}), expand: async () => ({ items: [] }), run: async () => 1, ...over });
-    expect(() => new JobRegistry([job({ attempts: 100_000 })], defaultJobContext())).toThrow(/job "j": attempts must be an integer from 1 to 1000/);
-    expect(() => new JobRegistry([job({ backoffMs: 1e15 })], defaultJobContext())).toThrow(/job "j": backoffMs must be from 0 to 86400000/);
+    const job = (over: Partial<Job>) =>
+      defineJob({
+        name: 'j',
+        description: 'd',
+        params: z.object({}),
+        expand: async () => ({ items: [] }),
+        run: async () => 1,
+        ...over,
+      });
+    expect(() => new JobRegistry([job({ attempts: 100_000 })], defaultJobContext())).toThrow(
+      /job "j": attempts must be an integer from 1 to 1000/,
+    );
+    expect(() => new JobRegistry([job({ backoffMs: 1e15 })], defaultJobContext())).toThrow(
+      /job "j": backoffMs must be from 0 to 86400000/,
+    );
     expect(() => new JobRegistry([job({ attempts: 100, backoffMs: 5_000 })], defaultJobContext())).not.toThrow();
   });
 });
@@ -223,7 +258,12 @@ describe('a batch whose runs keep failing before they store anything', () => {
       // the next gave the batch up.
       expect(outcomes).toEqual([...Array(11).fill('store-error'), 'failed']);
       const after = await getBatch(db.sql, batch.id);
-      expect(after).toMatchObject({ status: 'failed', runs: 12, ownerProcess: null, counts: { pending: 0, running: 0, done: 3, failed: 0 } });
+      expect(after).toMatchObject({
+        status: 'failed',
+        runs: 12,
+        ownerProcess: null,
+        counts: { pending: 0, running: 0, done: 3, failed: 0 },
+      });
       expect(after.reason).toBe('given up: its last 10 runs ended without storing any item result');
       const res = answer(await handleApi(apiEvent('GET', `/batches/${batch.id}`), apiDeps(db.sql, endpoint)));
       expect(res.status).toBe(200);
@@ -264,7 +304,11 @@ describe('a batch whose runs keep failing before they store anything', () => {
       counts: { pending: 0, running: 0, done: 0, failed: 4 },
     });
     for (const row of await itemRows(db.sql, batch.id)) {
-      expect(row).toMatchObject({ state: 'failed', attempts: 2, error: expect.stringMatching(/^the batch was given up: its last 2 runs/) });
+      expect(row).toMatchObject({
+        state: 'failed',
+        attempts: 2,
+        error: expect.stringMatching(/^the batch was given up: its last 2 runs/),
+      });
     }
   });
 

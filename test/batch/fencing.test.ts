@@ -1,27 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  BatchLostError,
-  ManualClock,
-  Runner,
-  getBatch,
-  type ItemWork,
-  type RunResult,
-} from '../../src/batch/index.js';
+import { BatchLostError, ManualClock, Runner, getBatch, type ItemWork, type RunResult } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import {
-  batchChanges,
-  deferred,
-  installAudit,
-  itemChanges,
-  itemCounts,
-  itemRows,
-  never,
-  newBatch,
-  runOf,
-  sleep,
-  tally,
-  waitFor,
-} from './helpers.js';
+import { batchChanges, installAudit, itemChanges, itemCounts, itemRows, newBatch, runOf, tally } from './helpers.js';
+import { never, sleep } from '../support/time.js';
+import { deferred, waitFor } from '../support/waits.js';
 
 /** Stale limit of the runner that takes over; short so each round waits little. */
 const STALE_MS = 400;

@@ -1,24 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  ManualClock,
-  Runner,
-  getBatch,
-  type BatchStatus,
-  type ItemWork,
-  type RunResult,
-} from '../../src/batch/index.js';
+import { ManualClock, Runner, getBatch, type BatchStatus, type ItemWork, type RunResult } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import {
-  batchChanges,
-  deferred,
-  installAudit,
-  itemChanges,
-  itemRows,
-  newBatch,
-  runOf,
-  sleep,
-  waitFor,
-} from './helpers.js';
+import { batchChanges, installAudit, itemChanges, itemRows, newBatch, runOf } from './helpers.js';
+import { sleep } from '../support/time.js';
+import { deferred, waitFor } from '../support/waits.js';
 
 const STALE_MS = 250;
 

@@ -6,7 +6,10 @@ import type { ItemInput, ItemState, NewBatch, RunResult, Runner } from '../../sr
 let seq = 0;
 
 /** A batch of `n` items `k000`, `k001`, … with a request key unique in this process. */
-export function newBatch(n: number, overrides: Partial<NewBatch> & { items?: ItemInput[] } = {}): NewBatch & { items: ItemInput[] } {
+export function newBatch(
+  n: number,
+  overrides: Partial<NewBatch> & { items?: ItemInput[] } = {},
+): NewBatch & { items: ItemInput[] } {
   seq += 1;
   return {
     tenant: 'acme',
@@ -17,43 +20,6 @@ export function newBatch(n: number, overrides: Partial<NewBatch> & { items?: Ite
     items: Array.from({ length: n }, (_, i) => ({ key: `k${String(i).padStart(3, '0')}`, input: { i } })),
     ...overrides,
   };
-}
-
-/** A promise with its resolve and reject in hand. */
-export interface Deferred<T> {
-  promise: Promise<T>;
-  resolve(value: T): void;
-  reject(error: unknown): void;
-}
-
-export function deferred<T = void>(): Deferred<T> {
-  let resolve!: (v: T) => void;
-  let reject!: (e: unknown) => void;
-  const promise = new Promise<T>((res, rej) => {
-    resolve = res;
-    reject = rej;
-  });
-  return { promise, resolve, reject };
-}
-
-/** A promise that never settles: work of a process that died. */
-export const never = <T = unknown>(): Promise<T> => new Promise<T>(() => {});
-
-export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-
-/** Poll `check` every `everyMs` until it returns a truthy value; throw after `timeoutMs`. */
-export async function waitFor<T>(
-  what: string,
-  check: () => Promise<T> | T,
-  { timeoutMs = 10_000, everyMs = 10 } = {},
-): Promise<NonNullable<T>> {
-  const until = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await check();
-    if (v) return v as NonNullable<T>;
-    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
-    await sleep(everyMs);
-  }
 }
 
 /** The run result of batch `id` in `runner`; throws when the runner does not run it. */

@@ -2,19 +2,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ManualClock, Runner, createBatch, getBatch, type ItemWork, type RunnerEvent } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import {
-  batchChanges,
-  deferred,
-  installAudit,
-  itemChanges,
-  itemCounts,
-  itemRows,
-  newBatch,
-  runOf,
-  sleep,
-  waitFor,
-  type Deferred,
-} from './helpers.js';
+import { batchChanges, installAudit, itemChanges, itemCounts, itemRows, newBatch, runOf } from './helpers.js';
+import { sleep } from '../support/time.js';
+import { deferred, waitFor, type Deferred } from '../support/waits.js';
 
 let db: TestDatabase;
 
@@ -44,7 +34,9 @@ describe('a pipelined run', () => {
       const { batch } = await runner.start(newBatch(2, { items: [{ key: 'long' }, { key: 'flaky' }] }), {}, work);
       expect((await runOf(runner, batch.id)).outcome).toBe('succeeded');
 
-      const retry = (await itemChanges(db.sql, batch.id)).find((c) => c.key === 'flaky' && c.state === 'pending' && c.old_state === 'running');
+      const retry = (await itemChanges(db.sql, batch.id)).find(
+        (c) => c.key === 'flaky' && c.state === 'pending' && c.old_state === 'running',
+      );
       expect(retry).toBeDefined();
       expect(started.flaky).toHaveLength(2);
       const lateMs = started.flaky[1] - retry!.run_after.getTime();
@@ -62,7 +54,9 @@ describe('a pipelined run', () => {
       const executing: string[] = [];
       const work: ItemWork = async ({ key, signal }) => {
         executing.push(key);
-        await new Promise((_, reject) => signal.addEventListener('abort', () => reject(new Error('interrupted')), { once: true }));
+        await new Promise((_, reject) =>
+          signal.addEventListener('abort', () => reject(new Error('interrupted')), { once: true }),
+        );
       };
       const { batch } = await createBatch(db.sql, newBatch(12));
       // Items with earlier attempts: the attempt a handoff gives back is the one its claim took.
@@ -71,7 +65,10 @@ describe('a pipelined run', () => {
       const runner = new Runner(db.sql, { parallel, attempts: 5, beatMs: 50, staleMs: 60_000, onEvent: (e) => events.push(e) });
       await runner.takeOver(() => ({ work }), batch.id);
       // Its slots full and as many items again claimed ahead.
-      await waitFor('queue full', async () => executing.length === parallel && (await itemCounts(db.sql, batch.id)).running === 2 * parallel);
+      await waitFor(
+        'queue full',
+        async () => executing.length === parallel && (await itemCounts(db.sql, batch.id)).running === 2 * parallel,
+      );
       const held = (await itemRows(db.sql, batch.id)).filter((i) => i.state === 'running');
       const queued = held.filter((i) => !executing.includes(i.key));
       expect(queued).toHaveLength(parallel);
@@ -105,7 +102,14 @@ describe('a pipelined run', () => {
       if (key === 'flaky') throw new Error('fails');
       await new Promise((_, reject) => signal.addEventListener('abort', () => reject(new Error('interrupted')), { once: true }));
     };
-    const runner = new Runner(db.sql, { parallel: 2, attempts: 3, backoffMs: 1_000, random: () => 0, beatMs: 50, staleMs: 60_000 });
+    const runner = new Runner(db.sql, {
+      parallel: 2,
+      attempts: 3,
+      backoffMs: 1_000,
+      random: () => 0,
+      beatMs: 50,
+      staleMs: 60_000,
+    });
     const { batch } = await runner.start(newBatch(2, { items: [{ key: 'flaky' }, { key: 'long' }] }), {}, work);
     // flaky failed once, is due 1 s later, and is claimed (running, attempt 2) before that.
     await waitFor('retry claimed ahead', async () => {
@@ -183,7 +187,13 @@ describe('a pipelined run', () => {
         return 'B';
       };
       // A never beats (its clock never moves): its batch turns stale while its items wait.
-      const a = new Runner(db.connect({ max: 3 }), { clock: new ManualClock(), parallel: 2, beatMs: 50, staleMs: 200, backoffMs: 0 });
+      const a = new Runner(db.connect({ max: 3 }), {
+        clock: new ManualClock(),
+        parallel: 2,
+        beatMs: 50,
+        staleMs: 200,
+        backoffMs: 0,
+      });
       const { batch } = await createBatch(db.sql, newBatch(8));
       await a.takeOver(() => ({ work: workA }), batch.id);
       const runA = runOf(a, batch.id);

@@ -17,7 +17,9 @@ import {
 } from '../../src/batch/index.js';
 import type { Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { deferred, itemCounts, itemRows, newBatch, runOf, sleep, tally, waitFor } from './helpers.js';
+import { itemCounts, itemRows, newBatch, runOf, tally } from './helpers.js';
+import { sleep } from '../support/time.js';
+import { deferred, waitFor } from '../support/waits.js';
 
 let db: TestDatabase;
 
@@ -128,11 +130,15 @@ describe('redrive', () => {
     const { executor } = firstFails(['k000']);
     const gate = deferred();
     const runner = new Runner(db.connect({ max: 2 }), { beatMs: 50, staleMs: 5_000 });
-    const { batch: cancelled } = await runner.start(newBatch(2, { tenant: ownTenant() }), { maxOpen: 100 }, {
-      ...executor,
-      parallel: 2,
-      work: async (item) => (item.key === 'k001' ? gate.promise : executor.work(item)),
-    });
+    const { batch: cancelled } = await runner.start(
+      newBatch(2, { tenant: ownTenant() }),
+      { maxOpen: 100 },
+      {
+        ...executor,
+        parallel: 2,
+        work: async (item) => (item.key === 'k001' ? gate.promise : executor.work(item)),
+      },
+    );
     await waitFor('k000 failed', async () => (await itemCounts(db.sql, cancelled.id)).failed === 1);
     await cancelBatch(db.sql, cancelled.id);
     gate.resolve();
@@ -179,7 +185,9 @@ describe('redrive', () => {
     for (let round = 0; round < 5; round++) {
       const { batch } = await finishedWithFailures(5, ['k001', 'k003']);
       const clients = Array.from({ length: 12 }, () => db.connect({ max: 1 }));
-      const results = await Promise.all(clients.map((c) => settle(redriveBatch(c, batch.id, { idempotencyKey: `same-${round}` }))));
+      const results = await Promise.all(
+        clients.map((c) => settle(redriveBatch(c, batch.id, { idempotencyKey: `same-${round}` }))),
+      );
       const ok = results.filter((r): r is RedriveResult => typeof r !== 'string');
       expect(ok, JSON.stringify(results.filter((r) => typeof r === 'string'))).toHaveLength(12);
       expect(ok.filter((r) => r.redriven)).toHaveLength(1);
@@ -230,7 +238,10 @@ describe('redrive', () => {
       const [{ open }] = await db.sql<{ open: number }[]>`select count(*) as open from leasehold_batches
         where tenant = ${tenant} and datasource = 'ds' and status = 'open'`;
       expect(open, JSON.stringify(outcomes)).toBe(2);
-      expect(outcomes.filter((o) => o === 'redrive' || o === 'start'), JSON.stringify(outcomes)).toHaveLength(1);
+      expect(
+        outcomes.filter((o) => o === 'redrive' || o === 'start'),
+        JSON.stringify(outcomes),
+      ).toHaveLength(1);
       await Promise.all(clients.map((c) => c.end()));
     }
     // And with no slot left, a redrive is refused as a start would be, changing nothing.
@@ -246,7 +257,11 @@ describe('redrive', () => {
       const failing = ['k002', 'k005', 'k007'];
       const { executor, runs } = firstFails(failing);
       const owner = new Runner(db.connect({ max: 2 }), { beatMs: 50, staleMs: 5_000, parallel: 4 });
-      const { batch } = await owner.start(newBatch(10, { tenant: ownTenant() }), { maxOpen: 100 }, { ...executor, work: async (i) => (await sleep(2), executor.work(i)) });
+      const { batch } = await owner.start(
+        newBatch(10, { tenant: ownTenant() }),
+        { maxOpen: 100 },
+        { ...executor, work: async (i) => (await sleep(2), executor.work(i)) },
+      );
       const until = Date.now() + 20_000;
       // Redrive clients hammer from the start: refused while the batch is open, until one lands
       // right after the finish.
@@ -264,7 +279,10 @@ describe('redrive', () => {
         return got;
       });
       // Takeover clients hammer too: the reopened batch is taken by exactly one of them at once.
-      const takers = Array.from({ length: 4 }, () => new Runner(db.connect({ max: 2 }), { beatMs: 50, staleMs: 5_000, parallel: 4 }));
+      const takers = Array.from(
+        { length: 4 },
+        () => new Runner(db.connect({ max: 2 }), { beatMs: 50, staleMs: 5_000, parallel: 4 }),
+      );
       const taking = takers.map(async (t) => {
         let won = 0;
         while (Date.now() < until) {
@@ -281,9 +299,16 @@ describe('redrive', () => {
       const got = (await Promise.all(redrivers)).flat();
       const won = await Promise.all(taking);
       const end = await getBatch(db.sql, batch.id);
-      expect(end, JSON.stringify(got)).toMatchObject({ status: 'succeeded', redrives: 1, counts: { done: 10, failed: 0, pending: 0, running: 0 } });
+      expect(end, JSON.stringify(got)).toMatchObject({
+        status: 'succeeded',
+        redrives: 1,
+        counts: { done: 10, failed: 0, pending: 0, running: 0 },
+      });
       expect(got.filter((g) => g === 'redriven')).toHaveLength(1);
-      expect(got.every((g) => ['redriven', 'BatchOpenError', 'NothingToRedriveError'].includes(g)), JSON.stringify(got)).toBe(true);
+      expect(
+        got.every((g) => ['redriven', 'BatchOpenError', 'NothingToRedriveError'].includes(g)),
+        JSON.stringify(got),
+      ).toBe(true);
       // One takeover ran the redrive; no item ran twice in one cycle.
       expect(won.reduce((a, b) => a + b, 0)).toBe(1);
       expect(end.runs).toBe(2);
@@ -297,20 +322,26 @@ describe('redrive', () => {
     }
   });
 
-  it("a stalled run whose batch was taken over, finished and redriven changes nothing when its item returns", async () => {
+  it('a stalled run whose batch was taken over, finished and redriven changes nothing when its item returns', async () => {
     const gate = deferred<string>();
     // A: beats never come (its clock never moves), and its item k000 hangs until the gate opens.
     const a = new Runner(db.connect({ max: 2 }), { clock: new ManualClock(), beatMs: 50, staleMs: 200, parallel: 3 });
     const attempts1 = { attempts: 1, backoffMs: 1 };
-    const { batch } = await a.start(newBatch(3, { tenant: ownTenant() }), { maxOpen: 100 }, {
-      ...attempts1,
-      work: async ({ key }) => (key === 'k000' ? gate.promise : Promise.reject(new PermanentItemError(`${key} broke`))),
-    });
+    const { batch } = await a.start(
+      newBatch(3, { tenant: ownTenant() }),
+      { maxOpen: 100 },
+      {
+        ...attempts1,
+        work: async ({ key }) => (key === 'k000' ? gate.promise : Promise.reject(new PermanentItemError(`${key} broke`))),
+      },
+    );
     await waitFor('k001, k002 failed', async () => (await itemCounts(db.sql, batch.id)).failed === 2);
     // While A owns it, the batch is open: no redrive.
     await expect(redriveBatch(db.sql, batch.id)).rejects.toBeInstanceOf(BatchOpenError);
     await waitFor('stale', async () => {
-      const [r] = await db.sql<{ stale: boolean }[]>`select beat_at < now() - interval '200 ms' as stale from leasehold_batches where id = ${batch.id}`;
+      const [r] = await db.sql<
+        { stale: boolean }[]
+      >`select beat_at < now() - interval '200 ms' as stale from leasehold_batches where id = ${batch.id}`;
       return r.stale;
     });
     // B takes over: k000, left running by A, used its only attempt and fails; B finishes the batch.

@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ManualClock, Runner, getBatch, retryDelayMs, type ItemWork } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { installAudit, itemChanges, itemRows, never, newBatch, runOf, tally, waitFor } from './helpers.js';
+import { installAudit, itemChanges, itemRows, newBatch, runOf, tally } from './helpers.js';
+import { never } from '../support/time.js';
+import { waitFor } from '../support/waits.js';
 
 let db: TestDatabase;
 

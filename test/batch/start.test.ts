@@ -50,9 +50,7 @@ describe('starting a batch', () => {
   it('starts one batch per request key when 20 clients start it at once', async () => {
     for (let round = 0; round < ROUNDS; round++) {
       const b = newBatch(50, { datasource: `same-key-${round}` });
-      const { ok, errors } = await settle(
-        Array.from({ length: CLIENTS }, () => createBatch(sql, b, { maxOpen: 1 })),
-      );
+      const { ok, errors } = await settle(Array.from({ length: CLIENTS }, () => createBatch(sql, b, { maxOpen: 1 })));
       expect(errors).toEqual([]);
       const rows = await batchesWithKey(b.tenant, b.requestKey);
       expect(rows).toHaveLength(1);
@@ -128,9 +126,7 @@ describe('starting a batch', () => {
   it('counts only open batches against maxOpen, per tenant and datasource', async () => {
     const datasource = 'recycled';
     const a = await createBatch(sql, newBatch(1, { datasource }), { maxOpen: 1 });
-    await expect(createBatch(sql, newBatch(1, { datasource }), { maxOpen: 1 })).rejects.toBeInstanceOf(
-      TooManyBatchesError,
-    );
+    await expect(createBatch(sql, newBatch(1, { datasource }), { maxOpen: 1 })).rejects.toBeInstanceOf(TooManyBatchesError);
     // Another tenant's datasource of the same name is not the same datasource.
     const other = await createBatch(sql, newBatch(1, { datasource, tenant: 'globex' }), { maxOpen: 1 });
     expect(other.created).toBe(true);
@@ -198,7 +194,10 @@ async function leftBehind(tenant: string, requestKey: string): Promise<{ batches
 }
 
 /** Start `b`, expecting a refusal; checks that it stored nothing and returns the error. */
-async function refusedStart(b: NewBatch, limits?: Parameters<typeof createBatch>[2]): Promise<Error & { code?: string; limit?: string; max?: number }> {
+async function refusedStart(
+  b: NewBatch,
+  limits?: Parameters<typeof createBatch>[2],
+): Promise<Error & { code?: string; limit?: string; max?: number }> {
   const error = await createBatch(sql, b, limits).then(
     () => undefined,
     (e: Error) => e,
@@ -246,7 +245,10 @@ describe('start limits', () => {
 
     // Total bytes: 10 items of a 10-byte key and a 30-byte input are 400 bytes; one byte more is refused.
     const full = (last: string) =>
-      Array.from({ length: 10 }, (_, i) => ({ key: `key-${String(i).padStart(6, '0')}${i === 9 ? last : ''}`, input: 'y'.repeat(28) }));
+      Array.from({ length: 10 }, (_, i) => ({
+        key: `key-${String(i).padStart(6, '0')}${i === 9 ? last : ''}`,
+        input: 'y'.repeat(28),
+      }));
     const total = at(full(''));
     expect((await createBatch(sql, total, { limits })).batch.total).toBe(10);
     const tooBig = await refusedStart(at(full('z')), { limits });
@@ -297,20 +299,26 @@ describe('start limits', () => {
     expect(row).toEqual({ key: 'back\\slash', input: { s: '\\u0000 and \\ud800' } });
   });
 
-  it('starts the 200,000 items of 1,000-byte keys and 500-byte inputs that used to fail as one JSON value over 256 MiB', { timeout: 300_000 }, async () => {
-    const input = 'i'.repeat(498); // 500 bytes of JSON text with its quotes
-    const b = startOf(Array.from({ length: 200_000 }, (_, i) => ({ key: `${String(i).padStart(6, '0')}${'k'.repeat(994)}`, input })));
-    expect(Buffer.byteLength(b.items[0].key)).toBe(1000);
-    // Within the default limits: 200,000 items, 300,000,000 bytes of keys and inputs.
-    expect(DEFAULT_START_LIMITS.maxItems).toBeGreaterThanOrEqual(200_000);
-    expect(DEFAULT_START_LIMITS.maxTotalBytes).toBeGreaterThanOrEqual(300_000_000);
-    const { batch, created } = await createBatch(sql, b);
-    expect(created).toBe(true);
-    expect(batch).toMatchObject({ total: 200_000, counts: { pending: 200_000 } });
-    const [last] = await sql`select key, input from leasehold_items where batch_id = ${batch.id} order by key desc limit 1`;
-    expect(last).toEqual({ key: b.items[199_999].key, input });
-    await sql`delete from leasehold_batches where id = ${batch.id}`;
-  });
+  it(
+    'starts the 200,000 items of 1,000-byte keys and 500-byte inputs that used to fail as one JSON value over 256 MiB',
+    { timeout: 300_000 },
+    async () => {
+      const input = 'i'.repeat(498); // 500 bytes of JSON text with its quotes
+      const b = startOf(
+        Array.from({ length: 200_000 }, (_, i) => ({ key: `${String(i).padStart(6, '0')}${'k'.repeat(994)}`, input })),
+      );
+      expect(Buffer.byteLength(b.items[0].key)).toBe(1000);
+      // Within the default limits: 200,000 items, 300,000,000 bytes of keys and inputs.
+      expect(DEFAULT_START_LIMITS.maxItems).toBeGreaterThanOrEqual(200_000);
+      expect(DEFAULT_START_LIMITS.maxTotalBytes).toBeGreaterThanOrEqual(300_000_000);
+      const { batch, created } = await createBatch(sql, b);
+      expect(created).toBe(true);
+      expect(batch).toMatchObject({ total: 200_000, counts: { pending: 200_000 } });
+      const [last] = await sql`select key, input from leasehold_items where batch_id = ${batch.id} order by key desc limit 1`;
+      expect(last).toEqual({ key: b.items[199_999].key, input });
+      await sql`delete from leasehold_batches where id = ${batch.id}`;
+    },
+  );
 
   it('starts one batch per request key when 10 clients start it at once with streams of several pieces', async () => {
     for (let round = 0; round < 3; round++) {

@@ -1,26 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  BatchFinishedError,
-  ManualClock,
-  Runner,
-  cancelBatch,
-  getBatch,
-  type ItemWork,
-} from '../../src/batch/index.js';
+import { BatchFinishedError, ManualClock, Runner, cancelBatch, getBatch, type ItemWork } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import {
-  batchChanges,
-  deferred,
-  installAudit,
-  itemChanges,
-  itemCounts,
-  itemRows,
-  newBatch,
-  runOf,
-  sleep,
-  tally,
-  waitFor,
-} from './helpers.js';
+import { batchChanges, installAudit, itemChanges, itemCounts, itemRows, newBatch, runOf, tally } from './helpers.js';
+import { sleep } from '../support/time.js';
+import { deferred, waitFor } from '../support/waits.js';
 
 let db: TestDatabase;
 
@@ -179,7 +162,12 @@ describe('handoff (runner.stop)', () => {
       }
       // The queued items went back to pending in the handoff statement, their attempts unchanged.
       for (const key of queued) {
-        expect(rows.find((r) => r.key === key)).toMatchObject({ state: 'pending', attempts: 0, error: null, run_id: result!.runId });
+        expect(rows.find((r) => r.key === key)).toMatchObject({
+          state: 'pending',
+          attempts: 0,
+          error: null,
+          run_id: result!.runId,
+        });
       }
       expect(executing).toHaveLength(3);
       expect(result!.finishedItems).toBe(variant === 'finishes' ? 7 : 4);

@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Runner, getBatch, type ItemWork, type RunnerEvent } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { deferred, itemCounts, itemRows, newBatch, runOf, tally, waitFor } from './helpers.js';
+import { itemCounts, itemRows, newBatch, runOf, tally } from './helpers.js';
+import { deferred, waitFor } from '../support/waits.js';
 
 let db: TestDatabase;
 

@@ -6,7 +6,9 @@ import { Runner, getBatch, type ItemWork, type RunResult, type RunnerEvent } fro
 import { connect, type Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { PgProxy } from '../support/pgproxy.js';
-import { installAudit, itemChanges, itemRows, newBatch, runOf, sleep, waitFor } from './helpers.js';
+import { installAudit, itemChanges, itemRows, newBatch, runOf } from './helpers.js';
+import { sleep } from '../support/time.js';
+import { waitFor } from '../support/waits.js';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -115,7 +117,12 @@ describe('store faults', () => {
     expect(signals.every((s) => s.aborted)).toBe(true);
 
     // Its beats stopped: the beat stays where it was, the batch still names this run.
-    const beatOf = async () => (await db.sql<{ beat_at: Date; owner_run: string }[]>`select beat_at, owner_run from leasehold_batches where id = ${batch.id}`)[0];
+    const beatOf = async () =>
+      (
+        await db.sql<
+          { beat_at: Date; owner_run: string }[]
+        >`select beat_at, owner_run from leasehold_batches where id = ${batch.id}`
+      )[0];
     const before = await beatOf();
     await sleep(350);
     const after = await beatOf();
@@ -124,7 +131,10 @@ describe('store faults', () => {
 
     // Once stale, another runner takes it over and finishes it.
     const b = new Runner(db.sql, { beatMs: 100, staleMs: 800 });
-    await waitFor('takeover by B', () => b.takeOver(() => ({ work: counting(executions, 'B') }), batch.id), { timeoutMs: 10_000, everyMs: 50 });
+    await waitFor('takeover by B', () => b.takeOver(() => ({ work: counting(executions, 'B') }), batch.id), {
+      timeoutMs: 10_000,
+      everyMs: 50,
+    });
     expect((await within('run B', runOf(b, batch.id), 15_000)).outcome).toBe('succeeded');
     await b.close();
 
@@ -182,7 +192,10 @@ describe('store faults', () => {
     expect(orphans.length).toBeLessThanOrEqual(6);
     for (const o of orphans) expect(o).toMatchObject({ attempts: 0, run_id: result.runId });
 
-    expect(await getBatch(db.sql, batch.id)).toMatchObject({ status: 'succeeded', counts: { pending: 0, running: 0, done: 20, failed: 0 } });
+    expect(await getBatch(db.sql, batch.id)).toMatchObject({
+      status: 'succeeded',
+      counts: { pending: 0, running: 0, done: 20, failed: 0 },
+    });
     const items = await itemRows(db.sql, batch.id);
     expect(items.every((i) => i.state === 'done' && i.attempts === 1 && i.output === 'A')).toBe(true);
     expect([...executions.keys()].sort()).toEqual(items.map((i) => i.key));
@@ -198,7 +211,14 @@ describe('store faults', () => {
       const app = `leasehold-test-kill-${process.pid}-${Date.now()}`;
       const { proxy, sql: sqlA } = await proxied(4, app);
       const executions = new Map<string, number>();
-      const a = new Runner(sqlA, { parallel: 4, beatMs: 100, staleMs: 600, moveTries: 6, moveBackoffMs: 50, storeTimeoutMs: 2_000 });
+      const a = new Runner(sqlA, {
+        parallel: 4,
+        beatMs: 100,
+        staleMs: 600,
+        moveTries: 6,
+        moveBackoffMs: 50,
+        storeTimeoutMs: 2_000,
+      });
       const { batch } = await a.start(newBatch(200), {}, counting(executions, 'A', 3));
       const runA = runOf(a, batch.id);
       let endedA = false;
@@ -226,13 +246,19 @@ describe('store faults', () => {
 
       if (resultA.outcome !== 'succeeded') {
         const b = new Runner(db.sql, { beatMs: 100, staleMs: 600 });
-        await waitFor('takeover by B', () => b.takeOver(() => ({ work: counting(executions, 'B') }), batch.id), { timeoutMs: 10_000, everyMs: 50 });
+        await waitFor('takeover by B', () => b.takeOver(() => ({ work: counting(executions, 'B') }), batch.id), {
+          timeoutMs: 10_000,
+          everyMs: 50,
+        });
         expect((await within('run B', runOf(b, batch.id), 20_000)).outcome).toBe('succeeded');
         await b.close();
       }
       await a.close();
 
-      expect(await getBatch(db.sql, batch.id)).toMatchObject({ status: 'succeeded', counts: { pending: 0, running: 0, done: 200, failed: 0 } });
+      expect(await getBatch(db.sql, batch.id)).toMatchObject({
+        status: 'succeeded',
+        counts: { pending: 0, running: 0, done: 200, failed: 0 },
+      });
       // Nothing was done twice (an item whose result was never stored may run again).
       const done = await doneTransitions(batch.id);
       expect(done.size).toBe(200);

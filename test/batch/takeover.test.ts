@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ManualClock, Runner, createBatch, getBatch, type Executor, type ItemWork } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { deferred, itemCounts, itemRows, never, newBatch, runOf, sleep, waitFor } from './helpers.js';
+import { itemCounts, itemRows, newBatch, runOf } from './helpers.js';
+import { never, sleep } from '../support/time.js';
+import { deferred, waitFor } from '../support/waits.js';
 
 let db: TestDatabase;
 
@@ -58,7 +60,7 @@ describe('takeover', () => {
       );
       const won = runs.filter((r) => r !== undefined);
       expect(won).toHaveLength(1);
-      expect((await won[0]).outcome).toBe('succeeded');
+      expect(won[0]!.outcome).toBe('succeeded');
       expect(await getBatch(db.sql, batchId)).toMatchObject({ status: 'succeeded', runs: round % 2 === 0 ? 1 : 2 });
     }
   });

@@ -19,7 +19,9 @@ import {
   type ToleratedFailures,
 } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { batchChanges, deferred, installAudit, itemCounts, itemRows, newBatch, runOf, sleep, waitFor } from './helpers.js';
+import { batchChanges, installAudit, itemCounts, itemRows, newBatch, runOf } from './helpers.js';
+import { deferred, waitFor } from '../support/waits.js';
+import { sleep } from '../support/time.js';
 
 let db: TestDatabase;
 
@@ -39,7 +41,13 @@ const runner = (options: ConstructorParameters<typeof Runner>[1] = {}) =>
 
 /** Work failing the given keys for good at once (after `delayMs`), counting executions. */
 function failing(keys: Iterable<string> | ((key: string) => boolean), delayMs = 0) {
-  const fails = typeof keys === 'function' ? keys : ((set) => (k: string) => set.has(k))(new Set(keys));
+  const fails =
+    typeof keys === 'function'
+      ? keys
+      : (
+          (set) => (k: string) =>
+            set.has(k)
+        )(new Set(keys));
   const runs = new Map<string, number>();
   const executor: Executor = {
     attempts: 1,
@@ -209,7 +217,9 @@ describe('failure tolerance', () => {
       const b = newBatch(2, { tenant: ownTenant(), toleratedFailures: t as ToleratedFailures });
       await expect(createBatch(db.sql, b)).rejects.toBeInstanceOf(InvalidBatchError);
       await expect(createBatch(db.sql, b)).rejects.toThrow(/^toleratedFailures/);
-      const [{ n }] = await db.sql<{ n: number }[]>`select count(*)::int as n from leasehold_batches where request_key = ${b.requestKey}`;
+      const [{ n }] = await db.sql<
+        { n: number }[]
+      >`select count(*)::int as n from leasehold_batches where request_key = ${b.requestKey}`;
       expect(n).toBe(0);
     }
     // The edges are allowed.
@@ -261,7 +271,9 @@ describe('failure tolerance', () => {
       // The flush that crossed carried at most the items that were executing.
       expect(b.counts.failed).toBeLessThanOrEqual(allowed + parallel);
       expect(b.counts.pending).toBe(300 - b.counts.failed);
-      expect(b.reason).toBe(`more items failed than tolerated: ${b.counts.failed} failed, ${allowed} tolerated (count ${allowed})`);
+      expect(b.reason).toBe(
+        `more items failed than tolerated: ${b.counts.failed} failed, ${allowed} tolerated (count ${allowed})`,
+      );
       expect(await ends(batch.id)).toHaveLength(1);
     }
   });
@@ -333,7 +345,11 @@ describe('failure tolerance', () => {
         },
       };
       const r = runner();
-      const { batch } = await r.start(newBatch(4, { tenant: ownTenant(), toleratedFailures: { count: 0 } }), { maxOpen: 100 }, executor);
+      const { batch } = await r.start(
+        newBatch(4, { tenant: ownTenant(), toleratedFailures: { count: 0 } }),
+        { maxOpen: 100 },
+        executor,
+      );
       const done = runOf(r, batch.id);
       await waitFor('items running', async () => (await itemCounts(db.sql, batch.id)).running > 0);
       gate.resolve();
@@ -375,7 +391,11 @@ describe('failure tolerance', () => {
     };
     // A beats rarely and holds its beats valid long; B sees the batch stale almost at once.
     const a = runner({ beatMs: 10_000, staleMs: 20_000 });
-    const { batch } = await a.start(newBatch(4, { tenant: ownTenant(), toleratedFailures: { count: 0 } }), { maxOpen: 100 }, executor);
+    const { batch } = await a.start(
+      newBatch(4, { tenant: ownTenant(), toleratedFailures: { count: 0 } }),
+      { maxOpen: 100 },
+      executor,
+    );
     const aDone = runOf(a, batch.id);
     await waitFor('all running', async () => (await itemCounts(db.sql, batch.id)).running === 4);
     await sleep(150);
@@ -413,7 +433,12 @@ describe('failure tolerance', () => {
     broken = false;
     const redriven = await redriveBatch(db.sql, batch.id, { maxOpen: 100 });
     expect(redriven.redrive.items).toBe(2);
-    expect(redriven.batch).toMatchObject({ status: 'open', reason: null, toleratedFailures: { count: 1 }, counts: { pending: 7, done: 1 } });
+    expect(redriven.batch).toMatchObject({
+      status: 'open',
+      reason: null,
+      toleratedFailures: { count: 1 },
+      counts: { pending: 7, done: 1 },
+    });
     const r = runner();
     expect(await r.takeOver(() => executor, batch.id)).toBeDefined();
     expect((await runOf(r, batch.id)).outcome).toBe('succeeded');

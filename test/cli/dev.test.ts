@@ -49,7 +49,8 @@ function leasehold(args: string[], opts: { interruptMidBatch?: boolean } = {}) {
       // Ctrl-C as soon as a run has claimed items: a fixed delay raced the batch's end on fast runs.
       void (async () => {
         while (child.exitCode === null) {
-          const [r] = await db.sql`select exists (select 1 from leasehold_items where batch_id = ${demo[1]} and state <> 'pending') as started`;
+          const [r] =
+            await db.sql`select exists (select 1 from leasehold_items where batch_id = ${demo[1]} and state <> 'pending') as started`;
           if (r.started) break;
           await new Promise((wake) => setTimeout(wake, 10));
         }
@@ -84,7 +85,8 @@ describe('leasehold dev', () => {
     expect(first.code, first.stderr).toBe(0);
     expect(first.stderr).toMatch(/nothing left owned/);
     const id = /demo: checksum batch ([0-9a-f-]{36})/.exec(first.stderr)![1];
-    const [mid] = await db.sql`select status, owner_run, (select count(*) from leasehold_items where batch_id = ${id} and state = 'running') as running
+    const [mid] =
+      await db.sql`select status, owner_run, (select count(*) from leasehold_items where batch_id = ${id} and state = 'running') as running
       from leasehold_batches where id = ${id}`;
     expect(mid.owner_run).toBeNull();
     expect(mid.running).toBe(0);
@@ -119,7 +121,11 @@ describe('leasehold batch', () => {
     const run = (args: string[]) =>
       new Promise<{ code: number | null; stdout: string; stderr: string }>((done) => {
         // No --api: the CLI finds the running stack through .leasehold/dev.json.
-        const c = spawn(process.execPath, [BIN, ...args], { cwd: project, env: { ...process.env, LEASEHOLD_API_URL: '' }, stdio: ['ignore', 'pipe', 'pipe'] });
+        const c = spawn(process.execPath, [BIN, ...args], {
+          cwd: project,
+          env: { ...process.env, LEASEHOLD_API_URL: '' },
+          stdio: ['ignore', 'pipe', 'pipe'],
+        });
         let stdout = '';
         let stderr = '';
         c.stdout.on('data', (d) => (stdout += d));
@@ -127,7 +133,17 @@ describe('leasehold batch', () => {
         c.on('exit', (code) => done({ code, stdout, stderr }));
       });
     try {
-      const started = await run(['batch', 'start', 'checksum', '--param', 'dir=files/d3', '--request-key', 'cli-1', '--follow', '--json']);
+      const started = await run([
+        'batch',
+        'start',
+        'checksum',
+        '--param',
+        'dir=files/d3',
+        '--request-key',
+        'cli-1',
+        '--follow',
+        '--json',
+      ]);
       expect(started.code, started.stderr).toBe(0);
       const batch = JSON.parse(started.stdout.split('\n')[0]);
       expect(batch).toMatchObject({ job: 'checksum', total: 100, created: true });
@@ -139,7 +155,10 @@ describe('leasehold batch', () => {
       expect(JSON.parse(shown.stdout)).toMatchObject({ id: batch.id, status: 'succeeded', counts: { done: 100, failed: 0 } });
 
       const results = await run(['batch', 'results', batch.id]);
-      const lines = results.stdout.trim().split('\n').map((l) => JSON.parse(l));
+      const lines = results.stdout
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l));
       expect(lines).toHaveLength(100);
       expect(Object.keys(lines[0])).toEqual(['key', 'state', 'attempts', 'output', 'error']);
       expect(lines.every((l) => l.state === 'done' && l.attempts === 1 && /^[0-9a-f]{64}$/.test(l.output.sha256))).toBe(true);
@@ -148,7 +167,19 @@ describe('leasehold batch', () => {
       expect(JSON.parse(listed.stdout).map((b: { id: string }) => b.id)).toContain(batch.id);
 
       // A tolerance, and a tenant's own routes: another tenant's batch is not found there.
-      const scoped = await run(['batch', 'start', 'checksum', '--param', 'dir=files/d3', '--tenant', 'acme', '--tolerate', '5%', '--follow', '--json']);
+      const scoped = await run([
+        'batch',
+        'start',
+        'checksum',
+        '--param',
+        'dir=files/d3',
+        '--tenant',
+        'acme',
+        '--tolerate',
+        '5%',
+        '--follow',
+        '--json',
+      ]);
       expect(scoped.code, scoped.stderr).toBe(0);
       const acme = JSON.parse(scoped.stdout.split('\n')[0]);
       expect(acme).toMatchObject({ tenant: 'acme', toleratedFailures: { percent: 5 }, allowedFailures: 5 });
@@ -193,11 +224,20 @@ describe('leasehold dev --units-demo', () => {
           // Three live processes of 3 desired, all eight units owned, the spread within the fair
           // share of 3, deliveries flowing.
           for (const line of err.split('\n')) {
-            const m = /units: 3 live processes \(desired 3\) \[(.*)\] \| spread: min (\d+), max (\d+), fair share 3 \| deliveries [\d.]+\/s \((\d+) in all\)/.exec(line);
+            const m =
+              /units: 3 live processes \(desired 3\) \[(.*)\] \| spread: min (\d+), max (\d+), fair share 3 \| deliveries [\d.]+\/s \((\d+) in all\)/.exec(
+                line,
+              );
             if (!m) continue;
             const owned = m[1].split(' ').map((p) => Number(p.split(':')[1]));
             const [min, max] = [Number(m[2]), Number(m[3])];
-            if (owned.reduce((a, b) => a + b, 0) === 8 && owned.every((n) => n >= 2) && min >= 2 && max <= 3 && Number(m[4]) > 0) {
+            if (
+              owned.reduce((a, b) => a + b, 0) === 8 &&
+              owned.every((n) => n >= 2) &&
+              min >= 2 &&
+              max <= 3 &&
+              Number(m[4]) > 0
+            ) {
               clearTimeout(timer);
               done(line);
             }
@@ -206,13 +246,22 @@ describe('leasehold dev --units-demo', () => {
         dev.on('exit', () => fail(new Error(err)));
       });
       expect(seen).toMatch(/3 live processes/);
-      const [delivered] = await db.sql`select count(*) filter (where delivered_at is not null) as n from leasehold_outbox_deliveries`;
+      const [delivered] =
+        await db.sql`select count(*) filter (where delivered_at is not null) as n from leasehold_outbox_deliveries`;
       expect(delivered.n).toBeGreaterThan(0);
       // The CLI shows each endpoint of a tenant's outbox (it finds the running stack by its dev.json).
       const show = await run(process.execPath, [BIN, 'outbox', 'show', 'acme'], { cwd: project });
-      expect(show.stdout).toMatch(/^acme: 4 shards, 1 endpoint\n  http:\/\/127\.0\.0\.1:\d+\/acme\/hook\n    backlog \d+ \((oldest #\d+, [\d.]+ (ms|s) old|nothing pending)\); 0 failures in a row; last delivered \d{4}-/);
-      const json = JSON.parse((await run(process.execPath, [BIN, 'outbox', 'show', 'globex', '--json'], { cwd: project })).stdout);
-      expect(json).toMatchObject({ tenant: 'globex', shards: 4, endpoints: [{ url: expect.stringMatching(/\/globex\/hook$/), failures: 0, lastError: null }] });
+      expect(show.stdout).toMatch(
+        /^acme: 4 shards, 1 endpoint\n {2}http:\/\/127\.0\.0\.1:\d+\/acme\/hook\n {4}backlog \d+ \((oldest #\d+, [\d.]+ (ms|s) old|nothing pending)\); 0 failures in a row; last delivered \d{4}-/,
+      );
+      const json = JSON.parse(
+        (await run(process.execPath, [BIN, 'outbox', 'show', 'globex', '--json'], { cwd: project })).stdout,
+      );
+      expect(json).toMatchObject({
+        tenant: 'globex',
+        shards: 4,
+        endpoints: [{ url: expect.stringMatching(/\/globex\/hook$/), failures: 0, lastError: null }],
+      });
     } finally {
       dev.kill('SIGINT');
       await new Promise((r) => dev.on('exit', r));
@@ -233,7 +282,10 @@ describe('leasehold dev --app', () => {
     );
     const cases: [string, RegExp][] = [
       ['missing.ts', /--app missing\.ts: no such file/],
-      ['empty.ts', /empty\.ts does not export worker, scheduler, api: export the handlers of createHandlers from 'leasehold\/lambda'/],
+      [
+        'empty.ts',
+        /empty\.ts does not export worker, scheduler, api: export the handlers of createHandlers from 'leasehold\/lambda'/,
+      ],
       ['broken.ts', /--app broken\.ts: could not load it: .*does-not-exist/s],
       ['bare.ts', /bare\.ts: its worker was not made by createHandlers from 'leasehold\/lambda'/],
     ];

@@ -31,10 +31,14 @@ let page: Page;
 beforeAll(async () => {
   db = await testDatabase();
   project = mkdtempSync(join(tmpdir(), 'leasehold-dashboard-'));
-  dev = await startDev(process.execPath, [BIN, 'dev', '--app', APP, '--port', '0', '--units-demo', '4', '--schedule-ms', '1000'], {
-    cwd: project,
-    env: { ...process.env, DATABASE_URL: db.schemaUrl },
-  });
+  dev = await startDev(
+    process.execPath,
+    [BIN, 'dev', '--app', APP, '--port', '0', '--units-demo', '4', '--schedule-ms', '1000'],
+    {
+      cwd: project,
+      env: { ...process.env, DATABASE_URL: db.schemaUrl },
+    },
+  );
   browser = await launchBrowser();
   page = browser.page;
 }, 120_000);
@@ -95,7 +99,10 @@ describe('the dashboard in a browser, against leasehold dev', () => {
       await page.waitForTimeout(100);
     }
     expect(seen.filter((v) => v > 0 && v < 96).length, `values seen: ${seen.join(', ')}`).toBeGreaterThanOrEqual(2);
-    expect([...seen].sort((a, b) => a - b), 'the bar never goes back').toEqual(seen);
+    expect(
+      [...seen].sort((a, b) => a - b),
+      'the bar never goes back',
+    ).toEqual(seen);
     expect(await barOf(batch.id).getAttribute('data-percent')).toBe('100');
     expect(await rowOf(batch.id).locator('.pct').textContent()).toBe('100 %');
     await rowOf(batch.id).getByText('succeeded').waitFor();
@@ -135,7 +142,9 @@ describe('the dashboard in a browser, against leasehold dev', () => {
     expect((await finishedBatch(dev.api, over.id)).status).toBe('failed');
     await page.goto(`${dev.url}/#/batches/${over.id}`);
     await page.locator('dd[data-tolerance]', { hasText: '1 failed item · 2 failed' }).waitFor();
-    await page.locator('dd[data-reason]', { hasText: 'more items failed than tolerated: 2 failed, 1 tolerated (count 1)' }).waitFor();
+    await page
+      .locator('dd[data-reason]', { hasText: 'more items failed than tolerated: 2 failed, 1 tolerated (count 1)' })
+      .waitFor();
     expect(await page.locator('.facts .badge', { hasText: 'failed' }).count()).toBe(1);
 
     // Two failures within 20 % of 12 items (2 allowed): succeeded, its failed items listed.
@@ -168,35 +177,52 @@ describe('the dashboard in a browser, against leasehold dev', () => {
     await page.getByRole('button', { name: 'Filter' }).click();
     await page.getByLabel('Status').selectOption('cancelled');
     await expect.poll(() => page.evaluate(() => location.hash)).toBe('#/batches?tenant=globex&status=cancelled');
-    await expect.poll(async () => new Set(await page.locator('tr[data-batch]').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-status'))))).toEqual(new Set(['cancelled']));
-    await expect.poll(() => page.locator('tr[data-batch] td:nth-child(3)').allTextContents()).toEqual(expect.arrayContaining([expect.stringMatching(/^globex \//)]));
-  });
-
-  browserTest('shows live processes with their weight against the fair share, expired ones, and changes the desired count', async () => {
-    // A process that died without leaving: its row stays, expired, until the sweep.
-    const dead = randomUUID();
-    await db.sql`insert into leasehold_processes (id, hostname, version, expires_at) values (${dead}, 'gone-host', 'test', now() - interval '2 minutes')`;
-    await page.goto(`${dev.url}/#/fleet`);
-    const live = page.locator('table.processes:not(.expired) tr[data-process]');
-    await expect.poll(() => live.count(), { timeout: 30_000 }).toBeGreaterThan(0);
-    // The units demo's weight (8) is owned by live processes: some bar shows weight.
     await expect
-      .poll(async () => (await page.locator('.weight').evaluateAll((bars) => bars.map((b) => Number(b.getAttribute('data-weight'))))).reduce((a, b) => a + b, 0), {
-        timeout: 30_000,
-      })
-      .toBe(8);
-    const label = await page.locator('.weight').first().getAttribute('aria-label');
-    expect(label).toMatch(/^weight \d+ of fair share \d+$/);
-    await page.locator(`table.expired tr[data-process="${dead}"]`).getByText('gone-host').waitFor();
-
-    await page.getByLabel('Desired live processes').fill('2');
-    await page.getByRole('button', { name: 'Set desired count' }).click();
-    await page.getByText('Desired count set to 2').waitFor();
-    expect((await dev.api.getConcurrency()).desired).toBe(2);
-    await page.locator('dd[data-desired="2"]').waitFor();
-    await db.sql`delete from leasehold_processes where id = ${dead}`;
-    expect(browser.pageErrors).toEqual([]);
+      .poll(
+        async () =>
+          new Set(await page.locator('tr[data-batch]').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-status')))),
+      )
+      .toEqual(new Set(['cancelled']));
+    await expect
+      .poll(() => page.locator('tr[data-batch] td:nth-child(3)').allTextContents())
+      .toEqual(expect.arrayContaining([expect.stringMatching(/^globex \//)]));
   });
+
+  browserTest(
+    'shows live processes with their weight against the fair share, expired ones, and changes the desired count',
+    async () => {
+      // A process that died without leaving: its row stays, expired, until the sweep.
+      const dead = randomUUID();
+      await db.sql`insert into leasehold_processes (id, hostname, version, expires_at) values (${dead}, 'gone-host', 'test', now() - interval '2 minutes')`;
+      await page.goto(`${dev.url}/#/fleet`);
+      const live = page.locator('table.processes:not(.expired) tr[data-process]');
+      await expect.poll(() => live.count(), { timeout: 30_000 }).toBeGreaterThan(0);
+      // The units demo's weight (8) is owned by live processes: some bar shows weight.
+      await expect
+        .poll(
+          async () =>
+            (await page.locator('.weight').evaluateAll((bars) => bars.map((b) => Number(b.getAttribute('data-weight'))))).reduce(
+              (a, b) => a + b,
+              0,
+            ),
+          {
+            timeout: 30_000,
+          },
+        )
+        .toBe(8);
+      const label = await page.locator('.weight').first().getAttribute('aria-label');
+      expect(label).toMatch(/^weight \d+ of fair share \d+$/);
+      await page.locator(`table.expired tr[data-process="${dead}"]`).getByText('gone-host').waitFor();
+
+      await page.getByLabel('Desired live processes').fill('2');
+      await page.getByRole('button', { name: 'Set desired count' }).click();
+      await page.getByText('Desired count set to 2').waitFor();
+      expect((await dev.api.getConcurrency()).desired).toBe(2);
+      await page.locator('dd[data-desired="2"]').waitFor();
+      await db.sql`delete from leasehold_processes where id = ${dead}`;
+      expect(browser.pageErrors).toEqual([]);
+    },
+  );
 
   browserTest("shows each tenant's units, owners and outbox backlog per endpoint", async () => {
     await page.goto(`${dev.url}/#/units`);
@@ -228,12 +254,15 @@ describe('leasehold batch redrive, against leasehold dev', () => {
   it('redrives a failed batch once per idempotency key and follows it to the end', async () => {
     const batch = await start('flaky', { n: 5, fail: ['item-0001'] });
     expect((await finishedBatch(dev.api, batch.id)).status).toBe('failed');
-    const cli = (args: string[]) => run(process.execPath, [BIN, 'batch', ...args], { cwd: project, env: { ...process.env, LEASEHOLD_API_URL: dev.url } });
+    const cli = (args: string[]) =>
+      run(process.execPath, [BIN, 'batch', ...args], { cwd: project, env: { ...process.env, LEASEHOLD_API_URL: dev.url } });
     const first = await cli(['redrive', batch.id, '--idempotency-key', 'cli-once', '--follow']);
     expect(first.stdout).toContain(`batch ${batch.id} redriven (redrive 1): 1 failed item pending again`);
     expect(first.stdout).toContain(`batch ${batch.id} succeeded: 5 done, 0 failed`);
     const again = await cli(['redrive', batch.id, '--idempotency-key', 'cli-once']);
-    expect(again.stdout).toMatch(new RegExp(`already redriven by this idempotency key: batch ${batch.id} redrive 1 \\(1 items\\) at .*; now succeeded`));
+    expect(again.stdout).toMatch(
+      new RegExp(`already redriven by this idempotency key: batch ${batch.id} redrive 1 \\(1 items\\) at .*; now succeeded`),
+    );
     const refused = await cli(['redrive', batch.id]).catch((e: { code: number; stderr: string }) => e);
     expect(refused).toMatchObject({ code: 1, stderr: expect.stringContaining('has no failed item to redrive (HTTP 409)') });
     const shown = await cli(['show', batch.id]);
@@ -242,29 +271,33 @@ describe('leasehold batch redrive, against leasehold dev', () => {
 });
 
 describe('screenshots of the dashboard', () => {
-  browserTest('renders every view for the README', async () => {
-    const dirs = [OUT, ...(process.env.LEASEHOLD_SCREENSHOTS ? [resolve(ROOT, process.env.LEASEHOLD_SCREENSHOTS)] : [])];
-    for (const d of dirs) mkdirSync(d, { recursive: true });
-    // A batch under way, one with failures, one done.
-    const failed = await start('flaky', { n: 40, ms: 250, fail: ['item-0007', 'item-0021', 'item-0033'] }, 'globex', 'crm');
-    await start('slow', { n: 30, ms: 20 }, 'acme', 'reports');
-    const running = await start('slow', { n: 600, ms: 400 }, 'acme', 'images');
-    await finishedBatch(dev.api, failed.id);
-    await expect.poll(async () => (await dev.api.getBatch(running.id)).counts.done, { timeout: 30_000 }).toBeGreaterThan(120);
-    const shots: [string, string][] = [
-      ['dashboard.png', '#/batches'],
-      ['dashboard-batch.png', `#/batches/${failed.id}`],
-      ['dashboard-fleet.png', '#/fleet'],
-    ];
-    for (const [file, hash] of shots) {
-      await page.goto(`${dev.url}/${hash}`);
-      await page.locator('main h2').first().waitFor();
-      await page.waitForLoadState('networkidle');
-      await page.waitForTimeout(2_500);
-      for (const d of dirs) await page.screenshot({ path: join(d, file) });
-    }
-    expect(existsSync(join(OUT, 'dashboard.png'))).toBe(true);
-    await dev.api.cancelBatch(running.id);
-    expect(browser.pageErrors).toEqual([]);
-  }, 120_000);
+  browserTest(
+    'renders every view for the README',
+    async () => {
+      const dirs = [OUT, ...(process.env.LEASEHOLD_SCREENSHOTS ? [resolve(ROOT, process.env.LEASEHOLD_SCREENSHOTS)] : [])];
+      for (const d of dirs) mkdirSync(d, { recursive: true });
+      // A batch under way, one with failures, one done.
+      const failed = await start('flaky', { n: 40, ms: 250, fail: ['item-0007', 'item-0021', 'item-0033'] }, 'globex', 'crm');
+      await start('slow', { n: 30, ms: 20 }, 'acme', 'reports');
+      const running = await start('slow', { n: 600, ms: 400 }, 'acme', 'images');
+      await finishedBatch(dev.api, failed.id);
+      await expect.poll(async () => (await dev.api.getBatch(running.id)).counts.done, { timeout: 30_000 }).toBeGreaterThan(120);
+      const shots: [string, string][] = [
+        ['dashboard.png', '#/batches'],
+        ['dashboard-batch.png', `#/batches/${failed.id}`],
+        ['dashboard-fleet.png', '#/fleet'],
+      ];
+      for (const [file, hash] of shots) {
+        await page.goto(`${dev.url}/${hash}`);
+        await page.locator('main h2').first().waitFor();
+        await page.waitForLoadState('networkidle');
+        await page.waitForTimeout(2_500);
+        for (const d of dirs) await page.screenshot({ path: join(d, file) });
+      }
+      expect(existsSync(join(OUT, 'dashboard.png'))).toBe(true);
+      await dev.api.cancelBatch(running.id);
+      expect(browser.pageErrors).toEqual([]);
+    },
+    120_000,
+  );
 });

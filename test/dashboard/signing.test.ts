@@ -12,16 +12,21 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { handleApi } from '../../src/api/index.js';
 import { regionOfApiHost } from '../../src/local/dashboard-proxy.js';
 import { startHttpServer, type HttpServer } from '../../src/local/http-server.js';
-import { apiDeps, InvokeEndpoint } from '../api/helpers.js';
+import { apiDeps, InvokeEndpoint } from '../support/api.js';
 import { launchBrowser, outputDir, withScreenshot } from '../support/browser.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { startSigV4Gateway, type SigV4Gateway } from '../support/sigv4-gateway.js';
+import { sleep } from '../support/time.js';
 
 const BIN = resolve(import.meta.dirname, '../../bin/leasehold.js');
 const OUT = outputDir('dashboard-signing');
 const REGION = 'eu-central-1';
 /** The test's credentials: what the stand-in knows and the dashboard is given through the environment. */
-const CREDENTIALS = { accessKeyId: 'AKIDLEASEHOLDTEST01', secretAccessKey: 'leasehold/test/secret/key/0123456789', sessionToken: 'leasehold-session-token' };
+const CREDENTIALS = {
+  accessKeyId: 'AKIDLEASEHOLDTEST01',
+  secretAccessKey: 'leasehold/test/secret/key/0123456789',
+  sessionToken: 'leasehold-session-token',
+};
 
 let db: TestDatabase;
 let endpoint: InvokeEndpoint;
@@ -75,7 +80,10 @@ function awsEnv(credentials?: { accessKeyId: string; secretAccessKey: string; se
 
 /** Run `leasehold dashboard --api <the stand-in> …` and wait until it serves. */
 async function dashboard(env: NodeJS.ProcessEnv, args: string[] = ['--region', REGION]) {
-  const child = spawn(process.execPath, [BIN, 'dashboard', '--api', gateway.url, '--port', '0', ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [BIN, 'dashboard', '--api', gateway.url, '--port', '0', ...args], {
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   children.add(child);
   let stderr = '';
   child.stderr!.on('data', (d) => (stderr += d));
@@ -83,7 +91,7 @@ async function dashboard(env: NodeJS.ProcessEnv, args: string[] = ['--region', R
   const until = Date.now() + 30_000;
   while (!/Ctrl-C stops/.test(stderr)) {
     if (child.exitCode !== null || Date.now() > until) throw new Error(`leasehold dashboard did not start:\n${stderr}`);
-    await new Promise((r) => setTimeout(r, 25));
+    await sleep(25);
   }
   const url = /dashboard +(http:\/\/127\.0\.0\.1:\d+)\//.exec(stderr)![1];
   return {
@@ -119,9 +127,17 @@ describe('leasehold dashboard --api URL', () => {
     const listed = await json(await fetch(`${d.url}/batches?tenant=signed&status=open&limit=5`));
     expect(listed.status).toBe(200);
     expect(listed.body.batches.map((b: { id: string }) => b.id)).toEqual([started.body.id]);
-    const items = await json(await fetch(`${d.url}/batches/${started.body.id}/items?limit=2&after=${encodeURIComponent('a b+c')}`));
+    const items = await json(
+      await fetch(`${d.url}/batches/${started.body.id}/items?limit=2&after=${encodeURIComponent('a b+c')}`),
+    );
     expect(items.status).toBe(200);
-    const desired = await json(await fetch(`${d.url}/concurrency`, { method: 'PUT', headers: { 'content-type': 'application/json' }, body: '{"desired":2}' }));
+    const desired = await json(
+      await fetch(`${d.url}/concurrency`, {
+        method: 'PUT',
+        headers: { 'content-type': 'application/json' },
+        body: '{"desired":2}',
+      }),
+    );
     expect(desired).toMatchObject({ status: 200, body: { desired: 2 } });
     const cancelled = await json(await fetch(`${d.url}/batches/${started.body.id}/cancel`, { method: 'POST' }));
     expect(cancelled).toMatchObject({ status: 200, body: { status: 'cancelled' } });
@@ -139,7 +155,16 @@ describe('leasehold dashboard --api URL', () => {
     ]);
     expect(mine.filter((r) => !r.verified)).toEqual([]);
     // The idempotency key, the body's type and the session token are covered by the signature.
-    expect(mine[0].signedHeaders).toEqual(expect.arrayContaining(['host', 'content-type', 'idempotency-key', 'x-amz-date', 'x-amz-content-sha256', 'x-amz-security-token']));
+    expect(mine[0].signedHeaders).toEqual(
+      expect.arrayContaining([
+        'host',
+        'content-type',
+        'idempotency-key',
+        'x-amz-date',
+        'x-amz-content-sha256',
+        'x-amz-security-token',
+      ]),
+    );
     // The page itself is served locally: nothing of it reaches the API.
     const page = await fetch(`${d.url}/`);
     expect(page.headers.get('content-type')).toBe('text/html; charset=utf-8');
@@ -192,14 +217,23 @@ describe('leasehold dashboard --api URL', () => {
   it('with credentials the API does not know, the stand-in refuses the signature and the page gets its 403', async () => {
     const d = await dashboard(awsEnv({ ...CREDENTIALS, secretAccessKey: 'not-the-secret' }));
     const res = await json(await fetch(`${d.url}/batches`));
-    expect(res).toMatchObject({ status: 403, body: { message: 'The request signature we calculated does not match the signature you provided.' } });
+    expect(res).toMatchObject({
+      status: 403,
+      body: { message: 'The request signature we calculated does not match the signature you provided.' },
+    });
     const other = await dashboard(awsEnv({ ...CREDENTIALS, accessKeyId: 'AKIDSOMEONEELSE0000' }));
-    expect(await json(await fetch(`${other.url}/batches`))).toMatchObject({ status: 403, body: { message: 'The security token included in the request is invalid.' } });
+    expect(await json(await fetch(`${other.url}/batches`))).toMatchObject({
+      status: 403,
+      body: { message: 'The security token included in the request is invalid.' },
+    });
     await Promise.all([d.stop(), other.stop()]);
   });
 
   it('the stand-in accepts a signed request as it was signed, and refuses it unsigned or changed on the way', async () => {
-    expect(await json(await fetch(`${gateway.url}/concurrency`))).toMatchObject({ status: 403, body: { message: 'Missing Authentication Token' } });
+    expect(await json(await fetch(`${gateway.url}/concurrency`))).toMatchObject({
+      status: 403,
+      body: { message: 'Missing Authentication Token' },
+    });
     const url = new URL(gateway.url);
     const signer = new SignatureV4({ service: 'execute-api', region: REGION, credentials: CREDENTIALS, sha256: Sha256 });
     const body = '{"desired":1}';
@@ -222,7 +256,10 @@ describe('leasehold dashboard --api URL', () => {
       ['/concurrency?x=1', body],
       ['/units', body],
     ]) {
-      expect(await send(path, b), `${path} ${b}`).toMatchObject({ status: 403, body: { message: expect.stringMatching(/signature we calculated does not match/) } });
+      expect(await send(path, b), `${path} ${b}`).toMatchObject({
+        status: 403,
+        body: { message: expect.stringMatching(/signature we calculated does not match/) },
+      });
     }
     expect((await json(await fetch(`${api.url}/concurrency`))).body.desired).toBe(1);
   });
@@ -253,12 +290,18 @@ describe('leasehold dashboard --api URL', () => {
     expect(regionOfApiHost('api.example.com')).toBeUndefined();
     const run = (args: string[]) =>
       new Promise<{ code: number | null; stderr: string }>((done) => {
-        const child = spawn(process.execPath, [BIN, 'dashboard', '--port', '0', ...args], { env: awsEnv(CREDENTIALS), stdio: ['ignore', 'ignore', 'pipe'] });
+        const child = spawn(process.execPath, [BIN, 'dashboard', '--port', '0', ...args], {
+          env: awsEnv(CREDENTIALS),
+          stdio: ['ignore', 'ignore', 'pipe'],
+        });
         let stderr = '';
         child.stderr.on('data', (c) => (stderr += c));
         child.on('exit', (code) => done({ code, stderr }));
       });
-    expect(await run(['--api', 'http://api.example.com'])).toMatchObject({ code: 2, stderr: expect.stringMatching(/must be https:\/\//) });
+    expect(await run(['--api', 'http://api.example.com'])).toMatchObject({
+      code: 2,
+      stderr: expect.stringMatching(/must be https:\/\//),
+    });
     expect(await run(['--api', gateway.url])).toMatchObject({ code: 2, stderr: expect.stringMatching(/give --region/) });
     expect(await run([])).toMatchObject({ code: 1, stderr: expect.stringMatching(/--api <url>.*not specified/) });
   });

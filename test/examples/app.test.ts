@@ -9,8 +9,8 @@ import { join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { deploy, functions, handlerProblems, handlersOf, invokeGrants } from '../infra/evaluate.js';
-import { removeStandIns } from '../infra/stand-ins.js';
+import { deploy, functions, handlerProblems, handlersOf, invokeGrants } from '../support/sst-evaluate.js';
+import { removeStandIns } from '../support/sst-stand-ins.js';
 import { API_ROUTES } from '../../src/sst/index.js';
 import { finishedBatch, killDevProcesses, outputs, startDev } from '../support/dev-process.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
@@ -24,7 +24,10 @@ let db: TestDatabase;
 beforeAll(async () => {
   // dist/ is built by the test setup; --ignore-scripts keeps npm from rebuilding it under
   // other test files (the link's `prepare`).
-  await run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', '--no-package-lock', '--ignore-scripts'], { cwd: APP, timeout: 120_000 });
+  await run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', '--no-package-lock', '--ignore-scripts'], {
+    cwd: APP,
+    timeout: 120_000,
+  });
   db = await testDatabase();
 }, 180_000);
 
@@ -36,13 +39,18 @@ afterAll(async () => {
 describe('examples/app', () => {
   it("type-checks against the built package's declarations", async () => {
     const tsc = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
-    const r = await run(process.execPath, [tsc, '-p', join(APP, 'tsconfig.json')], { cwd: APP }).catch((e: { stdout: string; code: number }) => e);
+    const r = await run(process.execPath, [tsc, '-p', join(APP, 'tsconfig.json')], { cwd: APP }).catch(
+      (e: { stdout: string; code: number }) => e,
+    );
     expect('code' in r ? r.stdout : '').toBe('');
   }, 60_000);
 
-  it("is what README's \"Use it in your app\" shows, file by file", () => {
+  it('is what README\'s "Use it in your app" shows, file by file', () => {
     const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
-    const section = readme.slice(readme.indexOf('## Use it in your app'), readme.indexOf('\n## ', readme.indexOf('## Use it in your app') + 1));
+    const section = readme.slice(
+      readme.indexOf('## Use it in your app'),
+      readme.indexOf('\n## ', readme.indexOf('## Use it in your app') + 1),
+    );
     for (const file of ['src/jobs.ts', 'src/leasehold.ts', 'sst.config.ts']) {
       const at = section.indexOf(`(\`${file}\`)`);
       expect(at, file).toBeGreaterThan(0);
@@ -112,16 +120,21 @@ describe('examples/app', () => {
     await new Promise<void>((r) => target.listen(0, '127.0.0.1', r));
     const targetUrl = `http://127.0.0.1:${(target.address() as { port: number }).port}/health`;
 
-    const dev = await startDev(join(APP, 'node_modules', '.bin', 'leasehold'), ['dev', '--app', 'src/leasehold.ts', '--port', '0'], {
-      cwd: APP,
-      // Short retry backoff: one item of the lambda-invoke batch fails on every attempt.
-      env: { ...process.env, DATABASE_URL: db.schemaUrl, LEASEHOLD_LOCAL_SCHEDULE_MS: '300', LEASEHOLD_BACKOFF_MS: '100' },
-    });
+    const dev = await startDev(
+      join(APP, 'node_modules', '.bin', 'leasehold'),
+      ['dev', '--app', 'src/leasehold.ts', '--port', '0'],
+      {
+        cwd: APP,
+        // Short retry backoff: one item of the lambda-invoke batch fails on every attempt.
+        env: { ...process.env, DATABASE_URL: db.schemaUrl, LEASEHOLD_LOCAL_SCHEDULE_MS: '300', LEASEHOLD_BACKOFF_MS: '100' },
+      },
+    );
     try {
       expect(dev.stderr()).toMatch(/app +src\/leasehold\.ts/);
       expect(dev.stderr()).toMatch(/functions +score \(local/);
 
-      const squares = (await dev.api.startBatch({ tenant: 'acme', datasource: 'numbers', job: 'squares', params: { n: 20 } })).batch;
+      const squares = (await dev.api.startBatch({ tenant: 'acme', datasource: 'numbers', job: 'squares', params: { n: 20 } }))
+        .batch;
       const scored = (
         await dev.api.startBatch({
           tenant: 'acme',
@@ -147,16 +160,27 @@ describe('examples/app', () => {
       expect(done).toMatchObject({ status: 'succeeded', allowedFailures: 1, counts: { done: 2, failed: 1 } });
       // acme's own routes show it; another tenant's do not.
       expect((await dev.api.forTenant('acme').getBatch(scored.id)).id).toBe(scored.id);
-      await expect(dev.api.forTenant('globex').getBatch(scored.id)).rejects.toMatchObject({ status: 404, code: 'batch_not_found' });
+      await expect(dev.api.forTenant('globex').getBatch(scored.id)).rejects.toMatchObject({
+        status: 404,
+        code: 'batch_not_found',
+      });
       const items: Record<string, { state: string; output: unknown; error: string | null }> = {};
       for await (const item of dev.api.items(scored.id)) items[item.key] = item;
       expect(items.r1).toMatchObject({ state: 'done', output: { words: 5, score: 3 } });
       expect(items.r2).toMatchObject({ state: 'done', output: { words: 3, score: -2 } });
-      expect(items.r3).toMatchObject({ state: 'failed', error: expect.stringContaining('function score failed: TypeError: item r3: input.text must be a string') });
+      expect(items.r3).toMatchObject({
+        state: 'failed',
+        error: expect.stringContaining('function score failed: TypeError: item r3: input.text must be a string'),
+      });
 
       // A function the app did not register is refused at start.
       await expect(
-        dev.api.startBatch({ tenant: 'acme', datasource: 'reviews', job: 'lambda-invoke', params: { functionName: 'other', items: [{ key: 'a' }] } }),
+        dev.api.startBatch({
+          tenant: 'acme',
+          datasource: 'reviews',
+          job: 'lambda-invoke',
+          params: { functionName: 'other', items: [{ key: 'a' }] },
+        }),
       ).rejects.toMatchObject({ status: 400 });
 
       await dev.api.putUnits('acme', { job: 'uptime-check', shards: 2, config: { urls: [targetUrl] } });

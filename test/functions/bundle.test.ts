@@ -12,7 +12,7 @@ import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { migrationFiles } from '../../src/store/index.js';
-import { apiEvent, InvokeEndpoint } from '../api/helpers.js';
+import { apiEvent, InvokeEndpoint } from '../support/api.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { buildLikeSst, bundleInputs, importCost, type SstBundle } from '../support/sst-bundle.js';
 
@@ -63,29 +63,41 @@ afterAll(async () => {
 });
 
 /** Invoke one export of the bundle in a fresh `node` process; its JSON log lines and its result. */
-async function invoke(name: (typeof FUNCTIONS)[number], event: unknown, env: Record<string, string>, timeoutMs = 20_000): Promise<{ result: any; logs: any[] }> {
-  const { stdout } = await run(process.execPath, [join(out, 'invoke.mjs'), bundle.file, name, JSON.stringify(event), String(timeoutMs)], {
-    env: {
-      PATH: process.env.PATH ?? '',
-      AWS_REGION: 'eu-west-1',
-      AWS_ACCESS_KEY_ID: 'AKIDTEST',
-      AWS_SECRET_ACCESS_KEY: 'test',
-      AWS_ENDPOINT_URL_LAMBDA: endpoint.url,
-      AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true',
-      LEASEHOLD_WORKER_IDLE_MS: '200',
-      LEASEHOLD_DEADLINE_MARGIN_MS: '3000',
-      LEASEHOLD_DRAIN_MS: '1000',
-      // Run from elsewhere than the project: the bundle must not need its files.
-      LAMBDA_TASK_ROOT: join(out, 'fn'),
-      ...env,
+async function invoke(
+  name: (typeof FUNCTIONS)[number],
+  event: unknown,
+  env: Record<string, string>,
+  timeoutMs = 20_000,
+): Promise<{ result: any; logs: any[] }> {
+  const { stdout } = await run(
+    process.execPath,
+    [join(out, 'invoke.mjs'), bundle.file, name, JSON.stringify(event), String(timeoutMs)],
+    {
+      env: {
+        PATH: process.env.PATH ?? '',
+        AWS_REGION: 'eu-west-1',
+        AWS_ACCESS_KEY_ID: 'AKIDTEST',
+        AWS_SECRET_ACCESS_KEY: 'test',
+        AWS_ENDPOINT_URL_LAMBDA: endpoint.url,
+        AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true',
+        LEASEHOLD_WORKER_IDLE_MS: '200',
+        LEASEHOLD_DEADLINE_MARGIN_MS: '3000',
+        LEASEHOLD_DRAIN_MS: '1000',
+        // Run from elsewhere than the project: the bundle must not need its files.
+        LAMBDA_TASK_ROOT: join(out, 'fn'),
+        ...env,
+      },
+      cwd: join(out, 'fn'),
+      timeout: 60_000,
     },
-    cwd: join(out, 'fn'),
-    timeout: 60_000,
-  });
+  );
   const lines = stdout.split('\n').filter(Boolean);
   const result = lines.find((l) => l.startsWith('RESULT '));
   expect(result, stdout).toBeDefined();
-  return { result: JSON.parse(result!.slice('RESULT '.length)), logs: lines.filter((l) => l.startsWith('{')).map((l) => JSON.parse(l)) };
+  return {
+    result: JSON.parse(result!.slice('RESULT '.length)),
+    logs: lines.filter((l) => l.startsWith('{')).map((l) => JSON.parse(l)),
+  };
 }
 
 describe('function bundles', () => {
@@ -100,7 +112,11 @@ describe('function bundles', () => {
     expect(bundle.bytes).toBeLessThan(MAX_BYTES);
     const { stdout } = await run(
       process.execPath,
-      ['--input-type=module', '-e', `const m = await import(${JSON.stringify(pathToFileURL(bundle.file).href)}); console.log(JSON.stringify(Object.keys(m).filter((k) => typeof m[k] === 'function').sort()))`],
+      [
+        '--input-type=module',
+        '-e',
+        `const m = await import(${JSON.stringify(pathToFileURL(bundle.file).href)}); console.log(JSON.stringify(Object.keys(m).filter((k) => typeof m[k] === 'function').sort()))`,
+      ],
       { env: { PATH: process.env.PATH ?? '', AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true' } },
     );
     expect(JSON.parse(stdout)).toEqual([...FUNCTIONS].sort());
@@ -133,11 +149,16 @@ describe('function bundles', () => {
   it('the migrate bundle migrates a fresh database from the migration files copied next to it', async () => {
     const { result, logs } = await invoke('migrate', { stage: 'test' }, { DATABASE_URL: db.schemaUrl });
     expect(result.applied.map((m: { name: string }) => m.name)).toEqual((await migrationFiles()).map((m) => m.name));
-    expect(logs.find((l) => l.message === 'migrated')).toMatchObject({ service: 'migrate', function_request_id: expect.stringMatching(/^req-/) });
+    expect(logs.find((l) => l.message === 'migrated')).toMatchObject({
+      service: 'migrate',
+      function_request_id: expect.stringMatching(/^req-/),
+    });
   });
 
   it('the api bundle answers a signed request from the database', async () => {
-    const { result } = await invoke('api', apiEvent('PUT', '/concurrency', { body: { desired: 2 } }), { DATABASE_URL: db.schemaUrl });
+    const { result } = await invoke('api', apiEvent('PUT', '/concurrency', { body: { desired: 2 } }), {
+      DATABASE_URL: db.schemaUrl,
+    });
     expect(result.statusCode).toBe(200);
     expect(JSON.parse(result.body)).toMatchObject({ desired: 2, live: 0 });
     const [{ value }] = await db.sql<{ value: unknown }[]>`select value from leasehold_settings where key = 'desired'`;
@@ -159,10 +180,16 @@ describe('function bundles', () => {
     const env = { DATABASE_URL: db.schemaUrl, LEASEHOLD_ALLOWED_ROOTS: out };
     const started = await invoke('trigger', event, env);
     expect(started.result).toMatchObject({ outcome: 'started', requestKey: 'event:bundle-event-1' });
-    const dropped = await invoke('trigger', { ...event, id: 'bundle-event-2', detail: { job: 'nope', tenant: 'bundle', datasource: 'code' } }, env);
+    const dropped = await invoke(
+      'trigger',
+      { ...event, id: 'bundle-event-2', detail: { job: 'nope', tenant: 'bundle', datasource: 'code' } },
+      env,
+    );
     expect(dropped.result).toMatchObject({ outcome: 'dropped', code: 'unknown_job' });
     expect(dropped.logs.some((l) => l.message === 'trigger event dropped' && l.level === 'WARN')).toBe(true);
-    expect(dropped.logs.some((l) => l._aws?.CloudWatchMetrics?.[0]?.Namespace === 'leasehold' && l.TriggersDropped === 1)).toBe(true);
+    expect(dropped.logs.some((l) => l._aws?.CloudWatchMetrics?.[0]?.Namespace === 'leasehold' && l.TriggersDropped === 1)).toBe(
+      true,
+    );
   });
 
   it('the worker bundle runs that batch; the scheduler bundle then finds nothing open', async () => {

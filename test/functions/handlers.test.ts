@@ -19,19 +19,19 @@ import { getBatch, findBatchByKey } from '../../src/batch/index.js';
 import { createLambdaContext } from '../../src/local/context.js';
 import {
   ConfigError,
-  handleTrigger,
   httpErrorBoundary,
   invocation,
   createRuntime,
   resetRuntimeDeps,
   setLogSink,
   type SchedulerResult,
-  type TriggerResult,
   type WorkerResult,
 } from '../../src/runtime/index.js';
+import { handleTrigger, type TriggerResult } from '../../src/trigger/index.js';
 import { migrationFiles } from '../../src/store/index.js';
-import { apiEvent, InvokeEndpoint, removeTree, tempTree, type EventOptions } from '../api/helpers.js';
+import { apiEvent, InvokeEndpoint, removeTree, tempTree, type EventOptions } from '../support/api.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
+import { silentLog } from '../../src/log.js';
 
 let db: TestDatabase;
 let endpoint: InvokeEndpoint;
@@ -61,7 +61,11 @@ beforeAll(async () => {
   db = await testDatabase();
   endpoint = await InvokeEndpoint.start();
   dir = await tempTree({ 'a.txt': 'alpha', 'b.txt': 'beta', 'sub/c.txt': 'gamma' });
-  Object.assign(process.env, ENV, { DATABASE_URL: db.schemaUrl, LEASEHOLD_ALLOWED_ROOTS: dir, AWS_ENDPOINT_URL_LAMBDA: endpoint.url });
+  Object.assign(process.env, ENV, {
+    DATABASE_URL: db.schemaUrl,
+    LEASEHOLD_ALLOWED_ROOTS: dir,
+    AWS_ENDPOINT_URL_LAMBDA: endpoint.url,
+  });
   delete process.env.LEASEHOLD_LOG;
   setLogSink((line) => lines.push(line));
 });
@@ -75,7 +79,8 @@ afterAll(async () => {
   await removeTree(dir);
 });
 
-const context = (fn: string, timeoutMs = 30_000): Context => createLambdaContext({ functionName: `leasehold-test-${fn}`, timeoutMs });
+const context = (fn: string, timeoutMs = 30_000): Context =>
+  createLambdaContext({ functionName: `leasehold-test-${fn}`, timeoutMs });
 
 /** JSON lines written since `from` (an index into `lines`). */
 const logged = (from = 0) => lines.slice(from).map((l) => JSON.parse(l) as Record<string, any>);
@@ -104,7 +109,12 @@ function metrics(service: string, from = 0): Record<string, number> {
 /** An HTTP API v2 request as API Gateway sends it with IAM auth: the caller's identity in the authorizer context. */
 function signed(method: string, path: string, options: EventOptions = {}): APIGatewayProxyEventV2WithIAMAuthorizer {
   const e = apiEvent(method, path, options);
-  e.headers = { ...e.headers, authorization: 'AWS4-HMAC-SHA256 Credential=ASIAEXAMPLE/20250101/eu-west-1/execute-api/aws4_request, SignedHeaders=host;x-amz-date, Signature=abc', 'x-amz-date': '20250101T000000Z' };
+  e.headers = {
+    ...e.headers,
+    authorization:
+      'AWS4-HMAC-SHA256 Credential=ASIAEXAMPLE/20250101/eu-west-1/execute-api/aws4_request, SignedHeaders=host;x-amz-date, Signature=abc',
+    'x-amz-date': '20250101T000000Z',
+  };
   return {
     ...e,
     requestContext: {
@@ -125,7 +135,11 @@ function signed(method: string, path: string, options: EventOptions = {}): APIGa
 }
 
 const api = async (method: string, path: string, options?: EventOptions) => {
-  const r = (await apiHandler(signed(method, path, options), context('api'))) as { statusCode: number; body: string; headers: Record<string, string> };
+  const r = (await apiHandler(signed(method, path, options), context('api'))) as {
+    statusCode: number;
+    body: string;
+    headers: Record<string, string>;
+  };
   return { status: r.statusCode, body: JSON.parse(r.body), headers: r.headers };
 };
 
@@ -167,7 +181,11 @@ describe('api (API Gateway HTTP API v2, IAM auth)', () => {
     const r = await api('POST', '/batches', { body: { tenant: 'acme', datasource: 'files', job: 'checksum', params: { dir } } });
     expect(r.status).toBe(201);
     expect(r.body).toMatchObject({ created: true, total: 3, status: 'open' });
-    expect(endpoint.invokes.at(-1)).toMatchObject({ functionName: 'leasehold-test-worker', invocationType: 'Event', payload: { batchId: r.body.id } });
+    expect(endpoint.invokes.at(-1)).toMatchObject({
+      functionName: 'leasehold-test-worker',
+      invocationType: 'Event',
+      payload: { batchId: r.body.id },
+    });
     expect(metrics('api', from)).toMatchObject({ BatchesStarted: 1 });
     const shown = await api('GET', `/batches/${r.body.id}`);
     expect(shown.status).toBe(200);
@@ -196,13 +214,18 @@ describe('trigger (EventBridge)', () => {
     const rows = await db.sql`select id from leasehold_batches where request_key = ${`event:${event.id}`}`;
     expect(rows).toHaveLength(1);
     // Dispatched to a worker once, like the API does.
-    expect(endpoint.invokes.slice(invokes).map((i) => (i.payload as { batchId?: string }).batchId)).toEqual([(first as { batchId: string }).batchId]);
+    expect(endpoint.invokes.slice(invokes).map((i) => (i.payload as { batchId?: string }).batchId)).toEqual([
+      (first as { batchId: string }).batchId,
+    ]);
   });
 
   it('a schedule firing is keyed by schedule and scheduled time: a retried delivery starts nothing new, the next firing does', async () => {
     const detail = { job: 'checksum', tenant: 'ops', datasource: 'nightly', params: JSON.stringify({ dir }) };
     const firing = await trigger(scheduledEvent(detail, '2025-01-01T03:00:00Z'));
-    expect(firing).toMatchObject({ outcome: 'started', requestKey: 'schedule:default/leasehold-prod-ScheduleNightly@2025-01-01T03:00:00.000Z' });
+    expect(firing).toMatchObject({
+      outcome: 'started',
+      requestKey: 'schedule:default/leasehold-prod-ScheduleNightly@2025-01-01T03:00:00.000Z',
+    });
     const retried = await trigger(scheduledEvent(detail, '2025-01-01T03:00:00Z'));
     expect(retried).toMatchObject({ outcome: 'repeated', batchId: (firing as { batchId: string }).batchId });
     const next = await trigger(scheduledEvent(detail, '2025-01-02T03:00:00Z'));
@@ -230,10 +253,29 @@ describe('trigger (EventBridge)', () => {
     ['detail without tenant', busEvent({ job: 'checksum', datasource: 'd', params: {} }), 'invalid_request'],
     ['an unknown field', busEvent({ job: 'checksum', tenant: 't', datasource: 'd', param: {} }), 'invalid_request'],
     ['an unknown job', busEvent({ job: 'no-such-job', tenant: 't', datasource: 'd' }), 'unknown_job'],
-    ['a tolerance out of range', busEvent({ job: 'checksum', tenant: 't', datasource: 'd', params: { dir }, toleratedFailures: { percent: 150 } }), 'invalid_request'],
-    ['params the job refuses', busEvent({ job: 'checksum', tenant: 't', datasource: 'd', params: { dir: '/etc' } }), 'invalid_params'],
-    ['params text that is not an object', busEvent({ job: 'checksum', tenant: 't', datasource: 'd', params: '[1]' }), 'invalid_event'],
-    ['an unreplaced scheduler placeholder', { ...busEvent({ job: 'checksum', tenant: 't', datasource: 'd', params: { dir } }), id: 'schedule:x:<aws.scheduler.scheduled-time>' }, 'invalid_event'],
+    [
+      'a tolerance out of range',
+      busEvent({ job: 'checksum', tenant: 't', datasource: 'd', params: { dir }, toleratedFailures: { percent: 150 } }),
+      'invalid_request',
+    ],
+    [
+      'params the job refuses',
+      busEvent({ job: 'checksum', tenant: 't', datasource: 'd', params: { dir: '/etc' } }),
+      'invalid_params',
+    ],
+    [
+      'params text that is not an object',
+      busEvent({ job: 'checksum', tenant: 't', datasource: 'd', params: '[1]' }),
+      'invalid_event',
+    ],
+    [
+      'an unreplaced scheduler placeholder',
+      {
+        ...busEvent({ job: 'checksum', tenant: 't', datasource: 'd', params: { dir } }),
+        id: 'schedule:x:<aws.scheduler.scheduled-time>',
+      },
+      'invalid_event',
+    ],
   ])('%s is logged and dropped, never thrown', async (_name, event, code) => {
     const from = lines.length;
     const before = await db.sql`select count(*)::int as n from leasehold_batches`;
@@ -271,17 +313,25 @@ describe('trigger (EventBridge)', () => {
     const run = (await schedulerHandler({}, context('scheduler'))) as SchedulerResult;
     const batch = await findBatchByKey(db.sql, 'busy', key);
     // With the tolerance the event asked for, kept while it waited.
-    expect(batch).toMatchObject({ status: 'open', datasource: 'full', job: 'checksum', toleratedFailures: { count: 1 }, allowedFailures: 1 });
+    expect(batch).toMatchObject({
+      status: 'open',
+      datasource: 'full',
+      job: 'checksum',
+      toleratedFailures: { count: 1 },
+      allowedFailures: 1,
+    });
     expect(run.deferred).toEqual({ started: [batch!.id], waiting: 0 });
     expect(((await schedulerHandler({}, context('scheduler'))) as SchedulerResult).deferred).toEqual({ started: [], waiting: 0 });
     expect(await trigger(structuredClone(third))).toMatchObject({ outcome: 'repeated', batchId: batch!.id });
-    expect((await db.sql`select count(*)::int as n from leasehold_batches where tenant = 'busy' and request_key = ${key}`)[0].n).toBe(1);
+    expect(
+      (await db.sql`select count(*)::int as n from leasehold_batches where tenant = 'busy' and request_key = ${key}`)[0].n,
+    ).toBe(1);
   });
 
   it('a start over a limit drops the event (413 in the API), storing nothing', async () => {
     const deps = createRuntime({ jobs: builtinJobs, unitJobs: builtinUnitJobs }).deps();
     const event = busEvent({ job: 'checksum', tenant: 'big', datasource: 'd', params: { dir } });
-    const r = await handleTrigger(event, { ...deps, config: { ...deps.config, maxItems: 2 } });
+    const r = await handleTrigger(event, { log: silentLog, ...deps, config: { ...deps.config, maxItems: 2 } });
     expect(r).toMatchObject({ outcome: 'dropped', code: 'batch_too_large', reason: expect.stringMatching(/^item count: /) });
     expect(await findBatchByKey(db.sql, 'big', `event:${event.id}`)).toBeUndefined();
   });
@@ -290,7 +340,13 @@ describe('trigger (EventBridge)', () => {
     const dead = db.connect({ max: 1 });
     await dead.end();
     const deps = createRuntime({ jobs: builtinJobs, unitJobs: builtinUnitJobs }).deps();
-    await expect(handleTrigger(busEvent({ job: 'checksum', tenant: 't', datasource: 'd', params: { dir } }), { ...deps, sql: dead })).rejects.toMatchObject({
+    await expect(
+      handleTrigger(busEvent({ job: 'checksum', tenant: 't', datasource: 'd', params: { dir } }), {
+        log: silentLog,
+        ...deps,
+        sql: dead,
+      }),
+    ).rejects.toMatchObject({
       code: 'CONNECTION_ENDED',
     });
   });
@@ -335,10 +391,16 @@ describe('migrate', () => {
     process.env.DATABASE_URL = fresh.schemaUrl;
     process.env.LEASEHOLD_DB_IAM_USER = user;
     try {
-      const first = (await migrateHandler({ stage: 'test' }, context('migrate'))) as { applied: { name: string }[]; runtimeRole: unknown };
+      const first = (await migrateHandler({ stage: 'test' }, context('migrate'))) as {
+        applied: { name: string }[];
+        runtimeRole: unknown;
+      };
       expect(first.applied.map((m) => m.name)).toEqual((await migrationFiles()).map((m) => m.name));
       expect(first.runtimeRole).toMatchObject({ name: user, created: true, iam: false, self: false });
-      const second = (await migrateHandler({ stage: 'test' }, context('migrate'))) as { applied: unknown[]; runtimeRole: unknown };
+      const second = (await migrateHandler({ stage: 'test' }, context('migrate'))) as {
+        applied: unknown[];
+        runtimeRole: unknown;
+      };
       expect(second.applied).toEqual([]);
       expect(second.runtimeRole).toMatchObject({ name: user, created: false });
     } finally {
@@ -365,7 +427,9 @@ describe('middlewares', () => {
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ error: { code: 'internal', message: 'internal error' } }),
     });
-    expect(logged(from).some((l) => l.level === 'ERROR' && l.message === 'request failed' && String(l.error).includes('boom'))).toBe(true);
+    expect(
+      logged(from).some((l) => l.level === 'ERROR' && l.message === 'request failed' && String(l.error).includes('boom')),
+    ).toBe(true);
 
     await resetRuntimeDeps();
     process.env.LEASEHOLD_DB_PORT = 'not-a-port';
@@ -377,7 +441,10 @@ describe('middlewares', () => {
       );
       expect(error).toBeInstanceOf(ConfigError);
       expect((error as Error).message).toMatch(/^LEASEHOLD_DB_PORT: /);
-      expect(logged(from2).find((l) => l.message === 'configuration invalid')).toMatchObject({ level: 'ERROR', variable: 'LEASEHOLD_DB_PORT' });
+      expect(logged(from2).find((l) => l.message === 'configuration invalid')).toMatchObject({
+        level: 'ERROR',
+        variable: 'LEASEHOLD_DB_PORT',
+      });
       await expect(workerHandler({}, context('worker'))).rejects.toThrow(/^LEASEHOLD_DB_PORT: /);
     } finally {
       delete process.env.LEASEHOLD_DB_PORT;

@@ -1,6 +1,6 @@
 // This repository's sst.config.ts, which deploys its runner through the Leasehold component
 // (src/sst), evaluated with recording stand-ins for SST's globals and components
-// (test/infra/stand-ins.ts): what a deploy would create, checked without AWS.
+// (test/support/sst-stand-ins.ts): what a deploy would create, checked without AWS.
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -16,8 +16,27 @@ import {
   START_BATCH_DETAIL_TYPE,
   type ScheduleDeclaration,
 } from '../../src/sst/index.js';
-import { deploy as evaluate, functions, handlerProblems, handlersOf, invokeGrants, invokersOf, permissionsOf, seconds } from './evaluate.js';
-import { ACCOUNT, applyTransform, DB_HOST, DB_RESOURCE_ID, installStandIns, REGION, removeStandIns, type Recorded, type World } from './stand-ins.js';
+import {
+  deploy as evaluate,
+  functions,
+  handlerProblems,
+  handlersOf,
+  invokeGrants,
+  invokersOf,
+  permissionsOf,
+  seconds,
+} from '../support/sst-evaluate.js';
+import {
+  ACCOUNT,
+  applyTransform,
+  DB_HOST,
+  DB_RESOURCE_ID,
+  installStandIns,
+  REGION,
+  removeStandIns,
+  type Recorded,
+  type World,
+} from '../support/sst-stand-ins.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const deploy = (stage = 'dev') => evaluate(root, stage);
@@ -51,11 +70,17 @@ describe('sst.config.ts, evaluated', () => {
 
   it("pins the SST CLI as a dev dependency: npm ci installs it and its binary for this platform, in the config's range", async () => {
     noExistingDatabase();
-    const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { devDependencies: Record<string, string>; dependencies: Record<string, string> };
+    const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as {
+      devDependencies: Record<string, string>;
+      dependencies: Record<string, string>;
+    };
     const pinned = pkg.devDependencies.sst;
     expect(pinned, 'an exact version').toMatch(/^\d+\.\d+\.\d+$/);
     expect(pkg.dependencies.sst, 'apps install their own').toBeUndefined();
-    const installed = JSON.parse(readFileSync(join(root, 'node_modules', 'sst', 'package.json'), 'utf8')) as { version: string; scripts?: Record<string, string> };
+    const installed = JSON.parse(readFileSync(join(root, 'node_modules', 'sst', 'package.json'), 'utf8')) as {
+      version: string;
+      scripts?: Record<string, string>;
+    };
     expect(installed.version).toBe(pinned);
     // Nothing of it runs at install (npm 11 would skip it unless allowed): the CLI comes as a
     // plain binary package for the platform, found by node_modules/.bin/sst.
@@ -167,17 +192,19 @@ describe('sst.config.ts, evaluated', () => {
     expect(() => resolveSettings('dev', { ...ok, api: { timeoutSeconds: 40 } })).toThrow(/api\.timeoutSeconds/);
     expect(() => resolveSettings('dev', { handlers: '' })).toThrow(/handlers: required/);
     expect(() => resolveSettings('dev', { handlers: '../elsewhere/leasehold' })).toThrow(/handlers: .* inside the app/);
-    expect(() => resolveSettings('dev', { ...ok, network: { existing: { privateSubnets: ['subnet-1'], securityGroups: ['sg-1'] } } })).toThrow(
-      /network\.existing: a database the component creates needs its own VPC/,
+    expect(() =>
+      resolveSettings('dev', { ...ok, network: { existing: { privateSubnets: ['subnet-1'], securityGroups: ['sg-1'] } } }),
+    ).toThrow(/network\.existing: a database the component creates needs its own VPC/);
+    expect(() => resolveSettings('dev', { ...ok, database: { existing: { host: 'db', resourceId: 'cluster-x' } } })).toThrow(
+      /resourceId/,
     );
-    expect(() => resolveSettings('dev', { ...ok, database: { existing: { host: 'db', resourceId: 'cluster-x' } } })).toThrow(/resourceId/);
   });
 
   it('lets only the functions that dispatch invoke the worker: scheduler, API, trigger and the worker itself', async () => {
     noExistingDatabase();
     const { world } = await deploy();
     const worker = fn(world, 'Worker');
-    // The trigger dispatches the batch it starts (src/runtime/trigger.ts); the migration never does.
+    // The trigger dispatches the batch it starts (src/trigger/trigger.ts); the migration never does.
     expect(invokersOf(world, worker)).toEqual(['RunnerApi', 'RunnerScheduler', 'RunnerTrigger', 'RunnerWorker']);
     expect((worker.instance as { name: string }).name).toBe('leasehold-dev-runner-worker');
     // No cron, bus rule or route targets the worker either.
@@ -186,7 +213,12 @@ describe('sst.config.ts, evaluated', () => {
     for (const c of world.calls) expect(c.args[1], `${c.on.name}.${c.method}`).not.toBe((worker.instance as { arn: string }).arn);
     // With no invokable functions, the worker's own ARN is all anyone may invoke.
     const workerArn = (worker.instance as { arn: string }).arn;
-    expect(invokeGrants(world)).toEqual({ RunnerApi: [workerArn], RunnerScheduler: [workerArn], RunnerTrigger: [workerArn], RunnerWorker: [workerArn] });
+    expect(invokeGrants(world)).toEqual({
+      RunnerApi: [workerArn],
+      RunnerScheduler: [workerArn],
+      RunnerTrigger: [workerArn],
+      RunnerWorker: [workerArn],
+    });
   });
 
   it('grants nothing wider than named resources', async () => {
@@ -223,7 +255,10 @@ describe('sst.config.ts, evaluated', () => {
     });
     // docs/api.md gives each route a heading: "### `GET /batches/{id}`".
     const reference = readFileSync(join(root, 'docs', 'api.md'), 'utf8');
-    const headings = reference.split('\n').filter((line) => line.startsWith('#')).join('\n');
+    const headings = reference
+      .split('\n')
+      .filter((line) => line.startsWith('#'))
+      .join('\n');
     const documented = [...headings.matchAll(/`(GET|POST|PUT|DELETE|PATCH) (\/[^`?\s]*)[^`]*`/g)].map((m) => ({
       method: m[1]!,
       path: shape(m[2]!),
@@ -235,10 +270,14 @@ describe('sst.config.ts, evaluated', () => {
         `${d.method} ${d.path}`,
       ).toBe(true);
     }
-    for (const r of declared) expect(documented.some((d) => d.path === r.path), r.path).toBe(true);
+    for (const r of declared)
+      expect(
+        documented.some((d) => d.path === r.path),
+        r.path,
+      ).toBe(true);
   });
 
-  it('enables IAM database auth and TLS on the instance, and grants rds-db:connect for each function\'s own user only', async () => {
+  it("enables IAM database auth and TLS on the instance, and grants rds-db:connect for each function's own user only", async () => {
     noExistingDatabase();
     const { world } = await deploy();
     const pg = world.one('sst.aws.Postgres', 'RunnerDatabase');
@@ -310,7 +349,8 @@ describe('sst.config.ts, evaluated', () => {
     noExistingDatabase();
     const { world } = await deploy();
     for (const r of functions(world)) {
-      for (const { from } of (r.args.copyFiles ?? []) as { from: string }[]) expect(existsSync(join(root, from)), from).toBe(true);
+      for (const { from } of (r.args.copyFiles ?? []) as { from: string }[])
+        expect(existsSync(join(root, from)), from).toBe(true);
     }
     const migrate = fn(world, 'Migrate');
     const [copy, ...more] = migrate.args.copyFiles as { from: string; to: string }[];
@@ -356,7 +396,12 @@ describe('sst.config.ts, evaluated', () => {
     const name = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$/;
     for (const [i, c] of crons.entries()) {
       const s = declared[i]!;
-      expect(c.name).toBe(`RunnerSchedule${s.name.split('-').map((p) => p[0]!.toUpperCase() + p.slice(1)).join('')}`);
+      expect(c.name).toBe(
+        `RunnerSchedule${s.name
+          .split('-')
+          .map((p) => p[0]!.toUpperCase() + p.slice(1))
+          .join('')}`,
+      );
       expect(c.args.function, c.name).toBe(trigger.instance);
       expect(c.args.schedule).toBe(s.schedule);
       expect(c.args.enabled).toBe(s.enabled ?? true);
@@ -378,7 +423,7 @@ describe('sst.config.ts, evaluated', () => {
     noExistingDatabase();
     const { world } = await deploy();
     // The runtime's reader, by a computed path: this test checks the contract, tsc the types.
-    const runtime = (await import(/* @vite-ignore */ join(root, 'src/runtime/trigger.ts'))) as {
+    const runtime = (await import(/* @vite-ignore */ join(root, 'src/trigger/trigger.ts'))) as {
       readTriggerEvent(event: unknown): { job: string; tenant: string; datasource: string; params: object; requestKey: string };
     };
     // EventBridge Scheduler replaces its placeholders in the input text when a schedule fires.
@@ -386,11 +431,18 @@ describe('sst.config.ts, evaluated', () => {
       JSON.parse(
         JSON.stringify(c.args.event)
           .replaceAll('<aws.scheduler.scheduled-time>', time)
-          .replaceAll('<aws.scheduler.schedule-arn>', `arn:aws:scheduler:${REGION}:${ACCOUNT}:schedule/default/leasehold-dev-${c.name}-abc`),
+          .replaceAll(
+            '<aws.scheduler.schedule-arn>',
+            `arn:aws:scheduler:${REGION}:${ACCOUNT}:schedule/default/leasehold-dev-${c.name}-abc`,
+          ),
       ) as unknown;
     for (const c of world.of('sst.aws.CronV2').filter((x) => x.name !== 'RunnerSchedulerCron')) {
       const first = runtime.readTriggerEvent(fire(c, '2026-11-30T03:00:00Z'));
-      expect(first).toMatchObject({ job: c.args.event.detail.job, tenant: c.args.event.detail.tenant, params: c.args.event.detail.params });
+      expect(first).toMatchObject({
+        job: c.args.event.detail.job,
+        tenant: c.args.event.detail.tenant,
+        params: c.args.event.detail.params,
+      });
       expect(runtime.readTriggerEvent(fire(c, '2026-11-30T03:00:00Z')).requestKey).toBe(first.requestKey);
       expect(runtime.readTriggerEvent(fire(c, '2026-12-01T03:00:00Z')).requestKey).not.toBe(first.requestKey);
     }
@@ -499,7 +551,10 @@ describe('sst.config.ts, evaluated', () => {
       });
       expect(r.args.environment.LEASEHOLD_DB_PASSWORD, r.name).toBeUndefined();
       const connect = permissionsOf(r).filter((p) => p.actions.includes('rds-db:connect'));
-      expect(connect.flatMap((p) => p.resources), r.name).toEqual([userArn]);
+      expect(
+        connect.flatMap((p) => p.resources),
+        r.name,
+      ).toEqual([userArn]);
     }
     expect(outputs.database).toBe('db.example.internal');
   });
@@ -569,9 +624,13 @@ describe('the Leasehold component, constructed directly', () => {
   });
 
   it('refuses a wildcard, a bad name or a component in a list', async () => {
-    await expect(component({ invokable: ['arn:aws:lambda:us-east-1:123456789012:function:*'] })).rejects.toThrow(/wildcards are refused/);
+    await expect(component({ invokable: ['arn:aws:lambda:us-east-1:123456789012:function:*'] })).rejects.toThrow(
+      /wildcards are refused/,
+    );
     removeStandIns();
-    await expect(component({ invokable: { all: '*' } })).rejects.toThrow(/invokable\.all: "\*" is not a Lambda function name or ARN/);
+    await expect(component({ invokable: { all: '*' } })).rejects.toThrow(
+      /invokable\.all: "\*" is not a Lambda function name or ARN/,
+    );
     removeStandIns();
     await expect(component({ invokable: { 'not ok': 'fn' } })).rejects.toThrow(/"not ok" is not a name batches can use/);
     removeStandIns();
@@ -581,7 +640,9 @@ describe('the Leasehold component, constructed directly', () => {
   it('refuses a handler file that is not there, and environment variables the component sets itself', async () => {
     await expect(component({ handlers: 'src/missing' })).rejects.toThrow(/handlers: no src\/missing\.ts/);
     removeStandIns();
-    await expect(component({ environment: { LEASEHOLD_DB_HOST: 'elsewhere' } })).rejects.toThrow(/environment\.LEASEHOLD_DB_HOST: the component sets it/);
+    await expect(component({ environment: { LEASEHOLD_DB_HOST: 'elsewhere' } })).rejects.toThrow(
+      /environment\.LEASEHOLD_DB_HOST: the component sets it/,
+    );
   });
 
   it('applies transforms the way SST components do: objects merged, functions editing args; migrations stay first', async () => {
@@ -606,10 +667,17 @@ describe('the Leasehold component, constructed directly', () => {
     });
     expect(seen.sort()).toEqual(['JobsApi', 'JobsMigrate', 'JobsScheduler', 'JobsTrigger', 'JobsWorker']);
     const worker = world.one('sst.aws.Function', 'JobsWorker');
-    expect(worker.args).toMatchObject({ memory: '3008 MB', architecture: 'arm64', concurrency: { reserved: 3 }, link: ['bucket'] });
+    expect(worker.args).toMatchObject({
+      memory: '3008 MB',
+      architecture: 'arm64',
+      concurrency: { reserved: 3 },
+      link: ['bucket'],
+    });
     expect(worker.args.environment).toMatchObject({ MY_SETTING: 'on', LEASEHOLD_MAX_RUNS: '8' });
     expect(permissionsOf(worker).some((p) => p.actions.includes('s3:GetObject'))).toBe(true);
-    expect(permissionsOf(world.one('sst.aws.Function', 'JobsMigrate'))).toEqual(expect.not.arrayContaining([expect.objectContaining({ actions: ['s3:GetObject'] })]));
+    expect(permissionsOf(world.one('sst.aws.Function', 'JobsMigrate'))).toEqual(
+      expect.not.arrayContaining([expect.objectContaining({ actions: ['s3:GetObject'] })]),
+    );
     expect(seconds(world.one('sst.aws.Function', 'JobsApi').args.timeout)).toBe(20);
     expect(world.one('sst.aws.ApiGatewayV2', 'JobsHttpApi').args.cors).toBe(false);
     expect(world.one('sst.aws.Vpc', 'JobsVpc').args.az).toBe(3);
@@ -648,11 +716,20 @@ describe('the Leasehold component, constructed directly', () => {
     }
     // The reserve holds the scheduler's pool and the migration: it must be at least 9 here.
     removeStandIns();
-    expect(() => resolveSettings('dev', { handlers: 'functions/leasehold', database: { poolMax: 8 } })).toThrow(/database\.reservedConnections: 8 cannot hold/);
+    expect(() => resolveSettings('dev', { handlers: 'functions/leasehold', database: { poolMax: 8 } })).toThrow(
+      /database\.reservedConnections: 8 cannot hold/,
+    );
     // A larger instance, or its max_connections given, leaves room for more.
-    const large = resolveSettings('dev', { handlers: 'functions/leasehold', database: { instance: 'm7g.large', reservedConnections: 12 }, worker: { reservedConcurrency: 150 } });
+    const large = resolveSettings('dev', {
+      handlers: 'functions/leasehold',
+      database: { instance: 'm7g.large', reservedConnections: 12 },
+      worker: { reservedConcurrency: 150 },
+    });
     expect(large.budget).toMatchObject({ maxConnections: 858, runtimeLimit: 843, workerConnections: 600 });
-    const given = resolveSettings('dev', { handlers: 'functions/leasehold', database: { instance: 'x2g.large', maxConnections: 500 } });
+    const given = resolveSettings('dev', {
+      handlers: 'functions/leasehold',
+      database: { instance: 'x2g.large', maxConnections: 500 },
+    });
     expect(given.budget).toMatchObject({ maxConnections: 500, runtimeLimit: 489 });
     expect(given.worker.reservedConcurrency).toBe(10);
   });
@@ -665,9 +742,13 @@ describe('the Leasehold component, constructed directly', () => {
     );
     expect(() => resolveSettings('dev', { ...ok, worker: { reservedConcurrency: 14 } })).not.toThrow();
     // A class whose max_connections is not known.
-    expect(() => resolveSettings('dev', { ...ok, database: { instance: 'x2g.large' } })).toThrow(/^database\.maxConnections: required with instance "x2g\.large"/);
+    expect(() => resolveSettings('dev', { ...ok, database: { instance: 'x2g.large' } })).toThrow(
+      /^database\.maxConnections: required with instance "x2g\.large"/,
+    );
     // A reserve that leaves the runner's user less than one pool.
-    expect(() => resolveSettings('dev', { ...ok, database: { maxConnections: 14 } })).toThrow(/^database\.reservedConnections: the runner's user would have 3 connections/);
+    expect(() => resolveSettings('dev', { ...ok, database: { maxConnections: 14 } })).toThrow(
+      /^database\.reservedConnections: the runner's user would have 3 connections/,
+    );
     // Exactly one pool fits: one worker.
     expect(resolveSettings('dev', { ...ok, database: { maxConnections: 15 } }).worker.reservedConcurrency).toBe(1);
     // Nonsense values.
@@ -677,9 +758,13 @@ describe('the Leasehold component, constructed directly', () => {
     // An existing database is checked when its max_connections is given, and not otherwise.
     const existing = { host: 'db.example', resourceId: 'db-ABC123' };
     expect(resolveSettings('dev', { ...ok, database: { existing } }).budget).toBeUndefined();
-    expect(() => resolveSettings('dev', { ...ok, database: { existing: { ...existing, maxConnections: 40 } }, worker: { reservedConcurrency: 10 } })).toThrow(
-      /^worker\.reservedConcurrency: 10 workers .* limit of 29/,
-    );
+    expect(() =>
+      resolveSettings('dev', {
+        ...ok,
+        database: { existing: { ...existing, maxConnections: 40 } },
+        worker: { reservedConcurrency: 10 },
+      }),
+    ).toThrow(/^worker\.reservedConcurrency: 10 workers .* limit of 29/);
   });
 
   it("sets the worker's recursive loop detection deliberately: Terminate unless told Allow", async () => {
@@ -693,10 +778,12 @@ describe('the Leasehold component, constructed directly', () => {
     const allowed = await component({ worker: { recursiveLoop: 'Allow' } });
     expect(allowed.world.one('aws.lambda.FunctionRecursionConfig', 'JobsWorkerRecursion').args.recursiveLoop).toBe('Allow');
     removeStandIns();
-    expect(() => resolveSettings('dev', { handlers: 'functions/leasehold', worker: { recursiveLoop: 'Off' as never } })).toThrow(/^worker\.recursiveLoop/);
+    expect(() => resolveSettings('dev', { handlers: 'functions/leasehold', worker: { recursiveLoop: 'Off' as never } })).toThrow(
+      /^worker\.recursiveLoop/,
+    );
   });
 
-  it('keeps trigger events whose start failed after Lambda\'s retries in a dead-letter queue only the trigger may write', async () => {
+  it("keeps trigger events whose start failed after Lambda's retries in a dead-letter queue only the trigger may write", async () => {
     const { world, runner } = await component({});
     const queue = world.one('sst.aws.Queue', 'JobsTriggerFailures');
     const arn = (queue.instance as { arn: string }).arn;
@@ -707,7 +794,9 @@ describe('the Leasehold component, constructed directly', () => {
     expect(lambda.deadLetterConfig).toEqual({ targetArn: arn });
     const senders = functions(world).filter((r) => permissionsOf(r).some((p) => p.actions.includes('sqs:SendMessage')));
     expect(senders.map((r) => r.name)).toEqual(['JobsTrigger']);
-    expect(permissionsOf(trigger).filter((p) => p.actions.includes('sqs:SendMessage'))).toEqual([{ actions: ['sqs:SendMessage'], resources: [arn] }]);
+    expect(permissionsOf(trigger).filter((p) => p.actions.includes('sqs:SendMessage'))).toEqual([
+      { actions: ['sqs:SendMessage'], resources: [arn] },
+    ]);
     expect(runner.nodes.triggerFailures).toBe(queue.instance);
     // The migrations still come first for it.
     const { opts } = applyTransform(trigger.args.transform?.function, {}, {});

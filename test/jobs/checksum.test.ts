@@ -46,10 +46,22 @@ function sha256sum(path: string): string {
 describe('checksum job', () => {
   it('outputs equal an independent SHA-256 of the same files; links are not items', async () => {
     const jobs = registry();
-    expect(await keysOf((await jobs.expand('checksum', { dir })).items)).toEqual(['empty', 'name with spaces.txt', 'a/one.txt', 'a/b/bin.dat']);
+    expect(await keysOf((await jobs.expand('checksum', { dir })).items)).toEqual([
+      'empty',
+      'name with spaces.txt',
+      'a/one.txt',
+      'a/b/bin.dat',
+    ]);
     // The listing is a stream, read once: expand again for the start.
     const { items, params } = await jobs.expand('checksum', { dir });
-    const { batch } = await createBatch(db.sql, { tenant: 't', datasource: 'fs', job: 'checksum', params, requestKey: 'sum', items });
+    const { batch } = await createBatch(db.sql, {
+      tenant: 't',
+      datasource: 'fs',
+      job: 'checksum',
+      params,
+      requestKey: 'sum',
+      items,
+    });
     const runner = new Runner(db.sql, { beatMs: 1000, staleMs: 5000 });
     await runner.takeOver(jobs.resolve, batch.id);
     expect((await runner.running(batch.id))!.outcome).toBe('succeeded');
@@ -59,7 +71,10 @@ describe('checksum job', () => {
     for (const r of results) {
       const path = join(dir, ...r.key.split('/'));
       expect(r.state).toBe('done');
-      expect(r.output).toEqual({ sha256: sha256sum(path), bytes: Number(execFileSync('stat', ['-c', '%s', path], { encoding: 'utf8' })) });
+      expect(r.output).toEqual({
+        sha256: sha256sum(path),
+        bytes: Number(execFileSync('stat', ['-c', '%s', path], { encoding: 'utf8' })),
+      });
     }
   });
 
@@ -71,7 +86,18 @@ describe('checksum job', () => {
     rmSync(join(dir, 'gone.txt'));
     const controller = new AbortController();
     await expect(
-      checksum.run({ key: 'gone.txt', input: null, params: params as { dir: string }, attempt: 1, signal: controller.signal, tenant: 't', batchId: 'b' }, ctx),
+      checksum.run(
+        {
+          key: 'gone.txt',
+          input: null,
+          params: params as { dir: string },
+          attempt: 1,
+          signal: controller.signal,
+          tenant: 't',
+          batchId: 'b',
+        },
+        ctx,
+      ),
     ).rejects.toThrow(/gone\.txt vanished/);
   });
 
@@ -80,23 +106,59 @@ describe('checksum job', () => {
     const { params } = await jobs.expand('checksum', { dir });
     const controller = new AbortController();
     await expect(
-      checksum.run({ key: 'link-to-outside', input: null, params: params as { dir: string }, attempt: 1, signal: controller.signal, tenant: 't', batchId: 'b' }, jobs.context()),
+      checksum.run(
+        {
+          key: 'link-to-outside',
+          input: null,
+          params: params as { dir: string },
+          attempt: 1,
+          signal: controller.signal,
+          tenant: 't',
+          batchId: 'b',
+        },
+        jobs.context(),
+      ),
     ).rejects.toThrow(/symbolic link/);
     await expect(
-      checksum.run({ key: 'linked-dir/secret.txt', input: null, params: params as { dir: string }, attempt: 1, signal: controller.signal, tenant: 't', batchId: 'b' }, jobs.context()),
+      checksum.run(
+        {
+          key: 'linked-dir/secret.txt',
+          input: null,
+          params: params as { dir: string },
+          attempt: 1,
+          signal: controller.signal,
+          tenant: 't',
+          batchId: 'b',
+        },
+        jobs.context(),
+      ),
     ).rejects.toThrow(/outside/);
   });
 
-  it.skipIf(process.getuid?.() === 0)('an unreadable file fails its item with a clear error (skipped as root, who reads everything)', async () => {
-    const jobs = registry();
-    writeFileSync(join(dir, 'locked.txt'), 'x');
-    chmodSync(join(dir, 'locked.txt'), 0o000);
-    const { params } = await jobs.expand('checksum', { dir });
-    await expect(
-      checksum.run({ key: 'locked.txt', input: null, params: params as { dir: string }, attempt: 1, signal: new AbortController().signal, tenant: 't', batchId: 'b' }, jobs.context()),
-    ).rejects.toThrow(/not readable/);
-    rmSync(join(dir, 'locked.txt'), { force: true });
-  });
+  it.skipIf(process.getuid?.() === 0)(
+    'an unreadable file fails its item with a clear error (skipped as root, who reads everything)',
+    async () => {
+      const jobs = registry();
+      writeFileSync(join(dir, 'locked.txt'), 'x');
+      chmodSync(join(dir, 'locked.txt'), 0o000);
+      const { params } = await jobs.expand('checksum', { dir });
+      await expect(
+        checksum.run(
+          {
+            key: 'locked.txt',
+            input: null,
+            params: params as { dir: string },
+            attempt: 1,
+            signal: new AbortController().signal,
+            tenant: 't',
+            batchId: 'b',
+          },
+          jobs.context(),
+        ),
+      ).rejects.toThrow(/not readable/);
+      rmSync(join(dir, 'locked.txt'), { force: true });
+    },
+  );
 
   it('hashes files of exactly one read, of several reads and of a read and a byte as sha256sum does', async () => {
     const jobs = registry();
@@ -108,7 +170,10 @@ describe('checksum job', () => {
       }
       const signal = new AbortController().signal;
       for (const [name, size] of Object.entries(sizes)) {
-        const out = await checksum.run({ key: name, input: null, params: { dir: big }, attempt: 1, signal, tenant: 't', batchId: 'b' }, jobs.context());
+        const out = await checksum.run(
+          { key: name, input: null, params: { dir: big }, attempt: 1, signal, tenant: 't', batchId: 'b' },
+          jobs.context(),
+        );
         expect(out).toEqual({ sha256: sha256sum(join(big, name)), bytes: size });
       }
     } finally {
@@ -122,7 +187,18 @@ describe('checksum job', () => {
     execFileSync('mkfifo', [join(dir, 'pipe')]);
     try {
       await expect(
-        checksum.run({ key: 'pipe', input: null, params: params as { dir: string }, attempt: 1, signal: new AbortController().signal, tenant: 't', batchId: 'b' }, jobs.context()),
+        checksum.run(
+          {
+            key: 'pipe',
+            input: null,
+            params: params as { dir: string },
+            attempt: 1,
+            signal: new AbortController().signal,
+            tenant: 't',
+            batchId: 'b',
+          },
+          jobs.context(),
+        ),
       ).rejects.toThrow(/pipe is no longer a regular file/);
     } finally {
       rmSync(join(dir, 'pipe'), { force: true });
@@ -135,7 +211,18 @@ describe('checksum job', () => {
     const controller = new AbortController();
     controller.abort();
     await expect(
-      checksum.run({ key: 'a/one.txt', input: null, params: params as { dir: string }, attempt: 1, signal: controller.signal, tenant: 't', batchId: 'b' }, jobs.context()),
+      checksum.run(
+        {
+          key: 'a/one.txt',
+          input: null,
+          params: params as { dir: string },
+          attempt: 1,
+          signal: controller.signal,
+          tenant: 't',
+          batchId: 'b',
+        },
+        jobs.context(),
+      ),
     ).rejects.toThrow(/a\/one\.txt: reading was aborted/);
   });
 

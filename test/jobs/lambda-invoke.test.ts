@@ -16,7 +16,7 @@ import {
 import { createHandlers, type Handlers } from '../../src/lambda.js';
 import { createInvokeEndpoint, createLambdaContext, localLambdaEnv, type InvokeEndpoint } from '../../src/local/index.js';
 import { ConfigError, parseInvokable, resetRuntimeDeps, setLogSink } from '../../src/runtime/index.js';
-import { apiEvent } from '../api/helpers.js';
+import { apiEvent } from '../support/api.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 
 /** A job whose items other batches take (`from`): keys `0..n−1`, input `{ i }`. */
@@ -109,7 +109,10 @@ afterAll(async () => {
 const context = (fn: string): Context => createLambdaContext({ functionName: fn, timeoutMs: 20_000 });
 
 async function api(method: string, path: string, body?: unknown) {
-  const raw = (await handlers.api(apiEvent(method, path, body === undefined ? {} : { body }), context('api'))) as APIGatewayProxyStructuredResultV2;
+  const raw = (await handlers.api(
+    apiEvent(method, path, body === undefined ? {} : { body }),
+    context('api'),
+  )) as APIGatewayProxyStructuredResultV2;
   return { status: raw.statusCode ?? 200, body: JSON.parse(raw.body ?? 'null') };
 }
 
@@ -131,13 +134,21 @@ async function finished(id: string) {
   }
   const items = await db.sql<{ key: string; state: string; attempts: number; output: unknown; error: string | null }[]>`
     select key, state, attempts, output, error from leasehold_items where batch_id = ${id} order by key`;
-  const [batch] = await db.sql<{ status: string; params: unknown }[]>`select status, params from leasehold_batches where id = ${id}`;
+  const [batch] = await db.sql<
+    { status: string; params: unknown }[]
+  >`select status, params from leasehold_batches where id = ${id}`;
   return { status: batch!.status, params: batch!.params, items };
 }
 
 describe('lambda-invoke', () => {
   it('invokes the function once per item with { key, input, batch, attempt } and stores its parsed response', async () => {
-    const r = await run({ functionName: 'echo', items: [{ key: 'a', input: { i: 1 } }, { key: 'b', input: { i: 21 } }] });
+    const r = await run({
+      functionName: 'echo',
+      items: [
+        { key: 'a', input: { i: 1 } },
+        { key: 'b', input: { i: 21 } },
+      ],
+    });
     expect(r.status).toBe('succeeded');
     expect(r.items).toEqual([
       { key: 'a', state: 'done', attempts: 1, output: { key: 'a', doubled: 2 }, error: null },
@@ -172,7 +183,13 @@ describe('lambda-invoke', () => {
     const r = await run({ functionName: 'broken', items: [{ key: 'only', input: 1 }] });
     expect(r.status).toBe('failed');
     expect(r.items).toEqual([
-      { key: 'only', state: 'failed', attempts: 3, output: null, error: expect.stringContaining('function broken failed: TypeError: boom') },
+      {
+        key: 'only',
+        state: 'failed',
+        attempts: 3,
+        output: null,
+        error: expect.stringContaining('function broken failed: TypeError: boom'),
+      },
     ]);
     expect(received.broken!.filter((e) => e.batch.id === r.id).map((e) => e.attempt)).toEqual([1, 2, 3]);
   });
@@ -185,7 +202,13 @@ describe('lambda-invoke', () => {
   it('a throttle fails the attempt: throttled every time, the item is failed without the function ever running', async () => {
     const r = await run({ functionName: 'narrow', items: [{ key: 'n' }] });
     expect(r.items).toEqual([
-      { key: 'n', state: 'failed', attempts: 3, output: null, error: expect.stringMatching(/function narrow was throttled \(.*Rate Exceeded/) },
+      {
+        key: 'n',
+        state: 'failed',
+        attempts: 3,
+        output: null,
+        error: expect.stringMatching(/function narrow was throttled \(.*Rate Exceeded/),
+      },
     ]);
     expect(received.narrow ?? []).toEqual([]);
   });
@@ -222,7 +245,9 @@ describe('lambda-invoke', () => {
         state: 'failed',
         attempts: 1,
         output: null,
-        error: expect.stringMatching(/function huge answered item "big" with more than Lambda's 6291456 bytes \(6 MB\).*return a reference/),
+        error: expect.stringMatching(
+          /function huge answered item "big" with more than Lambda's 6291456 bytes \(6 MB\).*return a reference/,
+        ),
       },
     ]);
   });
@@ -258,13 +283,16 @@ describe('lambda-invoke', () => {
     });
     expect(refused.status).toBe(400);
     expect(refused.body.error.code).toBe('invalid_params');
-    expect(refused.body.error.message).toMatch(/params\.functionName: "delete-everything" is not an invokable function; invokable here: echo, broken/);
+    expect(refused.body.error.message).toMatch(
+      /params\.functionName: "delete-everything" is not an invokable function; invokable here: echo, broken/,
+    );
     const [{ n }] = await db.sql<{ n: number }[]>`select count(*)::int as n from leasehold_batches where datasource = 'refused'`;
     expect(n).toBe(0);
   });
 
   it('refuses params that name no items, both kinds of items, or another job that cannot expand', async () => {
-    const start = (params: unknown) => api('POST', '/batches', { tenant: 'acme', datasource: 'bad', job: 'lambda-invoke', params });
+    const start = (params: unknown) =>
+      api('POST', '/batches', { tenant: 'acme', datasource: 'bad', job: 'lambda-invoke', params });
     const cases: [unknown, RegExp][] = [
       [{ functionName: 'echo' }, /^params: give either "items" or "from"/],
       [{ functionName: 'echo', items: [{ key: 'a' }], from: { job: 'range', params: { n: 1 } } }, /^params: give either/],
@@ -283,7 +311,9 @@ describe('lambda-invoke', () => {
 describe('LEASEHOLD_INVOKABLE', () => {
   it('reads names, ARNs and name=target entries', () => {
     expect(
-      parseInvokable(' score=arn:aws:lambda:eu-west-1:123456789012:function:app-prod-Score-x1 , legacy-report,arn:aws:lambda:us-east-1:123456789012:function:resize:live'),
+      parseInvokable(
+        ' score=arn:aws:lambda:eu-west-1:123456789012:function:app-prod-Score-x1 , legacy-report,arn:aws:lambda:us-east-1:123456789012:function:resize:live',
+      ),
     ).toEqual({
       score: 'arn:aws:lambda:eu-west-1:123456789012:function:app-prod-Score-x1',
       'legacy-report': 'legacy-report',

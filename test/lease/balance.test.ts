@@ -8,7 +8,18 @@ import { ManualClock } from '../../src/clock.js';
 import { putTenantUnits } from '../../src/lease/index.js';
 import type { Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { OverlapChecker, clear, concurrently, expire, jittered, liveIds, member, ownedCounts, owners, type Member } from './helpers.js';
+import {
+  OverlapChecker,
+  clear,
+  concurrently,
+  expire,
+  jittered,
+  liveIds,
+  member,
+  ownedCounts,
+  owners,
+  type Member,
+} from '../support/lease.js';
 
 let db: TestDatabase;
 let pools: Sql[];
@@ -124,7 +135,11 @@ describe('convergence however processes arrive', () => {
       const light = ms.filter((m) => !heavy.includes(m));
       expect(heavy, arrival).toHaveLength(3);
       // One heavy unit each (a few light ones may stay with it, below the shedding line).
-      for (const m of heavy) expect(m.rec.keys().filter((k) => k.startsWith('heavy/')), arrival).toHaveLength(1);
+      for (const m of heavy)
+        expect(
+          m.rec.keys().filter((k) => k.startsWith('heavy/')),
+          arrival,
+        ).toHaveLength(1);
       const split = 3000 / light.length;
       for (const m of light) {
         expect(m.rec.weight(), arrival).toBeGreaterThanOrEqual(0.8 * split);

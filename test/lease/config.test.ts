@@ -4,7 +4,7 @@ import { hostname } from 'node:os';
 import { describe, expect, it } from 'vitest';
 import { LEASE_DEFAULTS, Leaser, LeaseConfigError, leaseConfig, type LeaseConfig } from '../../src/lease/index.js';
 import type { Sql } from '../../src/store/index.js';
-import { Recorder } from './helpers.js';
+import { Recorder } from '../support/lease.js';
 
 // Never queried: constructing a leaser touches no database.
 const sql = {} as Sql;

@@ -6,7 +6,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { putTenantUnits } from '../../src/lease/index.js';
 import type { Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { clear, concurrently, liveIds, member, ownedKeys, sleep, type Member } from './helpers.js';
+import { clear, concurrently, liveIds, member, ownedKeys, type Member } from '../support/lease.js';
+import { sleep } from '../support/time.js';
 
 let db: TestDatabase;
 let pools: Sql[];

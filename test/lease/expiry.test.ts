@@ -4,11 +4,12 @@
 // clocks change none of it.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { putTenantUnits, deleteTenantUnits, sweep } from '../../src/lease/index.js';
-import { claim } from '../../src/lease/sql.js';
+import { claim } from '../../src/lease/sql/ownership.js';
 import type { Clock } from '../../src/clock.js';
 import type { Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { clear, concurrently, expire, liveIds, member, offsetClock, ownedKeys, sleep, type Member } from './helpers.js';
+import { clear, concurrently, expire, liveIds, member, offsetClock, ownedKeys, type Member } from '../support/lease.js';
+import { sleep } from '../support/time.js';
 
 let db: TestDatabase;
 let pools: Sql[];
@@ -25,7 +26,9 @@ const SHORT = { ttlMs: 1_000, heartbeatIntervalMs: 300 };
 /** Wait until `id`'s row expired more than `agoMs` ago by the database clock. */
 async function expiredFor(id: string, agoMs = 0): Promise<void> {
   for (let i = 0; i < 500; i++) {
-    const [r] = await db.sql<{ done: boolean }[]>`select coalesce((select expires_at < now() - make_interval(secs => ${agoMs / 1000})
+    const [r] = await db.sql<
+      { done: boolean }[]
+    >`select coalesce((select expires_at < now() - make_interval(secs => ${agoMs / 1000})
       from leasehold_processes where id = ${id}), true) as done`;
     if (r.done) return;
     await sleep(20);
@@ -165,8 +168,10 @@ describe('clock skew', () => {
     await concurrently(all, (m) => m.leaser.heartbeat(), 0);
     // The row's TTL is measured by the database: expires_at − heartbeat_at is the TTL whatever
     // the process clocks say.
-    out.ttls = (await db.sql<{ ms: number }[]>`select (extract(epoch from expires_at - heartbeat_at) * 1000)::int as ms
-      from leasehold_processes order by ms`).map((r) => r.ms);
+    out.ttls = (
+      await db.sql<{ ms: number }[]>`select (extract(epoch from expires_at - heartbeat_at) * 1000)::int as ms
+      from leasehold_processes order by ms`
+    ).map((r) => r.ms);
     for (let round = 0; round < 3; round++) for (const m of all) await m.leaser.tick();
     out.settled = all.map((m) => m.rec.owned.size);
     await expiredFor(d.leaser.processId);
@@ -179,7 +184,9 @@ describe('clock skew', () => {
     out.after = all.map((m) => m.rec.owned.size);
     for (let round = 0; round < 3; round++) for (const m of all) await m.leaser.tick();
     out.rebalanced = all.map((m) => m.rec.owned.size);
-    out.inSync = await Promise.all(all.map(async (m) => (await ownedKeys(db.sql, m.leaser.processId)).join() === m.rec.keys().join()));
+    out.inSync = await Promise.all(
+      all.map(async (m) => (await ownedKeys(db.sql, m.leaser.processId)).join() === m.rec.keys().join()),
+    );
     out.errors = all.flatMap((m) => m.rec.errors);
     return out;
   }

@@ -5,7 +5,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ProcessIdInUseError, putTenantUnits, type LeaserEvent } from '../../src/lease/index.js';
 import type { Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { OverlapChecker, clear, concurrently, expire, member, ownedKeys, sleep, type Member } from './helpers.js';
+import { OverlapChecker, clear, concurrently, expire, member, ownedKeys, type Member } from '../support/lease.js';
+import { sleep } from '../support/time.js';
 
 let db: TestDatabase;
 let pools: Sql[];
@@ -43,7 +44,9 @@ describe('a reused process id', () => {
     expect(rows).toHaveLength(1);
     expect(rows[0].token).not.toBe(old.token);
     expect(rows[0].started_at.getTime()).toBeGreaterThan(old.started_at.getTime());
-    const [{ unowned }] = await db.sql<{ unowned: number }[]>`select count(*) as unowned from leasehold_units where owner is null`;
+    const [{ unowned }] = await db.sql<
+      { unowned: number }[]
+    >`select count(*) as unowned from leasehold_units where owner is null`;
     expect(unowned).toBe(6);
     // Its first tick claims the units; everything it was told it owns came from its claims.
     expect(await y.leaser.tick()).toMatchObject({ claimed: 6 });
@@ -99,11 +102,16 @@ describe('a reused process id', () => {
     await putTenantUnits(db.sql, 'acme', { job: 'sync', shards: 40 });
     const id = '00000000-0000-4000-8000-0000000000aa';
     // A TTL of 300 ms, so rows lapse between rounds and other instances take them over.
-    const ms = pools.map((p, i) => member(p, { processId: id, ttlMs: 300, heartbeatIntervalMs: 100, storeTimeoutMs: 5_000 }, { name: `I${i}` }));
+    const ms = pools.map((p, i) =>
+      member(p, { processId: id, ttlMs: 300, heartbeatIntervalMs: 100, storeTimeoutMs: 5_000 }, { name: `I${i}` }),
+    );
     // An instance acts on its units only while its lease is valid by its own clock (unit work
     // checks leaseValid()); among those, no unit may be in two owned sets.
     const valid = new Map(ms.map((m) => [m.rec, () => m.leaser.leaseValid()]));
-    const checker = new OverlapChecker(() => ms.map((m) => m.rec), (r) => valid.get(r)!());
+    const checker = new OverlapChecker(
+      () => ms.map((m) => m.rec),
+      (r) => valid.get(r)!(),
+    );
     ms.forEach((m) => checker.watch(m.rec));
     checker.start(2);
     const errors: unknown[] = [];

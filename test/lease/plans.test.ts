@@ -4,10 +4,10 @@
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Leaser, readFleet, sweep } from '../../src/lease/index.js';
-import { heavyUnits, releaseUnits } from '../../src/lease/sql.js';
+import { heavyUnits, releaseUnits } from '../../src/lease/sql/ownership.js';
 import type { Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { Recorder } from './helpers.js';
+import { Recorder } from '../support/lease.js';
 
 let db: TestDatabase;
 let traced: Sql;
@@ -113,7 +113,10 @@ describe('query plans over 100,000 units', () => {
           const scans = unitScans(await plan(s.query, s.parameters, generic));
           checked[`${name}${generic ? ' (generic)' : ''}`] = scans;
           expect(scans.length, `${name} reads leasehold_units`).toBeGreaterThan(0);
-          expect(scans.filter((x) => /Seq Scan/.test(x)), `${name}: ${scans.join(', ')}`).toEqual([]);
+          expect(
+            scans.filter((x) => /Seq Scan/.test(x)),
+            `${name}: ${scans.join(', ')}`,
+          ).toEqual([]);
         }
       }
     };
@@ -150,7 +153,10 @@ describe('query plans over 100,000 units', () => {
       for (const s of statements(marker)) {
         for (const generic of [false, true]) {
           const scans = unitScans(await plan(s.query, s.parameters, generic));
-          expect(scans.filter((x) => /Seq Scan/.test(x)), `${marker}: ${scans.join(', ')}`).toEqual([]);
+          expect(
+            scans.filter((x) => /Seq Scan/.test(x)),
+            `${marker}: ${scans.join(', ')}`,
+          ).toEqual([]);
           expect(scans.join(), marker).toMatch(/leasehold_units_heavy/);
         }
       }

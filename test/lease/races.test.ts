@@ -4,7 +4,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { putTenantUnits, sweep } from '../../src/lease/index.js';
 import type { Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { clear, concurrently, expire, liveIds, member, ownedKeys, type Member } from './helpers.js';
+import { clear, concurrently, expire, liveIds, member, ownedKeys, type Member } from '../support/lease.js';
+import { sleep } from '../support/time.js';
 
 let db: TestDatabase;
 let pools: Sql[];
@@ -48,11 +49,12 @@ describe('racing sweeps, claims and releases', () => {
         const r = Math.random();
         if (r < 0.45) ops.push(() => (counts.tick++, m.leaser.tick()));
         else if (r < 0.65) ops.push(() => (counts.release++, m.leaser.release()));
-        else if (r < 0.7) ops.push(async () => {
-          counts.leave++;
-          await m.leaser.release();
-          await m.leaser.deleteProcess();
-        });
+        else if (r < 0.7)
+          ops.push(async () => {
+            counts.leave++;
+            await m.leaser.release();
+            await m.leaser.deleteProcess();
+          });
         else if (r < 0.95) ops.push(() => (counts.heartbeat++, m.leaser.heartbeat()));
       }
       // Two schedulers sweep at once.
@@ -151,11 +153,13 @@ describe('a process swept while it releases', () => {
     });
     await ready;
     const swept = sweep(pools[2], 3_600_000);
-    await new Promise((r) => setTimeout(r, 200));
+    await sleep(200);
     commit();
     await writer;
     expect(await swept).toEqual({ processes: 1, units: 10 });
-    const rows = await db.sql<{ owner: string | null; weight: number }[]>`select owner, weight from leasehold_units order by shard`;
+    const rows = await db.sql<
+      { owner: string | null; weight: number }[]
+    >`select owner, weight from leasehold_units order by shard`;
     expect(rows.map((r) => r.owner)).toEqual(Array(10).fill(null));
     expect(rows.map((r) => r.weight)).toEqual([1, 1, 1, 5, 1, 1, 1, 5, 1, 1]);
   });

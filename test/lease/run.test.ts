@@ -6,7 +6,9 @@ import { systemClock, type Clock } from '../../src/clock.js';
 import { putTenantUnits } from '../../src/lease/index.js';
 import { connect } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { clear, member, ownedCounts, sleep } from './helpers.js';
+import { clear, member, ownedCounts } from '../support/lease.js';
+import { sleep } from '../support/time.js';
+import { waitFor } from '../support/waits.js';
 
 let db: TestDatabase;
 
@@ -19,16 +21,6 @@ afterAll(() => db.close());
 function recordingClock(): Clock & { sleeps: number[] } {
   const sleeps: number[] = [];
   return { sleeps, now: () => Date.now(), sleep: (ms, signal) => (sleeps.push(ms), systemClock.sleep(ms, signal)) };
-}
-
-async function waitFor<T>(what: string, check: () => Promise<T> | T, timeoutMs = 15_000): Promise<NonNullable<T>> {
-  const until = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await check();
-    if (v) return v as NonNullable<T>;
-    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
-    await sleep(20);
-  }
 }
 
 /** A free TCP port on 127.0.0.1 (nothing listens on it when this returns). */
@@ -109,7 +101,7 @@ describe('run', () => {
     expect(m.leaser.ready()).toBe(false);
     const p = await proxy(port, target);
     try {
-      await waitFor('the share', () => m.rec.owned.size === 8);
+      await waitFor('the share', () => m.rec.owned.size === 8, { timeoutMs: 15_000, everyMs: 20 });
       expect(m.leaser.ready()).toBe(true);
     } finally {
       ac.abort();
@@ -128,10 +120,14 @@ describe('run', () => {
     const ms = [0, 1, 2].map(() => member(db.connect({ max: 1 }), config));
     const ac = new AbortController();
     const runs = ms.map((m) => m.leaser.run(ac.signal));
-    await waitFor('equal shares', async () => {
-      const counts = await ownedCounts(db.sql);
-      return ms.every((m) => counts.get(m.leaser.processId)?.units === 10 && m.rec.owned.size === 10);
-    });
+    await waitFor(
+      'equal shares',
+      async () => {
+        const counts = await ownedCounts(db.sql);
+        return ms.every((m) => counts.get(m.leaser.processId)?.units === 10 && m.rec.owned.size === 10);
+      },
+      { timeoutMs: 15_000, everyMs: 20 },
+    );
     // Heartbeats keep the rows live past the first TTL.
     const [before] = await db.sql<{ at: Date }[]>`select min(heartbeat_at) as at from leasehold_processes`;
     await sleep(700);

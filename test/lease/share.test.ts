@@ -16,9 +16,9 @@ import {
   ownedCounts,
   ownedKeys,
   owners,
-  sleep,
   type Member,
-} from './helpers.js';
+} from '../support/lease.js';
+import { sleep } from '../support/time.js';
 
 let db: TestDatabase;
 let pools: Sql[];
@@ -103,7 +103,11 @@ describe('fair shares', () => {
         }
         if (r < 0.1 && members.size < 9) {
           joined++;
-          running.push(join().then(loop).catch((e) => errors.push(e)));
+          running.push(
+            join()
+              .then(loop)
+              .catch((e) => errors.push(e)),
+          );
         }
         if (r < 0.3) await m.leaser.heartbeat();
         else await m.leaser.tick();
@@ -251,7 +255,8 @@ describe('weights', () => {
     const fairShare = Math.ceil(total / 3);
     for (let rep = 0; rep < 5; rep++) {
       await clear(db.sql);
-      for (let w = 1; w <= n; w++) await putTenantUnits(db.sql, `t${String(w).padStart(2, '0')}`, { job: 'sync', shards: 1, weight: w });
+      for (let w = 1; w <= n; w++)
+        await putTenantUnits(db.sql, `t${String(w).padStart(2, '0')}`, { job: 'sync', shards: 1, weight: w });
       const ms = [0, 1, 2].map((i) => member(pools[i]));
       await concurrently(ms, (m) => m.leaser.heartbeat());
       for (let round = 0; round < 10; round++) await concurrently(ms, (m) => m.leaser.tick());

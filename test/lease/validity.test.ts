@@ -6,7 +6,8 @@ import { Leaser, putTenantUnits } from '../../src/lease/index.js';
 import { connect } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { PgProxy } from '../support/pgproxy.js';
-import { clear, Recorder, sleep } from './helpers.js';
+import { clear, Recorder } from '../support/lease.js';
+import { sleep } from '../support/time.js';
 
 let db: TestDatabase;
 beforeAll(async () => {

@@ -4,6 +4,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { startHttpServer, type HttpApiHandler, type HttpServer, type HttpServerOptions } from '../../src/local/http-server.js';
 import { dashboardAssets } from '../../src/local/dashboard-assets.js';
 import { LocalPortInUseError } from '../../src/local/http-util.js';
+import { sleep } from '../support/time.js';
 
 const servers: HttpServer[] = [];
 
@@ -100,7 +101,11 @@ describe('local API Gateway (HTTP API v2) server', () => {
     const bytes = Buffer.from([0x00, 0xff, 0xfe, 0x41, 0x80]);
     await fetch(`${server.url}/upload`, { method: 'PUT', headers: { 'content-type': 'application/octet-stream' }, body: bytes });
     await fetch(`${server.url}/upload`, { method: 'PUT', headers: { 'content-type': 'text/plain' }, body: bytes });
-    await fetch(`${server.url}/upload`, { method: 'PUT', headers: { 'content-type': 'text/plain; charset=utf-8' }, body: 'héllo ✓' });
+    await fetch(`${server.url}/upload`, {
+      method: 'PUT',
+      headers: { 'content-type': 'text/plain; charset=utf-8' },
+      body: 'héllo ✓',
+    });
 
     expect(events.map((e) => e.isBase64Encoded)).toEqual([true, true, false]);
     expect(Buffer.from(events[0]!.body!, 'base64')).toEqual(bytes);
@@ -148,7 +153,11 @@ describe('local API Gateway (HTTP API v2) server', () => {
 
   it("passes bodies up to API Gateway's 10 MB to the handler by default, so the API's own limit answers", async () => {
     const server = await serve(async (event) => ({ statusCode: 200, body: String(event.body?.length) }));
-    const res = await fetch(`${server.url}/batches`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: `"${'x'.repeat(2 * 1024 * 1024)}"` });
+    const res = await fetch(`${server.url}/batches`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: `"${'x'.repeat(2 * 1024 * 1024)}"`,
+    });
     expect(res.status).toBe(200);
     expect(await res.text()).toBe(String(2 * 1024 * 1024 + 2));
   });
@@ -230,7 +239,7 @@ describe('local API Gateway (HTTP API v2) server', () => {
       },
     });
     const pending = fetch(server.url);
-    await new Promise((r) => setTimeout(r, 50));
+    await sleep(50);
     const closed = server.close();
     release();
     const res = await pending;
@@ -263,8 +272,10 @@ describe('local API Gateway (HTTP API v2) server', () => {
     expect(events.map((e) => e.rawPath)).toEqual(['/']);
   });
 
-  it("answers a missing dashboard build with 500 naming npm run build", async () => {
-    const server = await serve(async () => ({ statusCode: 204 }), { assets: dashboardAssets('/nonexistent/leasehold-dashboard') });
+  it('answers a missing dashboard build with 500 naming npm run build', async () => {
+    const server = await serve(async () => ({ statusCode: 204 }), {
+      assets: dashboardAssets('/nonexistent/leasehold-dashboard'),
+    });
     const res = await fetch(`${server.url}/`);
     expect(res.status).toBe(500);
     expect(await res.text()).toMatch(/the dashboard is not built .*run `npm run build`/);
@@ -276,7 +287,9 @@ describe('local API Gateway (HTTP API v2) server', () => {
       fetch(`${server.url}/batches/x/cancel`, { method, headers: origin === undefined ? {} : { origin } });
     const refused = await post('https://evil.example');
     expect(refused.status).toBe(403);
-    expect(await refused.json()).toEqual({ error: { code: 'forbidden', message: expect.stringMatching(/^POST from a page of https:\/\/evil\.example is refused/) } });
+    expect(await refused.json()).toEqual({
+      error: { code: 'forbidden', message: expect.stringMatching(/^POST from a page of https:\/\/evil\.example is refused/) },
+    });
     expect((await post('http://127.0.0.1:1')).status).toBe(403);
     expect(events).toEqual([]);
     // Its own pages, the CLI (no Origin) and reads from anywhere go on.
@@ -290,8 +303,15 @@ describe('local API Gateway (HTTP API v2) server', () => {
     const { server, events } = await recording();
     const withAssets = await serve(async () => ({ statusCode: 204 }), { assets: dashboardAssets() });
     const port = (s: HttpServer) => Number(new URL(s.url).port);
-    for (const [method, path] of [['GET', '/batches'], ['PUT', '/concurrency'], ['POST', '/batches']] as const) {
-      const res = await hostRequest(port(server), method, path, { host: `evil.example:${port(server)}`, origin: `http://evil.example:${port(server)}` });
+    for (const [method, path] of [
+      ['GET', '/batches'],
+      ['PUT', '/concurrency'],
+      ['POST', '/batches'],
+    ] as const) {
+      const res = await hostRequest(port(server), method, path, {
+        host: `evil.example:${port(server)}`,
+        origin: `http://evil.example:${port(server)}`,
+      });
       expect([method, res.status]).toEqual([method, 403]);
       expect(JSON.parse(res.body).error.code).toBe('forbidden');
     }
@@ -306,7 +326,12 @@ describe('local API Gateway (HTTP API v2) server', () => {
 });
 
 /** A request with headers fetch would not let a caller set (Host). */
-function hostRequest(port: number, method: string, path: string, headers: Record<string, string>): Promise<{ status: number; body: string }> {
+function hostRequest(
+  port: number,
+  method: string,
+  path: string,
+  headers: Record<string, string>,
+): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
     const req = request({ host: '127.0.0.1', port, method, path, headers }, (res) => {
       let body = '';

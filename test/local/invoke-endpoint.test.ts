@@ -9,6 +9,8 @@ import {
   type InvokeEndpoint,
   type InvokeEndpointOptions,
 } from '../../src/local/index.js';
+import { deferred } from '../support/waits.js';
+import { sleep } from '../support/time.js';
 
 const encode = (value: unknown) => new TextEncoder().encode(JSON.stringify(value));
 const decode = (bytes: Uint8Array | undefined) => JSON.parse(new TextDecoder().decode(bytes)) as unknown;
@@ -32,12 +34,6 @@ async function started(options: InvokeEndpointOptions) {
   endpoints.push(endpoint);
   const { url } = await endpoint.start();
   return { endpoint, url };
-}
-
-function deferred() {
-  let resolve!: () => void;
-  const promise = new Promise<void>((r) => (resolve = r));
-  return { promise, resolve };
 }
 
 afterEach(async () => {
@@ -188,7 +184,7 @@ describe('local Lambda invoke endpoint', () => {
           now++;
           peak = Math.max(peak, now);
           started_.push((event as { n: number }).n);
-          await new Promise((r) => setTimeout(r, 20 + Math.random() * 20));
+          await sleep(20 + Math.random() * 20);
           now--;
         },
       },
@@ -196,7 +192,9 @@ describe('local Lambda invoke endpoint', () => {
     const lambda = client(url);
     // Sequential sends fix the arrival order, so FIFO start order is observable.
     for (let n = 0; n < 20; n++) {
-      const out = await lambda.send(new InvokeCommand({ FunctionName: 'worker', InvocationType: 'Event', Payload: encode({ n }) }));
+      const out = await lambda.send(
+        new InvokeCommand({ FunctionName: 'worker', InvocationType: 'Event', Payload: encode({ n }) }),
+      );
       expect(out.StatusCode).toBe(202);
       expect(endpoint.running()).toBeLessThanOrEqual(3);
     }
@@ -219,7 +217,7 @@ describe('local Lambda invoke endpoint', () => {
         worker: async () => {
           now++;
           peak = Math.max(peak, now);
-          await new Promise((r) => setTimeout(r, 30));
+          await sleep(30);
           now--;
         },
       },
@@ -308,10 +306,19 @@ describe('local Lambda invoke endpoint', () => {
     const { port } = new URL(url);
     const invoke = (headers: Record<string, string>) =>
       new Promise<number>((resolve, reject) => {
-        const req = httpRequest({ host: '127.0.0.1', port, method: 'POST', path: '/2015-03-31/functions/worker/invocations', headers: { 'content-type': 'text/plain', ...headers } }, (res) => {
-          res.resume();
-          res.on('end', () => resolve(res.statusCode ?? 0));
-        });
+        const req = httpRequest(
+          {
+            host: '127.0.0.1',
+            port,
+            method: 'POST',
+            path: '/2015-03-31/functions/worker/invocations',
+            headers: { 'content-type': 'text/plain', ...headers },
+          },
+          (res) => {
+            res.resume();
+            res.on('end', () => resolve(res.statusCode ?? 0));
+          },
+        );
         req.on('error', reject);
         req.end('{}');
       });
@@ -328,7 +335,7 @@ describe('local Lambda invoke endpoint', () => {
       concurrency: 1,
       functions: {
         worker: async (event: unknown) => {
-          await new Promise((r) => setTimeout(r, 30));
+          await sleep(30);
           ran.push((event as { n: number }).n);
         },
       },

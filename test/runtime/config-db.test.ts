@@ -30,7 +30,12 @@ describe('database configuration', () => {
   });
 
   it('reads the agreed variables', () => {
-    const c = loadConfig({ ...host, LEASEHOLD_DB_PORT: '6543', LEASEHOLD_WORKER_FUNCTION: 'app-prod-worker', LEASEHOLD_DEADLINE_MARGIN_MS: '15000' });
+    const c = loadConfig({
+      ...host,
+      LEASEHOLD_DB_PORT: '6543',
+      LEASEHOLD_WORKER_FUNCTION: 'app-prod-worker',
+      LEASEHOLD_DEADLINE_MARGIN_MS: '15000',
+    });
     expect(c.db).toMatchObject({
       host: host.LEASEHOLD_DB_HOST,
       port: 6543,
@@ -80,7 +85,9 @@ describe('database configuration', () => {
       expect(error!.variable).toBe('DATABASE_URL');
       expect(error!.message).not.toContain('s3cr3t');
     }
-    expect(() => loadConfig({ DATABASE_URL: 'postgres://u:s3cr3t@host:99999/db' })).toThrow('(got "postgres://u:***@host:99999/db")');
+    expect(() => loadConfig({ DATABASE_URL: 'postgres://u:s3cr3t@host:99999/db' })).toThrow(
+      '(got "postgres://u:***@host:99999/db")',
+    );
     expect(loadConfig({ DATABASE_URL: 'postgresql://u:p@127.0.0.1/db' }).databaseUrl).toBe('postgresql://u:p@127.0.0.1/db');
   });
 
@@ -99,9 +106,19 @@ describe('database configuration', () => {
 
 describe('start limits configuration', () => {
   it('defaults to 200,000 items, 64 KiB inputs, 512 MiB in all and 64 KiB bodies, and reads each variable', () => {
-    expect(loadConfig({})).toMatchObject({ maxItems: 200_000, maxInputBytes: 65_536, maxTotalBytes: 536_870_912, maxBodyBytes: 65_536 });
+    expect(loadConfig({})).toMatchObject({
+      maxItems: 200_000,
+      maxInputBytes: 65_536,
+      maxTotalBytes: 536_870_912,
+      maxBodyBytes: 65_536,
+    });
     expect(
-      loadConfig({ LEASEHOLD_MAX_ITEMS: '10', LEASEHOLD_MAX_INPUT_BYTES: '0', LEASEHOLD_MAX_TOTAL_BYTES: '1000', LEASEHOLD_MAX_BODY_BYTES: '6291456' }),
+      loadConfig({
+        LEASEHOLD_MAX_ITEMS: '10',
+        LEASEHOLD_MAX_INPUT_BYTES: '0',
+        LEASEHOLD_MAX_TOTAL_BYTES: '1000',
+        LEASEHOLD_MAX_BODY_BYTES: '6291456',
+      }),
     ).toMatchObject({ maxItems: 10, maxInputBytes: 0, maxTotalBytes: 1000, maxBodyBytes: 6_291_456 });
   });
 

@@ -4,9 +4,11 @@
 // with jittered backoff within the scheduler's invocation.
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { isConnectionRefused, loadConfig, retryRefusedConnection, runScheduler, type Dispatcher } from '../../src/runtime/index.js';
+import { isConnectionRefused, loadConfig, retryRefusedConnection, runScheduler } from '../../src/runtime/index.js';
+import { type Dispatcher } from '../../src/batch/index.js';
 import { connect, migrate, type RuntimeRoleResult, type Sql } from '../../src/store/index.js';
 import { databaseUrl } from '../support/db.js';
+import { sleep } from '../support/time.js';
 
 // A database of its own (its CONNECTION LIMIT is the input) and roles unique to this run: the
 // server may be shared.
@@ -59,7 +61,6 @@ afterAll(async () => {
 
 const noDispatch: Dispatcher = { invoke: async () => {} };
 const config = () => loadConfig({ DATABASE_URL: urlAs(scheduler) });
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 describe('the connection budget', () => {
   it("gives the runtime's role the database's limit less the reserve", () => {
@@ -69,7 +70,9 @@ describe('the connection budget', () => {
   });
 
   it('a database with CONNECTION LIMIT 10 and 12 worker pools of 4 as the runner role: the fleet stays within 8 connections and the scheduler runs', async () => {
-    const workers = Array.from({ length: 12 }, () => connect(urlAs(runner), { max: 4, applicationName: 'leasehold-test-worker', connectTimeoutS: 5 }));
+    const workers = Array.from({ length: 12 }, () =>
+      connect(urlAs(runner), { max: 4, applicationName: 'leasehold-test-worker', connectTimeoutS: 5 }),
+    );
     const sched = connect(urlAs(scheduler), { max: 4, applicationName: 'leasehold-test-scheduler' });
     try {
       let refused = 0;

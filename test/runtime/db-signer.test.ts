@@ -7,7 +7,15 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ConfigError, databaseTarget, dbTls, iamTokenPassword, loadConfig, openDatabase, rdsCertificateAuthorities } from '../../src/runtime/index.js';
+import {
+  ConfigError,
+  databaseTarget,
+  dbTls,
+  iamTokenPassword,
+  loadConfig,
+  openDatabase,
+  rdsCertificateAuthorities,
+} from '../../src/runtime/index.js';
 import { connect, type Sql } from '../../src/store/index.js';
 import { fakePostgres, type FakePostgres } from './fake-postgres.js';
 
@@ -55,10 +63,27 @@ try {
 function selfSigned(dir: string): { key: string; cert: string; certFile: string } {
   const keyFile = join(dir, 'key.pem');
   const certFile = join(dir, 'cert.pem');
-  execFileSync('openssl', [
-    'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', keyFile, '-out', certFile, '-days', '2',
-    '-subj', '/CN=localhost', '-addext', 'subjectAltName=DNS:localhost',
-  ], { stdio: 'ignore' });
+  execFileSync(
+    'openssl',
+    [
+      'req',
+      '-x509',
+      '-newkey',
+      'rsa:2048',
+      '-nodes',
+      '-keyout',
+      keyFile,
+      '-out',
+      certFile,
+      '-days',
+      '2',
+      '-subj',
+      '/CN=localhost',
+      '-addext',
+      'subjectAltName=DNS:localhost',
+    ],
+    { stdio: 'ignore' },
+  );
   return { key: readFileSync(keyFile, 'utf8'), cert: readFileSync(certFile, 'utf8'), certFile };
 }
 
@@ -109,7 +134,13 @@ describe('IAM database authentication', () => {
     const server = await fakePostgres();
     servers.push(server);
     let calls = 0;
-    const tokens = iamTokenPassword({ host: server.host, port: server.port, user: 'leasehold_runtime', region: REGION, credentials });
+    const tokens = iamTokenPassword({
+      host: server.host,
+      port: server.port,
+      user: 'leasehold_runtime',
+      region: REGION,
+      credentials,
+    });
     const sql = connect(
       {
         host: server.host,
@@ -137,50 +168,72 @@ describe('IAM database authentication', () => {
     }
   });
 
-  it.skipIf(!hasOpenssl)('from the configuration: TLS verified first, then the token as the password (skipped without openssl, which makes the test certificates)', async () => {
-    const cert = selfSigned(dir);
-    const server = await fakePostgres({ tls: cert });
-    servers.push(server);
-    const config = loadConfig(iamEnv({ LEASEHOLD_DB_HOST: server.host, LEASEHOLD_DB_PORT: String(server.port), LEASEHOLD_DB_CA_FILE: cert.certFile }));
-    const sql = openDatabase(config, { credentials, max: 1 });
-    pools.push(sql);
-    await expect(sql`select 1`).rejects.toMatchObject({ code: '28P01' });
-    expect(server.logins).toHaveLength(1);
-    expect(server.logins[0].tls).toBe(true);
-    expect(server.logins[0].params).toMatchObject({ user: 'leasehold_runtime', database: 'leasehold', application_name: 'leasehold' });
-    const { host, user } = verifyToken(server.logins[0].password!, credentials.secretAccessKey);
-    expect(host).toBe(`localhost:${server.port}`);
-    expect(user).toBe('leasehold_runtime');
-  });
+  it.skipIf(!hasOpenssl)(
+    'from the configuration: TLS verified first, then the token as the password (skipped without openssl, which makes the test certificates)',
+    async () => {
+      const cert = selfSigned(dir);
+      const server = await fakePostgres({ tls: cert });
+      servers.push(server);
+      const config = loadConfig(
+        iamEnv({ LEASEHOLD_DB_HOST: server.host, LEASEHOLD_DB_PORT: String(server.port), LEASEHOLD_DB_CA_FILE: cert.certFile }),
+      );
+      const sql = openDatabase(config, { credentials, max: 1 });
+      pools.push(sql);
+      await expect(sql`select 1`).rejects.toMatchObject({ code: '28P01' });
+      expect(server.logins).toHaveLength(1);
+      expect(server.logins[0].tls).toBe(true);
+      expect(server.logins[0].params).toMatchObject({
+        user: 'leasehold_runtime',
+        database: 'leasehold',
+        application_name: 'leasehold',
+      });
+      const { host, user } = verifyToken(server.logins[0].password!, credentials.secretAccessKey);
+      expect(host).toBe(`localhost:${server.port}`);
+      expect(user).toBe('leasehold_runtime');
+    },
+  );
 
-  it.skipIf(!hasOpenssl)('a server whose certificate the RDS bundle does not vouch for gets no password (skipped without openssl)', async () => {
-    const cert = selfSigned(dir);
-    const server = await fakePostgres({ tls: cert });
-    servers.push(server);
-    const config = loadConfig(iamEnv({ LEASEHOLD_DB_HOST: server.host, LEASEHOLD_DB_PORT: String(server.port) }));
-    const sql = openDatabase(config, { credentials, max: 1 });
-    pools.push(sql);
-    await expect(sql`select 1`).rejects.toThrow(/self[- ]signed certificate/);
-    expect(server.logins.filter((l) => l.password !== undefined)).toEqual([]);
-  });
+  it.skipIf(!hasOpenssl)(
+    'a server whose certificate the RDS bundle does not vouch for gets no password (skipped without openssl)',
+    async () => {
+      const cert = selfSigned(dir);
+      const server = await fakePostgres({ tls: cert });
+      servers.push(server);
+      const config = loadConfig(iamEnv({ LEASEHOLD_DB_HOST: server.host, LEASEHOLD_DB_PORT: String(server.port) }));
+      const sql = openDatabase(config, { credentials, max: 1 });
+      pools.push(sql);
+      await expect(sql`select 1`).rejects.toThrow(/self[- ]signed certificate/);
+      expect(server.logins.filter((l) => l.password !== undefined)).toEqual([]);
+    },
+  );
 
-  it.skipIf(!hasOpenssl)('a certificate for another name is refused (the host name is verified; skipped without openssl)', async () => {
-    const cert = selfSigned(dir);
-    const server = await fakePostgres({ tls: cert });
-    servers.push(server);
-    // By address: the certificate names `localhost` only.
-    const config = loadConfig(iamEnv({ LEASEHOLD_DB_HOST: server.address, LEASEHOLD_DB_PORT: String(server.port), LEASEHOLD_DB_CA_FILE: cert.certFile }));
-    const sql = openDatabase(config, { credentials, max: 1 });
-    pools.push(sql);
-    await expect(sql`select 1`).rejects.toMatchObject({ code: 'ERR_TLS_CERT_ALTNAME_INVALID' });
-    expect(server.logins.filter((l) => l.password !== undefined)).toEqual([]);
-  });
+  it.skipIf(!hasOpenssl)(
+    'a certificate for another name is refused (the host name is verified; skipped without openssl)',
+    async () => {
+      const cert = selfSigned(dir);
+      const server = await fakePostgres({ tls: cert });
+      servers.push(server);
+      // By address: the certificate names `localhost` only.
+      const config = loadConfig(
+        iamEnv({
+          LEASEHOLD_DB_HOST: server.address,
+          LEASEHOLD_DB_PORT: String(server.port),
+          LEASEHOLD_DB_CA_FILE: cert.certFile,
+        }),
+      );
+      const sql = openDatabase(config, { credentials, max: 1 });
+      pools.push(sql);
+      await expect(sql`select 1`).rejects.toMatchObject({ code: 'ERR_TLS_CERT_ALTNAME_INVALID' });
+      expect(server.logins.filter((l) => l.password !== undefined)).toEqual([]);
+    },
+  );
 });
 
 describe('TLS towards RDS', () => {
-  const subjects = (pems: string[]) => pems.map((p) => new X509Certificate(p).subject.split('\n').find((l) => l.startsWith('CN='))!);
+  const subjects = (pems: string[]) =>
+    pems.map((p) => new X509Certificate(p).subject.split('\n').find((l) => l.startsWith('CN='))!);
 
-  it('carries the RDS CA bundle (the global bundle\'s roots still valid) and verifies', () => {
+  it("carries the RDS CA bundle (the global bundle's roots still valid) and verifies", () => {
     const tls = dbTls({ tls: 'rds', caFile: undefined });
     expect(tls).toMatchObject({ rejectUnauthorized: true });
     if (!tls) throw new Error('expected TLS options');
@@ -199,7 +252,7 @@ describe('TLS towards RDS', () => {
     expect(tls.ca!.length).toBeGreaterThan(80);
   });
 
-  it('the configured target carries the same options; a CA file adds to the bundle, system keeps Node\'s store', () => {
+  it("the configured target carries the same options; a CA file adds to the bundle, system keeps Node's store", () => {
     const target = databaseTarget(loadConfig(iamEnv()), credentials);
     if (typeof target === 'string' || !target.ssl) throw new Error('expected TLS');
     expect(target.ssl.rejectUnauthorized).toBe(true);

@@ -97,6 +97,7 @@ export async function fakePostgres(options: { tls?: { key: string; cert: string 
         const body = buffer.subarray(5, 1 + len);
         buffer = buffer.subarray(1 + len);
         if (type === 'p') {
+          // eslint-disable-next-line no-control-regex -- the message ends in a NUL
           login.password = body.toString('utf8').replace(/\u0000$/, '');
           socket.end(errorResponse('28P01', 'password authentication failed (fake server: password recorded)'));
           return;

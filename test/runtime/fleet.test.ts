@@ -2,8 +2,11 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createBatch } from '../../src/batch/index.js';
 import { defaultRegistry } from '../../src/jobs/index.js';
 import { putTenantUnits, setDesired, deleteTenantUnits } from '../../src/lease/index.js';
-import { loadConfig, runScheduler, runWorker, type Dispatcher, type WorkerEvent } from '../../src/runtime/index.js';
+import { loadConfig, runScheduler, runWorker } from '../../src/runtime/index.js';
+import { type Dispatcher, type WorkerEvent } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
+import { sleep } from '../support/time.js';
+import { silentLog } from '../../src/log.js';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -56,7 +59,9 @@ describe('scheduler keeps the desired count of live processes', () => {
     }
     const d = recording();
     const runs = await Promise.all(
-      Array.from({ length: 6 }, () => runScheduler({ sql: db.connect({ max: 1 }), config: config({ LEASEHOLD_INVOKE_CAP: '4' }), dispatcher: d })),
+      Array.from({ length: 6 }, () =>
+        runScheduler({ sql: db.connect({ max: 1 }), config: config({ LEASEHOLD_INVOKE_CAP: '4' }), dispatcher: d }),
+      ),
     );
     // 7 desired − 2 live = 5, but each run invokes at most 4: the first takes 4, another 1, the rest 0.
     expect(runs.map((r) => r.invoked).sort()).toEqual([0, 0, 0, 0, 1, 4]);
@@ -89,29 +94,34 @@ describe('a worker process', () => {
     expect(plan.invoked).toBe(3);
     const seen: number[] = [];
     const workers = d.events.splice(0).map((event) =>
-      runWorker(event, { getRemainingTimeInMillis: () => 3000 }, {
-        sql: db.sql,
-        jobs: defaultRegistry(),
-        config: config(),
-        dispatcher: d,
-        units: () => {
-          let owned = 0;
-          return {
-            unitsGained(u) {
-              owned += u.length;
-              seen.push(owned);
-            },
-            unitsLost(u) {
-              owned -= u.length;
-            },
-            inFlight: () => 0,
-            close: async () => {},
-          };
+      runWorker(
+        event,
+        { getRemainingTimeInMillis: () => 3000 },
+        {
+          log: silentLog,
+          sql: db.sql,
+          jobs: defaultRegistry(),
+          config: config(),
+          dispatcher: d,
+          units: () => {
+            let owned = 0;
+            return {
+              unitsGained(u) {
+                owned += u.length;
+                seen.push(owned);
+              },
+              unitsLost(u) {
+                owned -= u.length;
+              },
+              inFlight: () => 0,
+              close: async () => {},
+            };
+          },
         },
-      }),
+      ),
     );
     // While they live: three processes, 2 units each, no invocation pending any more.
-    await new Promise((r) => setTimeout(r, 1500));
+    await sleep(1500);
     const live = await db.sql`select p.id, (select count(*) from leasehold_units u where u.owner = p.id) as units
       from leasehold_processes p where expires_at > now()`;
     expect(live.map((p) => p.units)).toEqual([2, 2, 2]);
@@ -129,12 +139,11 @@ describe('a worker process', () => {
   it('with no unit work, an idle worker returns soon instead of waiting for its deadline', async () => {
     await deleteTenantUnits(db.sql, 'acme');
     const t0 = Date.now();
-    const r = await runWorker({}, { getRemainingTimeInMillis: () => 60_000 }, {
-      sql: db.sql,
-      jobs: defaultRegistry(),
-      config: config(),
-      dispatcher: recording(),
-    });
+    const r = await runWorker(
+      {},
+      { getRemainingTimeInMillis: () => 60_000 },
+      { log: silentLog, sql: db.sql, jobs: defaultRegistry(), config: config(), dispatcher: recording() },
+    );
     expect(r.reason).toBe('idle');
     expect(Date.now() - t0).toBeLessThan(5_000);
     expect((await db.sql`select count(*) as n from leasehold_processes`)[0].n).toBe(0);
@@ -142,7 +151,14 @@ describe('a worker process', () => {
 
   it('an open batch with no unit work brings a dispatched worker, not the fleet', async () => {
     await setDesired(db.sql, 3);
-    await createBatch(db.sql, { tenant: 't', datasource: 'd', job: 'checksum', params: { dir: '/tmp' }, requestKey: 'k', items: [{ key: 'x' }] });
+    await createBatch(db.sql, {
+      tenant: 't',
+      datasource: 'd',
+      job: 'checksum',
+      params: { dir: '/tmp' },
+      requestKey: 'k',
+      items: [{ key: 'x' }],
+    });
     const d = recording();
     const r = await runScheduler({ sql: db.sql, config: config(), dispatcher: d });
     expect(r.dispatched).toHaveLength(1);

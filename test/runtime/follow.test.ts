@@ -9,6 +9,8 @@ import { planInvocations, putTenantUnits, setDesired } from '../../src/lease/ind
 import { loadConfig } from '../../src/runtime/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { inProcessFleet, slowJobs, type InProcessFleet } from '../support/fleet.js';
+import { sleep } from '../support/time.js';
+import { waitFor } from '../support/waits.js';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -22,7 +24,6 @@ beforeEach(async () => {
 });
 
 const TICK_MS = 1_000;
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 const config = (extra: Record<string, string> = {}) =>
   loadConfig({
@@ -45,19 +46,11 @@ const jobs = slowJobs();
 async function ownership(): Promise<{ orphaned: number; weights: number[] }> {
   const [r] = await db.sql<{ orphaned: number }[]>`select count(*) as orphaned from leasehold_units u
     where not exists (select 1 from leasehold_processes p where p.id = u.owner and p.expires_at > now())`;
-  const rows = await db.sql<{ weight: number }[]>`select (select coalesce(sum(weight), 0) from leasehold_units u where u.owner = p.id)::int as weight
+  const rows = await db.sql<
+    { weight: number }[]
+  >`select (select coalesce(sum(weight), 0) from leasehold_units u where u.owner = p.id)::int as weight
     from leasehold_processes p where p.expires_at > now() and p.role = 'fleet' and not p.retiring`;
   return { orphaned: r.orphaned, weights: rows.map((x) => x.weight) };
-}
-
-/** Wait until `ok()` holds, checking every 50 ms, for at most `ms`. */
-async function until(ok: () => Promise<boolean>, ms: number): Promise<boolean> {
-  const end = Date.now() + ms;
-  for (;;) {
-    if (await ok()) return true;
-    if (Date.now() > end) return false;
-    await sleep(50);
-  }
 }
 
 /** Every unit owned by a live process, each within ±20 % of an even split among `n`. */
@@ -86,7 +79,7 @@ describe('the live count follows the desired count', () => {
     await setDesired(db.sql, 10);
     fleet = inProcessFleet(db.sql, config(), { jobs, drop: (_n, e) => e.batchId !== undefined });
     expect((await fleet.tick()).invoked).toBe(10);
-    expect(await until(balanced(10, 600), 5_000)).toBe(true);
+    await waitFor('the units balanced among 10 processes', balanced(10, 600), { timeoutMs: 5_000, everyMs: 50 });
 
     // Down: the first run asks exactly 7 to retire; by the second, 3 are live.
     await setDesired(db.sql, 3);
@@ -101,7 +94,7 @@ describe('the live count follows the desired count', () => {
     expect(retired).toHaveLength(7);
     expect(retired.every((r) => r.role === 'fleet')).toBe(true);
     // Nothing lost: every unit owned again within two rebalancing intervals, evenly.
-    expect(await until(balanced(3, 600), 2 * 200 + 500)).toBe(true);
+    await waitFor('the units balanced among 3 processes', balanced(3, 600), { timeoutMs: 2 * 200 + 500, everyMs: 50 });
 
     // Up: the first run invokes 7; by the second, 10 are live and nothing more is invoked.
     await setDesired(db.sql, 10);
@@ -109,10 +102,13 @@ describe('the live count follows the desired count', () => {
     await sleep(TICK_MS);
     expect((await fleet.tick()).invoked).toBe(0);
     expect(await fleet.live()).toEqual({ fleet: 10, retiring: 0, batch: 0 });
-    expect(await until(balanced(10, 600), 2_000)).toBe(true);
+    await waitFor('the units balanced among 10 processes', balanced(10, 600), { timeoutMs: 2_000, everyMs: 50 });
 
     // The batch ends with every item done once.
-    expect(await until(async () => (await getBatch(db.sql, batch.id)).status !== 'open', 20_000)).toBe(true);
+    await waitFor('the batch to end', async () => (await getBatch(db.sql, batch.id)).status !== 'open', {
+      timeoutMs: 20_000,
+      everyMs: 50,
+    });
     const b = await getBatch(db.sql, batch.id);
     expect(b.status).toBe('succeeded');
     expect(b.counts.done).toBe(60);
@@ -133,8 +129,8 @@ describe('the live count follows the desired count', () => {
     const second = await fleet.tick();
     expect(second.fleet).toEqual({ desired: 3, live: 2, pending: 0 });
     expect(second.invoked).toBe(1);
-    expect(await until(async () => (await fleet!.live()).fleet === 3, 1_000)).toBe(true);
-    expect(await until(balanced(3, 30), 1_000)).toBe(true);
+    await waitFor('three live fleet processes', async () => (await fleet!.live()).fleet === 3, { timeoutMs: 1_000, everyMs: 50 });
+    await waitFor('the units balanced among 3 processes', balanced(3, 30), { timeoutMs: 1_000, everyMs: 50 });
     await fleet.stop();
     fleet = undefined;
   }, 30_000);
@@ -154,7 +150,10 @@ describe('the live count follows the desired count', () => {
     // No unit work: no fleet worker takes it; the cooldown (500 ms) passes and it goes out again.
     await sleep(TICK_MS);
     expect((await fleet.tick()).dispatched).toEqual([batch.id]);
-    expect(await until(async () => (await getBatch(db.sql, batch.id)).status === 'succeeded', 5_000)).toBe(true);
+    await waitFor('the batch to succeed', async () => (await getBatch(db.sql, batch.id)).status === 'succeeded', {
+      timeoutMs: 5_000,
+      everyMs: 50,
+    });
     const results = await fleet.stop();
     fleet = undefined;
     expect(results.map((r) => r.role)).toEqual(['batch']);
@@ -175,17 +174,26 @@ describe('the live count follows the desired count', () => {
     const first = await fleet.tick();
     expect(first.dispatched).toEqual([batch.id]);
     expect(first.invoked).toBe(2);
-    expect(await until(async () => (await fleet!.live()).batch === 1 && (await fleet!.live()).fleet === 2, 2_000)).toBe(true);
-    expect(await until(balanced(2, 12), 2_000)).toBe(true);
-    const [batchWorker] = await db.sql<{ units: number }[]>`select (select count(*) from leasehold_units u where u.owner = p.id) as units
+    await waitFor(
+      'one batch worker and two fleet processes',
+      async () => (await fleet!.live()).batch === 1 && (await fleet!.live()).fleet === 2,
+      { timeoutMs: 2_000, everyMs: 50 },
+    );
+    await waitFor('the units balanced among 2 processes', balanced(2, 12), { timeoutMs: 2_000, everyMs: 50 });
+    const [batchWorker] = await db.sql<
+      { units: number }[]
+    >`select (select count(*) from leasehold_units u where u.owner = p.id) as units
       from leasehold_processes p where p.role = 'batch'`;
     expect(batchWorker.units).toBe(0);
     // Counted apart: the plan sees 2 live, invokes nothing and retires nobody.
     const plan = await planInvocations(db.sql, { cap: 10, pendingMs: 1_000 });
     expect(plan).toMatchObject({ desired: 2, live: 2, invocations: [], retired: [] });
     // Once its batch is done, the batch worker leaves; the fleet stays.
-    expect(await until(async () => (await getBatch(db.sql, batch.id)).status === 'succeeded', 10_000)).toBe(true);
-    expect(await until(async () => (await fleet!.live()).batch === 0, 2_000)).toBe(true);
+    await waitFor('the batch to succeed', async () => (await getBatch(db.sql, batch.id)).status === 'succeeded', {
+      timeoutMs: 10_000,
+      everyMs: 50,
+    });
+    await waitFor('no batch worker left', async () => (await fleet!.live()).batch === 0, { timeoutMs: 2_000, everyMs: 50 });
     expect((await fleet.live()).fleet).toBe(2);
     expect(fleet.returned.map((r) => [r.role, r.reason])).toEqual([['batch', 'idle']]);
     await fleet.stop();

@@ -6,6 +6,8 @@ import { defineJob, JobRegistry, defaultJobContext } from '../../src/jobs/index.
 import { createInvokeEndpoint, type InvocationOutcome } from '../../src/local/invoke-endpoint.js';
 import { loadConfig, runScheduler, runWorker, LambdaDispatcher, type WorkerResult } from '../../src/runtime/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
+import { sleep } from '../support/time.js';
+import { silentLog } from '../../src/log.js';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -49,11 +51,18 @@ describe('worker handoff through the local invoke endpoint', () => {
     const outcomes: InvocationOutcome[] = [];
     const starts: number[] = [];
     const results: WorkerResult[] = [];
+    // eslint-disable-next-line prefer-const -- assigned once the endpoint listens; its handler reads it
     let dispatcher!: LambdaDispatcher;
     const endpoint = createInvokeEndpoint({
       functions: {
         worker: async (event: unknown, context) => {
-          const r = await runWorker(event as { batchId?: string }, context, { sql: db.sql, jobs, config, dispatcher });
+          const r = await runWorker(event as { batchId?: string }, context, {
+            log: silentLog,
+            sql: db.sql,
+            jobs,
+            config,
+            dispatcher,
+          });
           results.push(r);
           return r;
         },
@@ -64,17 +73,28 @@ describe('worker handoff through the local invoke endpoint', () => {
       onDone: (o) => outcomes.push(o),
     });
     const { url } = await endpoint.start();
-    const client = new LambdaClient({ endpoint: url, region: 'us-east-1', credentials: { accessKeyId: 'l', secretAccessKey: 'l' } });
+    const client = new LambdaClient({
+      endpoint: url,
+      region: 'us-east-1',
+      credentials: { accessKeyId: 'l', secretAccessKey: 'l' },
+    });
     dispatcher = new LambdaDispatcher('worker', client);
     try {
       // 70 items × 250 ms at parallel 2 ≈ 8.75 s of work: more than one 7.5 s invocation holds.
       const items = Array.from({ length: 70 }, (_, i) => ({ key: `k${String(i).padStart(3, '0')}` }));
-      const { batch } = await createBatch(db.sql, { tenant: 't', datasource: 'd', job: 'slow', params: { ms: 250 }, requestKey: 'handoff', items });
+      const { batch } = await createBatch(db.sql, {
+        tenant: 't',
+        datasource: 'd',
+        job: 'slow',
+        params: { ms: 250 },
+        requestKey: 'handoff',
+        items,
+      });
       await dispatcher.invoke({ batchId: batch.id });
 
       const deadline = Date.now() + 40_000;
       while ((await getBatch(db.sql, batch.id)).status === 'open' && Date.now() < deadline) {
-        await new Promise((r) => setTimeout(r, 200));
+        await sleep(200);
       }
       await endpoint.idle();
       const end = await getBatch(db.sql, batch.id);
@@ -115,7 +135,9 @@ describe('worker handoff through the local invoke endpoint', () => {
       requestKey: 'sched',
       items: [{ key: 'a' }],
     });
-    const runs = await Promise.all(Array.from({ length: 8 }, () => runScheduler({ sql: db.connect({ max: 1 }), config, dispatcher })));
+    const runs = await Promise.all(
+      Array.from({ length: 8 }, () => runScheduler({ sql: db.connect({ max: 1 }), config, dispatcher })),
+    );
     const dispatched = runs.flatMap((r) => r.dispatched).filter((id) => id === batch.id);
     expect(dispatched).toEqual([batch.id]);
     expect(invoked.filter((e) => (e as { batchId: string }).batchId === batch.id)).toHaveLength(1);

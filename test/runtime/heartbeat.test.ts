@@ -7,7 +7,8 @@ import { ReconnectingLeaser } from '../../src/runtime/index.js';
 import { StoreTimeoutError } from '../../src/store/index.js';
 import { connect, type Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { dyingProxy, type DyingProxy } from '../store/tcp-proxy.js';
+import { dyingProxy, type DyingProxy } from '../support/tcp-proxy.js';
+import { sleep } from '../support/time.js';
 
 const idle: Reconciler = { unitsGained: () => {}, unitsLost: () => {}, inFlight: () => 0 };
 
@@ -46,7 +47,7 @@ describe('a heartbeat on a connection that died while the container was frozen',
     const first = await expiresAt(id);
     const accepted = proxy.accepted();
     proxy.killSilently();
-    await new Promise((r) => setTimeout(r, 20));
+    await sleep(20);
     const t0 = Date.now();
     expect(await leaser.heartbeat()).toEqual({ lapsed: false });
     expect(Date.now() - t0).toBeLessThan(2_000);

@@ -5,18 +5,19 @@ import { z } from 'zod';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createBatch, getBatch } from '../../src/batch/index.js';
 import { defineJob, defaultJobContext, JobRegistry } from '../../src/jobs/index.js';
-import { loadConfig, runWorker, type Dispatcher, type WorkerEvent, type WorkerResult } from '../../src/runtime/index.js';
+import { loadConfig, runWorker, type WorkerResult } from '../../src/runtime/index.js';
+import { type Dispatcher, type WorkerEvent } from '../../src/batch/index.js';
 import { connect, type Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { PgProxy } from '../support/pgproxy.js';
+import { sleep } from '../support/time.js';
+import { createLog, silentLog } from '../../src/log.js';
 
 let db: TestDatabase;
 beforeAll(async () => {
   db = await testDatabase();
 });
 afterAll(() => db.close());
-
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 // Proxies and the pools through them, closed after each test: the proxy first, so a stalled
 // connection does not hold the pool's end.
@@ -107,48 +108,79 @@ describe('worker under store faults', () => {
     { what: 'a move of its run', pattern: MOVE, nth: 5, name: 'move' },
     { what: 'a look for batches to take over', pattern: TAKEOVER, nth: 3, name: 'takeover' },
     { what: 'a heartbeat of its process', pattern: HEARTBEAT, nth: 3, name: 'heartbeat' },
-  ])('a worker whose store connection stalls mid-run ($what) returns before its deadline, owning nothing', async ({ pattern, nth, name }) => {
-    executions = new Map();
-    const { proxy, sql } = await proxied();
-    const key = `stall-${name}`;
-    const { batch } = await createBatch(db.sql, { tenant: 't', datasource: key, job: 'slow', params: { ms: 30 }, requestKey: key, items: items(400) });
-    // That statement gets no answer, ever: its connection goes silent.
-    let seen = 0;
-    const stall = proxy.stallAfterSend((s) => pattern.test(s) && ++seen === nth);
-    const d = recording();
-    const REMAINING = 4_000;
-    const cfg = config({ LEASEHOLD_DEADLINE_MARGIN_MS: '1500', LEASEHOLD_STORE_TIMEOUT_MS: '500', LEASEHOLD_MOVE_TRIES: '2' });
-    const t0 = Date.now();
-    const r: WorkerResult = await within('worker', runWorker({ batchId: batch.id }, remaining(REMAINING), { sql, jobs, config: cfg, dispatcher: d }), REMAINING + 5_000);
-    const took = Date.now() - t0;
+  ])(
+    'a worker whose store connection stalls mid-run ($what) returns before its deadline, owning nothing',
+    async ({ pattern, nth, name }) => {
+      executions = new Map();
+      const { proxy, sql } = await proxied();
+      const key = `stall-${name}`;
+      const { batch } = await createBatch(db.sql, {
+        tenant: 't',
+        datasource: key,
+        job: 'slow',
+        params: { ms: 30 },
+        requestKey: key,
+        items: items(400),
+      });
+      // That statement gets no answer, ever: its connection goes silent.
+      let seen = 0;
+      const stall = proxy.stallAfterSend((s) => pattern.test(s) && ++seen === nth);
+      const d = recording();
+      const REMAINING = 4_000;
+      const cfg = config({ LEASEHOLD_DEADLINE_MARGIN_MS: '1500', LEASEHOLD_STORE_TIMEOUT_MS: '500', LEASEHOLD_MOVE_TRIES: '2' });
+      const t0 = Date.now();
+      const r: WorkerResult = await within(
+        'worker',
+        runWorker({ batchId: batch.id }, remaining(REMAINING), { log: silentLog, sql, jobs, config: cfg, dispatcher: d }),
+        REMAINING + 5_000,
+      );
+      const took = Date.now() - t0;
 
-    expect(await stall.fired).toMatch(pattern);
-    // It returned at its deadline (remaining − margin), before the platform's.
-    expect(r.reason).toBe('deadline');
-    expect(took).toBeLessThan(REMAINING);
-    // Owning nothing: the run handed off (a continuation asked for), no process row.
-    expect(r.runs).toEqual([expect.objectContaining({ batchId: batch.id, outcome: 'handed-off' })]);
-    expect(r.continued).toEqual([batch.id]);
-    expect(d.events).toContainEqual({ batchId: batch.id });
-    const after = await getBatch(db.sql, batch.id);
-    expect(after).toMatchObject({ status: 'open', ownerProcess: null, beatAt: null });
-    expect(after.counts.running).toBe(0);
-    expect(after.counts.done).toBeGreaterThan(0);
-    expect((await db.sql`select count(*) as n from leasehold_processes where id = ${r.processId}`)[0].n).toBe(0);
+      expect(await stall.fired).toMatch(pattern);
+      // It returned at its deadline (remaining − margin), before the platform's.
+      expect(r.reason).toBe('deadline');
+      expect(took).toBeLessThan(REMAINING);
+      // Owning nothing: the run handed off (a continuation asked for), no process row.
+      expect(r.runs).toEqual([expect.objectContaining({ batchId: batch.id, outcome: 'handed-off' })]);
+      expect(r.continued).toEqual([batch.id]);
+      expect(d.events).toContainEqual({ batchId: batch.id });
+      const after = await getBatch(db.sql, batch.id);
+      expect(after).toMatchObject({ status: 'open', ownerProcess: null, beatAt: null });
+      expect(after.counts.running).toBe(0);
+      expect(after.counts.done).toBeGreaterThan(0);
+      expect((await db.sql`select count(*) as n from leasehold_processes where id = ${r.processId}`)[0].n).toBe(0);
 
-    // The continuation finishes the batch; what the stalled statement did had committed, and
-    // nothing runs twice.
-    const rest = await within('continuation', runWorker({ batchId: batch.id }, remaining(20_000), { sql: db.sql, jobs, config: config(), dispatcher: recording() }), 20_000);
-    expect(rest.runs).toEqual([expect.objectContaining({ batchId: batch.id, outcome: 'succeeded' })]);
-    expect((await getBatch(db.sql, batch.id)).counts).toEqual({ pending: 0, running: 0, done: 400, failed: 0 });
-    expect(executions.size).toBe(400);
-    expect([...executions.values()].every((n) => n === 1)).toBe(true);
-  });
+      // The continuation finishes the batch; what the stalled statement did had committed, and
+      // nothing runs twice.
+      const rest = await within(
+        'continuation',
+        runWorker({ batchId: batch.id }, remaining(20_000), {
+          log: silentLog,
+          sql: db.sql,
+          jobs,
+          config: config(),
+          dispatcher: recording(),
+        }),
+        20_000,
+      );
+      expect(rest.runs).toEqual([expect.objectContaining({ batchId: batch.id, outcome: 'succeeded' })]);
+      expect((await getBatch(db.sql, batch.id)).counts).toEqual({ pending: 0, running: 0, done: 400, failed: 0 });
+      expect(executions.size).toBe(400);
+      expect([...executions.values()].every((n) => n === 1)).toBe(true);
+    },
+  );
 
   it('a worker whose look for batches to take over hits a dropped connection keeps running its batch to the end', async () => {
     executions = new Map();
     const { proxy, sql } = await proxied();
-    const { batch } = await createBatch(db.sql, { tenant: 't', datasource: 'poll', job: 'slow', params: { ms: 10 }, requestKey: 'poll', items: items(60) });
+    const { batch } = await createBatch(db.sql, {
+      tenant: 't',
+      datasource: 'poll',
+      job: 'slow',
+      params: { ms: 10 },
+      requestKey: 'poll',
+      items: items(60),
+    });
     // The first takeover statement is the dispatched batch's; the second is the first poll for
     // other batches: it runs, then its connection is cut before the answer arrives.
     let takeovers = 0;
@@ -161,7 +193,7 @@ describe('worker under store faults', () => {
         jobs,
         config: config({ LEASEHOLD_DEADLINE_MARGIN_MS: '1500' }),
         dispatcher: recording(),
-        log: (_level, message) => void logged.push(message),
+        log: createLog((_level, message) => void logged.push(message)),
       }),
       20_000,
     );
@@ -171,7 +203,11 @@ describe('worker under store faults', () => {
     // It went on: the batch it was sent finished here, and the worker left idle, not by an error.
     expect(r.reason).toBe('idle');
     expect(r.runs).toEqual([{ batchId: batch.id, outcome: 'succeeded', finishedItems: 60 }]);
-    expect(await getBatch(db.sql, batch.id)).toMatchObject({ status: 'succeeded', runs: 1, counts: { pending: 0, running: 0, done: 60, failed: 0 } });
+    expect(await getBatch(db.sql, batch.id)).toMatchObject({
+      status: 'succeeded',
+      runs: 1,
+      counts: { pending: 0, running: 0, done: 60, failed: 0 },
+    });
     expect(executions.size).toBe(60);
     expect([...executions.values()].every((n) => n === 1)).toBe(true);
     expect((await db.sql`select count(*) as n from leasehold_processes where id = ${r.processId}`)[0].n).toBe(0);

@@ -3,8 +3,10 @@ import { z } from 'zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cancelBatch, createBatch, getBatch, PermanentItemError } from '../../src/batch/index.js';
 import { defaultJobContext, defineJob, JobRegistry } from '../../src/jobs/index.js';
-import { loadConfig, runWorker, type Dispatcher, type WorkerEvent } from '../../src/runtime/index.js';
+import { loadConfig, runWorker } from '../../src/runtime/index.js';
+import { type Dispatcher, type WorkerEvent } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
+import { silentLog } from '../../src/log.js';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -35,7 +37,13 @@ const slow = defineJob({
 });
 const jobs = new JobRegistry([slow], defaultJobContext());
 const config = () =>
-  loadConfig({ DATABASE_URL: db.url, LEASEHOLD_DEADLINE_MARGIN_MS: '1000', LEASEHOLD_DRAIN_MS: '200', LEASEHOLD_WORKER_POLL_MS: '50', LEASEHOLD_WORKER_IDLE_MS: '200' });
+  loadConfig({
+    DATABASE_URL: db.url,
+    LEASEHOLD_DEADLINE_MARGIN_MS: '1000',
+    LEASEHOLD_DRAIN_MS: '200',
+    LEASEHOLD_WORKER_POLL_MS: '50',
+    LEASEHOLD_WORKER_IDLE_MS: '200',
+  });
 const recording = (): Dispatcher & { events: WorkerEvent[] } => {
   const events: WorkerEvent[] = [];
   return { events, invoke: async (e) => void events.push(e) };
@@ -59,7 +67,14 @@ describe('runWorker', () => {
     setTimeout(() => deadline.abort(), 300);
     const dispatcher = recording();
     const t0 = Date.now();
-    const r = await runWorker({ batchId: batch.id }, context(60_000), { sql: db.sql, jobs, config: config(), dispatcher, signal: deadline.signal });
+    const r = await runWorker({ batchId: batch.id }, context(60_000), {
+      log: silentLog,
+      sql: db.sql,
+      jobs,
+      config: config(),
+      dispatcher,
+      signal: deadline.signal,
+    });
     expect(Date.now() - t0).toBeLessThan(3_000);
     expect(r.reason).toBe('deadline');
     expect(r.runs).toEqual([expect.objectContaining({ batchId: batch.id, outcome: 'handed-off' })]);
@@ -84,6 +99,7 @@ describe('runWorker', () => {
     // A fleet worker (from the scheduler): it rebalances units and takes over the open batch.
     // A worker sent for the batch would not tick: it owns no units.
     const r = await runWorker({ invocationId: '00000000-0000-4000-8000-00000000000f' }, context(30_000), {
+      log: silentLog,
       sql: db.sql,
       jobs,
       config: config(),
@@ -95,7 +111,7 @@ describe('runWorker', () => {
         lease: { rebalanced: (ms) => ticks.push(ms) },
       },
     });
-    expect(r.runs).toEqual([expect.objectContaining({ outcome: 'failed' })]);
+    expect(r.runs).toEqual([expect.objectContaining({ batchId: batch.id, outcome: 'failed' })]);
     expect(items.sort()).toEqual(['done', 'done', 'done', 'failed', 'retry']);
     expect(runs).toEqual(['run-started', 'ended:failed']);
     expect(ticks.length).toBeGreaterThan(0);

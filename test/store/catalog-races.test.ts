@@ -77,8 +77,13 @@ describe('concurrent migrations', () => {
       for (const s of mine) await admin`create schema ${admin(s)}`;
       const pools = mine.map((s) => connect(databaseUrl(), { max: 1, schema: s, applicationName: 'leasehold-test-migrator' }));
       try {
-        const results = await Promise.allSettled(pools.map((sql) => sql.begin((tx) => provisionRuntimeRole(tx, { name: role, iamRole: iam }))));
-        expect(results.filter((r) => r.status === 'rejected').map((r) => String((r as PromiseRejectedResult).reason)), `round ${round}`).toEqual([]);
+        const results = await Promise.allSettled(
+          pools.map((sql) => sql.begin((tx) => provisionRuntimeRole(tx, { name: role, iamRole: iam }))),
+        );
+        expect(
+          results.filter((r) => r.status === 'rejected').map((r) => String((r as PromiseRejectedResult).reason)),
+          `round ${round}`,
+        ).toEqual([]);
         const created = results.filter((r) => (r as PromiseFulfilledResult<{ created: boolean }>).value.created);
         expect(created).toHaveLength(1);
         const [{ member }] = await admin<{ member: boolean }[]>`select pg_has_role(${role}, ${iam}, 'MEMBER') as member`;

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isConnectionError, settleAfterThaw } from '../../src/runtime/index.js';
 import { connect, type Sql } from '../../src/store/index.js';
 import { databaseUrl } from '../support/db.js';
-import { dyingProxy, type DyingProxy } from './tcp-proxy.js';
+import { dyingProxy, type DyingProxy } from '../support/tcp-proxy.js';
 
 let proxy: DyingProxy;
 const pools: Sql[] = [];

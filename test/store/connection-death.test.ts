@@ -10,11 +10,14 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createBatch, getBatch, findBatchByKey } from '../../src/batch/index.js';
 import { defineJob, defaultJobContext, JobRegistry } from '../../src/jobs/index.js';
 import { putTenantUnits } from '../../src/lease/index.js';
-import { isConnectionError, loadConfig, runScheduler, runWorker, type Dispatcher } from '../../src/runtime/index.js';
+import { isConnectionError, loadConfig, runScheduler, runWorker } from '../../src/runtime/index.js';
+import { type Dispatcher } from '../../src/batch/index.js';
 import { connect, type Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { ARM_BACKEND_KILLER, installBackendKiller } from '../support/kill-backend.js';
 import { PgProxy } from '../support/pgproxy.js';
+import { sleep } from '../support/time.js';
+import { silentLog } from '../../src/log.js';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -25,8 +28,6 @@ afterAll(() => db.close());
 
 /** Arm the trigger: the next insert into `leasehold_items` or `kill_copy` terminates its backend. */
 const arm = () => db.sql.unsafe(ARM_BACKEND_KILLER);
-
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 // Errors thrown where nothing can catch them (a driver's timer callback), collected per test.
 let uncaught: unknown[] = [];
@@ -56,7 +57,14 @@ function within<T>(what: string, p: Promise<T>, ms: number): Promise<T> {
 
 const items = (n: number) => Array.from({ length: n }, (_, i) => ({ key: `k${String(i).padStart(3, '0')}` }));
 let seq = 0;
-const startOf = (n: number) => ({ tenant: 't', datasource: `d${++seq}`, job: 'test', params: {}, requestKey: `death-${seq}`, items: items(n) });
+const startOf = (n: number) => ({
+  tenant: 't',
+  datasource: `d${++seq}`,
+  job: 'test',
+  params: {},
+  requestKey: `death-${seq}`,
+  items: items(n),
+});
 
 describe('a connection killed inside a transaction', () => {
   it("a backend terminated while a start inserts its items fails that start, 4 times out of 4, and the process, the pool and the pool's end carry on", async () => {
@@ -198,7 +206,11 @@ describe('connections cut at random points', () => {
       }
     })();
     const workers = Array.from({ length: 3 }, () =>
-      within('a worker under cuts', runWorker({}, remaining(5_500), { sql, jobs, config: config(), dispatcher: noDispatch }), 20_000).catch((e: unknown) => {
+      within(
+        'a worker under cuts',
+        runWorker({}, remaining(5_500), { log: silentLog, sql, jobs, config: config(), dispatcher: noDispatch }),
+        20_000,
+      ).catch((e: unknown) => {
         if (!isConnectionError(e)) throw e;
       }),
     );
@@ -210,13 +222,21 @@ describe('connections cut at random points', () => {
 
     // Without cuts, one worker (through the same proxy and pool) finishes what is left, and
     // returns at its deadline (units keep it until then) owning nothing.
-    const rest = await within('the worker after the cuts', runWorker({}, remaining(12_000), { sql, jobs, config: config(), dispatcher: noDispatch }), 20_000);
+    const rest = await within(
+      'the worker after the cuts',
+      runWorker({}, remaining(12_000), { log: silentLog, sql, jobs, config: config(), dispatcher: noDispatch }),
+      20_000,
+    );
     expect(rest.reason).toBe('deadline');
     for (const id of started) {
-      expect(await getBatch(db.sql, id)).toMatchObject({ status: 'succeeded', counts: { pending: 0, running: 0, done: 40, failed: 0 } });
+      expect(await getBatch(db.sql, id)).toMatchObject({
+        status: 'succeeded',
+        counts: { pending: 0, running: 0, done: 40, failed: 0 },
+      });
     }
     // Nothing owned by a live process, and no run owns an open batch.
-    const owned = await db.sql`select count(*) as n from leasehold_units u join leasehold_processes p on p.id = u.owner where p.expires_at > now()`;
+    const owned =
+      await db.sql`select count(*) as n from leasehold_units u join leasehold_processes p on p.id = u.owner where p.expires_at > now()`;
     expect(owned[0].n).toBe(0);
     expect((await db.sql`select count(*) as n from leasehold_batches where status = 'open' and job = 'quick'`)[0].n).toBe(0);
     expect(uncaught).toEqual([]);

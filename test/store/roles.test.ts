@@ -40,7 +40,9 @@ describe('the runtime role', () => {
     expect(r).toMatchObject({ name, created: true, iam: false, self: false });
     const [{ login }] = await db.sql<{ login: boolean }[]>`select rolcanlogin as login from pg_roles where rolname = ${name}`;
     expect(login).toBe(true);
-    const tables = await db.sql<{ name: string }[]>`select tablename as name from pg_tables where schemaname = ${db.schema} and tablename like 'leasehold\\_%'`;
+    const tables = await db.sql<
+      { name: string }[]
+    >`select tablename as name from pg_tables where schemaname = ${db.schema} and tablename like 'leasehold\\_%'`;
     expect(tables.length).toBeGreaterThan(5);
     for (const t of tables) {
       for (const p of ['SELECT', 'INSERT', 'UPDATE', 'DELETE']) expect(await may(name, t.name, p)).toBe(true);
@@ -49,7 +51,9 @@ describe('the runtime role', () => {
     expect(await may(name, 'not_leasehold', 'SELECT')).toBe(false);
     const [{ usage }] = await db.sql<{ usage: boolean }[]>`select has_schema_privilege(${name}, ${db.schema}, 'USAGE') as usage`;
     expect(usage).toBe(true);
-    const [{ create }] = await db.sql<{ create: boolean }[]>`select has_schema_privilege(${name}, ${db.schema}, 'CREATE') as create`;
+    const [{ create }] = await db.sql<
+      { create: boolean }[]
+    >`select has_schema_privilege(${name}, ${db.schema}, 'CREATE') as create`;
     expect(create).toBe(false);
   });
 

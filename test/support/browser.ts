@@ -16,7 +16,9 @@ export function outputDir(name: string): string {
 export function chromiumPath(): string {
   const path = process.env.LEASEHOLD_CHROMIUM ?? '/usr/bin/chromium';
   if (!existsSync(path)) {
-    throw new Error(`no Chromium at ${path}: install Debian's (apt-get install -y chromium) or set LEASEHOLD_CHROMIUM to a Chromium binary`);
+    throw new Error(
+      `no Chromium at ${path}: install Debian's (apt-get install -y chromium) or set LEASEHOLD_CHROMIUM to a Chromium binary`,
+    );
   }
   return path;
 }
@@ -68,7 +70,11 @@ export async function launchBrowser(viewport = { width: 1280, height: 800 }): Pr
 }
 
 /** A name fit for a file: letters, digits and `-`. */
-export const fileName = (name: string) => name.replace(/[^A-Za-z0-9]+/g, '-').replace(/^-|-$/g, '').slice(0, 100);
+export const fileName = (name: string) =>
+  name
+    .replace(/[^A-Za-z0-9]+/g, '-')
+    .replace(/^-|-$/g, '')
+    .slice(0, 100);
 
 /**
  * Run `check` against `page`; when it throws, first write a screenshot of the page to

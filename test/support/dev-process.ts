@@ -26,7 +26,11 @@ export function killDevProcesses(): void {
  * Start `command args…` (a `leasehold dev …`) in `cwd` and wait until it prints its API's URL.
  * @throws {Error} it exits or prints nothing usable within `startMs`; the message holds its output.
  */
-export async function startDev(command: string, args: string[], options: { cwd: string; env: NodeJS.ProcessEnv; startMs?: number }): Promise<DevProcess> {
+export async function startDev(
+  command: string,
+  args: string[],
+  options: { cwd: string; env: NodeJS.ProcessEnv; startMs?: number },
+): Promise<DevProcess> {
   const child = spawn(command, args, { cwd: options.cwd, env: options.env, stdio: ['ignore', 'pipe', 'pipe'] });
   running.add(child);
   let stderr = '';

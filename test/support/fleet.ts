@@ -4,16 +4,10 @@
 // runtime tests and the lease benchmark (bench/lease.ts); imports nothing of vitest.
 import { z } from 'zod';
 import { defaultJobContext, defaultRegistry, defineJob, JobRegistry } from '../../src/jobs/index.js';
-import {
-  runScheduler,
-  runWorker,
-  type Config,
-  type Dispatcher,
-  type SchedulerResult,
-  type WorkerEvent,
-  type WorkerResult,
-} from '../../src/runtime/index.js';
+import { runScheduler, runWorker, type Config, type SchedulerResult, type WorkerResult } from '../../src/runtime/index.js';
+import { type Dispatcher, type WorkerEvent } from '../../src/batch/index.js';
 import type { Sql } from '../../src/store/index.js';
+import { silentLog } from '../../src/log.js';
 
 /** Options of {@link inProcessFleet}. */
 export interface InProcessFleetOptions {
@@ -52,7 +46,11 @@ export function inProcessFleet(sql: Sql, config: Config, options: InProcessFleet
       const dropped = stopping.signal.aborted || (options.drop?.(invocations.length + 1, event) ?? false);
       invocations.push({ event, dropped });
       if (dropped) return;
-      const worker = runWorker(event, { getRemainingTimeInMillis: () => remainingMs }, { sql, jobs, config, dispatcher, signal: stopping.signal });
+      const worker = runWorker(
+        event,
+        { getRemainingTimeInMillis: () => remainingMs },
+        { log: silentLog, sql, jobs, config, dispatcher, signal: stopping.signal },
+      );
       running.push(worker.then((r) => (returned.push(r), r)));
     },
   };

@@ -32,12 +32,7 @@ interface Started {
 }
 
 /** Settings that make a throwaway server fast; durability does not matter for tests. */
-const FAST_FLAGS = [
-  '-c', 'fsync=off',
-  '-c', 'synchronous_commit=off',
-  '-c', 'full_page_writes=off',
-  '-c', 'max_connections=300',
-];
+const FAST_FLAGS = ['-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off', '-c', 'max_connections=300'];
 
 /** Vitest calls this once per run, before any test file; the function returned tears down. */
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
@@ -63,7 +58,9 @@ async function startDatabase(): Promise<Started> {
       return await startContainer();
     } catch (e) {
       // For example an image that cannot be pulled: the embedded server still works.
-      console.warn(`[leasehold tests] Docker answers but no PostgreSQL container started (${(e as Error).message}); using embedded PostgreSQL`);
+      console.warn(
+        `[leasehold tests] Docker answers but no PostgreSQL container started (${(e as Error).message}); using embedded PostgreSQL`,
+      );
     }
   }
   return startEmbedded();

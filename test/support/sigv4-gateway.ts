@@ -33,7 +33,8 @@ export interface SigV4Gateway {
   close(): Promise<void>;
 }
 
-const AUTH = /^AWS4-HMAC-SHA256 Credential=([^/]+)\/(\d{8})\/([^/]+)\/([^/]+)\/aws4_request, SignedHeaders=([a-z0-9;-]+), Signature=([0-9a-f]{64})$/;
+const AUTH =
+  /^AWS4-HMAC-SHA256 Credential=([^/]+)\/(\d{8})\/([^/]+)\/([^/]+)\/aws4_request, SignedHeaders=([a-z0-9;-]+), Signature=([0-9a-f]{64})$/;
 
 /** `20261130T204512Z` → a Date. */
 function amzDate(s: string | undefined): Date | undefined {
@@ -68,9 +69,11 @@ export async function sigV4Refusal(
   if (!m) return 'Authorization header is not a SigV4 signature';
   const [, keyId, day, scopeRegion, service, signedList] = m;
   if (keyId !== credentials.accessKeyId) return 'The security token included in the request is invalid.';
-  if (scopeRegion !== region || service !== 'execute-api') return `Credential should be scoped to a valid region and service execute-api, not ${scopeRegion}/${service}`;
+  if (scopeRegion !== region || service !== 'execute-api')
+    return `Credential should be scoped to a valid region and service execute-api, not ${scopeRegion}/${service}`;
   const date = amzDate(req.headers['x-amz-date'] as string | undefined);
-  if (!date || date.toISOString().slice(0, 10).replace(/-/g, '') !== day) return 'x-amz-date missing or not the credential scope date';
+  if (!date || date.toISOString().slice(0, 10).replace(/-/g, '') !== day)
+    return 'x-amz-date missing or not the credential scope date';
   if (Math.abs(Date.now() - date.getTime()) > 5 * 60_000) return 'Signature expired';
   const signed = signedList.split(';');
   if (!signed.includes('host')) return 'host must be signed';
@@ -115,7 +118,11 @@ export async function sigV4Refusal(
  * Start the stand-in on 127.0.0.1: verified requests are passed to `upstream` (its answer passed
  * back), others get 403 `{ message }` as API Gateway answers them.
  */
-export async function startSigV4Gateway(options: { credentials: GatewayCredentials; region: string; upstream: string }): Promise<SigV4Gateway> {
+export async function startSigV4Gateway(options: {
+  credentials: GatewayCredentials;
+  region: string;
+  upstream: string;
+}): Promise<SigV4Gateway> {
   const records: GatewayRecord[] = [];
   const server: Server = createServer((req, res) => {
     void (async () => {
@@ -124,12 +131,16 @@ export async function startSigV4Gateway(options: { credentials: GatewayCredentia
       const signedHeaders = /SignedHeaders=([^,]+)/.exec(req.headers.authorization ?? '')?.[1].split(';') ?? [];
       records.push({ method: req.method ?? 'GET', path: req.url ?? '/', verified: reason === undefined, reason, signedHeaders });
       if (reason) {
-        res.writeHead(403, { 'content-type': 'application/json', 'x-amzn-errortype': 'ForbiddenException' }).end(JSON.stringify({ message: reason }));
+        res
+          .writeHead(403, { 'content-type': 'application/json', 'x-amzn-errortype': 'ForbiddenException' })
+          .end(JSON.stringify({ message: reason }));
         return;
       }
       const up = await fetch(new URL(req.url ?? '/', options.upstream), {
         method: req.method,
-        headers: Object.fromEntries(['content-type', 'idempotency-key'].flatMap((h) => (req.headers[h] ? [[h, String(req.headers[h])]] : []))),
+        headers: Object.fromEntries(
+          ['content-type', 'idempotency-key'].flatMap((h) => (req.headers[h] ? [[h, String(req.headers[h])]] : [])),
+        ),
         body: body.length > 0 ? new Uint8Array(body) : undefined,
       });
       const text = Buffer.from(await up.arrayBuffer());
@@ -140,7 +151,8 @@ export async function startSigV4Gateway(options: { credentials: GatewayCredentia
       }
       res.writeHead(up.status, headers).end(text);
     })().catch((e: unknown) => {
-      if (!res.headersSent) res.writeHead(500, { 'content-type': 'application/json' }).end(JSON.stringify({ message: String(e) }));
+      if (!res.headersSent)
+        res.writeHead(500, { 'content-type': 'application/json' }).end(JSON.stringify({ message: String(e) }));
     });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));

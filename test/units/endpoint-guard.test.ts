@@ -51,21 +51,38 @@ describe('addressRefusal', () => {
   }
 
   it('accepts public IPv4 and IPv6 addresses', () => {
-    for (const a of ['93.184.215.14', '8.8.8.8', '1.1.1.1', '100.63.255.255', '100.128.0.0', '172.32.0.1', '2606:2800:21f:cb07:6820:80da:af6b:8b2c', '2a00:1450:4001:82a::200e']) {
+    for (const a of [
+      '93.184.215.14',
+      '8.8.8.8',
+      '1.1.1.1',
+      '100.63.255.255',
+      '100.128.0.0',
+      '172.32.0.1',
+      '2606:2800:21f:cb07:6820:80da:af6b:8b2c',
+      '2a00:1450:4001:82a::200e',
+    ]) {
       expect(addressRefusal(a, none), a).toBeUndefined();
     }
   });
 
   it('accepts what the allow-list covers, IPv4 ranges in their IPv4-mapped form too', () => {
     const allow = parseOutboxAllow('127.0.0.1, 10.0.0.0/8 fd00::/8,[::1]');
-    for (const a of ['127.0.0.1', '::ffff:127.0.0.1', '10.9.8.7', '::ffff:10.0.0.1', 'fd12::3', '::1']) expect(addressRefusal(a, allow), a).toBeUndefined();
+    for (const a of ['127.0.0.1', '::ffff:127.0.0.1', '10.9.8.7', '::ffff:10.0.0.1', 'fd12::3', '::1'])
+      expect(addressRefusal(a, allow), a).toBeUndefined();
     for (const a of ['127.0.0.2', '192.168.0.1', 'fe80::1']) expect(addressRefusal(a, allow), a).toBeDefined();
   });
 });
 
 describe('hostRefusal', () => {
   it('refuses special-use local names and checks literals, leaving other names to resolution', () => {
-    for (const host of ['localhost', 'LOCALHOST.', 'a.localhost', 'printer.local', 'router.home.arpa', 'metadata.google.internal']) {
+    for (const host of [
+      'localhost',
+      'LOCALHOST.',
+      'a.localhost',
+      'printer.local',
+      'router.home.arpa',
+      'metadata.google.internal',
+    ]) {
       expect(hostRefusal(host, none), host).toMatch(/special-use name/);
     }
     expect(hostRefusal('[::1]', none)).toMatch(/loopback/);
@@ -112,25 +129,38 @@ describe('LEASEHOLD_OUTBOX_ALLOW', () => {
   it('is read by a guard without an allow option whenever it checks, and a bad value names it', async () => {
     const guard = new EndpointGuard({ lookup: async () => [{ address: '10.0.0.7', family: 4 }] });
     delete process.env.LEASEHOLD_OUTBOX_ALLOW;
-    expect(await guard.refusal('http://hooks.corp.example/x')).toMatch(/hooks\.corp\.example resolves to 10\.0\.0\.7 is a private address/);
+    expect(await guard.refusal('http://hooks.corp.example/x')).toMatch(
+      /hooks\.corp\.example resolves to 10\.0\.0\.7 is a private address/,
+    );
     process.env.LEASEHOLD_OUTBOX_ALLOW = '10.0.0.0/24';
     expect(await guard.refusal('http://hooks.corp.example/x')).toBeUndefined();
     await expect(guard.resolve('hooks.corp.example')).resolves.toEqual([{ address: '10.0.0.7', family: 4 }]);
     process.env.LEASEHOLD_OUTBOX_ALLOW = '10.0.0.0/99';
-    await expect(guard.refusal('http://hooks.corp.example/x')).rejects.toThrow(/^LEASEHOLD_OUTBOX_ALLOW: "10\.0\.0\.0\/99" is not a valid CIDR range/);
+    await expect(guard.refusal('http://hooks.corp.example/x')).rejects.toThrow(
+      /^LEASEHOLD_OUTBOX_ALLOW: "10\.0\.0\.0\/99" is not a valid CIDR range/,
+    );
   });
 });
 
 describe('EndpointGuard.refusal (registration)', () => {
   it('accepts a name whose lookup fails or takes longer than resolveTimeoutMs; delivery checks it again', async () => {
-    const failing = new EndpointGuard({ allow: [], lookup: async () => Promise.reject(Object.assign(new Error('ENOTFOUND'), { code: 'ENOTFOUND' })) });
+    const failing = new EndpointGuard({
+      allow: [],
+      lookup: async () => Promise.reject(Object.assign(new Error('ENOTFOUND'), { code: 'ENOTFOUND' })),
+    });
     expect(await failing.refusal('https://later.example/hook')).toBeUndefined();
     const hanging = new EndpointGuard({ allow: [], lookup: () => new Promise(() => {}), resolveTimeoutMs: 50 });
     expect(await hanging.refusal('https://slow.example/hook')).toBeUndefined();
   });
 
   it('refuses a name when any of its addresses is not public', async () => {
-    const guard = new EndpointGuard({ allow: [], lookup: async () => [{ address: '93.184.215.14', family: 4 }, { address: '::1', family: 6 }] });
+    const guard = new EndpointGuard({
+      allow: [],
+      lookup: async () => [
+        { address: '93.184.215.14', family: 4 },
+        { address: '::1', family: 6 },
+      ],
+    });
     expect(await guard.refusal('https://dual.example/')).toMatch(/dual\.example resolves to ::1 is a loopback address/);
     await expect(guard.resolve('dual.example')).rejects.toMatchObject({ code: 'endpoint_refused' });
   });

@@ -3,21 +3,9 @@
 import { randomUUID } from 'node:crypto';
 import { Leaser } from '../../src/lease/index.js';
 import type { Sql } from '../../src/store/index.js';
-import { UnitRunner, type UnitJobRegistry, type UnitLog } from '../../src/units/index.js';
+import { UnitRunner, type UnitJobRegistry } from '../../src/units/index.js';
+import { memoryLog, type LogEntry } from '../support/log.js';
 import type { TestDatabase } from '../support/db.js';
-
-/** One log entry kept by {@link memoryLog}. */
-export interface LogEntry {
-  level: string;
-  message: string;
-  fields?: Record<string, unknown>;
-}
-
-/** A log that keeps its entries. */
-export function memoryLog(): { log: UnitLog; entries: LogEntry[] } {
-  const entries: LogEntry[] = [];
-  return { entries, log: (level, message, fields) => entries.push({ level, message, fields }) };
-}
 
 /** A simulated process: leaser + unit runner, looping until stopped, killed or frozen. */
 export interface Proc {
@@ -60,7 +48,14 @@ export function startProc(db: TestDatabase, jobs: UnitJobRegistry, timing: ProcT
       rebalanceIntervalMs: timing.rebalanceIntervalMs ?? 150,
     },
     runner,
-    { onEvent: (e) => log(e.type === 'error' ? 'error' : 'info', `leaser ${e.type}`, e.type === 'error' ? { step: e.step, error: String(e.error) } : { ...e }) },
+    {
+      onEvent: (e) =>
+        log(
+          e.type === 'error' ? 'error' : 'info',
+          `leaser ${e.type}`,
+          e.type === 'error' ? { step: e.step, error: String(e.error) } : { ...e },
+        ),
+    },
   );
   const loop = new AbortController();
   const running = leaser.run(loop.signal);
@@ -96,17 +91,6 @@ export function startProc(db: TestDatabase, jobs: UnitJobRegistry, timing: ProcT
     freeze: halt,
   };
 }
-
-/** Resolve once `check` returns true, polling every `everyMs`; throw after `timeoutMs`. */
-export async function until(check: () => boolean | Promise<boolean>, timeoutMs: number, what: string, everyMs = 25): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(everyMs);
-  }
-}
-
-export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /**
  * Record, in `outbox_marks`, every update that changes a delivery's `delivered_at`, with the

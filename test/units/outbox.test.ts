@@ -19,7 +19,10 @@ import {
 } from '../../src/units/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import * as q from '../../src/units/sql.js';
-import { auditMarks, sleep, startProc, undelivered as undeliveredIn, until, type Proc } from './helpers.js';
+import { auditMarks, startProc, undelivered as undeliveredIn, type Proc } from './helpers.js';
+import { sleep } from '../support/time.js';
+import { waitFor } from '../support/waits.js';
+import { silentLog } from '../../src/log.js';
 
 let db: TestDatabase;
 let sink: Sink;
@@ -44,7 +47,15 @@ afterAll(async () => {
 // The sink listens on loopback, which delivery refuses unless allow-listed.
 const fast = (o: Parameters<typeof outboxDelivery>[0] = {}) =>
   defaultUnitJobs({
-    outbox: outboxDelivery({ intervalMs: 50, backoffMs: 100, maxBackoffMs: 1_000, timeoutMs: 3_000, batchSize: 25, allow: ['127.0.0.1'], ...o }) as never,
+    outbox: outboxDelivery({
+      intervalMs: 50,
+      backoffMs: 100,
+      maxBackoffMs: 1_000,
+      timeoutMs: 3_000,
+      batchSize: 25,
+      allow: ['127.0.0.1'],
+      ...o,
+    }) as never,
   });
 
 function proc(jobs = fast()): Proc {
@@ -93,9 +104,11 @@ describe('outbox delivery', () => {
     await produce;
     expect(shards.size).toBe(6);
 
-    await until(async () => (await undelivered(tenant)) === 0, 20_000, 'every message delivered');
+    await waitFor('every message delivered', async () => (await undelivered(tenant)) === 0, { timeoutMs: 20_000 });
 
-    const rows = await db.sql<{ id: number; endpoint: string; marks: number; owner_marks: number }[]>`select d.message_id as id, d.endpoint,
+    const rows = await db.sql<
+      { id: number; endpoint: string; marks: number; owner_marks: number }[]
+    >`select d.message_id as id, d.endpoint,
         (select count(*) from outbox_marks m where m.id = d.message_id and m.endpoint = d.endpoint) as marks,
         (select count(*) from outbox_marks m where m.id = d.message_id and m.endpoint = d.endpoint and m.old_delivered_at is null and m.owner is not null) as owner_marks
       from leasehold_outbox_deliveries d where d.tenant = ${tenant} order by d.message_id, d.endpoint`;
@@ -106,7 +119,10 @@ describe('outbox delivery', () => {
     // The sink saw every message on every endpoint.
     for (const path of ['/acme/a', '/acme/b']) {
       const seen = sink.keys(path);
-      expect(ids.filter((id) => !seen.has(idempotencyKey(tenant, id))), path).toEqual([]);
+      expect(
+        ids.filter((id) => !seen.has(idempotencyKey(tenant, id))),
+        path,
+      ).toEqual([]);
     }
     // Endpoints received the message as sent.
     const sample = sink.recent().find((d) => d.path === '/acme/a')!;
@@ -134,9 +150,11 @@ describe('outbox delivery', () => {
     expect(others.some((m) => m.shard === poison.shard)).toBe(true);
 
     // Everything else, on the poison's shard too, is delivered while the poison keeps failing.
-    await until(async () => (await undelivered(tenant)) === 1, 3_000, 'every other message delivered');
+    await waitFor('every other message delivered', async () => (await undelivered(tenant)) === 1, { timeoutMs: 3_000 });
     const poisonKey = idempotencyKey(tenant, poison.id);
-    await until(() => sink.recent().filter((d) => d.idempotencyKey === poisonKey).length >= 4, 5_000, 'four attempts of the poison');
+    await waitFor('four attempts of the poison', () => sink.recent().filter((d) => d.idempotencyKey === poisonKey).length >= 4, {
+      timeoutMs: 5_000,
+    });
     // Each failure set the next attempt backoff × 2^(attempts−1) plus up to 25 % jitter ahead
     // (database clock): 200, 400, 800 ms; and the endpoint saw no attempt before it was due.
     const delays = await db.sql<{ attempts: number; delay_ms: number }[]>`select attempts, delay_ms from outbox_failures
@@ -146,14 +164,18 @@ describe('outbox delivery', () => {
       expect(delays[i].delay_ms, `delay after attempt ${i + 1}`).toBeGreaterThanOrEqual(d - 1);
       expect(delays[i].delay_ms, `delay after attempt ${i + 1}`).toBeLessThanOrEqual(d * 1.25 + 1);
     });
-    const times = sink.recent().filter((d) => d.idempotencyKey === poisonKey).map((d) => d.at);
+    const times = sink
+      .recent()
+      .filter((d) => d.idempotencyKey === poisonKey)
+      .map((d) => d.at);
     const gaps = times.slice(1, 4).map((t, i) => t - times[i]);
     [200, 400, 800].forEach((d, i) => expect(gaps[i], `gap ${i + 1} of ${gaps}`).toBeGreaterThanOrEqual(d - 20));
     // The sink counts a POST before the failure is recorded.
-    await until(
-      async () => (await db.sql`select 1 from leasehold_outbox_deliveries where message_id = ${poison.id} and attempts >= 4`).length === 1,
-      1_000,
+    await waitFor(
       'the fourth failure recorded',
+      async () =>
+        (await db.sql`select 1 from leasehold_outbox_deliveries where message_id = ${poison.id} and attempts >= 4`).length === 1,
+      { timeoutMs: 1_000 },
     );
     const [row] = await db.sql<{ attempts: number; last_error: string; delivered: boolean }[]>`select attempts,
         last_error, delivered_at is not null as delivered from leasehold_outbox_deliveries where message_id = ${poison.id}`;
@@ -169,16 +191,19 @@ describe('outbox delivery', () => {
     const p = proc();
     const ids = [];
     for (let i = 0; i < 12; i++) ids.push((await enqueueOutbox(db.sql, tenant, { key: `g${i}`, payload: i })).id);
-    await until(
-      async () => (await db.sql`select 1 from leasehold_outbox_deliveries where tenant = ${tenant} and endpoint like '%/down' and attempts >= 2`).length === 12,
-      5_000,
+    await waitFor(
       'two failed attempts of each message',
+      async () =>
+        (
+          await db.sql`select 1 from leasehold_outbox_deliveries where tenant = ${tenant} and endpoint like '%/down' and attempts >= 2`
+        ).length === 12,
+      { timeoutMs: 5_000 },
     );
     expect(await undelivered(tenant)).toBe(12);
     // The endpoint that is up took each message once, however often the other one failed.
     expect(sink.recent().filter((d) => d.path === '/gamma/up').length).toBe(12);
     sink.fail('/gamma/down', false);
-    await until(async () => (await undelivered(tenant)) === 0, 5_000, 'every message delivered');
+    await waitFor('every message delivered', async () => (await undelivered(tenant)) === 0, { timeoutMs: 5_000 });
     const seen = sink.keys('/gamma/down');
     expect(ids.every((id) => seen.has(idempotencyKey(tenant, id)))).toBe(true);
     await p.stop();
@@ -200,10 +225,14 @@ describe('outbox delivery', () => {
     const { port } = endless.address() as AddressInfo;
     try {
       const tenant = 'endless';
-      await putTenantUnits(db.sql, tenant, { job: OUTBOX_JOB, shards: 1, config: { endpoints: [`http://127.0.0.1:${port}/hook`] } });
+      await putTenantUnits(db.sql, tenant, {
+        job: OUTBOX_JOB,
+        shards: 1,
+        config: { endpoints: [`http://127.0.0.1:${port}/hook`] },
+      });
       const p = proc();
       for (let i = 0; i < 4; i++) await enqueueOutbox(db.sql, tenant, { key: `e${i}`, payload: i });
-      await until(async () => (await undelivered(tenant)) === 0, 10_000, 'every message marked delivered');
+      await waitFor('every message marked delivered', async () => (await undelivered(tenant)) === 0, { timeoutMs: 10_000 });
       await p.stop();
     } finally {
       endless.closeAllConnections();
@@ -217,18 +246,20 @@ describe('outbox delivery', () => {
     sink.delay('/delta', 1_500);
     const m = await enqueueOutbox(db.sql, tenant, { key: 'slow', payload: 'x' });
     const a = proc();
-    await until(() => a.leaser.owned().some((u) => u.tenant === tenant), 2_000, 'A owns the unit');
+    await waitFor('A owns the unit', () => a.leaser.owned().some((u) => u.tenant === tenant), { timeoutMs: 2_000 });
     await sleep(150);
     // A is paused: no heartbeats, but its POST is in flight. B takes the unit once A's TTL passed.
     await a.freeze();
     const b = proc();
-    await until(() => b.leaser.owned().some((u) => u.tenant === tenant), 3_000, 'B owns the unit');
-    await until(async () => (await undelivered(tenant)) === 0, 5_000, 'the message delivered');
+    await waitFor('B owns the unit', () => b.leaser.owned().some((u) => u.tenant === tenant), { timeoutMs: 3_000 });
+    await waitFor('the message delivered', async () => (await undelivered(tenant)) === 0, { timeoutMs: 5_000 });
     const marks = await db.sql<{ owner: string }[]>`select owner from outbox_marks where id = ${m.id}`;
     expect(marks).toEqual([{ owner: b.processId }]);
     // Both posted it (at least once); only B's mark counted.
     expect(sink.recent().filter((d) => d.idempotencyKey === idempotencyKey(tenant, m.id)).length).toBeGreaterThanOrEqual(2);
-    await until(() => a.log.some((e) => /unit lost during delivery/.test(e.message)), 3_000, "A's report of the loss");
+    await waitFor("A's report of the loss", () => a.log.some((e) => /unit lost during delivery/.test(e.message)), {
+      timeoutMs: 3_000,
+    });
     sink.delay('/delta', 0);
     await b.stop();
   });
@@ -237,7 +268,11 @@ describe('outbox delivery', () => {
     const tenant = 'epsilon';
     const [endpoint] = await register(tenant, 1, ['/epsilon']);
     // The owner is a bare leaser here: nothing delivers on its own.
-    const owner = new Leaser(db.sql, { ttlMs: 2_000, heartbeatIntervalMs: 500 }, { unitsGained() {}, unitsLost() {}, inFlight: () => 0 });
+    const owner = new Leaser(
+      db.sql,
+      { ttlMs: 2_000, heartbeatIntervalMs: 500 },
+      { unitsGained() {}, unitsLost() {}, inFlight: () => 0 },
+    );
     await owner.heartbeat();
     await owner.tick();
     const m = await enqueueOutbox(db.sql, tenant, { key: 'k', payload: null });
@@ -266,7 +301,7 @@ describe('outbox delivery', () => {
     expect(ids.some((m) => m.shard >= 2)).toBe(true);
     await register(tenant, 2, ['/zeta']);
     const p = proc();
-    await until(async () => (await undelivered(tenant)) === 0, 5_000, 'every message delivered');
+    await waitFor('every message delivered', async () => (await undelivered(tenant)) === 0, { timeoutMs: 5_000 });
     const seen = sink.keys('/zeta');
     expect(ids.filter((m) => !seen.has(idempotencyKey(tenant, m.id)))).toEqual([]);
     await p.stop();
@@ -295,21 +330,27 @@ describe('outbox delivery per endpoint', () => {
     const p = proc();
     const ids: number[] = [];
     for (let i = 0; i < 15; i++) ids.push((await enqueueOutbox(db.sql, tenant, { key: `i${i}`, payload: i })).id);
-    await until(
-      async () => (await db.sql`select 1 from leasehold_outbox_deliveries where endpoint = ${bad} and attempts >= 3`).length === 15,
-      10_000,
+    await waitFor(
       'three failed attempts of each message at the failing endpoint',
+      async () =>
+        (await db.sql`select 1 from leasehold_outbox_deliveries where endpoint = ${bad} and attempts >= 3`).length === 15,
+      { timeoutMs: 10_000 },
     );
-    const received = (path: string) => ids.map((id) => sink.recent().filter((d) => d.path === path && d.idempotencyKey === idempotencyKey(tenant, id)).length);
+    const received = (path: string) =>
+      ids.map((id) => sink.recent().filter((d) => d.path === path && d.idempotencyKey === idempotencyKey(tenant, id)).length);
     expect(received('/iota/ok1')).toEqual(ids.map(() => 1));
     expect(received('/iota/ok2')).toEqual(ids.map(() => 1));
     expect(Math.min(...received('/iota/bad'))).toBeGreaterThanOrEqual(3);
     // The healthy endpoints' deliveries took one attempt each; the failing one's deliveries each
     // waited backoff × 2^(attempts−1) plus up to 25 % jitter (100, 200 ms) between attempts.
-    const attempts = await db.sql<{ endpoint: string; attempts: number; n: number }[]>`select endpoint, min(attempts) as attempts, count(*) as n
+    const attempts = await db.sql<
+      { endpoint: string; attempts: number; n: number }[]
+    >`select endpoint, min(attempts) as attempts, count(*) as n
       from leasehold_outbox_deliveries where endpoint in (${ok1}, ${ok2}) group by endpoint order by endpoint`;
     expect(attempts).toEqual([ok1, ok2].map((endpoint) => ({ endpoint, attempts: 1, n: 15 })));
-    const delays = await db.sql<{ attempts: number; min: number; max: number }[]>`select attempts, min(delay_ms) as min, max(delay_ms) as max
+    const delays = await db.sql<
+      { attempts: number; min: number; max: number }[]
+    >`select attempts, min(delay_ms) as min, max(delay_ms) as max
       from outbox_failures where endpoint = ${bad} and attempts <= 2 group by attempts order by attempts`;
     expect(delays.map((d) => d.attempts)).toEqual([1, 2]);
     [100, 200].forEach((d, i) => {
@@ -326,40 +367,54 @@ describe('outbox delivery per endpoint', () => {
       expect(e).toMatchObject({ backlog: 0, oldest: null, failures: 0, lastError: null, lastDeliveredAt: expect.any(Date) });
     }
     const failing = status.endpoints[2];
-    expect(failing).toMatchObject({ backlog: 15, oldest: { id: ids[0], enqueuedAt: expect.any(Date) }, lastError: { message: 'HTTP 503', at: expect.any(Date) }, lastDeliveredAt: null });
+    expect(failing).toMatchObject({
+      backlog: 15,
+      oldest: { id: ids[0], enqueuedAt: expect.any(Date) },
+      lastError: { message: 'HTTP 503', at: expect.any(Date) },
+      lastDeliveredAt: null,
+    });
     expect(failing.failures).toBeGreaterThanOrEqual(45);
     expect(failing.oldest!.ageMs).toBeGreaterThan(0);
 
     // Once it is back it gets every message; the healthy ones still got each once.
     sink.fail('/iota/bad', false);
-    await until(async () => (await undelivered(tenant)) === 0, 10_000, 'every message delivered');
+    await waitFor('every message delivered', async () => (await undelivered(tenant)) === 0, { timeoutMs: 10_000 });
     expect(received('/iota/ok1')).toEqual(ids.map(() => 1));
     expect(received('/iota/ok2')).toEqual(ids.map(() => 1));
     const after = (await outboxStatus(db.sql, tenant)).endpoints[2];
-    expect(after).toMatchObject({ backlog: 0, oldest: null, failures: 0, lastError: { message: 'HTTP 503' }, lastDeliveredAt: expect.any(Date) });
+    expect(after).toMatchObject({
+      backlog: 0,
+      oldest: null,
+      failures: 0,
+      lastError: { message: 'HTTP 503' },
+      lastDeliveredAt: expect.any(Date),
+    });
     await p.stop();
   });
 
-  it("an endpoint removed drops its pending deliveries and blocks nothing; one added gets only messages that came after it", async () => {
+  it('an endpoint removed drops its pending deliveries and blocks nothing; one added gets only messages that came after it', async () => {
     const tenant = 'kappa';
     const [a, gone] = await register(tenant, 2, ['/kappa/a', '/kappa/gone']);
     sink.fail('/kappa/gone', true);
     const p = proc();
     const early: number[] = [];
     for (let i = 0; i < 6; i++) early.push((await enqueueOutbox(db.sql, tenant, { key: `early${i}`, payload: i })).id);
-    await until(
-      async () => (await db.sql`select 1 from leasehold_outbox_deliveries where endpoint = ${gone} and attempts >= 1`).length === 6,
-      5_000,
+    await waitFor(
       'a failed attempt of each early message at the endpoint to be removed',
+      async () =>
+        (await db.sql`select 1 from leasehold_outbox_deliveries where endpoint = ${gone} and attempts >= 1`).length === 6,
+      { timeoutMs: 5_000 },
     );
     expect(await undelivered(tenant)).toBe(6);
 
     const [, added] = await register(tenant, 2, ['/kappa/a', '/kappa/new']);
-    await until(async () => (await undelivered(tenant)) === 0, 5_000, 'nothing left pending once the failing endpoint is gone');
+    await waitFor('nothing left pending once the failing endpoint is gone', async () => (await undelivered(tenant)) === 0, {
+      timeoutMs: 5_000,
+    });
     expect(await db.sql`select 1 from leasehold_outbox_deliveries where endpoint = ${gone} and delivered_at is null`).toEqual([]);
     const late: number[] = [];
     for (let i = 0; i < 6; i++) late.push((await enqueueOutbox(db.sql, tenant, { key: `late${i}`, payload: i })).id);
-    await until(async () => (await undelivered(tenant)) === 0, 5_000, 'the later messages delivered');
+    await waitFor('the later messages delivered', async () => (await undelivered(tenant)) === 0, { timeoutMs: 5_000 });
 
     const keys = (path: string) => [...sink.keys(path)].sort();
     const keysOf = (ids: number[]) => ids.map((id) => idempotencyKey(tenant, id)).sort();
@@ -410,10 +465,21 @@ describe('outbox delivery connects only to checked addresses', () => {
     const lookup: AddressLookup = async (host) => {
       if (host === 'good.test') return [{ address: '127.0.0.1', family: 4 }];
       if (host === 'rebind.test') return [{ address: rebindLookups++ === 0 ? '93.184.215.14' : '127.0.0.2', family: 4 }];
-      if (host === 'mixed.test') return [{ address: '127.0.0.1', family: 4 }, { address: '127.0.0.2', family: 4 }];
+      if (host === 'mixed.test')
+        return [
+          { address: '127.0.0.1', family: 4 },
+          { address: '127.0.0.2', family: 4 },
+        ];
       throw Object.assign(new Error(`getaddrinfo ENOTFOUND ${host}`), { code: 'ENOTFOUND' });
     };
-    const job = outboxDelivery({ intervalMs: 50, backoffMs: 100, maxBackoffMs: 200, timeoutMs: 3_000, allow: ['127.0.0.1'], lookup });
+    const job = outboxDelivery({
+      intervalMs: 50,
+      backoffMs: 100,
+      maxBackoffMs: 200,
+      timeoutMs: 3_000,
+      allow: ['127.0.0.1'],
+      lookup,
+    });
     const rebind = `http://rebind.test:${port()}/rebind`;
     expect(await job.admit!({ endpoints: [rebind] })).toEqual([]);
 
@@ -434,14 +500,24 @@ describe('outbox delivery connects only to checked addresses', () => {
     const p = proc(defaultUnitJobs({ outbox: job as never }));
     const ids: number[] = [];
     for (let i = 0; i < 3; i++) ids.push((await enqueueOutbox(db.sql, tenant, { key: `l${i}`, payload: i })).id);
-    await until(
-      async () => (await db.sql`select 1 from leasehold_outbox_deliveries where tenant = ${tenant} and endpoint <> ${good} and attempts >= 2`).length === 3 * refused.length,
-      10_000,
+    await waitFor(
       'two attempts of each delivery to each refused endpoint',
+      async () =>
+        (
+          await db.sql`select 1 from leasehold_outbox_deliveries where tenant = ${tenant} and endpoint <> ${good} and attempts >= 2`
+        ).length ===
+        3 * refused.length,
+      { timeoutMs: 10_000 },
     );
-    await until(() => ids.every((id) => sink.keys('/good').has(idempotencyKey(tenant, id))), 5_000, 'the public endpoint got every message');
+    await waitFor(
+      'the public endpoint got every message',
+      () => ids.every((id) => sink.keys('/good').has(idempotencyKey(tenant, id))),
+      { timeoutMs: 5_000 },
+    );
     expect(trapped).toBe(0);
-    const errors = await db.sql<{ endpoint: string; last_error: string }[]>`select endpoint, last_error from leasehold_outbox_endpoints where tenant = ${tenant}`;
+    const errors = await db.sql<
+      { endpoint: string; last_error: string }[]
+    >`select endpoint, last_error from leasehold_outbox_endpoints where tenant = ${tenant}`;
     for (const [url, why] of refused) expect(errors.find((e) => e.endpoint === url)?.last_error, url).toMatch(why);
     expect(errors.find((e) => e.endpoint === good)?.last_error ?? null).toBeNull();
     await p.stop();
@@ -453,5 +529,5 @@ it('the default registry knows outbox-delivery, weighted by endpoint count', () 
   const job = defaultUnitJobs().get(OUTBOX_JOB);
   expect(job.weight?.({ endpoints: ['http://a', 'http://b'] })).toBe(2);
   expect(job.config.safeParse({ endpoints: ['ftp://x'] }).success).toBe(false);
-  expect(new UnitRunner({ sql: db.sql, processId: randomUUID(), jobs: defaultUnitJobs() }).units()).toEqual([]);
+  expect(new UnitRunner({ log: silentLog, sql: db.sql, processId: randomUUID(), jobs: defaultUnitJobs() }).units()).toEqual([]);
 });

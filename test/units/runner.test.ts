@@ -4,7 +4,10 @@ import { z } from 'zod';
 import { Leaser, putTenantUnits, type Unit } from '../../src/lease/index.js';
 import { defineUnitJob, UnitJobRegistry, UnitRunner, type UnitContext } from '../../src/units/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { memoryLog, sleep, until } from './helpers.js';
+import { memoryLog } from '../support/log.js';
+import { sleep } from '../support/time.js';
+import { waitFor } from '../support/waits.js';
+import { silentLog } from '../../src/log.js';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -101,7 +104,9 @@ describe('UnitRunner', () => {
     expect(leaser.owned()).toHaveLength(2);
     // One run at once, then one per 100 ms interval (plus the run's own few ms): never sooner
     // than the interval, and on (a loaded machine may stretch the gaps, so the test waits).
-    await until(() => [0, 1].every((s) => (runs.get(key(t, s)) ?? []).length >= 4), 5_000, 'four runs of each shard');
+    await waitFor('four runs of each shard', () => [0, 1].every((s) => (runs.get(key(t, s)) ?? []).length >= 4), {
+      timeoutMs: 5_000,
+    });
     for (const s of [0, 1]) {
       const times = runs.get(key(t, s)) ?? [];
       for (let i = 1; i < times.length; i++) expect(times[i] - times[i - 1], `runs of shard ${s}`).toBeGreaterThanOrEqual(95);
@@ -112,7 +117,7 @@ describe('UnitRunner', () => {
     const after = runs.get(key(t, 1))!.length;
     const shard0 = runs.get(key(t, 0))!.length;
     await sleep(350);
-    await until(() => runs.get(key(t, 0))!.length > shard0 + 1, 5_000, 'shard 0 running on');
+    await waitFor('shard 0 running on', () => runs.get(key(t, 0))!.length > shard0 + 1, { timeoutMs: 5_000 });
     expect(runs.get(key(t, 1))!.length).toBe(after);
   });
 
@@ -122,7 +127,7 @@ describe('UnitRunner', () => {
     const { leaser, runner } = pair();
     await leaser.heartbeat();
     await leaser.tick();
-    await until(() => runs.has(key(t, 0)), 2_000, 'the first run');
+    await waitFor('the first run', () => runs.has(key(t, 0)), { timeoutMs: 2_000 });
     expect(runner.inFlight({ tenant: t, shard: 0 })).toBe(1);
 
     // Another process takes the unit; the loser learns of it on its next tick.
@@ -144,7 +149,7 @@ describe('UnitRunner', () => {
     const { leaser } = pair();
     await leaser.heartbeat();
     await leaser.tick();
-    await until(() => contexts.has(key(t, 0)), 2_000, 'the first run');
+    await waitFor('the first run', () => contexts.has(key(t, 0)), { timeoutMs: 2_000 });
     const ctx = contexts.get(key(t, 0))!;
     const write = (n: number) => ctx.sql`insert into probe_writes (tenant, shard, n) select ${t}, 0, ${n} where ${ctx.fence()}`;
 
@@ -163,10 +168,13 @@ describe('UnitRunner', () => {
     const { leaser, log } = pair();
     await leaser.heartbeat();
     await leaser.tick();
-    await until(() => (runs.get(key(t, 0))?.length ?? 0) >= 3, 2_000, 'three runs');
+    await waitFor('three runs', () => (runs.get(key(t, 0))?.length ?? 0) >= 3, { timeoutMs: 2_000 });
     const failures = log.filter((e) => e.message === 'unit run failed');
     expect(failures.length).toBeGreaterThanOrEqual(2);
-    expect(failures[0]).toMatchObject({ level: 'error', fields: { tenant: t, shard: 0, job: 'probe-tick', error: 'probe failure' } });
+    expect(failures[0]).toMatchObject({
+      level: 'error',
+      fields: { tenant: t, shard: 0, job: 'probe-tick', error: 'probe failure' },
+    });
   });
 
   it('leaves a unit whose job is unknown here idle, logging it once; a unit whose config does not parse too', async () => {
@@ -183,15 +191,23 @@ describe('UnitRunner', () => {
     expect(runs.has(key(u, 0))).toBe(false);
     expect(runner.inFlight({ tenant: t, shard: 0 })).toBe(0);
     expect(log.filter((e) => e.fields?.job === 'not-here')).toEqual([
-      { level: 'error', message: expect.stringMatching(/does not know/), fields: expect.objectContaining({ tenant: t, shard: 0 }) },
+      {
+        level: 'error',
+        message: expect.stringMatching(/does not know/),
+        fields: expect.objectContaining({ tenant: t, shard: 0 }),
+      },
     ]);
     expect(log.filter((e) => e.fields?.tenant === u)).toEqual([
-      { level: 'error', message: expect.stringMatching(/^unit config is invalid for its job \(config\.label: /), fields: expect.objectContaining({ shard: 0 }) },
+      {
+        level: 'error',
+        message: expect.stringMatching(/^unit config is invalid for its job \(config\.label: /),
+        fields: expect.objectContaining({ shard: 0 }),
+      },
     ]);
 
     // A config fixed in the registry is used from the next run on.
     await putTenantUnits(db.sql, u, { job: 'probe-tick', shards: 1, config: { label: 'ok' } });
-    await until(() => runs.has(key(u, 0)), 2_000, 'a run with the fixed config');
+    await waitFor('a run with the fixed config', () => runs.has(key(u, 0)), { timeoutMs: 2_000 });
     expect(contexts.get(key(u, 0))!.config).toEqual({ label: 'ok' });
   });
 
@@ -203,7 +219,9 @@ describe('UnitRunner', () => {
     const { leaser, runner, log } = pair(300);
     await leaser.heartbeat();
     await leaser.tick();
-    await until(() => [0, 1, 2].every((s) => runs.has(key(a, s))) && runs.has(key(b, 0)), 2_000, 'every unit running');
+    await waitFor('every unit running', () => [0, 1, 2].every((s) => runs.has(key(a, s))) && runs.has(key(b, 0)), {
+      timeoutMs: 2_000,
+    });
     const started = Date.now();
     await runner.close();
     const took = Date.now() - started;
@@ -231,14 +249,14 @@ describe('UnitRunner', () => {
     await putTenantUnits(db.sql, t, { job: 'probe-block', shards: 2 });
     const deadline = new AbortController();
     const processId = randomUUID();
-    const runner = new UnitRunner({ sql: db.sql, processId, jobs, signal: deadline.signal });
+    const runner = new UnitRunner({ log: silentLog, sql: db.sql, processId, jobs, signal: deadline.signal });
     const leaser = new Leaser(db.sql, { processId, ttlMs: 2_000, heartbeatIntervalMs: 500 }, runner);
     pairs.push({ leaser, runner, log: [] });
     await leaser.heartbeat();
     await leaser.tick();
-    await until(() => runs.has(key(t, 0)) && runs.has(key(t, 1)), 2_000, 'both units running');
+    await waitFor('both units running', () => runs.has(key(t, 0)) && runs.has(key(t, 1)), { timeoutMs: 2_000 });
     deadline.abort();
-    await until(() => aborted.has(key(t, 0)) && aborted.has(key(t, 1)), 1_000, 'both runs aborted');
+    await waitFor('both runs aborted', () => aborted.has(key(t, 0)) && aborted.has(key(t, 1)), { timeoutMs: 1_000 });
     expect(runner.units()).toEqual([]);
   });
 });

@@ -22,9 +22,10 @@ export function BatchView({ id }: { id: string }) {
     <p><a href="#/batches">← All batches</a></p>
     <h2 id="batch-title">Batch <code>${id}</code></h2>
     <${ErrorNote} error=${batch.error} />
-    ${b === undefined
-      ? html`<p>Loading…</p>`
-      : html`
+    ${
+      b === undefined
+        ? html`<p>Loading…</p>`
+        : html`
           <dl class="facts">
             <div><dt>Status</dt><dd><${StatusBadge} status=${b.status} /></dd></div>
             <div><dt>Job</dt><dd>${b.job}</dd></div>
@@ -36,9 +37,11 @@ export function BatchView({ id }: { id: string }) {
             <div><dt>Owner process</dt><dd><code>${b.ownerProcess ?? '–'}</code></dd></div>
             <div><dt>Created</dt><dd>${when(b.createdAt)}</dd></div>
             <div><dt>Finished</dt><dd>${when(b.finishedAt)}</dd></div>
-            ${b.toleratedFailures !== undefined
-              ? html`<div><dt>Tolerated failures</dt><dd data-tolerance>${toleranceText(b)}</dd></div>`
-              : null}
+            ${
+              b.toleratedFailures !== undefined
+                ? html`<div><dt>Tolerated failures</dt><dd data-tolerance>${toleranceText(b)}</dd></div>`
+                : null
+            }
             ${b.reason ? html`<div class="wide"><dt>Reason</dt><dd data-reason>${b.reason}</dd></div>` : null}
           </dl>
           <${ProgressBar} batch=${b} />
@@ -51,7 +54,8 @@ export function BatchView({ id }: { id: string }) {
           <${ErrorNote} error=${series.error} />
           ${series.data ? html`<${FinishedChart} series=${series.data} />` : series.error ? null : html`<p>Loading…</p>`}
           <${Items} batch=${b} />
-        `}
+        `
+    }
   </section>`;
 }
 
@@ -63,7 +67,7 @@ export function toleranceText(b: Batch): string {
   const t = b.toleratedFailures;
   const now = b.counts.failed > 0 && t ? ` · ${b.counts.failed} failed` : '';
   if (!t) return 'none: any failed item fails the batch';
-  if (t.count !== undefined) return `${t.count} failed item${t.count === 1 ? '' : 's'}${now}`;
+  if ('count' in t) return `${t.count} failed item${t.count === 1 ? '' : 's'}${now}`;
   return `${t.percent} % of the items (${b.allowedFailures ?? '?'} of ${b.total})${now}`;
 }
 
@@ -80,7 +84,10 @@ function RedriveButton({ batch, onDone }: { batch: Batch; onDone: () => void }) 
     setNote(undefined);
     try {
       const r = await api.redriveBatch(batch.id, `dashboard:${batch.id}:${(batch.redrives ?? 0) + 1}`);
-      setNote({ ok: true, text: `Redrive ${r.redrive.number}: ${r.redrive.items} failed item${r.redrive.items === 1 ? '' : 's'} pending again.` });
+      setNote({
+        ok: true,
+        text: `Redrive ${r.redrive.number}: ${r.redrive.items} failed item${r.redrive.items === 1 ? '' : 's'} pending again.`,
+      });
       onDone();
     } catch (e) {
       setNote({ ok: false, text: message(e) });
@@ -120,11 +127,12 @@ function Items({ batch }: { batch: Batch }) {
       </label>
     </div>
     <${ErrorNote} error=${page.error} />
-    ${page.data === undefined
-      ? html`<p>Loading…</p>`
-      : page.data.items.length === 0
-        ? html`<p>No ${state || ''} items${cursors.length > 1 ? ' on this page' : ''}.</p>`
-        : html`<table class="items">
+    ${
+      page.data === undefined
+        ? html`<p>Loading…</p>`
+        : page.data.items.length === 0
+          ? html`<p>No ${state || ''} items${cursors.length > 1 ? ' on this page' : ''}.</p>`
+          : html`<table class="items">
             <thead>
               <tr>
                 <th scope="col">Key</th>
@@ -143,7 +151,8 @@ function Items({ batch }: { batch: Batch }) {
                 </tr>`,
               )}
             </tbody>
-          </table>`}
+          </table>`
+    }
     <nav class="pager" aria-label="Item pages">
       <button type="button" disabled=${cursors.length <= 1} onClick=${() => setCursors(cursors.slice(0, -1))}>Previous page</button>
       <span>Page ${cursors.length}</span>

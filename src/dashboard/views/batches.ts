@@ -8,8 +8,19 @@ import { duration, rate, shortId } from '../format.js';
 const STATUSES = ['', 'open', 'succeeded', 'failed', 'cancelled'] as const;
 
 /** The batches view; the filter lives in the address (`#/batches?tenant=…&status=…`). */
-export function BatchesView({ tenant, status, onFilter }: { tenant: string; status: string; onFilter: (f: { tenant: string; status: string }) => void }) {
-  const polled = usePoll(() => api.listBatches({ tenant: tenant || undefined, status: status || undefined, limit: 100 }), [tenant, status]);
+export function BatchesView({
+  tenant,
+  status,
+  onFilter,
+}: {
+  tenant: string;
+  status: string;
+  onFilter: (f: { tenant: string; status: string }) => void;
+}) {
+  const polled = usePoll(
+    () => api.listBatches({ tenant: tenant || undefined, status: status || undefined, limit: 100 }),
+    [tenant, status],
+  );
   const [draft, setDraft] = useState(tenant);
   const tenants = [...new Set((polled.data ?? []).map((b) => b.tenant))].sort();
   return html`<section aria-labelledby="batches-title">
@@ -32,11 +43,12 @@ export function BatchesView({ tenant, status, onFilter }: { tenant: string; stat
       <button type="submit">Filter</button>
     </form>
     <${ErrorNote} error=${polled.error} />
-    ${polled.data === undefined
-      ? html`<p>Loading…</p>`
-      : polled.data.length === 0
-        ? html`<p>No batches${tenant || status ? ' match the filter' : ' yet'}.</p>`
-        : html`<table class="batches">
+    ${
+      polled.data === undefined
+        ? html`<p>Loading…</p>`
+        : polled.data.length === 0
+          ? html`<p>No batches${tenant || status ? ' match the filter' : ' yet'}.</p>`
+          : html`<table class="batches">
             <thead>
               <tr>
                 <th scope="col">Batch</th>
@@ -54,7 +66,8 @@ export function BatchesView({ tenant, status, onFilter }: { tenant: string; stat
             <tbody>
               ${polled.data.map((b) => html`<${BatchRow} key=${b.id} batch=${b} onChanged=${polled.reload} />`)}
             </tbody>
-          </table>`}
+          </table>`
+    }
   </section>`;
 }
 
@@ -66,9 +79,11 @@ function BatchRow({ batch: b, onChanged }: { batch: Batch; onChanged: () => void
     <td class="num">${b.priority ?? '–'}</td>
     <td>
       <${StatusBadge} status=${b.status} />
-      ${b.status === 'succeeded' && b.counts.failed > 0
-        ? html`<br /><span class="muted small" data-tolerated>${b.counts.failed} failed, tolerated</span>`
-        : null}
+      ${
+        b.status === 'succeeded' && b.counts.failed > 0
+          ? html`<br /><span class="muted small" data-tolerated>${b.counts.failed} failed, tolerated</span>`
+          : null
+      }
     </td>
     <td><${ProgressBar} batch=${b} /></td>
     <td class="num">${rate(b.itemsPerSecond)}</td>
@@ -96,7 +111,8 @@ export function CancelButton({ batch, onDone }: { batch: Batch; onDone: () => vo
       setBusy(false);
     }
   };
-  if (!asking) return html`<button type="button" class="danger" onClick=${() => setAsking(true)} aria-label=${`Cancel batch ${shortId(batch.id)}`}>Cancel</button>`;
+  if (!asking)
+    return html`<button type="button" class="danger" onClick=${() => setAsking(true)} aria-label=${`Cancel batch ${shortId(batch.id)}`}>Cancel</button>`;
   return html`<span class="confirm" role="group" aria-label=${`Cancel batch ${shortId(batch.id)} for good?`}>
     <button type="button" class="danger" disabled=${busy} onClick=${cancel}>Yes, cancel for good</button>
     <button type="button" disabled=${busy} onClick=${() => setAsking(false)}>Keep it</button>

@@ -37,7 +37,14 @@ export function FinishedChart({ series }: { series: Series }) {
           axes: [{ stroke: '#3d444d' }, { stroke: '#3d444d', size: 44 }],
           series: [
             {},
-            { label: 'done', stroke: '#1a7f37', fill: 'rgba(26,127,55,0.12)', width: 2, points: { show: false }, paths: uPlot.paths.stepped!({ align: 1 }) },
+            {
+              label: 'done',
+              stroke: '#1a7f37',
+              fill: 'rgba(26,127,55,0.12)',
+              width: 2,
+              points: { show: false },
+              paths: uPlot.paths.stepped!({ align: 1 }),
+            },
             { label: 'failed', stroke: '#cf222e', width: 2, points: { show: false }, paths: uPlot.paths.stepped!({ align: 1 }) },
           ],
         },

@@ -37,9 +37,10 @@ export function FleetView() {
   return html`<section aria-labelledby="fleet-title">
     <h2 id="fleet-title">Fleet</h2>
     <${ErrorNote} error=${polled.error} />
-    ${d === undefined
-      ? html`<p>Loading…</p>`
-      : html`
+    ${
+      d === undefined
+        ? html`<p>Loading…</p>`
+        : html`
           <dl class="facts">
             <div><dt>Live processes</dt><dd data-live=${d.fleet.live ?? live.length}>${d.fleet.live ?? live.length}</dd></div>
             <div><dt>Desired</dt><dd data-desired=${d.desired}>${d.desired}</dd></div>
@@ -51,9 +52,10 @@ export function FleetView() {
           </dl>
           <${DesiredControl} desired=${d.desired} onDone=${polled.reload} />
           <h3>Live processes</h3>
-          ${live.length === 0
-            ? html`<p>No live process.</p>`
-            : html`<table class="processes">
+          ${
+            live.length === 0
+              ? html`<p>No live process.</p>`
+              : html`<table class="processes">
                 <thead>
                   <tr>
                     <th scope="col">Process</th>
@@ -78,11 +80,13 @@ export function FleetView() {
                     </tr>`,
                   )}
                 </tbody>
-              </table>`}
+              </table>`
+          }
           <h3>Expired, not yet swept</h3>
-          ${expired.length === 0
-            ? html`<p>None.</p>`
-            : html`<table class="processes expired">
+          ${
+            expired.length === 0
+              ? html`<p>None.</p>`
+              : html`<table class="processes expired">
                 <thead>
                   <tr>
                     <th scope="col">Process</th>
@@ -101,8 +105,10 @@ export function FleetView() {
                     </tr>`,
                   )}
                 </tbody>
-              </table>`}
-        `}
+              </table>`
+          }
+        `
+    }
   </section>`;
 }
 

@@ -33,11 +33,13 @@ export function UnitsView() {
   return html`<section aria-labelledby="units-title">
     <h2 id="units-title">Units and outbox</h2>
     <${ErrorNote} error=${polled.error} />
-    ${polled.data === undefined
-      ? html`<p>Loading…</p>`
-      : polled.data.length === 0
-        ? html`<p>No units. Register some with <code>leasehold units put TENANT --job outbox-delivery --shards 4 --endpoint URL</code>.</p>`
-        : polled.data.map((t) => html`<${Tenant} key=${t.tenant} data=${t} />`)}
+    ${
+      polled.data === undefined
+        ? html`<p>Loading…</p>`
+        : polled.data.length === 0
+          ? html`<p>No units. Register some with <code>leasehold units put TENANT --job outbox-delivery --shards 4 --endpoint URL</code>.</p>`
+          : polled.data.map((t) => html`<${Tenant} key=${t.tenant} data=${t} />`)
+    }
   </section>`;
 }
 
@@ -73,8 +75,9 @@ function Tenant({ data }: { data: TenantData }) {
       </table>
     </details>
     ${data.outboxError ? html`<p class="error">Outbox: ${data.outboxError}</p>` : null}
-    ${outbox
-      ? html`<table class="outbox">
+    ${
+      outbox
+        ? html`<table class="outbox">
           <caption>Outbox of ${tenant}, per endpoint</caption>
           <thead>
             <tr>
@@ -99,6 +102,7 @@ function Tenant({ data }: { data: TenantData }) {
             )}
           </tbody>
         </table>`
-      : null}
+        : null
+    }
   </article>`;
 }

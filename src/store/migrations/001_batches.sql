@@ -1,4 +1,4 @@
--- Batches: one-off runs of a job over a finite list of items (DESIGN.md, "Batches").
+-- Batches: one-off runs of a job over a finite list of items (docs/design.md, "Batches").
 
 -- One row per (tenant, datasource); locked while a batch starts so that the maxOpen
 -- check and the insert are decided one at a time per datasource.

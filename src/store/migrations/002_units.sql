@@ -1,4 +1,4 @@
--- Process membership and unit ownership (DESIGN.md, "Process membership and unit ownership").
+-- Process membership and unit ownership (docs/design.md, "Process membership and unit ownership").
 
 create table leasehold_processes (
   id uuid primary key,

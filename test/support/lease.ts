@@ -4,10 +4,9 @@
 import { systemClock, type Clock, type ManualClock } from '../../src/clock.js';
 import { Leaser, type LeaseConfig, type LeaserEvent, type Reconciler, type Unit, type UnitKey } from '../../src/lease/index.js';
 import type { Sql } from '../../src/store/index.js';
+import { sleep } from './time.js';
 
 export const key = (u: UnitKey): string => `${u.tenant}/${u.shard}`;
-
-export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** One call a leaser made on its reconciler, in order. */
 export interface Call {
@@ -192,10 +191,12 @@ export function shuffled<T>(xs: readonly T[]): T[] {
 
 /** Run `fn` over all items at once, each after a random delay of up to `jitterMs`. */
 export function concurrently<T, R>(items: readonly T[], fn: (x: T) => Promise<R>, jitterMs = 3): Promise<R[]> {
-  return Promise.all(shuffled(items).map(async (x) => {
-    if (jitterMs > 0) await sleep(Math.random() * jitterMs);
-    return fn(x);
-  }));
+  return Promise.all(
+    shuffled(items).map(async (x) => {
+      if (jitterMs > 0) await sleep(Math.random() * jitterMs);
+      return fn(x);
+    }),
+  );
 }
 
 /** What {@link jittered} saw: every heartbeat's and every tick's result, in time order. */

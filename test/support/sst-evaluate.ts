@@ -1,9 +1,9 @@
-// Evaluate an sst.config.ts with the recording stand-ins (stand-ins.ts), as `sst deploy --stage`
+// Evaluate an sst.config.ts with the recording stand-ins (sst-stand-ins.ts), as `sst deploy --stage`
 // would, and read what it created: handlers, IAM permissions, invokers.
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { vi } from 'vitest';
-import { installStandIns, type Recorded, type World } from './stand-ins.js';
+import { installStandIns, type Recorded, type World } from './sst-stand-ins.js';
 
 /** What an sst.config.ts exports. */
 export interface SstConfig {
@@ -86,7 +86,12 @@ export const permissionsOf = (r: Recorded): Permission[] => (r.args.permissions 
 
 /** Does an IAM `pattern` (with `*` and `?`) match `value`? */
 export function iamMatches(pattern: string, value: string): boolean {
-  const re = new RegExp(`^${pattern.replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*/g, '.*').replace(/\?/g, '.')}$`);
+  const re = new RegExp(
+    `^${pattern
+      .replace(/[.+^${}()|[\]\\]/g, '\\$&')
+      .replace(/\*/g, '.*')
+      .replace(/\?/g, '.')}$`,
+  );
   return re.test(value);
 }
 
@@ -98,7 +103,8 @@ export function invokersOf(w: World, target: Recorded | string): string[] {
       (r) =>
         permissionsOf(r).some(
           (p) => p.actions.some((a) => iamMatches(a, 'lambda:InvokeFunction')) && p.resources.some((res) => iamMatches(res, arn)),
-        ) || (typeof target !== 'string' && ((r.args.link ?? []) as unknown[]).includes(target.instance)),
+        ) ||
+        (typeof target !== 'string' && ((r.args.link ?? []) as unknown[]).includes(target.instance)),
     )
     .map((r) => r.name)
     .sort();

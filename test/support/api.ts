@@ -13,6 +13,7 @@ import { handleApi, type ApiDeps } from '../../src/api/index.js';
 import { defaultRegistry, type JobRegistry } from '../../src/jobs/index.js';
 import { LambdaDispatcher } from '../../src/runtime/index.js';
 import type { Sql } from '../../src/store/index.js';
+import { silentLog } from '../../src/log.js';
 
 /** Options of {@link apiEvent}. */
 export interface EventOptions {
@@ -97,9 +98,13 @@ export interface InvokeRecord {
 export class InvokeEndpoint {
   readonly invokes: InvokeRecord[] = [];
   failing = false;
-  private constructor(private readonly server: Server, readonly url: string) {}
+  private constructor(
+    private readonly server: Server,
+    readonly url: string,
+  ) {}
 
   static async start(): Promise<InvokeEndpoint> {
+    // eslint-disable-next-line prefer-const -- assigned once the server listens; its handler reads it
     let self!: InvokeEndpoint;
     const server = createServer((req, res) => {
       const chunks: Buffer[] = [];
@@ -165,12 +170,6 @@ export async function tempTree(files: Record<string, string>): Promise<string> {
 
 export const removeTree = (dir: string) => rm(dir, { recursive: true, force: true });
 
-/** A log that keeps its entries, to assert on warnings the handler reports. */
-export function memoryLog(): { log: NonNullable<ApiDeps['log']>; entries: { level: string; message: string; fields?: Record<string, unknown> }[] } {
-  const entries: { level: string; message: string; fields?: Record<string, unknown> }[] = [];
-  return { entries, log: (level, message, fields) => entries.push({ level, message, fields }) };
-}
-
 /** Handler dependencies on `sql`, with the built-in jobs reading under `allowedRoots`. */
 export function apiDeps(
   sql: Sql,
@@ -182,7 +181,7 @@ export function apiDeps(
     jobs: overrides.jobs ?? defaultRegistry({ allowedRoots: overrides.allowedRoots ?? [tmpdir()], maxItems: 1000 }),
     config: { maxOpen: overrides.maxOpen ?? 4, maxBodyBytes: overrides.maxBodyBytes ?? 65_536 },
     dispatcher: endpoint.dispatcher(),
-    log: overrides.log ?? (() => {}),
+    log: overrides.log ?? silentLog,
   };
 }
 

@@ -1,8 +1,9 @@
-// Every statement of the batch module. Each fenced statement changes rows only while the run
+// Statements of batches and their items (leasehold_batches, leasehold_items and the locks of a
+// start): starts, reads, runs, dispatch. Each fenced statement changes rows only while the run
 // named by `run` owns the open batch; the ownership check takes a share lock on the batch row,
 // so a takeover (an update of that row) and a move are ordered one after the other.
-import type { Sql } from '../store/index.js';
-import type { BatchInfo, BatchStatus, ItemResult, ItemState, ToleratedFailures } from './types.js';
+import type { Sql } from '../../store/index.js';
+import type { BatchInfo, BatchStatus, ItemResult, ItemState, ToleratedFailures } from '../types.js';
 
 /** A row of `leasehold_batches` joined with its item counts. */
 interface BatchRow {
@@ -115,7 +116,7 @@ function movesJson(moves: readonly MoveRow[]): string {
   return `${s}]`;
 }
 
-type Tx = Sql;
+export type Tx = Sql;
 
 // Serialises starts with one (tenant, request key) until the first commits.
 export async function lockRequestKey(tx: Tx, tenant: string, requestKey: string): Promise<void> {
@@ -192,10 +193,7 @@ export async function getBatch(sql: Sql, id: string): Promise<BatchInfo | undefi
 }
 
 // Lists batches, newest first, optionally by tenant and status.
-export async function listBatches(
-  sql: Sql,
-  f: { tenant?: string; status?: BatchStatus; limit: number },
-): Promise<BatchInfo[]> {
+export async function listBatches(sql: Sql, f: { tenant?: string; status?: BatchStatus; limit: number }): Promise<BatchInfo[]> {
   const rows = await sql<BatchRow[]>`select b.*,
       (select jsonb_object_agg(s.state, s.n) from
         (select state, count(*) as n from leasehold_items where batch_id = b.id group by state) s) as counts
@@ -354,67 +352,9 @@ export async function othersWaiting(sql: Sql, tenant: string, maxRunning: number
 }
 
 /** A tenant's counts and limit, as {@link tenantState} reads them. */
-export interface TenantRow {
-  tenant: string;
-  open: number;
-  running: number;
-  max_running: number | null;
-  /** ms since the longest-waiting batch began to wait (start or handoff), database clock; null: none. */
-  oldest_wait_ms: number | null;
-}
-
-// Reads a tenant's counts, its limit override and its oldest wait; undefined: no such tenant.
-export async function tenantState(sql: Sql, tenant: string): Promise<TenantRow | undefined> {
-  const [r] = await sql<TenantRow[]>`select t.tenant, t.open, t.running, t.max_running,
-      (select (extract(epoch from now() - min(coalesce(b.handed_off_at, b.created_at))) * 1000)::float8
-        from leasehold_batches b where b.tenant = t.tenant and b.status = 'open' and b.owner_run is null) as oldest_wait_ms
-    from leasehold_tenants t where t.tenant = ${tenant}`;
-  return r;
-}
-
-/** One open batch of a tenant, as {@link tenantBatches} lists it. */
-export interface TenantBatchRow {
-  id: string;
-  datasource: string;
-  job: string;
-  priority: number;
-  created_at: Date;
-  /** Running: when its run took it; waiting: when it began to wait (start or handoff). */
-  since: Date;
-  /** ms since `since`, database clock. */
-  for_ms: number;
-}
-
-// Lists a tenant's running batches (oldest takeover first) or waiting batches (in the order its
-// turns take them: priority, then age), at most `limit`.
-export async function tenantBatches(
-  sql: Sql,
-  tenant: string,
-  a: { running: boolean; limit: number },
-): Promise<TenantBatchRow[]> {
-  return a.running
-    ? sql<TenantBatchRow[]>`select id, datasource, job, priority, created_at, taken_at as since,
-          (extract(epoch from now() - taken_at) * 1000)::float8 as for_ms
-        from leasehold_batches where tenant = ${tenant} and status = 'open' and owner_run is not null
-        order by taken_at, id limit ${a.limit}`
-    : sql<TenantBatchRow[]>`select id, datasource, job, priority, created_at, coalesce(handed_off_at, created_at) as since,
-          (extract(epoch from now() - coalesce(handed_off_at, created_at)) * 1000)::float8 as for_ms
-        from leasehold_batches where tenant = ${tenant} and status = 'open' and owner_run is null
-        order by priority desc, created_at, id limit ${a.limit}`;
-}
-
-// Sets (or, with null, clears) a tenant's limit on running batches; creates its row if needed.
-export async function setTenantLimit(sql: Sql, tenant: string, maxRunning: number | null): Promise<void> {
-  await sql`insert into leasehold_tenants (tenant, max_running) values (${tenant}, ${maxRunning})
-    on conflict (tenant) do update set max_running = excluded.max_running`;
-}
-
 // After a takeover: items the dead run left running count that attempt; they go back to
 // pending, or to failed when their attempts are used up. Fenced on the new run.
-export async function recoverRunning(
-  sql: Sql,
-  a: { batchId: string; run: string; attempts: number },
-): Promise<number> {
+export async function recoverRunning(sql: Sql, a: { batchId: string; run: string; attempts: number }): Promise<number> {
   const rows = await sql`with own as (
       select 1 from leasehold_batches where id = ${a.batchId} and owner_run = ${a.run} and status = 'open' for share
     )
@@ -557,10 +497,7 @@ export async function handOffRun(
 
 // Ends a batch whose runs keep failing before they store anything: `failed` with `reason`, and
 // every item still pending or running `failed` with `itemError`. Fenced on the run owning it.
-export async function giveUp(
-  sql: Sql,
-  a: { batchId: string; run: string; reason: string; itemError: string },
-): Promise<boolean> {
+export async function giveUp(sql: Sql, a: { batchId: string; run: string; reason: string; itemError: string }): Promise<boolean> {
   const [r] = await sql<{ given_up: number }[]>`with own as (
       update leasehold_batches
       set status = 'failed', reason = ${a.reason}, finished_at = now(),
@@ -640,11 +577,7 @@ export async function endIntolerable(sql: Sql, batchId: string, run: string): Pr
 
 // Whether the run still owns the batch, and how long until its next pending item is due
 // (ms, by the database clock; null when none is pending).
-export async function waitState(
-  sql: Sql,
-  batchId: string,
-  run: string,
-): Promise<{ owned: boolean; dueInMs: number | null }> {
+export async function waitState(sql: Sql, batchId: string, run: string): Promise<{ owned: boolean; dueInMs: number | null }> {
   const [r] = await sql<{ owned: boolean; due_in_ms: number | null }[]>`select
       exists (select 1 from leasehold_batches where id = ${batchId} and owner_run = ${run} and status = 'open') as owned,
       (select greatest(0, extract(epoch from min(run_after) - now()) * 1000)::float8 from leasehold_items
@@ -721,114 +654,8 @@ export function itemResults(sql: Sql, batchId: string, size = 1000): AsyncIterab
 
 // Reads the tenant and datasource of a batch (they never change), to lock its datasource.
 export async function batchPlace(tx: Tx, id: string): Promise<{ tenant: string; datasource: string } | undefined> {
-  const [r] = await tx<{ tenant: string; datasource: string }[]>`select tenant, datasource from leasehold_batches where id = ${id}`;
+  const [r] = await tx<
+    { tenant: string; datasource: string }[]
+  >`select tenant, datasource from leasehold_batches where id = ${id}`;
   return r;
-}
-
-// Locks the batch row against takeovers, finishes, cancels and other redrives until commit, and
-// reads its status as of the lock.
-export async function lockBatch(tx: Tx, id: string): Promise<BatchStatus | undefined> {
-  const [r] = await tx<{ status: BatchStatus }[]>`select status from leasehold_batches where id = ${id} for update`;
-  return r?.status;
-}
-
-/** One recorded redrive of a batch. */
-export interface RedriveRow {
-  number: number;
-  idempotency_key: string | null;
-  items: number;
-  created_at: Date;
-}
-
-// Reads the redrive an idempotency key did on a batch, if any.
-export async function redriveByKey(tx: Tx, batchId: string, key: string): Promise<RedriveRow | undefined> {
-  const [r] = await tx<RedriveRow[]>`select number, idempotency_key, items, created_at from leasehold_redrives
-    where batch_id = ${batchId} and idempotency_key = ${key}`;
-  return r;
-}
-
-// Counts a batch's failed items (through the index of failed items).
-export async function countFailed(tx: Tx, batchId: string): Promise<number> {
-  const [r] = await tx<{ n: number }[]>`select count(*) as n from leasehold_items where batch_id = ${batchId} and state = 'failed'`;
-  return r.n;
-}
-
-// Puts a finished batch's failed items back to pending with fresh attempts, due now; only
-// while the batch is finished (caller holds its row lock), so no run's move can meet them.
-export async function resetFailed(tx: Tx, batchId: string): Promise<number> {
-  const rows = await tx`update leasehold_items i
-    set state = 'pending', attempts = 0, output = null, error = null, run_id = null, run_after = now(), updated_at = now()
-    from leasehold_batches b
-    where b.id = ${batchId} and b.status in ('succeeded', 'failed')
-      and i.batch_id = b.id and i.state = 'failed'`;
-  return rows.count;
-}
-
-// Opens a finished batch again, unowned and never beaten, so the next takeover or dispatch
-// takes it at once, and counts the redrive; returns its number (undefined: not finished).
-export async function reopenBatch(tx: Tx, batchId: string): Promise<number | undefined> {
-  const [r] = await tx<{ redrives: number }[]>`update leasehold_batches
-    set status = 'open', finished_at = null, owner_run = null, owner_process = null, beat_at = null,
-        handed_off_at = null, redrives = redrives + 1, stalled_runs = 0, reason = null
-    where id = ${batchId} and status in ('succeeded', 'failed')
-    returning redrives`;
-  return r?.redrives;
-}
-
-// Records a redrive; a second one with the same (batch, key) fails on the unique constraint.
-export async function recordRedrive(
-  tx: Tx,
-  a: { batchId: string; number: number; key: string | null; items: number },
-): Promise<RedriveRow> {
-  const [r] = await tx<RedriveRow[]>`insert into leasehold_redrives (batch_id, number, idempotency_key, items)
-    values (${a.batchId}, ${a.number}, ${a.key}, ${a.items})
-    returning number, idempotency_key, items, created_at`;
-  return r;
-}
-
-// ---- What the dashboard reads (src/batch/progress.ts). Read-only; every age and rate is taken
-// from the database clock.
-
-// How long a batch has lived: until it finished, or until now while open, ms; undefined: no batch.
-export async function batchSpan(sql: Sql, id: string): Promise<{ createdAt: Date; spanMs: number } | undefined> {
-  const [r] = await sql<{ created_at: Date; span_ms: number }[]>`select created_at,
-      (extract(epoch from coalesce(finished_at, now()) - created_at) * 1000)::float8 as span_ms
-    from leasehold_batches where id = ${id}`;
-  return r && { createdAt: r.created_at, spanMs: r.span_ms };
-}
-
-// Counts a batch's finished items (done, failed) by when they last finished, in buckets of
-// `bucketMs` from the batch's creation; bucket i covers [i·bucketMs, (i+1)·bucketMs).
-export async function finishedBuckets(
-  sql: Sql,
-  id: string,
-  bucketMs: number,
-): Promise<{ bucket: number; done: number; failed: number }[]> {
-  return sql<{ bucket: number; done: number; failed: number }[]>`select
-      greatest(0, floor(extract(epoch from i.updated_at - b.created_at) * 1000 / ${bucketMs}))::int as bucket,
-      count(*) filter (where i.state = 'done')::int as done,
-      count(*) filter (where i.state = 'failed')::int as failed
-    from leasehold_items i join leasehold_batches b on b.id = i.batch_id
-    where i.batch_id = ${id} and i.state in ('done', 'failed')
-    group by 1 order by 1`;
-}
-
-// Per batch: its age (ms), and items finished per second: over the last `windowMs` (or its whole
-// life when younger) while open, over its whole life once finished.
-export async function batchActivity(
-  sql: Sql,
-  ids: string[],
-  windowMs: number,
-): Promise<{ id: string; age_ms: number; per_second: number }[]> {
-  return sql<{ id: string; age_ms: number; per_second: number }[]>`select b.id,
-      (extract(epoch from now() - b.created_at) * 1000)::float8 as age_ms,
-      (case when b.status = 'open' then
-        (select count(*) from leasehold_items i where i.batch_id = b.id and i.state in ('done', 'failed')
-           and i.updated_at > now() - make_interval(secs => ${windowMs / 1000}))
-        / greatest(least(extract(epoch from now() - b.created_at), ${windowMs / 1000}), 1)
-      else
-        (select count(*) from leasehold_items i where i.batch_id = b.id and i.state in ('done', 'failed'))
-        / greatest(extract(epoch from b.finished_at - b.created_at), 1)
-      end)::float8 as per_second
-    from leasehold_batches b where b.id in (select jsonb_array_elements_text(${sql.json(ids)})::uuid)`;
 }

@@ -1,15 +1,20 @@
-// Starting batches from EventBridge: bus events and schedules (DESIGN.md, "Serverless runtime":
+// Starting batches from EventBridge: bus events and schedules (docs/design.md, "Serverless runtime":
 // trigger). The event decides the request key, so a redelivered event starts nothing new.
 import type { EventBridgeEvent } from 'aws-lambda';
 import * as z from 'zod';
-import { ApiError, checkStorableJson, MAX_NAME_LENGTH, nameSchema, parse, toleratedFailuresSchema } from '../api/request.js';
-import { createBatch, findBatchByKey, TooManyBatchesError, type ToleratedFailures } from '../batch/index.js';
-import type { JobRegistry } from '../jobs/index.js';
-import type { Sql } from '../store/index.js';
-import { startLimits, type Config } from './config.js';
-import { dispatchBatch, type Dispatcher } from './dispatch.js';
-import type { Log } from './log.js';
-import type { RuntimeMetrics } from './metrics.js';
+import {
+  checkStorableJson,
+  MAX_NAME_LENGTH,
+  nameSchema,
+  parseInput,
+  toleratedFailuresSchema,
+  startBatch,
+  TooManyBatchesError,
+  type StartDeps,
+  type ToleratedFailures,
+} from '../batch/index.js';
+import { LeaseholdError } from '../errors.js';
+import type { Log } from '../log.js';
 import * as q from './sql.js';
 
 /** What a start-batch event carries in `detail`. */
@@ -24,16 +29,18 @@ export interface TriggerDetail {
 /** The EventBridge event the trigger function receives. */
 export type TriggerEvent = EventBridgeEvent<string, TriggerDetail>;
 
-/** What the trigger needs, built once per container. */
-export interface TriggerDeps {
-  sql: Sql;
-  jobs: JobRegistry;
-  /** `maxOpen` and the start limits (each defaults to the library's when absent) are read. */
-  config: Pick<Config, 'maxOpen'> & Partial<Pick<Config, 'maxItems' | 'maxInputBytes' | 'maxTotalBytes'>>;
-  /** Sends a new batch to a worker at once; without it the scheduler dispatches it within a minute. */
-  dispatcher?: Dispatcher;
-  log?: Log;
-  metrics?: RuntimeMetrics;
+/** Counts what the trigger did (the runtime's EMF metrics). */
+export interface TriggerMetrics {
+  count(name: 'BatchesStarted' | 'TriggersRepeated' | 'TriggersDeferred' | 'TriggersDropped'): void;
+}
+
+/**
+ * What the trigger needs, built once per container: what a start needs (`maxOpen` and the start
+ * limits are read from `config`; each defaults to the library's when absent).
+ */
+export interface TriggerDeps extends StartDeps {
+  log: Log;
+  metrics?: TriggerMetrics;
 }
 
 /** What one trigger event did. */
@@ -51,23 +58,34 @@ export type TriggerResult =
   | { outcome: 'dropped'; code: string; reason: string };
 
 /** An event that cannot start a batch, whatever the number of retries. */
-export class InvalidTriggerEventError extends Error {
-  readonly code = 'invalid_event';
+export class InvalidTriggerEventError extends LeaseholdError {
   constructor(message: string) {
-    super(message);
-    this.name = 'InvalidTriggerEventError';
+    super('invalid_event', message);
   }
 }
 
 /** Codes of the errors that make an event invalid (dropped) rather than failed (retried). */
-const INVALID_CODES = new Set(['invalid_event', 'invalid_request', 'invalid_json', 'unknown_job', 'invalid_params', 'invalid_batch', 'batch_too_large']);
+const INVALID_CODES = new Set([
+  'invalid_event',
+  'invalid_request',
+  'invalid_json',
+  'unknown_job',
+  'invalid_params',
+  'invalid_batch',
+  'batch_too_large',
+]);
 
 const detailSchema = z
   .object({
     tenant: nameSchema,
     datasource: nameSchema,
-    job: z.string({ error: (i) => (i.input === undefined ? 'Required' : 'must be a string') }).min(1, 'must not be empty').max(MAX_NAME_LENGTH),
-    params: z.union([z.record(z.string(), z.unknown()), z.string()], { error: () => 'must be a JSON object (or its JSON text)' }).optional(),
+    job: z
+      .string({ error: (i) => (i.input === undefined ? 'Required' : 'must be a string') })
+      .min(1, 'must not be empty')
+      .max(MAX_NAME_LENGTH),
+    params: z
+      .union([z.record(z.string(), z.unknown()), z.string()], { error: () => 'must be a JSON object (or its JSON text)' })
+      .optional(),
     toleratedFailures: toleratedFailuresSchema.optional(),
   })
   .strict();
@@ -101,11 +119,13 @@ const RULE_ARN = /^arn:aws[a-z-]*:events:[^:]*:[^:]*:rule\/(.+)$/;
  *
  * @throws {InvalidTriggerEventError} not an EventBridge event, no usable key (including
  *   `<aws.scheduler.…>` placeholders left unreplaced), or `params` text that is not a JSON object.
- * @throws {ApiError} (400) `detail` fields missing, of the wrong type, unknown or unstorable.
+ * @throws {InvalidRequestError} `detail` fields missing, of the wrong type, unknown or unstorable.
  */
 export function readTriggerEvent(event: unknown): TriggerRequest {
   if (event === null || typeof event !== 'object' || Array.isArray(event)) {
-    throw new InvalidTriggerEventError(`not an EventBridge event (got ${event === null ? 'null' : Array.isArray(event) ? 'array' : typeof event})`);
+    throw new InvalidTriggerEventError(
+      `not an EventBridge event (got ${event === null ? 'null' : Array.isArray(event) ? 'array' : typeof event})`,
+    );
   }
   const e = event as Partial<Record<string, unknown>>;
   const detail = e.detail;
@@ -113,7 +133,7 @@ export function readTriggerEvent(event: unknown): TriggerRequest {
   if (detail === null || typeof detail !== 'object' || Array.isArray(detail)) {
     throw new InvalidTriggerEventError('detail: must be a JSON object { job, tenant, datasource, params }');
   }
-  const body = parse(detailSchema, detail, 'detail');
+  const body = parseInput(detailSchema, detail, 'detail');
   let params: unknown = body.params ?? {};
   if (typeof params === 'string') {
     try {
@@ -139,31 +159,40 @@ export function readTriggerEvent(event: unknown): TriggerRequest {
 function requestKeyOf(e: Partial<Record<string, unknown>>): string {
   const placeholder = (v: unknown) => typeof v === 'string' && v.includes('<aws.');
   const resource = Array.isArray(e.resources) && typeof e.resources[0] === 'string' ? e.resources[0] : undefined;
-  const schedule = resource && (SCHEDULE_ARN.exec(resource)?.[1] ?? (e['detail-type'] === 'Scheduled Event' ? RULE_ARN.exec(resource)?.[1] : undefined));
+  const schedule =
+    resource &&
+    (SCHEDULE_ARN.exec(resource)?.[1] ?? (e['detail-type'] === 'Scheduled Event' ? RULE_ARN.exec(resource)?.[1] : undefined));
   if (schedule) {
     if (placeholder(e.time) || typeof e.time !== 'string' || !Number.isFinite(Date.parse(e.time))) {
-      throw new InvalidTriggerEventError(`time: a scheduled event needs its scheduled time as ISO 8601 (got ${JSON.stringify(e.time)})`);
+      throw new InvalidTriggerEventError(
+        `time: a scheduled event needs its scheduled time as ISO 8601 (got ${JSON.stringify(e.time)})`,
+      );
     }
     return bounded(`schedule:${schedule}@${new Date(e.time).toISOString()}`);
   }
   if (placeholder(e.id) || placeholder(e.time) || placeholder(resource)) {
-    throw new InvalidTriggerEventError(`id: holds an unreplaced EventBridge Scheduler placeholder (${JSON.stringify(e.id)}); no request key`);
+    throw new InvalidTriggerEventError(
+      `id: holds an unreplaced EventBridge Scheduler placeholder (${JSON.stringify(e.id)}); no request key`,
+    );
   }
-  if (typeof e.id !== 'string' || e.id.length === 0) throw new InvalidTriggerEventError('id: Required (the request key of the start)');
+  if (typeof e.id !== 'string' || e.id.length === 0)
+    throw new InvalidTriggerEventError('id: Required (the request key of the start)');
   return bounded(`event:${e.id}`);
 }
 
 function bounded(key: string): string {
+  // eslint-disable-next-line no-control-regex -- control characters are what this rejects
   if (key.length > MAX_NAME_LENGTH || /[\u0000-\u001f\u007f]/.test(key)) {
-    throw new InvalidTriggerEventError(`request key "${key.slice(0, 80)}…" is over ${MAX_NAME_LENGTH} characters or holds control characters`);
+    throw new InvalidTriggerEventError(
+      `request key "${key.slice(0, 80)}…" is over ${MAX_NAME_LENGTH} characters or holds control characters`,
+    );
   }
   return key;
 }
 
 /**
- * Start the batch an EventBridge event asks for (see {@link readTriggerEvent}): expand the
- * params with the job registry, `createBatch` under the event's request key, and send the new
- * batch to a worker. A redelivered event answers the batch its key started (`repeated`), without
+ * Start the batch an EventBridge event asks for (see {@link readTriggerEvent}) under the event's
+ * request key, the way every start goes (`startBatch`: expand, create, send to a worker). A redelivered event answers the batch its key started (`repeated`), without
  * expanding the params again.
  *
  * An event that cannot start a batch — not an EventBridge event, bad `detail`, unknown job,
@@ -175,33 +204,14 @@ function bounded(key: string): string {
  * @throws the store's error (the event is worth retrying then).
  */
 export async function handleTrigger(event: unknown, deps: TriggerDeps): Promise<TriggerResult> {
-  const log = deps.log ?? (() => {});
+  const { log } = deps;
   const ids = eventIds(event);
   try {
     const req = readTriggerEvent(event);
     const fields = { ...ids, tenant: req.tenant, requestKey: req.requestKey };
-    const existing = await findBatchByKey(deps.sql, req.tenant, req.requestKey);
-    if (existing) {
-      log('info', 'trigger event repeated: its batch was started before', { ...fields, batchId: existing.id });
-      deps.metrics?.count('TriggersRepeated');
-      return { outcome: 'repeated', batchId: existing.id, requestKey: req.requestKey, tenant: req.tenant };
-    }
-    const expanded = await deps.jobs.expand(req.job, req.params);
-    let started: Awaited<ReturnType<typeof createBatch>>;
+    let started: Awaited<ReturnType<typeof startBatch>>;
     try {
-      started = await createBatch(
-        deps.sql,
-        {
-          tenant: req.tenant,
-          datasource: req.datasource,
-          job: req.job,
-          params: expanded.params,
-          requestKey: req.requestKey,
-          items: expanded.items,
-          toleratedFailures: req.toleratedFailures,
-        },
-        { maxOpen: deps.config.maxOpen, limits: startLimits(deps.config) },
-      );
+      started = await startBatch(deps, req);
     } catch (error) {
       if (!(error instanceof TooManyBatchesError)) throw error;
       await q.deferStart(deps.sql, {
@@ -217,28 +227,30 @@ export async function handleTrigger(event: unknown, deps: TriggerDeps): Promise<
       deps.metrics?.count('TriggersDeferred');
       return { outcome: 'deferred', requestKey: req.requestKey, tenant: req.tenant };
     }
-    const { batch, created } = started;
+    const { batch, created, dispatchError } = started;
     if (!created) {
       log('info', 'trigger event repeated: its batch was started before', { ...fields, batchId: batch.id });
       deps.metrics?.count('TriggersRepeated');
       return { outcome: 'repeated', batchId: batch.id, requestKey: req.requestKey, tenant: req.tenant };
     }
     deps.metrics?.count('BatchesStarted');
-    log('info', 'batch started by trigger', { ...fields, batchId: batch.id, job: req.job, datasource: req.datasource, items: batch.total });
-    if (deps.dispatcher) {
-      try {
-        await dispatchBatch(deps.sql, deps.dispatcher, batch.id);
-      } catch (error) {
-        // The scheduler dispatches never-started batches; this only makes the start sooner.
-        log('warn', 'dispatch of a new batch failed', { ...fields, batchId: batch.id, error: String(error) });
-      }
+    log('info', 'batch started by trigger', {
+      ...fields,
+      batchId: batch.id,
+      job: req.job,
+      datasource: req.datasource,
+      items: batch.total,
+    });
+    if (dispatchError !== undefined) {
+      // The scheduler dispatches never-started batches; this only made the start sooner.
+      log('warn', 'dispatch of a new batch failed', { ...fields, batchId: batch.id, error: String(dispatchError) });
     }
     return { outcome: 'started', batchId: batch.id, requestKey: req.requestKey, tenant: req.tenant };
   } catch (error) {
     const code = (error as { code?: unknown } | null)?.code;
-    if (!(error instanceof ApiError || (typeof code === 'string' && INVALID_CODES.has(code)))) throw error;
+    if (!(typeof code === 'string' && INVALID_CODES.has(code))) throw error;
     const reason = error instanceof Error ? error.message : String(error);
-    const dropped = { outcome: 'dropped' as const, code: String(error instanceof ApiError ? error.code : code), reason };
+    const dropped = { outcome: 'dropped' as const, code, reason };
     log('warn', 'trigger event dropped', { ...ids, code: dropped.code, reason });
     deps.metrics?.count('TriggersDropped');
     return dropped;
@@ -263,7 +275,7 @@ export interface DeferredResult {
  * @throws the store's error (the next pass tries again).
  */
 export async function startDeferred(deps: TriggerDeps & { limit?: number }): Promise<DeferredResult> {
-  const log = deps.log ?? (() => {});
+  const { log } = deps;
   const started: string[] = [];
   const full = new Set<string>();
   for (const d of await q.deferredStarts(deps.sql, deps.limit ?? 100)) {
@@ -271,27 +283,18 @@ export async function startDeferred(deps: TriggerDeps & { limit?: number }): Pro
     if (full.has(source)) continue;
     const fields = { tenant: d.tenant, requestKey: d.request_key, datasource: d.datasource };
     try {
-      const existing = await findBatchByKey(deps.sql, d.tenant, d.request_key);
-      if (!existing) {
-        const expanded = await deps.jobs.expand(d.job, d.params);
-        const { batch, created } = await createBatch(
-          deps.sql,
-          {
-            tenant: d.tenant,
-            datasource: d.datasource,
-            job: d.job,
-            params: expanded.params,
-            requestKey: d.request_key,
-            items: expanded.items,
-            toleratedFailures: d.tolerated_failures,
-          },
-          { maxOpen: deps.config.maxOpen, limits: startLimits(deps.config) },
-        );
-        if (created) {
-          started.push(batch.id);
-          log('info', 'deferred trigger event started', { ...fields, batchId: batch.id, tries: d.tries });
-          if (deps.dispatcher) await dispatchBatch(deps.sql, deps.dispatcher, batch.id).catch(() => {});
-        }
+      // A firing whose batch exists already is forgotten; a failed dispatch is the scheduler's to redo.
+      const { batch, created } = await startBatch(deps, {
+        tenant: d.tenant,
+        datasource: d.datasource,
+        job: d.job,
+        params: d.params,
+        requestKey: d.request_key,
+        toleratedFailures: d.tolerated_failures,
+      });
+      if (created) {
+        started.push(batch.id);
+        log('info', 'deferred trigger event started', { ...fields, batchId: batch.id, tries: d.tries });
       }
       await q.forgetDeferred(deps.sql, d.tenant, d.request_key);
     } catch (error) {
@@ -302,8 +305,12 @@ export async function startDeferred(deps: TriggerDeps & { limit?: number }): Pro
         continue;
       }
       const code = (error as { code?: unknown } | null)?.code;
-      if (!(error instanceof ApiError || (typeof code === 'string' && INVALID_CODES.has(code)))) throw error;
-      log('warn', 'deferred trigger event dropped: it can no longer start', { ...fields, code, reason: error instanceof Error ? error.message : String(error) });
+      if (!(typeof code === 'string' && INVALID_CODES.has(code))) throw error;
+      log('warn', 'deferred trigger event dropped: it can no longer start', {
+        ...fields,
+        code,
+        reason: error instanceof Error ? error.message : String(error),
+      });
       deps.metrics?.count('TriggersDropped');
       await q.forgetDeferred(deps.sql, d.tenant, d.request_key);
     }

@@ -1,4 +1,4 @@
-// Statements of the runtime's own tables: scheduled firings deferred until their datasource has
+// Statements of the trigger's own table: scheduled firings deferred until their datasource has
 // a free slot (leasehold_deferred_starts, migration 006).
 import type { ToleratedFailures } from '../batch/index.js';
 import type { Sql } from '../store/index.js';
@@ -28,7 +28,8 @@ export async function deferStart(
     error: string;
   },
 ): Promise<boolean> {
-  const rows = await sql`insert into leasehold_deferred_starts (tenant, request_key, datasource, job, params, tolerated_failures, last_error)
+  const rows =
+    await sql`insert into leasehold_deferred_starts (tenant, request_key, datasource, job, params, tolerated_failures, last_error)
     values (${d.tenant}, ${d.requestKey}, ${d.datasource}, ${d.job}, ${sql.json(d.params as never)},
       ${d.toleratedFailures === null ? null : sql.json(d.toleratedFailures as never)}, ${d.error})
     on conflict (tenant, request_key) do nothing`;

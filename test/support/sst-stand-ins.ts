@@ -6,7 +6,6 @@
 // values come out as strings the tests can compare.
 //
 // Modelled on SST v4 (4.17.1): route() applies `transform.route.args` the way ApiGatewayV2 does.
-/* eslint-disable @typescript-eslint/no-explicit-any */
 
 export const REGION = 'us-east-1';
 export const ACCOUNT = '123456789012';

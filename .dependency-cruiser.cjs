@@ -1,0 +1,115 @@
+// dependency-cruiser (`npm run lint`): no import cycles, and the layers of docs/design.md,
+// "Layout", as rules. Imports run one way:
+//
+//   functions/ → src/lambda.ts → src/runtime/ → src/api/, src/trigger/ → the domain → src/store/
+//
+// where the domain is src/batch/, src/lease/, src/units/ and src/jobs/: within it, jobs use
+// batch, units use jobs and lease, and batch and lease use only the store. Three leaves serve
+// every layer: src/clock.ts, src/errors.ts (the error base) and src/log.ts (the logger).
+// src/local/, src/cli* and bench/ drive the same code from outside (tests share helpers only
+// through test/support/); src/sst/ (the deploy
+// component) and src/dashboard/ (the browser page) stand alone.
+const DOMAIN = '^src/(batch|lease|units|jobs)/';
+const OUTSIDE = '^(functions/|src/(lambda|cli|index)\\.ts$|src/(cli|local|sst|dashboard)/)';
+
+/** A rule that forbids imports from `from` to `to`. */
+const forbid = (name, comment, from, to) => ({ name, comment, severity: 'error', from: { path: from }, to: { path: to } });
+
+module.exports = {
+  forbidden: [
+    {
+      name: 'no-circular',
+      comment: 'An import cycle: the modules on it cannot be read, tested or loaded one at a time.',
+      severity: 'error',
+      from: {},
+      to: { circular: true },
+    },
+    forbid(
+      'store-is-the-bottom',
+      'The store knows nothing of the modules that use it.',
+      '^src/store/',
+      '^src/(?!store/|(clock|errors|log)\\.ts$)',
+    ),
+    forbid(
+      'batch-and-lease-use-only-the-store',
+      'batch and lease are the base of the domain: they use the store and the clock only.',
+      '^src/(batch|lease)/',
+      '^src/(?!store/|(clock|errors|log)\\.ts$|$1/)',
+    ),
+    forbid(
+      'jobs-use-batch',
+      'Jobs use batches (and the store), not units, leases or anything above.',
+      '^src/jobs/',
+      '^src/(?!jobs/|batch/|store/|(clock|errors|log)\\.ts$)',
+    ),
+    forbid(
+      'units-use-jobs-and-lease',
+      'Unit jobs use jobs, leases and the store, nothing above the domain.',
+      '^src/units/',
+      '^src/(?!units/|jobs/|lease/|batch/|store/|(clock|errors|log)\\.ts$)',
+    ),
+    forbid(
+      'api-and-trigger-below-runtime',
+      'The API and the trigger serve the runtime; they never import it (or each other).',
+      '^src/api/',
+      '^src/(runtime|trigger)/|' + OUTSIDE,
+    ),
+    forbid(
+      'trigger-below-runtime',
+      'The trigger serves the runtime; it never imports it (or the API).',
+      '^src/trigger/',
+      '^src/(runtime|api)/|' + OUTSIDE,
+    ),
+    forbid(
+      'domain-below-api',
+      'The domain knows nothing of Lambda, HTTP or the CLI.',
+      DOMAIN,
+      '^src/(runtime|api|trigger)/|' + OUTSIDE,
+    ),
+    forbid(
+      'runtime-below-entries',
+      'The runtime is driven by the entry points, never the other way round.',
+      '^src/runtime/',
+      OUTSIDE,
+    ),
+    forbid(
+      'lambda-entry-below-functions',
+      'functions/ use leasehold/lambda, not the other way round.',
+      '^src/lambda\\.ts$',
+      '^(functions/|src/(cli|local|sst|dashboard)/|src/cli\\.ts$)',
+    ),
+    forbid('sst-stands-alone', 'The deploy component runs in SST, apart from the runtime code.', '^src/sst/', '^src/(?!sst/)'),
+    forbid(
+      'dashboard-stands-alone',
+      "The dashboard page is bundled for the browser on its own; it reads only the API's wire types.",
+      '^src/dashboard/',
+      '^src/(?!dashboard/|api/wire\\.ts$)',
+    ),
+    {
+      name: 'wire-types-only',
+      comment: 'src/api/wire.ts declares the answers: types only, so every reader (the browser page too) can take it.',
+      severity: 'error',
+      from: { path: '^src/api/wire\\.ts$' },
+      to: { path: '.' },
+    },
+    forbid(
+      'test-folders-share-through-support',
+      "A test folder uses its own files and test/support/, never another folder's internals.",
+      '^test/([^/]+)/',
+      '^test/(?!$1/|support/)',
+    ),
+    forbid(
+      'tests-stay-out-of-src',
+      'src never imports tests, benchmarks or scripts.',
+      '^(src|functions)/',
+      '^(test|bench|scripts)/',
+    ),
+  ],
+  options: {
+    doNotFollow: { path: 'node_modules' },
+    exclude: { path: '^(node_modules|dist)/' },
+    tsPreCompilationDeps: true,
+    tsConfig: { fileName: 'tsconfig.json' },
+    enhancedResolveOptions: { exportsFields: ['exports'], conditionNames: ['import', 'require', 'node', 'default', 'types'] },
+  },
+};

@@ -1,0 +1,30 @@
+// What the API's routes need, built once per container by the runtime.
+import type { Dispatcher, StartSettings } from '../batch/index.js';
+import type { JobRegistry } from '../jobs/index.js';
+import type { Log } from '../log.js';
+import type { Sql } from '../store/index.js';
+import type { UnitJobRegistry } from '../units/index.js';
+
+/** What {@link handleApi} needs, built once per container. */
+export interface ApiDeps {
+  sql: Sql;
+  jobs: JobRegistry;
+  /**
+   * `maxOpen` (open batches per datasource), `maxBodyBytes` (413 above) and the start limits
+   * (`maxItems`, `maxInputBytes`, `maxTotalBytes`; 413 above, each defaults to the library's) are
+   * read, and `lease.shedHysteresis` (which processes count as starving; default 0.2) when given.
+   */
+  config: StartSettings & {
+    maxOpen: number;
+    maxBodyBytes: number;
+    lease?: { shedHysteresis: number };
+    /** The default per-tenant limit `GET /tenants/{tenant}` shows (`LEASEHOLD_MAX_RUNNING`); default none. */
+    runner?: { maxRunning: number };
+  };
+  /** Sends a new batch to a worker at once. */
+  dispatcher: Dispatcher;
+  /** Structured log of the invocation (`silentLog` to drop lines). */
+  log: Log;
+  /** Unit jobs units may be registered for. Default {@link defaultUnitJobs} (`outbox-delivery`). */
+  unitJobs?: UnitJobRegistry;
+}

@@ -1,0 +1,74 @@
+// The one table from an error's stable `code` to the HTTP status the API answers with, and the
+// errors of a request itself (its route, method and body). Every other code comes from the
+// library's own errors (src/errors.ts: LeaseholdError and its subclasses).
+import { LeaseholdError } from '../errors.js';
+
+/** The HTTP status of each code the API answers with; any other error is a 500 `internal`. */
+export const HTTP_STATUS: Readonly<Record<string, number>> = {
+  invalid_request: 400,
+  invalid_json: 400,
+  invalid_params: 400,
+  invalid_batch: 400,
+  batch_cancelled: 400,
+  not_found: 404,
+  batch_not_found: 404,
+  unknown_job: 404,
+  no_outbox_units: 404,
+  method_not_allowed: 405,
+  batch_finished: 409,
+  batch_open: 409,
+  nothing_to_redrive: 409,
+  body_too_large: 413,
+  batch_too_large: 413,
+  unsupported_media_type: 415,
+  too_many_batches: 429,
+};
+
+/** The request field a library error is about, named in front of its message when it does not name it. */
+const FIELD: Readonly<Record<string, string>> = {
+  unknown_job: 'job',
+  invalid_batch: 'params',
+  batch_too_large: 'params',
+};
+
+/**
+ * A request the API refuses for what it is rather than what it asks for: no such route (`not_found`),
+ * a method the route does not take (`method_not_allowed`, with an `allow` header), a body that is
+ * too large, not JSON or not UTF-8 (`body_too_large`, `unsupported_media_type`, `invalid_json`).
+ */
+export class RequestError extends LeaseholdError {
+  constructor(
+    code: string,
+    message: string,
+    /** Extra response headers (for example `allow` on a 405). */
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(code, message);
+  }
+}
+
+/** How the API answers an error: status, code, message and headers. */
+export interface ErrorAnswer {
+  status: number;
+  code: string;
+  message: string;
+  headers: Record<string, string>;
+}
+
+/**
+ * The answer to `error` when its `code` is in {@link HTTP_STATUS}; undefined for any other error
+ * (a 500 whose details are logged, not answered). Read by code rather than class, so errors of
+ * another copy of leasehold (an app's jobs) are answered the same.
+ */
+export function errorAnswer(error: unknown): ErrorAnswer | undefined {
+  if (!(error instanceof Error)) return undefined;
+  const code = (error as { code?: unknown }).code;
+  if (typeof code !== 'string' || !Object.hasOwn(HTTP_STATUS, code)) return undefined;
+  const field = error instanceof RequestError ? undefined : FIELD[code];
+  return {
+    status: HTTP_STATUS[code],
+    code,
+    message: field ? `${field}: ${error.message}` : error.message,
+    headers: error instanceof RequestError ? error.headers : {},
+  };
+}

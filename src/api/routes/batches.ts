@@ -1,0 +1,153 @@
+// Routes of batches: start, list, show, cancel, items (and the tenant-scoped twins of each, see
+// router.ts), redrive, and items finished over time.
+import type { APIGatewayProxyEventV2 } from 'aws-lambda';
+import { dispatchBatch, finishedSeries, parseInput, redriveBatch, requestKeySchema } from '../../batch/index.js';
+import { batchView } from '../views.js';
+import type { ApiDeps } from '../deps.js';
+import { header, query, seriesSchema } from '../request.js';
+import { iso, json, type Result } from '../respond.js';
+import {
+  cancelBatch,
+  checkStorableJson,
+  getBatch,
+  getTenant,
+  itemsPage,
+  listBatches,
+  startBatch,
+  typeName,
+} from '../../batch/index.js';
+import { InvalidRequestError } from '../../errors.js';
+import { itemsPageSchema, listSchema, readJsonBody, startSchema } from '../request.js';
+import { withActivity } from '../views.js';
+
+/**
+ * `POST /batches/{id}/redrive` (header `Idempotency-Key` optional) → 200 `{ ...batch, redrive:
+ * { number, items, idempotencyKey, at }, redriven }`: the batch's failed items are pending again
+ * with fresh attempts, the batch is open and sent to a worker at once. A repeat with the same
+ * key answers the first redrive (`redriven: false`) and does nothing. 404 `batch_not_found`,
+ * 409 `batch_open` / `nothing_to_redrive`, 400 `batch_cancelled`, 429 `too_many_batches`.
+ */
+export async function redriveRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: string[]): Promise<Result> {
+  const given = header(event, 'idempotency-key');
+  const idempotencyKey = given === undefined ? undefined : parseInput(requestKeySchema, given, 'Idempotency-Key');
+  const { batch, redrive, redriven } = await redriveBatch(deps.sql, id, { maxOpen: deps.config.maxOpen, idempotencyKey });
+  if (redriven) {
+    try {
+      await dispatchBatch(deps.sql, deps.dispatcher, batch.id);
+    } catch (error) {
+      // The scheduler dispatches open batches nobody runs; this only makes the redrive sooner.
+      deps.log('warn', 'dispatch of a redriven batch failed', { batchId: batch.id, error: String(error) });
+    }
+  }
+  return json(200, { ...batchView(batch), redrive: { ...redrive, at: iso(redrive.at) }, redriven });
+}
+
+/**
+ * `GET /batches/{id}/finished?buckets=` → 200 `{ from, bucketMs, buckets: [{ at, done, failed }] }`:
+ * the items that last finished in each bucket of the batch's life (at most `buckets`, 1..500,
+ * default 60, of a round length; `at` is the bucket's start), by the database clock.
+ */
+export async function finishedRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: string[]): Promise<Result> {
+  const { buckets } = parseInput(seriesSchema, query(event), 'query');
+  const series = await finishedSeries(deps.sql, id, { buckets });
+  const from = series.from.getTime();
+  return json(200, {
+    from: iso(series.from),
+    bucketMs: series.bucketMs,
+    buckets: series.buckets.map((b, i) => ({ at: iso(new Date(from + i * series.bucketMs)), ...b })),
+  });
+}
+
+/** `POST /batches` (and `POST /tenants/{tenant}/batches`, `scope` the path's tenant): start a batch through `startBatch`; 201 new, 200 repeated (see `handleApi`). */
+export async function startBatchRoute(
+  event: APIGatewayProxyEventV2,
+  deps: ApiDeps,
+  _params: string[],
+  scope?: string,
+): Promise<Result> {
+  const raw = readJsonBody(event, deps.config.maxBodyBytes);
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
+    throw new InvalidRequestError(`body: must be a JSON object, got ${typeName(raw)}`);
+  }
+  // On /tenants/{tenant}/batches the body's tenant is the path's: it may be left out.
+  const given = raw as Record<string, unknown>;
+  if (scope !== undefined && given.tenant !== undefined && given.tenant !== scope) {
+    throw new InvalidRequestError(
+      `tenant: differs from the path's tenant ${JSON.stringify(scope)}; leave it out or make them equal`,
+    );
+  }
+  const body = parseInput(startSchema, scope === undefined ? raw : { ...given, tenant: scope });
+  checkStorableJson(body.params, 'params');
+
+  const headerValue = header(event, 'idempotency-key');
+  const headerKey = headerValue === undefined ? undefined : parseInput(requestKeySchema, headerValue, 'Idempotency-Key');
+  if (body.requestKey !== undefined && headerKey !== undefined && body.requestKey !== headerKey) {
+    throw new InvalidRequestError('requestKey: differs from the Idempotency-Key header; send one or make them equal');
+  }
+  const givenKey = body.requestKey ?? headerKey;
+
+  const { batch, created, dispatchError } = await startBatch(deps, {
+    ...body,
+    requestKey: givenKey,
+    toleratedFailures: body.toleratedFailures ?? null,
+  });
+  if (!created) return json(200, { ...batchView(batch), created: false });
+  if (dispatchError !== undefined) {
+    // The scheduler dispatches never-started batches; this only made the start sooner.
+    deps.log('warn', 'dispatch of a new batch failed', { batchId: batch.id, error: String(dispatchError) });
+  }
+  const location = scope === undefined ? `/batches/${batch.id}` : `/tenants/${encodeURIComponent(scope)}/batches/${batch.id}`;
+  return json(201, { ...batchView(batch), created: true }, { location });
+}
+
+/** `GET /batches?tenant=&status=&limit=` (and its tenant-scoped twin): batches newest first, with their activity. */
+export async function listBatchesRoute(
+  event: APIGatewayProxyEventV2,
+  deps: ApiDeps,
+  _params: string[],
+  scope?: string,
+): Promise<Result> {
+  const q = Object.fromEntries(Object.entries(query(event)).filter(([, v]) => v !== ''));
+  if (scope !== undefined && q.tenant !== undefined && q.tenant !== scope) {
+    throw new InvalidRequestError(
+      `tenant: differs from the path's tenant ${JSON.stringify(scope)}; leave it out or make them equal`,
+    );
+  }
+  const filter = parseInput(listSchema, scope === undefined ? q : { ...q, tenant: scope }, 'query');
+  const batches = await listBatches(deps.sql, filter);
+  return json(200, { batches: await withActivity(deps.sql, batches) });
+}
+
+/** `GET /batches/{id}`: one batch with its `ageMs` and `itemsPerSecond`. */
+export async function showBatch(_event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: string[]): Promise<Result> {
+  const [view] = await withActivity(deps.sql, [await getBatch(deps.sql, id)]);
+  return json(200, view);
+}
+
+/** `POST /batches/{id}/cancel`: cancel for good; the tenant's next waiting batches go to workers. */
+export async function cancelBatchRoute(_event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: string[]): Promise<Result> {
+  const cancelled = await cancelBatch(deps.sql, id);
+  // Its slot is free at once: the tenant's next waiting batch goes to a worker now.
+  await dispatchWaiting(deps, cancelled.tenant);
+  return json(200, batchView(cancelled));
+}
+
+/**
+ * Sends the tenant's first waiting batches, as many as its limit leaves room for (at most 10),
+ * to workers; a failed send is logged (the scheduler dispatches waiting batches too).
+ */
+export async function dispatchWaiting(deps: ApiDeps, tenant: string): Promise<void> {
+  try {
+    const t = await getTenant(deps.sql, tenant, { defaultMaxRunning: deps.config.runner?.maxRunning, limit: 10 });
+    const room = Math.max(0, (t.effectiveMaxRunning ?? Infinity) - t.running);
+    for (const b of t.waitingBatches.slice(0, room)) await dispatchBatch(deps.sql, deps.dispatcher, b.id);
+  } catch (error) {
+    deps.log('warn', 'dispatch of waiting batches failed', { tenant, error: String(error) });
+  }
+}
+
+/** `GET /batches/{id}/items?after=&limit=&state=`: one page of items in key order. */
+export async function listItemsRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: string[]): Promise<Result> {
+  const page = parseInput(itemsPageSchema, query(event), 'query');
+  return json(200, await itemsPage(deps.sql, id, page));
+}

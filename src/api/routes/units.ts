@@ -1,0 +1,67 @@
+// Routes of unit registrations: PUT and DELETE /tenants/{tenant}/units, GET /units.
+import type { APIGatewayProxyEventV2 } from 'aws-lambda';
+import { checkStorableJson, fieldPath, parseInput, storedNameSchema } from '../../batch/index.js';
+import { InvalidRequestError } from '../../errors.js';
+import { deleteTenantUnits, listUnits, putTenantUnits } from '../../lease/index.js';
+import { defaultUnitJobs, type UnitJobRegistry } from '../../units/index.js';
+import type { ApiDeps } from '../deps.js';
+import { listUnitsSchema, objectBody, putUnitsSchema, query, tenantParam } from '../request.js';
+import { json, type Result } from '../respond.js';
+import { unitView } from '../views.js';
+
+let builtinUnitJobs: UnitJobRegistry | undefined;
+
+function unitJobs(deps: ApiDeps): UnitJobRegistry {
+  return deps.unitJobs ?? (builtinUnitJobs ??= defaultUnitJobs());
+}
+
+/** `PUT /tenants/{tenant}/units`: register the tenant's units of a unit job, the config checked by the job's schema and `admit`. */
+export async function putUnitsRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, [rawTenant]: string[]): Promise<Result> {
+  const tenant = tenantParam(rawTenant);
+  const body = parseInput(putUnitsSchema, objectBody(event, deps));
+  const job = unitJobs(deps).get(body.job);
+  if (body.endpoints !== undefined && body.config?.endpoints !== undefined) {
+    throw new InvalidRequestError('endpoints: given twice (also as config.endpoints); send one');
+  }
+  const given = { ...(body.config ?? {}), ...(body.endpoints !== undefined ? { endpoints: body.endpoints } : {}) };
+  checkStorableJson(given, 'config');
+  // Fields of the config are named as sent: `endpoints[0]` (the shorthand) or `config.x`.
+  const name = (path: readonly PropertyKey[]) =>
+    path[0] === 'endpoints' && body.config?.endpoints === undefined ? fieldPath(path) : fieldPath(['config', ...path]);
+  const parsed = job.config.safeParse(given);
+  if (!parsed.success) {
+    const message = parsed.error.issues
+      .map((i) =>
+        i.code === 'unrecognized_keys'
+          ? i.keys.map((k) => `${name([...i.path, k])}: unknown field`).join('; ')
+          : `${name(i.path)}: ${i.message}`,
+      )
+      .join('; ');
+    throw new InvalidRequestError(message);
+  }
+  const config = parsed.data;
+  // What the schema cannot see, such as where an endpoint's host resolves to.
+  const issues = (await job.admit?.(config)) ?? [];
+  if (issues.length) throw new InvalidRequestError(issues.map((i) => `${name(i.path)}: ${i.message}`).join('; '));
+  const weight = body.weight ?? job.weight?.(config) ?? 1;
+  if (!Number.isInteger(weight) || weight < 0) {
+    throw new InvalidRequestError(`weight: the job's default weight for this config is ${weight}; give a whole number ≥ 0`);
+  }
+  const { added, removed } = await putTenantUnits(deps.sql, tenant, { job: job.name, shards: body.shards, weight, config });
+  return json(200, { tenant, job: job.name, shards: body.shards, weight, added, removed });
+}
+
+/** `DELETE /tenants/{tenant}/units`: remove every unit of the tenant. */
+export async function deleteUnitsRoute(_event: APIGatewayProxyEventV2, deps: ApiDeps, [rawTenant]: string[]): Promise<Result> {
+  // Any stored tenant name may be deleted, not only the registration charset.
+  const tenant = parseInput(storedNameSchema, rawTenant, 'tenant');
+  return json(200, { removed: await deleteTenantUnits(deps.sql, tenant) });
+}
+
+/** `GET /units?tenant=&limit=`: units with owner and claim time. */
+export async function listUnitsRoute(event: APIGatewayProxyEventV2, deps: ApiDeps): Promise<Result> {
+  const q = Object.fromEntries(Object.entries(query(event)).filter(([, v]) => v !== ''));
+  const filter = parseInput(listUnitsSchema, q, 'query');
+  const units = await listUnits(deps.sql, filter);
+  return json(200, { units: units.map(unitView) });
+}

@@ -1,0 +1,122 @@
+// The API's answers built from the library's records (the shapes are declared in wire.ts).
+import { batchActivity, type BatchInfo } from '../batch/index.js';
+import type { Sql } from '../store/index.js';
+import { iso } from './respond.js';
+import type { ApiBatch, ApiConcurrency, ApiOutboxStatus, ApiProcess, ApiTenant, ApiUnit } from './wire.js';
+import type { TenantInfo } from '../batch/index.js';
+import type { Fleet, ProcessView, UnitView } from '../lease/index.js';
+import type { OutboxStatus } from '../units/index.js';
+
+/** A batch as the API shows it: {@link ApiBatch}. */
+export type BatchView = ApiBatch;
+
+/** The JSON shape of a batch in every response. */
+export function batchView(b: BatchInfo): BatchView {
+  return {
+    id: b.id,
+    tenant: b.tenant,
+    datasource: b.datasource,
+    job: b.job,
+    params: b.params,
+    requestKey: b.requestKey,
+    priority: b.priority,
+    status: b.status,
+    total: b.total,
+    counts: { ...b.counts },
+    ownerProcess: b.ownerProcess,
+    runs: b.runs,
+    reason: b.reason,
+    toleratedFailures: b.toleratedFailures,
+    allowedFailures: b.allowedFailures,
+    redrives: b.redrives,
+    createdAt: iso(b.createdAt)!,
+    beatAt: iso(b.beatAt),
+    finishedAt: iso(b.finishedAt),
+  };
+}
+
+/** Batch views with their `ageMs` and `itemsPerSecond`, read in one statement for all of them. */
+export async function withActivity(sql: Sql, batches: BatchInfo[]): Promise<BatchView[]> {
+  const activity = await batchActivity(
+    sql,
+    batches.map((b) => b.id),
+  );
+  return batches.map((b) => ({ ...batchView(b), ...activity.get(b.id) }));
+}
+
+/** A unit as the API shows it (claim time as ISO 8601). */
+export function unitView(u: UnitView): ApiUnit {
+  return { tenant: u.tenant, shard: u.shard, job: u.job, weight: u.weight, owner: u.owner, claimedAt: iso(u.claimedAt) };
+}
+
+/** A process as the API shows it (times as ISO 8601). */
+export function processView(p: ProcessView): ApiProcess {
+  return {
+    id: p.id,
+    role: p.role,
+    retiring: p.retiring,
+    hostname: p.hostname,
+    version: p.version,
+    startedAt: iso(p.startedAt),
+    expiresAt: iso(p.expiresAt),
+    live: p.live,
+    units: p.units,
+    weight: p.weight,
+  };
+}
+
+/**
+ * The knob against the fleet: `desired`, `live` (live fleet processes not retiring: what
+ * `desired` is compared with), `coming` (invocations sent and not yet confirmed), `retiring`
+ * (asked to leave, not gone yet) and `batch` (workers sent for batches: not counted, owning no
+ * unit).
+ */
+export function concurrencyView(f: Fleet): ApiConcurrency {
+  return { desired: f.desired, live: f.live, coming: f.coming, retiring: f.retiring, batch: f.batch };
+}
+
+/** A tenant's outbox status as the API shows it (times as ISO 8601). */
+export function outboxStatusView(o: OutboxStatus): ApiOutboxStatus {
+  return {
+    tenant: o.tenant,
+    shards: o.shards,
+    endpoints: o.endpoints.map((e) => ({
+      url: e.url,
+      backlog: e.backlog,
+      oldest: e.oldest && { id: e.oldest.id, enqueuedAt: iso(e.oldest.enqueuedAt), ageMs: e.oldest.ageMs },
+      failures: e.failures,
+      lastError: e.lastError && { message: e.lastError.message, at: iso(e.lastError.at) },
+      lastDeliveredAt: iso(e.lastDeliveredAt),
+    })),
+  };
+}
+
+/**
+ * A tenant as the API shows it: `running` and `waiting` counts, `maxRunning` (its own limit, null
+ * when it uses the default), `effectiveMaxRunning` (the limit in force, null: none),
+ * `oldestWaitMs` (how long its longest-waiting batch has waited, since its start or last
+ * handoff, database clock; null: none waits), and `runningBatches` / `waitingBatches` (at most
+ * 100 each; waiting ones in the order its turns take them) as `[{ id, datasource, job, priority,
+ * createdAt, since, forMs }]`.
+ */
+export function tenantView(t: TenantInfo): ApiTenant {
+  const batch = (b: TenantInfo['runningBatches'][number]) => ({
+    id: b.id,
+    datasource: b.datasource,
+    job: b.job,
+    priority: b.priority,
+    createdAt: iso(b.createdAt),
+    since: iso(b.since),
+    forMs: b.forMs,
+  });
+  return {
+    tenant: t.tenant,
+    running: t.running,
+    waiting: t.waiting,
+    maxRunning: t.maxRunning,
+    effectiveMaxRunning: t.effectiveMaxRunning,
+    oldestWaitMs: t.oldestWaitMs,
+    runningBatches: t.runningBatches.map(batch),
+    waitingBatches: t.waitingBatches.map(batch),
+  };
+}

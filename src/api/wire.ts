@@ -1,0 +1,187 @@
+// The HTTP API's answers, declared once (docs/api.md): the views the API builds are typed with
+// them (src/api/views.ts), the CLI's client reads them (src/cli/client.ts) and the dashboard
+// page derives its own, more tolerant types from them (src/dashboard/api.ts). Types only, with
+// no imports, so the browser bundle's type-check can read this file; times are ISO 8601 strings.
+
+/** An item's state. */
+export type ApiItemState = 'pending' | 'running' | 'done' | 'failed';
+
+/** A batch as the API shows it (timestamps as ISO 8601 strings). */
+export interface ApiBatch {
+  id: string;
+  tenant: string;
+  datasource: string;
+  job: string;
+  params: unknown;
+  requestKey: string;
+  /** 0 to 9; orders batches within their tenant only. */
+  priority: number;
+  status: 'open' | 'succeeded' | 'failed' | 'cancelled';
+  total: number;
+  /** Items per state. */
+  counts: Record<ApiItemState, number>;
+  ownerProcess: string | null;
+  runs: number;
+  /**
+   * Why the batch ended when its items do not tell (it was given up, or more items failed than
+   * tolerated); otherwise null.
+   */
+  reason: string | null;
+  /** Failed items it tolerates as started (`{ count }` or `{ percent }`); null: none given. */
+  toleratedFailures: { count: number } | { percent: number } | null;
+  /** Failed items allowed before it ends `failed` (the count, or floor(percent × total / 100)); null: none given. */
+  allowedFailures: number | null;
+  /** How many times it was redriven. */
+  redrives: number;
+  createdAt: string;
+  beatAt: string | null;
+  finishedAt: string | null;
+  /** `GET /batches` and `GET /batches/{id}` only: time since it was created, ms (database clock). */
+  ageMs?: number;
+  /**
+   * `GET /batches` and `GET /batches/{id}` only: items finished per second, over the last 10 s
+   * while open, over its whole life once finished (database clock).
+   */
+  itemsPerSecond?: number;
+  /** `POST /batches` only: whether this request started it (false: its request key had). */
+  created?: boolean;
+}
+
+/** An item as `GET /batches/{id}/items` lists it. */
+export interface ApiItem {
+  key: string;
+  state: ApiItemState;
+  attempts: number;
+  output: unknown;
+  error: string | null;
+}
+
+/** What `GET /batches/{id}/finished` answers: items finished per bucket of the batch's life. */
+export interface ApiSeries {
+  from: string;
+  bucketMs: number;
+  buckets: { at: string; done: number; failed: number }[];
+}
+
+/** One redrive of a batch, as `POST /batches/{id}/redrive` answers it. */
+export interface ApiRedrive {
+  /** 1 for the batch's first redrive, 2 for the next, … */
+  number: number;
+  /** Failed items put back to pending. */
+  items: number;
+  idempotencyKey: string | null;
+  /** When it was done (ISO 8601). */
+  at: string;
+}
+
+/** A unit as `GET /units` returns it. */
+export interface ApiUnit {
+  tenant: string;
+  shard: number;
+  job: string;
+  weight: number;
+  /** Owning process id, or null when unowned. */
+  owner: string | null;
+  /** When the owner claimed it (ISO 8601), or null. */
+  claimedAt: string | null;
+}
+
+/** A process as `GET /processes` returns it. */
+export interface ApiProcess {
+  id: string;
+  /** `fleet`: counted against the desired count, owns units; `batch`: sent for a batch. */
+  role: 'fleet' | 'batch';
+  /** Asked to leave: the fleet is above the desired count. */
+  retiring: boolean;
+  hostname: string;
+  version: string;
+  startedAt: string;
+  expiresAt: string;
+  live: boolean;
+  /** Units owned. */
+  units: number;
+  /** Weight of the units owned. */
+  weight: number;
+}
+
+/** The desired count against the fleet, as `GET /concurrency` returns it. */
+export interface ApiConcurrency {
+  desired: number;
+  /** Live fleet processes not retiring. */
+  live: number;
+  /** Invocations sent and not yet confirmed. */
+  coming: number;
+  /** Live fleet processes asked to leave, not gone yet. */
+  retiring: number;
+  /** Live workers sent for batches (not counted, owning no unit). */
+  batch: number;
+}
+
+/** The fleet and its balance, as `GET /processes` returns it next to the processes. */
+export interface ApiFleet extends ApiConcurrency {
+  totalWeight: number;
+  fairShare: number;
+  /** Least and most weight a live fleet process (not retiring) owns. */
+  minWeight: number;
+  maxWeight: number;
+  /** Live fleet processes owning less than `fairShare × (1 − shedHysteresis)`. */
+  starving: number;
+}
+
+/** What `PUT /tenants/{tenant}/units` answers. */
+export interface ApiUnitsPut {
+  tenant: string;
+  job: string;
+  shards: number;
+  weight: number;
+  added: number;
+  removed: number;
+}
+
+/** One endpoint of a tenant's outbox as `GET /tenants/{tenant}/outbox` returns it (times as ISO strings). */
+export interface ApiOutboxEndpoint {
+  url: string;
+  /** Messages not yet delivered to it. */
+  backlog: number;
+  /** The oldest of them, with its age in ms (database clock); null when none. */
+  oldest: { id: number; enqueuedAt: string; ageMs: number } | null;
+  /** Failed attempts since its last success. */
+  failures: number;
+  lastError: { message: string; at: string } | null;
+  lastDeliveredAt: string | null;
+}
+
+/** What `GET /tenants/{tenant}/outbox` answers. */
+export interface ApiOutboxStatus {
+  tenant: string;
+  shards: number;
+  endpoints: ApiOutboxEndpoint[];
+}
+
+/** A batch as `GET /tenants/{tenant}` lists it. */
+export interface ApiTenantBatch {
+  id: string;
+  datasource: string;
+  job: string;
+  priority: number;
+  createdAt: string;
+  /** Running: when its run took it; waiting: when it began to wait. */
+  since: string;
+  /** ms since `since` (database clock). */
+  forMs: number;
+}
+
+/** What `GET /tenants/{tenant}` and `PUT /tenants/{tenant}/limits` answer. */
+export interface ApiTenant {
+  tenant: string;
+  running: number;
+  waiting: number;
+  /** The tenant's own limit; null: the default. */
+  maxRunning: number | null;
+  /** The limit in force; null: none. */
+  effectiveMaxRunning: number | null;
+  /** ms the longest-waiting batch has waited; null: none waits. */
+  oldestWaitMs: number | null;
+  runningBatches: ApiTenantBatch[];
+  waitingBatches: ApiTenantBatch[];
+}

@@ -1,0 +1,67 @@
+// Statements of redrives (leasehold_redrives) and the batch and item changes a redrive makes
+// (docs/design.md, "Batches").
+import type { BatchStatus } from '../types.js';
+import type { Tx } from './batches.js';
+
+// Locks the batch row against takeovers, finishes, cancels and other redrives until commit, and
+// reads its status as of the lock.
+export async function lockBatch(tx: Tx, id: string): Promise<BatchStatus | undefined> {
+  const [r] = await tx<{ status: BatchStatus }[]>`select status from leasehold_batches where id = ${id} for update`;
+  return r?.status;
+}
+
+/** One recorded redrive of a batch. */
+export interface RedriveRow {
+  number: number;
+  idempotency_key: string | null;
+  items: number;
+  created_at: Date;
+}
+
+// Reads the redrive an idempotency key did on a batch, if any.
+export async function redriveByKey(tx: Tx, batchId: string, key: string): Promise<RedriveRow | undefined> {
+  const [r] = await tx<RedriveRow[]>`select number, idempotency_key, items, created_at from leasehold_redrives
+    where batch_id = ${batchId} and idempotency_key = ${key}`;
+  return r;
+}
+
+// Counts a batch's failed items (through the index of failed items).
+export async function countFailed(tx: Tx, batchId: string): Promise<number> {
+  const [r] = await tx<
+    { n: number }[]
+  >`select count(*) as n from leasehold_items where batch_id = ${batchId} and state = 'failed'`;
+  return r.n;
+}
+
+// Puts a finished batch's failed items back to pending with fresh attempts, due now; only
+// while the batch is finished (caller holds its row lock), so no run's move can meet them.
+export async function resetFailed(tx: Tx, batchId: string): Promise<number> {
+  const rows = await tx`update leasehold_items i
+    set state = 'pending', attempts = 0, output = null, error = null, run_id = null, run_after = now(), updated_at = now()
+    from leasehold_batches b
+    where b.id = ${batchId} and b.status in ('succeeded', 'failed')
+      and i.batch_id = b.id and i.state = 'failed'`;
+  return rows.count;
+}
+
+// Opens a finished batch again, unowned and never beaten, so the next takeover or dispatch
+// takes it at once, and counts the redrive; returns its number (undefined: not finished).
+export async function reopenBatch(tx: Tx, batchId: string): Promise<number | undefined> {
+  const [r] = await tx<{ redrives: number }[]>`update leasehold_batches
+    set status = 'open', finished_at = null, owner_run = null, owner_process = null, beat_at = null,
+        handed_off_at = null, redrives = redrives + 1, stalled_runs = 0, reason = null
+    where id = ${batchId} and status in ('succeeded', 'failed')
+    returning redrives`;
+  return r?.redrives;
+}
+
+// Records a redrive; a second one with the same (batch, key) fails on the unique constraint.
+export async function recordRedrive(
+  tx: Tx,
+  a: { batchId: string; number: number; key: string | null; items: number },
+): Promise<RedriveRow> {
+  const [r] = await tx<RedriveRow[]>`insert into leasehold_redrives (batch_id, number, idempotency_key, items)
+    values (${a.batchId}, ${a.number}, ${a.key}, ${a.items})
+    returning number, idempotency_key, items, created_at`;
+  return r;
+}

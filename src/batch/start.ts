@@ -1,0 +1,112 @@
+// Starting a batch, the one way the HTTP API (`POST /batches`), the trigger (EventBridge events
+// and deferred firings) and through the API the CLI all take (docs/design.md, "Batches", "Start"):
+// find the batch of the request key → expand the params into items → create → dispatch.
+import { randomUUID } from 'node:crypto';
+import type { Sql } from '../store/index.js';
+import { createBatch, findBatchByKey } from './batches.js';
+import { dispatchBatch, type Dispatcher } from './dispatch.js';
+import type { StartLimits } from './items.js';
+import type { BatchInfo, ItemSource, ToleratedFailures } from './types.js';
+
+/** Expands a job's params into the items of a new batch (the job registry does). */
+export interface BatchExpander {
+  /**
+   * @throws an error with code `unknown_job`, `invalid_params` or `invalid_batch` for params
+   *   that cannot start a batch.
+   */
+  expand(job: string, params: unknown): Promise<{ items: ItemSource; params: unknown }>;
+}
+
+/**
+ * The settings a start reads: `maxOpen` (open batches per datasource, default 4) and the start
+ * limits `maxItems`, `maxInputBytes`, `maxTotalBytes` (each unset one keeps the library's
+ * default, `DEFAULT_START_LIMITS`).
+ */
+export interface StartSettings {
+  maxOpen?: number;
+  maxItems?: number;
+  maxInputBytes?: number;
+  maxTotalBytes?: number;
+}
+
+/** What {@link startBatch} needs. */
+export interface StartDeps {
+  sql: Sql;
+  jobs: BatchExpander;
+  config: StartSettings;
+  /** Sends a new batch to a worker at once; without it the scheduler dispatches it within a minute. */
+  dispatcher?: Dispatcher;
+}
+
+/** What to start. */
+export interface StartRequest {
+  tenant: string;
+  datasource: string;
+  job: string;
+  params: unknown;
+  /** The request key; without one every call starts a new batch (under a random key). */
+  requestKey?: string;
+  /** Failed items the batch tolerates (docs/design.md, "Batches": "End"); null or absent: none. */
+  toleratedFailures?: ToleratedFailures | null;
+  /** Order among the tenant's own batches, 0..9 (docs/design.md, "Tenant fairness"); default 5. */
+  priority?: number;
+}
+
+/** What {@link startBatch} did. */
+export interface StartResult {
+  batch: BatchInfo;
+  /** False: the request key had started this batch before, and nothing new was done. */
+  created: boolean;
+  /**
+   * Why sending the new batch to a worker failed, if it did. The batch is started all the same
+   * (the scheduler dispatches never-started batches); callers log this.
+   */
+  dispatchError?: unknown;
+}
+
+/** The start limits of `createBatch` from the settings that are given. */
+export function startLimits(config: StartSettings): Partial<StartLimits> {
+  const limits: Partial<StartLimits> = {};
+  if (config.maxItems !== undefined) limits.maxItems = config.maxItems;
+  if (config.maxInputBytes !== undefined) limits.maxInputBytes = config.maxInputBytes;
+  if (config.maxTotalBytes !== undefined) limits.maxTotalBytes = config.maxTotalBytes;
+  return limits;
+}
+
+/**
+ * Start a batch: a request key that started a batch before answers that batch (`created:
+ * false`) without expanding the params again (they may no longer expand: a directory since
+ * deleted); otherwise the job expands the params, `createBatch` stores the batch and its items
+ * (invariants 4 and 9 (docs/design.md)), and a new batch is sent to a worker.
+ * @throws what the job's expand throws (`unknown_job`, `invalid_params`, …), and what
+ *   `createBatch` throws: `TooManyBatchesError`, `BatchTooLargeError`, `InvalidBatchError`, the
+ *   store's errors.
+ */
+export async function startBatch(deps: StartDeps, req: StartRequest): Promise<StartResult> {
+  if (req.requestKey !== undefined) {
+    const existing = await findBatchByKey(deps.sql, req.tenant, req.requestKey);
+    if (existing) return { batch: existing, created: false };
+  }
+  const expanded = await deps.jobs.expand(req.job, req.params);
+  const { batch, created } = await createBatch(
+    deps.sql,
+    {
+      tenant: req.tenant,
+      datasource: req.datasource,
+      job: req.job,
+      params: expanded.params,
+      requestKey: req.requestKey ?? randomUUID(),
+      items: expanded.items,
+      toleratedFailures: req.toleratedFailures,
+      priority: req.priority,
+    },
+    { maxOpen: deps.config.maxOpen, limits: startLimits(deps.config) },
+  );
+  if (!created || !deps.dispatcher) return { batch, created };
+  try {
+    await dispatchBatch(deps.sql, deps.dispatcher, batch.id);
+    return { batch, created };
+  } catch (dispatchError) {
+    return { batch, created, dispatchError };
+  }
+}

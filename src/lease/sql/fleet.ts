@@ -1,0 +1,157 @@
+// Statements of the fleet's size: the desired count (leasehold_settings), the invocations
+// counted as coming (leasehold_invocations) and the fleet read from the process rows.
+import type { Sql } from '../../store/index.js';
+
+/**
+ * Reads the desired count of live processes.
+ */
+export async function getDesired(sql: Sql): Promise<number> {
+  const [r] = await sql<{ value: number }[]>`select value from leasehold_settings where key = 'desired'`;
+  return Number(r?.value ?? 0);
+}
+
+// Sets the desired count of live processes.
+export async function setDesired(sql: Sql, desired: number): Promise<void> {
+  await sql`insert into leasehold_settings (key, value) values ('desired', ${sql.json(desired)})
+    on conflict (key) do update set value = excluded.value`;
+}
+
+/** The fleet as the process rows say: counts, and each live fleet process's reported weight. */
+export interface FleetRows {
+  desired: number;
+  /** Live fleet processes not retiring. */
+  live: number;
+  /** Live fleet processes retiring. */
+  retiring: number;
+  /** Live batch workers. */
+  batch: number;
+  /** Invocations sent and not yet confirmed, within their confirmation window. */
+  coming: number;
+  totalWeight: number;
+  /** Weight each live fleet process not retiring owned at its last heartbeat. */
+  weights: number[];
+  /** Units heavier than `floor(totalWeight / live)` (and than 1), heaviest first, at most `live`. */
+  heavy: number[];
+}
+
+// Reads the fleet from the process rows (live ones through the expiry index), the settings, the
+// invocations and the totals row: never the units, except the few heavy ones through their index.
+export async function fleetRows(sql: Sql): Promise<FleetRows> {
+  const [r] = await sql<
+    {
+      desired: number;
+      live: number;
+      retiring: number;
+      batch: number;
+      coming: number;
+      total_weight: number;
+      weights: number[];
+      heavy: number[];
+    }[]
+  >`with p as (
+      select role, retiring, weight from leasehold_processes where expires_at > now()
+    ), f as (
+      select count(*) filter (where role = 'fleet' and not retiring) as live,
+        count(*) filter (where role = 'fleet' and retiring) as retiring,
+        count(*) filter (where role = 'batch') as batch,
+        coalesce(json_agg(weight) filter (where role = 'fleet' and not retiring), '[]') as weights
+      from p
+    ), totals as (
+      select weight from leasehold_unit_totals
+    )
+    select coalesce((select value::int from leasehold_settings where key = 'desired'), 0) as desired,
+      f.live, f.retiring, f.batch, f.weights,
+      (select count(*) from leasehold_invocations where confirm_by > now()) as coming,
+      t.weight as total_weight,
+      to_json(array(select weight from leasehold_units
+            where weight > 1 and weight > t.weight / greatest(f.live, 1)
+            order by weight desc limit greatest(f.live, 1))) as heavy
+    from f cross join totals t`;
+  return {
+    desired: r.desired,
+    live: r.live,
+    retiring: r.retiring,
+    batch: r.batch,
+    coming: r.coming,
+    totalWeight: r.total_weight,
+    weights: r.weights.map(Number),
+    heavy: r.heavy.map(Number),
+  };
+}
+
+/** What one scheduling decision saw and did. */
+export interface InvocationPlan {
+  desired: number;
+  /** Live fleet processes not retiring, before this decision. */
+  live: number;
+  /** Invocations counted as coming, before this decision. */
+  pending: number;
+  /** Some unit has weight > 0. */
+  work: boolean;
+  /** Ids of the invocations to send now. */
+  invocations: string[];
+  /** Ids of the processes asked to retire now. */
+  retired: string[];
+}
+
+/**
+ * The scheduler's decision, keeping the live count of fleet processes at the desired count both
+ * ways (docs/design.md, "Process membership and unit ownership"):
+ * - up: workers to invoke now, as invocation ids to pass in their events —
+ *   `desired − live − coming`, at most `cap`, none when no unit has weight > 0 (open batches are
+ *   sent to workers by dispatch, so with no unit work and no open batch nothing is invoked). An
+ *   invocation counts as coming until its worker's first heartbeat confirms it
+ *   (`invocationLive`) or for `pendingMs` (the confirmation window), so a dropped
+ *   invocation holds back the count for that window only;
+ * - down: exactly the surplus of live fleet processes is marked retiring, the latest started
+ *   first (ties by id); each learns it on its next heartbeat and leaves. Retiring processes no
+ *   longer count as live.
+ * Batch workers count neither way. Overlapping callers are serialised, so they never
+ * over-invoke or over-retire.
+ */
+export async function planInvocations(sql: Sql, a: { cap: number; pendingMs: number }): Promise<InvocationPlan> {
+  return sql.begin(async (tx) => {
+    const t = tx as unknown as Sql;
+    await t`select pg_advisory_xact_lock(hashtextextended('leasehold:scheduler:' || current_schema(), 0))`;
+    await t`delete from leasehold_invocations where confirm_by <= now()`;
+    const [s] = await t<{ desired: number; live: number; pending: number; work: boolean }[]>`select
+        coalesce((select value::int from leasehold_settings where key = 'desired'), 0) as desired,
+        (select count(*) from leasehold_processes where expires_at > now() and role = 'fleet' and not retiring) as live,
+        (select count(*) from leasehold_invocations) as pending,
+        (select weight from leasehold_unit_totals) > 0 as work`;
+    const surplus = Math.max(0, s.live - s.desired);
+    const retired =
+      surplus > 0
+        ? await t<{ id: string }[]>`update leasehold_processes set retiring = true
+          where id in (
+            select id from leasehold_processes
+            where expires_at > now() and role = 'fleet' and not retiring
+            order by started_at desc, id desc limit ${surplus}
+          )
+          returning id`
+        : [];
+    const need = s.work ? Math.max(0, Math.min(a.cap, s.desired - s.live - s.pending)) : 0;
+    const rows =
+      need > 0
+        ? await t<{ id: string }[]>`insert into leasehold_invocations (id, confirm_by)
+          select gen_random_uuid(), now() + make_interval(secs => ${a.pendingMs / 1000})
+          from generate_series(1, ${need}) returning id`
+        : [];
+    return { ...s, invocations: rows.map((r) => r.id), retired: retired.map((r) => r.id) };
+  });
+}
+
+/**
+ * An invoked worker became live (its first heartbeat): its invocation no longer counts as coming.
+ */
+export async function invocationLive(sql: Sql, invocationId: string): Promise<void> {
+  await sql`delete from leasehold_invocations where id = ${invocationId}`;
+}
+
+/**
+ * Forgets every invocation counted as coming (local mode: its invoker is gone with the last run).
+ */
+export async function forgetInvocations(sql: Sql): Promise<number> {
+  const rows = await sql`delete from leasehold_invocations`;
+  return rows.count;
+}
