@@ -599,19 +599,6 @@ export class Run {
     }
     if (!r.handed) return 'lost';
     this.landed(batch);
-    if (this.reason === 'slice') {
-      for (const c of queued) {
-        this.s.onEvent({
-          type: 'item-ended',
-          batchId: this.batch.id,
-          runId: this.id,
-          key: c.key,
-          attempt: c.attempts - 1,
-          outcome: 'given-back',
-        });
-      }
-      return 'sliced';
-    }
     for (const c of queued) {
       this.s.onEvent({
         type: 'item-ended',
@@ -622,7 +609,7 @@ export class Run {
         outcome: 'given-back',
       });
     }
-    return 'handed-off';
+    return this.reason === 'slice' ? 'sliced' : 'handed-off';
   }
 
   /** End a batch whose runs keep ending before they store anything: failed, with the reason. */
