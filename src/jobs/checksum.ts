@@ -15,8 +15,13 @@ export interface ChecksumOutput {
   bytes: number;
 }
 
-/** Default `parallel` of the `checksum` job: items it hashes at once per run (reads wait on I/O). */
-export const CHECKSUM_PARALLEL = 16;
+/**
+ * Default `parallel` of the `checksum` job: items it hashes at once per run. Reads wait on I/O,
+ * so 64 keep the thread pool busy while moves are in flight; 16 left the run waiting on its
+ * round trips (bench: 2.5–3.0× plain hashing at 16, 1.6–1.9× at 64). Each item reads into one
+ * buffer of at most {@link READ_BYTES} (1 MiB), so a run holds at most 64 MiB of them.
+ */
+export const CHECKSUM_PARALLEL = 64;
 
 /** Whether `path` is `root` or lies below it (both absolute, real paths). */
 export function isUnder(path: string, root: string): boolean {
