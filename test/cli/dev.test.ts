@@ -12,6 +12,9 @@ const run = promisify(execFile);
 let db: TestDatabase;
 let project: string;
 let files: string;
+/** Enough files that a Ctrl-C sent once the first items were claimed lands before the end. */
+let manyFiles: string;
+const MANY = 10_000;
 beforeAll(async () => {
   db = await testDatabase();
   project = mkdtempSync(join(tmpdir(), 'leasehold-dev-'));
@@ -19,6 +22,11 @@ beforeAll(async () => {
   for (let d = 0; d < 20; d++) {
     mkdirSync(join(files, `d${d}`), { recursive: true });
     for (let f = 0; f < 100; f++) writeFileSync(join(files, `d${d}`, `f${f}.txt`), `file ${d}/${f}\n`.repeat(50));
+  }
+  manyFiles = join(project, 'many');
+  for (let d = 0; d < MANY / 500; d++) {
+    mkdirSync(join(manyFiles, `d${d}`), { recursive: true });
+    for (let f = 0; f < 500; f++) writeFileSync(join(manyFiles, `d${d}`, `f${f}.txt`), `file ${d}/${f}\n`);
   }
 });
 afterAll(async () => {
@@ -81,7 +89,7 @@ describe('leasehold dev', () => {
   }, 60_000);
 
   it('Ctrl-C mid-batch hands off, leaves nothing owned, and the next start finishes the batch', async () => {
-    const first = await leasehold(['dev', '--demo', files, '--concurrency', '2'], { interruptMidBatch: true });
+    const first = await leasehold(['dev', '--demo', manyFiles, '--concurrency', '2'], { interruptMidBatch: true });
     expect(first.code, first.stderr).toBe(0);
     expect(first.stderr).toMatch(/nothing left owned/);
     const id = /demo: checksum batch ([0-9a-f-]{36})/.exec(first.stderr)![1];
@@ -98,7 +106,7 @@ describe('leasehold dev', () => {
     expect(end.status).toBe('succeeded');
     const [counts] = await db.sql`select count(*) filter (where state = 'done') as done, count(*) as total
       from leasehold_items where batch_id = ${id}`;
-    expect(counts).toEqual({ done: 2000, total: 2000 });
+    expect(counts).toEqual({ done: MANY, total: MANY });
   }, 90_000);
 });
 
