@@ -78,8 +78,11 @@ export interface RunnerOptions {
 }
 
 /** The defaults of {@link RunnerOptions} (docs/design.md, "Batches"). */
-/** Takeovers tried again when one took nothing while a batch still waits (see `takeOver`). */
-const TAKEOVER_RETRIES = 4;
+/**
+ * How long, ms, a takeover that took nothing is tried again while a batch still waits (see
+ * `takeOver`): each try of N racing takeovers lets at least one through, so N tries suffice.
+ */
+const TAKEOVER_RETRY_MS = 2_000;
 
 export const RUNNER_DEFAULTS = {
   parallel: 2,
@@ -265,15 +268,16 @@ export class Runner {
     let batch = await attempt();
     // The choice skips a tenant row another takeover holds for its one statement (docs/design.md,
     // "Tenant fairness"): workers sent at once for batches of one tenant would otherwise find
-    // nothing. Try again a few times, after a short jittered pause, while a batch still waits.
-    for (let retry = 0; !batch && retry < TAKEOVER_RETRIES; retry++) {
+    // nothing. Try again after a short jittered pause, while a batch still waits, for up to 2 s.
+    const retryUntil = performance.now() + TAKEOVER_RETRY_MS;
+    for (let retry = 0; !batch && performance.now() < retryUntil; retry++) {
       const waiting = await withTimeout(
         q.takeoverMayFind(this.sql, { batchId, maxRunning: this.s.maxRunning }),
         this.s.storeTimeoutMs,
       );
       if (!waiting || this.closed) break;
       // A real pause, not the clock's: a manual test clock must not hold a takeover.
-      await new Promise<void>((resolve) => setTimeout(resolve, 2 + Math.floor(Math.random() * 10 * (retry + 1))));
+      await new Promise<void>((resolve) => setTimeout(resolve, 2 + Math.floor(Math.random() * 10 * Math.min(retry + 1, 5))));
       batch = await attempt();
     }
     if (batchId && options.orFairer && batch?.id !== batchId) {

@@ -323,11 +323,13 @@ export function takeOverStatement(sql: Sql, a: TakeOverArgs) {
 
 // Whether a takeover that took nothing may have skipped a batch only because a concurrent
 // takeover held its tenant's row (the choice skips locked rows): the named batch is still
-// waiting, or (without one) some tenant below its limit has a batch waiting.
+// waiting with its tenant below its limit, or (without one) some such tenant has a batch waiting.
 export async function takeoverMayFind(sql: Sql, a: { batchId?: string; maxRunning: number }): Promise<boolean> {
   const [r] = a.batchId
     ? await sql<{ waiting: boolean }[]>`select exists (
-        select 1 from leasehold_batches where id = ${a.batchId}::uuid and status = 'open' and owner_run is null
+        select 1 from leasehold_batches b join leasehold_tenants t on t.tenant = b.tenant
+        where b.id = ${a.batchId}::uuid and b.status = 'open' and b.owner_run is null
+          and t.running < coalesce(t.max_running, ${a.maxRunning})
       ) as waiting`
     : await sql<{ waiting: boolean }[]>`select exists (
         select 1 from leasehold_tenants where open > running and running < coalesce(max_running, ${a.maxRunning})
