@@ -430,16 +430,29 @@ export interface StepResult {
 // due first, skipping rows other transactions hold) in one statement, both fenced on the run
 // owning the open batch. With `recordProgress`, the fence is an update that also sets the
 // batch's stalled runs to 0. Also answers how soon the next pending item left becomes due.
-export async function step(
-  sql: Sql,
-  a: { batchId: string; run: string; moves: EncodedMoves; claim: number; aheadMs: number; recordProgress: boolean },
-): Promise<StepResult> {
+export async function step(sql: Sql, a: StepArgs): Promise<StepResult> {
+  const [r] = await sql<{ moved: number; claimed: ClaimedRow[] | null; next_due_ms: number | null }[]>`${stepStatement(sql, a)}`;
+  return { moved: r.moved, claimed: r.claimed ?? [], nextDueMs: r.next_due_ms };
+}
+
+/** What {@link step} takes. */
+export interface StepArgs {
+  batchId: string;
+  run: string;
+  moves: EncodedMoves;
+  claim: number;
+  aheadMs: number;
+  recordProgress: boolean;
+}
+
+/** The move + claim statement as a fragment (the plan test reads its plan with EXPLAIN). */
+export function stepStatement(sql: Sql, a: StepArgs) {
   const own = a.recordProgress
     ? sql`update leasehold_batches set stalled_runs = 0
         where id = ${a.batchId} and owner_run = ${a.run} and status = 'open' returning id`
     : sql`select id from leasehold_batches
         where id = ${a.batchId} and owner_run = ${a.run} and status = 'open' for share`;
-  const [r] = await sql<{ moved: number; claimed: ClaimedRow[] | null; next_due_ms: number | null }[]>`with own as (
+  return sql`with own as (
       ${own}
     ), moved as (
       ${moved(sql, a.batchId, a.run, a.moves)}
@@ -463,7 +476,6 @@ export async function step(
       (select extract(epoch from min(run_after) - now()) * 1000 from leasehold_items
         where batch_id = ${a.batchId} and state = 'pending'
           and run_after > now() + make_interval(secs => ${a.aheadMs} / 1000.0))::float8 as next_due_ms`;
-  return { moved: r.moved, claimed: r.claimed ?? [], nextDueMs: r.next_due_ms };
 }
 
 // Hands the batch off in one statement: writes the settled items; gives every other item this
