@@ -50,7 +50,7 @@ function counting(into: Map<string, number>, by: string, ms = 2): ItemWork {
   };
 }
 
-const MOVE = /update leasehold_items i\s+set state = v\.state/;
+const MOVE = /update leasehold_items i\s+set state = m\.state/;
 const CLAIM = /set state = 'running', attempts = i\.attempts \+ 1/;
 
 /** Keys by how many times they turned `done` (from the audit). */

@@ -98,7 +98,7 @@ function within<T>(what: string, p: Promise<T>, ms: number): Promise<T> {
 }
 
 const items = (n: number) => Array.from({ length: n }, (_, i) => ({ key: `k${String(i).padStart(3, '0')}` }));
-const MOVE = /update leasehold_items i\s+set state = v\.state/;
+const MOVE = /update leasehold_items i\s+set state = m\.state/;
 const HEARTBEAT = /insert into leasehold_processes/;
 const TAKEOVER = /set owner_run = \$\d+, owner_process = \$\d+, beat_at = now\(\), taken_at = now\(\)/;
 

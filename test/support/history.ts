@@ -59,10 +59,11 @@ export async function loadHistory(sql: Sql, size: HistorySize = {}): Promise<Loa
 
   if (batches > 0) {
     await sql`insert into leasehold_batches
-        (tenant, datasource, job, params, request_key, status, total, runs, created_at, finished_at)
+        (tenant, datasource, job, params, request_key, status, total, runs, created_at, finished_at, final_counts)
       select 'history-' || (b % ${tenants}), 'history-' || (b % ${tenants}), 'noop', '{}'::jsonb,
         'history-' || ${tag} || '-' || b, case when ${per} >= 100 then 'failed' else 'succeeded' end, ${per}, 1,
-        f - interval '10 minutes', f
+        f - interval '10 minutes', f,
+        jsonb_build_object('pending', 0, 'running', 0, 'done', ${per} - ${per} / 100, 'failed', ${per} / 100)
       from generate_series(0, ${batches - 1}) b,
         lateral (select now() - make_interval(days => ${older}) - make_interval(secs => ${spread * 86_400} * b::float8 / ${batches}) as f) t`;
     const ids = await sql<{ id: string; finished_at: Date }[]>`select id, finished_at from leasehold_batches

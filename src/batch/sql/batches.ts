@@ -183,33 +183,68 @@ export async function setTotal(tx: Tx, batchId: string, total: number): Promise<
   await tx`update leasehold_batches set total = ${total} where id = ${batchId}`;
 }
 
+// A batch's item counts by state as one jsonb object, counted from its items (one index range of
+// the batch, bounded by its own size): `id` is the batch id expression.
+function countItems(sql: Sql, id: ReturnType<Sql>) {
+  return sql`(select jsonb_object_agg(s.state, s.n) from
+    (select state, count(*) as n from leasehold_items where batch_id = ${id} group by state) s)`;
+}
+
+// The counts of batch row `b`: those stored when it finished, else counted from its items.
+function batchCounts(sql: Sql) {
+  return sql`coalesce(b.final_counts, ${countItems(sql, sql`b.id`)}) as counts`;
+}
+
 // Reads one batch with its item counts.
 export async function getBatch(sql: Sql, id: string): Promise<BatchInfo | undefined> {
-  const [r] = await sql<BatchRow[]>`select b.*,
-      (select jsonb_object_agg(s.state, s.n) from
-        (select state, count(*) as n from leasehold_items where batch_id = b.id group by state) s) as counts
-    from leasehold_batches b where b.id = ${id}`;
+  const [r] = await sql<BatchRow[]>`${getBatchStatement(sql, { id })}`;
   return r && toInfo(r);
 }
 
+/** {@link getBatch} as a fragment (the plan test reads its plan). */
+export function getBatchStatement(sql: Sql, { id }: { id: string }) {
+  return sql`select b.*, ${batchCounts(sql)} from leasehold_batches b where b.id = ${id}`;
+}
+
+/** What {@link listBatches} takes: optional filters and the page size. */
+export interface ListArgs {
+  tenant?: string;
+  status?: BatchStatus;
+  limit: number;
+}
+
 // Lists batches, newest first, optionally by tenant and status.
-export async function listBatches(sql: Sql, f: { tenant?: string; status?: BatchStatus; limit: number }): Promise<BatchInfo[]> {
-  const rows = await sql<BatchRow[]>`select b.*,
-      (select jsonb_object_agg(s.state, s.n) from
-        (select state, count(*) as n from leasehold_items where batch_id = b.id group by state) s) as counts
-    from leasehold_batches b
-    where (${f.tenant ?? null}::text is null or b.tenant = ${f.tenant ?? null})
-      and (${f.status ?? null}::text is null or b.status = ${f.status ?? null})
-    order by b.created_at desc, b.id
-    limit ${f.limit}`;
+export async function listBatches(sql: Sql, f: ListArgs): Promise<BatchInfo[]> {
+  const rows = await sql<BatchRow[]>`${listBatchesStatement(sql, f)}`;
   return rows.map(toInfo);
 }
 
+/**
+ * {@link listBatches} as a fragment. Each filter combination is its own statement with its own
+ * index in `created_at desc, id` order (migration 013), so a page reads `limit` batch rows; a
+ * finished batch's counts are read from its row, an open one's from its items.
+ */
+export function listBatchesStatement(sql: Sql, f: ListArgs) {
+  const where =
+    f.tenant !== undefined && f.status !== undefined
+      ? sql`where b.tenant = ${f.tenant} and b.status = ${f.status}`
+      : f.tenant !== undefined
+        ? sql`where b.tenant = ${f.tenant}`
+        : f.status !== undefined
+          ? sql`where b.status = ${f.status}`
+          : sql``;
+  return sql`select b.*, ${batchCounts(sql)} from leasehold_batches b ${where}
+    order by b.created_at desc, b.id
+    limit ${f.limit}`;
+}
+
 // Cancels an open batch for good; its owner's next fenced statement changes nothing. Items
-// keep the state they had (a count of running items says what was running at the cancel).
+// keep the state they had (a count of running items says what was running at the cancel), and
+// the batch row keeps their counts as of the cancel.
 export async function cancelBatch(sql: Sql, id: string): Promise<BatchStatus | undefined> {
-  const [r] = await sql<{ status: BatchStatus }[]>`update leasehold_batches
-    set status = 'cancelled', finished_at = now(), owner_run = null, owner_process = null, beat_at = null
+  const [r] = await sql<{ status: BatchStatus }[]>`update leasehold_batches b
+    set status = 'cancelled', finished_at = now(), owner_run = null, owner_process = null, beat_at = null,
+        final_counts = ${countItems(sql, sql`b.id`)}
     where id = ${id} and status = 'open' returning status`;
   return r?.status;
 }
@@ -356,8 +391,21 @@ export async function othersWaiting(sql: Sql, tenant: string, maxRunning: number
 /** A tenant's counts and limit, as {@link tenantState} reads them. */
 // After a takeover: items the dead run left running count that attempt; they go back to
 // pending, or to failed when their attempts are used up. Fenced on the new run.
-export async function recoverRunning(sql: Sql, a: { batchId: string; run: string; attempts: number }): Promise<number> {
-  const rows = await sql`with own as (
+export async function recoverRunning(sql: Sql, a: RecoverArgs): Promise<number> {
+  const rows = await sql`${recoverRunningStatement(sql, a)}`;
+  return rows.count;
+}
+
+/** What {@link recoverRunning} takes: the batch, the new run, the attempts an item may use. */
+export interface RecoverArgs {
+  batchId: string;
+  run: string;
+  attempts: number;
+}
+
+/** The recovery statement as a fragment (the plan test reads its plan); see {@link recoverRunning}. */
+export function recoverRunningStatement(sql: Sql, a: RecoverArgs) {
+  return sql`with own as (
       select 1 from leasehold_batches where id = ${a.batchId} and owner_run = ${a.run} and status = 'open' for share
     )
     update leasehold_items i
@@ -367,13 +415,17 @@ export async function recoverRunning(sql: Sql, a: { batchId: string; run: string
           else i.error end,
         run_id = ${a.run}, run_after = greatest(i.run_after, now()), updated_at = now()
     where i.batch_id = ${a.batchId} and i.state = 'running' and exists (select 1 from own)`;
-  return rows.count;
 }
 
 // Puts back items this run holds as running but is not executing (claimed by a statement
 // whose answer was lost): pending again, the uncounted attempt given back, due when they were
 // (an item claimed ahead of its due time keeps its backoff). Fenced on the run.
 export function releaseOrphans(sql: Sql, batchId: string, run: string) {
+  return releaseOrphansStatement(sql, { batchId, run });
+}
+
+/** {@link releaseOrphans} with its arguments as one object (the plan test's form). */
+export function releaseOrphansStatement(sql: Sql, { batchId, run }: { batchId: string; run: string }) {
   return sql`with own as (
       select 1 from leasehold_batches where id = ${batchId} and owner_run = ${run} and status = 'open' for share
     )
@@ -384,9 +436,14 @@ export function releaseOrphans(sql: Sql, batchId: string, run: string) {
 
 // Proves the run still owns its open batch; no row means it lost it.
 export async function beat(sql: Sql, batchId: string, run: string): Promise<boolean> {
-  const rows = await sql`update leasehold_batches set beat_at = now()
-    where id = ${batchId} and owner_run = ${run} and status = 'open' returning id`;
+  const rows = await sql`${beatStatement(sql, { batchId, run })}`;
   return rows.length === 1;
+}
+
+/** The beat as a fragment (the plan test reads its plan); see {@link beat}. */
+export function beatStatement(sql: Sql, { batchId, run }: { batchId: string; run: string }) {
+  return sql`update leasehold_batches set beat_at = now()
+    where id = ${batchId} and owner_run = ${run} and status = 'open' returning id`;
 }
 
 // The item writes of one run, fenced on the run owning the open batch:
@@ -395,21 +452,27 @@ export async function beat(sql: Sql, batchId: string, run: string): Promise<bool
 //   Idempotent when retried: an item already at the target state and attempts by this run
 //   counts as moved.
 function moved(sql: Sql, batchId: string, run: string, moves: EncodedMoves) {
-  // The keys as an array too: the rows are then found through the primary key whatever the
-  // planner thinks of the batch's size (joined on the recordset alone, a fresh table was read
-  // whole for every move).
-  return sql`update leasehold_items i
-    set state = v.state, attempts = v.attempts, output = v.output, error = v.error,
-        run_after = case when v.state = 'pending' then now() + make_interval(
-          secs => least(greatest(coalesce(v.delay_ms, 0), 0), ${MAX_DELAY_MS}) / 1000.0) else i.run_after end,
+  // Each moved key is looked up on the whole primary key through a lateral subquery (a
+  // parameterized nested loop: the planner has no other choice), and the row is then updated
+  // by its ctid: no plan of it walks the batch, whatever the statistics say of the batch's size
+  // (docs/design.md, "The database in production").
+  return sql`with m as (
+      select t.tid, v.* from jsonb_to_recordset(${moves.json}::text::jsonb)
+        as v(key text, state text, claimed int, attempts int, output jsonb, error text, delay_ms double precision)
+      cross join lateral (
+        select x.ctid as tid from leasehold_items x where x.batch_id = ${batchId} and x.key = v.key limit 1
+      ) t
+    )
+    update leasehold_items i
+    set state = m.state, attempts = m.attempts, output = m.output, error = m.error,
+        run_after = case when m.state = 'pending' then now() + make_interval(
+          secs => least(greatest(coalesce(m.delay_ms, 0), 0), ${MAX_DELAY_MS}) / 1000.0) else i.run_after end,
         updated_at = now()
-    from jsonb_to_recordset(${moves.json}::text::jsonb)
-      as v(key text, state text, claimed int, attempts int, output jsonb, error text, delay_ms double precision)
-    where i.batch_id = ${batchId} and i.key = v.key and i.run_id = ${run}
-      and i.key = any(array(select jsonb_array_elements_text(${moves.keys}::text::jsonb)))
+    from m
+    where i.ctid = any(array(select tid from m)) and i.ctid = m.tid and i.run_id = ${run}
       and exists (select 1 from own)
-      and ((i.state = 'running' and i.attempts = v.claimed)
-           or (i.state = v.state and i.attempts = v.attempts))
+      and ((i.state = 'running' and i.attempts = m.claimed)
+           or (i.state = m.state and i.attempts = m.attempts))
     returning 1`;
 }
 
@@ -457,25 +520,29 @@ export function stepStatement(sql: Sql, a: StepArgs) {
     ), moved as (
       ${moved(sql, a.batchId, a.run, a.moves)}
     ), picked as (
-      select key from leasehold_items
+      select ctid from leasehold_items
       where batch_id = ${a.batchId} and state = 'pending' and exists (select 1 from own)
         and run_after <= now() + make_interval(secs => ${a.aheadMs} / 1000.0)
       order by run_after
       limit ${a.claim}
       for update skip locked
     ), claimed as (
+      -- The picked rows are locked, so their ctids stay theirs: a Tid Scan, never a walk of the batch.
       update leasehold_items i
       set state = 'running', attempts = i.attempts + 1, run_id = ${a.run}, updated_at = now()
-      from picked where i.batch_id = ${a.batchId} and i.key = picked.key
+      where i.ctid = any(array(select ctid from picked))
       returning i.key, i.input, i.attempts, i.run_after
     )
     select (select count(*) from moved)::int as moved,
       (select json_agg(json_build_object('key', key, 'input', input, 'attempts', attempts,
           'due_in_ms', greatest(0, extract(epoch from run_after - now()) * 1000)) order by run_after)
         from claimed) as claimed,
-      (select extract(epoch from min(run_after) - now()) * 1000 from leasehold_items
+      -- The first entry of the pending index past the window (min() let a planner that thought
+      -- the batch small read every pending item).
+      (select extract(epoch from run_after - now()) * 1000 from leasehold_items
         where batch_id = ${a.batchId} and state = 'pending'
-          and run_after > now() + make_interval(secs => ${a.aheadMs} / 1000.0))::float8 as next_due_ms`;
+          and run_after > now() + make_interval(secs => ${a.aheadMs} / 1000.0)
+        order by run_after limit 1)::float8 as next_due_ms`;
 }
 
 // Hands the batch off in one statement: writes the settled items; gives every other item this
@@ -485,11 +552,23 @@ export function stepStatement(sql: Sql, a: StepArgs) {
 // owner and beat so any process takes the batch over at once. All fenced on the run owning the open batch. A graceful
 // handoff is no stalled run: with `recordProgress` the stalled runs go to 0, else this run's
 // count is taken back.
-export async function handOffRun(
-  sql: Sql,
-  a: { batchId: string; run: string; moves: EncodedMoves; hold: string; recordProgress: boolean },
-): Promise<{ handed: boolean; moved: number; givenBack: number }> {
-  const [r] = await sql<{ handed: number; moved: number; given_back: number }[]>`with own as (
+export async function handOffRun(sql: Sql, a: HandOffArgs): Promise<{ handed: boolean; moved: number; givenBack: number }> {
+  const [r] = await sql<{ handed: number; moved: number; given_back: number }[]>`${handOffStatement(sql, a)}`;
+  return { handed: r.handed === 1, moved: r.moved, givenBack: r.given_back };
+}
+
+/** What {@link handOffRun} takes; `hold` is a JSON array text of keys still executing. */
+export interface HandOffArgs {
+  batchId: string;
+  run: string;
+  moves: EncodedMoves;
+  hold: string;
+  recordProgress: boolean;
+}
+
+/** The handoff as a fragment (the plan test reads its plan); see {@link handOffRun}. */
+export function handOffStatement(sql: Sql, a: HandOffArgs) {
+  return sql`with own as (
       update leasehold_batches
       set owner_run = null, owner_process = null, beat_at = null, handed_off_at = now(),
           stalled_runs = case when ${a.recordProgress} then 0 else greatest(stalled_runs - 1, 0) end
@@ -506,7 +585,6 @@ export async function handOffRun(
     )
     select (select count(*) from own)::int as handed, (select count(*) from moved)::int as moved,
       (select count(*) from back)::int as given_back`;
-  return { handed: r.handed === 1, moved: r.moved, givenBack: r.given_back };
 }
 
 // Ends a batch whose runs keep failing before they store anything: `failed` with `reason`, and
@@ -515,7 +593,11 @@ export async function giveUp(sql: Sql, a: { batchId: string; run: string; reason
   const [r] = await sql<{ given_up: number }[]>`with own as (
       update leasehold_batches
       set status = 'failed', reason = ${a.reason}, finished_at = now(),
-          owner_run = null, owner_process = null, beat_at = null
+          owner_run = null, owner_process = null, beat_at = null,
+          -- Counted before this statement's item writes: every pending or running item fails.
+          final_counts = (select jsonb_build_object('pending', 0, 'running', 0, 'done', count(*) filter (where state = 'done'),
+              'failed', count(*) filter (where state <> 'done'))
+            from leasehold_items where batch_id = ${a.batchId})
       where id = ${a.batchId} and owner_run = ${a.run} and status = 'open' returning id
     ), failed as (
       update leasehold_items i set state = 'failed', error = ${a.itemError}, run_id = ${a.run}, updated_at = now()
@@ -530,17 +612,28 @@ export async function giveUp(sql: Sql, a: { batchId: string; run: string; reason
 // failed — or, when the batch tolerates failures, when more items failed than it allows (the
 // reason then says so). Only the owning run can, and only once (status must still be open).
 export async function finishBatch(sql: Sql, batchId: string, run: string): Promise<BatchStatus | undefined> {
-  const [r] = await sql<{ status: BatchStatus }[]>`update leasehold_batches b
+  const [r] = await sql<{ status: BatchStatus }[]>`${finishStatement(sql, { batchId, run })}`;
+  return r?.status;
+}
+
+/**
+ * {@link finishBatch} as a fragment. "No item pending or running" is two look-ups, each through
+ * the partial index its state has (a pending or running item of the batch is its first entry):
+ * one test of `state in (…)` let a planner that thought the batch small walk all its items. The
+ * failed count reads the batch's failed items only; the counts are stored on the row.
+ */
+export function finishStatement(sql: Sql, { batchId, run }: { batchId: string; run: string }) {
+  return sql`update leasehold_batches b
     set status = case when (b.allowed_failures is null and n.failed > 0) or n.failed > b.allowed_failures
           then 'failed' else 'succeeded' end,
         reason = case when n.failed > b.allowed_failures then ${toleranceReason(sql)} else b.reason end,
+        final_counts = jsonb_build_object('pending', 0, 'running', 0, 'done', b.total - n.failed, 'failed', n.failed),
         finished_at = now(), owner_run = null, owner_process = null, beat_at = null
     from (select count(*)::int as failed from leasehold_items where batch_id = ${batchId} and state = 'failed') n
     where b.id = ${batchId} and b.owner_run = ${run} and b.status = 'open'
-      and not exists (select 1 from leasehold_items
-                      where batch_id = b.id and state in ('pending', 'running'))
+      and not exists (select 1 from leasehold_items where batch_id = ${batchId} and state = 'pending')
+      and not exists (select 1 from leasehold_items where batch_id = ${batchId} and state = 'running')
     returning b.status`;
-  return r?.status;
 }
 
 // The reason of a batch ended by its tolerance, from `b` (the batch row) and `n.failed`.
@@ -567,12 +660,24 @@ export interface IntolerableEnd {
 // statements are the only ones that fail items while it owns the batch, so the count read here
 // is the count at the end, and the batch is ended once.
 export async function endIntolerable(sql: Sql, batchId: string, run: string): Promise<IntolerableEnd> {
-  const [r] = await sql<{ ended: number; given_back: number; failed: number }[]>`with n as (
+  const [r] = await sql<
+    { ended: number; given_back: number; failed: number }[]
+  >`${endIntolerableStatement(sql, { batchId, run })}`;
+  return { ended: r.ended === 1, givenBack: r.given_back, failed: r.failed };
+}
+
+/** {@link endIntolerable} as a fragment (the plan test reads its plan). */
+export function endIntolerableStatement(sql: Sql, { batchId, run }: { batchId: string; run: string }) {
+  return sql`with n as (
       select count(*)::int as failed from leasehold_items where batch_id = ${batchId} and state = 'failed'
     ), ended as (
       update leasehold_batches b
       set status = 'failed', reason = ${toleranceReason(sql)},
-          finished_at = now(), owner_run = null, owner_process = null, beat_at = null
+          finished_at = now(), owner_run = null, owner_process = null, beat_at = null,
+          -- Counted before this statement's item writes: running items go back to pending.
+          final_counts = (select jsonb_build_object('pending', count(*) filter (where state in ('pending', 'running')),
+              'running', 0, 'done', count(*) filter (where state = 'done'), 'failed', count(*) filter (where state = 'failed'))
+            from leasehold_items where batch_id = ${batchId})
       from n
       where b.id = ${batchId} and b.owner_run = ${run} and b.status = 'open'
         and n.failed > b.allowed_failures
@@ -586,17 +691,21 @@ export async function endIntolerable(sql: Sql, batchId: string, run: string): Pr
     )
     select (select count(*) from ended)::int as ended, (select count(*) from back)::int as given_back,
       (select failed from n) as failed`;
-  return { ended: r.ended === 1, givenBack: r.given_back, failed: r.failed };
 }
 
 // Whether the run still owns the batch, and how long until its next pending item is due
 // (ms, by the database clock; null when none is pending).
 export async function waitState(sql: Sql, batchId: string, run: string): Promise<{ owned: boolean; dueInMs: number | null }> {
-  const [r] = await sql<{ owned: boolean; due_in_ms: number | null }[]>`select
-      exists (select 1 from leasehold_batches where id = ${batchId} and owner_run = ${run} and status = 'open') as owned,
-      (select greatest(0, extract(epoch from min(run_after) - now()) * 1000)::float8 from leasehold_items
-        where batch_id = ${batchId} and state = 'pending') as due_in_ms`;
+  const [r] = await sql<{ owned: boolean; due_in_ms: number | null }[]>`${waitStateStatement(sql, { batchId, run })}`;
   return { owned: r.owned, dueInMs: r.due_in_ms };
+}
+
+/** {@link waitState} as a fragment (the plan test reads its plan). */
+export function waitStateStatement(sql: Sql, { batchId, run }: { batchId: string; run: string }) {
+  return sql`select
+      exists (select 1 from leasehold_batches where id = ${batchId} and owner_run = ${run} and status = 'open') as owned,
+      (select greatest(0, extract(epoch from run_after - now()) * 1000)::float8 from leasehold_items
+        where batch_id = ${batchId} and state = 'pending' order by run_after limit 1) as due_in_ms`;
 }
 
 // Hands back a batch this runner took but cannot run (its job is unknown here): clears owner and
@@ -613,11 +722,22 @@ export async function handBack(sql: Sql, batchId: string, run: string): Promise<
 // and returns them; a batch dispatched less than cooldownMs ago that no run has taken since is
 // skipped, so overlapping schedulers never dispatch one batch twice. A waiting batch whose tenant
 // runs its limit of batches (`max_running`, else `maxRunning`) needs no worker yet.
-export async function claimDispatch(
-  sql: Sql,
-  a: { staleMs: number; cooldownMs: number; limit: number; maxRunning: number },
-): Promise<string[]> {
-  const rows = await sql<{ id: string }[]>`update leasehold_batches b set dispatched_at = now()
+export async function claimDispatch(sql: Sql, a: DispatchArgs): Promise<string[]> {
+  const rows = await sql<{ id: string }[]>`${claimDispatchStatement(sql, a)}`;
+  return rows.map((r) => r.id);
+}
+
+/** What {@link claimDispatch} takes (ms, database clock), the most batches to mark, the default tenant limit. */
+export interface DispatchArgs {
+  staleMs: number;
+  cooldownMs: number;
+  limit: number;
+  maxRunning: number;
+}
+
+/** {@link claimDispatch} as a fragment (the plan test reads its plan). */
+export function claimDispatchStatement(sql: Sql, a: DispatchArgs) {
+  return sql`update leasehold_batches b set dispatched_at = now()
     from (
       select id from leasehold_batches o
       where status = 'open'
@@ -634,7 +754,6 @@ export async function claimDispatch(
     ) s
     where b.id = s.id
     returning b.id`;
-  return rows.map((r) => r.id);
 }
 
 // Marks one batch as dispatched now (the API sends a new batch to a worker at once).
@@ -644,14 +763,27 @@ export async function markDispatched(sql: Sql, batchId: string): Promise<void> {
 
 // Reads one page of a batch's items in key order, after key `after` (exclusive), optionally
 // only those in one state.
-export async function itemsPage(
-  sql: Sql,
-  batchId: string,
-  a: { after?: string; limit: number; state?: ItemState },
-): Promise<ItemResult[]> {
-  return sql<ItemResult[]>`select key, state, attempts, output, error from leasehold_items
-    where batch_id = ${batchId} and (${a.after ?? null}::text is null or key > ${a.after ?? null})
-      and (${a.state ?? null}::text is null or state = ${a.state ?? null})
+export async function itemsPage(sql: Sql, batchId: string, a: PageArgs): Promise<ItemResult[]> {
+  return sql<ItemResult[]>`${itemsPageStatement(sql, { batchId, ...a })}`;
+}
+
+/** What {@link itemsPage} takes: the key to start after (exclusive), the page size, a state. */
+export interface PageArgs {
+  after?: string;
+  limit: number;
+  state?: ItemState;
+}
+
+/**
+ * {@link itemsPage} as a fragment. The failed items of a page are read through their partial
+ * index (`leasehold_items_failed`, in key order), so a page of failures reads its page whatever
+ * the batch holds; other pages walk the primary key from `after`, skipping items of other states.
+ */
+export function itemsPageStatement(sql: Sql, a: PageArgs & { batchId: string }) {
+  const after = a.after === undefined ? sql`` : sql`and key > ${a.after}`;
+  const state = a.state === 'failed' ? sql`and state = 'failed'` : a.state === undefined ? sql`` : sql`and state = ${a.state}`;
+  return sql`select key, state, attempts, output, error from leasehold_items
+    where batch_id = ${a.batchId} ${after} ${state}
     order by key limit ${a.limit}`;
 }
 

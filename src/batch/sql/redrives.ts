@@ -48,7 +48,7 @@ export async function resetFailed(tx: Tx, batchId: string): Promise<number> {
 // takes it at once, and counts the redrive; returns its number (undefined: not finished).
 export async function reopenBatch(tx: Tx, batchId: string): Promise<number | undefined> {
   const [r] = await tx<{ redrives: number }[]>`update leasehold_batches
-    set status = 'open', finished_at = null, owner_run = null, owner_process = null, beat_at = null,
+    set status = 'open', finished_at = null, final_counts = null, owner_run = null, owner_process = null, beat_at = null,
         handed_off_at = null, redrives = redrives + 1, stalled_runs = 0, reason = null
     where id = ${batchId} and status in ('succeeded', 'failed')
     returning redrives`;
