@@ -221,7 +221,7 @@ export async function listBatches(sql: Sql, f: ListArgs): Promise<BatchInfo[]> {
 
 /**
  * {@link listBatches} as a fragment. Each filter combination is its own statement with its own
- * index in `created_at desc, id` order (migration 013), so a page reads `limit` batch rows; a
+ * index in `created_at desc, id` order (migration 015), so a page reads `limit` batch rows; a
  * finished batch's counts are read from its row, an open one's from its items.
  */
 export function listBatchesStatement(sql: Sql, f: ListArgs) {
