@@ -20,6 +20,11 @@ export interface ApiDeps {
     lease?: { shedHysteresis: number };
     /** The default per-tenant limit `GET /tenants/{tenant}` shows (`LEASEHOLD_MAX_RUNNING`); default none. */
     runner?: { maxRunning: number };
+    /**
+     * How many days finished batches are kept (`LEASEHOLD_RETENTION_DAYS`; 0: for ever), which
+     * `GET /batches` answers as `retentionDays` (docs/design.md, "Retention"). Default 30.
+     */
+    retention?: { retentionDays: number };
   };
   /** Sends a new batch to a worker at once. */
   dispatcher: Dispatcher;

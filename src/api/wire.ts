@@ -104,6 +104,17 @@ export interface ApiProcess {
   weight: number;
 }
 
+/** What `GET /batches` answers. */
+export interface ApiBatchList {
+  /** Newest first. */
+  batches: ApiBatch[];
+  /**
+   * How many days a finished batch is kept before the scheduler deletes it with its items
+   * (`LEASEHOLD_RETENTION_DAYS`); 0: kept for ever.
+   */
+  retentionDays: number;
+}
+
 /** The desired count against the fleet, as `GET /concurrency` returns it. */
 export interface ApiConcurrency {
   desired: number;

@@ -67,3 +67,4 @@ export {
   type BatchActivity,
 } from './progress.js';
 export { getTenant, setTenantLimit, MAX_TENANT_LIMIT, type TenantInfo, type TenantBatch } from './tenants.js';
+export { deleteExpiredBatches, RETENTION_DEFAULTS, type RetentionOptions, type RetentionResult } from './retention.js';

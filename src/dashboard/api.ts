@@ -92,8 +92,9 @@ function withQuery(path: string, query: Record<string, string | number | undefin
 }
 
 export const api = {
+  /** The batches, and how many days finished ones are kept (undefined from an API that does not say). */
   listBatches: (filter: { tenant?: string; status?: string; limit?: number }) =>
-    call<{ batches: Batch[] }>('GET', withQuery(paths.batches(), filter)).then((r) => r.batches),
+    call<{ batches: Batch[]; retentionDays?: number }>('GET', withQuery(paths.batches(), filter)),
   getBatch: (id: string) => call<Batch>('GET', paths.batch(id)),
   cancelBatch: (id: string) => call<Batch>('POST', `${paths.batch(id)}/cancel`),
   /** `key` is the Idempotency-Key: a repeated click with the same key redrives once. */

@@ -1,7 +1,7 @@
 import { delimiter } from 'node:path';
 import { tmpdir } from 'node:os';
 import * as z from 'zod';
-import { RUNNER_DEFAULTS, runnerSettings, type RunnerSettings } from '../batch/index.js';
+import { RETENTION_DEFAULTS, RUNNER_DEFAULTS, runnerSettings, type RunnerSettings } from '../batch/index.js';
 import { InvalidSettingError, LeaseholdError } from '../errors.js';
 import { LEASE_DEFAULTS, leaseConfig, type LeaseConfig } from '../lease/index.js';
 import { parseOutboxAllow } from '../units/endpoint-guard.js';
@@ -77,6 +77,11 @@ const schema = {
   LEASEHOLD_MAX_CLAIM_PER_TICK: int(1).default(LEASE_DEFAULTS.maxClaimPerTick),
   LEASEHOLD_INVOKE_CAP: int(0).default(10),
   LEASEHOLD_INVOCATION_PENDING_MS: int(1000).default(30_000),
+  LEASEHOLD_RETENTION_DAYS: int(0).max(36_500).default(RETENTION_DEFAULTS.retentionDays),
+  LEASEHOLD_RETENTION_CHUNK_ROWS: int(100).max(100_000).default(RETENTION_DEFAULTS.chunkRows),
+  LEASEHOLD_RETENTION_MAX_ROWS: int(1).max(100_000_000).default(RETENTION_DEFAULTS.maxRowsPerPass),
+  // Below the scheduler's statement timeout and its minute: a pass never delays the next run.
+  LEASEHOLD_RETENTION_BUDGET_MS: int(0).max(30_000).default(RETENTION_DEFAULTS.budgetMs),
   LEASEHOLD_DB_HOST: z.string().min(1).optional(),
   LEASEHOLD_DB_PORT: int(1).max(65_535).default(5432),
   LEASEHOLD_DB_NAME: z.string().min(1).optional(),
@@ -182,6 +187,17 @@ export interface Config {
    * by the next scheduler run. Default 30,000.
    */
   invocationPendingMs: number;
+  /**
+   * Retention (docs/design.md, "Retention"), applied by every scheduler run after its fleet
+   * work: finished batches (with their items and redrives), deferred trigger firings and
+   * delivered outbox messages (with their deliveries) older than `retentionDays` days (database
+   * clock) are deleted; 0 keeps everything (`LEASEHOLD_RETENTION_DAYS`, default 30, at most
+   * 36,500). Each statement deletes at most `chunkRows` rows (`LEASEHOLD_RETENTION_CHUNK_ROWS`,
+   * default 5,000, 100 to 100,000); one scheduler run deletes at most `maxRowsPerPass` rows of
+   * each kind (`LEASEHOLD_RETENTION_MAX_ROWS`, default 500,000, at least 1) and starts no
+   * statement after `budgetMs` ms (`LEASEHOLD_RETENTION_BUDGET_MS`, default 10,000, at most 30,000).
+   */
+  retention: { retentionDays: number; chunkRows: number; maxRowsPerPass: number; budgetMs: number };
 }
 
 /** The database settings of a deployment (`LEASEHOLD_DB_*`). */
@@ -330,6 +346,12 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     },
     invokeCap: e.LEASEHOLD_INVOKE_CAP,
     invocationPendingMs: e.LEASEHOLD_INVOCATION_PENDING_MS,
+    retention: {
+      retentionDays: e.LEASEHOLD_RETENTION_DAYS,
+      chunkRows: e.LEASEHOLD_RETENTION_CHUNK_ROWS,
+      maxRowsPerPass: e.LEASEHOLD_RETENTION_MAX_ROWS,
+      budgetMs: e.LEASEHOLD_RETENTION_BUDGET_MS,
+    },
   };
   // The runner and the lease check their own settings; their errors name the variable here.
   asVariables(env, () => runnerSettings(config.runner), RUNNER_VARIABLES);

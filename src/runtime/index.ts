@@ -32,6 +32,7 @@ export {
   metricsFor,
   workerMetricHooks,
   recordFleetBalance,
+  recordRetention,
   METRICS_NAMESPACE,
   type RuntimeMetrics,
   type WorkerHooks,

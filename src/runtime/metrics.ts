@@ -170,3 +170,21 @@ export function recordFleetBalance(m: RuntimeMetrics, result: Pick<SchedulerResu
   m.level('BatchProcesses', b.batch);
   m.count('ProcessesRetired', result.retired);
 }
+
+/**
+ * What one scheduler run's retention deleted (docs/design.md, "Retention"), counts of rows:
+ * `RetentionBatchesDeleted`, `RetentionItemsDeleted`, `RetentionRedrivesDeleted`,
+ * `RetentionDeferredDeleted`, `RetentionOutboxDeleted` (messages), `RetentionDeliveriesDeleted`,
+ * and the level `RetentionBacklog` (1 when a pass stopped at its cap or budget with expired rows
+ * left, else 0: a value of 1 run after run means retention falls behind).
+ */
+export function recordRetention(m: RuntimeMetrics, result: Pick<SchedulerResult, 'retention'>): void {
+  const r = result.retention;
+  m.count('RetentionBatchesDeleted', r.batches);
+  m.count('RetentionItemsDeleted', r.items);
+  m.count('RetentionRedrivesDeleted', r.redrives);
+  m.count('RetentionDeferredDeleted', r.deferred);
+  m.count('RetentionOutboxDeleted', r.outbox.messages);
+  m.count('RetentionDeliveriesDeleted', r.outbox.deliveries);
+  m.level('RetentionBacklog', r.more ? 1 : 0);
+}

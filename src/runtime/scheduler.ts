@@ -1,4 +1,5 @@
-import { claimDispatch } from '../batch/index.js';
+import { claimDispatch, deleteExpiredBatches, type RetentionResult } from '../batch/index.js';
+import { deleteDeliveredOutboxMessages, type OutboxRetentionResult } from '../units/index.js';
 import { balanceOf, planInvocations, readFleet, sweep, type Balance } from '../lease/index.js';
 import type { Sql } from '../store/index.js';
 import type { Config } from './config.js';
@@ -30,6 +31,13 @@ export interface SchedulerResult {
    * sent for batches.
    */
   balance: Balance & { fairShare: number; retiring: number; batch: number };
+  /**
+   * What retention deleted in this run (docs/design.md, "Retention"), counts of rows: expired
+   * batches with their items, redrives and deferred firings, and delivered outbox messages
+   * with their deliveries; `more` when a pass stopped at its row cap or time budget with expired
+   * rows left. All zero with `retentionDays` 0.
+   */
+  retention: RetentionResult & { outbox: Omit<OutboxRetentionResult, 'more'>; retentionDays: number };
 }
 
 /**
@@ -43,7 +51,12 @@ export interface SchedulerResult {
  *    surplus of live fleet processes to retire — decided one scheduler at a time so overlapping
  *    runs never over-invoke or over-retire; nothing is invoked when no unit has weight > 0.
  *    With no such unit and no open batch nothing is invoked at all (scale to zero);
- * 4. read the fleet's balance (from the process rows) for the metrics.
+ * 4. read the fleet's balance (from the process rows) for the metrics;
+ * 5. retention, last, so that it never delays the fleet's work: delete what is older than
+ *    `config.retention.retentionDays` (finished batches with their items and redrives, deferred
+ *    firings, delivered outbox messages), in statements of at most `chunkRows` rows, at most
+ *    `maxRowsPerPass` rows of each kind and no statement started after `budgetMs` (shared by
+ *    both passes); see `deleteExpiredBatches` and `deleteDeliveredOutboxMessages`.
  * With `jobs`, it first starts trigger firings deferred at `maxOpen` whose datasource has a free
  * slot (see `startDeferred`); their batches are dispatched in step 2's way.
  * A failed invoke is reported, never thrown; nothing depends on a chain of worker invocations
@@ -92,6 +105,7 @@ export async function runScheduler(
     retiring: fleet.retiring,
     batch: fleet.batch,
   };
+  const retention = await applyRetention(sql, config);
   return {
     swept,
     dispatched,
@@ -100,6 +114,21 @@ export async function runScheduler(
     invoked,
     retired: plan.retired.length,
     balance,
+    retention,
     ...(deferred ? { deferred } : {}),
+  };
+}
+
+/** Both retention passes within one budget: batches first, then the outbox with what is left. */
+async function applyRetention(sql: Sql, config: Config): Promise<SchedulerResult['retention']> {
+  const r = config.retention;
+  const t0 = Date.now();
+  const batches = await deleteExpiredBatches(sql, r);
+  const outbox = await deleteDeliveredOutboxMessages(sql, { ...r, budgetMs: Math.max(0, r.budgetMs - (Date.now() - t0)) });
+  return {
+    ...batches,
+    more: batches.more || outbox.more,
+    outbox: { messages: outbox.messages, deliveries: outbox.deliveries },
+    retentionDays: r.retentionDays,
   };
 }

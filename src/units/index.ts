@@ -47,3 +47,5 @@ export function defaultUnitJobs(options: { outbox?: UnitJob<unknown>; extra?: Un
   const builtins = options.outbox ? [options.outbox] : builtinUnitJobs;
   return new UnitJobRegistry([...builtins, ...(options.extra ?? [])]);
 }
+
+export { deleteDeliveredOutboxMessages, type OutboxRetentionOptions, type OutboxRetentionResult } from './retention.js';

@@ -274,10 +274,10 @@ describe('GET /batches', () => {
     const one = await call(deps, 'GET', '/batches', { query: { tenant, limit: '1' } });
     expect(one.body.batches.map((b: { id: string }) => b.id)).toEqual([ids[2]]);
     const none = await call(deps, 'GET', '/batches', { query: { tenant: uniqueTenant('nobody') } });
-    expect(none.body).toEqual({ batches: [] });
+    expect(none.body).toEqual({ batches: [], retentionDays: 30 });
     const odd = await call(deps, 'GET', '/batches', { query: { tenant: 'a tenant/with ünusual chars' } });
     expect(odd.status).toBe(200);
-    expect(odd.body).toEqual({ batches: [] });
+    expect(odd.body).toEqual({ batches: [], retentionDays: 30 });
   });
 
   it('reads the raw query string when API Gateway gives no parsed parameters', async () => {

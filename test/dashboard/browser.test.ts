@@ -81,6 +81,12 @@ describe('the dashboard in a browser, against leasehold dev', () => {
     await page.goto(`${dev.url}/`);
     await expect.poll(() => page.title()).toBe('Batches · leasehold');
     await page.getByRole('heading', { name: 'Batches' }).waitFor();
+    // How long finished batches are kept, as GET /batches says (LEASEHOLD_RETENTION_DAYS, default 30).
+    expect(((await (await fetch(`${dev.url}/batches`)).json()) as { retentionDays: number }).retentionDays).toBe(30);
+    await page.locator('[data-retention]').waitFor();
+    expect(await page.locator('[data-retention]').textContent()).toBe(
+      'Finished batches are kept 30 days, then deleted with their items.',
+    );
     // The API's paths still answer JSON next to the page.
     expect((await fetch(`${dev.url}/jobs`)).headers.get('content-type')).toBe('application/json');
   });

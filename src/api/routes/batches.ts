@@ -1,7 +1,14 @@
 // Routes of batches: start, list, show, cancel, items (and the tenant-scoped twins of each, see
 // router.ts), redrive, and items finished over time.
 import type { APIGatewayProxyEventV2 } from 'aws-lambda';
-import { dispatchBatch, finishedSeries, parseInput, redriveBatch, requestKeySchema } from '../../batch/index.js';
+import {
+  dispatchBatch,
+  finishedSeries,
+  parseInput,
+  redriveBatch,
+  requestKeySchema,
+  RETENTION_DEFAULTS,
+} from '../../batch/index.js';
 import { batchView } from '../views.js';
 import type { ApiDeps } from '../deps.js';
 import { header, query, seriesSchema } from '../request.js';
@@ -115,7 +122,9 @@ export async function listBatchesRoute(
   }
   const filter = parseInput(listSchema, scope === undefined ? q : { ...q, tenant: scope }, 'query');
   const batches = await listBatches(deps.sql, filter);
-  return json(200, { batches: await withActivity(deps.sql, batches) });
+  // How long finished batches are kept: they disappear from this list after that (retention).
+  const retentionDays = deps.config.retention?.retentionDays ?? RETENTION_DEFAULTS.retentionDays;
+  return json(200, { batches: await withActivity(deps.sql, batches), retentionDays });
 }
 
 /** `GET /batches/{id}`: one batch with its `ageMs` and `itemsPerSecond`. */

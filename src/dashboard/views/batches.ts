@@ -22,9 +22,12 @@ export function BatchesView({
     [tenant, status],
   );
   const [draft, setDraft] = useState(tenant);
-  const tenants = [...new Set((polled.data ?? []).map((b) => b.tenant))].sort();
+  const list = polled.data?.batches;
+  const retentionDays = polled.data?.retentionDays;
+  const tenants = [...new Set((list ?? []).map((b) => b.tenant))].sort();
   return html`<section aria-labelledby="batches-title">
     <h2 id="batches-title">Batches</h2>
+    ${retentionDays === undefined ? null : html`<p class="muted small" data-retention>${retentionText(retentionDays)}</p>`}
     <form
       class="filters"
       onSubmit=${(e: Event) => {
@@ -44,9 +47,9 @@ export function BatchesView({
     </form>
     <${ErrorNote} error=${polled.error} />
     ${
-      polled.data === undefined
+      list === undefined
         ? html`<p>Loading…</p>`
-        : polled.data.length === 0
+        : list.length === 0
           ? html`<p>No batches${tenant || status ? ' match the filter' : ' yet'}.</p>`
           : html`<table class="batches">
             <thead>
@@ -64,11 +67,17 @@ export function BatchesView({
               </tr>
             </thead>
             <tbody>
-              ${polled.data.map((b) => html`<${BatchRow} key=${b.id} batch=${b} onChanged=${polled.reload} />`)}
+              ${list.map((b) => html`<${BatchRow} key=${b.id} batch=${b} onChanged=${polled.reload} />`)}
             </tbody>
           </table>`
     }
   </section>`;
+}
+
+/** How long finished batches are kept, in words. */
+function retentionText(days: number): string {
+  if (days === 0) return 'Finished batches are kept for ever.';
+  return `Finished batches are kept ${days} day${days === 1 ? '' : 's'}, then deleted with their items.`;
 }
 
 function BatchRow({ batch: b, onChanged }: { batch: Batch; onChanged: () => void }) {

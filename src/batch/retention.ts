@@ -1,0 +1,112 @@
+// Retention (docs/design.md, "Retention"): finished batches, with their items and redrives, and
+// deferred trigger firings are deleted once older than the retention period, in bounded chunks.
+import type { Clock } from '../clock.js';
+import { systemClock } from '../clock.js';
+import type { Sql } from '../store/index.js';
+import * as q from './sql/retention.js';
+
+/** Defaults of {@link RetentionOptions}. */
+export const RETENTION_DEFAULTS = {
+  retentionDays: 30,
+  chunkRows: 5_000,
+  maxRowsPerPass: 500_000,
+  budgetMs: 10_000,
+} as const;
+
+/** How much one retention pass may delete, and what. */
+export interface RetentionOptions {
+  /**
+   * Finished batches (succeeded, failed, cancelled) whose `finished_at`, and deferred firings
+   * whose `created_at`, is more than this many days ago (database clock) are deleted. 0 keeps
+   * everything (the pass deletes nothing). Default 30.
+   */
+  retentionDays?: number;
+  /** Most rows one delete statement touches (items, deferred firings). Default 5,000. */
+  chunkRows?: number;
+  /**
+   * Most rows one pass deletes in all; the pass stops before the statement that would start
+   * beyond it. Default 500,000.
+   */
+  maxRowsPerPass?: number;
+  /**
+   * How long one pass keeps starting statements, ms (by `clock`): once it has passed, the pass
+   * ends after the statement in flight. Default 10,000.
+   */
+  budgetMs?: number;
+  /** Measures the budget. Default the system clock. */
+  clock?: Clock;
+}
+
+/** What one retention pass deleted (counts of rows). */
+export interface RetentionResult {
+  /** Finished batch rows deleted (each only once it had no item left). */
+  batches: number;
+  /** Items of expired batches deleted. */
+  items: number;
+  /** Redrive records deleted with their batch. */
+  redrives: number;
+  /** Deferred trigger firings kept longer than the retention, deleted. */
+  deferred: number;
+  /** The pass ended on its row cap or time budget with expired rows left (the next pass goes on). */
+  more: boolean;
+}
+
+/**
+ * One retention pass over batches (docs/design.md, "Retention"): deferred firings older than
+ * `retentionDays` first, then expired batches oldest finished first — each batch's items in
+ * chunks of at most `chunkRows` through its primary key, then the batch row once it has no item
+ * left (a batch row is never deleted with its items: the cascade would be one unbounded
+ * statement). Every statement is short, autocommitted, and skips rows other transactions hold;
+ * none waits for a worker. Stops at `maxRowsPerPass` rows or after `budgetMs`.
+ *
+ * Idempotent and resumable: what one pass leaves (its cap, its budget, a crash, a row another
+ * transaction held) the next pass finds again through the same index. Overlapping passes share
+ * the work (SKIP LOCKED) and delete each row once. A batch redriven meanwhile (open again) is
+ * left alone from the next statement on.
+ *
+ * @throws the database error of a failing statement (what earlier statements deleted stays deleted).
+ */
+export async function deleteExpiredBatches(sql: Sql, options: RetentionOptions = {}): Promise<RetentionResult> {
+  const days = options.retentionDays ?? RETENTION_DEFAULTS.retentionDays;
+  const chunk = options.chunkRows ?? RETENTION_DEFAULTS.chunkRows;
+  const cap = options.maxRowsPerPass ?? RETENTION_DEFAULTS.maxRowsPerPass;
+  const clock = options.clock ?? systemClock;
+  const until = clock.now() + (options.budgetMs ?? RETENTION_DEFAULTS.budgetMs);
+  const result: RetentionResult = { batches: 0, items: 0, redrives: 0, deferred: 0, more: false };
+  if (days <= 0) return result;
+  const rows = () => result.batches + result.items + result.deferred;
+  const spent = () => rows() >= cap || clock.now() >= until;
+
+  for (;;) {
+    if (spent()) return { ...result, more: true };
+    const n = await q.deleteExpiredDeferred(sql, { days, limit: Math.min(chunk, cap - rows()) });
+    result.deferred += n;
+    if (n === 0) break;
+  }
+
+  // Batches this pass could not finish (rows held by another transaction): tried by the next pass.
+  const skip: string[] = [];
+  for (;;) {
+    if (spent()) return { ...result, more: true };
+    const ids = await q.expiredBatches(sql, { days, limit: 16, skip });
+    if (ids.length === 0) return result;
+    for (const batchId of ids) {
+      let after = '';
+      for (;;) {
+        if (spent()) return { ...result, more: true };
+        const r = await q.deleteExpiredItems(sql, { batchId, days, after, limit: Math.min(chunk, cap - rows()) });
+        result.items += r.deleted;
+        if (r.last === null) break;
+        after = r.last;
+      }
+      if (spent()) return { ...result, more: true };
+      const b = await q.deleteEmptyBatch(sql, { batchId, days });
+      if (b.deleted) {
+        result.batches++;
+        result.redrives += b.redrives;
+      } else {
+        skip.push(batchId);
+      }
+    }
+  }
+}

@@ -1,0 +1,78 @@
+// Statements of retention (docs/design.md, "Retention"): finished batches, their items and
+// redrives, and deferred trigger firings, deleted once older than the retention period. Every
+// cutoff is `now() - make_interval(days => …)` (database clock). Each statement touches at most
+// its own limit of rows, found through an index whatever the statistics say, and skips rows
+// another transaction holds (SKIP LOCKED): retention never waits for a worker, and a worker
+// waits for it at most one short statement (a redrive of the very batch being deleted).
+import type { Sql } from '../../store/index.js';
+
+// Ids of batches finished (succeeded, failed, cancelled) more than `days` days ago, oldest
+// first, at most `limit`, leaving out `skip`: a range of the partial index over finished batches
+// by finished_at. Reads only.
+export async function expiredBatches(sql: Sql, a: { days: number; limit: number; skip: string[] }): Promise<string[]> {
+  const rows = await sql<{ id: string }[]>`select id from leasehold_batches
+    where status <> 'open' and finished_at < now() - make_interval(days => ${a.days})
+      and id <> all(${`{${a.skip.join(',')}}`}::uuid[])
+    order by finished_at limit ${a.limit}`;
+  return rows.map((r) => r.id);
+}
+
+// Deletes at most `limit` items of batch `batchId`, in key order after `after`, only while that
+// batch is finished more than `days` days ago: the batch row is share-locked for the statement
+// (skipped when locked: a redrive holding it wins, and a redrive waits for at most this
+// statement), so a batch that was redriven (open again) loses no item. The items are an index
+// range of the primary key (batch_id, key) from `after`, so a chunk reads about its own size of
+// rows and not the dead entries of chunks deleted before it; items another transaction holds are
+// skipped. Returns how many it deleted and the last key it reached (null when none).
+export async function deleteExpiredItems(
+  sql: Sql,
+  a: { batchId: string; days: number; after: string; limit: number },
+): Promise<{ deleted: number; last: string | null }> {
+  const [r] = await sql<{ deleted: number; last: string | null }[]>`with batch as (
+      select id from leasehold_batches
+      where id = ${a.batchId} and status <> 'open' and finished_at < now() - make_interval(days => ${a.days})
+      for share skip locked
+    ), gone as (
+      delete from leasehold_items where ctid = any(array(
+        select i.ctid from leasehold_items i
+        where i.batch_id = (select id from batch) and i.key > ${a.after}
+        order by i.key limit ${a.limit}
+        for update skip locked))
+      returning key
+    )
+    select count(*)::int as deleted, max(key) as last from gone`;
+  return r;
+}
+
+// Deletes batch `batchId` (its redrives go with it, a few rows, by cascade) only if it is
+// finished more than `days` days ago and has no item left, so the cascade to leasehold_items
+// deletes nothing: one primary-key probe of the batch, one of its items. Skipped when another
+// transaction holds the row. Returns whether it deleted the batch, and its redrives.
+export async function deleteEmptyBatch(
+  sql: Sql,
+  a: { batchId: string; days: number },
+): Promise<{ deleted: boolean; redrives: number }> {
+  const [r] = await sql<{ deleted: number; redrives: number }[]>`with batch as (
+      select id from leasehold_batches b
+      where id = ${a.batchId} and status <> 'open' and finished_at < now() - make_interval(days => ${a.days})
+        and not exists (select 1 from leasehold_items i where i.batch_id = b.id)
+      for update skip locked
+    ), gone as (
+      delete from leasehold_batches where id = (select id from batch) returning id
+    )
+    select (select count(*) from gone)::int as deleted,
+      (select count(*) from leasehold_redrives where batch_id = (select id from gone))::int as redrives`;
+  return { deleted: r.deleted === 1, redrives: r.redrives };
+}
+
+// Deletes at most `limit` deferred trigger firings kept more than `days` days (created_at),
+// oldest first: a range of the created_at index; firings a scheduler is starting now (locked)
+// are skipped. Returns how many it deleted.
+export async function deleteExpiredDeferred(sql: Sql, a: { days: number; limit: number }): Promise<number> {
+  const rows = await sql`delete from leasehold_deferred_starts where ctid = any(array(
+      select ctid from leasehold_deferred_starts
+      where created_at < now() - make_interval(days => ${a.days})
+      order by created_at limit ${a.limit}
+      for update skip locked))`;
+  return rows.count;
+}

@@ -1,0 +1,42 @@
+// Statements of outbox retention (docs/design.md, "Retention"): delivered outbox messages and
+// their deliveries, deleted once older than the retention period (database clock).
+import type { Sql } from '../../store/index.js';
+
+/** What one chunk of {@link deleteDeliveredOutbox} did. */
+export interface OutboxChunk {
+  /** Messages read (at most the limit), whatever became of them. */
+  scanned: number;
+  /** The highest message id read; null when none was. */
+  last: number | null;
+  /** Messages deleted, and their deliveries (deleted by the cascade). */
+  messages: number;
+  deliveries: number;
+  /** A message read was newer than the cutoff, or fewer than the limit were left: nothing older follows. */
+  reached: boolean;
+}
+
+// Reads the next `limit` messages after id `after` (a primary-key range: ids grow with
+// created_at) and deletes those of them that were assigned, were created more than `days` days
+// ago, and have no undelivered delivery, with their deliveries (cascade); a message another
+// transaction holds is skipped. Messages still to deliver and unassigned ones are never touched.
+export async function deleteDeliveredOutbox(sql: Sql, a: { days: number; after: number; limit: number }): Promise<OutboxChunk> {
+  const [r] = await sql<OutboxChunk[]>`with scan as (
+      select id, created_at, assigned_at from leasehold_outbox
+      where id > ${a.after} order by id limit ${a.limit}
+    ), expired as (
+      select o.id from leasehold_outbox o
+      where o.id in (
+          select s.id from scan s
+          where s.assigned_at is not null and s.created_at < now() - make_interval(days => ${a.days})
+            and not exists (select 1 from leasehold_outbox_deliveries d where d.message_id = s.id and d.delivered_at is null))
+      for update skip locked
+    ), gone as (
+      delete from leasehold_outbox where id in (select id from expired) returning id
+    )
+    select (select count(*) from scan)::int as scanned,
+      (select max(id) from scan)::int8 as last,
+      (select count(*) from gone)::int as messages,
+      (select count(*) from leasehold_outbox_deliveries where message_id in (select id from gone))::int as deliveries,
+      (select count(*) < ${a.limit} or bool_or(created_at >= now() - make_interval(days => ${a.days})) from scan) as reached`;
+  return { ...r, last: r.last === null ? null : Number(r.last) };
+}
