@@ -239,12 +239,12 @@ export function listBatchesStatement(sql: Sql, f: ListArgs) {
 }
 
 // Cancels an open batch for good; its owner's next fenced statement changes nothing. Items
-// keep the state they had (a count of running items says what was running at the cancel), and
-// the batch row keeps their counts as of the cancel.
+// keep the state they had (a count of running items says what was running at the cancel). No
+// counts are stored: a move the cancel waited for lands after the statement's snapshot, so the
+// batch's counts are read from its items.
 export async function cancelBatch(sql: Sql, id: string): Promise<BatchStatus | undefined> {
   const [r] = await sql<{ status: BatchStatus }[]>`update leasehold_batches b
-    set status = 'cancelled', finished_at = now(), owner_run = null, owner_process = null, beat_at = null,
-        final_counts = ${countItems(sql, sql`b.id`)}
+    set status = 'cancelled', finished_at = now(), owner_run = null, owner_process = null, beat_at = null
     where id = ${id} and status = 'open' returning status`;
   return r?.status;
 }
@@ -593,11 +593,7 @@ export async function giveUp(sql: Sql, a: { batchId: string; run: string; reason
   const [r] = await sql<{ given_up: number }[]>`with own as (
       update leasehold_batches
       set status = 'failed', reason = ${a.reason}, finished_at = now(),
-          owner_run = null, owner_process = null, beat_at = null,
-          -- Counted before this statement's item writes: every pending or running item fails.
-          final_counts = (select jsonb_build_object('pending', 0, 'running', 0, 'done', count(*) filter (where state = 'done'),
-              'failed', count(*) filter (where state <> 'done'))
-            from leasehold_items where batch_id = ${a.batchId})
+          owner_run = null, owner_process = null, beat_at = null
       where id = ${a.batchId} and owner_run = ${a.run} and status = 'open' returning id
     ), failed as (
       update leasehold_items i set state = 'failed', error = ${a.itemError}, run_id = ${a.run}, updated_at = now()
@@ -673,11 +669,7 @@ export function endIntolerableStatement(sql: Sql, { batchId, run }: { batchId: s
     ), ended as (
       update leasehold_batches b
       set status = 'failed', reason = ${toleranceReason(sql)},
-          finished_at = now(), owner_run = null, owner_process = null, beat_at = null,
-          -- Counted before this statement's item writes: running items go back to pending.
-          final_counts = (select jsonb_build_object('pending', count(*) filter (where state in ('pending', 'running')),
-              'running', 0, 'done', count(*) filter (where state = 'done'), 'failed', count(*) filter (where state = 'failed'))
-            from leasehold_items where batch_id = ${batchId})
+          finished_at = now(), owner_run = null, owner_process = null, beat_at = null
       from n
       where b.id = ${batchId} and b.owner_run = ${run} and b.status = 'open'
         and n.failed > b.allowed_failures

@@ -4,8 +4,9 @@
 -- every batch of every page), and the list has an index for each filter it takes, in its order.
 
 -- Item counts by state ({"pending": n, "running": n, "done": n, "failed": n}), written by the
--- statement that finishes, gives up, ends or cancels the batch; null while it is open (counted
--- from its items then) and for batches finished before this migration. A redrive clears it.
+-- statement that finishes the batch (nothing pending or running: no move can change them after);
+-- null otherwise (open, cancelled, given up, ended by its tolerance, or finished before this
+-- migration): those are counted from their items. A redrive clears it.
 alter table leasehold_batches add column final_counts jsonb;
 
 -- Batches newest first: all of them, one tenant's, one status's (one tenant's of one status has
