@@ -7,7 +7,7 @@
 // first. The figures are the batch's own time (created to finished, from the demo's JSON summary),
 // and the wall time of each `leasehold dev` from spawn to exit. Never uses DATABASE_URL.
 import { spawn } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { chmod, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { startEmbedded } from '../src/local/embedded.js';
@@ -50,6 +50,8 @@ export async function demoBench(): Promise<void> {
   delete env.DATABASE_URL;
   await node([join(ROOT, 'scripts', 'build.mjs'), '--if-stale'], ROOT, env);
   const dir = await mkdtemp(join(tmpdir(), 'leasehold-bench-demo-'));
+  // Run as root, the embedded server runs as OS user postgres, which must be able to enter it.
+  await chmod(dir, 0o755);
   try {
     const first = await demoOnce(dir, env);
     // ANALYZE between the two, on the demo's own embedded server (not running now: dev stopped it).
