@@ -3,7 +3,8 @@
 //   1. by plain Node, 16 files at a time (`readFile` + SHA-256, no database): the reference;
 //   2. by the `checksum` job's item work alone, 16 at a time (no runner, no database);
 //   3. by a `checksum` batch through the library, end to end: expand + `createBatch`, then one
-//      `Runner` (default options; the job's own `parallel`) from takeover until the batch finishes.
+//      `Runner` (default options; the job's own `parallel`) from takeover until the batch finishes,
+//      in a fresh schema and in the run's lived-in schema (bench/sides.ts), in turn every round.
 // Prints the medians of BENCH_ROUNDS rounds (default 3) and 3 as a ratio of 1.
 import { createHash, randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
@@ -12,14 +13,15 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Runner, createBatch } from '../src/batch/index.js';
 import { checksum, defaultJobContext, defaultRegistry } from '../src/jobs/index.js';
+import type { Sql } from '../src/store/index.js';
 import { benchSchema } from './schema.js';
+import { inTurn, median, perSide, timeLine, type Side } from './sides.js';
 
 const FILES = 4_000;
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 /** Files per folder: the tree is 40 folders of 100 files. */
 const PER_DIR = 100;
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const s = (ms: number) => (ms / 1000).toFixed(2);
 
 /** Run `work` over `items`, `n` at a time. */
@@ -50,18 +52,47 @@ async function makeFiles(dir: string): Promise<string[]> {
   return keys;
 }
 
-/** `checksum of 4,000 files: S s (R× plain hashing)`, and where its time goes. */
-export async function checksumBench(url: string): Promise<void> {
+/** One `checksum` batch over `keys` under `dir` on `sql`, end to end: ms of the start, ms in all. */
+async function batchOnce(
+  sql: Sql,
+  jobs: ReturnType<typeof defaultRegistry>,
+  dir: string,
+): Promise<{ start: number; all: number }> {
+  const t0 = performance.now();
+  const expanded = await jobs.expand('checksum', { dir });
+  const { batch } = await createBatch(sql, {
+    tenant: 'bench',
+    datasource: randomUUID(),
+    job: 'checksum',
+    params: expanded.params,
+    requestKey: randomUUID(),
+    items: expanded.items,
+  });
+  const t1 = performance.now();
+  const runner = new Runner(sql);
+  await runner.takeOver(jobs.resolve, batch.id);
+  const result = await runner.running(batch.id)!;
+  const t2 = performance.now();
+  await runner.close();
+  if (result.outcome !== 'succeeded' || result.finishedItems !== FILES)
+    throw new Error(`bench checksum run ended ${result.outcome}`);
+  await sql`delete from leasehold_batches where id = ${batch.id}`;
+  return { start: t1 - t0, all: t2 - t0 };
+}
+
+/** `checksum of 4,000 files: fresh S s; lived-in T s (R× fresh); plain hashing P s (fresh F×, lived-in L×)`, and where its time goes. */
+export async function checksumBench(url: string, lived: Side): Promise<void> {
   const dir = await mkdtemp(join(tmpdir(), 'leasehold-bench-checksum-'));
-  const { sql, drop } = await benchSchema(url, 'bench_checksum', 4);
+  const { schema, sql, drop } = await benchSchema(url, 'bench_checksum', 4);
+  const sides: readonly [Side, Side] = [{ name: 'fresh', schema, sql }, lived];
   try {
     const keys = await makeFiles(dir);
     const jobs = defaultRegistry(defaultJobContext({ allowedRoots: [dir] }));
     const ctx = jobs.context();
     const plain: number[] = [];
     const itemWork: number[] = [];
-    const batchRun: number[] = [];
-    const starts: number[] = [];
+    const batchRun = perSide();
+    const starts = perSide();
     for (let round = 0; round < ROUNDS; round++) {
       let t0 = performance.now();
       await pool(keys, 16, async (key) =>
@@ -79,35 +110,27 @@ export async function checksumBench(url: string): Promise<void> {
       );
       itemWork.push(performance.now() - t0);
 
-      t0 = performance.now();
-      const expanded = await jobs.expand('checksum', { dir });
-      const { batch } = await createBatch(sql, {
-        tenant: 'bench',
-        datasource: randomUUID(),
-        job: 'checksum',
-        params: expanded.params,
-        requestKey: randomUUID(),
-        items: expanded.items,
-      });
-      const t1 = performance.now();
-      const runner = new Runner(sql);
-      await runner.takeOver(jobs.resolve, batch.id);
-      const result = await runner.running(batch.id)!;
-      const t2 = performance.now();
-      await runner.close();
-      if (result.outcome !== 'succeeded' || result.finishedItems !== FILES)
-        throw new Error(`bench checksum run ended ${result.outcome}`);
-      starts.push(t1 - t0);
-      batchRun.push(t2 - t0);
-      await sql`delete from leasehold_batches where id = ${batch.id}`;
+      for (const side of inTurn(round, sides)) {
+        const r = await batchOnce(side.sql, jobs, dir);
+        starts[side.name].push(r.start);
+        batchRun[side.name].push(r.all);
+      }
     }
     const parallel = jobs.get('checksum').parallel;
+    const x = (side: 'fresh' | 'lived-in') => (median(batchRun[side]) / median(plain)).toFixed(1);
     console.log(
-      `checksum of ${FILES.toLocaleString('en-US')} files: ${s(median(batchRun))} s (${(median(batchRun) / median(plain)).toFixed(1)}× plain hashing)`,
+      timeLine(
+        `checksum of ${FILES.toLocaleString('en-US')} files`,
+        batchRun,
+        's',
+        `; plain hashing ${s(median(plain))} s (fresh ${x('fresh')}×, lived-in ${x('lived-in')}× plain hashing)`,
+      ),
     );
+    const parts = (side: 'fresh' | 'lived-in') =>
+      `${side}: start ${s(median(starts[side]))} s, run ${s(median(batchRun[side]) - median(starts[side]))} s`;
     console.log(
       `  checksum parts (library, parallel ${parallel ?? 'default'}, median of ${ROUNDS}): plain hashing 16 at a time ${s(median(plain))} s;` +
-        ` the job's item work alone 16 at a time ${s(median(itemWork))} s; start ${s(median(starts))} s; run ${s(median(batchRun) - median(starts))} s`,
+        ` the job's item work alone 16 at a time ${s(median(itemWork))} s; ${parts('fresh')}; ${parts('lived-in')}`,
     );
   } finally {
     await drop();

@@ -5,14 +5,17 @@
 //   2. retire time: the real scheduler and workers in this process (scheduler every second,
 //      heartbeats and rebalancing every 250 ms), the desired count from 10 to 3 and back;
 //   3. tick latency at 1,000 / 100,000 / 1,000,000 units: claim ticks (from unowned units and
-//      from an expired owner) and steady-state ticks;
+//      from an expired owner) and steady-state ticks, on a fresh schema and on the run's lived-in
+//      schema (bench/sides.ts: besides the bench's units, its 10,000 idle history units of weight 0);
 //   4. statements an idle process sends per minute under `run()`, counted through postgres.js's
 //      `debug` hook, with the server's row counters as a cross-check.
-// Every part works in its own schema, dropped at the end.
+// Every part works in its own schema, dropped at the end; part 3's lived-in side deletes its own
+// units and processes from the shared lived-in schema instead.
 import { Leaser, putTenantUnits, deleteTenantUnits, setDesired, type Reconciler } from '../src/lease/index.js';
 import { loadConfig } from '../src/runtime/index.js';
 import { connect, migrate, type Sql } from '../src/store/index.js';
 import { inProcessFleet } from '../test/support/fleet.js';
+import { inTurn, type Side, type SideName } from './sides.js';
 
 const SIZES = (process.env.BENCH_LEASE_SIZES ?? '1000,100000,1000000').split(',').map(Number);
 const TICKS = Number(process.env.BENCH_LEASE_TICKS ?? 20);
@@ -320,10 +323,11 @@ async function retire(url: string, admin: Sql, log: (line: string) => void): Pro
  * with the units-total trigger disabled (with it, a bulk insert is quadratic: see the report),
  * then `vacuum analyze`.
  */
-async function latency(url: string, admin: Sql, n: number, log: (line: string) => void): Promise<void> {
-  const db = await schemaOn(url, admin, `n${n}`);
+async function latency(url: string, db: { name: string; sql: Sql }, n: number): Promise<Latency> {
   const sql = db.sql;
   const pools: Sql[] = [];
+  const figures: Latency['figures'] = [];
+  let setup: string;
   try {
     const processes = Math.max(1, Math.floor(n / PER_PROCESS));
     const [, tInsert] = await timed(() =>
@@ -340,9 +344,7 @@ async function latency(url: string, admin: Sql, n: number, log: (line: string) =
     const [, tVacuum] = await timed(() =>
       sql.unsafe('vacuum analyze leasehold_units, leasehold_processes, leasehold_unit_totals'),
     );
-    log(
-      `${fmt(n)} units, ${fmt(processes)} live process${processes === 1 ? '' : 'es'} of ${fmt(PER_PROCESS)} units each: insert ${s(tInsert)} (one statement), vacuum analyze ${s(tVacuum)}`,
-    );
+    setup = `insert ${s(tInsert)} (one statement), vacuum analyze ${s(tVacuum)}`;
 
     // Statements sent by the measured ticks, counted through postgres.js's debug hook.
     let statements = 0;
@@ -364,9 +366,7 @@ async function latency(url: string, admin: Sql, n: number, log: (line: string) =
       }
     };
     const line = (what: string, xs: number[]) => {
-      log(
-        `  ${what}: median ${ms(pct(xs, 0.5))}, p95 ${ms(pct(xs, 0.95))} (${xs.length} ticks, ${(statements / xs.length).toFixed(1)} statements/tick)`,
-      );
+      figures.push({ what, ticks: xs, statementsPerTick: statements / xs.length });
       statements = 0;
     };
 
@@ -446,8 +446,62 @@ async function latency(url: string, admin: Sql, n: number, log: (line: string) =
     }
   } finally {
     await Promise.all(pools.map((p) => p.end()));
-    await db.drop();
   }
+  return { processes: Math.max(1, Math.floor(n / PER_PROCESS)), setup, figures };
+}
+
+/** What {@link latency} measured at one size. */
+interface Latency {
+  processes: number;
+  /** Insert and vacuum times of the setup. */
+  setup: string;
+  /** Per kind of tick: the tick times, ms, and the statements sent per tick. */
+  figures: { what: string; ticks: number[]; statementsPerTick: number }[];
+}
+
+/** Remove what {@link latency} wrote into a schema that stays (the lived-in one): its units (tenants `t0000`…) and every process. */
+async function cleanLatency(sql: Sql): Promise<void> {
+  await sql`delete from leasehold_units where tenant ~ '^t[0-9]{4}$'`;
+  await sql`delete from leasehold_processes`;
+  await sql.unsafe('vacuum analyze leasehold_units, leasehold_processes, leasehold_unit_totals');
+}
+
+/**
+ * Tick latency at `n` units on a fresh schema and on the lived-in one (beside its idle history
+ * units of weight 0), the order flipping from size to size; one line per kind of tick with both.
+ */
+async function latencyBothSides(url: string, admin: Sql, lived: Side, n: number, turn: number, log: (line: string) => void) {
+  const results: Partial<Record<SideName, Latency>> = {};
+  for (const side of inTurn(turn, [{ name: 'fresh' as const }, { name: 'lived-in' as const }])) {
+    if (side.name === 'fresh') {
+      const db = await schemaOn(url, admin, `n${n}`);
+      try {
+        results.fresh = await latency(url, db, n);
+      } finally {
+        await db.drop();
+      }
+    } else {
+      try {
+        results['lived-in'] = await latency(url, { name: lived.schema, sql: lived.sql }, n);
+      } finally {
+        await cleanLatency(lived.sql);
+      }
+    }
+  }
+  const fresh = results.fresh!;
+  const livedIn = results['lived-in']!;
+  log(
+    `${fmt(n)} units, ${fmt(fresh.processes)} live process${fresh.processes === 1 ? '' : 'es'} of ${fmt(PER_PROCESS)} units each: ` +
+      `fresh ${fresh.setup}; lived-in ${livedIn.setup}`,
+  );
+  fresh.figures.forEach((f, i) => {
+    const l = livedIn.figures[i];
+    const side = (x: { ticks: number[]; statementsPerTick: number }) =>
+      `median ${ms(pct(x.ticks, 0.5))}, p95 ${ms(pct(x.ticks, 0.95))}, ${x.statementsPerTick.toFixed(1)} statements/tick`;
+    log(
+      `  ${f.what}: fresh ${side(f)}; lived-in ${side(l)} (${(pct(l.ticks, 0.5) / pct(f.ticks, 0.5)).toFixed(2)}× fresh median; ${f.ticks.length} ticks each)`,
+    );
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -541,16 +595,20 @@ async function idle(url: string, admin: Sql, log: (line: string) => void): Promi
   }
 }
 
-/** Runs every lease benchmark against `url`, printing one line per figure. */
-export async function leaseBench(url: string, log: (line: string) => void = console.log): Promise<void> {
+/**
+ * Runs every lease benchmark against `url`, printing one line per figure: tick latency on a fresh
+ * schema and on `lived` (the run's lived-in schema) side by side, the rest on fresh schemas only.
+ */
+export async function leaseBench(url: string, lived: Side, log: (line: string) => void = console.log): Promise<void> {
   const admin = connect(url, { max: 1 });
   try {
     const t0 = performance.now();
     const [{ version }] = await admin<{ version: string }[]>`select current_setting('server_version') as version`;
-    log(`lease: PostgreSQL ${version}; ${TICKS} ticks per figure`);
+    log(`lease: PostgreSQL ${version}; ${TICKS} ticks per figure; convergence, retire and idle on fresh schemas only`);
     await convergence(url, admin, log);
     await retire(url, admin, log);
-    for (const n of SIZES) await latency(url, admin, n, log);
+    let turn = 0;
+    for (const n of SIZES) await latencyBothSides(url, admin, lived, n, turn++, log);
     await idle(url, admin, log);
     log(`lease benchmarks took ${s(performance.now() - t0)}`);
   } finally {

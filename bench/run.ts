@@ -1,8 +1,12 @@
-// `npm run bench`: the batch runner's throughput on a real PostgreSQL (bench/runs.ts), a start of
-// 200,000 items (bench/start.ts), the checksum job over 4,000 files (bench/checksum.ts), then the
-// lease benchmarks (bench/lease.ts), then the worker bundle's size and import cost
-// (bench/bundle.ts), then tenant fairness (bench/fairness.ts).
-// BENCH_ONLY=batch|start|checksum|lease|bundle|fairness runs one part.
+// `npm run bench`: every headline figure on a fresh schema and on a lived-in one side by side
+// (bench/sides.ts: the lived-in schema is loaded with history once per run and shared by the
+// parts), each on one line with the lived-in figure's ratio to the fresh one. In order: the batch
+// runner's throughput (bench/runs.ts), a start of 200,000 items (bench/start.ts), the checksum job
+// over 4,000 files (bench/checksum.ts), the lease benchmarks (bench/lease.ts), graphile-worker's
+// batched mode beside leasehold's one run (bench/graphile.ts), the worker bundle's size and import
+// cost (bench/bundle.ts), tenant fairness (bench/fairness.ts), then the README's demo twice on one
+// embedded database folder (bench/demo.ts).
+// BENCH_ONLY=batch|start|checksum|lease|graphile|bundle|fairness|demo runs one part.
 // DATABASE_URL when set, else a throw-away embedded database (in the OS temp dir, removed after).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -11,9 +15,12 @@ import { createBatch } from '../src/batch/index.js';
 import { connect, migrate, type Sql } from '../src/store/index.js';
 import { bundleBench } from './bundle.js';
 import { checksumBench } from './checksum.js';
+import { demoBench } from './demo.js';
 import { fairnessBench } from './fairness.js';
+import { graphileBench } from './graphile.js';
 import { leaseBench } from './lease.js';
 import { batchOf, runBench } from './runs.js';
+import { livedIn, median, type LivedIn } from './sides.js';
 import { startBench } from './start.js';
 
 const ITEMS = Number(process.env.BENCH_ITEMS ?? 20_000);
@@ -26,17 +33,18 @@ async function startOnce(sql: Sql): Promise<number> {
   return performance.now() - t0;
 }
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+const s = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
 
 async function main() {
-  const parts = ['batch', 'start', 'checksum', 'lease', 'bundle', 'fairness'];
+  const t0 = performance.now();
+  const parts = ['batch', 'start', 'checksum', 'lease', 'graphile', 'bundle', 'fairness', 'demo'];
   const only = process.env.BENCH_ONLY;
   if (only !== undefined && !parts.includes(only)) throw new Error(`BENCH_ONLY must be one of ${parts.join(', ')}, got ${only}`);
   const runs = (part: string) => only === undefined || only === part;
   let url = process.env.DATABASE_URL;
   let stop: (() => Promise<void>) | undefined;
-  // The bundle part needs no database.
-  if (!url && only !== 'bundle') {
+  // The bundle and demo parts need no database of ours (the demo starts its own).
+  if (!url && only !== 'bundle' && only !== 'demo') {
     const { startEmbedded } = await import('../src/local/embedded.js');
     const dir = await mkdtemp(join(tmpdir(), 'leasehold-bench-'));
     const db = await startEmbedded({ dir: join(dir, 'pgdata'), port: 0 });
@@ -46,30 +54,39 @@ async function main() {
       await rm(dir, { recursive: true, force: true });
     };
   }
+  let lived: LivedIn | undefined;
   try {
-    if (runs('batch')) await batchBench(url!);
-    if (runs('start')) await startBench(url!);
-    if (runs('checksum')) await checksumBench(url!);
-    if (runs('lease')) await leaseBench(url!);
+    if (['batch', 'start', 'checksum', 'lease', 'graphile'].some(runs)) {
+      lived = await livedIn(url!, 8);
+      console.log(lived.describe);
+    }
+    if (runs('batch')) await batchBench(url!, lived!);
+    if (runs('start')) await startBench(url!, lived!);
+    if (runs('checksum')) await checksumBench(url!, lived!);
+    if (runs('lease')) await leaseBench(url!, lived!);
+    if (runs('graphile')) await graphileBench(url!, lived!);
     if (runs('bundle')) await bundleBench();
     if (runs('fairness')) await fairnessBench(url!);
+    if (runs('demo')) await demoBench();
   } finally {
+    await lived?.close();
     await stop?.();
   }
+  console.log(`bench took ${s(performance.now() - t0)} in all`);
 }
 
-/** The batch figures, in a schema of their own. */
-async function batchBench(url: string) {
+/** The batch figures, in a fresh schema of their own and in the lived-in one. */
+async function batchBench(url: string, lived: LivedIn) {
   const schema = `bench_${Date.now()}`;
   const admin = connect(url, { max: 1 });
   await admin`create schema ${admin(schema)}`;
   const sql = connect(url, { max: 4, schema });
   try {
     await migrate(sql);
-    await runBench(url, schema, sql);
+    await runBench(url, [{ name: 'fresh', schema, sql }, lived]);
     const ins: number[] = [];
     for (let i = 0; i < ROUNDS; i++) ins.push(await startOnce(sql));
-    console.log(`start (insert ${ITEMS} items): ${Math.round(median(ins))} ms`);
+    console.log(`start (insert ${ITEMS} items, fresh schema only): ${Math.round(median(ins))} ms`);
   } finally {
     await sql.end();
     await admin`drop schema ${admin(schema)} cascade`;

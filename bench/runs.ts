@@ -7,7 +7,9 @@
 //      in a plain pool of 4 with no database, measured in the same round;
 //   4. one run, parallel 64, over ITEMS no-op items of which every tenth fails, tolerating 20 %:
 //      what the tolerance check after each flush carrying a failure costs (items/s, statements).
-// Each figure is the median of ROUNDS rounds, with the best. Every round starts from the same
+// Figures 1–3 are measured on a fresh and on a lived-in schema (bench/sides.ts), the two in turn
+// in every round; 4 on the fresh one only. Each figure is the median of ROUNDS rounds. Every round
+// starts from the same
 // table state: the batches of earlier rounds are deleted and the tables vacuumed first (otherwise
 // each round pays for the dead rows of all the rounds before it, and later figures sink).
 import { randomUUID } from 'node:crypto';
@@ -20,6 +22,7 @@ import {
   type ToleratedFailures,
 } from '../src/batch/index.js';
 import { connect, type Sql } from '../src/store/index.js';
+import { inTurn, median, perSide, rateLine, type Side } from './sides.js';
 
 const ITEMS = Number(process.env.BENCH_ITEMS ?? 20_000);
 const SHORT_ITEMS = Number(process.env.BENCH_SHORT_ITEMS ?? 2_000);
@@ -77,6 +80,14 @@ async function runOnce(
   }
 }
 
+/** One run, parallel 64, over ITEMS no-op items on `side` (its bench batches deleted first): items/s. */
+export async function oneRunRate(url: string, side: Side): Promise<number> {
+  await clean(side.sql);
+  const { rate } = await runOnce(url, side.schema, ITEMS, noop);
+  await clean(side.sql);
+  return rate;
+}
+
 /** Four runners, each with its own pool, each running its own batch of ITEMS items at once. */
 async function fourRuns(url: string, schema: string): Promise<number> {
   const pools = Array.from({ length: 4 }, () => connect(url, { max: 4, schema }));
@@ -109,57 +120,75 @@ async function plainPool(): Promise<number> {
   return SHORT_ITEMS / ((performance.now() - t1) / 1000);
 }
 
-/** Delete the bench's batches (their items cascade) and vacuum, so the next round starts clean. */
-async function clean(sql: Sql): Promise<void> {
+/** Delete the bench's batches (their items cascade; history is another tenant's) and vacuum, so the next round starts clean. */
+export async function clean(sql: Sql): Promise<void> {
   await sql`delete from leasehold_batches where tenant = 'bench'`;
   await sql`vacuum leasehold_items`;
   await sql`vacuum leasehold_batches`;
 }
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const fmt = (n: number) => Math.round(n).toString();
 
-/** Print the run figures; the schema must be migrated. */
-export async function runBench(url: string, schema: string, sql: Sql): Promise<void> {
-  const [{ version }] = await sql<{ version: string }[]>`select current_setting('server_version') as version`;
-  console.log(`PostgreSQL ${version}; ${ITEMS} no-op items per batch; ${ROUNDS} rounds; median (best)`);
-  const one: number[] = [];
-  const perItem: number[] = [];
+/**
+ * Print the run figures: the headline ones (one run, 4 concurrent runs, 2 ms items) on both
+ * sides, alternating round by round; the tolerant run on the fresh schema only. Both schemas must
+ * be migrated.
+ */
+export async function runBench(url: string, sides: readonly [Side, Side]): Promise<void> {
+  const [fresh] = sides;
+  const [{ version }] = await fresh.sql<{ version: string }[]>`select current_setting('server_version') as version`;
+  console.log(`PostgreSQL ${version}; ${ITEMS} no-op items per batch; ${ROUNDS} rounds; medians`);
+  const one = perSide();
+  const perItem = perSide();
   for (let i = 0; i < ROUNDS; i++) {
-    await clean(sql);
-    const r = await runOnce(url, schema, ITEMS, noop);
-    one.push(r.rate);
-    perItem.push(r.statements / ITEMS);
+    for (const side of inTurn(i, sides)) {
+      await clean(side.sql);
+      const r = await runOnce(url, side.schema, ITEMS, noop);
+      one[side.name].push(r.rate);
+      perItem[side.name].push(r.statements / ITEMS);
+    }
   }
-  console.log(`one run, parallel 64: ${fmt(median(one))} items/s (best ${fmt(Math.max(...one))} items/s)`);
-  console.log(`statements per item, one no-op run: ${median(perItem).toFixed(3)} (statements the run's pool sent / items)`);
-  const four: number[] = [];
+  console.log(rateLine('one run, parallel 64', one, 'items/s'));
+  console.log(
+    `statements per item, one no-op run: fresh ${median(perItem.fresh).toFixed(3)}; lived-in ${median(perItem['lived-in']).toFixed(3)} (statements the run's pool sent / items)`,
+  );
+  const four = perSide();
   for (let i = 0; i < ROUNDS; i++) {
-    await clean(sql);
-    four.push(await fourRuns(url, schema));
+    for (const side of inTurn(i, sides)) {
+      await clean(side.sql);
+      four[side.name].push(await fourRuns(url, side.schema));
+    }
   }
-  console.log(`4 concurrent runs, parallel 64 each: ${fmt(median(four))} items/s (best ${fmt(Math.max(...four))} items/s)`);
-  const runs: number[] = [];
-  const ratios: number[] = [];
+  console.log(rateLine('4 concurrent runs, parallel 64 each', four, 'items/s'));
+  const runs = perSide();
+  const ratios = perSide();
   for (let i = 0; i < ROUNDS; i++) {
-    await clean(sql);
-    const plain = await plainPool();
-    const run = (await runOnce(url, schema, SHORT_ITEMS, short)).rate;
-    runs.push(run);
-    ratios.push((100 * run) / plain);
+    for (const side of inTurn(i, sides)) {
+      await clean(side.sql);
+      const plain = await plainPool();
+      const run = (await runOnce(url, side.schema, SHORT_ITEMS, short)).rate;
+      runs[side.name].push(run);
+      ratios[side.name].push((100 * run) / plain);
+    }
   }
   console.log(
-    `one run, parallel 4, 2 ms items: ${fmt(median(runs))} items/s (${median(ratios).toFixed(0)} % of no database; best ${fmt(Math.max(...runs))} items/s)`,
+    rateLine(
+      'one run, parallel 4, 2 ms items',
+      runs,
+      'items/s',
+      `; of no database: fresh ${median(ratios.fresh).toFixed(0)} %, lived-in ${median(ratios['lived-in']).toFixed(0)} %`,
+    ),
   );
   const tolerant: number[] = [];
   const tolerantPerItem: number[] = [];
   for (let i = 0; i < ROUNDS; i++) {
-    await clean(sql);
-    const r = await runOnce(url, schema, ITEMS, tenthFails, { percent: 20 });
+    await clean(fresh.sql);
+    const r = await runOnce(url, fresh.schema, ITEMS, tenthFails, { percent: 20 });
     tolerant.push(r.rate);
     tolerantPerItem.push(r.statements / ITEMS);
   }
   console.log(
-    `one run, parallel 64, every tenth item failing, tolerating 20 %: ${fmt(median(tolerant))} items/s (best ${fmt(Math.max(...tolerant))} items/s), ${median(tolerantPerItem).toFixed(3)} statements per item`,
+    `one run, parallel 64, every tenth item failing, tolerating 20 % (fresh schema only): ${fmt(median(tolerant))} items/s (best ${fmt(Math.max(...tolerant))} items/s), ${median(tolerantPerItem).toFixed(3)} statements per item`,
   );
+  for (const side of sides) await clean(side.sql);
 }

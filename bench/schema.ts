@@ -1,8 +1,12 @@
 // A migrated schema of its own for one benchmark part, dropped after.
 import { connect, migrate, type Sql } from '../src/store/index.js';
 
-/** Create schema `<prefix>_<now>` on `url`, migrate it and return a pool of `max` connections in it; `drop()` ends the pool and removes the schema. */
-export async function benchSchema(url: string, prefix: string, max: number): Promise<{ sql: Sql; drop(): Promise<void> }> {
+/** Create schema `<prefix>_<now>` on `url`, migrate it and return its name and a pool of `max` connections in it; `drop()` ends the pool and removes the schema. */
+export async function benchSchema(
+  url: string,
+  prefix: string,
+  max: number,
+): Promise<{ schema: string; sql: Sql; drop(): Promise<void> }> {
   const schema = `${prefix}_${Date.now()}`;
   const admin = connect(url, { max: 1 });
   await admin`create schema ${admin(schema)}`;
@@ -18,5 +22,5 @@ export async function benchSchema(url: string, prefix: string, max: number): Pro
     await drop();
     throw e;
   }
-  return { sql, drop };
+  return { schema, sql, drop };
 }
