@@ -59,6 +59,7 @@ async function runOnce(
   n: number,
   executor: Executor,
   toleratedFailures?: ToleratedFailures,
+  queueDepth?: number,
 ): Promise<{ rate: number; statements: number }> {
   const pool = connect(url, { max: 4, schema });
   let statements = 0;
@@ -67,7 +68,7 @@ async function runOnce(
   try {
     const { batch } = await createBatch(pool, { ...batchOf(n), toleratedFailures });
     statements = 0;
-    const runner = new Runner(pool, { parallel: executor.parallel });
+    const runner = new Runner(pool, { parallel: executor.parallel, queueDepth });
     const t1 = performance.now();
     await runner.takeOver(() => executor, batch.id);
     const result = await runner.running(batch.id)!;
@@ -80,10 +81,13 @@ async function runOnce(
   }
 }
 
-/** One run, parallel 64, over ITEMS no-op items on `side` (its bench batches deleted first): items/s. */
-export async function oneRunRate(url: string, side: Side): Promise<number> {
+/**
+ * One run, parallel 64, over ITEMS no-op items on `side` (its bench batches deleted first):
+ * items/s. `queueDepth`: items claimed ahead beyond `parallel` (default: the runner's, 64).
+ */
+export async function oneRunRate(url: string, side: Side, queueDepth?: number): Promise<number> {
   await clean(side.sql);
-  const { rate } = await runOnce(url, side.schema, ITEMS, noop);
+  const { rate } = await runOnce(url, side.schema, ITEMS, noop, undefined, queueDepth);
   await clean(side.sql);
   return rate;
 }
