@@ -13,6 +13,7 @@ import { bundleBench } from './bundle.js';
 import { checksumBench } from './checksum.js';
 import { fairnessBench } from './fairness.js';
 import { leaseBench } from './lease.js';
+import { retentionBench } from './retention.js';
 import { batchOf, runBench } from './runs.js';
 import { startBench } from './start.js';
 
@@ -29,7 +30,7 @@ async function startOnce(sql: Sql): Promise<number> {
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 async function main() {
-  const parts = ['batch', 'start', 'checksum', 'lease', 'bundle', 'fairness'];
+  const parts = ['batch', 'start', 'checksum', 'lease', 'bundle', 'fairness', 'retention'];
   const only = process.env.BENCH_ONLY;
   if (only !== undefined && !parts.includes(only)) throw new Error(`BENCH_ONLY must be one of ${parts.join(', ')}, got ${only}`);
   const runs = (part: string) => only === undefined || only === part;
@@ -53,6 +54,7 @@ async function main() {
     if (runs('lease')) await leaseBench(url!);
     if (runs('bundle')) await bundleBench();
     if (runs('fairness')) await fairnessBench(url!);
+    if (runs('retention')) await retentionBench(url!);
   } finally {
     await stop?.();
   }
