@@ -11,6 +11,7 @@ export const RETENTION_DEFAULTS = {
   chunkRows: 5_000,
   maxRowsPerPass: 500_000,
   budgetMs: 10_000,
+  pauseRatio: 1,
 } as const;
 
 /** How much one retention pass may delete, and what. */
@@ -33,7 +34,13 @@ export interface RetentionOptions {
    * ends after the statement in flight. Default 10,000.
    */
   budgetMs?: number;
-  /** Measures the budget. Default the system clock. */
+  /**
+   * After each chunk of items the pass pauses this many times as long as the chunk took (1: it
+   * deletes at most half the time), so the write-ahead log it writes leaves room for the runs'
+   * commits. 0 never pauses. Default 1.
+   */
+  pauseRatio?: number;
+  /** Measures the budget and the pauses. Default the system clock. */
   clock?: Clock;
 }
 
@@ -71,6 +78,7 @@ export async function deleteExpiredBatches(sql: Sql, options: RetentionOptions =
   const chunk = options.chunkRows ?? RETENTION_DEFAULTS.chunkRows;
   const cap = options.maxRowsPerPass ?? RETENTION_DEFAULTS.maxRowsPerPass;
   const clock = options.clock ?? systemClock;
+  const pauseRatio = options.pauseRatio ?? RETENTION_DEFAULTS.pauseRatio;
   const until = clock.now() + (options.budgetMs ?? RETENTION_DEFAULTS.budgetMs);
   const result: RetentionResult = { batches: 0, items: 0, redrives: 0, deferred: 0, more: false };
   if (days <= 0) return result;
@@ -94,8 +102,11 @@ export async function deleteExpiredBatches(sql: Sql, options: RetentionOptions =
       let after = '';
       for (;;) {
         if (spent()) return { ...result, more: true };
+        const started = clock.now();
         const r = await q.deleteExpiredItems(sql, { batchId, days, after, limit: Math.min(chunk, cap - rows()) });
         result.items += r.deleted;
+        const pause = (clock.now() - started) * pauseRatio;
+        if (pause > 0 && r.last !== null) await clock.sleep(Math.min(pause, Math.max(0, until - clock.now())));
         if (r.last === null) break;
         after = r.last;
       }
