@@ -40,11 +40,25 @@ export type HeartbeatOutcome = 'live' | 'lapsed' | 'in-use';
 // this process's units holds its row (FOR SHARE) until it commits, so a heartbeat that started
 // before the TTL ended but got its row after such a claim reports the lapse, and a claim never
 // takes units while a heartbeat holds the row. Anything else goes to heartbeatSlow.
-export async function heartbeat(
-  sql: Sql,
-  p: Me & { role: ProcessRole; hostname: string; version: string; ttlMs: number; units: number; weight: number },
-): Promise<{ outcome: HeartbeatOutcome; retiring: boolean }> {
-  const rows = await sql<{ inserted: boolean; retiring: boolean }[]>`insert into leasehold_processes
+export async function heartbeat(sql: Sql, p: HeartbeatArgs): Promise<{ outcome: HeartbeatOutcome; retiring: boolean }> {
+  const rows = await sql<{ inserted: boolean; retiring: boolean }[]>`${heartbeatStatement(sql, p)}`;
+  if (rows.length === 1) return { outcome: rows[0].inserted ? 'lapsed' : 'live', retiring: rows[0].retiring };
+  return heartbeatSlow(sql, p);
+}
+
+/** What a heartbeat writes: the process, its instance's token, its TTL (ms) and what it owns now. */
+export type HeartbeatArgs = Me & {
+  role: ProcessRole;
+  hostname: string;
+  version: string;
+  ttlMs: number;
+  units: number;
+  weight: number;
+};
+
+/** The heartbeat's upsert as a fragment (the plan test reads its plan with EXPLAIN). */
+export function heartbeatStatement(sql: Sql, p: HeartbeatArgs) {
+  return sql`insert into leasehold_processes
       (id, token, role, hostname, version, expires_at, units, weight)
     values (${p.id}, ${p.token}, ${p.role}, ${p.hostname}, ${p.version},
       now() + make_interval(secs => ${p.ttlMs / 1000}), ${p.units}, ${p.weight})
@@ -52,18 +66,13 @@ export async function heartbeat(
         units = excluded.units, weight = excluded.weight
       where leasehold_processes.token = excluded.token and leasehold_processes.expires_at > clock_timestamp()
     returning (xmax = 0) as inserted, retiring`;
-  if (rows.length === 1) return { outcome: rows[0].inserted ? 'lapsed' : 'live', retiring: rows[0].retiring };
-  return heartbeatSlow(sql, p);
 }
 
 // The row is expired, or another instance's, or was swept meanwhile; decided on the locked row.
 // Its own expired row: renewed. Another instance's live row: untouched ('in-use'). Another
 // instance's expired row: that instance's units are freed (locked in key order, as a release
 // and the sweep lock them: no deadlock) and the row becomes this instance's, as new.
-async function heartbeatSlow(
-  sql: Sql,
-  p: Me & { role: ProcessRole; hostname: string; version: string; ttlMs: number; units: number; weight: number },
-): Promise<{ outcome: HeartbeatOutcome; retiring: boolean }> {
+async function heartbeatSlow(sql: Sql, p: HeartbeatArgs): Promise<{ outcome: HeartbeatOutcome; retiring: boolean }> {
   return sql.begin(async (tx) => {
     const t = tx as unknown as Sql;
     const [row] = await t<{ mine: boolean; expired: boolean }[]>`select token = ${p.token} as mine,
@@ -120,8 +129,9 @@ export interface ShareState {
 // claimable weight, this instance's liveness and retirement, whether anything is claimable, and
 // the units heavier than the plain fair share, then this instance's owned units.
 export async function shareState(sql: Sql, me: Me): Promise<ShareState> {
-  // `unowned` / `abandoned`: one probe of the unowned index and one per expired process, so a
-  // process with nothing to claim sends no claim statement. `heavy`: a backward scan of the
+  // `unowned` / `abandoned`: one probe of the unowned index and one of the owner index per expired
+  // process (a lateral LIMIT 1, so never every unit they own), so a process with nothing to claim
+  // sends no claim statement. `heavy`: a backward scan of the
   // partial weight index, bounded by the live count (empty when every unit weighs 1).
   const [r] = await sql<
     {
@@ -134,25 +144,7 @@ export async function shareState(sql: Sql, me: Me): Promise<ShareState> {
       abandoned: boolean;
       heavy: number[];
     }[]
-  >`with fleet as (
-      select count(*) as live, min(weight) filter (where id <> ${me.id}) as others_min_weight
-      from leasehold_processes where expires_at > now() and role = 'fleet' and not retiring
-    ), totals as (
-      select weight from leasehold_unit_totals
-    ), self as (
-      select expires_at > now() as live, retiring from leasehold_processes where id = ${me.id} and token = ${me.token}
-    )
-    select f.live, f.others_min_weight, t.weight as total_weight,
-      coalesce((select live from self), false) as self_live,
-      coalesce((select retiring from self), false) as self_retiring,
-      (select pos from leasehold_units where owner is null and weight > 0 order by pos limit 1) is not null as unowned,
-      exists (select 1 from leasehold_processes p
-              where p.expires_at <= now() and p.id <> ${me.id}
-                and exists (select 1 from leasehold_units u where u.owner = p.id and u.weight > 0)) as abandoned,
-      to_json(array(select weight from leasehold_units
-            where weight > 1 and weight > t.weight / greatest(f.live, 1)
-            order by weight desc limit greatest(f.live, 1))) as heavy
-    from fleet f cross join totals t`;
+  >`${shareStateStatement(sql, me)}`;
   const owned = await ownedUnits(sql, me);
   return {
     live: r.live,
@@ -167,6 +159,29 @@ export async function shareState(sql: Sql, me: Me): Promise<ShareState> {
   };
 }
 
+/** The share read of {@link shareState} as a fragment (the plan test reads its plan with EXPLAIN). */
+export function shareStateStatement(sql: Sql, me: Me) {
+  return sql`with fleet as (
+      select count(*) as live, min(weight) filter (where id <> ${me.id}) as others_min_weight
+      from leasehold_processes where expires_at > now() and role = 'fleet' and not retiring
+    ), totals as (
+      select weight from leasehold_unit_totals
+    ), self as (
+      select expires_at > now() as live, retiring from leasehold_processes where id = ${me.id} and token = ${me.token}
+    )
+    select f.live, f.others_min_weight, t.weight as total_weight,
+      coalesce((select live from self), false) as self_live,
+      coalesce((select retiring from self), false) as self_retiring,
+      (select pos from leasehold_units where owner is null and weight > 0 order by pos limit 1) is not null as unowned,
+      exists (select 1 from leasehold_processes p
+              cross join lateral (select 1 from leasehold_units u where u.owner = p.id and u.weight > 0 limit 1) u
+              where p.expires_at <= now() and p.id <> ${me.id}) as abandoned,
+      to_json(array(select weight from leasehold_units
+            where weight > 1 and weight > t.weight / greatest(f.live, 1)
+            order by weight desc limit greatest(f.live, 1))) as heavy
+    from fleet f cross join totals t`;
+}
+
 // Weights of units heavier than `above` and at most `atMost` (and heavier than 1), heaviest first,
 // at most `limit`: through the partial weight index.
 export async function heavyUnits(sql: Sql, a: { above: number; atMost: number; limit: number }): Promise<number[]> {
@@ -178,7 +193,12 @@ export async function heavyUnits(sql: Sql, a: { above: number; atMost: number; l
 
 // This instance's units, through the owner index; none when its row is another instance's or gone.
 export async function ownedUnits(sql: Sql, me: Me): Promise<UnitRow[]> {
-  return sql<UnitRow[]>`select tenant, shard, job, weight, config from leasehold_units
+  return sql<UnitRow[]>`${ownedUnitsStatement(sql, me)}`;
+}
+
+/** The read of {@link ownedUnits} as a fragment (the plan test reads its plan with EXPLAIN). */
+export function ownedUnitsStatement(sql: Sql, me: Me) {
+  return sql`select tenant, shard, job, weight, config from leasehold_units
     where owner = ${me.id} and exists (select 1 from leasehold_processes where id = ${me.id} and token = ${me.token})
     order by pos`;
 }
@@ -189,27 +209,39 @@ export async function ownedUnits(sql: Sql, me: Me): Promise<UnitRow[]> {
 // processes first, then unowned units with weight > 0 whose position lies in [from, to).
 // Candidates come through the owner index and the partial unowned index, locked with SKIP
 // LOCKED (never more than `limit` of each kind, so concurrent claimers do not hide units from
-// each other). Nothing is claimed unless the claimer's own row is its instance's and live; that
+// each other), and the picked ones are updated by their ctids, which their row locks keep
+// valid (a Tid Scan: no join of candidates and units that an estimate could turn into a scan of
+// the unit table). Nothing is claimed unless the claimer's own row is its instance's and live; that
 // row is share-locked, so a takeover of the row by another instance waits for this claim (and
 // frees what it took) or makes it claim nothing. The expired owner's row is share-locked too
 // (skipped when locked): a heartbeat in progress keeps its units, and one that waits for this
 // claim sees the lapse.
-export async function claim(
-  sql: Sql,
-  me: Me,
-  a: { budget: number; limit: number; from: number; to: number; abandoned?: boolean },
-): Promise<UnitRow[]> {
-  return sql<UnitRow[]>`with me as (
+export async function claim(sql: Sql, me: Me, a: ClaimArgs): Promise<UnitRow[]> {
+  return sql<UnitRow[]>`${claimStatement(sql, me, a)}`;
+}
+
+/** What {@link claim} takes: weight budget, most units, the position range, whether to look at expired owners (default true). */
+export interface ClaimArgs {
+  budget: number;
+  limit: number;
+  from: number;
+  to: number;
+  abandoned?: boolean;
+}
+
+/** The claim statement as a fragment (the plan test reads its plan with EXPLAIN). */
+export function claimStatement(sql: Sql, me: Me, a: ClaimArgs) {
+  return sql`with me as (
       select 1 from leasehold_processes where id = ${me.id} and token = ${me.token} and expires_at > now()
       for share
     ), abandoned as (
       -- One owner-index probe per expired process (never a join over all units), skipping rows
       -- another claimer holds while scanning, so concurrent claimers take different units.
       -- Skipped as a whole (a one-time filter) when the share read found no abandoned unit.
-      select c.tenant, c.shard, c.weight, c.pos, 0 as part
+      select c.ctid, c.weight, c.pos, 0 as part
       from leasehold_processes p
       cross join lateral (
-        select tenant, shard, weight, pos from leasehold_units
+        select ctid, weight, pos from leasehold_units
         where owner = p.id and weight > 0
         order by pos
         limit ${a.limit}
@@ -219,12 +251,12 @@ export async function claim(
       limit ${a.limit}
       for share of p skip locked
     ), unowned as (
-      select tenant, shard, weight, pos, 1 as part from leasehold_units
+      select ctid, weight, pos, 1 as part from leasehold_units
       where owner is null and weight > 0 and pos >= ${a.from} and pos < ${a.to} and exists (select 1 from me)
       order by pos limit ${a.limit} for update skip locked
     ), picked as (
-      select tenant, shard from (
-        select tenant, shard, weight,
+      select ctid from (
+        select ctid, weight,
                sum(weight) over (order by part, pos rows unbounded preceding) as upto,
                row_number() over (order by part, pos) as n
         from (select * from abandoned union all select * from unowned) c
@@ -232,37 +264,58 @@ export async function claim(
       where n <= ${a.limit} and (upto <= ${a.budget} or n = 1)
     )
     update leasehold_units u set owner = ${me.id}, claimed_at = now()
-    from picked where u.tenant = picked.tenant and u.shard = picked.shard
+    where u.ctid = any (array(select ctid from picked))
     returning u.tenant, u.shard, u.job, u.weight, u.config`;
 }
 
 // Gives back the listed units of this instance (shedding): nothing when its row is another
-// instance's or gone. The row is share-locked first, as a claim locks it.
+// instance's or gone. The row is share-locked first, as a claim locks it; then each listed unit
+// is found by its primary key (a lateral probe; its owner is compared with `is not distinct
+// from`, which no index serves, so the probe cannot turn into a walk of the owner index) and,
+// still ours, locked as an update locks it, then updated by its ctid (its lock keeps it ours).
 export async function releaseUnits(sql: Sql, me: Me, units: UnitKey[]): Promise<number> {
   if (units.length === 0) return 0;
-  const rows = await sql`with me as (
+  const rows = await sql`${releaseUnitsStatement(sql, me, units)}`;
+  return rows.count;
+}
+
+/** The shed statement of {@link releaseUnits} (at least one unit) as a fragment (the plan test reads its plan with EXPLAIN). */
+export function releaseUnitsStatement(sql: Sql, me: Me, units: UnitKey[]) {
+  return sql`with me as (
       select 1 from leasehold_processes where id = ${me.id} and token = ${me.token} for share
+    ), listed as (
+      select l.ctid from jsonb_to_recordset(${sql.json(units as never)}) as k(tenant text, shard int)
+      cross join lateral (
+        select ctid from leasehold_units
+        where tenant = k.tenant and shard = k.shard and owner is not distinct from ${me.id}::uuid
+        for no key update
+      ) l
+      where exists (select 1 from me)
     )
     update leasehold_units u set owner = null, claimed_at = null
-    from jsonb_to_recordset(${sql.json(units as never)}) as k(tenant text, shard int)
-    where u.owner = ${me.id} and u.tenant = k.tenant and u.shard = k.shard and exists (select 1 from me)`;
-  return rows.count;
+    where u.ctid = any (array(select ctid from listed)) and exists (select 1 from me)`;
 }
 
 // Gives back every unit of this instance, in one statement; nothing when its row is another
 // instance's or gone. The row is share-locked before the first unit (only when there is one, so
 // a release of nothing writes nothing), then the units in key order, as the sweep locks them: a
-// release racing a sweep of the same process cannot deadlock.
+// release racing a sweep of the same process cannot deadlock. The locked units are updated by
+// their ctids (a Tid Scan), never through a join an estimate could turn into a scan.
 export async function releaseAll(sql: Sql, me: Me): Promise<number> {
-  const rows = await sql`with mine as (
-      select tenant, shard from leasehold_units u
+  const rows = await sql`${releaseAllStatement(sql, me)}`;
+  return rows.count;
+}
+
+/** The statement of {@link releaseAll} as a fragment (the plan test reads its plan with EXPLAIN). */
+export function releaseAllStatement(sql: Sql, me: Me) {
+  return sql`with mine as (
+      select ctid from leasehold_units u
       where owner = ${me.id}
         and exists (select 1 from leasehold_processes p where p.id = u.owner and p.token = ${me.token} for share)
       order by tenant, shard for update
     )
     update leasehold_units u set owner = null, claimed_at = null
-    from mine where u.tenant = mine.tenant and u.shard = mine.shard`;
-  return rows.count;
+    where u.ctid = any (array(select ctid from mine))`;
 }
 
 // Deletes this instance's process row (last step of a graceful stop); never another's.
@@ -272,23 +325,29 @@ export async function deleteProcess(sql: Sql, me: Me): Promise<boolean> {
 }
 
 // Deletes processes expired longer than cutoffMs and frees their units, in one statement. Units
-// are locked in key order, as a release locks them: no deadlock with a swept process releasing.
+// are locked in key order, as a release locks them: no deadlock with a swept process releasing;
+// the locked units (still owned by a swept process when locked) are updated by their ctids (a
+// Tid Scan).
 export async function sweep(sql: Sql, cutoffMs: number): Promise<{ processes: number; units: number }> {
-  const [r] = await sql<{ processes: number; units: number }[]>`with dead as (
+  const [r] = await sql<{ processes: number; units: number }[]>`${sweepStatement(sql, cutoffMs)}`;
+  return r;
+}
+
+/** The sweep statement as a fragment (the plan test reads its plan with EXPLAIN). */
+export function sweepStatement(sql: Sql, cutoffMs: number) {
+  return sql`with dead as (
       delete from leasehold_processes
       where expires_at < now() - make_interval(secs => ${cutoffMs / 1000})
       returning id
     ), doomed as (
-      select tenant, shard from leasehold_units
+      select ctid from leasehold_units
       where owner = any (array(select id from dead)) order by tenant, shard for update
     ), freed as (
       update leasehold_units u set owner = null, claimed_at = null
-      from doomed where u.tenant = doomed.tenant and u.shard = doomed.shard
-        and u.owner = any (array(select id from dead))
+      where u.ctid = any (array(select ctid from doomed))
       returning 1
     )
     select (select count(*) from dead) as processes, (select count(*) from freed) as units`;
-  return r;
 }
 
 /** A unit as `GET /units` shows it. */
