@@ -129,9 +129,8 @@ export interface ShareState {
 // claimable weight, this instance's liveness and retirement, whether anything is claimable, and
 // the units heavier than the plain fair share, then this instance's owned units.
 export async function shareState(sql: Sql, me: Me): Promise<ShareState> {
-  // `unowned` / `abandoned`: one probe of the unowned index and one of the owner index per expired
-  // process (a lateral LIMIT 1, so never every unit they own), so a process with nothing to claim
-  // sends no claim statement. `heavy`: a backward scan of the
+  // `unowned` / `abandoned`: one probe of the unowned index and one per expired process, so a
+  // process with nothing to claim sends no claim statement. `heavy`: a backward scan of the
   // partial weight index, bounded by the live count (empty when every unit weighs 1).
   const [r] = await sql<
     {
@@ -174,8 +173,8 @@ export function shareStateStatement(sql: Sql, me: Me) {
       coalesce((select retiring from self), false) as self_retiring,
       (select pos from leasehold_units where owner is null and weight > 0 order by pos limit 1) is not null as unowned,
       exists (select 1 from leasehold_processes p
-              cross join lateral (select 1 from leasehold_units u where u.owner = p.id and u.weight > 0 limit 1) u
-              where p.expires_at <= now() and p.id <> ${me.id}) as abandoned,
+              where p.expires_at <= now() and p.id <> ${me.id}
+                and exists (select 1 from leasehold_units u where u.owner = p.id and u.weight > 0)) as abandoned,
       to_json(array(select weight from leasehold_units
             where weight > 1 and weight > t.weight / greatest(f.live, 1)
             order by weight desc limit greatest(f.live, 1))) as heavy
@@ -209,9 +208,7 @@ export function ownedUnitsStatement(sql: Sql, me: Me) {
 // processes first, then unowned units with weight > 0 whose position lies in [from, to).
 // Candidates come through the owner index and the partial unowned index, locked with SKIP
 // LOCKED (never more than `limit` of each kind, so concurrent claimers do not hide units from
-// each other), and the picked ones are updated by their ctids, which their row locks keep
-// valid (a Tid Scan: no join of candidates and units that an estimate could turn into a scan of
-// the unit table). Nothing is claimed unless the claimer's own row is its instance's and live; that
+// each other). Nothing is claimed unless the claimer's own row is its instance's and live; that
 // row is share-locked, so a takeover of the row by another instance waits for this claim (and
 // frees what it took) or makes it claim nothing. The expired owner's row is share-locked too
 // (skipped when locked): a heartbeat in progress keeps its units, and one that waits for this
@@ -238,10 +235,10 @@ export function claimStatement(sql: Sql, me: Me, a: ClaimArgs) {
       -- One owner-index probe per expired process (never a join over all units), skipping rows
       -- another claimer holds while scanning, so concurrent claimers take different units.
       -- Skipped as a whole (a one-time filter) when the share read found no abandoned unit.
-      select c.ctid, c.weight, c.pos, 0 as part
+      select c.tenant, c.shard, c.weight, c.pos, 0 as part
       from leasehold_processes p
       cross join lateral (
-        select ctid, weight, pos from leasehold_units
+        select tenant, shard, weight, pos from leasehold_units
         where owner = p.id and weight > 0
         order by pos
         limit ${a.limit}
@@ -251,12 +248,12 @@ export function claimStatement(sql: Sql, me: Me, a: ClaimArgs) {
       limit ${a.limit}
       for share of p skip locked
     ), unowned as (
-      select ctid, weight, pos, 1 as part from leasehold_units
+      select tenant, shard, weight, pos, 1 as part from leasehold_units
       where owner is null and weight > 0 and pos >= ${a.from} and pos < ${a.to} and exists (select 1 from me)
       order by pos limit ${a.limit} for update skip locked
     ), picked as (
-      select ctid from (
-        select ctid, weight,
+      select tenant, shard from (
+        select tenant, shard, weight,
                sum(weight) over (order by part, pos rows unbounded preceding) as upto,
                row_number() over (order by part, pos) as n
         from (select * from abandoned union all select * from unowned) c
@@ -264,15 +261,12 @@ export function claimStatement(sql: Sql, me: Me, a: ClaimArgs) {
       where n <= ${a.limit} and (upto <= ${a.budget} or n = 1)
     )
     update leasehold_units u set owner = ${me.id}, claimed_at = now()
-    where u.ctid = any (array(select ctid from picked))
+    from picked where u.tenant = picked.tenant and u.shard = picked.shard
     returning u.tenant, u.shard, u.job, u.weight, u.config`;
 }
 
 // Gives back the listed units of this instance (shedding): nothing when its row is another
-// instance's or gone. The row is share-locked first, as a claim locks it; then each listed unit
-// is found by its primary key (a lateral probe; its owner is compared with `is not distinct
-// from`, which no index serves, so the probe cannot turn into a walk of the owner index) and,
-// still ours, locked as an update locks it, then updated by its ctid (its lock keeps it ours).
+// instance's or gone. The row is share-locked first, as a claim locks it.
 export async function releaseUnits(sql: Sql, me: Me, units: UnitKey[]): Promise<number> {
   if (units.length === 0) return 0;
   const rows = await sql`${releaseUnitsStatement(sql, me, units)}`;
@@ -283,24 +277,16 @@ export async function releaseUnits(sql: Sql, me: Me, units: UnitKey[]): Promise<
 export function releaseUnitsStatement(sql: Sql, me: Me, units: UnitKey[]) {
   return sql`with me as (
       select 1 from leasehold_processes where id = ${me.id} and token = ${me.token} for share
-    ), listed as (
-      select l.ctid from jsonb_to_recordset(${sql.json(units as never)}) as k(tenant text, shard int)
-      cross join lateral (
-        select ctid from leasehold_units
-        where tenant = k.tenant and shard = k.shard and owner is not distinct from ${me.id}::uuid
-        for no key update
-      ) l
-      where exists (select 1 from me)
     )
     update leasehold_units u set owner = null, claimed_at = null
-    where u.ctid = any (array(select ctid from listed)) and exists (select 1 from me)`;
+    from jsonb_to_recordset(${sql.json(units as never)}) as k(tenant text, shard int)
+    where u.owner = ${me.id} and u.tenant = k.tenant and u.shard = k.shard and exists (select 1 from me)`;
 }
 
 // Gives back every unit of this instance, in one statement; nothing when its row is another
 // instance's or gone. The row is share-locked before the first unit (only when there is one, so
 // a release of nothing writes nothing), then the units in key order, as the sweep locks them: a
-// release racing a sweep of the same process cannot deadlock. The locked units are updated by
-// their ctids (a Tid Scan), never through a join an estimate could turn into a scan.
+// release racing a sweep of the same process cannot deadlock.
 export async function releaseAll(sql: Sql, me: Me): Promise<number> {
   const rows = await sql`${releaseAllStatement(sql, me)}`;
   return rows.count;
@@ -309,13 +295,13 @@ export async function releaseAll(sql: Sql, me: Me): Promise<number> {
 /** The statement of {@link releaseAll} as a fragment (the plan test reads its plan with EXPLAIN). */
 export function releaseAllStatement(sql: Sql, me: Me) {
   return sql`with mine as (
-      select ctid from leasehold_units u
+      select tenant, shard from leasehold_units u
       where owner = ${me.id}
         and exists (select 1 from leasehold_processes p where p.id = u.owner and p.token = ${me.token} for share)
       order by tenant, shard for update
     )
     update leasehold_units u set owner = null, claimed_at = null
-    where u.ctid = any (array(select ctid from mine))`;
+    from mine where u.tenant = mine.tenant and u.shard = mine.shard`;
 }
 
 // Deletes this instance's process row (last step of a graceful stop); never another's.
@@ -325,9 +311,7 @@ export async function deleteProcess(sql: Sql, me: Me): Promise<boolean> {
 }
 
 // Deletes processes expired longer than cutoffMs and frees their units, in one statement. Units
-// are locked in key order, as a release locks them: no deadlock with a swept process releasing;
-// the locked units (still owned by a swept process when locked) are updated by their ctids (a
-// Tid Scan).
+// are locked in key order, as a release locks them: no deadlock with a swept process releasing.
 export async function sweep(sql: Sql, cutoffMs: number): Promise<{ processes: number; units: number }> {
   const [r] = await sql<{ processes: number; units: number }[]>`${sweepStatement(sql, cutoffMs)}`;
   return r;
@@ -340,11 +324,12 @@ export function sweepStatement(sql: Sql, cutoffMs: number) {
       where expires_at < now() - make_interval(secs => ${cutoffMs / 1000})
       returning id
     ), doomed as (
-      select ctid from leasehold_units
+      select tenant, shard from leasehold_units
       where owner = any (array(select id from dead)) order by tenant, shard for update
     ), freed as (
       update leasehold_units u set owner = null, claimed_at = null
-      where u.ctid = any (array(select ctid from doomed))
+      from doomed where u.tenant = doomed.tenant and u.shard = doomed.shard
+        and u.owner = any (array(select id from dead))
       returning 1
     )
     select (select count(*) from dead) as processes, (select count(*) from freed) as units`;
