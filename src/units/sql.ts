@@ -61,8 +61,13 @@ export async function enqueue(
 
 // Assigns up to `limit` unassigned messages of the unit, oldest first, to `endpoints` (one
 // pending delivery each, due now), only while `processId` owns the unit with a live row. A
-// message is assigned once: its assigned_at is set in the same statement, and a delivery that
-// exists already is left as it is. Returns how many messages it assigned.
+// message is assigned once: it is locked (as the update locks it) only while still unassigned,
+// its assigned_at is set in the same statement, and a delivery that exists already is left as
+// it is. The messages come from the partial index of unassigned ones — the shard as a range and
+// the order (shard, id), which only that index gives, so they are never read in id order through
+// the primary key from the oldest message on — and are updated by their ctids, which their locks
+// keep valid (a Tid Scan: no join or index choice an estimate could turn into a scan of the
+// backlog). Returns how many messages it assigned.
 export async function assign(
   sql: Sql,
   unit: UnitKey,
@@ -70,12 +75,20 @@ export async function assign(
   endpoints: readonly string[],
   limit: number,
 ): Promise<number> {
-  const [r] = await sql<{ n: number }[]>`with m as (
+  const [r] = await sql<{ n: number }[]>`${assignStatement(sql, unit, processId, endpoints, limit)}`;
+  return r.n;
+}
+
+/** The statement of {@link assign} as a fragment (the plan test reads its plan with EXPLAIN). */
+export function assignStatement(sql: Sql, unit: UnitKey, processId: string, endpoints: readonly string[], limit: number) {
+  return sql`with m as (
       update leasehold_outbox set assigned_at = now()
-      where id in (select id from leasehold_outbox
-                   where tenant = ${unit.tenant} and shard = ${unit.shard} and assigned_at is null
-                   order by id limit ${limit})
-        and assigned_at is null and ${fence(sql, unit, processId)}
+      where ctid = any (array(select ctid from leasehold_outbox
+                              where tenant = ${unit.tenant} and shard >= ${unit.shard} and shard <= ${unit.shard}
+                                and assigned_at is null and ${fence(sql, unit, processId)}
+                              order by shard, id limit ${limit}
+                              for no key update))
+        and ${fence(sql, unit, processId)}
       returning id
     ), d as (
       insert into leasehold_outbox_deliveries (message_id, endpoint, tenant, shard)
@@ -83,7 +96,6 @@ export async function assign(
       on conflict do nothing
     )
     select count(*) as n from m`;
-  return r.n;
 }
 
 // Deletes the unit's pending deliveries to endpoints no longer in `endpoints`, and their
@@ -129,7 +141,12 @@ export async function dueDeliveries(
   endpoints: readonly string[],
   limitPerEndpoint: number,
 ): Promise<OutboxDelivery[]> {
-  return sql<OutboxDelivery[]>`select e.endpoint, o.id, o.key, o.payload, d.attempts
+  return sql<OutboxDelivery[]>`${dueDeliveriesStatement(sql, unit, endpoints, limitPerEndpoint)}`;
+}
+
+/** The read of {@link dueDeliveries} as a fragment (the plan test reads its plan with EXPLAIN). */
+export function dueDeliveriesStatement(sql: Sql, unit: UnitKey, endpoints: readonly string[], limitPerEndpoint: number) {
+  return sql`select e.endpoint, o.id, o.key, o.payload, d.attempts
     from jsonb_array_elements_text(${sql.json(endpoints as string[])}) with ordinality as e(endpoint, ord)
     cross join lateral (
       select message_id, attempts, next_attempt_at from leasehold_outbox_deliveries
@@ -145,23 +162,38 @@ export async function dueDeliveries(
 // only while `processId` owns its unit with a live row and the delivery is still on that unit's
 // shard. Returns whether it marked.
 export async function markDelivered(sql: Sql, unit: UnitKey, processId: string, id: number, endpoint: string): Promise<boolean> {
-  const rows = await sql`update leasehold_outbox_deliveries set delivered_at = now(), attempts = attempts + 1, last_error = null
+  const rows = await sql`${markDeliveredStatement(sql, unit, processId, id, endpoint)}`;
+  return rows.count === 1;
+}
+
+/** The statement of {@link markDelivered} as a fragment (the plan test reads its plan with EXPLAIN). */
+export function markDeliveredStatement(sql: Sql, unit: UnitKey, processId: string, id: number, endpoint: string) {
+  return sql`update leasehold_outbox_deliveries set delivered_at = now(), attempts = attempts + 1, last_error = null
     where message_id = ${id} and endpoint = ${endpoint} and tenant = ${unit.tenant} and shard = ${unit.shard}
       and delivered_at is null and ${fence(sql, unit, processId)}`;
-  return rows.count === 1;
+}
+
+/** What {@link markFailed} records: the delivery (message id, endpoint), the error, the backoff and its cap (ms). */
+export interface MarkFailedArgs {
+  id: number;
+  endpoint: string;
+  error: string;
+  backoffMs: number;
+  maxBackoffMs: number;
 }
 
 // Records a failed attempt of one pending delivery, only while `processId` owns its unit (live):
 // attempts + 1, next attempt at now() + min(maxBackoff, backoff × 2^(attempts−1) × (1 + 0.25 × jitter))
 // by the database clock. Returns whether it recorded.
-export async function markFailed(
-  sql: Sql,
-  unit: UnitKey,
-  processId: string,
-  a: { id: number; endpoint: string; error: string; backoffMs: number; maxBackoffMs: number },
-): Promise<boolean> {
+export async function markFailed(sql: Sql, unit: UnitKey, processId: string, a: MarkFailedArgs): Promise<boolean> {
+  const rows = await sql`${markFailedStatement(sql, unit, processId, a)}`;
+  return rows.count === 1;
+}
+
+/** The statement of {@link markFailed} as a fragment (the plan test reads its plan with EXPLAIN). */
+export function markFailedStatement(sql: Sql, unit: UnitKey, processId: string, a: MarkFailedArgs) {
   // `attempts` on the right-hand side is the value before this attempt, i.e. the new attempts − 1.
-  const rows = await sql`update leasehold_outbox_deliveries set
+  return sql`update leasehold_outbox_deliveries set
       attempts = attempts + 1,
       last_error = ${a.error.slice(0, 1000)},
       next_attempt_at = now() + make_interval(secs => least(
@@ -170,7 +202,6 @@ export async function markFailed(
       ) / 1000)
     where message_id = ${a.id} and endpoint = ${a.endpoint} and tenant = ${unit.tenant} and shard = ${unit.shard}
       and delivered_at is null and ${fence(sql, unit, processId)}`;
-  return rows.count === 1;
 }
 
 // Records how one endpoint of the unit fared in one run, only while `processId` owns the unit

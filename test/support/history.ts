@@ -104,6 +104,19 @@ export async function loadHistory(sql: Sql, size: HistorySize = {}): Promise<Loa
       select id, 'https://history.invalid/hook', tenant, shard, 1, created_at, created_at from m`;
   }
 
-  await sql`analyze`;
+  await analyzeSchema(sql);
   return { items: per * batches, batches, units, outbox, ms: performance.now() - t0 };
+}
+
+/**
+ * `ANALYZE` of every table in the schema `sql` points at (its `search_path`), and no other: a
+ * bare `ANALYZE` would gather statistics for every schema of the database, other test files'
+ * included.
+ *
+ * @throws the database error of the statement.
+ */
+export async function analyzeSchema(sql: Sql): Promise<void> {
+  const tables = await sql<{ name: string }[]>`select format('%I.%I', schemaname, tablename) as name
+    from pg_tables where schemaname = current_schema()`;
+  if (tables.length > 0) await sql.unsafe(`analyze ${tables.map((t) => t.name).join(', ')}`);
 }

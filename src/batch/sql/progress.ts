@@ -17,7 +17,12 @@ export async function finishedBuckets(
   id: string,
   bucketMs: number,
 ): Promise<{ bucket: number; done: number; failed: number }[]> {
-  return sql<{ bucket: number; done: number; failed: number }[]>`select
+  return sql<{ bucket: number; done: number; failed: number }[]>`${finishedBucketsStatement(sql, id, bucketMs)}`;
+}
+
+/** The read of {@link finishedBuckets} as a fragment (the plan test reads its plan with EXPLAIN). */
+export function finishedBucketsStatement(sql: Sql, id: string, bucketMs: number) {
+  return sql`select
       greatest(0, floor(extract(epoch from i.updated_at - b.created_at) * 1000 / ${bucketMs}))::int as bucket,
       count(*) filter (where i.state = 'done')::int as done,
       count(*) filter (where i.state = 'failed')::int as failed
@@ -33,7 +38,12 @@ export async function batchActivity(
   ids: string[],
   windowMs: number,
 ): Promise<{ id: string; age_ms: number; per_second: number }[]> {
-  return sql<{ id: string; age_ms: number; per_second: number }[]>`select b.id,
+  return sql<{ id: string; age_ms: number; per_second: number }[]>`${batchActivityStatement(sql, ids, windowMs)}`;
+}
+
+/** The read of {@link batchActivity} as a fragment (the plan test reads its plan with EXPLAIN). */
+export function batchActivityStatement(sql: Sql, ids: string[], windowMs: number) {
+  return sql`select b.id,
       (extract(epoch from now() - b.created_at) * 1000)::float8 as age_ms,
       (case when b.status = 'open' then
         (select count(*) from leasehold_items i where i.batch_id = b.id and i.state in ('done', 'failed')

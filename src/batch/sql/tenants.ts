@@ -13,11 +13,16 @@ export interface TenantRow {
 
 // Reads a tenant's counts, its limit override and its oldest wait; undefined: no such tenant.
 export async function tenantState(sql: Sql, tenant: string): Promise<TenantRow | undefined> {
-  const [r] = await sql<TenantRow[]>`select t.tenant, t.open, t.running, t.max_running,
+  const [r] = await sql<TenantRow[]>`${tenantStateStatement(sql, tenant)}`;
+  return r;
+}
+
+/** The read of {@link tenantState} as a fragment (the plan test reads its plan with EXPLAIN). */
+export function tenantStateStatement(sql: Sql, tenant: string) {
+  return sql`select t.tenant, t.open, t.running, t.max_running,
       (select (extract(epoch from now() - min(coalesce(b.handed_off_at, b.created_at))) * 1000)::float8
         from leasehold_batches b where b.tenant = t.tenant and b.status = 'open' and b.owner_run is null) as oldest_wait_ms
     from leasehold_tenants t where t.tenant = ${tenant}`;
-  return r;
 }
 
 /** One open batch of a tenant, as {@link tenantBatches} lists it. */
@@ -36,12 +41,17 @@ export interface TenantBatchRow {
 // Lists a tenant's running batches (oldest takeover first) or waiting batches (in the order its
 // turns take them: priority, then age), at most `limit`.
 export async function tenantBatches(sql: Sql, tenant: string, a: { running: boolean; limit: number }): Promise<TenantBatchRow[]> {
+  return sql<TenantBatchRow[]>`${tenantBatchesStatement(sql, tenant, a)}`;
+}
+
+/** The read of {@link tenantBatches} as a fragment (the plan test reads its plan with EXPLAIN). */
+export function tenantBatchesStatement(sql: Sql, tenant: string, a: { running: boolean; limit: number }) {
   return a.running
-    ? sql<TenantBatchRow[]>`select id, datasource, job, priority, created_at, taken_at as since,
+    ? sql`select id, datasource, job, priority, created_at, taken_at as since,
           (extract(epoch from now() - taken_at) * 1000)::float8 as for_ms
         from leasehold_batches where tenant = ${tenant} and status = 'open' and owner_run is not null
         order by taken_at, id limit ${a.limit}`
-    : sql<TenantBatchRow[]>`select id, datasource, job, priority, created_at, coalesce(handed_off_at, created_at) as since,
+    : sql`select id, datasource, job, priority, created_at, coalesce(handed_off_at, created_at) as since,
           (extract(epoch from now() - coalesce(handed_off_at, created_at)) * 1000)::float8 as for_ms
         from leasehold_batches where tenant = ${tenant} and status = 'open' and owner_run is null
         order by priority desc, created_at, id limit ${a.limit}`;

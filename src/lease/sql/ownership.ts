@@ -40,11 +40,25 @@ export type HeartbeatOutcome = 'live' | 'lapsed' | 'in-use';
 // this process's units holds its row (FOR SHARE) until it commits, so a heartbeat that started
 // before the TTL ended but got its row after such a claim reports the lapse, and a claim never
 // takes units while a heartbeat holds the row. Anything else goes to heartbeatSlow.
-export async function heartbeat(
-  sql: Sql,
-  p: Me & { role: ProcessRole; hostname: string; version: string; ttlMs: number; units: number; weight: number },
-): Promise<{ outcome: HeartbeatOutcome; retiring: boolean }> {
-  const rows = await sql<{ inserted: boolean; retiring: boolean }[]>`insert into leasehold_processes
+export async function heartbeat(sql: Sql, p: HeartbeatArgs): Promise<{ outcome: HeartbeatOutcome; retiring: boolean }> {
+  const rows = await sql<{ inserted: boolean; retiring: boolean }[]>`${heartbeatStatement(sql, p)}`;
+  if (rows.length === 1) return { outcome: rows[0].inserted ? 'lapsed' : 'live', retiring: rows[0].retiring };
+  return heartbeatSlow(sql, p);
+}
+
+/** What a heartbeat writes: the process, its instance's token, its TTL (ms) and what it owns now. */
+export type HeartbeatArgs = Me & {
+  role: ProcessRole;
+  hostname: string;
+  version: string;
+  ttlMs: number;
+  units: number;
+  weight: number;
+};
+
+/** The heartbeat's upsert as a fragment (the plan test reads its plan with EXPLAIN). */
+export function heartbeatStatement(sql: Sql, p: HeartbeatArgs) {
+  return sql`insert into leasehold_processes
       (id, token, role, hostname, version, expires_at, units, weight)
     values (${p.id}, ${p.token}, ${p.role}, ${p.hostname}, ${p.version},
       now() + make_interval(secs => ${p.ttlMs / 1000}), ${p.units}, ${p.weight})
@@ -52,18 +66,13 @@ export async function heartbeat(
         units = excluded.units, weight = excluded.weight
       where leasehold_processes.token = excluded.token and leasehold_processes.expires_at > clock_timestamp()
     returning (xmax = 0) as inserted, retiring`;
-  if (rows.length === 1) return { outcome: rows[0].inserted ? 'lapsed' : 'live', retiring: rows[0].retiring };
-  return heartbeatSlow(sql, p);
 }
 
 // The row is expired, or another instance's, or was swept meanwhile; decided on the locked row.
 // Its own expired row: renewed. Another instance's live row: untouched ('in-use'). Another
 // instance's expired row: that instance's units are freed (locked in key order, as a release
 // and the sweep lock them: no deadlock) and the row becomes this instance's, as new.
-async function heartbeatSlow(
-  sql: Sql,
-  p: Me & { role: ProcessRole; hostname: string; version: string; ttlMs: number; units: number; weight: number },
-): Promise<{ outcome: HeartbeatOutcome; retiring: boolean }> {
+async function heartbeatSlow(sql: Sql, p: HeartbeatArgs): Promise<{ outcome: HeartbeatOutcome; retiring: boolean }> {
   return sql.begin(async (tx) => {
     const t = tx as unknown as Sql;
     const [row] = await t<{ mine: boolean; expired: boolean }[]>`select token = ${p.token} as mine,
@@ -134,7 +143,24 @@ export async function shareState(sql: Sql, me: Me): Promise<ShareState> {
       abandoned: boolean;
       heavy: number[];
     }[]
-  >`with fleet as (
+  >`${shareStateStatement(sql, me)}`;
+  const owned = await ownedUnits(sql, me);
+  return {
+    live: r.live,
+    othersMinWeight: r.others_min_weight,
+    totalWeight: r.total_weight,
+    selfLive: r.self_live,
+    selfRetiring: r.self_retiring,
+    unowned: r.unowned,
+    abandoned: r.abandoned,
+    heavy: r.heavy.map(Number),
+    owned,
+  };
+}
+
+/** The share read of {@link shareState} as a fragment (the plan test reads its plan with EXPLAIN). */
+export function shareStateStatement(sql: Sql, me: Me) {
+  return sql`with fleet as (
       select count(*) as live, min(weight) filter (where id <> ${me.id}) as others_min_weight
       from leasehold_processes where expires_at > now() and role = 'fleet' and not retiring
     ), totals as (
@@ -153,18 +179,6 @@ export async function shareState(sql: Sql, me: Me): Promise<ShareState> {
             where weight > 1 and weight > t.weight / greatest(f.live, 1)
             order by weight desc limit greatest(f.live, 1))) as heavy
     from fleet f cross join totals t`;
-  const owned = await ownedUnits(sql, me);
-  return {
-    live: r.live,
-    othersMinWeight: r.others_min_weight,
-    totalWeight: r.total_weight,
-    selfLive: r.self_live,
-    selfRetiring: r.self_retiring,
-    unowned: r.unowned,
-    abandoned: r.abandoned,
-    heavy: r.heavy.map(Number),
-    owned,
-  };
 }
 
 // Weights of units heavier than `above` and at most `atMost` (and heavier than 1), heaviest first,
@@ -178,7 +192,12 @@ export async function heavyUnits(sql: Sql, a: { above: number; atMost: number; l
 
 // This instance's units, through the owner index; none when its row is another instance's or gone.
 export async function ownedUnits(sql: Sql, me: Me): Promise<UnitRow[]> {
-  return sql<UnitRow[]>`select tenant, shard, job, weight, config from leasehold_units
+  return sql<UnitRow[]>`${ownedUnitsStatement(sql, me)}`;
+}
+
+/** The read of {@link ownedUnits} as a fragment (the plan test reads its plan with EXPLAIN). */
+export function ownedUnitsStatement(sql: Sql, me: Me) {
+  return sql`select tenant, shard, job, weight, config from leasehold_units
     where owner = ${me.id} and exists (select 1 from leasehold_processes where id = ${me.id} and token = ${me.token})
     order by pos`;
 }
@@ -194,12 +213,22 @@ export async function ownedUnits(sql: Sql, me: Me): Promise<UnitRow[]> {
 // frees what it took) or makes it claim nothing. The expired owner's row is share-locked too
 // (skipped when locked): a heartbeat in progress keeps its units, and one that waits for this
 // claim sees the lapse.
-export async function claim(
-  sql: Sql,
-  me: Me,
-  a: { budget: number; limit: number; from: number; to: number; abandoned?: boolean },
-): Promise<UnitRow[]> {
-  return sql<UnitRow[]>`with me as (
+export async function claim(sql: Sql, me: Me, a: ClaimArgs): Promise<UnitRow[]> {
+  return sql<UnitRow[]>`${claimStatement(sql, me, a)}`;
+}
+
+/** What {@link claim} takes: weight budget, most units, the position range, whether to look at expired owners (default true). */
+export interface ClaimArgs {
+  budget: number;
+  limit: number;
+  from: number;
+  to: number;
+  abandoned?: boolean;
+}
+
+/** The claim statement as a fragment (the plan test reads its plan with EXPLAIN). */
+export function claimStatement(sql: Sql, me: Me, a: ClaimArgs) {
+  return sql`with me as (
       select 1 from leasehold_processes where id = ${me.id} and token = ${me.token} and expires_at > now()
       for share
     ), abandoned as (
@@ -240,13 +269,18 @@ export async function claim(
 // instance's or gone. The row is share-locked first, as a claim locks it.
 export async function releaseUnits(sql: Sql, me: Me, units: UnitKey[]): Promise<number> {
   if (units.length === 0) return 0;
-  const rows = await sql`with me as (
+  const rows = await sql`${releaseUnitsStatement(sql, me, units)}`;
+  return rows.count;
+}
+
+/** The shed statement of {@link releaseUnits} (at least one unit) as a fragment (the plan test reads its plan with EXPLAIN). */
+export function releaseUnitsStatement(sql: Sql, me: Me, units: UnitKey[]) {
+  return sql`with me as (
       select 1 from leasehold_processes where id = ${me.id} and token = ${me.token} for share
     )
     update leasehold_units u set owner = null, claimed_at = null
     from jsonb_to_recordset(${sql.json(units as never)}) as k(tenant text, shard int)
     where u.owner = ${me.id} and u.tenant = k.tenant and u.shard = k.shard and exists (select 1 from me)`;
-  return rows.count;
 }
 
 // Gives back every unit of this instance, in one statement; nothing when its row is another
@@ -254,7 +288,13 @@ export async function releaseUnits(sql: Sql, me: Me, units: UnitKey[]): Promise<
 // a release of nothing writes nothing), then the units in key order, as the sweep locks them: a
 // release racing a sweep of the same process cannot deadlock.
 export async function releaseAll(sql: Sql, me: Me): Promise<number> {
-  const rows = await sql`with mine as (
+  const rows = await sql`${releaseAllStatement(sql, me)}`;
+  return rows.count;
+}
+
+/** The statement of {@link releaseAll} as a fragment (the plan test reads its plan with EXPLAIN). */
+export function releaseAllStatement(sql: Sql, me: Me) {
+  return sql`with mine as (
       select tenant, shard from leasehold_units u
       where owner = ${me.id}
         and exists (select 1 from leasehold_processes p where p.id = u.owner and p.token = ${me.token} for share)
@@ -262,7 +302,6 @@ export async function releaseAll(sql: Sql, me: Me): Promise<number> {
     )
     update leasehold_units u set owner = null, claimed_at = null
     from mine where u.tenant = mine.tenant and u.shard = mine.shard`;
-  return rows.count;
 }
 
 // Deletes this instance's process row (last step of a graceful stop); never another's.
@@ -274,7 +313,13 @@ export async function deleteProcess(sql: Sql, me: Me): Promise<boolean> {
 // Deletes processes expired longer than cutoffMs and frees their units, in one statement. Units
 // are locked in key order, as a release locks them: no deadlock with a swept process releasing.
 export async function sweep(sql: Sql, cutoffMs: number): Promise<{ processes: number; units: number }> {
-  const [r] = await sql<{ processes: number; units: number }[]>`with dead as (
+  const [r] = await sql<{ processes: number; units: number }[]>`${sweepStatement(sql, cutoffMs)}`;
+  return r;
+}
+
+/** The sweep statement as a fragment (the plan test reads its plan with EXPLAIN). */
+export function sweepStatement(sql: Sql, cutoffMs: number) {
+  return sql`with dead as (
       delete from leasehold_processes
       where expires_at < now() - make_interval(secs => ${cutoffMs / 1000})
       returning id
@@ -288,7 +333,6 @@ export async function sweep(sql: Sql, cutoffMs: number): Promise<{ processes: nu
       returning 1
     )
     select (select count(*) from dead) as processes, (select count(*) from freed) as units`;
-  return r;
 }
 
 /** A unit as `GET /units` shows it. */

@@ -68,7 +68,12 @@ export async function deleteTenantUnits(sql: Sql, tenant: string): Promise<numbe
 
 // Lists units (of one tenant, or all), with owner and claim time.
 export async function listUnits(sql: Sql, tenant: string | undefined, limit: number): Promise<UnitView[]> {
-  return sql<UnitView[]>`select tenant, shard, job, weight, config, owner, claimed_at as "claimedAt"
+  return sql<UnitView[]>`${listUnitsStatement(sql, tenant, limit)}`;
+}
+
+/** The read of {@link listUnits} as a fragment (the plan test reads its plan with EXPLAIN). */
+export function listUnitsStatement(sql: Sql, tenant: string | undefined, limit: number) {
+  return sql`select tenant, shard, job, weight, config, owner, claimed_at as "claimedAt"
     from leasehold_units where (${tenant ?? null}::text is null or tenant = ${tenant ?? null})
     order by tenant, shard limit ${limit}`;
 }
@@ -78,9 +83,12 @@ export async function listUnits(sql: Sql, tenant: string | undefined, limit: num
  * units and weight each owns now.
  */
 export async function listProcesses(sql: Sql): Promise<ProcessView[]> {
-  return sql<
-    ProcessView[]
-  >`select p.id, p.role, p.retiring, p.hostname, p.version, p.started_at as "startedAt", p.expires_at as "expiresAt",
+  return sql<ProcessView[]>`${listProcessesStatement(sql)}`;
+}
+
+/** The read of {@link listProcesses} as a fragment (the plan test reads its plan with EXPLAIN). */
+export function listProcessesStatement(sql: Sql) {
+  return sql`select p.id, p.role, p.retiring, p.hostname, p.version, p.started_at as "startedAt", p.expires_at as "expiresAt",
       p.expires_at > now() as live,
       (select count(*) from leasehold_units u where u.owner = p.id) as units,
       (select coalesce(sum(weight), 0) from leasehold_units u where u.owner = p.id)::bigint as weight

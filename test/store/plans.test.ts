@@ -1,0 +1,310 @@
+// Every hot statement's cost is bounded by its own limit whatever the planner estimates
+// (docs/design.md, "The database in production"; issue 16): EXPLAIN ANALYZE of each (rolled
+// back) under five states of the database — fresh (never analyzed), analyzed before its data
+// existed (empty, and with a little history: one finished batch of 100 items), analyzed with its
+// data, and lived-in (5,000,000 finished items of 250 batches, 10,000 units, 1,000,000 delivered
+// outbox rows, analyzed, then its data) — and no node of the plan may read more than
+// `bound × 4 + 50` rows, where the bound is the statement's own limit (claim size, page size,
+// keys moved; for a per-batch read the batch's own items).
+//
+// A new statement is one entry of `cases`: its name, its bound, and its fragment built from the
+// fixture of the state (`Fixture`: the ids every state holds).
+import { randomUUID } from 'node:crypto';
+import type { PendingQuery, Row } from 'postgres';
+import { afterAll, beforeAll, describe, it } from 'vitest';
+import { encodeMoves, NO_LIMIT, stepStatement, takeOverStatement } from '../../src/batch/sql/batches.js';
+import { batchActivityStatement, finishedBucketsStatement } from '../../src/batch/sql/progress.js';
+import { tenantBatchesStatement, tenantStateStatement } from '../../src/batch/sql/tenants.js';
+import {
+  claimStatement,
+  heartbeatStatement,
+  ownedUnitsStatement,
+  releaseAllStatement,
+  releaseUnitsStatement,
+  shareStateStatement,
+  sweepStatement,
+  type Me,
+} from '../../src/lease/sql/ownership.js';
+import { listProcessesStatement, listUnitsStatement } from '../../src/lease/sql/units.js';
+import type { Sql } from '../../src/store/index.js';
+import { assignStatement, dueDeliveriesStatement, markDeliveredStatement, markFailedStatement } from '../../src/units/sql.js';
+import { testDatabase, type TestDatabase } from '../support/db.js';
+import { analyzeSchema, loadHistory } from '../support/history.js';
+import { expectBounded } from '../support/plans.js';
+
+/** Items of the open batch every state holds (and of which `RUNNING` are running under its run). */
+const ITEMS = 20_000;
+const RUNNING = 64;
+/** Live fleet processes (the fixture's own included) and expired ones, each owning `OWNED` units. */
+const LIVE = 20;
+const EXPIRED = 5;
+const OWNED = 40;
+/** Unowned claimable units. */
+const UNOWNED = 3_000;
+/** The outbox unit's backlog: unassigned messages, and assigned ones with a pending delivery per endpoint. */
+const UNASSIGNED = 5_000;
+const ASSIGNED = 2_000;
+const ENDPOINTS = ['https://plans.invalid/a', 'https://plans.invalid/b'];
+
+/** The ids a state's statement data holds (the same shape in every state). */
+interface Fixture {
+  /** The open batch of {@link ITEMS} pending items, owned by `run` of `me`, beat now. */
+  batch: string;
+  run: string;
+  /** Keys of the batch's items running under `run` (attempt 1). */
+  running: string[];
+  /** An open batch of another tenant waiting for a run (no owner), 100 items. */
+  waiting: string;
+  /** A live fleet process owning {@link OWNED} units and the outbox unit. */
+  me: Me;
+  /** Units `me` owns (tenant `plan-own-0`). */
+  owned: { tenant: string; shard: number }[];
+  /** The outbox unit `me` owns, its endpoints, and one pending delivery on it. */
+  outbox: { tenant: string; shard: number };
+  delivery: { id: number; endpoint: string };
+}
+
+/** A hot statement: its bound (rows a node may read, before the allowance) and its fragment. */
+interface Case {
+  name: string;
+  bound: number;
+  statement: (sql: Sql, d: Fixture) => PendingQuery<Row[]>;
+}
+
+const cases: Case[] = [
+  // Batches (src/batch/sql/batches.ts).
+  {
+    name: 'claim',
+    bound: 64,
+    statement: (sql, d) =>
+      stepStatement(sql, { batchId: d.batch, run: d.run, moves: encodeMoves([]), claim: 64, aheadMs: 0, recordProgress: false }),
+  },
+  {
+    name: 'move + claim',
+    bound: 64,
+    statement: (sql, d) =>
+      stepStatement(sql, {
+        batchId: d.batch,
+        run: d.run,
+        moves: encodeMoves(
+          d.running.map((key) => ({
+            key,
+            state: 'done',
+            claimed: 1,
+            attempts: 1,
+            output: '{"ok":true}',
+            error: null,
+            delayMs: 0,
+          })),
+        ),
+        claim: 64,
+        aheadMs: 0,
+        recordProgress: true,
+      }),
+  },
+  {
+    name: 'takeover (fairest waiting batch)',
+    bound: 1,
+    statement: (sql, d) => takeOverStatement(sql, { run: randomUUID(), process: d.me.id, staleMs: 30_000, maxRunning: NO_LIMIT }),
+  },
+  {
+    name: 'takeover (the batch it was sent)',
+    bound: 1,
+    statement: (sql, d) =>
+      takeOverStatement(sql, {
+        run: randomUUID(),
+        process: d.me.id,
+        staleMs: 30_000,
+        maxRunning: NO_LIMIT,
+        batchId: d.waiting,
+        orFairer: true,
+      }),
+  },
+  // Tenants and progress (src/batch/sql/tenants.ts, progress.ts).
+  { name: 'tenant state', bound: 1, statement: (sql) => tenantStateStatement(sql, 'plan-w') },
+  {
+    name: 'tenant running batches',
+    bound: 20,
+    statement: (sql) => tenantBatchesStatement(sql, 'plan-t', { running: true, limit: 20 }),
+  },
+  {
+    name: 'tenant waiting batches',
+    bound: 20,
+    statement: (sql) => tenantBatchesStatement(sql, 'plan-w', { running: false, limit: 20 }),
+  },
+  { name: 'finished buckets of a batch', bound: ITEMS, statement: (sql, d) => finishedBucketsStatement(sql, d.batch, 60_000) },
+  { name: 'activity of batches', bound: ITEMS, statement: (sql, d) => batchActivityStatement(sql, [d.batch, d.waiting], 60_000) },
+  // Process membership and unit ownership (src/lease/sql/ownership.ts, units.ts).
+  {
+    name: 'heartbeat',
+    bound: 1,
+    statement: (sql, d) =>
+      heartbeatStatement(sql, {
+        ...d.me,
+        role: 'fleet',
+        hostname: 'plan',
+        version: 'v',
+        ttlMs: 15_000,
+        units: OWNED + 1,
+        weight: OWNED + 1,
+      }),
+  },
+  { name: 'share state', bound: LIVE + EXPIRED, statement: (sql, d) => shareStateStatement(sql, d.me) },
+  { name: 'owned units', bound: OWNED + 1, statement: (sql, d) => ownedUnitsStatement(sql, d.me) },
+  { name: 'unit claim', bound: 64, statement: (sql, d) => claimStatement(sql, d.me, { budget: 64, limit: 64, from: 0, to: 1 }) },
+  {
+    name: 'unit claim (no abandoned units)',
+    bound: 64,
+    statement: (sql, d) => claimStatement(sql, d.me, { budget: 64, limit: 64, from: 0.5, to: 1, abandoned: false }),
+  },
+  // The shed may find the listed units through the owner index: its bound is what the process owns.
+  { name: 'shed', bound: OWNED + 1, statement: (sql, d) => releaseUnitsStatement(sql, d.me, d.owned.slice(0, 10)) },
+  { name: 'release', bound: OWNED + 1, statement: (sql, d) => releaseAllStatement(sql, d.me) },
+  { name: 'sweep', bound: EXPIRED * OWNED, statement: (sql) => sweepStatement(sql, 3_600_000) },
+  { name: 'list units', bound: 100, statement: (sql) => listUnitsStatement(sql, undefined, 100) },
+  { name: 'list units of a tenant', bound: 100, statement: (sql) => listUnitsStatement(sql, 'plan-own-0', 100) },
+  { name: 'list processes', bound: (LIVE + EXPIRED) * OWNED + 1, statement: (sql) => listProcessesStatement(sql) },
+  // The outbox (src/units/sql.ts).
+  {
+    name: 'outbox assign',
+    bound: 100 * ENDPOINTS.length,
+    statement: (sql, d) => assignStatement(sql, d.outbox, d.me.id, ENDPOINTS, 100),
+  },
+  {
+    name: 'due deliveries',
+    bound: 50 * ENDPOINTS.length,
+    statement: (sql, d) => dueDeliveriesStatement(sql, d.outbox, ENDPOINTS, 50),
+  },
+  {
+    name: 'mark delivered',
+    bound: 1,
+    statement: (sql, d) => markDeliveredStatement(sql, d.outbox, d.me.id, d.delivery.id, d.delivery.endpoint),
+  },
+  {
+    name: 'mark failed',
+    bound: 1,
+    statement: (sql, d) =>
+      markFailedStatement(sql, d.outbox, d.me.id, { ...d.delivery, error: 'refused', backoffMs: 1_000, maxBackoffMs: 60_000 }),
+  },
+];
+
+/** Writes the statements' data into the schema: the batches, processes, units and outbox of {@link Fixture}. */
+async function createData(sql: Sql): Promise<Fixture> {
+  const me: Me = { id: randomUUID(), token: randomUUID() };
+  const run = randomUUID();
+  await sql`insert into leasehold_processes (id, token, role, hostname, version, expires_at)
+    values (${me.id}, ${me.token}, 'fleet', 'plan', 'v', now() + interval '1 hour')`;
+  await sql`insert into leasehold_processes (id, role, hostname, version, started_at, expires_at)
+    select gen_random_uuid(), 'fleet', 'plan', 'v', now() - interval '3 hours',
+      case when k < ${LIVE - 1} then now() + interval '1 hour' else now() - interval '2 hours' end
+    from generate_series(0, ${LIVE + EXPIRED - 2}) k`;
+  // Each process owns OWNED units of its own tenant; `me` is plan-own-0.
+  await sql`insert into leasehold_units (tenant, shard, job, weight, owner, claimed_at)
+    select 'plan-own-' || p.n, s, 'sync', 1, p.id, now()
+    from (select id, row_number() over (order by id = ${me.id} desc, id) - 1 as n from leasehold_processes where hostname = 'plan') p,
+      generate_series(0, ${OWNED - 1}) s`;
+  await sql`insert into leasehold_units (tenant, shard, job, weight)
+    select 'plan-free-' || (i / 100), i % 100, 'sync', 1 from generate_series(0, ${UNOWNED - 1}) i`;
+  const outbox = { tenant: 'plan-outbox', shard: 0 };
+  await sql`insert into leasehold_units (tenant, shard, job, weight, config, owner, claimed_at)
+    values (${outbox.tenant}, 0, 'outbox-delivery', 1, ${sql.json({ endpoints: ENDPOINTS })}, ${me.id}, now())`;
+  await sql`insert into leasehold_outbox (tenant, shard, key, payload, created_at, assigned_at)
+    select ${outbox.tenant}, 0, 'plan-' || x, '{"n":1}'::jsonb, now() - interval '1 minute',
+      case when x < ${ASSIGNED} then now() - interval '1 minute' end
+    from generate_series(0, ${ASSIGNED + UNASSIGNED - 1}) x`;
+  await sql`insert into leasehold_outbox_deliveries (message_id, endpoint, tenant, shard, next_attempt_at)
+    select o.id, e, o.tenant, o.shard, o.created_at
+    from leasehold_outbox o cross join jsonb_array_elements_text(${sql.json(ENDPOINTS)}) e
+    where o.tenant = ${outbox.tenant} and o.assigned_at is not null`;
+  const [delivery] = await sql<{ id: number; endpoint: string }[]>`select message_id as id, endpoint
+    from leasehold_outbox_deliveries where tenant = ${outbox.tenant} order by message_id, endpoint limit 1`;
+
+  const [{ id: batch }] = await sql<{ id: string }[]>`insert into leasehold_batches
+      (tenant, datasource, job, params, request_key, total, owner_run, owner_process, beat_at, taken_at, runs)
+    values ('plan-t', 'plan', 'noop', '{}'::jsonb, ${`plan-${run}`}, ${ITEMS}, ${run}, ${me.id}, now(), now(), 1)
+    returning id`;
+  await sql`insert into leasehold_items (batch_id, key, input, state, attempts, run_id)
+    select ${batch}, lpad(k::text, 7, '0'), jsonb_build_object('n', k),
+      case when k <= ${RUNNING} then 'running' else 'pending' end, (k <= ${RUNNING})::int,
+      case when k <= ${RUNNING} then ${run}::uuid end
+    from generate_series(1, ${ITEMS}) k`;
+  const [{ id: waiting }] = await sql<{ id: string }[]>`insert into leasehold_batches
+      (tenant, datasource, job, params, request_key, total)
+    values ('plan-w', 'plan', 'noop', '{}'::jsonb, ${`plan-w-${run}`}, 100) returning id`;
+  await sql`insert into leasehold_items (batch_id, key, input)
+    select ${waiting}, lpad(k::text, 7, '0'), jsonb_build_object('n', k) from generate_series(1, 100) k`;
+  const running = Array.from({ length: RUNNING }, (_, i) => String(i + 1).padStart(7, '0'));
+  const owned = Array.from({ length: OWNED }, (_, shard) => ({ tenant: 'plan-own-0', shard }));
+  return { batch, run, running, waiting, me, owned, outbox, delivery };
+}
+
+/** A state of the database: its schema and the fixture written into it. */
+interface State {
+  name: string;
+  db: TestDatabase;
+  d: Fixture;
+  /** ANALYZE runs its tables had when it was made (see {@link analyzes}). */
+  analyzed: number;
+}
+
+/**
+ * How many times the schema's tables were analyzed (by anyone): a bare `ANALYZE` in another
+ * session of the same database analyzes them too and changes the state under the test.
+ */
+async function analyzes(sql: Sql, schema: string): Promise<number> {
+  const [r] = await sql<{ n: number }[]>`select coalesce(sum(analyze_count + autoanalyze_count), 0)::int as n
+    from pg_stat_user_tables where schemaname = ${schema}`;
+  return r.n;
+}
+
+const STATES = ['fresh', 'analyzed empty', 'analyzed with a little history', 'analyzed with its data', 'lived-in'] as const;
+type StateName = (typeof STATES)[number];
+
+/**
+ * A migrated schema whose tables autovacuum never analyzes (so the state stays the one it was
+ * made to be while the file runs), prepared as `name` says.
+ */
+async function makeState(name: StateName): Promise<State> {
+  const db = await testDatabase({ max: 2 });
+  const tables = await db.sql<{ name: string }[]>`select tablename as name from pg_tables where schemaname = ${db.schema}`;
+  for (const t of tables) await db.sql.unsafe(`alter table "${t.name}" set (autovacuum_enabled = false)`);
+  if (name === 'analyzed empty') await analyzeSchema(db.sql);
+  // Statistics of a little earlier work: every batch_id and state the planner knows of is that
+  // batch's, so it estimates a new batch at 1 row.
+  if (name === 'analyzed with a little history')
+    await loadHistory(db.sql, { items: 100, batches: 1, tenants: 1, units: 10, outbox: 10 });
+  if (name === 'lived-in') await loadHistory(db.sql);
+  const d = await createData(db.sql);
+  if (name === 'analyzed with its data') await analyzeSchema(db.sql);
+  return { name, db, d, analyzed: await analyzes(db.sql, db.schema) };
+}
+
+const states = new Map<StateName, State>();
+const started = performance.now();
+
+beforeAll(async () => {
+  // The lived-in state first and alone (about 40 s): the small ones take a second each.
+  for (const name of [...STATES].reverse()) {
+    const t0 = performance.now();
+    states.set(name, await makeState(name));
+    console.log(`state "${name}" ready in ${Math.round(performance.now() - t0)} ms`);
+  }
+}, 240_000);
+
+afterAll(async () => {
+  await Promise.all([...states.values()].map((s) => s.db.close()));
+  console.log(`plans.test.ts: ${Math.round(performance.now() - started)} ms in all`);
+});
+
+describe.each(STATES)('the database %s', (stateName) => {
+  it.each(cases)('$name reads at most its bound ($bound) a plan node', async (c) => {
+    const s = states.get(stateName);
+    if (!s) throw new Error(`state "${stateName}" was not made`);
+    if ((await analyzes(s.db.sql, s.db.schema)) !== s.analyzed) {
+      throw new Error(
+        `the state "${stateName}" was analyzed again from outside (a bare ANALYZE in another session?): its plans no longer show that state`,
+      );
+    }
+    await expectBounded(s.db.sql, `${c.name} [${stateName}]`, (tx) => c.statement(tx, s.d), c.bound);
+  });
+});
