@@ -11,7 +11,7 @@ export const RETENTION_DEFAULTS = {
   chunkRows: 5_000,
   maxRowsPerPass: 500_000,
   budgetMs: 10_000,
-  pauseRatio: 1,
+  pauseRatio: 2,
 } as const;
 
 /** How much one retention pass may delete, and what. */
@@ -37,7 +37,7 @@ export interface RetentionOptions {
   /**
    * After each chunk of items the pass pauses this many times as long as the chunk took (1: it
    * deletes at most half the time), so the write-ahead log it writes leaves room for the runs'
-   * commits. 0 never pauses. Default 1.
+   * commits. 0 never pauses. Default 2 (a third of the time deleting).
    */
   pauseRatio?: number;
   /** Measures the budget and the pauses. Default the system clock. */
