@@ -12,7 +12,23 @@
 import { randomUUID } from 'node:crypto';
 import type { PendingQuery, Row } from 'postgres';
 import { afterAll, beforeAll, describe, it } from 'vitest';
-import { encodeMoves, NO_LIMIT, stepStatement, takeOverStatement } from '../../src/batch/sql/batches.js';
+import {
+  beatStatement,
+  claimDispatchStatement,
+  encodeMoves,
+  endIntolerableStatement,
+  finishStatement,
+  getBatchStatement,
+  handOffStatement,
+  itemsPageStatement,
+  listBatchesStatement,
+  NO_LIMIT,
+  recoverRunningStatement,
+  releaseOrphansStatement,
+  stepStatement,
+  takeOverStatement,
+  waitStateStatement,
+} from '../../src/batch/sql/batches.js';
 import { batchActivityStatement, finishedBucketsStatement } from '../../src/batch/sql/progress.js';
 import { tenantBatchesStatement, tenantStateStatement } from '../../src/batch/sql/tenants.js';
 import {
@@ -119,6 +135,56 @@ const cases: Case[] = [
         batchId: d.waiting,
         orFairer: true,
       }),
+  },
+  {
+    name: 'handoff',
+    bound: RUNNING,
+    statement: (sql, d) =>
+      handOffStatement(sql, { batchId: d.batch, run: d.run, moves: encodeMoves([]), hold: '[]', recordProgress: false }),
+  },
+  {
+    name: 'recover running items',
+    bound: RUNNING,
+    statement: (sql, d) => recoverRunningStatement(sql, { batchId: d.batch, run: d.run, attempts: 3 }),
+  },
+  {
+    name: 'release orphans',
+    bound: RUNNING,
+    statement: (sql, d) => releaseOrphansStatement(sql, { batchId: d.batch, run: d.run }),
+  },
+  { name: 'beat', bound: 1, statement: (sql, d) => beatStatement(sql, { batchId: d.batch, run: d.run }) },
+  // The finish check reads the first pending and running entries and the failed items only.
+  { name: 'finish check', bound: 1, statement: (sql, d) => finishStatement(sql, { batchId: d.batch, run: d.run }) },
+  {
+    name: 'intolerable end check',
+    bound: 1,
+    statement: (sql, d) => endIntolerableStatement(sql, { batchId: d.batch, run: d.run }),
+  },
+  { name: 'wait state', bound: 1, statement: (sql, d) => waitStateStatement(sql, { batchId: d.batch, run: d.run }) },
+  {
+    name: 'dispatch',
+    bound: 2,
+    statement: (sql) => claimDispatchStatement(sql, { staleMs: 30_000, cooldownMs: 0, limit: 100, maxRunning: NO_LIMIT }),
+  },
+  // An open batch's counts read its own items (its bound); a finished one's, its row.
+  { name: 'show a batch', bound: ITEMS, statement: (sql, d) => getBatchStatement(sql, { id: d.batch }) },
+  { name: 'list batches', bound: ITEMS + 100, statement: (sql) => listBatchesStatement(sql, { limit: 50 }) },
+  { name: 'list finished batches', bound: 50, statement: (sql) => listBatchesStatement(sql, { status: 'succeeded', limit: 50 }) },
+  {
+    name: "list a tenant's batches",
+    bound: 50,
+    statement: (sql) => listBatchesStatement(sql, { tenant: 'history-1', limit: 50 }),
+  },
+  { name: 'items page', bound: 100, statement: (sql, d) => itemsPageStatement(sql, { batchId: d.batch, limit: 100 }) },
+  {
+    name: 'items page after a key',
+    bound: 100,
+    statement: (sql, d) => itemsPageStatement(sql, { batchId: d.batch, after: '0010000', limit: 100 }),
+  },
+  {
+    name: 'failed items page',
+    bound: 100,
+    statement: (sql, d) => itemsPageStatement(sql, { batchId: d.batch, state: 'failed', limit: 100 }),
   },
   // Tenants and progress (src/batch/sql/tenants.ts, progress.ts).
   { name: 'tenant state', bound: 1, statement: (sql) => tenantStateStatement(sql, 'plan-w') },

@@ -172,9 +172,12 @@ export function shareStateStatement(sql: Sql, me: Me) {
       coalesce((select live from self), false) as self_live,
       coalesce((select retiring from self), false) as self_retiring,
       (select pos from leasehold_units where owner is null and weight > 0 order by pos limit 1) is not null as unowned,
+      -- One owner-index probe per expired process, its first unit in pos order (a semi-join let a
+      -- planner that thought the units few read every unit of every owner).
       exists (select 1 from leasehold_processes p
-              where p.expires_at <= now() and p.id <> ${me.id}
-                and exists (select 1 from leasehold_units u where u.owner = p.id and u.weight > 0)) as abandoned,
+              cross join lateral (select 1 from leasehold_units u where u.owner = p.id and u.weight > 0
+                                  order by u.pos limit 1) x
+              where p.expires_at <= now() and p.id <> ${me.id}) as abandoned,
       to_json(array(select weight from leasehold_units
             where weight > 1 and weight > t.weight / greatest(f.live, 1)
             order by weight desc limit greatest(f.live, 1))) as heavy
@@ -235,10 +238,10 @@ export function claimStatement(sql: Sql, me: Me, a: ClaimArgs) {
       -- One owner-index probe per expired process (never a join over all units), skipping rows
       -- another claimer holds while scanning, so concurrent claimers take different units.
       -- Skipped as a whole (a one-time filter) when the share read found no abandoned unit.
-      select c.tenant, c.shard, c.weight, c.pos, 0 as part
+      select c.ctid, c.weight, c.pos, 0 as part
       from leasehold_processes p
       cross join lateral (
-        select tenant, shard, weight, pos from leasehold_units
+        select ctid, weight, pos from leasehold_units
         where owner = p.id and weight > 0
         order by pos
         limit ${a.limit}
@@ -248,20 +251,25 @@ export function claimStatement(sql: Sql, me: Me, a: ClaimArgs) {
       limit ${a.limit}
       for share of p skip locked
     ), unowned as (
-      select tenant, shard, weight, pos, 1 as part from leasehold_units
+      select ctid, weight, pos, 1 as part from leasehold_units
       where owner is null and weight > 0 and pos >= ${a.from} and pos < ${a.to} and exists (select 1 from me)
       order by pos limit ${a.limit} for update skip locked
     ), picked as (
-      select tenant, shard from (
-        select tenant, shard, weight,
+      select ctid from (
+        select ctid, weight,
                sum(weight) over (order by part, pos rows unbounded preceding) as upto,
                row_number() over (order by part, pos) as n
         from (select * from abandoned union all select * from unowned) c
       ) c
       where n <= ${a.limit} and (upto <= ${a.budget} or n = 1)
     )
+    -- The picked rows are locked by this statement, so they are updated through their ctids (a Tid
+    -- Scan; joined back on the primary key, a planner that thought the units few hashed them all).
+    -- A row that changed after this statement's snapshot and still qualified when locked has a
+    -- version the snapshot cannot see: it is left unclaimed (claimed on a later tick), never taken
+    -- from anyone.
     update leasehold_units u set owner = ${me.id}, claimed_at = now()
-    from picked where u.tenant = picked.tenant and u.shard = picked.shard
+    where u.ctid = any(array(select ctid from picked))
     returning u.tenant, u.shard, u.job, u.weight, u.config`;
 }
 
@@ -295,13 +303,16 @@ export async function releaseAll(sql: Sql, me: Me): Promise<number> {
 /** The statement of {@link releaseAll} as a fragment (the plan test reads its plan with EXPLAIN). */
 export function releaseAllStatement(sql: Sql, me: Me) {
   return sql`with mine as (
-      select tenant, shard from leasehold_units u
+      select ctid from leasehold_units u
       where owner = ${me.id}
         and exists (select 1 from leasehold_processes p where p.id = u.owner and p.token = ${me.token} for share)
       order by tenant, shard for update
     )
+    -- Through the ctids of the rows locked above (a Tid Scan, not a hash of every unit). A unit
+    -- that changed after the snapshot (no one else changes a live owner's units) would be left
+    -- owned; the owner check keeps a changed row from being freed from another owner.
     update leasehold_units u set owner = null, claimed_at = null
-    from mine where u.tenant = mine.tenant and u.shard = mine.shard`;
+    where u.ctid = any(array(select ctid from mine)) and u.owner = ${me.id}`;
 }
 
 // Deletes this instance's process row (last step of a graceful stop); never another's.
