@@ -179,7 +179,8 @@ export async function itemsPage(
   id: string,
   page: { after?: string; limit?: number; state?: ItemState } = {},
 ): Promise<{ items: ItemResult[]; next: string | null }> {
-  await getBatch(sql, id);
+  // Only whether it exists: counting an open batch's items for every page would read them all.
+  if (!isUuid(id) || !(await q.batchPlace(sql, id))) throw new BatchNotFoundError(id);
   const limit = page.limit ?? 1000;
   const items = await q.itemsPage(sql, id, { after: page.after, limit, state: page.state });
   return { items, next: items.length === limit ? items[items.length - 1].key : null };

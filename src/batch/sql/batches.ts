@@ -613,9 +613,10 @@ export async function finishBatch(sql: Sql, batchId: string, run: string): Promi
 }
 
 /**
- * {@link finishBatch} as a fragment. "No item pending or running" is two look-ups, each through
- * the partial index its state has (a pending or running item of the batch is its first entry):
- * one test of `state in (…)` let a planner that thought the batch small walk all its items. The
+ * {@link finishBatch} as a fragment. "No item pending or running" is two look-ups, each of the
+ * first entry of the partial index its state has, in that index's order (one test of `state in
+ * (…)` let a planner that thought the batch small walk all its items, and a plain `not exists`
+ * let one that thought it large scan the table until it met a pending item). The
  * failed count reads the batch's failed items only; the counts are stored on the row.
  */
 export function finishStatement(sql: Sql, { batchId, run }: { batchId: string; run: string }) {
@@ -627,8 +628,10 @@ export function finishStatement(sql: Sql, { batchId, run }: { batchId: string; r
         finished_at = now(), owner_run = null, owner_process = null, beat_at = null
     from (select count(*)::int as failed from leasehold_items where batch_id = ${batchId} and state = 'failed') n
     where b.id = ${batchId} and b.owner_run = ${run} and b.status = 'open'
-      and not exists (select 1 from leasehold_items where batch_id = ${batchId} and state = 'pending')
-      and not exists (select 1 from leasehold_items where batch_id = ${batchId} and state = 'running')
+      and (select run_after from leasehold_items where batch_id = ${batchId} and state = 'pending'
+           order by run_after limit 1) is null
+      and (select batch_id from leasehold_items where batch_id = ${batchId} and state = 'running'
+           order by batch_id limit 1) is null
     returning b.status`;
 }
 
@@ -767,13 +770,26 @@ export interface PageArgs {
 }
 
 /**
- * {@link itemsPage} as a fragment. The failed items of a page are read through their partial
- * index (`leasehold_items_failed`, in key order), so a page of failures reads its page whatever
- * the batch holds; other pages walk the primary key from `after`, skipping items of other states.
+ * {@link itemsPage} as a fragment. A page of all states reads the primary key from
+ * `(batch, after)` on, in its order, `limit` entries at most (the range is open at its end, so
+ * no planner estimate of the batch's size makes a bitmap of the whole batch and a sort cheaper),
+ * and keeps those of the batch. The failed items of a page are read through their partial index
+ * (`leasehold_items_failed`, in key order); pages of another state walk the primary key from
+ * `after`, skipping items of other states (bounded by the batch).
  */
 export function itemsPageStatement(sql: Sql, a: PageArgs & { batchId: string }) {
+  if (a.state === undefined) {
+    const from = a.after === undefined ? sql`>= (${a.batchId}::uuid, '')` : sql`> (${a.batchId}::uuid, ${a.after})`;
+    return sql`select key, state, attempts, output, error from (
+        select batch_id, key, state, attempts, output, error from leasehold_items
+        where (batch_id, key) ${from}
+        order by batch_id, key limit ${a.limit}
+      ) p
+      where p.batch_id = ${a.batchId}
+      order by key`;
+  }
   const after = a.after === undefined ? sql`` : sql`and key > ${a.after}`;
-  const state = a.state === 'failed' ? sql`and state = 'failed'` : a.state === undefined ? sql`` : sql`and state = ${a.state}`;
+  const state = a.state === 'failed' ? sql`and state = 'failed'` : sql`and state = ${a.state}`;
   return sql`select key, state, attempts, output, error from leasehold_items
     where batch_id = ${a.batchId} ${after} ${state}
     order by key limit ${a.limit}`;
