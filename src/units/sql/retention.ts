@@ -20,23 +20,27 @@ export interface OutboxChunk {
 // ago, and have no undelivered delivery, with their deliveries (cascade); a message another
 // transaction holds is skipped. Messages still to deliver and unassigned ones are never touched.
 export async function deleteDeliveredOutbox(sql: Sql, a: { days: number; after: number; limit: number }): Promise<OutboxChunk> {
-  const [r] = await sql<OutboxChunk[]>`with scan as (
+  // Every look-up is a probe of a primary key: the scanned ids as an array, each message's
+  // undelivered deliveries as a subquery with a limit (a semi- or anti-join let the planner hash
+  // whole tables), the locked rows deleted by ctid.
+  const [r] = await sql<OutboxChunk[]>`with scan as materialized (
       select id, created_at, assigned_at from leasehold_outbox
       where id > ${a.after} order by id limit ${a.limit}
     ), expired as (
-      select o.id from leasehold_outbox o
-      where o.id in (
+      select o.ctid, o.id from leasehold_outbox o
+      where o.id = any(array(
           select s.id from scan s
           where s.assigned_at is not null and s.created_at < now() - make_interval(days => ${a.days})
-            and not exists (select 1 from leasehold_outbox_deliveries d where d.message_id = s.id and d.delivered_at is null))
+            and (select 1 from leasehold_outbox_deliveries d
+                 where d.message_id = s.id and d.delivered_at is null limit 1) is null))
       for update skip locked
     ), gone as (
-      delete from leasehold_outbox where id in (select id from expired) returning id
+      delete from leasehold_outbox where ctid = any(array(select ctid from expired)) returning id
     )
     select (select count(*) from scan)::int as scanned,
       (select max(id) from scan)::int8 as last,
       (select count(*) from gone)::int as messages,
-      (select count(*) from leasehold_outbox_deliveries where message_id in (select id from gone))::int as deliveries,
+      (select count(*) from leasehold_outbox_deliveries where message_id = any(array(select id from gone)))::int as deliveries,
       (select count(*) < ${a.limit} or bool_or(created_at >= now() - make_interval(days => ${a.days})) from scan) as reached`;
   return { ...r, last: r.last === null ? null : Number(r.last) };
 }
