@@ -18,6 +18,7 @@ export const HTTP_STATUS: Readonly<Record<string, number>> = {
   batch_finished: 409,
   batch_open: 409,
   nothing_to_redrive: 409,
+  batch_expired: 409,
   body_too_large: 413,
   batch_too_large: 413,
   unsupported_media_type: 415,

@@ -126,6 +126,16 @@ export class BatchCancelledError extends BatchError {
 }
 
 /** A redrive of a finished batch that has no failed item. The API answers 409. */
+/**
+ * A redrive of a batch retention has begun to delete (some of its items are gone): its results
+ * are no longer whole, so it is never reopened (docs/design.md, "Retention").
+ */
+export class BatchExpiredError extends BatchError {
+  constructor(readonly batchId: string) {
+    super('batch_expired', `batch ${batchId} is past its retention and being deleted: it cannot be redriven`);
+  }
+}
+
 export class NothingToRedriveError extends BatchError {
   constructor(readonly batchId: string) {
     super('nothing_to_redrive', `batch ${batchId} has no failed item to redrive`);

@@ -4,7 +4,14 @@
 // does), so it is ordered against each of them and leaves one consistent state.
 import type { Sql } from '../store/index.js';
 import { getBatch, isUuid } from './batches.js';
-import { BatchCancelledError, BatchNotFoundError, BatchOpenError, NothingToRedriveError, TooManyBatchesError } from './errors.js';
+import {
+  BatchCancelledError,
+  BatchExpiredError,
+  BatchNotFoundError,
+  BatchOpenError,
+  NothingToRedriveError,
+  TooManyBatchesError,
+} from './errors.js';
 import * as q from './sql/batches.js';
 import * as r from './sql/redrives.js';
 import type { BatchInfo } from './types.js';
@@ -66,6 +73,7 @@ const DEFAULT_MAX_OPEN = 4;
  * @throws {BatchNotFoundError} no batch has this id.
  * @throws {BatchOpenError} the batch is open.
  * @throws {BatchCancelledError} the batch was cancelled.
+ * @throws {BatchExpiredError} retention has begun to delete the batch's items.
  * @throws {NothingToRedriveError} the batch finished without a failed item.
  * @throws {TooManyBatchesError} its datasource already has `maxOpen` open batches.
  */
@@ -87,6 +95,7 @@ export async function redriveBatch(sql: Sql, id: string, options: RedriveOptions
     }
     if (status === 'open') throw new BatchOpenError(id);
     if (status === 'cancelled') throw new BatchCancelledError(id);
+    if (await r.partlyDeleted(t, id)) throw new BatchExpiredError(id);
     if ((await r.countFailed(t, id)) === 0) throw new NothingToRedriveError(id);
     if ((await q.countOpen(t, place.tenant, place.datasource)) >= maxOpen) {
       throw new TooManyBatchesError(place.tenant, place.datasource, maxOpen);

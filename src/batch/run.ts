@@ -393,7 +393,7 @@ export class Run {
       // Landed, or lost: either way no longer settling.
       this.failedSettling -= failures;
     }
-    if (r.moved < batch.length) return this.markLost();
+    if (r.moved < batch.length && !(await this.movesLanded(moves, batch.length))) return this.markLost();
     this.landed(batch, sentAt);
     // The items it claimed are put back by the end: they are not queued.
     if (failures > 0 && (await this.endIfIntolerable())) return;
@@ -423,7 +423,7 @@ export class Run {
         item = { outcome: 'failed', move: { ...m, state: 'failed', attempts: m.claimed, output: null, error, delayMs: 0 } };
         r = await this.moveAlone(item, false);
       }
-      if (r.moved < 1) return this.markLost();
+      if (r.moved < 1 && !(await this.movesLanded(q.encodeMoves([item.move]), 1))) return this.markLost();
       this.landed([item]);
     }
     if (batch.some((b) => b.move.state === 'failed')) await this.endIfIntolerable();
@@ -444,6 +444,16 @@ export class Run {
     this.queue = [];
     this.wake();
     return true;
+  }
+
+  /**
+   * Whether all `n` moves stand as this run wrote them, the batch still its own: a move statement
+   * that counted short may be a retry whose first try landed after all (a timed-out statement the
+   * server went on with), which is no loss.
+   */
+  private async movesLanded(moves: q.EncodedMoves, n: number): Promise<boolean> {
+    const landed = await this.store(() => q.movesLanded(this.sql, { batchId: this.batch.id, run: this.id, moves }));
+    return landed === n;
   }
 
   private moveAlone(item: Settled, dataSensitive: boolean): Promise<q.StepResult> {

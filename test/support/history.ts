@@ -35,7 +35,7 @@ export interface LoadedHistory {
 }
 
 /** Rows per insert statement: a load never holds one huge transaction. */
-const PIECE = 500_000;
+const PIECE = 100_000;
 
 /**
  * Write finished history into the schema `sql` points at, then `ANALYZE` it. Batches are

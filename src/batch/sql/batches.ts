@@ -476,6 +476,25 @@ function moved(sql: Sql, batchId: string, run: string, moves: EncodedMoves) {
     returning 1`;
 }
 
+// How many of `moves` already stand as this run left them (state and attempts, by this run)
+// while the run still owns the open batch: read when a move statement counted short, since a
+// retried statement whose first try landed meanwhile (a timed-out statement the server went on
+// with) finds its rows changed after its snapshot and moves nothing. Each key is one primary-key
+// look-up (LATERAL … LIMIT 1). Reads only.
+export async function movesLanded(sql: Sql, a: { batchId: string; run: string; moves: EncodedMoves }): Promise<number> {
+  const [r] = await sql<{ landed: number }[]>`select
+      case when exists (select 1 from leasehold_batches where id = ${a.batchId} and owner_run = ${a.run} and status = 'open')
+      then (select count(*) from jsonb_to_recordset(${a.moves.json}::text::jsonb) as v(key text, state text, attempts int)
+            cross join lateral (
+              select 1 from leasehold_items x
+              where x.batch_id = ${a.batchId} and x.key = v.key and x.run_id = ${a.run}
+                and x.state = v.state and x.attempts = v.attempts
+              limit 1
+            ) t)
+      else 0 end::int as landed`;
+  return r.landed;
+}
+
 /** What one {@link step} did. */
 export interface StepResult {
   /** Items moved; fewer than sent means the run lost the batch. */

@@ -44,6 +44,17 @@ export async function resetFailed(tx: Tx, batchId: string): Promise<number> {
   return rows.count;
 }
 
+// Whether retention has begun to delete the batch (fewer items than its total): one count of the
+// batch's own items (a redrive is rare), read under the batch row lock the redrive holds, which a
+// retention chunk share-locks too.
+export async function partlyDeleted(tx: Tx, batchId: string): Promise<boolean> {
+  const [r] = await tx<
+    { gone: boolean }[]
+  >`select (select count(*) from leasehold_items where batch_id = ${batchId}) < b.total as gone
+    from leasehold_batches b where b.id = ${batchId}`;
+  return r?.gone ?? false;
+}
+
 // Opens a finished batch again, unowned and never beaten, so the next takeover or dispatch
 // takes it at once, and counts the redrive; returns its number (undefined: not finished).
 export async function reopenBatch(tx: Tx, batchId: string): Promise<number | undefined> {

@@ -308,11 +308,12 @@ export function releaseAllStatement(sql: Sql, me: Me) {
         and exists (select 1 from leasehold_processes p where p.id = u.owner and p.token = ${me.token} for share)
       order by tenant, shard for update
     )
-    -- Through the ctids of the rows locked above (a Tid Scan, not a hash of every unit). A unit
-    -- that changed after the snapshot (no one else changes a live owner's units) would be left
-    -- owned; the owner check keeps a changed row from being freed from another owner.
+    -- Through the owner index (the rows locked above, in key order first), not joined back on the
+    -- primary key (a hash of every unit) nor by ctid: a unit a registration changed after this
+    -- statement's snapshot (its config, its weight) has a version the snapshot cannot see, and an
+    -- update by ctid would leave it owned by a process about to delete its row, for good.
     update leasehold_units u set owner = null, claimed_at = null
-    where u.ctid = any(array(select ctid from mine)) and u.owner = ${me.id}`;
+    where u.owner = ${me.id} and (select count(*) from mine) > 0`;
 }
 
 // Deletes this instance's process row (last step of a graceful stop); never another's.
