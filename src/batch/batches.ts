@@ -4,6 +4,7 @@ import { DEFAULT_START_LIMITS, insertItems, type StartLimits } from './items.js'
 import * as q from './sql/batches.js';
 import {
   DEFAULT_PRIORITY,
+  MAX_CONCURRENCY,
   MAX_PRIORITY,
   type BatchInfo,
   type BatchStatus,
@@ -89,6 +90,8 @@ export async function createBatch(
   const maxOpen = options.maxOpen ?? DEFAULT_MAX_OPEN;
   const limits: StartLimits = { ...DEFAULT_START_LIMITS, ...options.limits };
   const priority = batch.priority ?? DEFAULT_PRIORITY;
+  const maxConcurrency = batch.maxConcurrency ?? 1;
+  checkMaxConcurrency(maxConcurrency);
   if (!Number.isInteger(priority) || priority < 0 || priority > MAX_PRIORITY) {
     throw new InvalidBatchError(`priority must be an integer from 0 to ${MAX_PRIORITY} (got ${String(batch.priority)})`);
   }
@@ -108,7 +111,7 @@ export async function createBatch(
     if ((await q.countOpen(t, batch.tenant, batch.datasource)) >= maxOpen) {
       throw new TooManyBatchesError(batch.tenant, batch.datasource, maxOpen);
     }
-    const inserted = await q.insertBatch(t, { ...batch, total: known, priority });
+    const inserted = await q.insertBatch(t, { ...batch, total: known, priority, maxConcurrency });
     if (!inserted) {
       // The same key committed on another datasource meanwhile: answer that batch.
       return { id: (await q.batchIdByKey(t, batch.tenant, batch.requestKey))!, created: false };
@@ -192,17 +195,51 @@ export function countOpenBatches(sql: Sql): Promise<number> {
 }
 
 /**
- * Mark and return open batches that need a worker: never started, handed off, or stale
- * (beat older than `staleMs`, database clock). A batch dispatched within `cooldownMs` is
- * skipped, so overlapping callers never dispatch it twice. A batch waiting while its tenant
- * runs its limit of batches (its own, else `maxRunning`; default no limit) is not returned
- * (docs/design.md, "Tenant fairness").
+ * Mark and return open batches that need workers, each id once per worker it needs: runs
+ * below its target (never started, handed off, or runs that left), within its tenant's limit of
+ * runs (its own, else `maxRunning`; default no limit), plus one per stale run (beat older than
+ * `staleMs`, database clock). A batch dispatched within `cooldownMs` that no run has joined
+ * since is skipped, so overlapping callers never dispatch it twice (docs/design.md, "Fan-out"
+ * and "Tenant fairness"). `limit` (default 100) bounds the batches, not the workers.
  */
-export function claimDispatch(
+export async function claimDispatch(
   sql: Sql,
   options: { staleMs: number; cooldownMs: number; limit?: number; maxRunning?: number },
 ): Promise<string[]> {
-  return q.claimDispatch(sql, { ...options, limit: options.limit ?? 100, maxRunning: options.maxRunning ?? q.NO_LIMIT });
+  const rows = await q.claimDispatch(sql, {
+    ...options,
+    limit: options.limit ?? 100,
+    maxRunning: options.maxRunning ?? q.NO_LIMIT,
+  });
+  return rows.flatMap((r) => Array.from({ length: r.workers }, () => r.id));
+}
+
+/**
+ * Check a batch's `maxConcurrency`: an integer from 1 to {@link MAX_CONCURRENCY}.
+ * @throws {InvalidBatchError} naming the value.
+ */
+export function checkMaxConcurrency(n: unknown): void {
+  if (typeof n !== 'number' || !Number.isInteger(n) || n < 1 || n > MAX_CONCURRENCY) {
+    throw new InvalidBatchError(`maxConcurrency must be an integer from 1 to ${MAX_CONCURRENCY} (got ${String(n)})`);
+  }
+}
+
+/**
+ * Change how many runs an open batch may have at once (docs/design.md, "Fan-out"): its target
+ * becomes `min(maxConcurrency, ceil(total / 100))`. Raised, workers join it (the scheduler
+ * dispatches them within a tick, fleet processes with a free slot at once); lowered, the
+ * newest runs beyond it hand off at their next beat, giving back their unstarted items with no
+ * attempt used. Resolves to the batch as it is then.
+ * @throws {InvalidBatchError} not an integer from 1 to {@link MAX_CONCURRENCY}.
+ * @throws {BatchNotFoundError} unknown id.
+ * @throws {BatchFinishedError} the batch already finished or was cancelled.
+ */
+export async function setMaxConcurrency(sql: Sql, id: string, maxConcurrency: number): Promise<BatchInfo> {
+  checkMaxConcurrency(maxConcurrency);
+  const status = isUuid(id) ? await q.setMaxConcurrency(sql, id, maxConcurrency) : undefined;
+  if (!status) throw new BatchNotFoundError(id);
+  if (status !== 'open') throw new BatchFinishedError(id, status);
+  return getBatch(sql, id);
 }
 
 /** Record that `batchId` was just sent to a worker. */

@@ -101,7 +101,7 @@ export async function redriveBatch(sql: Sql, id: string, options: RedriveOptions
       throw new TooManyBatchesError(place.tenant, place.datasource, maxOpen);
     }
     const items = await r.resetFailed(t, id);
-    const number = await r.reopenBatch(t, id);
+    const number = await r.reopenBatch(t, id, items);
     // Unreachable while the row lock holds: the status was read under it.
     if (number === undefined) throw new BatchOpenError(id);
     const row = await r.recordRedrive(t, { batchId: id, number, key, items });

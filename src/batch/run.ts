@@ -146,11 +146,14 @@ interface Settled {
 export class Run {
   readonly id: string;
   private readonly items = new AbortController();
-  /** Why the run stops: asked to (handoff), lost its batch, or its slice ended with others waiting. */
-  private reason: 'stop' | 'lost' | 'slice' | undefined;
+  /**
+   * Why the run stops: asked to (handoff), lost its lease, its slice ended with others waiting,
+   * or it is a surplus run above a lowered `maxConcurrency`.
+   */
+  private reason: 'stop' | 'lost' | 'slice' | 'surplus' | undefined;
   /** This run ended the batch `failed` because more items failed than it tolerates. */
   private intolerable = false;
-  /** The batch's failed items as last counted by this run's tolerance check (it alone fails items). */
+  /** The batch's failed items (of every run) as last counted by this run's tolerance check. */
   private failedStored = 0;
   /** Items settled as failed whose move has not landed yet. */
   private failedSettling = 0;
@@ -237,17 +240,26 @@ export class Run {
     };
   }
 
+  /**
+   * Runs in a row that ended without storing anything, this one included: the batch's count
+   * less its other live runs (each counted when it started and not yet ended; docs/design.md,
+   * "Fan-out"), so runs joining at once never make a healthy batch look stalled.
+   */
+  private stalledRuns(): number {
+    return this.batch.stalledRuns - Math.max(this.batch.liveRuns - 1, 0);
+  }
+
   private async loop(): Promise<RunOutcome> {
-    if (this.batch.stalledRuns > this.s.maxStalledRuns) return this.giveUp();
+    if (this.stalledRuns() > this.s.maxStalledRuns) return this.giveUp();
     await this.store(() => q.recoverRunning(this.sql, { batchId: this.batch.id, run: this.id, attempts: this.s.attempts }));
     // The items recovered may cross the batch's tolerance, or a run that died (or handed off)
     // may have stored failures past it without ending the batch.
     if (await this.endIfIntolerable()) return 'failed';
     const finished = await this.pump();
     if (finished) return finished;
-    // The slice ended: in-flight items finish (a slice uses no attempt) unless a stop or a loss
-    // comes meanwhile; nothing new starts.
-    while (this.reason === 'slice' && this.executing.size > 0) {
+    // The slice ended (or the run is a surplus one): in-flight items finish (neither uses an
+    // attempt) unless a stop or a loss comes meanwhile; nothing new starts.
+    while ((this.reason === 'slice' || this.reason === 'surplus') && this.executing.size > 0) {
       await new Promise<void>((resolve) => (this.wakeUp = resolve));
     }
     // Stopping or lost: in-flight items are told to stop.
@@ -270,7 +282,7 @@ export class Run {
    * room. Resolves to the batch's final status once this run finished it, or undefined once the
    * run must stop (handoff or loss).
    */
-  private async pump(): Promise<'succeeded' | 'failed' | undefined> {
+  private async pump(): Promise<'succeeded' | 'failed' | 'drained' | undefined> {
     for (;;) {
       if (this.reason) return undefined;
       this.startQueued();
@@ -303,9 +315,34 @@ export class Run {
         this.markLost();
         return undefined;
       }
+      // Other runs hold the batch's last items and nothing is due here within a beat: this run
+      // leaves (the last run of a batch never does), so the tail does not hold idle workers.
+      if (w.liveRuns > 1 && (w.dueInMs === null || w.dueInMs > this.s.beatMs)) {
+        const left = await this.leave();
+        if (left !== 'kept') return left === 'drained' ? 'drained' : (this.markLost(), undefined);
+      }
       // Pending items not due yet (or, should none be pending, look again after a beat).
       this.dueIn(Math.min(w.dueInMs === null ? this.s.beatMs : w.dueInMs - CLAIM_AHEAD_MS, this.s.beatMs));
     }
+  }
+
+  /**
+   * Leave the batch for want of work, in one statement (see `handOffRun` with `leave`):
+   * `drained` when it left, `kept` when it is the batch's last run (it stays), `lost` when its
+   * lease was gone.
+   */
+  private async leave(): Promise<'drained' | 'kept' | 'lost'> {
+    const r = await this.store(() =>
+      q.handOffRun(this.sql, {
+        batchId: this.batch.id,
+        run: this.id,
+        moves: q.encodeMoves([]),
+        hold: '[]',
+        recordProgress: false,
+        leave: true,
+      }),
+    );
+    return r.handed ? 'drained' : r.kept ? 'kept' : 'lost';
   }
 
   /** Claims that fit: free room in the local queue while the store may hold due items. */
@@ -372,6 +409,7 @@ export class Run {
     const failures = batch.filter((b) => b.move.state === 'failed').length;
     const claim = this.room();
     const recordProgress = !this.progressRecorded && batch.length > 0;
+    const settled = batch.filter((b) => b.move.state === 'done' || b.move.state === 'failed').length;
     const moves = q.encodeMoves(batch.map((b) => b.move));
     // Due times are counted from the database's now() in the statement, which is no earlier than
     // this: timers armed from it fire on time or a little early (a claim then answers how long
@@ -380,7 +418,16 @@ export class Run {
     let r: q.StepResult;
     try {
       r = await this.store(
-        () => q.step(this.sql, { batchId: this.batch.id, run: this.id, moves, claim, aheadMs: CLAIM_AHEAD_MS, recordProgress }),
+        () =>
+          q.step(this.sql, {
+            batchId: this.batch.id,
+            run: this.id,
+            moves,
+            settled,
+            claim,
+            aheadMs: CLAIM_AHEAD_MS,
+            recordProgress,
+          }),
         // A claim whose answer is lost may have committed: those items would stay running.
         claim > 0 ? () => (this.claimUncertain = true) : undefined,
         batch.length > 0,
@@ -459,8 +506,9 @@ export class Run {
   private moveAlone(item: Settled, dataSensitive: boolean): Promise<q.StepResult> {
     const moves = q.encodeMoves([item.move]);
     const recordProgress = !this.progressRecorded;
+    const settled = item.move.state === 'done' || item.move.state === 'failed' ? 1 : 0;
     return this.store(
-      () => q.step(this.sql, { batchId: this.batch.id, run: this.id, moves, claim: 0, aheadMs: 0, recordProgress }),
+      () => q.step(this.sql, { batchId: this.batch.id, run: this.id, moves, settled, claim: 0, aheadMs: 0, recordProgress }),
       undefined,
       dataSensitive,
     );
@@ -619,12 +667,12 @@ export class Run {
         outcome: 'given-back',
       });
     }
-    return this.reason === 'slice' ? 'sliced' : 'handed-off';
+    return this.reason === 'slice' ? 'sliced' : this.reason === 'surplus' ? 'drained' : 'handed-off';
   }
 
   /** End a batch whose runs keep ending before they store anything: failed, with the reason. */
   private async giveUp(): Promise<RunOutcome> {
-    const runs = this.batch.stalledRuns - 1;
+    const runs = this.stalledRuns() - 1;
     const reason = `was given up: its last ${runs} runs ended without storing any item result (store errors, crashes or lost batches; maxStalledRuns ${this.s.maxStalledRuns})`;
     const ok = await this.store(() =>
       q.giveUp(this.sql, {
@@ -670,11 +718,14 @@ export class Run {
         const sent = this.s.clock.now();
         // Bounded like every store statement: a beat waiting on a silent connection would hold
         // the run's end (execute awaits this loop) forever.
-        if (!(await withTimeout(q.beat(this.sql, this.batch.id, this.id), this.s.storeTimeoutMs))) {
+        const b = await withTimeout(q.beat(this.sql, this.batch.id, this.id), this.s.storeTimeoutMs);
+        if (!b.owned) {
           this.markLost();
           return;
         }
         this.beatSentAt = sent;
+        // Above a lowered maxConcurrency: hand off now (in-flight items finish first).
+        if (b.surplus && !this.reason) this.reason = 'surplus';
         // Items held back while the beats were too old may start now.
         this.wake();
       } catch (error) {

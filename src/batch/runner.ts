@@ -260,8 +260,9 @@ export class Runner {
           batchId,
           orFairer: options.orFairer,
           // Else the oldest batch with an unknown job, handed straight back, would be picked again
-          // every time and no other batch would ever be taken.
-          skip: batchId ? undefined : [...this.unknown],
+          // every time and no other batch would ever be taken. A process runs one run of a batch
+          // at most: more of its runs belong on other processes (docs/design.md, "Fan-out").
+          skip: [...this.unknown, ...this.runs.keys()],
         }),
         this.s.storeTimeoutMs,
       );
@@ -304,7 +305,7 @@ export class Runner {
       type: 'run-started',
       batchId: batch.id,
       runId,
-      takeover: batch.runs > 1,
+      takeover: batch.replaced !== null,
       tenant: batch.tenant,
       priority: batch.priority,
       queueWaitMs: batch.queueWaitMs,

@@ -11,8 +11,11 @@ export interface TenantBatch {
   job: string;
   priority: number;
   createdAt: Date;
-  /** Running: when its current run took it; waiting: when it began to wait (its start, or its last handoff). */
+  /** Running: when a run last joined it; waiting: when it began to wait (its start, or its last handoff). */
   since: Date;
+  /** Its live runs now, and the runs it wants (docs/design.md, "Fan-out"). */
+  liveRuns: number;
+  target: number;
   /** ms since `since`, by the database clock. */
   forMs: number;
 }
@@ -20,19 +23,22 @@ export interface TenantBatch {
 /** A tenant's share of the workers: counts, limit, and its running and waiting batches. */
 export interface TenantInfo {
   tenant: string;
-  /** Batches of the tenant a run owns now (a run that died counts until its batch is taken over). */
+  /**
+   * Live runs of the tenant's batches (a run that died counts until it is taken over): what
+   * its limit caps (docs/design.md, "Fan-out").
+   */
   running: number;
-  /** Open batches no run owns: waiting for a worker. */
+  /** Open batches below their target: waiting for a worker (a batch may be running and waiting). */
   waiting: number;
-  /** The tenant's own limit on running batches, or null when it uses the default. */
+  /** The tenant's own limit on runs, or null when it uses the default. */
   maxRunning: number | null;
   /** The limit in force: its own, else the default; null when there is none. */
   effectiveMaxRunning: number | null;
   /** ms the longest-waiting batch has waited (since its start or last handoff; database clock); null: none waits. */
   oldestWaitMs: number | null;
-  /** Running batches, longest running first (at most `limit`). */
+  /** Batches with a live run, longest running first (at most `limit`). */
   runningBatches: TenantBatch[];
-  /** Waiting batches in the order the tenant's turns take them: priority, then age (at most `limit`). */
+  /** Batches below their target in the order the tenant's turns take them: priority, then age (at most `limit`). */
   waitingBatches: TenantBatch[];
 }
 
@@ -66,11 +72,13 @@ export async function getTenant(
     createdAt: r.created_at,
     since: r.since,
     forMs: r.for_ms,
+    liveRuns: r.live_runs,
+    target: r.target,
   });
   return {
     tenant,
     running: row?.running ?? 0,
-    waiting: row ? row.open - row.running : 0,
+    waiting: row?.wanting ?? 0,
     maxRunning: own,
     effectiveMaxRunning: own ?? fallback,
     oldestWaitMs: row?.oldest_wait_ms ?? null,
@@ -80,9 +88,9 @@ export async function getTenant(
 }
 
 /**
- * Set a tenant's limit on running batches (0 pauses it: nothing new starts running), or with
- * null go back to the default. Batches beyond the limit wait; a lower limit stops no run
- * (docs/design.md, "Tenant fairness").
+ * Set a tenant's limit on runs (0 pauses it: no new run starts), or with null go back to the
+ * default. Batches beyond the limit wait; a lower limit stops no run (docs/design.md, "Tenant
+ * fairness" and "Fan-out").
  * @throws {InvalidBatchError} not null and not an integer from 0 to {@link MAX_TENANT_LIMIT}.
  */
 export async function setTenantLimit(sql: Sql, tenant: string, maxRunning: number | null): Promise<void> {

@@ -43,6 +43,30 @@ export interface NewBatch {
    * (docs/design.md, "Tenant fairness"). Default {@link DEFAULT_PRIORITY}.
    */
   priority?: number;
+  /**
+   * Most runs that work the batch at once, 1 to {@link MAX_CONCURRENCY} (docs/design.md,
+   * "Fan-out"); changeable while it runs (`setMaxConcurrency`). Default 1 here; the runtime's
+   * default is `LEASEHOLD_BATCH_CONCURRENCY`.
+   */
+  maxConcurrency?: number;
+}
+
+/** Largest `maxConcurrency` of a batch (as Step Functions' Distributed Map allows children). */
+export const MAX_CONCURRENCY = 10_000;
+
+/** One live run of a batch: a lease of its own (docs/design.md, "Fan-out"). */
+export interface RunInfo {
+  /** The run's id: its fencing token. */
+  id: string;
+  /** The process the run belongs to. */
+  process: string;
+  startedAt: Date;
+  /** Its last beat (database clock). */
+  beatAt: Date;
+  /** Items it stored as done or failed. */
+  settled: number;
+  /** settled / seconds since it started (database clock), one decimal. */
+  itemsPerSecond: number;
 }
 
 /** Priority of a batch started without one. */
@@ -63,10 +87,21 @@ export interface BatchInfo {
   status: BatchStatus;
   total: number;
   counts: Record<ItemState, number>;
-  /** Process id of the run owning the batch, or null. */
+  /** Process id of the batch's oldest live run, or null when it has none. */
   ownerProcess: string | null;
-  /** How many runs have owned the batch (first start and every takeover). */
+  /** How many runs have worked the batch (every start of a run: joins and takeovers). */
   runs: number;
+  /** Most runs at once (docs/design.md, "Fan-out"). */
+  maxConcurrency: number;
+  /**
+   * Runs it wants now: `min(maxConcurrency, ceil(total / 100))`, lowered when a run leaves for
+   * want of work.
+   */
+  target: number;
+  /** Runs working it now (a run that died counts until it is taken over). */
+  liveRuns: number;
+  /** Those runs, oldest first. */
+  runList: RunInfo[];
   /**
    * Runs in a row, the current one included, that stored no item move (store errors, crashes,
    * lost batches). Past the runner's `maxStalledRuns` the batch is given up: it ends `failed`
@@ -88,6 +123,7 @@ export interface BatchInfo {
   /** How many times the batch was redriven (its failed items put back to pending: `redriveBatch`). */
   redrives: number;
   createdAt: Date;
+  /** The latest beat of its live runs; null when none. */
   beatAt: Date | null;
   finishedAt: Date | null;
 }
@@ -140,10 +176,16 @@ export type RunOutcome =
    * set a tolerance: then at once), or given up by it.
    */
   | 'failed'
-  /** Another run owns it now, or it was cancelled or finished elsewhere. */
+  /** Its lease was taken over, or the batch was cancelled or finished by another run. */
   | 'lost'
-  /** Stopped by `stop`/`close`: beat cleared so the batch is taken over at once. */
+  /** Stopped by `stop`/`close`: its run row deleted so another process joins at once. */
   | 'handed-off'
+  /**
+   * Left the batch while its other runs go on, using no attempt (docs/design.md, "Fan-out"):
+   * no work was left for it (the target drops with it), or it was a surplus run above a
+   * lowered `maxConcurrency`. Nothing replaces it.
+   */
+  | 'drained'
   /**
    * Handed off at the end of its time slice (`sliceMs`) because another tenant's batch was
    * waiting; no attempt was used (docs/design.md, "Tenant fairness").

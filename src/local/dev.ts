@@ -436,10 +436,8 @@ export async function runDev(options: DevOptions): Promise<number> {
 
     const summary = demo ? await client.getBatch(demo.id).catch(() => undefined) : undefined;
     await unwind(stopServices);
-    const owned = await sql<
-      { n: number }[]
-    >`select count(*) as n from leasehold_batches where status = 'open' and owner_run is not null`;
-    say(owned[0].n === 0 ? 'stopped: nothing left owned' : `stopped: ${owned[0].n} batch(es) still owned`);
+    const owned = await sql<{ n: number }[]>`select count(*) as n from leasehold_runs`;
+    say(owned[0].n === 0 ? 'stopped: nothing left owned' : `stopped: ${owned[0].n} run(s) of batches still live`);
     await runCleanup();
     if (options.exitWhenIdle && stop.signal.aborted) return 130;
     if (options.exitWhenIdle) {

@@ -100,7 +100,8 @@ export interface WorkerHooks {
  *   (duration of each rebalancing tick), `UnitsOwned`, `WeightOwned` and `FairShare` (after
  *   each tick: the Minimum and Maximum statistics of `WeightOwned` give the spread);
  * - runs: `RunsStarted`, `RunsTakenOver`, `BatchesSucceeded`, `BatchesFailed` (finished by this
- *   worker), `RunsHandedOff`, `RunsSliced` (handed off at the end of a time slice), `RunsLost`,
+ *   worker), `RunsHandedOff`, `RunsSliced` (handed off at the end of a time slice), `RunsDrained`
+ *   (left a batch its other runs go on with: no work left, or a surplus run), `RunsLost`,
  *   `RunStoreErrors`, `StoreErrors`, `UnknownJobs`;
  * - `QueueWaitMs` with the dimension `tenant`: from a batch's start to its first run (database
  *   clock), once per batch (docs/design.md, "Tenant fairness");
@@ -150,6 +151,7 @@ const RUN_ENDED = {
   failed: 'BatchesFailed',
   'handed-off': 'RunsHandedOff',
   sliced: 'RunsSliced',
+  drained: 'RunsDrained',
   lost: 'RunsLost',
   'store-error': 'RunStoreErrors',
 } as const;

@@ -1,9 +1,13 @@
-// Statements of batches and their items (leasehold_batches, leasehold_items and the locks of a
-// start): starts, reads, runs, dispatch. Each fenced statement changes rows only while the run
-// named by `run` owns the open batch; the ownership check takes a share lock on the batch row,
-// so a takeover (an update of that row) and a move are ordered one after the other.
+// Statements of batches, their items and their runs (leasehold_batches, leasehold_items,
+// leasehold_runs and the locks of a start): starts, reads, runs, dispatch. Each fenced statement
+// changes rows only while the run named by `run` holds its lease: its row in leasehold_runs
+// exists, locked by the statement (docs/design.md, "Fan-out"). Every end of a batch (cancel,
+// finish, give-up, tolerance) deletes all its run rows first, and every statement that changes
+// both locks the run rows before the batch row (and the batch row before its tenant's row, in
+// the trigger), so moves, takeovers and ends are ordered one after the other and never deadlock.
+import type postgres from 'postgres';
 import type { Sql } from '../../store/index.js';
-import type { BatchInfo, BatchStatus, ItemResult, ItemState, ToleratedFailures } from '../types.js';
+import type { BatchInfo, BatchStatus, ItemResult, ItemState, RunInfo, ToleratedFailures } from '../types.js';
 
 /** A row of `leasehold_batches` joined with its item counts. */
 interface BatchRow {
@@ -16,8 +20,12 @@ interface BatchRow {
   priority: number;
   status: BatchStatus;
   total: number;
-  owner_process: string | null;
   runs: number;
+  max_concurrency: number;
+  target: number;
+  live_runs: number;
+  /** The batch's live runs, oldest first (json_agg: times as ISO text); null when none. */
+  run_list: RunRow[] | null;
   stalled_runs: number;
   reason: string | null;
   redrives: number;
@@ -26,13 +34,35 @@ interface BatchRow {
   tolerated_percent: string | null;
   allowed_failures: number | null;
   created_at: Date;
-  beat_at: Date | null;
   finished_at: Date | null;
   counts: Partial<Record<ItemState, number>> | null;
 }
 
+/** A run as `run_list` carries it. */
+interface RunRow {
+  id: string;
+  process: string;
+  started_at: string;
+  beat_at: string;
+  settled: number;
+  /** ms since the run started, database clock. */
+  age_ms: number;
+}
+
+function toRun(r: RunRow): RunInfo {
+  return {
+    id: r.id,
+    process: r.process,
+    startedAt: new Date(r.started_at),
+    beatAt: new Date(r.beat_at),
+    settled: Number(r.settled),
+    itemsPerSecond: r.age_ms > 0 ? Math.round((Number(r.settled) / r.age_ms) * 1000 * 10) / 10 : 0,
+  };
+}
+
 function toInfo(r: BatchRow): BatchInfo {
   const c = r.counts ?? {};
+  const runList = (r.run_list ?? []).map(toRun);
   return {
     id: r.id,
     tenant: r.tenant,
@@ -44,8 +74,12 @@ function toInfo(r: BatchRow): BatchInfo {
     status: r.status,
     total: r.total,
     counts: { pending: c.pending ?? 0, running: c.running ?? 0, done: c.done ?? 0, failed: c.failed ?? 0 },
-    ownerProcess: r.owner_process,
+    ownerProcess: runList[0]?.process ?? null,
     runs: r.runs,
+    maxConcurrency: r.max_concurrency,
+    target: r.target,
+    liveRuns: r.live_runs,
+    runList,
     stalledRuns: r.stalled_runs,
     reason: r.reason,
     redrives: r.redrives,
@@ -57,7 +91,7 @@ function toInfo(r: BatchRow): BatchInfo {
           : null,
     allowedFailures: r.allowed_failures,
     createdAt: r.created_at,
-    beatAt: r.beat_at,
+    beatAt: runList.reduce<Date | null>((at, x) => (at === null || x.beatAt > at ? x.beatAt : at), null),
     finishedAt: r.finished_at,
   };
 }
@@ -89,6 +123,12 @@ export interface MoveRow {
 
 /** Longest retry delay any statement will write, ms (one day): no computed time can overflow. */
 export const MAX_DELAY_MS = 86_400_000;
+
+/**
+ * Items per run the target counts: a batch wants one run per this many items, at most its
+ * `maxConcurrency` (docs/design.md, "Fan-out"), so a 20-item batch wakes one worker.
+ */
+export const RUN_ITEMS = 100;
 
 /** Moves as one statement parameter takes them (see {@link encodeMoves}). */
 export interface EncodedMoves {
@@ -155,6 +195,7 @@ export async function insertBatch(
     total: number;
     priority: number;
     toleratedFailures?: ToleratedFailures | null;
+    maxConcurrency: number;
   },
 ): Promise<string | undefined> {
   const t = b.toleratedFailures;
@@ -162,9 +203,11 @@ export async function insertBatch(
   // As text, cast to numeric: the percent is stored exactly as given.
   const percent = t && 'percent' in t ? String(t.percent) : null;
   const [r] = await tx<{ id: string }[]>`insert into leasehold_batches
-      (tenant, datasource, job, params, request_key, total, priority, tolerated_count, tolerated_percent)
+      (tenant, datasource, job, params, request_key, total, priority, tolerated_count, tolerated_percent,
+       max_concurrency, target)
     values (${b.tenant}, ${b.datasource}, ${b.job}, ${tx.json(b.params as never)}, ${b.requestKey}, ${b.total}, ${b.priority},
-      ${count}::int, ${percent}::text::numeric)
+      ${count}::int, ${percent}::text::numeric, ${b.maxConcurrency},
+      ${targetOf(tx, b.maxConcurrency, b.total)})
     on conflict (tenant, request_key) do nothing
     returning id`;
   return r?.id;
@@ -178,9 +221,25 @@ export async function insertItemsPiece(tx: Tx, batchId: string, json: string): P
     select ${batchId}, x.k, x.i from jsonb_to_recordset(${json}::text::jsonb) as x(k text, i jsonb)`;
 }
 
-// Records the item count of a batch being started (inside its start transaction).
+// Records the item count of a batch being started (inside its start transaction), and the
+// target that follows from it.
 export async function setTotal(tx: Tx, batchId: string, total: number): Promise<void> {
-  await tx`update leasehold_batches set total = ${total} where id = ${batchId}`;
+  await tx`update leasehold_batches set total = ${total}, target = least(max_concurrency, greatest(1, ceil(${total} / ${RUN_ITEMS}::float8)::int))
+    where id = ${batchId}`;
+}
+
+// The target of a batch of `total` items that may have `maxConcurrency` runs: one run per
+// RUN_ITEMS items, at least 1, at most maxConcurrency (docs/design.md, "Fan-out").
+function targetOf(sql: Sql, maxConcurrency: number, total: number) {
+  return sql`least(${maxConcurrency}::int, greatest(1, ceil(${total} / ${RUN_ITEMS}::float8)::int))`;
+}
+
+// A batch row `b`'s live runs, oldest first, as one json array (null when none).
+function runList(sql: Sql) {
+  return sql`(select json_agg(json_build_object('id', r.id, 'process', r.process, 'started_at', r.started_at,
+      'beat_at', r.beat_at, 'settled', r.settled, 'age_ms', extract(epoch from now() - r.started_at) * 1000)
+      order by r.started_at, r.id)
+    from leasehold_runs r where r.batch_id = b.id) as run_list`;
 }
 
 // A batch's item counts by state as one jsonb object, counted from its items (one index range of
@@ -203,7 +262,7 @@ export async function getBatch(sql: Sql, id: string): Promise<BatchInfo | undefi
 
 /** {@link getBatch} as a fragment (the plan test reads its plan). */
 export function getBatchStatement(sql: Sql, { id }: { id: string }) {
-  return sql`select b.*, ${batchCounts(sql)} from leasehold_batches b where b.id = ${id}`;
+  return sql`select b.*, ${batchCounts(sql)}, ${runList(sql)} from leasehold_batches b where b.id = ${id}`;
 }
 
 /** What {@link listBatches} takes: optional filters and the page size. */
@@ -233,19 +292,24 @@ export function listBatchesStatement(sql: Sql, f: ListArgs) {
         : f.status !== undefined
           ? sql`where b.status = ${f.status}`
           : sql``;
-  return sql`select b.*, ${batchCounts(sql)} from leasehold_batches b ${where}
+  return sql`select b.*, ${batchCounts(sql)}, ${runList(sql)} from leasehold_batches b ${where}
     order by b.created_at desc, b.id
     limit ${f.limit}`;
 }
 
-// Cancels an open batch for good; its owner's next fenced statement changes nothing. Items
-// keep the state they had (a count of running items says what was running at the cancel). No
-// counts are stored: a move the cancel waited for lands after the statement's snapshot, so the
-// batch's counts are read from its items.
+// Cancels an open batch for good. Every run row of the batch is deleted first (each delete
+// waits for the move in flight on it), then the batch row: a run's next fenced statement
+// changes nothing. Items keep the state they had (a count of running items says what was
+// running at the cancel). No counts are stored: a move the cancel waited for lands after the
+// statement's snapshot, so the batch's counts are read from its items.
 export async function cancelBatch(sql: Sql, id: string): Promise<BatchStatus | undefined> {
-  const [r] = await sql<{ status: BatchStatus }[]>`update leasehold_batches b
-    set status = 'cancelled', finished_at = now(), owner_run = null, owner_process = null, beat_at = null
-    where id = ${id} and status = 'open' returning status`;
+  const [r] = await sql<{ status: BatchStatus }[]>`with gone as (
+      delete from leasehold_runs where batch_id = ${id} returning 1
+    )
+    update leasehold_batches b
+    set status = 'cancelled', finished_at = now(), live_runs = 0
+    where id = ${id} and status = 'open' and (select count(*) from gone) >= 0
+    returning status`;
   return r?.status;
 }
 
@@ -258,32 +322,33 @@ export async function countAllOpen(sql: Sql): Promise<number> {
 /** No per-tenant limit: the largest `max_running` a statement compares with. */
 export const NO_LIMIT = 2_147_483_647;
 
-/** A batch a takeover took, with how long it waited for its first run. */
+/** A batch a takeover joined, with how long it waited for its first run. */
 export type TakenBatch = BatchInfo & {
   /** ms from its start to this takeover when this is its first run (database clock); else null. */
   queueWaitMs: number | null;
+  /** The stale run this one replaced (its running items count their attempt); null: a new run. */
+  replaced: string | null;
 };
 
-// Takes over one open batch in one statement, as one compare-and-set on owner and beat that
-// counts one more run and one more stalled run (until a move of this run lands). The choice
-// (docs/design.md, "Tenant fairness"):
-// - `batchId`: that batch, when it is stale, or waits and its tenant is below its limit; with
-//   `orFairer`, only while no other tenant with a waiting batch runs fewer batches (else the
-//   choice below), without it nothing else is ever taken;
-// - else a stale batch (beat older than staleMs, database clock): its run died, the slot is its own;
-// - else the waiting batch (open, no owner) of the tenant running the fewest batches, below its
-//   limit (`max_running`, else `maxRunning`), longest unchanged first among equals; within the
-//   tenant, highest priority, then oldest.
-// The tenant row is locked first (skip locked), then its batch (skip locked), so two takeovers
-// never both pass one tenant's limit and take a tenant's batches in their order; the triggers of
-// migration 011 count the run on that row in this statement. Nothing here waits for a lock, so a
-// takeover never deadlocks with a cancel or a finish (which lock the batch, then the tenant).
-// Tenants and batches are found through the partial indexes `leasehold_tenants_waiting` and
-// `leasehold_batches_waiting`, and stale batches through `leasehold_batches_open_beat`.
-// Batches in `skip` are never taken.
+// Starts one run of an open batch in one statement: the new run's row is inserted, and either
+// a stale run of the batch is replaced (its row deleted) or the batch's live runs grow by one.
+// The choice (docs/design.md, "Fan-out" and "Tenant fairness"):
+// - `batchId`: a stale run of that batch, else a new run of it while it is below its target and
+//   its tenant below its limit; with `orFairer`, the new run only while no other tenant with a
+//   batch below target runs fewer runs (else the choice below); without it nothing else is taken;
+// - else a stale run of any batch (beat older than staleMs, database clock): the slot is its own;
+// - else a batch below its target of the tenant running the fewest runs, below its limit
+//   (`max_running`, else `maxRunning`), longest unchanged first among equals; within the tenant,
+//   highest priority, then oldest.
+// Every row the choice may change is locked with skip locked (a tenant row, then its batch row;
+// a stale run row with its batch row), so nothing here waits for a lock, and a takeover never
+// deadlocks with a handoff, cancel or finish (which lock run rows, then the batch, then the
+// tenant through the trigger of migration 016). Tenants and batches are found through the partial
+// indexes `leasehold_tenants_wanting` and `leasehold_batches_wanting`; stale runs by reading the
+// small table of live runs. Batches in `skip` are never taken.
 export async function takeOver(sql: Sql, a: TakeOverArgs): Promise<TakenBatch | undefined> {
-  const [r] = await sql<(BatchRow & { queue_wait_ms: number | null })[]>`${takeOverStatement(sql, a)}`;
-  return r && { ...toInfo(r), queueWaitMs: r.queue_wait_ms };
+  const [r] = await sql<(BatchRow & { queue_wait_ms: number | null; replaced: string | null })[]>`${takeOverStatement(sql, a)}`;
+  return r && { ...toInfo(r), queueWaitMs: r.queue_wait_ms, replaced: r.replaced };
 }
 
 /** What {@link takeOver} takes: the new run and its process, and the choice's settings. */
@@ -291,7 +356,7 @@ export interface TakeOverArgs {
   run: string;
   process: string;
   staleMs: number;
-  /** Limit of tenants without their own; {@link NO_LIMIT} for none. */
+  /** Limit of runs of tenants without their own; {@link NO_LIMIT} for none. */
   maxRunning: number;
   batchId?: string;
   /** With `batchId`: take a better choice instead when one exists (a worker sent for the batch). */
@@ -304,11 +369,12 @@ export function takeOverStatement(sql: Sql, a: TakeOverArgs) {
   const skip = sql.json(a.skip ?? []);
   const sent = a.batchId ?? null;
   const only = a.batchId !== undefined && !a.orFairer;
+  const stale = sql`now() - make_interval(secs => ${a.staleMs / 1000})`;
   return sql`with tenant as materialized (
       select t.tenant, t.running from leasehold_tenants t
-      where t.open > t.running and t.running < coalesce(t.max_running, ${a.maxRunning})
+      where t.wanting > 0 and t.running < coalesce(t.max_running, ${a.maxRunning})
         and exists (select 1 from leasehold_batches w
-                    where w.tenant = t.tenant and w.status = 'open' and w.owner_run is null
+                    where w.tenant = t.tenant and w.status = 'open' and w.live_runs < w.target
                       and w.id::text not in (select jsonb_array_elements_text(${skip})))
       order by t.running, t.served_at nulls first, t.tenant
       limit 1
@@ -318,79 +384,106 @@ export function takeOverStatement(sql: Sql, a: TakeOverArgs) {
       from tenant
       cross join lateral (
         select id from leasehold_batches
-        where leasehold_batches.tenant = tenant.tenant and status = 'open' and owner_run is null
+        where leasehold_batches.tenant = tenant.tenant and status = 'open' and live_runs < target
           and id::text not in (select jsonb_array_elements_text(${skip}))
         order by priority desc, created_at, id
         limit 1
         for update skip locked
       ) w
     ), stale as (
-      select id from leasehold_batches
-      where status = 'open' and owner_run is not null
-        and beat_at < now() - make_interval(secs => ${a.staleMs / 1000})
-        and id::text not in (select jsonb_array_elements_text(${skip}))
-      order by beat_at
+      select r.batch_id as id, r.id as dead from leasehold_runs r
+      join leasehold_batches b on b.id = r.batch_id
+      where r.beat_at < ${stale} and b.status = 'open'
+        and r.batch_id::text not in (select jsonb_array_elements_text(${skip}))
+      order by r.beat_at
       limit 1
-      for update skip locked
-    ), sent as (
-      select b.id, t.running, b.owner_run is not null as stale
+      for update of r, b skip locked
+    ), sent_stale as (
+      select r.batch_id as id, r.id as dead from leasehold_runs r
+      join leasehold_batches b on b.id = r.batch_id
+      where r.batch_id = ${sent}::uuid and r.beat_at < ${stale} and b.status = 'open'
+      order by r.beat_at
+      limit 1
+      for update of r, b skip locked
+    ), sent_free as (
+      select b.id, t.running
       from leasehold_batches b join leasehold_tenants t on t.tenant = b.tenant
-      where b.id = ${sent}::uuid and b.status = 'open'
-        and ((b.owner_run is null and t.running < coalesce(t.max_running, ${a.maxRunning}))
-             or b.beat_at < now() - make_interval(secs => ${a.staleMs / 1000}))
+      where b.id = ${sent}::uuid and b.status = 'open' and b.live_runs < b.target
+        and t.running < coalesce(t.max_running, ${a.maxRunning})
       for update of b, t skip locked
     ), pick as (
-      select id, 0 as o from sent
-        where ${only} or stale or not exists (select 1 from fair where fair.running < sent.running)
-      union all select id, 1 from stale where not ${only}
-      union all select id, 2 from fair where not ${only}
+      select id, dead, 0 as o from sent_stale
+      union all select id, null::uuid, 1 from sent_free
+        where ${only} or not exists (select 1 from fair where fair.running < sent_free.running)
+      union all select id, dead, 2 from stale where not ${only}
+      union all select id, null::uuid, 3 from fair where not ${only}
       order by o
       limit 1
+    ), gone as (
+      delete from leasehold_runs r using pick where r.id = pick.dead returning r.id
+    ), joined as (
+      update leasehold_batches b
+      set live_runs = b.live_runs + case when pick.dead is null then 1 else 0 end,
+          taken_at = now(), handed_off_at = null, runs = b.runs + 1, stalled_runs = b.stalled_runs + 1
+      from pick
+      where b.id = pick.id and (pick.dead is null or (select count(*) from gone) = 1)
+      returning b.*
+    ), run as (
+      insert into leasehold_runs (id, batch_id, process) select ${a.run}, id, ${a.process} from joined
+      returning id, batch_id, process, started_at, beat_at, settled
     )
-    update leasehold_batches b
-    set owner_run = ${a.run}, owner_process = ${a.process}, beat_at = now(), taken_at = now(), handed_off_at = null,
-        runs = b.runs + 1, stalled_runs = b.stalled_runs + 1
-    from pick
-    where b.id = pick.id
-    returning b.*, null::jsonb as counts,
-      case when b.runs = 1 then (extract(epoch from now() - b.created_at) * 1000)::float8 end as queue_wait_ms`;
+    select j.*, null::jsonb as counts,
+      (select json_agg(json_build_object('id', r.id, 'process', r.process, 'started_at', r.started_at,
+          'beat_at', r.beat_at, 'settled', r.settled, 'age_ms', 0)) from run r) as run_list,
+      case when j.runs = 1 then (extract(epoch from now() - j.created_at) * 1000)::float8 end as queue_wait_ms,
+      (select dead from pick) as replaced
+    from joined j`;
 }
 
 // Whether a takeover that took nothing may have skipped a batch only because a concurrent
-// takeover held its tenant's row (the choice skips locked rows): the named batch is still
-// waiting with its tenant below its limit, or (without one) some such tenant has a batch waiting.
+// takeover held its row or its tenant's (the choice skips locked rows): the named batch is
+// still below its target with its tenant below its limit, or (without one) some such tenant has
+// a batch below its target.
 export async function takeoverMayFind(sql: Sql, a: { batchId?: string; maxRunning: number }): Promise<boolean> {
   const [r] = a.batchId
     ? await sql<{ waiting: boolean }[]>`select exists (
         select 1 from leasehold_batches b join leasehold_tenants t on t.tenant = b.tenant
-        where b.id = ${a.batchId}::uuid and b.status = 'open' and b.owner_run is null
+        where b.id = ${a.batchId}::uuid and b.status = 'open' and b.live_runs < b.target
           and t.running < coalesce(t.max_running, ${a.maxRunning})
       ) as waiting`
     : await sql<{ waiting: boolean }[]>`select exists (
-        select 1 from leasehold_tenants where open > running and running < coalesce(max_running, ${a.maxRunning})
+        select 1 from leasehold_tenants where wanting > 0 and running < coalesce(max_running, ${a.maxRunning})
       ) as waiting`;
   return r.waiting;
 }
 
-// Clears the dispatch mark of a batch a worker was sent for but did not take (another tenant was
+// Clears the dispatch mark of a batch a worker was sent for but did not join (another tenant was
 // served worse, or its tenant is at its limit), so the scheduler may dispatch it again at once.
 export async function undispatch(sql: Sql, batchId: string): Promise<void> {
-  await sql`update leasehold_batches set dispatched_at = null where id = ${batchId} and status = 'open' and owner_run is null`;
+  await sql`update leasehold_batches set dispatched_at = null
+    where id = ${batchId} and status = 'open' and live_runs < target`;
 }
 
-// Whether a tenant other than `tenant` has a batch waiting for a worker and is below its limit
-// (through the partial index of tenants with waiting batches): a run past its slice hands off then.
+// Whether a tenant other than `tenant` has a batch below its target and is below its limit
+// (through the partial index of tenants wanting runs): a run past its slice hands off then.
 export async function othersWaiting(sql: Sql, tenant: string, maxRunning: number): Promise<boolean> {
   const [r] = await sql<{ waiting: boolean }[]>`select exists (
       select 1 from leasehold_tenants
-      where open > running and running < coalesce(max_running, ${maxRunning}) and tenant <> ${tenant}
+      where wanting > 0 and running < coalesce(max_running, ${maxRunning}) and tenant <> ${tenant}
     ) as waiting`;
   return r.waiting;
 }
 
-/** A tenant's counts and limit, as {@link tenantState} reads them. */
-// After a takeover: items the dead run left running count that attempt; they go back to
-// pending, or to failed when their attempts are used up. Fenced on the new run.
+// The fence of a run's statements: its own row, locked key share (a cancel, finish, end or
+// takeover deletes it, and waits for the statement holding it; a beat does not conflict).
+function ownRun(sql: Sql, run: string) {
+  return sql`select id from leasehold_runs where id = ${run} for key share`;
+}
+
+// After a takeover: items left running by runs that are gone (the stale run replaced, or a run
+// that handed off while an item ignored its signal) count that attempt; they go back to
+// pending, or to failed when their attempts are used up. An item of a live run of the batch is
+// never touched. Fenced on the new run.
 export async function recoverRunning(sql: Sql, a: RecoverArgs): Promise<number> {
   const rows = await sql`${recoverRunningStatement(sql, a)}`;
   return rows.count;
@@ -406,7 +499,7 @@ export interface RecoverArgs {
 /** The recovery statement as a fragment (the plan test reads its plan); see {@link recoverRunning}. */
 export function recoverRunningStatement(sql: Sql, a: RecoverArgs) {
   return sql`with own as (
-      select 1 from leasehold_batches where id = ${a.batchId} and owner_run = ${a.run} and status = 'open' for share
+      ${ownRun(sql, a.run)}
     )
     update leasehold_items i
     set state = case when i.attempts >= ${a.attempts} then 'failed' else 'pending' end,
@@ -414,7 +507,9 @@ export function recoverRunningStatement(sql: Sql, a: RecoverArgs) {
           then 'the run executing this item died (attempt ' || i.attempts || ' of ' || ${a.attempts}::int || ')'
           else i.error end,
         run_id = ${a.run}, run_after = greatest(i.run_after, now()), updated_at = now()
-    where i.batch_id = ${a.batchId} and i.state = 'running' and exists (select 1 from own)`;
+    where i.batch_id = ${a.batchId} and i.state = 'running' and exists (select 1 from own)
+      and (i.run_id is null
+           or i.run_id <> all(array(select id from leasehold_runs where batch_id = ${a.batchId})))`;
 }
 
 // Puts back items this run holds as running but is not executing (claimed by a statement
@@ -427,26 +522,41 @@ export function releaseOrphans(sql: Sql, batchId: string, run: string) {
 /** {@link releaseOrphans} with its arguments as one object (the plan test's form). */
 export function releaseOrphansStatement(sql: Sql, { batchId, run }: { batchId: string; run: string }) {
   return sql`with own as (
-      select 1 from leasehold_batches where id = ${batchId} and owner_run = ${run} and status = 'open' for share
+      ${ownRun(sql, run)}
     )
     update leasehold_items set state = 'pending', attempts = attempts - 1, run_after = greatest(run_after, now()),
       updated_at = now()
     where batch_id = ${batchId} and run_id = ${run} and state = 'running' and exists (select 1 from own)`;
 }
 
-// Proves the run still owns its open batch; no row means it lost it.
-export async function beat(sql: Sql, batchId: string, run: string): Promise<boolean> {
-  const rows = await sql`${beatStatement(sql, { batchId, run })}`;
-  return rows.length === 1;
+/** What a beat answers. */
+export interface BeatResult {
+  /** The run still holds its lease (its row exists: the batch is open and it was not taken over). */
+  owned: boolean;
+  /**
+   * The run is a surplus one: as many runs of the batch joined before it as its
+   * `max_concurrency` allows (lowered while it runs), so it hands off.
+   */
+  surplus: boolean;
+}
+
+// Proves the run still holds its lease, and says whether it is a surplus run (the newest runs
+// beyond the batch's max_concurrency). Updates the run's own row only.
+export async function beat(sql: Sql, batchId: string, run: string): Promise<BeatResult> {
+  const [r] = await sql<{ surplus: boolean }[]>`${beatStatement(sql, { batchId, run })}`;
+  return { owned: r !== undefined, surplus: r?.surplus ?? false };
 }
 
 /** The beat as a fragment (the plan test reads its plan); see {@link beat}. */
 export function beatStatement(sql: Sql, { batchId, run }: { batchId: string; run: string }) {
-  return sql`update leasehold_batches set beat_at = now()
-    where id = ${batchId} and owner_run = ${run} and status = 'open' returning id`;
+  return sql`update leasehold_runs r set beat_at = now()
+    where r.id = ${run} and r.batch_id = ${batchId}
+    returning (select count(*) from leasehold_runs o
+               where o.batch_id = r.batch_id and (o.started_at, o.id) < (r.started_at, r.id))
+      >= (select max_concurrency from leasehold_batches where id = r.batch_id) as surplus`;
 }
 
-// The item writes of one run, fenced on the run owning the open batch:
+// The item writes of one run, fenced on the run's own lease (`own`):
 // - `moved`: an item the run settled, from running at the attempts it was claimed with to its
 //   new state. A retry waits `delay_ms` (clamped to MAX_DELAY_MS, so no time can overflow).
 //   Idempotent when retried: an item already at the target state and attempts by this run
@@ -477,13 +587,13 @@ function moved(sql: Sql, batchId: string, run: string, moves: EncodedMoves) {
 }
 
 // How many of `moves` already stand as this run left them (state and attempts, by this run)
-// while the run still owns the open batch: read when a move statement counted short, since a
+// while the run still holds its lease: read when a move statement counted short, since a
 // retried statement whose first try landed meanwhile (a timed-out statement the server went on
 // with) finds its rows changed after its snapshot and moves nothing. Each key is one primary-key
 // look-up (LATERAL … LIMIT 1). Reads only.
 export async function movesLanded(sql: Sql, a: { batchId: string; run: string; moves: EncodedMoves }): Promise<number> {
   const [r] = await sql<{ landed: number }[]>`select
-      case when exists (select 1 from leasehold_batches where id = ${a.batchId} and owner_run = ${a.run} and status = 'open')
+      case when exists (select 1 from leasehold_runs where id = ${a.run})
       then (select count(*) from jsonb_to_recordset(${a.moves.json}::text::jsonb) as v(key text, state text, attempts int)
             cross join lateral (
               select 1 from leasehold_items x
@@ -497,7 +607,7 @@ export async function movesLanded(sql: Sql, a: { batchId: string; run: string; m
 
 /** What one {@link step} did. */
 export interface StepResult {
-  /** Items moved; fewer than sent means the run lost the batch. */
+  /** Items moved; fewer than sent means the run lost its lease. */
   moved: number;
   /** Items claimed, oldest due first. */
   claimed: ClaimedRow[];
@@ -509,33 +619,47 @@ export interface StepResult {
 }
 
 // Moves the settled items and claims up to `claim` pending items due within `aheadMs` (oldest
-// due first, skipping rows other transactions hold) in one statement, both fenced on the run
-// owning the open batch. With `recordProgress`, the fence is an update that also sets the
-// batch's stalled runs to 0. Also answers how soon the next pending item left becomes due.
+// due first, skipping rows other runs' transactions hold) in one statement, both fenced on the
+// run's own lease. With moves, the fence is an update of the run's row that adds the items it
+// settled; with `recordProgress` the batch's stalled runs go to 0. Also answers how soon the
+// next pending item left becomes due.
 export async function step(sql: Sql, a: StepArgs): Promise<StepResult> {
   const [r] = await sql<{ moved: number; claimed: ClaimedRow[] | null; next_due_ms: number | null }[]>`${stepStatement(sql, a)}`;
   return { moved: r.moved, claimed: r.claimed ?? [], nextDueMs: r.next_due_ms };
 }
 
-/** What {@link step} takes. */
+/** What {@link step} takes; `settled` is how many of the moves end their item (done or failed). */
 export interface StepArgs {
   batchId: string;
   run: string;
   moves: EncodedMoves;
+  settled?: number;
   claim: number;
   aheadMs: number;
   recordProgress: boolean;
 }
 
+// The fence of a statement that moves items: the run's row, updated when the moves settle
+// items (its count of settled items), else locked key share.
+function ownMoving(sql: Sql, run: string, settled: number) {
+  return settled > 0
+    ? sql`update leasehold_runs set settled = settled + ${settled} where id = ${run} returning id`
+    : ownRun(sql, run);
+}
+
+// A batch's stalled runs back to 0 once a run of it stored a move (written only when not 0).
+function progress(sql: Sql, batchId: string, recordProgress: boolean) {
+  return sql`update leasehold_batches set stalled_runs = 0
+    where ${recordProgress} and id = ${batchId} and stalled_runs > 0 and exists (select 1 from own)
+    returning 1`;
+}
+
 /** The move + claim statement as a fragment (the plan test reads its plan with EXPLAIN). */
 export function stepStatement(sql: Sql, a: StepArgs) {
-  const own = a.recordProgress
-    ? sql`update leasehold_batches set stalled_runs = 0
-        where id = ${a.batchId} and owner_run = ${a.run} and status = 'open' returning id`
-    : sql`select id from leasehold_batches
-        where id = ${a.batchId} and owner_run = ${a.run} and status = 'open' for share`;
   return sql`with own as (
-      ${own}
+      ${ownMoving(sql, a.run, a.settled ?? 0)}
+    ), progress as (
+      ${progress(sql, a.batchId, a.recordProgress)}
     ), moved as (
       ${moved(sql, a.batchId, a.run, a.moves)}
     ), picked as (
@@ -564,34 +688,53 @@ export function stepStatement(sql: Sql, a: StepArgs) {
         order by run_after limit 1)::float8 as next_due_ms`;
 }
 
-// Hands the batch off in one statement: writes the settled items; gives every other item this
-// run holds as running, except those still executing (`hold`: their keys, with the settled ones,
-// as a JSON array), back to pending with its attempt given back and its due time kept —
-// claimed ahead but never started, or claimed by a statement whose answer was lost; and clears
-// owner and beat so any process takes the batch over at once. All fenced on the run owning the open batch. A graceful
+// Ends the run's lease in one statement: writes the settled items; gives every other item this
+// run holds as running, except those still executing (`hold`: their keys, with the settled
+// ones, as a JSON array), back to pending with its attempt given back and its due time kept —
+// claimed ahead but never started, or claimed by a statement whose answer was lost; deletes the
+// run's row and counts one live run less, so another process may join at once. With `leave`
+// (the run found no work while other runs of the batch go on) it ends only while another run
+// of the batch is live (decided on the locked batch row, so the last run never leaves), and
+// lowers the batch's target to the runs left, so no worker joins for the tail. A graceful
 // handoff is no stalled run: with `recordProgress` the stalled runs go to 0, else this run's
 // count is taken back.
-export async function handOffRun(sql: Sql, a: HandOffArgs): Promise<{ handed: boolean; moved: number; givenBack: number }> {
-  const [r] = await sql<{ handed: number; moved: number; given_back: number }[]>`${handOffStatement(sql, a)}`;
-  return { handed: r.handed === 1, moved: r.moved, givenBack: r.given_back };
+export async function handOffRun(
+  sql: Sql,
+  a: HandOffArgs,
+): Promise<{ handed: boolean; kept: boolean; moved: number; givenBack: number }> {
+  const [r] = await sql<{ handed: number; kept: boolean; moved: number; given_back: number }[]>`${handOffStatement(sql, a)}`;
+  return { handed: r.handed === 1, kept: r.handed === 0 && r.kept, moved: r.moved, givenBack: r.given_back };
 }
 
-/** What {@link handOffRun} takes; `hold` is a JSON array text of keys still executing. */
+/**
+ * What {@link handOffRun} takes; `hold` is a JSON array text of keys still executing. It answers
+ * whether the run's lease ended (`handed`), or, for a `leave` refused because it is the batch's
+ * last run, that the lease stands (`kept`).
+ */
 export interface HandOffArgs {
   batchId: string;
   run: string;
   moves: EncodedMoves;
   hold: string;
   recordProgress: boolean;
+  /** Leave for want of work: only while another run is live; the target drops to the runs left. */
+  leave?: boolean;
 }
 
 /** The handoff as a fragment (the plan test reads its plan); see {@link handOffRun}. */
 export function handOffStatement(sql: Sql, a: HandOffArgs) {
-  return sql`with own as (
+  const leave = a.leave ?? false;
+  return sql`with left_batch as (
+      -- The run's row is locked (by the subquery) before the batch row, as every statement does.
       update leasehold_batches
-      set owner_run = null, owner_process = null, beat_at = null, handed_off_at = now(),
+      set live_runs = live_runs - 1, handed_off_at = now(),
+          target = case when ${leave} then greatest(1, least(target, live_runs - 1)) else target end,
           stalled_runs = case when ${a.recordProgress} then 0 else greatest(stalled_runs - 1, 0) end
-      where id = ${a.batchId} and owner_run = ${a.run} and status = 'open' returning id
+      where id = ${a.batchId} and status = 'open' and (not ${leave} or live_runs > 1)
+        and exists (select 1 from leasehold_runs where id = ${a.run} and batch_id = ${a.batchId} for update)
+      returning id
+    ), own as (
+      delete from leasehold_runs where id = ${a.run} and exists (select 1 from left_batch) returning id
     ), moved as (
       ${moved(sql, a.batchId, a.run, a.moves)}
     ), back as (
@@ -603,17 +746,29 @@ export function handOffStatement(sql: Sql, a: HandOffArgs) {
       returning 1
     )
     select (select count(*) from own)::int as handed, (select count(*) from moved)::int as moved,
-      (select count(*) from back)::int as given_back`;
+      (select count(*) from back)::int as given_back,
+      -- As of the statement's snapshot: the row still stood (a leave refused for the last run).
+      exists (select 1 from leasehold_runs where id = ${a.run}) as kept`;
+}
+
+// Every run row of a batch, deleted (each delete waits for the move in flight on it) when the
+// run `run` still holds its lease and `when` holds: the first step of every end of a batch.
+function endRuns(sql: Sql, batchId: string, run: string, when: postgres.Fragment) {
+  return sql`delete from leasehold_runs
+    where batch_id = ${batchId} and exists (select 1 from leasehold_runs where id = ${run}) and ${when}
+    returning id`;
 }
 
 // Ends a batch whose runs keep failing before they store anything: `failed` with `reason`, and
-// every item still pending or running `failed` with `itemError`. Fenced on the run owning it.
+// every item still pending or running `failed` with `itemError`. Fenced on the run's lease.
 export async function giveUp(sql: Sql, a: { batchId: string; run: string; reason: string; itemError: string }): Promise<boolean> {
-  const [r] = await sql<{ given_up: number }[]>`with own as (
+  const [r] = await sql<{ given_up: number }[]>`with gone as (
+      ${endRuns(sql, a.batchId, a.run, sql`true`)}
+    ), own as (
       update leasehold_batches
-      set status = 'failed', reason = ${a.reason}, finished_at = now(),
-          owner_run = null, owner_process = null, beat_at = null
-      where id = ${a.batchId} and owner_run = ${a.run} and status = 'open' returning id
+      set status = 'failed', reason = ${a.reason}, finished_at = now(), live_runs = 0
+      where id = ${a.batchId} and status = 'open' and ${a.run}::uuid in (select id from gone)
+      returning id
     ), failed as (
       update leasehold_items i set state = 'failed', error = ${a.itemError}, run_id = ${a.run}, updated_at = now()
       where i.batch_id = ${a.batchId} and i.state in ('pending', 'running') and exists (select 1 from own)
@@ -625,7 +780,8 @@ export async function giveUp(sql: Sql, a: { batchId: string; run: string; reason
 
 // Finishes the batch once no item is pending or running: succeeded, or failed when any item
 // failed — or, when the batch tolerates failures, when more items failed than it allows (the
-// reason then says so). Only the owning run can, and only once (status must still be open).
+// reason then says so). Any run of the batch holding its lease can, and only once (status must
+// still be open): every run row of the batch is deleted first, so the other runs stop.
 export async function finishBatch(sql: Sql, batchId: string, run: string): Promise<BatchStatus | undefined> {
   const [r] = await sql<{ status: BatchStatus }[]>`${finishStatement(sql, { batchId, run })}`;
   return r?.status;
@@ -639,18 +795,21 @@ export async function finishBatch(sql: Sql, batchId: string, run: string): Promi
  * failed count reads the batch's failed items only; the counts are stored on the row.
  */
 export function finishStatement(sql: Sql, { batchId, run }: { batchId: string; run: string }) {
-  return sql`update leasehold_batches b
+  const idle = sql`(select run_after from leasehold_items where batch_id = ${batchId} and state = 'pending'
+           order by run_after limit 1) is null
+      and (select batch_id from leasehold_items where batch_id = ${batchId} and state = 'running'
+           order by batch_id limit 1) is null`;
+  return sql`with gone as (
+      ${endRuns(sql, batchId, run, idle)}
+    )
+    update leasehold_batches b
     set status = case when (b.allowed_failures is null and n.failed > 0) or n.failed > b.allowed_failures
           then 'failed' else 'succeeded' end,
         reason = case when n.failed > b.allowed_failures then ${toleranceReason(sql)} else b.reason end,
         final_counts = jsonb_build_object('pending', 0, 'running', 0, 'done', b.total - n.failed, 'failed', n.failed),
-        finished_at = now(), owner_run = null, owner_process = null, beat_at = null
+        finished_at = now(), live_runs = 0
     from (select count(*)::int as failed from leasehold_items where batch_id = ${batchId} and state = 'failed') n
-    where b.id = ${batchId} and b.owner_run = ${run} and b.status = 'open'
-      and (select run_after from leasehold_items where batch_id = ${batchId} and state = 'pending'
-           order by run_after limit 1) is null
-      and (select batch_id from leasehold_items where batch_id = ${batchId} and state = 'running'
-           order by batch_id limit 1) is null
+    where b.id = ${batchId} and b.status = 'open' and ${run}::uuid in (select id from gone)
     returning b.status`;
 }
 
@@ -672,11 +831,12 @@ export interface IntolerableEnd {
 }
 
 // Ends the batch `failed` at once when more of its items have failed than its tolerance allows
-// (a batch without one is never ended here), with the reason; the items still running under it
-// (executing or claimed ahead) go back to pending with their attempt given back (the end
-// interrupted them), pending ones stay pending. Fenced on the run owning the open batch, whose
-// statements are the only ones that fail items while it owns the batch, so the count read here
-// is the count at the end, and the batch is ended once.
+// (a batch without one is never ended here), with the reason; the items still running under
+// any of its runs (executing or claimed ahead) go back to pending with their attempt given
+// back (the end interrupted them), pending ones stay pending. The failed count is the batch's,
+// shared by all its runs: every run checks it after each move that failed an item, so the run
+// whose move passes the allowance (or a later one) ends the batch, once (every run row is
+// deleted first; a second end finds none).
 export async function endIntolerable(sql: Sql, batchId: string, run: string): Promise<IntolerableEnd> {
   const [r] = await sql<
     { ended: number; given_back: number; failed: number }[]
@@ -686,15 +846,20 @@ export async function endIntolerable(sql: Sql, batchId: string, run: string): Pr
 
 /** {@link endIntolerable} as a fragment (the plan test reads its plan). */
 export function endIntolerableStatement(sql: Sql, { batchId, run }: { batchId: string; run: string }) {
-  return sql`with n as (
+  return sql`with n as materialized (
       select count(*)::int as failed from leasehold_items where batch_id = ${batchId} and state = 'failed'
+    ), gone as (
+      ${endRuns(
+        sql,
+        batchId,
+        run,
+        sql`(select failed from n) > (select allowed_failures from leasehold_batches where id = ${batchId})`,
+      )}
     ), ended as (
       update leasehold_batches b
-      set status = 'failed', reason = ${toleranceReason(sql)},
-          finished_at = now(), owner_run = null, owner_process = null, beat_at = null
+      set status = 'failed', reason = ${toleranceReason(sql)}, finished_at = now(), live_runs = 0
       from n
-      where b.id = ${batchId} and b.owner_run = ${run} and b.status = 'open'
-        and n.failed > b.allowed_failures
+      where b.id = ${batchId} and b.status = 'open' and ${run}::uuid in (select id from gone)
       returning b.id
     ), back as (
       update leasehold_items i
@@ -707,38 +872,56 @@ export function endIntolerableStatement(sql: Sql, { batchId, run }: { batchId: s
       (select failed from n) as failed`;
 }
 
-// Whether the run still owns the batch, and how long until its next pending item is due
-// (ms, by the database clock; null when none is pending).
-export async function waitState(sql: Sql, batchId: string, run: string): Promise<{ owned: boolean; dueInMs: number | null }> {
-  const [r] = await sql<{ owned: boolean; due_in_ms: number | null }[]>`${waitStateStatement(sql, { batchId, run })}`;
-  return { owned: r.owned, dueInMs: r.due_in_ms };
+// Whether the run still holds its lease, how long until the batch's next pending item is due
+// (ms, by the database clock; null when none is pending), and how many runs the batch has.
+export async function waitState(
+  sql: Sql,
+  batchId: string,
+  run: string,
+): Promise<{ owned: boolean; dueInMs: number | null; liveRuns: number }> {
+  const [r] = await sql<
+    { owned: boolean; due_in_ms: number | null; live_runs: number }[]
+  >`${waitStateStatement(sql, { batchId, run })}`;
+  return { owned: r.owned, dueInMs: r.due_in_ms, liveRuns: r.live_runs ?? 0 };
 }
 
 /** {@link waitState} as a fragment (the plan test reads its plan). */
 export function waitStateStatement(sql: Sql, { batchId, run }: { batchId: string; run: string }) {
   return sql`select
-      exists (select 1 from leasehold_batches where id = ${batchId} and owner_run = ${run} and status = 'open') as owned,
+      exists (select 1 from leasehold_runs where id = ${run}) as owned,
       (select greatest(0, extract(epoch from run_after - now()) * 1000)::float8 from leasehold_items
-        where batch_id = ${batchId} and state = 'pending' order by run_after limit 1) as due_in_ms`;
+        where batch_id = ${batchId} and state = 'pending' order by run_after limit 1) as due_in_ms,
+      (select live_runs from leasehold_batches where id = ${batchId}) as live_runs`;
 }
 
-// Hands back a batch this runner took but cannot run (its job is unknown here): clears owner and
-// beat so any process takes it over at once; the takeover does not count as a stalled run.
+// Hands back a batch this runner joined but cannot run (its job is unknown here): its run row
+// is deleted so any process joins at once; the takeover does not count as a stalled run.
 export async function handBack(sql: Sql, batchId: string, run: string): Promise<boolean> {
-  const rows = await sql`update leasehold_batches
-    set owner_run = null, owner_process = null, beat_at = null, handed_off_at = now(),
-        stalled_runs = greatest(stalled_runs - 1, 0)
-    where id = ${batchId} and owner_run = ${run} and status = 'open' returning id`;
+  const rows = await sql`with b as (
+      update leasehold_batches
+      set live_runs = live_runs - 1, handed_off_at = now(), stalled_runs = greatest(stalled_runs - 1, 0)
+      where id = ${batchId} and status = 'open'
+        and exists (select 1 from leasehold_runs where id = ${run} and batch_id = ${batchId} for update)
+      returning id
+    )
+    delete from leasehold_runs where id = ${run} and exists (select 1 from b) returning id`;
   return rows.length === 1;
 }
 
-// Marks open batches that need a worker (never started, handed off or stale) as dispatched
-// and returns them; a batch dispatched less than cooldownMs ago that no run has taken since is
-// skipped, so overlapping schedulers never dispatch one batch twice. A waiting batch whose tenant
-// runs its limit of batches (`max_running`, else `maxRunning`) needs no worker yet.
-export async function claimDispatch(sql: Sql, a: DispatchArgs): Promise<string[]> {
-  const rows = await sql<{ id: string }[]>`${claimDispatchStatement(sql, a)}`;
-  return rows.map((r) => r.id);
+/** A batch the scheduler sends workers to, and how many. */
+export interface DispatchRow {
+  id: string;
+  /** Runs it lacks: below its target (within its tenant's limit), plus its stale runs. */
+  workers: number;
+}
+
+// Marks open batches that need workers (below their target with their tenant below its limit,
+// or with a stale run) as dispatched and returns them with how many workers each needs; a
+// batch dispatched less than cooldownMs ago that no run has joined since is skipped, so
+// overlapping schedulers never dispatch one batch twice. A batch below its target whose tenant
+// runs its limit of runs (`max_running`, else `maxRunning`) needs no worker yet.
+export async function claimDispatch(sql: Sql, a: DispatchArgs): Promise<DispatchRow[]> {
+  return sql<DispatchRow[]>`${claimDispatchStatement(sql, a)}`;
 }
 
 /** What {@link claimDispatch} takes (ms, database clock), the most batches to mark, the default tenant limit. */
@@ -753,26 +936,45 @@ export interface DispatchArgs {
 export function claimDispatchStatement(sql: Sql, a: DispatchArgs) {
   return sql`update leasehold_batches b set dispatched_at = now()
     from (
-      select id from leasehold_batches o
-      where status = 'open'
-        and ((owner_run is null
-              and not exists (select 1 from leasehold_tenants t where t.tenant = o.tenant
-                              and t.running >= coalesce(t.max_running, ${a.maxRunning})))
-             or (owner_run is not null
-                 and (beat_at is null or beat_at < now() - make_interval(secs => ${a.staleMs / 1000}))))
-        and (dispatched_at is null or dispatched_at < taken_at
-             or dispatched_at < now() - make_interval(secs => ${a.cooldownMs / 1000}))
-      order by created_at
+      select o.id, s.workers from leasehold_batches o
+      cross join lateral (
+        select least(greatest(o.target - o.live_runs, 0),
+                     coalesce((select greatest(coalesce(t.max_running, ${a.maxRunning}) - t.running, 0)
+                               from leasehold_tenants t where t.tenant = o.tenant), ${a.maxRunning}))
+          + (select count(*) from leasehold_runs r
+             where r.batch_id = o.id and r.beat_at < now() - make_interval(secs => ${a.staleMs / 1000}))::int as workers
+      ) s
+      where o.status = 'open' and s.workers > 0
+        and (o.dispatched_at is null or o.dispatched_at < o.taken_at
+             or o.dispatched_at < now() - make_interval(secs => ${a.cooldownMs / 1000}))
+      order by o.created_at
       limit ${a.limit}
-      for update skip locked
+      for update of o skip locked
     ) s
     where b.id = s.id
-    returning b.id`;
+    returning b.id, s.workers`;
 }
 
-// Marks one batch as dispatched now (the API sends a new batch to a worker at once).
+// Marks one batch as dispatched now (the API sends a new batch to workers at once).
 export async function markDispatched(sql: Sql, batchId: string): Promise<void> {
   await sql`update leasehold_batches set dispatched_at = now() where id = ${batchId}`;
+}
+
+// Sets how many runs a batch may have while it is open; the target follows (one run per
+// RUN_ITEMS items, at most the new limit). Runs beyond it are told by their next beat
+// (`surplus`) and hand off. Answers the batch's status, undefined when there is no such batch.
+export async function setMaxConcurrency(sql: Sql, batchId: string, maxConcurrency: number): Promise<BatchStatus | undefined> {
+  const [r] = await sql<{ status: BatchStatus }[]>`with b as (
+      update leasehold_batches
+      set max_concurrency = ${maxConcurrency},
+          target = least(${maxConcurrency}::int, greatest(1, ceil(total / ${RUN_ITEMS}::float8)::int))
+      where id = ${batchId} and status = 'open'
+      returning status
+    )
+    select status from b
+    union all
+    select status from leasehold_batches where id = ${batchId} and not exists (select 1 from b)`;
+  return r?.status;
 }
 
 // Reads one page of a batch's items in key order, after key `after` (exclusive), optionally

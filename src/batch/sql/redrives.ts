@@ -1,7 +1,7 @@
 // Statements of redrives (leasehold_redrives) and the batch and item changes a redrive makes
 // (docs/design.md, "Batches").
 import type { BatchStatus } from '../types.js';
-import type { Tx } from './batches.js';
+import { RUN_ITEMS, type Tx } from './batches.js';
 
 // Locks the batch row against takeovers, finishes, cancels and other redrives until commit, and
 // reads its status as of the lock.
@@ -55,12 +55,14 @@ export async function partlyDeleted(tx: Tx, batchId: string): Promise<boolean> {
   return r?.gone ?? false;
 }
 
-// Opens a finished batch again, unowned and never beaten, so the next takeover or dispatch
-// takes it at once, and counts the redrive; returns its number (undefined: not finished).
-export async function reopenBatch(tx: Tx, batchId: string): Promise<number | undefined> {
+// Opens a finished batch again with no run, so the next takeover or dispatch joins it at once,
+// and counts the redrive; its target counts the `items` redriven (one run per 100, at most its
+// max_concurrency: it fans out again). Returns its number (undefined: not finished).
+export async function reopenBatch(tx: Tx, batchId: string, items: number): Promise<number | undefined> {
   const [r] = await tx<{ redrives: number }[]>`update leasehold_batches
-    set status = 'open', finished_at = null, final_counts = null, owner_run = null, owner_process = null, beat_at = null,
-        handed_off_at = null, redrives = redrives + 1, stalled_runs = 0, reason = null
+    set status = 'open', finished_at = null, final_counts = null, live_runs = 0, handed_off_at = null,
+        target = least(max_concurrency, greatest(1, ceil(${items} / ${RUN_ITEMS}::float8)::int)),
+        redrives = redrives + 1, stalled_runs = 0, reason = null
     where id = ${batchId} and status in ('succeeded', 'failed')
     returning redrives`;
   return r?.redrives;
