@@ -219,6 +219,15 @@ const batch = program
   .command('batch')
   .description('start, show, list, cancel and redrive batches, and read their results, through the API');
 
+/** `--concurrency`: a whole number from 1 to 10,000. */
+const concurrencyArg = (v: string) => {
+  const n = Number(v);
+  if (!/^\d{1,5}$/.test(v.trim()) || n < 1 || n > 10_000) {
+    throw new InvalidArgumentError('--concurrency must be a whole number from 1 to 10000');
+  }
+  return n;
+};
+
 /** `--priority`: a whole number from 0 to 9. */
 const priorityArg = (v: string) => {
   const n = Number(v);
@@ -240,6 +249,11 @@ batch
     tolerance,
   )
   .option('--priority <0-9>', "order among the tenant's own batches, 9 first (default 5)", priorityArg)
+  .option(
+    '--concurrency <n>',
+    "most runs (workers) at once, 1..10000 (default: the deployment's LEASEHOLD_BATCH_CONCURRENCY)",
+    concurrencyArg,
+  )
   .option('--follow', 'show progress until the batch finishes; exit 1 unless it succeeded')
   .option('--json', 'print the batch as JSON')
   .addOption(apiOption)
@@ -254,10 +268,31 @@ batch
       requestKey: opts.requestKey,
       ...(opts.tolerate ? { toleratedFailures: opts.tolerate } : {}),
       priority: opts.priority,
+      maxConcurrency: opts.concurrency,
     });
     if (opts.json) console.log(JSON.stringify(b));
     else console.log(`${created ? 'started' : 'already started by this request key:'} batch ${b.id} (${b.total} items)`);
     if (opts.follow) await followToEnd(api, b.id);
+  });
+
+batch
+  .command('update')
+  .description('change an open batch while it runs: how many runs may work it at once')
+  .argument('<id>')
+  .requiredOption(
+    '--concurrency <n>',
+    'most runs at once, 1..10000 (lowered: the newest runs hand off within a beat)',
+    concurrencyArg,
+  )
+  .option('--json', 'print JSON')
+  .addOption(scopeOption())
+  .addOption(apiOption)
+  .action(async (id: string, opts) => {
+    const b = await client(opts).updateBatch(id, { maxConcurrency: opts.concurrency });
+    if (opts.json) return console.log(JSON.stringify(b, null, 2));
+    console.log(
+      `batch ${b.id}: maxConcurrency ${b.maxConcurrency}, target ${b.target}, ${b.liveRuns.length} live run${b.liveRuns.length === 1 ? '' : 's'}`,
+    );
   });
 
 batch
@@ -278,7 +313,10 @@ batch
         `status    ${b.status}${b.reason ? ` (${b.reason})` : ''}`,
         `items     ${b.total}: ${b.counts.done} done, ${b.counts.failed} failed, ${b.counts.running} running, ${b.counts.pending} pending`,
         `tolerates ${toleranceText(b) ?? 'no failed item (any failure fails the batch once all items ran)'}`,
-        `runs      ${b.runs}${b.ownerProcess ? ` (owner process ${b.ownerProcess})` : ''}${b.redrives ? `; redriven ${b.redrives} time${b.redrives === 1 ? '' : 's'}` : ''}`,
+        `runs      ${b.liveRuns.length} live of ${b.target} wanted (maxConcurrency ${b.maxConcurrency}); ${b.runs} in all${b.redrives ? `; redriven ${b.redrives} time${b.redrives === 1 ? '' : 's'}` : ''}`,
+        ...b.liveRuns.map(
+          (r) => `  run ${r.id}  process ${r.process}  ${r.itemsPerSecond} items/s  ${r.settled} settled  beat ${r.beatAt}`,
+        ),
         `created   ${b.createdAt}${b.finishedAt ? `\nfinished  ${b.finishedAt}` : ''}`,
       ].join('\n'),
     );

@@ -25,6 +25,13 @@ export interface ApiDeps {
      * `GET /batches` answers as `retentionDays` (docs/design.md, "Retention"). Default 30.
      */
     retention?: { retentionDays: number };
+    /**
+     * The worker limit (`LEASEHOLD_MAX_WORKERS`) and the confirmation window of an invocation,
+     * ms: a start or a raised `maxConcurrency` sends workers reserved under the limit
+     * (docs/design.md, "Fan-out"). Defaults: no limit, 30,000.
+     */
+    maxWorkers?: number;
+    invocationPendingMs?: number;
   };
   /** Sends a new batch to a worker at once. */
   dispatcher: Dispatcher;

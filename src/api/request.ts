@@ -6,6 +6,7 @@ import { InvalidRequestError } from '../errors.js';
 import { RequestError } from './errors.js';
 import {
   MAX_NAME_LENGTH,
+  MAX_CONCURRENCY,
   MAX_PRIORITY,
   nameSchema,
   requestKeySchema,
@@ -91,6 +92,14 @@ export const startSchema = z
     requestKey: requestKeySchema.optional(),
     toleratedFailures: toleratedFailuresSchema.optional(),
     priority: wholeNumber(0, MAX_PRIORITY).optional(),
+    maxConcurrency: wholeNumber(1, MAX_CONCURRENCY).optional(),
+  })
+  .strict();
+
+/** Body of `PATCH /batches/{id}`: what may change while a batch runs. */
+export const patchBatchSchema = z
+  .object({
+    maxConcurrency: wholeNumber(1, MAX_CONCURRENCY),
   })
   .strict();
 

@@ -10,6 +10,7 @@ import {
   finishedRoute,
   listBatchesRoute,
   listItemsRoute,
+  patchBatchRoute,
   redriveRoute,
   showBatch,
   startBatchRoute,
@@ -49,7 +50,7 @@ function scoped(handler: Handler, ofBatch: boolean): Handler {
 /** The routes: path pattern (`*` is one path segment) → method → handler. */
 const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
   { pattern: ['batches'], methods: { POST: startBatchRoute, GET: listBatchesRoute } },
-  { pattern: ['batches', '*'], methods: { GET: showBatch } },
+  { pattern: ['batches', '*'], methods: { GET: showBatch, PATCH: patchBatchRoute } },
   { pattern: ['batches', '*', 'cancel'], methods: { POST: cancelBatchRoute } },
   { pattern: ['batches', '*', 'items'], methods: { GET: listItemsRoute } },
   { pattern: ['batches', '*', 'redrive'], methods: { POST: redriveRoute } },
@@ -58,7 +59,7 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
     pattern: ['tenants', '*', 'batches'],
     methods: { POST: scoped(startBatchRoute, false), GET: scoped(listBatchesRoute, false) },
   },
-  { pattern: ['tenants', '*', 'batches', '*'], methods: { GET: scoped(showBatch, true) } },
+  { pattern: ['tenants', '*', 'batches', '*'], methods: { GET: scoped(showBatch, true), PATCH: scoped(patchBatchRoute, true) } },
   { pattern: ['tenants', '*', 'batches', '*', 'cancel'], methods: { POST: scoped(cancelBatchRoute, true) } },
   { pattern: ['tenants', '*', 'batches', '*', 'items'], methods: { GET: scoped(listItemsRoute, true) } },
   { pattern: ['tenants', '*', 'batches', '*', 'redrive'], methods: { POST: scoped(redriveRoute, true) } },
@@ -77,15 +78,18 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
  * Answer one API Gateway HTTP API (payload v2) request (docs/design.md, "Serverless runtime": api).
  *
  * Routes:
- * - `POST /batches` `{ tenant, datasource, job, params?, requestKey?, priority?, toleratedFailures? }`
+ * - `POST /batches` `{ tenant, datasource, job, params?, requestKey?, priority?, toleratedFailures?,
+ *   maxConcurrency? }` (`maxConcurrency` 1..10,000, default `LEASEHOLD_BATCH_CONCURRENCY`: most
+ *   runs at once, docs/design.md "Fan-out")
  *   (or header `Idempotency-Key`; `priority` 0..9, default 5, orders the tenant's own batches
  *   only; `toleratedFailures` is `{ count }` or `{ percent }`, see docs/design.md, "Batches":
- *   "End") → 201 with the new batch (plus `created: true`), sent to a worker at once;
+ *   "End") → 201 with the new batch (plus `created: true`), sent to its target's workers at once;
  *   200 with the batch the request key started before (`created: false`), without expanding
  *   the params again. Without any request key every request starts a new batch.
  * - `GET /batches?tenant=&status=&limit=` → 200 `{ batches }`, newest first (limit 1..1000,
  *   default 100), each with its `ageMs` and `itemsPerSecond` (database clock).
- * - `GET /batches/{id}` → 200 with the batch, with its `ageMs` and `itemsPerSecond`.
+ * - `GET /batches/{id}` → 200 with the batch, with its `ageMs`, `itemsPerSecond` and its runs.
+ * - `PATCH /batches/{id}` `{ maxConcurrency }` → 200 the batch ({@link patchBatchRoute}).
  * - `POST /batches/{id}/cancel` → 200 with the cancelled batch.
  * - `POST /batches/{id}/redrive` → 200 the batch reopened with its failed items pending again
  *   ({@link redriveRoute}).
@@ -95,7 +99,7 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
  * - `GET /batches/{id}/finished?buckets=` → 200 items finished over the batch's life
  *   ({@link finishedRoute}).
  * - Every batch route above has a tenant-scoped twin under `/tenants/{tenant}` (`POST`/`GET
- *   /tenants/{tenant}/batches`, `GET /tenants/{tenant}/batches/{id}`, `…/cancel`, `…/items`,
+ *   /tenants/{tenant}/batches`, `GET`/`PATCH /tenants/{tenant}/batches/{id}`, `…/cancel`, `…/items`,
  *   `…/redrive`, `…/finished`), so an IAM policy can allow one tenant's paths only: the start's
  *   and the list's tenant is the path's (a different one in the body or query is a 400), and a
  *   batch of another tenant answers 404 `batch_not_found`.

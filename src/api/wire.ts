@@ -20,8 +20,16 @@ export interface ApiBatch {
   total: number;
   /** Items per state. */
   counts: Record<ApiItemState, number>;
+  /** Process of its oldest live run; null when it has none. */
   ownerProcess: string | null;
+  /** Runs that ever worked it (joins and takeovers). */
   runs: number;
+  /** Most runs at once (docs/design.md, "Fan-out"). */
+  maxConcurrency: number;
+  /** Runs it wants now: min(maxConcurrency, ceil(total / 100)), lowered when a run leaves for want of work. */
+  target: number;
+  /** Its live runs, oldest first. */
+  liveRuns: ApiRun[];
   /**
    * Why the batch ended when its items do not tell (it was given up, or more items failed than
    * tolerated); otherwise null.
@@ -45,6 +53,19 @@ export interface ApiBatch {
   itemsPerSecond?: number;
   /** `POST /batches` only: whether this request started it (false: its request key had). */
   created?: boolean;
+}
+
+/** One live run of a batch. */
+export interface ApiRun {
+  id: string;
+  process: string;
+  startedAt: string;
+  /** Its last beat (database clock). */
+  beatAt: string;
+  /** Items it stored as done or failed. */
+  settled: number;
+  /** settled per second since it started. */
+  itemsPerSecond: number;
 }
 
 /** An item as `GET /batches/{id}/items` lists it. */

@@ -242,6 +242,14 @@ export async function setMaxConcurrency(sql: Sql, id: string, maxConcurrency: nu
   return getBatch(sql, id);
 }
 
+/**
+ * Clear the dispatch mark of an open batch below its target (workers were not sent after all:
+ * the worker limit had no room), so the next scheduler run dispatches it at once.
+ */
+export function undispatch(sql: Sql, batchId: string): Promise<void> {
+  return q.undispatch(sql, batchId);
+}
+
 /** Record that `batchId` was just sent to a worker. */
 export function markDispatched(sql: Sql, batchId: string): Promise<void> {
   return q.markDispatched(sql, batchId);

@@ -6,9 +6,12 @@ import { markDispatched } from './batches.js';
 
 /** The event a worker invocation receives. */
 export interface WorkerEvent {
-  /** A batch to run first. */
+  /** A batch to run first: the worker is a batch process (it owns no unit). */
   batchId?: string;
-  /** Set by the scheduler: this invocation counts as coming until its process is live. */
+  /**
+   * Set when the invocation was reserved (the scheduler, a start under the worker limit): it
+   * counts as coming until its process is live. Without `batchId`, a fleet process.
+   */
   invocationId?: string;
 }
 
@@ -25,4 +28,17 @@ export interface Dispatcher {
 export async function dispatchBatch(sql: Sql, dispatcher: Dispatcher, batchId: string): Promise<void> {
   await markDispatched(sql, batchId);
   await dispatcher.invoke({ batchId });
+}
+
+/**
+ * Record the dispatch of `batchId` and send one worker per event (each names the batch; see
+ * `reserveInvocations` for events under the worker limit). No event: nothing is sent.
+ * @throws the store's or the dispatcher's first error (the other invokes are still sent).
+ */
+export async function dispatchWorkers(sql: Sql, dispatcher: Dispatcher, batchId: string, events: WorkerEvent[]): Promise<void> {
+  if (events.length === 0) return;
+  await markDispatched(sql, batchId);
+  const sent = await Promise.allSettled(events.map((e) => dispatcher.invoke({ ...e, batchId })));
+  const failed = sent.find((r) => r.status === 'rejected');
+  if (failed) throw failed.reason;
 }

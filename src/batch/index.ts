@@ -12,6 +12,9 @@ export {
   countOpenBatches,
   claimDispatch,
   markDispatched,
+  undispatch,
+  setMaxConcurrency,
+  checkMaxConcurrency,
   isUuid,
   DEFAULT_MAX_OPEN,
   checkToleratedFailures,
@@ -31,7 +34,7 @@ export {
   checkStorableJson,
   toleratedFailuresSchema,
 } from './input.js';
-export { dispatchBatch, type Dispatcher, type WorkerEvent } from './dispatch.js';
+export { dispatchBatch, dispatchWorkers, type Dispatcher, type WorkerEvent } from './dispatch.js';
 export {
   startBatch,
   startLimits,

@@ -4,7 +4,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Sql } from '../store/index.js';
 import { createBatch, findBatchByKey } from './batches.js';
-import { dispatchBatch, type Dispatcher } from './dispatch.js';
+import { dispatchWorkers, type Dispatcher, type WorkerEvent } from './dispatch.js';
 import type { StartLimits } from './items.js';
 import type { BatchInfo, ItemSource, ToleratedFailures } from './types.js';
 
@@ -24,6 +24,8 @@ export interface BatchExpander {
  */
 export interface StartSettings {
   maxOpen?: number;
+  /** `maxConcurrency` of a start that names none (`LEASEHOLD_BATCH_CONCURRENCY`); default 1. */
+  batchConcurrency?: number;
   maxItems?: number;
   maxInputBytes?: number;
   maxTotalBytes?: number;
@@ -34,8 +36,17 @@ export interface StartDeps {
   sql: Sql;
   jobs: BatchExpander;
   config: StartSettings;
-  /** Sends a new batch to a worker at once; without it the scheduler dispatches it within a minute. */
+  /**
+   * Sends a new batch to workers at once, up to its target; without it the scheduler
+   * dispatches it within a minute.
+   */
   dispatcher?: Dispatcher;
+  /**
+   * Reserves the workers a new batch wants under the worker limit (`reserveInvocations`): one
+   * entry of `batchIds` per worker; answers the events of those that fit. Default: every
+   * worker, with no invocation id.
+   */
+  reserve?: (batchIds: string[]) => Promise<WorkerEvent[]>;
 }
 
 /** What to start. */
@@ -50,6 +61,8 @@ export interface StartRequest {
   toleratedFailures?: ToleratedFailures | null;
   /** Order among the tenant's own batches, 0..9 (docs/design.md, "Tenant fairness"); default 5. */
   priority?: number;
+  /** Most runs at once, 1..10,000 (docs/design.md, "Fan-out"); default `config.batchConcurrency`, else 1. */
+  maxConcurrency?: number;
 }
 
 /** What {@link startBatch} did. */
@@ -77,7 +90,8 @@ export function startLimits(config: StartSettings): Partial<StartLimits> {
  * Start a batch: a request key that started a batch before answers that batch (`created:
  * false`) without expanding the params again (they may no longer expand: a directory since
  * deleted); otherwise the job expands the params, `createBatch` stores the batch and its items
- * (invariants 4 and 9 (docs/design.md)), and a new batch is sent to a worker.
+ * (invariants 4 and 9 (docs/design.md)), and a new batch is sent to as many workers as its
+ * target (within the worker limit, through `deps.reserve`).
  * @throws what the job's expand throws (`unknown_job`, `invalid_params`, …), and what
  *   `createBatch` throws: `TooManyBatchesError`, `BatchTooLargeError`, `InvalidBatchError`, the
  *   store's errors.
@@ -99,12 +113,16 @@ export async function startBatch(deps: StartDeps, req: StartRequest): Promise<St
       items: expanded.items,
       toleratedFailures: req.toleratedFailures,
       priority: req.priority,
+      maxConcurrency: req.maxConcurrency ?? deps.config.batchConcurrency ?? 1,
     },
     { maxOpen: deps.config.maxOpen, limits: startLimits(deps.config) },
   );
   if (!created || !deps.dispatcher) return { batch, created };
   try {
-    await dispatchBatch(deps.sql, deps.dispatcher, batch.id);
+    // Its target's workers at once (docs/design.md, "Fan-out"), as many as the worker limit lets.
+    const wanted = Array.from({ length: batch.target }, () => batch.id);
+    const events = deps.reserve ? await deps.reserve(wanted) : wanted.map((batchId) => ({ batchId }));
+    await dispatchWorkers(deps.sql, deps.dispatcher, batch.id, events);
     return { batch, created };
   } catch (dispatchError) {
     return { batch, created, dispatchError };

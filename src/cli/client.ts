@@ -102,6 +102,7 @@ export class ApiClient {
     requestKey?: string;
     priority?: number;
     toleratedFailures?: { count: number } | { percent: number };
+    maxConcurrency?: number;
   }): Promise<{ batch: ApiBatch; created: boolean }> {
     const { tenant, ...body } = input;
     const { status, data } = await this.call<{ batch: ApiBatch } | ApiBatch>('POST', this.forTenant(tenant).batches(), body);
@@ -113,6 +114,12 @@ export class ApiClient {
   async getBatch(id: string): Promise<ApiBatch> {
     const { data } = await this.call<{ batch: ApiBatch } | ApiBatch>('GET', this.batches(`/${encodeURIComponent(id)}`));
     return 'batch' in data ? data.batch : data;
+  }
+
+  /** `PATCH /batches/{id}` `{ maxConcurrency }`: change how many runs the open batch may have at once. */
+  async updateBatch(id: string, change: { maxConcurrency: number }): Promise<ApiBatch> {
+    const { data } = await this.call<ApiBatch>('PATCH', this.batches(`/${encodeURIComponent(id)}`), change);
+    return data;
   }
 
   /** `GET /batches`. */

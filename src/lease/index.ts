@@ -16,4 +16,13 @@ export { fairShareOf, balanceOf, type Balance } from './share.js';
 export { putTenantUnits, listUnits } from './units.js';
 export { deleteTenantUnits, listProcesses, type UnitView, type ProcessView } from './sql/units.js';
 export { setDesired, readFleet, type Fleet } from './fleet.js';
-export { getDesired, planInvocations, invocationLive, forgetInvocations, type InvocationPlan } from './sql/fleet.js';
+export {
+  getDesired,
+  planInvocations,
+  reserveInvocations,
+  invocationLive,
+  forgetInvocations,
+  NO_WORKER_LIMIT,
+  type InvocationPlan,
+  type BatchInvocation,
+} from './sql/fleet.js';

@@ -1,9 +1,9 @@
 import { delimiter } from 'node:path';
 import { tmpdir } from 'node:os';
 import * as z from 'zod';
-import { RETENTION_DEFAULTS, RUNNER_DEFAULTS, runnerSettings, type RunnerSettings } from '../batch/index.js';
+import { MAX_CONCURRENCY, RETENTION_DEFAULTS, RUNNER_DEFAULTS, runnerSettings, type RunnerSettings } from '../batch/index.js';
 import { InvalidSettingError, LeaseholdError } from '../errors.js';
-import { LEASE_DEFAULTS, leaseConfig, type LeaseConfig } from '../lease/index.js';
+import { LEASE_DEFAULTS, leaseConfig, NO_WORKER_LIMIT, type LeaseConfig } from '../lease/index.js';
 import { parseOutboxAllow } from '../units/endpoint-guard.js';
 
 /** A setting from the environment is missing or invalid; the message names the variable. */
@@ -76,6 +76,8 @@ const schema = {
   LEASEHOLD_CLAIM_BATCH: int(1).default(LEASE_DEFAULTS.claimBatch),
   LEASEHOLD_MAX_CLAIM_PER_TICK: int(1).default(LEASE_DEFAULTS.maxClaimPerTick),
   LEASEHOLD_INVOKE_CAP: int(0).default(10),
+  LEASEHOLD_MAX_WORKERS: int(1).optional(),
+  LEASEHOLD_BATCH_CONCURRENCY: int(1).max(MAX_CONCURRENCY).default(1),
   LEASEHOLD_INVOCATION_PENDING_MS: int(1000).default(30_000),
   LEASEHOLD_RETENTION_DAYS: int(0).max(36_500).default(RETENTION_DEFAULTS.retentionDays),
   LEASEHOLD_RETENTION_CHUNK_ROWS: int(100).max(100_000).default(RETENTION_DEFAULTS.chunkRows),
@@ -178,8 +180,20 @@ export interface Config {
     | 'claimBatch'
     | 'maxClaimPerTick'
   >;
-  /** Most workers one scheduler run invokes. */
+  /** Most workers one scheduler run invokes for the desired count. */
   invokeCap: number;
+  /**
+   * The worker limit (docs/design.md, "Fan-out"): live worker processes (fleet and batch) plus
+   * invocations on their way never exceed it; the scheduler, a start and a replacement invoke
+   * no worker past it (`LEASEHOLD_MAX_WORKERS`; on AWS the component sets it to the worker
+   * function's reserved concurrency). Default none ({@link NO_WORKER_LIMIT}).
+   */
+  maxWorkers: number;
+  /**
+   * `maxConcurrency` of a batch started without one: most runs working it at once
+   * (`LEASEHOLD_BATCH_CONCURRENCY`, 1 to 10,000; default 1).
+   */
+  batchConcurrency: number;
   /**
    * The confirmation window, ms: an invoked worker counts as coming until its first heartbeat
    * or for this long, whichever is first. Keep it below the scheduler's interval (a minute), so
@@ -345,6 +359,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       maxClaimPerTick: e.LEASEHOLD_MAX_CLAIM_PER_TICK,
     },
     invokeCap: e.LEASEHOLD_INVOKE_CAP,
+    maxWorkers: e.LEASEHOLD_MAX_WORKERS ?? NO_WORKER_LIMIT,
+    batchConcurrency: e.LEASEHOLD_BATCH_CONCURRENCY,
     invocationPendingMs: e.LEASEHOLD_INVOCATION_PENDING_MS,
     retention: {
       retentionDays: e.LEASEHOLD_RETENTION_DAYS,

@@ -4,8 +4,8 @@ import { UnitJobRegistry, UnitRunner, type UnitJob } from '../units/index.js';
 import type { UnitReconciler } from './worker.js';
 import { loadConfig, type Config } from './config.js';
 import { openDatabase } from './db.js';
-import type { Dispatcher } from '../batch/index.js';
-import { LambdaDispatcher } from './dispatch.js';
+import type { Dispatcher, WorkerEvent } from '../batch/index.js';
+import { LambdaDispatcher, workerReserver } from './dispatch.js';
 import type { Log } from '../log.js';
 
 /** Everything a function needs, built once per container and reused across invocations. */
@@ -19,6 +19,8 @@ export interface RuntimeDeps {
   /** Builds the reconciler that runs unit jobs for one worker process, logging to `log`. */
   units: (processId: string, log: Log, leaseValid?: () => boolean) => UnitReconciler;
   dispatcher: Dispatcher;
+  /** Reserves the workers a start sends under the worker limit ({@link workerReserver}). */
+  reserve: (batchIds: string[]) => Promise<WorkerEvent[]>;
 }
 
 /** The jobs an app runs: what `createHandlers` (`leasehold/lambda`) is given. */
@@ -74,6 +76,7 @@ export function createRuntime(app: AppJobs): Runtime {
         unitJobs,
         units: (processId, log, leaseValid) => new UnitRunner({ sql, processId, jobs: unitJobs, log, leaseValid }),
         dispatcher: new LambdaDispatcher(config.workerFunction),
+        reserve: workerReserver(sql, config),
       };
       return cached;
     },

@@ -1,5 +1,21 @@
 import type { LambdaClient } from '@aws-sdk/client-lambda';
 import type { Dispatcher, WorkerEvent } from '../batch/index.js';
+import { reserveInvocations } from '../lease/index.js';
+import type { Sql } from '../store/index.js';
+import type { Config } from './config.js';
+
+/**
+ * The `reserve` of a start (`StartDeps.reserve`): worker events for the batch ids given (one
+ * per worker), reserved under the worker limit `config.maxWorkers` with the confirmation window
+ * `config.invocationPendingMs` (docs/design.md, "Fan-out").
+ */
+export function workerReserver(
+  sql: Sql,
+  config: Pick<Config, 'maxWorkers' | 'invocationPendingMs'>,
+): (batchIds: string[]) => Promise<WorkerEvent[]> {
+  return (batchIds) =>
+    reserveInvocations(sql, { batchIds, maxWorkers: config.maxWorkers, pendingMs: config.invocationPendingMs });
+}
 
 /**
  * Dispatches through the Lambda Invoke API as asynchronous (`Event`) invocations of the worker

@@ -1,19 +1,25 @@
-import { claimDispatch, deleteExpiredBatches, type RetentionResult } from '../batch/index.js';
+import { claimDispatch, deleteExpiredBatches, undispatch, type RetentionResult } from '../batch/index.js';
 import { deleteDeliveredOutboxMessages, type OutboxRetentionResult } from '../units/index.js';
-import { balanceOf, planInvocations, readFleet, sweep, type Balance } from '../lease/index.js';
+import { balanceOf, planInvocations, readFleet, reserveInvocations, sweep, type Balance } from '../lease/index.js';
 import type { Sql } from '../store/index.js';
 import type { Config } from './config.js';
 import type { Dispatcher } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
 import { startDeferred, type DeferredResult } from '../trigger/index.js';
 import type { Log } from '../log.js';
+import { workerReserver } from './dispatch.js';
 
 /** What one scheduler run did. */
 export interface SchedulerResult {
   /** Processes deleted by the sweep and units it freed. */
   swept: { processes: number; units: number };
-  /** Batches sent to a worker: never started, handed off, or stale. */
+  /**
+   * Batches sent to workers, once per worker: below their target (never started, handed off,
+   * runs that left) or with a stale run.
+   */
   dispatched: string[];
+  /** Workers a batch wanted that the worker limit had no room for (sent by a later run). */
+  deferredWorkers: number;
   /** Dispatches whose invoke failed; they are retried after the cooldown. */
   failed: string[];
   /** Desired count, live processes and invocations not yet live, as the plan saw them. */
@@ -43,13 +49,18 @@ export interface SchedulerResult {
 /**
  * One scheduler run (EventBridge, every minute; locally a timer), docs/design.md "Serverless runtime":
  * 1. sweep: delete processes expired longer than the sweep cutoff and free their units;
- * 2. dispatch every open batch that is never started, handed off or stale to a worker — each
- *    marked in the statement that selects it, so overlapping runs never dispatch it twice within
- *    `dispatchCooldownMs`;
+ * 2. dispatch workers to every open batch below its target (never started, handed off, runs
+ *    that left) or with a stale run, one per run it lacks — each batch marked in the statement
+ *    that selects it, so overlapping runs never dispatch it twice within `dispatchCooldownMs`;
+ *    each worker is reserved as an invocation under the worker limit (`maxWorkers`: live
+ *    processes plus invocations on their way), and a batch with no room left is unmarked and
+ *    served by a later run (docs/design.md, "Fan-out");
  * 3. invoke `desired − live − coming` workers (coming: invoked within the confirmation window
- *    `invocationPendingMs` and not yet heartbeating), at most `invokeCap`, or ask exactly the
+ *    `invocationPendingMs` and not yet heartbeating), at most `invokeCap` and within the worker
+ *    limit, or ask exactly the
  *    surplus of live fleet processes to retire — decided one scheduler at a time so overlapping
- *    runs never over-invoke or over-retire; nothing is invoked when no unit has weight > 0.
+ *    runs never over-invoke or over-retire; nothing is invoked when no unit has weight > 0 and
+ *    no open batch is below its target (fleet processes join such batches).
  *    With no such unit and no open batch nothing is invoked at all (scale to zero);
  * 4. read the fleet's balance (from the process rows) for the metrics;
  * 5. retention, last, so that it never delays the fleet's work: delete what is older than
@@ -68,25 +79,39 @@ export async function runScheduler(
   const { sql, config, dispatcher } = deps;
   const swept = await sweep(sql, config.lease.sweepCutoffMs);
   // Trigger firings refused at maxOpen start once their datasource has a free slot.
-  const deferred = deps.jobs ? await startDeferred({ sql, jobs: deps.jobs, config, dispatcher, log: deps.log }) : undefined;
-  const ids = await claimDispatch(sql, {
+  const deferred = deps.jobs
+    ? await startDeferred({ sql, jobs: deps.jobs, config, dispatcher, log: deps.log, reserve: workerReserver(sql, config) })
+    : undefined;
+  const wanted = await claimDispatch(sql, {
     staleMs: config.runner.staleMs,
     cooldownMs: config.dispatchCooldownMs,
     maxRunning: config.runner.maxRunning,
   });
+  const reserved = await reserveInvocations(sql, {
+    batchIds: wanted,
+    maxWorkers: config.maxWorkers,
+    pendingMs: config.invocationPendingMs,
+  });
+  // Marked but sent no worker: dispatchable again at once, when the limit has room.
+  const served = new Set(reserved.map((r) => r.batchId));
+  for (const batchId of new Set(wanted)) if (!served.has(batchId)) await undispatch(sql, batchId);
   const dispatched: string[] = [];
   const failed: string[] = [];
   await Promise.all(
-    ids.map(async (batchId) => {
+    reserved.map(async ({ batchId, invocationId }) => {
       try {
-        await dispatcher.invoke({ batchId });
+        await dispatcher.invoke({ batchId, invocationId });
         dispatched.push(batchId);
       } catch {
         failed.push(batchId);
       }
     }),
   );
-  const plan = await planInvocations(sql, { cap: config.invokeCap, pendingMs: config.invocationPendingMs });
+  const plan = await planInvocations(sql, {
+    cap: config.invokeCap,
+    pendingMs: config.invocationPendingMs,
+    maxWorkers: config.maxWorkers,
+  });
   let invoked = 0;
   await Promise.all(
     plan.invocations.map(async (invocationId) => {
@@ -109,6 +134,7 @@ export async function runScheduler(
   return {
     swept,
     dispatched,
+    deferredWorkers: wanted.length - reserved.length,
     failed,
     fleet: { desired: plan.desired, live: plan.live, pending: plan.pending },
     invoked,

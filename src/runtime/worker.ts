@@ -1,9 +1,16 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { systemClock } from '../clock.js';
-import { dispatchBatch, Runner, type Dispatcher, type RunResult, type RunnerEvent, type WorkerEvent } from '../batch/index.js';
+import { markDispatched, Runner, type Dispatcher, type RunResult, type RunnerEvent, type WorkerEvent } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
-import { invocationLive, planInvocations, type LeaserEvent, type ProcessRole, type Reconciler } from '../lease/index.js';
+import {
+  invocationLive,
+  planInvocations,
+  reserveInvocations,
+  type LeaserEvent,
+  type ProcessRole,
+  type Reconciler,
+} from '../lease/index.js';
 import { withTimeout, type Sql } from '../store/index.js';
 import type { Config } from './config.js';
 import { ReconnectingLeaser } from './heartbeat.js';
@@ -80,13 +87,15 @@ const idleUnits: UnitReconciler = {
 
 /**
  * One worker invocation = one process with a fresh id (docs/design.md, "Serverless runtime"):
- * - its role: a worker sent for a batch (`{ batchId }` without `invocationId`: dispatches and
- *   continuations) is a `batch` process — listed, but owning no unit and not counted against
- *   the desired count; every other worker (`{ invocationId }` from the scheduler or a
- *   replacement) is a `fleet` process;
+ * - its role: a worker sent for a batch (`{ batchId }`, with an `invocationId` when it was
+ *   reserved under the worker limit: dispatches, starts and continuations) is a `batch` process
+ *   — listed, but owning no unit and not counted against the desired count; every other worker
+ *   (`{ invocationId }` from the scheduler or a replacement) is a `fleet` process;
  * - a fleet process heartbeats and rebalances its fair share of units through a leaser (their
- *   jobs run through `deps.units`), and marks its invocation confirmed on its first heartbeat;
- * - runs the batch it was sent and takes over unowned, handed-off and stale batches (up to
+ *   jobs run through `deps.units`); every process marks its invocation confirmed on its first
+ *   heartbeat;
+ * - runs the batch it was sent and joins batches below their target and replaces stale runs
+ *   (docs/design.md, "Fan-out"; up to
  *   `maxRuns` at once);
  * - returns after `workerIdleMs` with no batch to run when it has no unit work (a batch
  *   process, or no unit with weight); when the scheduler asks it to retire (the fleet is above
@@ -102,7 +111,7 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
   const hooks = deps.hooks ?? {};
   const processId = randomUUID();
   const log = deps.log.with({ processId });
-  const role: ProcessRole = event.batchId && !event.invocationId ? 'batch' : 'fleet';
+  const role: ProcessRole = event.batchId ? 'batch' : 'fleet';
   const deadline = Date.now() + context.getRemainingTimeInMillis() - config.deadlineMarginMs;
   // Wakes the loop's waits on shutdown, at the deadline signal or on retirement; listeners
   // removed at the end, since `shutdown` lives as long as the container.
@@ -241,7 +250,17 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
     // scheduler): a continuation would only add a worker to a fleet that is too large.
     if (r.outcome !== 'handed-off' || reason === 'shutdown' || reason === 'retired' || leftMs() <= 0) continue;
     try {
-      await bounded(dispatchBatch(sql, deps.dispatcher, r.batchId));
+      // A continuation is one more worker: reserved under the worker limit like any other.
+      const [reserved] = await bounded(
+        reserveInvocations(sql, {
+          batchIds: [r.batchId],
+          maxWorkers: config.maxWorkers,
+          pendingMs: config.invocationPendingMs,
+        }),
+      );
+      if (!reserved) continue;
+      await bounded(markDispatched(sql, r.batchId));
+      await bounded(deps.dispatcher.invoke(reserved));
       continued.push(r.batchId);
     } catch (error) {
       // The scheduler dispatches handed-off batches too; this only makes it sooner.
@@ -252,7 +271,9 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
   if (reason === 'deadline' && leftMs() > 0) {
     // This process just left the fleet: keep the desired count without waiting for the scheduler.
     try {
-      const plan = await bounded(planInvocations(sql, { cap: 1, pendingMs: config.invocationPendingMs }));
+      const plan = await bounded(
+        planInvocations(sql, { cap: 1, pendingMs: config.invocationPendingMs, maxWorkers: config.maxWorkers }),
+      );
       for (const invocationId of plan.invocations) {
         await bounded(deps.dispatcher.invoke({ invocationId }));
         replacements++;

@@ -68,7 +68,7 @@ export const API_ROUTES: readonly string[] = [
 
 /** Variables the component sets on the functions; `environment` may not set them too. */
 const OWN_VARIABLES =
-  /^(LEASEHOLD_DB_|LEASEHOLD_WORKER_FUNCTION$|LEASEHOLD_DEADLINE_MARGIN_MS$|LEASEHOLD_DRAIN_MS$|LEASEHOLD_INVOKABLE$|LEASEHOLD_MIGRATIONS_DIR$)/;
+  /^(LEASEHOLD_DB_|LEASEHOLD_WORKER_FUNCTION$|LEASEHOLD_MAX_WORKERS$|LEASEHOLD_DEADLINE_MARGIN_MS$|LEASEHOLD_DRAIN_MS$|LEASEHOLD_INVOKABLE$|LEASEHOLD_MIGRATIONS_DIR$)/;
 
 /** A function `lambda-invoke` batches may call: an `sst.aws.Function`, or a function name or ARN. */
 export type InvokableFunction = FunctionLike | string;
@@ -408,6 +408,9 @@ function componentClass(p: Platform): LeaseholdConstructor {
         LEASEHOLD_DB_IAM_AUTH: 'true',
         LEASEHOLD_DB_POOL_MAX: String(db.poolMax),
         LEASEHOLD_WORKER_FUNCTION: workerName,
+        // The worker limit (docs/design.md, "Fan-out"): dispatch never invokes past the
+        // reserved concurrency, so Lambda never throttles (and queues) a worker invocation.
+        LEASEHOLD_MAX_WORKERS: String(settings.worker.reservedConcurrency),
         LEASEHOLD_DEADLINE_MARGIN_MS: String(settings.worker.deadlineMarginMs),
         LEASEHOLD_DRAIN_MS: String(settings.worker.drainMs),
         ...(invokable.length ? { LEASEHOLD_INVOKABLE: invokableVariable(invokable, $interpolate) } : {}),

@@ -47,6 +47,8 @@ export interface ScheduleDeclaration {
    * the batch once every item ran (docs/design.md, "Batches": "End").
    */
   toleratedFailures?: { count: number } | { percent: number };
+  /** Most runs working each batch at once, 1 to 10,000 (docs/design.md, "Fan-out"). Default the deployment's `batchConcurrency`. */
+  maxConcurrency?: number;
 }
 
 /** An RDS PostgreSQL instance the component creates (in its VPC). */
@@ -503,6 +505,10 @@ export function checkSchedules(list: readonly ScheduleDeclaration[]): void {
       if (!count && !percent)
         throw new Error(`${where}.toleratedFailures: must be { count } (a whole number ≥ 0) or { percent } (0 to 100)`);
     }
+    const mc = s.maxConcurrency;
+    if (mc !== undefined && !(Number.isInteger(mc) && mc >= 1 && mc <= 10_000)) {
+      throw new Error(`${where}.maxConcurrency: must be a whole number from 1 to 10000`);
+    }
   }
 }
 
@@ -527,6 +533,7 @@ export function scheduleEvent(s: ScheduleDeclaration) {
       datasource: s.datasource,
       params: s.params,
       ...(s.toleratedFailures ? { toleratedFailures: s.toleratedFailures } : {}),
+      ...(s.maxConcurrency !== undefined ? { maxConcurrency: s.maxConcurrency } : {}),
     },
   };
 }

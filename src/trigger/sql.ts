@@ -12,6 +12,8 @@ export interface DeferredStartRow {
   params: Record<string, unknown>;
   /** The tolerance the event asked for (migration 012); null: none. */
   tolerated_failures: ToleratedFailures | null;
+  /** The maxConcurrency the event asked for (migration 016); null: the default. */
+  max_concurrency: number | null;
   tries: number;
 }
 
@@ -25,20 +27,21 @@ export async function deferStart(
     job: string;
     params: Record<string, unknown>;
     toleratedFailures: ToleratedFailures | null;
+    maxConcurrency: number | null;
     error: string;
   },
 ): Promise<boolean> {
-  const rows =
-    await sql`insert into leasehold_deferred_starts (tenant, request_key, datasource, job, params, tolerated_failures, last_error)
+  const rows = await sql`insert into leasehold_deferred_starts
+      (tenant, request_key, datasource, job, params, tolerated_failures, max_concurrency, last_error)
     values (${d.tenant}, ${d.requestKey}, ${d.datasource}, ${d.job}, ${sql.json(d.params as never)},
-      ${d.toleratedFailures === null ? null : sql.json(d.toleratedFailures as never)}, ${d.error})
+      ${d.toleratedFailures === null ? null : sql.json(d.toleratedFailures as never)}, ${d.maxConcurrency}, ${d.error})
     on conflict (tenant, request_key) do nothing`;
   return rows.count === 1;
 }
 
 // The oldest deferred firings; reads only.
 export function deferredStarts(sql: Sql, limit: number): Promise<DeferredStartRow[]> {
-  return sql<DeferredStartRow[]>`select tenant, request_key, datasource, job, params, tolerated_failures, tries
+  return sql<DeferredStartRow[]>`select tenant, request_key, datasource, job, params, tolerated_failures, max_concurrency, tries
     from leasehold_deferred_starts order by created_at, tenant, request_key limit ${limit}`;
 }
 

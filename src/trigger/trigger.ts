@@ -4,6 +4,7 @@ import type { EventBridgeEvent } from 'aws-lambda';
 import * as z from 'zod';
 import {
   checkStorableJson,
+  MAX_CONCURRENCY,
   MAX_NAME_LENGTH,
   nameSchema,
   parseInput,
@@ -87,6 +88,12 @@ const detailSchema = z
       .union([z.record(z.string(), z.unknown()), z.string()], { error: () => 'must be a JSON object (or its JSON text)' })
       .optional(),
     toleratedFailures: toleratedFailuresSchema.optional(),
+    maxConcurrency: z
+      .number({ error: () => 'must be a whole number from 1 to 10000' })
+      .int('must be a whole number from 1 to 10000')
+      .min(1, 'must be a whole number from 1 to 10000')
+      .max(MAX_CONCURRENCY, 'must be a whole number from 1 to 10000')
+      .optional(),
   })
   .strict();
 
@@ -99,6 +106,8 @@ export interface TriggerRequest {
   requestKey: string;
   /** `detail.toleratedFailures`: `{ count }` or `{ percent }`; null: none (docs/design.md, "Batches": "End"). */
   toleratedFailures: ToleratedFailures | null;
+  /** `detail.maxConcurrency`: most runs at once (docs/design.md, "Fan-out"); undefined: the default. */
+  maxConcurrency?: number;
 }
 
 // `arn:aws:scheduler:region:account:schedule/group/name` and `arn:aws:events:…:rule/[bus/]name`.
@@ -107,8 +116,8 @@ const RULE_ARN = /^arn:aws[a-z-]*:events:[^:]*:[^:]*:rule\/(.+)$/;
 
 /**
  * Read a start request from an EventBridge event `{ id, 'detail-type', source, time, resources,
- * detail: { job, tenant, datasource, params?, toleratedFailures? } }` (`toleratedFailures` as the
- * API's start takes it: `{ count }` or `{ percent }`).
+ * detail: { job, tenant, datasource, params?, toleratedFailures?, maxConcurrency? } }`
+ * (`toleratedFailures` and `maxConcurrency` as the API's start takes them).
  *
  * The request key (unique per tenant, like the API's):
  * - a scheduled event — `resources[0]` is an EventBridge Scheduler schedule ARN, or
@@ -153,6 +162,7 @@ export function readTriggerEvent(event: unknown): TriggerRequest {
     params: params as Record<string, unknown>,
     requestKey: requestKeyOf(e),
     toleratedFailures: body.toleratedFailures ?? null,
+    ...(body.maxConcurrency !== undefined ? { maxConcurrency: body.maxConcurrency } : {}),
   };
 }
 
@@ -221,6 +231,7 @@ export async function handleTrigger(event: unknown, deps: TriggerDeps): Promise<
         job: req.job,
         params: req.params,
         toleratedFailures: req.toleratedFailures,
+        maxConcurrency: req.maxConcurrency ?? null,
         error: error.message,
       });
       log('warn', 'trigger event deferred: its datasource has maxOpen open batches', { ...fields, datasource: req.datasource });
@@ -291,6 +302,7 @@ export async function startDeferred(deps: TriggerDeps & { limit?: number }): Pro
         params: d.params,
         requestKey: d.request_key,
         toleratedFailures: d.tolerated_failures,
+        maxConcurrency: d.max_concurrency ?? undefined,
       });
       if (created) {
         started.push(batch.id);

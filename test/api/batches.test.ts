@@ -52,7 +52,11 @@ describe('POST /batches', () => {
     const items = await db.sql<{ key: string }[]>`select key from leasehold_items where batch_id = ${res.body.id} order by key`;
     expect(items.map((i) => i.key)).toEqual(['a.txt', 'b.txt', 'sub/c.txt']);
     const invoke = endpoint.invokes.find((i) => (i.payload as { batchId: string }).batchId === res.body.id);
-    expect(invoke).toEqual({ functionName: 'leasehold-worker', invocationType: 'Event', payload: { batchId: res.body.id } });
+    expect(invoke).toEqual({
+      functionName: 'leasehold-worker',
+      invocationType: 'Event',
+      payload: { batchId: res.body.id, invocationId: expect.any(String) },
+    });
     const [row] = await db.sql<{ dispatched: boolean }[]>`select dispatched_at is not null as dispatched
       from leasehold_batches where id = ${res.body.id}`;
     expect(row.dispatched).toBe(true);

@@ -457,7 +457,7 @@ describe('routes', () => {
 
   it.each([
     ['DELETE', '/batches', 'POST, GET'],
-    ['PUT', '/batches/00000000-0000-0000-0000-000000000000', 'GET'],
+    ['PUT', '/batches/00000000-0000-0000-0000-000000000000', 'GET, PATCH'],
     ['GET', '/batches/00000000-0000-0000-0000-000000000000/cancel', 'POST'],
     ['POST', '/jobs', 'GET'],
   ])('%s %s → 405 with allow: %s', async (method, path, allow) => {

@@ -58,7 +58,11 @@ describe('POST /batches/{id}/redrive', () => {
     });
     expect(new Date(res.body.redrive.at).toISOString()).toBe(res.body.redrive.at);
     expect(endpoint.invokes.slice(before)).toEqual([
-      { functionName: 'leasehold-worker', invocationType: 'Event', payload: { batchId: batch.id } },
+      {
+        functionName: 'leasehold-worker',
+        invocationType: 'Event',
+        payload: { batchId: batch.id, invocationId: expect.any(String) },
+      },
     ]);
     const shown = await call(deps, 'GET', `/batches/${batch.id}`);
     expect(shown.body).toMatchObject({ status: 'open', redrives: 1 });

@@ -102,8 +102,8 @@ describe('tenants', () => {
     const first = await start(tenant);
     const second = await start(tenant);
     // The first runs (as if a worker took it).
-    await db.sql`update leasehold_batches set owner_run = gen_random_uuid(), owner_process = gen_random_uuid(), beat_at = now()
-      where id = ${first.body.id}`;
+    await db.sql`insert into leasehold_runs (id, batch_id, process) values (gen_random_uuid(), ${first.body.id}, gen_random_uuid())`;
+    await db.sql`update leasehold_batches set live_runs = 1 where id = ${first.body.id}`;
     expect((await call(deps, 'GET', `/tenants/${tenant}`)).body).toMatchObject({ running: 1, waiting: 1 });
     const before = endpoint.invokes.filter((i) => (i.payload as { batchId?: string }).batchId === second.body.id).length;
     expect((await call(deps, 'POST', `/batches/${first.body.id}/cancel`)).status).toBe(200);

@@ -146,7 +146,7 @@ describe('the live count follows the desired count', () => {
     });
     fleet = inProcessFleet(db.sql, config(), { jobs, drop: (n) => n === 1 });
     expect((await fleet.tick()).dispatched).toEqual([batch.id]);
-    expect(fleet.invocations).toEqual([{ event: { batchId: batch.id }, dropped: true }]);
+    expect(fleet.invocations).toEqual([{ event: { batchId: batch.id, invocationId: expect.any(String) }, dropped: true }]);
     // No unit work: no fleet worker takes it; the cooldown (500 ms) passes and it goes out again.
     await sleep(TICK_MS);
     expect((await fleet.tick()).dispatched).toEqual([batch.id]);

@@ -2,13 +2,16 @@
 // router.ts), redrive, and items finished over time.
 import type { APIGatewayProxyEventV2 } from 'aws-lambda';
 import {
-  dispatchBatch,
+  dispatchWorkers,
   finishedSeries,
+  setMaxConcurrency,
+  type WorkerEvent,
   parseInput,
   redriveBatch,
   requestKeySchema,
   RETENTION_DEFAULTS,
 } from '../../batch/index.js';
+import { NO_WORKER_LIMIT, reserveInvocations } from '../../lease/index.js';
 import { batchView } from '../views.js';
 import type { ApiDeps } from '../deps.js';
 import { header, query, seriesSchema } from '../request.js';
@@ -24,7 +27,7 @@ import {
   typeName,
 } from '../../batch/index.js';
 import { InvalidRequestError } from '../../errors.js';
-import { itemsPageSchema, listSchema, readJsonBody, startSchema } from '../request.js';
+import { itemsPageSchema, listSchema, patchBatchSchema, readJsonBody, startSchema } from '../request.js';
 import { withActivity } from '../views.js';
 
 /**
@@ -40,7 +43,7 @@ export async function redriveRoute(event: APIGatewayProxyEventV2, deps: ApiDeps,
   const { batch, redrive, redriven } = await redriveBatch(deps.sql, id, { maxOpen: deps.config.maxOpen, idempotencyKey });
   if (redriven) {
     try {
-      await dispatchBatch(deps.sql, deps.dispatcher, batch.id);
+      await sendWorkers(deps, batch.id, batch.target);
     } catch (error) {
       // The scheduler dispatches open batches nobody runs; this only makes the redrive sooner.
       deps.log('warn', 'dispatch of a redriven batch failed', { batchId: batch.id, error: String(error) });
@@ -93,11 +96,14 @@ export async function startBatchRoute(
   }
   const givenKey = body.requestKey ?? headerKey;
 
-  const { batch, created, dispatchError } = await startBatch(deps, {
-    ...body,
-    requestKey: givenKey,
-    toleratedFailures: body.toleratedFailures ?? null,
-  });
+  const { batch, created, dispatchError } = await startBatch(
+    { ...deps, reserve: (ids) => reserve(deps, ids) },
+    {
+      ...body,
+      requestKey: givenKey,
+      toleratedFailures: body.toleratedFailures ?? null,
+    },
+  );
   if (!created) return json(200, { ...batchView(batch), created: false });
   if (dispatchError !== undefined) {
     // The scheduler dispatches never-started batches; this only made the start sooner.
@@ -105,6 +111,51 @@ export async function startBatchRoute(
   }
   const location = scope === undefined ? `/batches/${batch.id}` : `/tenants/${encodeURIComponent(scope)}/batches/${batch.id}`;
   return json(201, { ...batchView(batch), created: true }, { location });
+}
+
+/**
+ * Worker events for `batchIds` (one per worker), reserved under the worker limit
+ * (`reserveInvocations`): those past the limit are left to the scheduler.
+ */
+function reserve(deps: ApiDeps, batchIds: string[]): Promise<WorkerEvent[]> {
+  return reserveInvocations(deps.sql, {
+    batchIds,
+    maxWorkers: deps.config.maxWorkers ?? NO_WORKER_LIMIT,
+    pendingMs: deps.config.invocationPendingMs ?? 30_000,
+  });
+}
+
+/** Sends up to `n` workers (within the worker limit) to an open batch. @throws the store's or the dispatcher's error. */
+async function sendWorkers(deps: ApiDeps, batchId: string, n: number): Promise<void> {
+  if (n <= 0) return;
+  const events = await reserve(
+    deps,
+    Array.from({ length: n }, () => batchId),
+  );
+  await dispatchWorkers(deps.sql, deps.dispatcher, batchId, events);
+}
+
+/**
+ * `PATCH /batches/{id}` (and its tenant-scoped twin) `{ maxConcurrency }` → 200 the batch: how
+ * many runs it may have at once, changed while it runs (docs/design.md, "Fan-out"). Raised, the
+ * runs it now lacks are sent workers at once (within the worker limit; the scheduler and fleet
+ * processes add the rest); lowered, the newest runs beyond it hand off at their next beat, with no
+ * attempt used. 404 `batch_not_found`, 409 `batch_finished`, 400 `invalid_request`.
+ */
+export async function patchBatchRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: string[]): Promise<Result> {
+  const raw = readJsonBody(event, deps.config.maxBodyBytes);
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
+    throw new InvalidRequestError(`body: must be a JSON object, got ${typeName(raw)}`);
+  }
+  const body = parseInput(patchBatchSchema, raw);
+  const batch = await setMaxConcurrency(deps.sql, id, body.maxConcurrency);
+  try {
+    await sendWorkers(deps, batch.id, batch.target - batch.liveRuns);
+  } catch (error) {
+    deps.log('warn', 'dispatch after a raised maxConcurrency failed', { batchId: batch.id, error: String(error) });
+  }
+  const [view] = await withActivity(deps.sql, [batch]);
+  return json(200, view);
 }
 
 /** `GET /batches?tenant=&status=&limit=` (and its tenant-scoped twin): batches newest first, with their activity. */
@@ -142,14 +193,19 @@ export async function cancelBatchRoute(_event: APIGatewayProxyEventV2, deps: Api
 }
 
 /**
- * Sends the tenant's first waiting batches, as many as its limit leaves room for (at most 10),
- * to workers; a failed send is logged (the scheduler dispatches waiting batches too).
+ * Sends workers to the tenant's first batches below their target (at most 10), as many runs as
+ * its limit leaves room for; a failed send is logged (the scheduler dispatches them too).
  */
 export async function dispatchWaiting(deps: ApiDeps, tenant: string): Promise<void> {
   try {
     const t = await getTenant(deps.sql, tenant, { defaultMaxRunning: deps.config.runner?.maxRunning, limit: 10 });
-    const room = Math.max(0, (t.effectiveMaxRunning ?? Infinity) - t.running);
-    for (const b of t.waitingBatches.slice(0, room)) await dispatchBatch(deps.sql, deps.dispatcher, b.id);
+    let room = Math.max(0, (t.effectiveMaxRunning ?? Infinity) - t.running);
+    for (const b of t.waitingBatches) {
+      if (room <= 0) break;
+      const n = Math.min(b.target - b.liveRuns, room);
+      await sendWorkers(deps, b.id, n);
+      room -= n;
+    }
   } catch (error) {
     deps.log('warn', 'dispatch of waiting batches failed', { tenant, error: String(error) });
   }

@@ -84,9 +84,12 @@ export interface InvocationPlan {
   desired: number;
   /** Live fleet processes not retiring, before this decision. */
   live: number;
-  /** Invocations counted as coming, before this decision. */
+  /** Fleet invocations counted as coming, before this decision. */
   pending: number;
-  /** Some unit has weight > 0. */
+  /**
+   * Some unit has weight > 0, or some open batch is below its target by more than the workers
+   * on their way for it.
+   */
   work: boolean;
   /** Ids of the invocations to send now. */
   invocations: string[];
@@ -94,31 +97,58 @@ export interface InvocationPlan {
   retired: string[];
 }
 
+/** No worker limit: the largest `maxWorkers` a statement compares with. */
+export const NO_WORKER_LIMIT = 2_147_483_647;
+
+// Serialises the decisions that invoke workers (the scheduler's, a start's, a replacement's).
+function lockInvoking(sql: Sql) {
+  return sql`select pg_advisory_xact_lock(hashtextextended('leasehold:scheduler:' || current_schema(), 0))`;
+}
+
+// Worker slots left under the worker limit: every live process (fleet or batch, retiring or
+// not: each holds a Lambda until it returns) and every invocation counted as coming take one.
+function workerRoom(sql: Sql, maxWorkers: number) {
+  return sql`greatest(0, ${maxWorkers}::int
+    - (select count(*) from leasehold_processes where expires_at > now())::int
+    - (select count(*) from leasehold_invocations)::int)`;
+}
+
 /**
  * The scheduler's decision, keeping the live count of fleet processes at the desired count both
  * ways (docs/design.md, "Process membership and unit ownership"):
  * - up: workers to invoke now, as invocation ids to pass in their events —
- *   `desired − live − coming`, at most `cap`, none when no unit has weight > 0 (open batches are
- *   sent to workers by dispatch, so with no unit work and no open batch nothing is invoked). An
- *   invocation counts as coming until its worker's first heartbeat confirms it
- *   (`invocationLive`) or for `pendingMs` (the confirmation window), so a dropped
- *   invocation holds back the count for that window only;
+ *   `desired − live − coming` (fleet invocations), at most `cap` and at most the room under
+ *   `maxWorkers` (default no limit; docs/design.md, "Fan-out"), none when no unit has weight
+ *   > 0 and no open batch is below its target by more than the workers on their way for it
+ *   (fleet processes join batches below target, so raising the desired count adds runs to
+ *   running batches the worker limit held back). An invocation counts as coming
+ *   until its worker's first heartbeat confirms it (`invocationLive`) or for `pendingMs` (the
+ *   confirmation window), so a dropped invocation holds back the count for that window only;
  * - down: exactly the surplus of live fleet processes is marked retiring, the latest started
  *   first (ties by id); each learns it on its next heartbeat and leaves. Retiring processes no
  *   longer count as live.
- * Batch workers count neither way. Overlapping callers are serialised, so they never
- * over-invoke or over-retire.
+ * Batch workers count neither way for the desired count. Overlapping callers are serialised, so
+ * they never over-invoke or over-retire.
  */
-export async function planInvocations(sql: Sql, a: { cap: number; pendingMs: number }): Promise<InvocationPlan> {
+export async function planInvocations(
+  sql: Sql,
+  a: { cap: number; pendingMs: number; maxWorkers?: number },
+): Promise<InvocationPlan> {
   return sql.begin(async (tx) => {
     const t = tx as unknown as Sql;
-    await t`select pg_advisory_xact_lock(hashtextextended('leasehold:scheduler:' || current_schema(), 0))`;
+    await lockInvoking(t);
     await t`delete from leasehold_invocations where confirm_by <= now()`;
-    const [s] = await t<{ desired: number; live: number; pending: number; work: boolean }[]>`select
+    const [s] = await t<{ desired: number; live: number; pending: number; work: boolean; room: number }[]>`select
         coalesce((select value::int from leasehold_settings where key = 'desired'), 0) as desired,
         (select count(*) from leasehold_processes where expires_at > now() and role = 'fleet' and not retiring) as live,
-        (select count(*) from leasehold_invocations) as pending,
-        (select weight from leasehold_unit_totals) > 0 as work`;
+        (select count(*) from leasehold_invocations where batch_id is null) as pending,
+        coalesce((select weight from leasehold_unit_totals) > 0, false)
+          -- A batch below its target that the workers on their way for it do not fill.
+          or exists (select 1 from leasehold_batches b
+                     where b.status = 'open' and b.live_runs < b.target
+                       and b.live_runs + (select count(*) from leasehold_invocations i where i.batch_id = b.id) < b.target)
+          as work,
+        ${workerRoom(t, a.maxWorkers ?? NO_WORKER_LIMIT)} as room`;
     const surplus = Math.max(0, s.live - s.desired);
     const retired =
       surplus > 0
@@ -130,14 +160,48 @@ export async function planInvocations(sql: Sql, a: { cap: number; pendingMs: num
           )
           returning id`
         : [];
-    const need = s.work ? Math.max(0, Math.min(a.cap, s.desired - s.live - s.pending)) : 0;
+    const need = s.work ? Math.max(0, Math.min(a.cap, s.desired - s.live - s.pending, s.room)) : 0;
     const rows =
       need > 0
         ? await t<{ id: string }[]>`insert into leasehold_invocations (id, confirm_by)
           select gen_random_uuid(), now() + make_interval(secs => ${a.pendingMs / 1000})
           from generate_series(1, ${need}) returning id`
         : [];
-    return { ...s, invocations: rows.map((r) => r.id), retired: retired.map((r) => r.id) };
+    const { room: _room, ...seen } = s;
+    return { ...seen, invocations: rows.map((r) => r.id), retired: retired.map((r) => r.id) };
+  });
+}
+
+/** A worker invocation reserved for a batch. */
+export interface BatchInvocation {
+  batchId: string;
+  /** Passed in the worker's event; the worker confirms it on its first heartbeat. */
+  invocationId: string;
+}
+
+/**
+ * Reserve worker invocations for batches under the worker limit (docs/design.md, "Fan-out"):
+ * `batchIds` names one batch per worker wanted (a batch that wants 3 workers appears 3 times);
+ * the first ones that fit in the room under `maxWorkers` (live processes and invocations
+ * counted as coming take one slot each) get an invocation id, counted as coming for
+ * `pendingMs` or until its worker's first heartbeat. Decided one caller at a time with the
+ * scheduler's decisions, so callers together never pass the limit.
+ */
+export async function reserveInvocations(
+  sql: Sql,
+  a: { batchIds: string[]; maxWorkers: number; pendingMs: number },
+): Promise<BatchInvocation[]> {
+  if (a.batchIds.length === 0) return [];
+  return sql.begin(async (tx) => {
+    const t = tx as unknown as Sql;
+    await lockInvoking(t);
+    await t`delete from leasehold_invocations where confirm_by <= now()`;
+    const rows = await t<BatchInvocation[]>`insert into leasehold_invocations (id, confirm_by, batch_id)
+      select gen_random_uuid(), now() + make_interval(secs => ${a.pendingMs / 1000}), w.batch_id::uuid
+      from jsonb_array_elements_text(${t.json(a.batchIds)}) with ordinality as w(batch_id, n)
+      where w.n <= ${workerRoom(t, a.maxWorkers)}
+      returning batch_id as "batchId", id as "invocationId"`;
+    return rows;
   });
 }
 

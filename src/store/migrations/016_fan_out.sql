@@ -118,3 +118,11 @@ update leasehold_tenants t set open = c.open, running = c.running, wanting = c.w
           count(*) filter (where live_runs < target)::integer as wanting
         from leasehold_batches where status = 'open' group by tenant) c
   where t.tenant = c.tenant;
+
+-- A worker invoked for a batch counts as coming, like one invoked for the fleet, until its first
+-- heartbeat or its confirmation window: the worker limit (LEASEHOLD_MAX_WORKERS) caps live
+-- processes and invocations on their way together. batch_id null: a fleet invocation.
+alter table leasehold_invocations add column batch_id uuid;
+
+-- A deferred trigger firing keeps the maxConcurrency its event asked for (null: the default).
+alter table leasehold_deferred_starts add column max_concurrency integer;
