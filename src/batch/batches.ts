@@ -189,6 +189,14 @@ export async function itemsPage(
   return { items, next: items.length === limit ? items[items.length - 1].key : null };
 }
 
+/**
+ * The runs of open batches (docs/design.md, "Fan-out"): how many batches have a live run, how
+ * many runs they have in all and the most of one batch.
+ */
+export function runsSummary(sql: Sql): Promise<q.RunsSummary> {
+  return q.runsSummary(sql);
+}
+
 /** Count open batches of every tenant. */
 export function countOpenBatches(sql: Sql): Promise<number> {
   return q.countAllOpen(sql);

@@ -10,6 +10,7 @@ export {
   batchResults,
   itemsPage,
   countOpenBatches,
+  runsSummary,
   claimDispatch,
   markDispatched,
   undispatch,

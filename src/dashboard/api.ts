@@ -24,7 +24,10 @@ export type Counts = Record<ItemState, number>;
 type Tolerant<T, K extends keyof T> = Omit<T, K> & Partial<Pick<T, K>>;
 
 // The shapes are the API's own (src/api/wire.ts), loosened where an older API answers less.
-export type Batch = Tolerant<ApiBatch, 'priority' | 'redrives' | 'toleratedFailures' | 'allowedFailures' | 'reason'>;
+export type Batch = Tolerant<
+  ApiBatch,
+  'priority' | 'redrives' | 'toleratedFailures' | 'allowedFailures' | 'reason' | 'maxConcurrency' | 'target' | 'liveRuns'
+>;
 export type Item = ApiItem;
 export type Series = ApiSeries;
 export type Process = Tolerant<ApiProcess, 'role' | 'retiring'>;

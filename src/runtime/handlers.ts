@@ -13,7 +13,7 @@ import { loadConfig, ConfigError, type Config } from './config.js';
 import { openDatabase, retryRefusedConnection } from './db.js';
 import type { RuntimeDeps } from './deps.js';
 import type { Dispatcher, WorkerEvent } from '../batch/index.js';
-import { recordFleetBalance, recordRetention, workerMetricHooks, type RuntimeMetrics } from './metrics.js';
+import { recordFleetBalance, recordRetention, recordRuns, workerMetricHooks, type RuntimeMetrics } from './metrics.js';
 import { invocationOf } from './middleware.js';
 import type { SchedulerResult } from './scheduler.js';
 import type { TriggerResult } from '../trigger/index.js';
@@ -37,7 +37,7 @@ export async function workerInvocation(
  * One scheduler run (every minute): see {@link runScheduler}. Logs the result and records
  * `ProcessesSwept`, `BatchesDispatched`, `DispatchFailures`, `WorkersInvoked`, the levels
  * `LiveProcesses`, `DesiredProcesses`, `PendingInvocations`, the fleet's balance
- * (`recordFleetBalance`) and what retention deleted (`recordRetention`).
+ * (`recordFleetBalance`), the runs of open batches (`recordRuns`) and what retention deleted (`recordRetention`).
  */
 export async function schedulerInvocation(deps: RuntimeDeps, _event: unknown, context: Context): Promise<SchedulerResult> {
   const { log, metrics, deadlineAt } = invocationOf(context);
@@ -58,6 +58,7 @@ export async function schedulerInvocation(deps: RuntimeDeps, _event: unknown, co
   metrics.level('PendingInvocations', result.fleet.pending);
   recordFleetBalance(metrics, result);
   recordRetention(metrics, result);
+  recordRuns(metrics, result);
   return result;
 }
 

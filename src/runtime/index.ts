@@ -33,6 +33,7 @@ export {
   workerMetricHooks,
   recordFleetBalance,
   recordRetention,
+  recordRuns,
   METRICS_NAMESPACE,
   type RuntimeMetrics,
   type WorkerHooks,

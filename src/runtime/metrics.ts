@@ -174,6 +174,17 @@ export function recordFleetBalance(m: RuntimeMetrics, result: Pick<SchedulerResu
 }
 
 /**
+ * The runs of open batches as one scheduler run read them (docs/design.md, "Fan-out"), levels:
+ * `RunsPerBatch` (the most live runs of one open batch), `LiveRuns` (live runs of all open
+ * batches) and `RunningBatches` (open batches with a live run).
+ */
+export function recordRuns(m: RuntimeMetrics, result: Pick<SchedulerResult, 'runs'>): void {
+  m.level('RunsPerBatch', result.runs.maxPerBatch);
+  m.level('LiveRuns', result.runs.runs);
+  m.level('RunningBatches', result.runs.batches);
+}
+
+/**
  * What one scheduler run's retention deleted (docs/design.md, "Retention"), counts of rows:
  * `RetentionBatchesDeleted`, `RetentionItemsDeleted`, `RetentionRedrivesDeleted`,
  * `RetentionDeferredDeleted`, `RetentionOutboxDeleted` (messages), `RetentionDeliveriesDeleted`,

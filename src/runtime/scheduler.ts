@@ -1,4 +1,4 @@
-import { claimDispatch, deleteExpiredBatches, undispatch, type RetentionResult } from '../batch/index.js';
+import { claimDispatch, deleteExpiredBatches, runsSummary, undispatch, type RetentionResult } from '../batch/index.js';
 import { deleteDeliveredOutboxMessages, type OutboxRetentionResult } from '../units/index.js';
 import { balanceOf, planInvocations, readFleet, reserveInvocations, sweep, type Balance } from '../lease/index.js';
 import type { Sql } from '../store/index.js';
@@ -37,6 +37,11 @@ export interface SchedulerResult {
    * sent for batches.
    */
   balance: Balance & { fairShare: number; retiring: number; batch: number };
+  /**
+   * The runs of open batches after this run's dispatch (docs/design.md, "Fan-out"): batches
+   * with a live run, live runs in all, the most of one batch.
+   */
+  runs: { batches: number; runs: number; maxPerBatch: number };
   /**
    * What retention deleted in this run (docs/design.md, "Retention"), counts of rows: expired
    * batches with their items, redrives and deferred firings, and delivered outbox messages
@@ -130,6 +135,7 @@ export async function runScheduler(
     retiring: fleet.retiring,
     batch: fleet.batch,
   };
+  const runs = await runsSummary(sql);
   const retention = await applyRetention(sql, config);
   return {
     swept,
@@ -140,6 +146,7 @@ export async function runScheduler(
     invoked,
     retired: plan.retired.length,
     balance,
+    runs,
     retention,
     ...(deferred ? { deferred } : {}),
   };

@@ -313,6 +313,24 @@ export async function cancelBatch(sql: Sql, id: string): Promise<BatchStatus | u
   return r?.status;
 }
 
+/** The runs of open batches, as the scheduler reports them. */
+export interface RunsSummary {
+  /** Open batches with at least one live run. */
+  batches: number;
+  /** Live runs of all open batches. */
+  runs: number;
+  /** Most live runs of one open batch. */
+  maxPerBatch: number;
+}
+
+// Reads the runs of open batches from their rows (the open batches' partial index).
+export async function runsSummary(sql: Sql): Promise<RunsSummary> {
+  const [r] = await sql<RunsSummary[]>`select count(*) filter (where live_runs > 0)::int as batches,
+      coalesce(sum(live_runs), 0)::int as runs, coalesce(max(live_runs), 0)::int as "maxPerBatch"
+    from leasehold_batches where status = 'open'`;
+  return r;
+}
+
 // Counts open batches (any tenant); the scheduler scales to zero on 0.
 export async function countAllOpen(sql: Sql): Promise<number> {
   const [r] = await sql<{ n: number }[]>`select count(*) as n from leasehold_batches where status = 'open'`;

@@ -4,7 +4,7 @@ import { html } from 'htm/preact';
 import { useState } from 'preact/hooks';
 import { api, ITEM_STATES, type Batch, type ItemState } from '../api.js';
 import { CountsLegend, ErrorNote, ProgressBar, StatusBadge, message, usePoll } from '../components.js';
-import { brief, duration, rate, when } from '../format.js';
+import { brief, duration, rate, shortId, when } from '../format.js';
 import { CancelButton } from './batches.js';
 import { FinishedChart } from './chart.js';
 
@@ -32,9 +32,17 @@ export function BatchView({ id }: { id: string }) {
             <div><dt>Tenant / datasource</dt><dd>${b.tenant} / ${b.datasource}</dd></div>
             <div><dt>Items/s</dt><dd>${rate(b.itemsPerSecond)}</dd></div>
             <div><dt>Age</dt><dd>${b.ageMs === undefined ? '–' : duration(b.ageMs)}</dd></div>
-            <div><dt>Runs</dt><dd>${b.runs}</dd></div>
+            <div>
+              <dt>Runs</dt>
+              <dd data-runs>
+                ${
+                  b.liveRuns === undefined
+                    ? b.runs
+                    : `${b.liveRuns.length} live of ${b.target ?? '?'} wanted (max ${b.maxConcurrency ?? '?'}) · ${b.runs} in all`
+                }
+              </dd>
+            </div>
             <div><dt>Redrives</dt><dd>${b.redrives ?? 0}</dd></div>
-            <div><dt>Owner process</dt><dd><code>${b.ownerProcess ?? '–'}</code></dd></div>
             <div><dt>Created</dt><dd>${when(b.createdAt)}</dd></div>
             <div><dt>Finished</dt><dd>${when(b.finishedAt)}</dd></div>
             ${
@@ -46,6 +54,7 @@ export function BatchView({ id }: { id: string }) {
           </dl>
           <${ProgressBar} batch=${b} />
           <${CountsLegend} counts=${b.counts} />
+          <${Runs} batch=${b} />
           <div class="actions">
             <${RedriveButton} batch=${b} onDone=${reload} />
             ${b.status === 'open' ? html`<${CancelButton} batch=${b} onDone=${reload} />` : null}
@@ -57,6 +66,30 @@ export function BatchView({ id }: { id: string }) {
         `
     }
   </section>`;
+}
+
+/** The batch's live runs: each run's process, speed and last beat (docs/design.md, "Fan-out"). */
+function Runs({ batch }: { batch: Batch }) {
+  const runs = batch.liveRuns ?? [];
+  if (runs.length === 0) return null;
+  return html`<h3>Runs</h3>
+    <table class="runs" data-run-list>
+      <thead>
+        <tr><th>Run</th><th>Process</th><th>Items/s</th><th>Settled</th><th>Last beat</th></tr>
+      </thead>
+      <tbody>
+        ${runs.map(
+          (r) =>
+            html`<tr key=${r.id}>
+              <td><code>${shortId(r.id)}</code></td>
+              <td><code>${shortId(r.process)}</code></td>
+              <td>${rate(r.itemsPerSecond)}</td>
+              <td>${r.settled}</td>
+              <td>${when(r.beatAt)}</td>
+            </tr>`,
+        )}
+      </tbody>
+    </table>`;
 }
 
 /**
