@@ -118,6 +118,8 @@ export function tenantView(t: TenantInfo): ApiTenant {
     createdAt: iso(b.createdAt),
     since: iso(b.since),
     forMs: b.forMs,
+    liveRuns: b.liveRuns,
+    target: b.target,
   });
   return {
     tenant: t.tenant,

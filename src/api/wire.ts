@@ -197,10 +197,13 @@ export interface ApiTenantBatch {
   job: string;
   priority: number;
   createdAt: string;
-  /** Running: when its run took it; waiting: when it began to wait. */
+  /** Running: when a run last joined it; waiting: when it began to wait. */
   since: string;
   /** ms since `since` (database clock). */
   forMs: number;
+  /** Its live runs and the runs it wants (docs/design.md, "Fan-out"). */
+  liveRuns: number;
+  target: number;
 }
 
 /** What `GET /tenants/{tenant}` and `PUT /tenants/{tenant}/limits` answer. */
