@@ -84,8 +84,10 @@ describe('leasehold dev', () => {
     expect(summary).toEqual({ batchId: expect.any(String), done: 2000, failed: 0, seconds: expect.any(Number) });
     expect(r.stderr).toMatch(/api +http:\/\/127\.0\.0\.1:\d+/);
     expect(r.stderr).toMatch(/nothing left owned/);
-    const [b] = await db.sql`select status, owner_run from leasehold_batches where id = ${summary.batchId}`;
-    expect(b).toEqual({ status: 'succeeded', owner_run: null });
+    const [b] = await db.sql`select status, live_runs,
+        (select count(*) from leasehold_runs where batch_id = ${summary.batchId})::int as run_rows
+      from leasehold_batches where id = ${summary.batchId}`;
+    expect(b).toEqual({ status: 'succeeded', live_runs: 0, run_rows: 0 });
   }, 60_000);
 
   it('Ctrl-C mid-batch hands off, leaves nothing owned, and the next start finishes the batch', async () => {
@@ -94,9 +96,11 @@ describe('leasehold dev', () => {
     expect(first.stderr).toMatch(/nothing left owned/);
     const id = /demo: checksum batch ([0-9a-f-]{36})/.exec(first.stderr)![1];
     const [mid] =
-      await db.sql`select status, owner_run, (select count(*) from leasehold_items where batch_id = ${id} and state = 'running') as running
+      await db.sql`select status, live_runs, (select count(*) from leasehold_items where batch_id = ${id} and state = 'running') as running,
+        (select count(*) from leasehold_runs where batch_id = ${id})::int as run_rows
       from leasehold_batches where id = ${id}`;
-    expect(mid.owner_run).toBeNull();
+    expect(mid.live_runs).toBe(0);
+    expect(mid.run_rows).toBe(0);
     expect(mid.running).toBe(0);
     expect(mid.status).toBe('open');
 
