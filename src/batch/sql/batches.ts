@@ -391,9 +391,12 @@ export function takeOverStatement(sql: Sql, a: TakeOverArgs) {
         for update skip locked
       ) w
     ), stale as (
+      -- The batches are looked up by the ids of the stale runs (= any of an array): joined
+      -- plainly, a planner that thought the runs many hashed every open batch.
       select r.batch_id as id, r.id as dead from leasehold_runs r
       join leasehold_batches b on b.id = r.batch_id
       where r.beat_at < ${stale} and b.status = 'open'
+        and b.id = any(array(select batch_id from leasehold_runs where beat_at < ${stale}))
         and r.batch_id::text not in (select jsonb_array_elements_text(${skip}))
       order by r.beat_at
       limit 1
