@@ -19,6 +19,7 @@ import {
   endIntolerableStatement,
   finishStatement,
   getBatchStatement,
+  giveBackRunningStatement,
   handOffStatement,
   itemsPageStatement,
   listBatchesStatement,
@@ -173,6 +174,12 @@ const cases: Case[] = [
     name: 'intolerable end check',
     bound: 1,
     statement: (sql, d) => endIntolerableStatement(sql, { batchId: d.batch, run: d.run }),
+  },
+  // After an intolerable end, in its transaction: the items still running go back.
+  {
+    name: 'intolerable end: give back running items',
+    bound: RUNNING,
+    statement: (sql, d) => giveBackRunningStatement(sql, { batchId: d.batch }),
   },
   { name: 'wait state', bound: 1, statement: (sql, d) => waitStateStatement(sql, { batchId: d.batch, run: d.run }) },
   {

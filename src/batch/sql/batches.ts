@@ -840,14 +840,20 @@ export interface IntolerableEnd {
 // shared by all its runs: every run checks it after each move that failed an item, so the run
 // whose move passes the allowance (or a later one) ends the batch, once (every run row is
 // deleted first; a second end finds none).
+// The give-back is a second statement of the end's transaction: the end's deletes wait for the
+// moves in flight on the run rows, and a claim among them (pending to running, committed after
+// the end's snapshot) is seen only by a later snapshot; in the end's own statement such items
+// stayed running in the ended batch (docs/design.md, "Fan-out").
 export async function endIntolerable(sql: Sql, batchId: string, run: string): Promise<IntolerableEnd> {
-  const [r] = await sql<
-    { ended: number; given_back: number; failed: number }[]
-  >`${endIntolerableStatement(sql, { batchId, run })}`;
-  return { ended: r.ended === 1, givenBack: r.given_back, failed: r.failed };
+  return sql.begin(async (tx) => {
+    const t = tx as unknown as Sql;
+    const [r] = await t<{ ended: number; failed: number }[]>`${endIntolerableStatement(t, { batchId, run })}`;
+    const givenBack = r.ended === 1 ? (await t`${giveBackRunningStatement(t, { batchId })}`).count : 0;
+    return { ended: r.ended === 1, givenBack, failed: r.failed };
+  });
 }
 
-/** {@link endIntolerable} as a fragment (the plan test reads its plan). */
+/** The end of {@link endIntolerable} as a fragment (the plan test reads its plan). */
 export function endIntolerableStatement(sql: Sql, { batchId, run }: { batchId: string; run: string }) {
   return sql`with n as materialized (
       select count(*)::int as failed from leasehold_items where batch_id = ${batchId} and state = 'failed'
@@ -864,15 +870,20 @@ export function endIntolerableStatement(sql: Sql, { batchId, run }: { batchId: s
       from n
       where b.id = ${batchId} and b.status = 'open' and ${run}::uuid in (select id from gone)
       returning b.id
-    ), back as (
-      update leasehold_items i
-      set state = 'pending', attempts = greatest(i.attempts - 1, 0), run_after = greatest(i.run_after, now()),
-          updated_at = now()
-      where i.batch_id = ${batchId} and i.state = 'running' and exists (select 1 from ended)
-      returning 1
     )
-    select (select count(*) from ended)::int as ended, (select count(*) from back)::int as given_back,
-      (select failed from n) as failed`;
+    select (select count(*) from ended)::int as ended, (select failed from n) as failed`;
+}
+
+/**
+ * The give-back of {@link endIntolerable} as a fragment (the plan test reads its plan): the
+ * items of the batch still running go back to pending with their attempt given back, due now
+ * at the latest. Sent only in the transaction that just ended the batch.
+ */
+export function giveBackRunningStatement(sql: Sql, { batchId }: { batchId: string }) {
+  return sql`update leasehold_items i
+    set state = 'pending', attempts = greatest(i.attempts - 1, 0), run_after = greatest(i.run_after, now()),
+        updated_at = now()
+    where i.batch_id = ${batchId} and i.state = 'running'`;
 }
 
 // Whether the run still holds its lease, how long until the batch's next pending item is due
