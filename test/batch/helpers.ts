@@ -56,6 +56,8 @@ export async function itemCounts(sql: Sql, batchId: string): Promise<Record<Item
 /** One recorded change of an item row (see {@link installAudit}). */
 export interface ItemChange {
   seq: number;
+  /** The transaction that made the change (`pg_current_xact_id()`, as text). */
+  xid: string;
   batch_id: string;
   key: string;
   old_state: ItemState;
@@ -157,8 +159,8 @@ export function itemChanges(sql: Sql, batchId: string): Promise<ItemChange[]> {
 }
 
 export function batchChanges(sql: Sql, batchId: string): Promise<BatchChange[]> {
-  return sql<BatchChange[]>`select b.*, coalesce((select array_agg(r.id order by r.seq) from audit_runs r
-      where r.batch_id = b.id and r.xid = b.xid and r.op = 'delete'), '{}') as runs_ended
+  return sql<BatchChange[]>`select b.*, coalesce((select json_agg(r.id order by r.seq) from audit_runs r
+      where r.batch_id = b.id and r.xid = b.xid and r.op = 'delete'), '[]'::json) as runs_ended
     from audit_batches b where b.id = ${batchId} order by b.seq`;
 }
 
