@@ -303,6 +303,14 @@ export function listBatchesStatement(sql: Sql, f: ListArgs) {
 // running at the cancel). No counts are stored: a move the cancel waited for lands after the
 // statement's snapshot, so the batch's counts are read from its items.
 export async function cancelBatch(sql: Sql, id: string): Promise<BatchStatus | undefined> {
+  return inTransaction(sql, async (t) => {
+    const status = await cancelOnce(t, id);
+    if (status) await t`${endLateRuns(t, id)}`;
+    return status;
+  });
+}
+
+async function cancelOnce(sql: Sql, id: string): Promise<BatchStatus | undefined> {
   const [r] = await sql<{ status: BatchStatus }[]>`with gone as (
       delete from leasehold_runs where batch_id = ${id} returning 1
     )
@@ -762,9 +770,33 @@ function endRuns(sql: Sql, batchId: string, run: string, when: postgres.Fragment
     returning id`;
 }
 
+// The run rows a batch that just ended still has, deleted: runs that joined while the end ran.
+// A takeover that joins holds the batch row until it commits; the end's delete of the run rows,
+// from a snapshot taken before that commit, missed the new row, and its update of the batch row
+// waited for the takeover and then ended the batch. Left standing, such a run worked the ended
+// batch (its moves are fenced on its own row). Sent after the end, in the end's transaction: it
+// holds the batch row, so no run joins any more, and a later snapshot sees every run that did.
+function endLateRuns(sql: Sql, batchId: string) {
+  return sql`delete from leasehold_runs where batch_id = ${batchId}`;
+}
+
+// Runs `f` in a transaction of its own, or in a savepoint when `sql` is a caller's transaction.
+function inTransaction<T>(sql: Sql, f: (t: Sql) => Promise<T>): Promise<T> {
+  const within = (sql as { savepoint?: Sql['begin'] }).savepoint?.bind(sql) ?? sql.begin.bind(sql);
+  return within((tx) => f(tx as unknown as Sql)) as Promise<T>;
+}
+
 // Ends a batch whose runs keep failing before they store anything: `failed` with `reason`, and
 // every item still pending or running `failed` with `itemError`. Fenced on the run's lease.
 export async function giveUp(sql: Sql, a: { batchId: string; run: string; reason: string; itemError: string }): Promise<boolean> {
+  return inTransaction(sql, async (t) => {
+    const given = await giveUpOnce(t, a);
+    if (given) await t`${endLateRuns(t, a.batchId)}`;
+    return given;
+  });
+}
+
+async function giveUpOnce(sql: Sql, a: { batchId: string; run: string; reason: string; itemError: string }): Promise<boolean> {
   const [r] = await sql<{ given_up: number }[]>`with gone as (
       ${endRuns(sql, a.batchId, a.run, sql`true`)}
     ), own as (
@@ -786,8 +818,11 @@ export async function giveUp(sql: Sql, a: { batchId: string; run: string; reason
 // reason then says so). Any run of the batch holding its lease can, and only once (status must
 // still be open): every run row of the batch is deleted first, so the other runs stop.
 export async function finishBatch(sql: Sql, batchId: string, run: string): Promise<BatchStatus | undefined> {
-  const [r] = await sql<{ status: BatchStatus }[]>`${finishStatement(sql, { batchId, run })}`;
-  return r?.status;
+  return inTransaction(sql, async (t) => {
+    const [r] = await t<{ status: BatchStatus }[]>`${finishStatement(t, { batchId, run })}`;
+    if (r) await t`${endLateRuns(t, batchId)}`;
+    return r?.status;
+  });
 }
 
 /**
@@ -845,9 +880,9 @@ export interface IntolerableEnd {
 // the end's snapshot) is seen only by a later snapshot; in the end's own statement such items
 // stayed running in the ended batch (docs/design.md, "Fan-out").
 export async function endIntolerable(sql: Sql, batchId: string, run: string): Promise<IntolerableEnd> {
-  return sql.begin(async (tx) => {
-    const t = tx as unknown as Sql;
+  return inTransaction(sql, async (t) => {
     const [r] = await t<{ ended: number; failed: number }[]>`${endIntolerableStatement(t, { batchId, run })}`;
+    if (r.ended === 1) await t`${endLateRuns(t, batchId)}`;
     const givenBack = r.ended === 1 ? (await t`${giveBackRunningStatement(t, { batchId })}`).count : 0;
     return { ended: r.ended === 1, givenBack, failed: r.failed };
   });
