@@ -295,6 +295,121 @@ describe('cancel with many runs', () => {
   });
 });
 
+describe('cancel racing joins', () => {
+  it('a cancel landing while runs join leaves no run of the batch: every run that joined stops, and no item changes after it', async () => {
+    for (let round = 0; round < 10; round++) {
+      const batch = await fanBatch(800, 8);
+      const runners = Array.from({ length: 8 }, () => new Runner(pool(1), { beatMs: 30, staleMs: 5_000, parallel: 2 }));
+      const work: ItemWork = async () => (await sleep(1 + Math.random() * 3), 'ok');
+      // Each run wrapped: a promise returned from a promise would be awaited to the run's end.
+      const joins = runners.map((r) =>
+        r.takeOver(() => ({ work }), batch.id).then((b) => (b ? { run: runOf(r, batch.id) } : undefined)),
+      );
+      await sleep(Math.random() * 8);
+      await cancelBatch(db.sql, batch.id);
+      const runs = (await Promise.all(joins)).flatMap((j) => (j ? [j.run] : []));
+      // Every run that joined learns of the cancel (within a beat); none goes on in the cancelled batch.
+      const results = await Promise.all(
+        runs.map((r) => Promise.race([r, sleep(5_000).then((): 'still running' => 'still running')])),
+      );
+      expect(results.map((r) => (typeof r === 'string' ? r : r.outcome))).toEqual(runs.map(() => 'lost'));
+      expect(await liveRuns(db.sql, batch.id)).toEqual([]);
+      const end = (await batchChanges(db.sql, batch.id)).find((c) => c.status === 'cancelled')!;
+      // The cancel's deletes of run rows are the last changes of its transaction to any run row.
+      const deletes = (await runChanges(db.sql, batch.id)).filter((c) => c.op === 'delete');
+      expect(deletes.every((c) => c.xid === end.xid)).toBe(true);
+      const cancelSeq = Math.max(end.seq, ...deletes.map((c) => c.seq));
+      expect((await itemChanges(db.sql, batch.id)).filter((c) => c.seq > cancelSeq)).toEqual([]);
+      await Promise.all(runners.map((r) => r.close()));
+      await endPools();
+    }
+  });
+});
+
+describe('an end racing a join', () => {
+  /**
+   * Makes every insert of a run row wait `ms` before its transaction goes on (a test trigger),
+   * so a takeover that joins a batch holds the batch row, its new run row not yet committed,
+   * long enough for an end to land in between; resolves once a join is waiting there.
+   */
+  async function slowJoins(ms: number): Promise<void> {
+    await db.sql.unsafe(`create or replace function slow_join() returns trigger language plpgsql as $$
+      begin perform pg_sleep(${ms / 1000}); return null; end $$;
+      create trigger slow_join after insert on leasehold_runs for each row execute function slow_join()`);
+  }
+  const fastJoins = () => db.sql.unsafe(`drop trigger if exists slow_join on leasehold_runs`);
+  // A takeover waiting in the trigger (the server's own evidence of it; the statement's text is
+  // cut at track_activity_query_size, so it is known by its start).
+  const joinWaiting = async () =>
+    (
+      await db.sql`select 1 from pg_stat_activity
+        where wait_event = 'PgSleep' and query like 'with tenant as materialized%' and datname = current_database()
+          and pid <> pg_backend_pid()`
+    ).length > 0;
+
+  it.each(['a cancel', 'an intolerable end'] as const)(
+    '%s that lands while a run joins leaves no run behind: the joined run changes nothing and stops',
+    async (end) => {
+      for (let round = 0; round < 2; round++) {
+        const batch = await fanBatch(800, 8, end === 'an intolerable end' ? { toleratedFailures: { count: 0 } } : {});
+        const gate = deferred();
+        const work: ItemWork = async ({ key }) => {
+          if (key === 'k001') return 'ok';
+          await gate.promise;
+          if (key === 'k000') throw new PermanentItemError('breaks');
+          return 'ok';
+        };
+        // A first run (the one that ends the batch when it stores k000's failure).
+        const first = new Runner(pool(), { beatMs: 30, staleMs: 5_000, parallel: 800, queueDepth: 0 });
+        const [firstRun] = await joinAll([first], batch.id, () => ({ work, attempts: 1 }));
+        // k001 stored: the first run's later moves no longer write the batch row (its stalled
+        // runs are 0), so none of them waits for the join below; all the others held.
+        await waitFor('all items held by the first run but k001, done', async () =>
+          (await itemRows(db.sql, batch.id)).every((i) => i.state === (i.key === 'k001' ? 'done' : 'running')),
+        );
+        await slowJoins(300);
+        const late = new Runner(pool(), { beatMs: 30, staleMs: 5_000, parallel: 2 });
+        let lateRun: Promise<RunResult> | undefined;
+        const joining = late
+          .takeOver(() => ({ work: async () => 'late', attempts: 1 }), batch.id)
+          .then((b) => {
+            if (b) lateRun = runOf(late, batch.id);
+          });
+        try {
+          await waitFor('a join waiting in its transaction', joinWaiting);
+          if (end === 'a cancel') {
+            await cancelBatch(db.sql, batch.id);
+          } else {
+            // Only k000 settles (failed): its move passes the allowance of 0 and the run ends the batch.
+            gate.resolve();
+            await waitFor('the end', async () => (await getBatch(db.sql, batch.id)).status !== 'open');
+          }
+          await joining;
+        } finally {
+          await fastJoins();
+        }
+        gate.resolve();
+        const results = await Promise.all([firstRun, ...(lateRun ? [lateRun] : [])]);
+        expect(await liveRuns(db.sql, batch.id)).toEqual([]);
+        const ended = await expectFinishedOnce(batch.id, end === 'a cancel' ? 'cancelled' : 'failed');
+        // The joined run was ended by the end's transaction too, and changed nothing.
+        // The join took place (it committed while the end waited for the batch row).
+        expect(lateRun).toBeDefined();
+        {
+          const r = results[1];
+          expect(r.outcome).toBe('lost');
+          expect(r.finishedItems).toBe(0);
+          expect((await runChanges(db.sql, batch.id)).find((c) => c.op === 'delete' && c.id === r.runId)?.xid).toBe(ended.xid);
+        }
+        const changes = await itemChanges(db.sql, batch.id);
+        expect(changes.filter((c) => c.seq > ended.seq && c.xid !== ended.xid)).toEqual([]);
+        expect((await itemRows(db.sql, batch.id)).filter((i) => i.output === 'late')).toEqual([]);
+        await endPools();
+      }
+    },
+  );
+});
+
 describe('tolerance across runs', () => {
   it('4 runs, an allowance of 10, 40 failing items: the batch ends failed as soon as the 11th failure is stored, and no more failures are stored than the allowance plus what was in flight', async () => {
     for (let round = 0; round < 4; round++) {
