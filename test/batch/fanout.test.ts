@@ -591,3 +591,28 @@ describe('redrive with many runs', () => {
     await endPools();
   });
 });
+
+describe('one run of a batch per process', () => {
+  it('a runner asked to take over a batch it already runs adds no second run, while the batch is below its target or its run is stale', async () => {
+    const batch = await fanBatch(400, 4);
+    const gate = deferred();
+    const clock = new ManualClock();
+    clock.freeze();
+    // Its beats never come: its run turns stale while it holds the batch's items.
+    const r = new Runner(pool(), { clock, beatMs: 50, staleMs: STALE_MS, parallel: 2 });
+    const [run] = await joinAll([r], batch.id, () => ({ work: () => gate.promise }));
+    const [first] = await liveRuns(db.sql, batch.id);
+    // Below its target (1 of 4), then stale: neither lets the same runner start a second run.
+    expect(await r.takeOver(() => ({ work: async () => 'again' }), batch.id)).toBeUndefined();
+    await sleep(STALE_MS + 50);
+    expect(await r.takeOver(() => ({ work: async () => 'again' }), batch.id)).toBeUndefined();
+    expect(await liveRuns(db.sql, batch.id)).toEqual([first]);
+    expect(r.batches()).toEqual([batch.id]);
+    // Its one run is still the one it stops.
+    gate.resolve('ok');
+    clock.advance(STALE_MS);
+    const closed = r.close();
+    expect((await run).runId).toBe(first);
+    await closed;
+  });
+});
