@@ -616,3 +616,75 @@ describe('one run of a batch per process', () => {
     await closed;
   });
 });
+
+describe('concurrent takeovers of several stale runs', () => {
+  it('2 stale runs among 8, 8 runners racing for them: each is replaced exactly once, the batch never has more than 8 runs, and the rest finishes', async () => {
+    for (let round = 0; round < 2; round++) {
+      const batch = await fanBatch(1_600, 8);
+      let tookOver = false;
+      const work: ItemWork = async () => (await sleep(tookOver ? Math.random() : 20), 'ok');
+      const healthy = Array.from({ length: 6 }, () => new Runner(pool(), { beatMs: 50, staleMs: STALE_MS, parallel: 2 }));
+      const healthyRuns = await joinAll(healthy, batch.id, () => ({ work }));
+      const healthyIds = await liveRuns(db.sql, batch.id);
+      // Two processes that freeze: their beats stop, their items never return until released.
+      const gate = deferred<string>();
+      const clocks = [new ManualClock(), new ManualClock()];
+      for (const c of clocks) c.freeze();
+      const stalled = clocks.map((clock) => new Runner(pool(), { clock, beatMs: 50, staleMs: STALE_MS, parallel: 2 }));
+      const stalledRuns = await joinAll(stalled, batch.id, () => ({ work: () => gate.promise }));
+      const stalledIds = (await liveRuns(db.sql, batch.id)).filter((id) => !healthyIds.includes(id));
+      expect(stalledIds).toHaveLength(2);
+      await waitFor('the stalled runs hold their items', async () => {
+        const [r] = await db.sql<{ n: number }[]>`select count(*)::int as n from leasehold_items
+          where batch_id = ${batch.id} and state = 'running' and run_id in ${db.sql(stalledIds)}`;
+        return r.n === 8;
+      });
+      const held = (await itemRows(db.sql, batch.id)).filter((i) => stalledIds.includes(i.run_id!) && i.state === 'running');
+
+      const racers = Array.from({ length: 8 }, () => new Runner(pool(1), { beatMs: 50, staleMs: STALE_MS, parallel: 2 }));
+      const won: Promise<RunResult>[] = [];
+      const until = Date.now() + 4 * STALE_MS;
+      await Promise.all(
+        racers.map(async (r) => {
+          while (Date.now() < until) {
+            if (await r.takeOver(() => ({ work }), batch.id)) {
+              won.push(runOf(r, batch.id));
+              return;
+            }
+            await sleep(5);
+          }
+        }),
+      );
+      expect(won).toHaveLength(2);
+      const takeovers = await replacements(db.sql, batch.id);
+      expect(takeovers.map((t) => t.from).sort()).toEqual([...stalledIds].sort());
+      expect((await liveRuns(db.sql, batch.id)).filter((id) => healthyIds.includes(id)).sort()).toEqual([...healthyIds].sort());
+      tookOver = true;
+
+      for (const c of clocks) c.advance(STALE_MS);
+      gate.resolve('late');
+      expect((await Promise.all(stalledRuns)).map((r) => r.outcome)).toEqual(['lost', 'lost']);
+      const results = await Promise.all([...healthyRuns, ...won]);
+      expect(results.filter((r) => r.outcome === 'succeeded')).toHaveLength(1);
+      await expectFinishedOnce(batch.id, 'succeeded');
+      // Never more than 8 runs at once (inserts and deletes of run rows replayed in order).
+      let n = 0;
+      let most = 0;
+      for (const c of await runChanges(db.sql, batch.id)) {
+        n += c.op === 'insert' ? 1 : -1;
+        most = Math.max(most, n);
+      }
+      expect(most).toBe(8);
+      const items = await itemRows(db.sql, batch.id);
+      expectSettledOnce(
+        await itemChanges(db.sql, batch.id),
+        items.map((i) => i.key),
+      );
+      const heldKeys = new Set(held.map((i) => i.key));
+      for (const i of items)
+        expect([i.state, i.attempts, i.output === 'late']).toEqual(['done', heldKeys.has(i.key) ? 2 : 1, false]);
+      await Promise.all([...healthy, ...stalled, ...racers].map((r) => r.close()));
+      await endPools();
+    }
+  });
+});
