@@ -688,3 +688,46 @@ describe('concurrent takeovers of several stale runs', () => {
     }
   });
 });
+
+describe('attempts and backoff across runs', () => {
+  it("4 runs share each item's attempts: an item failing twice is retried after its backoff by whichever run claims it, and ends done at attempt 3", async () => {
+    const batch = await fanBatch(400, 4);
+    const BACKOFF_MS = 20;
+    const executions = new Map<string, number[]>();
+    const work: ItemWork = async ({ key, attempt }) => {
+      executions.set(key, [...(executions.get(key) ?? []), attempt]);
+      await sleep(Math.random() * 2);
+      if (attempt < 3) throw new Error(`attempt ${attempt} fails`);
+      return 'ok';
+    };
+    const runners = Array.from(
+      { length: 4 },
+      () => new Runner(pool(), { beatMs: 50, staleMs: 5_000, parallel: 4, backoffMs: BACKOFF_MS }),
+    );
+    const results = await Promise.all(await joinAll(runners, batch.id, () => ({ work, attempts: 3 })));
+    expect(results.filter((r) => r.outcome === 'succeeded')).toHaveLength(1);
+    await expectFinishedOnce(batch.id, 'succeeded');
+    const items = await itemRows(db.sql, batch.id);
+    expect(items.every((i) => i.state === 'done' && i.attempts === 3)).toBe(true);
+    // Each attempt ran once, in order, across the runs.
+    for (const i of items) expect(executions.get(i.key)).toEqual([1, 2, 3]);
+    const changes = await itemChanges(db.sql, batch.id);
+    expectSettledOnce(
+      changes,
+      items.map((i) => i.key),
+    );
+    // Each failed attempt went back to pending after backoff × 2^(attempt − 1) plus up to 25 % jitter.
+    const retries = changes.filter((c) => c.old_state === 'running' && c.state === 'pending');
+    expect(retries).toHaveLength(800);
+    for (const r of retries) {
+      const base = BACKOFF_MS * 2 ** (r.attempts - 1);
+      expect(r.delay_ms).toBeGreaterThanOrEqual(base - 1);
+      expect(r.delay_ms).toBeLessThanOrEqual(base * 1.25 + 1);
+    }
+    // The retries spread over the runs: more than one run claimed a retried item.
+    const claimers = new Set(
+      changes.filter((c) => c.old_state === 'pending' && c.state === 'running' && c.attempts > 1).map((c) => c.run_id),
+    );
+    expect(claimers.size).toBeGreaterThan(1);
+  });
+});
