@@ -246,8 +246,9 @@ describe('finish with many runs', () => {
       // The others left for want of work, or found the batch finished.
       expect(results.filter((r) => r !== finishers[0]).every((r) => r.outcome === 'drained' || r.outcome === 'lost')).toBe(true);
       const end = await expectFinishedOnce(batch.id, expected);
-      // The finish ended the finisher's own lease, which it still held.
+      // The finish ended the finisher's own lease, which it still held, and those of the runs it found lost.
       expect(end.runs_ended).toContain(finishers[0].runId);
+      for (const r of results) if (r.outcome === 'lost') expect(end.runs_ended).toContain(r.runId);
       const failed = failLast ? 1 : 0;
       expect(await getBatch(db.sql, batch.id)).toMatchObject({
         status: expected,
