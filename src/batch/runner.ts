@@ -246,6 +246,9 @@ export class Runner {
    */
   async takeOver(resolve: Resolve, batchId?: string, options: { orFairer?: boolean } = {}): Promise<BatchInfo | undefined> {
     if (this.closed) return undefined;
+    // A process runs one run of a batch at most (docs/design.md, "Fan-out"): the statement skips
+    // this runner's batches only when it chooses one itself, not the batch it is told to take.
+    if (batchId !== undefined && this.runs.has(batchId)) return undefined;
     const runId = randomUUID();
     const sentAt = this.s.clock.now();
     // Bounded: a worker polls for batches between its deadline checks. A takeover that timed

@@ -287,8 +287,8 @@ describe('a batch whose runs keep failing before they store anything', () => {
       if (i < 2) {
         await waitFor('claimed', async () => {
           const [c] = await db.sql<{ n: number }[]>`select count(*)::int as n from leasehold_items i
-            join leasehold_batches b on b.id = i.batch_id and b.owner_run = i.run_id
-            where b.id = ${batch.id} and i.state = 'running'`;
+            join leasehold_runs r on r.batch_id = i.batch_id and r.id = i.run_id
+            where i.batch_id = ${batch.id} and i.state = 'running'`;
           return c.n === 4;
         });
       }

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BatchLostError, ManualClock, Runner, getBatch, type ItemWork, type RunResult } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { batchChanges, installAudit, itemChanges, itemCounts, itemRows, newBatch, runOf, tally } from './helpers.js';
+import { installAudit, itemChanges, itemCounts, itemRows, liveRuns, newBatch, replacements, runOf, tally } from './helpers.js';
 import { never, sleep } from '../support/time.js';
 import { deferred, waitFor } from '../support/waits.js';
 
@@ -87,21 +87,21 @@ describe('a stalled run (beats stop, work goes on)', () => {
         return c.done === QUICK && c.running === HELD && startedA === QUICK + PARALLEL;
       });
       const [fresh] = await db.sql<{ fresh: boolean }[]>`select now() - beat_at < ${STALE_MS / 2} * interval '1 ms' as fresh
-        from leasehold_batches where id = ${batch.id}`;
+        from leasehold_runs where batch_id = ${batch.id}`;
       if (fresh.fresh) expect(await b.takeOver(() => ({ work: workB }), batch.id)).toBeUndefined();
 
       const { run: runB } = await takeOverWhenStale(b, batch.id, workB);
       // B recovered the items A held as running (in flight or queued) and now holds as many itself.
       await waitFor('B running', async () => {
         const [r] = await db.sql<{ n: number }[]>`select count(*) as n from leasehold_items i
-          join leasehold_batches b on b.id = i.batch_id and i.run_id = b.owner_run
-          where b.id = ${batch.id} and i.state = 'running'`;
+          join leasehold_runs r on r.batch_id = i.batch_id and r.id = i.run_id
+          where i.batch_id = ${batch.id} and i.state = 'running'`;
         return r.n === HELD;
       });
-      const [takeover] = (await batchChanges(db.sql, batch.id)).filter(
-        (c) => c.old_owner_run !== null && c.owner_run !== c.old_owner_run && c.owner_run !== null,
-      );
-      expect(takeover).toBeDefined();
+      // One takeover, which replaced A's run (deleted its row) with B's.
+      const takeovers = await replacements(db.sql, batch.id);
+      expect(takeovers).toHaveLength(1);
+      const [takeover] = takeovers;
       const before = await itemRows(db.sql, batch.id);
 
       // A's stalled work now returns, once A's own clock also says its last beat is older than the
@@ -118,8 +118,8 @@ describe('a stalled run (beats stop, work goes on)', () => {
       gateB.resolve();
       const resultB = await runB;
       expect(resultB.outcome).toBe('succeeded');
-      expect(takeover.old_owner_run).toBe(resultA.runId);
-      expect(takeover.owner_run).toBe(resultB.runId);
+      expect(takeover.from).toBe(resultA.runId);
+      expect(takeover.to).toBe(resultB.runId);
 
       const items = await itemRows(db.sql, batch.id);
       expect(items.map((i) => i.state)).toEqual(Array(12).fill('done'));
@@ -207,7 +207,9 @@ describe('a run killed mid-batch', () => {
   });
 });
 
+/** The batch's one live run (these batches have one at a time). */
 async function getRunOwner(batchId: string): Promise<string | null> {
-  const [r] = await db.sql<{ owner_run: string | null }[]>`select owner_run from leasehold_batches where id = ${batchId}`;
-  return r.owner_run;
+  const runs = await liveRuns(db.sql, batchId);
+  expect(runs.length).toBeLessThanOrEqual(1);
+  return runs[0] ?? null;
 }

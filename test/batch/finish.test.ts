@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ManualClock, Runner, getBatch, type BatchStatus, type ItemWork, type RunResult } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { batchChanges, installAudit, itemChanges, itemRows, newBatch, runOf } from './helpers.js';
+import { batchChanges, installAudit, itemChanges, itemRows, liveRuns, newBatch, runOf } from './helpers.js';
 import { sleep } from '../support/time.js';
 import { deferred, waitFor } from '../support/waits.js';
 
@@ -20,7 +20,10 @@ async function expectFinishedOnce(batchId: string, status: BatchStatus, finisher
   const changes = await batchChanges(db.sql, batchId);
   const finishes = changes.filter((c) => c.old_status === 'open' && c.status !== 'open');
   expect(finishes).toHaveLength(1);
-  expect(finishes[0]).toMatchObject({ status, old_owner_run: finisher, old_finished_at: null });
+  expect(finishes[0]).toMatchObject({ status, old_finished_at: null, live_runs: 0 });
+  // The finish ended the finisher's own lease (it still held it) and every other run's.
+  expect(finishes[0].runs_ended).toContain(finisher);
+  expect(await liveRuns(db.sql, batchId)).toEqual([]);
   expect(finishes[0].finished_at).toBeInstanceOf(Date);
   // Nothing touched the batch row once it was finished; finished_at was set that one time.
   expect(changes.filter((c) => c.old_status !== 'open')).toEqual([]);
@@ -101,7 +104,7 @@ describe('finishing a batch', () => {
         // take it over as fast as it can: A's move and finish win some rounds, B's takeover others.
         const [{ ms }] = await db.sql<{ ms: number }[]>`select
             (extract(epoch from beat_at + ${STALE_MS} * interval '1 ms' - clock_timestamp()) * 1000)::float8 as ms
-          from leasehold_batches where id = ${batch.id}`;
+          from leasehold_runs where batch_id = ${batch.id}`;
         const offset = -15 + (30 * (round - 4)) / (ROUNDS - 5);
         setTimeout(() => lastGate.resolve(), Math.max(0, ms + offset));
         await sleep(Math.max(0, ms - 40));

@@ -2,7 +2,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ManualClock, Runner, createBatch, getBatch, type ItemWork, type RunnerEvent } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { batchChanges, installAudit, itemChanges, itemCounts, itemRows, newBatch, runOf } from './helpers.js';
+import { installAudit, replacements, itemChanges, itemCounts, itemRows, newBatch, runOf } from './helpers.js';
 import { sleep } from '../support/time.js';
 import { deferred, waitFor, type Deferred } from '../support/waits.js';
 
@@ -203,7 +203,9 @@ describe('a pipelined run', () => {
       const b = new Runner(db.connect({ max: 3 }), { beatMs: 50, staleMs: 200 });
       await waitFor('takeover by B', () => b.takeOver(() => ({ work: workB }), batch.id), { everyMs: 20 });
       const runB = runOf(b, batch.id);
-      const [takeover] = (await batchChanges(db.sql, batch.id)).filter((c) => c.owner_run !== null && c.old_owner_run !== null);
+      const takeovers = await replacements(db.sql, batch.id);
+      expect(takeovers).toHaveLength(1);
+      const [takeover] = takeovers;
       expect((await runB).outcome).toBe('succeeded');
 
       // A's first item returns; the move carrying it finds the batch lost and A tells its items

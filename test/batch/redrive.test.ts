@@ -341,7 +341,7 @@ describe('redrive', () => {
     await waitFor('stale', async () => {
       const [r] = await db.sql<
         { stale: boolean }[]
-      >`select beat_at < now() - interval '200 ms' as stale from leasehold_batches where id = ${batch.id}`;
+      >`select beat_at < now() - interval '200 ms' as stale from leasehold_runs where batch_id = ${batch.id}`;
       return r.stale;
     });
     // B takes over: k000, left running by A, used its only attempt and fails; B finishes the batch.

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BatchFinishedError, ManualClock, Runner, cancelBatch, getBatch, type ItemWork } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { batchChanges, installAudit, itemChanges, itemCounts, itemRows, newBatch, runOf, tally } from './helpers.js';
+import { installAudit, replacements, runEnd, itemChanges, itemCounts, itemRows, newBatch, runOf, tally } from './helpers.js';
 import { sleep } from '../support/time.js';
 import { deferred, waitFor } from '../support/waits.js';
 
@@ -13,12 +13,16 @@ beforeAll(async () => {
 });
 afterAll(() => db.close());
 
-/** Sequence number of the audit record where the batch left its owner `run` (takeover excluded). */
-async function releaseSeq(batchId: string, status: string): Promise<number> {
-  const c = (await batchChanges(db.sql, batchId)).find((x) => x.old_owner_run !== null && x.owner_run === null);
-  expect(c).toBeDefined();
-  expect(c!.status).toBe(status);
-  return c!.seq;
+/**
+ * Sequence number of the audit record where run `runId`'s lease ended (its row deleted), by a
+ * statement that left the batch `status`; no takeover replaced it.
+ */
+async function releaseSeq(batchId: string, runId: string, status: string): Promise<number> {
+  const end = await runEnd(db.sql, batchId, runId);
+  expect(end.batch).toBeDefined();
+  expect(end.batch!.status).toBe(status);
+  expect(await replacements(db.sql, batchId)).toEqual([]);
+  return end.seq;
 }
 
 /** Rejects when `signal` aborts, like work that honours cancellation. */
@@ -71,7 +75,7 @@ describe('cancel', () => {
       expect(result.finishedItems).toBe(4);
 
       expect(await itemRows(db.sql, batch.id)).toEqual(atCancel);
-      const cancelSeq = await releaseSeq(batch.id, 'cancelled');
+      const cancelSeq = await releaseSeq(batch.id, result.runId, 'cancelled');
       expect((await itemChanges(db.sql, batch.id)).filter((c) => c.seq > cancelSeq)).toEqual([]);
       // Cancel is for good: not again, and no runner takes it over.
       await expect(cancelBatch(db.sql, batch.id)).rejects.toBeInstanceOf(BatchFinishedError);
@@ -94,7 +98,7 @@ describe('cancel', () => {
       await cancelBatch(db.sql, batch.id);
       const result = await run;
       expect(result.outcome).toBe('lost');
-      const cancelSeq = await releaseSeq(batch.id, 'cancelled');
+      const cancelSeq = await releaseSeq(batch.id, result.runId, 'cancelled');
       const changes = await itemChanges(db.sql, batch.id);
       expect(changes.filter((c) => c.seq > cancelSeq)).toEqual([]);
       // Items keep the state they had; the run stored exactly what it reported.
@@ -171,7 +175,7 @@ describe('handoff (runner.stop)', () => {
       }
       expect(executing).toHaveLength(3);
       expect(result!.finishedItems).toBe(variant === 'finishes' ? 7 : 4);
-      const handoffSeq = await releaseSeq(batch.id, 'open');
+      const handoffSeq = await releaseSeq(batch.id, result!.runId, 'open');
 
       expect(await b.takeOver(() => ({ work: workB }), batch.id)).toBeDefined();
       const resultB = await runOf(b, batch.id);

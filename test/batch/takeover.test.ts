@@ -49,7 +49,7 @@ describe('takeover', () => {
         batchId = (await dead.start(newBatch(4), {}, () => never())).batch.id;
         await waitFor('stale', async () => {
           const [r] = await db.sql<{ stale: boolean }[]>`select beat_at < now() - interval '200 ms' as stale
-            from leasehold_batches where id = ${batchId}`;
+            from leasehold_runs where batch_id = ${batchId}`;
           return r.stale;
         });
       }

@@ -19,6 +19,7 @@ import {
   endIntolerableStatement,
   finishStatement,
   getBatchStatement,
+  giveBackRunningStatement,
   handOffStatement,
   itemsPageStatement,
   listBatchesStatement,
@@ -64,7 +65,7 @@ const ENDPOINTS = ['https://plans.invalid/a', 'https://plans.invalid/b'];
 
 /** The ids a state's statement data holds (the same shape in every state). */
 interface Fixture {
-  /** The open batch of {@link ITEMS} pending items, owned by `run` of `me`, beat now. */
+  /** The open batch of {@link ITEMS} pending items, worked by `run` of `me` and one other run, beat now. */
   batch: string;
   run: string;
   /** Keys of the batch's items running under `run` (attempt 1). */
@@ -142,6 +143,20 @@ const cases: Case[] = [
     statement: (sql, d) =>
       handOffStatement(sql, { batchId: d.batch, run: d.run, moves: encodeMoves([]), hold: '[]', recordProgress: false }),
   },
+  // A run that found no work leaves only while another run is live (decided on the batch row).
+  {
+    name: 'leave (no work left here)',
+    bound: RUNNING,
+    statement: (sql, d) =>
+      handOffStatement(sql, {
+        batchId: d.batch,
+        run: d.run,
+        moves: encodeMoves([]),
+        hold: '[]',
+        recordProgress: false,
+        leave: true,
+      }),
+  },
   {
     name: 'recover running items',
     bound: RUNNING,
@@ -159,6 +174,12 @@ const cases: Case[] = [
     name: 'intolerable end check',
     bound: 1,
     statement: (sql, d) => endIntolerableStatement(sql, { batchId: d.batch, run: d.run }),
+  },
+  // After an intolerable end, in its transaction: the items still running go back.
+  {
+    name: 'intolerable end: give back running items',
+    bound: RUNNING,
+    statement: (sql, d) => giveBackRunningStatement(sql, { batchId: d.batch }),
   },
   { name: 'wait state', bound: 1, statement: (sql, d) => waitStateStatement(sql, { batchId: d.batch, run: d.run }) },
   {
@@ -285,10 +306,13 @@ async function createData(sql: Sql): Promise<Fixture> {
   const [delivery] = await sql<{ id: number; endpoint: string }[]>`select message_id as id, endpoint
     from leasehold_outbox_deliveries where tenant = ${outbox.tenant} order by message_id, endpoint limit 1`;
 
+  // Worked by two runs (migration 016): `run` of `me`, and one of another process, both beat now.
   const [{ id: batch }] = await sql<{ id: string }[]>`insert into leasehold_batches
-      (tenant, datasource, job, params, request_key, total, owner_run, owner_process, beat_at, taken_at, runs)
-    values ('plan-t', 'plan', 'noop', '{}'::jsonb, ${`plan-${run}`}, ${ITEMS}, ${run}, ${me.id}, now(), now(), 1)
+      (tenant, datasource, job, params, request_key, total, max_concurrency, target, live_runs, taken_at, runs)
+    values ('plan-t', 'plan', 'noop', '{}'::jsonb, ${`plan-${run}`}, ${ITEMS}, 8, 8, 2, now(), 2)
     returning id`;
+  await sql`insert into leasehold_runs (id, batch_id, process)
+    values (${run}, ${batch}, ${me.id}), (${randomUUID()}, ${batch}, ${randomUUID()})`;
   await sql`insert into leasehold_items (batch_id, key, input, state, attempts, run_id)
     select ${batch}, lpad(k::text, 7, '0'), jsonb_build_object('n', k),
       case when k <= ${RUNNING} then 'running' else 'pending' end, (k <= ${RUNNING})::int,

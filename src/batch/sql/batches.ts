@@ -303,6 +303,14 @@ export function listBatchesStatement(sql: Sql, f: ListArgs) {
 // running at the cancel). No counts are stored: a move the cancel waited for lands after the
 // statement's snapshot, so the batch's counts are read from its items.
 export async function cancelBatch(sql: Sql, id: string): Promise<BatchStatus | undefined> {
+  return inTransaction(sql, async (t) => {
+    const status = await cancelOnce(t, id);
+    if (status) await t`${endLateRuns(t, id)}`;
+    return status;
+  });
+}
+
+async function cancelOnce(sql: Sql, id: string): Promise<BatchStatus | undefined> {
   const [r] = await sql<{ status: BatchStatus }[]>`with gone as (
       delete from leasehold_runs where batch_id = ${id} returning 1
     )
@@ -409,9 +417,12 @@ export function takeOverStatement(sql: Sql, a: TakeOverArgs) {
         for update skip locked
       ) w
     ), stale as (
+      -- The batches are looked up by the ids of the stale runs (= any of an array): joined
+      -- plainly, a planner that thought the runs many hashed every open batch.
       select r.batch_id as id, r.id as dead from leasehold_runs r
       join leasehold_batches b on b.id = r.batch_id
       where r.beat_at < ${stale} and b.status = 'open'
+        and b.id = any(array(select batch_id from leasehold_runs where beat_at < ${stale}))
         and r.batch_id::text not in (select jsonb_array_elements_text(${skip}))
       order by r.beat_at
       limit 1
@@ -777,9 +788,33 @@ function endRuns(sql: Sql, batchId: string, run: string, when: postgres.Fragment
     returning id`;
 }
 
+// The run rows a batch that just ended still has, deleted: runs that joined while the end ran.
+// A takeover that joins holds the batch row until it commits; the end's delete of the run rows,
+// from a snapshot taken before that commit, missed the new row, and its update of the batch row
+// waited for the takeover and then ended the batch. Left standing, such a run worked the ended
+// batch (its moves are fenced on its own row). Sent after the end, in the end's transaction: it
+// holds the batch row, so no run joins any more, and a later snapshot sees every run that did.
+function endLateRuns(sql: Sql, batchId: string) {
+  return sql`delete from leasehold_runs where batch_id = ${batchId}`;
+}
+
+// Runs `f` in a transaction of its own, or in a savepoint when `sql` is a caller's transaction.
+function inTransaction<T>(sql: Sql, f: (t: Sql) => Promise<T>): Promise<T> {
+  const within = (sql as { savepoint?: Sql['begin'] }).savepoint?.bind(sql) ?? sql.begin.bind(sql);
+  return within((tx) => f(tx as unknown as Sql)) as Promise<T>;
+}
+
 // Ends a batch whose runs keep failing before they store anything: `failed` with `reason`, and
 // every item still pending or running `failed` with `itemError`. Fenced on the run's lease.
 export async function giveUp(sql: Sql, a: { batchId: string; run: string; reason: string; itemError: string }): Promise<boolean> {
+  return inTransaction(sql, async (t) => {
+    const given = await giveUpOnce(t, a);
+    if (given) await t`${endLateRuns(t, a.batchId)}`;
+    return given;
+  });
+}
+
+async function giveUpOnce(sql: Sql, a: { batchId: string; run: string; reason: string; itemError: string }): Promise<boolean> {
   const [r] = await sql<{ given_up: number }[]>`with gone as (
       ${endRuns(sql, a.batchId, a.run, sql`true`)}
     ), own as (
@@ -801,8 +836,11 @@ export async function giveUp(sql: Sql, a: { batchId: string; run: string; reason
 // reason then says so). Any run of the batch holding its lease can, and only once (status must
 // still be open): every run row of the batch is deleted first, so the other runs stop.
 export async function finishBatch(sql: Sql, batchId: string, run: string): Promise<BatchStatus | undefined> {
-  const [r] = await sql<{ status: BatchStatus }[]>`${finishStatement(sql, { batchId, run })}`;
-  return r?.status;
+  return inTransaction(sql, async (t) => {
+    const [r] = await t<{ status: BatchStatus }[]>`${finishStatement(t, { batchId, run })}`;
+    if (r) await t`${endLateRuns(t, batchId)}`;
+    return r?.status;
+  });
 }
 
 /**
@@ -855,14 +893,20 @@ export interface IntolerableEnd {
 // shared by all its runs: every run checks it after each move that failed an item, so the run
 // whose move passes the allowance (or a later one) ends the batch, once (every run row is
 // deleted first; a second end finds none).
+// The give-back is a second statement of the end's transaction: the end's deletes wait for the
+// moves in flight on the run rows, and a claim among them (pending to running, committed after
+// the end's snapshot) is seen only by a later snapshot; in the end's own statement such items
+// stayed running in the ended batch (docs/design.md, "Fan-out").
 export async function endIntolerable(sql: Sql, batchId: string, run: string): Promise<IntolerableEnd> {
-  const [r] = await sql<
-    { ended: number; given_back: number; failed: number }[]
-  >`${endIntolerableStatement(sql, { batchId, run })}`;
-  return { ended: r.ended === 1, givenBack: r.given_back, failed: r.failed };
+  return inTransaction(sql, async (t) => {
+    const [r] = await t<{ ended: number; failed: number }[]>`${endIntolerableStatement(t, { batchId, run })}`;
+    if (r.ended === 1) await t`${endLateRuns(t, batchId)}`;
+    const givenBack = r.ended === 1 ? (await t`${giveBackRunningStatement(t, { batchId })}`).count : 0;
+    return { ended: r.ended === 1, givenBack, failed: r.failed };
+  });
 }
 
-/** {@link endIntolerable} as a fragment (the plan test reads its plan). */
+/** The end of {@link endIntolerable} as a fragment (the plan test reads its plan). */
 export function endIntolerableStatement(sql: Sql, { batchId, run }: { batchId: string; run: string }) {
   return sql`with n as materialized (
       select count(*)::int as failed from leasehold_items where batch_id = ${batchId} and state = 'failed'
@@ -879,15 +923,20 @@ export function endIntolerableStatement(sql: Sql, { batchId, run }: { batchId: s
       from n
       where b.id = ${batchId} and b.status = 'open' and ${run}::uuid in (select id from gone)
       returning b.id
-    ), back as (
-      update leasehold_items i
-      set state = 'pending', attempts = greatest(i.attempts - 1, 0), run_after = greatest(i.run_after, now()),
-          updated_at = now()
-      where i.batch_id = ${batchId} and i.state = 'running' and exists (select 1 from ended)
-      returning 1
     )
-    select (select count(*) from ended)::int as ended, (select count(*) from back)::int as given_back,
-      (select failed from n) as failed`;
+    select (select count(*) from ended)::int as ended, (select failed from n) as failed`;
+}
+
+/**
+ * The give-back of {@link endIntolerable} as a fragment (the plan test reads its plan): the
+ * items of the batch still running go back to pending with their attempt given back, due now
+ * at the latest. Sent only in the transaction that just ended the batch.
+ */
+export function giveBackRunningStatement(sql: Sql, { batchId }: { batchId: string }) {
+  return sql`update leasehold_items i
+    set state = 'pending', attempts = greatest(i.attempts - 1, 0), run_after = greatest(i.run_after, now()),
+        updated_at = now()
+    where i.batch_id = ${batchId} and i.state = 'running'`;
 }
 
 // Whether the run still holds its lease, how long until the batch's next pending item is due
