@@ -49,7 +49,7 @@ const quiet = new Logger(() => (level, message) => {
 });
 
 /** A graphile-worker schema: its name, and a postgres.js pool for reading and cleaning it. */
-interface GraphileSchema {
+export interface GraphileSchema {
   name: SideName;
   schema: string;
   sql: Sql;
@@ -71,7 +71,7 @@ async function addNoops(url: string, schema: string, n: number): Promise<void> {
  * `runners` graphile-worker runners of `concurrency` each over `runners × ITEMS` no-op jobs added
  * beforehand: jobs/s from the start of the runners until the jobs table is empty.
  */
-async function graphileOnce(url: string, db: GraphileSchema, runners: number, concurrency: number): Promise<number> {
+export async function graphileOnce(url: string, db: GraphileSchema, runners: number, concurrency: number): Promise<number> {
   const total = runners * ITEMS;
   await addNoops(url, db.schema, total);
   let ran = 0;
@@ -103,7 +103,7 @@ async function graphileOnce(url: string, db: GraphileSchema, runners: number, co
 }
 
 /** Create graphile-worker's schema `schema` with its own migrations (through `makeWorkerUtils().migrate()`). */
-async function migrateGraphile(url: string, schema: string): Promise<void> {
+export async function migrateGraphile(url: string, schema: string): Promise<void> {
   const utils = await makeWorkerUtils({ connectionString: url, schema, logger: quiet });
   try {
     await utils.migrate();

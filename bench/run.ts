@@ -5,8 +5,9 @@
 // over 4,000 files (bench/checksum.ts), the lease benchmarks (bench/lease.ts), graphile-worker's
 // batched mode beside leasehold's one run (bench/graphile.ts), the worker bundle's size and import
 // cost (bench/bundle.ts), tenant fairness (bench/fairness.ts), then the README's demo twice on one
-// embedded database folder (bench/demo.ts), then retention beside a running batch (bench/retention.ts).
-// BENCH_ONLY=batch|start|checksum|lease|graphile|bundle|fairness|demo|retention runs one part.
+// embedded database folder (bench/demo.ts), then retention beside a running batch (bench/retention.ts),
+// then fan-out: one batch over many runs (bench/fanout.ts).
+// BENCH_ONLY=batch|start|checksum|lease|graphile|bundle|fairness|demo|retention|fanout runs one part.
 // DATABASE_URL when set, else a throw-away embedded database (in the OS temp dir, removed after).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -17,6 +18,7 @@ import { bundleBench } from './bundle.js';
 import { checksumBench } from './checksum.js';
 import { demoBench } from './demo.js';
 import { fairnessBench } from './fairness.js';
+import { fanoutBench } from './fanout.js';
 import { graphileBench } from './graphile.js';
 import { leaseBench } from './lease.js';
 import { retentionBench } from './retention.js';
@@ -38,7 +40,7 @@ const s = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
 
 async function main() {
   const t0 = performance.now();
-  const parts = ['batch', 'start', 'checksum', 'lease', 'graphile', 'bundle', 'fairness', 'demo', 'retention'];
+  const parts = ['batch', 'start', 'checksum', 'lease', 'graphile', 'bundle', 'fairness', 'demo', 'retention', 'fanout'];
   const only = process.env.BENCH_ONLY;
   if (only !== undefined && !parts.includes(only)) throw new Error(`BENCH_ONLY must be one of ${parts.join(', ')}, got ${only}`);
   const runs = (part: string) => only === undefined || only === part;
@@ -70,6 +72,7 @@ async function main() {
     if (runs('fairness')) await fairnessBench(url!);
     if (runs('demo')) await demoBench();
     if (runs('retention')) await retentionBench(url!);
+    if (runs('fanout')) await fanoutBench(url!);
   } finally {
     await lived?.close();
     await stop?.();

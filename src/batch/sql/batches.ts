@@ -776,8 +776,9 @@ export function handOffStatement(sql: Sql, a: HandOffArgs) {
     )
     select (select count(*) from own)::int as handed, (select count(*) from moved)::int as moved,
       (select count(*) from back)::int as given_back,
-      -- As of the statement's snapshot: the row still stood (a leave refused for the last run).
-      exists (select 1 from leasehold_runs where id = ${a.run}) as kept`;
+      -- The row still stands (a leave refused for the last run): read locked, so a row that a
+      -- finish, cancel or takeover deleted after the statement's snapshot is seen gone (lost).
+      exists (select 1 from leasehold_runs where id = ${a.run} for update) as kept`;
 }
 
 // Every run row of a batch, deleted (each delete waits for the move in flight on it) when the
