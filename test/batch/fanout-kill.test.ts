@@ -20,11 +20,18 @@ const ITEMS = 2_000;
 const ITEM_MS = 5;
 const BEAT_MS = 100;
 const STALE_MS = 1_000;
-const ROUNDS = [0, 1, 2];
+// Each round: where the faults come (share of the items done), and whether the two spares are
+// sent at the faults (they take stale runs over mid-batch) or after the batch (the survivors
+// take the stale runs over at its tail, once they left it for want of work).
+const ROUNDS = [
+  { round: 0, name: 'faults at 15 %, spares sent after the batch', killAt: 0.15, sendSpares: false },
+  { round: 1, name: 'faults at 35 %, spares sent at the faults', killAt: 0.35, sendSpares: true },
+  { round: 2, name: 'faults at 55 %, spares sent at the faults', killAt: 0.55, sendSpares: true },
+];
 
 /** One JSON line a runner process wrote (see fixtures/fanout-runner.ts). */
 interface Line {
-  type: 'ready' | 'run-started' | 'run-ended' | 'item' | 'exec' | 'store-error' | 'closed';
+  type: 'ready' | 'watching' | 'run-started' | 'run-ended' | 'item' | 'exec' | 'store-error' | 'closed';
   runId?: string;
   key?: string;
   attempt?: number;
@@ -42,12 +49,9 @@ class RunnerProcess {
   stderr = '';
   private partial = '';
 
-  constructor(db: TestDatabase) {
-    this.child = spawn(
-      process.execPath,
-      ['--import', 'tsx', FIXTURE, db.url, db.schema, this.processId, String(ITEM_MS), String(BEAT_MS), String(STALE_MS)],
-      { stdio: ['ignore', 'pipe', 'pipe'] },
-    );
+  constructor(db: TestDatabase, spare = false) {
+    const args = [db.url, db.schema, this.processId, String(ITEM_MS), String(BEAT_MS), String(STALE_MS), spare ? 'spare' : ''];
+    this.child = spawn(process.execPath, ['--import', 'tsx', FIXTURE, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
     live.add(this);
     this.child.stdout!.setEncoding('utf8');
     this.child.stdout!.on('data', (d: string) => {
@@ -83,8 +87,9 @@ class RunnerProcess {
 }
 
 const live = new Set<RunnerProcess>();
-/** The processes the next round starts with. */
+/** The processes the next round starts with, and its spares (idle until sent). */
 const fleet: RunnerProcess[] = [];
+const nextSpares: RunnerProcess[] = [];
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -147,19 +152,26 @@ interface RoundReport {
   frozenRunOutcome: string | undefined;
   maxRuns: number;
   runsStarted: number;
+  /** Runs that joined after the first 8: `spare|survivor|thawed@<items done then>`. */
+  joins: string[];
   /** Seconds from the round's start to: every process ready, all 8 runs, the faults, the frozen run's row deleted, the batch finished. */
   phases: Record<string, number>;
 }
 
-async function round(r: number): Promise<RoundReport> {
+async function round({ round: r, killAt, sendSpares }: (typeof ROUNDS)[number]): Promise<RoundReport> {
   const t0 = performance.now();
   const phases: Record<string, number> = {};
   const phase = (name: string) => (phases[name] = Math.round((performance.now() - t0) / 100) / 10);
-  // The fleet: the processes left from the round before, and the replacements sent for the two
-  // it killed (started at its faults, as the scheduler would send workers).
+  // The fleet: the processes left from the round before (the spares it sent among them), and
+  // two spares, idle until they are sent (started at the faults of the round before).
   while (fleet.length < PROCESSES) fleet.push(new RunnerProcess(db));
   const procs = [...fleet];
-  await waitFor('every runner process ready', () => procs.every((p) => p.has('ready')), { timeoutMs: 40_000, everyMs: 20 });
+  const spares = nextSpares.splice(0);
+  while (sendSpares && spares.length < 2) spares.push(new RunnerProcess(db, true));
+  await waitFor('every runner process ready', () => [...procs, ...spares].every((p) => p.has('ready')), {
+    timeoutMs: 120_000,
+    everyMs: 20,
+  });
   phase('ready');
 
   const items = Array.from({ length: ITEMS }, (_, i) => ({ key: `k${String(i).padStart(4, '0')}` }));
@@ -200,7 +212,7 @@ async function round(r: number): Promise<RoundReport> {
     expect(new Set(runs.map((x) => x.process))).toEqual(new Set(procs.map((p) => p.processId)));
 
     // Mid-batch (later in each round): kill two processes, freeze a third.
-    const threshold = Math.round(ITEMS * (0.15 + 0.2 * r));
+    const threshold = Math.round(ITEMS * killAt);
     const done = () =>
       db.sql<{ n: number }[]>`select count(*)::int as n from leasehold_items where batch_id = ${id} and state = 'done'`.then(
         ([x]) => x.n,
@@ -211,10 +223,10 @@ async function round(r: number): Promise<RoundReport> {
     killedB.child.kill('SIGKILL');
     frozen.child.kill('SIGSTOP');
     const frozenFrom = frozen.lines.length;
-    // Replacements for the killed, ready for the next round (or for this one's stale runs, when
-    // they come up in time: a takeover of a stale run comes before a batch below its target).
-    fleet.splice(0, 2);
-    fleet.push(new RunnerProcess(db), new RunnerProcess(db));
+    if (sendSpares) for (const p of spares) p.child.kill('SIGUSR1');
+    while (spares.length < 2) spares.push(new RunnerProcess(db, true));
+    // The next round's spares start now, so they are ready when it starts.
+    if (r < ROUNDS.length - 1) nextSpares.push(new RunnerProcess(db, true), new RunnerProcess(db, true));
     phase('faults');
     const [{ done: killedAtDone, pending: pendingAtKill }] = await db.sql<{ done: number; pending: number }[]>`select
         count(*) filter (where state = 'done')::int as done, count(*) filter (where state = 'pending')::int as pending
@@ -272,6 +284,13 @@ async function round(r: number): Promise<RoundReport> {
       { timeoutMs: 40_000, everyMs: 20 },
     );
     phase('finished');
+    // The spares replace the killed in the fleet of the next round.
+    if (!sendSpares) {
+      await waitFor('the spares ready', () => spares.every((p) => p.has('ready')), { timeoutMs: 120_000, everyMs: 20 });
+      for (const p of spares) p.child.kill('SIGUSR1');
+    }
+    await waitFor('the spares watching', () => spares.every((p) => p.has('watching')), { timeoutMs: 10_000 });
+    fleet.splice(0, 2, ...spares);
     sampling = false;
     await sampler;
 
@@ -301,7 +320,7 @@ async function round(r: number): Promise<RoundReport> {
     const batchRuns = new Set(
       (await db.sql<{ id: string }[]>`select distinct id::text from audit_runs where batch_id = ${id}`).map((x) => x.id),
     );
-    const reported = [...new Set([...procs, ...fleet])].flatMap((p) =>
+    const reported = [...procs, ...spares].flatMap((p) =>
       p.lines.filter((l) => l.type === 'item' && l.outcome === 'done' && batchRuns.has(l.runId!)),
     );
     expect(new Set(reported.map((l) => l.key)).size).toBe(reported.length);
@@ -344,6 +363,14 @@ async function round(r: number): Promise<RoundReport> {
     expect(maxRuns).toBeLessThanOrEqual(PROCESSES);
     const [{ n: runsStarted }] = await db.sql<{ n: number }[]>`select count(*)::int as n from audit_runs
       where batch_id = ${id} and op = 'INSERT'`;
+    // The runs that joined after the first 8: which process, and how many items were done then.
+    const later = await db.sql<{ process: string; done: number }[]>`select r.process::text,
+        (select count(*)::int from audit_items i where i.batch_id = r.batch_id and i.state = 'done'
+           and i.old_state <> 'done' and i.seq < r.seq) as done
+      from audit_runs r where r.batch_id = ${id} and r.op = 'INSERT' order by r.seq offset ${PROCESSES}`;
+    const who = (process: string) =>
+      spares.some((p) => p.processId === process) ? 'spare' : process === frozen.processId ? 'thawed' : 'survivor';
+    const joins = later.map((x) => `${who(x.process)}@${x.done}`);
 
     return {
       round: r,
@@ -358,6 +385,7 @@ async function round(r: number): Promise<RoundReport> {
       frozenRunOutcome: frozenEnd?.outcome,
       maxRuns,
       runsStarted,
+      joins,
       phases: { ...phases, total: Math.round((performance.now() - t0) / 100) / 10 },
     };
   } finally {
@@ -367,14 +395,12 @@ async function round(r: number): Promise<RoundReport> {
 }
 
 describe('fan-out under killed and frozen processes', () => {
-  it.each(ROUNDS)(
-    'round %i: 8 runs in 8 processes, 2 killed and 1 frozen past staleMs: every item done once, a crash costs one attempt, one finish, the frozen run fenced',
-    async (r) => {
+  for (const r of ROUNDS) {
+    it(`round ${r.round}, ${r.name}: 8 runs in 8 processes, 2 killed and 1 frozen past staleMs: every item done once, a crash costs one attempt, one finish, the frozen run fenced`, async () => {
       const report = await round(r);
       console.info(`fanout-kill ${JSON.stringify(report)}`);
-    },
-    90_000,
-  );
+    }, 180_000);
+  }
 
   it('the processes left stop gracefully on SIGTERM, leaving no run behind', async () => {
     await waitFor('every runner process ready', () => fleet.every((p) => p.has('ready')), { timeoutMs: 40_000, everyMs: 20 });
