@@ -154,6 +154,9 @@ interface RoundReport {
   runsStarted: number;
   /** Runs that joined after the first 8: `spare|survivor|thawed@<items done then>`. */
   joins: string[];
+  /** How the runs of the batch ended (their processes' word), by outcome. */
+  outcomes: Record<string, number>;
+  storeErrors: number;
   /** Seconds from the round's start to: every process ready, all 8 runs, the faults, the frozen run's row deleted, the batch finished. */
   phases: Record<string, number>;
 }
@@ -187,13 +190,28 @@ async function round({ round: r, killAt, sendSpares }: (typeof ROUNDS)[number]):
   expect(batch.target).toBe(PROCESSES);
   const id = batch.id;
 
-  // Invariant 8, sampled the whole round: never more than maxConcurrency runs.
+  // Sampled the whole round, each sample one snapshot: never more than maxConcurrency runs
+  // (invariant 8), and the counts kept beside the run rows agree with them: the batch's live
+  // runs, and its tenant's running runs and open and wanting batches (migration 016).
   let maxRuns = 0;
+  const countsOff: unknown[] = [];
   let sampling = true;
   const sampler = (async () => {
     while (sampling) {
-      const [{ n }] = await db.sql<{ n: number }[]>`select count(*)::int as n from leasehold_runs where batch_id = ${id}`;
-      maxRuns = Math.max(maxRuns, n);
+      const [x] = await db.sql<{ n: number; ok: boolean; counts: unknown }[]>`select r.n,
+          coalesce(b.live_runs = r.n and t.running = a.running and t.open = a.open and t.wanting = a.wanting,
+                   false) as ok,
+          json_build_object('runs', r.n, 'live_runs', b.live_runs, 'status', b.status, 'target', b.target,
+            'tenant', row_to_json(t), 'actual', row_to_json(a)) as counts
+        from (select count(*)::int as n from leasehold_runs where batch_id = ${id}) r
+        cross join leasehold_batches b
+        left join leasehold_tenants t on t.tenant = b.tenant
+        cross join (select count(*)::int as open, coalesce(sum(live_runs), 0)::int as running,
+                      count(*) filter (where live_runs < target)::int as wanting
+                    from leasehold_batches where tenant = 'acme' and status = 'open') a
+        where b.id = ${id}`;
+      maxRuns = Math.max(maxRuns, x.n);
+      if (!x.ok) countsOff.push(x.counts);
       await new Promise((resolve) => setTimeout(resolve, 20));
     }
   })();
@@ -361,6 +379,7 @@ async function round({ round: r, killAt, sendSpares }: (typeof ROUNDS)[number]):
     // No "done" the frozen run reported after its row was deleted: each is matched above to a
     // move of its own, all before the delete.
     expect(maxRuns).toBeLessThanOrEqual(PROCESSES);
+    expect(countsOff.slice(0, 3)).toEqual([]);
     const [{ n: runsStarted }] = await db.sql<{ n: number }[]>`select count(*)::int as n from audit_runs
       where batch_id = ${id} and op = 'INSERT'`;
     // The runs that joined after the first 8: which process, and how many items were done then.
@@ -371,6 +390,13 @@ async function round({ round: r, killAt, sendSpares }: (typeof ROUNDS)[number]):
     const who = (process: string) =>
       spares.some((p) => p.processId === process) ? 'spare' : process === frozen.processId ? 'thawed' : 'survivor';
     const joins = later.map((x) => `${who(x.process)}@${x.done}`);
+    // How every run of the batch ended, as its process said (the killed said nothing), and the
+    // store errors the processes met.
+    const ended = [...procs, ...spares].flatMap((p) =>
+      p.lines.filter((l) => l.type === 'run-ended' && batchRuns.has(l.runId!)).map((l) => l.outcome!),
+    );
+    const outcomes = Object.fromEntries([...new Set(ended)].map((o) => [o, ended.filter((x) => x === o).length]));
+    const storeErrors = [...procs, ...spares].reduce((n, p) => n + p.lines.filter((l) => l.type === 'store-error').length, 0);
 
     return {
       round: r,
@@ -386,6 +412,8 @@ async function round({ round: r, killAt, sendSpares }: (typeof ROUNDS)[number]):
       maxRuns,
       runsStarted,
       joins,
+      outcomes,
+      storeErrors,
       phases: { ...phases, total: Math.round((performance.now() - t0) / 100) / 10 },
     };
   } finally {
