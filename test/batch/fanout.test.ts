@@ -595,7 +595,7 @@ describe('redrive with many runs', () => {
 describe('one run of a batch per process', () => {
   it('a runner asked to take over a batch it already runs adds no second run, while the batch is below its target or its run is stale', async () => {
     const batch = await fanBatch(400, 4);
-    const gate = deferred();
+    const gate = deferred<string>();
     const clock = new ManualClock();
     clock.freeze();
     // Its beats never come: its run turns stale while it holds the batch's items.
