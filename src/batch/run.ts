@@ -628,6 +628,10 @@ export class Run {
    * takeover does not count as a stalled run.
    */
   private async handOff(): Promise<RunOutcome> {
+    // Why it hands off, as of now: a beat that lands once the handoff statement deleted the run's
+    // row finds it gone and marks the run lost, which must not turn a drain or a slice into a
+    // plain handoff.
+    const why = this.reason;
     let batch = this.settled;
     this.settled = [];
     const queued = this.queue.map((e) => e.item);
@@ -667,7 +671,7 @@ export class Run {
         outcome: 'given-back',
       });
     }
-    return this.reason === 'slice' ? 'sliced' : this.reason === 'surplus' ? 'drained' : 'handed-off';
+    return why === 'slice' ? 'sliced' : why === 'surplus' ? 'drained' : 'handed-off';
   }
 
   /** End a batch whose runs keep ending before they store anything: failed, with the reason. */
