@@ -15,5 +15,6 @@ export { type UnitKey, type ProcessRole } from './sql/ownership.js';
 export { fairShareOf, balanceOf, type Balance } from './share.js';
 export { putTenantUnits, listUnits } from './units.js';
 export { deleteTenantUnits, listProcesses, type UnitView, type ProcessView } from './sql/units.js';
+export { releaseUnit, liftQuarantines, UnitNotFoundError } from './units.js';
 export { setDesired, readFleet, type Fleet } from './fleet.js';
 export { getDesired, planInvocations, invocationLive, forgetInvocations, type InvocationPlan } from './sql/fleet.js';

@@ -75,6 +75,9 @@ const schema = {
   LEASEHOLD_SHED_HYSTERESIS: z.coerce.number().min(0).max(10).default(LEASE_DEFAULTS.shedHysteresis),
   LEASEHOLD_CLAIM_BATCH: int(1).default(LEASE_DEFAULTS.claimBatch),
   LEASEHOLD_MAX_CLAIM_PER_TICK: int(1).default(LEASE_DEFAULTS.maxClaimPerTick),
+  LEASEHOLD_UNIT_MAX_CRASHES: int(1).max(1_000).default(LEASE_DEFAULTS.maxUnitCrashes),
+  LEASEHOLD_UNIT_QUARANTINE_MS: int(1_000).max(86_400_000).default(LEASE_DEFAULTS.quarantineMs),
+  LEASEHOLD_UNIT_MAX_QUARANTINE_MS: int(1_000).max(2_592_000_000).default(LEASE_DEFAULTS.maxQuarantineMs),
   LEASEHOLD_INVOKE_CAP: int(0).default(10),
   LEASEHOLD_INVOCATION_PENDING_MS: int(1000).default(30_000),
   LEASEHOLD_RETENTION_DAYS: int(0).max(36_500).default(RETENTION_DEFAULTS.retentionDays),
@@ -177,6 +180,9 @@ export interface Config {
     | 'shedHysteresis'
     | 'claimBatch'
     | 'maxClaimPerTick'
+    | 'maxUnitCrashes'
+    | 'quarantineMs'
+    | 'maxQuarantineMs'
   >;
   /** Most workers one scheduler run invokes. */
   invokeCap: number;
@@ -343,6 +349,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       shedHysteresis: e.LEASEHOLD_SHED_HYSTERESIS,
       claimBatch: e.LEASEHOLD_CLAIM_BATCH,
       maxClaimPerTick: e.LEASEHOLD_MAX_CLAIM_PER_TICK,
+      maxUnitCrashes: e.LEASEHOLD_UNIT_MAX_CRASHES,
+      quarantineMs: e.LEASEHOLD_UNIT_QUARANTINE_MS,
+      maxQuarantineMs: e.LEASEHOLD_UNIT_MAX_QUARANTINE_MS,
     },
     invokeCap: e.LEASEHOLD_INVOKE_CAP,
     invocationPendingMs: e.LEASEHOLD_INVOCATION_PENDING_MS,
@@ -392,6 +401,9 @@ const LEASE_VARIABLES: Record<string, keyof typeof schema> = {
   shedHysteresis: 'LEASEHOLD_SHED_HYSTERESIS',
   claimBatch: 'LEASEHOLD_CLAIM_BATCH',
   maxClaimPerTick: 'LEASEHOLD_MAX_CLAIM_PER_TICK',
+  maxUnitCrashes: 'LEASEHOLD_UNIT_MAX_CRASHES',
+  quarantineMs: 'LEASEHOLD_UNIT_QUARANTINE_MS',
+  maxQuarantineMs: 'LEASEHOLD_UNIT_MAX_QUARANTINE_MS',
 };
 
 /**

@@ -1,6 +1,6 @@
 import { claimDispatch, deleteExpiredBatches, type RetentionResult } from '../batch/index.js';
 import { deleteDeliveredOutboxMessages, type OutboxRetentionResult } from '../units/index.js';
-import { balanceOf, planInvocations, readFleet, sweep, type Balance } from '../lease/index.js';
+import { balanceOf, liftQuarantines, planInvocations, readFleet, sweep, type Balance } from '../lease/index.js';
 import type { Sql } from '../store/index.js';
 import type { Config } from './config.js';
 import type { Dispatcher } from '../batch/index.js';
@@ -12,6 +12,8 @@ import type { Log } from '../log.js';
 export interface SchedulerResult {
   /** Processes deleted by the sweep and units it freed. */
   swept: { processes: number; units: number };
+  /** Units whose quarantine ended now (docs/design.md, "Crashes and quarantine"). */
+  lifted: number;
   /** Batches sent to a worker: never started, handed off, or stale. */
   dispatched: string[];
   /** Dispatches whose invoke failed; they are retried after the cooldown. */
@@ -42,7 +44,8 @@ export interface SchedulerResult {
 
 /**
  * One scheduler run (EventBridge, every minute; locally a timer), docs/design.md "Serverless runtime":
- * 1. sweep: delete processes expired longer than the sweep cutoff and free their units;
+ * 1. sweep: delete processes expired longer than the sweep cutoff and free their units (a unit
+ *    whose job ran when its owner died counts a crash), and lift the quarantines that are over;
  * 2. dispatch every open batch that is never started, handed off or stale to a worker — each
  *    marked in the statement that selects it, so overlapping runs never dispatch it twice within
  *    `dispatchCooldownMs`;
@@ -66,7 +69,8 @@ export async function runScheduler(
   deps: { sql: Sql; config: Config; dispatcher: Dispatcher } & ({ jobs?: undefined } | { jobs: JobRegistry; log: Log }),
 ): Promise<SchedulerResult> {
   const { sql, config, dispatcher } = deps;
-  const swept = await sweep(sql, config.lease.sweepCutoffMs);
+  const swept = await sweep(sql, config.lease.sweepCutoffMs, config.lease);
+  const lifted = await liftQuarantines(sql);
   // Trigger firings refused at maxOpen start once their datasource has a free slot.
   const deferred = deps.jobs ? await startDeferred({ sql, jobs: deps.jobs, config, dispatcher, log: deps.log }) : undefined;
   const ids = await claimDispatch(sql, {
@@ -108,6 +112,7 @@ export async function runScheduler(
   const retention = await applyRetention(sql, config);
   return {
     swept,
+    lifted,
     dispatched,
     failed,
     fleet: { desired: plan.desired, live: plan.live, pending: plan.pending },
