@@ -196,7 +196,7 @@ export class UnitRunner implements Reconciler {
 
   /** One run; resolves with a problem to log, or undefined. */
   private async runOnce(entry: Entry, job: UnitJob<unknown>, log: Log): Promise<string | undefined> {
-    const { unit, stop } = entry;
+    const { unit } = entry;
     if (!this.leaseValid()) return undefined;
     let row: q.OwnedUnitRow | undefined;
     try {
