@@ -1,7 +1,7 @@
 import { claimDispatch, deleteExpiredBatches, type RetentionResult } from '../batch/index.js';
 import { deleteDeliveredOutboxMessages, type OutboxRetentionResult } from '../units/index.js';
 import { balanceOf, liftQuarantines, planInvocations, readFleet, sweep, type Balance } from '../lease/index.js';
-import type { Sql } from '../store/index.js';
+import { checkSchema, type SchemaRange, type Sql } from '../store/index.js';
 import type { Config } from './config.js';
 import type { Dispatcher } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
@@ -62,13 +62,20 @@ export interface SchedulerResult {
  *    both passes); see `deleteExpiredBatches` and `deleteDeliveredOutboxMessages`.
  * With `jobs`, it first starts trigger firings deferred at `maxOpen` whose datasource has a free
  * slot (see `startDeferred`); their batches are dispatched in step 2's way.
+ * Its first statement checks the schema version against `deps.schema` (default
+ * `SUPPORTED_SCHEMA`): old code after a migration does nothing (docs/design.md, "Schema versions").
+ * @throws {SchemaMismatchError} the database's schema is outside that range; nothing was done.
+ *
  * A failed invoke is reported, never thrown; nothing depends on a chain of worker invocations
  * (replacements, continuations) that the platform could cut: this run redoes their work.
  */
 export async function runScheduler(
-  deps: { sql: Sql; config: Config; dispatcher: Dispatcher } & ({ jobs?: undefined } | { jobs: JobRegistry; log: Log }),
+  deps: { sql: Sql; config: Config; dispatcher: Dispatcher; schema?: SchemaRange } & (
+    { jobs?: undefined } | { jobs: JobRegistry; log: Log }
+  ),
 ): Promise<SchedulerResult> {
   const { sql, config, dispatcher } = deps;
+  await checkSchema(sql, deps.schema);
   const swept = await sweep(sql, config.lease.sweepCutoffMs, config.lease);
   const lifted = await liftQuarantines(sql);
   // Trigger firings refused at maxOpen start once their datasource has a free slot.

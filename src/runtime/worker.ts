@@ -4,7 +4,15 @@ import { systemClock } from '../clock.js';
 import { dispatchBatch, Runner, type Dispatcher, type RunResult, type RunnerEvent, type WorkerEvent } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
 import { invocationLive, planInvocations, type LeaserEvent, type ProcessRole, type Reconciler } from '../lease/index.js';
-import { withTimeout, type Sql } from '../store/index.js';
+import {
+  checkSchema,
+  isSchemaChangeError,
+  SchemaMismatchError,
+  SUPPORTED_SCHEMA,
+  withTimeout,
+  type SchemaRange,
+  type Sql,
+} from '../store/index.js';
 import type { Config } from './config.js';
 import { ReconnectingLeaser } from './heartbeat.js';
 import type { Log } from '../log.js';
@@ -52,6 +60,8 @@ export interface WorkerDeps {
    * deadline from its context; this lets the caller stop it earlier. Default: none.
    */
   signal?: AbortSignal;
+  /** The schema versions this code supports (docs/design.md, "Schema versions"). Default `SUPPORTED_SCHEMA`. */
+  schema?: SchemaRange;
 }
 
 /** What one worker invocation did. */
@@ -62,9 +72,11 @@ export interface WorkerResult {
   role: ProcessRole;
   /**
    * Why it returned: deadline reached, nothing left to run, retired (the scheduler asked: the
-   * fleet was above the desired count), or shut down (local Ctrl-C).
+   * fleet was above the desired count), shut down (local Ctrl-C), or the database's schema is
+   * outside what this code supports (found on its first statement, or after an error of a
+   * changed schema: docs/design.md, "Schema versions").
    */
-  reason: 'deadline' | 'idle' | 'retired' | 'shutdown';
+  reason: 'deadline' | 'idle' | 'retired' | 'shutdown' | 'schema';
   /** Batches handed off at the deadline for which a continuation was requested. */
   continued: string[];
   /** Workers invoked at the deadline to keep the desired count of live processes. */
@@ -95,6 +107,10 @@ const idleUnits: UnitReconciler = {
  *   continuations requested only at the deadline), every unit is released, the process row
  *   deleted, and — at the deadline, when units need processes — a replacement is invoked to
  *   keep the desired count. The worker returns owning nothing (invariant 6).
+ * - checks the schema version first: outside `deps.schema` it returns at once, having acted on
+ *   nothing; after an error a changed schema gives (`0A000`, `42P01`, `42703`) it checks again
+ *   and, outside the range, stops as at a retirement (runs handed off, units released, row
+ *   deleted, no continuation), logging once (docs/design.md, "Schema versions").
  * Never throws for a run's or a unit's failure.
  */
 export async function runWorker(event: WorkerEvent, context: InvocationContext, deps: WorkerDeps): Promise<WorkerResult> {
@@ -114,12 +130,45 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
     else s?.addEventListener('abort', onStop, { once: true });
   }
   const pastDeadline = () => Date.now() >= deadline || deps.signal?.aborted === true;
+  // Old code after a migration acts on nothing (docs/design.md, "Schema versions"): the first
+  // statement checks the version, and an error a changed schema gives checks it again.
+  const schema = deps.schema ?? SUPPORTED_SCHEMA;
+  let schemaMismatch: SchemaMismatchError | undefined;
+  let recheck: Promise<void> | undefined;
+  const noteError = (error: unknown) => {
+    if (schemaMismatch || recheck || !isSchemaChangeError(error)) return;
+    recheck = withTimeout(checkSchema(sql, schema), config.runner.storeTimeoutMs).then(
+      () => void (recheck = undefined),
+      (e: unknown) => {
+        recheck = undefined;
+        if (!(e instanceof SchemaMismatchError)) return;
+        schemaMismatch = e;
+        stopping.abort();
+      },
+    );
+  };
+  try {
+    await withTimeout(checkSchema(sql, schema), config.runner.storeTimeoutMs);
+  } catch (error) {
+    if (error instanceof SchemaMismatchError) {
+      for (const s of [shutdown.signal, deps.signal]) s?.removeEventListener('abort', onStop);
+      log('error', `schema version outside what this code supports; returning without acting: ${error.message}`, {
+        schemaVersion: error.version,
+        supported: error.supported,
+      });
+      return { processId, role, runs: [], reason: 'schema', continued: [], replacements: 0 };
+    }
+    // The store does not answer: the leaser retries its first heartbeat, and an error of a
+    // changed schema is checked as it comes.
+  }
   const resolve = jobs.resolve;
   const runner = new Runner(sql, {
     processId,
     ...config.runner,
     onEvent: (e: RunnerEvent) => {
       hooks.runner?.(e);
+      if (e.type === 'store-error') noteError(e.error);
+      else if (e.type === 'run-ended') noteError(e.result.error);
       // Item outcomes as the runner stored them: a result whose move never landed is not counted.
       if (e.type === 'item-ended') hooks.item?.(e.outcome);
       else logRunnerEvent(log, e);
@@ -144,6 +193,7 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
       hooks: hooks.lease,
       onEvent: (e: LeaserEvent) => {
         logLeaserEvent(log, e);
+        if (e.type === 'error') noteError(e.error);
         // Wake the loop: a retiring process leaves at once.
         if (e.type === 'retiring') stopping.abort();
       },
@@ -179,6 +229,10 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
         reason = 'shutdown';
         break;
       }
+      if (schemaMismatch) {
+        reason = 'schema';
+        break;
+      }
       if (pastDeadline()) {
         reason = 'deadline';
         break;
@@ -199,6 +253,7 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
         }
       } catch (error) {
         log('warn', 'looking for batches failed', { error: String(error) });
+        noteError(error);
       }
       // A fleet process stays while units need processes; otherwise it leaves once idle.
       const unitWork =
@@ -239,7 +294,8 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
   for (const r of byRun.values()) {
     // A retired process's runs are taken over by the processes that stay (and dispatched by the
     // scheduler): a continuation would only add a worker to a fleet that is too large.
-    if (r.outcome !== 'handed-off' || reason === 'shutdown' || reason === 'retired' || leftMs() <= 0) continue;
+    if (r.outcome !== 'handed-off' || reason === 'shutdown' || reason === 'retired' || reason === 'schema' || leftMs() <= 0)
+      continue;
     try {
       await bounded(dispatchBatch(sql, deps.dispatcher, r.batchId));
       continued.push(r.batchId);
@@ -262,6 +318,12 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
     }
   }
   const runs = [...byRun.values()].map(({ batchId, outcome, finishedItems }) => ({ batchId, outcome, finishedItems }));
+  if (schemaMismatch) {
+    log('error', `schema changed under this code; stopped, owning nothing: ${schemaMismatch.message}`, {
+      schemaVersion: schemaMismatch.version,
+      supported: schemaMismatch.supported,
+    });
+  }
   log('info', 'worker returning', { role, reason, runs, continued, replacements });
   return { processId, role, runs, reason, continued, replacements };
 }
