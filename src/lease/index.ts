@@ -17,4 +17,12 @@ export { putTenantUnits, listUnits } from './units.js';
 export { deleteTenantUnits, listProcesses, type UnitView, type ProcessView } from './sql/units.js';
 export { releaseUnit, liftQuarantines, UnitNotFoundError } from './units.js';
 export { setDesired, readFleet, type Fleet } from './fleet.js';
-export { getDesired, planInvocations, invocationLive, forgetInvocations, type InvocationPlan } from './sql/fleet.js';
+export {
+  getDesired,
+  planInvocations,
+  invocationLive,
+  forgetInvocations,
+  workerStart,
+  type InvocationPlan,
+  type WorkerStart,
+} from './sql/fleet.js';

@@ -3,7 +3,15 @@ import { hostname } from 'node:os';
 import { systemClock } from '../clock.js';
 import { dispatchBatch, Runner, type Dispatcher, type RunResult, type RunnerEvent, type WorkerEvent } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
-import { invocationLive, planInvocations, type LeaserEvent, type ProcessRole, type Reconciler } from '../lease/index.js';
+import {
+  invocationLive,
+  planInvocations,
+  workerStart,
+  type LeaserEvent,
+  type ProcessRole,
+  type Reconciler,
+  type WorkerStart,
+} from '../lease/index.js';
 import {
   checkSchema,
   isSchemaChangeError,
@@ -74,9 +82,10 @@ export interface WorkerResult {
    * Why it returned: deadline reached, nothing left to run, retired (the scheduler asked: the
    * fleet was above the desired count), shut down (local Ctrl-C), or the database's schema is
    * outside what this code supports (found on its first statement, or after an error of a
-   * changed schema: docs/design.md, "Schema versions").
+   * changed schema: docs/design.md, "Schema versions"), or its event was stale (its invocation no
+   * longer pending, or its batch finished: docs/design.md, "Late and repeated worker events").
    */
-  reason: 'deadline' | 'idle' | 'retired' | 'shutdown' | 'schema';
+  reason: 'deadline' | 'idle' | 'retired' | 'shutdown' | 'schema' | 'stale';
   /** Batches handed off at the deadline for which a continuation was requested. */
   continued: string[];
   /** Workers invoked at the deadline to keep the desired count of live processes. */
@@ -107,6 +116,9 @@ const idleUnits: UnitReconciler = {
  *   continuations requested only at the deadline), every unit is released, the process row
  *   deleted, and — at the deadline, when units need processes — a replacement is invoked to
  *   keep the desired count. The worker returns owning nothing (invariant 6).
+ * - returns at once, after its one first statement, when its event is stale: an invocation id
+ *   no longer pending (confirmed, claimed by another delivery of the same event, or past its
+ *   confirmation window) or, sent for a batch alone, a batch no longer open;
  * - checks the schema version first: outside `deps.schema` it returns at once, having acted on
  *   nothing; after an error a changed schema gives (`0A000`, `42P01`, `42703`) it checks again
  *   and, outside the range, stops as at a retirement (runs handed off, units released, row
@@ -147,19 +159,38 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
       },
     );
   };
+  // One statement before anything: the schema version, the claim of the event's invocation
+  // and its batch's status (docs/design.md, "Late and repeated worker events").
+  let start: WorkerStart | undefined;
   try {
-    await withTimeout(checkSchema(sql, schema), config.runner.storeTimeoutMs);
+    start = await withTimeout(workerStart(sql, event), config.runner.storeTimeoutMs);
   } catch (error) {
-    if (error instanceof SchemaMismatchError) {
-      for (const s of [shutdown.signal, deps.signal]) s?.removeEventListener('abort', onStop);
-      log('error', `schema version outside what this code supports; returning without acting: ${error.message}`, {
-        schemaVersion: error.version,
-        supported: error.supported,
+    // A schema older than this code's (a column it reads missing): say so below. Otherwise the
+    // store does not answer: the leaser retries its first heartbeat, and an error of a changed
+    // schema is checked as it comes.
+    if (isSchemaChangeError(error)) {
+      const found = await withTimeout(checkSchema(sql, schema), config.runner.storeTimeoutMs).catch((e: unknown) => e);
+      if (found instanceof SchemaMismatchError) schemaMismatch = found;
+    }
+  }
+  if (start && (start.schemaVersion < schema.min || start.schemaVersion > schema.max)) {
+    schemaMismatch = new SchemaMismatchError(start.schemaVersion, schema);
+  }
+  // A stale event: its invocation no longer pending (confirmed or claimed by another delivery of
+  // the same event, or past its confirmation window), or its batch finished.
+  const stale =
+    start !== undefined && (event.invocationId ? !start.claimed : event.batchId !== undefined && start.batchStatus !== 'open');
+  if (schemaMismatch || stale) {
+    for (const s of [shutdown.signal, deps.signal]) s?.removeEventListener('abort', onStop);
+    if (schemaMismatch) {
+      log('error', `schema version outside what this code supports; returning without acting: ${schemaMismatch.message}`, {
+        schemaVersion: schemaMismatch.version,
+        supported: schemaMismatch.supported,
       });
       return { processId, role, runs: [], reason: 'schema', continued: [], replacements: 0 };
     }
-    // The store does not answer: the leaser retries its first heartbeat, and an error of a
-    // changed schema is checked as it comes.
+    log('info', 'stale event: returning at once', { ...event, batchStatus: start?.batchStatus ?? null });
+    return { processId, role, runs: [], reason: 'stale', continued: [], replacements: 0 };
   }
   const resolve = jobs.resolve;
   const runner = new Runner(sql, {
@@ -318,10 +349,12 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
     }
   }
   const runs = [...byRun.values()].map(({ batchId, outcome, finishedItems }) => ({ batchId, outcome, finishedItems }));
-  if (schemaMismatch) {
-    log('error', `schema changed under this code; stopped, owning nothing: ${schemaMismatch.message}`, {
-      schemaVersion: schemaMismatch.version,
-      supported: schemaMismatch.supported,
+  // Set by noteError's check, after the narrowing above: read it as what it may be.
+  const changed = schemaMismatch as SchemaMismatchError | undefined;
+  if (changed) {
+    log('error', `schema changed under this code; stopped, owning nothing: ${changed.message}`, {
+      schemaVersion: changed.version,
+      supported: changed.supported,
     });
   }
   log('info', 'worker returning', { role, reason, runs, continued, replacements });

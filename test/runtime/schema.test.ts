@@ -96,7 +96,7 @@ it('a worker and a scheduler built against schema N, started against N+1, do not
   expect(await schemaVersion(db.sql)).toBe(SUPPORTED_SCHEMA.max + 1);
 
   const { log, entries } = memoryLog();
-  const result = await runWorker({ batchId, invocationId: 'b0e6a1f2-0000-4000-8000-000000000001' }, remaining(60_000), {
+  const result = await runWorker({ batchId }, remaining(60_000), {
     sql: db.sql,
     jobs,
     config: config(db),
@@ -132,7 +132,7 @@ it('a worker running when a migration changes a column it uses stops at its next
   const db = await fresh();
   const batchId = await withWork(db);
   const { log, entries } = memoryLog();
-  const worker = runWorker({ batchId, invocationId: 'b0e6a1f2-0000-4000-8000-000000000002' }, remaining(120_000), {
+  const worker = runWorker({}, remaining(120_000), {
     sql: db.sql,
     jobs,
     config: config(db),

@@ -25,3 +25,9 @@ create index leasehold_units_claimable on leasehold_units (pos)
   where owner is null and weight > 0 and quarantined_until is null;
 -- Quarantined units, by the end of their quarantine: what the scheduler lifts.
 create index leasehold_units_quarantined on leasehold_units (quarantined_until) where quarantined_until is not null;
+
+-- Late and repeated worker events (docs/design.md, "Late and repeated worker events"): the
+-- first worker that starts with an invocation id claims it (claimed = true, still counted as
+-- coming until its first heartbeat deletes it), so a second delivery of the same event, or
+-- one delivered after its confirmation window, finds it claimed or gone and returns at once.
+alter table leasehold_invocations add column claimed boolean not null default false;
