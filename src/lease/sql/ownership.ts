@@ -276,10 +276,10 @@ export function claimStatement(sql: Sql, me: Me, a: ClaimArgs) {
       -- One owner-index probe per expired process (never a join over all units), skipping rows
       -- another claimer holds while scanning, so concurrent claimers take different units.
       -- Skipped as a whole (a one-time filter) when the share read found no abandoned unit.
-      select c.ctid, c.weight, c.pos, 0 as part
+      select c.ctid, c.weight, c.pos, 0 as part, c.suspect
       from leasehold_processes p
       cross join lateral (
-        select ctid, weight, pos from leasehold_units
+        select ctid, weight, pos, (running_since is not null or crashes > 0) as suspect from leasehold_units
         where owner = p.id and weight > 0
         order by pos
         limit ${a.limit}
@@ -289,16 +289,26 @@ export function claimStatement(sql: Sql, me: Me, a: ClaimArgs) {
       limit ${a.limit}
       for share of p skip locked
     ), unowned as (
-      select ctid, weight, pos, 1 as part from leasehold_units
+      select ctid, weight, pos, 1 as part, crashes > 0 as suspect from leasehold_units
       where owner is null and weight > 0 and quarantined_until is null
         and pos >= ${a.from} and pos < ${a.to} and exists (select 1 from me)
       order by pos limit ${a.limit} for update skip locked
+    ), candidates as (
+      -- A suspect (its owner died while its job ran, or it crashed before and has not run
+      -- cleanly since) is claimed alone: at most one per claim, and none by a process that owns
+      -- one already, so units that died together (a poison unit and whatever ran beside it) are
+      -- spread over processes and the innocent ones run cleanly (docs/design.md, "Crashes and
+      -- quarantine"). The probe reads this process's own units through the owner index.
+      select *, sum(suspect::int) over (order by part, pos rows unbounded preceding) as suspects
+      from (select * from abandoned union all select * from unowned) c
     ), picked as (
       select ctid from (
         select ctid, weight,
                sum(weight) over (order by part, pos rows unbounded preceding) as upto,
                row_number() over (order by part, pos) as n
-        from (select * from abandoned union all select * from unowned) c
+        from candidates
+        where not suspect or (suspects = 1 and not exists (
+          select 1 from leasehold_units o where o.owner = ${me.id} and o.crashes > 0))
       ) c
       where n <= ${a.limit} and (upto <= ${a.budget} or n = 1)
     -- The picked rows are locked by this statement, so they are updated through their ctids (a Tid
