@@ -463,11 +463,26 @@ units
     if (opts.json) return console.log(JSON.stringify(list, null, 2));
     if (list.length === 0) return console.log('no units');
     for (const u of list) {
+      const crashes = u.crashes ? `  ${u.crashes} crash${u.crashes === 1 ? '' : 'es'} in a row` : '';
+      const held = u.quarantinedUntil ? `quarantined until ${u.quarantinedUntil} (quarantine ${u.quarantines})` : undefined;
       console.log(
         `${u.tenant}/${u.shard}`.padEnd(24) +
-          `  ${u.job.padEnd(16)} weight ${String(u.weight).padEnd(4)} ${u.owner ? `owner ${u.owner} since ${u.claimedAt}` : 'unowned'}`,
+          `  ${u.job.padEnd(16)} weight ${String(u.weight).padEnd(4)} ${held ?? (u.owner ? `owner ${u.owner} since ${u.claimedAt}` : 'unowned')}${crashes}`,
       );
     }
+  });
+
+units
+  .command('release')
+  .description("lift the quarantine of TENANT's unit SHARD and forget its crashes (it is claimable at once)")
+  .argument('<tenant>')
+  .argument('<shard>', 'the shard (0..9999)', nonNegativeInt('<shard>'))
+  .option('--json', 'print JSON')
+  .addOption(apiOption)
+  .action(async (tenant: string, shard: number, opts) => {
+    const u = await new ApiClient(apiUrl(opts.api)).releaseUnit(tenant, shard);
+    if (opts.json) return console.log(JSON.stringify(u));
+    console.log(`${u.tenant}/${u.shard}: released (${u.owner ? `owner ${u.owner}` : 'claimable'})`);
   });
 
 /** `desired 3, live 3 (1 coming, 2 retiring); 1 batch worker` */

@@ -14,6 +14,7 @@ export const HTTP_STATUS: Readonly<Record<string, number>> = {
   batch_not_found: 404,
   unknown_job: 404,
   no_outbox_units: 404,
+  unit_not_found: 404,
   method_not_allowed: 405,
   batch_finished: 409,
   batch_open: 409,

@@ -187,6 +187,15 @@ export const putUnitsSchema = z
   })
   .strict();
 
+/** The `{shard}` path segment: a whole number from 0 to 9,999, or a 400 naming `shard`. */
+export function shardParam(shard: string): number {
+  const n = /^\d{1,5}$/.test(shard) ? Number(shard) : NaN;
+  if (!(n >= 0 && n < MAX_SHARDS)) {
+    throw new InvalidRequestError(`shard: must be a whole number from 0 to ${MAX_SHARDS - 1}, got ${JSON.stringify(shard)}`);
+  }
+  return n;
+}
+
 /** Query of `GET /units`; empty values count as absent. */
 export const listUnitsSchema = z
   .object({

@@ -19,7 +19,7 @@ import { getConcurrency, listProcessesRoute, putConcurrency } from './routes/fle
 import { listJobs } from './routes/jobs.js';
 import { enqueueOutboxRoute, outboxStatusRoute } from './routes/outbox.js';
 import { putTenantLimits, showTenant } from './routes/tenants.js';
-import { deleteUnitsRoute, listUnitsRoute, putUnitsRoute } from './routes/units.js';
+import { deleteUnitsRoute, listUnitsRoute, putUnitsRoute, releaseUnitRoute } from './routes/units.js';
 
 export type { ApiDeps };
 
@@ -68,6 +68,7 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
   { pattern: ['tenants', '*'], methods: { GET: showTenant } },
   { pattern: ['tenants', '*', 'limits'], methods: { PUT: putTenantLimits } },
   { pattern: ['tenants', '*', 'units'], methods: { PUT: putUnitsRoute, DELETE: deleteUnitsRoute } },
+  { pattern: ['tenants', '*', 'units', '*', 'release'], methods: { POST: releaseUnitRoute } },
   { pattern: ['tenants', '*', 'outbox'], methods: { POST: enqueueOutboxRoute, GET: outboxStatusRoute } },
   { pattern: ['units'], methods: { GET: listUnitsRoute } },
   { pattern: ['processes'], methods: { GET: listProcessesRoute } },
@@ -115,8 +116,12 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
  *   `outbox-delivery`: endpoints must point at public addresses, 400 naming `endpoints[i]`); `weight` defaults to the job's
  *   (`outbox-delivery`: the endpoint count; others 1). 404 `unknown_job` for a job that is not a unit job.
  * - `DELETE /tenants/{tenant}/units` → 200 `{ removed }`.
- * - `GET /units?tenant=&limit=` → 200 `{ units: [{ tenant, shard, job, weight, owner, claimedAt }] }`
- *   by tenant and shard (limit 1..10,000, default 1,000).
+ * - `GET /units?tenant=&limit=` → 200 `{ units: [{ tenant, shard, job, weight, owner, claimedAt,
+ *   runningSince, crashes, quarantines, quarantinedUntil }] }` by tenant and shard (limit
+ *   1..10,000, default 1,000).
+ * - `POST /tenants/{tenant}/units/{shard}/release` → 200 `{ unit }`: the unit's quarantine is
+ *   lifted and its crashes forgotten (docs/design.md, "Crashes and quarantine"); 404
+ *   `unit_not_found`.
  * - `GET /processes` → 200 `{ fleet, processes }`: `fleet` is `concurrencyView` (views.ts) plus
  *   `totalWeight`, `fairShare`, and the spread of the weight live fleet processes (not retiring)
  *   own now: `minWeight`, `maxWeight`, `starving` (below `fairShare × (1 − shedHysteresis)`);
@@ -137,7 +142,7 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
  * Every answer is JSON. Errors are `{ error: { code, message } }` with a stable code: 400
  * (`invalid_request`, `invalid_json`, `invalid_params`, `invalid_batch`; the message names the
  * field; `batch_cancelled`: a redrive of a cancelled batch), 404 (`not_found`, `batch_not_found`,
- * `unknown_job`, `no_outbox_units`), 405 (`method_not_allowed`, with `allow`), 409
+ * `unknown_job`, `no_outbox_units`, `unit_not_found`), 405 (`method_not_allowed`, with `allow`), 409
  * (`batch_finished`; a redrive's `batch_open`, `nothing_to_redrive`), 413 (`body_too_large`, over `config.maxBodyBytes`), 415
  * (`unsupported_media_type`) and 413 `batch_too_large` (the params expand to a batch over a start
  * limit: item count, key bytes, input bytes or total bytes, named in the message), 429 (`too_many_batches`, the datasource has `maxOpen` open

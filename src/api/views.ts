@@ -54,9 +54,20 @@ export async function withActivity(sql: Sql, batches: BatchInfo[]): Promise<Batc
   return batches.map((b) => ({ ...batchView(b), ...activity.get(b.id) }));
 }
 
-/** A unit as the API shows it (claim time as ISO 8601). */
+/** A unit as the API shows it (times as ISO 8601). */
 export function unitView(u: UnitView): ApiUnit {
-  return { tenant: u.tenant, shard: u.shard, job: u.job, weight: u.weight, owner: u.owner, claimedAt: iso(u.claimedAt) };
+  return {
+    tenant: u.tenant,
+    shard: u.shard,
+    job: u.job,
+    weight: u.weight,
+    owner: u.owner,
+    claimedAt: iso(u.claimedAt),
+    runningSince: iso(u.runningSince),
+    crashes: u.crashes,
+    quarantines: u.quarantines,
+    quarantinedUntil: iso(u.quarantinedUntil),
+  };
 }
 
 /** A process as the API shows it (times as ISO 8601). */

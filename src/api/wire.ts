@@ -105,6 +105,14 @@ export interface ApiUnit {
   owner: string | null;
   /** When the owner claimed it (ISO 8601), or null. */
   claimedAt: string | null;
+  /** When the owner's current run of the unit job started (ISO 8601), or null while none runs. */
+  runningSince: string | null;
+  /** Crashes in a row: runs during which the owner died or its lease lapsed (docs/design.md, "Crashes and quarantine"). */
+  crashes: number;
+  /** Quarantines so far; each lasts twice as long as the one before. */
+  quarantines: number;
+  /** Not claimed until then (ISO 8601, database clock), or null when not quarantined. */
+  quarantinedUntil: string | null;
 }
 
 /** A process as `GET /processes` returns it. */

@@ -184,6 +184,15 @@ export class ApiClient {
     return data.removed;
   }
 
+  /** `POST /tenants/{tenant}/units/{shard}/release`: lift the unit's quarantine and forget its crashes. */
+  async releaseUnit(tenant: string, shard: number): Promise<ApiUnit> {
+    const { data } = await this.call<{ unit: ApiUnit }>(
+      'POST',
+      `/tenants/${encodeURIComponent(tenant)}/units/${encodeURIComponent(String(shard))}/release`,
+    );
+    return data.unit;
+  }
+
   /** `GET /units`, of one tenant or all (at most `limit`, default the API's 1,000). */
   async listUnits(filter: { tenant?: string; limit?: number } = {}): Promise<ApiUnit[]> {
     const q = new URLSearchParams();

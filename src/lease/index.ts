@@ -15,6 +15,7 @@ export { type UnitKey, type ProcessRole } from './sql/ownership.js';
 export { fairShareOf, balanceOf, type Balance } from './share.js';
 export { putTenantUnits, listUnits } from './units.js';
 export { deleteTenantUnits, listProcesses, type UnitView, type ProcessView } from './sql/units.js';
+export { releaseUnit, liftQuarantines, UnitNotFoundError } from './units.js';
 export { setDesired, readFleet, type Fleet } from './fleet.js';
 export {
   getDesired,
@@ -22,7 +23,9 @@ export {
   reserveInvocations,
   invocationLive,
   forgetInvocations,
+  workerStart,
   NO_WORKER_LIMIT,
   type InvocationPlan,
   type BatchInvocation,
+  type WorkerStart,
 } from './sql/fleet.js';

@@ -5,7 +5,8 @@ import { systemClock, type Clock } from '../clock.js';
 import { withTimeout, type Sql } from '../store/index.js';
 import { fairShareOf } from './share.js';
 import * as q from './sql/ownership.js';
-import type { Me, ProcessRole, ShareState, UnitKey, UnitRow } from './sql/ownership.js';
+import { CRASH_DEFAULTS } from './sql/ownership.js';
+import type { CrashRule, Me, ProcessRole, ShareState, UnitKey, UnitRow } from './sql/ownership.js';
 
 /** A unit a process owns: identity, job, weight and the job's configuration. */
 export type Unit = UnitRow;
@@ -53,6 +54,15 @@ export interface LeaseConfig {
    * Default: a third of `ttlMs`. 0 waits for ever.
    */
   storeTimeoutMs: number;
+  /**
+   * A unit whose owner died (or whose lease lapsed) while its job ran counts a crash; after this
+   * many in a row it is quarantined (docs/design.md, "Crashes and quarantine"). Default 3.
+   */
+  maxUnitCrashes: number;
+  /** The first quarantine of a unit, ms; each later one lasts twice the one before. Default 300,000 (5 min). */
+  quarantineMs: number;
+  /** The longest quarantine, ms. Default 86,400,000 (a day). */
+  maxQuarantineMs: number;
 }
 
 /** Defaults of {@link LeaseConfig} (issue "Processes share per-tenant units fairly"). */
@@ -66,6 +76,9 @@ export const LEASE_DEFAULTS = {
   shedHysteresis: 0.2,
   claimBatch: 64,
   maxClaimPerTick: 1024,
+  maxUnitCrashes: CRASH_DEFAULTS.maxCrashes,
+  quarantineMs: CRASH_DEFAULTS.quarantineMs,
+  maxQuarantineMs: CRASH_DEFAULTS.maxQuarantineMs,
 } as const;
 
 /** Optional observers, for metrics. */
@@ -137,6 +150,9 @@ export function leaseConfig(partial: Partial<LeaseConfig> = {}): LeaseConfig {
     'sweepCutoffMs',
     'claimBatch',
     'maxClaimPerTick',
+    'maxUnitCrashes',
+    'quarantineMs',
+    'maxQuarantineMs',
   ] as const;
   for (const name of positive) {
     if (!Number.isFinite(c[name]) || c[name] <= 0) throw new LeaseConfigError(name, `must be a positive number, got ${c[name]}`);
@@ -276,6 +292,7 @@ export class Leaser {
         ttlMs: this.config.ttlMs,
         units: this.units.size,
         weight: this.weight(),
+        crash: this.crashRule(),
       }),
     );
     if (outcome === 'in-use') {
@@ -339,6 +356,7 @@ export class Leaser {
             from: ranges[range][0],
             to: ranges[range][1],
             abandoned: state.abandoned,
+            crash: this.crashRule(),
           }),
         );
         if (rows.length < limit) range++;
@@ -450,7 +468,7 @@ export class Leaser {
       if (this.clock.now() >= nextSweep) {
         nextSweep = this.clock.now() + c.sweepIntervalMs;
         try {
-          const swept = await this.withinTimeout(q.sweep(this.sql, c.sweepCutoffMs));
+          const swept = await this.withinTimeout(q.sweep(this.sql, c.sweepCutoffMs, this.crashRule()));
           if (swept.processes) this.onEvent({ type: 'swept', ...swept });
         } catch (error) {
           this.onEvent({ type: 'error', step: 'sweep', error });
@@ -459,6 +477,10 @@ export class Leaser {
       const expiry = this.units.size > 0 && this.lastBeatAt !== undefined ? this.lastBeatAt + c.ttlMs : Infinity;
       await this.clock.sleep(Math.max(0, Math.min(nextBeat, nextTick, nextSweep, expiry) - this.clock.now()), signal);
     }
+  }
+
+  private crashRule(): CrashRule {
+    return crashRuleOf(this.config);
   }
 
   private withinTimeout<T>(query: Promise<T>): Promise<T> {
@@ -546,8 +568,18 @@ export class Leaser {
 
 /**
  * Delete processes expired longer than `cutoffMs` and free their units, in one statement
- * (the scheduler's sweep). Returns both counts.
+ * (the scheduler's sweep); a unit whose job ran when its owner died counts a crash, by
+ * `crash` (`maxUnitCrashes`, `quarantineMs`, `maxQuarantineMs` of {@link LeaseConfig}; default
+ * {@link LEASE_DEFAULTS}). Returns both counts.
  */
-export function sweep(sql: Sql, cutoffMs: number = LEASE_DEFAULTS.sweepCutoffMs): Promise<{ processes: number; units: number }> {
-  return q.sweep(sql, cutoffMs);
+export function sweep(
+  sql: Sql,
+  cutoffMs: number = LEASE_DEFAULTS.sweepCutoffMs,
+  crash: Partial<Pick<LeaseConfig, 'maxUnitCrashes' | 'quarantineMs' | 'maxQuarantineMs'>> = {},
+): Promise<{ processes: number; units: number }> {
+  return q.sweep(sql, cutoffMs, crashRuleOf({ ...LEASE_DEFAULTS, ...crash }));
+}
+
+function crashRuleOf(c: Pick<LeaseConfig, 'maxUnitCrashes' | 'quarantineMs' | 'maxQuarantineMs'>): CrashRule {
+  return { maxCrashes: c.maxUnitCrashes, quarantineMs: c.quarantineMs, maxQuarantineMs: c.maxQuarantineMs };
 }

@@ -1,6 +1,6 @@
 // Unit administration: a tenant's units registered, removed and listed (docs/design.md, "Process
 // membership and unit ownership"); the statements are in sql/units.ts.
-import { InvalidSettingError } from '../errors.js';
+import { InvalidSettingError, LeaseholdError } from '../errors.js';
 import type { Sql } from '../store/index.js';
 import * as q from './sql/units.js';
 import type { UnitView } from './sql/units.js';
@@ -29,4 +29,35 @@ export function putTenantUnits(
 /** Units with owner and claim time, by tenant and shard; `limit` default 1,000. */
 export function listUnits(sql: Sql, filter: { tenant?: string; limit?: number } = {}): Promise<UnitView[]> {
   return q.listUnits(sql, filter.tenant, filter.limit ?? 1000);
+}
+
+/** No unit `(tenant, shard)` is registered (code `unit_not_found`, API 404). */
+export class UnitNotFoundError extends LeaseholdError {
+  constructor(
+    readonly tenant: string,
+    readonly shard: number,
+  ) {
+    super('unit_not_found', `tenant ${tenant} has no unit with shard ${shard}`);
+  }
+}
+
+/**
+ * Lift the quarantine of one unit and forget its crashes (`POST /tenants/{t}/units/{shard}/release`,
+ * docs/design.md "Crashes and quarantine"): it is claimable at once; an owner keeps it.
+ * Returns the unit as `GET /units` shows it.
+ * @throws {UnitNotFoundError} no such unit.
+ */
+export async function releaseUnit(sql: Sql, tenant: string, shard: number): Promise<UnitView> {
+  const unit = await q.releaseUnit(sql, tenant, shard);
+  if (!unit) throw new UnitNotFoundError(tenant, shard);
+  return unit;
+}
+
+/**
+ * End the quarantines that are over (database clock; the scheduler runs it every minute): those
+ * units are claimable again, their crashes still counted, so one more crash in a row
+ * quarantines again, for twice as long. Returns how many were lifted.
+ */
+export function liftQuarantines(sql: Sql): Promise<number> {
+  return q.liftQuarantines(sql);
 }

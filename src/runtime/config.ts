@@ -75,6 +75,9 @@ const schema = {
   LEASEHOLD_SHED_HYSTERESIS: z.coerce.number().min(0).max(10).default(LEASE_DEFAULTS.shedHysteresis),
   LEASEHOLD_CLAIM_BATCH: int(1).default(LEASE_DEFAULTS.claimBatch),
   LEASEHOLD_MAX_CLAIM_PER_TICK: int(1).default(LEASE_DEFAULTS.maxClaimPerTick),
+  LEASEHOLD_UNIT_MAX_CRASHES: int(1).max(1_000).default(LEASE_DEFAULTS.maxUnitCrashes),
+  LEASEHOLD_UNIT_QUARANTINE_MS: int(1_000).max(86_400_000).default(LEASE_DEFAULTS.quarantineMs),
+  LEASEHOLD_UNIT_MAX_QUARANTINE_MS: int(1_000).max(2_592_000_000).default(LEASE_DEFAULTS.maxQuarantineMs),
   LEASEHOLD_INVOKE_CAP: int(0).default(10),
   LEASEHOLD_MAX_WORKERS: int(1).optional(),
   LEASEHOLD_BATCH_CONCURRENCY: int(1).max(MAX_CONCURRENCY).default(1),
@@ -179,6 +182,9 @@ export interface Config {
     | 'shedHysteresis'
     | 'claimBatch'
     | 'maxClaimPerTick'
+    | 'maxUnitCrashes'
+    | 'quarantineMs'
+    | 'maxQuarantineMs'
   >;
   /** Most workers one scheduler run invokes for the desired count. */
   invokeCap: number;
@@ -357,6 +363,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       shedHysteresis: e.LEASEHOLD_SHED_HYSTERESIS,
       claimBatch: e.LEASEHOLD_CLAIM_BATCH,
       maxClaimPerTick: e.LEASEHOLD_MAX_CLAIM_PER_TICK,
+      maxUnitCrashes: e.LEASEHOLD_UNIT_MAX_CRASHES,
+      quarantineMs: e.LEASEHOLD_UNIT_QUARANTINE_MS,
+      maxQuarantineMs: e.LEASEHOLD_UNIT_MAX_QUARANTINE_MS,
     },
     invokeCap: e.LEASEHOLD_INVOKE_CAP,
     maxWorkers: e.LEASEHOLD_MAX_WORKERS ?? NO_WORKER_LIMIT,
@@ -408,6 +417,9 @@ const LEASE_VARIABLES: Record<string, keyof typeof schema> = {
   shedHysteresis: 'LEASEHOLD_SHED_HYSTERESIS',
   claimBatch: 'LEASEHOLD_CLAIM_BATCH',
   maxClaimPerTick: 'LEASEHOLD_MAX_CLAIM_PER_TICK',
+  maxUnitCrashes: 'LEASEHOLD_UNIT_MAX_CRASHES',
+  quarantineMs: 'LEASEHOLD_UNIT_QUARANTINE_MS',
+  maxQuarantineMs: 'LEASEHOLD_UNIT_MAX_QUARANTINE_MS',
 };
 
 /**

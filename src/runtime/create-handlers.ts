@@ -17,6 +17,7 @@ import {
   triggerInvocation,
   workerInvocation,
   type MigrateResult,
+  type SchemaSkipped,
 } from './handlers.js';
 import { httpErrorBoundary, invocation } from './middleware.js';
 import type { SchedulerResult } from './scheduler.js';
@@ -30,7 +31,7 @@ export interface Handlers {
   /** One worker process per invocation (async `Event` invoke with `{ batchId?, invocationId? }`). */
   worker: LambdaHandler<WorkerEvent, WorkerResult>;
   /** Every minute: sweep, dispatch, keep the desired count of live processes. */
-  scheduler: LambdaHandler<unknown, SchedulerResult>;
+  scheduler: LambdaHandler<unknown, SchedulerResult | SchemaSkipped>;
   /** The HTTP API (API Gateway HTTP API, payload format 2.0, IAM auth). */
   api: LambdaHandler<APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2>;
   /** Starts a batch from an EventBridge event (bus rule or schedule). */
@@ -95,7 +96,7 @@ export function createHandlers(options: HandlersOptions): Handlers {
   const worker = middy<WorkerEvent, WorkerResult, Error, Context>()
     .use(invocation({ service: 'worker', marginMs: () => deps().config.deadlineMarginMs }))
     .handler((event, context) => workerInvocation(deps(), event, context));
-  const scheduler = middy<unknown, SchedulerResult, Error, Context>()
+  const scheduler = middy<unknown, SchedulerResult | SchemaSkipped, Error, Context>()
     .use(invocation({ service: 'scheduler' }))
     .handler((event, context) => schedulerInvocation(deps(), event, context));
   const api = middy<APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Error, Context>()

@@ -8,7 +8,7 @@
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
-import type { Migration, RuntimeRoleResult } from '../store/index.js';
+import { checkSchema, SchemaMismatchError, type Migration, type RuntimeRoleResult, type SchemaRange } from '../store/index.js';
 import { loadConfig, ConfigError, type Config } from './config.js';
 import { openDatabase, retryRefusedConnection } from './db.js';
 import type { RuntimeDeps } from './deps.js';
@@ -33,21 +33,42 @@ export async function workerInvocation(
   return runWorker(event ?? {}, context, { ...deps, log, hooks: workerMetricHooks(metrics), signal: deadline });
 }
 
+/** What a scheduler invocation answers when the schema is outside what this code supports: it did nothing. */
+export interface SchemaSkipped {
+  skipped: 'schema';
+  schemaVersion: number;
+  supported: SchemaRange;
+}
+
 /**
  * One scheduler run (every minute): see {@link runScheduler}. Logs the result and records
  * `ProcessesSwept`, `BatchesDispatched`, `DispatchFailures`, `WorkersInvoked`, the levels
  * `LiveProcesses`, `DesiredProcesses`, `PendingInvocations`, the fleet's balance
- * (`recordFleetBalance`), the runs of open batches (`recordRuns`) and what retention deleted (`recordRetention`).
+ * (`recordFleetBalance`), the runs of open batches (`recordRuns`) and what retention deleted
+ * (`recordRetention`). When the schema is outside what this code supports it does nothing, logs
+ * one line and answers {@link SchemaSkipped}.
  */
-export async function schedulerInvocation(deps: RuntimeDeps, _event: unknown, context: Context): Promise<SchedulerResult> {
+export async function schedulerInvocation(
+  deps: RuntimeDeps,
+  _event: unknown,
+  context: Context,
+): Promise<SchedulerResult | SchemaSkipped> {
   const { log, metrics, deadlineAt } = invocationOf(context);
   const { runScheduler } = await import('./scheduler.js');
   // The fleet may hold every connection its budget allows: a refused connection is retried
   // within the invocation (see retryRefusedConnection).
-  const result = await retryRefusedConnection(() => runScheduler({ ...deps, log }), {
-    untilMs: Math.min(deadlineAt, Date.now() + deps.config.db.connectRetryMs),
-    onRetry: (e, waitMs) => log('warn', 'database connection refused; retrying', { error: String(e), waitMs }),
-  });
+  let result: SchedulerResult;
+  try {
+    result = await retryRefusedConnection(() => runScheduler({ ...deps, log }), {
+      untilMs: Math.min(deadlineAt, Date.now() + deps.config.db.connectRetryMs),
+      onRetry: (e, waitMs) => log('warn', 'database connection refused; retrying', { error: String(e), waitMs }),
+    });
+  } catch (error) {
+    // Old code after a migration (or new code before it): the next run, of the right code, does the work.
+    if (!(error instanceof SchemaMismatchError)) throw error;
+    log('error', `scheduler did nothing: ${error.message}`, { schemaVersion: error.version, supported: error.supported });
+    return { skipped: 'schema', schemaVersion: error.version, supported: error.supported };
+  }
   log('info', 'scheduler run', { ...result });
   metrics.count('ProcessesSwept', result.swept.processes);
   metrics.count('BatchesDispatched', result.dispatched.length);
@@ -65,7 +86,8 @@ export async function schedulerInvocation(deps: RuntimeDeps, _event: unknown, co
 /**
  * One HTTP API request (API Gateway HTTP API, payload 2.0): {@link handleApi} parses, validates
  * and maps errors to statuses itself. Records `BatchesStarted` (a new batch is dispatched at
- * once, so every dispatch of the API is one) and `ServerErrors` (5xx answers).
+ * once, so every dispatch of the API is one) and `ServerErrors` (5xx answers). A database whose
+ * schema is outside what this code supports is answered 503 `schema_mismatch` (checked first).
  */
 export async function apiInvocation(
   deps: RuntimeDeps,
@@ -74,6 +96,20 @@ export async function apiInvocation(
 ): Promise<APIGatewayProxyStructuredResultV2> {
   const { log, metrics } = invocationOf(context);
   const { handleApi } = await import('../api/router.js');
+  // Old code after a migration answers nothing it would have to act on (docs/design.md, "Schema versions").
+  const mismatch = await checkSchema(deps.sql).then(
+    () => undefined,
+    (e: unknown) => (e instanceof SchemaMismatchError ? e : undefined),
+  );
+  if (mismatch) {
+    log('error', `api answered 503: ${mismatch.message}`, { schemaVersion: mismatch.version, supported: mismatch.supported });
+    metrics.count('ServerErrors');
+    return {
+      statusCode: 503,
+      headers: { 'content-type': 'application/json', 'retry-after': '5' },
+      body: JSON.stringify({ error: { code: mismatch.code, message: mismatch.message } }),
+    };
+  }
   const result = await handleApi(event, { ...deps, log, dispatcher: counting(deps.dispatcher, metrics) });
   if ((result.statusCode ?? 200) >= 500) metrics.count('ServerErrors');
   return result;
@@ -91,10 +127,17 @@ function counting(dispatcher: Dispatcher, metrics: RuntimeMetrics): Dispatcher {
 /**
  * One EventBridge event for the trigger: see {@link handleTrigger}. Never throws for an invalid
  * event (it is logged and dropped); a store error is thrown, so EventBridge retries the event.
+ * @throws {SchemaMismatchError} the database's schema is outside what this code supports (checked
+ *   first; nothing started): the event is retried.
  */
 export async function triggerInvocation(deps: RuntimeDeps, event: unknown, context: Context): Promise<TriggerResult> {
   const { log, metrics } = invocationOf(context);
   const { handleTrigger } = await import('../trigger/trigger.js');
+  // Old code after a migration starts nothing: thrown, so Lambda retries the event (on new code).
+  await checkSchema(deps.sql).catch((e: unknown) => {
+    if (e instanceof SchemaMismatchError) log('error', `trigger did nothing: ${e.message}`, { schemaVersion: e.version });
+    throw e;
+  });
   return handleTrigger(event, { ...deps, log, metrics });
 }
 

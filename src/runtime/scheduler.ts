@@ -1,7 +1,15 @@
 import { claimDispatch, deleteExpiredBatches, runsSummary, undispatch, type RetentionResult } from '../batch/index.js';
 import { deleteDeliveredOutboxMessages, type OutboxRetentionResult } from '../units/index.js';
-import { balanceOf, planInvocations, readFleet, reserveInvocations, sweep, type Balance } from '../lease/index.js';
-import type { Sql } from '../store/index.js';
+import {
+  balanceOf,
+  liftQuarantines,
+  planInvocations,
+  readFleet,
+  reserveInvocations,
+  sweep,
+  type Balance,
+} from '../lease/index.js';
+import { checkSchema, type SchemaRange, type Sql } from '../store/index.js';
 import type { Config } from './config.js';
 import type { Dispatcher } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
@@ -13,6 +21,8 @@ import { workerReserver } from './dispatch.js';
 export interface SchedulerResult {
   /** Processes deleted by the sweep and units it freed. */
   swept: { processes: number; units: number };
+  /** Units whose quarantine ended now (docs/design.md, "Crashes and quarantine"). */
+  lifted: number;
   /**
    * Batches sent to workers, once per worker: below their target (never started, handed off,
    * runs that left) or with a stale run.
@@ -53,7 +63,8 @@ export interface SchedulerResult {
 
 /**
  * One scheduler run (EventBridge, every minute; locally a timer), docs/design.md "Serverless runtime":
- * 1. sweep: delete processes expired longer than the sweep cutoff and free their units;
+ * 1. sweep: delete processes expired longer than the sweep cutoff and free their units (a unit
+ *    whose job ran when its owner died counts a crash), and lift the quarantines that are over;
  * 2. dispatch workers to every open batch below its target (never started, handed off, runs
  *    that left) or with a stale run, one per run it lacks — each batch marked in the statement
  *    that selects it, so overlapping runs never dispatch it twice within `dispatchCooldownMs`;
@@ -75,14 +86,22 @@ export interface SchedulerResult {
  *    both passes); see `deleteExpiredBatches` and `deleteDeliveredOutboxMessages`.
  * With `jobs`, it first starts trigger firings deferred at `maxOpen` whose datasource has a free
  * slot (see `startDeferred`); their batches are dispatched in step 2's way.
+ * Its first statement checks the schema version against `deps.schema` (default
+ * `SUPPORTED_SCHEMA`): old code after a migration does nothing (docs/design.md, "Schema versions").
+ * @throws {SchemaMismatchError} the database's schema is outside that range; nothing was done.
+ *
  * A failed invoke is reported, never thrown; nothing depends on a chain of worker invocations
  * (replacements, continuations) that the platform could cut: this run redoes their work.
  */
 export async function runScheduler(
-  deps: { sql: Sql; config: Config; dispatcher: Dispatcher } & ({ jobs?: undefined } | { jobs: JobRegistry; log: Log }),
+  deps: { sql: Sql; config: Config; dispatcher: Dispatcher; schema?: SchemaRange } & (
+    { jobs?: undefined } | { jobs: JobRegistry; log: Log }
+  ),
 ): Promise<SchedulerResult> {
   const { sql, config, dispatcher } = deps;
-  const swept = await sweep(sql, config.lease.sweepCutoffMs);
+  await checkSchema(sql, deps.schema);
+  const swept = await sweep(sql, config.lease.sweepCutoffMs, config.lease);
+  const lifted = await liftQuarantines(sql);
   // Trigger firings refused at maxOpen start once their datasource has a free slot.
   const deferred = deps.jobs
     ? await startDeferred({ sql, jobs: deps.jobs, config, dispatcher, log: deps.log, reserve: workerReserver(sql, config) })
@@ -139,6 +158,7 @@ export async function runScheduler(
   const retention = await applyRetention(sql, config);
   return {
     swept,
+    lifted,
     dispatched,
     deferredWorkers: wanted.length - reserved.length,
     failed,

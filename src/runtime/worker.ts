@@ -7,11 +7,21 @@ import {
   invocationLive,
   planInvocations,
   reserveInvocations,
+  workerStart,
   type LeaserEvent,
   type ProcessRole,
   type Reconciler,
+  type WorkerStart,
 } from '../lease/index.js';
-import { withTimeout, type Sql } from '../store/index.js';
+import {
+  checkSchema,
+  isSchemaChangeError,
+  SchemaMismatchError,
+  SUPPORTED_SCHEMA,
+  withTimeout,
+  type SchemaRange,
+  type Sql,
+} from '../store/index.js';
 import type { Config } from './config.js';
 import { ReconnectingLeaser } from './heartbeat.js';
 import type { Log } from '../log.js';
@@ -59,6 +69,8 @@ export interface WorkerDeps {
    * deadline from its context; this lets the caller stop it earlier. Default: none.
    */
   signal?: AbortSignal;
+  /** The schema versions this code supports (docs/design.md, "Schema versions"). Default `SUPPORTED_SCHEMA`. */
+  schema?: SchemaRange;
 }
 
 /** What one worker invocation did. */
@@ -69,9 +81,12 @@ export interface WorkerResult {
   role: ProcessRole;
   /**
    * Why it returned: deadline reached, nothing left to run, retired (the scheduler asked: the
-   * fleet was above the desired count), or shut down (local Ctrl-C).
+   * fleet was above the desired count), shut down (local Ctrl-C), or the database's schema is
+   * outside what this code supports (found on its first statement, or after an error of a
+   * changed schema: docs/design.md, "Schema versions"), or its event was stale (its invocation no
+   * longer pending, or its batch finished: docs/design.md, "Late and repeated worker events").
    */
-  reason: 'deadline' | 'idle' | 'retired' | 'shutdown';
+  reason: 'deadline' | 'idle' | 'retired' | 'shutdown' | 'schema' | 'stale';
   /** Batches handed off at the deadline for which a continuation was requested. */
   continued: string[];
   /** Workers invoked at the deadline to keep the desired count of live processes. */
@@ -104,6 +119,13 @@ const idleUnits: UnitReconciler = {
  *   continuations requested only at the deadline), every unit is released, the process row
  *   deleted, and — at the deadline, when units need processes — a replacement is invoked to
  *   keep the desired count. The worker returns owning nothing (invariant 6).
+ * - returns at once, after its one first statement, when its event is stale: an invocation id
+ *   no longer pending (confirmed, claimed by another delivery of the same event, or past its
+ *   confirmation window) or, sent for a batch alone, a batch no longer open;
+ * - checks the schema version first: outside `deps.schema` it returns at once, having acted on
+ *   nothing; after an error a changed schema gives (`0A000`, `42P01`, `42703`) it checks again
+ *   and, outside the range, stops as at a retirement (runs handed off, units released, row
+ *   deleted, no continuation), logging once (docs/design.md, "Schema versions").
  * Never throws for a run's or a unit's failure.
  */
 export async function runWorker(event: WorkerEvent, context: InvocationContext, deps: WorkerDeps): Promise<WorkerResult> {
@@ -123,12 +145,65 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
     else s?.addEventListener('abort', onStop, { once: true });
   }
   const pastDeadline = () => Date.now() >= deadline || deps.signal?.aborted === true;
+  // Old code after a migration acts on nothing (docs/design.md, "Schema versions"): the first
+  // statement checks the version, and an error a changed schema gives checks it again.
+  const schema = deps.schema ?? SUPPORTED_SCHEMA;
+  let schemaMismatch: SchemaMismatchError | undefined;
+  let recheck: Promise<void> | undefined;
+  const noteError = (error: unknown) => {
+    if (schemaMismatch || recheck || !isSchemaChangeError(error)) return;
+    recheck = withTimeout(checkSchema(sql, schema), config.runner.storeTimeoutMs).then(
+      () => void (recheck = undefined),
+      (e: unknown) => {
+        recheck = undefined;
+        if (!(e instanceof SchemaMismatchError)) return;
+        schemaMismatch = e;
+        stopping.abort();
+      },
+    );
+  };
+  // One statement before anything: the schema version, the claim of the event's invocation
+  // and its batch's status (docs/design.md, "Late and repeated worker events").
+  let start: WorkerStart | undefined;
+  try {
+    start = await withTimeout(workerStart(sql, event), config.runner.storeTimeoutMs);
+  } catch (error) {
+    // A schema older than this code's (a column it reads missing): say so below. Otherwise the
+    // store does not answer: the leaser retries its first heartbeat, and an error of a changed
+    // schema is checked as it comes.
+    if (isSchemaChangeError(error)) {
+      const found = await withTimeout(checkSchema(sql, schema), config.runner.storeTimeoutMs).catch((e: unknown) => e);
+      if (found instanceof SchemaMismatchError) schemaMismatch = found;
+    }
+  }
+  if (start && (start.schemaVersion < schema.min || start.schemaVersion > schema.max)) {
+    schemaMismatch = new SchemaMismatchError(start.schemaVersion, schema);
+  }
+  // A stale event: its invocation no longer pending (confirmed or claimed by another delivery of
+  // the same event, or past its confirmation window), or its batch finished.
+  const stale =
+    start !== undefined &&
+    ((event.invocationId !== undefined && !start.claimed) || (event.batchId !== undefined && start.batchStatus !== 'open'));
+  if (schemaMismatch || stale) {
+    for (const s of [shutdown.signal, deps.signal]) s?.removeEventListener('abort', onStop);
+    if (schemaMismatch) {
+      log('error', `schema version outside what this code supports; returning without acting: ${schemaMismatch.message}`, {
+        schemaVersion: schemaMismatch.version,
+        supported: schemaMismatch.supported,
+      });
+      return { processId, role, runs: [], reason: 'schema', continued: [], replacements: 0 };
+    }
+    log('info', 'stale event: returning at once', { ...event, batchStatus: start?.batchStatus ?? null });
+    return { processId, role, runs: [], reason: 'stale', continued: [], replacements: 0 };
+  }
   const resolve = jobs.resolve;
   const runner = new Runner(sql, {
     processId,
     ...config.runner,
     onEvent: (e: RunnerEvent) => {
       hooks.runner?.(e);
+      if (e.type === 'store-error') noteError(e.error);
+      else if (e.type === 'run-ended') noteError(e.result.error);
       // Item outcomes as the runner stored them: a result whose move never landed is not counted.
       if (e.type === 'item-ended') hooks.item?.(e.outcome);
       else logRunnerEvent(log, e);
@@ -153,6 +228,7 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
       hooks: hooks.lease,
       onEvent: (e: LeaserEvent) => {
         logLeaserEvent(log, e);
+        if (e.type === 'error') noteError(e.error);
         // Wake the loop: a retiring process leaves at once.
         if (e.type === 'retiring') stopping.abort();
       },
@@ -188,6 +264,10 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
         reason = 'shutdown';
         break;
       }
+      if (schemaMismatch) {
+        reason = 'schema';
+        break;
+      }
       if (pastDeadline()) {
         reason = 'deadline';
         break;
@@ -208,6 +288,7 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
         }
       } catch (error) {
         log('warn', 'looking for batches failed', { error: String(error) });
+        noteError(error);
       }
       // A fleet process stays while units need processes; otherwise it leaves once idle.
       const unitWork =
@@ -248,7 +329,8 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
   for (const r of byRun.values()) {
     // A retired process's runs are taken over by the processes that stay (and dispatched by the
     // scheduler): a continuation would only add a worker to a fleet that is too large.
-    if (r.outcome !== 'handed-off' || reason === 'shutdown' || reason === 'retired' || leftMs() <= 0) continue;
+    if (r.outcome !== 'handed-off' || reason === 'shutdown' || reason === 'retired' || reason === 'schema' || leftMs() <= 0)
+      continue;
     try {
       // A continuation is one more worker: reserved under the worker limit like any other.
       const [reserved] = await bounded(
@@ -283,6 +365,14 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
     }
   }
   const runs = [...byRun.values()].map(({ batchId, outcome, finishedItems }) => ({ batchId, outcome, finishedItems }));
+  // Set by noteError's check, after the narrowing above: read it as what it may be.
+  const changed = schemaMismatch as SchemaMismatchError | undefined;
+  if (changed) {
+    log('error', `schema changed under this code; stopped, owning nothing: ${changed.message}`, {
+      schemaVersion: changed.version,
+      supported: changed.supported,
+    });
+  }
   log('info', 'worker returning', { role, reason, runs, continued, replacements });
   return { processId, role, runs, reason, continued, replacements };
 }

@@ -60,6 +60,7 @@ export const API_ROUTES: readonly string[] = [
   'ANY /tenants/{tenant}',
   'ANY /tenants/{tenant}/limits',
   'ANY /tenants/{tenant}/units',
+  'ANY /tenants/{tenant}/units/{shard}/release',
   'ANY /tenants/{tenant}/outbox',
   'ANY /units',
   'ANY /processes',
@@ -443,8 +444,9 @@ function componentClass(p: Platform): LeaseholdConstructor {
 
       // The worker: one invocation is one process. Its reserved concurrency caps the live
       // processes, and so their connections (settings.budget); async invocations are not retried
-      // by Lambda (the scheduler replaces a worker that failed). It invokes itself (continuations,
-      // replacements) and the invokable functions.
+      // by Lambda and are dropped once older than maxEventAgeSeconds (the scheduler replaces a
+      // worker that failed or never came: WorkerSettings.maxEventAgeSeconds). It invokes itself
+      // (continuations, replacements) and the invokable functions.
       const w = settings.worker;
       const worker = runnerFunction(
         'worker',
@@ -453,6 +455,13 @@ function componentClass(p: Platform): LeaseholdConstructor {
           memory: w.memory,
           concurrency: { reserved: w.reservedConcurrency },
           retries: 0,
+          // SST's own event invoke config of the function (it sets the retries from `retries`).
+          transform: {
+            eventInvokeConfig: (a: Args) => {
+              a.maximumRetryAttempts = 0;
+              a.maximumEventAgeInSeconds = w.maxEventAgeSeconds;
+            },
+          },
         },
         [
           invokeWorker,

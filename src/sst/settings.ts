@@ -160,6 +160,17 @@ export interface WorkerSettings {
    * to the reserved concurrency. Default `Terminate`.
    */
   recursiveLoop: 'Terminate' | 'Allow';
+  /**
+   * The longest an async invocation of the worker waits in Lambda's queue (throttled at the
+   * reserved concurrency) before Lambda drops it, s (60 to 21,600; Lambda's own default is six
+   * hours). A worker event is only ever a nudge: the scheduler recovers a lost or dropped worker
+   * within a minute (it counts an invocation as coming for its confirmation window only, then
+   * invokes again), and a late one would only overshoot the fleet or arrive for a batch long
+   * finished, so old events are dropped rather than delivered. Lambda's async retries of the
+   * worker are off (0) for the same reason: a failed worker is replaced by the scheduler, not
+   * rerun. Default 60.
+   */
+  maxEventAgeSeconds: number;
   /** `LEASEHOLD_DEADLINE_MARGIN_MS`: a worker stops at remaining time minus this, ms. Default 10,000. */
   deadlineMarginMs: number;
   /** `LEASEHOLD_DRAIN_MS`: how long in-flight items may take to stop at the deadline, ms. Default 5,000. */
@@ -252,6 +263,7 @@ const DEFAULT_WORKER: WorkerSettings = {
   deadlineMarginMs: 10_000,
   drainMs: 5_000,
   recursiveLoop: 'Terminate',
+  maxEventAgeSeconds: 60,
 };
 
 /** PostgreSQL's (and RDS's) `superuser_reserved_connections`. */
@@ -432,6 +444,9 @@ export function checkSettings(s: Settings): void {
   }
   if (!Number.isInteger(w.reservedConcurrency) || w.reservedConcurrency < 1) {
     throw new Error(`worker.reservedConcurrency: ${w.reservedConcurrency} is not a positive integer`);
+  }
+  if (!Number.isInteger(w.maxEventAgeSeconds) || w.maxEventAgeSeconds < 60 || w.maxEventAgeSeconds > 21_600) {
+    throw new Error(`worker.maxEventAgeSeconds: ${w.maxEventAgeSeconds} is not a whole number from 60 to 21600`);
   }
   if (w.recursiveLoop !== 'Terminate' && w.recursiveLoop !== 'Allow') {
     throw new Error(`worker.recursiveLoop: ${JSON.stringify(w.recursiveLoop)} is not "Terminate" or "Allow"`);

@@ -3,3 +3,12 @@ export { migrate, migrationFiles, DEFAULT_MIGRATIONS_DIR, type Migration, type M
 export { provisionRuntimeRole, databaseConnectionLimit, type RuntimeRole, type RuntimeRoleResult } from './roles.js';
 export { withTimeout, StoreTimeoutError } from './timeout.js';
 export { isCatalogRace, retryCatalogRace } from './catalog.js';
+export {
+  SUPPORTED_SCHEMA,
+  SCHEMA_CHANGE_CODES,
+  SchemaMismatchError,
+  checkSchema,
+  isSchemaChangeError,
+  schemaVersion,
+  type SchemaRange,
+} from './schema.js';

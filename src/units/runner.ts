@@ -49,9 +49,11 @@ const keyOf = (u: UnitKey) => `${u.tenant}\u0000${u.shard}`;
  * (docs/design.md, "Process membership and unit ownership": "the reconciler is told `unitsGained` /
  * `unitsLost` and reports `inFlight(unit)`").
  *
- * - `unitsGained`: starts one loop per unit — read the unit's row (only while this process owns
- *   it; a run never starts on a unit the store says is someone else's), parse its config with
- *   the job's schema, run the job, wait the job's `intervalMs` on the unit's signal, repeat.
+ * - `unitsGained`: starts one loop per unit — mark a run started on the unit's row and read it
+ *   (only while this process owns it; a run never starts on a unit the store says is someone
+ *   else's), parse its config with the job's schema, run the job, clear the mark (so only a
+ *   process that dies during a run counts a crash of the unit: docs/design.md, "Crashes and
+ *   quarantine"), wait the job's `intervalMs` on the unit's signal, repeat.
  *   A unit whose job is unknown here, or whose config does not parse, is logged and left idle.
  * - `unitsLost`: aborts those units' signals and waits (at most `stopTimeoutMs`) for their runs
  *   to end, so the leaser gives a unit back only after its work here stopped.
@@ -194,16 +196,29 @@ export class UnitRunner implements Reconciler {
 
   /** One run; resolves with a problem to log, or undefined. */
   private async runOnce(entry: Entry, job: UnitJob<unknown>, log: Log): Promise<string | undefined> {
-    const { unit, stop } = entry;
+    const { unit } = entry;
     if (!this.leaseValid()) return undefined;
     let row: q.OwnedUnitRow | undefined;
     try {
-      row = await q.ownedUnit(this.sql, unit, this.processId);
+      row = await q.startRun(this.sql, unit, this.processId);
     } catch (error) {
       return `cannot read the unit: ${errorText(error)}`;
     }
     // Not owned in the store (taken, removed): the leaser reports the loss on its next tick.
-    if (!row || row.job !== job.name || stop.signal.aborted) return undefined;
+    if (!row) return undefined;
+    try {
+      return await this.execute(entry, job, log, row);
+    } finally {
+      // The run ended here (this process did not crash in it); a lost unit's mark is its new owner's.
+      await q.endRun(this.sql, unit, this.processId).catch((error: unknown) => {
+        log('warn', 'cannot mark the unit run ended', { error: errorText(error) });
+      });
+    }
+  }
+
+  private async execute(entry: Entry, job: UnitJob<unknown>, log: Log, row: q.OwnedUnitRow): Promise<string | undefined> {
+    const { unit, stop } = entry;
+    if (row.job !== job.name || stop.signal.aborted) return undefined;
     const parsed = job.config.safeParse(row.config);
     if (!parsed.success) {
       const issue = parsed.error.issues[0];

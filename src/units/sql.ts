@@ -13,13 +13,24 @@ export interface OwnedUnitRow {
   config: unknown;
 }
 
-// The unit's current job and config, only if `processId` owns it and is live now (two primary
-// key lookups).
-export async function ownedUnit(sql: Sql, unit: UnitKey, processId: string): Promise<OwnedUnitRow | undefined> {
-  const [row] = await sql<OwnedUnitRow[]>`select u.job, u.weight, u.config
-    from leasehold_units u join leasehold_processes p on p.id = u.owner
-    where u.tenant = ${unit.tenant} and u.shard = ${unit.shard} and u.owner = ${processId} and p.expires_at > now()`;
+// Marks a run of the unit's job as started (running_since = now()) and returns the unit's job
+// and config, only if `processId` owns the unit and is live now (two primary key lookups): if
+// this process dies before the run ends, whoever frees the unit counts a crash (docs/design.md,
+// "Crashes and quarantine").
+export async function startRun(sql: Sql, unit: UnitKey, processId: string): Promise<OwnedUnitRow | undefined> {
+  const [row] = await sql<OwnedUnitRow[]>`update leasehold_units u set running_since = now()
+    from leasehold_processes p
+    where u.tenant = ${unit.tenant} and u.shard = ${unit.shard} and u.owner = ${processId}
+      and p.id = u.owner and p.expires_at > now()
+    returning u.job, u.weight, u.config`;
   return row;
+}
+
+// Clears the mark of a run that ended (returned or threw: not a crash) and with it the unit's
+// crashes in a row, only while `processId` still owns the unit (after a loss: nothing).
+export async function endRun(sql: Sql, unit: UnitKey, processId: string): Promise<void> {
+  await sql`update leasehold_units set running_since = null, crashes = 0
+    where tenant = ${unit.tenant} and shard = ${unit.shard} and owner = ${processId}`;
 }
 
 // A condition (no statement of its own): true only while `processId` owns the unit and its

@@ -5,7 +5,9 @@ import { z } from 'zod';
 import type { ApiDeps } from '../../src/api/index.js';
 import { Leaser } from '../../src/lease/index.js';
 import { defaultUnitJobs, defineUnitJob, outboxDelivery, outboxShard, type AddressLookup } from '../../src/units/index.js';
+import { startRun } from '../../src/units/sql.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
+import { sleep } from '../support/time.js';
 import { apiDeps, call, InvokeEndpoint, uniqueTenant, type EventOptions } from '../support/api.js';
 
 let db: TestDatabase;
@@ -411,6 +413,10 @@ describe('DELETE /tenants/{tenant}/units and GET /units', () => {
           weight: 2,
           owner: leaser.processId,
           claimedAt: expect.any(String),
+          runningSince: null,
+          crashes: 0,
+          quarantines: 0,
+          quarantinedUntil: null,
         })),
       );
       expect(new Date(res.body.units[0].claimedAt).toISOString()).toBe(res.body.units[0].claimedAt);
@@ -447,6 +453,57 @@ describe('DELETE /tenants/{tenant}/units and GET /units', () => {
     const res = await call(deps, 'GET', '/tenants/x/units');
     expect(res.status).toBe(405);
     expect(res.headers.allow).toBe('PUT, DELETE');
+  });
+});
+
+describe('POST /tenants/{tenant}/units/{shard}/release', () => {
+  it('lifts the quarantine of a unit whose owner died in its run, shown in GET /units; 404 for no such unit, 400 for a bad shard', async () => {
+    // A schema of its own: the claims below must see this tenant's unit alone.
+    const own = await testDatabase();
+    const d = { ...deps, sql: own.sql };
+    const tenant = uniqueTenant();
+    await putUnits(tenant, { job: 'sync', shards: 1 }, d);
+    const settings = { ttlMs: 300, heartbeatIntervalMs: 100, maxUnitCrashes: 1, quarantineMs: 60_000 };
+    const idle = { unitsGained() {}, unitsLost() {}, inFlight: () => 0 };
+    const dying = new Leaser(own.sql, settings, idle);
+    await dying.heartbeat();
+    await dying.tick();
+    // Its job's run starts (the unit runner's statement), then the process dies: no more heartbeats.
+    expect(await startRun(own.sql, { tenant, shard: 0 }, dying.processId)).toBeDefined();
+    await sleep(400);
+    const next = new Leaser(own.sql, settings, idle);
+    await next.heartbeat();
+    expect((await next.tick()).claimed).toBe(0);
+    try {
+      const listed = await call(d, 'GET', '/units', { query: { tenant } });
+      expect(listed.body.units).toEqual([
+        expect.objectContaining({
+          owner: null,
+          runningSince: null,
+          crashes: 1,
+          quarantines: 1,
+          quarantinedUntil: expect.any(String),
+        }),
+      ]);
+      expect(Date.parse(listed.body.units[0].quarantinedUntil)).toBeGreaterThan(Date.now() + 50_000);
+
+      const res = await call(d, 'POST', `/tenants/${tenant}/units/0/release`);
+      expect(res.status).toBe(200);
+      expect(res.body.unit).toMatchObject({ tenant, shard: 0, crashes: 0, quarantines: 0, quarantinedUntil: null });
+      expect((await next.tick()).claimed).toBe(1);
+
+      expect((await call(d, 'POST', `/tenants/${tenant}/units/1/release`)).body.error.code).toBe('unit_not_found');
+      expect((await call(d, 'POST', `/tenants/${tenant}/units/1/release`)).status).toBe(404);
+      for (const shard of ['x', '-1', '10000', '1.5']) {
+        const bad = await call(d, 'POST', `/tenants/${tenant}/units/${shard}/release`);
+        expect(bad.status).toBe(400);
+        expect(bad.body.error.message).toMatch(/^shard: must be a whole number from 0 to 9999/);
+      }
+    } finally {
+      await next.release();
+      await next.deleteProcess();
+      await own.close();
+    }
   });
 });
 

@@ -181,6 +181,11 @@ describe('sst.config.ts, evaluated', () => {
     expect(seconds(worker.args.timeout)).toBe(900);
     expect(Number.isInteger(worker.args.concurrency.reserved) && worker.args.concurrency.reserved > 0).toBe(true);
     expect(worker.args.retries).toBe(0);
+    // Late and repeated events: no async retries, and events older than a minute dropped.
+    expect(applyTransform(worker.args.transform?.eventInvokeConfig, { maximumRetryAttempts: 2 }).args).toEqual({
+      maximumRetryAttempts: 0,
+      maximumEventAgeInSeconds: 60,
+    });
   });
 
   it('refuses settings that cannot work, naming the option', () => {
@@ -781,6 +786,22 @@ describe('the Leasehold component, constructed directly', () => {
     expect(() => resolveSettings('dev', { handlers: 'functions/leasehold', worker: { recursiveLoop: 'Off' as never } })).toThrow(
       /^worker\.recursiveLoop/,
     );
+  });
+
+  it('drops worker events older than maxEventAgeSeconds (60 s unless told) and never retries them', async () => {
+    const { world } = await component({ worker: { maxEventAgeSeconds: 300 } });
+    const worker = world.one('sst.aws.Function', 'JobsWorker');
+    expect(worker.args.retries).toBe(0);
+    expect(applyTransform(worker.args.transform?.eventInvokeConfig, { maximumRetryAttempts: 2 }).args).toEqual({
+      maximumRetryAttempts: 0,
+      maximumEventAgeInSeconds: 300,
+    });
+    removeStandIns();
+    for (const bad of [30, 21_601, 90.5]) {
+      expect(() => resolveSettings('dev', { handlers: 'functions/leasehold', worker: { maxEventAgeSeconds: bad } })).toThrow(
+        /^worker\.maxEventAgeSeconds/,
+      );
+    }
   });
 
   it("keeps trigger events whose start failed after Lambda's retries in a dead-letter queue only the trigger may write", async () => {

@@ -98,7 +98,7 @@ describe('runWorker', () => {
     const ticks: number[] = [];
     // A fleet worker (from the scheduler): it rebalances units and takes over the open batch.
     // A worker sent for the batch would not tick: it owns no units.
-    const r = await runWorker({ invocationId: '00000000-0000-4000-8000-00000000000f' }, context(30_000), {
+    const r = await runWorker({}, context(30_000), {
       log: silentLog,
       sql: db.sql,
       jobs,

@@ -42,7 +42,7 @@ import {
   sweepStatement,
   type Me,
 } from '../../src/lease/sql/ownership.js';
-import { listProcessesStatement, listUnitsStatement } from '../../src/lease/sql/units.js';
+import { liftQuarantinesStatement, listProcessesStatement, listUnitsStatement } from '../../src/lease/sql/units.js';
 import type { Sql } from '../../src/store/index.js';
 import { assignStatement, dueDeliveriesStatement, markDeliveredStatement, markFailedStatement } from '../../src/units/sql.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
@@ -248,6 +248,8 @@ const cases: Case[] = [
   { name: 'shed', bound: OWNED + 1, statement: (sql, d) => releaseUnitsStatement(sql, d.me, d.owned.slice(0, 10)) },
   { name: 'release', bound: OWNED + 1, statement: (sql, d) => releaseAllStatement(sql, d.me) },
   { name: 'sweep', bound: EXPIRED * OWNED, statement: (sql) => sweepStatement(sql, 3_600_000) },
+  // Quarantines that are over: through the partial index of quarantined units (none here).
+  { name: 'lift quarantines', bound: 1, statement: (sql) => liftQuarantinesStatement(sql) },
   { name: 'list units', bound: 100, statement: (sql) => listUnitsStatement(sql, undefined, 100) },
   { name: 'list units of a tenant', bound: 100, statement: (sql) => listUnitsStatement(sql, 'plan-own-0', 100) },
   { name: 'list processes', bound: (LIVE + EXPIRED) * OWNED + 1, statement: (sql) => listProcessesStatement(sql) },

@@ -1,11 +1,12 @@
-// Routes of unit registrations: PUT and DELETE /tenants/{tenant}/units, GET /units.
+// Routes of unit registrations: PUT and DELETE /tenants/{tenant}/units, GET /units, and the
+// release of a quarantined unit: POST /tenants/{tenant}/units/{shard}/release.
 import type { APIGatewayProxyEventV2 } from 'aws-lambda';
 import { checkStorableJson, fieldPath, parseInput, storedNameSchema } from '../../batch/index.js';
 import { InvalidRequestError } from '../../errors.js';
-import { deleteTenantUnits, listUnits, putTenantUnits } from '../../lease/index.js';
+import { deleteTenantUnits, listUnits, putTenantUnits, releaseUnit } from '../../lease/index.js';
 import { defaultUnitJobs, type UnitJobRegistry } from '../../units/index.js';
 import type { ApiDeps } from '../deps.js';
-import { listUnitsSchema, objectBody, putUnitsSchema, query, tenantParam } from '../request.js';
+import { listUnitsSchema, objectBody, putUnitsSchema, query, shardParam, tenantParam } from '../request.js';
 import { json, type Result } from '../respond.js';
 import { unitView } from '../views.js';
 
@@ -64,4 +65,18 @@ export async function listUnitsRoute(event: APIGatewayProxyEventV2, deps: ApiDep
   const filter = parseInput(listUnitsSchema, q, 'query');
   const units = await listUnits(deps.sql, filter);
   return json(200, { units: units.map(unitView) });
+}
+
+/**
+ * `POST /tenants/{tenant}/units/{shard}/release`: lift the unit's quarantine and forget its
+ * crashes (docs/design.md, "Crashes and quarantine"); 200 `{ unit }`, 404 `unit_not_found`.
+ */
+export async function releaseUnitRoute(
+  _event: APIGatewayProxyEventV2,
+  deps: ApiDeps,
+  [rawTenant, rawShard]: string[],
+): Promise<Result> {
+  const tenant = parseInput(storedNameSchema, rawTenant, 'tenant');
+  const unit = await releaseUnit(deps.sql, tenant, shardParam(rawShard));
+  return json(200, { unit: unitView(unit) });
 }

@@ -48,6 +48,7 @@ function Tenant({ data }: { data: TenantData }) {
   const owners = new Map<string, number>();
   for (const u of units) owners.set(u.owner ?? '', (owners.get(u.owner ?? '') ?? 0) + 1);
   const weight = units.reduce((a, u) => a + u.weight, 0);
+  const quarantined = units.filter((u) => u.quarantinedUntil);
   const id = `tenant-${tenant.replace(/[^A-Za-z0-9_-]/g, '_')}`;
   return html`<article class="tenant" aria-labelledby=${id} data-tenant=${tenant}>
     <h3 id=${id}>${tenant}</h3>
@@ -55,11 +56,25 @@ function Tenant({ data }: { data: TenantData }) {
       ${units.length} unit${units.length === 1 ? '' : 's'} of ${[...new Set(units.map((u) => u.job))].join(', ')}, weight ${weight}; owners:
       ${[...owners].map(([owner, n]) => html` <span class="owner"><code>${owner ? shortId(owner) : 'unowned'}</code> × ${n}</span>`)}
     </p>
+    ${
+      quarantined.length
+        ? html`<p class="error quarantine">
+            Quarantined, their job having crashed its process again and again:
+            ${quarantined.map(
+              (u) =>
+                html` <span class="quarantined" data-shard=${u.shard}
+                  >shard ${u.shard} (${u.crashes} crashes in a row) until ${when(u.quarantinedUntil)}</span
+                >`,
+            )}
+            — lift with <code>leasehold units release ${tenant} SHARD</code>.
+          </p>`
+        : null
+    }
     <details>
       <summary>Units of ${tenant}</summary>
       <table class="units">
         <thead>
-          <tr><th scope="col" class="num">Shard</th><th scope="col">Job</th><th scope="col" class="num">Weight</th><th scope="col">Owner</th><th scope="col">Claimed</th></tr>
+          <tr><th scope="col" class="num">Shard</th><th scope="col">Job</th><th scope="col" class="num">Weight</th><th scope="col">Owner</th><th scope="col">Claimed</th><th scope="col" class="num">Crashes</th><th scope="col">Quarantined until</th></tr>
         </thead>
         <tbody>
           ${units.map(
@@ -69,6 +84,8 @@ function Tenant({ data }: { data: TenantData }) {
               <td class="num">${u.weight}</td>
               <td><code title=${u.owner ?? ''}>${u.owner ? shortId(u.owner) : 'unowned'}</code></td>
               <td>${when(u.claimedAt)}</td>
+              <td class="num">${u.crashes}</td>
+              <td class=${u.quarantinedUntil ? 'item-error' : 'muted'}>${u.quarantinedUntil ? when(u.quarantinedUntil) : '–'}</td>
             </tr>`,
           )}
         </tbody>

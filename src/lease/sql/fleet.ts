@@ -205,6 +205,34 @@ export async function reserveInvocations(
   });
 }
 
+/** What a worker's first statement found (see {@link workerStart}). */
+export interface WorkerStart {
+  /** The schema version: the newest migration applied. */
+  schemaVersion: number;
+  /** The event's invocation was pending and this worker claimed it (false without an invocation id). */
+  claimed: boolean;
+  /** The status of the event's batch (`open`, …); null without a batch id or when there is no such batch. */
+  batchStatus: string | null;
+}
+
+/**
+ * A worker's first statement (docs/design.md, "Late and repeated worker events"), one round trip:
+ * the schema version; the claim of its invocation, only while it is pending (within its
+ * confirmation window) and claimed by no other delivery of the same event (the row stays,
+ * counted as coming, until the first heartbeat deletes it); and the status of its batch.
+ */
+export async function workerStart(sql: Sql, e: { invocationId?: string; batchId?: string }): Promise<WorkerStart> {
+  const [r] = await sql<WorkerStart[]>`with claim as (
+      update leasehold_invocations set claimed = true
+      where id = ${e.invocationId ?? null}::uuid and not claimed and confirm_by > now()
+      returning 1
+    )
+    select (select coalesce(max(version), 0) from leasehold_migrations)::int as "schemaVersion",
+      exists (select 1 from claim) as claimed,
+      (select status from leasehold_batches where id = ${e.batchId ?? null}::uuid) as "batchStatus"`;
+  return r;
+}
+
 /**
  * An invoked worker became live (its first heartbeat): its invocation no longer counts as coming.
  */

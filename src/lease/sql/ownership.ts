@@ -18,6 +18,39 @@ export interface UnitRow extends UnitKey {
   config: unknown;
 }
 
+/**
+ * How crashes of a unit are counted (docs/design.md, "Crashes and quarantine"): a unit freed
+ * from an expired owner while its job ran counts a crash; at `maxCrashes` in a row it is
+ * quarantined for `quarantineMs × 2^(quarantines so far)`, at most `maxQuarantineMs` (ms).
+ */
+export interface CrashRule {
+  maxCrashes: number;
+  quarantineMs: number;
+  maxQuarantineMs: number;
+}
+
+/** The defaults of {@link CrashRule}: 3 crashes, 5 minutes doubling, at most a day. */
+export const CRASH_DEFAULTS: CrashRule = { maxCrashes: 3, quarantineMs: 300_000, maxQuarantineMs: 86_400_000 };
+
+// True for a unit (alias u) whose owner is being replaced while its job ran and which reaches
+// the crash limit with this crash: it is quarantined instead of claimed.
+function poisoned(sql: Sql, r: CrashRule) {
+  return sql`(u.running_since is not null and u.crashes + 1 >= ${r.maxCrashes})`;
+}
+
+// The assignments that free a unit (alias u) from an owner that is gone: a run in flight counts
+// a crash, and the crash that reaches the limit quarantines it (the backoff doubling per
+// quarantine, by the database clock). A unit with no run in flight is unchanged but for the mark.
+function crashAssignments(sql: Sql, r: CrashRule) {
+  return sql`crashes = u.crashes + (u.running_since is not null)::int,
+      quarantines = u.quarantines + ${poisoned(sql, r)}::int,
+      quarantined_until = case when ${poisoned(sql, r)}
+        then now() + least(make_interval(secs => ${r.quarantineMs / 1000}) * power(2, least(u.quarantines, 40)),
+                           make_interval(secs => ${r.maxQuarantineMs / 1000}))
+        else u.quarantined_until end,
+      running_since = null`;
+}
+
 /** Who acts: a process id and the token only the instance that created its row holds. */
 export interface Me {
   id: string;
@@ -54,6 +87,8 @@ export type HeartbeatArgs = Me & {
   ttlMs: number;
   units: number;
   weight: number;
+  /** How the units of another instance's expired row, freed here, count crashes. Default {@link CRASH_DEFAULTS}. */
+  crash?: CrashRule;
 };
 
 /** The heartbeat's upsert as a fragment (the plan test reads its plan with EXPLAIN). */
@@ -90,7 +125,7 @@ async function heartbeatSlow(sql: Sql, p: HeartbeatArgs): Promise<{ outcome: Hea
       await t`with theirs as (
           select tenant, shard from leasehold_units where owner = ${p.id} order by tenant, shard for update
         )
-        update leasehold_units u set owner = null, claimed_at = null
+        update leasehold_units u set owner = null, claimed_at = null, ${crashAssignments(t, p.crash ?? CRASH_DEFAULTS)}
         from theirs where u.tenant = theirs.tenant and u.shard = theirs.shard`;
     }
     const [r] = await t<{ retiring: boolean }[]>`update leasehold_processes set
@@ -171,7 +206,8 @@ export function shareStateStatement(sql: Sql, me: Me) {
     select f.live, f.others_min_weight, t.weight as total_weight,
       coalesce((select live from self), false) as self_live,
       coalesce((select retiring from self), false) as self_retiring,
-      (select pos from leasehold_units where owner is null and weight > 0 order by pos limit 1) is not null as unowned,
+      (select pos from leasehold_units where owner is null and weight > 0 and quarantined_until is null
+       order by pos limit 1) is not null as unowned,
       -- One owner-index probe per expired process, its first unit in pos order (a semi-join let a
       -- planner that thought the units few read every unit of every owner).
       exists (select 1 from leasehold_processes p
@@ -227,6 +263,8 @@ export interface ClaimArgs {
   from: number;
   to: number;
   abandoned?: boolean;
+  /** How units of expired owners count crashes. Default {@link CRASH_DEFAULTS}. */
+  crash?: CrashRule;
 }
 
 /** The claim statement as a fragment (the plan test reads its plan with EXPLAIN). */
@@ -238,10 +276,10 @@ export function claimStatement(sql: Sql, me: Me, a: ClaimArgs) {
       -- One owner-index probe per expired process (never a join over all units), skipping rows
       -- another claimer holds while scanning, so concurrent claimers take different units.
       -- Skipped as a whole (a one-time filter) when the share read found no abandoned unit.
-      select c.ctid, c.weight, c.pos, 0 as part
+      select c.ctid, c.weight, c.pos, 0 as part, c.suspect
       from leasehold_processes p
       cross join lateral (
-        select ctid, weight, pos from leasehold_units
+        select ctid, weight, pos, (running_since is not null or crashes > 0) as suspect from leasehold_units
         where owner = p.id and weight > 0
         order by pos
         limit ${a.limit}
@@ -251,26 +289,43 @@ export function claimStatement(sql: Sql, me: Me, a: ClaimArgs) {
       limit ${a.limit}
       for share of p skip locked
     ), unowned as (
-      select ctid, weight, pos, 1 as part from leasehold_units
-      where owner is null and weight > 0 and pos >= ${a.from} and pos < ${a.to} and exists (select 1 from me)
+      select ctid, weight, pos, 1 as part, crashes > 0 as suspect from leasehold_units
+      where owner is null and weight > 0 and quarantined_until is null
+        and pos >= ${a.from} and pos < ${a.to} and exists (select 1 from me)
       order by pos limit ${a.limit} for update skip locked
+    ), candidates as (
+      -- A suspect (its owner died while its job ran, or it crashed before and has not run
+      -- cleanly since) is claimed alone: at most one per claim, and none by a process that owns
+      -- one already, so units that died together (a poison unit and whatever ran beside it) are
+      -- spread over processes and the innocent ones run cleanly (docs/design.md, "Crashes and
+      -- quarantine"). The probe reads this process's own units through the owner index.
+      select *, sum(suspect::int) over (order by part, pos rows unbounded preceding) as suspects
+      from (select * from abandoned union all select * from unowned) c
     ), picked as (
       select ctid from (
         select ctid, weight,
                sum(weight) over (order by part, pos rows unbounded preceding) as upto,
                row_number() over (order by part, pos) as n
-        from (select * from abandoned union all select * from unowned) c
+        from candidates
+        where not suspect or (suspects = 1 and not exists (
+          select 1 from leasehold_units o where o.owner = ${me.id} and o.crashes > 0))
       ) c
       where n <= ${a.limit} and (upto <= ${a.budget} or n = 1)
-    )
     -- The picked rows are locked by this statement, so they are updated through their ctids (a Tid
     -- Scan; joined back on the primary key, a planner that thought the units few hashed them all).
     -- A row that changed after this statement's snapshot and still qualified when locked has a
     -- version the snapshot cannot see: it is left unclaimed (claimed on a later tick), never taken
-    -- from anyone.
-    update leasehold_units u set owner = ${me.id}, claimed_at = now()
-    where u.ctid = any(array(select ctid from picked))
-    returning u.tenant, u.shard, u.job, u.weight, u.config`;
+    -- from anyone. A unit of an expired owner whose job ran counts a crash (docs/design.md,
+    -- "Crashes and quarantine"); the one that reaches the limit is quarantined, not claimed.
+    ), claimed as (
+      update leasehold_units u set
+        owner = case when ${poisoned(sql, a.crash ?? CRASH_DEFAULTS)} then null else ${me.id}::uuid end,
+        claimed_at = case when ${poisoned(sql, a.crash ?? CRASH_DEFAULTS)} then null else now() end,
+        ${crashAssignments(sql, a.crash ?? CRASH_DEFAULTS)}
+      where u.ctid = any(array(select ctid from picked))
+      returning u.tenant, u.shard, u.job, u.weight, u.config, u.owner
+    )
+    select tenant, shard, job, weight, config from claimed where owner is not null`;
 }
 
 // Gives back the listed units of this instance (shedding): nothing when its row is another
@@ -286,7 +341,7 @@ export function releaseUnitsStatement(sql: Sql, me: Me, units: UnitKey[]) {
   return sql`with me as (
       select 1 from leasehold_processes where id = ${me.id} and token = ${me.token} for share
     )
-    update leasehold_units u set owner = null, claimed_at = null
+    update leasehold_units u set owner = null, claimed_at = null, running_since = null
     from jsonb_to_recordset(${sql.json(units as never)}) as k(tenant text, shard int)
     where u.owner = ${me.id} and u.tenant = k.tenant and u.shard = k.shard and exists (select 1 from me)`;
 }
@@ -312,7 +367,7 @@ export function releaseAllStatement(sql: Sql, me: Me) {
     -- primary key (a hash of every unit) nor by ctid: a unit a registration changed after this
     -- statement's snapshot (its config, its weight) has a version the snapshot cannot see, and an
     -- update by ctid would leave it owned by a process about to delete its row, for good.
-    update leasehold_units u set owner = null, claimed_at = null
+    update leasehold_units u set owner = null, claimed_at = null, running_since = null
     where u.owner = ${me.id} and (select count(*) from mine) > 0`;
 }
 
@@ -324,13 +379,18 @@ export async function deleteProcess(sql: Sql, me: Me): Promise<boolean> {
 
 // Deletes processes expired longer than cutoffMs and frees their units, in one statement. Units
 // are locked in key order, as a release locks them: no deadlock with a swept process releasing.
-export async function sweep(sql: Sql, cutoffMs: number): Promise<{ processes: number; units: number }> {
-  const [r] = await sql<{ processes: number; units: number }[]>`${sweepStatement(sql, cutoffMs)}`;
+// A unit whose job ran when its owner died counts a crash (and may be quarantined).
+export async function sweep(
+  sql: Sql,
+  cutoffMs: number,
+  crash: CrashRule = CRASH_DEFAULTS,
+): Promise<{ processes: number; units: number }> {
+  const [r] = await sql<{ processes: number; units: number }[]>`${sweepStatement(sql, cutoffMs, crash)}`;
   return r;
 }
 
 /** The sweep statement as a fragment (the plan test reads its plan with EXPLAIN). */
-export function sweepStatement(sql: Sql, cutoffMs: number) {
+export function sweepStatement(sql: Sql, cutoffMs: number, crash: CrashRule = CRASH_DEFAULTS) {
   return sql`with dead as (
       delete from leasehold_processes
       where expires_at < now() - make_interval(secs => ${cutoffMs / 1000})
@@ -339,7 +399,7 @@ export function sweepStatement(sql: Sql, cutoffMs: number) {
       select tenant, shard from leasehold_units
       where owner = any (array(select id from dead)) order by tenant, shard for update
     ), freed as (
-      update leasehold_units u set owner = null, claimed_at = null
+      update leasehold_units u set owner = null, claimed_at = null, ${crashAssignments(sql, crash)}
       from doomed where u.tenant = doomed.tenant and u.shard = doomed.shard
         and u.owner = any (array(select id from dead))
       returning 1

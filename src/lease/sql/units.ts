@@ -6,6 +6,14 @@ import type { ProcessRole, UnitRow } from './ownership.js';
 export interface UnitView extends UnitRow {
   owner: string | null;
   claimedAt: Date | null;
+  /** When the owner's current run of the unit job started; null while none runs. */
+  runningSince: Date | null;
+  /** Crashes in a row: runs during which the owner died or its lease lapsed. */
+  crashes: number;
+  /** Quarantines so far (each lasts twice the one before, up to the cap). */
+  quarantines: number;
+  /** Not claimed until then (database clock); null when not quarantined. */
+  quarantinedUntil: Date | null;
 }
 
 /** A process as `GET /processes` shows it. */
@@ -46,8 +54,12 @@ export async function putTenantUnits(
     const [r] = await t<{ added: number }[]>`with up as (
         insert into leasehold_units (tenant, shard, job, weight, config)
         select ${a.tenant}, s, ${a.job}, ${a.weight}, ${t.json(a.config as never)} from generate_series(0, ${a.shards - 1}) s
-        on conflict (tenant, shard) do update set weight = excluded.weight, config = excluded.config
+        on conflict (tenant, shard) do update set weight = excluded.weight, config = excluded.config,
+            crashes = 0, quarantines = 0, quarantined_until = null
+          -- A registration lifts a quarantine and forgets the crashes (docs/design.md, "Crashes
+          -- and quarantine"): it is how a tenant says its data or config changed.
           where leasehold_units.weight is distinct from excluded.weight or leasehold_units.config is distinct from excluded.config
+            or leasehold_units.crashes > 0 or leasehold_units.quarantines > 0
         returning (xmax = 0) as inserted
       ) select count(*) filter (where inserted) as added from up`;
     return { added: r.added, removed: removed.count };
@@ -73,9 +85,35 @@ export async function listUnits(sql: Sql, tenant: string | undefined, limit: num
 
 /** The read of {@link listUnits} as a fragment (the plan test reads its plan with EXPLAIN). */
 export function listUnitsStatement(sql: Sql, tenant: string | undefined, limit: number) {
-  return sql`select tenant, shard, job, weight, config, owner, claimed_at as "claimedAt"
+  return sql`select tenant, shard, job, weight, config, owner, claimed_at as "claimedAt",
+      running_since as "runningSince", crashes, quarantines, quarantined_until as "quarantinedUntil"
     from leasehold_units where (${tenant ?? null}::text is null or tenant = ${tenant ?? null})
     order by tenant, shard limit ${limit}`;
+}
+
+// Lifts the quarantine of one unit and forgets its crashes (the operator's release); the unit
+// is claimable at once. Its owner, if any, keeps it. Returns the unit, or undefined when there
+// is no such unit.
+export async function releaseUnit(sql: Sql, tenant: string, shard: number): Promise<UnitView | undefined> {
+  const [row] = await sql<UnitView[]>`update leasehold_units set crashes = 0, quarantines = 0, quarantined_until = null
+    where tenant = ${tenant} and shard = ${shard}
+    returning tenant, shard, job, weight, config, owner, claimed_at as "claimedAt",
+      running_since as "runningSince", crashes, quarantines, quarantined_until as "quarantinedUntil"`;
+  return row;
+}
+
+// Ends the quarantines that are over (database clock), through the partial index of quarantined
+// units: those units are claimable again; their crashes and quarantines stay counted, so the
+// next crash in a row quarantines again, for twice as long. Returns how many were lifted.
+export async function liftQuarantines(sql: Sql): Promise<number> {
+  const rows = await sql`${liftQuarantinesStatement(sql)}`;
+  return rows.count;
+}
+
+/** The statement of {@link liftQuarantines} as a fragment (the plan test reads its plan with EXPLAIN). */
+export function liftQuarantinesStatement(sql: Sql) {
+  return sql`update leasehold_units set quarantined_until = null
+    where quarantined_until is not null and quarantined_until <= now()`;
 }
 
 /**
