@@ -11,6 +11,7 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createBatch } from '../../src/batch/index.js';
+import { recoverRunning } from '../../src/batch/sql/batches.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { waitFor } from '../support/waits.js';
 
@@ -156,7 +157,7 @@ interface RoundReport {
   joins: string[];
   /** How the runs of the batch ended (their processes' word), by outcome. */
   outcomes: Record<string, number>;
-  storeErrors: number;
+  storeErrors: string[];
   /** Seconds from the round's start to: every process ready, all 8 runs, the faults, the frozen run's row deleted, the batch finished. */
   phases: Record<string, number>;
 }
@@ -396,7 +397,9 @@ async function round({ round: r, killAt, sendSpares }: (typeof ROUNDS)[number]):
       p.lines.filter((l) => l.type === 'run-ended' && batchRuns.has(l.runId!)).map((l) => l.outcome!),
     );
     const outcomes = Object.fromEntries([...new Set(ended)].map((o) => [o, ended.filter((x) => x === o).length]));
-    const storeErrors = [...procs, ...spares].reduce((n, p) => n + p.lines.filter((l) => l.type === 'store-error').length, 0);
+    const storeErrors = [...procs, ...spares].flatMap((p) =>
+      p.lines.filter((l) => l.type === 'store-error').map((l) => String(l.error).slice(0, 160)),
+    );
 
     return {
       round: r,
@@ -436,5 +439,48 @@ describe('fan-out under killed and frozen processes', () => {
     for (const p of fleet) expect((await p.exited).code, p.stderr).toBe(0);
     expect(fleet.every((p) => p.has('closed'))).toBe(true);
     expect(await db.sql`select id from leasehold_runs`).toEqual([]);
+  });
+});
+
+describe('a recovery racing a claim', () => {
+  it("an item another recovery put back, claimed by a run that joined since, stays that run's", async () => {
+    // The interleaving the processes above make only by chance, made on purpose: a recovery
+    // (of T, the run replacing a dead one) reads the runs as of its snapshot and waits for a
+    // lock on the item, while another transaction puts the item back, a new run N joins and
+    // claims it. The item stands running under N when the recovery gets to it.
+    const { batch } = await createBatch(db.sql, {
+      tenant: 'race',
+      datasource: 'race',
+      job: 'sleep',
+      params: {},
+      requestKey: 'recovery-race',
+      items: [{ key: 'x' }],
+      maxConcurrency: 4,
+    });
+    const [dead, t, n] = [randomUUID(), randomUUID(), randomUUID()];
+    await db.sql`insert into leasehold_runs (id, batch_id, process)
+      values (${dead}, ${batch.id}, ${randomUUID()}), (${t}, ${batch.id}, ${randomUUID()})`;
+    await db.sql`update leasehold_items set state = 'running', attempts = 1, run_id = ${dead} where batch_id = ${batch.id}`;
+    await db.sql`delete from leasehold_runs where id = ${dead}`;
+
+    const other = db.connect({ max: 1, applicationName: 'leasehold-test-race-other' });
+    const recovering = db.connect({ max: 1, applicationName: 'leasehold-test-race-recovery' });
+    let recovery: Promise<number> | undefined;
+    await other.begin(async (tx) => {
+      await tx`update leasehold_items set state = 'pending', run_id = null where batch_id = ${batch.id}`;
+      recovery = recoverRunning(recovering, { batchId: batch.id, run: t, attempts: 3 });
+      // The server's word: the recovery waits for the item's lock.
+      await waitFor('the recovery waiting for a lock', async () => {
+        const [x] = await db.sql<{ n: number }[]>`select count(*)::int as n from pg_stat_activity
+          where application_name = 'leasehold-test-race-recovery' and wait_event_type = 'Lock'`;
+        return x.n === 1;
+      });
+      await tx`insert into leasehold_runs (id, batch_id, process) values (${n}, ${batch.id}, ${randomUUID()})`;
+      await tx`update leasehold_items set state = 'running', attempts = 2, run_id = ${n} where batch_id = ${batch.id}`;
+    });
+    expect(await recovery).toBe(0);
+    const [item] = await db.sql<{ state: string; attempts: number; run_id: string }[]>`select state, attempts, run_id::text
+      from leasehold_items where batch_id = ${batch.id}`;
+    expect(item).toEqual({ state: 'running', attempts: 2, run_id: n });
   });
 });

@@ -512,7 +512,9 @@ function ownRun(sql: Sql, run: string) {
 // After a takeover: items left running by runs that are gone (the stale run replaced, or a run
 // that handed off while an item ignored its signal) count that attempt; they go back to
 // pending, or to failed when their attempts are used up. An item of a live run of the batch is
-// never touched. Fenced on the new run.
+// never touched: the runs are read as of the statement's snapshot, so an item is changed only
+// while it is still held by the run found gone (an item another recovery put back and a run
+// that joined since claimed is that run's). Fenced on the new run.
 export async function recoverRunning(sql: Sql, a: RecoverArgs): Promise<number> {
   const rows = await sql`${recoverRunningStatement(sql, a)}`;
   return rows.count;
@@ -529,6 +531,10 @@ export interface RecoverArgs {
 export function recoverRunningStatement(sql: Sql, a: RecoverArgs) {
   return sql`with own as (
       ${ownRun(sql, a.run)}
+    ), gone as (
+      select key, run_id from leasehold_items
+      where batch_id = ${a.batchId} and state = 'running' and exists (select 1 from own)
+        and (run_id is null or run_id <> all(array(select id from leasehold_runs where batch_id = ${a.batchId})))
     )
     update leasehold_items i
     set state = case when i.attempts >= ${a.attempts} then 'failed' else 'pending' end,
@@ -536,9 +542,10 @@ export function recoverRunningStatement(sql: Sql, a: RecoverArgs) {
           then 'the run executing this item died (attempt ' || i.attempts || ' of ' || ${a.attempts}::int || ')'
           else i.error end,
         run_id = ${a.run}, run_after = greatest(i.run_after, now()), updated_at = now()
-    where i.batch_id = ${a.batchId} and i.state = 'running' and exists (select 1 from own)
-      and (i.run_id is null
-           or i.run_id <> all(array(select id from leasehold_runs where batch_id = ${a.batchId})))`;
+    from gone
+    -- Rechecked on the row as it stands when another statement changed it meanwhile.
+    where i.batch_id = ${a.batchId} and i.key = gone.key and i.state = 'running'
+      and i.run_id is not distinct from gone.run_id`;
 }
 
 // Puts back items this run holds as running but is not executing (claimed by a statement
