@@ -199,11 +199,15 @@ const CONNECTION_CODES = new Set([
   '57P01',
   '57P02',
   '57P03',
+  // read_only_sql_transaction: the server is no longer the writer (a failover); the pool that
+  // met it has been replaced (see `connect`), so a retry reaches the new writer.
+  '25006',
 ]);
 
 /**
  * Whether `error` is a failure of the connection (reset, closed, server shutting the session
- * down, SQLSTATE class 08) rather than of the statement.
+ * down, SQLSTATE class 08, or a server that turned read-only, `25006`) rather than of the
+ * statement.
  */
 export function isConnectionError(error: unknown): boolean {
   const code = (error as { code?: unknown } | null)?.code;

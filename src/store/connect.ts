@@ -1,5 +1,6 @@
 import type { PeerCertificate } from 'node:tls';
 import postgres from 'postgres';
+import { replaceOnReadOnly } from './failover.js';
 
 /** A postgres.js client as used throughout leasehold. */
 export type Sql = postgres.Sql<Record<string, never>>;
@@ -54,6 +55,11 @@ export interface ConnectOptions {
    * instead of holding a run or a worker. Default 30,000; 0 disables it.
    */
   statementTimeoutMs?: number;
+  /**
+   * Called when a statement failed with `25006` (the server is read-only: the old writer after a
+   * failover) and the pool was replaced by a new one. Default none.
+   */
+  onReadOnly?: (error: unknown) => void;
 }
 
 // The driver: postgres.js 3.4.9, pinned and patched at install (`patches/postgres+3.4.9.patch`,
@@ -82,8 +88,11 @@ export interface ConnectOptions {
  * {@link ConnectTarget}.
  *
  * Notices are silenced (migrations use `if not exists`), bigint counts come back as numbers,
- * timestamps as `Date`, and statements time out after `statementTimeoutMs`. Throws nothing
- * itself; connection errors surface on the first query.
+ * timestamps as `Date`, and statements time out after `statementTimeoutMs`. A statement that
+ * fails with `25006` (a write on a read-only server, as after a failover) replaces the whole pool
+ * with a fresh one (see `replaceOnReadOnly` in `failover.ts`); that statement still fails, and is
+ * retried where leasehold retries store errors. Throws nothing itself; connection errors surface
+ * on the first query.
  */
 export function connect(url: string | ConnectTarget, options: ConnectOptions = {}): Sql {
   const connection: Record<string, string> = {
@@ -112,14 +121,18 @@ export function connect(url: string | ConnectTarget, options: ConnectOptions = {
       },
     },
   };
-  if (typeof url === 'string') return postgres(url, settings) as unknown as Sql;
-  return postgres({
-    ...settings,
-    host: url.host,
-    port: url.port ?? 5432,
-    database: url.database,
-    username: url.user,
-    ...(url.password !== undefined ? { password: url.password } : {}),
-    ssl: url.ssl ?? false,
-  }) as unknown as Sql;
+  if (typeof url === 'string') return replaceOnReadOnly(() => postgres(url, settings) as unknown as Sql, options.onReadOnly);
+  return replaceOnReadOnly(
+    () =>
+      postgres({
+        ...settings,
+        host: url.host,
+        port: url.port ?? 5432,
+        database: url.database,
+        username: url.user,
+        ...(url.password !== undefined ? { password: url.password } : {}),
+        ssl: url.ssl ?? false,
+      }) as unknown as Sql,
+    options.onReadOnly,
+  );
 }
