@@ -3,3 +3,5 @@ export { migrate, migrationFiles, DEFAULT_MIGRATIONS_DIR, type Migration, type M
 export { provisionRuntimeRole, databaseConnectionLimit, type RuntimeRole, type RuntimeRoleResult } from './roles.js';
 export { withTimeout, StoreTimeoutError } from './timeout.js';
 export { isCatalogRace, retryCatalogRace } from './catalog.js';
+export { isConnectionError, isConnectionRefused, isIamLoginThrottled, isLockTimeout, isRetryableStoreError } from './errors.js';
+export { isReadOnlyError } from './failover.js';

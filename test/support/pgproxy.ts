@@ -27,6 +27,18 @@ export interface Chaos {
   stop(): void;
 }
 
+/** What the IAM login front of a {@link PgProxy} saw, from {@link PgProxy.iamLogins}. */
+export interface IamLogins {
+  /** Logins refused with 28000 so far. */
+  readonly refused: number;
+  /** Logins let through to the server so far. */
+  readonly accepted: number;
+  /** Every password (token) sent, in order. */
+  readonly passwords: readonly string[];
+  /** Refuse `n` more logins (added to what is left). */
+  refuse(n: number): void;
+}
+
 interface Rule {
   kind: 'stall' | 'drop';
   match: (sql: string) => boolean;
@@ -64,6 +76,7 @@ export class PgProxy {
   private readonly sockets = new Set<net.Socket>();
   private readonly clients = new Set<net.Socket>();
   private cut: { probability: number; random: () => number; kills: number } | undefined;
+  private iam: { left: number; refused: number; accepted: number; passwords: string[] } | undefined;
 
   private constructor(
     private readonly server: net.Server,
@@ -142,6 +155,30 @@ export class PgProxy {
     return true;
   }
 
+  /**
+   * Stand in for RDS's IAM authentication in front of the server, as it behaves at its rate
+   * limit: from now on every new connection is asked for a cleartext password (the token), and
+   * the first `refuse` logins are refused the way RDS refuses an IAM login it has no capacity
+   * for — `FATAL 28000 … too many competing requests`, then the connection closes — before the
+   * server sees them; later ones are let through (the server's own authentication follows).
+   */
+  iamLogins(refuse: number): IamLogins {
+    const state = { left: refuse, refused: 0, accepted: 0, passwords: [] as string[] };
+    this.iam = state;
+    return {
+      get refused() {
+        return state.refused;
+      },
+      get accepted() {
+        return state.accepted;
+      },
+      get passwords() {
+        return state.passwords;
+      },
+      refuse: (n) => void (state.left += n),
+    };
+  }
+
   /** Number of client connections open through this proxy. */
   get connections(): number {
     return this.clients.size;
@@ -207,6 +244,8 @@ export class PgProxy {
     }
 
     let startup = true;
+    // With the IAM front: the startup message held until the client's password is judged.
+    let heldStartup: Buffer | undefined;
     // Exchanges: the startup, then every Sync or simple Query, each answered by one
     // ReadyForQuery ('Z'). `sent` counts those forwarded, `answered` the 'Z's received.
     let sent = 0;
@@ -235,6 +274,12 @@ export class PgProxy {
           }
           if (code !== CANCEL_REQUEST) {
             startup = false;
+            if (this.iam) {
+              heldStartup = msg;
+              // AuthenticationCleartextPassword
+              client.write(Buffer.from([0x52, 0, 0, 0, 8, 0, 0, 0, 3]));
+              continue;
+            }
             sent = 1;
           }
           out.push(msg);
@@ -242,6 +287,25 @@ export class PgProxy {
         }
         const msg = typed(fromClient);
         if (!msg) break;
+        if (heldStartup) {
+          fromClient = fromClient.subarray(msg.length);
+          const iam = this.iam!;
+          if (msg[0] === 0x70 /* p */) iam.passwords.push(cstring(msg, 5).text);
+          if (msg[0] !== 0x70 || iam.left > 0) {
+            if (msg[0] === 0x70) {
+              iam.left--;
+              iam.refused++;
+            }
+            client.end(errorResponse('FATAL', '28000', 'PAM authentication failed for user: too many competing requests'));
+            server.destroy();
+            return;
+          }
+          iam.accepted++;
+          out.push(heldStartup);
+          heldStartup = undefined;
+          sent = 1;
+          continue;
+        }
         if (this.chaosCuts()) {
           if (out.length) server.write(Buffer.concat(out));
           kill();
@@ -302,6 +366,24 @@ export class PgProxy {
       if (out.length) client.write(Buffer.concat(out));
     });
   }
+}
+
+/** An ErrorResponse message with severity, SQLSTATE and message. */
+function errorResponse(severity: string, code: string, message: string): Buffer {
+  const fields = Buffer.concat(
+    [
+      ['S', severity],
+      ['V', severity],
+      ['C', code],
+      ['M', message],
+    ]
+      .map(([k, v]) => Buffer.from(`${k}${v}\0`, 'utf8'))
+      .concat([Buffer.from([0])]),
+  );
+  const head = Buffer.alloc(5);
+  head[0] = 0x45; // E
+  head.writeInt32BE(fields.length + 4, 1);
+  return Buffer.concat([head, fields]);
 }
 
 /** The first complete typed message (type byte, length, body) in `buf`, or undefined. */
