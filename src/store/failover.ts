@@ -112,6 +112,10 @@ function wrap(
       return watched(Reflect.apply(resolve(), thisArg, args), w);
     },
     get: (_t, prop) => {
+      // Only what the wrapped `sql` has: callers probe for `savepoint` to learn whether they are
+      // inside a transaction.
+      const own = Reflect.get(resolve(), prop) as unknown;
+      if (typeof own !== 'function') return own;
       if (prop === 'begin' || prop === 'savepoint') return scoped(prop);
       if (prop === 'unsafe' || prop === 'file') {
         return (...args: unknown[]) => {
@@ -121,7 +125,7 @@ function wrap(
         };
       }
       if (prop === 'end' && end) return end;
-      return Reflect.get(resolve(), prop) as unknown;
+      return own;
     },
     has: (_t, prop) => Reflect.has(resolve(), prop),
   });
