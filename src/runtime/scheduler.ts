@@ -1,7 +1,7 @@
 import { claimDispatch, deleteExpiredBatches, type RetentionResult } from '../batch/index.js';
 import { deleteDeliveredOutboxMessages, type OutboxRetentionResult } from '../units/index.js';
 import { balanceOf, planInvocations, readFleet, sweep, type Balance } from '../lease/index.js';
-import type { Sql } from '../store/index.js';
+import { isLockTimeout, type Sql } from '../store/index.js';
 import type { Config } from './config.js';
 import type { Dispatcher } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
@@ -38,6 +38,30 @@ export interface SchedulerResult {
    * rows left. All zero with `retentionDays` 0.
    */
   retention: RetentionResult & { outbox: Omit<OutboxRetentionResult, 'more'>; retentionDays: number };
+  /**
+   * Steps that gave up on a lock another session held past the pool's `lock_timeout` (`sweep`,
+   * `retention`); this run did the other steps, the next one tries these again. Absent when none.
+   */
+  lockTimeouts?: ('sweep' | 'retention')[];
+}
+
+/**
+ * `f()`, or `fallback` when it failed on a lock timeout (docs/design.md, "Database connections":
+ * one locked row delays that step, never the scheduler's other work); `skipped` records the step.
+ */
+async function unlessLocked<T>(
+  step: 'sweep' | 'retention',
+  skipped: ('sweep' | 'retention')[],
+  f: () => Promise<T>,
+  fallback: T,
+): Promise<T> {
+  try {
+    return await f();
+  } catch (e) {
+    if (!isLockTimeout(e)) throw e;
+    skipped.push(step);
+    return fallback;
+  }
 }
 
 /**
@@ -66,7 +90,11 @@ export async function runScheduler(
   deps: { sql: Sql; config: Config; dispatcher: Dispatcher } & ({ jobs?: undefined } | { jobs: JobRegistry; log: Log }),
 ): Promise<SchedulerResult> {
   const { sql, config, dispatcher } = deps;
-  const swept = await sweep(sql, config.lease.sweepCutoffMs);
+  const lockTimeouts: ('sweep' | 'retention')[] = [];
+  const swept = await unlessLocked('sweep', lockTimeouts, () => sweep(sql, config.lease.sweepCutoffMs), {
+    processes: 0,
+    units: 0,
+  });
   // Trigger firings refused at maxOpen start once their datasource has a free slot.
   const deferred = deps.jobs ? await startDeferred({ sql, jobs: deps.jobs, config, dispatcher, log: deps.log }) : undefined;
   const ids = await claimDispatch(sql, {
@@ -105,7 +133,15 @@ export async function runScheduler(
     retiring: fleet.retiring,
     batch: fleet.batch,
   };
-  const retention = await applyRetention(sql, config);
+  const retention = await unlessLocked('retention', lockTimeouts, () => applyRetention(sql, config), {
+    batches: 0,
+    items: 0,
+    redrives: 0,
+    deferred: 0,
+    more: true,
+    outbox: { messages: 0, deliveries: 0 },
+    retentionDays: config.retention.retentionDays,
+  });
   return {
     swept,
     dispatched,
@@ -116,6 +152,7 @@ export async function runScheduler(
     balance,
     retention,
     ...(deferred ? { deferred } : {}),
+    ...(lockTimeouts.length ? { lockTimeouts } : {}),
   };
 }
 
