@@ -76,6 +76,7 @@ export class PgProxy {
   private readonly sockets = new Set<net.Socket>();
   private readonly clients = new Set<net.Socket>();
   private cut: { probability: number; random: () => number; kills: number } | undefined;
+  private allSilent = false;
   private iam: { left: number; refused: number; accepted: number; passwords: string[] } | undefined;
 
   private constructor(
@@ -122,6 +123,14 @@ export class PgProxy {
    */
   dropAfterCommit(matcher: Matcher): Fault {
     return this.arm('drop', matcher);
+  }
+
+  /**
+   * From now on nothing passes in either direction on any connection, open or new (new ones are
+   * accepted, then hear nothing): a network path gone silent as a whole, not one connection.
+   */
+  goSilent(): void {
+    this.allSilent = true;
   }
 
   /** Cut every connection through this proxy now (clients see their connections close). */
@@ -258,7 +267,7 @@ export class PgProxy {
     let fromServer = Buffer.alloc(0);
 
     client.on('data', (chunk) => {
-      if (silent) return;
+      if (silent || this.allSilent) return;
       fromClient = Buffer.concat([fromClient, chunk]);
       const out: Buffer[] = [];
       for (;;) {
@@ -337,6 +346,7 @@ export class PgProxy {
     });
 
     server.on('data', (chunk) => {
+      if (this.allSilent) return;
       if (fault && answered + 1 >= fault.exchange && fault.rule.kind === 'stall') return;
       fromServer = Buffer.concat([fromServer, chunk]);
       const out: Buffer[] = [];
