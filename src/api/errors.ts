@@ -2,6 +2,7 @@
 // errors of a request itself (its route, method and body). Every other code comes from the
 // library's own errors (src/errors.ts: LeaseholdError and its subclasses).
 import { LeaseholdError } from '../errors.js';
+import { isRetryableStoreError, StoreTimeoutError } from '../store/index.js';
 
 /** The HTTP status of each code the API answers with; any other error is a 500 `internal`. */
 export const HTTP_STATUS: Readonly<Record<string, number>> = {
@@ -24,7 +25,11 @@ export const HTTP_STATUS: Readonly<Record<string, number>> = {
   batch_too_large: 413,
   unsupported_media_type: 415,
   too_many_batches: 429,
+  database_unavailable: 503,
 };
+
+/** Seconds a client is asked to wait (`Retry-After`) when the database could not serve the request. */
+export const RETRY_AFTER_S = 1;
 
 /** The request field a library error is about, named in front of its message when it does not name it. */
 const FIELD: Readonly<Record<string, string>> = {
@@ -58,12 +63,26 @@ export interface ErrorAnswer {
 }
 
 /**
- * The answer to `error` when its `code` is in {@link HTTP_STATUS}; undefined for any other error
+ * The answer to `error` when its `code` is in {@link HTTP_STATUS}, or 503 `database_unavailable`
+ * with `Retry-After` when the database could not serve it now (a retryable store error: see
+ * `isRetryableStoreError`, or a store timeout); undefined for any other error
  * (a 500 whose details are logged, not answered). Read by code rather than class, so errors of
  * another copy of leasehold (an app's jobs) are answered the same.
  */
 export function errorAnswer(error: unknown): ErrorAnswer | undefined {
   if (!(error instanceof Error)) return undefined;
+  // The database could not serve it now (docs/design.md, "Database connections"): a connection
+  // lost or refused (an IAM login limit too), a lock another session holds past `lock_timeout`,
+  // a statement not answered in time. What the request did is rolled back or, for a write whose
+  // answer was lost, repeatable with its request key: the client tries again.
+  if (isRetryableStoreError(error) || error instanceof StoreTimeoutError) {
+    return {
+      status: 503,
+      code: 'database_unavailable',
+      message: 'the database could not serve the request now; try again',
+      headers: { 'retry-after': String(RETRY_AFTER_S) },
+    };
+  }
   const code = (error as { code?: unknown }).code;
   if (typeof code !== 'string' || !Object.hasOwn(HTTP_STATUS, code)) return undefined;
   const field = error instanceof RequestError ? undefined : FIELD[code];

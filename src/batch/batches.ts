@@ -1,6 +1,6 @@
 import type { Sql } from '../store/index.js';
 import { BatchFinishedError, BatchNotFoundError, BatchTooLargeError, InvalidBatchError, TooManyBatchesError } from './errors.js';
-import { DEFAULT_START_LIMITS, insertItems, type StartLimits } from './items.js';
+import { DEFAULT_START_LIMITS, insertItems, readItems, type StartLimits } from './items.js';
 import * as q from './sql/batches.js';
 import {
   DEFAULT_PRIORITY,
@@ -61,10 +61,13 @@ export const DEFAULT_MAX_OPEN = 4;
  * Start a batch: insert it and all its items in one transaction, without running it.
  *
  * `batch.items` may be an array or stream from an iterable or async iterable (a directory
- * listing, say): items are checked against `limits` and written in pieces of bounded size as
- * they come, inside the transaction, so a start of any allowed size succeeds and a refused one
- * stores nothing (docs/design.md, "Batches"). The iterable is read only when this call creates
- * the batch, while the start holds the locks below.
+ * listing, say): items are checked against `limits` and serialised in pieces of bounded size as
+ * they come, each piece one insert, so a start of any allowed size succeeds and a refused one stores nothing
+ * (docs/design.md, "Batches"). The iterable is read before the start's transaction, and only when
+ * no batch of the request key exists yet; then the transaction takes the locks below and writes
+ * the batch and its pieces back to back (docs/design.md, "Start": read first, then lock and
+ * insert). The read pieces are held in memory meanwhile (at most `limits.maxTotalBytes` of keys
+ * and inputs).
  *
  * The same `(tenant, requestKey)` answers the batch that key started before, with
  * `created: false`, and never starts a second one, also under concurrent calls. A datasource
@@ -100,6 +103,15 @@ export async function createBatch(
     throw new BatchTooLargeError('items', limits.maxItems, `item count: ${known} items; the limit is ${limits.maxItems}`);
   }
 
+  // Read first, then lock and insert (docs/design.md, "Start"): a key that started a batch before
+  // answers it without reading; otherwise the items are read and checked before the transaction,
+  // so the transaction never waits on the source while it holds the locks below (a session idle
+  // in a transaction is ended by the server, and its locks would hold up every start on the
+  // datasource).
+  const before = await q.batchIdByKey(sql, batch.tenant, batch.requestKey);
+  if (before) return { batch: (await q.getBatch(sql, before))!, created: false };
+  const pieces = await readItems(batch.items, limits);
+
   const id = await sql.begin(async (tx) => {
     const t = tx as unknown as Sql;
     // Same request key first, then the datasource (always in this order): a concurrent start
@@ -116,7 +128,7 @@ export async function createBatch(
       // The same key committed on another datasource meanwhile: answer that batch.
       return { id: (await q.batchIdByKey(t, batch.tenant, batch.requestKey))!, created: false };
     }
-    const total = await insertItems(t, inserted, batch.items, limits);
+    const total = await insertItems(t, inserted, pieces);
     if (total !== known) await q.setTotal(t, inserted, total);
     return { id: inserted, created: true };
   });

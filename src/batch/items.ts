@@ -46,28 +46,36 @@ const UNSTORABLE_ESCAPE = /(?<!\\)(?:\\\\)*\\u(?:0000|d[89a-f][0-9a-f]{2})/i;
 
 const preview = (key: string) => JSON.stringify(key.length > 80 ? `${key.slice(0, 80)}…` : key);
 
+/** A start's items, checked and serialised: JSON arrays of at most PIECE_ITEMS items or about PIECE_BYTES bytes. */
+export interface ItemPieces {
+  /** Each piece is the JSON text of `[{"k": key, "i": input}, …]`, one insert statement. */
+  pieces: string[];
+  /** Items in all pieces. */
+  count: number;
+}
+
 /**
- * Check and insert every item of `items` into batch `batchId`, inside the caller's transaction,
- * in pieces of bounded size; returns how many items were inserted.
+ * Read, check and serialise every item of `items` into pieces of bounded size, before any
+ * transaction (docs/design.md, "Start": a start reads its items first, then locks and inserts,
+ * so it never sits idle in a transaction while a slow source, a directory listing say, is read).
+ * The pieces are held in memory: at most `limits.maxTotalBytes` of keys and inputs, plus JSON's
+ * quotes and commas.
  *
  * @throws {BatchTooLargeError} over a limit of `limits` or a key over {@link MAX_KEY_BYTES}.
  * @throws {InvalidBatchError} no items, a key that is not a string or holds NUL or an unpaired
- *   surrogate, an input that is not JSON or holds one of those, or two items with one key.
+ *   surrogate, an input that is not JSON or holds one of those.
+ * @throws what the iterable throws.
  */
-export async function insertItems(tx: Sql, batchId: string, items: ItemSource, limits: StartLimits): Promise<number> {
+export async function readItems(items: ItemSource, limits: StartLimits): Promise<ItemPieces> {
   let count = 0;
   let totalBytes = 0;
   let piece: string[] = [];
   let pieceBytes = 0;
-  const flush = async () => {
-    const json = `[${piece.join(',')}]`;
+  const pieces: string[] = [];
+  const flush = () => {
+    pieces.push(`[${piece.join(',')}]`);
     piece = [];
     pieceBytes = 0;
-    try {
-      await q.insertItemsPiece(tx, batchId, json);
-    } catch (e) {
-      throw duplicateKeyError(e) ?? e;
-    }
   };
   const add = (item: ItemInput): boolean => {
     count += 1;
@@ -123,13 +131,29 @@ export async function insertItems(tx: Sql, batchId: string, items: ItemSource, l
   };
 
   if (Symbol.asyncIterator in items) {
-    for await (const item of items) if (add(item)) await flush();
+    for await (const item of items) if (add(item)) flush();
   } else {
-    for (const item of items) if (add(item)) await flush();
+    for (const item of items) if (add(item)) flush();
   }
-  if (piece.length > 0) await flush();
+  if (piece.length > 0) flush();
   if (count === 0) throw new InvalidBatchError('a batch needs at least one item');
-  return count;
+  return { pieces, count };
+}
+
+/**
+ * Insert the pieces of {@link readItems} into batch `batchId` inside the caller's transaction,
+ * one statement per piece, sent back to back; returns how many items were inserted.
+ * @throws {InvalidBatchError} two items with one key.
+ */
+export async function insertItems(tx: Sql, batchId: string, items: ItemPieces): Promise<number> {
+  for (const json of items.pieces) {
+    try {
+      await q.insertItemsPiece(tx, batchId, json);
+    } catch (e) {
+      throw duplicateKeyError(e) ?? e;
+    }
+  }
+  return items.count;
 }
 
 /** The refusal for a unique violation of the items' primary key: two items with one key. */

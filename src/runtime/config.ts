@@ -274,7 +274,8 @@ export interface DbConfig {
   runtimeConnections: number | undefined;
   /**
    * The scheduler and migrate functions retry a refused connection (`53300` too many
-   * connections, `57P03`, refused, timed out) with jittered backoff for at most this long within
+   * connections, `57P03`, an RDS IAM login refused with `28000` "too many competing requests",
+   * refused, timed out) with jittered backoff for at most this long within
    * their invocation, ms. Default 20,000.
    */
   connectRetryMs: number;

@@ -4,9 +4,18 @@ import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { checkServerIdentity, rootCertificates, type PeerCertificate } from 'node:tls';
 import type { Signer } from '@aws-sdk/rds-signer';
-import { connect, type ConnectOptions, type ConnectTarget, type Sql } from '../store/index.js';
+import {
+  connect,
+  isConnectionError,
+  isConnectionRefused,
+  type ConnectOptions,
+  type ConnectTarget,
+  type Sql,
+} from '../store/index.js';
 import { ConfigError, type Config, type DbConfig } from './config.js';
 import { RDS_CERTIFICATE_AUTHORITIES } from './rds-ca.js';
+
+export { isConnectionError, isConnectionRefused };
 
 /** AWS credentials for the signer: static ones or a provider. Default: the SDK's default chain. */
 export type SignerCredentials = ConstructorParameters<typeof Signer>[0]['credentials'];
@@ -177,53 +186,6 @@ export function openDatabase(config: Pick<Config, 'databaseUrl' | 'db' | 'dbPool
  */
 export function settleAfterThaw(): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, 0));
-}
-
-/**
- * SQLSTATEs and client error codes that mean the connection, not the statement, failed: a retry
- * on another (new) connection may succeed.
- */
-const CONNECTION_CODES = new Set([
-  'ECONNRESET',
-  'EPIPE',
-  'ETIMEDOUT',
-  'ECONNREFUSED',
-  'ENOTCONN',
-  'EHOSTUNREACH',
-  'ENETUNREACH',
-  'CONNECTION_CLOSED',
-  'CONNECTION_ENDED',
-  'CONNECTION_DESTROYED',
-  'CONNECT_TIMEOUT',
-  // admin_shutdown, crash_shutdown, cannot_connect_now
-  '57P01',
-  '57P02',
-  '57P03',
-]);
-
-/**
- * Whether `error` is a failure of the connection (reset, closed, server shutting the session
- * down, SQLSTATE class 08) rather than of the statement.
- */
-export function isConnectionError(error: unknown): boolean {
-  const code = (error as { code?: unknown } | null)?.code;
-  if (typeof code !== 'string') return false;
-  return CONNECTION_CODES.has(code) || /^08[0-9A-Z]{3}$/.test(code);
-}
-
-/**
- * SQLSTATEs and client codes of a connection the server (or the network) refused before any
- * statement ran on it: `53300` too_many_connections (the database's, a role's or the server's
- * limit), `57P03` cannot_connect_now (starting up, or `reserved_connections` reached),
- * `ECONNREFUSED` and postgres.js's `CONNECT_TIMEOUT`. Trying again later can succeed, and is
- * safe: nothing ran.
- */
-const REFUSED_CODES = new Set(['53300', '57P03', 'ECONNREFUSED', 'CONNECT_TIMEOUT']);
-
-/** Whether `error` is a refused connection (see {@link retryRefusedConnection}). */
-export function isConnectionRefused(error: unknown): boolean {
-  const code = (error as { code?: unknown } | null)?.code;
-  return typeof code === 'string' && REFUSED_CODES.has(code);
 }
 
 /** Options of {@link retryRefusedConnection}. */

@@ -190,6 +190,15 @@ export async function migrateInvocation(_event: unknown, context: Context): Prom
             : {}),
           ...(schedulerUser ? { schedulerRole: { name: schedulerUser } } : {}),
           onRuntimeRole: (r) => (r.name === iamUser ? (runtimeRole = r) : (schedulerRole = r)),
+          // Lock timeouts are retried until shortly before the invocation's deadline.
+          lockRetryMs: Math.max(0, deadlineAt - Date.now() - 5_000),
+          onLockWait: ({ tries, waitMs, elapsedMs, error }) =>
+            log('warn', 'migration waited for a lock past its lock_timeout; rolled back, retrying', {
+              tries,
+              waitMs,
+              elapsedMs: Math.round(elapsedMs),
+              error: String(error),
+            }),
         }),
       {
         untilMs: Math.min(deadlineAt, Date.now() + config.db.connectRetryMs),

@@ -9,7 +9,7 @@ import {
   sweep,
   type Balance,
 } from '../lease/index.js';
-import { checkSchema, type SchemaRange, type Sql } from '../store/index.js';
+import { checkSchema, isLockTimeout, type SchemaRange, type Sql } from '../store/index.js';
 import type { Config } from './config.js';
 import type { Dispatcher } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
@@ -59,6 +59,30 @@ export interface SchedulerResult {
    * rows left. All zero with `retentionDays` 0.
    */
   retention: RetentionResult & { outbox: Omit<OutboxRetentionResult, 'more'>; retentionDays: number };
+  /**
+   * Steps that gave up on a lock another session held past the pool's `lock_timeout` (`sweep`,
+   * `retention`); this run did the other steps, the next one tries these again. Absent when none.
+   */
+  lockTimeouts?: ('sweep' | 'retention')[];
+}
+
+/**
+ * `f()`, or `fallback` when it failed on a lock timeout (docs/design.md, "Database connections":
+ * one locked row delays that step, never the scheduler's other work); `skipped` records the step.
+ */
+async function unlessLocked<T>(
+  step: 'sweep' | 'retention',
+  skipped: ('sweep' | 'retention')[],
+  f: () => Promise<T>,
+  fallback: T,
+): Promise<T> {
+  try {
+    return await f();
+  } catch (e) {
+    if (!isLockTimeout(e)) throw e;
+    skipped.push(step);
+    return fallback;
+  }
 }
 
 /**
@@ -100,7 +124,11 @@ export async function runScheduler(
 ): Promise<SchedulerResult> {
   const { sql, config, dispatcher } = deps;
   await checkSchema(sql, deps.schema);
-  const swept = await sweep(sql, config.lease.sweepCutoffMs, config.lease);
+  const lockTimeouts: ('sweep' | 'retention')[] = [];
+  const swept = await unlessLocked('sweep', lockTimeouts, () => sweep(sql, config.lease.sweepCutoffMs, config.lease), {
+    processes: 0,
+    units: 0,
+  });
   const lifted = await liftQuarantines(sql);
   // Trigger firings refused at maxOpen start once their datasource has a free slot.
   const deferred = deps.jobs
@@ -155,7 +183,15 @@ export async function runScheduler(
     batch: fleet.batch,
   };
   const runs = await runsSummary(sql);
-  const retention = await applyRetention(sql, config);
+  const retention = await unlessLocked('retention', lockTimeouts, () => applyRetention(sql, config), {
+    batches: 0,
+    items: 0,
+    redrives: 0,
+    deferred: 0,
+    more: true,
+    outbox: { messages: 0, deliveries: 0 },
+    retentionDays: config.retention.retentionDays,
+  });
   return {
     swept,
     lifted,
@@ -169,6 +205,7 @@ export async function runScheduler(
     runs,
     retention,
     ...(deferred ? { deferred } : {}),
+    ...(lockTimeouts.length ? { lockTimeouts } : {}),
   };
 }
 

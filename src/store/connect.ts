@@ -1,5 +1,6 @@
 import type { PeerCertificate } from 'node:tls';
 import postgres from 'postgres';
+import { replaceOnReadOnly } from './failover.js';
 
 /** A postgres.js client as used throughout leasehold. */
 export type Sql = postgres.Sql<Record<string, never>>;
@@ -32,6 +33,11 @@ export interface ConnectTarget {
       };
 }
 
+/** Default {@link ConnectOptions.lockTimeoutMs}. */
+export const DEFAULT_LOCK_TIMEOUT_MS = 2_000;
+/** Default {@link ConnectOptions.idleInTransactionTimeoutMs}. */
+export const DEFAULT_IDLE_IN_TRANSACTION_MS = 10_000;
+
 /** Options for {@link connect}. */
 export interface ConnectOptions {
   /** Maximum pool size. Default 10. */
@@ -54,6 +60,25 @@ export interface ConnectOptions {
    * instead of holding a run or a worker. Default 30,000; 0 disables it.
    */
   statementTimeoutMs?: number;
+  /**
+   * Server-side `lock_timeout`, ms: a statement waiting this long for a lock (a row or table
+   * another session holds: a client frozen in its transaction, a migration in the lock queue)
+   * fails with `55P03` instead, which callers treat as a retryable store error (the API answers
+   * 503 with `Retry-After`). Default 2,000; 0 disables it.
+   */
+  lockTimeoutMs?: number;
+  /**
+   * Server-side `idle_in_transaction_session_timeout`, ms: a session of this pool left idle in an
+   * open transaction this long (its client frozen or gone) is ended by the server, which frees
+   * its locks. No leasehold transaction waits on anything but the database between its statements
+   * (a start reads its items before it begins). Default 10,000; 0 disables it.
+   */
+  idleInTransactionTimeoutMs?: number;
+  /**
+   * Called when a statement failed with `25006` (the server is read-only: the old writer after a
+   * failover) and the pool was replaced by a new one. Default none.
+   */
+  onReadOnly?: (error: unknown) => void;
 }
 
 // The driver: postgres.js 3.4.9, pinned and patched at install (`patches/postgres+3.4.9.patch`,
@@ -82,8 +107,12 @@ export interface ConnectOptions {
  * {@link ConnectTarget}.
  *
  * Notices are silenced (migrations use `if not exists`), bigint counts come back as numbers,
- * timestamps as `Date`, and statements time out after `statementTimeoutMs`. Throws nothing
- * itself; connection errors surface on the first query.
+ * timestamps as `Date`, statements time out after `statementTimeoutMs`, lock waits after
+ * `lockTimeoutMs`, and a session idle in a transaction is ended after `idleInTransactionTimeoutMs`. A statement that
+ * fails with `25006` (a write on a read-only server, as after a failover) replaces the whole pool
+ * with a fresh one (see `replaceOnReadOnly` in `failover.ts`); that statement still fails, and is
+ * retried where leasehold retries store errors. Throws nothing itself; connection errors surface
+ * on the first query.
  */
 export function connect(url: string | ConnectTarget, options: ConnectOptions = {}): Sql {
   const connection: Record<string, string> = {
@@ -91,6 +120,8 @@ export function connect(url: string | ConnectTarget, options: ConnectOptions = {
   };
   if (options.schema) connection.search_path = options.schema;
   connection.statement_timeout = String(options.statementTimeoutMs ?? 30_000);
+  connection.lock_timeout = String(options.lockTimeoutMs ?? DEFAULT_LOCK_TIMEOUT_MS);
+  connection.idle_in_transaction_session_timeout = String(options.idleInTransactionTimeoutMs ?? DEFAULT_IDLE_IN_TRANSACTION_MS);
   const settings = {
     max: options.max ?? 10,
     idle_timeout: options.idleTimeoutS ?? 30,
@@ -112,14 +143,18 @@ export function connect(url: string | ConnectTarget, options: ConnectOptions = {
       },
     },
   };
-  if (typeof url === 'string') return postgres(url, settings) as unknown as Sql;
-  return postgres({
-    ...settings,
-    host: url.host,
-    port: url.port ?? 5432,
-    database: url.database,
-    username: url.user,
-    ...(url.password !== undefined ? { password: url.password } : {}),
-    ssl: url.ssl ?? false,
-  }) as unknown as Sql;
+  if (typeof url === 'string') return replaceOnReadOnly(() => postgres(url, settings) as unknown as Sql, options.onReadOnly);
+  return replaceOnReadOnly(
+    () =>
+      postgres({
+        ...settings,
+        host: url.host,
+        port: url.port ?? 5432,
+        database: url.database,
+        username: url.user,
+        ...(url.password !== undefined ? { password: url.password } : {}),
+        ssl: url.ssl ?? false,
+      }) as unknown as Sql,
+    options.onReadOnly,
+  );
 }

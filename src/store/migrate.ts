@@ -4,6 +4,8 @@ import { join } from 'node:path';
 import type { Sql } from './connect.js';
 import { CATALOG_RACE_TRIES, catalogRaceDelayMs, isCatalogRace } from './catalog.js';
 import { provisionRuntimeRole, type RuntimeRole, type RuntimeRoleResult } from './roles.js';
+import { isLockTimeout } from './errors.js';
+import { LeaseholdError } from '../errors.js';
 
 const MIGRATIONS_DIR = fileURLToPath(new URL('./migrations/', import.meta.url));
 
@@ -41,6 +43,40 @@ export interface MigrateOptions {
   schedulerRole?: RuntimeRole;
   /** Called with what was done for `runtimeRole`, then for `schedulerRole`. */
   onRuntimeRole?: (result: RuntimeRoleResult) => void;
+  /**
+   * `lock_timeout` of every lock the migration takes, ms (`SET LOCAL`, so also through a
+   * transaction-mode pooler): a migration waiting in a table's lock queue behind a long reader
+   * makes every later statement on that table wait behind it, heartbeats included, so it waits
+   * no longer than this, rolls back (freeing the queue) and tries again. Default 2,000.
+   */
+  lockTimeoutMs?: number;
+  /**
+   * The longest the migration keeps trying after lock timeouts, ms, counted from its start: then
+   * it throws {@link MigrationLockError}. Default 300,000 (5 minutes).
+   */
+  lockRetryMs?: number;
+  /** Called before each wait after a lock timeout: the try that timed out (1, 2, …), the wait, ms, and the time spent so far, ms. */
+  onLockWait?: (info: { tries: number; waitMs: number; elapsedMs: number; error: unknown }) => void;
+}
+
+/** Defaults of {@link MigrateOptions.lockTimeoutMs} and {@link MigrateOptions.lockRetryMs}. */
+export const MIGRATE_LOCK_DEFAULTS = { lockTimeoutMs: 2_000, lockRetryMs: 300_000 } as const;
+
+/** A migration that timed out on its locks for longer than {@link MigrateOptions.lockRetryMs}. */
+export class MigrationLockError extends LeaseholdError {
+  constructor(
+    /** Tries made, each ended by a lock timeout. */
+    readonly tries: number,
+    /** Time spent, ms. */
+    readonly elapsedMs: number,
+    options?: { cause?: unknown },
+  ) {
+    super(
+      'migration_lock_timeout',
+      `migration gave up after ${tries} tries over ${Math.round(elapsedMs)} ms, each waiting for a lock past its lock_timeout (another session holds a table it changes)`,
+      options,
+    );
+  }
 }
 
 /** The default folder of the migration files. */
@@ -73,20 +109,46 @@ export async function migrate(sql: Sql, options: string | MigrateOptions = {}): 
   const o: MigrateOptions = typeof options === 'string' ? { dir: options } : options;
   const dir = o.dir ?? MIGRATIONS_DIR;
   const files = await migrationFiles(dir);
-  for (let n = 1; ; n++) {
+  const lockTimeoutMs = o.lockTimeoutMs ?? MIGRATE_LOCK_DEFAULTS.lockTimeoutMs;
+  const lockRetryMs = o.lockRetryMs ?? MIGRATE_LOCK_DEFAULTS.lockRetryMs;
+  const started = performance.now();
+  let races = 0;
+  for (let tries = 1; ; tries++) {
     try {
-      return await migrateOnce(sql, dir, files, o);
+      return await migrateOnce(sql, dir, files, o, lockTimeoutMs);
     } catch (e) {
-      if (!isCatalogRace(e) || n >= CATALOG_RACE_TRIES) throw e;
-      await new Promise((r) => setTimeout(r, catalogRaceDelayMs(n)));
+      if (isCatalogRace(e) && ++races < CATALOG_RACE_TRIES) {
+        await sleep(catalogRaceDelayMs(races));
+        continue;
+      }
+      if (!isLockTimeout(e)) throw e;
+      // Rolled back, so the lock queue it stood in moves on; wait at least half the step (the
+      // fleet's statements get through meanwhile), 1 s doubling to 30 s, plus jitter.
+      const step = Math.min(30_000, 1_000 * 2 ** Math.min(tries - 1, 10));
+      const waitMs = Math.round(step / 2 + (Math.random() * step) / 2);
+      const elapsedMs = performance.now() - started;
+      if (elapsedMs + waitMs > lockRetryMs) throw new MigrationLockError(tries, elapsedMs, { cause: e });
+      o.onLockWait?.({ tries, waitMs, elapsedMs, error: e });
+      await sleep(waitMs);
     }
   }
 }
 
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
 /** One migration transaction: everything it did is rolled back when it throws. */
-async function migrateOnce(sql: Sql, dir: string, files: Migration[], o: MigrateOptions): Promise<Migration[]> {
+async function migrateOnce(
+  sql: Sql,
+  dir: string,
+  files: Migration[],
+  o: MigrateOptions,
+  lockTimeoutMs: number,
+): Promise<Migration[]> {
   const applied: Migration[] = [];
   await sql.begin(async (tx) => {
+    // Every lock of this transaction, the migrators' advisory lock included, is waited for at
+    // most this long (docs/development.md, "Migrations").
+    await tx`select set_config('lock_timeout', ${String(lockTimeoutMs)}, true)`;
     // Serialises the migrators of this database, whatever their schema: schemas, extensions
     // and roles are shared beyond one schema.
     await tx`select pg_advisory_xact_lock(hashtextextended('leasehold:migrate', 0))`;

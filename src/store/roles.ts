@@ -4,6 +4,7 @@
 import type postgres from 'postgres';
 import { retryCatalogRace } from './catalog.js';
 import { InvalidSettingError } from '../errors.js';
+import { DEFAULT_IDLE_IN_TRANSACTION_MS, DEFAULT_LOCK_TIMEOUT_MS } from './connect.js';
 
 /** A transaction of leasehold's postgres.js client. */
 type Tx = postgres.TransactionSql<Record<string, never>>;
@@ -64,7 +65,8 @@ export async function databaseConnectionLimit(tx: Tx | postgres.Sql<Record<strin
  * Make `role` able to run leasehold on the schema `tx` works in: `create role … login` when
  * missing, `grant rds_iam` (when that role exists: on RDS; a no-op locally), `usage` on the
  * schema, and `select, insert, update, delete` on every `leasehold_*` table plus `usage, select,
- * update` on every `leasehold_*` sequence of the schema. Idempotent; run after every migration so
+ * update` on every `leasehold_*` sequence of the schema, and the role's own
+ * `idle_in_transaction_session_timeout` (10 s) and `lock_timeout` (2 s). Idempotent; run after every migration so
  * tables added later are granted too. Does nothing when `role` is the current user (it owns the
  * tables; granting it `rds_iam` would also stop its password logins).
  *
@@ -113,6 +115,14 @@ export async function provisionRuntimeRole(tx: Tx, role: RuntimeRole): Promise<R
       else await s`grant select, insert, update, delete on table ${s(schema)}.${s(o.name)} to ${s(name)}`;
     }
   });
+  // The role's own defaults (docs/design.md, "Database connections"): a session of it left idle in
+  // a transaction is ended by the server, and a lock is waited for at most a few seconds, also for
+  // sessions that set nothing themselves (a transaction-mode pooler passes no startup settings).
+  await retryCatalogRace(
+    tx,
+    (s) => s`alter role ${s(name)} set idle_in_transaction_session_timeout = ${s.unsafe(`'${DEFAULT_IDLE_IN_TRANSACTION_MS}'`)}`,
+  );
+  await retryCatalogRace(tx, (s) => s`alter role ${s(name)} set lock_timeout = ${s.unsafe(`'${DEFAULT_LOCK_TIMEOUT_MS}'`)}`);
   let connectionLimit: number | undefined;
   if (role.connectionLimit !== undefined) {
     const want = role.connectionLimit;

@@ -15,6 +15,7 @@ import {
   type ToleratedFailures,
 } from '../batch/index.js';
 import { LeaseholdError } from '../errors.js';
+import { isLockTimeout } from '../store/index.js';
 import type { Log } from '../log.js';
 import * as q from './sql.js';
 
@@ -281,7 +282,8 @@ export interface DeferredResult {
  * batches, oldest first, under their own request keys (so a firing starts at most once, also
  * when two schedulers run at once). A firing whose datasource is still full waits for the next
  * pass; one whose batch exists already is forgotten; one that can no longer start (its job or
- * params now refused) is logged at `warn` with why and forgotten. Each new batch is dispatched
+ * params now refused) is logged at `warn` with why and forgotten; one whose datasource another
+ * session holds past the lock timeout waits for the next pass, the others go on. Each new batch is dispatched
  * like the trigger's own. At most `limit` (default 100) firings per pass.
  * @throws the store's error (the next pass tries again).
  */
@@ -314,6 +316,14 @@ export async function startDeferred(deps: TriggerDeps & { limit?: number }): Pro
         // Still full: later firings of this datasource wait behind this one.
         full.add(source);
         await q.deferredRefused(deps.sql, d.tenant, d.request_key, error.message);
+        continue;
+      }
+      if (isLockTimeout(error)) {
+        // Another session holds the datasource (a start stuck in its transaction, until the
+        // server ends it): its firings wait for the next pass, the others start now
+        // (docs/design.md, "Database connections").
+        full.add(source);
+        log('warn', 'deferred trigger event waits: its datasource is locked by another session', fields);
         continue;
       }
       const code = (error as { code?: unknown } | null)?.code;

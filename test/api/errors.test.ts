@@ -3,6 +3,7 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { errorAnswer, HTTP_STATUS, RequestError } from '../../src/api/errors.js';
+import { StoreTimeoutError } from '../../src/store/index.js';
 import {
   BatchCancelledError,
   BatchFinishedError,
@@ -73,10 +74,33 @@ describe('the error table', () => {
     expect(errorAnswer(new ForeignUnknownJobError('unknown job "x"'))).toMatchObject({ status: 404, code: 'unknown_job' });
   });
 
-  it('has only 4xx statuses, each code documented in docs/api.md', () => {
+  it('answers 503 database_unavailable with Retry-After when the database cannot serve now: a lost or refused connection (an IAM login limit too), a lock timeout, a store timeout', () => {
+    const pg = (code: string, message = 'x') => Object.assign(new Error(message), { code });
+    for (const error of [
+      pg('ECONNRESET'),
+      pg('CONNECTION_CLOSED'),
+      pg('57P01'),
+      pg('25006'),
+      pg('53300'),
+      pg('28000', 'PAM authentication failed for user "app": too many competing requests'),
+      pg('55P03'),
+      new StoreTimeoutError(2_000),
+    ]) {
+      expect(errorAnswer(error), String(error)).toEqual({
+        status: 503,
+        code: 'database_unavailable',
+        message: 'the database could not serve the request now; try again',
+        headers: { 'retry-after': '1' },
+      });
+    }
+    // A login refused for any other reason is not retryable.
+    expect(errorAnswer(pg('28000', 'role "app" is not permitted to log in'))).toBeUndefined();
+  });
+
+  it('has only 4xx statuses (and 503 database_unavailable), each code documented in docs/api.md', () => {
     const doc = readFileSync(new URL('../../docs/api.md', import.meta.url), 'utf8');
     for (const [code, status] of Object.entries(HTTP_STATUS)) {
-      expect(status >= 400 && status < 500, code).toBe(true);
+      expect((status >= 400 && status < 500) || (status === 503 && code === 'database_unavailable'), code).toBe(true);
       expect(doc, `docs/api.md names ${code}`).toContain(code);
     }
   });

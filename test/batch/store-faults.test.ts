@@ -96,6 +96,8 @@ describe('store faults', () => {
     // The run's first statement claims; its second moves the first item (and claims one more).
     let statements = 0;
     const stall = proxy.stallAfterSend((sql) => MOVE.test(sql) && ++statements === 2);
+    // The whole path goes silent, not only that connection (a replaced pool's new connections too).
+    void stall.fired.then(() => proxy.goSilent());
     const { batch } = await a.start(newBatch(10), {}, workA);
     const result = await within('run A', runOf(a, batch.id), 15_000);
     const ended = Date.now();

@@ -52,6 +52,8 @@ describe('the lease by the process clock', () => {
       // From the next heartbeat on, A's connections answer nothing, ever.
       const fault = proxy.stallAfterSend(/insert into leasehold_processes/);
       await fault.fired;
+      // The whole path is silent, not only that connection (a replaced pool's new connections too).
+      proxy.goSilent();
       // B ticks until it owns all four: only once A's row has expired by the database clock.
       while (b.owned.size < 4) {
         await B.heartbeat();

@@ -27,6 +27,18 @@ export interface Chaos {
   stop(): void;
 }
 
+/** What the IAM login front of a {@link PgProxy} saw, from {@link PgProxy.iamLogins}. */
+export interface IamLogins {
+  /** Logins refused with 28000 so far. */
+  readonly refused: number;
+  /** Logins let through to the server so far. */
+  readonly accepted: number;
+  /** Every password (token) sent, in order. */
+  readonly passwords: readonly string[];
+  /** Refuse `n` more logins (added to what is left). */
+  refuse(n: number): void;
+}
+
 interface Rule {
   kind: 'stall' | 'drop';
   match: (sql: string) => boolean;
@@ -64,6 +76,8 @@ export class PgProxy {
   private readonly sockets = new Set<net.Socket>();
   private readonly clients = new Set<net.Socket>();
   private cut: { probability: number; random: () => number; kills: number } | undefined;
+  private allSilent = false;
+  private iam: { left: number; refused: number; accepted: number; passwords: string[] } | undefined;
 
   private constructor(
     private readonly server: net.Server,
@@ -111,6 +125,14 @@ export class PgProxy {
     return this.arm('drop', matcher);
   }
 
+  /**
+   * From now on nothing passes in either direction on any connection, open or new (new ones are
+   * accepted, then hear nothing): a network path gone silent as a whole, not one connection.
+   */
+  goSilent(): void {
+    this.allSilent = true;
+  }
+
   /** Cut every connection through this proxy now (clients see their connections close). */
   killAll(): void {
     for (const s of this.sockets) s.destroy();
@@ -140,6 +162,30 @@ export class PgProxy {
     if (!c || c.random() >= c.probability) return false;
     c.kills++;
     return true;
+  }
+
+  /**
+   * Stand in for RDS's IAM authentication in front of the server, as it behaves at its rate
+   * limit: from now on every new connection is asked for a cleartext password (the token), and
+   * the first `refuse` logins are refused the way RDS refuses an IAM login it has no capacity
+   * for — `FATAL 28000 … too many competing requests`, then the connection closes — before the
+   * server sees them; later ones are let through (the server's own authentication follows).
+   */
+  iamLogins(refuse: number): IamLogins {
+    const state = { left: refuse, refused: 0, accepted: 0, passwords: [] as string[] };
+    this.iam = state;
+    return {
+      get refused() {
+        return state.refused;
+      },
+      get accepted() {
+        return state.accepted;
+      },
+      get passwords() {
+        return state.passwords;
+      },
+      refuse: (n) => void (state.left += n),
+    };
   }
 
   /** Number of client connections open through this proxy. */
@@ -207,6 +253,8 @@ export class PgProxy {
     }
 
     let startup = true;
+    // With the IAM front: the startup message held until the client's password is judged.
+    let heldStartup: Buffer | undefined;
     // Exchanges: the startup, then every Sync or simple Query, each answered by one
     // ReadyForQuery ('Z'). `sent` counts those forwarded, `answered` the 'Z's received.
     let sent = 0;
@@ -219,7 +267,7 @@ export class PgProxy {
     let fromServer = Buffer.alloc(0);
 
     client.on('data', (chunk) => {
-      if (silent) return;
+      if (silent || this.allSilent) return;
       fromClient = Buffer.concat([fromClient, chunk]);
       const out: Buffer[] = [];
       for (;;) {
@@ -235,6 +283,12 @@ export class PgProxy {
           }
           if (code !== CANCEL_REQUEST) {
             startup = false;
+            if (this.iam) {
+              heldStartup = msg;
+              // AuthenticationCleartextPassword
+              client.write(Buffer.from([0x52, 0, 0, 0, 8, 0, 0, 0, 3]));
+              continue;
+            }
             sent = 1;
           }
           out.push(msg);
@@ -242,6 +296,25 @@ export class PgProxy {
         }
         const msg = typed(fromClient);
         if (!msg) break;
+        if (heldStartup) {
+          fromClient = fromClient.subarray(msg.length);
+          const iam = this.iam!;
+          if (msg[0] === 0x70 /* p */) iam.passwords.push(cstring(msg, 5).text);
+          if (msg[0] !== 0x70 || iam.left > 0) {
+            if (msg[0] === 0x70) {
+              iam.left--;
+              iam.refused++;
+            }
+            client.end(errorResponse('FATAL', '28000', 'PAM authentication failed for user: too many competing requests'));
+            server.destroy();
+            return;
+          }
+          iam.accepted++;
+          out.push(heldStartup);
+          heldStartup = undefined;
+          sent = 1;
+          continue;
+        }
         if (this.chaosCuts()) {
           if (out.length) server.write(Buffer.concat(out));
           kill();
@@ -273,6 +346,7 @@ export class PgProxy {
     });
 
     server.on('data', (chunk) => {
+      if (this.allSilent) return;
       if (fault && answered + 1 >= fault.exchange && fault.rule.kind === 'stall') return;
       fromServer = Buffer.concat([fromServer, chunk]);
       const out: Buffer[] = [];
@@ -302,6 +376,24 @@ export class PgProxy {
       if (out.length) client.write(Buffer.concat(out));
     });
   }
+}
+
+/** An ErrorResponse message with severity, SQLSTATE and message. */
+function errorResponse(severity: string, code: string, message: string): Buffer {
+  const fields = Buffer.concat(
+    [
+      ['S', severity],
+      ['V', severity],
+      ['C', code],
+      ['M', message],
+    ]
+      .map(([k, v]) => Buffer.from(`${k}${v}\0`, 'utf8'))
+      .concat([Buffer.from([0])]),
+  );
+  const head = Buffer.alloc(5);
+  head[0] = 0x45; // E
+  head.writeInt32BE(fields.length + 4, 1);
+  return Buffer.concat([head, fields]);
 }
 
 /** The first complete typed message (type byte, length, body) in `buf`, or undefined. */

@@ -1,0 +1,104 @@
+// IAM login limits (issue 18, item 5): RDS refuses IAM logins beyond its rate with `28000` "too
+// many competing requests". A proxy stands in for RDS's IAM front: it asks every new connection
+// for its token and refuses the first N logins that way before the real server sees them.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { handleApi } from '../../src/api/index.js';
+import { defaultRegistry } from '../../src/jobs/index.js';
+import { isConnectionRefused, retryRefusedConnection } from '../../src/runtime/index.js';
+import { connect, type Sql } from '../../src/store/index.js';
+import { silentLog } from '../../src/log.js';
+import { apiEvent } from '../support/api.js';
+import { testDatabase, type TestDatabase } from '../support/db.js';
+import { PgProxy } from '../support/pgproxy.js';
+
+let db: TestDatabase;
+let proxy: PgProxy;
+beforeAll(async () => {
+  db = await testDatabase();
+  proxy = await PgProxy.start(db.url);
+});
+afterAll(async () => {
+  await proxy.close();
+  await db.close();
+});
+
+/** A pool through the proxy whose password is a fresh "token" per call, as the RDS signer's is. */
+function signedPool(max: number): { sql: Sql; signed: () => number } {
+  const u = new URL(proxy.url);
+  let n = 0;
+  const sql = connect(
+    {
+      host: u.hostname,
+      port: Number(u.port),
+      database: u.pathname.slice(1) || 'postgres',
+      user: decodeURIComponent(u.username) || 'postgres',
+      password: () => `token-${++n}`,
+    },
+    { max, schema: db.schema, applicationName: 'leasehold-test-iam' },
+  );
+  return { sql, signed: () => n };
+}
+
+describe('an IAM login refused for its rate', () => {
+  it('is a refused connection, retried with jittered backoff until a login succeeds; the pool signs one token per connection and keeps it across warm invocations', async () => {
+    const iam = proxy.iamLogins(3);
+    const { sql, signed } = signedPool(2);
+    try {
+      const waits: number[] = [];
+      const errors: unknown[] = [];
+      const [{ n }] = await retryRefusedConnection(() => sql<{ n: number }[]>`select 1 as n`, {
+        untilMs: Date.now() + 20_000,
+        onRetry: (e, waitMs) => {
+          errors.push(e);
+          waits.push(waitMs);
+        },
+      });
+      expect(n).toBe(1);
+      // The front's own counters: three refused, one let through, each with a token of its own.
+      expect(iam.refused).toBe(3);
+      expect(iam.accepted).toBe(1);
+      expect(iam.passwords).toEqual(['token-1', 'token-2', 'token-3', 'token-4']);
+      expect(errors).toHaveLength(3);
+      for (const e of errors) {
+        expect(e).toMatchObject({ code: '28000' });
+        expect(isConnectionRefused(e)).toBe(true);
+      }
+      // Full jitter within the doubling caps (100, 200, 400 ms).
+      waits.forEach((w, i) => expect(w).toBeLessThanOrEqual(100 * 2 ** i));
+      // Warm invocations: many statements, two at a time, on the pool's two connections.
+      for (let i = 0; i < 10; i++) await Promise.all([sql`select 1`, sql`select 2`]);
+      expect(signed()).toBe(5);
+      expect(iam.accepted).toBe(2);
+    } finally {
+      await sql.end();
+    }
+  });
+
+  it('gives up when the refusals outlast the retry window, and the API answers 503 with Retry-After', async () => {
+    const iam = proxy.iamLogins(1_000);
+    const { sql } = signedPool(1);
+    try {
+      const started = Date.now();
+      const error = await retryRefusedConnection(() => sql`select 1`, { untilMs: Date.now() + 500 }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(error).toMatchObject({ code: '28000' });
+      expect(Date.now() - started).toBeLessThan(2_000);
+      expect(iam.refused).toBeGreaterThan(1);
+
+      const answer = await handleApi(apiEvent('GET', '/batches'), {
+        sql,
+        jobs: defaultRegistry(),
+        config: { maxOpen: 4, maxBodyBytes: 65_536 },
+        dispatcher: { invoke: async () => {} },
+        log: silentLog,
+      });
+      expect(answer.statusCode).toBe(503);
+      expect(answer.headers).toMatchObject({ 'retry-after': '1' });
+      expect(JSON.parse(String(answer.body))).toMatchObject({ error: { code: 'database_unavailable' } });
+    } finally {
+      await sql.end({ timeout: 1 });
+    }
+  });
+});
