@@ -2,7 +2,8 @@
 import { createWriteStream, existsSync, readFileSync, realpathSync, statSync } from 'node:fs';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { delimiter, extname, join, relative, resolve } from 'node:path';
-import { pathToFileURL } from 'node:url';
+import { createRequire, Module } from 'node:module';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { Context } from 'aws-lambda';
 import { systemClock } from '../clock.js';
 import { ApiClient } from '../cli/client.js';
@@ -77,6 +78,7 @@ async function loadApp(appFile: string | undefined, cwd: string): Promise<LocalA
   } else {
     const path = resolve(cwd, appFile);
     if (!existsSync(path) || !statSync(path).isFile()) throw new AppFileError(`--app ${appFile}: no such file`);
+    await shareEntryPointsWithRequire();
     if (/^\.[cm]?tsx?$/.test(extname(path))) {
       // Both of tsx's loaders, as `node --import tsx` registers them: a .ts file in a package
       // that is not "type": "module" is loaded as CommonJS.
@@ -103,12 +105,15 @@ async function loadApp(appFile: string | undefined, cwd: string): Promise<LocalA
         '(export const { worker, scheduler, api, trigger, migrate } = createHandlers({ jobs: [...] }))',
     );
   }
-  const mark = (mod.worker as unknown as Record<symbol, unknown>)[HANDLERS_MARK];
+  const mark = (mod.worker as unknown as Record<symbol, { url?: string } | undefined>)[HANDLERS_MARK];
   if (mark === undefined) throw new AppFileError(`${shown}: its worker was not made by createHandlers from 'leasehold/lambda'`);
   if (mark !== HANDLERS_MODULE) {
     throw new AppFileError(
-      `${shown} uses another copy of leasehold (${String(mark)}) than this command (${HANDLERS_MODULE}): ` +
-        "run the app's own: npx leasehold dev --app …",
+      mark.url === HANDLERS_MODULE.url
+        ? `${shown} loaded this copy of leasehold a second time (${HANDLERS_MODULE.url}), as another module instance: ` +
+            'import leasehold and leasehold/lambda by those names only (never a file under dist/)'
+        : `${shown} uses another copy of leasehold (${String(mark.url)}) than this command (${HANDLERS_MODULE.url}): ` +
+            "run the app's own: npx leasehold dev --app …",
     );
   }
   const localFunctions: Record<string, LocalLambdaHandler> = {};
@@ -133,6 +138,29 @@ async function loadApp(appFile: string | undefined, cwd: string): Promise<LocalA
 
 /** tsx's loaders are registered at most once per process. */
 let tsxRegistered = false;
+
+/**
+ * Make `require('leasehold')` and `require('leasehold/lambda')` return the modules this command
+ * runs. An app whose package is not `"type": "module"` (npm 11's `npm init -y` writes
+ * `"commonjs"`) is loaded as CommonJS, and tsx's CommonJS loader compiles leasehold's ESM files
+ * into a second copy of every module: the app's handlers would then write their logs past
+ * `setLogSink`, never see `requestWorkerShutdown`, and keep a pool `resetRuntimeDeps` does not
+ * close. Seeding the require cache with this command's own module namespaces, by the files the
+ * package's exports resolve to, leaves one copy for both module kinds.
+ */
+async function shareEntryPointsWithRequire(): Promise<void> {
+  const require = createRequire(import.meta.url);
+  for (const entry of ['../index.js', '../lambda.js']) {
+    const url = new URL(entry, import.meta.url);
+    const file = fileURLToPath(url);
+    if (require.cache[file]) continue;
+    const shared = new Module(file);
+    shared.filename = file;
+    shared.loaded = true;
+    shared.exports = await import(url.href);
+    require.cache[file] = shared;
+  }
+}
 
 /**
  * Run the local stack until Ctrl-C (or, with `exitWhenIdle`, until no batch is open): the
