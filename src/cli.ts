@@ -433,6 +433,11 @@ units
   });
 
 /** `desired 3, live 3 (1 coming, 2 retiring); 1 batch worker` */
+/** The exact share with at most two decimals (2.67), or `–` from an API that sends none. */
+function evenShareText(evenShare: number | undefined): string {
+  return evenShare === undefined ? '–' : String(Math.round(evenShare * 100) / 100);
+}
+
 function concurrencyLine(c: ApiConcurrency): string {
   const extra = [c.coming ? `${c.coming} coming` : '', c.retiring ? `${c.retiring} retiring` : ''].filter(Boolean).join(', ');
   const batch = c.batch ? `; ${c.batch} batch worker${c.batch === 1 ? '' : 's'} (not counted)` : '';
@@ -451,15 +456,16 @@ program
     if (opts.json) return console.log(JSON.stringify({ fleet, processes }, null, 2));
     console.log(concurrencyLine(fleet));
     console.log(
-      `fair share ${fleet.fairShare} of weight ${fleet.totalWeight}; owned min ${fleet.minWeight}, max ${fleet.maxWeight}` +
+      `fair share ${fleet.fairShare} of weight ${fleet.totalWeight} (even share ${evenShareText(fleet.evenShare)});` +
+        ` owned min ${fleet.minWeight}, max ${fleet.maxWeight}` +
         (fleet.starving ? `; ${fleet.starving} starving` : ''),
     );
     if (processes.length === 0) return console.log('no processes');
     for (const p of processes) {
       const state = p.live ? (p.retiring ? 'retiring' : 'live') : 'expired';
       const share =
-        p.role === 'fleet' && p.live && fleet.fairShare > 0
-          ? ` (${Math.round((100 * p.weight) / fleet.fairShare)} % of fair share)`
+        p.role === 'fleet' && p.live && (fleet.evenShare ?? 0) > 0
+          ? ` (${Math.round((1000 * p.weight) / fleet.evenShare) / 10} % of even share)`
           : '';
       console.log(
         `${p.id}  ${p.role.padEnd(5)}  ${state.padEnd(8)}  ${String(p.units).padStart(5)} units  weight ${String(p.weight).padStart(5)}${share}  ${p.hostname} ${p.version}  started ${p.startedAt}`,

@@ -114,8 +114,9 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
  * - `GET /units?tenant=&limit=` → 200 `{ units: [{ tenant, shard, job, weight, owner, claimedAt }] }`
  *   by tenant and shard (limit 1..10,000, default 1,000).
  * - `GET /processes` → 200 `{ fleet, processes }`: `fleet` is `concurrencyView` (views.ts) plus
- *   `totalWeight`, `fairShare`, and the spread of the weight live fleet processes (not retiring)
- *   own now: `minWeight`, `maxWeight`, `starving` (below `fairShare × (1 − shedHysteresis)`);
+ *   `totalWeight`, `fairShare`, `evenShare` (the exact share it rounds up), and the spread of the
+ *   weight live fleet processes (not retiring) own now: `minWeight`, `maxWeight`, `starving`
+ *   (below `fairShare × (1 − shedHysteresis)` and below `fairShare − 1`);
  *   `processes` (live and expired, not yet swept, oldest first) are `[{ id, role, retiring,
  *   hostname, version, startedAt, expiresAt, live, units, weight }]`, `weight` being what each
  *   owns now.

@@ -131,11 +131,20 @@ export interface ApiConcurrency {
 /** The fleet and its balance, as `GET /processes` returns it next to the processes. */
 export interface ApiFleet extends ApiConcurrency {
   totalWeight: number;
+  /** The weight a live fleet process claims up to: the exact share rounded up. */
   fairShare: number;
+  /**
+   * The exact share (weight left after heavy units over the processes left; 8 over 3: 2.67): a
+   * process's weight against it is its real share of the work.
+   */
+  evenShare: number;
   /** Least and most weight a live fleet process (not retiring) owns. */
   minWeight: number;
   maxWeight: number;
-  /** Live fleet processes owning less than `fairShare × (1 − shedHysteresis)`. */
+  /**
+   * Live fleet processes owning less than `fairShare × (1 − shedHysteresis)`, and less than
+   * `fairShare − 1` (a process one below the rounded-up share is not starving).
+   */
   starving: number;
 }
 

@@ -104,13 +104,35 @@ export function CountsLegend({ counts }: { counts: Counts }) {
  * The weight a process owns against the fair share: a bar of `weight` on a scale of `scale`,
  * with a mark at `fairShare`.
  */
-export function WeightBar({ weight, fairShare, scale }: { weight: number; fairShare: number | undefined; scale: number }) {
+export function WeightBar({
+  weight,
+  fairShare,
+  evenShare,
+  scale,
+}: {
+  weight: number;
+  fairShare: number | undefined;
+  evenShare?: number;
+  scale: number;
+}) {
   const width = scale > 0 ? Math.min(100, (100 * weight) / scale) : 0;
   const mark = fairShare !== undefined && scale > 0 ? Math.min(100, (100 * fairShare) / scale) : undefined;
   const over = fairShare !== undefined && weight > fairShare;
-  const label = `weight ${weight}${fairShare === undefined ? '' : ` of fair share ${fairShare}`}`;
+  const label =
+    `weight ${weight}${fairShare === undefined ? '' : ` of fair share ${fairShare}`}` +
+    (evenShare ? ` (${evenSharePercent(weight, evenShare)} % of the even share ${round2(evenShare)})` : '');
   return html`<div class="weight" role="img" aria-label=${label} title=${label} data-weight=${weight}>
     <span class=${over ? 'fill over' : 'fill'} style=${{ width: `${width}%` }}></span>
     ${mark === undefined ? null : html`<span class="share" style=${{ left: `${mark}%` }}></span>`}
   </div>`;
+}
+
+/** `weight` against the exact share, in percent with at most one decimal (3 of 8 over 3 processes: 112.5). */
+export function evenSharePercent(weight: number, evenShare: number): number {
+  return Math.round((1000 * weight) / evenShare) / 10;
+}
+
+/** At most two decimals: 2.6666… reads 2.67. */
+export function round2(n: number): number {
+  return Math.round(n * 100) / 100;
 }
