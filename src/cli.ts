@@ -94,7 +94,9 @@ async function followToEnd(api: ApiClient, id: string): Promise<void> {
   const end = await followBatch(api, id);
   const tolerated = end.status === 'succeeded' && end.counts.failed > 0 ? ' (tolerated)' : '';
   console.log(
-    `batch ${end.id} ${end.status}: ${end.counts.done} done, ${end.counts.failed} failed${tolerated}${end.reason ? `; ${end.reason}` : ''}`,
+    `batch ${end.id} ${end.status}: ${end.counts.done} done, ${end.counts.failed} failed${tolerated}` +
+      (end.status === 'cancelled' ? `, ${end.counts.running + end.counts.pending} not run` : '') +
+      (end.reason ? `; ${end.reason}` : ''),
   );
   if (end.counts.failed > 0) {
     let n = 0;
@@ -103,7 +105,7 @@ async function followToEnd(api: ApiClient, id: string): Promise<void> {
       console.log(`  failed ${item.key}: ${item.error ?? ''}`);
     }
     if (end.counts.failed > LISTED_FAILURES)
-      console.log(`  … ${end.counts.failed - LISTED_FAILURES} more: leasehold batch results ${end.id}`);
+      console.log(`  … ${end.counts.failed - LISTED_FAILURES} more: leasehold batch results ${end.id} --state failed`);
   }
   if (end.status !== 'succeeded') process.exitCode = 1;
 }
@@ -276,7 +278,10 @@ batch
         `job       ${b.job} ${JSON.stringify(b.params)}`,
         `tenant    ${b.tenant} / datasource ${b.datasource} / priority ${b.priority}`,
         `status    ${b.status}${b.reason ? ` (${b.reason})` : ''}`,
-        `items     ${b.total}: ${b.counts.done} done, ${b.counts.failed} failed, ${b.counts.running} running, ${b.counts.pending} pending`,
+        `items     ${b.total}: ${b.counts.done} done, ${b.counts.failed} failed, ` +
+          (b.status === 'cancelled'
+            ? `${b.counts.running + b.counts.pending} not run (cancelled)`
+            : `${b.counts.running} running, ${b.counts.pending} pending`),
         `tolerates ${toleranceText(b) ?? 'no failed item (any failure fails the batch once all items ran)'}`,
         `runs      ${b.runs}${b.ownerProcess ? ` (owner process ${b.ownerProcess})` : ''}${b.redrives ? `; redriven ${b.redrives} time${b.redrives === 1 ? '' : 's'}` : ''}`,
         `created   ${b.createdAt}${b.finishedAt ? `\nfinished  ${b.finishedAt}` : ''}`,

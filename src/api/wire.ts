@@ -18,8 +18,16 @@ export interface ApiBatch {
   priority: number;
   status: 'open' | 'succeeded' | 'failed' | 'cancelled';
   total: number;
-  /** Items per state. */
+  /**
+   * Items per state, as stored. A cancelled batch keeps the state its items had at the cancel:
+   * its `running` and `pending` ones will never run (see `notRun`).
+   */
   counts: Record<ApiItemState, number>;
+  /**
+   * Items that will never run: a cancelled batch's pending and running items (no run works a
+   * cancelled batch; cancel is for good, and a cancelled batch is never redriven); 0 for any other.
+   */
+  notRun: number;
   ownerProcess: string | null;
   runs: number;
   /**

@@ -221,7 +221,9 @@ describe('the dashboard in a browser, against leasehold dev', () => {
       expect(label).toMatch(/^weight \d+ of fair share \d+ \([\d.]+ % of the even share [\d.]+\)$/);
       const even = Number(await page.locator('dd[data-even-share]').getAttribute('data-even-share'));
       const first = Number(await page.locator('.weight').first().getAttribute('data-weight'));
-      expect(await page.locator('[data-share-percent]').first().textContent()).toBe(`${Math.round((1000 * first) / even) / 10} %`);
+      expect(await page.locator('[data-share-percent]').first().textContent()).toBe(
+        `${Math.round((1000 * first) / even) / 10} %`,
+      );
       await page.locator('[data-weight-legend]').getByText('above the fair share').waitFor();
       await page.locator(`table.expired tr[data-process="${dead}"]`).getByText('gone-host').waitFor();
 

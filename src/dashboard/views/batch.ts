@@ -45,7 +45,7 @@ export function BatchView({ id }: { id: string }) {
             ${b.reason ? html`<div class="wide"><dt>Reason</dt><dd data-reason>${b.reason}</dd></div>` : null}
           </dl>
           <${ProgressBar} batch=${b} />
-          <${CountsLegend} counts=${b.counts} />
+          <${CountsLegend} batch=${b} />
           <div class="actions">
             <${RedriveButton} batch=${b} onDone=${reload} />
             ${b.status === 'open' ? html`<${CancelButton} batch=${b} onDone=${reload} />` : null}
@@ -98,8 +98,15 @@ function RedriveButton({ batch, onDone }: { batch: Batch; onDone: () => void }) 
   return html`<span>
     <button type="button" disabled=${!can || busy} onClick=${redrive} aria-describedby="redrive-help">Redrive failed items</button>
     <span id="redrive-help" class="muted">
-      ${can ? ` ${batch.counts.failed} failed item${batch.counts.failed === 1 ? '' : 's'} go back to pending with fresh attempts.` : ' Only a finished batch with failed items can be redriven.'}
+      ${
+        can
+          ? ` ${batch.counts.failed} failed item${batch.counts.failed === 1 ? '' : 's'} go back to pending with fresh attempts.`
+          : batch.status === 'cancelled'
+            ? ' A cancelled batch is never redriven: cancel is for good. Start a new batch for its items.'
+            : ' Only a finished batch with failed items can be redriven.'
+      }
     </span>
+    ${' '}
     <span role="status" class=${note && !note.ok ? 'error' : 'ok'}>${note?.text ?? ''}</span>
   </span>`;
 }
@@ -145,7 +152,11 @@ function Items({ batch }: { batch: Batch }) {
               ${page.data.items.map(
                 (i) => html`<tr data-item=${i.key} data-state=${i.state}>
                   <td><code>${i.key}</code></td>
-                  <td><span class=${`state ${i.state}`}>${i.state}</span></td>
+                  <td>${
+                    batch.status === 'cancelled' && (i.state === 'running' || i.state === 'pending')
+                      ? html`<span class="state notrun" title=${`${i.state} when the batch was cancelled`}>not run</span>`
+                      : html`<span class=${`state ${i.state}`}>${i.state}</span>`
+                  }</td>
                   <td class="num">${i.attempts}</td>
                   <td class=${i.error ? 'item-error' : 'muted'}>${i.error ?? brief(i.output)}</td>
                 </tr>`,
