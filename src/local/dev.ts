@@ -7,7 +7,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { Context } from 'aws-lambda';
 import { systemClock } from '../clock.js';
 import { ApiClient } from '../cli/client.js';
-import { followBatch } from '../cli/follow.js';
+import { followBatch, Terminal } from '../cli/follow.js';
 import { countOpenBatches } from '../batch/index.js';
 import { loadConfig } from '../runtime/config.js';
 import { requestWorkerShutdown, resetRuntimeDeps, setLogSink } from '../runtime/index.js';
@@ -173,7 +173,9 @@ export async function runDev(options: DevOptions): Promise<number> {
   const cwd = options.cwd ?? process.cwd();
   const stateDir = join(cwd, '.leasehold');
   await mkdir(stateDir, { recursive: true });
-  const say = (line: string) => process.stderr.write(line + '\n');
+  // One writer for the terminal: status lines and stop messages go above the demo's progress bar.
+  const terminal = new Terminal(process.stderr);
+  const say = (line: string) => terminal.say(line);
   const timeoutMs = options.timeoutMs ?? 30_000;
   const concurrency = options.concurrency ?? 8;
   const scheduleMs = options.scheduleMs ?? 5_000;
@@ -447,7 +449,7 @@ export async function runDev(options: DevOptions): Promise<number> {
       demo = { id: batch.id, started: Date.now() };
       const files = `${batch.total} ${batch.total === 1 ? 'file' : 'files'}`;
       say(`demo: checksum batch ${batch.id} over ${relative(cwd, demoDir) || demoDir}: ${files}${open ? ' (resumed)' : ''}`);
-      const end = await followBatch(client, batch.id, { signal: stop.signal });
+      const end = await followBatch(client, batch.id, { signal: stop.signal, terminal });
       if (end.status !== 'open') {
         say(
           `demo: batch ${end.status}: ${end.counts.done} done, ${end.counts.failed} failed in ${seconds(end)} s over ${end.runs} run(s)`,
