@@ -34,6 +34,7 @@ function screenLines(raw: string): string[] {
   const lines: string[] = [];
   let line = '';
   let col = 0;
+  // eslint-disable-next-line no-control-regex -- ANSI escape sequences are what this parses
   for (const part of raw.split(/(\x1b\[[0-9;?]*[A-Za-z]|\r|\n)/)) {
     if (part === '\n') {
       lines.push(line);
