@@ -131,6 +131,8 @@ describe('the dashboard in a browser, against leasehold dev', () => {
 
     await page.getByRole('button', { name: 'Redrive failed items' }).click();
     await page.getByRole('status').getByText('Redrive 1: 2 failed items pending again.').waitFor();
+    // The hint and the result read as two sentences, a space between them.
+    expect(await page.getByRole('status').locator('xpath=..').textContent()).toMatch(/\. Redrive 1: 2 failed/);
     await page.locator('.facts .badge', { hasText: 'succeeded' }).waitFor({ timeout: 30_000 });
     await page.getByLabel('State').selectOption('');
     const redriven = page.locator('tr[data-item="item-0004"]');
@@ -236,6 +238,37 @@ describe('the dashboard in a browser, against leasehold dev', () => {
       expect(browser.pageErrors).toEqual([]);
     },
   );
+
+  browserTest("shows a cancelled batch's unfinished items as not run, and that it is never redriven", async () => {
+    const batch = await start('slow', { n: 200, ms: 300 });
+    await expect.poll(async () => (await dev.api.getBatch(batch.id)).counts.running, { timeout: 30_000 }).toBeGreaterThan(0);
+    const cancelled = await dev.api.cancelBatch(batch.id);
+    await page.goto(`${dev.url}/#/batches/${batch.id}`);
+    const notRun = page.locator('.legend [data-part="not run"] strong');
+    await notRun.waitFor();
+    const after = await dev.api.getBatch(batch.id);
+    expect(after.notRun).toBeGreaterThan(0);
+    expect(Number(await notRun.textContent())).toBe(after.notRun);
+    expect(await page.locator('.legend [data-part="running"]').count()).toBe(0);
+    expect(await page.getByRole('progressbar').getAttribute('aria-valuetext')).toContain(`${after.notRun} not run`);
+    expect(await page.locator('#redrive-help').textContent()).toContain('A cancelled batch is never redriven');
+    expect(cancelled.status).toBe('cancelled');
+    expect(browser.pageErrors).toEqual([]);
+  });
+
+  browserTest('says so for an unknown batch or page, instead of loading for ever or showing another page', async () => {
+    await page.goto(`${dev.url}/#/batches/${randomUUID()}`);
+    await page
+      .locator('[role="alert"]')
+      .getByText(/HTTP 404/)
+      .waitFor();
+    await page.locator('[data-no-batch]').waitFor();
+    expect(await page.getByText('Loading…').count()).toBe(0);
+    await page.goto(`${dev.url}/#/no-such-view`);
+    await page.locator('[data-unknown-route]').getByText('#/no-such-view').waitFor();
+    await expect.poll(() => page.title()).toBe('No such page · leasehold');
+    expect(await page.getByRole('heading', { name: 'Batches' }).count()).toBe(0);
+  });
 
   browserTest("shows each tenant's units, owners and outbox backlog per endpoint", async () => {
     await page.goto(`${dev.url}/#/units`);

@@ -24,7 +24,10 @@ export function BatchView({ id }: { id: string }) {
     <${ErrorNote} error=${batch.error} />
     ${
       b === undefined
-        ? html`<p>Loading…</p>`
+        ? batch.error
+          ? // Nothing to wait for: the error says why (404: no such batch, or retention deleted it).
+            html`<p data-no-batch><a href="#/batches">See the batches</a>.</p>`
+          : html`<p>Loading…</p>`
         : html`
           <dl class="facts">
             <div><dt>Status</dt><dd><${StatusBadge} status=${b.status} /></dd></div>
