@@ -18,6 +18,7 @@ import { startEmbedded } from './embedded.js';
 import { dashboardAssets } from './dashboard-assets.js';
 import { startHttpServer } from './http-server.js';
 import { startSink } from './sink.js';
+import { LocalPortInUseError } from './http-util.js';
 import { createInvokeEndpoint, localLambdaEnv, type LocalLambdaHandler } from './invoke-endpoint.js';
 
 /** Options of {@link runDev}; durations in ms. */
@@ -304,7 +305,22 @@ export async function runDev(options: DevOptions): Promise<number> {
     // Webhook endpoints for outbox-delivery units: records what it receives. It listens on
     // loopback, which outbox delivery refuses unless allow-listed: allow its address (the
     // handlers read the variable when they check an endpoint).
-    const sink = await startSink({});
+    // Its port is kept in the project folder's state (.leasehold/sink.json), so endpoints
+    // registered against it (outbox-delivery units) still reach it after a restart; a port taken
+    // meanwhile falls back to any free one, and says so.
+    const sinkState = join(stateDir, 'sink.json');
+    const keptPort = readSinkPort(sinkState);
+    let sink;
+    try {
+      sink = await startSink({ port: keptPort ?? 0 });
+    } catch (e) {
+      if (!(e instanceof LocalPortInUseError) || keptPort === undefined) throw e;
+      sink = await startSink({ port: 0 });
+      say(
+        `leasehold dev: the sink's port ${keptPort} is taken; it now listens on ${sink.url}: endpoints registered against ${keptPort} (units put) do not reach it until put again`,
+      );
+    }
+    await writeFile(sinkState, JSON.stringify({ port: new URL(sink.url).port ? Number(new URL(sink.url).port) : 0 }) + '\n');
     stopServices.push(() => sink.close());
     const sinkHost = new URL(sink.url).hostname;
     const allow = process.env.LEASEHOLD_OUTBOX_ALLOW?.trim();
@@ -490,6 +506,16 @@ export async function runDev(options: DevOptions): Promise<number> {
   } finally {
     setLogSink(undefined);
     logStream?.end();
+  }
+}
+
+/** The sink's port an earlier stack in this folder used, if it recorded a valid one. */
+function readSinkPort(file: string): number | undefined {
+  try {
+    const { port } = JSON.parse(readFileSync(file, 'utf8')) as { port?: unknown };
+    return Number.isInteger(port) && (port as number) > 0 && (port as number) < 65536 ? (port as number) : undefined;
+  } catch {
+    return undefined;
   }
 }
 
