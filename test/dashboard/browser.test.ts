@@ -268,6 +268,9 @@ describe('the dashboard in a browser, against leasehold dev', () => {
     await page.locator('[data-unknown-route]').getByText('#/no-such-view').waitFor();
     await expect.poll(() => page.title()).toBe('No such page · leasehold');
     expect(await page.getByRole('heading', { name: 'Batches' }).count()).toBe(0);
+    // The unknown batch's 404s, and nothing else; the next tests start clean.
+    expect(browser.pageErrors.filter((e) => !/status of 404/.test(e))).toEqual([]);
+    browser.pageErrors.length = 0;
   });
 
   browserTest("shows each tenant's units, owners and outbox backlog per endpoint", async () => {
