@@ -78,7 +78,7 @@ export function FleetView() {
                       <td class="num">${p.units}</td>
                       <td>
                         <${WeightBar} weight=${p.weight} fairShare=${fairShare} evenShare=${evenShare} scale=${scale} />
-                        <span class="muted">${p.weight}${evenShare ? html` · <span data-share-percent>${evenSharePercent(p.weight, evenShare)} %</span>` : null}</span>
+                        <span class="muted weight-text">${p.weight}${evenShare && p.role !== 'batch' ? html` · <span data-share-percent>${evenSharePercent(p.weight, evenShare)} %</span>` : null}</span>
                       </td>
                       <td>${when(p.startedAt)}</td>
                       <td class="num">${duration(Date.parse(p.expiresAt) - d.readAt)}</td>
