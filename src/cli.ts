@@ -12,7 +12,8 @@ program
   .name('leasehold')
   .description('A job runner for AWS Lambda with all of its state in PostgreSQL')
   .version('0.1.0')
-  .showHelpAfterError();
+  // A usage error prints its one line and this hint; the whole help pushed the line off screen.
+  .showHelpAfterError('(run with --help for usage)');
 
 const port = (v: string) => {
   const n = Number(v);
@@ -31,7 +32,7 @@ const positiveInt = (name: string) => (v: string) => {
  * strings in quotes, arrays, objects) are taken as JSON, others as text. A whole number past
  * 2^53 stays text, so it keeps every digit.
  */
-function collectParam(pair: string, params: Record<string, unknown>): Record<string, unknown> {
+function collectParam(pair: string, params: Record<string, unknown> = {}): Record<string, unknown> {
   const at = pair.indexOf('=');
   if (at <= 0) throw new InvalidArgumentError(`--param takes key=value, got "${pair}"`);
   const key = pair.slice(0, at);
@@ -39,8 +40,11 @@ function collectParam(pair: string, params: Record<string, unknown>): Record<str
   let value: unknown;
   try {
     value = JSON.parse(raw);
-  } catch {
+  } catch (e) {
     value = raw;
+    // Text that starts like JSON but is not (a bracket left open) is most likely a mistake: say so.
+    if (/^\s*[[{"]/.test(raw))
+      process.stderr.write(`leasehold: --param ${key}: not valid JSON (${(e as Error).message}); sent as a string\n`);
   }
   // A number JSON cannot carry exactly (an id of 20 digits) stays the text it was.
   if (typeof value === 'number' && !Number.isSafeInteger(value) && /^-?\d+$/.test(raw.trim())) value = raw;
@@ -94,7 +98,9 @@ async function followToEnd(api: ApiClient, id: string): Promise<void> {
   const end = await followBatch(api, id);
   const tolerated = end.status === 'succeeded' && end.counts.failed > 0 ? ' (tolerated)' : '';
   console.log(
-    `batch ${end.id} ${end.status}: ${end.counts.done} done, ${end.counts.failed} failed${tolerated}${end.reason ? `; ${end.reason}` : ''}`,
+    `batch ${end.id} ${end.status}: ${end.counts.done} done, ${end.counts.failed} failed${tolerated}` +
+      (end.status === 'cancelled' ? `, ${end.counts.running + end.counts.pending} not run` : '') +
+      (end.reason ? `; ${end.reason}` : ''),
   );
   if (end.counts.failed > 0) {
     let n = 0;
@@ -103,17 +109,23 @@ async function followToEnd(api: ApiClient, id: string): Promise<void> {
       console.log(`  failed ${item.key}: ${item.error ?? ''}`);
     }
     if (end.counts.failed > LISTED_FAILURES)
-      console.log(`  … ${end.counts.failed - LISTED_FAILURES} more: leasehold batch results ${end.id}`);
+      console.log(`  … ${end.counts.failed - LISTED_FAILURES} more: leasehold batch results ${end.id} --state failed`);
   }
   if (end.status !== 'succeeded') process.exitCode = 1;
 }
+
+/** A tenant name given as an option: an empty one made a path the API answered 405 to. */
+const tenantName = (v: string) => {
+  if (v.trim() === '') throw new InvalidArgumentError('a tenant name is not empty');
+  return v;
+};
 
 /** `--tenant` of the commands on one batch: the tenant-scoped routes. */
 const scopeOption = () =>
   new Option(
     '--tenant <tenant>',
     "use the tenant's own routes (/tenants/TENANT/batches/…), as a per-tenant IAM policy requires; another tenant's batch answers 404",
-  );
+  ).argParser(tenantName);
 
 /** A client on the API, scoped to `tenant` when given. */
 const client = (opts: { api?: string; tenant?: string }) =>
@@ -239,8 +251,8 @@ batch
   .command('start')
   .description('start a batch of JOB')
   .argument('<job>', 'job name, e.g. checksum')
-  .option('--param <key=value>', 'a job param (repeatable); JSON values are parsed', collectParam, {})
-  .option('--tenant <tenant>', 'tenant', 'local')
+  .option('--param <key=value>', 'a job param (repeatable); JSON values are parsed', collectParam)
+  .option('--tenant <tenant>', 'tenant', tenantName, 'local')
   .option('--datasource <name>', 'datasource the batch reads from', 'local')
   .option('--request-key <key>', 'idempotency key: the same key never starts a second batch')
   .option(
@@ -264,7 +276,7 @@ batch
       tenant: opts.tenant,
       datasource: opts.datasource,
       job,
-      params: opts.param,
+      params: opts.param ?? {},
       requestKey: opts.requestKey,
       ...(opts.tolerate ? { toleratedFailures: opts.tolerate } : {}),
       priority: opts.priority,
@@ -311,7 +323,10 @@ batch
         `job       ${b.job} ${JSON.stringify(b.params)}`,
         `tenant    ${b.tenant} / datasource ${b.datasource} / priority ${b.priority}`,
         `status    ${b.status}${b.reason ? ` (${b.reason})` : ''}`,
-        `items     ${b.total}: ${b.counts.done} done, ${b.counts.failed} failed, ${b.counts.running} running, ${b.counts.pending} pending`,
+        `items     ${b.total}: ${b.counts.done} done, ${b.counts.failed} failed, ` +
+          (b.status === 'cancelled'
+            ? `${b.counts.running + b.counts.pending} not run (cancelled)`
+            : `${b.counts.running} running, ${b.counts.pending} pending`),
         `tolerates ${toleranceText(b) ?? 'no failed item (any failure fails the batch once all items ran)'}`,
         `runs      ${b.liveRuns.length} live of ${b.target} wanted (maxConcurrency ${b.maxConcurrency}); ${b.runs} in all${b.redrives ? `; redriven ${b.redrives} time${b.redrives === 1 ? '' : 's'}` : ''}`,
         ...b.liveRuns.map(
@@ -339,7 +354,7 @@ batch
 batch
   .command('list')
   .description('list batches, newest first')
-  .option('--tenant <tenant>', 'only this tenant (through its own route, /tenants/TENANT/batches)')
+  .option('--tenant <tenant>', 'only this tenant (through its own route, /tenants/TENANT/batches)', tenantName)
   .option('--status <status>', 'open | succeeded | failed | cancelled')
   .option('--limit <n>', 'most batches (1..1000, default 100)', positiveInt('--limit'))
   .option('--json', 'print JSON')
@@ -426,10 +441,12 @@ units
         config = JSON.parse(opts.config);
       } catch (e) {
         console.error(`leasehold: --config must be a JSON object: ${(e as Error).message}`);
-        process.exitCode = 2;
+        process.exitCode = 1;
         return;
       }
     }
+    if (opts.endpoint && opts.job !== 'outbox-delivery')
+      console.error(`leasehold: --endpoint is for outbox-delivery units; ${opts.job} does not use it`);
     const r = await new ApiClient(apiUrl(opts.api)).putUnits(tenant, {
       job: opts.job,
       shards: opts.shards,
@@ -438,7 +455,9 @@ units
       config,
     });
     if (opts.json) return console.log(JSON.stringify(r));
-    console.log(`${r.tenant}: ${r.shards} ${r.job} units of weight ${r.weight} (${r.added} added, ${r.removed} removed)`);
+    console.log(
+      `${r.tenant}: ${r.shards} ${r.job} unit${r.shards === 1 ? '' : 's'} of weight ${r.weight} (${r.added} added, ${r.removed} removed)`,
+    );
   });
 
 units
@@ -454,7 +473,7 @@ units
 units
   .command('list')
   .description('list units with their owner process, by tenant and shard')
-  .option('--tenant <tenant>')
+  .option('--tenant <tenant>', 'only this tenant', tenantName)
   .option('--limit <n>', 'most units (1..10000, default 1000)', positiveInt('--limit'))
   .option('--json', 'print JSON')
   .addOption(apiOption)
@@ -486,6 +505,11 @@ units
   });
 
 /** `desired 3, live 3 (1 coming, 2 retiring); 1 batch worker` */
+/** The exact share with at most two decimals (2.67), or `–` from an API that sends none. */
+function evenShareText(evenShare: number | undefined): string {
+  return evenShare === undefined ? '–' : String(Math.round(evenShare * 100) / 100);
+}
+
 function concurrencyLine(c: ApiConcurrency): string {
   const extra = [c.coming ? `${c.coming} coming` : '', c.retiring ? `${c.retiring} retiring` : ''].filter(Boolean).join(', ');
   const batch = c.batch ? `; ${c.batch} batch worker${c.batch === 1 ? '' : 's'} (not counted)` : '';
@@ -504,15 +528,16 @@ program
     if (opts.json) return console.log(JSON.stringify({ fleet, processes }, null, 2));
     console.log(concurrencyLine(fleet));
     console.log(
-      `fair share ${fleet.fairShare} of weight ${fleet.totalWeight}; owned min ${fleet.minWeight}, max ${fleet.maxWeight}` +
+      `fair share ${fleet.fairShare} of weight ${fleet.totalWeight} (even share ${evenShareText(fleet.evenShare)});` +
+        ` owned min ${fleet.minWeight}, max ${fleet.maxWeight}` +
         (fleet.starving ? `; ${fleet.starving} starving` : ''),
     );
     if (processes.length === 0) return console.log('no processes');
     for (const p of processes) {
       const state = p.live ? (p.retiring ? 'retiring' : 'live') : 'expired';
       const share =
-        p.role === 'fleet' && p.live && fleet.fairShare > 0
-          ? ` (${Math.round((100 * p.weight) / fleet.fairShare)} % of fair share)`
+        p.role === 'fleet' && p.live && (fleet.evenShare ?? 0) > 0
+          ? ` (${Math.round((1000 * p.weight) / fleet.evenShare) / 10} % of even share)`
           : '';
       console.log(
         `${p.id}  ${p.role.padEnd(5)}  ${state.padEnd(8)}  ${String(p.units).padStart(5)} units  weight ${String(p.weight).padStart(5)}${share}  ${p.hostname} ${p.version}  started ${p.startedAt}`,
@@ -579,7 +604,7 @@ outbox
       payload = JSON.parse(opts.payload);
     } catch (e) {
       console.error(`leasehold: --payload must be JSON: ${(e as Error).message}`);
-      process.exitCode = 2;
+      process.exitCode = 1;
       return;
     }
     const r = await new ApiClient(apiUrl(opts.api)).sendOutbox(tenant, { key: opts.key, payload });
@@ -616,7 +641,7 @@ tenants
     else if (/^\d{1,10}$/.test(value.trim())) maxRunning = Number(value);
     else {
       console.error('leasehold: maxRunning must be a whole number ≥ 0 or "default"');
-      process.exitCode = 2;
+      process.exitCode = 1;
       return;
     }
     const t = await new ApiClient(apiUrl(opts.api)).setTenantLimit(tenant, maxRunning);

@@ -123,8 +123,9 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
  *   lifted and its crashes forgotten (docs/design.md, "Crashes and quarantine"); 404
  *   `unit_not_found`.
  * - `GET /processes` → 200 `{ fleet, processes }`: `fleet` is `concurrencyView` (views.ts) plus
- *   `totalWeight`, `fairShare`, and the spread of the weight live fleet processes (not retiring)
- *   own now: `minWeight`, `maxWeight`, `starving` (below `fairShare × (1 − shedHysteresis)`);
+ *   `totalWeight`, `fairShare`, `evenShare` (the exact share it rounds up), and the spread of the
+ *   weight live fleet processes (not retiring) own now: `minWeight`, `maxWeight`, `starving`
+ *   (below `fairShare × (1 − shedHysteresis)` and below `fairShare − 1`);
  *   `processes` (live and expired, not yet swept, oldest first) are `[{ id, role, retiring,
  *   hostname, version, startedAt, expiresAt, live, units, weight }]`, `weight` being what each
  *   owns now.

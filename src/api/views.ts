@@ -23,6 +23,7 @@ export function batchView(b: BatchInfo): BatchView {
     status: b.status,
     total: b.total,
     counts: { ...b.counts },
+    notRun: b.status === 'cancelled' ? b.counts.running + b.counts.pending : 0,
     ownerProcess: b.ownerProcess,
     runs: b.runs,
     maxConcurrency: b.maxConcurrency,

@@ -18,8 +18,16 @@ export interface ApiBatch {
   priority: number;
   status: 'open' | 'succeeded' | 'failed' | 'cancelled';
   total: number;
-  /** Items per state. */
+  /**
+   * Items per state, as stored. A cancelled batch keeps the state its items had at the cancel:
+   * its `running` and `pending` ones will never run (see `notRun`).
+   */
   counts: Record<ApiItemState, number>;
+  /**
+   * Items that will never run: a cancelled batch's pending and running items (no run works a
+   * cancelled batch; cancel is for good, and a cancelled batch is never redriven); 0 for any other.
+   */
+  notRun: number;
   /** Process of its oldest live run; null when it has none. */
   ownerProcess: string | null;
   /** Runs that ever worked it (joins and takeovers). */
@@ -160,11 +168,20 @@ export interface ApiConcurrency {
 /** The fleet and its balance, as `GET /processes` returns it next to the processes. */
 export interface ApiFleet extends ApiConcurrency {
   totalWeight: number;
+  /** The weight a live fleet process claims up to: the exact share rounded up. */
   fairShare: number;
+  /**
+   * The exact share (weight left after heavy units over the processes left; 8 over 3: 2.67): a
+   * process's weight against it is its real share of the work.
+   */
+  evenShare: number;
   /** Least and most weight a live fleet process (not retiring) owns. */
   minWeight: number;
   maxWeight: number;
-  /** Live fleet processes owning less than `fairShare × (1 − shedHysteresis)`. */
+  /**
+   * Live fleet processes owning less than `fairShare × (1 − shedHysteresis)`, and less than
+   * `fairShare − 1` (a process one below the rounded-up share is not starving).
+   */
   starving: number;
 }
 

@@ -51,7 +51,10 @@ export class BatchFinishedError extends BatchError {
     readonly batchId: string,
     readonly status: string,
   ) {
-    super('batch_finished', `batch ${batchId} is already ${status}`);
+    super(
+      'batch_finished',
+      status === 'cancelled' ? `batch ${batchId} was cancelled: cancel is for good` : `batch ${batchId} has already ${status}`,
+    );
   }
 }
 

@@ -2,7 +2,7 @@
 // status badges and error notes.
 import { html } from 'htm/preact';
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
-import { ApiCallError, ITEM_STATES, type Batch, type Counts } from './api.js';
+import { ApiCallError, ITEM_STATES, type Batch, type ItemState } from './api.js';
 import { percent } from './format.js';
 
 /** How often a view reloads what it shows, ms. */
@@ -67,15 +67,37 @@ export function StatusBadge({ status }: { status: string }) {
   return html`<span class=${`badge status-${status}`}>${status}</span>`;
 }
 
+/** A part of a batch's items as the page shows it: an item state, or `not run`. */
+export type Shown = ItemState | 'not run';
+
 /**
- * A batch's items by state as one bar (done, failed, running, pending), with the share finished
- * as its value: a `progressbar` whose text says every count.
+ * A batch's items as the page shows them, in order: by state (done, failed, running, pending),
+ * but a cancelled batch's running and pending items as `not run`: no run works them any more.
  */
-export function ProgressBar({ batch }: { batch: Pick<Batch, 'total' | 'counts'> }) {
+export function shownCounts(batch: Pick<Batch, 'status' | 'counts'>): [Shown, number][] {
+  const c = batch.counts;
+  if (batch.status === 'cancelled')
+    return [
+      ['done', c.done],
+      ['failed', c.failed],
+      ['not run', c.running + c.pending],
+    ];
+  return ITEM_STATES.map((s) => [s, c[s]]);
+}
+
+/** The CSS class of a {@link Shown} part. */
+const partClass = (s: Shown) => (s === 'not run' ? 'notrun' : s);
+
+/**
+ * A batch's items by state as one bar ({@link shownCounts}), with the share finished as its
+ * value: a `progressbar` whose text says every count.
+ */
+export function ProgressBar({ batch }: { batch: Pick<Batch, 'total' | 'counts' | 'status'> }) {
   const { total, counts } = batch;
   const finished = counts.done + counts.failed;
   const pct = percent(finished, total);
-  const text = `${pct} %: ${finished} of ${total} finished (${counts.done} done, ${counts.failed} failed, ${counts.running} running, ${counts.pending} pending)`;
+  const parts = shownCounts(batch);
+  const text = `${pct} %: ${finished} of ${total} finished (${parts.map(([s, n]) => `${n} ${s}`).join(', ')})`;
   return html`<div class="progress">
     <div
       class="bar"
@@ -87,16 +109,19 @@ export function ProgressBar({ batch }: { batch: Pick<Batch, 'total' | 'counts'> 
       title=${text}
       data-percent=${pct}
     >
-      ${ITEM_STATES.map((s) => html`<span class=${`seg ${s}`} style=${{ width: `${total ? (100 * counts[s]) / total : 0}%` }}></span>`)}
+      ${parts.map(([s, n]) => html`<span class=${`seg ${partClass(s)}`} style=${{ width: `${total ? (100 * n) / total : 0}%` }}></span>`)}
     </div>
     <span class="pct">${pct} %</span>
   </div>`;
 }
 
-/** The counts of every item state, with their colours. */
-export function CountsLegend({ counts }: { counts: Counts }) {
+/** The counts of a batch's items as {@link shownCounts} has them, with their colours. */
+export function CountsLegend({ batch }: { batch: Pick<Batch, 'status' | 'counts'> }) {
   return html`<ul class="legend">
-    ${ITEM_STATES.map((s) => html`<li><span class=${`swatch ${s}`} aria-hidden="true"></span>${s} <strong>${counts[s]}</strong></li>`)}
+    ${shownCounts(batch).map(
+      ([s, n]) =>
+        html`<li data-part=${s}><span class=${`swatch ${partClass(s)}`} aria-hidden="true"></span>${s} <strong>${n}</strong></li>`,
+    )}
   </ul>`;
 }
 
@@ -104,13 +129,35 @@ export function CountsLegend({ counts }: { counts: Counts }) {
  * The weight a process owns against the fair share: a bar of `weight` on a scale of `scale`,
  * with a mark at `fairShare`.
  */
-export function WeightBar({ weight, fairShare, scale }: { weight: number; fairShare: number | undefined; scale: number }) {
+export function WeightBar({
+  weight,
+  fairShare,
+  evenShare,
+  scale,
+}: {
+  weight: number;
+  fairShare: number | undefined;
+  evenShare?: number;
+  scale: number;
+}) {
   const width = scale > 0 ? Math.min(100, (100 * weight) / scale) : 0;
   const mark = fairShare !== undefined && scale > 0 ? Math.min(100, (100 * fairShare) / scale) : undefined;
   const over = fairShare !== undefined && weight > fairShare;
-  const label = `weight ${weight}${fairShare === undefined ? '' : ` of fair share ${fairShare}`}`;
+  const label =
+    `weight ${weight}${fairShare === undefined ? '' : ` of fair share ${fairShare}`}` +
+    (evenShare ? ` (${evenSharePercent(weight, evenShare)} % of the even share ${round2(evenShare)})` : '');
   return html`<div class="weight" role="img" aria-label=${label} title=${label} data-weight=${weight}>
     <span class=${over ? 'fill over' : 'fill'} style=${{ width: `${width}%` }}></span>
     ${mark === undefined ? null : html`<span class="share" style=${{ left: `${mark}%` }}></span>`}
   </div>`;
+}
+
+/** `weight` against the exact share, in percent with at most one decimal (3 of 8 over 3 processes: 112.5). */
+export function evenSharePercent(weight: number, evenShare: number): number {
+  return Math.round((1000 * weight) / evenShare) / 10;
+}
+
+/** At most two decimals: 2.6666… reads 2.67. */
+export function round2(n: number): number {
+  return Math.round(n * 100) / 100;
 }

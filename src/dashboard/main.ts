@@ -11,7 +11,11 @@ import { FleetView } from './views/fleet.js';
 import { UnitsView } from './views/units.js';
 
 type Route =
-  { view: 'batches'; tenant: string; status: string } | { view: 'batch'; id: string } | { view: 'fleet' } | { view: 'units' };
+  | { view: 'batches'; tenant: string; status: string }
+  | { view: 'batch'; id: string }
+  | { view: 'fleet' }
+  | { view: 'units' }
+  | { view: 'unknown'; path: string };
 
 function parseHash(hash: string): Route {
   const [path, query = ''] = hash.replace(/^#/, '').split('?');
@@ -19,6 +23,8 @@ function parseHash(hash: string): Route {
   if (parts[0] === 'batches' && parts[1]) return { view: 'batch', id: parts[1] };
   if (parts[0] === 'fleet') return { view: 'fleet' };
   if (parts[0] === 'units') return { view: 'units' };
+  // Only the batches list's own addresses show it: any other says it is not a page.
+  if (parts.length > 1 || (parts[0] !== undefined && parts[0] !== 'batches')) return { view: 'unknown', path };
   const q = new URLSearchParams(query);
   return { view: 'batches', tenant: q.get('tenant') ?? '', status: q.get('status') ?? '' };
 }
@@ -43,13 +49,18 @@ function App() {
   const route = useRoute();
   const current = route.view === 'batch' ? 'batches' : route.view;
   useEffect(() => {
-    const titles = { batches: 'Batches', batch: 'Batch', fleet: 'Fleet', units: 'Units and outbox' };
+    const titles = { batches: 'Batches', batch: 'Batch', fleet: 'Fleet', units: 'Units and outbox', unknown: 'No such page' };
     document.title = `${titles[route.view]} · leasehold`;
   }, [route.view]);
   let view;
   if (route.view === 'batch') view = html`<${BatchView} key=${route.id} id=${route.id} />`;
   else if (route.view === 'fleet') view = html`<${FleetView} />`;
   else if (route.view === 'units') view = html`<${UnitsView} />`;
+  else if (route.view === 'unknown')
+    view = html`<section aria-labelledby="unknown-title" data-unknown-route>
+      <h2 id="unknown-title">No such page</h2>
+      <p>The dashboard has no page at <code>#${route.path}</code>. <a href="#/batches">See the batches</a>.</p>
+    </section>`;
   else {
     view = html`<${BatchesView}
       tenant=${route.tenant}

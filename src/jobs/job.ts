@@ -141,9 +141,13 @@ export class JobRegistry {
     const job = this.get(name);
     const parsed = job.params.safeParse(params ?? {});
     if (!parsed.success) {
-      const issue = parsed.error.issues[0];
-      const field = ['params', ...issue.path.map(String)].join('.');
-      throw new InvalidParamsError(field, issue.message);
+      // Every issue, not only the first: the field is the first one's, the message says them all.
+      const fieldOf = (path: PropertyKey[]) => ['params', ...path.map(String)].join('.');
+      const [first, ...rest] = parsed.error.issues;
+      throw new InvalidParamsError(
+        fieldOf(first.path),
+        [first.message, ...rest.map((i) => `${fieldOf(i.path)}: ${i.message}`)].join('; '),
+      );
     }
     const out = await job.expand(parsed.data, {
       ...this.ctx,

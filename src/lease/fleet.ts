@@ -3,7 +3,7 @@
 // membership and unit ownership"); the statements are in sql/fleet.ts.
 import { InvalidSettingError } from '../errors.js';
 import type { Sql } from '../store/index.js';
-import { fairShareOf } from './share.js';
+import { sharesOf } from './share.js';
 import * as q from './sql/fleet.js';
 import { heavyUnits } from './sql/ownership.js';
 
@@ -32,8 +32,10 @@ export interface Fleet {
   batch: number;
   /** Total claimable weight (units with weight > 0). */
   totalWeight: number;
-  /** The fair share of a live fleet process (see {@link fairShareOf}); 0 with none live. */
+  /** The fair share of a live fleet process (see {@link sharesOf}); 0 with none live. */
   fairShare: number;
+  /** The exact share the fair share is rounded up from (see {@link sharesOf}); 0 with none live. */
+  evenShare: number;
   /** Weight each live fleet process not retiring owned at its last heartbeat, in no order. */
   reportedWeights: number[];
 }
@@ -44,7 +46,7 @@ export interface Fleet {
  */
 export async function readFleet(sql: Sql): Promise<Fleet> {
   const r = await q.fleetRows(sql);
-  const fairShare = await fairShareOf(r.totalWeight, r.live, r.heavy, (a) => heavyUnits(sql, a));
+  const { fairShare, evenShare } = await sharesOf(r.totalWeight, r.live, r.heavy, (a) => heavyUnits(sql, a));
   return {
     desired: r.desired,
     live: r.live,
@@ -53,6 +55,7 @@ export async function readFleet(sql: Sql): Promise<Fleet> {
     batch: r.batch,
     totalWeight: r.totalWeight,
     fairShare,
+    evenShare,
     reportedWeights: r.weights,
   };
 }

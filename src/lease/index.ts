@@ -12,7 +12,7 @@ export {
   type LeaserEvent,
 } from './leaser.js';
 export { type UnitKey, type ProcessRole } from './sql/ownership.js';
-export { fairShareOf, balanceOf, type Balance } from './share.js';
+export { fairShareOf, sharesOf, starvingBelow, balanceOf, type Balance, type Shares } from './share.js';
 export { putTenantUnits, listUnits } from './units.js';
 export { deleteTenantUnits, listProcesses, type UnitView, type ProcessView } from './sql/units.js';
 export { releaseUnit, liftQuarantines, UnitNotFoundError } from './units.js';

@@ -3,7 +3,7 @@ import { InvalidSettingError, LeaseholdError } from '../errors.js';
 import { hostname as osHostname } from 'node:os';
 import { systemClock, type Clock } from '../clock.js';
 import { withTimeout, type Sql } from '../store/index.js';
-import { fairShareOf } from './share.js';
+import { fairShareOf, starvingBelow } from './share.js';
 import * as q from './sql/ownership.js';
 import { CRASH_DEFAULTS } from './sql/ownership.js';
 import type { CrashRule, Me, ProcessRole, ShareState, UnitKey, UnitRow } from './sql/ownership.js';
@@ -40,8 +40,8 @@ export interface LeaseConfig {
   sweepCutoffMs: number;
   /**
    * Shed above `fairShare × (1 + shedHysteresis)`, or above the fair share while another live
-   * process owns less than `fairShare × (1 − shedHysteresis)` and nothing is claimable.
-   * Default 0.2.
+   * process starves (owns less than {@link starvingBelow} the fair share) and nothing is
+   * claimable. Default 0.2.
    */
   shedHysteresis: number;
   /** Most units one claim statement takes. Default 64. */
@@ -317,8 +317,7 @@ export class Leaser {
    * of at most `claimBatch` — or, on a tick that claimed nothing with more than one live
    * process, shed down to the fair share (never below it), idle units first, lightest first,
    * when this process owns more than `fairShare × (1 + shedHysteresis)`, or more than the fair
-   * share while another live process owns less than `fairShare × (1 − shedHysteresis)` and
-   * nothing is claimable. The fair share is {@link fairShareOf} the live fleet processes.
+   * share while another live process starves ({@link starvingBelow}) and nothing is claimable. The fair share is {@link fairShareOf} the live fleet processes.
    * Claims nothing when the process's own row is not live (or not its own), or when it retires;
    * a `batch` process neither claims nor reads anything.
    * @throws the store's error.
@@ -510,7 +509,7 @@ export class Leaser {
   private shouldShed(weight: number, fairShare: number, state: ShareState, claimable: boolean): boolean {
     const h = this.config.shedHysteresis;
     if (weight > fairShare * (1 + h)) return true;
-    const starving = state.othersMinWeight !== null && state.othersMinWeight < fairShare * (1 - h);
+    const starving = state.othersMinWeight !== null && state.othersMinWeight < starvingBelow(fairShare, h);
     return weight > fairShare && starving && !claimable;
   }
 

@@ -22,7 +22,27 @@ export type MoreHeavy = (a: { above: number; atMost: number; limit: number }) =>
  * @returns the share, in weight; 0 when nothing is claimable or no process is live.
  */
 export async function fairShareOf(totalWeight: number, live: number, heavy: number[], more: MoreHeavy): Promise<number> {
-  if (live <= 0 || totalWeight <= 0) return 0;
+  return (await sharesOf(totalWeight, live, heavy, more)).fairShare;
+}
+
+/** The fair share and the exact share it is rounded up from. */
+export interface Shares {
+  /** {@link fairShareOf}: whole weight, at least 1 with weight to own; 0 with none or no process. */
+  fairShare: number;
+  /**
+   * What a process owns in an exact split, before rounding up: the weight left after the heavy
+   * units over the processes left (8 over 3 processes: 2.67, whose fair share is 3); 0 with no
+   * weight or no process. A process's weight against it is its real share of the work.
+   */
+  evenShare: number;
+}
+
+/**
+ * {@link fairShareOf} and the exact share it rounds up ({@link Shares}); the same arguments,
+ * the same reads.
+ */
+export async function sharesOf(totalWeight: number, live: number, heavy: number[], more: MoreHeavy): Promise<Shares> {
+  if (live <= 0 || totalWeight <= 0) return { fairShare: 0, evenShare: 0 };
   let rest = totalWeight;
   let n = live;
   let bound = Math.floor(totalWeight / live);
@@ -44,7 +64,17 @@ export async function fairShareOf(totalWeight: number, live: number, heavy: numb
     batch = await more({ above: level, atMost: bound, limit: n - 1 });
     bound = level;
   }
-  return Math.max(1, Math.ceil(rest / n));
+  return { fairShare: Math.max(1, Math.ceil(rest / n)), evenShare: rest / n };
+}
+
+/**
+ * The weight below which a live process is starving: `fairShare × (1 − hysteresis)`, but never
+ * above `fairShare − 1`. The fair share is rounded up, so a fleet split as evenly as it can be
+ * has processes one below it (8 over 3 processes: 3, 3 and 2); they are not starving.
+ * @param hysteresis the shedding hysteresis (`LeaseConfig.shedHysteresis`, default 0.2).
+ */
+export function starvingBelow(fairShare: number, hysteresis: number): number {
+  return Math.min(fairShare * (1 - hysteresis), fairShare - 1);
 }
 
 /** How evenly live processes own their weight against the fair share. */
@@ -53,7 +83,7 @@ export interface Balance {
   minWeight: number;
   /** Most weight a live process owns; 0 when there is none. */
   maxWeight: number;
-  /** Processes owning less than `fairShare × (1 − hysteresis)`: they are starving. */
+  /** Processes owning less than {@link starvingBelow} the fair share: they are starving. */
   starving: number;
 }
 
@@ -63,7 +93,7 @@ export interface Balance {
  */
 export function balanceOf(weights: readonly number[], fairShare: number, hysteresis: number): Balance {
   if (weights.length === 0) return { minWeight: 0, maxWeight: 0, starving: 0 };
-  const line = fairShare * (1 - hysteresis);
+  const line = starvingBelow(fairShare, hysteresis);
   return {
     minWeight: Math.min(...weights),
     maxWeight: Math.max(...weights),

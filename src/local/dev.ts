@@ -2,11 +2,12 @@
 import { createWriteStream, existsSync, readFileSync, realpathSync, statSync } from 'node:fs';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { delimiter, extname, join, relative, resolve } from 'node:path';
-import { pathToFileURL } from 'node:url';
+import { createRequire, Module } from 'node:module';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { Context } from 'aws-lambda';
 import { systemClock } from '../clock.js';
 import { ApiClient } from '../cli/client.js';
-import { followBatch } from '../cli/follow.js';
+import { followBatch, Terminal } from '../cli/follow.js';
 import { countOpenBatches } from '../batch/index.js';
 import { loadConfig } from '../runtime/config.js';
 import { requestWorkerShutdown, resetRuntimeDeps, setLogSink } from '../runtime/index.js';
@@ -17,6 +18,7 @@ import { startEmbedded } from './embedded.js';
 import { dashboardAssets } from './dashboard-assets.js';
 import { startHttpServer } from './http-server.js';
 import { startSink } from './sink.js';
+import { LocalPortInUseError } from './http-util.js';
 import { createInvokeEndpoint, localLambdaEnv, type LocalLambdaHandler } from './invoke-endpoint.js';
 
 /** Options of {@link runDev}; durations in ms. */
@@ -77,6 +79,7 @@ async function loadApp(appFile: string | undefined, cwd: string): Promise<LocalA
   } else {
     const path = resolve(cwd, appFile);
     if (!existsSync(path) || !statSync(path).isFile()) throw new AppFileError(`--app ${appFile}: no such file`);
+    await shareEntryPointsWithRequire();
     if (/^\.[cm]?tsx?$/.test(extname(path))) {
       // Both of tsx's loaders, as `node --import tsx` registers them: a .ts file in a package
       // that is not "type": "module" is loaded as CommonJS.
@@ -103,12 +106,15 @@ async function loadApp(appFile: string | undefined, cwd: string): Promise<LocalA
         '(export const { worker, scheduler, api, trigger, migrate } = createHandlers({ jobs: [...] }))',
     );
   }
-  const mark = (mod.worker as unknown as Record<symbol, unknown>)[HANDLERS_MARK];
+  const mark = (mod.worker as unknown as Record<symbol, { url?: string } | undefined>)[HANDLERS_MARK];
   if (mark === undefined) throw new AppFileError(`${shown}: its worker was not made by createHandlers from 'leasehold/lambda'`);
   if (mark !== HANDLERS_MODULE) {
     throw new AppFileError(
-      `${shown} uses another copy of leasehold (${String(mark)}) than this command (${HANDLERS_MODULE}): ` +
-        "run the app's own: npx leasehold dev --app …",
+      mark.url === HANDLERS_MODULE.url
+        ? `${shown} loaded this copy of leasehold a second time (${HANDLERS_MODULE.url}), as another module instance: ` +
+            'import leasehold and leasehold/lambda by those names only (never a file under dist/)'
+        : `${shown} uses another copy of leasehold (${String(mark.url)}) than this command (${HANDLERS_MODULE.url}): ` +
+            "run the app's own: npx leasehold dev --app …",
     );
   }
   const localFunctions: Record<string, LocalLambdaHandler> = {};
@@ -135,6 +141,29 @@ async function loadApp(appFile: string | undefined, cwd: string): Promise<LocalA
 let tsxRegistered = false;
 
 /**
+ * Make `require('leasehold')` and `require('leasehold/lambda')` return the modules this command
+ * runs. An app whose package is not `"type": "module"` (npm 11's `npm init -y` writes
+ * `"commonjs"`) is loaded as CommonJS, and tsx's CommonJS loader compiles leasehold's ESM files
+ * into a second copy of every module: the app's handlers would then write their logs past
+ * `setLogSink`, never see `requestWorkerShutdown`, and keep a pool `resetRuntimeDeps` does not
+ * close. Seeding the require cache with this command's own module namespaces, by the files the
+ * package's exports resolve to, leaves one copy for both module kinds.
+ */
+async function shareEntryPointsWithRequire(): Promise<void> {
+  const require = createRequire(import.meta.url);
+  for (const entry of ['../index.js', '../lambda.js']) {
+    const url = new URL(entry, import.meta.url);
+    const file = fileURLToPath(url);
+    if (require.cache[file]) continue;
+    const shared = new Module(file);
+    shared.filename = file;
+    shared.loaded = true;
+    shared.exports = await import(url.href);
+    require.cache[file] = shared;
+  }
+}
+
+/**
  * Run the local stack until Ctrl-C (or, with `exitWhenIdle`, until no batch is open): the
  * embedded PostgreSQL unless `DATABASE_URL` is set, migrations, the API behind a local HTTP
  * server, workers behind a local Lambda invoke endpoint, and the scheduler on a timer.
@@ -145,7 +174,9 @@ export async function runDev(options: DevOptions): Promise<number> {
   const cwd = options.cwd ?? process.cwd();
   const stateDir = join(cwd, '.leasehold');
   await mkdir(stateDir, { recursive: true });
-  const say = (line: string) => process.stderr.write(line + '\n');
+  // One writer for the terminal: status lines and stop messages go above the demo's progress bar.
+  const terminal = new Terminal(process.stderr);
+  const say = (line: string) => terminal.say(line);
   const timeoutMs = options.timeoutMs ?? 30_000;
   const concurrency = options.concurrency ?? 8;
   const scheduleMs = options.scheduleMs ?? 5_000;
@@ -274,7 +305,22 @@ export async function runDev(options: DevOptions): Promise<number> {
     // Webhook endpoints for outbox-delivery units: records what it receives. It listens on
     // loopback, which outbox delivery refuses unless allow-listed: allow its address (the
     // handlers read the variable when they check an endpoint).
-    const sink = await startSink({});
+    // Its port is kept in the project folder's state (.leasehold/sink.json), so endpoints
+    // registered against it (outbox-delivery units) still reach it after a restart; a port taken
+    // meanwhile falls back to any free one, and says so.
+    const sinkState = join(stateDir, 'sink.json');
+    const keptPort = readSinkPort(sinkState);
+    let sink;
+    try {
+      sink = await startSink({ port: keptPort ?? 0 });
+    } catch (e) {
+      if (!(e instanceof LocalPortInUseError) || keptPort === undefined) throw e;
+      sink = await startSink({ port: 0 });
+      say(
+        `leasehold dev: the sink's port ${keptPort} is taken; it now listens on ${sink.url}: endpoints registered against ${keptPort} (units put) do not reach it until put again`,
+      );
+    }
+    await writeFile(sinkState, JSON.stringify({ port: new URL(sink.url).port ? Number(new URL(sink.url).port) : 0 }) + '\n');
     stopServices.push(() => sink.close());
     const sinkHost = new URL(sink.url).hostname;
     const allow = process.env.LEASEHOLD_OUTBOX_ALLOW?.trim();
@@ -419,7 +465,7 @@ export async function runDev(options: DevOptions): Promise<number> {
       demo = { id: batch.id, started: Date.now() };
       const files = `${batch.total} ${batch.total === 1 ? 'file' : 'files'}`;
       say(`demo: checksum batch ${batch.id} over ${relative(cwd, demoDir) || demoDir}: ${files}${open ? ' (resumed)' : ''}`);
-      const end = await followBatch(client, batch.id, { signal: stop.signal });
+      const end = await followBatch(client, batch.id, { signal: stop.signal, terminal });
       if (end.status !== 'open') {
         say(
           `demo: batch ${end.status}: ${end.counts.done} done, ${end.counts.failed} failed in ${seconds(end)} s over ${end.runs} run(s)`,
@@ -458,6 +504,16 @@ export async function runDev(options: DevOptions): Promise<number> {
   } finally {
     setLogSink(undefined);
     logStream?.end();
+  }
+}
+
+/** The sink's port an earlier stack in this folder used, if it recorded a valid one. */
+function readSinkPort(file: string): number | undefined {
+  try {
+    const { port } = JSON.parse(readFileSync(file, 'utf8')) as { port?: unknown };
+    return Number.isInteger(port) && (port as number) > 0 && (port as number) < 65536 ? (port as number) : undefined;
+  } catch {
+    return undefined;
   }
 }
 

@@ -72,14 +72,20 @@ export type LocalFunction = {
 export type LocalFunctions = Readonly<Record<string, LocalFunction>>;
 
 /**
- * Marks handlers made by {@link createHandlers} with the URL of the module that made them, so
- * `leasehold dev --app` can tell an app that loaded another copy of leasehold than the CLI's.
+ * Marks handlers made by {@link createHandlers} with {@link HANDLERS_MODULE} of the module instance
+ * that made them, so `leasehold dev --app` can tell an app that loaded another copy of leasehold
+ * than the CLI's.
  * @internal
  */
 export const HANDLERS_MARK: unique symbol = Symbol.for('leasehold.handlers');
 
-/** The value {@link HANDLERS_MARK} holds on handlers made by this copy of the module. @internal */
-export const HANDLERS_MODULE = import.meta.url;
+/**
+ * The value {@link HANDLERS_MARK} holds on handlers made by this copy of the module: an object of
+ * this module instance, so the same file loaded twice (once as ESM, once compiled to CommonJS by
+ * a loader) is told apart too; `url` is the module's file URL.
+ * @internal
+ */
+export const HANDLERS_MODULE: { readonly url: string } = Object.freeze({ url: import.meta.url });
 
 /**
  * The Lambda handlers of a runner that runs `jobs` and `unitJobs`, each wrapped in leasehold's

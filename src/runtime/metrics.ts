@@ -159,7 +159,7 @@ const RUN_ENDED = {
 /**
  * The fleet's balance as one scheduler run read it, one value each per run: `FairShare`,
  * `WeightMin` and `WeightMax` (the spread of the weight live fleet processes own),
- * `StarvingProcesses` (owning less than `fairShare × (1 − shedHysteresis)`),
+ * `StarvingProcesses` (owning less than `fairShare × (1 − shedHysteresis)` and than `fairShare − 1`),
  * `RetiringProcesses`, `BatchProcesses`, and `ProcessesRetired` (asked to retire by this run).
  */
 export function recordFleetBalance(m: RuntimeMetrics, result: Pick<SchedulerResult, 'balance' | 'retired'>): void {

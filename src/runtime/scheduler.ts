@@ -42,8 +42,8 @@ export interface SchedulerResult {
   retired: number;
   /**
    * The fleet after this run, as its process rows say (weights as of each process's last
-   * heartbeat): fair share, spread and starving processes (below `fairShare × (1 −
-   * shedHysteresis)`) of the live fleet processes not retiring, and the processes retiring and
+   * heartbeat): fair share, spread and starving processes (below `starvingBelow`
+   * of the fair share) of the live fleet processes not retiring, and the processes retiring and
    * sent for batches.
    */
   balance: Balance & { fairShare: number; retiring: number; batch: number };

@@ -329,8 +329,7 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
   for (const r of byRun.values()) {
     // A retired process's runs are taken over by the processes that stay (and dispatched by the
     // scheduler): a continuation would only add a worker to a fleet that is too large.
-    if (r.outcome !== 'handed-off' || reason === 'shutdown' || reason === 'retired' || reason === 'schema' || leftMs() <= 0)
-      continue;
+    if (r.outcome !== 'handed-off' || reason !== 'deadline' || shutdown.signal.aborted || leftMs() <= 0) continue;
     try {
       // A continuation is one more worker: reserved under the worker limit like any other.
       const [reserved] = await bounded(
@@ -350,7 +349,9 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
     }
   }
   let replacements = 0;
-  if (reason === 'deadline' && leftMs() > 0) {
+  // A process that reached its deadline while the stack stops (local mode's Ctrl-C) leaves no
+  // replacement: nothing would serve it.
+  if (reason === 'deadline' && !shutdown.signal.aborted && leftMs() > 0) {
     // This process just left the fleet: keep the desired count without waiting for the scheduler.
     try {
       const plan = await bounded(

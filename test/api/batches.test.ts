@@ -316,6 +316,10 @@ describe('POST /batches/{id}/cancel', () => {
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ id: created.body.id, status: 'cancelled' });
     expect(res.body.finishedAt).not.toBeNull();
+    // Its items stay as they were (pending here), and will never run: they show as not run.
+    expect(res.body.counts.pending).toBe(created.body.total);
+    expect(res.body.notRun).toBe(created.body.total);
+    expect(created.body.notRun).toBe(0);
     const again = await call(deps, 'POST', `/batches/${created.body.id}/cancel`);
     expect(again.status).toBe(409);
     expect(again.body.error.code).toBe('batch_finished');
@@ -329,7 +333,7 @@ describe('POST /batches/{id}/cancel', () => {
     await db.sql`update leasehold_batches set status = 'succeeded', finished_at = now() where id = ${created.body.id}`;
     const res = await call(deps, 'POST', `/batches/${created.body.id}/cancel`);
     expect(res.status).toBe(409);
-    expect(res.body.error).toEqual({ code: 'batch_finished', message: `batch ${created.body.id} is already succeeded` });
+    expect(res.body.error).toEqual({ code: 'batch_finished', message: `batch ${created.body.id} has already succeeded` });
   });
 
   it('answers 404 for an unknown batch', async () => {

@@ -106,6 +106,11 @@ describe('leasehold dev', () => {
 
     const second = await leasehold(['dev', '--exit-when-idle'], {});
     expect(second.code, second.stderr).toBe(0);
+    // The sink keeps its port across starts in one folder (.leasehold/sink.json), so endpoints
+    // registered against it still reach it.
+    const sinkOf = (stderr: string) => /sink +(http:\/\/127\.0\.0\.1:\d+)/.exec(stderr)?.[1];
+    expect(sinkOf(first.stderr)).toBeDefined();
+    expect(sinkOf(second.stderr)).toBe(sinkOf(first.stderr));
     const [end] = await db.sql`select status from leasehold_batches where id = ${id}`;
     expect(end.status).toBe('succeeded');
     const [counts] = await db.sql`select count(*) filter (where state = 'done') as done, count(*) as total

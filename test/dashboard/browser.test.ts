@@ -131,6 +131,8 @@ describe('the dashboard in a browser, against leasehold dev', () => {
 
     await page.getByRole('button', { name: 'Redrive failed items' }).click();
     await page.getByRole('status').getByText('Redrive 1: 2 failed items pending again.').waitFor();
+    // The hint and the result read as two sentences, a space between them.
+    expect(await page.getByRole('status').locator('xpath=..').textContent()).toMatch(/\. Redrive 1: 2 failed/);
     await page.locator('.facts .badge', { hasText: 'succeeded' }).waitFor({ timeout: 30_000 });
     await page.getByLabel('State').selectOption('');
     const redriven = page.locator('tr[data-item="item-0004"]');
@@ -217,7 +219,14 @@ describe('the dashboard in a browser, against leasehold dev', () => {
         )
         .toBe(8);
       const label = await page.locator('.weight').first().getAttribute('aria-label');
-      expect(label).toMatch(/^weight \d+ of fair share \d+$/);
+      // Against the fair share (the bar's mark) and the exact share it rounds up (the percent).
+      expect(label).toMatch(/^weight \d+ of fair share \d+ \([\d.]+ % of the even share [\d.]+\)$/);
+      const even = Number(await page.locator('dd[data-even-share]').getAttribute('data-even-share'));
+      // A fleet process's row (a batch worker's has no share of the units).
+      const fleetRow = live.filter({ has: page.locator('[data-share-percent]') }).first();
+      const first = Number(await fleetRow.locator('.weight').getAttribute('data-weight'));
+      expect(await fleetRow.locator('[data-share-percent]').textContent()).toBe(`${Math.round((1000 * first) / even) / 10} %`);
+      await page.locator('[data-weight-legend]').getByText('above the fair share').waitFor();
       await page.locator(`table.expired tr[data-process="${dead}"]`).getByText('gone-host').waitFor();
 
       await page.getByLabel('Desired live processes').fill('2');
@@ -229,6 +238,40 @@ describe('the dashboard in a browser, against leasehold dev', () => {
       expect(browser.pageErrors).toEqual([]);
     },
   );
+
+  browserTest("shows a cancelled batch's unfinished items as not run, and that it is never redriven", async () => {
+    const batch = await start('slow', { n: 200, ms: 300 });
+    await expect.poll(async () => (await dev.api.getBatch(batch.id)).counts.running, { timeout: 30_000 }).toBeGreaterThan(0);
+    const cancelled = await dev.api.cancelBatch(batch.id);
+    await page.goto(`${dev.url}/#/batches/${batch.id}`);
+    const notRun = page.locator('.legend [data-part="not run"] strong');
+    await notRun.waitFor();
+    const after = await dev.api.getBatch(batch.id);
+    expect(after.notRun).toBeGreaterThan(0);
+    expect(Number(await notRun.textContent())).toBe(after.notRun);
+    expect(await page.locator('.legend [data-part="running"]').count()).toBe(0);
+    expect(await page.getByRole('progressbar').getAttribute('aria-valuetext')).toContain(`${after.notRun} not run`);
+    expect(await page.locator('#redrive-help').textContent()).toContain('A cancelled batch is never redriven');
+    expect(cancelled.status).toBe('cancelled');
+    expect(browser.pageErrors).toEqual([]);
+  });
+
+  browserTest('says so for an unknown batch or page, instead of loading for ever or showing another page', async () => {
+    await page.goto(`${dev.url}/#/batches/${randomUUID()}`);
+    await page
+      .locator('[role="alert"]')
+      .getByText(/HTTP 404/)
+      .waitFor();
+    await page.locator('[data-no-batch]').waitFor();
+    expect(await page.getByText('Loading…').count()).toBe(0);
+    await page.goto(`${dev.url}/#/no-such-view`);
+    await page.locator('[data-unknown-route]').getByText('#/no-such-view').waitFor();
+    await expect.poll(() => page.title()).toBe('No such page · leasehold');
+    expect(await page.getByRole('heading', { name: 'Batches' }).count()).toBe(0);
+    // The unknown batch's 404s, and nothing else; the next tests start clean.
+    expect(browser.pageErrors.filter((e) => !/status of 404/.test(e))).toEqual([]);
+    browser.pageErrors.length = 0;
+  });
 
   browserTest("shows each tenant's units, owners and outbox backlog per endpoint", async () => {
     await page.goto(`${dev.url}/#/units`);

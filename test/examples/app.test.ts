@@ -51,12 +51,16 @@ describe('examples/app', () => {
       readme.indexOf('## Use it in your app'),
       readme.indexOf('\n## ', readme.indexOf('## Use it in your app') + 1),
     );
-    for (const file of ['src/jobs.ts', 'src/leasehold.ts', 'sst.config.ts']) {
+    for (const file of ['src/jobs.ts', 'src/leasehold.ts', 'src/functions/score.ts', 'sst.config.ts']) {
       const at = section.indexOf(`(\`${file}\`)`);
       expect(at, file).toBeGreaterThan(0);
       const block = /```ts\n([\s\S]*?)```/.exec(section.slice(at))![1];
       expect(block, file).toBe(readFileSync(join(APP, file), 'utf8'));
     }
+    const at = section.indexOf('(`tsconfig.json`)');
+    expect(at).toBeGreaterThan(0);
+    const tsconfig = /```json\n([\s\S]*?)```/.exec(section.slice(at))![1]!;
+    expect(JSON.parse(tsconfig)).toEqual(JSON.parse(readFileSync(join(APP, 'tsconfig.json'), 'utf8')));
   });
 
   describe('sst.config.ts, evaluated', () => {

@@ -8,10 +8,11 @@
 // a process that uses the app's `postgres`, and never one that uses leasehold, installed or
 // bundled as SST bundles the app's handler file.
 import { execFile } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { promisify } from 'node:util';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { finishedBatch, killDevProcesses, outputs, startDev } from '../support/dev-process.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
@@ -25,58 +26,76 @@ let db: TestDatabase;
 let dir: string;
 let app: string;
 let files: string[];
+/** The staged package.json before `npm pack`, and after it. */
+let stagedManifest: string;
+let stageAfterPack: string;
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'leasehold-packed-'));
-  // dist/ is built by the test setup; --ignore-scripts keeps `prepack` from rebuilding it under
-  // the other test files.
-  const packed = await run('npm', ['pack', '--ignore-scripts', '--json', '--pack-destination', dir], {
-    cwd: ROOT,
-    timeout: 60_000,
-  });
-  const [info] = JSON.parse(packed.stdout) as { filename: string; files: { path: string }[] }[];
+  // dist/ is built by the test setup, and `prepack` would rebuild it under the other test files:
+  // the pack runs in a copy of what it packs, with the real `npm pack` lifecycle but `prepack`
+  // without its build step (what follows the build is what puts the tarball's manifest together).
+  const stage = join(dir, 'stage');
+  for (const path of ['package.json', 'README.md', 'bin', 'docs', 'dist', 'scripts/pack-manifest.mjs'])
+    cpSync(join(ROOT, path), join(stage, path), { recursive: true });
+  const manifest = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
+  const build = 'node scripts/build.mjs && ';
+  expect(manifest.scripts.prepack!.startsWith(build), manifest.scripts.prepack).toBe(true);
+  manifest.scripts.prepack = manifest.scripts.prepack!.slice(build.length);
+  stagedManifest = JSON.stringify(manifest, null, 2) + '\n';
+  writeFileSync(join(stage, 'package.json'), stagedManifest);
+  const packed = await run('npm', ['pack', '--json', '--pack-destination', dir], { cwd: stage, timeout: 60_000 });
+  // npm prints the lifecycle scripts' output before its JSON.
+  const [info] = JSON.parse(packed.stdout.slice(packed.stdout.indexOf('['))) as { filename: string; files: { path: string }[] }[];
   files = info!.files.map((f) => f.path);
+  stageAfterPack = readFileSync(join(stage, 'package.json'), 'utf8');
 
+  // The app as README's "Use it in your app" makes it, literally: `npm init -y` (npm 11 writes
+  // "type": "commonjs"), its install commands (the tarball's path put in), its tsconfig.json and
+  // its files.
   app = join(dir, 'app');
-  mkdirSync(join(app, 'src'), { recursive: true });
-  writeFileSync(
-    join(app, 'package.json'),
-    JSON.stringify({
-      name: 'packed-app',
-      private: true,
-      type: 'module',
-      dependencies: { leasehold: `file:${join(dir, info!.filename)}`, zod: '^4.6.7' },
-    }),
-  );
-  writeFileSync(
-    join(app, 'src', 'leasehold.ts'),
-    `import { defineJob } from 'leasehold';
-import { createHandlers } from 'leasehold/lambda';
-import * as z from 'zod';
-
-/** params { n }, items 0..n-1, output 2i. */
-const double = defineJob({
-  name: 'double',
-  description: 'twice every i in 0..n-1',
-  params: z.object({ n: z.number().int().min(1).max(1000) }),
-  async expand({ n }) {
-    return { items: Array.from({ length: n }, (_, i) => ({ key: String(i), input: i })) };
-  },
-  async run(item) {
-    return 2 * (item.input as number);
-  },
-});
-
-export const { worker, scheduler, api, trigger, migrate } = createHandlers({ jobs: [double] });
-`,
-  );
+  mkdirSync(app, { recursive: true });
+  await run('npm', ['init', '-y'], { cwd: app, timeout: 30_000 });
+  const section = readmeSection();
+  const commands = /```sh\n([\s\S]*?)```/
+    .exec(section)![1]!
+    .split('\n')
+    .map((l) => l.replace(/\s+#.*$/, '').trim());
+  expect(commands.filter(Boolean).map((c) => c.split(' ').slice(0, 2).join(' '))).toEqual([
+    'npm init',
+    'npm install',
+    'npm install',
+  ]);
+  for (const command of commands.filter((c) => c.startsWith('npm install'))) {
+    const args = command
+      .split(/\s+/)
+      .slice(1)
+      .map((a) => (a.endsWith('leasehold-0.1.0.tgz') ? join(dir, info!.filename) : a));
+    await run('npm', [...args, '--prefer-offline', '--no-audit', '--no-fund'], { cwd: app, timeout: 240_000 });
+  }
+  const blockAfter = (file: string, lang: string) => {
+    const at = section.indexOf(`(\`${file}\`)`);
+    expect(at, file).toBeGreaterThan(0);
+    return new RegExp('```' + lang + '\\n([\\s\\S]*?)```').exec(section.slice(at))![1]!;
+  };
+  writeFileSync(join(app, 'tsconfig.json'), blockAfter('tsconfig.json', 'json'));
+  for (const file of ['src/jobs.ts', 'src/leasehold.ts', 'src/functions/score.ts', 'sst.config.ts']) {
+    mkdirSync(dirname(join(app, file)), { recursive: true });
+    writeFileSync(join(app, file), blockAfter(file, 'ts'));
+  }
   writeFileSync(join(app, 'death.mjs'), DEATH_SCRIPT);
-  await run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund'], { cwd: app, timeout: 240_000 });
   db = await testDatabase();
   // Statement triggers that terminate their own backend once per arming (disarmed: the other
   // tests start batches).
   await installBackendKiller(db.sql);
 }, 300_000);
+
+/** README's "Use it in your app" section. */
+function readmeSection(): string {
+  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+  const at = readme.indexOf('## Use it in your app');
+  return readme.slice(at, readme.indexOf('\n## ', at + 1));
+}
 
 /**
  * The connection-death scenario (issue 9 item 3) as an app runs it: 4 times, a transaction whose
@@ -165,12 +184,26 @@ describe('the packed package', () => {
       files.filter((f) => /^(src|test|functions|examples|bench|scripts)\//.test(f) || (/\.ts$/.test(f) && !/\.d\.ts$/.test(f))),
     ).toEqual([]);
     // Nothing runs when an app installs it (patch-package, for one, is not there: the driver's
-    // patch ships applied, in dist/vendor).
-    const { scripts = {} } = JSON.parse(readFileSync(join(app, 'node_modules', 'leasehold', 'package.json'), 'utf8')) as {
+    // patch ships applied, in dist/vendor): the packed manifest has no scripts at all, so npm
+    // lists none for approval; the clone's package.json is put back as it was.
+    const installed = JSON.parse(readFileSync(join(app, 'node_modules', 'leasehold', 'package.json'), 'utf8')) as {
       scripts?: Record<string, string>;
+      bin?: unknown;
+      exports?: unknown;
     };
-    expect(Object.keys(scripts).filter((s) => /^(pre|post)?install$/.test(s))).toEqual([]);
+    expect(installed.scripts).toBeUndefined();
+    expect(installed.bin).toEqual({ leasehold: 'bin/leasehold.js' });
+    expect(installed.exports).toBeDefined();
+    expect(stageAfterPack).toBe(stagedManifest);
   });
+
+  it("type-checks as README's tsconfig.json has it, with the TypeScript it installs", async () => {
+    expect(JSON.parse(readFileSync(join(app, 'package.json'), 'utf8'))).toMatchObject({ type: 'commonjs' });
+    const r = await run(process.execPath, [join(app, 'node_modules', 'typescript', 'bin', 'tsc'), '--noEmit'], {
+      cwd: app,
+    }).catch((e: { stdout: string; code: number }) => e);
+    expect('code' in r ? r.stdout : '').toBe('');
+  }, 60_000);
 
   it('installs into another app, whose leasehold dev --app runs its own job to the end', async () => {
     const dev = await startDev(
@@ -186,21 +219,37 @@ describe('the packed package', () => {
       // The installed package serves its dashboard.
       expect(await (await fetch(`${dev.url}/`)).text()).toContain('/dashboard/app.js');
       expect((await fetch(`${dev.url}/dashboard/app.js`)).headers.get('content-type')).toBe('text/javascript; charset=utf-8');
-      const { batch } = await dev.api.startBatch({ tenant: 'acme', datasource: 'numbers', job: 'double', params: { n: 50 } });
+      const { batch } = await dev.api.startBatch({ tenant: 'acme', datasource: 'numbers', job: 'squares', params: { n: 50 } });
       expect(batch.total).toBe(50);
       const end = await finishedBatch(dev.api, batch.id);
       expect(end.status).toBe('succeeded');
       const { byKey, states } = await outputs(dev.api, batch.id);
       expect(states).toEqual(new Set(['done']));
-      expect(byKey).toEqual(Object.fromEntries(Array.from({ length: 50 }, (_, i) => [String(i), 2 * i])));
-      // Only the app's job: the built-in ones are opt-in.
+      expect(byKey).toEqual(Object.fromEntries(Array.from({ length: 50 }, (_, i) => [String(i).padStart(5, '0'), i * i])));
+      // Only the app's jobs: the built-in ones are opt-in.
       await expect(
         dev.api.startBatch({ tenant: 'acme', datasource: 'files', job: 'checksum', params: { dir: app } }),
       ).rejects.toMatchObject({ status: 404 });
+      // Fleet processes owning units when Ctrl-C comes (their checks go nowhere: port 9).
+      await dev.api.putUnits('acme', { job: 'uptime-check', shards: 2, config: { urls: ['http://127.0.0.1:9/'] } });
+      await dev.api.setConcurrency(2);
+      const until = Date.now() + 30_000;
+      while ((await dev.api.listUnits({})).some((u) => !u.owner)) {
+        if (Date.now() > until) throw new Error(`units never owned:\n${dev.stderr()}`);
+        await sleep(100);
+      }
     } finally {
       const stopped = await dev.stop();
       expect(stopped.code, stopped.stderr).toBe(0);
       expect(stopped.stderr).toMatch(/nothing left owned/);
+      // One copy of leasehold for the app, CommonJS as it is: its function logs and metric lines
+      // went to .leasehold/dev.log, not to the terminal, and the stop reached its workers, which
+      // returned at once with nothing replaced.
+      expect(`${stopped.stdout}${stopped.stderr}`).not.toMatch(/^\{"(level|_aws)"/m);
+      const log = readFileSync(join(app, '.leasehold', 'dev.log'), 'utf8');
+      expect(log).toMatch(/"message":"scheduler run"/);
+      expect(log).toMatch(/"message":"worker returning".*"reason":"shutdown"/);
+      expect(log).not.toMatch(/replacement invoke failed|continuation invoke failed/);
     }
   }, 120_000);
 

@@ -1,11 +1,11 @@
 // The scheduler reads the fleet's balance from the process rows (the weight each process's
 // heartbeat reported) and records it as EMF: fair share, spread and starving processes.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { putTenantUnits, setDesired } from '../../src/lease/index.js';
+import { balanceOf, putTenantUnits, readFleet, setDesired } from '../../src/lease/index.js';
 import { loadConfig, metricsFor, recordFleetBalance, runScheduler, setLogSink } from '../../src/runtime/index.js';
 import { type Dispatcher } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import { concurrently, member } from '../support/lease.js';
+import { clear, concurrently, member } from '../support/lease.js';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -68,5 +68,34 @@ describe('the balance of the fleet', () => {
     expect(after.balance).toMatchObject({ fairShare: 10, starving: 0, retiring: 0, batch: 0 });
     expect(after.balance.minWeight).toBeGreaterThanOrEqual(8);
     expect(after.balance.maxWeight).toBeLessThanOrEqual(12);
+  });
+
+  it('a fleet split as evenly as the ceiling share allows has nobody starving, and each process is measured against the exact share', async () => {
+    await clear(db.sql);
+    // Weights {1, 1, 1, 1, 2, 2}: 8 over 3 processes, fair share ceil(8 / 3) = 3, best split 3, 3, 2.
+    await putTenantUnits(db.sql, 'light', { job: 'sync', shards: 4, weight: 1 });
+    await putTenantUnits(db.sql, 'heavy', { job: 'sync', shards: 2, weight: 2 });
+    await setDesired(db.sql, 3);
+    const config = loadConfig({ DATABASE_URL: db.url });
+    const three = [0, 1, 2].map(() => member(db.sql));
+    for (let t = 0; t < 6; t++) {
+      await concurrently(three, (m) => m.leaser.heartbeat());
+      await concurrently(three, (m) => m.leaser.tick());
+    }
+    await concurrently(three, (m) => m.leaser.heartbeat());
+    const r = await runScheduler({ sql: db.sql, config, dispatcher: nobody });
+    expect(r.balance).toMatchObject({ fairShare: 3, minWeight: 2, maxWeight: 3, starving: 0 });
+    const fleet = await readFleet(db.sql);
+    expect(fleet.evenShare).toBeCloseTo(8 / 3, 10);
+    expect([...fleet.reportedWeights].sort()).toEqual([2, 3, 3]);
+    // 3 is 112.5 % of the exact share, 2 is 75 %.
+    expect(fleet.reportedWeights.map((w) => Math.round((1000 * w) / fleet.evenShare) / 10).sort()).toEqual([112.5, 112.5, 75]);
+    // One below the ceiling is not starving; two below is.
+    expect(balanceOf([3, 3, 2], 3, 0.2).starving).toBe(0);
+    expect(balanceOf([3, 4, 1], 3, 0.2).starving).toBe(1);
+    expect(balanceOf([10, 10, 8], 10, 0.2).starving).toBe(0);
+    expect(balanceOf([11, 11, 7], 10, 0.2).starving).toBe(1);
+    for (const m of three) await m.leaser.release();
+    await clear(db.sql);
   });
 });

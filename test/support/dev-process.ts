@@ -11,8 +11,10 @@ export interface DevProcess {
   api: ApiClient;
   /** What it wrote to stderr so far. */
   stderr(): string;
+  /** What it wrote to stdout so far. */
+  stdout(): string;
   /** Ctrl-C, then wait for it to exit (SIGKILL after `timeoutMs`). */
-  stop(timeoutMs?: number): Promise<{ code: number | null; stderr: string }>;
+  stop(timeoutMs?: number): Promise<{ code: number | null; stderr: string; stdout: string }>;
 }
 
 const running = new Set<ChildProcess>();
@@ -61,12 +63,13 @@ export async function startDev(
     url,
     api: new ApiClient(url),
     stderr: () => stderr,
+    stdout: () => stdout,
     async stop(timeoutMs = 30_000) {
       child.kill('SIGINT');
       const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
       const code = await exited;
       clearTimeout(timer);
-      return { code, stderr };
+      return { code, stderr, stdout };
     },
   };
 }

@@ -17,6 +17,7 @@ export async function listProcessesRoute(_event: APIGatewayProxyEventV2, deps: A
       ...concurrencyView(fleet),
       totalWeight: fleet.totalWeight,
       fairShare: fleet.fairShare,
+      evenShare: fleet.evenShare,
       ...balanceOf(owning, fleet.fairShare, hysteresis),
     },
     processes: processes.map(processView),

@@ -24,7 +24,10 @@ export function BatchView({ id }: { id: string }) {
     <${ErrorNote} error=${batch.error} />
     ${
       b === undefined
-        ? html`<p>Loading…</p>`
+        ? batch.error
+          ? // Nothing to wait for: the error says why (404: no such batch, or retention deleted it).
+            html`<p data-no-batch><a href="#/batches">See the batches</a>.</p>`
+          : html`<p>Loading…</p>`
         : html`
           <dl class="facts">
             <div><dt>Status</dt><dd><${StatusBadge} status=${b.status} /></dd></div>
@@ -53,7 +56,7 @@ export function BatchView({ id }: { id: string }) {
             ${b.reason ? html`<div class="wide"><dt>Reason</dt><dd data-reason>${b.reason}</dd></div>` : null}
           </dl>
           <${ProgressBar} batch=${b} />
-          <${CountsLegend} counts=${b.counts} />
+          <${CountsLegend} batch=${b} />
           <${Runs} batch=${b} />
           <div class="actions">
             <${RedriveButton} batch=${b} onDone=${reload} />
@@ -131,8 +134,15 @@ function RedriveButton({ batch, onDone }: { batch: Batch; onDone: () => void }) 
   return html`<span>
     <button type="button" disabled=${!can || busy} onClick=${redrive} aria-describedby="redrive-help">Redrive failed items</button>
     <span id="redrive-help" class="muted">
-      ${can ? ` ${batch.counts.failed} failed item${batch.counts.failed === 1 ? '' : 's'} go back to pending with fresh attempts.` : ' Only a finished batch with failed items can be redriven.'}
+      ${
+        can
+          ? ` ${batch.counts.failed} failed item${batch.counts.failed === 1 ? '' : 's'} go back to pending with fresh attempts.`
+          : batch.status === 'cancelled'
+            ? ' A cancelled batch is never redriven: cancel is for good. Start a new batch for its items.'
+            : ' Only a finished batch with failed items can be redriven.'
+      }
     </span>
+    ${' '}
     <span role="status" class=${note && !note.ok ? 'error' : 'ok'}>${note?.text ?? ''}</span>
   </span>`;
 }
@@ -178,7 +188,11 @@ function Items({ batch }: { batch: Batch }) {
               ${page.data.items.map(
                 (i) => html`<tr data-item=${i.key} data-state=${i.state}>
                   <td><code>${i.key}</code></td>
-                  <td><span class=${`state ${i.state}`}>${i.state}</span></td>
+                  <td>${
+                    batch.status === 'cancelled' && (i.state === 'running' || i.state === 'pending')
+                      ? html`<span class="state notrun" title=${`${i.state} when the batch was cancelled`}>not run</span>`
+                      : html`<span class=${`state ${i.state}`}>${i.state}</span>`
+                  }</td>
                   <td class="num">${i.attempts}</td>
                   <td class=${i.error ? 'item-error' : 'muted'}>${i.error ?? brief(i.output)}</td>
                 </tr>`,

@@ -5,6 +5,19 @@ import uPlot from 'uplot';
 import type { Series } from '../api.js';
 import { duration } from '../format.js';
 
+/** Room for the y axis: its longest tick label in the axis font, plus the ticks and the gap, px. */
+const yAxisSize: uPlot.Axis.Size = (self, values, axisIdx, cycleNum) => {
+  const axis = self.axes[axisIdx] as uPlot.Axis & { _size?: number };
+  // uPlot asks again while it settles the layout; the first answer stands.
+  if (cycleNum > 1 && axis._size) return axis._size;
+  const longest = (values ?? []).reduce((a, v) => (String(v).length > a.length ? String(v) : a), '');
+  self.ctx.save();
+  self.ctx.font = String((axis.font as unknown as string[] | undefined)?.[0] ?? '12px system-ui');
+  const text = self.ctx.measureText(longest).width / (window.devicePixelRatio || 1);
+  self.ctx.restore();
+  return Math.ceil(text + 20);
+};
+
 /** Items finished per bucket of a batch's life: done and failed, as stepped lines. */
 export function FinishedChart({ series }: { series: Series }) {
   const box = useRef<HTMLDivElement>(null);
@@ -34,7 +47,12 @@ export function FinishedChart({ series }: { series: Series }) {
             x: { time: true, range: () => span.current },
             y: { range: (_u, _min, max) => [0, Math.max(1, max)] },
           },
-          axes: [{ stroke: '#3d444d' }, { stroke: '#3d444d', size: 44 }],
+          // x: at least 90 px between time ticks, so a short batch's are not crowded; y: as wide
+          // as its longest label ("10,000" was clipped at a fixed 44 px).
+          axes: [
+            { stroke: '#3d444d', space: 90 },
+            { stroke: '#3d444d', size: yAxisSize },
+          ],
           series: [
             {},
             {

@@ -3,7 +3,7 @@
 import { html } from 'htm/preact';
 import { useState } from 'preact/hooks';
 import { api, type Fleet, type Process } from '../api.js';
-import { ErrorNote, WeightBar, message, usePoll } from '../components.js';
+import { ErrorNote, WeightBar, evenSharePercent, message, round2, usePoll } from '../components.js';
 import { duration, shortId, when } from '../format.js';
 
 interface FleetData {
@@ -33,6 +33,7 @@ export function FleetView() {
   const live = d?.processes.filter((p) => p.live) ?? [];
   const expired = d?.processes.filter((p) => !p.live) ?? [];
   const fairShare = d?.fleet.fairShare;
+  const evenShare = d?.fleet.evenShare;
   const scale = Math.max(1, fairShare ?? 0, ...live.map((p) => p.weight)) * 1.15;
   return html`<section aria-labelledby="fleet-title">
     <h2 id="fleet-title">Fleet</h2>
@@ -49,6 +50,7 @@ export function FleetView() {
             ${d.fleet.batch !== undefined ? html`<div><dt>Batch workers</dt><dd>${d.fleet.batch}</dd></div>` : null}
             <div><dt>Claimable weight</dt><dd>${d.fleet.totalWeight ?? '–'}</dd></div>
             <div><dt>Fair share</dt><dd>${fairShare ?? '–'}</dd></div>
+            ${evenShare ? html`<div><dt>Even share</dt><dd data-even-share=${evenShare}>${round2(evenShare)}</dd></div>` : null}
           </dl>
           <${DesiredControl} desired=${d.desired} onDone=${polled.reload} />
           <h3>Live processes</h3>
@@ -74,13 +76,22 @@ export function FleetView() {
                       <td>${p.hostname}</td>
                       <td>${p.role ?? '–'}${p.retiring ? ' (retiring)' : ''}</td>
                       <td class="num">${p.units}</td>
-                      <td><${WeightBar} weight=${p.weight} fairShare=${fairShare} scale=${scale} /> <span class="muted">${p.weight}</span></td>
+                      <td>
+                        <${WeightBar} weight=${p.weight} fairShare=${fairShare} evenShare=${evenShare} scale=${scale} />
+                        <span class="muted weight-text">${p.weight}${evenShare && p.role !== 'batch' ? html` · <span data-share-percent>${evenSharePercent(p.weight, evenShare)} %</span>` : null}</span>
+                      </td>
                       <td>${when(p.startedAt)}</td>
                       <td class="num">${duration(Date.parse(p.expiresAt) - d.readAt)}</td>
                     </tr>`,
                   )}
                 </tbody>
-              </table>`
+              </table>
+              <ul class="legend" aria-label="Legend of the weight bars" data-weight-legend>
+                <li><span class="swatch owned"></span>weight owned</li>
+                <li><span class="swatch over"></span>above the fair share</li>
+                <li><span class="swatch share-mark"></span>the fair share (the exact share rounded up)</li>
+                ${evenShare ? html`<li>N %: the weight against the even share, ${round2(evenShare)} (a process's real part of the work)</li>` : null}
+              </ul>`
           }
           <h3>Expired, not yet swept</h3>
           ${

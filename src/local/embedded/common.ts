@@ -42,7 +42,8 @@ export class EmbeddedDataDirInUseError extends EmbeddedPostgresError {
     super(
       'embedded_data_dir_in_use',
       `The embedded PostgreSQL data folder ${dir} is in use by ${holder}. ` +
-        'Stop it first, or use another data folder, or set DATABASE_URL to use an existing PostgreSQL.',
+        "Stop it first, run leasehold dev from another project folder (its data is that folder's .leasehold/pgdata), " +
+        'or set DATABASE_URL to use an existing PostgreSQL.',
     );
   }
 }

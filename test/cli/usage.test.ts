@@ -1,0 +1,48 @@
+// The command's edges that need no API: a usage error is one line and a hint (not the whole help),
+// every argument error exits 1, and what it sends it says it sends.
+import { execFile } from 'node:child_process';
+import { resolve } from 'node:path';
+import { promisify } from 'node:util';
+import { describe, expect, it } from 'vitest';
+
+const BIN = resolve(import.meta.dirname, '../../bin/leasehold.js');
+const run = promisify(execFile);
+/** No API answers here: a command that got past its arguments fails to connect. */
+const NOWHERE = 'http://127.0.0.1:9';
+
+async function leasehold(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return run(process.execPath, [BIN, ...args], { env: { ...process.env, LEASEHOLD_API_URL: NOWHERE } }).then(
+    (r) => ({ code: 0, ...r }),
+    (e: { code: number; stdout: string; stderr: string }) => ({ code: e.code, stdout: e.stdout, stderr: e.stderr }),
+  );
+}
+
+describe('the leasehold command, before it calls the API', () => {
+  it('answers a usage error with its line and a hint, exit 1, and refuses an empty tenant before any request', async () => {
+    const r = await leasehold(['batch', 'show', 'some-id', '--tenant', '']);
+    expect(r.code).toBe(1);
+    expect(r.stderr.trim().split('\n')).toEqual([
+      "error: option '--tenant <tenant>' argument '' is invalid. a tenant name is not empty",
+      '(run with --help for usage)',
+    ]);
+    const unknown = await leasehold(['batch', 'sho']);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).not.toMatch(/Commands:|Options:/);
+  });
+
+  it('exits 1 for bad --config or --payload JSON, like every other argument error', async () => {
+    const config = await leasehold(['units', 'put', 'acme', '--job', 'sync', '--shards', '1', '--config', '{']);
+    expect(config).toMatchObject({ code: 1, stderr: expect.stringContaining('--config must be a JSON object') });
+    const payload = await leasehold(['outbox', 'send', 'acme', '--key', 'k', '--payload', '{']);
+    expect(payload).toMatchObject({ code: 1, stderr: expect.stringContaining('--payload must be JSON') });
+  });
+
+  it('says when a --param that looks like JSON is sent as a string, and shows no "(default: {})"', async () => {
+    const r = await leasehold(['batch', 'start', 'squares', '--param', 'items=[{"key":"r1"']);
+    expect(r.stderr).toContain('leasehold: --param items: not valid JSON');
+    expect(r.stderr).toContain('sent as a string');
+    const help = await leasehold(['batch', 'start', '--help']);
+    expect(help.stdout).toMatch(/--param <key=value> +a job param/);
+    expect(help.stdout).not.toContain('(default: {})');
+  });
+});
