@@ -565,6 +565,7 @@ describe('GET /processes', () => {
         batch: 0,
         totalWeight: mine.weight,
         fairShare: mine.weight,
+        evenShare: mine.weight,
         minWeight: mine.weight,
         maxWeight: mine.weight,
         starving: 0,

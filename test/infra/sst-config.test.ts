@@ -324,6 +324,7 @@ describe('sst.config.ts, evaluated', () => {
         LEASEHOLD_DB_IAM_AUTH: 'true',
         LEASEHOLD_DB_POOL_MAX: '4',
         LEASEHOLD_WORKER_FUNCTION: workerName,
+        LEASEHOLD_MAX_WORKERS: '10',
         LEASEHOLD_DEADLINE_MARGIN_MS: '10000',
         LEASEHOLD_DRAIN_MS: '5000',
       });

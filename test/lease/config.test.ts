@@ -21,6 +21,9 @@ describe('lease configuration', () => {
       shedHysteresis: 0.2,
       claimBatch: 64,
       maxClaimPerTick: 1024,
+      maxUnitCrashes: 3,
+      quarantineMs: 300_000,
+      maxQuarantineMs: 86_400_000,
       version: 'unknown',
       hostname: hostname(),
     });
@@ -36,6 +39,9 @@ describe('lease configuration', () => {
       shedHysteresis: 0.2,
       claimBatch: 64,
       maxClaimPerTick: 1024,
+      maxUnitCrashes: 3,
+      quarantineMs: 300_000,
+      maxQuarantineMs: 86_400_000,
     });
     // A leaser takes the same defaults; settings left undefined take them too.
     const leaser = new Leaser(sql, { ttlMs: undefined, claimBatch: 8 }, new Recorder('x'));

@@ -103,7 +103,7 @@ async function measureHeldSnapshot(): Promise<{
     await claim(traced, me, { budget: 4, limit: 4, from: 0, to: 1 });
     await traced.end({ timeout: 5 });
     const hb = sent.find((s) => s.query.includes('insert into leasehold_processes'))!;
-    const cl = sent.find((s) => s.query.includes('update leasehold_units u set owner'))!;
+    const cl = sent.find((s) => s.query.includes('update leasehold_units u set') && s.query.includes('claimed as ('))!;
     expect(hb && cl).toBeTruthy();
 
     /** Buffers (shared hit + read) the statement touches, run and rolled back. */

@@ -532,7 +532,7 @@ export function recoverRunningStatement(sql: Sql, a: RecoverArgs) {
   return sql`with own as (
       ${ownRun(sql, a.run)}
     ), gone as (
-      select key, run_id from leasehold_items
+      select ctid as tid, run_id from leasehold_items
       where batch_id = ${a.batchId} and state = 'running' and exists (select 1 from own)
         and (run_id is null or run_id <> all(array(select id from leasehold_runs where batch_id = ${a.batchId})))
     )
@@ -543,8 +543,10 @@ export function recoverRunningStatement(sql: Sql, a: RecoverArgs) {
           else i.error end,
         run_id = ${a.run}, run_after = greatest(i.run_after, now()), updated_at = now()
     from gone
-    -- Rechecked on the row as it stands when another statement changed it meanwhile.
-    where i.batch_id = ${a.batchId} and i.key = gone.key and i.state = 'running'
+    -- By the ctids found (a Tid Scan: a join on the key let a planner walk the batch's items);
+    -- a row another statement changed meanwhile is rechecked as it stands, and left alone
+    -- unless the gone run still holds it.
+    where i.ctid = any(array(select tid from gone)) and i.ctid = gone.tid and i.state = 'running'
       and i.run_id is not distinct from gone.run_id`;
 }
 
