@@ -272,9 +272,13 @@ async function round({ round: r, killAt, sendSpares }: (typeof ROUNDS)[number]):
       async () => {
         const [x] = await db.sql<{ age: number }[]>`select (extract(epoch from now() - beat_at) * 1000)::float8 as age
           from leasehold_runs where id = ${frozenRun}`;
-        return x && x.age > STALE_MS ? x.age : undefined;
+        if (x) return x.age > STALE_MS ? x.age : undefined;
+        // Taken over between two looks (a loaded machine polls slowly): its age as the delete saw it.
+        const [d] = await db.sql<{ beat_age_ms: number }[]>`select beat_age_ms from audit_runs
+          where id = ${frozenRun} and op = 'DELETE'`;
+        return d?.beat_age_ms;
       },
-      { timeoutMs: 15_000 },
+      { timeoutMs: 30_000 },
     );
     const gone = await waitFor(
       "the frozen run's row deleted",

@@ -40,7 +40,10 @@ function signedPool(max: number): { sql: Sql; signed: () => number } {
 }
 
 describe('an IAM login refused for its rate', () => {
-  it('is a refused connection, retried with jittered backoff until a login succeeds; the pool signs one token per connection and keeps it across warm invocations', async () => {
+  it('is a refused connection, retried with jittered backoff until a login succeeds; the pool signs one token per connection and keeps it across warm invocations', async (ctx) => {
+    // The proxy lets the token through as the password: the server must not ask for one (trust
+    // auth, as the machine's PostgreSQL 15 in CI); the embedded server checks a real password.
+    if (new URL(db.url).password !== '') return ctx.skip();
     const iam = proxy.iamLogins(3);
     const { sql, signed } = signedPool(2);
     try {
