@@ -7,10 +7,11 @@
 // batch, units use jobs and lease, and batch and lease use only the store. Three leaves serve
 // every layer: src/clock.ts, src/errors.ts (the error base) and src/log.ts (the logger).
 // src/local/, src/cli* and bench/ drive the same code from outside (tests share helpers only
-// through test/support/); src/sst/ (the deploy
-// component) and src/dashboard/ (the browser page) stand alone.
+// through test/support/); src/dashboard/ (the browser page) stands alone. infra/ (the deploy
+// component, `leasehold/sst`) sits beside src/: it may use the library's public entry points
+// (src/index.ts, src/lambda.ts) and nothing else of it, and nothing in src/ or functions/ imports it.
 const DOMAIN = '^src/(batch|lease|units|jobs)/';
-const OUTSIDE = '^(functions/|src/(lambda|cli|index)\\.ts$|src/(cli|local|sst|dashboard)/)';
+const OUTSIDE = '^(functions/|infra/|src/(lambda|cli|index)\\.ts$|src/(cli|local|dashboard)/)';
 
 /** A rule that forbids imports from `from` to `to`. */
 const forbid = (name, comment, from, to) => ({ name, comment, severity: 'error', from: { path: from }, to: { path: to } });
@@ -76,9 +77,20 @@ module.exports = {
       'lambda-entry-below-functions',
       'functions/ use leasehold/lambda, not the other way round.',
       '^src/lambda\\.ts$',
-      '^(functions/|src/(cli|local|sst|dashboard)/|src/cli\\.ts$)',
+      '^(functions/|infra/|src/(cli|local|dashboard)/|src/cli\\.ts$)',
     ),
-    forbid('sst-stands-alone', 'The deploy component runs in SST, apart from the runtime code.', '^src/sst/', '^src/(?!sst/)'),
+    forbid(
+      'infra-uses-public-entries',
+      "The deploy component runs in SST: of the library it may use only the public entry points, as an app's sst.config.ts would.",
+      '^infra/',
+      '^(src/(?!(index|lambda)\\.ts$)|functions/)',
+    ),
+    forbid(
+      'nothing-imports-infra',
+      'The library and its functions never depend on the deploy component.',
+      '^(src|functions)/',
+      '^infra/',
+    ),
     forbid(
       'dashboard-stands-alone',
       "The dashboard page is bundled for the browser on its own; it reads only the API's wire types.",

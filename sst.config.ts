@@ -20,7 +20,7 @@ export default $config({
     };
   },
   async run() {
-    const { Leasehold, databaseFromEnv } = await import('./src/sst/index.js');
+    const { Leasehold, databaseFromEnv } = await import('./infra/index.js');
     const runner = new Leasehold('Runner', {
       handlers: 'functions/leasehold',
       // LEASEHOLD_DATABASE_HOST & co. at deploy time: use that database instead of creating one.

@@ -1,9 +1,31 @@
 import { defineConfig } from 'vitest/config';
 
+/**
+ * The files `LEASEHOLD_TEST_POOLER=1 npm test` runs through PgBouncer in transaction mode (see
+ * test/support/global-setup.ts; `LEASEHOLD_TEST_POOLER=all` takes every file, or the ones named): the pooler's own evidence, and a part of the batch, lease and
+ * runtime suites that covers starts, claims, moves, takeovers, stops, redrives, heartbeats,
+ * sweeps, quarantine, the scheduler, a worker's handoff and a stuck session, small enough for CI
+ * (docs/development.md, "Tests through a pooler").
+ */
+export const POOLER_SUITE = [
+  'test/store/pooler.test.ts',
+  'test/batch/fencing.test.ts',
+  'test/batch/takeover.test.ts',
+  'test/batch/retries.test.ts',
+  'test/batch/faults.test.ts',
+  'test/batch/redrive.test.ts',
+  'test/lease/edge.test.ts',
+  'test/lease/quarantine.test.ts',
+  'test/lease/release-race.test.ts',
+  'test/runtime/handoff.test.ts',
+  'test/runtime/stuck-transaction.test.ts',
+  'test/runtime/worker-signal.test.ts',
+];
+
 // Tests run against a real PostgreSQL (see test/support/global-setup.ts and test/support/db.ts).
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts'],
+    include: process.env.LEASEHOLD_TEST_POOLER === '1' ? POOLER_SUITE : ['test/**/*.test.ts'],
     // The SDK's notice that its 2027 releases need Node 22 (deploys run nodejs22.x).
     env: { AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true' },
     globalSetup: ['test/support/global-setup.ts'],

@@ -6,8 +6,13 @@
 // batched mode beside leasehold's one run (bench/graphile.ts), the worker bundle's size and import
 // cost (bench/bundle.ts), tenant fairness (bench/fairness.ts), then the README's demo twice on one
 // embedded database folder (bench/demo.ts), then retention beside a running batch (bench/retention.ts),
-// then fan-out: one batch over many runs (bench/fanout.ts).
-// BENCH_ONLY=batch|start|checksum|lease|graphile|bundle|fairness|demo|retention|fanout runs one part.
+// then fan-out: one batch over many runs (bench/fanout.ts), then one retry wave's spread over its
+// backoff interval (bench/retries.ts), then the batch runner through PgBouncer in transaction mode
+// beside direct connections (bench/pooler.ts).
+// beside direct connections (bench/pooler.ts), then finish to event (bench/events.ts), then a
+// fleet-wide rate limit against an endpoint that refuses past it (bench/rate.ts), then S3 sources
+// and results on the local S3 (bench/s3.ts).
+// BENCH_ONLY=batch|start|checksum|lease|graphile|bundle|fairness|demo|retention|fanout|retries|pooler|events|rate|s3 runs one part.
 // DATABASE_URL when set, else a throw-away embedded database (in the OS temp dir, removed after).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -18,13 +23,18 @@ import { bundleBench } from './bundle.js';
 import { checksumBench } from './checksum.js';
 import { demoBench } from './demo.js';
 import { fairnessBench } from './fairness.js';
+import { eventsBench } from './events.js';
 import { fanoutBench } from './fanout.js';
 import { graphileBench } from './graphile.js';
 import { leaseBench } from './lease.js';
+import { poolerBench } from './pooler.js';
+import { rateBench } from './rate.js';
 import { retentionBench } from './retention.js';
+import { retriesBench } from './retries.js';
 import { batchOf, runBench } from './runs.js';
 import { livedIn, median, type LivedIn } from './sides.js';
 import { startBench } from './start.js';
+import { s3Bench } from './s3.js';
 
 const ITEMS = Number(process.env.BENCH_ITEMS ?? 20_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
@@ -40,7 +50,23 @@ const s = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
 
 async function main() {
   const t0 = performance.now();
-  const parts = ['batch', 'start', 'checksum', 'lease', 'graphile', 'bundle', 'fairness', 'demo', 'retention', 'fanout'];
+  const parts = [
+    'batch',
+    'start',
+    'checksum',
+    'lease',
+    'graphile',
+    'bundle',
+    'fairness',
+    'demo',
+    'retention',
+    'fanout',
+    'retries',
+    'pooler',
+    'events',
+    'rate',
+    's3',
+  ];
   const only = process.env.BENCH_ONLY;
   if (only !== undefined && !parts.includes(only)) throw new Error(`BENCH_ONLY must be one of ${parts.join(', ')}, got ${only}`);
   const runs = (part: string) => only === undefined || only === part;
@@ -73,6 +99,11 @@ async function main() {
     if (runs('demo')) await demoBench();
     if (runs('retention')) await retentionBench(url!);
     if (runs('fanout')) await fanoutBench(url!);
+    if (runs('retries')) await retriesBench(url!);
+    if (runs('pooler')) await poolerBench(url!);
+    if (runs('events')) await eventsBench(url!);
+    if (runs('rate')) await rateBench(url!);
+    if (runs('s3')) await s3Bench(url!);
   } finally {
     await lived?.close();
     await stop?.();

@@ -1,5 +1,4 @@
-// This repository's own runner: the built-in jobs, wired the way an app wires its own (README,
-// "Use it in your app"; an app imports from 'leasehold' and 'leasehold/lambda' instead). The
+// This repository's own runner: the built-in jobs, wired the way an app wires its own (docs/app.md; an app imports from 'leasehold' and 'leasehold/lambda' instead). The
 // SST component points every function at one export of this file (sst.config.ts), and
 // `leasehold dev` without --app runs it.
 import { checksum, lambdaInvoke, outboxDelivery } from '../src/index.js';

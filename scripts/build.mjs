@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// `npm run build`: compile src/ and functions/ to JavaScript and type declarations in dist/
+// `npm run build`: compile src/, functions/ and infra/ to JavaScript and type declarations in dist/
 // (tsconfig.build.json), copy the migration files next to the compiled migrate module, and ship
 // the patched database driver with the package (below).
 //
@@ -34,7 +34,16 @@ const stamp = join(dist, '.built');
 const VENDOR_MARK = 'leasehold-vendored-postgres';
 /** Libraries the dashboard's bundle carries; their license texts ship next to it. */
 const DASHBOARD_LIBRARIES = ['preact', 'htm', 'uplot'];
-const inputs = ['src', 'functions', 'tsconfig.json', 'tsconfig.build.json', 'package.json', 'scripts/build.mjs', 'patches'];
+const inputs = [
+  'src',
+  'functions',
+  'infra',
+  'tsconfig.json',
+  'tsconfig.build.json',
+  'package.json',
+  'scripts/build.mjs',
+  'patches',
+];
 
 /** Newest modification time under `path`, ms. */
 function newest(path) {

@@ -6,6 +6,7 @@ import { connect, migrate } from './store/index.js';
 import { ConfigError, loadConfig } from './runtime/config.js';
 import { ApiCallError, ApiClient, type ApiBatch, type ApiTenant, type ApiConcurrency } from './cli/client.js';
 import { followBatch } from './cli/follow.js';
+import { formatTable } from './cli/table.js';
 
 const program = new Command();
 program
@@ -50,6 +51,9 @@ function collectParam(pair: string, params: Record<string, unknown> = {}): Recor
   if (typeof value === 'number' && !Number.isSafeInteger(value) && /^-?\d+$/.test(raw.trim())) value = raw;
   return { ...params, [key]: value };
 }
+
+/** `1 item`, `2 items`: a count with its noun ("1 items" read wrong). */
+const count = (n: number, noun: string) => `${n} ${noun}${n === 1 ? '' : 's'}`;
 
 /** The API base URL: --api, LEASEHOLD_API_URL, the running `leasehold dev`, or the default. */
 function apiUrl(opt?: string): string {
@@ -209,7 +213,8 @@ program
   .description('apply pending database migrations (DATABASE_URL, else the embedded database)')
   .action(async () => {
     // Checked as the functions check it (a postgres:// URL; a bad one named, its password not shown).
-    let url = process.env.DATABASE_URL ? loadConfig({ DATABASE_URL: process.env.DATABASE_URL }).databaseUrl : undefined;
+    const checked = loadConfig({ DATABASE_URL: process.env.DATABASE_URL, LEASEHOLD_DB_POOLER: process.env.LEASEHOLD_DB_POOLER });
+    let url = checked.databaseUrl;
     let stop: (() => Promise<void>) | undefined;
     if (!url) {
       const { startEmbedded } = await import('./local/embedded.js');
@@ -217,7 +222,8 @@ program
       url = db.url;
       stop = db.stop;
     }
-    const sql = connect(url, { max: 1 });
+    // Through a transaction-mode pooler too (LEASEHOLD_DB_POOLER=transaction), as the functions.
+    const sql = connect(url, { max: 1, ...(checked.db.pooler === 'transaction' ? { pooler: 'transaction' } : {}) });
     try {
       const applied = await migrate(sql);
       console.log(applied.length ? `applied ${applied.map((m) => m.name).join(', ')}` : 'already up to date');
@@ -236,6 +242,15 @@ const concurrencyArg = (v: string) => {
   const n = Number(v);
   if (!/^\d{1,5}$/.test(v.trim()) || n < 1 || n > 10_000) {
     throw new InvalidArgumentError('--concurrency must be a whole number from 1 to 10000');
+  }
+  return n;
+};
+
+/** `--timeout-ms`: a whole number of ms from 1 to 900,000 (the API checks it against the workers' timeout). */
+const timeoutArg = (v: string) => {
+  const n = Number(v);
+  if (!/^\d{1,6}$/.test(v.trim()) || n < 1 || n > 900_000) {
+    throw new InvalidArgumentError('--timeout-ms must be a whole number of ms from 1 to 900000');
   }
   return n;
 };
@@ -266,6 +281,7 @@ batch
     "most runs (workers) at once, 1..10000 (default: the deployment's LEASEHOLD_BATCH_CONCURRENCY)",
     concurrencyArg,
   )
+  .option('--timeout-ms <ms>', "most time one attempt of an item may take (default: the job's timeoutMs, or none)", timeoutArg)
   .option('--follow', 'show progress until the batch finishes; exit 1 unless it succeeded')
   .option('--json', 'print the batch as JSON')
   .addOption(apiOption)
@@ -281,9 +297,10 @@ batch
       ...(opts.tolerate ? { toleratedFailures: opts.tolerate } : {}),
       priority: opts.priority,
       maxConcurrency: opts.concurrency,
+      timeoutMs: opts.timeoutMs,
     });
     if (opts.json) console.log(JSON.stringify(b));
-    else console.log(`${created ? 'started' : 'already started by this request key:'} batch ${b.id} (${b.total} items)`);
+    else console.log(`${created ? 'started' : 'already started by this request key:'} batch ${b.id} (${count(b.total, 'item')})`);
     if (opts.follow) await followToEnd(api, b.id);
   });
 
@@ -364,14 +381,27 @@ batch
     const list = await client(opts).listBatches({ status: opts.status, limit: opts.limit });
     if (opts.json) return console.log(JSON.stringify(list, null, 2));
     if (list.length === 0) return console.log('no batches');
-    console.log(
-      `${'id'.padEnd(36)}  ${'status'.padEnd(9)}  ${'job'.padEnd(12)} prio  finished/total  tenant/datasource  created`,
+    const lines = formatTable(
+      [
+        { title: 'id' },
+        { title: 'status' },
+        { title: 'job' },
+        { title: 'prio', align: 'right' },
+        { title: 'finished/total', align: 'right' },
+        { title: 'tenant/datasource' },
+        { title: 'created' },
+      ],
+      list.map((b) => [
+        b.id,
+        b.status,
+        b.job,
+        b.priority,
+        `${b.counts.done + b.counts.failed}/${b.total}`,
+        `${b.tenant}/${b.datasource}`,
+        b.createdAt,
+      ]),
     );
-    for (const b of list) {
-      console.log(
-        `${b.id}  ${b.status.padEnd(9)}  ${b.job.padEnd(12)} ${String(b.priority).padEnd(4)}  ${b.counts.done + b.counts.failed}/${b.total}  ${b.tenant}/${b.datasource}  ${b.createdAt}`,
-      );
-    }
+    for (const line of lines) console.log(line);
   });
 
 batch
@@ -404,7 +434,7 @@ batch
       );
     else
       console.log(
-        `already redriven by this idempotency key: batch ${b.id} redrive ${redrive.number} (${redrive.items} items) at ${redrive.at}; now ${b.status}`,
+        `already redriven by this idempotency key: batch ${b.id} redrive ${redrive.number} (${count(redrive.items, 'item')}) at ${redrive.at}; now ${b.status}`,
       );
     if (opts.follow) await followToEnd(api, b.id);
   });
@@ -467,7 +497,7 @@ units
   .addOption(apiOption)
   .action(async (tenant: string, opts) => {
     const removed = await new ApiClient(apiUrl(opts.api)).deleteUnits(tenant);
-    console.log(`${tenant}: ${removed} units removed`);
+    console.log(`${tenant}: ${count(removed, 'unit')} removed`);
   });
 
 units
@@ -481,14 +511,20 @@ units
     const list = await new ApiClient(apiUrl(opts.api)).listUnits({ tenant: opts.tenant, limit: opts.limit });
     if (opts.json) return console.log(JSON.stringify(list, null, 2));
     if (list.length === 0) return console.log('no units');
-    for (const u of list) {
-      const crashes = u.crashes ? `  ${u.crashes} crash${u.crashes === 1 ? '' : 'es'} in a row` : '';
-      const held = u.quarantinedUntil ? `quarantined until ${u.quarantinedUntil} (quarantine ${u.quarantines})` : undefined;
-      console.log(
-        `${u.tenant}/${u.shard}`.padEnd(24) +
-          `  ${u.job.padEnd(16)} weight ${String(u.weight).padEnd(4)} ${held ?? (u.owner ? `owner ${u.owner} since ${u.claimedAt}` : 'unowned')}${crashes}`,
-      );
-    }
+    const lines = formatTable(
+      [{ title: 'tenant/shard' }, { title: 'job' }, { title: 'weight', align: 'right' }, { title: 'owner' }],
+      list.map((u) => {
+        const crashes = u.crashes ? `  ${u.crashes} crash${u.crashes === 1 ? '' : 'es'} in a row` : '';
+        const held = u.quarantinedUntil ? `quarantined until ${u.quarantinedUntil} (quarantine ${u.quarantines})` : undefined;
+        return [
+          `${u.tenant}/${u.shard}`,
+          u.job,
+          u.weight,
+          `${held ?? (u.owner ? `${u.owner} since ${u.claimedAt}` : 'unowned')}${crashes}`,
+        ];
+      }),
+    );
+    for (const line of lines) console.log(line);
   });
 
 units
@@ -539,8 +575,13 @@ program
         p.role === 'fleet' && p.live && (fleet.evenShare ?? 0) > 0
           ? ` (${Math.round((1000 * p.weight) / fleet.evenShare) / 10} % of even share)`
           : '';
+      // Its chain (docs/design.md, "Process chains"): a worker replaced at its deadline is no failure.
+      const chain =
+        p.replacements > 0 && p.replaces
+          ? `  replaced ${p.replacements} time${p.replacements === 1 ? '' : 's'} since ${p.chainStartedAt} (after ${p.replaces})`
+          : '';
       console.log(
-        `${p.id}  ${p.role.padEnd(5)}  ${state.padEnd(8)}  ${String(p.units).padStart(5)} units  weight ${String(p.weight).padStart(5)}${share}  ${p.hostname} ${p.version}  started ${p.startedAt}`,
+        `${p.id}  ${p.role.padEnd(5)}  ${state.padEnd(8)}  ${String(p.units).padStart(5)} ${p.units === 1 ? 'unit ' : 'units'}  weight ${String(p.weight).padStart(5)}${share}  ${p.hostname} ${p.version}  started ${p.startedAt}${chain}`,
       );
     }
   });
@@ -666,6 +707,21 @@ function printTenant(t: ApiTenant): void {
       console.log(`    ${b.id}  prio ${b.priority}  ${b.job.padEnd(12)} ${b.datasource}  for ${formatAge(b.forMs)}`);
   }
 }
+
+const s3 = program.command('s3').description("load test data into S3 (locally: leasehold dev's S3-compatible server)");
+s3.command('put')
+  .description(
+    'upload a file as one object (or each file of a directory under the key as a prefix); creates the bucket when missing',
+  )
+  .argument('<file>', 'file or directory to upload')
+  .argument('<bucket>', 'bucket name')
+  .argument('[key]', "object key, or the prefix of a directory's files; default the file name")
+  .option('--endpoint <url>', "S3 endpoint; default AWS_ENDPOINT_URL_S3, else leasehold dev's (.leasehold/s3.json)")
+  .action(async (file: string, bucket: string, key: string | undefined, opts: { endpoint?: string }) => {
+    const { putFiles } = await import('./cli/s3.js');
+    const n = await putFiles({ file, bucket, key, endpoint: opts.endpoint });
+    console.log(`uploaded ${n} object${n === 1 ? '' : 's'} to s3://${bucket}/${key ?? ''}`);
+  });
 
 program.parseAsync().catch((e: unknown) => {
   if (e instanceof ApiCallError) console.error(`leasehold: ${e.message}${e.status ? ` (HTTP ${e.status})` : ''}`);

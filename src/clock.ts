@@ -32,6 +32,26 @@ export const systemClock: Clock = {
 };
 
 /**
+ * Sleep on `clock` for `ms`, until `signal` aborts, or until one of `ends` settles, whichever
+ * comes first. The sleep has a signal of its own, aborted as the wait ends, so neither its timer
+ * nor a listener on `signal` outlives the wait: a plain `clock.sleep(ms, signal)` raced with
+ * other promises keeps its listener on `signal` until its time is up, and a loop that waits so,
+ * woken early turn after turn, piles listeners up on `signal` (Node's MaxListenersExceededWarning).
+ */
+export async function sleepUntil(clock: Clock, ms: number, signal: AbortSignal, ends: Promise<unknown>[] = []): Promise<void> {
+  if (signal.aborted) return;
+  const woken = new AbortController();
+  const wake = () => woken.abort();
+  signal.addEventListener('abort', wake, { once: true });
+  try {
+    await Promise.race([clock.sleep(ms, woken.signal), ...ends]);
+  } finally {
+    signal.removeEventListener('abort', wake);
+    woken.abort();
+  }
+}
+
+/**
  * A clock that only moves when told to: `advance(ms)` wakes every sleeper whose time has come.
  * `freeze()` makes every sleep hang until the signal aborts, which stalls a runner's beats while
  * its items keep running (the fencing tests use this).
@@ -52,16 +72,21 @@ export class ManualClock implements Clock {
   sleep(ms: number, signal?: AbortSignal): Promise<void> {
     return new Promise<void>((resolve) => {
       if (signal?.aborted) return resolve();
-      const entry = { at: this.t + Math.max(0, ms), wake: resolve };
-      signal?.addEventListener(
-        'abort',
-        () => {
-          this.sleepers = this.sleepers.filter((s) => s !== entry);
+      // Woken by time, the sleeper lets go of the signal: a loop sleeping on one long-lived
+      // signal must not add a listener to it per turn.
+      const entry = {
+        at: this.t + Math.max(0, ms),
+        wake: () => {
+          signal?.removeEventListener('abort', onAbort);
           resolve();
         },
-        { once: true },
-      );
-      if (!this.frozen && ms <= 0) return resolve();
+      };
+      const onAbort = () => {
+        this.sleepers = this.sleepers.filter((s) => s !== entry);
+        resolve();
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      if (!this.frozen && ms <= 0) return entry.wake();
       this.sleepers.push(entry);
     });
   }

@@ -32,11 +32,21 @@ export interface ApiDeps {
      */
     maxWorkers?: number;
     invocationPendingMs?: number;
+    /**
+     * The key webhooks are signed with (`LEASEHOLD_WEBHOOK_SECRET`): a start with `notify` is
+     * refused (400) without one (docs/design.md, "Events").
+     */
+    events?: { webhookSecret: string | undefined };
   };
   /** Sends a new batch to a worker at once. */
   dispatcher: Dispatcher;
   /** Structured log of the invocation (`silentLog` to drop lines). */
   log: Log;
+  /**
+   * Sends a batch's Batch Finished events at once, after a cancel (best effort: the scheduler
+   * sends what is left). Default none.
+   */
+  sendEvents?: (batchId: string) => Promise<unknown>;
   /** Unit jobs units may be registered for. Default {@link defaultUnitJobs} (`outbox-delivery`). */
   unitJobs?: UnitJobRegistry;
 }

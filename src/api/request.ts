@@ -7,7 +7,9 @@ import { RequestError } from './errors.js';
 import {
   MAX_NAME_LENGTH,
   MAX_CONCURRENCY,
+  MAX_ITEM_TIMEOUT_MS,
   MAX_PRIORITY,
+  MAX_RATE_PER_SECOND,
   nameSchema,
   requestKeySchema,
   storedNameSchema,
@@ -82,6 +84,47 @@ export function readJsonBody(event: APIGatewayProxyEventV2, maxBodyBytes: number
   }
 }
 
+/** An S3 bucket name: 3 to 63 lowercase letters, digits, dots and hyphens. */
+const bucketSchema = z
+  .string()
+  .regex(/^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/, 'must be an S3 bucket name (3 to 63 lowercase letters, digits, dots, hyphens)');
+/** An S3 key or prefix: at most 1,024 characters, no control characters. */
+const s3KeySchema = (min: number) =>
+  z
+    .string()
+    .min(min, 'must not be empty')
+    .max(1024, 'must be at most 1,024 characters')
+    // eslint-disable-next-line no-control-regex -- control characters are what this rejects
+    .regex(/^[^\u0000-\u001f]*$/, 'must not contain control characters');
+
+/**
+ * `source` of `POST /batches` (docs/design.md, "Sources and results"): `{ s3: { bucket, prefix } }`
+ * (one item per object) or `{ s3: { bucket, key, format: "jsonl" | "csv", keyColumn? } }` (one item
+ * per line or row).
+ */
+export const sourceSchema = z
+  .object({
+    s3: z.union(
+      [
+        z.object({ bucket: bucketSchema, prefix: s3KeySchema(0) }).strict(),
+        z
+          .object({
+            bucket: bucketSchema,
+            key: s3KeySchema(1),
+            format: z.enum(['jsonl', 'csv'], { error: () => 'must be jsonl or csv' }),
+            keyColumn: z.string().min(1).max(1000).optional(),
+          })
+          .strict()
+          .refine((s) => s.keyColumn === undefined || s.format === 'csv', 'keyColumn: only a csv source has columns'),
+      ],
+      { error: () => 'must be { bucket, prefix } or { bucket, key, format }' },
+    ),
+  })
+  .strict();
+
+/** `results` of `POST /batches`: `{ s3: { bucket, prefix } }`. */
+export const resultsSchema = z.object({ s3: z.object({ bucket: bucketSchema, prefix: s3KeySchema(0) }).strict() }).strict();
+
 /** Body of `POST /batches`. Unknown fields are refused, so a misspelt `requestKey` is not silently ignored. */
 export const startSchema = z
   .object({
@@ -93,6 +136,20 @@ export const startSchema = z
     toleratedFailures: toleratedFailuresSchema.optional(),
     priority: wholeNumber(0, MAX_PRIORITY).optional(),
     maxConcurrency: wholeNumber(1, MAX_CONCURRENCY).optional(),
+    timeoutMs: wholeNumber(1, MAX_ITEM_TIMEOUT_MS).optional(),
+    rateLimit: z
+      .object(
+        { perSecond: z.number().gt(0).max(MAX_RATE_PER_SECOND) },
+        { error: (i) => `must be a JSON object { "perSecond": … }, got ${typeName(i.input)}` },
+      )
+      .strict()
+      .optional(),
+    notify: z
+      .object({ url: textSchema(2048) }, { error: (i) => `must be a JSON object { "url": … }, got ${typeName(i.input)}` })
+      .strict()
+      .optional(),
+    source: sourceSchema.optional(),
+    results: resultsSchema.optional(),
   })
   .strict();
 

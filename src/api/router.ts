@@ -80,8 +80,9 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
  *
  * Routes:
  * - `POST /batches` `{ tenant, datasource, job, params?, requestKey?, priority?, toleratedFailures?,
- *   maxConcurrency? }` (`maxConcurrency` 1..10,000, default `LEASEHOLD_BATCH_CONCURRENCY`: most
- *   runs at once, docs/design.md "Fan-out")
+ *   maxConcurrency?, timeoutMs? }` (`maxConcurrency` 1..10,000, default `LEASEHOLD_BATCH_CONCURRENCY`: most
+ *   runs at once, docs/design.md "Fan-out"; `timeoutMs`, ms, the items' timeout, at most what a
+ *   worker invocation gives an item, docs/design.md "Item timeouts")
  *   (or header `Idempotency-Key`; `priority` 0..9, default 5, orders the tenant's own batches
  *   only; `toleratedFailures` is `{ count }` or `{ percent }`, see docs/design.md, "Batches":
  *   "End") → 201 with the new batch (plus `created: true`), sent to its target's workers at once;

@@ -37,12 +37,21 @@ export function batchView(b: BatchInfo): BatchView {
       itemsPerSecond: r.itemsPerSecond,
     })),
     reason: b.reason,
+    notify: b.notify,
     toleratedFailures: b.toleratedFailures,
     allowedFailures: b.allowedFailures,
+    timeoutMs: b.timeoutMs,
+    rateLimit: b.ratePerSecond != null ? { perSecond: b.ratePerSecond } : null,
     redrives: b.redrives,
     createdAt: iso(b.createdAt)!,
     beatAt: iso(b.beatAt),
     finishedAt: iso(b.finishedAt),
+    source: b.source,
+    reading: b.reading,
+    sourceErrorLine: b.sourceErrorLine,
+    results: b.results,
+    resultsManifest: b.resultsManifest,
+    resultsError: b.resultsError,
   };
 }
 
@@ -84,6 +93,10 @@ export function processView(p: ProcessView): ApiProcess {
     live: p.live,
     units: p.units,
     weight: p.weight,
+    replaces: p.replaces,
+    chainId: p.chainId,
+    chainStartedAt: iso(p.chainStartedAt),
+    replacements: p.replacements,
   };
 }
 

@@ -43,15 +43,36 @@ export interface ApiBatch {
    * tolerated); otherwise null.
    */
   reason: string | null;
+  /** The webhook the start asked for its `Batch Finished` event, or null. */
+  notify: { url: string } | null;
   /** Failed items it tolerates as started (`{ count }` or `{ percent }`); null: none given. */
   toleratedFailures: { count: number } | { percent: number } | null;
   /** Failed items allowed before it ends `failed` (the count, or floor(percent × total / 100)); null: none given. */
   allowedFailures: number | null;
+  /** The items' timeout its start set, ms (it wins over the job's `timeoutMs`); null: none set. */
+  timeoutMs: number | null;
+  /** The rate its start set, items per second per key (it wins over the job's `rateLimit`); null: none set. */
+  rateLimit: { perSecond: number } | null;
   /** How many times it was redriven. */
   redrives: number;
   createdAt: string;
   beatAt: string | null;
   finishedAt: string | null;
+  /**
+   * The S3 source its items are read from (an object's `size` and `etag` as found at start);
+   * null for items given at start (docs/design.md, "Sources and results").
+   */
+  source: unknown;
+  /** Its source is still being read: status stays `open`, more items are coming, `total` grows. */
+  reading: boolean;
+  /** The first line (or row) of the source object that could not be read, when reading failed; else null. */
+  sourceErrorLine: number | null;
+  /** Where its results are written when it finishes (`{ s3: { bucket, prefix } }`); null: none. */
+  results: { s3: { bucket: string; prefix: string } } | null;
+  /** The results' manifest once written, `s3://bucket/prefix<id>/manifest.json`; else null. */
+  resultsManifest: string | null;
+  /** Why the last write of its results failed (`try N of 8: …`); null when none failed or once written. */
+  resultsError: string | null;
   /** `GET /batches` and `GET /batches/{id}` only: time since it was created, ms (database clock). */
   ageMs?: number;
   /**
@@ -139,6 +160,18 @@ export interface ApiProcess {
   units: number;
   /** Weight of the units owned. */
   weight: number;
+  /**
+   * The process this one replaced: the one that invoked it at its own deadline, as a fleet
+   * process's replacement or a batch process's continuation (docs/design.md, "Process chains").
+   * Null for the first of a chain (invoked by the scheduler, a dispatch or a start).
+   */
+  replaces: string | null;
+  /** The process's chain: the id of the chain's first process. */
+  chainId: string;
+  /** When the chain's first process started (ISO 8601, database clock). */
+  chainStartedAt: string;
+  /** Processes before this one in its chain: how many times the chain's process was replaced (0: the first). */
+  replacements: number;
 }
 
 /** What `GET /batches` answers. */

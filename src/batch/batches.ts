@@ -2,9 +2,11 @@ import type { Sql } from '../store/index.js';
 import { BatchFinishedError, BatchNotFoundError, BatchTooLargeError, InvalidBatchError, TooManyBatchesError } from './errors.js';
 import { DEFAULT_START_LIMITS, insertItems, readItems, type StartLimits } from './items.js';
 import * as q from './sql/batches.js';
+import { MAX_RATE_PER_SECOND } from './rate.js';
 import {
   DEFAULT_PRIORITY,
   MAX_CONCURRENCY,
+  MAX_ITEM_TIMEOUT_MS,
   MAX_PRIORITY,
   type BatchInfo,
   type BatchStatus,
@@ -58,6 +60,28 @@ export interface CreateOptions {
 export const DEFAULT_MAX_OPEN = 4;
 
 /**
+ * Check a start's `notify`: `{ url }` with an absolute http(s) URL of at most 2,048 characters
+ * (where it points is checked when the webhook is sent, by outbox delivery's address policy).
+ * @throws {InvalidBatchError} otherwise, naming what is wrong.
+ */
+export function checkNotify(notify: { url: string } | null | undefined): void {
+  if (notify === null || notify === undefined) return;
+  const url = (notify as { url?: unknown }).url;
+  if (typeof url !== 'string' || url.length > 2048) {
+    throw new InvalidBatchError('notify.url: must be an absolute http:// or https:// URL of at most 2048 characters');
+  }
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    throw new InvalidBatchError(`notify.url: not a URL (${JSON.stringify(url.slice(0, 200))})`);
+  }
+  if ((u.protocol !== 'http:' && u.protocol !== 'https:') || u.hostname === '') {
+    throw new InvalidBatchError(`notify.url: must be an absolute http:// or https:// URL (got ${u.protocol})`);
+  }
+}
+
+/**
  * Start a batch: insert it and all its items in one transaction, without running it.
  *
  * `batch.items` may be an array or stream from an iterable or async iterable (a directory
@@ -90,11 +114,17 @@ export async function createBatch(
   options: CreateOptions = {},
 ): Promise<{ batch: BatchInfo; created: boolean }> {
   checkToleratedFailures(batch.toleratedFailures);
+  checkNotify(batch.notify);
   const maxOpen = options.maxOpen ?? DEFAULT_MAX_OPEN;
   const limits: StartLimits = { ...DEFAULT_START_LIMITS, ...options.limits };
   const priority = batch.priority ?? DEFAULT_PRIORITY;
   const maxConcurrency = batch.maxConcurrency ?? 1;
   checkMaxConcurrency(maxConcurrency);
+  if (batch.timeoutMs != null) checkItemTimeout(batch.timeoutMs);
+  const rate = batch.ratePerSecond;
+  if (rate != null && !(typeof rate === 'number' && rate > 0 && rate <= MAX_RATE_PER_SECOND)) {
+    throw new InvalidBatchError(`rateLimit.perSecond must be above 0 and at most ${MAX_RATE_PER_SECOND} (got ${String(rate)})`);
+  }
   if (!Number.isInteger(priority) || priority < 0 || priority > MAX_PRIORITY) {
     throw new InvalidBatchError(`priority must be an integer from 0 to ${MAX_PRIORITY} (got ${String(batch.priority)})`);
   }
@@ -110,7 +140,8 @@ export async function createBatch(
   // datasource).
   const before = await q.batchIdByKey(sql, batch.tenant, batch.requestKey);
   if (before) return { batch: (await q.getBatch(sql, before))!, created: false };
-  const pieces = await readItems(batch.items, limits);
+  // A batch read from a source starts with no items: its runs read them (docs/design.md, "Sources and results").
+  const pieces = batch.source ? { pieces: [], count: 0 } : await readItems(batch.items, limits);
 
   const id = await sql.begin(async (tx) => {
     const t = tx as unknown as Sql;
@@ -123,7 +154,14 @@ export async function createBatch(
     if ((await q.countOpen(t, batch.tenant, batch.datasource)) >= maxOpen) {
       throw new TooManyBatchesError(batch.tenant, batch.datasource, maxOpen);
     }
-    const inserted = await q.insertBatch(t, { ...batch, total: known, priority, maxConcurrency });
+    const inserted = await q.insertBatch(t, {
+      ...batch,
+      total: known,
+      priority,
+      maxConcurrency,
+      source: batch.source ?? undefined,
+      results: batch.results ?? undefined,
+    });
     if (!inserted) {
       // The same key committed on another datasource meanwhile: answer that batch.
       return { id: (await q.batchIdByKey(t, batch.tenant, batch.requestKey))!, created: false };
@@ -232,6 +270,21 @@ export async function claimDispatch(
     maxRunning: options.maxRunning ?? q.NO_LIMIT,
   });
   return rows.flatMap((r) => Array.from({ length: r.workers }, () => r.id));
+}
+
+/**
+ * Check an item timeout, ms: an integer from 1 to `limitMs` (default {@link MAX_ITEM_TIMEOUT_MS}).
+ * A start passes what one worker invocation can give an item (docs/design.md, "Item timeouts"),
+ * so a timeout that could never be reached is refused up front.
+ * @throws {InvalidBatchError} naming the value and the limit.
+ */
+export function checkItemTimeout(ms: unknown, limitMs = MAX_ITEM_TIMEOUT_MS, why = ''): void {
+  if (typeof ms !== 'number' || !Number.isInteger(ms) || ms < 1) {
+    throw new InvalidBatchError(`timeoutMs must be a whole number of ms of at least 1 (got ${String(ms)})`);
+  }
+  if (ms > limitMs) {
+    throw new InvalidBatchError(`timeoutMs ${ms} ms is longer than ${why || 'the longest item timeout'} (${limitMs} ms)`);
+  }
 }
 
 /**

@@ -13,21 +13,19 @@ export interface WorkerEvent {
    * counts as coming until its process is live. Without `batchId`, a fleet process.
    */
   invocationId?: string;
+  /**
+   * Set on a replacement (a fleet process) or a continuation (a batch process) that a worker
+   * invokes at its deadline: the chain the new process continues (docs/design.md, "Process
+   * chains") — the process it replaces, the chain's id (its first process's), when that one
+   * started (ISO 8601, database clock) and how many processes came before the new one.
+   */
+  chain?: { replaces: string; id: string; startedAt: string; replacements: number };
 }
 
 /** Sends batches to worker invocations. */
 export interface Dispatcher {
   /** Ask for one worker invocation that runs `batchId` (or just looks for work when omitted). */
   invoke(event: WorkerEvent): Promise<void>;
-}
-
-/**
- * Record the dispatch of `batchId` and send it to a worker.
- * @throws the store's or the dispatcher's error.
- */
-export async function dispatchBatch(sql: Sql, dispatcher: Dispatcher, batchId: string): Promise<void> {
-  await markDispatched(sql, batchId);
-  await dispatcher.invoke({ batchId });
 }
 
 /**

@@ -144,3 +144,51 @@ export class NothingToRedriveError extends BatchError {
     super('nothing_to_redrive', `batch ${batchId} has no failed item to redrive`);
   }
 }
+
+/**
+ * An attempt of an item ran past its timeout (docs/design.md, "Item timeouts"): the item's
+ * signal is aborted with this error as its reason, and the attempt fails with its message,
+ * `timed out after N ms`. Retried like any failure while attempts remain.
+ */
+export class ItemTimeoutError extends LeaseholdError {
+  constructor(
+    /** The timeout that ran out, ms. */
+    readonly timeoutMs: number,
+  ) {
+    super('item_timeout', `timed out after ${timeoutMs} ms`);
+  }
+}
+
+/**
+ * Thrown by an item's work when the downstream asked it to come back later (an HTTP 429 or 503
+ * with `Retry-After`, a throttle): the item waits `retryAfterMs` (at most one day) before its
+ * next attempt, and the wait uses no attempt, up to the job's `maxRetryAfter` waits per item
+ * (default 10); past them a wait counts as a failed attempt, still waiting at least that long
+ * (docs/design.md, "Retry-After"). {@link parseRetryAfter} reads the header's two forms.
+ */
+export class RetryAfterError extends LeaseholdError {
+  constructor(
+    /** How long the downstream asked to wait, ms. */
+    readonly retryAfterMs: number,
+    message = `asked to retry after ${retryAfterMs} ms`,
+    options?: ErrorOptions,
+  ) {
+    super('retry_after', message, options);
+  }
+}
+
+/**
+ * An HTTP `Retry-After` value as ms from now: delay-seconds (`"120"`) or an HTTP date
+ * (`"Wed, 21 Oct 2015 07:28:00 GMT"`, whose distance from `nowMs` is taken, 0 when past).
+ * Undefined for a missing or unreadable value. Values past `capMs` (default one day) are capped,
+ * not ignored.
+ */
+export function parseRetryAfter(value: string | null | undefined, nowMs = Date.now(), capMs = 86_400_000): number | undefined {
+  if (value === null || value === undefined) return undefined;
+  const v = value.trim();
+  if (/^\d+$/.test(v)) return Math.min(Number(v) * 1000, capMs);
+  if (!/[a-z]/i.test(v)) return undefined;
+  const at = Date.parse(v);
+  if (!Number.isFinite(at)) return undefined;
+  return Math.min(Math.max(0, at - nowMs), capMs);
+}

@@ -16,9 +16,11 @@ export {
   undispatch,
   setMaxConcurrency,
   checkMaxConcurrency,
+  checkItemTimeout,
   isUuid,
   DEFAULT_MAX_OPEN,
   checkToleratedFailures,
+  checkNotify,
   MAX_TOLERATED_COUNT,
   type CreateOptions,
 } from './batches.js';
@@ -35,7 +37,7 @@ export {
   checkStorableJson,
   toleratedFailuresSchema,
 } from './input.js';
-export { dispatchBatch, dispatchWorkers, type Dispatcher, type WorkerEvent } from './dispatch.js';
+export { dispatchWorkers, type Dispatcher, type WorkerEvent } from './dispatch.js';
 export {
   startBatch,
   startLimits,
@@ -53,6 +55,7 @@ export {
   runnerSettings,
   type RunnerSettings,
   retryDelayMs,
+  backoffIntervalMs,
   checkRetrySettings,
   MAX_ATTEMPTS,
   MAX_BACKOFF_MS,
@@ -72,3 +75,28 @@ export {
 } from './progress.js';
 export { getTenant, setTenantLimit, MAX_TENANT_LIMIT, type TenantInfo, type TenantBatch } from './tenants.js';
 export { deleteExpiredBatches, RETENTION_DEFAULTS, type RetentionOptions, type RetentionResult } from './retention.js';
+export * from './events.js';
+export { checkRateLimit, defaultBurst, MAX_RATE_PER_SECOND, TOKEN_TTL_MS, type RateKeyItem, type RateLimit } from './rate.js';
+export { defaultS3Client, s3Fault, type S3Fault } from './s3.js';
+export {
+  checkSource,
+  checkResults,
+  readPage,
+  SourceError,
+  SourceReadError,
+  type BatchSource,
+  type StoredSource,
+  type SourceCursor,
+  type ResultsTarget,
+} from './source.js';
+export {
+  writeResults,
+  writeDueResults,
+  partKey,
+  RESULTS_DEFAULTS,
+  RESULTS_MAX_TRIES,
+  type ResultsSettings,
+  type ResultsManifest,
+  type ResultsPart,
+  type DueResults,
+} from './results.js';

@@ -1,11 +1,18 @@
 // One batch's execution by one run (docs/design.md, "Batches"): a pipeline of claims, items and
 // moves. The Runner (runner.ts) takes batches over and owns many runs.
 import { setMaxListeners } from 'node:events';
-import { InvalidSettingError } from '../errors.js';
+import { InvalidSettingError, LeaseholdError } from '../errors.js';
 import { withTimeout, type Sql } from '../store/index.js';
 import type { Clock } from '../clock.js';
-import { BatchGivenUpError, BatchLostError } from './errors.js';
+import { BatchGivenUpError, BatchLostError, ItemTimeoutError, RetryAfterError } from './errors.js';
 import * as q from './sql/batches.js';
+import { RATE_WAIT_IN_QUEUE_MS, RateGate, type RateLimit } from './rate.js';
+import * as qs from './sql/sources.js';
+import { readItems } from './items.js';
+import { s3Client } from './s3.js';
+import { readPage, SourceReadError, type SourceCursor, type StoredSource } from './source.js';
+import { writeResultsAfterFinish } from './results.js';
+import type { S3Client } from '@aws-sdk/client-s3';
 import { encodeOutput, errorText } from './values.js';
 import type { BatchInfo, Executor, ItemState, RunOutcome, RunResult } from './types.js';
 
@@ -17,7 +24,7 @@ import type { BatchInfo, Executor, ItemState, RunOutcome, RunResult } from './ty
  * - `interrupted`: the run stopped while the item ran; the attempt counts, the item is pending;
  * - `given-back`: claimed but never started before the run stopped; pending, attempts unchanged.
  */
-export type ItemOutcome = 'done' | 'failed' | 'retry' | 'interrupted' | 'given-back';
+export type ItemOutcome = 'done' | 'failed' | 'retry' | 'interrupted' | 'given-back' | 'waiting';
 
 /** What the runner reports as it goes (for logs and metrics); never needed for correctness. */
 export type RunnerEvent =
@@ -61,15 +68,35 @@ export interface RunSettings {
   maxRunning: number;
   /** The run's time slice, ms (docs/design.md, "Tenant fairness"). */
   sliceMs: number;
+  /** The executor's item timeout, ms; the batch's own wins (docs/design.md, "Item timeouts"). */
+  timeoutMs?: number;
+  /** Retry-After waits per item that use no attempt (docs/design.md, "Retry-After"). */
+  maxRetryAfter: number;
+  /** The job's fleet-wide rate limit (docs/design.md, "Rate limits"); a batch's own rate wins. */
+  rateLimit?: RateLimit;
+  /** Most items a batch's source may hold (`LEASEHOLD_MAX_SOURCE_ITEMS`, 10,000,000). */
+  maxSourceItems: number;
+  /** Largest input of one item read from a source, bytes of JSON (65,536). */
+  maxInputBytes: number;
+  /** Bytes of a source object one page reads. */
+  sourceRangeBytes: number;
+  /** Objects of a source prefix one page lists, at least. */
+  sourcePageObjects: number;
+  /** The S3 client that reads sources and writes results (default: the container's). */
+  s3?: () => S3Client;
   clock: Clock;
   random: () => number;
   onEvent: (event: RunnerEvent) => void;
 }
 
 /**
- * Retry delay before attempt `attempt + 1` after attempt `attempt` failed, in ms:
- * `backoffMs × 2^(attempt−1)` plus jitter of up to 25 % of that, and never more than
- * `maxBackoffMs` (default: no cap below {@link MAX_BACKOFF_MS}). Finite for any attempt.
+ * Retry delay before attempt `attempt + 1` after attempt `attempt` failed, in ms, with "full
+ * jitter" (docs/design.md, "Attempts, backoff, failures"): drawn uniformly from
+ * `[0, interval)`, where the backoff interval is `backoffMs × 2^(attempt−1)` capped at
+ * `maxBackoffMs` (default: no cap below {@link MAX_BACKOFF_MS}) and at {@link MAX_BACKOFF_MS}.
+ * So a wave of items that failed together (a downstream blip) comes back spread evenly over the
+ * whole interval, not in a burst at its start. `random` gives numbers in `[0, 1)`. Finite for
+ * any attempt; on average half the interval.
  */
 export function retryDelayMs(
   backoffMs: number,
@@ -77,9 +104,18 @@ export function retryDelayMs(
   random: () => number,
   maxBackoffMs: number = MAX_BACKOFF_MS,
 ): number {
+  return random() * backoffIntervalMs(backoffMs, attempt, maxBackoffMs);
+}
+
+/**
+ * The backoff interval of a retry after attempt `attempt` failed, in ms: `backoffMs ×
+ * 2^(attempt−1)`, at most `maxBackoffMs` and {@link MAX_BACKOFF_MS}. {@link retryDelayMs} draws
+ * the delay from `[0, interval)`. Finite for any attempt.
+ */
+export function backoffIntervalMs(backoffMs: number, attempt: number, maxBackoffMs: number = MAX_BACKOFF_MS): number {
   // 2^60 × any allowed backoff is far past every cap, and stays finite (0 × ∞ would be NaN).
   const base = backoffMs * 2 ** Math.min(Math.max(attempt - 1, 0), 60);
-  return Math.min(base + base * 0.25 * random(), maxBackoffMs, MAX_BACKOFF_MS);
+  return Math.min(base, maxBackoffMs, MAX_BACKOFF_MS);
 }
 
 /**
@@ -100,9 +136,21 @@ export function checkRetrySettings(s: { attempts?: number; backoffMs?: number; m
   within(s.maxBackoffMs, 'maxBackoffMs', MAX_BACKOFF_MS, false);
 }
 
-class StoreFailure extends Error {}
+/**
+ * The store failed past its retries while the run moved items or beat: the run ends with outcome
+ * `store-error` and this as its `error` (logged by the runner). Code `store_failure`.
+ */
+class StoreFailure extends LeaseholdError {
+  constructor(message: string) {
+    super('store_failure', message);
+  }
+}
 
-/** A move statement that PostgreSQL refused for the data it carried (an item's value). */
+/**
+ * A move statement that PostgreSQL refused for the data it carried (an item's value). Private to
+ * this file: the run catches it and stores the moves one by one, so it never reaches a caller or
+ * a log (no `code`).
+ */
 class UnstorableMoves extends Error {}
 
 /** SQLSTATE classes of errors caused by the data a statement carries, not by the store. */
@@ -117,10 +165,18 @@ function isDataError(e: unknown): boolean {
  */
 const CLAIM_AHEAD_MS = 200;
 
+/** How often a run with nothing to do looks for items again while its batch's source is read, ms. */
+const READING_POLL_MS = 250;
+
+/** Tries of one page of a source that S3 failed to serve (a timeout, a 5xx) before the run hands off. */
+const READ_TRIES = 4;
+
 /** A claimed item waiting in the run's queue: start it at `startAt` (local clock; 0: at once). */
 interface Queued {
   item: q.ClaimedRow;
   startAt: number;
+  /** Its rate-limit key, once computed (rate-limited batches only). */
+  rateKey?: string;
 }
 
 /** A settled item waiting for its move, with what the move means. */
@@ -163,6 +219,10 @@ export class Run {
   private queue: Queued[] = [];
   private readonly executing = new Map<string, Promise<void>>();
   private settled: Settled[] = [];
+  /** The tokens of a rate-limited batch (docs/design.md, "Rate limits"); undefined without a limit. */
+  private readonly gate: RateGate | undefined;
+  /** A timer that wakes the run when a rate-limited key in its queue may have a token again. */
+  private rateTimer: AbortController | undefined;
   /** The store may hold due pending items this run has not claimed. */
   private moreDue = true;
   /** A claim's answer was lost: items may be running under this run that it never received. */
@@ -180,6 +240,10 @@ export class Run {
   private beatSentAt: number;
   private finishedItems = 0;
   private statements = 0;
+  /** Aborts the results write after the finish when the run is asked to stop. */
+  private readonly results = new AbortController();
+  /** This run ended the batch `failed` because its source could not be read. */
+  private sourceFailed = false;
 
   constructor(
     private readonly sql: Sql,
@@ -195,11 +259,27 @@ export class Run {
     this.capacity = s.parallel + s.queueDepth;
     // Every in-flight item listens on this one signal; `parallel` may well exceed 10.
     setMaxListeners(0, this.items.signal);
+    const limit = batch.ratePerSecond != null ? { ...s.rateLimit, perSecond: batch.ratePerSecond } : s.rateLimit;
+    this.gate =
+      limit &&
+      new RateGate({
+        sql,
+        batchId: batch.id,
+        job: batch.job,
+        limit,
+        clock: s.clock,
+        storeTimeoutMs: s.storeTimeoutMs,
+        onAnswer: () => this.wake(),
+        onError: (error) => s.onEvent({ type: 'store-error', batchId: batch.id, runId: runId, error, tries: 1 }),
+      });
   }
 
   /** Ask the run to hand off: stop claiming, let in-flight items settle, clear the beat. */
   requestStop(): void {
     if (this.reason !== 'lost') this.reason = 'stop';
+    // A results write after the finish stops too (a worker at its deadline); the scheduler's
+    // pass writes them (docs/design.md, "Sources and results").
+    this.results.abort(new Error('the run was asked to stop while it wrote the results'));
     this.wake();
   }
 
@@ -213,6 +293,7 @@ export class Run {
     const beats = new AbortController();
     const beating = this.beatLoop(beats.signal);
     const slicing = this.sliceLoop(beats.signal);
+    const reading = this.batch.reading ? this.readLoop(beats.signal) : Promise.resolve();
     let outcome: RunOutcome;
     let error: Error | undefined;
     try {
@@ -226,10 +307,24 @@ export class Run {
       this.items.abort();
       this.dueTimer?.abort();
       this.startTimer?.abort();
+      this.rateTimer?.abort();
       beats.abort();
-      await Promise.all([beating, slicing]);
+      await Promise.all([beating, slicing, reading]);
     }
+    // The run's reader ended the batch: it ended `failed` by this run, as a give-up does.
+    if (outcome === 'lost' && this.sourceFailed) [outcome, error] = ['failed', undefined];
     if (outcome === 'lost' && !error) error = new BatchLostError(this.batch.id, this.id);
+    // Results are written after the finish, outside the run's lease (the batch is finished);
+    // a crash before they are written leaves them to the scheduler (docs/design.md, "Sources and results").
+    if ((outcome === 'succeeded' || outcome === 'failed') && this.batch.results) {
+      await writeResultsAfterFinish(
+        this.sql,
+        await this.s3(),
+        this.batch.id,
+        (e) => this.s.onEvent({ type: 'store-error', batchId: this.batch.id, runId: this.id, error: e, tries: 1 }),
+        { signal: this.results.signal },
+      );
+    }
     return {
       batchId: this.batch.id,
       runId: this.id,
@@ -296,7 +391,13 @@ export class Run {
       }
       // Wait for an item to settle, a retry to come due, or (when items are due but the beats
       // are too old to claim or start them) the next good beat.
-      if (this.executing.size > 0 || this.queue.length > 0 || this.dueTimer || (this.moreDue && !this.beatValid())) {
+      if (
+        this.executing.size > 0 ||
+        this.queue.length > 0 ||
+        this.dueTimer ||
+        this.gate?.pending ||
+        (this.moreDue && !this.beatValid())
+      ) {
         await new Promise<void>((resolve) => (this.wakeUp = resolve));
         continue;
       }
@@ -314,6 +415,11 @@ export class Run {
       if (!w.owned) {
         this.markLost();
         return undefined;
+      }
+      // Items are still being read from the batch's source: look again soon, and never leave.
+      if (w.reading) {
+        this.dueIn(Math.min(READING_POLL_MS, this.s.beatMs));
+        continue;
       }
       // Other runs hold the batch's last items and nothing is due here within a beat: this run
       // leaves (the last run of a batch never does), so the tail does not hold idle workers.
@@ -369,15 +475,65 @@ export class Run {
     if (this.reason || this.queue.length === 0 || !this.beatValid() || this.doomed()) return;
     let now: number | undefined;
     let next = Infinity;
-    for (let i = 0; i < this.queue.length && this.executing.size < this.s.parallel;) {
-      const { item, startAt } = this.queue[i];
+    // Rate-limited batches: tokens to ask for per key (one per free slot an item of it could
+    // take), the shortest wait of a key without one, and items of each key sent back so far.
+    const wants = new Map<string, number>();
+    let asked = 0;
+    let rateWait = Infinity;
+    const sentBack = new Map<string, number>();
+    for (let i = 0; i < this.queue.length && this.executing.size + asked < this.s.parallel;) {
+      const entry = this.queue[i];
+      const { item, startAt } = entry;
       if (startAt > 0 && startAt > (now ??= this.s.clock.now())) {
         next = Math.min(next, startAt);
         i++;
         continue;
       }
+      if (this.gate) {
+        const key = (entry.rateKey ??= this.gate.keyOf({ key: item.key, input: item.input, params: this.batch.params }));
+        const t = this.gate.take(key, (now ??= this.s.clock.now()));
+        if (t.go) {
+          // Running low: ask for the next block now, while these tokens start items.
+          if (this.gate.holding(key, now) < this.gate.askSize(1, this.capacity) / 2) wants.set(key, wants.get(key) ?? 0);
+        } else if (t.ask) {
+          wants.set(key, (wants.get(key) ?? 0) + 1);
+          asked++;
+          i++;
+          continue;
+        }
+        if (!t.go) {
+          // The key's bucket is empty for t.waitMs: a few of its items wait here for it, the
+          // rest go back to pending, each due at a later token's time, using no attempt, so they
+          // hold no slot and no room of the queue that other keys' items could use.
+          const n = sentBack.get(key) ?? 0;
+          sentBack.set(key, n + 1);
+          const keep = Math.max(1, Math.ceil((this.gate.rate * RATE_WAIT_IN_QUEUE_MS) / 1000));
+          if (t.waitMs <= RATE_WAIT_IN_QUEUE_MS && n < keep) {
+            rateWait = Math.min(rateWait, t.waitMs);
+            i++;
+            continue;
+          }
+          this.queue.splice(i, 1);
+          this.giveBackForRate(item, t.waitMs + ((n + 1) * 1000) / this.gate.rate);
+          continue;
+        }
+      }
       this.queue.splice(i, 1);
       this.launch(item);
+    }
+    if (this.gate && wants.size > 0) {
+      for (const [key, need] of wants) wants.set(key, this.gate.askSize(need, this.capacity));
+      this.gate.ask(wants);
+    }
+    if (rateWait < Infinity && !this.rateTimer) {
+      const timer = new AbortController();
+      this.rateTimer = timer;
+      void this.s.clock.sleep(rateWait, timer.signal).then(() => {
+        if (timer.signal.aborted) return;
+        this.rateTimer = undefined;
+        this.startQueued();
+        this.wake();
+      });
     }
     if (next < this.startAt) {
       this.startTimer?.abort();
@@ -391,6 +547,25 @@ export class Run {
         this.wake();
       });
     }
+  }
+
+  /**
+   * Send a claimed item back to pending, due `delayMs` from now, with its attempt given back (it
+   * never started): its key had no token (docs/design.md, "Rate limits"). The next flush moves it.
+   */
+  private giveBackForRate(c: q.ClaimedRow, delayMs: number): void {
+    this.settled.push({
+      outcome: 'given-back',
+      move: {
+        key: c.key,
+        state: 'pending',
+        claimed: c.attempts,
+        attempts: c.attempts - 1,
+        output: null,
+        error: null,
+        delayMs: Math.ceil(delayMs),
+      },
+    });
   }
 
   /**
@@ -594,14 +769,40 @@ export class Run {
       outcome,
       move: { key: c.key, state, claimed: c.attempts, attempts: c.attempts, output, error, delayMs },
     });
+    // Item timeouts (docs/design.md, "Item timeouts"): the item gets a signal of its own, aborted
+    // when the run's is or when its time is up; at that moment the attempt fails, whether or not
+    // the work heeds the signal (work that ignores it goes on unobserved, its result dropped).
+    const timeoutMs = batch.timeoutMs ?? this.s.timeoutMs;
+    const own = timeoutMs === undefined ? undefined : new AbortController();
+    const runSignal = this.items.signal;
+    const relay = () => own?.abort(runSignal.reason);
+    const timer = new AbortController();
+    if (own) {
+      if (runSignal.aborted) relay();
+      else runSignal.addEventListener('abort', relay, { once: true });
+    }
     try {
-      const output = await this.executor.work({
+      const working = this.executor.work({
         key: c.key,
         input: c.input,
         attempt: c.attempts,
-        signal: this.items.signal,
+        signal: own?.signal ?? runSignal,
         batch: { id: batch.id, tenant: batch.tenant, datasource: batch.datasource, job: batch.job, params: batch.params },
       });
+      let output: unknown;
+      if (own && timeoutMs !== undefined) {
+        // Once the timeout wins the race, a later rejection of the work is nobody's to handle.
+        working.catch(() => undefined);
+        const expired = this.s.clock.sleep(timeoutMs, timer.signal).then(() => {
+          if (timer.signal.aborted) return new Promise<never>(() => undefined);
+          const e = new ItemTimeoutError(timeoutMs);
+          own.abort(e);
+          throw e;
+        });
+        output = await Promise.race([working, expired]);
+      } else {
+        output = await working;
+      }
       const encoded = encodeOutput(output, this.s.maxOutputBytes);
       // An output that cannot be stored would be the same next time: the item fails for good.
       if (encoded.error !== undefined) return verdict('failed', 'failed', null, encoded.error);
@@ -613,11 +814,32 @@ export class Run {
         // invocation must end), but the next run may start it again at once.
         return verdict('pending', 'interrupted', null, message);
       }
+      // Retry-After (docs/design.md, "Retry-After"): the downstream's wait, with the attempt given
+      // back while the item has waits left; past them the wait counts as a failed attempt.
+      const askedMs = e instanceof RetryAfterError ? Math.min(Math.max(e.retryAfterMs, 0), q.MAX_DELAY_MS) : undefined;
+      if (askedMs !== undefined && (c.waits ?? 0) < this.s.maxRetryAfter) {
+        return {
+          outcome: 'waiting',
+          move: {
+            key: c.key,
+            state: 'pending',
+            claimed: c.attempts,
+            attempts: c.attempts - 1,
+            output: null,
+            error: message,
+            delayMs: askedMs,
+            waits: (c.waits ?? 0) + 1,
+          },
+        };
+      }
       if (c.attempts >= this.s.attempts || (e as { permanent?: unknown } | null)?.permanent === true) {
         return verdict('failed', 'failed', null, message);
       }
       const delay = retryDelayMs(this.s.backoffMs, c.attempts, this.s.random, this.s.maxBackoffMs);
-      return verdict('pending', 'retry', null, message, delay);
+      return verdict('pending', 'retry', null, message, Math.max(delay, askedMs ?? 0));
+    } finally {
+      timer.abort();
+      runSignal.removeEventListener('abort', relay);
     }
   }
 
@@ -688,6 +910,123 @@ export class Run {
     );
     if (!ok) return 'lost';
     throw new BatchGivenUpError(this.batch.id, runs, reason);
+  }
+
+  private s3(): Promise<S3Client> {
+    return s3Client(this.s.s3);
+  }
+
+  /**
+   * Reading the batch's source (docs/design.md, "Sources and results"): while the batch reads,
+   * the run tries to become its reader (one run at a time: another reads once the reader's row is
+   * gone), then reads a page from the stored cursor and stores its items with the new cursor in
+   * one statement fenced on its lease, its being the reader and the page count it read from; so
+   * a takeover goes on after the last stored page and no page is stored twice. Each stored page
+   * wakes the run's claims. A source that cannot be read ends the batch `failed` with the reason;
+   * S3 failing to answer `READ_TRIES` times in a row, or the store failing, hands the run off, so
+   * another run reads on.
+   */
+  private async readLoop(signal: AbortSignal): Promise<void> {
+    let failures = 0;
+    let wait = this.s.moveBackoffMs;
+    while (!signal.aborted && !this.reason && !this.ended) {
+      try {
+        const state = await this.store(() => qs.claimReader(this.sql, this.batch.id, this.id));
+        if (!state) {
+          // Another live run reads (or reading is over, or the lease is gone): look again later.
+          const w = await this.store(() => q.waitState(this.sql, this.batch.id, this.id));
+          if (!w.reading || !w.owned) return;
+          await this.s.clock.sleep(this.s.beatMs, signal);
+          continue;
+        }
+        let page;
+        try {
+          page = await readPage(await this.s3(), state.source as StoredSource, state.cursor as SourceCursor | null, {
+            maxInputBytes: this.s.maxInputBytes,
+            rangeBytes: this.s.sourceRangeBytes,
+            pageObjects: this.s.sourcePageObjects,
+          });
+        } catch (e) {
+          if (e instanceof SourceReadError) return await this.failSource(e.reason, e.line);
+          this.s.onEvent({ type: 'store-error', batchId: this.batch.id, runId: this.id, error: e, tries: ++failures });
+          if (failures >= READ_TRIES) return this.readFailed();
+          await this.s.clock.sleep(wait, signal);
+          wait = Math.min(wait * 2, 10_000);
+          continue;
+        }
+        failures = 0;
+        wait = this.s.moveBackoffMs;
+        const total = state.total + page.items.length;
+        if (total > this.s.maxSourceItems) {
+          return await this.failSource(
+            `item count: the source holds more than ${this.s.maxSourceItems} items; the limit is ${this.s.maxSourceItems} (LEASEHOLD_MAX_SOURCE_ITEMS)`,
+            null,
+          );
+        }
+        if (page.done && total === 0) return await this.failSource('the source holds no items', null);
+        let pieces;
+        try {
+          pieces = await readItems(page.items, {
+            maxItems: Infinity,
+            maxInputBytes: this.s.maxInputBytes,
+            maxTotalBytes: Infinity,
+          }).catch((e: unknown) => {
+            if (page.items.length === 0) return { pieces: ['[]'], count: 0 };
+            throw e;
+          });
+        } catch (e) {
+          return await this.failSource((e as Error).message, null);
+        }
+        const json =
+          pieces.pieces.length === 1
+            ? pieces.pieces[0]
+            : `[${pieces.pieces
+                .map((p) => p.slice(1, -1))
+                .filter(Boolean)
+                .join(',')}]`;
+        // A key read twice is the source's fault (a CSV key column with a repeated value), not
+        // the store's: it is answered, not retried.
+        const stored = await this.store(() =>
+          qs
+            .storePage(this.sql, {
+              batchId: this.batch.id,
+              run: this.id,
+              pages: state.pages,
+              cursor: page.cursor,
+              items: json,
+              count: pieces.count,
+              done: page.done,
+            })
+            .catch((e: unknown) => {
+              const dup = duplicateKey(e);
+              if (dup === undefined) throw e;
+              return dup;
+            }),
+        );
+        if (typeof stored === 'string') return await this.failSource(`two items of the source have the key ${stored}`, null);
+        if (stored) {
+          this.moreDue = true;
+          this.wake();
+          if (page.done) return;
+        }
+      } catch (e) {
+        // The store kept failing: hand off, so another run reads on from the stored cursor.
+        this.s.onEvent({ type: 'store-error', batchId: this.batch.id, runId: this.id, error: e, tries: this.s.moveTries });
+        return this.readFailed();
+      }
+    }
+  }
+
+  /** Reading could not go on here: the run hands off (its row goes, so another run reads on). */
+  private readFailed(): void {
+    if (!this.reason) this.requestStop();
+  }
+
+  /** End the batch `failed`: its source cannot be read into items (`reason`, the first bad line). */
+  private async failSource(reason: string, line: number | null): Promise<void> {
+    this.sourceFailed = await this.store(() => qs.failSource(this.sql, { batchId: this.batch.id, run: this.id, reason, line }));
+    // The batch is over (or another end came first): this run's lease is gone either way.
+    this.markLost();
   }
 
   /**
@@ -763,4 +1102,16 @@ export class Run {
       }
     }
   }
+}
+
+/** The key of a unique violation of the items' primary key (two items with one key), else undefined. */
+function duplicateKey(e: unknown): string | undefined {
+  const err = e as { code?: unknown; constraint_name?: unknown; detail?: unknown; cause?: unknown } | null;
+  const inner = (err?.code === undefined ? (err?.cause as typeof err) : err) ?? null;
+  if (inner?.code !== '23505' || inner.constraint_name !== 'leasehold_items_pkey') return undefined;
+  const m =
+    typeof inner.detail === 'string'
+      ? /^Key \(batch_id, key\)=\([0-9a-f-]{36}, (.*)\) already exists\.$/s.exec(inner.detail)
+      : null;
+  return m ? JSON.stringify(m[1]) : '(unknown)';
 }

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import type { S3Client } from '@aws-sdk/client-s3';
 import { InvalidSettingError } from '../errors.js';
 import { withTimeout, type Sql } from '../store/index.js';
 import { createBatch, type CreateOptions } from './batches.js';
@@ -7,9 +8,25 @@ import * as q from './sql/batches.js';
 import { NO_LIMIT } from './sql/batches.js';
 import { checkRetrySettings, MAX_ATTEMPTS, MAX_BACKOFF_MS, Run, type RunnerEvent, type RunSettings } from './run.js';
 import { DEFAULT_MAX_OUTPUT_BYTES } from './values.js';
-import type { BatchInfo, Executor, ItemWork, NewBatch, Resolve, RunResult } from './types.js';
+import {
+  MAX_ITEM_TIMEOUT_MS,
+  type BatchInfo,
+  type Executor,
+  type ItemWork,
+  type NewBatch,
+  type Resolve,
+  type RunResult,
+} from './types.js';
 
-export { retryDelayMs, checkRetrySettings, MAX_ATTEMPTS, MAX_BACKOFF_MS, type ItemOutcome, type RunnerEvent } from './run.js';
+export {
+  retryDelayMs,
+  backoffIntervalMs,
+  checkRetrySettings,
+  MAX_ATTEMPTS,
+  MAX_BACKOFF_MS,
+  type ItemOutcome,
+  type RunnerEvent,
+} from './run.js';
 
 /** Options of {@link Runner}; every duration is in milliseconds. */
 export interface RunnerOptions {
@@ -29,10 +46,19 @@ export interface RunnerOptions {
   staleMs?: number;
   /** Attempts per item before it ends `failed`, 1 to 1,000. Default 3. */
   attempts?: number;
-  /** First retry delay, ms; doubled each attempt, plus up to 25 % jitter. 0 to one day. Default 5,000. */
+  /**
+   * The first backoff interval, ms, doubled each attempt; a retry waits a random time within its
+   * interval (full jitter: docs/design.md, "Attempts, backoff, failures"). 0 to one day. Default 5,000.
+   */
   backoffMs?: number;
-  /** Longest retry delay, jitter included, ms. 0 to one day. Default 600,000 (10 minutes). */
+  /** Longest backoff interval, so the longest retry delay, ms. 0 to one day. Default 600,000 (10 minutes). */
   maxBackoffMs?: number;
+  /**
+   * Waits a downstream asks for (`RetryAfterError`) that an item may take without using an
+   * attempt; past them each wait counts as an attempt (docs/design.md, "Retry-After"). 0 to
+   * 1,000. Default 10.
+   */
+  maxRetryAfter?: number;
   /** Tries of a store statement (move, claim, finish) before the run gives up. Default 4. */
   moveTries?: number;
   /** Wait before the second try of a failed store statement, ms; doubled each try. Default 100. */
@@ -69,6 +95,22 @@ export interface RunnerOptions {
    * (docs/design.md, "Tenant fairness").
    */
   sliceMs?: number;
+  /**
+   * Most items a batch's source may hold; reading past it ends the batch `failed`
+   * (`LEASEHOLD_MAX_SOURCE_ITEMS`; docs/design.md, "Sources and results"). Default 10,000,000.
+   */
+  maxSourceItems?: number;
+  /** Largest input of one item read from a source, bytes of JSON (`LEASEHOLD_MAX_INPUT_BYTES`). Default 65,536. */
+  maxInputBytes?: number;
+  /** Bytes of a source object one page reads (the first page a sixteenth, at least 64 KiB). Default 4 MiB. */
+  sourceRangeBytes?: number;
+  /** Objects of a source prefix one page lists, at least (the first page 1,000). Default 10,000. */
+  sourcePageObjects?: number;
+  /**
+   * The S3 client that reads sources and writes results. Default: the container's
+   * (`defaultS3Client`: the environment's region and credentials, `AWS_ENDPOINT_URL_S3`).
+   */
+  s3?: () => S3Client;
   /** Clock for beats and waits. Default: {@link systemClock}. */
   clock?: Clock;
   /** Source of jitter in [0, 1). Default `Math.random`. */
@@ -91,6 +133,7 @@ export const RUNNER_DEFAULTS = {
   attempts: 3,
   backoffMs: 5_000,
   maxBackoffMs: 600_000,
+  maxRetryAfter: 10,
   moveTries: 4,
   moveBackoffMs: 100,
   maxRuns: 4,
@@ -100,6 +143,10 @@ export const RUNNER_DEFAULTS = {
   maxStalledRuns: 10,
   maxRunning: NO_LIMIT,
   sliceMs: 60_000,
+  maxSourceItems: 10_000_000,
+  maxInputBytes: 65_536,
+  sourceRangeBytes: 4 * 1024 * 1024,
+  sourcePageObjects: 10_000,
 } as const;
 
 /** Bounds of the runner's settings that the store and the clock depend on. */
@@ -112,8 +159,9 @@ export const RUNNER_LIMITS = {
 } as const;
 
 /** A runner's settings with every default filled in ({@link runnerSettings}). */
-export type RunnerSettings = Required<Omit<RunnerOptions, 'processId' | 'onEvent' | 'queueDepth'>> & {
+export type RunnerSettings = Required<Omit<RunnerOptions, 'processId' | 'onEvent' | 'queueDepth' | 's3'>> & {
   queueDepth: number | undefined;
+  s3?: () => S3Client;
   onEvent: (e: RunnerEvent) => void;
 };
 
@@ -133,6 +181,7 @@ export function runnerSettings(options: RunnerOptions = {}): RunnerSettings {
     attempts: options.attempts ?? RUNNER_DEFAULTS.attempts,
     backoffMs: options.backoffMs ?? RUNNER_DEFAULTS.backoffMs,
     maxBackoffMs: options.maxBackoffMs ?? RUNNER_DEFAULTS.maxBackoffMs,
+    maxRetryAfter: options.maxRetryAfter ?? RUNNER_DEFAULTS.maxRetryAfter,
     moveTries: options.moveTries ?? RUNNER_DEFAULTS.moveTries,
     moveBackoffMs: options.moveBackoffMs ?? RUNNER_DEFAULTS.moveBackoffMs,
     maxRuns: options.maxRuns ?? RUNNER_DEFAULTS.maxRuns,
@@ -142,6 +191,11 @@ export function runnerSettings(options: RunnerOptions = {}): RunnerSettings {
     maxStalledRuns: options.maxStalledRuns ?? RUNNER_DEFAULTS.maxStalledRuns,
     maxRunning: options.maxRunning ?? RUNNER_DEFAULTS.maxRunning,
     sliceMs: options.sliceMs ?? RUNNER_DEFAULTS.sliceMs,
+    maxSourceItems: options.maxSourceItems ?? RUNNER_DEFAULTS.maxSourceItems,
+    maxInputBytes: options.maxInputBytes ?? RUNNER_DEFAULTS.maxInputBytes,
+    sourceRangeBytes: options.sourceRangeBytes ?? RUNNER_DEFAULTS.sourceRangeBytes,
+    sourcePageObjects: options.sourcePageObjects ?? RUNNER_DEFAULTS.sourcePageObjects,
+    s3: options.s3,
     clock: options.clock ?? systemClock,
     random: options.random ?? Math.random,
     onEvent: options.onEvent ?? (() => {}),
@@ -157,10 +211,15 @@ export function runnerSettings(options: RunnerOptions = {}): RunnerSettings {
   int('parallel', 1);
   int('queueDepth', 0);
   int('maxOutputBytes', 1);
+  int('maxRetryAfter', 0, MAX_ATTEMPTS);
   int('maxStalledRuns', 1, RUNNER_LIMITS.maxStalledRuns);
   int('staleMs', 1, RUNNER_LIMITS.staleMs);
   int('maxRunning', 0, NO_LIMIT);
   int('sliceMs', 1, RUNNER_LIMITS.staleMs);
+  int('maxSourceItems', 1);
+  int('maxInputBytes', 1);
+  int('sourceRangeBytes', 1);
+  int('sourcePageObjects', 1);
   if (s.backoffMs > s.maxBackoffMs)
     throw new InvalidSettingError('backoffMs', `(${s.backoffMs}) must not exceed maxBackoffMs (${s.maxBackoffMs})`);
   if (s.beatMs >= s.staleMs) throw new InvalidSettingError('beatMs', `(${s.beatMs}) must be below staleMs (${s.staleMs})`);
@@ -175,6 +234,15 @@ function checkExecutor(ex: Executor): void {
   checkRetrySettings(ex, 'executor.');
   if (ex.parallel !== undefined && !(Number.isInteger(ex.parallel) && ex.parallel >= 1)) {
     throw new InvalidSettingError('executor.parallel', `must be an integer of at least 1 (got ${ex.parallel})`);
+  }
+  if (
+    ex.timeoutMs !== undefined &&
+    !(Number.isInteger(ex.timeoutMs) && ex.timeoutMs >= 1 && ex.timeoutMs <= MAX_ITEM_TIMEOUT_MS)
+  ) {
+    throw new InvalidSettingError(
+      'executor.timeoutMs',
+      `must be a whole number of ms from 1 to ${MAX_ITEM_TIMEOUT_MS} (got ${ex.timeoutMs})`,
+    );
   }
 }
 
@@ -332,6 +400,9 @@ export class Runner {
       attempts: ex.attempts ?? this.s.attempts,
       backoffMs: ex.backoffMs ?? this.s.backoffMs,
       maxBackoffMs: ex.maxBackoffMs ?? this.s.maxBackoffMs,
+      timeoutMs: ex.timeoutMs,
+      maxRetryAfter: ex.maxRetryAfter ?? this.s.maxRetryAfter,
+      rateLimit: ex.rateLimit,
     };
   }
 

@@ -3,10 +3,14 @@
 // find the batch of the request key → expand the params into items → create → dispatch.
 import { randomUUID } from 'node:crypto';
 import type { Sql } from '../store/index.js';
-import { createBatch, findBatchByKey } from './batches.js';
+import { checkItemTimeout, createBatch, findBatchByKey } from './batches.js';
+import { InvalidBatchError } from './errors.js';
 import { dispatchWorkers, type Dispatcher, type WorkerEvent } from './dispatch.js';
 import type { StartLimits } from './items.js';
-import type { BatchInfo, ItemSource, ToleratedFailures } from './types.js';
+import { MAX_ITEM_TIMEOUT_MS, type BatchInfo, type ItemSource, type ToleratedFailures } from './types.js';
+import type { S3Client } from '@aws-sdk/client-s3';
+import { s3Client } from './s3.js';
+import { checkResults, checkSource, type BatchSource, type ResultsTarget } from './source.js';
 
 /** Expands a job's params into the items of a new batch (the job registry does). */
 export interface BatchExpander {
@@ -14,7 +18,13 @@ export interface BatchExpander {
    * @throws an error with code `unknown_job`, `invalid_params` or `invalid_batch` for params
    *   that cannot start a batch.
    */
-  expand(job: string, params: unknown): Promise<{ items: ItemSource; params: unknown }>;
+  expand(job: string, params: unknown): Promise<{ items: ItemSource; params: unknown; timeoutMs?: number }>;
+  /**
+   * Validate params for a batch whose items come from a source (no expansion): the params to
+   * store and the job's item timeout, ms, if it sets one. Absent: the params are stored as given.
+   * @throws an error with code `unknown_job` or `invalid_params`.
+   */
+  parseParams?(job: string, params: unknown): Promise<{ params: unknown; timeoutMs?: number }>;
 }
 
 /**
@@ -29,6 +39,12 @@ export interface StartSettings {
   maxItems?: number;
   maxInputBytes?: number;
   maxTotalBytes?: number;
+  /**
+   * Longest item timeout a start may set, ms: what one worker invocation can give an item (its
+   * Lambda timeout less the deadline margin; docs/design.md, "Item timeouts"). Default
+   * {@link MAX_ITEM_TIMEOUT_MS}.
+   */
+  itemTimeoutLimitMs?: number;
 }
 
 /** What {@link startBatch} needs. */
@@ -47,6 +63,8 @@ export interface StartDeps {
    * worker, with no invocation id.
    */
   reserve?: (batchIds: string[]) => Promise<WorkerEvent[]>;
+  /** The S3 client that checks sources and results targets. Default: the container's (`defaultS3Client`). */
+  s3?: () => S3Client;
 }
 
 /** What to start. */
@@ -63,6 +81,25 @@ export interface StartRequest {
   priority?: number;
   /** Most runs at once, 1..10,000 (docs/design.md, "Fan-out"); default `config.batchConcurrency`, else 1. */
   maxConcurrency?: number;
+  /**
+   * Most time one attempt of an item may take, ms (docs/design.md, "Item timeouts"); wins over
+   * the job's `timeoutMs`. Default: the job's, or none.
+   */
+  timeoutMs?: number;
+  /**
+   * The batch's own fleet-wide rate, items per second per key (docs/design.md, "Rate limits"); wins
+   * over the job's `rateLimit.perSecond`. Default: the job's, or none.
+   */
+  rateLimit?: { perSecond: number };
+  /** A webhook for the batch's `Batch Finished` event (docs/design.md, "Events"); default none. */
+  notify?: { url: string } | null;
+  /**
+   * Read the items from S3 instead of expanding the params (docs/design.md, "Sources and
+   * results"): checked here (bucket, key, an empty object), read by the batch's runs.
+   */
+  source?: BatchSource;
+  /** Write the results to S3 when the batch finishes (its bucket is checked here). */
+  results?: ResultsTarget;
 }
 
 /** What {@link startBatch} did. */
@@ -92,6 +129,8 @@ export function startLimits(config: StartSettings): Partial<StartLimits> {
  * deleted); otherwise the job expands the params, `createBatch` stores the batch and its items
  * (invariants 4 and 9 (docs/design.md)), and a new batch is sent to as many workers as its
  * target (within the worker limit, through `deps.reserve`).
+ * @throws {InvalidBatchError} a `timeoutMs` (the start's, else the job's) that is not from 1 to
+ *   `config.itemTimeoutLimitMs`.
  * @throws what the job's expand throws (`unknown_job`, `invalid_params`, …), and what
  *   `createBatch` throws: `TooManyBatchesError`, `BatchTooLargeError`, `InvalidBatchError`, the
  *   store's errors.
@@ -101,7 +140,27 @@ export async function startBatch(deps: StartDeps, req: StartRequest): Promise<St
     const existing = await findBatchByKey(deps.sql, req.tenant, req.requestKey);
     if (existing) return { batch: existing, created: false };
   }
-  const expanded = await deps.jobs.expand(req.job, req.params);
+  const limitMs = deps.config.itemTimeoutLimitMs ?? MAX_ITEM_TIMEOUT_MS;
+  const why = 'one worker invocation can give an item';
+  if (req.timeoutMs !== undefined) checkItemTimeout(req.timeoutMs, limitMs, why);
+  // Refused before anything is stored when S3 can tell what is wrong (no such bucket or key,
+  // denied, an empty object); what only reading can tell ends the batch failed later. The S3
+  // client (and the SDK) only for a start that names S3.
+  const s3 = req.source || req.results ? await s3Client(deps.s3) : undefined;
+  const stored = req.source ? await checkSource(s3!, req.source) : undefined;
+  if (req.results) await checkResults(s3!, req.results);
+  const expanded: { items: ItemSource; params: unknown; timeoutMs?: number } = stored
+    ? { items: [], ...(deps.jobs.parseParams ? await deps.jobs.parseParams(req.job, req.params) : { params: req.params }) }
+    : await deps.jobs.expand(req.job, req.params);
+  // The job's own timeout, when the start set none, must fit in an invocation as well: an item
+  // that could never finish in time is refused now rather than failed attempt after attempt.
+  if (req.timeoutMs === undefined && expanded.timeoutMs !== undefined) {
+    try {
+      checkItemTimeout(expanded.timeoutMs, limitMs, why);
+    } catch (e) {
+      throw new InvalidBatchError(`job "${req.job}": ${(e as Error).message}`);
+    }
+  }
   const { batch, created } = await createBatch(
     deps.sql,
     {
@@ -114,6 +173,11 @@ export async function startBatch(deps: StartDeps, req: StartRequest): Promise<St
       toleratedFailures: req.toleratedFailures,
       priority: req.priority,
       maxConcurrency: req.maxConcurrency ?? deps.config.batchConcurrency ?? 1,
+      timeoutMs: req.timeoutMs ?? null,
+      ratePerSecond: req.rateLimit?.perSecond ?? null,
+      notify: req.notify ?? null,
+      source: stored ?? null,
+      results: req.results ?? null,
     },
     { maxOpen: deps.config.maxOpen, limits: startLimits(deps.config) },
   );

@@ -1,3 +1,5 @@
+import type { RateLimit } from './rate.js';
+
 /**
  * Lifecycle of a batch. `failed` means "finished with failures": at least one item failed (more
  * than its {@link ToleratedFailures} allow, when it set some), or it was given up.
@@ -49,7 +51,35 @@ export interface NewBatch {
    * default is `LEASEHOLD_BATCH_CONCURRENCY`.
    */
   maxConcurrency?: number;
+  /**
+   * Most time one attempt of an item may take, ms (docs/design.md, "Item timeouts"): then its
+   * signal aborts and the attempt fails with `timed out after N ms`. Wins over the job's
+   * `timeoutMs`; default none (the job's, or no timeout). 1 to {@link MAX_ITEM_TIMEOUT_MS}.
+   */
+  timeoutMs?: number | null;
+  /**
+   * Its own fleet-wide rate, items per second per key (docs/design.md, "Rate limits"): wins over
+   * the job's `rateLimit.perSecond`; a job without one gets one key for all its items. Above 0, at
+   * most {@link MAX_RATE_PER_SECOND}. Default none.
+   */
+  ratePerSecond?: number | null;
+  /**
+   * Where to POST the batch's `Batch Finished` event as a signed webhook when it ends
+   * (docs/design.md, "Events"); an absolute http(s) URL of at most 2,048 characters. The address
+   * policy of outbox delivery applies when it is sent. Default none.
+   */
+  notify?: { url: string } | null;
+  /** Where results go when the batch finishes (docs/design.md, "Sources and results"). Default none. */
+  results?: ResultsTarget | null;
+  /**
+   * A source its runs read the items from, as checked at start (`checkSource`); `items` is then
+   * ignored and the batch starts `reading`, with no items. Default none.
+   */
+  source?: StoredSource | null;
 }
+
+/** Longest item timeout, ms: Lambda's longest invocation (15 minutes). */
+export const MAX_ITEM_TIMEOUT_MS = 900_000;
 
 /** Largest `maxConcurrency` of a batch (as Step Functions' Distributed Map allows children). */
 export const MAX_CONCURRENCY = 10_000;
@@ -113,6 +143,8 @@ export interface BatchInfo {
    * tolerated); otherwise null.
    */
   reason: string | null;
+  /** The webhook the start asked for (`notify`), or null. */
+  notify: { url: string } | null;
   /** Failed items it tolerates, as started; null: none given. */
   toleratedFailures: ToleratedFailures | null;
   /**
@@ -120,12 +152,39 @@ export interface BatchInfo {
    * null when no tolerance was given.
    */
   allowedFailures: number | null;
+  /** The items' timeout its start set, ms (it wins over the job's); null: none set. */
+  timeoutMs: number | null;
+  /**
+   * Its own rate limit, items per second (a start's or a PATCH's; it wins over the job's
+   * `rateLimit.perSecond`; docs/design.md, "Rate limits"); null or absent: the job's, if any.
+   */
+  ratePerSecond?: number | null;
   /** How many times the batch was redriven (its failed items put back to pending: `redriveBatch`). */
   redrives: number;
   createdAt: Date;
   /** The latest beat of its live runs; null when none. */
   beatAt: Date | null;
   finishedAt: Date | null;
+  /**
+   * The source its runs read items from (docs/design.md, "Sources and results"), as stored (an
+   * object's size and ETag included); null for items given at start.
+   */
+  source: StoredSource | null;
+  /** Its source is still being read: more items are coming, and it does not finish. */
+  reading: boolean;
+  /** Pages of its source stored so far. */
+  sourcePages: number;
+  /** The first line (or row) of the source object that could not be read, when reading failed. */
+  sourceErrorLine: number | null;
+  /** Where its results go when it finishes; null: none are written. */
+  results: ResultsTarget | null;
+  /** The results' manifest once written (`s3://bucket/key`), else null. */
+  resultsManifest: string | null;
+  /**
+   * Why the last write of its results failed (`try N of 8: …`); null when none failed or once
+   * written. After the 8th failed try its results are no longer written.
+   */
+  resultsError: string | null;
 }
 
 /** One item's stored result, as `leasehold batch results` prints it. */
@@ -158,10 +217,19 @@ export interface Executor {
   parallel?: number;
   /** Attempts per item before it is `failed`. Default: the runner's `attempts`. */
   attempts?: number;
-  /** First retry delay in ms, doubled per attempt, plus jitter. Default: the runner's `backoffMs`. */
+  /** First backoff interval in ms, doubled per attempt; a retry waits a random time within it. Default: the runner's `backoffMs`. */
   backoffMs?: number;
-  /** Longest retry delay in ms, jitter included. Default: the runner's `maxBackoffMs`. */
+  /** Longest backoff interval (so the longest retry delay) in ms. Default: the runner's `maxBackoffMs`. */
   maxBackoffMs?: number;
+  /**
+   * Most time one attempt may take, ms (docs/design.md, "Item timeouts"); a batch's own
+   * `timeoutMs` wins. Default none.
+   */
+  timeoutMs?: number;
+  /** Retry-After waits per item that use no attempt (docs/design.md, "Retry-After"). Default: the runner's (10). */
+  maxRetryAfter?: number;
+  /** A fleet-wide rate limit per key (docs/design.md, "Rate limits"). Default none. */
+  rateLimit?: RateLimit;
 }
 
 /** Finds the executor for a stored batch (usually by its job name); undefined when unknown. */
@@ -207,4 +275,35 @@ export interface RunResult {
    */
   statements: number;
   error?: Error;
+}
+
+/** A source as a start names it: a prefix (one item per object) or one object (per line or row). */
+export interface BatchSource {
+  s3: { bucket: string; prefix: string } | { bucket: string; key: string; format: 'jsonl' | 'csv'; keyColumn?: string };
+}
+
+/** A source as stored with its batch: an object's size (bytes) and ETag are fixed at start. */
+export interface StoredSource {
+  s3:
+    | { bucket: string; prefix: string }
+    | { bucket: string; key: string; format: 'jsonl' | 'csv'; keyColumn?: string; size: number; etag: string };
+}
+
+/** Where reading goes on: a continuation token, or the byte after the last complete line stored. */
+export type SourceCursor =
+  | { token: string | null }
+  | {
+      /** Byte offset of the first line not yet read. */
+      offset: number;
+      /** Lines (physical, `\n`-terminated) before `offset`. */
+      line: number;
+      /** Items (JSON Lines: lines with a value; CSV: data rows) before `offset`. */
+      row: number;
+      /** CSV: the header's columns, once read. */
+      columns?: string[];
+    };
+
+/** Where a batch's results go: JSON Lines parts and a manifest under `prefix` + the batch id. */
+export interface ResultsTarget {
+  s3: { bucket: string; prefix: string };
 }

@@ -103,6 +103,8 @@ export class ApiClient {
     priority?: number;
     toleratedFailures?: { count: number } | { percent: number };
     maxConcurrency?: number;
+    /** The items' timeout, ms. */
+    timeoutMs?: number;
   }): Promise<{ batch: ApiBatch; created: boolean }> {
     const { tenant, ...body } = input;
     const { status, data } = await this.call<{ batch: ApiBatch } | ApiBatch>('POST', this.forTenant(tenant).batches(), body);

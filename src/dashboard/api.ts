@@ -30,7 +30,7 @@ export type Batch = Tolerant<
 >;
 export type Item = ApiItem;
 export type Series = ApiSeries;
-export type Process = Tolerant<ApiProcess, 'role' | 'retiring'>;
+export type Process = Tolerant<ApiProcess, 'role' | 'retiring' | 'replaces' | 'chainId' | 'chainStartedAt' | 'replacements'>;
 /** The fleet summary newer APIs give with `GET /processes`. */
 export type Fleet = Partial<ApiFleet>;
 export type Unit = ApiUnit;
@@ -38,7 +38,11 @@ export type OutboxEndpoint = ApiOutboxEndpoint;
 export type Outbox = ApiOutboxStatus;
 export type Redrive = ApiRedrive;
 
-/** An error answer of the API (or no answer: status 0). */
+/**
+ * An error answer of the API (or no answer: status 0), in the browser page. Not a LeaseholdError:
+ * the page is bundled on its own and imports nothing but the API's wire types; `code` is the
+ * API's own error code, passed through.
+ */
 export class ApiCallError extends Error {
   constructor(
     readonly status: number,

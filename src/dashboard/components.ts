@@ -3,7 +3,7 @@
 import { html } from 'htm/preact';
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
 import { ApiCallError, ITEM_STATES, type Batch, type ItemState } from './api.js';
-import { percent } from './format.js';
+import { percent, when } from './format.js';
 
 /** How often a view reloads what it shows, ms. */
 export const POLL_MS = 2_000;
@@ -160,4 +160,10 @@ export function evenSharePercent(weight: number, evenShare: number): number {
 /** At most two decimals: 2.6666… reads 2.67. */
 export function round2(n: number): number {
   return Math.round(n * 100) / 100;
+}
+
+/** A time as the page writes every time ({@link when}: `2026-12-02 04:17:18`), in a `<time>`. */
+export function Time({ at }: { at: string | null | undefined }) {
+  if (!at) return html`<span class="muted">–</span>`;
+  return html`<time datetime=${at}>${when(at)}</time>`;
 }

@@ -19,8 +19,27 @@ export const rate = (n: number | undefined) => (n === undefined ? '–' : n >= 1
 /** A whole percentage of `part` in `total` (floored, so 100 % means all). */
 export const percent = (part: number, total: number) => (total > 0 ? Math.floor((100 * part) / total) : 0);
 
-/** A local date and time, to the second. */
-export const when = (iso: string | null | undefined) => (iso ? new Date(iso).toLocaleString(undefined, { hour12: false }) : '–');
+const two = (n: number) => String(n).padStart(2, '0');
+
+/**
+ * A local time of day on the 24-hour clock, `04:17:18`; `seconds: false` gives `04:17`. The
+ * page writes every time this way (tables, facts, the chart's axis and legend), never the
+ * browser's locale format, which mixed `12/2/2026, 04:17:18` with the chart's `4:17am`.
+ */
+export function timeOfDay(date: Date, seconds = true): string {
+  const hm = `${two(date.getHours())}:${two(date.getMinutes())}`;
+  return seconds ? `${hm}:${two(date.getSeconds())}` : hm;
+}
+
+/** A local date, `2026-12-02`. */
+export const day = (date: Date) => `${date.getFullYear()}-${two(date.getMonth() + 1)}-${two(date.getDate())}`;
+
+/** A local date and time, to the second: `2026-12-02 04:17:18`; `–` for none. */
+export function when(iso: string | number | null | undefined): string {
+  if (iso === null || iso === undefined || iso === '') return '–';
+  const date = new Date(iso);
+  return Number.isNaN(date.getTime()) ? '–' : `${day(date)} ${timeOfDay(date)}`;
+}
 
 /** JSON on one line, cut at `max` characters. */
 export function brief(v: unknown, max = 120): string {

@@ -1,5 +1,13 @@
 import type { z } from 'zod';
-import { checkRetrySettings, type BatchInfo, type Executor, type ItemSource } from '../batch/index.js';
+import {
+  checkRateLimit,
+  checkRetrySettings,
+  MAX_ITEM_TIMEOUT_MS,
+  type BatchInfo,
+  type Executor,
+  type ItemSource,
+  type RateLimit,
+} from '../batch/index.js';
 import { LeaseholdError, InvalidSettingError } from '../errors.js';
 
 /** What a job sees of the deployment's configuration. */
@@ -64,8 +72,30 @@ export interface Job<P = unknown, O = unknown> {
   readonly parallel?: number;
   /** Attempts per item, 1 to 1,000. Default: the runner's (3). */
   readonly attempts?: number;
-  /** First retry delay, ms, doubling, plus jitter, 0 to one day. Default: the runner's (5,000). */
+  /** First backoff interval, ms, doubling; a retry waits a random time within it (full jitter). 0 to one day. Default: the runner's (5,000). */
   readonly backoffMs?: number;
+  /**
+   * Most time one attempt of an item may take, ms, 1 to 900,000 (docs/design.md, "Item
+   * timeouts"). Then `item.signal` aborts and the attempt fails with `timed out after N ms`
+   * (retried like any failure while attempts remain). Work that ignores its signal goes on in
+   * the background, but its result is dropped and its slot is free. A start's own `timeoutMs`
+   * wins; a start refuses one longer than a worker invocation can give. Default none.
+   */
+  readonly timeoutMs?: number;
+  /**
+   * Waits an item may take when its work throws `RetryAfterError` without using an attempt,
+   * 0 to 1,000 (docs/design.md, "Retry-After"). Default: the runner's (10,
+   * `LEASEHOLD_MAX_RETRY_AFTER`).
+   */
+  readonly maxRetryAfter?: number;
+  /**
+   * A fleet-wide rate limit (docs/design.md, "Rate limits"): items of one `key` (default: one key
+   * for the job) start at most `perSecond` a second across every run and process, with a `burst`
+   * (default `ceil(perSecond / 25)`) after a quiet time. An item without a token waits, using no
+   * attempt. A start may set its batch's own `rateLimit.perSecond`. Default none.
+   * @example rateLimit: { key: (item) => (item.input as { host: string }).host, perSecond: 50 }
+   */
+  readonly rateLimit?: RateLimit;
 }
 
 /** Define a job; returns the definition unchanged, typed. */
@@ -93,8 +123,9 @@ export class UnknownJobError extends LeaseholdError {
 
 /**
  * The jobs a deployment knows; workers resolve stored batches to executors through it.
- * @throws {Error} a job name registered twice; {InvalidSettingError} a job's `attempts`, `backoffMs` or
- *   `parallel` out of range (attempts 1 to 1,000, backoff 0 to one day, parallel at least 1).
+ * @throws {Error} a job name registered twice; {InvalidSettingError} a job's `attempts`, `backoffMs`,
+ *   `parallel` or `timeoutMs` out of range (attempts 1 to 1,000, backoff 0 to one day, parallel at
+ *   least 1, timeout 1 ms to 15 minutes).
  */
 export class JobRegistry {
   private readonly jobs = new Map<string, Job<unknown, unknown>>();
@@ -109,6 +140,16 @@ export class JobRegistry {
       if (job.parallel !== undefined && !(Number.isInteger(job.parallel) && job.parallel >= 1)) {
         throw new InvalidSettingError(`job "${job.name}": parallel`, `must be an integer of at least 1 (got ${job.parallel})`);
       }
+      if (
+        job.timeoutMs !== undefined &&
+        !(Number.isInteger(job.timeoutMs) && job.timeoutMs >= 1 && job.timeoutMs <= MAX_ITEM_TIMEOUT_MS)
+      ) {
+        throw new InvalidSettingError(
+          `job "${job.name}": timeoutMs`,
+          `must be a whole number of ms from 1 to ${MAX_ITEM_TIMEOUT_MS} (got ${job.timeoutMs})`,
+        );
+      }
+      if (job.rateLimit !== undefined) checkRateLimit(job.rateLimit, `job "${job.name}": `);
       this.jobs.set(job.name, job);
     }
   }
@@ -137,7 +178,22 @@ export class JobRegistry {
    * {@link InvalidParamsError} for a folder that cannot be listed) surface from `createBatch`.
    * @throws {UnknownJobError} | {InvalidParamsError}
    */
-  async expand(name: string, params: unknown): Promise<{ items: ItemSource; params: unknown }> {
+  async expand(name: string, params: unknown): Promise<{ items: ItemSource; params: unknown; timeoutMs?: number }> {
+    const job = this.get(name);
+    const { params: data } = await this.parseParams(name, params);
+    const out = await job.expand(data, {
+      ...this.ctx,
+      expandJob: (other, otherParams) => this.expand(other, otherParams),
+    });
+    return { items: out.items, params: out.params ?? data, timeoutMs: job.timeoutMs };
+  }
+
+  /**
+   * Validate params against the job's schema, without expanding them (a batch whose items come
+   * from a source). Answers the parsed params and the job's item timeout (ms, if it sets one).
+   * @throws {UnknownJobError} | {InvalidParamsError} naming every issue.
+   */
+  async parseParams(name: string, params: unknown): Promise<{ params: unknown; timeoutMs?: number }> {
     const job = this.get(name);
     const parsed = job.params.safeParse(params ?? {});
     if (!parsed.success) {
@@ -149,11 +205,7 @@ export class JobRegistry {
         [first.message, ...rest.map((i) => `${fieldOf(i.path)}: ${i.message}`)].join('; '),
       );
     }
-    const out = await job.expand(parsed.data, {
-      ...this.ctx,
-      expandJob: (other, otherParams) => this.expand(other, otherParams),
-    });
-    return { items: out.items, params: out.params ?? parsed.data };
+    return { params: parsed.data, timeoutMs: job.timeoutMs };
   }
 
   /** The executor for a stored batch, or undefined when its job is unknown here. */
@@ -166,6 +218,9 @@ export class JobRegistry {
       parallel: job.parallel,
       attempts: job.attempts,
       backoffMs: job.backoffMs,
+      timeoutMs: job.timeoutMs,
+      maxRetryAfter: job.maxRetryAfter,
+      rateLimit: job.rateLimit,
       work: (item) =>
         job.run(
           {

@@ -5,7 +5,7 @@
 // entry point exports this job and must load nothing of AWS.
 import type { InvokeCommand as InvokeCommandType, LambdaClient as LambdaClientType } from '@aws-sdk/client-lambda';
 import * as z from 'zod';
-import { PermanentItemError, type ItemInput, type ItemSource } from '../batch/index.js';
+import { PermanentItemError, RetryAfterError, type ItemInput, type ItemSource } from '../batch/index.js';
 import { defineJob, InvalidParamsError, UnknownJobError } from './job.js';
 import { LeaseholdError } from '../errors.js';
 
@@ -49,14 +49,24 @@ export class LambdaFunctionError extends LeaseholdError {
   }
 }
 
-/** Lambda throttled the invoke (429, `TooManyRequestsException`): this attempt fails and is retried after the backoff. */
-export class LambdaThrottledError extends LeaseholdError {
+/** How long a throttled item waits when Lambda names no `retryAfterSeconds`, ms. */
+export const THROTTLE_WAIT_MS = 1_000;
+
+/**
+ * Lambda throttled the invoke (429, `TooManyRequestsException`): a Retry-After wait
+ * (docs/design.md, "Retry-After"). The item waits Lambda's `retryAfterSeconds`, or
+ * {@link THROTTLE_WAIT_MS}, using no attempt up to the job's `maxRetryAfter` waits; past them
+ * each throttle counts as a failed attempt.
+ */
+export class LambdaThrottledError extends RetryAfterError {
+  readonly code = 'throttled';
   constructor(
     readonly functionName: string,
     /** Lambda's words and reason, e.g. `Rate Exceeded.` and `ReservedFunctionConcurrentInvocationLimitExceeded`. */
     readonly detail: string,
+    retryAfterMs = THROTTLE_WAIT_MS,
   ) {
-    super('throttled', `function ${functionName} was throttled (TooManyRequestsException: ${detail})`);
+    super(retryAfterMs, `function ${functionName} was throttled (TooManyRequestsException: ${detail})`);
   }
 }
 
@@ -209,10 +219,16 @@ function functionError(text: string, kind: string): { errorType: string; errorMe
 
 /** What an SDK error means for the attempt. */
 function invokeError(functionName: string, e: unknown): Error {
-  const err = e as { name?: string; message?: string; Reason?: string };
+  const err = e as { name?: string; message?: string; Reason?: string; retryAfterSeconds?: unknown };
   switch (err.name) {
-    case 'TooManyRequestsException':
-      return new LambdaThrottledError(functionName, [err.message, err.Reason].filter(Boolean).join(' ') || 'no reason given');
+    case 'TooManyRequestsException': {
+      const seconds = Number(err.retryAfterSeconds);
+      return new LambdaThrottledError(
+        functionName,
+        [err.message, err.Reason].filter(Boolean).join(' ') || 'no reason given',
+        err.retryAfterSeconds !== undefined && Number.isFinite(seconds) && seconds >= 0 ? seconds * 1000 : THROTTLE_WAIT_MS,
+      );
+    }
     case 'RequestTooLargeException':
     case 'RequestEntityTooLargeException':
       return new LambdaPayloadTooLargeError(`function ${functionName}: Lambda refused the payload as too large: ${err.message}`);

@@ -11,7 +11,7 @@ export {
   type Unit,
   type LeaserEvent,
 } from './leaser.js';
-export { type UnitKey, type ProcessRole } from './sql/ownership.js';
+export { type UnitKey, type ProcessRole, type ProcessChain } from './sql/ownership.js';
 export { fairShareOf, sharesOf, starvingBelow, balanceOf, type Balance, type Shares } from './share.js';
 export { putTenantUnits, listUnits } from './units.js';
 export { deleteTenantUnits, listProcesses, type UnitView, type ProcessView } from './sql/units.js';

@@ -6,7 +6,7 @@ import { withTimeout, type Sql } from '../store/index.js';
 import { fairShareOf, starvingBelow } from './share.js';
 import * as q from './sql/ownership.js';
 import { CRASH_DEFAULTS } from './sql/ownership.js';
-import type { CrashRule, Me, ProcessRole, ShareState, UnitKey, UnitRow } from './sql/ownership.js';
+import type { CrashRule, Me, ProcessChain, ProcessRole, ShareState, UnitKey, UnitRow } from './sql/ownership.js';
 
 /** A unit a process owns: identity, job, weight and the job's configuration. */
 export type Unit = UnitRow;
@@ -28,6 +28,11 @@ export interface LeaseConfig {
    * `batch`: a worker sent for a batch; it heartbeats (so it is listed) but never claims a unit.
    */
   role: ProcessRole;
+  /**
+   * The chain this process continues, written with its row (docs/design.md, "Process chains"):
+   * a replacement's or a continuation's, from its event. Default: none, the first of a chain.
+   */
+  chain?: ProcessChain;
   /** How long a heartbeat keeps the process live, ms. Default 15,000. */
   ttlMs: number;
   /** Interval between heartbeats, ms; must be below `ttlMs`. Default 5,000. */
@@ -196,6 +201,7 @@ export function leaseConfig(partial: Partial<LeaseConfig> = {}): LeaseConfig {
  */
 export class Leaser {
   readonly config: LeaseConfig;
+  private next: ProcessChain | undefined;
   private readonly units = new Map<string, Unit>();
   private readonly me: Me;
   private lastBeatAt: number | undefined;
@@ -293,6 +299,7 @@ export class Leaser {
         units: this.units.size,
         weight: this.weight(),
         crash: this.crashRule(),
+        chain: this.config.chain,
       }),
     );
     if (outcome === 'in-use') {
@@ -389,7 +396,16 @@ export class Leaser {
 
   /** Delete the process row (only this instance's): the last step of a graceful stop. */
   async deleteProcess(): Promise<boolean> {
-    return this.withinTimeout(q.deleteProcess(this.sql, this.me));
+    this.next = await this.withinTimeout(q.deleteProcess(this.sql, this.me));
+    return this.next !== undefined;
+  }
+
+  /**
+   * The chain a replacement (or continuation) of this process continues, as its deleted row had
+   * it (docs/design.md, "Process chains"); undefined until {@link Leaser.deleteProcess} deleted it.
+   */
+  successorChain(): ProcessChain | undefined {
+    return this.next;
   }
 
   /**

@@ -12,6 +12,7 @@ import { SignatureV4 } from '@smithy/signature-v4';
 import { dashboardAssets } from './dashboard-assets.js';
 import { closeServer, listen, readBody } from './http-util.js';
 import { crossSiteRefusal, foreignHostRefusal } from './local-guard.js';
+import { LeaseholdError } from '../errors.js';
 
 /** Options of {@link startDashboard}. */
 export interface DashboardOptions {
@@ -60,9 +61,11 @@ export interface DashboardServer {
   close(): Promise<void>;
 }
 
-/** The stage's base URL or a reason it cannot be one. */
-export class DashboardConfigError extends Error {
-  readonly code = 'invalid_dashboard_config';
+/** The stage's base URL or a reason it cannot be one. Code `invalid_dashboard_config`. */
+export class DashboardConfigError extends LeaseholdError {
+  constructor(message: string) {
+    super('invalid_dashboard_config', message);
+  }
 }
 
 /** The region of an `execute-api` host (`abc.execute-api.eu-west-1.amazonaws.com` → `eu-west-1`). */

@@ -1,4 +1,5 @@
 // `leasehold dev`: the same handlers as on AWS, with local drivers (docs/design.md, "Local mode").
+import { randomBytes } from 'node:crypto';
 import { createWriteStream, existsSync, readFileSync, realpathSync, statSync } from 'node:fs';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { delimiter, extname, join, relative, resolve } from 'node:path';
@@ -17,9 +18,13 @@ import { createLambdaContext } from './context.js';
 import { startEmbedded } from './embedded.js';
 import { dashboardAssets } from './dashboard-assets.js';
 import { startHttpServer } from './http-server.js';
+import { startLocalS3 } from './s3.js';
 import { startSink } from './sink.js';
 import { LocalPortInUseError } from './http-util.js';
 import { createInvokeEndpoint, localLambdaEnv, type LocalLambdaHandler } from './invoke-endpoint.js';
+import { createEventsEndpoint, localEventsEnv } from './events-endpoint.js';
+import { parseChainRules } from '../trigger/index.js';
+import { LeaseholdError } from '../errors.js';
 
 /** Options of {@link runDev}; durations in ms. */
 export interface DevOptions {
@@ -59,11 +64,19 @@ interface LocalApp {
   worker: LocalLambdaHandler;
   api: LocalLambdaHandler;
   scheduler: LocalLambdaHandler;
+  /** The trigger: events put on the local bus go to it (absent: they are only logged). */
+  trigger: LocalLambdaHandler | undefined;
   localFunctions: Record<string, LocalLambdaHandler>;
+  /** The app's chain rules (`export const rules = [...]`), as LEASEHOLD_RULES takes them; undefined: none exported. */
+  rules: unknown[] | undefined;
 }
 
-/** An app file that cannot be run; the message says why. */
-class AppFileError extends Error {}
+/** An app file that cannot be run; the message says why (printed by `leasehold dev`). Code `invalid_app`. */
+class AppFileError extends LeaseholdError {
+  constructor(message: string) {
+    super('invalid_app', message);
+  }
+}
 
 /**
  * Load the app file (or, without one, this package's own runner) and check what it exports.
@@ -129,11 +142,15 @@ async function loadApp(appFile: string | undefined, cwd: string): Promise<LocalA
       localFunctions[name] = fn as LocalLambdaHandler;
     }
   }
+  if (mod.rules !== undefined && !Array.isArray(mod.rules))
+    throw new AppFileError(`${shown}: rules must be an array of chain rules`);
   return {
     worker: mod.worker as LocalLambdaHandler,
     api: mod.api as LocalLambdaHandler,
     scheduler: mod.scheduler as LocalLambdaHandler,
+    trigger: typeof mod.trigger === 'function' ? (mod.trigger as LocalLambdaHandler) : undefined,
     localFunctions,
+    rules: mod.rules as unknown[] | undefined,
   };
 }
 
@@ -195,6 +212,10 @@ export async function runDev(options: DevOptions): Promise<number> {
     demoDir = realpathSync(demoDir);
   }
 
+  // A start checks item timeouts against the worker's own timeout: here, the local workers'.
+  if (!process.env.LEASEHOLD_WORKER_TIMEOUT_MS) {
+    process.env.LEASEHOLD_WORKER_TIMEOUT_MS = String(Math.min(900_000, Math.max(1_000, timeoutMs)));
+  }
   // Local workers live `timeoutMs`; unless told otherwise, leave them two thirds of it to work.
   if (!process.env.LEASEHOLD_DEADLINE_MARGIN_MS) {
     process.env.LEASEHOLD_DEADLINE_MARGIN_MS = String(Math.min(10_000, Math.floor(timeoutMs / 3)));
@@ -228,6 +249,15 @@ export async function runDev(options: DevOptions): Promise<number> {
       `leasehold dev: localFunctions: "${config.workerFunction}" is the worker's name (LEASEHOLD_WORKER_FUNCTION): choose another`,
     );
     return 2;
+  }
+  // The app's chain rules, unless the environment names others (as the component sets them).
+  if (process.env.LEASEHOLD_RULES === undefined && app.rules !== undefined) {
+    try {
+      process.env.LEASEHOLD_RULES = JSON.stringify(parseChainRules(app.rules));
+    } catch (e) {
+      say(`leasehold dev: ${options.appFile ?? 'the built-in runner'}: ${(e as Error).message}`);
+      return 2;
+    }
   }
   // lambda-invoke batches may call the app's local functions, unless told otherwise.
   if (process.env.LEASEHOLD_INVOKABLE === undefined && localNames.length) process.env.LEASEHOLD_INVOKABLE = localNames.join(',');
@@ -266,7 +296,7 @@ export async function runDev(options: DevOptions): Promise<number> {
       databaseUrl = db.url;
       dbWhere = `${redact(db.url)} (embedded PostgreSQL, data in ${relative(cwd, db.dir) || db.dir})`;
     }
-    const sql: Sql = connect(databaseUrl, { max: 2 });
+    const sql: Sql = connect(databaseUrl, { max: 2, ...(config.db.pooler === 'transaction' ? { pooler: 'transaction' } : {}) });
     stopDatabase.push(() => sql.end({ timeout: 5 }));
     const applied = await migrate(sql);
     // Workers a previous local stack invoked died with it: they must not count as coming.
@@ -302,6 +332,42 @@ export async function runDev(options: DevOptions): Promise<number> {
       await resetRuntimeDeps();
     });
 
+    // The local bus: PutEvents from the real SDK client (Batch Finished events, and any the
+    // app puts), routed to the trigger as the deployed bus's rules route them.
+    const trigger = app.trigger;
+    const events = await createEventsEndpoint({
+      deliver: (event) =>
+        trigger ? Promise.resolve(trigger(event, lambdaContext('leasehold-trigger', 120_000))) : Promise.resolve(undefined),
+      onEvent: (event, routed) =>
+        logStream?.write(
+          JSON.stringify({
+            level: 'info',
+            service: 'events',
+            message: 'event put',
+            detailType: event['detail-type'],
+            source: event.source,
+            routed: routed && trigger !== undefined,
+            detail: event.detail,
+          }) + '\n',
+        ),
+      onError: (error, event) =>
+        logStream?.write(
+          JSON.stringify({
+            level: 'error',
+            service: 'events',
+            message: 'trigger failed',
+            eventId: event.id,
+            error: String(error),
+          }) + '\n',
+        ),
+    });
+    Object.assign(process.env, localEventsEnv(events.url));
+    process.env.LEASEHOLD_EVENT_BUS ??= 'leasehold-local';
+    // Webhooks (notify) are signed: a key of this stack's own unless one is given.
+    process.env.LEASEHOLD_WEBHOOK_SECRET ??= `whsec_${randomBytes(24).toString('base64')}`;
+    // Stopped after the workers (pushed before them: last in, first out), so their last sends land.
+    stopServices.unshift(() => events.close());
+
     // Webhook endpoints for outbox-delivery units: records what it receives. It listens on
     // loopback, which outbox delivery refuses unless allow-listed: allow its address (the
     // handlers read the variable when they check an endpoint).
@@ -326,6 +392,21 @@ export async function runDev(options: DevOptions): Promise<number> {
     const allow = process.env.LEASEHOLD_OUTBOX_ALLOW?.trim();
     if (!allow?.split(/[\s,]+/).includes(sinkHost))
       process.env.LEASEHOLD_OUTBOX_ALLOW = allow ? `${allow},${sinkHost}` : sinkHost;
+
+    // A local S3-compatible server (sources and results of batches), its data in the project
+    // folder; the real SDK clients reach it through AWS_ENDPOINT_URL_S3 (docs/cli.md).
+    let s3Where = `${process.env.AWS_ENDPOINT_URL_S3} (AWS_ENDPOINT_URL_S3)`;
+    if (!process.env.AWS_ENDPOINT_URL_S3) {
+      const s3State = join(stateDir, 's3.json');
+      const keptS3 = readSinkPort(s3State);
+      const s3 = await startLocalS3({ directory: join(stateDir, 's3'), port: keptS3 ?? 0 }).catch(() =>
+        startLocalS3({ directory: join(stateDir, 's3') }),
+      );
+      await writeFile(s3State, JSON.stringify({ port: s3.port }) + '\n');
+      stopServices.push(() => s3.close());
+      process.env.AWS_ENDPOINT_URL_S3 = s3.endpoint;
+      s3Where = `${s3.endpoint} (s3rver, data in ${relative(cwd, join(stateDir, 's3'))})`;
+    }
 
     const server = await startHttpServer({
       port: options.port,
@@ -370,12 +451,17 @@ export async function runDev(options: DevOptions): Promise<number> {
     say('leasehold dev');
     say(`  app        ${options.appFile ?? 'built-in jobs (checksum, lambda-invoke; outbox-delivery)'}`);
     say(`  database   ${dbWhere}${applied.length ? `; applied ${applied.map((m) => m.name).join(', ')}` : ''}`);
+    say(`  s3         ${s3Where}`);
     say(`  api        ${server.url}`);
     say(`  dashboard  ${server.url}/`);
     say(
       `  invoke     ${invokeUrl} (worker "${config.workerFunction}", timeout ${timeoutMs / 1000} s, at most ${concurrency} at once)`,
     );
     if (localNames.length) say(`  functions  ${localNames.join(', ')} (local, for lambda-invoke batches)`);
+    const ruleCount = parseChainRules(process.env.LEASEHOLD_RULES).length;
+    say(
+      `  events     ${events.url} (PutEvents, bus ${process.env.LEASEHOLD_EVENT_BUS}; ${ruleCount} chain rule${ruleCount === 1 ? '' : 's'}${trigger ? '' : '; no trigger exported: events are only logged'})`,
+    );
     say(`  scheduler  every ${scheduleMs / 1000} s (workers for units: the desired count, \`leasehold concurrency\`)`);
     say(
       `  sink       ${sink.url} (webhook endpoints for outbox-delivery units; LEASEHOLD_OUTBOX_ALLOW=${process.env.LEASEHOLD_OUTBOX_ALLOW})`,

@@ -8,7 +8,10 @@ export class LocalPortInUseError extends LeaseholdError {
     readonly host: string,
     readonly port: number,
   ) {
-    super('port_in_use', `port ${port} on ${host} is already in use: stop what uses it or choose another port`);
+    super(
+      'port_in_use',
+      `port ${port} on ${host} is already in use: stop what uses it or choose another port (--port N, or PORT; 0 picks a free one)`,
+    );
   }
 }
 

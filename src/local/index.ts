@@ -34,3 +34,11 @@ export {
 } from './http-server.js';
 export { createLambdaContext, systemNow, type LambdaContextOptions, type LambdaLikeContext, type NowClock } from './context.js';
 export { LocalPortInUseError } from './http-util.js';
+export {
+  createEventsEndpoint,
+  defaultRoute,
+  localEventsEnv,
+  type EventsEndpoint,
+  type EventsEndpointOptions,
+  type LocalBusEvent,
+} from './events-endpoint.js';

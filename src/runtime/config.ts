@@ -5,6 +5,7 @@ import { MAX_CONCURRENCY, RETENTION_DEFAULTS, RUNNER_DEFAULTS, runnerSettings, t
 import { InvalidSettingError, LeaseholdError } from '../errors.js';
 import { LEASE_DEFAULTS, leaseConfig, NO_WORKER_LIMIT, type LeaseConfig } from '../lease/index.js';
 import { parseOutboxAllow } from '../units/endpoint-guard.js';
+import { parseChainRules, type ChainRule } from '../trigger/chain.js';
 
 /** A setting from the environment is missing or invalid; the message names the variable. */
 export class ConfigError extends LeaseholdError {
@@ -20,7 +21,7 @@ const int = (min: number) => z.coerce.number().int().min(min);
 const flag = z.enum(['true', 'false'], { error: () => 'must be "true" or "false"' }).transform((v) => v === 'true');
 
 /** Variables whose values are secrets: never echoed in a {@link ConfigError}. */
-const SECRET = /PASSWORD/;
+const SECRET = /PASSWORD|SECRET/;
 
 /**
  * Every setting, its environment variable and default. Durations are in ms (the `_MS` suffix).
@@ -37,6 +38,7 @@ const schema = {
     .optional(),
   LEASEHOLD_WORKER_FUNCTION: z.string().min(1).default('leasehold-worker'),
   LEASEHOLD_DEADLINE_MARGIN_MS: int(0).default(10_000),
+  LEASEHOLD_WORKER_TIMEOUT_MS: int(1_000).max(900_000).default(900_000),
   LEASEHOLD_DRAIN_MS: int(0).optional(),
   LEASEHOLD_WORKER_IDLE_MS: int(0).default(2_000),
   LEASEHOLD_WORKER_POLL_MS: int(10).default(1_000),
@@ -49,6 +51,7 @@ const schema = {
   LEASEHOLD_ATTEMPTS: int(1).default(RUNNER_DEFAULTS.attempts),
   LEASEHOLD_BACKOFF_MS: int(0).default(RUNNER_DEFAULTS.backoffMs),
   LEASEHOLD_MAX_BACKOFF_MS: int(0).default(RUNNER_DEFAULTS.maxBackoffMs),
+  LEASEHOLD_MAX_RETRY_AFTER: int(0).max(1_000).default(RUNNER_DEFAULTS.maxRetryAfter),
   LEASEHOLD_MOVE_TRIES: int(1).max(100).default(RUNNER_DEFAULTS.moveTries),
   LEASEHOLD_MOVE_BACKOFF_MS: int(0).max(60_000).default(RUNNER_DEFAULTS.moveBackoffMs),
   LEASEHOLD_MAX_OUTPUT_BYTES: int(1).max(67_108_864).default(RUNNER_DEFAULTS.maxOutputBytes),
@@ -58,6 +61,7 @@ const schema = {
   LEASEHOLD_MAX_RUNNING: int(0).optional(),
   LEASEHOLD_SLICE_MS: int(10).default(RUNNER_DEFAULTS.sliceMs),
   LEASEHOLD_MAX_ITEMS: int(1).default(200_000),
+  LEASEHOLD_MAX_SOURCE_ITEMS: int(1).default(RUNNER_DEFAULTS.maxSourceItems),
   LEASEHOLD_MAX_INPUT_BYTES: int(0).default(65_536),
   LEASEHOLD_MAX_TOTAL_BYTES: int(1).default(536_870_912),
   // Lambda refuses a synchronous invocation (API Gateway's) whose event is over 6 MB.
@@ -97,6 +101,7 @@ const schema = {
   LEASEHOLD_DB_CA_FILE: z.string().min(1).optional(),
   LEASEHOLD_DB_IDLE_TIMEOUT_MS: int(1_000).default(120_000),
   LEASEHOLD_DB_MAX_LIFETIME_MS: int(60_000).max(3_600_000).default(600_000),
+  LEASEHOLD_DB_POOLER: z.enum(['none', 'transaction'], { error: () => 'must be "none" or "transaction"' }).default('none'),
   LEASEHOLD_DB_IAM_USER: z.string().min(1).max(63).optional(),
   LEASEHOLD_DB_SCHEDULER_USER: z.string().min(1).max(63).optional(),
   LEASEHOLD_DB_RESERVED_CONNECTIONS: int(1).max(10_000).default(8),
@@ -115,6 +120,19 @@ const schema = {
       }
     }),
   LEASEHOLD_MIGRATIONS_DIR: z.string().min(1).optional(),
+  // Batch Finished events (docs/design.md, "Events").
+  LEASEHOLD_EVENT_BUS: z.string().min(1).max(1600).optional(),
+  LEASEHOLD_WEBHOOK_SECRET: z.string().min(16, 'must be at least 16 characters').optional(),
+  LEASEHOLD_RULES: z
+    .string()
+    .optional()
+    .superRefine((v, ctx) => {
+      try {
+        parseChainRules(v);
+      } catch (e) {
+        ctx.addIssue({ code: 'custom', message: (e as Error).message });
+      }
+    }),
   AWS_REGION: z.string().min(1).optional(),
 } as const;
 
@@ -131,6 +149,16 @@ export interface Config {
   workerFunction: string;
   /** A worker stops at `remaining time − deadlineMarginMs`, ms. */
   deadlineMarginMs: number;
+  /**
+   * The worker function's timeout, ms (`LEASEHOLD_WORKER_TIMEOUT_MS`, 1,000 to 900,000; default
+   * 900,000, Lambda's longest; the SST component sets it, `leasehold dev` to its `--timeout-ms`).
+   */
+  workerTimeoutMs: number;
+  /**
+   * Longest item timeout a start may set, ms: `workerTimeoutMs − deadlineMarginMs`, what one
+   * worker invocation can give an item (docs/design.md, "Item timeouts").
+   */
+  itemTimeoutLimitMs: number;
   /** A worker with nothing to run returns after this long, ms. */
   workerIdleMs: number;
   /** How often a worker looks for batches to take over, ms. */
@@ -218,6 +246,15 @@ export interface Config {
    * statement after `budgetMs` ms (`LEASEHOLD_RETENTION_BUDGET_MS`, default 10,000, at most 30,000).
    */
   retention: { retentionDays: number; chunkRows: number; maxRowsPerPass: number; budgetMs: number };
+  /**
+   * Batch Finished events (docs/design.md, "Events"): `bus`, the EventBridge bus they are put on
+   * (`LEASEHOLD_EVENT_BUS`, a name or ARN; the component sets its bus; unset: events are recorded
+   * and sent nowhere but their webhook); `webhookSecret`, the key webhooks are signed with
+   * (`LEASEHOLD_WEBHOOK_SECRET`, at least 16 characters, or `whsec_` + base64; unset: a start
+   * with `notify` is refused); `rules`, what a Batch Finished event starts (`LEASEHOLD_RULES`,
+   * a JSON array, see `parseChainRules`; default none).
+   */
+  events: { bus: string | undefined; webhookSecret: string | undefined; rules: ChainRule[] };
 }
 
 /** The database settings of a deployment (`LEASEHOLD_DB_*`). */
@@ -252,6 +289,14 @@ export interface DbConfig {
   idleTimeoutMs: number;
   /** A connection is replaced after this long, ms. Default 600,000 (below the 15-minute IAM token lifetime). */
   maxLifetimeMs: number;
+  /**
+   * What stands between the functions and the database (`LEASEHOLD_DB_POOLER`): `none`, or
+   * `transaction` for a transaction-mode pooler (PgBouncer in `pool_mode = transaction`, RDS
+   * Proxy): no named prepared statements, settings only with `SET LOCAL` inside each transaction,
+   * only transaction-level advisory locks (see `ConnectOptions.pooler`; docs/design.md, "Database
+   * connections"). Applies to `DATABASE_URL` too. Default `none`.
+   */
+  pooler: 'none' | 'transaction';
   /**
    * Migrate function only: the IAM-authenticated user the runtime functions connect as, which the
    * migration creates (`login`, `rds_iam`) and grants leasehold's tables to, when it differs from
@@ -306,6 +351,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     databaseUrl: e.DATABASE_URL,
     workerFunction: e.LEASEHOLD_WORKER_FUNCTION,
     deadlineMarginMs: e.LEASEHOLD_DEADLINE_MARGIN_MS,
+    workerTimeoutMs: e.LEASEHOLD_WORKER_TIMEOUT_MS,
+    itemTimeoutLimitMs: Math.max(1, e.LEASEHOLD_WORKER_TIMEOUT_MS - e.LEASEHOLD_DEADLINE_MARGIN_MS),
     workerIdleMs: e.LEASEHOLD_WORKER_IDLE_MS,
     workerPollMs: e.LEASEHOLD_WORKER_POLL_MS,
     runner: {
@@ -317,6 +364,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       attempts: e.LEASEHOLD_ATTEMPTS,
       backoffMs: e.LEASEHOLD_BACKOFF_MS,
       maxBackoffMs: e.LEASEHOLD_MAX_BACKOFF_MS,
+      maxRetryAfter: e.LEASEHOLD_MAX_RETRY_AFTER,
       moveTries: e.LEASEHOLD_MOVE_TRIES,
       moveBackoffMs: e.LEASEHOLD_MOVE_BACKOFF_MS,
       maxOutputBytes: e.LEASEHOLD_MAX_OUTPUT_BYTES,
@@ -325,6 +373,10 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       drainMs: e.LEASEHOLD_DRAIN_MS ?? Math.min(RUNNER_DEFAULTS.drainMs, Math.floor(e.LEASEHOLD_DEADLINE_MARGIN_MS / 2)),
       maxRunning: e.LEASEHOLD_MAX_RUNNING ?? RUNNER_DEFAULTS.maxRunning,
       sliceMs: e.LEASEHOLD_SLICE_MS,
+      maxSourceItems: e.LEASEHOLD_MAX_SOURCE_ITEMS,
+      maxInputBytes: Math.max(1, e.LEASEHOLD_MAX_INPUT_BYTES),
+      sourceRangeBytes: RUNNER_DEFAULTS.sourceRangeBytes,
+      sourcePageObjects: RUNNER_DEFAULTS.sourcePageObjects,
     },
     maxOpen: e.LEASEHOLD_MAX_OPEN,
     maxItems: e.LEASEHOLD_MAX_ITEMS,
@@ -345,6 +397,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       region: e.AWS_REGION,
       idleTimeoutMs: e.LEASEHOLD_DB_IDLE_TIMEOUT_MS,
       maxLifetimeMs: e.LEASEHOLD_DB_MAX_LIFETIME_MS,
+      pooler: e.LEASEHOLD_DB_POOLER,
       iamUser: e.LEASEHOLD_DB_IAM_USER,
       schedulerUser: e.LEASEHOLD_DB_SCHEDULER_USER,
       reservedConnections: e.LEASEHOLD_DB_RESERVED_CONNECTIONS,
@@ -372,6 +425,11 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     maxWorkers: e.LEASEHOLD_MAX_WORKERS ?? NO_WORKER_LIMIT,
     batchConcurrency: e.LEASEHOLD_BATCH_CONCURRENCY,
     invocationPendingMs: e.LEASEHOLD_INVOCATION_PENDING_MS,
+    events: {
+      bus: e.LEASEHOLD_EVENT_BUS,
+      webhookSecret: e.LEASEHOLD_WEBHOOK_SECRET,
+      rules: parseChainRules(e.LEASEHOLD_RULES),
+    },
     retention: {
       retentionDays: e.LEASEHOLD_RETENTION_DAYS,
       chunkRows: e.LEASEHOLD_RETENTION_CHUNK_ROWS,
@@ -399,6 +457,7 @@ const RUNNER_VARIABLES: Record<string, keyof typeof schema> = {
   attempts: 'LEASEHOLD_ATTEMPTS',
   backoffMs: 'LEASEHOLD_BACKOFF_MS',
   maxBackoffMs: 'LEASEHOLD_MAX_BACKOFF_MS',
+  maxRetryAfter: 'LEASEHOLD_MAX_RETRY_AFTER',
   moveTries: 'LEASEHOLD_MOVE_TRIES',
   moveBackoffMs: 'LEASEHOLD_MOVE_BACKOFF_MS',
   maxOutputBytes: 'LEASEHOLD_MAX_OUTPUT_BYTES',

@@ -156,9 +156,10 @@ export function databaseTarget(
 /**
  * Open the container's pool (docs/design.md, "Serverless runtime": one small pool per container,
  * reused across invocations). Connections idle longer than `LEASEHOLD_DB_IDLE_TIMEOUT_MS` are
- * closed, and every connection is replaced after `LEASEHOLD_DB_MAX_LIFETIME_MS` (below the
+ * closed, every connection is replaced after `LEASEHOLD_DB_MAX_LIFETIME_MS` (below the
  * 15-minute life of an IAM token; a connection made with a token stays valid after it expires,
- * but rotating keeps each one's authentication recent). A connection that died while the
+ * but rotating keeps each one's authentication recent), and with `LEASEHOLD_DB_POOLER=transaction`
+ * the pool is made for a transaction-mode pooler (`ConnectOptions.pooler`). A connection that died while the
  * container was frozen fails its next statement with a connection error and is replaced by
  * postgres.js on the statement after; see {@link settleAfterThaw} and the worker's heartbeat
  * retry for how leasehold avoids and absorbs that first failure.
@@ -172,6 +173,7 @@ export function openDatabase(config: Pick<Config, 'databaseUrl' | 'db' | 'dbPool
     maxLifetimeS: config.db.maxLifetimeMs / 1000,
     connectTimeoutS: 10,
     applicationName: options.applicationName ?? 'leasehold',
+    ...(config.db.pooler === 'transaction' ? { pooler: 'transaction' as const } : {}),
   };
   return connect(target, settings);
 }

@@ -7,6 +7,7 @@ import { openDatabase } from './db.js';
 import type { Dispatcher, WorkerEvent } from '../batch/index.js';
 import { LambdaDispatcher, workerReserver } from './dispatch.js';
 import type { Log } from '../log.js';
+import { EventBridgePublisher, sendEvents, type SendOptions, type SendResult } from './events.js';
 
 /** Everything a function needs, built once per container and reused across invocations. */
 export interface RuntimeDeps {
@@ -21,6 +22,11 @@ export interface RuntimeDeps {
   dispatcher: Dispatcher;
   /** Reserves the workers a start sends under the worker limit ({@link workerReserver}). */
   reserve: (batchIds: string[]) => Promise<WorkerEvent[]>;
+  /**
+   * Sends due Batch Finished events (docs/design.md, "Events"): to `LEASEHOLD_EVENT_BUS` with
+   * PutEvents, webhooks signed with `LEASEHOLD_WEBHOOK_SECRET`; see `sendEvents`.
+   */
+  sendEvents: (log: Log, options?: SendOptions) => Promise<SendResult>;
 }
 
 /** The jobs an app runs: what `createHandlers` (`leasehold/lambda`) is given. */
@@ -65,6 +71,7 @@ export function createRuntime(app: AppJobs): Runtime {
       if (cached) return cached;
       const config = loadConfig();
       const sql = openDatabase(config);
+      const publisher = config.events.bus ? new EventBridgePublisher(config.events.bus) : undefined;
       cached = {
         config,
         sql,
@@ -77,6 +84,7 @@ export function createRuntime(app: AppJobs): Runtime {
         units: (processId, log, leaseValid) => new UnitRunner({ sql, processId, jobs: unitJobs, log, leaseValid }),
         dispatcher: new LambdaDispatcher(config.workerFunction),
         reserve: workerReserver(sql, config),
+        sendEvents: (log, options) => sendEvents({ sql, publisher, webhookSecret: config.events.webhookSecret, log }, options),
       };
       return cached;
     },

@@ -22,7 +22,10 @@ export function workerReserver(
  * function. The endpoint follows the SDK's configuration, so locally `AWS_ENDPOINT_URL_LAMBDA`
  * points it at the local invoke endpoint. `@aws-sdk/client-lambda` is loaded on the first
  * invoke, not when the function's code is (a worker that dispatches nothing never pays for it:
- * docs/design.md, "Serverless runtime"); the default client is created then too.
+ * docs/design.md, "Serverless runtime"); the default client is created then too, with the SDK's
+ * standard retries (3 attempts). A retry may deliver an event whose first try had landed: every
+ * event names its invocation, which only one delivery can claim, so the retry's delivery is stale
+ * (docs/design.md, "Late and repeated worker events").
  * @throws the SDK's error when the invoke is refused.
  */
 export class LambdaDispatcher implements Dispatcher {

@@ -30,7 +30,13 @@ export async function workerInvocation(
   context: Context,
 ): Promise<WorkerResult> {
   const { log, metrics, deadline } = invocationOf(context);
-  return runWorker(event ?? {}, context, { ...deps, log, hooks: workerMetricHooks(metrics), signal: deadline });
+  return runWorker(event ?? {}, context, {
+    ...deps,
+    log,
+    hooks: workerMetricHooks(metrics),
+    signal: deadline,
+    sendEvents: (batchId) => deps.sendEvents(log, { batchId, budgetMs: deps.config.runner.storeTimeoutMs }),
+  });
 }
 
 /** What a scheduler invocation answers when the schema is outside what this code supports: it did nothing. */
@@ -59,7 +65,7 @@ export async function schedulerInvocation(
   // within the invocation (see retryRefusedConnection).
   let result: SchedulerResult;
   try {
-    result = await retryRefusedConnection(() => runScheduler({ ...deps, log }), {
+    result = await retryRefusedConnection(() => runScheduler({ ...deps, log, events: (o) => deps.sendEvents(log, o) }), {
       untilMs: Math.min(deadlineAt, Date.now() + deps.config.db.connectRetryMs),
       onRetry: (e, waitMs) => log('warn', 'database connection refused; retrying', { error: String(e), waitMs }),
     });
@@ -110,7 +116,12 @@ export async function apiInvocation(
       body: JSON.stringify({ error: { code: mismatch.code, message: mismatch.message } }),
     };
   }
-  const result = await handleApi(event, { ...deps, log, dispatcher: counting(deps.dispatcher, metrics) });
+  const result = await handleApi(event, {
+    ...deps,
+    log,
+    dispatcher: counting(deps.dispatcher, metrics),
+    sendEvents: (batchId) => deps.sendEvents(log, { batchId, budgetMs: 5_000 }),
+  });
   if ((result.statusCode ?? 200) >= 500) metrics.count('ServerErrors');
   return result;
 }
@@ -138,7 +149,7 @@ export async function triggerInvocation(deps: RuntimeDeps, event: unknown, conte
     if (e instanceof SchemaMismatchError) log('error', `trigger did nothing: ${e.message}`, { schemaVersion: e.version });
     throw e;
   });
-  return handleTrigger(event, { ...deps, log, metrics });
+  return handleTrigger(event, { ...deps, log, metrics, rules: deps.config.events.rules });
 }
 
 /** What the migrate function did. */

@@ -87,7 +87,8 @@ export interface WorkerHooks {
   /**
    * One item's turn ended and was stored: `done`, `failed` (for good), `retry` (it will be tried
    * again), `interrupted` (the run stopped while it ran; the attempt counts) or `given-back`
-   * (claimed ahead but never started before the run stopped; no attempt used).
+   * (claimed ahead but never started before the run stopped; no attempt used) or `waiting` (the
+   * downstream asked for a wait with Retry-After; no attempt used).
    */
   item?: (outcome: ItemOutcome) => void;
   /** A heartbeat failed on a dead connection and was retried on another one. */
@@ -144,6 +145,7 @@ const ITEM_ENDED = {
   retry: 'ItemsRetried',
   interrupted: 'ItemsInterrupted',
   'given-back': 'ItemsGivenBack',
+  waiting: 'ItemsWaiting',
 } as const;
 
 const RUN_ENDED = {

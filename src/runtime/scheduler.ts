@@ -1,4 +1,13 @@
-import { claimDispatch, deleteExpiredBatches, runsSummary, undispatch, type RetentionResult } from '../batch/index.js';
+import {
+  claimDispatch,
+  defaultS3Client,
+  deleteExpiredBatches,
+  runsSummary,
+  undispatch,
+  writeDueResults,
+  type DueResults,
+  type RetentionResult,
+} from '../batch/index.js';
 import { deleteDeliveredOutboxMessages, type OutboxRetentionResult } from '../units/index.js';
 import {
   balanceOf,
@@ -15,10 +24,14 @@ import type { Dispatcher } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
 import { startDeferred, type DeferredResult } from '../trigger/index.js';
 import type { Log } from '../log.js';
+import type { S3Client } from '@aws-sdk/client-s3';
 import { workerReserver } from './dispatch.js';
+import type { SendOptions, SendResult } from './events.js';
 
 /** What one scheduler run did. */
 export interface SchedulerResult {
+  /** Results written for finished batches whose writer died or failed (docs/design.md, "Sources and results"). */
+  results?: DueResults;
   /** Processes deleted by the sweep and units it freed. */
   swept: { processes: number; units: number };
   /** Units whose quarantine ended now (docs/design.md, "Crashes and quarantine"). */
@@ -64,6 +77,8 @@ export interface SchedulerResult {
    * `retention`); this run did the other steps, the next one tries these again. Absent when none.
    */
   lockTimeouts?: ('sweep' | 'retention')[];
+  /** Batch Finished events sent by this run (docs/design.md, "Events"); absent without a sender. */
+  events?: SendResult;
 }
 
 /**
@@ -102,7 +117,8 @@ async function unlessLocked<T>(
  *    runs never over-invoke or over-retire; nothing is invoked when no unit has weight > 0 and
  *    no open batch is below its target (fleet processes join such batches).
  *    With no such unit and no open batch nothing is invoked at all (scale to zero);
- * 4. read the fleet's balance (from the process rows) for the metrics;
+ * 4. read the fleet's balance (from the process rows) for the metrics, and send the Batch
+ *    Finished events left unsent (`deps.events`; docs/design.md, "Events");
  * 5. retention, last, so that it never delays the fleet's work: delete what is older than
  *    `config.retention.retentionDays` (finished batches with their items and redrives, deferred
  *    firings, delivered outbox messages), in statements of at most `chunkRows` rows, at most
@@ -118,9 +134,16 @@ async function unlessLocked<T>(
  * (replacements, continuations) that the platform could cut: this run redoes their work.
  */
 export async function runScheduler(
-  deps: { sql: Sql; config: Config; dispatcher: Dispatcher; schema?: SchemaRange } & (
-    { jobs?: undefined } | { jobs: JobRegistry; log: Log }
-  ),
+  deps: {
+    sql: Sql;
+    config: Config;
+    dispatcher: Dispatcher;
+    schema?: SchemaRange;
+    /** Sends the Batch Finished events left unsent (see `sendEvents`); default none. */
+    events?: (options?: SendOptions) => Promise<SendResult>;
+    /** The S3 client that writes results still due; default the container's (`defaultS3Client`). */
+    s3?: () => S3Client;
+  } & ({ jobs?: undefined } | { jobs: JobRegistry; log: Log }),
 ): Promise<SchedulerResult> {
   const { sql, config, dispatcher } = deps;
   await checkSchema(sql, deps.schema);
@@ -183,6 +206,14 @@ export async function runScheduler(
     batch: fleet.batch,
   };
   const runs = await runsSummary(sql);
+  // Results of finished batches whose writer died or failed (docs/design.md, "Sources and results").
+  const results = await writeDueResults(sql, async () => (deps.s3 ? deps.s3() : defaultS3Client()), {
+    limit: 3,
+    onError: (batchId, error) => deps.jobs && deps.log('warn', 'writing results failed', { batchId, error: String(error) }),
+  });
+  // Events left unsent (a run that died between its end and the send, a failed put): before
+  // retention, after the fleet's work; row by row with skip locked, so no locked row holds it up.
+  const events = deps.events ? await deps.events({ budgetMs: 10_000 }) : undefined;
   const retention = await unlessLocked('retention', lockTimeouts, () => applyRetention(sql, config), {
     batches: 0,
     items: 0,
@@ -204,7 +235,9 @@ export async function runScheduler(
     balance,
     runs,
     retention,
+    results,
     ...(deferred ? { deferred } : {}),
+    ...(events ? { events } : {}),
     ...(lockTimeouts.length ? { lockTimeouts } : {}),
   };
 }

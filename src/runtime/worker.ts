@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
-import { systemClock } from '../clock.js';
+import { sleepUntil, systemClock } from '../clock.js';
 import { markDispatched, Runner, type Dispatcher, type RunResult, type RunnerEvent, type WorkerEvent } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
 import {
@@ -9,6 +9,7 @@ import {
   reserveInvocations,
   workerStart,
   type LeaserEvent,
+  type ProcessChain,
   type ProcessRole,
   type Reconciler,
   type WorkerStart,
@@ -71,6 +72,12 @@ export interface WorkerDeps {
   signal?: AbortSignal;
   /** The schema versions this code supports (docs/design.md, "Schema versions"). Default `SUPPORTED_SCHEMA`. */
   schema?: SchemaRange;
+  /**
+   * Sends a batch's Batch Finished events (docs/design.md, "Events"): called at once when one of
+   * this worker's runs ended its batch, best effort (the scheduler sends what is left); the
+   * worker waits for the sends before it returns, at most its store timeout. Default none.
+   */
+  sendEvents?: (batchId: string) => Promise<unknown>;
 }
 
 /** What one worker invocation did. */
@@ -197,6 +204,8 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
     return { processId, role, runs: [], reason: 'stale', continued: [], replacements: 0 };
   }
   const resolve = jobs.resolve;
+  // Batch Finished sends in flight (see WorkerDeps.sendEvents).
+  const sends = new Set<Promise<void>>();
   const runner = new Runner(sql, {
     processId,
     ...config.runner,
@@ -204,6 +213,18 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
       hooks.runner?.(e);
       if (e.type === 'store-error') noteError(e.error);
       else if (e.type === 'run-ended') noteError(e.result.error);
+      if (e.type === 'run-ended' && (e.result.outcome === 'succeeded' || e.result.outcome === 'failed') && deps.sendEvents) {
+        const batchId = e.result.batchId;
+        // Awaited before the worker returns (below); a failed send is the scheduler's to redo.
+        const sending: Promise<void> = deps.sendEvents(batchId).then(
+          () => void sends.delete(sending),
+          (error: unknown) => {
+            sends.delete(sending);
+            log('warn', 'sending the Batch Finished event failed; the scheduler sends it', { batchId, error: String(error) });
+          },
+        );
+        sends.add(sending);
+      }
       // Item outcomes as the runner stored them: a result whose move never landed is not counted.
       if (e.type === 'item-ended') hooks.item?.(e.outcome);
       else logRunnerEvent(log, e);
@@ -222,6 +243,7 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
       version: process.env.AWS_LAMBDA_FUNCTION_VERSION ?? process.env.npm_package_version ?? 'local',
       // The scheduler sweeps; a worker never needs to.
       sweepIntervalMs: 0,
+      chain: chainOf(event, log),
     },
     units,
     {
@@ -297,7 +319,7 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
       else if (Date.now() - idleSince >= config.workerIdleMs) break;
       const wait = Math.max(0, Math.min(config.workerPollMs, deadline - Date.now()));
       const runs = runner.batches().map((id) => runner.running(id)!);
-      await Promise.race([systemClock.sleep(wait, stop), ...runs]);
+      await sleepUntil(systemClock, wait, stop, runs);
     }
   } finally {
     shutdown.signal.removeEventListener('abort', onStop);
@@ -341,7 +363,7 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
       );
       if (!reserved) continue;
       await bounded(markDispatched(sql, r.batchId));
-      await bounded(deps.dispatcher.invoke(reserved));
+      await bounded(deps.dispatcher.invoke({ ...reserved, chain: leaser.successorChain() }));
       continued.push(r.batchId);
     } catch (error) {
       // The scheduler dispatches handed-off batches too; this only makes it sooner.
@@ -358,13 +380,15 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
         planInvocations(sql, { cap: 1, pendingMs: config.invocationPendingMs, maxWorkers: config.maxWorkers }),
       );
       for (const invocationId of plan.invocations) {
-        await bounded(deps.dispatcher.invoke({ invocationId }));
+        // The replacement continues this process's chain: the fleet reads as chains that go on.
+        await bounded(deps.dispatcher.invoke({ invocationId, chain: leaser.successorChain() }));
         replacements++;
       }
     } catch (error) {
       log('warn', 'replacement invoke failed', { error: String(error) });
     }
   }
+  if (sends.size) await bounded(Promise.allSettled([...sends])).catch(() => {});
   const runs = [...byRun.values()].map(({ batchId, outcome, finishedItems }) => ({ batchId, outcome, finishedItems }));
   // Set by noteError's check, after the narrowing above: read it as what it may be.
   const changed = schemaMismatch as SchemaMismatchError | undefined;
@@ -376,6 +400,30 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
   }
   log('info', 'worker returning', { role, reason, runs, continued, replacements });
   return { processId, role, runs, reason, continued, replacements };
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/**
+ * The chain of the event (docs/design.md, "Process chains"), when well formed: a malformed one
+ * would fail every heartbeat of the process, so it is logged and the process starts a chain of
+ * its own instead.
+ */
+function chainOf(event: WorkerEvent, log: Log): ProcessChain | undefined {
+  const c = event.chain;
+  if (c === undefined) return undefined;
+  const ok =
+    typeof c === 'object' &&
+    c !== null &&
+    UUID.test(String(c.replaces)) &&
+    UUID.test(String(c.id)) &&
+    typeof c.startedAt === 'string' &&
+    Number.isFinite(Date.parse(c.startedAt)) &&
+    Number.isSafeInteger(c.replacements) &&
+    c.replacements >= 1;
+  if (ok) return { replaces: c.replaces, id: c.id, startedAt: c.startedAt, replacements: c.replacements };
+  log('warn', 'ignoring a malformed chain in the event: this process starts a chain of its own', { chain: c });
+  return undefined;
 }
 
 function logLeaserEvent(log: Log, e: LeaserEvent): void {

@@ -33,6 +33,8 @@ export interface ConnectTarget {
       };
 }
 
+/** Default {@link ConnectOptions.statementTimeoutMs}. */
+export const DEFAULT_STATEMENT_TIMEOUT_MS = 30_000;
 /** Default {@link ConnectOptions.lockTimeoutMs}. */
 export const DEFAULT_LOCK_TIMEOUT_MS = 2_000;
 /** Default {@link ConnectOptions.idleInTransactionTimeoutMs}. */
@@ -75,6 +77,21 @@ export interface ConnectOptions {
    */
   idleInTransactionTimeoutMs?: number;
   /**
+   * What stands between the pool and the server (docs/design.md, "Database connections":
+   * poolers). `transaction`: a transaction-mode pooler (PgBouncer `pool_mode = transaction`, RDS
+   * Proxy), which hands each transaction, and each statement outside one, to whichever server
+   * session is free. Then no named prepared statement is made (postgres.js `prepare: false`), the
+   * connection's startup packet carries no setting but `application_name` (a pooler refuses or
+   * drops the others, and would apply them to no later session), and every transaction of the
+   * pool (`begin`) starts with `set_config(…, true)` — `SET LOCAL` — of `statement_timeout`,
+   * `lock_timeout`, `idle_in_transaction_session_timeout` and, with {@link ConnectOptions.schema},
+   * `search_path`, sent in the same round trip as its first statement. A statement outside a
+   * transaction runs with the server session's own settings: the role's defaults, which the
+   * migration sets on the runtime roles (see `provisionRuntimeRole`), or the database's.
+   * Default: none, a direct connection, where the settings are the connection's own.
+   */
+  pooler?: 'transaction';
+  /**
    * Called when a statement failed with `25006` (the server is read-only: the old writer after a
    * failover) and the pool was replaced by a new one. Default none.
    */
@@ -115,13 +132,11 @@ export interface ConnectOptions {
  * on the first query.
  */
 export function connect(url: string | ConnectTarget, options: ConnectOptions = {}): Sql {
-  const connection: Record<string, string> = {
-    application_name: options.applicationName ?? 'leasehold',
-  };
-  if (options.schema) connection.search_path = options.schema;
-  connection.statement_timeout = String(options.statementTimeoutMs ?? 30_000);
-  connection.lock_timeout = String(options.lockTimeoutMs ?? DEFAULT_LOCK_TIMEOUT_MS);
-  connection.idle_in_transaction_session_timeout = String(options.idleInTransactionTimeoutMs ?? DEFAULT_IDLE_IN_TRANSACTION_MS);
+  const session = sessionSettings(options);
+  const pooled = options.pooler === 'transaction';
+  // Behind a transaction-mode pooler only application_name goes in the startup packet (PgBouncer
+  // tracks it per client); the rest is set in each transaction (see `settingEachTransaction`).
+  const connection: Record<string, string> = pooled ? { application_name: session.application_name! } : session;
   const settings = {
     max: options.max ?? 10,
     idle_timeout: options.idleTimeoutS ?? 30,
@@ -132,6 +147,9 @@ export function connect(url: string | ConnectTarget, options: ConnectOptions = {
     // leaves unhandled (a connection killed at that moment crashed the process); leasehold
     // uses only built-in types, so it is not needed.
     fetch_types: false,
+    // A named prepared statement lives in one server session; behind a transaction-mode pooler
+    // the next statement may reach another, where it does not exist.
+    ...(pooled ? { prepare: false } : {}),
     connection,
     types: {
       // count(*) and other int8 results: safe as numbers far beyond any item count.
@@ -143,18 +161,71 @@ export function connect(url: string | ConnectTarget, options: ConnectOptions = {
       },
     },
   };
-  if (typeof url === 'string') return replaceOnReadOnly(() => postgres(url, settings) as unknown as Sql, options.onReadOnly);
-  return replaceOnReadOnly(
-    () =>
-      postgres({
-        ...settings,
-        host: url.host,
-        port: url.port ?? 5432,
-        database: url.database,
-        username: url.user,
-        ...(url.password !== undefined ? { password: url.password } : {}),
-        ssl: url.ssl ?? false,
-      }) as unknown as Sql,
-    options.onReadOnly,
-  );
+  const open =
+    typeof url === 'string'
+      ? () => postgres(url, settings) as unknown as Sql
+      : () =>
+          postgres({
+            ...settings,
+            host: url.host,
+            port: url.port ?? 5432,
+            database: url.database,
+            username: url.user,
+            ...(url.password !== undefined ? { password: url.password } : {}),
+            ssl: url.ssl ?? false,
+          }) as unknown as Sql;
+  const pool = replaceOnReadOnly(open, options.onReadOnly);
+  return pooled ? settingEachTransaction(pool, session) : pool;
+}
+
+/** The server settings of a pool's sessions, by name, as `connect` applies them. */
+function sessionSettings(options: ConnectOptions): Record<string, string> {
+  const s: Record<string, string> = { application_name: options.applicationName ?? 'leasehold' };
+  if (options.schema) s.search_path = options.schema;
+  s.statement_timeout = String(options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS);
+  s.lock_timeout = String(options.lockTimeoutMs ?? DEFAULT_LOCK_TIMEOUT_MS);
+  s.idle_in_transaction_session_timeout = String(options.idleInTransactionTimeoutMs ?? DEFAULT_IDLE_IN_TRANSACTION_MS);
+  return s;
+}
+
+/** A SQL string literal of `value` (standard_conforming_strings, on since PostgreSQL 9.1). */
+const literal = (value: string) => `'${value.replaceAll("'", "''")}'`;
+
+/**
+ * `pool` whose every transaction (`begin`, with or without options) first sets the pool's
+ * settings but `application_name` for itself alone: one `select set_config(name, value, true), …`
+ * (`SET LOCAL`), without parameters, so postgres.js sends it in one message with no describe
+ * round trip and pipelines the transaction's first statement behind it. The settings end with
+ * the transaction, so the server session the pooler lends it goes back as it came.
+ */
+function settingEachTransaction(pool: Sql, session: Record<string, string>): Sql {
+  const text = `select ${Object.entries(session)
+    .filter(([name]) => name !== 'application_name')
+    .map(([name, value]) => `set_config(${literal(name)}, ${literal(value)}, true)`)
+    .join(', ')}`;
+  type AnyFn = (...args: unknown[]) => unknown;
+  const begin = (...args: unknown[]) => {
+    const i = args.findIndex((a) => typeof a === 'function');
+    if (i >= 0) {
+      const fn = args[i] as (tx: Sql) => unknown;
+      args[i] = async (tx: Sql) => {
+        // Sent now, before the callback's first statement; awaited after it, so a failure of
+        // its own is the one reported (the transaction is aborted and its statements fail too).
+        const set = tx.unsafe(text);
+        set.catch(() => {});
+        try {
+          const result = await fn(tx);
+          await set;
+          return result;
+        } catch (e) {
+          await set;
+          throw e;
+        }
+      };
+    }
+    return (pool.begin as unknown as AnyFn)(...args);
+  };
+  return new Proxy(pool, {
+    get: (target, prop) => (prop === 'begin' ? begin : Reflect.get(target, prop)),
+  });
 }

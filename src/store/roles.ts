@@ -4,7 +4,7 @@
 import type postgres from 'postgres';
 import { retryCatalogRace } from './catalog.js';
 import { InvalidSettingError } from '../errors.js';
-import { DEFAULT_IDLE_IN_TRANSACTION_MS, DEFAULT_LOCK_TIMEOUT_MS } from './connect.js';
+import { DEFAULT_IDLE_IN_TRANSACTION_MS, DEFAULT_LOCK_TIMEOUT_MS, DEFAULT_STATEMENT_TIMEOUT_MS } from './connect.js';
 
 /** A transaction of leasehold's postgres.js client. */
 type Tx = postgres.TransactionSql<Record<string, never>>;
@@ -66,7 +66,8 @@ export async function databaseConnectionLimit(tx: Tx | postgres.Sql<Record<strin
  * missing, `grant rds_iam` (when that role exists: on RDS; a no-op locally), `usage` on the
  * schema, and `select, insert, update, delete` on every `leasehold_*` table plus `usage, select,
  * update` on every `leasehold_*` sequence of the schema, and the role's own
- * `idle_in_transaction_session_timeout` (10 s) and `lock_timeout` (2 s). Idempotent; run after every migration so
+ * `idle_in_transaction_session_timeout` (10 s), `lock_timeout` (2 s) and `statement_timeout` (30 s), the
+ * settings of its sessions that pass none (behind a transaction-mode pooler). Idempotent; run after every migration so
  * tables added later are granted too. Does nothing when `role` is the current user (it owns the
  * tables; granting it `rds_iam` would also stop its password logins).
  *
@@ -116,13 +117,19 @@ export async function provisionRuntimeRole(tx: Tx, role: RuntimeRole): Promise<R
     }
   });
   // The role's own defaults (docs/design.md, "Database connections"): a session of it left idle in
-  // a transaction is ended by the server, and a lock is waited for at most a few seconds, also for
-  // sessions that set nothing themselves (a transaction-mode pooler passes no startup settings).
+  // a transaction is ended by the server, a lock is waited for at most a few seconds and a
+  // statement runs at most 30 s, also in sessions that set nothing themselves: behind a
+  // transaction-mode pooler a pool passes no startup settings and sets its own only inside its
+  // transactions, so its statements outside a transaction run with these.
   await retryCatalogRace(
     tx,
     (s) => s`alter role ${s(name)} set idle_in_transaction_session_timeout = ${s.unsafe(`'${DEFAULT_IDLE_IN_TRANSACTION_MS}'`)}`,
   );
   await retryCatalogRace(tx, (s) => s`alter role ${s(name)} set lock_timeout = ${s.unsafe(`'${DEFAULT_LOCK_TIMEOUT_MS}'`)}`);
+  await retryCatalogRace(
+    tx,
+    (s) => s`alter role ${s(name)} set statement_timeout = ${s.unsafe(`'${DEFAULT_STATEMENT_TIMEOUT_MS}'`)}`,
+  );
   let connectionLimit: number | undefined;
   if (role.connectionLimit !== undefined) {
     const want = role.connectionLimit;

@@ -12,4 +12,14 @@ export {
   type TriggerMetrics,
   type TriggerRequest,
   type TriggerResult,
+  type StartOutcome,
 } from './trigger.js';
+export {
+  parseChainRules,
+  matchingRules,
+  chainedRequestKey,
+  chainedParams,
+  FINAL_STATUSES,
+  type ChainRule,
+  type FinalStatus,
+} from './chain.js';

@@ -18,6 +18,8 @@ import { LeaseholdError } from '../errors.js';
 import { isLockTimeout } from '../store/index.js';
 import type { Log } from '../log.js';
 import * as q from './sql.js';
+import { chainedParams, chainedRequestKey, matchingRules, type ChainRule } from './chain.js';
+import { BATCH_FINISHED, EVENT_SOURCE, type BatchFinishedDetail } from '../batch/index.js';
 
 /** What a start-batch event carries in `detail`. */
 export interface TriggerDetail {
@@ -43,6 +45,8 @@ export interface TriggerMetrics {
 export interface TriggerDeps extends StartDeps {
   log: Log;
   metrics?: TriggerMetrics;
+  /** Chain rules: what a `Batch Finished` event starts (`LEASEHOLD_RULES`, see `parseChainRules`). Default none. */
+  rules?: readonly ChainRule[];
 }
 
 /** What one trigger event did. */
@@ -57,7 +61,15 @@ export type TriggerResult =
    */
   | { outcome: 'deferred'; requestKey: string; tenant: string }
   /** The event cannot start a batch; logged and dropped, never retried. */
-  | { outcome: 'dropped'; code: string; reason: string };
+  | { outcome: 'dropped'; code: string; reason: string }
+  /**
+   * A `Batch Finished` event (docs/design.md, "Events"): what each chain rule it matched did,
+   * by rule name, under the request key `after:<rule>:<detail.id>` (none matched: empty).
+   */
+  | { outcome: 'chained'; eventId: string; starts: ({ rule: string } & StartOutcome)[] };
+
+/** What one start of a trigger did (a start-batch event, or one chain rule of a Batch Finished event). */
+export type StartOutcome = Exclude<TriggerResult, { outcome: 'chained' }>;
 
 /** An event that cannot start a batch, whatever the number of retries. */
 export class InvalidTriggerEventError extends LeaseholdError {
@@ -215,58 +227,136 @@ function bounded(key: string): string {
  * @throws the store's error (the event is worth retrying then).
  */
 export async function handleTrigger(event: unknown, deps: TriggerDeps): Promise<TriggerResult> {
-  const { log } = deps;
   const ids = eventIds(event);
+  if (isBatchFinished(event)) return handleFinished(event, deps, ids);
+  return dropInvalid(deps, ids, async () => startRequest(readTriggerEvent(event), deps, ids));
+}
+
+/** `f()`; an error that makes the event invalid is logged and answered as `dropped`, any other thrown. */
+async function dropInvalid(
+  deps: TriggerDeps,
+  ids: Record<string, unknown>,
+  f: () => Promise<StartOutcome>,
+): Promise<StartOutcome> {
   try {
-    const req = readTriggerEvent(event);
-    const fields = { ...ids, tenant: req.tenant, requestKey: req.requestKey };
-    let started: Awaited<ReturnType<typeof startBatch>>;
-    try {
-      started = await startBatch(deps, req);
-    } catch (error) {
-      if (!(error instanceof TooManyBatchesError)) throw error;
-      await q.deferStart(deps.sql, {
-        tenant: req.tenant,
-        requestKey: req.requestKey,
-        datasource: req.datasource,
-        job: req.job,
-        params: req.params,
-        toleratedFailures: req.toleratedFailures,
-        maxConcurrency: req.maxConcurrency ?? null,
-        error: error.message,
-      });
-      log('warn', 'trigger event deferred: its datasource has maxOpen open batches', { ...fields, datasource: req.datasource });
-      deps.metrics?.count('TriggersDeferred');
-      return { outcome: 'deferred', requestKey: req.requestKey, tenant: req.tenant };
-    }
-    const { batch, created, dispatchError } = started;
-    if (!created) {
-      log('info', 'trigger event repeated: its batch was started before', { ...fields, batchId: batch.id });
-      deps.metrics?.count('TriggersRepeated');
-      return { outcome: 'repeated', batchId: batch.id, requestKey: req.requestKey, tenant: req.tenant };
-    }
-    deps.metrics?.count('BatchesStarted');
-    log('info', 'batch started by trigger', {
-      ...fields,
-      batchId: batch.id,
-      job: req.job,
-      datasource: req.datasource,
-      items: batch.total,
-    });
-    if (dispatchError !== undefined) {
-      // The scheduler dispatches never-started batches; this only made the start sooner.
-      log('warn', 'dispatch of a new batch failed', { ...fields, batchId: batch.id, error: String(dispatchError) });
-    }
-    return { outcome: 'started', batchId: batch.id, requestKey: req.requestKey, tenant: req.tenant };
+    return await f();
   } catch (error) {
     const code = (error as { code?: unknown } | null)?.code;
     if (!(typeof code === 'string' && INVALID_CODES.has(code))) throw error;
     const reason = error instanceof Error ? error.message : String(error);
     const dropped = { outcome: 'dropped' as const, code, reason };
-    log('warn', 'trigger event dropped', { ...ids, code: dropped.code, reason });
+    deps.log('warn', 'trigger event dropped', { ...ids, code: dropped.code, reason });
     deps.metrics?.count('TriggersDropped');
     return dropped;
   }
+}
+
+/** Start one request of a trigger event: started, repeated (its key started a batch before) or deferred at maxOpen. */
+async function startRequest(req: TriggerRequest, deps: TriggerDeps, ids: Record<string, unknown>): Promise<StartOutcome> {
+  const { log } = deps;
+  const fields = { ...ids, tenant: req.tenant, requestKey: req.requestKey };
+  let started: Awaited<ReturnType<typeof startBatch>>;
+  try {
+    started = await startBatch(deps, req);
+  } catch (error) {
+    if (!(error instanceof TooManyBatchesError)) throw error;
+    await q.deferStart(deps.sql, {
+      tenant: req.tenant,
+      requestKey: req.requestKey,
+      datasource: req.datasource,
+      job: req.job,
+      params: req.params,
+      toleratedFailures: req.toleratedFailures,
+      maxConcurrency: req.maxConcurrency ?? null,
+      error: error.message,
+    });
+    log('warn', 'trigger event deferred: its datasource has maxOpen open batches', { ...fields, datasource: req.datasource });
+    deps.metrics?.count('TriggersDeferred');
+    return { outcome: 'deferred', requestKey: req.requestKey, tenant: req.tenant };
+  }
+  const { batch, created, dispatchError } = started;
+  if (!created) {
+    log('info', 'trigger event repeated: its batch was started before', { ...fields, batchId: batch.id });
+    deps.metrics?.count('TriggersRepeated');
+    return { outcome: 'repeated', batchId: batch.id, requestKey: req.requestKey, tenant: req.tenant };
+  }
+  deps.metrics?.count('BatchesStarted');
+  log('info', 'batch started by trigger', {
+    ...fields,
+    batchId: batch.id,
+    job: req.job,
+    datasource: req.datasource,
+    items: batch.total,
+  });
+  if (dispatchError !== undefined) {
+    // The scheduler dispatches never-started batches; this only made the start sooner.
+    log('warn', 'dispatch of a new batch failed', { ...fields, batchId: batch.id, error: String(dispatchError) });
+  }
+  return { outcome: 'started', batchId: batch.id, requestKey: req.requestKey, tenant: req.tenant };
+}
+
+/** Whether `event` is leasehold's own `Batch Finished` event (source `leasehold`). */
+function isBatchFinished(event: unknown): event is { detail: unknown } {
+  if (event === null || typeof event !== 'object') return false;
+  const e = event as Record<string, unknown>;
+  return e.source === EVENT_SOURCE && e['detail-type'] === BATCH_FINISHED;
+}
+
+const finishedSchema = z
+  .object({
+    id: z.string().min(1).max(100),
+    batchId: z.string().min(1),
+    tenant: z.string().min(1),
+    datasource: z.string().min(1),
+    job: z.string().min(1),
+    requestKey: z.string(),
+    status: z.enum(['succeeded', 'failed', 'cancelled']),
+  })
+  .passthrough();
+
+/**
+ * A `Batch Finished` event: start what each matching chain rule asks for, under the request key
+ * `after:<rule>:<detail.id>` (the event's stable id, the same on every send: a redelivered
+ * event answers `repeated`). A detail that does not parse is dropped; a rule whose start is
+ * refused (its job or params) is dropped alone; a store error is thrown (Lambda retries the
+ * event, and the starts that landed answer `repeated` then).
+ */
+async function handleFinished(
+  event: { detail: unknown },
+  deps: TriggerDeps,
+  ids: Record<string, unknown>,
+): Promise<TriggerResult> {
+  const parsed = finishedSchema.safeParse(event.detail);
+  if (!parsed.success) {
+    return dropInvalid(deps, ids, async () => {
+      const issue = parsed.error.issues[0];
+      throw new InvalidTriggerEventError(`detail.${issue.path.join('.')}: ${issue.message} (a Batch Finished event)`);
+    });
+  }
+  const detail = parsed.data as unknown as BatchFinishedDetail;
+  const starts: ({ rule: string } & StartOutcome)[] = [];
+  for (const rule of matchingRules(deps.rules ?? [], detail)) {
+    const fields = { ...ids, rule: rule.name, after: detail.batchId };
+    const outcome = await dropInvalid(deps, fields, async () => {
+      const params = chainedParams(rule, detail);
+      checkStorableJson(params, `rules["${rule.name}"].params`);
+      return startRequest(
+        {
+          tenant: rule.tenant ?? detail.tenant,
+          datasource: rule.datasource ?? detail.datasource,
+          job: rule.job,
+          params,
+          requestKey: bounded(chainedRequestKey(rule, detail.id)),
+          toleratedFailures: rule.toleratedFailures ?? null,
+          ...(rule.maxConcurrency !== undefined ? { maxConcurrency: rule.maxConcurrency } : {}),
+        },
+        deps,
+        fields,
+      );
+    });
+    starts.push({ rule: rule.name, ...outcome });
+  }
+  return { outcome: 'chained', eventId: detail.id, starts };
 }
 
 /** What one {@link startDeferred} pass did. */

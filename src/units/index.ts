@@ -48,4 +48,5 @@ export function defaultUnitJobs(options: { outbox?: UnitJob<unknown>; extra?: Un
   return new UnitJobRegistry([...builtins, ...(options.extra ?? [])]);
 }
 
+export { postWebhook, signWebhook, type WebhookPost } from './webhook.js';
 export { deleteDeliveredOutboxMessages, type OutboxRetentionOptions, type OutboxRetentionResult } from './retention.js';

@@ -1,9 +1,11 @@
 import { createHash } from 'node:crypto';
+import { setMaxListeners } from 'node:events';
 import type { Dispatcher } from 'undici';
 import * as z from 'zod';
 import type { UnitKey } from '../lease/index.js';
 import type { Sql } from '../store/index.js';
-import { EndpointGuard, EndpointRefusedError, type AddressLookup } from './endpoint-guard.js';
+import { EndpointGuard, type AddressLookup } from './endpoint-guard.js';
+import { postWebhookAnswer } from './webhook.js';
 import { defineUnitJob, type ConfigIssue, type UnitContext, type UnitJob } from './job.js';
 import * as q from './sql.js';
 import { LeaseholdError, InvalidSettingError } from '../errors.js';
@@ -74,7 +76,10 @@ export interface OutboxDeliveryOptions {
   parallel?: number;
   /** Timeout of one POST to one endpoint (connecting included), ms. Default 5,000. */
   timeoutMs?: number;
-  /** First retry delay after a failed attempt, ms; doubles per attempt, plus up to 25 % jitter. Default 1,000. */
+  /**
+   * First backoff interval after a failed attempt, ms; doubles per attempt, and the delivery is
+   * due again at a random time within it (full jitter). Default 1,000.
+   */
   backoffMs?: number;
   /** Longest retry delay, ms. Default 60,000. */
   maxBackoffMs?: number;
@@ -229,7 +234,8 @@ export async function outboxStatus(sql: Sql, tenant: string): Promise<OutboxStat
  *    `Idempotency-Key: <tenant>:<id>`, with `timeoutMs` per request. A 2xx answer marks that
  *    delivery delivered; anything else (3xx included: redirects are not followed) records a
  *    failure, and the delivery is due again after
- *    `min(maxBackoffMs, backoffMs × 2^(attempts−1) × (1 + 0.25 × jitter))` by the database clock.
+ *    `jitter × min(maxBackoffMs, backoffMs × 2^(attempts−1))` by the database clock, jitter
+ *    uniform in [0, 1) (full jitter: failures of one moment come back spread out).
  *    After `failureStreak` failures in a row the run stops posting to that endpoint.
  *
  * So a failing endpoint never makes a healthy one receive a message again, nor holds up its
@@ -320,6 +326,9 @@ async function deliverDue(
     if (lane) lane.push(d);
     else byEndpoint.set(d.endpoint, [d]);
   }
+  // Every POST in flight listens on the unit's signal (removed when it ends): room for
+  // `parallel` per endpoint without Node's leak warning.
+  setMaxListeners(Math.max(10, s.parallel * byEndpoint.size + 10), ctx.signal);
   const lanes = await Promise.allSettled([...byEndpoint].map(([endpoint, deliveries]) => deliverTo(run, endpoint, deliveries)));
   if (run.lost) ctx.log('info', 'unit lost during delivery; stopped', {});
   const failed = lanes.find((l): l is PromiseRejectedResult => l.status === 'rejected');
@@ -347,7 +356,7 @@ async function deliverTo(run: Run, endpoint: string, due: q.OutboxDelivery[]): P
       // A process that was frozen past its TTL must not send on for a unit it may have lost.
       if (!ctx.leaseValid()) return;
       const m = due[next++];
-      const error = await post(run, endpoint, m);
+      const { error, retryAfterMs } = await post(run, endpoint, m);
       if (ctx.signal.aborted) return;
       if (error === undefined) {
         streak = 0;
@@ -368,8 +377,15 @@ async function deliverTo(run: Run, endpoint: string, due: q.OutboxDelivery[]): P
           error,
           backoffMs: s.backoffMs,
           maxBackoffMs: s.maxBackoffMs,
+          retryAfterMs,
         });
         if (!recorded && !(await ctx.owns())) run.lost = true;
+        if (retryAfterMs !== undefined && !run.lost) {
+          // The endpoint asked for a pause: nothing more goes to it, in this run or any other,
+          // until then; its other deliveries keep their place (docs/design.md, "Outbox").
+          streak = s.failureStreak;
+          await q.pauseEndpoint(ctx.sql, unit, ctx.processId, endpoint, retryAfterMs);
+        }
       }
     }
   };
@@ -379,54 +395,15 @@ async function deliverTo(run: Run, endpoint: string, due: q.OutboxDelivery[]): P
   }
 }
 
-/** POST one message to one endpoint; resolves with undefined when it accepted it (2xx), else what failed. */
-async function post(run: Run, endpoint: string, m: q.OutboxDelivery): Promise<string | undefined> {
+/** POST one message to one endpoint: `error` undefined when it accepted it (2xx), else what failed, and any Retry-After. */
+function post(run: Run, endpoint: string, m: q.OutboxDelivery): ReturnType<typeof postWebhookAnswer> {
   const { ctx, s } = run;
   const body: OutboxDeliveryBody = { id: m.id, tenant: ctx.tenant, key: m.key, payload: m.payload };
-  const url = new URL(endpoint);
-  const headers: Record<string, string> = {
-    'content-type': 'application/json',
-    'idempotency-key': idempotencyKey(ctx.tenant, m.id),
-    'user-agent': 'leasehold-outbox',
-  };
-  // Credentials in the URL (https://user:secret@host/…) go as Basic authentication.
-  if (url.username || url.password) {
-    headers.authorization = `Basic ${Buffer.from(`${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`).toString('base64')}`;
-  }
-  // Aborted at the timeout or with the unit's signal; both are let go once the POST ended, so
-  // nothing aborts the (already dropped) answer later.
-  const abort = new AbortController();
-  let timedOut = false;
-  const timer = setTimeout(() => {
-    timedOut = true;
-    abort.abort();
-  }, s.timeoutMs);
-  const onAbort = () => abort.abort();
-  ctx.signal.addEventListener('abort', onAbort, { once: true });
-  try {
-    const res = await run.dispatcher.request({
-      origin: url.origin,
-      path: `${url.pathname}${url.search}`,
-      method: 'POST',
-      headers,
-      body: JSON.stringify(body),
-      signal: abort.signal,
-      headersTimeout: s.timeoutMs,
-      bodyTimeout: s.timeoutMs,
-    });
-    // Only the status matters: the body is dropped unread, so an endpoint answering an endless
-    // (or huge) body cannot fill the worker's memory or hold the delivery.
-    res.body.on('error', () => {});
-    res.body.destroy();
-    return res.statusCode >= 200 && res.statusCode < 300 ? undefined : `HTTP ${res.statusCode}`;
-  } catch (e) {
-    if (timedOut) return `no answer within ${s.timeoutMs} ms`;
-    if (e instanceof EndpointRefusedError) return `refused: ${e.message}`;
-    const err = e as Error & { code?: string };
-    const cause = (err?.cause as Error | undefined)?.message;
-    return `${err?.message ?? String(e)}${err?.code && !err.message?.includes(err.code) ? ` (${err.code})` : ''}${cause ? ` (${cause})` : ''}`;
-  } finally {
-    clearTimeout(timer);
-    ctx.signal.removeEventListener('abort', onAbort);
-  }
+  return postWebhookAnswer(run.dispatcher, {
+    url: endpoint,
+    body: JSON.stringify(body),
+    headers: { 'idempotency-key': idempotencyKey(ctx.tenant, m.id), 'user-agent': 'leasehold-outbox' },
+    timeoutMs: s.timeoutMs,
+    signal: ctx.signal,
+  });
 }

@@ -143,7 +143,8 @@ export interface OutboxDelivery {
   attempts: number;
 }
 
-// The unit's pending deliveries that are due (database clock): for each of `endpoints`, at most
+// The unit's pending deliveries that are due (database clock), of endpoints not paused by a
+// Retry-After: for each of `endpoints`, at most
 // `limitPerEndpoint`, oldest due first — one statement whatever the endpoint count, each
 // endpoint an index range of the partial index over pending deliveries. Reads only.
 export async function dueDeliveries(
@@ -163,6 +164,8 @@ export function dueDeliveriesStatement(sql: Sql, unit: UnitKey, endpoints: reado
       select message_id, attempts, next_attempt_at from leasehold_outbox_deliveries
       where tenant = ${unit.tenant} and shard = ${unit.shard} and endpoint = e.endpoint
         and delivered_at is null and next_attempt_at <= now()
+        and not exists (select from leasehold_outbox_endpoints p
+          where p.tenant = ${unit.tenant} and p.shard = ${unit.shard} and p.endpoint = e.endpoint and p.paused_until > now())
       order by next_attempt_at, message_id limit ${limitPerEndpoint}
     ) d
     join leasehold_outbox o on o.id = d.message_id
@@ -184,18 +187,24 @@ export function markDeliveredStatement(sql: Sql, unit: UnitKey, processId: strin
       and delivered_at is null and ${fence(sql, unit, processId)}`;
 }
 
-/** What {@link markFailed} records: the delivery (message id, endpoint), the error, the backoff and its cap (ms). */
+/**
+ * What {@link markFailed} records: the delivery (message id, endpoint), the error, the backoff and
+ * its cap (ms), and the wait the endpoint asked for with Retry-After (ms; the delivery is due no
+ * sooner).
+ */
 export interface MarkFailedArgs {
   id: number;
   endpoint: string;
   error: string;
   backoffMs: number;
   maxBackoffMs: number;
+  retryAfterMs?: number;
 }
 
 // Records a failed attempt of one pending delivery, only while `processId` owns its unit (live):
-// attempts + 1, next attempt at now() + min(maxBackoff, backoff × 2^(attempts−1) × (1 + 0.25 × jitter))
-// by the database clock. Returns whether it recorded.
+// attempts + 1, next attempt at now() + jitter × min(maxBackoff, backoff × 2^(attempts−1)) by the
+// database clock, jitter uniform in [0, 1) (full jitter: a wave of failures comes back spread over
+// the whole interval). Returns whether it recorded.
 export async function markFailed(sql: Sql, unit: UnitKey, processId: string, a: MarkFailedArgs): Promise<boolean> {
   const rows = await sql`${markFailedStatement(sql, unit, processId, a)}`;
   return rows.count === 1;
@@ -207,10 +216,10 @@ export function markFailedStatement(sql: Sql, unit: UnitKey, processId: string, 
   return sql`update leasehold_outbox_deliveries set
       attempts = attempts + 1,
       last_error = ${a.error.slice(0, 1000)},
-      next_attempt_at = now() + make_interval(secs => least(
+      next_attempt_at = now() + make_interval(secs => greatest(random() * least(
         ${a.maxBackoffMs}::float8,
-        ${a.backoffMs}::float8 * power(2::float8, least(attempts, 40)) * (1 + 0.25 * random())
-      ) / 1000)
+        ${a.backoffMs}::float8 * power(2::float8, least(attempts, 40))
+      ), ${a.retryAfterMs ?? 0}::float8) / 1000)
     where message_id = ${a.id} and endpoint = ${a.endpoint} and tenant = ${unit.tenant} and shard = ${unit.shard}
       and delivered_at is null and ${fence(sql, unit, processId)}`;
 }
@@ -236,6 +245,17 @@ export async function recordEndpoint(
       last_error = coalesce(excluded.last_error, s.last_error),
       last_error_at = coalesce(excluded.last_error_at, s.last_error_at),
       last_delivered_at = coalesce(excluded.last_delivered_at, s.last_delivered_at)`;
+}
+
+// Pauses one endpoint of the unit for `ms` (it answered Retry-After), only while `processId` owns
+// the unit (live): no delivery to it is due before now() + ms, which a later, shorter answer never
+// brings forward. The tenant's other endpoints and shards are not touched.
+export async function pauseEndpoint(sql: Sql, unit: UnitKey, processId: string, endpoint: string, ms: number): Promise<void> {
+  await sql`insert into leasehold_outbox_endpoints as s (tenant, shard, endpoint, paused_until)
+    select ${unit.tenant}, ${unit.shard}, ${endpoint}, now() + make_interval(secs => ${ms}::float8 / 1000)
+    where ${fence(sql, unit, processId)}
+    on conflict (tenant, shard, endpoint) do update set
+      paused_until = greatest(coalesce(s.paused_until, excluded.paused_until), excluded.paused_until)`;
 }
 
 // Moves the tenant's unassigned messages and pending deliveries on shards that no longer exist

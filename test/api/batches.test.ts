@@ -1,35 +1,56 @@
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { handleApi, type ApiDeps } from '../../src/api/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
-import { answer, apiDeps, apiEvent, call, InvokeEndpoint, removeTree, tempTree, uniqueTenant } from '../support/api.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { handleApi } from '../../src/api/index.js';
+
+import { answer, apiDeps, apiEvent, call, removeTree, tempTree, uniqueTenant, apiSuite } from '../support/api.js';
 import { memoryLog } from '../support/log.js';
 
-let db: TestDatabase;
-let endpoint: InvokeEndpoint;
-let deps: ApiDeps;
-let dir: string;
-
-beforeAll(async () => {
-  db = await testDatabase();
-  endpoint = await InvokeEndpoint.start();
-  deps = apiDeps(db.sql, endpoint);
-  dir = await tempTree({ 'a.txt': 'alpha', 'b.txt': 'beta', 'sub/c.txt': 'gamma' });
-});
-afterAll(async () => {
-  await removeTree(dir);
-  await endpoint.close();
-  await db.close();
-});
+const suite = apiSuite({ 'a.txt': 'alpha', 'b.txt': 'beta', 'sub/c.txt': 'gamma' });
 
 function start(body: Record<string, unknown>, headers?: Record<string, string>) {
-  return call(deps, 'POST', '/batches', { body, headers });
+  return call(suite.deps, 'POST', '/batches', { body, headers });
 }
 
 describe('POST /batches', () => {
+  it('takes notify: { url } where the address policy allows it and a webhook secret is set, and refuses it otherwise', async () => {
+    const withSecret = {
+      ...suite.deps,
+      config: { ...suite.deps.config, events: { webhookSecret: 'a-secret-of-enough-length' } },
+    };
+    const body = (url: unknown) => ({
+      tenant: uniqueTenant(),
+      datasource: 'files',
+      job: 'checksum',
+      params: { dir: suite.dir },
+      notify: { url },
+    });
+    const ok = await call(withSecret, 'POST', '/batches', { body: body('https://8.8.8.8/hook') });
+    expect(ok.status).toBe(201);
+    expect(ok.body).toMatchObject({ notify: { url: 'https://8.8.8.8/hook' } });
+    const stored = await suite.db.sql<
+      { notify_url: string }[]
+    >`select notify_url from leasehold_batches where id = ${(ok.body as { id: string }).id}`;
+    expect(stored[0].notify_url).toBe('https://8.8.8.8/hook');
+    // Loopback is not public (outbox delivery's address policy).
+    const loop = await call(withSecret, 'POST', '/batches', { body: body('http://127.0.0.1:9/hook') });
+    expect(loop.status).toBe(400);
+    expect(JSON.stringify(loop.body)).toMatch(/notify\.url/);
+    const ftp = await call(withSecret, 'POST', '/batches', { body: body('ftp://8.8.8.8/x') });
+    expect(ftp.status).toBe(400);
+    const noSecret = { ...suite.deps, config: { ...suite.deps.config, events: { webhookSecret: undefined } } };
+    const refused = await call(noSecret, 'POST', '/batches', { body: body('https://8.8.8.8/hook') });
+    expect(refused.status).toBe(400);
+    expect(JSON.stringify(refused.body)).toMatch(/LEASEHOLD_WEBHOOK_SECRET/);
+    // Nothing was stored for the refused starts.
+    const [n] = await suite.db.sql<
+      { n: number }[]
+    >`select count(*)::int as n from leasehold_batches where notify_url is not null`;
+    expect(n.n).toBe(1);
+  });
+
   it('starts a batch: 201 with the batch, its items stored and the batch sent to a worker at once', async () => {
     const tenant = uniqueTenant();
-    const res = await start({ tenant, datasource: 'files', job: 'checksum', params: { dir }, requestKey: 'first' });
+    const res = await start({ tenant, datasource: 'files', job: 'checksum', params: { dir: suite.dir }, requestKey: 'first' });
     expect(res.status).toBe(201);
     expect(res.body).toMatchObject({
       tenant,
@@ -49,31 +70,33 @@ describe('POST /batches', () => {
     expect(new Date(res.body.createdAt).toISOString()).toBe(res.body.createdAt);
     expect(res.headers.location).toBe(`/batches/${res.body.id}`);
 
-    const items = await db.sql<{ key: string }[]>`select key from leasehold_items where batch_id = ${res.body.id} order by key`;
+    const items = await suite.db.sql<
+      { key: string }[]
+    >`select key from leasehold_items where batch_id = ${res.body.id} order by key`;
     expect(items.map((i) => i.key)).toEqual(['a.txt', 'b.txt', 'sub/c.txt']);
-    const invoke = endpoint.invokes.find((i) => (i.payload as { batchId: string }).batchId === res.body.id);
+    const invoke = suite.endpoint.invokes.find((i) => (i.payload as { batchId: string }).batchId === res.body.id);
     expect(invoke).toEqual({
       functionName: 'leasehold-worker',
       invocationType: 'Event',
       payload: { batchId: res.body.id, invocationId: expect.any(String) },
     });
-    const [row] = await db.sql<{ dispatched: boolean }[]>`select dispatched_at is not null as dispatched
+    const [row] = await suite.db.sql<{ dispatched: boolean }[]>`select dispatched_at is not null as dispatched
       from leasehold_batches where id = ${res.body.id}`;
     expect(row.dispatched).toBe(true);
   });
 
   it('answers 200 with the original batch for a repeated request key, and starts nothing new', async () => {
     const tenant = uniqueTenant();
-    const body = { tenant, datasource: 'files', job: 'checksum', params: { dir }, requestKey: 'again' };
+    const body = { tenant, datasource: 'files', job: 'checksum', params: { dir: suite.dir }, requestKey: 'again' };
     const first = await start(body);
-    const invokesBefore = endpoint.invokes.length;
+    const invokesBefore = suite.endpoint.invokes.length;
     const second = await start(body);
     expect(first.status).toBe(201);
     expect(second.status).toBe(200);
     expect(second.body.id).toBe(first.body.id);
     expect(second.body.created).toBe(false);
-    expect(endpoint.invokes.length).toBe(invokesBefore);
-    const [{ n }] = await db.sql<{ n: number }[]>`select count(*) as n from leasehold_batches where tenant = ${tenant}`;
+    expect(suite.endpoint.invokes.length).toBe(invokesBefore);
+    const [{ n }] = await suite.db.sql<{ n: number }[]>`select count(*) as n from leasehold_batches where tenant = ${tenant}`;
     expect(n).toBe(1);
   });
 
@@ -90,22 +113,22 @@ describe('POST /batches', () => {
 
   it('starts one batch for many concurrent requests with one key: one 201, the rest 200 with it', async () => {
     const tenant = uniqueTenant();
-    const body = { tenant, datasource: 'files', job: 'checksum', params: { dir }, requestKey: 'race' };
+    const body = { tenant, datasource: 'files', job: 'checksum', params: { dir: suite.dir }, requestKey: 'race' };
     for (let round = 0; round < 3; round++) {
       const key = `race-${round}`;
-      const invokesBefore = endpoint.invokes.length;
+      const invokesBefore = suite.endpoint.invokes.length;
       const answers = await Promise.all(Array.from({ length: 12 }, () => start({ ...body, requestKey: key })));
       expect(answers.map((a) => a.status).sort()).toEqual([200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 201]);
       expect(new Set(answers.map((a) => a.body.id)).size).toBe(1);
-      const rows = await db.sql`select id from leasehold_batches where tenant = ${tenant} and request_key = ${key}`;
+      const rows = await suite.db.sql`select id from leasehold_batches where tenant = ${tenant} and request_key = ${key}`;
       expect(rows.length).toBe(1);
-      expect(endpoint.batchIds().slice(invokesBefore)).toEqual([answers[0].body.id]);
+      expect(suite.endpoint.batchIds().slice(invokesBefore)).toEqual([answers[0].body.id]);
     }
   });
 
   it('takes the request key from the Idempotency-Key header', async () => {
     const tenant = uniqueTenant();
-    const body = { tenant, datasource: 'files', job: 'checksum', params: { dir } };
+    const body = { tenant, datasource: 'files', job: 'checksum', params: { dir: suite.dir } };
     const first = await start(body, { 'Idempotency-Key': 'hdr-1' });
     const second = await start(body, { 'idempotency-key': 'hdr-1' });
     const same = await start({ ...body, requestKey: 'hdr-1' }, { 'idempotency-key': 'hdr-1' });
@@ -117,7 +140,7 @@ describe('POST /batches', () => {
 
   it('refuses a body request key that differs from the Idempotency-Key header', async () => {
     const res = await start(
-      { tenant: uniqueTenant(), datasource: 'files', job: 'checksum', params: { dir }, requestKey: 'a' },
+      { tenant: uniqueTenant(), datasource: 'files', job: 'checksum', params: { dir: suite.dir }, requestKey: 'a' },
       { 'idempotency-key': 'b' },
     );
     expect(res.status).toBe(400);
@@ -127,7 +150,7 @@ describe('POST /batches', () => {
 
   it('starts a new batch for every request without a request key', async () => {
     const tenant = uniqueTenant();
-    const body = { tenant, datasource: 'files', job: 'checksum', params: { dir } };
+    const body = { tenant, datasource: 'files', job: 'checksum', params: { dir: suite.dir } };
     const a = await start(body);
     const b = await start(body);
     expect([a.status, b.status]).toEqual([201, 201]);
@@ -137,9 +160,9 @@ describe('POST /batches', () => {
 
   it('answers 429 once the datasource has maxOpen open batches, and accepts again after a cancel', async () => {
     const tenant = uniqueTenant();
-    const limited = { ...deps, config: { ...deps.config, maxOpen: 2 } };
+    const limited = { ...suite.deps, config: { ...suite.deps.config, maxOpen: 2 } };
     const body = (k: string, datasource = 'files') => ({
-      body: { tenant, datasource, job: 'checksum', params: { dir }, requestKey: k },
+      body: { tenant, datasource, job: 'checksum', params: { dir: suite.dir }, requestKey: k },
     });
     const a = await call(limited, 'POST', '/batches', body('1'));
     const b = await call(limited, 'POST', '/batches', body('2'));
@@ -157,10 +180,10 @@ describe('POST /batches', () => {
 
   it('still answers 201 when the worker invoke fails, logging a warning', async () => {
     const { log, entries } = memoryLog();
-    endpoint.failing = true;
+    suite.endpoint.failing = true;
     try {
-      const res = await call({ ...deps, log }, 'POST', '/batches', {
-        body: { tenant: uniqueTenant(), datasource: 'files', job: 'checksum', params: { dir } },
+      const res = await call({ ...suite.deps, log }, 'POST', '/batches', {
+        body: { tenant: uniqueTenant(), datasource: 'files', job: 'checksum', params: { dir: suite.dir } },
       });
       expect(res.status).toBe(201);
       expect(res.body.status).toBe('open');
@@ -168,12 +191,12 @@ describe('POST /batches', () => {
         expect.objectContaining({ level: 'warn', fields: expect.objectContaining({ batchId: res.body.id }) }),
       );
     } finally {
-      endpoint.failing = false;
+      suite.endpoint.failing = false;
     }
   });
 
-  it('refuses a dir outside the allowed roots with 400 naming params.dir', async () => {
-    const confined = apiDeps(db.sql, endpoint, { allowedRoots: [dir] });
+  it('refuses a suite.dir outside the allowed roots with 400 naming params.dir', async () => {
+    const confined = apiDeps(suite.db.sql, suite.endpoint, { allowedRoots: [suite.dir] });
     for (const outside of ['/', '/etc']) {
       const res = await call(confined, 'POST', '/batches', {
         body: { tenant: uniqueTenant(), datasource: 'files', job: 'checksum', params: { dir: outside } },
@@ -183,7 +206,7 @@ describe('POST /batches', () => {
       expect(res.body.error.message).toMatch(/^params\.dir: .*not under an allowed root/);
     }
     const inside = await call(confined, 'POST', '/batches', {
-      body: { tenant: uniqueTenant(), datasource: 'files', job: 'checksum', params: { dir: `${dir}/sub` } },
+      body: { tenant: uniqueTenant(), datasource: 'files', job: 'checksum', params: { dir: `${suite.dir}/sub` } },
     });
     expect(inside.status).toBe(201);
     expect(inside.body.total).toBe(1);
@@ -196,17 +219,17 @@ describe('POST /batches', () => {
   });
 
   it('answers 413 naming the item count limit for a directory of more files than maxItems, and stores nothing', async () => {
-    const limited = { ...deps, config: { ...deps.config, maxItems: 2 } };
+    const limited = { ...suite.deps, config: { ...suite.deps.config, maxItems: 2 } };
     const tenant = uniqueTenant();
     const res = await call(limited, 'POST', '/batches', {
-      body: { tenant, datasource: 'files', job: 'checksum', params: { dir }, requestKey: 'big' },
+      body: { tenant, datasource: 'files', job: 'checksum', params: { dir: suite.dir }, requestKey: 'big' },
     });
     expect(res.status).toBe(413);
     expect(res.body.error).toEqual({ code: 'batch_too_large', message: 'params: item count: more than 2 items; the limit is 2' });
-    expect(await db.sql`select id from leasehold_batches where tenant = ${tenant}`).toHaveLength(0);
+    expect(await suite.db.sql`select id from leasehold_batches where tenant = ${tenant}`).toHaveLength(0);
     // At the limit it starts.
-    const fits = await call({ ...deps, config: { ...deps.config, maxItems: 3 } }, 'POST', '/batches', {
-      body: { tenant, datasource: 'files', job: 'checksum', params: { dir }, requestKey: 'big' },
+    const fits = await call({ ...suite.deps, config: { ...suite.deps.config, maxItems: 3 } }, 'POST', '/batches', {
+      body: { tenant, datasource: 'files', job: 'checksum', params: { dir: suite.dir }, requestKey: 'big' },
     });
     expect(fits.status).toBe(201);
     expect(fits.body.total).toBe(3);
@@ -226,9 +249,9 @@ describe('POST /batches', () => {
 
 describe('GET /batches/{id}', () => {
   it('shows a batch with its counts per item state', async () => {
-    const created = await start({ tenant: uniqueTenant(), datasource: 'files', job: 'checksum', params: { dir } });
-    await db.sql`update leasehold_items set state = 'done' where batch_id = ${created.body.id} and key = 'a.txt'`;
-    const res = await call(deps, 'GET', `/batches/${created.body.id}`);
+    const created = await start({ tenant: uniqueTenant(), datasource: 'files', job: 'checksum', params: { dir: suite.dir } });
+    await suite.db.sql`update leasehold_items set state = 'done' where batch_id = ${created.body.id} and key = 'a.txt'`;
+    const res = await call(suite.deps, 'GET', `/batches/${created.body.id}`);
     expect(res.status).toBe(200);
     const { created: _created, ...batch } = created.body;
     // 1 item finished in a batch younger than 1 s: 1 item/s (the rate's window is at least 1 s).
@@ -243,7 +266,7 @@ describe('GET /batches/{id}', () => {
 
   it('answers 404 for an unknown id and for an id that is not a UUID', async () => {
     for (const id of [randomUUID(), 'not-a-uuid', "1'; drop table leasehold_batches; --", '%E0%A4%A']) {
-      const res = await call(deps, 'GET', `/batches/${id}`);
+      const res = await call(suite.deps, 'GET', `/batches/${id}`);
       expect(res.status, id).toBe(404);
       expect(['batch_not_found', 'not_found']).toContain(res.body.error.code);
     }
@@ -257,29 +280,29 @@ describe('GET /batches', () => {
     tenant = uniqueTenant('list');
     ids = [];
     for (const k of ['1', '2', '3']) {
-      const res = await start({ tenant, datasource: `ds${k}`, job: 'checksum', params: { dir }, requestKey: k });
+      const res = await start({ tenant, datasource: `ds${k}`, job: 'checksum', params: { dir: suite.dir }, requestKey: k });
       ids.push(res.body.id);
     }
-    await call(deps, 'POST', `/batches/${ids[0]}/cancel`);
+    await call(suite.deps, 'POST', `/batches/${ids[0]}/cancel`);
   });
 
   it("lists a tenant's batches newest first", async () => {
-    const res = await call(deps, 'GET', '/batches', { query: { tenant } });
+    const res = await call(suite.deps, 'GET', '/batches', { query: { tenant } });
     expect(res.status).toBe(200);
     expect(res.body.batches.map((b: { id: string }) => b.id)).toEqual([...ids].reverse());
     expect(res.body.batches[0]).toHaveProperty('counts');
   });
 
   it('filters by status and limits the count', async () => {
-    const open = await call(deps, 'GET', '/batches', { query: { tenant, status: 'open' } });
+    const open = await call(suite.deps, 'GET', '/batches', { query: { tenant, status: 'open' } });
     expect(open.body.batches.map((b: { id: string }) => b.id).sort()).toEqual([ids[1], ids[2]].sort());
-    const cancelled = await call(deps, 'GET', '/batches', { query: { tenant, status: 'cancelled' } });
+    const cancelled = await call(suite.deps, 'GET', '/batches', { query: { tenant, status: 'cancelled' } });
     expect(cancelled.body.batches.map((b: { id: string }) => b.id)).toEqual([ids[0]]);
-    const one = await call(deps, 'GET', '/batches', { query: { tenant, limit: '1' } });
+    const one = await call(suite.deps, 'GET', '/batches', { query: { tenant, limit: '1' } });
     expect(one.body.batches.map((b: { id: string }) => b.id)).toEqual([ids[2]]);
-    const none = await call(deps, 'GET', '/batches', { query: { tenant: uniqueTenant('nobody') } });
+    const none = await call(suite.deps, 'GET', '/batches', { query: { tenant: uniqueTenant('nobody') } });
     expect(none.body).toEqual({ batches: [], retentionDays: 30 });
-    const odd = await call(deps, 'GET', '/batches', { query: { tenant: 'a tenant/with ünusual chars' } });
+    const odd = await call(suite.deps, 'GET', '/batches', { query: { tenant: 'a tenant/with ünusual chars' } });
     expect(odd.status).toBe(200);
     expect(odd.body).toEqual({ batches: [], retentionDays: 30 });
   });
@@ -287,7 +310,7 @@ describe('GET /batches', () => {
   it('reads the raw query string when API Gateway gives no parsed parameters', async () => {
     const event = apiEvent('GET', '/batches');
     event.rawQueryString = `tenant=${tenant}&status=cancelled`;
-    const res = answer(await handleApi(event, deps));
+    const res = answer(await handleApi(event, suite.deps));
     expect(res.body.batches.map((b: { id: string }) => b.id)).toEqual([ids[0]]);
   });
 
@@ -302,7 +325,7 @@ describe('GET /batches', () => {
     [{ tenant: 'x'.repeat(201) }, /^tenant: /],
     [{ colour: 'blue' }, /^colour: unknown field/],
   ])('answers 400 for query %j', async (query, message) => {
-    const res = await call(deps, 'GET', '/batches', { query });
+    const res = await call(suite.deps, 'GET', '/batches', { query });
     expect(res.status).toBe(400);
     expect(res.body.error.code).toBe('invalid_request');
     expect(res.body.error.message).toMatch(message);
@@ -311,8 +334,8 @@ describe('GET /batches', () => {
 
 describe('POST /batches/{id}/cancel', () => {
   it('cancels an open batch for good: 200 with the cancelled batch, then 409', async () => {
-    const created = await start({ tenant: uniqueTenant(), datasource: 'files', job: 'checksum', params: { dir } });
-    const res = await call(deps, 'POST', `/batches/${created.body.id}/cancel`);
+    const created = await start({ tenant: uniqueTenant(), datasource: 'files', job: 'checksum', params: { dir: suite.dir } });
+    const res = await call(suite.deps, 'POST', `/batches/${created.body.id}/cancel`);
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ id: created.body.id, status: 'cancelled' });
     expect(res.body.finishedAt).not.toBeNull();
@@ -320,25 +343,25 @@ describe('POST /batches/{id}/cancel', () => {
     expect(res.body.counts.pending).toBe(created.body.total);
     expect(res.body.notRun).toBe(created.body.total);
     expect(created.body.notRun).toBe(0);
-    const again = await call(deps, 'POST', `/batches/${created.body.id}/cancel`);
+    const again = await call(suite.deps, 'POST', `/batches/${created.body.id}/cancel`);
     expect(again.status).toBe(409);
     expect(again.body.error.code).toBe('batch_finished');
     expect(again.body.error.message).toContain('cancelled');
-    expect((await call(deps, 'GET', `/batches/${created.body.id}`)).body.status).toBe('cancelled');
+    expect((await call(suite.deps, 'GET', `/batches/${created.body.id}`)).body.status).toBe('cancelled');
   });
 
   it('answers 409 for a batch that finished', async () => {
-    const created = await start({ tenant: uniqueTenant(), datasource: 'files', job: 'checksum', params: { dir } });
-    await db.sql`update leasehold_items set state = 'done' where batch_id = ${created.body.id}`;
-    await db.sql`update leasehold_batches set status = 'succeeded', finished_at = now() where id = ${created.body.id}`;
-    const res = await call(deps, 'POST', `/batches/${created.body.id}/cancel`);
+    const created = await start({ tenant: uniqueTenant(), datasource: 'files', job: 'checksum', params: { dir: suite.dir } });
+    await suite.db.sql`update leasehold_items set state = 'done' where batch_id = ${created.body.id}`;
+    await suite.db.sql`update leasehold_batches set status = 'succeeded', finished_at = now() where id = ${created.body.id}`;
+    const res = await call(suite.deps, 'POST', `/batches/${created.body.id}/cancel`);
     expect(res.status).toBe(409);
     expect(res.body.error).toEqual({ code: 'batch_finished', message: `batch ${created.body.id} has already succeeded` });
   });
 
   it('answers 404 for an unknown batch', async () => {
     for (const id of [randomUUID(), 'nope']) {
-      const res = await call(deps, 'POST', `/batches/${id}/cancel`);
+      const res = await call(suite.deps, 'POST', `/batches/${id}/cancel`);
       expect(res.status).toBe(404);
       expect(res.body.error.code).toBe('batch_not_found');
     }

@@ -1,39 +1,14 @@
 // Bad input of every kind is the caller's fault: always a 4xx with a message, never a 5xx.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { handleApi, type ApiDeps } from '../../src/api/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { describe, expect, it } from 'vitest';
+import { handleApi } from '../../src/api/index.js';
+import { testDatabase } from '../support/db.js';
 import { registryWithEcho } from './jobs.js';
-import {
-  answer,
-  apiDeps,
-  apiEvent,
-  call,
-  InvokeEndpoint,
-  removeTree,
-  tempTree,
-  uniqueTenant,
-  type EventOptions,
-} from '../support/api.js';
+import { answer, apiDeps, apiEvent, call, uniqueTenant, type EventOptions, apiSuite } from '../support/api.js';
 import { memoryLog } from '../support/log.js';
 
-let db: TestDatabase;
-let endpoint: InvokeEndpoint;
-let deps: ApiDeps;
-let dir: string;
+const suite = apiSuite({ 'one.txt': '1' }, { maxBodyBytes: 4096 });
 
-beforeAll(async () => {
-  db = await testDatabase();
-  endpoint = await InvokeEndpoint.start();
-  deps = apiDeps(db.sql, endpoint, { maxBodyBytes: 4096 });
-  dir = await tempTree({ 'one.txt': '1' });
-});
-afterAll(async () => {
-  await removeTree(dir);
-  await endpoint.close();
-  await db.close();
-});
-
-const valid = () => ({ tenant: uniqueTenant(), datasource: 'files', job: 'checksum', params: { dir } });
+const valid = () => ({ tenant: uniqueTenant(), datasource: 'files', job: 'checksum', params: { dir: suite.dir } });
 
 /** Nested arrays `depth` deep. */
 const nested = (depth: number) => JSON.parse('['.repeat(depth) + ']'.repeat(depth)) as unknown;
@@ -126,14 +101,14 @@ const cases: Case[] = [
   },
   {
     name: 'params an array',
-    options: () => ({ body: { ...valid(), params: [dir] } }),
+    options: () => ({ body: { ...valid(), params: [suite.dir] } }),
     status: 400,
     code: 'invalid_request',
     message: /^params: must be a JSON object, got array$/,
   },
   {
     name: 'params a string',
-    options: () => ({ body: { ...valid(), params: dir } }),
+    options: () => ({ body: { ...valid(), params: suite.dir } }),
     status: 400,
     code: 'invalid_request',
     message: /^params: must be a JSON object, got string$/,
@@ -168,14 +143,14 @@ const cases: Case[] = [
   },
   {
     name: 'params.dir does not exist',
-    options: () => ({ body: { ...valid(), params: { dir: `${dir}/missing` } } }),
+    options: () => ({ body: { ...valid(), params: { dir: `${suite.dir}/missing` } } }),
     status: 400,
     code: 'invalid_params',
     message: /^params\.dir: .*does not exist/,
   },
   {
     name: 'params.dir a file',
-    options: () => ({ body: { ...valid(), params: { dir: `${dir}/one.txt` } } }),
+    options: () => ({ body: { ...valid(), params: { dir: `${suite.dir}/one.txt` } } }),
     status: 400,
     code: 'invalid_params',
     message: /^params\.dir: .*not a directory/,
@@ -189,7 +164,7 @@ const cases: Case[] = [
   },
   {
     name: 'params with an unknown field',
-    options: () => ({ body: { ...valid(), params: { dir, depth: 2 } } }),
+    options: () => ({ body: { ...valid(), params: { dir: suite.dir, depth: 2 } } }),
     status: 400,
     code: 'invalid_params',
     message: /^params/,
@@ -303,14 +278,14 @@ const cases: Case[] = [
   },
   {
     name: 'oversized params',
-    options: () => ({ body: { ...valid(), params: { dir, pad: 'x'.repeat(5000) } } }),
+    options: () => ({ body: { ...valid(), params: { dir: suite.dir, pad: 'x'.repeat(5000) } } }),
     status: 413,
     code: 'body_too_large',
     message: /^body: \d+ bytes is over the limit of 4096 bytes$/,
   },
   {
     name: 'oversized base64 body',
-    options: () => ({ body: { ...valid(), params: { dir, pad: 'x'.repeat(5000) } }, base64: true }),
+    options: () => ({ body: { ...valid(), params: { dir: suite.dir, pad: 'x'.repeat(5000) } }, base64: true }),
     status: 413,
     code: 'body_too_large',
     message: /^body: /,
@@ -337,7 +312,7 @@ describe('POST /batches with bad input', () => {
     const event = apiEvent('POST', '/batches', options);
     if (c.name === 'base64 body that is not UTF-8') event.body = Buffer.from([0x7b, 0xff, 0xfe, 0x7d]).toString('base64');
     const { log, entries } = memoryLog();
-    const res = answer(await handleApi(event, { ...deps, log }));
+    const res = answer(await handleApi(event, { ...suite.deps, log }));
     expect(res.status, JSON.stringify(res.body)).toBe(c.status);
     expect(res.body.error.code).toBe(c.code);
     expect(res.body.error.message).toMatch(c.message);
@@ -345,23 +320,26 @@ describe('POST /batches with bad input', () => {
   });
 
   it('never starts a batch for bad input', async () => {
-    const [{ n }] = await db.sql<{ n: number }[]>`select count(*) as n from leasehold_batches`;
+    const [{ n }] = await suite.db.sql<{ n: number }[]>`select count(*) as n from leasehold_batches`;
     expect(n).toBe(0);
-    expect(endpoint.invokes).toEqual([]);
+    expect(suite.endpoint.invokes).toEqual([]);
   });
 
   it('accepts a base64-encoded JSON body and JSON with a charset or +json type', async () => {
-    const a = await call(deps, 'POST', '/batches', { body: valid(), base64: true });
-    const b = await call(deps, 'POST', '/batches', {
+    const a = await call(suite.deps, 'POST', '/batches', { body: valid(), base64: true });
+    const b = await call(suite.deps, 'POST', '/batches', {
       body: valid(),
       headers: { 'content-type': 'application/json; charset=UTF-8' },
     });
-    const c = await call(deps, 'POST', '/batches', { body: valid(), headers: { 'content-type': 'application/vnd.api+json' } });
+    const c = await call(suite.deps, 'POST', '/batches', {
+      body: valid(),
+      headers: { 'content-type': 'application/vnd.api+json' },
+    });
     expect([a.status, b.status, c.status]).toEqual([201, 201, 201]);
   });
 
   it('accepts params at the depth limit', async () => {
-    const echoDeps = { ...deps, jobs: registryWithEcho() };
+    const echoDeps = { ...suite.deps, jobs: registryWithEcho() };
     const res = await call(echoDeps, 'POST', '/batches', { body: { ...valid(), job: 'echo', params: { a: nested(31) } } });
     expect(res.status, JSON.stringify(res.body)).toBe(201);
   });
@@ -386,7 +364,7 @@ describe('random bodies', () => {
       'a',
       'acme',
       'checksum',
-      dir,
+      suite.dir,
       '/',
       '../..',
       'x'.repeat(300),
@@ -427,7 +405,9 @@ describe('random bodies', () => {
       for (const f of mutate) body[f] = f === 'params' && rand() < 0.5 ? { dir: value(0) } : value(0);
       const text = rand() < 0.1 ? JSON.stringify(body).slice(0, Math.floor(rand() * 40)) : JSON.stringify(body);
       const { log, entries } = memoryLog();
-      const res = answer(await handleApi(apiEvent('POST', '/batches', { body: text, base64: rand() < 0.2 }), { ...deps, log }));
+      const res = answer(
+        await handleApi(apiEvent('POST', '/batches', { body: text, base64: rand() < 0.2 }), { ...suite.deps, log }),
+      );
       expect(res.status, `${text} → ${JSON.stringify(res.body)}`).toBeLessThan(500);
       statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
       expect(
@@ -449,7 +429,7 @@ describe('routes', () => {
     ['POST', '/batches/x/y/z'],
     ['GET', '/jobs/checksum'],
   ])('%s %s → 404 not_found', async (method, path) => {
-    const res = await call(deps, method, path);
+    const res = await call(suite.deps, method, path);
     expect(res.status).toBe(404);
     expect(res.body.error.code).toBe('not_found');
     expect(res.body.error.message).toContain(path);
@@ -461,21 +441,21 @@ describe('routes', () => {
     ['GET', '/batches/00000000-0000-0000-0000-000000000000/cancel', 'POST'],
     ['POST', '/jobs', 'GET'],
   ])('%s %s → 405 with allow: %s', async (method, path, allow) => {
-    const res = await call(deps, method, path);
+    const res = await call(suite.deps, method, path);
     expect(res.status).toBe(405);
     expect(res.body.error.code).toBe('method_not_allowed');
     expect(res.headers.allow).toBe(allow);
   });
 
   it('lists the jobs with their descriptions', async () => {
-    const res = await call(deps, 'GET', '/jobs');
+    const res = await call(suite.deps, 'GET', '/jobs');
     expect(res.status).toBe(200);
     expect(res.body.jobs).toContainEqual({ name: 'checksum', description: expect.stringContaining('SHA-256') });
   });
 
   it('tolerates a trailing slash and a named stage in front of the path', async () => {
-    expect((await call(deps, 'GET', '/jobs/')).status).toBe(200);
-    expect((await call(deps, 'GET', '/prod/jobs', { stage: 'prod' })).status).toBe(200);
+    expect((await call(suite.deps, 'GET', '/jobs/')).status).toBe(200);
+    expect((await call(suite.deps, 'GET', '/prod/jobs', { stage: 'prod' })).status).toBe(200);
   });
 });
 
@@ -484,7 +464,7 @@ describe('internal failures', () => {
     const broken = await testDatabase({ migrate: false });
     try {
       const { log, entries } = memoryLog();
-      const res = await call({ ...apiDeps(broken.sql, endpoint), log }, 'GET', '/batches');
+      const res = await call({ ...apiDeps(broken.sql, suite.endpoint), log }, 'GET', '/batches');
       expect(res.status).toBe(500);
       expect(res.body).toEqual({ error: { code: 'internal', message: 'internal error' } });
       expect(entries).toContainEqual(

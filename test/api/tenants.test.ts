@@ -1,29 +1,15 @@
 // GET /tenants/{tenant}, PUT /tenants/{tenant}/limits and batch priorities through the API
 // (docs/design.md, "Tenant fairness").
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ApiDeps } from '../../src/api/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
-import { apiDeps, call, InvokeEndpoint, removeTree, tempTree, uniqueTenant } from '../support/api.js';
+import { describe, expect, it } from 'vitest';
 
-let db: TestDatabase;
-let endpoint: InvokeEndpoint;
-let deps: ApiDeps;
-let dir: string;
+import { call, uniqueTenant, apiSuite } from '../support/api.js';
 
-beforeAll(async () => {
-  db = await testDatabase();
-  endpoint = await InvokeEndpoint.start();
-  deps = apiDeps(db.sql, endpoint, { maxOpen: 20 });
-  dir = await tempTree({ 'a.txt': 'alpha' });
-});
-afterAll(async () => {
-  await removeTree(dir);
-  await endpoint.close();
-  await db.close();
-});
+const suite = apiSuite({ 'a.txt': 'alpha' }, { maxOpen: 20 });
 
 const start = (tenant: string, extra: Record<string, unknown> = {}) =>
-  call(deps, 'POST', '/batches', { body: { tenant, datasource: 'files', job: 'checksum', params: { dir }, ...extra } });
+  call(suite.deps, 'POST', '/batches', {
+    body: { tenant, datasource: 'files', job: 'checksum', params: { dir: suite.dir }, ...extra },
+  });
 
 describe('batch priority', () => {
   it('is stored and shown by a start, GET /batches/{id} and GET /batches; 5 when not given', async () => {
@@ -33,8 +19,8 @@ describe('batch priority', () => {
     expect(urgent.body.priority).toBe(9);
     const plain = await start(tenant);
     expect(plain.body.priority).toBe(5);
-    expect((await call(deps, 'GET', `/batches/${urgent.body.id}`)).body.priority).toBe(9);
-    const list = await call(deps, 'GET', '/batches', { query: { tenant } });
+    expect((await call(suite.deps, 'GET', `/batches/${urgent.body.id}`)).body.priority).toBe(9);
+    const list = await call(suite.deps, 'GET', '/batches', { query: { tenant } });
     expect(list.body.batches.map((b: { priority: number }) => b.priority).sort()).toEqual([5, 9]);
   });
 
@@ -52,7 +38,7 @@ describe('tenants', () => {
     const tenant = uniqueTenant();
     const low = await start(tenant, { priority: 1 });
     const high = await start(tenant, { priority: 7 });
-    const res = await call(deps, 'GET', `/tenants/${tenant}`);
+    const res = await call(suite.deps, 'GET', `/tenants/${tenant}`);
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({
       tenant,
@@ -71,18 +57,18 @@ describe('tenants', () => {
   });
 
   it('answers zeros for a tenant with no batch', async () => {
-    const res = await call(deps, 'GET', `/tenants/${uniqueTenant()}`);
+    const res = await call(suite.deps, 'GET', `/tenants/${uniqueTenant()}`);
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ running: 0, waiting: 0, oldestWaitMs: null, waitingBatches: [], runningBatches: [] });
   });
 
   it('sets a tenant limit, shows it, and goes back to the default with null', async () => {
     const tenant = uniqueTenant();
-    const set = await call(deps, 'PUT', `/tenants/${tenant}/limits`, { body: { maxRunning: 2 } });
+    const set = await call(suite.deps, 'PUT', `/tenants/${tenant}/limits`, { body: { maxRunning: 2 } });
     expect(set.status).toBe(200);
     expect(set.body).toMatchObject({ tenant, maxRunning: 2, effectiveMaxRunning: 2 });
-    expect((await call(deps, 'GET', `/tenants/${tenant}`)).body.maxRunning).toBe(2);
-    const withDefault = { ...deps, config: { ...deps.config, runner: { maxRunning: 3 } } };
+    expect((await call(suite.deps, 'GET', `/tenants/${tenant}`)).body.maxRunning).toBe(2);
+    const withDefault = { ...suite.deps, config: { ...suite.deps.config, runner: { maxRunning: 3 } } };
     const reset = await call(withDefault, 'PUT', `/tenants/${tenant}/limits`, { body: { maxRunning: null } });
     expect(reset.body).toMatchObject({ maxRunning: null, effectiveMaxRunning: 3 });
   });
@@ -90,25 +76,26 @@ describe('tenants', () => {
   it('refuses a limit that is not a whole number ≥ 0 or null, and unknown fields', async () => {
     const tenant = uniqueTenant();
     for (const body of [{ maxRunning: -1 }, { maxRunning: 1.5 }, { maxRunning: '2' }, {}, { maxRunning: 1, extra: true }]) {
-      const res = await call(deps, 'PUT', `/tenants/${tenant}/limits`, { body });
+      const res = await call(suite.deps, 'PUT', `/tenants/${tenant}/limits`, { body });
       expect(res.status, JSON.stringify(body)).toBe(400);
     }
-    expect((await call(deps, 'GET', `/tenants/${tenant}/limits`)).status).toBe(405);
+    expect((await call(suite.deps, 'GET', `/tenants/${tenant}/limits`)).status).toBe(405);
   });
 
   it('sends the next waiting batch to a worker when a running one is cancelled', async () => {
     const tenant = uniqueTenant();
-    await call(deps, 'PUT', `/tenants/${tenant}/limits`, { body: { maxRunning: 1 } });
+    await call(suite.deps, 'PUT', `/tenants/${tenant}/limits`, { body: { maxRunning: 1 } });
     const first = await start(tenant);
     const second = await start(tenant);
     // The first runs (as if a worker took it).
-    await db.sql`insert into leasehold_runs (id, batch_id, process) values (gen_random_uuid(), ${first.body.id}, gen_random_uuid())`;
-    await db.sql`update leasehold_batches set live_runs = 1 where id = ${first.body.id}`;
-    expect((await call(deps, 'GET', `/tenants/${tenant}`)).body).toMatchObject({ running: 1, waiting: 1 });
-    const before = endpoint.invokes.filter((i) => (i.payload as { batchId?: string }).batchId === second.body.id).length;
-    expect((await call(deps, 'POST', `/batches/${first.body.id}/cancel`)).status).toBe(200);
-    expect((await call(deps, 'GET', `/tenants/${tenant}`)).body).toMatchObject({ running: 0, waiting: 1 });
-    const after = endpoint.invokes.filter((i) => (i.payload as { batchId?: string }).batchId === second.body.id).length;
+    await suite.db
+      .sql`insert into leasehold_runs (id, batch_id, process) values (gen_random_uuid(), ${first.body.id}, gen_random_uuid())`;
+    await suite.db.sql`update leasehold_batches set live_runs = 1 where id = ${first.body.id}`;
+    expect((await call(suite.deps, 'GET', `/tenants/${tenant}`)).body).toMatchObject({ running: 1, waiting: 1 });
+    const before = suite.endpoint.invokes.filter((i) => (i.payload as { batchId?: string }).batchId === second.body.id).length;
+    expect((await call(suite.deps, 'POST', `/batches/${first.body.id}/cancel`)).status).toBe(200);
+    expect((await call(suite.deps, 'GET', `/tenants/${tenant}`)).body).toMatchObject({ running: 0, waiting: 1 });
+    const after = suite.endpoint.invokes.filter((i) => (i.payload as { batchId?: string }).batchId === second.body.id).length;
     expect(after).toBe(before + 1);
   });
 });

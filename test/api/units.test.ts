@@ -553,6 +553,11 @@ describe('GET /processes', () => {
         live: true,
         units: leaser.owned().length,
         weight: leaser.owned().reduce((s, u) => s + u.weight, 0),
+        // The first of a chain of its own (docs/design.md, "Process chains").
+        replaces: null,
+        chainId: leaser.processId,
+        chainStartedAt: mine.startedAt,
+        replacements: 0,
       });
       expect(mine.units).toBeGreaterThanOrEqual(3);
       expect(Date.parse(mine.expiresAt)).toBeGreaterThan(Date.parse(mine.startedAt));

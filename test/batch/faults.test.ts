@@ -11,6 +11,7 @@ import {
   createBatch,
   getBatch,
   retryDelayMs,
+  backoffIntervalMs,
   type ItemWork,
   type RunResult,
 } from '../../src/batch/index.js';
@@ -160,7 +161,7 @@ describe('retry delays', () => {
   it("never overflow: an always failing item at attempt 45 of 100 with the default 5 s backoff waits maxBackoffMs (the issue's input)", async () => {
     const { batch } = await createBatch(db.sql, newBatch(2, { items: [{ key: 'bad' }, { key: 'ok' }] }));
     await db.sql`update leasehold_items set attempts = 44 where batch_id = ${batch.id} and key = 'bad'`;
-    const runner = new Runner(db.sql, { parallel: 2, attempts: 100, beatMs: 50 });
+    const runner = new Runner(db.sql, { parallel: 2, attempts: 100, beatMs: 50, random: () => 0.5 });
     await runner.takeOver(
       () => ({ work: async ({ key }) => (key === 'ok' ? 'ok' : Promise.reject(new Error('always'))) }),
       batch.id,
@@ -180,8 +181,9 @@ describe('retry delays', () => {
     const [{ delay_ms }] = await db.sql<{ delay_ms: number }[]>`select
         extract(epoch from run_after - updated_at)::float8 * 1000 as delay_ms
       from leasehold_items where batch_id = ${batch.id} and key = 'bad'`;
-    // Capped at the default maxBackoffMs: ten minutes, jitter included.
-    expect(delay_ms).toBeCloseTo(600_000, 0);
+    // The interval capped at the default maxBackoffMs (ten minutes; uncapped it would be a day),
+    // the delay half of it (random 0.5).
+    expect(delay_ms).toBeCloseTo(300_000, 0);
     // The flush that carried it stored the other item too.
     expect(rows.bad.updated_at.getTime()).toBe(rows.ok.updated_at.getTime());
     await db.sql`update leasehold_batches set status = 'cancelled' where id = ${batch.id}`;
@@ -196,8 +198,10 @@ describe('retry delays', () => {
         expect(d).toBeLessThanOrEqual(600_000);
       }
     }
-    expect(retryDelayMs(5_000, 45, () => 0.5)).toBe(86_400_000);
-    expect(retryDelayMs(100, 2, () => 0, 150)).toBe(150);
+    expect(backoffIntervalMs(5_000, 45)).toBe(86_400_000);
+    expect(retryDelayMs(5_000, 45, () => 0.5)).toBe(43_200_000);
+    expect(backoffIntervalMs(100, 2, 150)).toBe(150);
+    expect(retryDelayMs(100, 2, () => 0.5, 150)).toBe(75);
   });
 
   it('refuses out-of-range retry settings, naming the setting', async () => {

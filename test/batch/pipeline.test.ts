@@ -30,7 +30,8 @@ describe('a pipelined run', () => {
         return 'flaky';
       };
       // Two slots: the long item holds one the whole time, so the retry never waits for a slot.
-      const runner = new Runner(db.sql, { parallel: 2, attempts: 3, backoffMs, random: () => 0 });
+      // An interval of twice backoffMs and random 0.5: the retry is due backoffMs later.
+      const runner = new Runner(db.sql, { parallel: 2, attempts: 3, backoffMs: 2 * backoffMs, random: () => 0.5 });
       const { batch } = await runner.start(newBatch(2, { items: [{ key: 'long' }, { key: 'flaky' }] }), {}, work);
       expect((await runOf(runner, batch.id)).outcome).toBe('succeeded');
 
@@ -105,8 +106,9 @@ describe('a pipelined run', () => {
     const runner = new Runner(db.sql, {
       parallel: 2,
       attempts: 3,
-      backoffMs: 1_000,
-      random: () => 0,
+      // Due 1 s after its failure (half the interval of 2 s).
+      backoffMs: 2_000,
+      random: () => 0.5,
       beatMs: 50,
       staleMs: 60_000,
     });

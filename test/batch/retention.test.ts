@@ -16,7 +16,7 @@ beforeAll(async () => {
 afterAll(() => db.close());
 
 beforeEach(async () => {
-  await db.sql`truncate leasehold_batches, leasehold_runs, leasehold_items, leasehold_redrives, leasehold_deferred_starts`;
+  await db.sql`truncate leasehold_batches, leasehold_runs, leasehold_items, leasehold_redrives, leasehold_deferred_starts, leasehold_batch_events`;
 });
 
 /** Batches of `perBatch` items finished `days` days ago (and up to a day before), from history. */

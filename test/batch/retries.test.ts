@@ -1,9 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ManualClock, Runner, getBatch, retryDelayMs, type ItemWork } from '../../src/batch/index.js';
+import { ManualClock, Runner, backoffIntervalMs, getBatch, retryDelayMs, type ItemWork } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { installAudit, itemChanges, itemRows, newBatch, runOf, tally } from './helpers.js';
 import { never } from '../support/time.js';
 import { waitFor } from '../support/waits.js';
+import { histogram, histogramLine, mulberry32 } from '../support/random.js';
 
 let db: TestDatabase;
 
@@ -58,7 +59,7 @@ describe('retries', () => {
     expect(await getBatch(db.sql, batch.id)).toMatchObject({ status: 'succeeded' });
   });
 
-  it('waits backoff × 2^(attempt−1) plus up to 25 % jitter before each retry', async () => {
+  it('waits a random time within backoff × 2^(attempt−1) before each retry', async () => {
     const backoffMs = 100;
     const runner = new Runner(db.sql, { attempts: 3, backoffMs, parallel: 6 });
     const b = newBatch(6);
@@ -80,8 +81,8 @@ describe('retries', () => {
       const delays = retries.filter((c) => c.attempts === attempt).map((c) => c.delay_ms);
       expect(delays).toHaveLength(6);
       for (const d of delays) {
-        expect(d).toBeGreaterThanOrEqual(base);
-        expect(d).toBeLessThanOrEqual(base * 1.25);
+        expect(d).toBeGreaterThanOrEqual(0);
+        expect(d).toBeLessThanOrEqual(base);
       }
       // Jitter: six draws of Math.random give six different delays.
       expect(new Set(delays).size).toBeGreaterThan(1);
@@ -95,12 +96,13 @@ describe('retries', () => {
     }
   });
 
-  it('draws jitter from the random option', async () => {
-    expect(retryDelayMs(100, 1, () => 0)).toBe(100);
-    expect(retryDelayMs(100, 3, () => 0.8)).toBe(480);
+  it('draws jitter from the random option: the delay is that fraction of the backoff interval', async () => {
+    expect(retryDelayMs(100, 1, () => 0)).toBe(0);
+    expect(retryDelayMs(100, 3, () => 0.8)).toBe(320);
+    expect(backoffIntervalMs(100, 3)).toBe(400);
     for (const [random, factor] of [
-      [0.8, 1.2],
-      [0, 1],
+      [0.8, 0.8],
+      [0.25, 0.25],
     ]) {
       const runner = new Runner(db.sql, { attempts: 3, backoffMs: 40, random: () => random });
       const { batch } = await runner.start(newBatch(1, { items: [{ key: 'x' }] }), {}, failing({ x: Infinity }, []));
@@ -112,6 +114,65 @@ describe('retries', () => {
       expect(delays[0]).toBeCloseTo(40 * factor, 0);
       expect(delays[1]).toBeCloseTo(80 * factor, 0);
     }
+  });
+
+  it('spreads the retries of 1,000 items that failed at once over the whole backoff interval, not its start', async () => {
+    // A downstream blip: every item's first attempt fails, all within a moment; the second passes.
+    // Seeded draws, so the stored delays are the same on every run.
+    const N = 1_000;
+    const backoffMs = 4_000;
+    const failedAt = new Map<string, number>();
+    const retriedAt = new Map<string, number>();
+    const runner = new Runner(db.sql, { parallel: 100, attempts: 2, backoffMs, random: mulberry32(19) });
+    const { batch } = await runner.start(newBatch(N), {}, async ({ key, attempt }) => {
+      if (attempt === 1) {
+        failedAt.set(key, Date.now());
+        throw new Error('downstream unavailable');
+      }
+      retriedAt.set(key, Date.now());
+      return 'ok';
+    });
+    expect((await runOf(runner, batch.id)).outcome).toBe('succeeded');
+
+    // The wave as the database stored it: each retry's delay (run_after − updated_at of the move).
+    const delays = (await itemChanges(db.sql, batch.id))
+      .filter((c) => c.old_state === 'running' && c.state === 'pending')
+      .map((c) => c.delay_ms);
+    expect(delays).toHaveLength(N);
+    for (const d of delays) {
+      expect(d).toBeGreaterThanOrEqual(0);
+      expect(d).toBeLessThan(backoffMs);
+    }
+    const waveMs = Math.max(...failedAt.values()) - Math.min(...failedAt.values());
+    // Each quarter of the interval holds about a quarter of the wave (expected 250 each; the old
+    // rule, backoff plus up to 25 %, put all 1,000 past the interval's end).
+    const quarters = histogram(delays, backoffMs, 4);
+    for (const q of quarters) {
+      expect(q).toBeGreaterThanOrEqual(200);
+      expect(q).toBeLessThanOrEqual(300);
+    }
+    const tenths = histogram(delays, backoffMs, 10);
+    expect(Math.min(...tenths)).toBeGreaterThanOrEqual(60);
+    // As the downstream saw them: each item's wait from its failure to its retry's arrival (its
+    // delay, plus the move's round trip and the start's lateness), spread the same way.
+    const waits = [...retriedAt].map(([key, t]) => t - failedAt.get(key)!);
+    expect(waits).toHaveLength(N);
+    const waited = histogram(waits, backoffMs, 4);
+    // Real time on a shared machine adds lateness to each wait; the spread must survive it.
+    for (const q of waited) expect(q).toBeGreaterThanOrEqual(100);
+    // And the wave's arrivals after its first failure, in tenths of the interval (the last tenth
+    // holds those past it: the wave's own span).
+    const first = Math.min(...failedAt.values());
+    const arrivals = histogram(
+      [...retriedAt.values()].map((t) => t - first),
+      backoffMs,
+      10,
+    );
+    console.log(
+      `retry wave: ${N} items failed within ${waveMs} ms; their due times over the ${backoffMs} ms backoff interval, ` +
+        `in tenths: ${histogramLine(tenths)} (quarters ${quarters.join(' ')}); waits until the retry arrived, in quarters: ` +
+        `${waited.join(' ')}; arrivals after the first failure, in tenths: ${histogramLine(arrivals)}`,
+    );
   });
 
   it('counts the attempt an item was running when its run died', async () => {

@@ -48,12 +48,14 @@ describe('takeover', () => {
         const dead = new Runner(db.connect({ max: 1 }), { clock: new ManualClock(), beatMs: 50, staleMs: 200 });
         batchId = (await dead.start(newBatch(4), {}, () => never())).batch.id;
         await waitFor('stale', async () => {
-          const [r] = await db.sql<{ stale: boolean }[]>`select beat_at < now() - interval '200 ms' as stale
+          const [r] = await db.sql<{ stale: boolean }[]>`select beat_at < now() - interval '1 second' as stale
             from leasehold_runs where batch_id = ${batchId}`;
           return r.stale;
         });
       }
-      const runners = Array.from({ length: 8 }, () => new Runner(db.connect({ max: 1 }), { beatMs: 50, staleMs: 200 }));
+      // Stale after 1 s: the winner's run beats every 50 ms, so under load (CI, 2 cores) it is not
+      // stale yet when a slower racer looks, and a second takeover would be a real double owner.
+      const runners = Array.from({ length: 8 }, () => new Runner(db.connect({ max: 1 }), { beatMs: 50, staleMs: 1_000 }));
       const work: ItemWork = async ({ key }) => key;
       const runs = await Promise.all(
         runners.map((r) => r.takeOver(() => ({ work }), batchId).then((b) => b && runOf(r, batchId))),

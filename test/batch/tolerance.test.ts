@@ -188,7 +188,10 @@ describe('failure tolerance', () => {
     };
     const { batch, result } = await start(10, { count: 0 }, executor, 4);
     expect(result.outcome).toBe('failed');
-    expect([...aborted].sort()).toEqual(['k001', 'k002', 'k003']);
+    // The three that ran beside k000 (which three is the claim's order among items due at the same
+    // moment, not fixed) got their signal.
+    expect(aborted.size).toBe(3);
+    expect([...aborted].sort()).toEqual([...started].filter((k) => k !== 'k000').sort());
     const rows = await itemRows(db.sql, batch.id);
     expect(rows.filter((r) => r.state === 'failed').map((r) => r.key)).toEqual(['k000']);
     // Executing and queued (claimed ahead) items alike: pending, as if never claimed.

@@ -84,6 +84,13 @@ describe('leasehold dev', () => {
     expect(summary).toEqual({ batchId: expect.any(String), done: 2000, failed: 0, seconds: expect.any(Number) });
     expect(r.stderr).toMatch(/api +http:\/\/127\.0\.0\.1:\d+/);
     expect(r.stderr).toMatch(/nothing left owned/);
+    // Not a terminal (a pipe): the follow writes a line only when what it says changed, the last
+    // one at the end, and never an estimate it cannot make yet ("NFs left").
+    const follow = r.stderr.split('\n').filter((l) => /^checksum [0-9a-f-]{36}: /.test(l));
+    expect(follow.length).toBeGreaterThan(0);
+    expect(follow.filter((l, i) => i > 0 && l === follow[i - 1])).toEqual([]);
+    expect(follow.at(-1)).toMatch(/: 2000\/2000 items \(failed 0, runs \d+\) succeeded$/);
+    expect(r.stderr).not.toMatch(/NaN|NFs|Infinity/);
     const [b] = await db.sql`select status, live_runs,
         (select count(*) from leasehold_runs where batch_id = ${summary.batchId})::int as run_rows
       from leasehold_batches where id = ${summary.batchId}`;
@@ -210,6 +217,23 @@ describe('leasehold batch', () => {
       expect(elsewhere.stderr).toMatch(new RegExp(`no batch ${acme.id} \\(HTTP 404\\)`));
       const acmeList = await run(['batch', 'list', '--tenant', 'acme', '--json']);
       expect(JSON.parse(acmeList.stdout).map((b: { id: string }) => b.id)).toEqual([acme.id]);
+      // As text: a heading over columns as wide as their widest cell, so each cell sits under it
+      // (the file's other tests left batches of their own in the list).
+      const table = (await run(['batch', 'list'])).stdout.trimEnd().split('\n');
+      expect(table[0]).toMatch(/^id +status +job +prio +finished\/total +tenant\/datasource +created$/);
+      expect(table.slice(1).map((l) => l.slice(0, 36))).toEqual(expect.arrayContaining([acme.id, batch.id]));
+      const startsAt = (title: string) => table[0].indexOf(title);
+      const endsAt = (title: string) => table[0].indexOf(title) + title.length - 1;
+      for (const row of table.slice(1)) {
+        // A left-aligned cell starts under its heading, a right-aligned one ends under it.
+        for (const title of ['status', 'job', 'tenant/datasource', 'created']) {
+          expect(row[startsAt(title) - 1] + row[startsAt(title)], `${title} in ${row}`).toMatch(/^ \S$/);
+        }
+        for (const title of ['prio', 'finished/total']) {
+          expect(row[endsAt(title)] + row[endsAt(title) + 1], `${title} in ${row}`).toMatch(/^\S $/);
+        }
+        expect(row.slice(startsAt('created'))).toMatch(/^\d{4}-\d\d-\d\dT[\d:.]+Z$/);
+      }
       const badTolerance = await run(['batch', 'start', 'checksum', '--tolerate', '120%']);
       expect(badTolerance.code).toBe(1);
       expect(badTolerance.stderr).toMatch(/--tolerate takes N/);

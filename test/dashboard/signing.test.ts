@@ -10,7 +10,8 @@ import { HttpRequest } from '@smithy/core/protocols';
 import { SignatureV4 } from '@smithy/signature-v4';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { handleApi } from '../../src/api/index.js';
-import { regionOfApiHost } from '../../src/local/dashboard-proxy.js';
+import { LeaseholdError } from '../../src/errors.js';
+import { DashboardConfigError, regionOfApiHost, startDashboard } from '../../src/local/dashboard-proxy.js';
 import { startHttpServer, type HttpServer } from '../../src/local/http-server.js';
 import { apiDeps, InvokeEndpoint } from '../support/api.js';
 import { launchBrowser, outputDir, withScreenshot } from '../support/browser.js';
@@ -304,5 +305,14 @@ describe('leasehold dashboard --api URL', () => {
     });
     expect(await run(['--api', gateway.url])).toMatchObject({ code: 2, stderr: expect.stringMatching(/give --region/) });
     expect(await run([])).toMatchObject({ code: 1, stderr: expect.stringMatching(/--api <url>.*not specified/) });
+    // In the library, the refusal is a LeaseholdError with its code, as every error leasehold throws on purpose.
+    const refused = await startDashboard({ apiUrl: 'http://api.example.com', port: 0 }).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(DashboardConfigError);
+    expect(refused).toBeInstanceOf(LeaseholdError);
+    expect(refused).toMatchObject({
+      code: 'invalid_dashboard_config',
+      name: 'DashboardConfigError',
+      message: expect.stringMatching(/must be https:\/\//),
+    });
   });
 });

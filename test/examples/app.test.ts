@@ -1,9 +1,12 @@
-// examples/app, used as its README says: `npm install` (leasehold from this clone, built), its
-// code type-checked against the built package's declarations, its sst.config.ts evaluated with
-// recording stand-ins, and `leasehold dev --app src/leasehold.ts` run on the real test
-// PostgreSQL: its batch job, a lambda-invoke batch of its own function and its unit job.
+// examples/app, used as its README says: `npm install` (leasehold from this clone, built), of
+// the module kind `npm init -y` writes (CommonJS under npm 11), its code type-checked against the
+// built package's declarations, its sst.config.ts evaluated with recording stand-ins, and
+// `leasehold dev --app src/leasehold.ts` run on the real test PostgreSQL: its batch job, a
+// lambda-invoke batch of its own function and its unit job. A fresh app made from docs/app.md
+// alone (npm init -y, its installs, files and tsconfig.json) is test/package/packed-install.test.ts.
 import { execFile } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { createServer, type Server } from 'node:http';
 import { join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -11,7 +14,7 @@ import { promisify } from 'node:util';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { deploy, functions, handlerProblems, handlersOf, invokeGrants } from '../support/sst-evaluate.js';
 import { removeStandIns } from '../support/sst-stand-ins.js';
-import { API_ROUTES } from '../../src/sst/index.js';
+import { API_ROUTES } from '../../infra/index.js';
 import { finishedBatch, killDevProcesses, outputs, startDev } from '../support/dev-process.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 
@@ -37,6 +40,19 @@ afterAll(async () => {
 });
 
 describe('examples/app', () => {
+  it('is of the module kind `npm init -y` writes, as a fresh app following docs/app.md is', async () => {
+    // test/package/packed-install.test.ts builds that fresh app from docs/app.md alone.
+    const fresh = mkdtempSync(join(tmpdir(), 'leasehold-npm-init-'));
+    try {
+      await run('npm', ['init', '-y'], { cwd: fresh, timeout: 30_000 });
+      const defaults = JSON.parse(readFileSync(join(fresh, 'package.json'), 'utf8')) as { type?: string };
+      const example = JSON.parse(readFileSync(join(APP, 'package.json'), 'utf8')) as { type?: string };
+      expect(example.type ?? 'commonjs').toBe(defaults.type ?? 'commonjs');
+    } finally {
+      rmSync(fresh, { recursive: true, force: true });
+    }
+  });
+
   it("type-checks against the built package's declarations", async () => {
     const tsc = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
     const r = await run(process.execPath, [tsc, '-p', join(APP, 'tsconfig.json')], { cwd: APP }).catch(
@@ -45,12 +61,8 @@ describe('examples/app', () => {
     expect('code' in r ? r.stdout : '').toBe('');
   }, 60_000);
 
-  it('is what README\'s "Use it in your app" shows, file by file', () => {
-    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
-    const section = readme.slice(
-      readme.indexOf('## Use it in your app'),
-      readme.indexOf('\n## ', readme.indexOf('## Use it in your app') + 1),
-    );
+  it('is what docs/app.md shows, file by file', () => {
+    const section = readFileSync(join(ROOT, 'docs', 'app.md'), 'utf8');
     for (const file of ['src/jobs.ts', 'src/leasehold.ts', 'src/functions/score.ts', 'sst.config.ts']) {
       const at = section.indexOf(`(\`${file}\`)`);
       expect(at, file).toBeGreaterThan(0);

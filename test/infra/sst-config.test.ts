@@ -1,5 +1,5 @@
 // This repository's sst.config.ts, which deploys its runner through the Leasehold component
-// (src/sst), evaluated with recording stand-ins for SST's globals and components
+// (infra/), evaluated with recording stand-ins for SST's globals and components
 // (test/support/sst-stand-ins.ts): what a deploy would create, checked without AWS.
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -15,7 +15,7 @@ import {
   scheduleEvent,
   START_BATCH_DETAIL_TYPE,
   type ScheduleDeclaration,
-} from '../../src/sst/index.js';
+} from '../../infra/index.js';
 import {
   deploy as evaluate,
   functions,
@@ -32,6 +32,7 @@ import {
   DB_HOST,
   DB_RESOURCE_ID,
   installStandIns,
+  PROXY_RESOURCE_ID,
   REGION,
   removeStandIns,
   type Recorded,
@@ -280,6 +281,13 @@ describe('sst.config.ts, evaluated', () => {
         documented.some((d) => d.path === r.path),
         r.path,
       ).toBe(true);
+    // …and its "Routes" list (the one the README links to) names each of them.
+    const list = reference.slice(reference.indexOf('## Routes'), reference.indexOf('\n## ', reference.indexOf('## Routes') + 1));
+    const listed = new Set(
+      [...list.matchAll(/`(GET|POST|PUT|DELETE|PATCH) (\/[^`?\s]*)`/g)].map((m) => `${m[1]} ${shape(m[2]!)}`),
+    );
+    for (const d of documented)
+      expect(listed.has(`${d.method} ${shape(d.path)}`), `Routes lists ${d.method} ${d.path}`).toBe(true);
   });
 
   it("enables IAM database auth and TLS on the instance, and grants rds-db:connect for each function's own user only", async () => {
@@ -326,7 +334,9 @@ describe('sst.config.ts, evaluated', () => {
         LEASEHOLD_WORKER_FUNCTION: workerName,
         LEASEHOLD_MAX_WORKERS: '10',
         LEASEHOLD_DEADLINE_MARGIN_MS: '10000',
+        LEASEHOLD_WORKER_TIMEOUT_MS: '900000',
         LEASEHOLD_DRAIN_MS: '5000',
+        LEASEHOLD_EVENT_BUS: (world.one('sst.aws.Bus', 'RunnerEvents').instance as { name: string }).name,
       });
     }
     // Only the migration gets the master password, to create the IAM user.
@@ -593,7 +603,7 @@ describe('sst.config.ts, evaluated', () => {
 describe('the Leasehold component, constructed directly', () => {
   async function component(args: Record<string, unknown>, stage = 'dev') {
     const world = installStandIns(stage, { root });
-    const { Leasehold } = await import('../../src/sst/index.js');
+    const { Leasehold } = await import('../../infra/index.js');
     const runner = new Leasehold('Jobs', { handlers: 'functions/leasehold', ...args } as never);
     return { world, runner };
   }
@@ -627,6 +637,43 @@ describe('the Leasehold component, constructed directly', () => {
       `resize-images=resize-images,legacy-report=${legacyArn}`,
     );
     expect(world.of('sst.aws.Function').every((f) => String(f.args.handler).startsWith('functions/leasehold.'))).toBe(true);
+  });
+
+  it('grants S3 least privilege: read on the source buckets, put on the result prefixes, checks for the API and trigger', async () => {
+    removeStandIns();
+    const { world } = await component({
+      s3: { sources: ['in-bucket', 'in-bucket', 'more-in'], results: [{ bucket: 'out-bucket', prefix: 'results/' }] },
+    });
+    const s3Of = (fn: string) =>
+      permissionsOf(world.one('sst.aws.Function', fn)).filter((p) => p.actions.some((a) => a.startsWith('s3:')));
+    expect(s3Of('JobsWorker')).toEqual([
+      { actions: ['s3:ListBucket'], resources: ['arn:aws:s3:::in-bucket', 'arn:aws:s3:::more-in'] },
+      { actions: ['s3:GetObject'], resources: ['arn:aws:s3:::in-bucket/*', 'arn:aws:s3:::more-in/*'] },
+      { actions: ['s3:PutObject'], resources: ['arn:aws:s3:::out-bucket/results/*'] },
+    ]);
+    expect(s3Of('JobsScheduler')).toEqual([{ actions: ['s3:PutObject'], resources: ['arn:aws:s3:::out-bucket/results/*'] }]);
+    for (const fn of ['JobsApi', 'JobsTrigger']) {
+      expect(s3Of(fn), fn).toEqual([
+        { actions: ['s3:ListBucket'], resources: ['arn:aws:s3:::in-bucket', 'arn:aws:s3:::more-in', 'arn:aws:s3:::out-bucket'] },
+        { actions: ['s3:GetObject'], resources: ['arn:aws:s3:::in-bucket/*', 'arn:aws:s3:::more-in/*'] },
+      ]);
+    }
+    expect(s3Of('JobsMigrate')).toEqual([]);
+    // Never a wildcard bucket, and nothing on S3 without the option.
+    for (const p of functions(world).flatMap((r) => permissionsOf(r))) {
+      for (const r of p.resources) if (String(r).startsWith('arn:aws:s3')) expect(String(r)).not.toMatch(/^arn:aws:s3:::\*/);
+    }
+    removeStandIns();
+    await expect(component({ s3: { sources: ['*'] } })).rejects.toThrow(/"\*" is not an S3 bucket name/);
+    removeStandIns();
+    await expect(component({ s3: { results: [{ bucket: 'out-bucket', prefix: 'a*' }] } })).rejects.toThrow(/holds a wildcard/);
+    removeStandIns();
+    const plain = await component({});
+    expect(
+      functions(plain.world)
+        .flatMap((r) => permissionsOf(r))
+        .filter((p) => p.actions.some((a) => a.startsWith('s3:'))),
+    ).toEqual([]);
   });
 
   it('refuses a wildcard, a bad name or a component in a list', async () => {
@@ -740,6 +787,95 @@ describe('the Leasehold component, constructed directly', () => {
     expect(given.worker.reservedConcurrency).toBe(10);
   });
 
+  it('with database.proxy, puts an RDS Proxy with end-to-end IAM auth in front of the instance for the worker, the API and the trigger, in pooler mode; the scheduler and the migration stay on the instance', async () => {
+    const { world, runner } = await component({ database: { proxy: true }, worker: { reservedConcurrency: 40 } });
+    const proxy = world.one('aws.rds.Proxy', 'JobsDatabaseProxy');
+    const vpc = world.one('sst.aws.Vpc', 'JobsVpc').instance as { privateSubnets: string[]; securityGroups: string[] };
+    const role = world.one('aws.iam.Role', 'JobsDatabaseProxyRole');
+    // IAM from the clients to the proxy and from the proxy to the instance: no secret anywhere.
+    expect(proxy.args).toEqual({
+      name: 'leasehold-dev-jobs-proxy',
+      engineFamily: 'POSTGRESQL',
+      defaultAuthScheme: 'IAM_AUTH',
+      requireTls: true,
+      roleArn: (role.instance as { arn: string }).arn,
+      vpcSubnetIds: vpc.privateSubnets,
+      vpcSecurityGroupIds: vpc.securityGroups,
+    });
+    expect(JSON.parse(role.args.assumeRolePolicy as string).Statement).toEqual([
+      { Effect: 'Allow', Principal: { Service: 'rds.amazonaws.com' }, Action: 'sts:AssumeRole' },
+    ]);
+    // The proxy may log in as the runner's user only.
+    const [inline] = role.args.inlinePolicies as { policy: string }[];
+    expect(JSON.parse(inline!.policy).Statement).toEqual([
+      {
+        Effect: 'Allow',
+        Action: 'rds-db:connect',
+        Resource: `arn:aws:rds-db:${REGION}:${ACCOUNT}:dbuser:${DB_RESOURCE_ID}/leasehold`,
+      },
+    ]);
+    // Its pool keeps to the runner's user's limit: 84 % of about 70 is 58 of 59.
+    expect(runner.settings.budget).toMatchObject({
+      runtimeLimit: 59,
+      workerConnections: 160,
+      proxy: { maxConnectionsPercent: 84, connections: 58 },
+    });
+    const group = world.one('aws.rds.ProxyDefaultTargetGroup', 'JobsDatabaseProxyTargetGroup');
+    expect(group.args).toEqual({
+      dbProxyName: proxy.args.name,
+      connectionPoolConfig: { maxConnectionsPercent: 84, connectionBorrowTimeout: 10 },
+    });
+    expect(world.one('aws.rds.ProxyTarget', 'JobsDatabaseProxyTarget').args).toEqual({
+      dbProxyName: proxy.args.name,
+      targetGroupName: 'default',
+      dbInstanceIdentifier: 'leasehold-database-standin',
+    });
+
+    // 40 workers × 4 connections reach the proxy; without it they would not fit the 59.
+    expect(world.one('sst.aws.Function', 'JobsWorker').args.concurrency.reserved).toBe(40);
+    const endpoint = (proxy.instance as { endpoint: string }).endpoint;
+    const { loadConfig } = await import('../../src/runtime/config.js');
+    for (const name of ['JobsWorker', 'JobsApi', 'JobsTrigger', 'JobsScheduler']) {
+      const f = world.one('sst.aws.Function', name);
+      const env = f.args.environment as Record<string, string>;
+      const connects = permissionsOf(f)
+        .filter((p) => p.actions.includes('rds-db:connect'))
+        .flatMap((p) => p.resources);
+      const config = loadConfig({ ...env, AWS_REGION: REGION });
+      if (name === 'JobsScheduler') {
+        // Inside the reserve, on the instance, as its own user.
+        expect(env.LEASEHOLD_DB_HOST, name).toBe(DB_HOST);
+        expect(config.db.pooler, name).toBe('none');
+        expect(connects, name).toEqual([`arn:aws:rds-db:${REGION}:${ACCOUNT}:dbuser:${DB_RESOURCE_ID}/leasehold_scheduler`]);
+      } else {
+        // IAM tokens for the proxy's endpoint, granted on the proxy, in pooler mode.
+        expect(env.LEASEHOLD_DB_HOST, name).toBe(endpoint);
+        expect(env.LEASEHOLD_DB_PORT, name).toBe('5432');
+        expect(config.db, name).toMatchObject({
+          host: endpoint,
+          pooler: 'transaction',
+          iamAuth: true,
+          tls: 'rds',
+          user: 'leasehold',
+        });
+        expect(connects, name).toEqual([`arn:aws:rds-db:${REGION}:${ACCOUNT}:dbuser:${PROXY_RESOURCE_ID}/leasehold`]);
+      }
+    }
+    // The migration connects to the instance as the master user, as without the proxy.
+    const migrate = world.one('sst.aws.Function', 'JobsMigrate').args.environment as Record<string, string>;
+    expect(migrate.LEASEHOLD_DB_HOST).toBe(DB_HOST);
+    expect(migrate.LEASEHOLD_DB_POOLER).toBeUndefined();
+    removeStandIns();
+
+    // Without the option: no proxy, no pooler mode, and 40 workers are refused.
+    const plain = await component({});
+    expect(plain.world.of('aws.rds.Proxy')).toEqual([]);
+    for (const f of plain.world.of('sst.aws.Function')) expect(f.args.environment.LEASEHOLD_DB_POOLER, f.name).toBeUndefined();
+    expect(() => resolveSettings('dev', { handlers: 'functions/leasehold', worker: { reservedConcurrency: 40 } })).toThrow(
+      /or put database\.proxy in front of it/,
+    );
+  });
+
   it('refuses a connection budget that cannot fit the database, naming the option', () => {
     const ok = { handlers: 'functions/leasehold' };
     // 20 workers × 4 connections = 80 > 59.
@@ -803,6 +939,66 @@ describe('the Leasehold component, constructed directly', () => {
         /^worker\.maxEventAgeSeconds/,
       );
     }
+  });
+
+  it('puts Batch Finished events on its one bus only, from the functions that end batches', async () => {
+    const { world } = await component({});
+    const bus = world.one('sst.aws.Bus', 'JobsEvents').instance as { arn: string; name: string };
+    const putters = functions(world).filter((r) => permissionsOf(r).some((p) => p.actions.includes('events:PutEvents')));
+    expect(putters.map((r) => r.name).sort()).toEqual(['JobsApi', 'JobsScheduler', 'JobsWorker']);
+    for (const r of putters) {
+      expect(
+        permissionsOf(r).filter((p) => p.actions.includes('events:PutEvents')),
+        r.name,
+      ).toEqual([{ actions: ['events:PutEvents'], resources: [bus.arn] }]);
+      expect(r.args.environment.LEASEHOLD_EVENT_BUS).toBe(bus.name);
+    }
+    // No rules: one subscription (start-batch), no LEASEHOLD_RULES.
+    expect(world.calls.filter((c) => c.method === 'subscribe')).toHaveLength(1);
+    expect(world.one('sst.aws.Function', 'JobsTrigger').args.environment.LEASEHOLD_RULES).toBeUndefined();
+  });
+
+  it('subscribes the trigger to the Batch Finished events of the jobs its rules follow (after: on rules and schedules)', async () => {
+    const { world } = await component({
+      webhookSecret: 'a-secret-of-enough-length',
+      rules: [{ name: 'then-transform', after: { job: 'extract', status: 'succeeded' }, job: 'transform', params: { f: 1 } }],
+      schedules: [
+        { name: 'nightly', schedule: 'rate(1 day)', job: 'extract', tenant: 'acme', datasource: 'files', params: {} },
+        { name: 'report-failures', after: { job: 'transform', status: ['failed', 'cancelled'] }, job: 'report', tenant: 'ops' },
+      ],
+    });
+    const trigger = world.one('sst.aws.Function', 'JobsTrigger');
+    const subs = world.calls.filter((c) => c.method === 'subscribe');
+    expect(subs.map((s) => s.args[0])).toEqual(['JobsStartBatch', 'JobsAfterJobs']);
+    const after = subs[1]!;
+    expect(after.args[1]).toBe(trigger.instance);
+    expect(after.args[2]).toEqual({
+      pattern: { source: ['leasehold'], detailType: ['Batch Finished'], detail: { job: ['extract', 'transform'] } },
+    });
+    // Only the real schedule became a schedule; both rules reach the trigger's configuration.
+    expect(world.of('sst.aws.CronV2').map((c) => c.name)).toEqual(['JobsSchedulerCron', 'JobsScheduleNightly']);
+    const rules = JSON.parse(trigger.args.environment.LEASEHOLD_RULES as string) as { name: string }[];
+    expect(rules.map((r) => r.name)).toEqual(['then-transform', 'report-failures']);
+    // The runtime reads them as the component wrote them.
+    const { parseChainRules } = await import('../../src/trigger/index.js');
+    expect(parseChainRules(trigger.args.environment.LEASEHOLD_RULES as string)).toMatchObject([
+      { name: 'then-transform', after: { job: 'extract', status: ['succeeded'] }, job: 'transform', params: { f: 1 } },
+      { name: 'report-failures', after: { job: 'transform', status: ['failed', 'cancelled'] }, job: 'report', tenant: 'ops' },
+    ]);
+    expect(trigger.args.environment.LEASEHOLD_WEBHOOK_SECRET).toBe('a-secret-of-enough-length');
+  });
+
+  it('refuses rules that could not start a batch, naming the rule and field', async () => {
+    const { checkRules } = await import('../../infra/index.js');
+    expect(() => checkRules([{ name: 'Bad', after: { job: 'x' }, job: 'y' }])).toThrow(/rules\["Bad"\]\.name/);
+    expect(() => checkRules([{ name: 'a', after: { job: 'x', status: 'done' as never }, job: 'y' }])).toThrow(/after\.status/);
+    expect(() => checkRules([{ name: 'a', after: { job: '' }, job: 'y' }])).toThrow(/after\.job/);
+    expect(() =>
+      checkRules([
+        { name: 'a', after: { job: 'x' }, job: 'y' },
+        { name: 'a', after: { job: 'x' }, job: 'z' },
+      ]),
+    ).toThrow(/declared twice/);
   });
 
   it("keeps trigger events whose start failed after Lambda's retries in a dead-letter queue only the trigger may write", async () => {

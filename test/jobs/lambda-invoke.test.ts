@@ -88,6 +88,8 @@ beforeAll(async () => {
     LEASEHOLD_INVOKABLE: Object.keys(functions).join(','),
     LEASEHOLD_BACKOFF_MS: '50',
     LEASEHOLD_ATTEMPTS: '3',
+    // Throttles are Retry-After waits: two that use no attempt, then each counts.
+    LEASEHOLD_MAX_RETRY_AFTER: '2',
     LEASEHOLD_DEADLINE_MARGIN_MS: '3000',
     LEASEHOLD_DRAIN_MS: '1000',
     LEASEHOLD_WORKER_IDLE_MS: '300',
@@ -199,8 +201,12 @@ describe('lambda-invoke', () => {
     expect(r.items).toEqual([{ key: 'k', state: 'done', attempts: 2, output: 'ok', error: null }]);
   });
 
-  it('a throttle fails the attempt: throttled every time, the item is failed without the function ever running', async () => {
+  it('a throttle is a wait that uses no attempt, up to maxRetryAfter waits: throttled every time, the item is failed after its attempts without the function ever running', async () => {
     const r = await run({ functionName: 'narrow', items: [{ key: 'n' }] });
+    // Two waits (1 s each, Lambda naming no retryAfterSeconds) used no attempt; the next three
+    // throttles were its three attempts.
+    const [stored] = await db.sql<{ waits: number }[]>`select waits from leasehold_items where batch_id = ${r.id}`;
+    expect(stored!.waits).toBe(2);
     expect(r.items).toEqual([
       {
         key: 'n',
@@ -233,7 +239,9 @@ describe('lambda-invoke', () => {
     reserved.gate = 5;
     const r = await finished(started.body.id);
     expect(r.items).toEqual([{ key: 'g', state: 'done', attempts: expect.any(Number), output: 'through', error: null }]);
-    expect(r.items[0]!.attempts).toBeGreaterThanOrEqual(2);
+    // The throttled tries were waits (no attempt) or, past two waits, attempts.
+    const [stored] = await db.sql<{ waits: number }[]>`select waits from leasehold_items where batch_id = ${started.body.id}`;
+    expect(stored!.waits + r.items[0]!.attempts).toBeGreaterThanOrEqual(2);
     expect(received.gate).toHaveLength(1);
   });
 

@@ -19,8 +19,15 @@ beforeAll(async () => {
 });
 afterAll(() => db.close());
 
-/** Short-lived processes: TTL 400 ms; quarantined after 3 crashes for 1 s, doubling. */
-const SHORT = { ttlMs: 400, heartbeatIntervalMs: 100, maxUnitCrashes: 3, quarantineMs: 1_000 };
+/**
+ * Short-lived processes: TTL 1 s (how soon one that stops heartbeating is dead); quarantined after
+ * 3 crashes for 2 s, doubling. Statements get 10 s: the default budget, a third of the TTL (133 ms
+ * at the 400 ms TTL this test once had), is for a heartbeat loop racing its TTL, and a loaded CI
+ * server answered a statement in more (StoreTimeoutError); here a slow statement only waits. A
+ * process joins with a heartbeat and a claim right after it, which must come within its TTL.
+ */
+const SHORT = { ttlMs: 1_000, heartbeatIntervalMs: 100, maxUnitCrashes: 3, quarantineMs: 2_000, storeTimeoutMs: 10_000 };
+const QUARANTINE_MS = SHORT.quarantineMs;
 const UNIT0 = { tenant: 'q', shard: 0 };
 
 /** Wait until `id`'s row has expired by the database clock. */
@@ -74,17 +81,17 @@ it('counts a crash only on the unit whose job ran when its owner died, forgets t
     m = await joined();
     expect((await units())[0]).toMatchObject({ crashes: n, owner: m.leaser.processId });
   }
-  // The third crash in a row: quarantined for 1 s, not claimed; the idle unit is.
+  // The third crash in a row: quarantined for 2 s, not claimed; the idle unit is.
   await diesRunning(m);
   m = await joined();
   const [q0, q1] = await units();
   expect(q0).toMatchObject({ owner: null, crashes: 3, quarantines: 1 });
-  expect(q0.left_ms).toBeGreaterThan(500);
-  expect(q0.left_ms).toBeLessThanOrEqual(1_000);
+  expect(q0.left_ms).toBeGreaterThan(QUARANTINE_MS / 2);
+  expect(q0.left_ms).toBeLessThanOrEqual(QUARANTINE_MS);
   expect(q1).toMatchObject({ owner: m.leaser.processId, crashes: 0 });
   expect([...m.rec.owned.keys()]).toEqual(['q/1']);
   // Its quarantine over, it is still not claimed until it is lifted (the scheduler's step).
-  await sleep(1_100);
+  await sleep(q0.left_ms! + 100);
   await m.leaser.heartbeat();
   expect((await m.leaser.tick()).claimed).toBe(0);
   expect(await liftQuarantines(db.sql)).toBe(1);
@@ -96,8 +103,8 @@ it('counts a crash only on the unit whose job ran when its owner died, forgets t
   m = await joined();
   const [again] = await units();
   expect(again).toMatchObject({ owner: null, crashes: 4, quarantines: 2 });
-  expect(again.left_ms).toBeGreaterThan(1_500);
-  expect(again.left_ms).toBeLessThanOrEqual(2_000);
+  expect(again.left_ms).toBeGreaterThan(1.5 * QUARANTINE_MS);
+  expect(again.left_ms).toBeLessThanOrEqual(2 * QUARANTINE_MS);
   // An explicit release lifts it and forgets both counts: claimable at once.
   expect(await releaseUnit(db.sql, 'q', 0)).toMatchObject({ crashes: 0, quarantines: 0, quarantinedUntil: null });
   await m.leaser.heartbeat();

@@ -40,7 +40,7 @@ describe('a release racing a registration', () => {
       expect(w.n).toBe(1);
       await holder;
       expect(await released).toBe(4);
-      expect(await deleteProcess(db.sql, me)).toBe(true);
+      expect(await deleteProcess(db.sql, me)).toMatchObject({ replaces: me.id, id: me.id, replacements: 1 });
       const [owned] = await db.sql<{ n: number }[]>`select count(*)::int as n from leasehold_units where owner is not null`;
       expect(owned.n).toBe(0);
     }

@@ -50,13 +50,13 @@ beforeAll(async () => {
   files = info!.files.map((f) => f.path);
   stageAfterPack = readFileSync(join(stage, 'package.json'), 'utf8');
 
-  // The app as README's "Use it in your app" makes it, literally: `npm init -y` (npm 11 writes
+  // The app as docs/app.md makes it, literally: `npm init -y` (npm 11 writes
   // "type": "commonjs"), its install commands (the tarball's path put in), its tsconfig.json and
   // its files.
   app = join(dir, 'app');
   mkdirSync(app, { recursive: true });
   await run('npm', ['init', '-y'], { cwd: app, timeout: 30_000 });
-  const section = readmeSection();
+  const section = appGuide();
   const commands = /```sh\n([\s\S]*?)```/
     .exec(section)![1]!
     .split('\n')
@@ -90,11 +90,9 @@ beforeAll(async () => {
   await installBackendKiller(db.sql);
 }, 300_000);
 
-/** README's "Use it in your app" section. */
-function readmeSection(): string {
-  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
-  const at = readme.indexOf('## Use it in your app');
-  return readme.slice(at, readme.indexOf('\n## ', at + 1));
+/** docs/app.md, which builds an app file by file. */
+function appGuide(): string {
+  return readFileSync(join(ROOT, 'docs', 'app.md'), 'utf8');
 }
 
 /**
@@ -165,14 +163,15 @@ describe('the packed package', () => {
       'dist/src/index.d.ts',
       'dist/src/lambda.js',
       'dist/src/lambda.d.ts',
-      'dist/src/sst/index.js',
-      'dist/src/sst/index.d.ts',
+      'dist/infra/index.js',
+      'dist/infra/index.d.ts',
       'dist/src/cli.js',
       'dist/src/store/migrations/001_batches.sql',
       'dist/vendor/postgres.js',
       // The README links into docs/.
       'docs/design.md',
       'docs/api.md',
+      'docs/app.md',
       'dist/dashboard/index.html',
       'dist/dashboard/app.js',
       'dist/dashboard/app.css',
@@ -197,7 +196,7 @@ describe('the packed package', () => {
     expect(stageAfterPack).toBe(stagedManifest);
   });
 
-  it("type-checks as README's tsconfig.json has it, with the TypeScript it installs", async () => {
+  it("type-checks as docs/app.md's tsconfig.json has it, with the TypeScript it installs", async () => {
     expect(JSON.parse(readFileSync(join(app, 'package.json'), 'utf8'))).toMatchObject({ type: 'commonjs' });
     const r = await run(process.execPath, [join(app, 'node_modules', 'typescript', 'bin', 'tsc'), '--noEmit'], {
       cwd: app,

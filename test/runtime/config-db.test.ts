@@ -25,7 +25,15 @@ function refused(env: Record<string, string>): { variable: string; message: stri
 describe('database configuration', () => {
   it('defaults: port 5432, TLS against the RDS bundle, IAM off, idle 120 s, lifetime 10 min', () => {
     const c = loadConfig({});
-    expect(c.db).toMatchObject({ port: 5432, tls: 'rds', iamAuth: false, idleTimeoutMs: 120_000, maxLifetimeMs: 600_000 });
+    expect(c.db).toMatchObject({
+      port: 5432,
+      tls: 'rds',
+      iamAuth: false,
+      idleTimeoutMs: 120_000,
+      maxLifetimeMs: 600_000,
+      pooler: 'none',
+    });
+    expect(loadConfig({ LEASEHOLD_DB_POOLER: 'transaction' }).db.pooler).toBe('transaction');
     expect(c.db.maxLifetimeMs).toBeLessThan(15 * 60_000);
   });
 
@@ -61,6 +69,7 @@ describe('database configuration', () => {
     [{ ...host, LEASEHOLD_DB_MAX_LIFETIME_MS: '10' }, 'LEASEHOLD_DB_MAX_LIFETIME_MS'],
     [{ ...host, LEASEHOLD_DB_IDLE_TIMEOUT_MS: '-1' }, 'LEASEHOLD_DB_IDLE_TIMEOUT_MS'],
     [{ ...host, LEASEHOLD_DB_IAM_USER: 'x'.repeat(64) }, 'LEASEHOLD_DB_IAM_USER'],
+    [{ ...host, LEASEHOLD_DB_POOLER: 'session' }, 'LEASEHOLD_DB_POOLER'],
   ])('refuses %j naming %s', (env, variable) => {
     const r = refused(env);
     expect(r?.variable).toBe(variable);

@@ -1,12 +1,12 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createBatch } from '../../src/batch/index.js';
 import { defaultRegistry } from '../../src/jobs/index.js';
-import { putTenantUnits, setDesired, deleteTenantUnits } from '../../src/lease/index.js';
+import { putTenantUnits, setDesired, deleteTenantUnits, listProcesses } from '../../src/lease/index.js';
 import { loadConfig, runScheduler, runWorker } from '../../src/runtime/index.js';
 import { type Dispatcher, type WorkerEvent } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { sleep } from '../support/time.js';
-import { silentLog } from '../../src/log.js';
+import { createLog, silentLog } from '../../src/log.js';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -135,6 +135,94 @@ describe('a worker process', () => {
     expect(results.reduce((s, r) => s + r.replacements, 0)).toBe(3);
     expect(d.events.filter((e) => e.invocationId)).toHaveLength(3);
   }, 15_000);
+
+  it("a replacement invoked at the deadline continues its predecessor's chain, hop after hop", async () => {
+    await setDesired(db.sql, 1);
+    await putTenantUnits(db.sql, 'acme', { job: 'outbox-delivery', shards: 2 });
+    const d = recording();
+    expect((await runScheduler({ sql: db.sql, config: config(), dispatcher: d })).invoked).toBe(1);
+    type Row = {
+      id: string;
+      started_at: Date;
+      replaces: string | null;
+      chain_id: string;
+      chain_started_at: Date;
+      replacements: number;
+    };
+    const rows: Row[] = [];
+    const results = [];
+    // Three processes in a row: the scheduler's, its replacement and the replacement's.
+    for (let hop = 0; hop < 3; hop++) {
+      const [event] = d.events.splice(0);
+      expect(event.invocationId).toBeDefined();
+      const worker = runWorker(
+        event,
+        { getRemainingTimeInMillis: () => 1500 },
+        { log: silentLog, sql: db.sql, jobs: defaultRegistry(), config: config(), dispatcher: d },
+      );
+      // While it lives, its row says where it stands in the chain.
+      let row: Row | undefined;
+      while (!row) {
+        [row] = await db.sql<Row[]>`select id, started_at, replaces, chain_id, chain_started_at, replacements
+          from leasehold_processes where expires_at > now()`;
+        if (!row) await sleep(20);
+      }
+      rows.push(row);
+      const [view] = await listProcesses(db.sql);
+      expect(view).toMatchObject({ id: row.id, replaces: row.replaces, chainId: row.chain_id, replacements: hop });
+      results.push(await worker);
+    }
+    expect(results.map((r) => [r.reason, r.replacements])).toEqual([
+      ['deadline', 1],
+      ['deadline', 1],
+      ['deadline', 1],
+    ]);
+    const [first, second, third] = rows;
+    // The first starts a chain of its own, on the database clock: its id, its start.
+    expect(first).toMatchObject({ replaces: null, chain_id: first.id, replacements: 0 });
+    expect(first.chain_started_at).toEqual(first.started_at);
+    // Each later one replaces the one before, in the same chain, counting the hops.
+    expect(second).toMatchObject({ replaces: first.id, chain_id: first.id, replacements: 1 });
+    expect(third).toMatchObject({ replaces: second.id, chain_id: first.id, replacements: 2 });
+    expect([second.chain_started_at, third.chain_started_at]).toEqual([first.started_at, first.started_at]);
+    expect(new Set(rows.map((r) => r.id)).size).toBe(3);
+    // The last one's replacement carries the chain on in its event.
+    expect(d.events).toEqual([
+      {
+        invocationId: expect.any(String),
+        chain: { replaces: third.id, id: first.id, startedAt: first.started_at.toISOString(), replacements: 3 },
+      },
+    ]);
+  }, 20_000);
+
+  it('a malformed chain in the event starts a chain of its own, logged', async () => {
+    await setDesired(db.sql, 1);
+    await putTenantUnits(db.sql, 'acme', { job: 'outbox-delivery', shards: 1 });
+    const d = recording();
+    await runScheduler({ sql: db.sql, config: config(), dispatcher: d });
+    const [event] = d.events.splice(0);
+    const said: string[] = [];
+    const worker = runWorker(
+      { ...event, chain: { replaces: 'not-a-uuid', id: 'x', startedAt: 'soon', replacements: -1 } },
+      { getRemainingTimeInMillis: () => 1200 },
+      {
+        log: createLog((_level, message) => void said.push(message)),
+        sql: db.sql,
+        jobs: defaultRegistry(),
+        config: config(),
+        dispatcher: d,
+      },
+    );
+    let row: { id: string; replaces: string | null; chain_id: string } | undefined;
+    while (!row) {
+      [row] = await db.sql<{ id: string; replaces: string | null; chain_id: string }[]>`select id, replaces, chain_id
+        from leasehold_processes where expires_at > now()`;
+      if (!row) await sleep(20);
+    }
+    expect(row).toMatchObject({ replaces: null, chain_id: row.id });
+    expect((await worker).reason).toBe('deadline');
+    expect(said.some((m) => /malformed chain/.test(m))).toBe(true);
+  }, 20_000);
 
   it('with no unit work, an idle worker returns soon instead of waiting for its deadline', async () => {
     await deleteTenantUnits(db.sql, 'acme');

@@ -1,8 +1,8 @@
 import { LambdaClient } from '@aws-sdk/client-lambda';
-import { z } from 'zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createBatch, getBatch } from '../../src/batch/index.js';
-import { defineJob, JobRegistry, defaultJobContext } from '../../src/jobs/index.js';
+import { JobRegistry, defaultJobContext } from '../../src/jobs/index.js';
+import { slowJobOf } from '../support/fleet.js';
 import { createInvokeEndpoint, type InvocationOutcome } from '../../src/local/invoke-endpoint.js';
 import { loadConfig, runScheduler, runWorker, LambdaDispatcher, type WorkerResult } from '../../src/runtime/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
@@ -18,24 +18,7 @@ afterAll(() => db.close());
 /** Every successful execution of an item, by key, across all invocations. */
 const executions = new Map<string, number>();
 
-const slow = defineJob({
-  name: 'slow',
-  description: 'sleeps ms per item',
-  params: z.object({ ms: z.number() }),
-  parallel: 2,
-  async expand() {
-    return { items: [] };
-  },
-  async run(item) {
-    await new Promise<void>((resolve, reject) => {
-      const onAbort = () => (clearTimeout(t), reject(new Error('aborted')));
-      const t = setTimeout(() => (item.signal.removeEventListener('abort', onAbort), resolve()), item.params.ms);
-      item.signal.addEventListener('abort', onAbort, { once: true });
-    });
-    executions.set(item.key, (executions.get(item.key) ?? 0) + 1);
-    return { key: item.key };
-  },
-});
+const slow = slowJobOf({ onDone: (key) => executions.set(key, (executions.get(key) ?? 0) + 1) });
 
 describe('worker handoff through the local invoke endpoint', () => {
   it('a worker with a 10 s local timeout hands off before its deadline and another invocation continues within 2 s, losing nothing', async () => {

@@ -5,10 +5,10 @@
 import { copyFile, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { z } from 'zod';
 import { afterAll, afterEach, expect, it } from 'vitest';
 import { createBatch } from '../../src/batch/index.js';
-import { defaultJobContext, defineJob, JobRegistry } from '../../src/jobs/index.js';
+import { defaultJobContext, JobRegistry } from '../../src/jobs/index.js';
+import { slowJobOf } from '../support/fleet.js';
 import { putTenantUnits, setDesired } from '../../src/lease/index.js';
 import { loadConfig, runScheduler, runWorker } from '../../src/runtime/index.js';
 import { DEFAULT_MIGRATIONS_DIR, migrate, SchemaMismatchError, SUPPORTED_SCHEMA, schemaVersion } from '../../src/store/index.js';
@@ -39,23 +39,7 @@ async function fresh(): Promise<TestDatabase> {
   return db;
 }
 
-const slow = defineJob({
-  name: 'slow',
-  description: 'waits ms per item, stopping when told',
-  params: z.object({ ms: z.number() }),
-  parallel: 2,
-  async expand() {
-    return { items: [] };
-  },
-  async run(item) {
-    await new Promise<void>((resolve, reject) => {
-      const onAbort = () => (clearTimeout(t), reject(new Error('stopped')));
-      const t = setTimeout(() => (item.signal.removeEventListener('abort', onAbort), resolve()), item.params.ms);
-      item.signal.addEventListener('abort', onAbort, { once: true });
-    });
-    return {};
-  },
-});
+const slow = slowJobOf();
 const jobs = new JobRegistry([slow as never], defaultJobContext());
 
 const config = (db: TestDatabase) =>
@@ -117,6 +101,7 @@ it('a worker and a scheduler built against schema N, started against N+1, do not
       (select count(*)::int from leasehold_batches where owner_run is not null or beat_at is not null) as runs,
       (select count(*)::int from leasehold_items where attempts > 0) as touched`;
   expect(state).toEqual({ processes: 0, owned: 0, runs: 0, touched: 0 });
+  console.log(`old code after a migration: worker ${result.reason}, ${JSON.stringify(state)}; its one line: ${said[0].message}`);
 
   await setDesired(db.sql, 3);
   const invoked: unknown[] = [];

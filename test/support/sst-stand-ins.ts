@@ -11,6 +11,7 @@ export const REGION = 'us-east-1';
 export const ACCOUNT = '123456789012';
 export const DB_RESOURCE_ID = 'db-STANDINRESOURCEID';
 export const DB_HOST = 'leasehold-database.standin.us-east-1.rds.amazonaws.com';
+export const PROXY_RESOURCE_ID = 'prx-0123456789abcdef0';
 
 /** One component or resource the config created. */
 export interface Recorded {
@@ -192,6 +193,38 @@ export function installStandIns(stage: string, options: StandInOptions): World {
     }
   }
 
+  class Role extends Recording {
+    readonly arn: string;
+    constructor(name: string, args: Record<string, any>, opts?: Record<string, any>) {
+      super('aws.iam.Role', name, args, opts);
+      this.arn = `arn:aws:iam::${ACCOUNT}:role/${name}-standin`;
+    }
+  }
+
+  class Proxy extends Recording {
+    readonly name: string;
+    readonly arn = `arn:aws:rds:${REGION}:${ACCOUNT}:db-proxy:${PROXY_RESOURCE_ID}`;
+    readonly endpoint: string;
+    constructor(name: string, args: Record<string, any>, opts?: Record<string, any>) {
+      super('aws.rds.Proxy', name, args, opts);
+      this.name = args.name ?? `${name.toLowerCase()}-standin`;
+      this.endpoint = `${this.name}.proxy-standin.${REGION}.rds.amazonaws.com`;
+    }
+  }
+
+  class ProxyDefaultTargetGroup extends Recording {
+    readonly name = 'default';
+    constructor(name: string, args: Record<string, any>, opts?: Record<string, any>) {
+      super('aws.rds.ProxyDefaultTargetGroup', name, args, opts);
+    }
+  }
+
+  class ProxyTarget extends Recording {
+    constructor(name: string, args: Record<string, any>, opts?: Record<string, any>) {
+      super('aws.rds.ProxyTarget', name, args, opts);
+    }
+  }
+
   /** Pulumi's ComponentResource: records itself; `registerOutputs` is recorded as a call. */
   class ComponentResource extends Recording {
     constructor(type: string, name: string, args: Record<string, any> = {}, opts?: Record<string, any>) {
@@ -217,6 +250,8 @@ export function installStandIns(stage: string, options: StandInOptions): World {
     getPartitionOutput: () => ({ partition: 'aws' }),
     lambda: { Invocation, FunctionRecursionConfig },
     ec2: { VpcEndpoint },
+    iam: { Role },
+    rds: { Proxy, ProxyDefaultTargetGroup, ProxyTarget },
   };
   return world;
 }

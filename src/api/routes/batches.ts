@@ -2,6 +2,7 @@
 // router.ts), redrive, and items finished over time.
 import type { APIGatewayProxyEventV2 } from 'aws-lambda';
 import {
+  checkNotify,
   dispatchWorkers,
   finishedSeries,
   setMaxConcurrency,
@@ -27,6 +28,7 @@ import {
   typeName,
 } from '../../batch/index.js';
 import { InvalidRequestError } from '../../errors.js';
+import { EndpointGuard } from '../../units/index.js';
 import { itemsPageSchema, listSchema, patchBatchSchema, readJsonBody, startSchema } from '../request.js';
 import { withActivity } from '../views.js';
 
@@ -68,6 +70,9 @@ export async function finishedRoute(event: APIGatewayProxyEventV2, deps: ApiDeps
   });
 }
 
+/** The address policy a start's `notify.url` is checked against (it reads `LEASEHOLD_OUTBOX_ALLOW` when used). */
+let notifyGuard: EndpointGuard | undefined;
+
 /** `POST /batches` (and `POST /tenants/{tenant}/batches`, `scope` the path's tenant): start a batch through `startBatch`; 201 new, 200 repeated (see `handleApi`). */
 export async function startBatchRoute(
   event: APIGatewayProxyEventV2,
@@ -95,6 +100,16 @@ export async function startBatchRoute(
     throw new InvalidRequestError('requestKey: differs from the Idempotency-Key header; send one or make them equal');
   }
   const givenKey = body.requestKey ?? headerKey;
+  if (body.notify !== undefined && deps.config.events !== undefined && !deps.config.events.webhookSecret) {
+    throw new InvalidRequestError('notify: webhooks are signed, and LEASEHOLD_WEBHOOK_SECRET is not set on this deployment');
+  }
+  if (body.notify !== undefined) {
+    // Outbox delivery's address policy, as a unit's endpoints get it at registration (and at
+    // every delivery, where it is checked again).
+    checkNotify(body.notify);
+    const refused = await (notifyGuard ??= new EndpointGuard({})).refusal(body.notify.url);
+    if (refused !== undefined) throw new InvalidRequestError(`notify.url: ${refused}`);
+  }
 
   const { batch, created, dispatchError } = await startBatch(
     { ...deps, reserve: (ids) => reserve(deps, ids) },
@@ -110,7 +125,8 @@ export async function startBatchRoute(
     deps.log('warn', 'dispatch of a new batch failed', { batchId: batch.id, error: String(dispatchError) });
   }
   const location = scope === undefined ? `/batches/${batch.id}` : `/tenants/${encodeURIComponent(scope)}/batches/${batch.id}`;
-  return json(201, { ...batchView(batch), created: true }, { location });
+  // A batch read from a source answers at once, while its runs read it: accepted, not complete.
+  return json(body.source ? 202 : 201, { ...batchView(batch), created: true }, { location });
 }
 
 /**
@@ -187,6 +203,12 @@ export async function showBatch(_event: APIGatewayProxyEventV2, deps: ApiDeps, [
 /** `POST /batches/{id}/cancel`: cancel for good; the tenant's next waiting batches go to workers. */
 export async function cancelBatchRoute(_event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: string[]): Promise<Result> {
   const cancelled = await cancelBatch(deps.sql, id);
+  // Its Batch Finished event at once; the scheduler sends it should this fail.
+  await deps
+    .sendEvents?.(id)
+    .catch((error: unknown) =>
+      deps.log('warn', 'sending the Batch Finished event failed; the scheduler sends it', { batchId: id, error: String(error) }),
+    );
   // Its slot is free at once: the tenant's next waiting batch goes to a worker now.
   await dispatchWaiting(deps, cancelled.tenant);
   return json(200, batchView(cancelled));

@@ -2,12 +2,14 @@
 // leasehold_runs and the locks of a start): starts, reads, runs, dispatch. Each fenced statement
 // changes rows only while the run named by `run` holds its lease: its row in leasehold_runs
 // exists, locked by the statement (docs/design.md, "Fan-out"). Every end of a batch (cancel,
-// finish, give-up, tolerance) deletes all its run rows first, and every statement that changes
+// finish, give-up, tolerance) deletes all its run rows first and writes its Batch Finished event
+// last, in the same transaction (sql/events.ts), and every statement that changes
 // both locks the run rows before the batch row (and the batch row before its tenant's row, in
 // the trigger), so moves, takeovers and ends are ordered one after the other and never deadlock.
 import type postgres from 'postgres';
 import type { Sql } from '../../store/index.js';
 import type { BatchInfo, BatchStatus, ItemResult, ItemState, RunInfo, ToleratedFailures } from '../types.js';
+import { writeEndEvent } from './events.js';
 
 /** A row of `leasehold_batches` joined with its item counts. */
 interface BatchRow {
@@ -28,14 +30,24 @@ interface BatchRow {
   run_list: RunRow[] | null;
   stalled_runs: number;
   reason: string | null;
+  notify_url: string | null;
   redrives: number;
   tolerated_count: number | null;
   /** numeric: postgres.js reads it as a string. */
   tolerated_percent: string | null;
   allowed_failures: number | null;
+  timeout_ms: number | null;
+  rate_per_second: number | null;
   created_at: Date;
   finished_at: Date | null;
   counts: Partial<Record<ItemState, number>> | null;
+  source: unknown;
+  reading: boolean;
+  source_pages: number;
+  source_error_line: string | null;
+  results: unknown;
+  results_manifest: string | null;
+  results_error: string | null;
 }
 
 /** A run as `run_list` carries it. */
@@ -82,6 +94,7 @@ function toInfo(r: BatchRow): BatchInfo {
     runList,
     stalledRuns: r.stalled_runs,
     reason: r.reason,
+    notify: r.notify_url === null || r.notify_url === undefined ? null : { url: r.notify_url },
     redrives: r.redrives,
     toleratedFailures:
       r.tolerated_count !== null
@@ -90,9 +103,18 @@ function toInfo(r: BatchRow): BatchInfo {
           ? { percent: Number(r.tolerated_percent) }
           : null,
     allowedFailures: r.allowed_failures,
+    timeoutMs: r.timeout_ms,
+    ratePerSecond: r.rate_per_second ?? null,
     createdAt: r.created_at,
     beatAt: runList.reduce<Date | null>((at, x) => (at === null || x.beatAt > at ? x.beatAt : at), null),
     finishedAt: r.finished_at,
+    source: (r.source ?? null) as BatchInfo['source'],
+    reading: r.reading ?? false,
+    sourcePages: r.source_pages ?? 0,
+    sourceErrorLine: r.source_error_line === null || r.source_error_line === undefined ? null : Number(r.source_error_line),
+    results: (r.results ?? null) as BatchInfo['results'],
+    resultsManifest: r.results_manifest ?? null,
+    resultsError: r.results_error ?? null,
   };
 }
 
@@ -101,6 +123,8 @@ export interface ClaimedRow {
   key: string;
   input: unknown;
   attempts: number;
+  /** Waits a downstream asked for (Retry-After) that used no attempt, so far. */
+  waits: number;
   /** ms until it is due (database clock) when claimed ahead of its time; 0 when due. */
   due_in_ms: number;
 }
@@ -119,6 +143,8 @@ export interface MoveRow {
   error: string | null;
   /** For a move back to pending: wait before the next claim, ms (clamped to {@link MAX_DELAY_MS}). */
   delayMs: number;
+  /** The item's Retry-After waits after the move (docs/design.md, "Retry-After"); unset: unchanged. */
+  waits?: number;
 }
 
 /** Longest retry delay any statement will write, ms (one day): no computed time can overflow. */
@@ -151,7 +177,7 @@ function movesJson(moves: readonly MoveRow[]): string {
   for (let i = 0; i < moves.length; i++) {
     const m = moves[i];
     const delay = Number.isFinite(m.delayMs) ? Math.min(Math.max(m.delayMs, 0), MAX_DELAY_MS) : 0;
-    s += `${i ? ',' : ''}{"key":${JSON.stringify(m.key)},"state":"${m.state}","claimed":${m.claimed},"attempts":${m.attempts},"output":${m.output ?? 'null'},"error":${m.error === null ? 'null' : JSON.stringify(m.error)},"delay_ms":${delay}}`;
+    s += `${i ? ',' : ''}{"key":${JSON.stringify(m.key)},"state":"${m.state}","claimed":${m.claimed},"attempts":${m.attempts},"output":${m.output ?? 'null'},"error":${m.error === null ? 'null' : JSON.stringify(m.error)},"delay_ms":${delay},"waits":${m.waits ?? 'null'}}`;
   }
   return `${s}]`;
 }
@@ -196,6 +222,14 @@ export async function insertBatch(
     priority: number;
     toleratedFailures?: ToleratedFailures | null;
     maxConcurrency: number;
+    /** The items' timeout, ms, when the start set one (it wins over the job's). */
+    timeoutMs?: number | null;
+    ratePerSecond?: number | null;
+    notify?: { url: string } | null;
+    /** A source read by the runs (the batch starts `reading`, with no items). */
+    source?: unknown;
+    /** Where results go when it finishes. */
+    results?: unknown;
   },
 ): Promise<string | undefined> {
   const t = b.toleratedFailures;
@@ -204,10 +238,12 @@ export async function insertBatch(
   const percent = t && 'percent' in t ? String(t.percent) : null;
   const [r] = await tx<{ id: string }[]>`insert into leasehold_batches
       (tenant, datasource, job, params, request_key, total, priority, tolerated_count, tolerated_percent,
-       max_concurrency, target)
+       max_concurrency, target, timeout_ms, rate_per_second, notify_url, source, reading, results)
     values (${b.tenant}, ${b.datasource}, ${b.job}, ${tx.json(b.params as never)}, ${b.requestKey}, ${b.total}, ${b.priority},
       ${count}::int, ${percent}::text::numeric, ${b.maxConcurrency},
-      ${targetOf(tx, b.maxConcurrency, b.total)})
+      ${targetOf(tx, b.maxConcurrency, b.total)}, ${b.timeoutMs ?? null}::int, ${b.ratePerSecond ?? null}::float8,
+      ${b.notify?.url ?? null}::text, ${b.source === undefined ? null : tx.json(b.source as never)}, ${b.source !== undefined},
+      ${b.results === undefined ? null : tx.json(b.results as never)})
     on conflict (tenant, request_key) do nothing
     returning id`;
   return r?.id;
@@ -305,7 +341,10 @@ export function listBatchesStatement(sql: Sql, f: ListArgs) {
 export async function cancelBatch(sql: Sql, id: string): Promise<BatchStatus | undefined> {
   return inTransaction(sql, async (t) => {
     const status = await cancelOnce(t, id);
-    if (status) await t`${endLateRuns(t, id)}`;
+    if (status) {
+      await t`${endLateRuns(t, id)}`;
+      await writeEndEvent(t, id);
+    }
     return status;
   });
 }
@@ -315,7 +354,7 @@ async function cancelOnce(sql: Sql, id: string): Promise<BatchStatus | undefined
       delete from leasehold_runs where batch_id = ${id} returning 1
     )
     update leasehold_batches b
-    set status = 'cancelled', finished_at = now(), live_runs = 0
+    set status = 'cancelled', finished_at = now(), live_runs = 0, reading = false
     where id = ${id} and status = 'open' and (select count(*) from gone) >= 0
     returning status`;
   return r?.status;
@@ -606,13 +645,14 @@ function moved(sql: Sql, batchId: string, run: string, moves: EncodedMoves) {
   // (docs/design.md, "The database in production").
   return sql`with m as (
       select t.tid, v.* from jsonb_to_recordset(${moves.json}::text::jsonb)
-        as v(key text, state text, claimed int, attempts int, output jsonb, error text, delay_ms double precision)
+        as v(key text, state text, claimed int, attempts int, output jsonb, error text, delay_ms double precision, waits int)
       cross join lateral (
         select x.ctid as tid from leasehold_items x where x.batch_id = ${batchId} and x.key = v.key limit 1
       ) t
     )
     update leasehold_items i
     set state = m.state, attempts = m.attempts, output = m.output, error = m.error,
+        waits = coalesce(m.waits, i.waits),
         run_after = case when m.state = 'pending' then now() + make_interval(
           secs => least(greatest(coalesce(m.delay_ms, 0), 0), ${MAX_DELAY_MS}) / 1000.0) else i.run_after end,
         updated_at = now()
@@ -712,10 +752,10 @@ export function stepStatement(sql: Sql, a: StepArgs) {
       update leasehold_items i
       set state = 'running', attempts = i.attempts + 1, run_id = ${a.run}, updated_at = now()
       where i.ctid = any(array(select ctid from picked))
-      returning i.key, i.input, i.attempts, i.run_after
+      returning i.key, i.input, i.attempts, i.waits, i.run_after
     )
     select (select count(*) from moved)::int as moved,
-      (select json_agg(json_build_object('key', key, 'input', input, 'attempts', attempts,
+      (select json_agg(json_build_object('key', key, 'input', input, 'attempts', attempts, 'waits', waits,
           'due_in_ms', greatest(0, extract(epoch from run_after - now()) * 1000)) order by run_after)
         from claimed) as claimed,
       -- The first entry of the pending index past the window (min() let a planner that thought
@@ -819,7 +859,10 @@ function inTransaction<T>(sql: Sql, f: (t: Sql) => Promise<T>): Promise<T> {
 export async function giveUp(sql: Sql, a: { batchId: string; run: string; reason: string; itemError: string }): Promise<boolean> {
   return inTransaction(sql, async (t) => {
     const given = await giveUpOnce(t, a);
-    if (given) await t`${endLateRuns(t, a.batchId)}`;
+    if (given) {
+      await t`${endLateRuns(t, a.batchId)}`;
+      await writeEndEvent(t, a.batchId);
+    }
     return given;
   });
 }
@@ -848,7 +891,10 @@ async function giveUpOnce(sql: Sql, a: { batchId: string; run: string; reason: s
 export async function finishBatch(sql: Sql, batchId: string, run: string): Promise<BatchStatus | undefined> {
   return inTransaction(sql, async (t) => {
     const [r] = await t<{ status: BatchStatus }[]>`${finishStatement(t, { batchId, run })}`;
-    if (r) await t`${endLateRuns(t, batchId)}`;
+    if (r) {
+      await t`${endLateRuns(t, batchId)}`;
+      await writeEndEvent(t, batchId);
+    }
     return r?.status;
   });
 }
@@ -864,7 +910,8 @@ export function finishStatement(sql: Sql, { batchId, run }: { batchId: string; r
   const idle = sql`(select run_after from leasehold_items where batch_id = ${batchId} and state = 'pending'
            order by run_after limit 1) is null
       and (select batch_id from leasehold_items where batch_id = ${batchId} and state = 'running'
-           order by batch_id limit 1) is null`;
+           order by batch_id limit 1) is null
+      and not (select reading from leasehold_batches where id = ${batchId})`;
   return sql`with gone as (
       ${endRuns(sql, batchId, run, idle)}
     )
@@ -912,6 +959,7 @@ export async function endIntolerable(sql: Sql, batchId: string, run: string): Pr
     const [r] = await t<{ ended: number; failed: number }[]>`${endIntolerableStatement(t, { batchId, run })}`;
     if (r.ended === 1) await t`${endLateRuns(t, batchId)}`;
     const givenBack = r.ended === 1 ? (await t`${giveBackRunningStatement(t, { batchId })}`).count : 0;
+    if (r.ended === 1) await writeEndEvent(t, batchId);
     return { ended: r.ended === 1, givenBack, failed: r.failed };
   });
 }
@@ -950,16 +998,17 @@ export function giveBackRunningStatement(sql: Sql, { batchId }: { batchId: strin
 }
 
 // Whether the run still holds its lease, how long until the batch's next pending item is due
-// (ms, by the database clock; null when none is pending), and how many runs the batch has.
+// (ms, by the database clock; null when none is pending), how many runs the batch has, and
+// whether its source is still being read (more items are coming).
 export async function waitState(
   sql: Sql,
   batchId: string,
   run: string,
-): Promise<{ owned: boolean; dueInMs: number | null; liveRuns: number }> {
+): Promise<{ owned: boolean; dueInMs: number | null; liveRuns: number; reading: boolean }> {
   const [r] = await sql<
-    { owned: boolean; due_in_ms: number | null; live_runs: number }[]
+    { owned: boolean; due_in_ms: number | null; live_runs: number; reading: boolean }[]
   >`${waitStateStatement(sql, { batchId, run })}`;
-  return { owned: r.owned, dueInMs: r.due_in_ms, liveRuns: r.live_runs ?? 0 };
+  return { owned: r.owned, dueInMs: r.due_in_ms, liveRuns: r.live_runs ?? 0, reading: r.reading };
 }
 
 /** {@link waitState} as a fragment (the plan test reads its plan). */
@@ -968,7 +1017,8 @@ export function waitStateStatement(sql: Sql, { batchId, run }: { batchId: string
       exists (select 1 from leasehold_runs where id = ${run}) as owned,
       (select greatest(0, extract(epoch from run_after - now()) * 1000)::float8 from leasehold_items
         where batch_id = ${batchId} and state = 'pending' order by run_after limit 1) as due_in_ms,
-      (select live_runs from leasehold_batches where id = ${batchId}) as live_runs`;
+      (select live_runs from leasehold_batches where id = ${batchId}) as live_runs,
+      coalesce((select reading from leasehold_batches where id = ${batchId}), false) as reading`;
 }
 
 // Hands back a batch this runner joined but cannot run (its job is unknown here): its run row

@@ -57,12 +57,14 @@ export async function partlyDeleted(tx: Tx, batchId: string): Promise<boolean> {
 
 // Opens a finished batch again with no run, so the next takeover or dispatch joins it at once,
 // and counts the redrive; its target counts the `items` redriven (one run per 100, at most its
-// max_concurrency: it fans out again). Returns its number (undefined: not finished).
+// max_concurrency: it fans out again). Its results (to S3) are due again at its next end, under
+// the same part names. Returns its number (undefined: not finished).
 export async function reopenBatch(tx: Tx, batchId: string, items: number): Promise<number | undefined> {
   const [r] = await tx<{ redrives: number }[]>`update leasehold_batches
     set status = 'open', finished_at = null, final_counts = null, live_runs = 0, handed_off_at = null,
         target = least(max_concurrency, greatest(1, ceil(${items} / ${RUN_ITEMS}::float8)::int)),
-        redrives = redrives + 1, stalled_runs = 0, reason = null
+        redrives = redrives + 1, stalled_runs = 0, reason = null,
+        results_manifest = null, results_started_at = null, results_tries = 0, results_error = null
     where id = ${batchId} and status in ('succeeded', 'failed')
     returning redrives`;
   return r?.redrives;

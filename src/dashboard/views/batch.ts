@@ -3,8 +3,8 @@
 import { html } from 'htm/preact';
 import { useState } from 'preact/hooks';
 import { api, ITEM_STATES, type Batch, type ItemState } from '../api.js';
-import { CountsLegend, ErrorNote, ProgressBar, StatusBadge, message, usePoll } from '../components.js';
-import { brief, duration, rate, shortId, when } from '../format.js';
+import { CountsLegend, ErrorNote, ProgressBar, StatusBadge, Time, message, usePoll } from '../components.js';
+import { brief, duration, rate, shortId } from '../format.js';
 import { CancelButton } from './batches.js';
 import { FinishedChart } from './chart.js';
 
@@ -46,14 +46,23 @@ export function BatchView({ id }: { id: string }) {
               </dd>
             </div>
             <div><dt>Redrives</dt><dd>${b.redrives ?? 0}</dd></div>
-            <div><dt>Created</dt><dd>${when(b.createdAt)}</dd></div>
-            <div><dt>Finished</dt><dd>${when(b.finishedAt)}</dd></div>
+            <div><dt>Created</dt><dd><${Time} at=${b.createdAt} /></dd></div>
+            <div><dt>Finished</dt><dd><${Time} at=${b.finishedAt} /></dd></div>
             ${
               b.toleratedFailures !== undefined
                 ? html`<div><dt>Tolerated failures</dt><dd data-tolerance>${toleranceText(b)}</dd></div>`
                 : null
             }
             ${b.reason ? html`<div class="wide"><dt>Reason</dt><dd data-reason>${b.reason}</dd></div>` : null}
+            ${b.reading ? html`<div class="wide"><dt>Source</dt><dd data-reading>reading… ${b.total} items so far</dd></div>` : null}
+            ${
+              b.resultsManifest
+                ? html`<div class="wide">
+                  <dt>Results</dt>
+                  <dd data-results><a href=${s3Console(b.resultsManifest)} target="_blank" rel="noopener">${b.resultsManifest}</a></dd>
+                </div>`
+                : null
+            }
           </dl>
           <${ProgressBar} batch=${b} />
           <${CountsLegend} batch=${b} />
@@ -88,7 +97,7 @@ function Runs({ batch }: { batch: Batch }) {
               <td><code>${shortId(r.process)}</code></td>
               <td>${rate(r.itemsPerSecond)}</td>
               <td>${r.settled}</td>
-              <td>${when(r.beatAt)}</td>
+              <td><${Time} at=${r.beatAt} /></td>
             </tr>`,
         )}
       </tbody>
@@ -206,4 +215,10 @@ function Items({ batch }: { batch: Batch }) {
       <button type="button" disabled=${!page.data?.next} onClick=${() => page.data?.next && setCursors([...cursors, page.data.next])}>Next page</button>
     </nav>
   </section>`;
+}
+
+/** The AWS console's page of an `s3://bucket/key` location (locally it names the object all the same). */
+function s3Console(location: string): string {
+  const m = /^s3:\/\/([^/]+)\/(.*)$/.exec(location);
+  return m ? `https://s3.console.aws.amazon.com/s3/object/${m[1]}?prefix=${encodeURIComponent(m[2])}` : location;
 }

@@ -1,6 +1,6 @@
 // All batches: priority, status, progress, items/s, age and runs; filtered by tenant and status; cancel.
 import { html } from 'htm/preact';
-import { useState } from 'preact/hooks';
+import { useEffect, useRef, useState } from 'preact/hooks';
 import { api, type Batch } from '../api.js';
 import { ErrorNote, ProgressBar, StatusBadge, message, usePoll } from '../components.js';
 import { duration, rate, shortId } from '../format.js';
@@ -57,13 +57,13 @@ export function BatchesView({
                 <th scope="col">Batch</th>
                 <th scope="col">Job</th>
                 <th scope="col">Tenant / datasource</th>
-                <th scope="col" class="num" title="0–9: higher runs first within its tenant">Priority</th>
+                <th scope="col" class="num opt" title="0–9: higher runs first within its tenant">Priority</th>
                 <th scope="col">Status</th>
                 <th scope="col" class="wide">Progress</th>
-                <th scope="col" class="num">Items/s</th>
+                <th scope="col" class="num opt">Items/s</th>
                 <th scope="col" class="num">Age</th>
-                <th scope="col" class="num">Runs</th>
-                <th scope="col"><span class="sr-only">Actions</span></th>
+                <th scope="col" class="num opt">Runs</th>
+                <th scope="col" class="row-actions"><span class="sr-only">Actions</span></th>
               </tr>
             </thead>
             <tbody>
@@ -84,8 +84,8 @@ function BatchRow({ batch: b, onChanged }: { batch: Batch; onChanged: () => void
   return html`<tr data-batch=${b.id} data-status=${b.status}>
     <td><a href=${`#/batches/${b.id}`} title=${b.id}><code>${shortId(b.id)}</code></a></td>
     <td>${b.job}</td>
-    <td>${b.tenant} / ${b.datasource}</td>
-    <td class="num">${b.priority ?? '–'}</td>
+    <td class="name">${b.tenant} / ${b.datasource}</td>
+    <td class="num opt">${b.priority ?? '–'}</td>
     <td>
       <${StatusBadge} status=${b.status} />
       ${
@@ -95,18 +95,26 @@ function BatchRow({ batch: b, onChanged }: { batch: Batch; onChanged: () => void
       }
     </td>
     <td><${ProgressBar} batch=${b} /></td>
-    <td class="num">${rate(b.itemsPerSecond)}</td>
-    <td class="num">${b.ageMs === undefined ? '–' : duration(b.ageMs)}</td>
-    <td class="num">${b.runs}${b.redrives ? html`<br /><span class="muted small">${b.redrives} redrive${b.redrives === 1 ? '' : 's'}</span>` : null}</td>
-    <td>${b.status === 'open' ? html`<${CancelButton} batch=${b} onDone=${onChanged} />` : null}</td>
+    <td class="num opt">${rate(b.itemsPerSecond)}</td>
+    <td class="num" data-age>${b.ageMs === undefined ? '–' : duration(b.ageMs)}</td>
+    <td class="num opt">${b.runs}${b.redrives ? html`<br /><span class="muted small">${b.redrives} redrive${b.redrives === 1 ? '' : 's'}</span>` : null}</td>
+    <td class="row-actions">${b.status === 'open' ? html`<${CancelButton} batch=${b} onDone=${onChanged} />` : null}</td>
   </tr>`;
 }
 
-/** Cancel, in two steps: cancel is for good, so the first press asks. */
+/**
+ * Cancel, in two steps: cancel is for good, so the first press asks. The question takes the
+ * button's place (in the batch list it floats over the row, so the column keeps its width);
+ * focus goes to "Keep it", and Escape keeps the batch too.
+ */
 export function CancelButton({ batch, onDone }: { batch: Batch; onDone: () => void }) {
   const [asking, setAsking] = useState(false);
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<string>();
+  const keep = useRef<HTMLButtonElement>(null);
+  useEffect(() => {
+    if (asking) keep.current?.focus();
+  }, [asking]);
   const cancel = async () => {
     setBusy(true);
     setError(undefined);
@@ -122,9 +130,16 @@ export function CancelButton({ batch, onDone }: { batch: Batch; onDone: () => vo
   };
   if (!asking)
     return html`<button type="button" class="danger" onClick=${() => setAsking(true)} aria-label=${`Cancel batch ${shortId(batch.id)}`}>Cancel</button>`;
-  return html`<span class="confirm" role="group" aria-label=${`Cancel batch ${shortId(batch.id)} for good?`}>
+  // The button stays, unseen, under the question: the cell keeps the width it had.
+  return html`<button type="button" class="danger placeholder" tabindex="-1" aria-hidden="true" disabled>Cancel</button>
+    <span
+    class="confirm"
+    role="group"
+    aria-label=${`Cancel batch ${shortId(batch.id)} for good?`}
+    onKeyDown=${(e: KeyboardEvent) => e.key === 'Escape' && setAsking(false)}
+  >
     <button type="button" class="danger" disabled=${busy} onClick=${cancel}>Yes, cancel for good</button>
-    <button type="button" disabled=${busy} onClick=${() => setAsking(false)}>Keep it</button>
+    <button type="button" ref=${keep} disabled=${busy} onClick=${() => setAsking(false)}>Keep it</button>
     ${error ? html`<span class="error" role="alert">${error}</span>` : null}
   </span>`;
 }

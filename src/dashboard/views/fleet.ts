@@ -3,8 +3,8 @@
 import { html } from 'htm/preact';
 import { useState } from 'preact/hooks';
 import { api, type Fleet, type Process } from '../api.js';
-import { ErrorNote, WeightBar, evenSharePercent, message, round2, usePoll } from '../components.js';
-import { duration, shortId, when } from '../format.js';
+import { ErrorNote, Time, WeightBar, evenSharePercent, message, round2, usePoll } from '../components.js';
+import { duration, shortId } from '../format.js';
 
 interface FleetData {
   processes: Process[];
@@ -54,6 +54,12 @@ export function FleetView() {
           </dl>
           <${DesiredControl} desired=${d.desired} onDone=${polled.reload} />
           <h3>Live processes</h3>
+          <p class="muted small" data-turnover>
+            A worker lives until its deadline (its timeout less a margin: about 20 s under${' '}
+            <code>leasehold dev</code>, up to 15 minutes deployed), then hands its work back and invokes its
+            replacement, a new process with a new id. So rows come and go at that pace: the Chain column follows each
+            line of replacements, and a process that died instead shows below, expired.
+          </p>
           ${
             live.length === 0
               ? html`<p>No live process.</p>`
@@ -66,12 +72,13 @@ export function FleetView() {
                     <th scope="col" class="num">Units</th>
                     <th scope="col" class="wide">Weight against the fair share${fairShare === undefined ? '' : ` (${fairShare})`}</th>
                     <th scope="col">Started</th>
+                    <th scope="col">Chain</th>
                     <th scope="col" class="num">Expires in</th>
                   </tr>
                 </thead>
                 <tbody>
                   ${live.map(
-                    (p) => html`<tr data-process=${p.id}>
+                    (p) => html`<tr data-process=${p.id} data-chain=${p.chainId}>
                       <td><code title=${p.id}>${shortId(p.id)}</code></td>
                       <td>${p.hostname}</td>
                       <td>${p.role ?? '–'}${p.retiring ? ' (retiring)' : ''}</td>
@@ -80,7 +87,8 @@ export function FleetView() {
                         <${WeightBar} weight=${p.weight} fairShare=${fairShare} evenShare=${evenShare} scale=${scale} />
                         <span class="muted weight-text">${p.weight}${evenShare && p.role !== 'batch' ? html` · <span data-share-percent>${evenSharePercent(p.weight, evenShare)} %</span>` : null}</span>
                       </td>
-                      <td>${when(p.startedAt)}</td>
+                      <td><${Time} at=${p.startedAt} /></td>
+                      <td><${Chain} process=${p} /></td>
                       <td class="num">${duration(Date.parse(p.expiresAt) - d.readAt)}</td>
                     </tr>`,
                   )}
@@ -108,11 +116,11 @@ export function FleetView() {
                 </thead>
                 <tbody>
                   ${expired.map(
-                    (p) => html`<tr data-process=${p.id}>
+                    (p) => html`<tr data-process=${p.id} data-chain=${p.chainId}>
                       <td><code title=${p.id}>${shortId(p.id)}</code></td>
                       <td>${p.hostname}</td>
                       <td class="num">${p.units}</td>
-                      <td>${when(p.expiresAt)}</td>
+                      <td><${Time} at=${p.expiresAt} /></td>
                     </tr>`,
                   )}
                 </tbody>
@@ -121,6 +129,18 @@ export function FleetView() {
         `
     }
   </section>`;
+}
+
+/**
+ * Where a process stands in its chain (docs/design.md, "Process chains"): how many times the
+ * chain's process was replaced at its deadline, since when, and the process it replaced.
+ */
+function Chain({ process: p }: { process: Process }) {
+  if (p.replacements === undefined) return html`<span class="muted">–</span>`;
+  if (p.replacements === 0 || !p.replaces) return html`<span class="muted" data-replacements="0">first of its chain</span>`;
+  return html`<span data-replacements=${p.replacements}
+      >replaced ${p.replacements} time${p.replacements === 1 ? '' : 's'} since <${Time} at=${p.chainStartedAt} /></span
+    ><br /><span class="muted small">after <code title=${p.replaces} data-replaces=${p.replaces}>${shortId(p.replaces)}</code></span>`;
 }
 
 /** Set the desired count of live processes (0..1000). */

@@ -2,8 +2,8 @@
 // backlog and last error of each endpoint.
 import { html } from 'htm/preact';
 import { api, type Outbox, type Unit } from '../api.js';
-import { ErrorNote, message, usePoll } from '../components.js';
-import { duration, shortId, when } from '../format.js';
+import { ErrorNote, Time, message, usePoll } from '../components.js';
+import { duration, shortId } from '../format.js';
 
 interface TenantData {
   tenant: string;
@@ -63,7 +63,7 @@ function Tenant({ data }: { data: TenantData }) {
             ${quarantined.map(
               (u) =>
                 html` <span class="quarantined" data-shard=${u.shard}
-                  >shard ${u.shard} (${u.crashes} crashes in a row) until ${when(u.quarantinedUntil)}</span
+                  >shard ${u.shard} (${u.crashes} crash${u.crashes === 1 ? '' : 'es'} in a row) until <${Time} at=${u.quarantinedUntil} /></span
                 >`,
             )}
             — lift with <code>leasehold units release ${tenant} SHARD</code>.
@@ -83,9 +83,9 @@ function Tenant({ data }: { data: TenantData }) {
               <td>${u.job}</td>
               <td class="num">${u.weight}</td>
               <td><code title=${u.owner ?? ''}>${u.owner ? shortId(u.owner) : 'unowned'}</code></td>
-              <td>${when(u.claimedAt)}</td>
+              <td><${Time} at=${u.claimedAt} /></td>
               <td class="num">${u.crashes}</td>
-              <td class=${u.quarantinedUntil ? 'item-error' : 'muted'}>${u.quarantinedUntil ? when(u.quarantinedUntil) : '–'}</td>
+              <td class=${u.quarantinedUntil ? 'item-error' : 'muted'}>${u.quarantinedUntil ? html`<${Time} at=${u.quarantinedUntil} />` : '–'}</td>
             </tr>`,
           )}
         </tbody>
@@ -113,8 +113,8 @@ function Tenant({ data }: { data: TenantData }) {
                 <td class="num">${e.backlog}</td>
                 <td class="num">${e.oldest ? duration(e.oldest.ageMs) : '–'}</td>
                 <td class="num">${e.failures}</td>
-                <td class=${e.lastError ? 'item-error' : 'muted'}>${e.lastError ? `${e.lastError.message} (${when(e.lastError.at)})` : 'none'}</td>
-                <td>${when(e.lastDeliveredAt)}</td>
+                <td class=${e.lastError ? 'item-error' : 'muted'}>${e.lastError ? html`${e.lastError.message} (<${Time} at=${e.lastError.at} />)` : 'none'}</td>
+                <td><${Time} at=${e.lastDeliveredAt} /></td>
               </tr>`,
             )}
           </tbody>

@@ -51,6 +51,22 @@ function crashAssignments(sql: Sql, r: CrashRule) {
       running_since = null`;
 }
 
+/**
+ * The chain a process continues (docs/design.md, "Process chains"): a worker that reaches its
+ * deadline invokes its replacement (or a continuation) with the chain its row is in, and the new
+ * process's row joins it. Times are ISO 8601 from the database clock.
+ */
+export interface ProcessChain {
+  /** The process this one replaces: the one that invoked it at its deadline. */
+  replaces: string;
+  /** The chain's id: its first process's id. */
+  id: string;
+  /** When the chain's first process started. */
+  startedAt: string;
+  /** Processes before this one in the chain (1 for the first replacement). */
+  replacements: number;
+}
+
 /** Who acts: a process id and the token only the instance that created its row holds. */
 export interface Me {
   id: string;
@@ -89,14 +105,24 @@ export type HeartbeatArgs = Me & {
   weight: number;
   /** How the units of another instance's expired row, freed here, count crashes. Default {@link CRASH_DEFAULTS}. */
   crash?: CrashRule;
+  /** The chain the process continues, written with its row; none: the first of a new chain. */
+  chain?: ProcessChain;
 };
+
+// The chain columns of a new process row: the chain it continues, or a chain of its own that
+// starts now (chain_started_at = now(), which is also the row's started_at).
+function chainValues(sql: Sql, p: HeartbeatArgs) {
+  const c = p.chain;
+  return sql`${c?.replaces ?? null}::uuid, ${c?.id ?? p.id}::uuid,
+    coalesce(${c?.startedAt ?? null}::timestamptz, now()), ${c?.replacements ?? 0}`;
+}
 
 /** The heartbeat's upsert as a fragment (the plan test reads its plan with EXPLAIN). */
 export function heartbeatStatement(sql: Sql, p: HeartbeatArgs) {
   return sql`insert into leasehold_processes
-      (id, token, role, hostname, version, expires_at, units, weight)
+      (id, token, role, hostname, version, expires_at, units, weight, replaces, chain_id, chain_started_at, replacements)
     values (${p.id}, ${p.token}, ${p.role}, ${p.hostname}, ${p.version},
-      now() + make_interval(secs => ${p.ttlMs / 1000}), ${p.units}, ${p.weight})
+      now() + make_interval(secs => ${p.ttlMs / 1000}), ${p.units}, ${p.weight}, ${chainValues(sql, p)})
     on conflict (id) do update set heartbeat_at = now(), expires_at = excluded.expires_at,
         units = excluded.units, weight = excluded.weight
       where leasehold_processes.token = excluded.token and leasehold_processes.expires_at > clock_timestamp()
@@ -114,9 +140,10 @@ async function heartbeatSlow(sql: Sql, p: HeartbeatArgs): Promise<{ outcome: Hea
         expires_at <= clock_timestamp() as expired
       from leasehold_processes where id = ${p.id} for update`;
     if (!row) {
-      const inserted = await t`insert into leasehold_processes (id, token, role, hostname, version, expires_at, units, weight)
+      const inserted = await t`insert into leasehold_processes
+          (id, token, role, hostname, version, expires_at, units, weight, replaces, chain_id, chain_started_at, replacements)
         values (${p.id}, ${p.token}, ${p.role}, ${p.hostname}, ${p.version},
-          now() + make_interval(secs => ${p.ttlMs / 1000}), ${p.units}, ${p.weight})
+          now() + make_interval(secs => ${p.ttlMs / 1000}), ${p.units}, ${p.weight}, ${chainValues(t, p)})
         on conflict (id) do nothing`;
       return { outcome: inserted.count === 1 ? 'lapsed' : 'in-use', retiring: false };
     }
@@ -128,9 +155,15 @@ async function heartbeatSlow(sql: Sql, p: HeartbeatArgs): Promise<{ outcome: Hea
         update leasehold_units u set owner = null, claimed_at = null, ${crashAssignments(t, p.crash ?? CRASH_DEFAULTS)}
         from theirs where u.tenant = theirs.tenant and u.shard = theirs.shard`;
     }
+    // Another instance's row taken over as new gets this instance's chain; its own keeps its own.
     const [r] = await t<{ retiring: boolean }[]>`update leasehold_processes set
         token = ${p.token}, role = ${p.role}, hostname = ${p.hostname}, version = ${p.version},
         started_at = case when token = ${p.token} then started_at else now() end,
+        replaces = case when token = ${p.token} then replaces else ${p.chain?.replaces ?? null}::uuid end,
+        chain_id = case when token = ${p.token} then chain_id else ${p.chain?.id ?? p.id}::uuid end,
+        chain_started_at = case when token = ${p.token} then chain_started_at
+          else coalesce(${p.chain?.startedAt ?? null}::timestamptz, now()) end,
+        replacements = case when token = ${p.token} then replacements else ${p.chain?.replacements ?? 0} end,
         retiring = token = ${p.token} and retiring,
         heartbeat_at = now(), expires_at = now() + make_interval(secs => ${p.ttlMs / 1000}),
         units = ${p.units}, weight = ${p.weight}
@@ -371,10 +404,14 @@ export function releaseAllStatement(sql: Sql, me: Me) {
     where u.owner = ${me.id} and (select count(*) from mine) > 0`;
 }
 
-// Deletes this instance's process row (last step of a graceful stop); never another's.
-export async function deleteProcess(sql: Sql, me: Me): Promise<boolean> {
-  const rows = await sql`delete from leasehold_processes where id = ${me.id} and token = ${me.token}`;
-  return rows.count === 1;
+// Deletes this instance's process row (last step of a graceful stop); never another's. Returns
+// the chain a replacement of it continues, read from the row it deleted (a row written before
+// migration 021 is the first of its own chain).
+export async function deleteProcess(sql: Sql, me: Me): Promise<ProcessChain | undefined> {
+  const [row] = await sql<{ id: string; startedAt: Date; replacements: number }[]>`delete from leasehold_processes
+    where id = ${me.id} and token = ${me.token}
+    returning coalesce(chain_id, id) as id, coalesce(chain_started_at, started_at) as "startedAt", replacements`;
+  return row && { replaces: me.id, id: row.id, startedAt: row.startedAt.toISOString(), replacements: row.replacements + 1 };
 }
 
 // Deletes processes expired longer than cutoffMs and frees their units, in one statement. Units

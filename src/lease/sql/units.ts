@@ -32,6 +32,14 @@ export interface ProcessView {
   units: number;
   /** Weight of the units owned now. */
   weight: number;
+  /** The process this one replaced at its deadline (docs/design.md, "Process chains"); null: the first of its chain. */
+  replaces: string | null;
+  /** Its chain: the id of the chain's first process. */
+  chainId: string;
+  /** When the chain's first process started. */
+  chainStartedAt: Date;
+  /** Processes before this one in its chain: how many times the chain's process was replaced. */
+  replacements: number;
 }
 
 // One tenant's unit changes run one after another: two puts (or a put and a delete) of one
@@ -129,6 +137,8 @@ export function listProcessesStatement(sql: Sql) {
   return sql`select p.id, p.role, p.retiring, p.hostname, p.version, p.started_at as "startedAt", p.expires_at as "expiresAt",
       p.expires_at > now() as live,
       (select count(*) from leasehold_units u where u.owner = p.id) as units,
-      (select coalesce(sum(weight), 0) from leasehold_units u where u.owner = p.id)::bigint as weight
+      (select coalesce(sum(weight), 0) from leasehold_units u where u.owner = p.id)::bigint as weight,
+      p.replaces, coalesce(p.chain_id, p.id) as "chainId",
+      coalesce(p.chain_started_at, p.started_at) as "chainStartedAt", p.replacements
     from leasehold_processes p order by p.started_at, p.id`;
 }

@@ -7,6 +7,11 @@ import { arch, platform } from 'node:os';
 import { pathToFileURL } from 'node:url';
 import { EmbeddedDataDirInUseError, EmbeddedStartError } from './common.js';
 
+/**
+ * The server exited because its port was taken. Private to the embedded module (exported only for
+ * src/local/embedded.ts, which tries another port or throws EmbeddedStartError): it never reaches
+ * a caller or a log, so it carries no `code`.
+ */
 export class PortTakenError extends Error {
   constructor(readonly output: string) {
     super('port taken');

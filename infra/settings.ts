@@ -51,6 +51,34 @@ export interface ScheduleDeclaration {
   maxConcurrency?: number;
 }
 
+/** `source` and `detail-type` of the event an end of a batch puts on the bus (docs/design.md, "Events"). */
+export const EVENT_SOURCE = 'leasehold';
+export const BATCH_FINISHED_DETAIL_TYPE = 'Batch Finished';
+
+/** How a batch ends, as a rule's `after.status` names it. */
+export type FinalStatus = 'succeeded' | 'failed' | 'cancelled';
+
+/**
+ * A chain rule: start a batch of `job` when a batch of `after.job` ends with `after.status`
+ * (one status or a list; default `succeeded`), optionally only for `after.tenant`. The new batch
+ * belongs to `tenant` and `datasource` (default those of the batch that ended) with `params`
+ * plus `after` (what ended: `{ eventId, batchId, tenant, datasource, job, requestKey, status,
+ * counts, results }`). Its request key is `after:<name>:<event id>`, so a redelivered event
+ * starts nothing new. Given in `rules`, or in `schedules` in place of a `schedule`.
+ */
+export interface RuleDeclaration {
+  /** Unique among the rules, lowercase letters, digits and `-`, at most 48 characters; part of the request key. */
+  name: string;
+  after: { job: string; status?: FinalStatus | FinalStatus[]; tenant?: string };
+  /** A job of the app's handler file. */
+  job: string;
+  tenant?: string;
+  datasource?: string;
+  params?: Record<string, unknown>;
+  toleratedFailures?: { count: number } | { percent: number };
+  maxConcurrency?: number;
+}
+
 /** An RDS PostgreSQL instance the component creates (in its VPC). */
 export interface RdsDatabase {
   kind: 'rds';
@@ -92,6 +120,23 @@ export interface RdsDatabase {
   reservedConnections: number;
   /** Connections per function container (`LEASEHOLD_DB_POOL_MAX`, every function). Default 4. */
   poolMax: number;
+  /**
+   * Put an RDS Proxy in front of the instance for the worker, the API and the trigger, and run them
+   * in pooler mode (`LEASEHOLD_DB_POOLER=transaction`; docs/design.md, "Database connections":
+   * poolers). The proxy authenticates them end to end with IAM (its own role connects to the
+   * instance as the runner's user, with no secret), requires TLS, and keeps at most the runner's
+   * user's connection limit open to the instance (`MaxConnectionsPercent`), multiplexing every
+   * container's pool over them transaction by transaction. The scheduler and the migration still
+   * connect to the instance directly, inside the reserve.
+   *
+   * Use it when the fleet's pools no longer fit the database: `worker.reservedConcurrency ×
+   * poolMax` (plus the API's and the trigger's containers) beyond the runner's user's limit, or
+   * connection storms of many cold starts at once; then the worker's reserved concurrency is no
+   * longer held to that limit. The proxy adds a network hop to every statement and costs per
+   * vCPU of the instance; a fleet whose pools fit is better served without it ([deploy.md](deploy.md),
+   * "Connection budget"). Default false.
+   */
+  proxy: boolean;
 }
 
 /** A database that exists already. */
@@ -201,8 +246,13 @@ export interface ConnectionBudget {
   poolMax: number;
   /** The runner's user's connection limit. */
   runtimeLimit: number;
-  /** `worker.reservedConcurrency × poolMax`. */
+  /** `worker.reservedConcurrency × poolMax`: the workers' connections (to the proxy, with one). */
   workerConnections: number;
+  /**
+   * With `database.proxy`: the most connections the proxy opens to the instance (at most
+   * `runtimeLimit`), as its target group's `MaxConnectionsPercent` of `maxConnections`.
+   */
+  proxy?: { maxConnectionsPercent: number; connections: number };
 }
 
 /** Everything a component deploys with, defaults applied (see {@link resolveSettings}). */
@@ -225,6 +275,8 @@ export interface Settings {
   /** Default 300 s. */
   migrate: FunctionSettings;
   schedules: ScheduleDeclaration[];
+  /** Chain rules: from `rules` and the `schedules` given with `after` (see {@link RuleDeclaration}). */
+  rules: RuleDeclaration[];
 }
 
 /** The options of {@link resolveSettings}: every part optional but the handler file. */
@@ -240,7 +292,10 @@ export interface SettingsOptions {
   api?: Partial<FunctionSettings>;
   trigger?: Partial<FunctionSettings>;
   migrate?: Partial<FunctionSettings>;
-  schedules?: ScheduleDeclaration[];
+  /** Schedules, and chain rules (an entry with `after: { job, status }` in place of `schedule`). */
+  schedules?: (ScheduleDeclaration | RuleDeclaration)[];
+  /** Chain rules (see {@link RuleDeclaration}). Default none. */
+  rules?: RuleDeclaration[];
 }
 
 const DEFAULT_RDS: RdsDatabase = {
@@ -254,6 +309,7 @@ const DEFAULT_RDS: RdsDatabase = {
   schedulerUser: 'leasehold_scheduler',
   reservedConnections: 8,
   poolMax: 4,
+  proxy: false,
 };
 
 const DEFAULT_WORKER: WorkerSettings = {
@@ -337,7 +393,8 @@ export function resolveSettings(stage: string, options: SettingsOptions): Settin
     api: { timeoutSeconds: 29, ...options.api },
     trigger: { timeoutSeconds: 120, ...options.trigger },
     migrate: { timeoutSeconds: 300, ...options.migrate },
-    schedules: options.schedules ?? [],
+    schedules: (options.schedules ?? []).filter((s): s is ScheduleDeclaration => !('after' in s)),
+    rules: [...(options.rules ?? []), ...(options.schedules ?? []).filter((s): s is RuleDeclaration => 'after' in s)],
   };
   checkSettings(settings);
   return settings;
@@ -389,13 +446,32 @@ function connectionBudget(
         `not one worker's pool (database.poolMax, ${poolMax}): use a larger database.instance, or lower the reserve or the pool`,
     );
   }
+  if (database.kind === 'rds' && database.proxy) {
+    // The workers' pools reach the proxy, not the instance: only the proxy's own connections count
+    // against the runner's user's limit, and the proxy keeps to it.
+    const maxConnectionsPercent = Math.floor((100 * runtimeLimit) / maxConnections);
+    if (maxConnectionsPercent < 1) {
+      throw new Error(
+        `database.proxy: the runner's user's ${runtimeLimit} connections are under 1 % of max_connections ${maxConnections}`,
+      );
+    }
+    return {
+      maxConnections,
+      superuserReserved: SUPERUSER_RESERVED,
+      reservedConnections,
+      poolMax,
+      runtimeLimit,
+      workerConnections: worker.reservedConcurrency * poolMax,
+      proxy: { maxConnectionsPercent, connections: Math.floor((maxConnectionsPercent * maxConnections) / 100) },
+    };
+  }
   const fits = Math.floor(runtimeLimit / poolMax);
   const workers = explicit ? worker.reservedConcurrency : Math.min(worker.reservedConcurrency, fits);
   if (Number.isInteger(workers) && workers > fits) {
     throw new Error(
       `worker.reservedConcurrency: ${workers} workers × database.poolMax ${poolMax} = ${workers * poolMax} connections ` +
         `exceed the runner's user's limit of ${runtimeLimit} (${where}): at most ${fits} workers fit; ` +
-        'lower it or database.poolMax, or use a larger database.instance (or give its database.maxConnections)',
+        'lower it or database.poolMax, use a larger database.instance (or give its database.maxConnections), or put database.proxy in front of it',
     );
   }
   return {
@@ -483,6 +559,51 @@ export function checkSettings(s: Settings): void {
     );
   }
   checkSchedules(s.schedules);
+  checkRules(s.rules);
+}
+
+const FINAL = ['succeeded', 'failed', 'cancelled'];
+
+/**
+ * Refuse chain rules that could not start a batch.
+ * @throws {Error} naming the rule and the field.
+ */
+export function checkRules(list: readonly RuleDeclaration[]): void {
+  const seen = new Set<string>();
+  for (const r of list) {
+    const where = `rules["${r.name}"]`;
+    if (!/^[a-z0-9][a-z0-9-]{0,47}$/.test(r.name)) throw new Error(`${where}.name: lowercase letters, digits and -, at most 48`);
+    if (seen.has(r.name)) throw new Error(`${where}: declared twice`);
+    seen.add(r.name);
+    if (r.after === null || typeof r.after !== 'object') throw new Error(`${where}.after: must be { job, status? }`);
+    if (typeof r.after.job !== 'string' || r.after.job.length === 0) throw new Error(`${where}.after.job: required`);
+    const statuses = r.after.status === undefined ? [] : [r.after.status].flat();
+    if (r.after.status !== undefined && statuses.length === 0) throw new Error(`${where}.after.status: an empty list`);
+    for (const st of statuses) if (!FINAL.includes(st)) throw new Error(`${where}.after.status: not one of ${FINAL.join(', ')}`);
+    if (r.after.tenant !== undefined && !NAME.test(r.after.tenant)) throw new Error(`${where}.after.tenant: not a tenant name`);
+    if (typeof r.job !== 'string' || r.job.length === 0) throw new Error(`${where}.job: required`);
+    if (r.tenant !== undefined && !NAME.test(r.tenant)) throw new Error(`${where}.tenant: not a tenant name`);
+    if (r.datasource !== undefined && !NAME.test(r.datasource)) throw new Error(`${where}.datasource: not a datasource name`);
+    if (r.params !== undefined && (r.params === null || typeof r.params !== 'object' || Array.isArray(r.params))) {
+      throw new Error(`${where}.params: must be an object`);
+    }
+    const mc = r.maxConcurrency;
+    if (mc !== undefined && !(Number.isInteger(mc) && mc >= 1 && mc <= 10_000)) {
+      throw new Error(`${where}.maxConcurrency: must be a whole number from 1 to 10000`);
+    }
+  }
+}
+
+/**
+ * The bus rule's pattern that sends the trigger the Batch Finished events of the jobs the rules
+ * follow (the trigger then matches each rule's statuses and tenant itself).
+ */
+export function rulesPattern(rules: readonly RuleDeclaration[]) {
+  return {
+    source: [EVENT_SOURCE],
+    detailType: [BATCH_FINISHED_DETAIL_TYPE],
+    detail: { job: [...new Set(rules.map((r) => r.after.job))] },
+  };
 }
 
 /** A tenant or datasource name, as the API accepts it. */

@@ -2,7 +2,8 @@
 // file (docs/design.md, "Serverless runtime").
 //
 // - network: a VPC with NAT (or the subnets of an existing one);
-// - database: RDS PostgreSQL with IAM auth and TLS required (or an existing database);
+// - database: RDS PostgreSQL with IAM auth and TLS required (or an existing database), optionally
+//   behind an RDS Proxy with end-to-end IAM auth for the worker, the API and the trigger;
 // - migrations on every deploy, before any other function gets its new code;
 // - the worker, the scheduler (every minute), the API (IAM auth on every route) and the trigger
 //   (an EventBridge bus and the declared schedules), all running the app's handler file;
@@ -18,6 +19,7 @@ import { createRequire } from 'node:module';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
+  arnResource,
   platform,
   transform,
   type Args,
@@ -36,6 +38,7 @@ import {
   BUNDLING,
   RUNTIME,
   scheduleEvent,
+  rulesPattern,
   START_BATCH_DETAIL_TYPE,
   type Settings,
   type SettingsOptions,
@@ -69,7 +72,7 @@ export const API_ROUTES: readonly string[] = [
 
 /** Variables the component sets on the functions; `environment` may not set them too. */
 const OWN_VARIABLES =
-  /^(LEASEHOLD_DB_|LEASEHOLD_WORKER_FUNCTION$|LEASEHOLD_MAX_WORKERS$|LEASEHOLD_DEADLINE_MARGIN_MS$|LEASEHOLD_DRAIN_MS$|LEASEHOLD_INVOKABLE$|LEASEHOLD_MIGRATIONS_DIR$)/;
+  /^(LEASEHOLD_DB_|LEASEHOLD_WORKER_FUNCTION$|LEASEHOLD_MAX_WORKERS$|LEASEHOLD_DEADLINE_MARGIN_MS$|LEASEHOLD_WORKER_TIMEOUT_MS$|LEASEHOLD_DRAIN_MS$|LEASEHOLD_INVOKABLE$|LEASEHOLD_MIGRATIONS_DIR$|LEASEHOLD_EVENT_BUS$|LEASEHOLD_RULES$|LEASEHOLD_WEBHOOK_SECRET$)/;
 
 /** A function `lambda-invoke` batches may call: an `sst.aws.Function`, or a function name or ARN. */
 export type InvokableFunction = FunctionLike | string;
@@ -88,6 +91,12 @@ export interface Permission {
 export interface LeaseholdTransforms {
   vpc?: Transform;
   database?: Transform;
+  /** With `database.proxy`: the `aws.rds.Proxy`. */
+  databaseProxy?: Transform;
+  /** With `database.proxy`: its `aws.rds.ProxyDefaultTargetGroup` (the pool's settings). */
+  databaseProxyTargetGroup?: Transform;
+  /** With `database.proxy`: the `aws.iam.Role` the proxy connects to the instance with. */
+  databaseProxyRole?: Transform;
   function?: Transform;
   worker?: Transform;
   scheduler?: Transform;
@@ -128,8 +137,23 @@ export interface LeaseholdArgs extends SettingsOptions {
   environment?: Record<string, Input<string>>;
   /** SST links for the worker, scheduler, API and trigger: the resources your jobs use. */
   link?: unknown[];
+  /**
+   * S3 buckets batches read items from and result prefixes they write to (docs/design.md,
+   * "Sources and results"); least privilege: `sources` (bucket names) give the worker
+   * `s3:ListBucket` on each bucket and `s3:GetObject` on its objects, and the API and trigger the
+   * same to check a start's source; `results` (`{ bucket, prefix }`) give the worker and the
+   * scheduler `s3:PutObject` on `prefix*` of that bucket only, and the API and trigger
+   * `s3:ListBucket` on the bucket (HeadBucket at start). Wildcards are refused. Default none.
+   */
+  s3?: { sources?: readonly string[]; results?: readonly { bucket: string; prefix: string }[] };
   /** More IAM statements for the worker, scheduler, API and trigger: what your jobs do. */
   permissions?: Permission[];
+  /**
+   * The key Batch Finished webhooks (`notify`) are signed with (`LEASEHOLD_WEBHOOK_SECRET`, at
+   * least 16 characters, or `whsec_` + base64), e.g. `new sst.Secret('WebhookSecret').value`.
+   * Without it a start with `notify` is refused. Default none.
+   */
+  webhookSecret?: Input<string>;
   transform?: LeaseholdTransforms;
 }
 
@@ -142,7 +166,7 @@ export interface Leasehold {
   readonly busArn: Output<string>;
   /** The worker function's name (fixed, so its own environment can name it). */
   readonly workerName: string;
-  /** The database's host. */
+  /** The database's host (the instance's, also with `database.proxy`). */
   readonly databaseHost: Input<string>;
   /** The settings deployed, defaults applied. */
   readonly settings: Settings;
@@ -150,6 +174,8 @@ export interface Leasehold {
   readonly nodes: {
     vpc?: unknown;
     database?: unknown;
+    /** With `database.proxy`: the RDS Proxy the worker, the API and the trigger connect to. */
+    databaseProxy?: unknown;
     worker: FunctionLike;
     scheduler: FunctionLike;
     api: FunctionLike;
@@ -332,8 +358,81 @@ function componentClass(p: Platform): LeaseholdConstructor {
             $interpolate`arn:${ids.partition}:rds-db:${ids.region}:${ids.accountId}:dbuser:${resourceId}/${user}`,
         };
       }
-      const connectAs = (user: string): Permission => ({ actions: ['rds-db:connect'], resources: [connection.userArn(user)] });
-      const connectDatabase = connectAs(connection.user);
+      const connectDatabase: Permission = { actions: ['rds-db:connect'], resources: [connection.userArn(connection.user)] };
+
+      // The proxy (database.proxy): the worker, the API and the trigger reach the instance through
+      // it, in pooler mode. Clients sign their IAM tokens for the proxy's endpoint; the proxy logs
+      // in to the instance as the same user with IAM too (end to end, no secret), through its own
+      // role. Its pool keeps to the runner's user's connection limit (settings.budget.proxy).
+      let databaseProxy: InstanceType<Platform['aws']['rds']['Proxy']> | undefined;
+      let runnerRoute = { host: connection.host, port: connection.port, userArn: connection.userArn, pooler: false };
+      if (db.kind === 'rds' && db.proxy && postgres && vpc) {
+        const instanceUser = connection.userArn(connection.user);
+        const proxyRole = create(
+          aws.iam.Role,
+          `${name}DatabaseProxyRole`,
+          {
+            assumeRolePolicy: JSON.stringify({
+              Version: '2012-10-17',
+              Statement: [{ Effect: 'Allow', Principal: { Service: 'rds.amazonaws.com' }, Action: 'sts:AssumeRole' }],
+            }),
+            inlinePolicies: [
+              {
+                name: 'connect',
+                policy: $interpolate`{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"rds-db:connect","Resource":"${instanceUser}"}]}`,
+              },
+            ],
+          },
+          t.databaseProxyRole,
+        );
+        databaseProxy = create(
+          aws.rds.Proxy,
+          `${name}DatabaseProxy`,
+          {
+            name: proxyName($app.name, $app.stage, name),
+            engineFamily: 'POSTGRESQL',
+            defaultAuthScheme: 'IAM_AUTH',
+            requireTls: true,
+            roleArn: proxyRole.arn,
+            vpcSubnetIds: vpc.privateSubnets,
+            vpcSecurityGroupIds: vpc.securityGroups,
+          },
+          t.databaseProxy,
+        );
+        const targetGroup = create(
+          aws.rds.ProxyDefaultTargetGroup,
+          `${name}DatabaseProxyTargetGroup`,
+          {
+            dbProxyName: databaseProxy.name,
+            connectionPoolConfig: {
+              maxConnectionsPercent: settings.budget!.proxy!.maxConnectionsPercent,
+              // A statement waits at most this long for one of the proxy's connections (its
+              // default is 120 s, far past a heartbeat's TTL); then it fails and is retried as
+              // any store error.
+              connectionBorrowTimeout: 10,
+            },
+          },
+          t.databaseProxyTargetGroup,
+        );
+        create(aws.rds.ProxyTarget, `${name}DatabaseProxyTarget`, {
+          dbProxyName: databaseProxy.name,
+          targetGroupName: targetGroup.name,
+          dbInstanceIdentifier: postgres.nodes.instance.identifier,
+        });
+        const proxyResource = arnResource(databaseProxy.arn);
+        runnerRoute = {
+          host: databaseProxy.endpoint,
+          port: '5432',
+          userArn: (user) =>
+            $interpolate`arn:${ids.partition}:rds-db:${ids.region}:${ids.accountId}:dbuser:${proxyResource}/${user}`,
+          pooler: true,
+        };
+      }
+      /** Where a function connects and the one user it may connect as there. */
+      const connectAs = (user: string, route = runnerRoute): Permission => ({
+        actions: ['rds-db:connect'],
+        resources: [route.userArn(user)],
+      });
 
       const userEnvironment = args.environment ?? {};
       for (const variable of Object.keys(userEnvironment)) {
@@ -400,10 +499,18 @@ function componentClass(p: Platform): LeaseholdConstructor {
       const workerName = physical('worker');
       const invokeWorker: Permission = { actions: ['lambda:InvokeFunction'], resources: [functionArn(workerName)] };
       const invokable = invokableFunctions(args.invokable, functionArn);
+      // The bus: start-batch events in, Batch Finished events out (docs/design.md, "Events").
+      const bus = create(sst.aws.Bus, `${name}Events`, {}, t.bus);
+      // Only those that end batches put events, on this bus only.
+      const putEvents: Permission = { actions: ['events:PutEvents'], resources: [bus.arn] };
       const environment: Record<string, Input<string>> = {
         ...userEnvironment,
-        LEASEHOLD_DB_HOST: connection.host,
-        LEASEHOLD_DB_PORT: connection.port,
+        LEASEHOLD_EVENT_BUS: bus.name,
+        ...(settings.rules.length ? { LEASEHOLD_RULES: JSON.stringify(settings.rules) } : {}),
+        ...(args.webhookSecret !== undefined ? { LEASEHOLD_WEBHOOK_SECRET: args.webhookSecret } : {}),
+        LEASEHOLD_DB_HOST: runnerRoute.host,
+        LEASEHOLD_DB_PORT: runnerRoute.port,
+        ...(runnerRoute.pooler ? { LEASEHOLD_DB_POOLER: 'transaction' } : {}),
         LEASEHOLD_DB_NAME: connection.name,
         LEASEHOLD_DB_USER: connection.user,
         LEASEHOLD_DB_IAM_AUTH: 'true',
@@ -413,14 +520,27 @@ function componentClass(p: Platform): LeaseholdConstructor {
         // reserved concurrency, so Lambda never throttles (and queues) a worker invocation.
         LEASEHOLD_MAX_WORKERS: String(settings.worker.reservedConcurrency),
         LEASEHOLD_DEADLINE_MARGIN_MS: String(settings.worker.deadlineMarginMs),
+        LEASEHOLD_WORKER_TIMEOUT_MS: String(settings.worker.timeoutSeconds * 1000),
         LEASEHOLD_DRAIN_MS: String(settings.worker.drainMs),
         ...(invokable.length ? { LEASEHOLD_INVOKABLE: invokableVariable(invokable, $interpolate) } : {}),
       };
+      // The scheduler connects to the instance itself, inside the reserve, as the migration does.
+      const directRoute = { host: connection.host, port: connection.port, userArn: connection.userArn, pooler: false };
+      const routeEnvironment = (route: typeof runnerRoute): Record<string, Input<string>> => {
+        const { LEASEHOLD_DB_POOLER: _pooler, ...rest } = environment;
+        return {
+          ...rest,
+          LEASEHOLD_DB_HOST: route.host,
+          LEASEHOLD_DB_PORT: route.port,
+          ...(route.pooler ? { LEASEHOLD_DB_POOLER: 'transaction' } : {}),
+        };
+      };
+      const s3 = s3Grants(args.s3);
       const runnerFunction = (
         role: 'worker' | 'scheduler' | 'api' | 'trigger',
         extra: Args,
         permissions: Permission[],
-        as: { user: string } = { user: connection.user },
+        as: { user: string; route?: typeof runnerRoute } = { user: connection.user },
       ) =>
         create(
           sst.aws.Function,
@@ -432,9 +552,9 @@ function componentClass(p: Platform): LeaseholdConstructor {
             nodejs: BUNDLING,
             vpc: functionVpc,
             ...extra,
-            environment: { ...environment, LEASEHOLD_DB_USER: as.user },
-            // rds-db:connect as the one user the function connects as.
-            permissions: [connectAs(as.user), ...permissions, ...(args.permissions ?? [])],
+            environment: { ...routeEnvironment(as.route ?? runnerRoute), LEASEHOLD_DB_USER: as.user },
+            // rds-db:connect as the one user the function connects as, where it connects.
+            permissions: [connectAs(as.user, as.route), ...permissions, ...(args.permissions ?? [])],
             ...(args.link ? { link: args.link } : {}),
           },
           t.function,
@@ -465,7 +585,10 @@ function componentClass(p: Platform): LeaseholdConstructor {
         },
         [
           invokeWorker,
+          putEvents,
           ...(invokable.length ? [{ actions: ['lambda:InvokeFunction'], resources: invokable.map((f) => f.arn) }] : []),
+          ...s3.read,
+          ...s3.write,
         ],
       );
       // Set, not left to the account's default: see WorkerSettings.recursiveLoop for the choice.
@@ -480,13 +603,23 @@ function componentClass(p: Platform): LeaseholdConstructor {
       );
       // Those that dispatch may invoke the worker, nothing wider. The scheduler connects as its
       // own user, outside the fleet's connection limit.
-      const scheduler = runnerFunction('scheduler', { timeout: `${settings.scheduler.timeoutSeconds} seconds` }, [invokeWorker], {
-        user: connection.schedulerUser,
-      });
+      const scheduler = runnerFunction(
+        'scheduler',
+        { timeout: `${settings.scheduler.timeoutSeconds} seconds` },
+        [invokeWorker, putEvents, ...s3.write],
+        {
+          user: connection.schedulerUser,
+          route: directRoute,
+        },
+      );
       create(sst.aws.CronV2, `${name}SchedulerCron`, { function: scheduler, schedule: 'rate(1 minute)' }, t.schedulerCron);
 
       // The HTTP API: every route with IAM auth, also any added later through the transform.
-      const api = runnerFunction('api', { timeout: `${settings.api.timeoutSeconds} seconds` }, [invokeWorker]);
+      const api = runnerFunction('api', { timeout: `${settings.api.timeoutSeconds} seconds` }, [
+        invokeWorker,
+        putEvents,
+        ...s3.check,
+      ]);
       const httpApi = create(
         sst.aws.ApiGatewayV2,
         `${name}HttpApi`,
@@ -520,10 +653,11 @@ function componentClass(p: Platform): LeaseholdConstructor {
           timeout: `${settings.trigger.timeoutSeconds} seconds`,
           transform: { function: { deadLetterConfig: { targetArn: triggerFailures.arn } } },
         },
-        [invokeWorker, { actions: ['sqs:SendMessage'], resources: [triggerFailures.arn] }],
+        [invokeWorker, { actions: ['sqs:SendMessage'], resources: [triggerFailures.arn] }, ...s3.check],
       );
-      const bus = create(sst.aws.Bus, `${name}Events`, {}, t.bus);
       bus.subscribe(`${name}StartBatch`, trigger, { pattern: { detailType: [START_BATCH_DETAIL_TYPE] } });
+      // Chaining: the Batch Finished events of the jobs the rules follow.
+      if (settings.rules.length) bus.subscribe(`${name}AfterJobs`, trigger, { pattern: rulesPattern(settings.rules) });
       for (const s of settings.schedules) {
         create(
           sst.aws.CronV2,
@@ -547,6 +681,7 @@ function componentClass(p: Platform): LeaseholdConstructor {
       this.nodes = {
         ...(vpc ? { vpc } : {}),
         ...(postgres ? { database: postgres } : {}),
+        ...(databaseProxy ? { databaseProxy } : {}),
         worker,
         scheduler,
         api,
@@ -561,6 +696,56 @@ function componentClass(p: Platform): LeaseholdConstructor {
       this.registerOutputs({ url: this.url, busName: this.busName, workerName, databaseHost: this.databaseHost });
     }
   };
+}
+
+/**
+ * The RDS Proxy's name: `app-stage-component-proxy`, lowercased, with what RDS refuses in a name
+ * (anything but letters, digits and single hyphens inside) turned into hyphens.
+ * @throws {Error} longer than RDS's 63 characters.
+ */
+function proxyName(app: string, stage: string, component: string): string {
+  const n = `${app}-${stage}-${kebab(component)}-proxy`
+    .toLowerCase()
+    .replace(/[^a-z0-9]+/g, '-')
+    .replace(/^-+|-+$/g, '');
+  if (n.length > 63)
+    throw new Error(
+      `database.proxy: the proxy's name ${n} is longer than RDS's 63 characters: use a shorter app, stage or component name`,
+    );
+  return /^[a-z]/.test(n) ? n : `p-${n}`;
+}
+
+const BUCKET = /^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/;
+
+/**
+ * The S3 statements of the `s3` option: `read` (worker: list and get the source buckets),
+ * `write` (worker, scheduler: put under each result prefix), `check` (API, trigger: what a
+ * start's checks call — HeadBucket needs `s3:ListBucket`, HeadObject `s3:GetObject`).
+ * @throws Error a bucket that is not a bucket name, a prefix holding `*`.
+ */
+function s3Grants(option: LeaseholdArgs['s3']): { read: Permission[]; write: Permission[]; check: Permission[] } {
+  const sources = [...new Set(option?.sources ?? [])];
+  const results = option?.results ?? [];
+  for (const b of [...sources, ...results.map((r) => r.bucket)]) {
+    if (!BUCKET.test(b)) throw new Error(`s3: "${b}" is not an S3 bucket name (wildcards are refused)`);
+  }
+  for (const r of results) if (r.prefix.includes('*')) throw new Error(`s3.results: the prefix "${r.prefix}" holds a wildcard`);
+  const bucketArn = (b: string) => `arn:aws:s3:::${b}`;
+  const read: Permission[] = sources.length
+    ? [
+        { actions: ['s3:ListBucket'], resources: sources.map(bucketArn) },
+        { actions: ['s3:GetObject'], resources: sources.map((b) => `${bucketArn(b)}/*`) },
+      ]
+    : [];
+  const write: Permission[] = results.length
+    ? [{ actions: ['s3:PutObject'], resources: results.map((r) => `${bucketArn(r.bucket)}/${r.prefix}*`) }]
+    : [];
+  const listed = [...new Set([...sources, ...results.map((r) => r.bucket)])];
+  const check: Permission[] = [
+    ...(listed.length ? [{ actions: ['s3:ListBucket'], resources: listed.map(bucketArn) }] : []),
+    ...(sources.length ? [{ actions: ['s3:GetObject'], resources: sources.map((b) => `${bucketArn(b)}/*`) }] : []),
+  ];
+  return { read, write, check };
 }
 
 /** One invokable function: the name batches use, and what `lambda:InvokeFunction` is granted on. */

@@ -52,7 +52,7 @@ export interface Platform {
         database: Output<string>;
         username: Output<string>;
         password: Output<string>;
-        nodes: { instance: { resourceId: Output<string> } };
+        nodes: { instance: { resourceId: Output<string>; identifier: Output<string> } };
       }>;
       ApiGatewayV2: Constructor<{ url: Output<string>; route(route: string, handler: Input<string>, args?: Args): unknown }>;
       Bus: Constructor<{
@@ -70,6 +70,12 @@ export interface Platform {
     getPartitionOutput(args?: Args, opts?: ResourceOptions): { partition: Output<string> };
     lambda: { Invocation: Constructor<unknown>; FunctionRecursionConfig: Constructor<unknown> };
     ec2: { VpcEndpoint: Constructor<unknown> };
+    iam: { Role: Constructor<{ arn: Output<string> }> };
+    rds: {
+      Proxy: Constructor<{ name: Output<string>; arn: Output<string>; endpoint: Output<string> }>;
+      ProxyDefaultTargetGroup: Constructor<{ name: Output<string> }>;
+      ProxyTarget: Constructor<unknown>;
+    };
   };
   $app: { name: string; stage: string };
   $interpolate(strings: TemplateStringsArray, ...values: unknown[]): Output<string>;
@@ -117,4 +123,15 @@ export function transform<T extends Args>(
     return [args, opts];
   }
   return [{ ...args, ...t }, opts];
+}
+
+/**
+ * The last `:`-separated part of an ARN (`arn:aws:rds:…:db-proxy:prx-…` → `prx-…`), of a plain
+ * string or a deploy-time output.
+ */
+export function arnResource(arn: Input<string>): Input<string> {
+  if (typeof arn === 'string') return arn.split(':').pop()!;
+  if (arn && typeof (arn as Output<string>).apply === 'function')
+    return (arn as Output<string>).apply((a) => a.split(':').pop()!);
+  return (arn as Promise<string>).then((a) => a.split(':').pop()!);
 }

@@ -1,0 +1,174 @@
+// A run's side of fleet-wide rate limits (docs/design.md, "Rate limits"): the tokens it holds per
+// key, taken in blocks from the buckets in PostgreSQL (sql/rate.ts), and when a key has none left.
+import { InvalidSettingError } from '../errors.js';
+import { withTimeout, type Sql } from '../store/index.js';
+import type { Clock } from '../clock.js';
+import { takeTokens, type TokenAsk } from './sql/rate.js';
+
+/** What a rate-limit key is computed from: the item and its batch's params. */
+export interface RateKeyItem {
+  key: string;
+  input: unknown;
+  params: unknown;
+}
+
+/**
+ * A fleet-wide rate limit (docs/design.md, "Rate limits"): items of one key start at most
+ * `perSecond` a second across every run and process, with at most `burst` more at once after a
+ * quiet time. So in any one-second window at most `perSecond + burst` start (plus what a run
+ * starts of the tokens it took in the last {@link TOKEN_TTL_MS} ms).
+ */
+export interface RateLimit {
+  /** The key whose bucket an item draws from. Default: one key for the whole job (`''`). */
+  key?: (item: RateKeyItem) => string;
+  /** Items per second, above 0 and at most {@link MAX_RATE_PER_SECOND}. A start may set its batch's own. */
+  perSecond: number;
+  /** Tokens a quiet bucket holds, 1 to 10,000. Default `ceil(perSecond / 25)` (2 at 50/s). */
+  burst?: number;
+}
+
+/** Most items per second a rate limit may allow. */
+export const MAX_RATE_PER_SECOND = 1_000_000;
+
+/**
+ * How long a run may hold tokens it took before they lapse, ms. A run asks only for what its free
+ * slots can start at once, so tokens lapse only when other keys' items took the slots first;
+ * lapsing keeps a late start from adding to another second's window.
+ */
+export const TOKEN_TTL_MS = 50;
+
+/** A key with no token now waits in the run's queue this long at most; past it its items go back to pending. */
+export const RATE_WAIT_IN_QUEUE_MS = 100;
+
+/** The default burst of a rate of `perSecond`: a twenty-fifth of a second's worth, at least 1. */
+export const defaultBurst = (perSecond: number) => Math.max(1, Math.ceil(perSecond / 25));
+
+/**
+ * Check a rate limit's settings (`prefix` names its owner in the message).
+ * @throws {InvalidSettingError} a `perSecond` not above 0 or past {@link MAX_RATE_PER_SECOND}, a
+ *   `burst` not a whole number from 1 to 10,000, or a `key` that is not a function.
+ */
+export function checkRateLimit(r: RateLimit, prefix = ''): void {
+  if (!(typeof r.perSecond === 'number' && r.perSecond > 0 && r.perSecond <= MAX_RATE_PER_SECOND)) {
+    throw new InvalidSettingError(
+      `${prefix}rateLimit.perSecond`,
+      `must be above 0 and at most ${MAX_RATE_PER_SECOND} (got ${String(r.perSecond)})`,
+    );
+  }
+  if (r.burst !== undefined && !(Number.isInteger(r.burst) && r.burst >= 1 && r.burst <= 10_000)) {
+    throw new InvalidSettingError(`${prefix}rateLimit.burst`, `must be a whole number from 1 to 10000 (got ${String(r.burst)})`);
+  }
+  if (r.key !== undefined && typeof r.key !== 'function') {
+    throw new InvalidSettingError(`${prefix}rateLimit.key`, 'must be a function of the item');
+  }
+}
+
+/** What {@link RateGate.take} answers for a key: start it, ask the store, or wait `ms` more. */
+export type TokenAnswer = { go: true } | { go: false; ask: true } | { go: false; ask: false; waitMs: number };
+
+/**
+ * The tokens one run holds, per key. `take` spends one if it holds one; `ask` takes more from
+ * the store (one statement at a time, bounded by `storeTimeoutMs`), then calls `onAnswer`.
+ * A failed ask is reported through `onError` and asked again on the next `take`.
+ */
+export class RateGate {
+  private readonly held = new Map<string, { n: number; until: number }>();
+  private readonly emptyUntil = new Map<string, number>();
+  private asking = false;
+  /** The rate the last answer named (the batch's own or the job's), items per second. */
+  rate: number;
+  private readonly burst: number;
+
+  constructor(
+    private readonly o: {
+      sql: Sql;
+      batchId: string;
+      job: string;
+      limit: RateLimit;
+      clock: Clock;
+      storeTimeoutMs: number;
+      onAnswer: () => void;
+      onError: (error: unknown) => void;
+    },
+  ) {
+    this.rate = o.limit.perSecond;
+    this.burst = o.limit.burst ?? defaultBurst(o.limit.perSecond);
+  }
+
+  /** The key of `item`, `''` without a key function; a key function that throws counts as `''`. */
+  keyOf(item: RateKeyItem): string {
+    if (!this.o.limit.key) return '';
+    try {
+      return String(this.o.limit.key(item));
+    } catch {
+      return '';
+    }
+  }
+
+  /** Spend a token of `key` now, or say whether to ask the store or how long the key is empty. */
+  take(key: string, now: number): TokenAnswer {
+    const h = this.held.get(key);
+    if (h && h.n > 0 && h.until > now) {
+      if (--h.n === 0) this.held.delete(key);
+      return { go: true };
+    }
+    if (h) this.held.delete(key);
+    const empty = this.emptyUntil.get(key) ?? 0;
+    if (empty > now) return { go: false, ask: false, waitMs: empty - now };
+    return { go: false, ask: true };
+  }
+
+  /** Tokens of `key` held now (lapsed ones not counted). */
+  holding(key: string, now: number): number {
+    const h = this.held.get(key);
+    return h && h.until > now ? h.n : 0;
+  }
+
+  /**
+   * How many tokens to ask for a key at once, at least `need`: at a high rate as many as the rate
+   * gives in {@link TOKEN_TTL_MS} (at most `capacity`), so items start from tokens held while the
+   * next ask is on its way, not a round trip after each other.
+   */
+  askSize(need: number, capacity: number): number {
+    return Math.max(need, Math.min(capacity, Math.floor((this.rate * TOKEN_TTL_MS) / 1000)));
+  }
+
+  /** Whether an ask is on its way (the next answer wakes the run). */
+  get pending(): boolean {
+    return this.asking;
+  }
+
+  /** Ask the store for `want` tokens of each key (nothing while an ask is on its way). */
+  ask(wants: Map<string, number>): void {
+    if (this.asking || wants.size === 0) return;
+    this.asking = true;
+    const asks: TokenAsk[] = [...wants].map(([key, want]) => ({ key, want }));
+    const sentAt = this.o.clock.now();
+    void withTimeout(
+      takeTokens(this.o.sql, {
+        batchId: this.o.batchId,
+        job: this.o.job,
+        perSecond: this.o.limit.perSecond,
+        burst: this.burst,
+        asks,
+      }),
+      this.o.storeTimeoutMs,
+    )
+      .then(
+        (grants) => {
+          const now = this.o.clock.now();
+          for (const g of grants) {
+            if (g.granted > 0) this.held.set(g.key, { n: g.granted, until: sentAt + TOKEN_TTL_MS });
+            if (g.granted < (wants.get(g.key) ?? 0)) this.emptyUntil.set(g.key, now + Math.max(g.nextInMs, 1));
+            else this.emptyUntil.delete(g.key);
+          }
+          if (grants[0]) this.rate = grants[0].rate;
+        },
+        (error) => this.o.onError(error),
+      )
+      .finally(() => {
+        this.asking = false;
+        this.o.onAnswer();
+      });
+  }
+}

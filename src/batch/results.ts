@@ -1,0 +1,240 @@
+// Results to S3 (docs/design.md, "Sources and results"): when a batch that names a results
+// target finishes, its items are written as JSON Lines parts under
+// `{prefix}{batchId}/succeeded/` (items done) and `{prefix}{batchId}/failed/` (every other
+// item), one line per item `{ key, state, attempts, output | error }`, then `manifest.json` with
+// the counts and the parts, last. Items are read from PostgreSQL in key order, a page at a time,
+// and each part is held in memory only until it is uploaded (`@aws-sdk/lib-storage`), so memory
+// is bounded by the part size however many items there are. Part names follow from the key
+// order and the part size alone, so a write retried after a crash overwrites the same objects
+// and never duplicates a line; a reader trusts a manifest, which exists only once every part did.
+import type { S3Client } from '@aws-sdk/client-s3';
+import type { Sql } from '../store/index.js';
+import * as q from './sql/results.js';
+import { RESULTS_MAX_TRIES } from './sql/results.js';
+import type { ItemResult } from './types.js';
+
+/** Settings of {@link writeResults}. */
+export interface ResultsSettings {
+  /** Most lines of one part. Default 100,000. */
+  partItems?: number;
+  /** A part is closed once it holds this many bytes (one line may take it past). Default 16 MiB. */
+  partBytes?: number;
+  /** Items read per statement. Default 2,000. */
+  pageItems?: number;
+  /** A writer that began longer ago than this is taken to have died; another writes, ms. Default 300,000. */
+  leaseMs?: number;
+}
+
+export { RESULTS_MAX_TRIES };
+
+/** Defaults of {@link ResultsSettings}. */
+export const RESULTS_DEFAULTS = {
+  partItems: 100_000,
+  partBytes: 16 * 1024 * 1024,
+  pageItems: 2_000,
+  leaseMs: 300_000,
+} as const;
+
+/** One part as the manifest lists it. */
+export interface ResultsPart {
+  key: string;
+  items: number;
+  bytes: number;
+}
+
+/** The manifest (`manifest.json`), written after every part. */
+export interface ResultsManifest {
+  batchId: string;
+  tenant: string;
+  datasource: string;
+  job: string;
+  status: string;
+  total: number;
+  finishedAt: string;
+  counts: { succeeded: number; failed: number };
+  parts: { succeeded: ResultsPart[]; failed: ResultsPart[] };
+}
+
+/** The part key of group `group`, number `n`: deterministic (`part-00000.jsonl`, …). */
+export function partKey(prefix: string, batchId: string, group: 'succeeded' | 'failed', n: number): string {
+  return `${prefix}${batchId}/${group}/part-${String(n).padStart(5, '0')}.jsonl`;
+}
+
+/** The line of one item: key, state, attempts, and its output (done) or error (otherwise). */
+function line(i: ItemResult): string {
+  const base = `{"key":${JSON.stringify(i.key)},"state":"${i.state}","attempts":${i.attempts}`;
+  return i.state === 'done'
+    ? `${base},"output":${JSON.stringify(i.output ?? null)}}\n`
+    : `${base},"error":${JSON.stringify(i.error)}}\n`;
+}
+
+class PartWriter {
+  readonly parts: ResultsPart[] = [];
+  private lines: string[] = [];
+  private bytes = 0;
+  count = 0;
+
+  constructor(
+    private readonly client: S3Client,
+    private readonly bucket: string,
+    private readonly keyOf: (n: number) => string,
+    private readonly s: Required<ResultsSettings>,
+    private readonly signal: AbortSignal | undefined,
+  ) {}
+
+  async add(l: string): Promise<void> {
+    this.lines.push(l);
+    this.bytes += Buffer.byteLength(l);
+    this.count++;
+    if (this.lines.length >= this.s.partItems || this.bytes >= this.s.partBytes) await this.flush();
+  }
+
+  async flush(): Promise<void> {
+    if (this.lines.length === 0) return;
+    const key = this.keyOf(this.parts.length);
+    const body = Buffer.from(this.lines.join(''));
+    const part = { key, items: this.lines.length, bytes: body.length };
+    this.lines = [];
+    this.bytes = 0;
+    // The SDK loads on first use, not with the library.
+    const { Upload } = await import('@aws-sdk/lib-storage');
+    this.signal?.throwIfAborted();
+    const upload = new Upload({
+      client: this.client,
+      params: { Bucket: this.bucket, Key: key, Body: body, ContentType: 'application/x-ndjson' },
+      queueSize: 2,
+    });
+    const abort = () => void upload.abort().catch(() => {});
+    this.signal?.addEventListener('abort', abort, { once: true });
+    try {
+      await upload.done();
+    } finally {
+      this.signal?.removeEventListener('abort', abort);
+    }
+    this.parts.push(part);
+  }
+}
+
+/**
+ * Write the results of finished batch `batchId` when it names a target, has no manifest yet and
+ * has tries left ({@link RESULTS_MAX_TRIES} writes begun), unless another writer began less than
+ * `leaseMs` ago. Answers the manifest's location (`s3://bucket/key`), or undefined when there was
+ * nothing to write here. A write that fails records why (`resultsError`) and ends its claim, so
+ * the scheduler's next pass tries again while tries are left; after the last one the batch is no
+ * longer due. The batch's Batch Finished event never waits for its results: its end wrote it.
+ * `signal` cuts the write short (a worker at its deadline): that try fails, the next writes it.
+ * @throws S3's or the store's errors; the signal's reason once it aborts.
+ */
+export async function writeResults(
+  sql: Sql,
+  client: S3Client,
+  batchId: string,
+  settings: ResultsSettings & { signal?: AbortSignal } = {},
+): Promise<string | undefined> {
+  const s: Required<ResultsSettings> = { ...RESULTS_DEFAULTS, ...settings };
+  const job = await q.beginResults(sql, batchId, s.leaseMs);
+  if (!job) return undefined;
+  try {
+    return await writeAll(sql, client, job, s, settings.signal);
+  } catch (e) {
+    const why = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
+    // Best effort: should the store fail too, the claim lapses after leaseMs all the same.
+    await q.resultsFailed(sql, batchId, `try ${job.results_tries} of ${RESULTS_MAX_TRIES}: ${why}`).catch(() => {});
+    throw e;
+  }
+}
+
+async function writeAll(
+  sql: Sql,
+  client: S3Client,
+  job: q.ResultsJob,
+  s: Required<ResultsSettings>,
+  signal: AbortSignal | undefined,
+): Promise<string> {
+  const batchId = job.id;
+  const { bucket, prefix } = job.results.s3;
+  const groups = {
+    succeeded: new PartWriter(client, bucket, (n) => partKey(prefix, batchId, 'succeeded', n), s, signal),
+    failed: new PartWriter(client, bucket, (n) => partKey(prefix, batchId, 'failed', n), s, signal),
+  };
+  let after: string | null = null;
+  for (;;) {
+    signal?.throwIfAborted();
+    const page = await q.resultsPage(sql, batchId, after, s.pageItems);
+    for (const item of page) await groups[item.state === 'done' ? 'succeeded' : 'failed'].add(line(item));
+    if (page.length < s.pageItems) break;
+    after = page[page.length - 1].key;
+  }
+  await groups.succeeded.flush();
+  await groups.failed.flush();
+  const manifest: ResultsManifest = {
+    batchId,
+    tenant: job.tenant,
+    datasource: job.datasource,
+    job: job.job,
+    status: job.status,
+    total: job.total,
+    finishedAt: new Date(job.finished_at).toISOString(),
+    counts: { succeeded: groups.succeeded.count, failed: groups.failed.count },
+    parts: { succeeded: groups.succeeded.parts, failed: groups.failed.parts },
+  };
+  const key = `${prefix}${batchId}/manifest.json`;
+  const { PutObjectCommand } = await import('@aws-sdk/client-s3');
+  await client.send(
+    new PutObjectCommand({ Bucket: bucket, Key: key, Body: JSON.stringify(manifest, null, 2), ContentType: 'application/json' }),
+    { abortSignal: signal },
+  );
+  const location = `s3://${bucket}/${key}`;
+  await q.recordManifest(sql, batchId, location);
+  return location;
+}
+
+/**
+ * {@link writeResults} right after a run finished its batch; a failure is reported to `onError`
+ * and left to the scheduler, never thrown (the batch is finished either way).
+ */
+export async function writeResultsAfterFinish(
+  sql: Sql,
+  client: S3Client,
+  batchId: string,
+  onError: (e: unknown) => void,
+  settings?: ResultsSettings & { signal?: AbortSignal },
+): Promise<void> {
+  try {
+    await writeResults(sql, client, batchId, settings);
+  } catch (e) {
+    onError(e);
+  }
+}
+
+/** What {@link writeDueResults} did. */
+export interface DueResults {
+  written: number;
+  failed: number;
+}
+
+/**
+ * The scheduler's pass: write the results of finished batches still due (their writer died, or
+ * failed), at most `limit` (default 10) per pass, oldest finished first. A failure is counted
+ * and left for the next pass.
+ */
+export async function writeDueResults(
+  sql: Sql,
+  client: S3Client | (() => Promise<S3Client>),
+  options: ResultsSettings & { limit?: number; onError?: (batchId: string, e: unknown) => void } = {},
+): Promise<DueResults> {
+  const leaseMs = options.leaseMs ?? RESULTS_DEFAULTS.leaseMs;
+  const ids = await q.dueResults(sql, leaseMs, options.limit ?? 10);
+  const out = { written: 0, failed: 0 };
+  // The client (and so the SDK) only when something is due.
+  const s3 = ids.length === 0 ? undefined : typeof client === 'function' ? await client() : client;
+  for (const id of ids) {
+    try {
+      if (await writeResults(sql, s3!, id, options)) out.written++;
+    } catch (e) {
+      out.failed++;
+      options.onError?.(id, e);
+    }
+  }
+  return out;
+}

@@ -1,0 +1,343 @@
+// Items from S3 (docs/design.md, "Sources and results"): what a source is, the checks a start
+// makes before it stores anything, and the reading of one page from a cursor. A page is a few
+// ListObjectsV2 calls (continuation tokens) or one byte range of an object (GetObject Range),
+// cut after its last complete line or CSV record: the cursor is the byte after it, so memory per
+// page is bounded by the range, however large the object.
+import type { S3Client } from '@aws-sdk/client-s3';
+import { LeaseholdError } from '../errors.js';
+import { s3Fault } from './s3.js';
+import type { BatchSource, ItemInput, ResultsTarget, SourceCursor, StoredSource } from './types.js';
+
+export type { BatchSource, ResultsTarget, SourceCursor, StoredSource } from './types.js';
+
+/**
+ * A source or results target refused at start, before anything is stored: `invalid_source` (400:
+ * an empty object, no object under the prefix), `source_not_found` (404: no such bucket or key),
+ * `source_access_denied` (403), `source_unavailable` (503: S3 did not answer).
+ */
+export class SourceError extends LeaseholdError {
+  constructor(code: 'invalid_source' | 'source_not_found' | 'source_access_denied' | 'source_unavailable', message: string) {
+    super(code, message);
+  }
+}
+
+/**
+ * A source that cannot be read into items (a line that is not JSON, a ragged CSV row, an object
+ * that changed or disappeared while read): the batch ends `failed` with this `reason`, and
+ * `line`, the object's first bad line (1-based), when known.
+ */
+export class SourceReadError extends Error {
+  constructor(
+    readonly reason: string,
+    readonly line: number | null = null,
+  ) {
+    super(reason);
+  }
+}
+
+/** Settings of reading. */
+export interface ReadSettings {
+  /** Largest JSON input of one item, bytes (`LEASEHOLD_MAX_INPUT_BYTES`, 65,536). */
+  maxInputBytes: number;
+  /** Bytes of an object one page reads (default 4 MiB; the first page a sixteenth of it). */
+  rangeBytes?: number;
+  /** Objects of a prefix one page lists, at least (default 10,000; the first page 1,000). */
+  pageObjects?: number;
+}
+
+/** One page read from the source. */
+export interface SourcePage {
+  items: ItemInput[];
+  cursor: SourceCursor;
+  /** The source is read to its end with this page. */
+  done: boolean;
+}
+
+// The SDK and the CSV parser load on first use, not with the library.
+const sdk = () => import('@aws-sdk/client-s3');
+
+const where = (s: BatchSource['s3'] | ResultsTarget['s3']) =>
+  'key' in s ? `s3://${s.bucket}/${s.key}` : `s3://${s.bucket}/${s.prefix}`;
+
+/** The start's error for a failed S3 call on `what`. */
+function startError(e: unknown, what: string, field: string): SourceError {
+  const f = s3Fault(e);
+  if (f.denied) return new SourceError('source_access_denied', `${field}: access to ${what} is denied (${f.name})`);
+  if (f.missing) return new SourceError('source_not_found', `${field}: ${what} does not exist (${f.name})`);
+  if (f.status !== undefined && f.status < 500)
+    return new SourceError('invalid_source', `${field}: ${what}: ${f.name} (HTTP ${f.status})`);
+  return new SourceError('source_unavailable', `${field}: S3 did not answer for ${what}: ${(e as Error)?.message ?? String(e)}`);
+}
+
+/**
+ * The checks a start makes, before it stores anything (docs/design.md, "Sources and results"):
+ * the bucket exists and may be read (HeadBucket); a prefix holds at least one object; an object
+ * exists (HeadObject) and is not empty. Answers the source to store, with the object's size and
+ * ETag (every range read later must match that ETag).
+ * @throws {SourceError} naming what was wrong.
+ */
+export async function checkSource(client: S3Client, source: BatchSource): Promise<StoredSource> {
+  const { HeadBucketCommand, HeadObjectCommand, ListObjectsV2Command } = await sdk();
+  const s = source.s3;
+  try {
+    await client.send(new HeadBucketCommand({ Bucket: s.bucket }));
+  } catch (e) {
+    throw startError(e, `bucket ${s.bucket}`, 'source.s3.bucket');
+  }
+  if (!('key' in s)) {
+    let listed;
+    try {
+      listed = await client.send(new ListObjectsV2Command({ Bucket: s.bucket, Prefix: s.prefix, MaxKeys: 1 }));
+    } catch (e) {
+      throw startError(e, where(s), 'source.s3.prefix');
+    }
+    if (!listed.KeyCount && !(listed.Contents?.length ?? 0)) {
+      throw new SourceError('invalid_source', `source.s3.prefix: no object under ${where(s)}`);
+    }
+    return { s3: { bucket: s.bucket, prefix: s.prefix } };
+  }
+  let head;
+  try {
+    head = await client.send(new HeadObjectCommand({ Bucket: s.bucket, Key: s.key }));
+  } catch (e) {
+    throw startError(e, where(s), 'source.s3.key');
+  }
+  const size = head.ContentLength ?? 0;
+  if (size === 0) throw new SourceError('invalid_source', `source.s3.key: ${where(s)} is empty (0 bytes): it holds no items`);
+  const object: ObjectSource = { bucket: s.bucket, key: s.key, format: s.format, size, etag: head.ETag ?? '' };
+  if (s.keyColumn !== undefined) object.keyColumn = s.keyColumn;
+  return { s3: object };
+}
+
+/**
+ * The checks of a results target at start: its bucket exists and is reachable (HeadBucket).
+ * @throws {SourceError} naming what was wrong (field `results.s3.bucket`).
+ */
+export async function checkResults(client: S3Client, target: ResultsTarget): Promise<void> {
+  const { HeadBucketCommand } = await sdk();
+  try {
+    await client.send(new HeadBucketCommand({ Bucket: target.s3.bucket }));
+  } catch (e) {
+    throw startError(e, `bucket ${target.s3.bucket}`, 'results.s3.bucket');
+  }
+}
+
+/**
+ * Read the page of `source` that starts at `cursor` (null: its first page). S3 errors that say
+ * the source is gone or denied become {@link SourceReadError}; others (a timeout, a 5xx) are
+ * thrown as they are, for the reader to try again.
+ * @throws {SourceReadError} the source cannot be read into items.
+ */
+export async function readPage(
+  client: S3Client,
+  source: StoredSource,
+  cursor: SourceCursor | null,
+  settings: ReadSettings,
+): Promise<SourcePage> {
+  try {
+    const s = source.s3;
+    if (!('key' in s)) return await readListing(client, s, cursor as { token: string | null } | null, settings);
+    const c = (cursor ?? { offset: 0, line: 0, row: 0 }) as Exclude<SourceCursor, { token: string | null }>;
+    return await readRange(client, s, c, settings, cursor === null);
+  } catch (e) {
+    if (e instanceof SourceReadError) throw e;
+    const f = s3Fault(e);
+    if (f.denied || f.missing) {
+      throw new SourceReadError(`${where(source.s3)} can no longer be read: ${f.name} (HTTP ${f.status ?? '?'})`);
+    }
+    throw e;
+  }
+}
+
+async function readListing(
+  client: S3Client,
+  s: { bucket: string; prefix: string },
+  cursor: { token: string | null } | null,
+  settings: ReadSettings,
+): Promise<SourcePage> {
+  const { ListObjectsV2Command } = await sdk();
+  const want = cursor === null ? Math.min(1000, settings.pageObjects ?? 1000) : (settings.pageObjects ?? 10_000);
+  const items: ItemInput[] = [];
+  let token = cursor?.token ?? null;
+  for (;;) {
+    const r = await client.send(
+      new ListObjectsV2Command({
+        Bucket: s.bucket,
+        Prefix: s.prefix,
+        MaxKeys: Math.min(1000, want),
+        ContinuationToken: token ?? undefined,
+      }),
+    );
+    for (const o of r.Contents ?? []) {
+      if (o.Key === undefined) continue;
+      items.push({ key: o.Key, input: { bucket: s.bucket, key: o.Key, size: o.Size ?? 0, etag: o.ETag ?? '' } });
+    }
+    token = r.IsTruncated && r.NextContinuationToken ? r.NextContinuationToken : null;
+    if (token === null) return { items, cursor: { token: null }, done: true };
+    if (items.length >= want) return { items, cursor: { token }, done: false };
+  }
+}
+
+type ObjectSource = { bucket: string; key: string; format: 'jsonl' | 'csv'; keyColumn?: string; size: number; etag: string };
+type ObjectCursor = Exclude<SourceCursor, { token: string | null }>;
+
+/** The end (exclusive) of the last complete line or CSV record in `buf`; -1 when none ends there. */
+function lastBoundary(buf: Buffer, csv: boolean): number {
+  if (!csv) return buf.lastIndexOf(0x0a) + 1 || -1;
+  // A newline inside double quotes is part of a field (RFC 4180; "" is an escaped quote and
+  // toggles twice).
+  let quoted = false;
+  let end = -1;
+  for (let i = 0; i < buf.length; i++) {
+    const b = buf[i];
+    if (b === 0x22) quoted = !quoted;
+    else if (b === 0x0a && !quoted) end = i + 1;
+  }
+  return end;
+}
+
+function countLines(buf: Buffer): number {
+  let n = 0;
+  for (let i = buf.indexOf(0x0a); i !== -1; i = buf.indexOf(0x0a, i + 1)) n++;
+  return n;
+}
+
+async function getRange(client: S3Client, s: ObjectSource, from: number, to: number): Promise<Buffer> {
+  const { GetObjectCommand } = await sdk();
+  const r = await client.send(new GetObjectCommand({ Bucket: s.bucket, Key: s.key, Range: `bytes=${from}-${to - 1}` }));
+  if (s.etag && r.ETag && r.ETag !== s.etag) {
+    throw new SourceReadError(`s3://${s.bucket}/${s.key} changed while it was read (ETag ${r.ETag}, started at ${s.etag})`);
+  }
+  return Buffer.from(await r.Body!.transformToByteArray());
+}
+
+async function readRange(
+  client: S3Client,
+  s: ObjectSource,
+  c: ObjectCursor,
+  settings: ReadSettings,
+  first: boolean,
+): Promise<SourcePage> {
+  const full = settings.rangeBytes ?? 4 * 1024 * 1024;
+  // A line may be as long as the largest input (plus whitespace): a range grows up to that.
+  const longest = Math.max(full, settings.maxInputBytes * 2 + 1024);
+  let want = first ? Math.min(full, Math.max(64 * 1024, Math.floor(full / 16))) : full;
+  for (;;) {
+    const to = Math.min(s.size, c.offset + want);
+    const buf = await getRange(client, s, c.offset, to);
+    const atEnd = to >= s.size;
+    let end = atEnd ? buf.length : lastBoundary(buf, s.format === 'csv');
+    if (end === -1) {
+      if (want >= longest) {
+        throw new SourceReadError(
+          `line ${c.line + 1} of s3://${s.bucket}/${s.key} is longer than ${longest} bytes (no line end within them)`,
+          c.line + 1,
+        );
+      }
+      want = Math.min(want * 2, longest);
+      continue;
+    }
+    if (atEnd && s.format === 'csv') end = buf.length;
+    const chunk = buf.subarray(0, end);
+    const next = {
+      offset: c.offset + end,
+      line: c.line + countLines(chunk) + (atEnd && chunk.length > 0 && chunk[chunk.length - 1] !== 0x0a ? 1 : 0),
+    };
+    const parsed =
+      s.format === 'jsonl'
+        ? jsonLines(chunk, c, settings)
+        : csvRows((await import('csv-parse/sync')).parse, chunk, c, s, settings);
+    return {
+      items: parsed.items,
+      cursor: { ...next, row: parsed.row, ...(parsed.columns ? { columns: parsed.columns } : {}) },
+      done: atEnd,
+    };
+  }
+}
+
+function checkInput(input: unknown, line: number, settings: ReadSettings): void {
+  const bytes = Buffer.byteLength(JSON.stringify(input) ?? 'null');
+  if (bytes > settings.maxInputBytes) {
+    throw new SourceReadError(
+      `input bytes: line ${line} is ${bytes} bytes of JSON; the limit is ${settings.maxInputBytes}`,
+      line,
+    );
+  }
+}
+
+function jsonLines(
+  chunk: Buffer,
+  c: ObjectCursor,
+  settings: ReadSettings,
+): { items: ItemInput[]; row: number; columns?: string[] } {
+  const items: ItemInput[] = [];
+  let row = c.row;
+  let line = c.line;
+  let start = 0;
+  while (start < chunk.length) {
+    let nl = chunk.indexOf(0x0a, start);
+    if (nl === -1) nl = chunk.length;
+    line++;
+    let text = chunk.toString('utf8', start, nl);
+    start = nl + 1;
+    if (text.endsWith('\r')) text = text.slice(0, -1);
+    if (text.trim() === '') continue;
+    let input: unknown;
+    try {
+      input = JSON.parse(text);
+    } catch (e) {
+      throw new SourceReadError(`line ${line} is not JSON: ${(e as Error).message}`, line);
+    }
+    checkInput(input, line, settings);
+    row++;
+    items.push({ key: String(line), input });
+  }
+  return { items, row };
+}
+
+function csvRows(
+  parseCsv: typeof import('csv-parse/sync').parse,
+  chunk: Buffer,
+  c: ObjectCursor,
+  s: ObjectSource,
+  settings: ReadSettings,
+): { items: ItemInput[]; row: number; columns?: string[] } {
+  let records: { record: string[]; info: { lines: number } }[];
+  try {
+    records = parseCsv(chunk, { relax_column_count: true, skip_empty_lines: true, bom: c.offset === 0, info: true }) as never;
+  } catch (e) {
+    const lines = (e as { lines?: number }).lines;
+    const line = lines === undefined ? null : c.line + lines;
+    throw new SourceReadError(
+      `the CSV cannot be parsed${line === null ? '' : ` at line ${line}`}: ${(e as Error).message}`,
+      line,
+    );
+  }
+  let columns = c.columns;
+  let row = c.row;
+  const items: ItemInput[] = [];
+  for (const { record, info } of records) {
+    const line = c.line + info.lines;
+    if (columns === undefined) {
+      columns = record;
+      if (s.keyColumn !== undefined && !columns.includes(s.keyColumn)) {
+        throw new SourceReadError(
+          `keyColumn ${JSON.stringify(s.keyColumn)} is not a column of the header (${columns.join(', ')})`,
+          line,
+        );
+      }
+      continue;
+    }
+    if (record.length !== columns.length) {
+      throw new SourceReadError(`line ${line} has ${record.length} fields; the header has ${columns.length}`, line);
+    }
+    row++;
+    const input: Record<string, string> = {};
+    columns.forEach((name, i) => (input[name] = record[i]));
+    const key = s.keyColumn === undefined ? String(row) : input[s.keyColumn];
+    if (key === '') throw new SourceReadError(`line ${line}: the key column ${JSON.stringify(s.keyColumn)} is empty`, line);
+    checkInput(input, line, settings);
+    items.push({ key, input });
+  }
+  return { items, row, columns };
+}

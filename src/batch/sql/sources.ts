@@ -1,0 +1,112 @@
+// Statements of reading a batch's source (leasehold_batches.source…, leasehold_items): who
+// reads, each page with its cursor, a source that cannot be read (docs/design.md, "Sources and
+// results"). Every statement is fenced on the reading run's own lease: its row in
+// leasehold_runs, locked key share before the batch row, as every run statement locks them
+// (sql/batches.ts), so an end of the batch (which deletes the run rows first) is ordered with it.
+import type { Sql } from '../../store/index.js';
+import { RUN_ITEMS } from './batches.js';
+import { writeEndEvent } from './events.js';
+
+/** What a run that became (or stays) the reader of its batch's source knows of it. */
+export interface ReaderState {
+  /** The source as stored (see `StoredSource`). */
+  source: unknown;
+  /** Where reading goes on; null before the first page. */
+  cursor: unknown;
+  /** Pages stored so far: the compare-and-set of the next page. */
+  pages: number;
+  /** Items stored so far. */
+  total: number;
+}
+
+// Makes run `run` the reader of its open, still reading batch when no live run reads it (the
+// reader's row is gone, or none was ever named) or it reads it already; answers the cursor to
+// go on from. Changes nothing (answers undefined) when another live run reads, the batch no
+// longer reads, or the run lost its lease.
+export async function claimReader(sql: Sql, batchId: string, run: string): Promise<ReaderState | undefined> {
+  const [r] = await sql<{ source: unknown; source_cursor: unknown; source_pages: number; total: number }[]>`with own as (
+      select id from leasehold_runs where id = ${run} for key share
+    )
+    update leasehold_batches b set reader_run = ${run}
+    where b.id = ${batchId} and b.status = 'open' and b.reading and exists (select 1 from own)
+      and (b.reader_run is null or b.reader_run = ${run}
+           or not exists (select 1 from leasehold_runs r where r.id = b.reader_run))
+    returning b.source, b.source_cursor, b.source_pages, b.total`;
+  return r && { source: r.source, cursor: r.source_cursor, pages: r.source_pages, total: r.total };
+}
+
+/** What {@link storePage} takes: the page's items as the JSON text of `[{"k", "i"}, …]`. */
+export interface PageArgs {
+  batchId: string;
+  run: string;
+  /** `source_pages` as the reader read it: the page is stored only while it still is. */
+  pages: number;
+  cursor: unknown;
+  items: string;
+  count: number;
+  /** The source is read to its end with this page: the batch's total is fixed. */
+  done: boolean;
+}
+
+// Stores one page: its items are inserted and the cursor, page count, total and target move on,
+// in one statement, only while `run` holds its lease, is the batch's reader, and the batch has
+// stored exactly `pages` pages (so a page is never stored twice, whoever read it). The target
+// grows with the items read: min(max_concurrency, ceil(total / RUN_ITEMS)). Answers whether it
+// stored the page. A key already in the batch fails the statement (primary key).
+export async function storePage(sql: Sql, a: PageArgs): Promise<boolean> {
+  const [r] = await sql<{ stored: number }[]>`with own as (
+      select id from leasehold_runs where id = ${a.run} for key share
+    ), page as (
+      update leasehold_batches b
+      set source_cursor = ${sql.json(a.cursor as never)}, source_pages = b.source_pages + 1,
+          total = b.total + ${a.count}, reading = not ${a.done},
+          target = least(b.max_concurrency, greatest(1, ceil((b.total + ${a.count}) / ${RUN_ITEMS}::float8)::int))
+      where b.id = ${a.batchId} and b.status = 'open' and b.reading and b.reader_run = ${a.run}
+        and b.source_pages = ${a.pages} and exists (select 1 from own)
+      returning b.id
+    ), ins as (
+      insert into leasehold_items (batch_id, key, input)
+      select ${a.batchId}, x.k, x.i from jsonb_to_recordset(${a.items}::text::jsonb) as x(k text, i jsonb)
+      where exists (select 1 from page)
+      returning 1
+    )
+    select (select count(*) from page)::int as stored, (select count(*) from ins)::int as inserted`;
+  return r.stored === 1;
+}
+
+// Ends a batch whose source cannot be read: `failed` with `reason` and the first bad line, its
+// items still pending or running `failed` with the reason (the batch's items are not what was
+// asked for). Every run row of the batch is deleted first, then the batch row is updated, as
+// every end does (sql/batches.ts), and its Batch Finished event is written last, in the same
+// transaction (sql/events.ts); fenced on `run` holding its lease. Answers whether it ended it.
+export async function failSource(
+  sql: Sql,
+  a: { batchId: string; run: string; reason: string; line: number | null },
+): Promise<boolean> {
+  return sql.begin(async (tx) => {
+    const t = tx as unknown as Sql;
+    const [r] = await t<{ ended: number }[]>`with gone as (
+        delete from leasehold_runs
+        where batch_id = ${a.batchId} and exists (select 1 from leasehold_runs where id = ${a.run})
+        returning id
+      ), ended as (
+        update leasehold_batches
+        set status = 'failed', reason = ${a.reason}, source_error_line = ${a.line}, reading = false,
+            finished_at = now(), live_runs = 0
+        where id = ${a.batchId} and status = 'open' and ${a.run}::uuid in (select id from gone)
+        returning id
+      ), failed as (
+        update leasehold_items i set state = 'failed', error = ${'the source could not be read: ' + a.reason},
+          updated_at = now()
+        where i.batch_id = ${a.batchId} and i.state in ('pending', 'running') and exists (select 1 from ended)
+        returning 1
+      )
+      select (select count(*) from ended)::int as ended`;
+    // Runs that joined while the end ran (see endLateRuns in sql/batches.ts).
+    if (r.ended === 1) {
+      await t`delete from leasehold_runs where batch_id = ${a.batchId}`;
+      await writeEndEvent(t, a.batchId);
+    }
+    return r.ended === 1;
+  }) as Promise<boolean>;
+}

@@ -1,0 +1,218 @@
+// Sending Batch Finished events (docs/design.md, "Events"): to the stack's EventBridge bus with
+// PutEvents, and as signed webhooks through outbox delivery's HTTP client and address policy.
+// The run that ended a batch sends its event at once (best effort, for latency); the scheduler
+// sends whatever is left. Rows are taken with SKIP LOCKED and a claim window, so no transaction
+// stays open across a send; a sender that dies before marking leaves the row to the next one
+// after the window: at least once, with the event's stable id every time.
+import type { EventBridgeClient } from '@aws-sdk/client-eventbridge';
+import {
+  BATCH_FINISHED,
+  EVENT_SOURCE,
+  markNotified,
+  markNotifyFailed,
+  markSendFailed,
+  markSent,
+  takeUnnotified,
+  takeUnsent,
+  type BatchFinishedDetail,
+  type TakenEvent,
+} from '../batch/index.js';
+import type { Sql } from '../store/index.js';
+import { EndpointGuard, postWebhook, signWebhook } from '../units/index.js';
+import type { Log } from '../log.js';
+
+/** PutEvents takes at most 10 entries per call. */
+const PUT_EVENTS_MAX = 10;
+
+/** Puts events on a bus; answers, per entry in order, undefined when accepted or why not. */
+export interface EventPublisher {
+  put(entries: readonly BatchFinishedDetail[]): Promise<(string | undefined)[]>;
+}
+
+/**
+ * Puts Batch Finished events on an EventBridge bus with `PutEvents` (source `leasehold`,
+ * detail-type `Batch Finished`, the detail as stored). The endpoint follows the SDK's
+ * configuration, so locally `AWS_ENDPOINT_URL_EVENTBRIDGE` points it at `leasehold dev`'s local
+ * endpoint. `@aws-sdk/client-eventbridge` is loaded on the first put (a worker that ends no
+ * batch never loads it: docs/design.md, "Cold starts and code splitting").
+ * @throws the SDK's error when the whole call fails (each entry then fails).
+ */
+export class EventBridgePublisher implements EventPublisher {
+  private client: EventBridgeClient | undefined;
+
+  constructor(
+    private readonly busName: string,
+    client?: EventBridgeClient,
+  ) {
+    this.client = client;
+  }
+
+  async put(entries: readonly BatchFinishedDetail[]): Promise<(string | undefined)[]> {
+    const { EventBridgeClient, PutEventsCommand } = await import('@aws-sdk/client-eventbridge');
+    this.client ??= new EventBridgeClient({});
+    const out = await this.client.send(
+      new PutEventsCommand({
+        Entries: entries.map((detail) => ({
+          EventBusName: this.busName,
+          Source: EVENT_SOURCE,
+          DetailType: BATCH_FINISHED,
+          Detail: JSON.stringify(detail),
+          Resources: [],
+          Time: new Date(detail.finishedAt),
+        })),
+      }),
+    );
+    return entries.map((_, i) => {
+      const r = out.Entries?.[i];
+      if (!r) return 'PutEvents answered no entry for it';
+      return r.ErrorCode ? `${r.ErrorCode}: ${r.ErrorMessage ?? ''}`.trim() : undefined;
+    });
+  }
+}
+
+/** What a sender needs: the store, where to put events, how to sign and send webhooks. */
+export interface EventSenderDeps {
+  sql: Sql;
+  /** The bus; undefined: no bus is configured, and events are marked sent without a put. */
+  publisher: EventPublisher | undefined;
+  /** The key webhooks are signed with (`LEASEHOLD_WEBHOOK_SECRET`); undefined: webhooks are sent unsigned. */
+  webhookSecret: string | undefined;
+  /** Outbox delivery's address policy (`LEASEHOLD_OUTBOX_ALLOW`); default a guard of its own. */
+  guard?: EndpointGuard;
+  log: Log;
+}
+
+/** What {@link sendEvents} takes; durations in ms. */
+export interface SendOptions {
+  /** Only this batch's events (the run that ended it). */
+  batchId?: string;
+  /** Most events put per pass. Default 100. */
+  limit?: number;
+  /** Starts no put or POST after this long, ms. Default 10,000. */
+  budgetMs?: number;
+  /** How long a taken row is this sender's before another may take it, ms. Default 30,000. */
+  claimMs?: number;
+  /** One webhook POST's timeout, ms. Default 5,000. */
+  webhookTimeoutMs?: number;
+}
+
+/** What one {@link sendEvents} pass did. */
+export interface SendResult {
+  /** Events PutEvents accepted (or, with no bus, marked sent). */
+  sent: number;
+  /** Puts that failed (tried again after a backoff). */
+  failed: number;
+  /** Webhooks delivered (2xx). */
+  notified: number;
+  /** Webhook deliveries that failed (tried again after a backoff). */
+  notifyFailed: number;
+}
+
+/** The next try after `attempts` failed ones: 1 s doubling to at most 60 s, plus up to 25 % jitter, ms. */
+export function eventRetryMs(attempts: number): number {
+  return Math.min(60_000, 1_000 * 2 ** Math.min(Math.max(attempts - 1, 0), 16)) * (1 + 0.25 * Math.random());
+}
+
+/**
+ * Send the events that are due: puts of up to 10 at a time on the bus, then webhooks one by one
+ * (each taken, sent and marked on its own), until none is due, `limit` is reached or the budget
+ * is spent. A failed put or POST is recorded on its row and tried again after
+ * {@link eventRetryMs}. Never holds a transaction or a row lock across a send.
+ * @throws the store's error (the rows taken then are sent again after their claim window).
+ */
+export async function sendEvents(deps: EventSenderDeps, options: SendOptions = {}): Promise<SendResult> {
+  const limit = options.limit ?? 100;
+  const claimMs = options.claimMs ?? 30_000;
+  const until = Date.now() + (options.budgetMs ?? 10_000);
+  const result: SendResult = { sent: 0, failed: 0, notified: 0, notifyFailed: 0 };
+  const batch = options.batchId === undefined ? {} : { batchId: options.batchId };
+  for (let done = 0; done < limit && Date.now() < until;) {
+    const taken = await takeUnsent(deps.sql, { limit: Math.min(PUT_EVENTS_MAX, limit - done), claimMs, ...batch });
+    if (taken.length === 0) break;
+    done += taken.length;
+    await put(deps, taken, result);
+  }
+  const guard = deps.guard ?? defaultGuard();
+  for (let done = 0; done < limit && Date.now() < until; done++) {
+    const [event] = await takeUnnotified(deps.sql, { limit: 1, claimMs, ...batch });
+    if (!event) break;
+    await notify(deps, guard, event, options.webhookTimeoutMs ?? 5_000, result);
+  }
+  return result;
+}
+
+async function put(deps: EventSenderDeps, taken: TakenEvent[], result: SendResult): Promise<void> {
+  let errors: (string | undefined)[];
+  try {
+    errors = deps.publisher ? await deps.publisher.put(taken.map((t) => t.detail)) : taken.map(() => undefined);
+  } catch (e) {
+    const message = `PutEvents failed: ${(e as Error)?.message ?? String(e)}`;
+    errors = taken.map(() => message);
+  }
+  await markSent(
+    deps.sql,
+    taken.filter((_, i) => errors[i] === undefined).map((t) => t.id),
+  );
+  for (const [i, t] of taken.entries()) {
+    const error = errors[i];
+    if (error === undefined) {
+      result.sent++;
+      continue;
+    }
+    result.failed++;
+    deps.log('warn', 'Batch Finished event not put; tried again later', { eventId: t.id, batchId: t.detail.batchId, error });
+    await markSendFailed(deps.sql, { id: t.id, error, retryInMs: eventRetryMs(t.attempts) });
+  }
+}
+
+/** The webhook's body: the event as EventBridge delivers it to a rule's target. */
+export interface WebhookBody {
+  version: '0';
+  id: string;
+  'detail-type': typeof BATCH_FINISHED;
+  source: typeof EVENT_SOURCE;
+  time: string;
+  detail: BatchFinishedDetail;
+}
+
+async function notify(
+  deps: EventSenderDeps,
+  guard: EndpointGuard,
+  event: TakenEvent,
+  timeoutMs: number,
+  result: SendResult,
+): Promise<void> {
+  const url = event.notifyUrl!;
+  const body: WebhookBody = {
+    version: '0',
+    id: event.id,
+    'detail-type': BATCH_FINISHED,
+    source: EVENT_SOURCE,
+    time: event.detail.finishedAt,
+    detail: event.detail,
+  };
+  const text = JSON.stringify(body);
+  const headers: Record<string, string> = { 'idempotency-key': event.id, 'user-agent': 'leasehold-events' };
+  if (deps.webhookSecret) Object.assign(headers, signWebhook(deps.webhookSecret, event.id, Math.floor(Date.now() / 1000), text));
+  let error: string | undefined;
+  try {
+    error = await postWebhook(await guard.dispatcher(timeoutMs), { url, body: text, headers, timeoutMs });
+  } catch (e) {
+    error = (e as Error)?.message ?? String(e);
+  }
+  if (error === undefined) {
+    result.notified++;
+    await markNotified(deps.sql, event.id);
+    return;
+  }
+  result.notifyFailed++;
+  deps.log('warn', 'Batch Finished webhook not delivered; tried again later', { eventId: event.id, url, error });
+  await markNotifyFailed(deps.sql, { id: event.id, error, retryInMs: eventRetryMs(event.attempts) });
+}
+
+let guard: EndpointGuard | undefined;
+/** One guard per container: it reads `LEASEHOLD_OUTBOX_ALLOW` when it checks an address. */
+function defaultGuard(): EndpointGuard {
+  guard ??= new EndpointGuard({});
+  return guard;
+}

@@ -1,0 +1,103 @@
+// One signed POST of a JSON body to one URL, through outbox delivery's HTTP client and its
+// address policy (EndpointGuard): the outbox's own deliveries and the Batch Finished webhook
+// (docs/design.md, "Events") both go this way.
+import { createHmac } from 'node:crypto';
+import type { Dispatcher } from 'undici';
+import { parseRetryAfter } from '../batch/index.js';
+import { EndpointRefusedError } from './endpoint-guard.js';
+
+/** One POST: where, what, with which headers, how long to wait (ms), and a signal that aborts it. */
+export interface WebhookPost {
+  url: string;
+  /** The JSON text sent as the body. */
+  body: string;
+  headers: Record<string, string>;
+  timeoutMs: number;
+  signal?: AbortSignal;
+}
+
+/**
+ * POST `p.body` to `p.url` through `dispatcher` (an {@link EndpointGuard}'s, so every address
+ * the host resolves to is checked inside the connection's own lookup). Credentials in the URL
+ * (`https://user:secret@host/…`) go as Basic authentication; redirects are not followed; the
+ * answer's body is dropped unread. Resolves with undefined when the URL answered 2xx, else with
+ * what failed (`HTTP 500`, `no answer within 5000 ms`, `refused: …`, the network error). Never throws.
+ */
+export async function postWebhook(dispatcher: Dispatcher, p: WebhookPost): Promise<string | undefined> {
+  return (await postWebhookAnswer(dispatcher, p)).error;
+}
+
+/**
+ * What a POST came to: `error` as {@link postWebhook} says it (undefined: accepted), and for a 429
+ * or 503 with a readable `Retry-After` (seconds or an HTTP date; capped at one day, never
+ * ignored) the wait it asked for, ms.
+ */
+export interface WebhookAnswer {
+  error: string | undefined;
+  retryAfterMs?: number;
+}
+
+/** {@link postWebhook}, also reading a 429's or 503's `Retry-After`. Never throws. */
+export async function postWebhookAnswer(dispatcher: Dispatcher, p: WebhookPost): Promise<WebhookAnswer> {
+  const url = new URL(p.url);
+  const headers: Record<string, string> = { 'content-type': 'application/json', ...p.headers };
+  if (url.username || url.password) {
+    headers.authorization = `Basic ${Buffer.from(`${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`).toString('base64')}`;
+  }
+  // Aborted at the timeout or with the caller's signal; both are let go once the POST ended, so
+  // nothing aborts the (already dropped) answer later.
+  const abort = new AbortController();
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    abort.abort();
+  }, p.timeoutMs);
+  const onAbort = () => abort.abort();
+  p.signal?.addEventListener('abort', onAbort, { once: true });
+  try {
+    const res = await dispatcher.request({
+      origin: url.origin,
+      path: `${url.pathname}${url.search}`,
+      method: 'POST',
+      headers,
+      body: p.body,
+      signal: abort.signal,
+      headersTimeout: p.timeoutMs,
+      bodyTimeout: p.timeoutMs,
+    });
+    // Only the status matters: the body is dropped unread, so an endpoint answering an endless
+    // (or huge) body cannot fill the worker's memory or hold the delivery.
+    res.body.on('error', () => {});
+    res.body.destroy();
+    if (res.statusCode >= 200 && res.statusCode < 300) return { error: undefined };
+    const error = `HTTP ${res.statusCode}`;
+    if (res.statusCode !== 429 && res.statusCode !== 503) return { error };
+    const header = res.headers['retry-after'];
+    const retryAfterMs = parseRetryAfter(Array.isArray(header) ? header[0] : header);
+    return retryAfterMs === undefined ? { error } : { error: `${error}, Retry-After ${retryAfterMs} ms`, retryAfterMs };
+  } catch (e) {
+    if (timedOut) return { error: `no answer within ${p.timeoutMs} ms` };
+    if (e instanceof EndpointRefusedError) return { error: `refused: ${e.message}` };
+    const err = e as Error & { code?: string };
+    const cause = (err?.cause as Error | undefined)?.message;
+    return {
+      error: `${err?.message ?? String(e)}${err?.code && !err.message?.includes(err.code) ? ` (${err.code})` : ''}${cause ? ` (${cause})` : ''}`,
+    };
+  } finally {
+    clearTimeout(timer);
+    p.signal?.removeEventListener('abort', onAbort);
+  }
+}
+
+/**
+ * The signature headers of a webhook, as the Standard Webhooks specification signs them:
+ * `webhook-id` (the message's stable id), `webhook-timestamp` (Unix seconds) and
+ * `webhook-signature` = `v1,` + base64 of HMAC-SHA256 over `<id>.<timestamp>.<body>` with the
+ * secret. A secret written `whsec_<base64>` is that key's bytes; any other string is used as its
+ * UTF-8 bytes. A receiver recomputes the HMAC and compares it, and refuses old timestamps.
+ */
+export function signWebhook(secret: string, id: string, timestampS: number, body: string): Record<string, string> {
+  const key = secret.startsWith('whsec_') ? Buffer.from(secret.slice(6), 'base64') : Buffer.from(secret, 'utf8');
+  const mac = createHmac('sha256', key).update(`${id}.${timestampS}.${body}`, 'utf8').digest('base64');
+  return { 'webhook-id': id, 'webhook-timestamp': String(timestampS), 'webhook-signature': `v1,${mac}` };
+}

@@ -1,0 +1,91 @@
+// POST /batches with a source or results (issue 21; docs/api.md): through the API handler, whose
+// S3 client is the container's (`defaultS3Client`, from AWS_ENDPOINT_URL_S3), against a real
+// local s3rver. A readable source answers 202 with the batch reading; a bad one a 4xx naming what
+// is wrong, never a 500, and stores nothing.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ApiDeps } from '../../src/api/index.js';
+import { testDatabase, type TestDatabase } from '../support/db.js';
+import { apiDeps, call, InvokeEndpoint, uniqueTenant } from '../support/api.js';
+import { localS3, type LocalS3 } from '../support/s3.js';
+import { registryWithEcho } from './jobs.js';
+
+let db: TestDatabase;
+let s3: LocalS3;
+let endpoint: InvokeEndpoint;
+let deps: ApiDeps;
+
+beforeAll(async () => {
+  db = await testDatabase();
+  s3 = await localS3();
+  // The container's client reads these when it is first made (this file's module context).
+  Object.assign(process.env, {
+    AWS_ENDPOINT_URL_S3: s3.endpoint,
+    AWS_ACCESS_KEY_ID: 'S3RVER',
+    AWS_SECRET_ACCESS_KEY: 'S3RVER',
+    AWS_REGION: 'us-east-1',
+  });
+  await s3.createBucket('api-in');
+  await s3.put('api-in', 'p/a.txt', 'a');
+  await s3.put('api-in', 'empty.jsonl', '');
+  endpoint = await InvokeEndpoint.start();
+  deps = apiDeps(db.sql, endpoint, { jobs: registryWithEcho() });
+}, 60_000);
+afterAll(async () => {
+  await endpoint?.close();
+  await s3?.close();
+  await db?.close();
+});
+
+const count = async () => (await db.sql<{ n: number }[]>`select count(*)::int as n from leasehold_batches`)[0].n;
+const body = (source: unknown, results?: unknown) => ({
+  tenant: uniqueTenant(),
+  datasource: 'd',
+  job: 'echo',
+  source,
+  ...(results ? { results } : {}),
+});
+
+describe('POST /batches with a source', () => {
+  it('answers 202 at once with the batch reading, its source and results target shown', async () => {
+    const r = await call(deps, 'POST', '/batches', {
+      body: body({ s3: { bucket: 'api-in', prefix: 'p/' } }, { s3: { bucket: 'api-in', prefix: 'out/' } }),
+    });
+    expect(r.status).toBe(202);
+    expect(r.body).toMatchObject({
+      status: 'open',
+      reading: true,
+      total: 0,
+      source: { s3: { bucket: 'api-in', prefix: 'p/' } },
+      results: { s3: { bucket: 'api-in', prefix: 'out/' } },
+      resultsManifest: null,
+      created: true,
+    });
+  });
+
+  it.each([
+    ['no such bucket', { s3: { bucket: 'api-none', prefix: 'p/' } }, undefined, 404, 'source_not_found'],
+    ['no such key', { s3: { bucket: 'api-in', key: 'nope.csv', format: 'csv' } }, undefined, 404, 'source_not_found'],
+    ['a 0-byte object', { s3: { bucket: 'api-in', key: 'empty.jsonl', format: 'jsonl' } }, undefined, 400, 'invalid_source'],
+    [
+      'a results bucket that does not exist',
+      { s3: { bucket: 'api-in', prefix: 'p/' } },
+      { s3: { bucket: 'api-gone', prefix: 'o/' } },
+      404,
+      'source_not_found',
+    ],
+    ['an unknown format', { s3: { bucket: 'api-in', key: 'a.xml', format: 'xml' } }, undefined, 400, 'invalid_request'],
+    [
+      'a keyColumn on JSON Lines',
+      { s3: { bucket: 'api-in', key: 'a.jsonl', format: 'jsonl', keyColumn: 'id' } },
+      undefined,
+      400,
+      'invalid_request',
+    ],
+  ])('%s: %d, no 500, nothing stored', async (_name, source, results, status, code) => {
+    const before = await count();
+    const r = await call(deps, 'POST', '/batches', { body: body(source, results) });
+    expect(r.status).toBe(status);
+    expect(r.body).toMatchObject({ error: { code } });
+    expect(await count()).toBe(before);
+  });
+});

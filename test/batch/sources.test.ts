@@ -1,0 +1,350 @@
+// Items from S3, results to S3 (issue 21; docs/design.md, "Sources and results"), against a real
+// local S3-compatible server (s3rver) reached by the real @aws-sdk/client-s3, and the real
+// PostgreSQL: a prefix, a JSON Lines object and a CSV object read in pages by runs; bad sources
+// refused at start (nothing stored) or ending the batch failed with the first bad line; results
+// written as parts and a manifest.
+import { DeleteBucketCommand, GetObjectCommand, HeadBucketCommand, ListObjectsV2Command } from '@aws-sdk/client-s3';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  batchEvents,
+  RESULTS_MAX_TRIES,
+  Runner,
+  startBatch,
+  writeDueResults,
+  type BatchFinishedDetail,
+  type BatchInfo,
+  type BatchSource,
+  type ResultsTarget,
+  type StartRequest,
+} from '../../src/batch/index.js';
+import { getBatch } from '../../src/batch/index.js';
+import { createEventsEndpoint, localEventsEnv, type LocalBusEvent } from '../../src/local/index.js';
+import { silentLog } from '../../src/log.js';
+import { EventBridgePublisher, sendEvents } from '../../src/runtime/events.js';
+import { testDatabase, type TestDatabase } from '../support/db.js';
+import { localS3, type LocalS3 } from '../support/s3.js';
+import { waitFor } from '../support/waits.js';
+
+let db: TestDatabase;
+let s3: LocalS3;
+let seq = 0;
+
+beforeAll(async () => {
+  db = await testDatabase();
+  s3 = await localS3();
+  await s3.createBucket('in-bucket');
+  await s3.createBucket('out-bucket');
+}, 60_000);
+afterAll(async () => {
+  await s3?.close();
+  await db?.close();
+});
+
+const jobs = {
+  expand: () => Promise.reject(new Error('a source batch is never expanded')),
+  parseParams: (_j: string, p: unknown) => Promise.resolve({ params: p }),
+};
+
+function start(source: BatchSource, extra: Partial<StartRequest> = {}, client = s3.client) {
+  seq += 1;
+  return startBatch(
+    { sql: db.sql, jobs, config: {}, s3: () => client },
+    { tenant: 'acme', datasource: `ds${seq}`, job: 'echo', params: {}, requestKey: `k${seq}`, source, ...extra },
+  );
+}
+
+/** Run batch `id` with one runner (reading settings small, so a source takes many pages) until it ends. */
+async function runToEnd(id: string, options: { rangeBytes?: number; pageObjects?: number } = {}): Promise<BatchInfo> {
+  const runner = new Runner(db.sql, {
+    parallel: 8,
+    beatMs: 200,
+    staleMs: 2_000,
+    backoffMs: 0,
+    s3: () => s3.client,
+    sourceRangeBytes: options.rangeBytes ?? 4096,
+    sourcePageObjects: options.pageObjects ?? 500,
+  });
+  try {
+    runner.watch(() => ({ work: async (item) => ({ seen: item.input }) }), 100);
+    await waitFor('the batch to end', async () => (await getBatch(db.sql, id)).status !== 'open', {
+      timeoutMs: 60_000,
+      everyMs: 100,
+    });
+  } finally {
+    await runner.close();
+  }
+  return getBatch(db.sql, id);
+}
+
+async function keysOf(id: string): Promise<string[]> {
+  const rows = await db.sql<{ key: string }[]>`select key from leasehold_items where batch_id = ${id} order by key`;
+  return rows.map((r) => r.key);
+}
+
+describe('a prefix source', () => {
+  it('gives one item per object under the prefix, read in pages, and answers at once while reading', async () => {
+    const n = 1_234;
+    await Promise.all(
+      Array.from({ length: n }, (_, i) => s3.put('in-bucket', `objs/f${String(i).padStart(5, '0')}.txt`, `body ${i}`)),
+    );
+    await s3.put('in-bucket', 'other/outside.txt', 'not under the prefix');
+    const { batch, created } = await start({ s3: { bucket: 'in-bucket', prefix: 'objs/' } });
+    expect(created).toBe(true);
+    expect(batch.status).toBe('open');
+    expect(batch.reading).toBe(true);
+    expect(batch.total).toBe(0);
+    const done = await runToEnd(batch.id, { pageObjects: 500 });
+    expect(done.status).toBe('succeeded');
+    expect(done.reading).toBe(false);
+    expect(done.total).toBe(n);
+    // First page one list call of up to 500 objects, then pages of at least 500.
+    expect(done.sourcePages).toBe(Math.ceil(n / 500));
+    const keys = await keysOf(batch.id);
+    expect(keys).toHaveLength(n);
+    expect(keys[0]).toBe('objs/f00000.txt');
+    expect(keys.every((k) => k.startsWith('objs/'))).toBe(true);
+    const [row] = await db.sql<{ input: { bucket: string; key: string; size: number; etag: string } }[]>`
+      select input from leasehold_items where batch_id = ${batch.id} and key = 'objs/f00007.txt'`;
+    expect(row.input).toMatchObject({ bucket: 'in-bucket', key: 'objs/f00007.txt', size: 'body 7'.length });
+    expect(row.input.etag).toMatch(/^"[0-9a-f]{32}"$/);
+  }, 120_000);
+});
+
+describe('a JSON Lines source', () => {
+  it('gives one item per line, keyed by line number, with lines split across byte ranges exactly once', async () => {
+    // Multi-byte characters, CRLF endings, a blank line and no newline at the end.
+    const lines: string[] = [];
+    for (let i = 1; i <= 3_000; i++)
+      lines.push(i === 1500 ? '' : JSON.stringify({ i, text: `zeile ${i} — ünïcødé ✓ ${'x'.repeat(i % 97)}` }));
+    const body = lines
+      .map((l, i) => (i % 3 === 0 ? `${l}\r\n` : `${l}\n`))
+      .join('')
+      .replace(/\n$/, '');
+    await s3.put('in-bucket', 'lists/a.jsonl', body);
+    const { batch } = await start({ s3: { bucket: 'in-bucket', key: 'lists/a.jsonl', format: 'jsonl' } });
+    expect(batch.source).toMatchObject({ s3: { key: 'lists/a.jsonl', size: Buffer.byteLength(body) } });
+    const done = await runToEnd(batch.id, { rangeBytes: 4096 });
+    expect(done.status).toBe('succeeded');
+    expect(done.total).toBe(2_999);
+    expect(done.sourcePages).toBeGreaterThan(20);
+    const rows = await db.sql<{ key: string; input: { i: number; text: string } }[]>`
+      select key, input from leasehold_items where batch_id = ${batch.id}`;
+    expect(rows).toHaveLength(2_999);
+    for (const r of rows) {
+      expect(r.input.i).toBe(Number(r.key));
+      expect(r.input.text).toBe(`zeile ${r.input.i} — ünïcødé ✓ ${'x'.repeat(r.input.i % 97)}`);
+    }
+    expect(rows.some((r) => r.key === '1500')).toBe(false);
+  }, 120_000);
+
+  it('ends the batch failed at a malformed line, naming it and storing its number', async () => {
+    const body = ['{"a":1}', '{"a":2}', '{"a": oops}', '{"a":4}'].join('\n') + '\n';
+    await s3.put('in-bucket', 'lists/bad.jsonl', body);
+    const { batch } = await start({ s3: { bucket: 'in-bucket', key: 'lists/bad.jsonl', format: 'jsonl' } });
+    const done = await runToEnd(batch.id);
+    expect(done.status).toBe('failed');
+    expect(done.reason).toMatch(/^line 3 is not JSON/);
+    expect(done.sourceErrorLine).toBe(3);
+    expect(done.reading).toBe(false);
+  }, 60_000);
+});
+
+describe('a CSV source', () => {
+  it('gives one item per row with the header as fields, quoted newlines kept, keyed by keyColumn', async () => {
+    const rows = ['id,name,note'];
+    for (let i = 1; i <= 800; i++) rows.push(`id-${i},"name, ${i}",${i % 10 === 0 ? '"two\nlines"' : '"say ""hi"""'}`);
+    await s3.put('in-bucket', 'tables/t.csv', rows.join('\n') + '\n');
+    const { batch } = await start({ s3: { bucket: 'in-bucket', key: 'tables/t.csv', format: 'csv', keyColumn: 'id' } });
+    const done = await runToEnd(batch.id, { rangeBytes: 2048 });
+    expect(done.status).toBe('succeeded');
+    expect(done.total).toBe(800);
+    const items = await db.sql<{ key: string; input: Record<string, string> }[]>`
+      select key, input from leasehold_items where batch_id = ${batch.id}`;
+    const byKey = new Map(items.map((r) => [r.key, r.input]));
+    expect(byKey.get('id-10')).toEqual({ id: 'id-10', name: 'name, 10', note: 'two\nlines' });
+    expect(byKey.get('id-11')).toEqual({ id: 'id-11', name: 'name, 11', note: 'say "hi"' });
+  }, 60_000);
+
+  it('keys rows by their number without a keyColumn, and fails the batch at a ragged row', async () => {
+    await s3.put('in-bucket', 'tables/ok.csv', 'a,b\n1,2\n3,4\n');
+    const ok = await runToEnd((await start({ s3: { bucket: 'in-bucket', key: 'tables/ok.csv', format: 'csv' } })).batch.id);
+    expect(ok.status).toBe('succeeded');
+    expect(await keysOf(ok.id)).toEqual(['1', '2']);
+
+    await s3.put('in-bucket', 'tables/ragged.csv', 'a,b\n1,2\n3,4,5\n6,7\n');
+    const { batch } = await start({ s3: { bucket: 'in-bucket', key: 'tables/ragged.csv', format: 'csv' } });
+    const done = await runToEnd(batch.id);
+    expect(done.status).toBe('failed');
+    expect(done.reason).toBe('line 3 has 3 fields; the header has 2');
+    expect(done.sourceErrorLine).toBe(3);
+  }, 60_000);
+});
+
+describe('bad sources at start', () => {
+  const batches = async () => (await db.sql<{ n: number }[]>`select count(*)::int as n from leasehold_batches`)[0].n;
+
+  it.each([
+    [
+      'a missing bucket',
+      { s3: { bucket: 'no-such-bucket', prefix: 'x/' } },
+      'source_not_found',
+      /bucket no-such-bucket does not exist/,
+    ],
+    [
+      'a missing key',
+      { s3: { bucket: 'in-bucket', key: 'nope.jsonl', format: 'jsonl' } },
+      'source_not_found',
+      /s3:\/\/in-bucket\/nope.jsonl does not exist/,
+    ],
+    [
+      'an empty prefix',
+      { s3: { bucket: 'in-bucket', prefix: 'nothing-here/' } },
+      'invalid_source',
+      /no object under s3:\/\/in-bucket\/nothing-here\//,
+    ],
+  ] as const)('%s is refused with a clear error and stores nothing', async (_name, source, code, message) => {
+    const before = await batches();
+    const err = await start(source as BatchSource).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code });
+    expect((err as Error).message).toMatch(message);
+    expect(await batches()).toBe(before);
+  });
+
+  it('a 0-byte object is refused as empty', async () => {
+    await s3.put('in-bucket', 'lists/empty.jsonl', '');
+    const before = await batches();
+    const err = await start({ s3: { bucket: 'in-bucket', key: 'lists/empty.jsonl', format: 'jsonl' } }).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'invalid_source' });
+    expect((err as Error).message).toMatch(/is empty \(0 bytes\)/);
+    expect(await batches()).toBe(before);
+  });
+
+  it('denied access (a signature the server refuses) is refused as denied', async () => {
+    const before = await batches();
+    const err = await start({ s3: { bucket: 'in-bucket', prefix: 'objs/' } }, {}, s3.deniedClient).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'source_access_denied' });
+    expect((err as Error).message).toMatch(/access to bucket in-bucket is denied/);
+    expect(await batches()).toBe(before);
+  });
+});
+
+describe('results to S3', () => {
+  it('writes succeeded and failed parts, one line per item, then the manifest, whose location the batch shows', async () => {
+    const body = Array.from({ length: 250 }, (_, i) => JSON.stringify({ i: i + 1, fail: (i + 1) % 50 === 0 })).join('\n');
+    await s3.put('in-bucket', 'lists/r.jsonl', body);
+    const results: ResultsTarget = { s3: { bucket: 'out-bucket', prefix: 'res/' } };
+    const { batch } = await start({ s3: { bucket: 'in-bucket', key: 'lists/r.jsonl', format: 'jsonl' } }, { results });
+    const runner = new Runner(db.sql, {
+      parallel: 8,
+      beatMs: 200,
+      staleMs: 2_000,
+      backoffMs: 0,
+      attempts: 1,
+      s3: () => s3.client,
+    });
+    runner.watch(
+      () => ({
+        work: async (item) => {
+          if ((item.input as { fail: boolean }).fail) throw new Error(`item ${item.key} fails`);
+          return { double: (item.input as { i: number }).i * 2 };
+        },
+      }),
+      100,
+    );
+    await waitFor('the manifest', async () => (await getBatch(db.sql, batch.id)).resultsManifest !== null, {
+      timeoutMs: 60_000,
+      everyMs: 100,
+    });
+    await runner.close();
+    const done = await getBatch(db.sql, batch.id);
+    expect(done.status).toBe('failed');
+    expect(done.resultsManifest).toBe(`s3://out-bucket/res/${batch.id}/manifest.json`);
+    const text = async (key: string) =>
+      (await (
+        await s3.client.send(new GetObjectCommand({ Bucket: 'out-bucket', Key: key }))
+      ).Body!.transformToString()) as string;
+    const manifest = JSON.parse(await text(`res/${batch.id}/manifest.json`));
+    expect(manifest).toMatchObject({ batchId: batch.id, status: 'failed', total: 250, counts: { succeeded: 245, failed: 5 } });
+    const succeeded = (await text(manifest.parts.succeeded[0].key))
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    const failed = (await text(manifest.parts.failed[0].key))
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    expect(manifest.parts.succeeded[0].key).toBe(`res/${batch.id}/succeeded/part-00000.jsonl`);
+    expect(succeeded).toHaveLength(245);
+    expect(new Set(succeeded.map((l) => l.key)).size).toBe(245);
+    expect(succeeded.find((l) => l.key === '7')).toEqual({ key: '7', state: 'done', attempts: 1, output: { double: 14 } });
+    expect(failed.map((l) => l.key).sort()).toEqual(['100', '150', '200', '250', '50']);
+    expect(failed[0]).toMatchObject({ state: 'failed', attempts: 1, error: expect.stringMatching(/fails$/) });
+    const listed = await s3.client.send(new ListObjectsV2Command({ Bucket: 'out-bucket', Prefix: `res/${batch.id}/` }));
+    expect(listed.Contents?.map((o) => o.Key).sort()).toEqual(
+      [
+        `res/${batch.id}/failed/part-00000.jsonl`,
+        `res/${batch.id}/manifest.json`,
+        `res/${batch.id}/succeeded/part-00000.jsonl`,
+      ].sort(),
+    );
+  }, 90_000);
+
+  it('a write that keeps failing (its bucket deleted before the finish) gives up after its tries; the Batch Finished event is sent all the same, results null', async () => {
+    await s3.createBucket('gone-out');
+    await s3.put('in-bucket', 'lists/g.jsonl', '{"n":1}\n{"n":2}\n{"n":3}\n');
+    const { batch } = await start(
+      { s3: { bucket: 'in-bucket', key: 'lists/g.jsonl', format: 'jsonl' } },
+      { results: { s3: { bucket: 'gone-out', prefix: 'r/' } } },
+    );
+    // The bucket goes after the start checked it: S3's own answer shows it gone.
+    await s3.client.send(new DeleteBucketCommand({ Bucket: 'gone-out' }));
+    const head = await s3.client.send(new HeadBucketCommand({ Bucket: 'gone-out' })).catch((e: unknown) => e);
+    expect(head).toMatchObject({ $metadata: { httpStatusCode: 404 } });
+
+    // The run that finished the batch tried first, and failed.
+    const done = await runToEnd(batch.id);
+    expect(done.status).toBe('succeeded');
+    expect(done.resultsManifest).toBeNull();
+    expect(done.resultsError).toMatch(new RegExp(`^try 1 of ${RESULTS_MAX_TRIES}: NoSuchBucket`));
+
+    // The scheduler's passes (leaseMs 1: no wait between them) try the rest, then leave it.
+    const passes: { written: number; failed: number }[] = [];
+    for (let i = 0; i < RESULTS_MAX_TRIES + 2; i++) passes.push(await writeDueResults(db.sql, s3.client, { leaseMs: 1 }));
+    expect(passes.filter((p) => p.failed === 1)).toHaveLength(RESULTS_MAX_TRIES - 1);
+    expect(passes.slice(RESULTS_MAX_TRIES - 1)).toEqual([
+      { written: 0, failed: 0 },
+      { written: 0, failed: 0 },
+      { written: 0, failed: 0 },
+    ]);
+    const [row] = await db.sql<{ results_tries: number }[]>`select results_tries from leasehold_batches where id = ${batch.id}`;
+    expect(row.results_tries).toBe(RESULTS_MAX_TRIES);
+    const after = await getBatch(db.sql, batch.id);
+    expect(after.resultsManifest).toBeNull();
+    expect(after.resultsError).toMatch(new RegExp(`^try ${RESULTS_MAX_TRIES} of ${RESULTS_MAX_TRIES}: NoSuchBucket`));
+
+    // The event was written at the end, never held for the results: sent through the real
+    // EventBridge client to the local PutEvents endpoint, results null.
+    const received: LocalBusEvent[] = [];
+    const bus = await createEventsEndpoint({ deliver: async () => undefined, onEvent: (e) => received.push(e) });
+    const env = localEventsEnv(bus.url);
+    const saved = Object.fromEntries(Object.keys(env).map((k) => [k, process.env[k]]));
+    Object.assign(process.env, env);
+    try {
+      const sent = await sendEvents(
+        { sql: db.sql, publisher: new EventBridgePublisher('leasehold-test'), webhookSecret: undefined, log: silentLog },
+        { batchId: batch.id },
+      );
+      expect(sent).toMatchObject({ sent: 1, failed: 0 });
+    } finally {
+      for (const [k, v] of Object.entries(saved)) {
+        if (v === undefined) delete process.env[k];
+        else process.env[k] = v;
+      }
+      await bus.close();
+    }
+    const [event] = await batchEvents(db.sql, batch.id);
+    expect(event.sentAt).not.toBeNull();
+    const detail = received.map((e) => e.detail as BatchFinishedDetail).find((d) => d.batchId === batch.id);
+    expect(detail).toMatchObject({ id: event.id, status: 'succeeded', results: null, counts: { total: 3, done: 3 } });
+  }, 90_000);
+});
