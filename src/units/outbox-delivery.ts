@@ -371,6 +371,9 @@ async function deliverTo(run: Run, endpoint: string, due: q.OutboxDelivery[]): P
         streak++;
         failures++;
         lastError = error;
+        // Asked to pause: this lane's other workers start nothing more from here on, before the
+        // awaits below give them a turn.
+        if (retryAfterMs !== undefined) streak = s.failureStreak;
         const recorded = await q.markFailed(ctx.sql, unit, ctx.processId, {
           id: m.id,
           endpoint,
@@ -383,7 +386,6 @@ async function deliverTo(run: Run, endpoint: string, due: q.OutboxDelivery[]): P
         if (retryAfterMs !== undefined && !run.lost) {
           // The endpoint asked for a pause: nothing more goes to it, in this run or any other,
           // until then; its other deliveries keep their place (docs/design.md, "Outbox").
-          streak = s.failureStreak;
           await q.pauseEndpoint(ctx.sql, unit, ctx.processId, endpoint, retryAfterMs);
         }
       }
