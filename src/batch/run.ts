@@ -915,7 +915,6 @@ export class Run {
     } finally {
       timer.abort();
       runSignal.removeEventListener('abort', relay);
-      void beats.settle();
     }
   }
 
