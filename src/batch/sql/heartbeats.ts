@@ -24,20 +24,31 @@ export interface ItemBeat {
 // given. Changes the one item (whole primary key) only while it is running under `run` at
 // `claimed` attempts and the run holds its lease; answers whether it did.
 export async function beatItem(sql: Sql, b: ItemBeat): Promise<boolean> {
+  const rows = await sql`${beatItemStatement(sql, b)}`;
+  return rows.length === 1;
+}
+
+/** {@link beatItem} as a fragment (the plan test reads its plan). */
+export function beatItemStatement(sql: Sql, b: ItemBeat) {
   const setProgress = b.progress !== undefined;
   const setCheckpoint = b.checkpoint !== undefined;
   // JSON text cast in SQL: a jsonb parameter would be serialised a second time.
-  const rows = await sql`with own as (
+  // The item is found on the whole primary key alone and updated by its ctid (a Tid Scan), as the
+  // moves are: with the batch and its state in the update's condition, or the ctid alone, a
+  // planner walked the running items through their partial index (the plan test's bound).
+  return sql`with own as (
       ${ownRun(sql, b.run)}
+    ), t as (
+      select x.ctid as tid from leasehold_items x where x.batch_id = ${b.batchId} and x.key = ${b.key} limit 1
     )
     update leasehold_items i
     set heartbeat_at = now(),
         progress = case when ${setProgress} then ${b.progress ?? null}::text::jsonb else i.progress end,
         checkpoint = case when ${setCheckpoint} then ${b.checkpoint ?? null}::text::jsonb else i.checkpoint end
-    where i.batch_id = ${b.batchId} and i.key = ${b.key} and i.run_id = ${b.run} and i.state = 'running'
+    from t
+    where i.ctid = any(array(select tid from t)) and i.ctid = t.tid and i.run_id = ${b.run} and i.state = 'running'
       and i.attempts = ${b.claimed} and exists (select 1 from own)
     returning 1`;
-  return rows.length === 1;
 }
 
 /** What {@link recoverStaleItems} takes. */
@@ -67,7 +78,7 @@ export async function recoverStaleItems(sql: Sql, a: StaleArgs): Promise<StaleIt
   return sql<StaleItem[]>`${recoverStaleStatement(sql, a)}`;
 }
 
-/** {@link recoverStaleItems} as a fragment (a plan test may read its plan). */
+/** {@link recoverStaleItems} as a fragment (the plan test reads its plan). */
 export function recoverStaleStatement(sql: Sql, a: StaleArgs) {
   // Each candidate is one look-up on the whole primary key (LATERAL … LIMIT 1) and its row is
   // updated by ctid, as the moves are: no plan walks the batch (docs/design.md, "The database in
