@@ -64,8 +64,8 @@ describe('checkpoints', () => {
     };
     const executor: Executor = { work, attempts: 1 };
     const options = { beatMs: 200, staleMs: 10_000, drainMs: 3_000 };
-    // Each invocation hands off (as a worker does at its deadline) half a second after the item
-    // stored its second checkpoint there, in the middle of its next step.
+    // Each invocation hands off (as a worker does at its deadline) once the item stored its
+    // second checkpoint there: its next step is interrupted.
     const invocations: string[] = [];
     const first = new Runner(db.sql, options);
     const { batch } = await first.start(newBatch(2), {}, executor);
@@ -78,10 +78,7 @@ describe('checkpoints', () => {
       }
       const done = runOf(runner, batch.id);
       const ended = await Promise.race([done.then(() => true), twoSteps.promise.then(() => false)]);
-      if (!ended) {
-        await sleep(500);
-        await runner.close();
-      }
+      if (!ended) await runner.close();
       twoSteps = deferred();
       const r = await done;
       invocations.push(r.outcome);
@@ -236,13 +233,14 @@ describe('heartbeats', () => {
     const events: RunnerEvent[] = [];
     const runner = new Runner(db.sql, { beatMs: 100, staleMs: 20_000, attempts: 1, onEvent: (e) => events.push(e) });
     const work: ItemWork = async (item) => {
-      for (let i = 0; i < 10; i++) {
+      for (let i = 0; i < 16; i++) {
         item.heartbeat({ i });
         await sleep(250);
       }
       return 'done';
     };
-    const { batch } = await runner.start(newBatch(1), {}, { work, itemStaleMs: 700 });
+    // 4 s of work, twice itemStaleMs, beating every 250 ms.
+    const { batch } = await runner.start(newBatch(1), {}, { work, itemStaleMs: 2_000 });
     expect(await runOf(runner, batch.id)).toMatchObject({ outcome: 'succeeded' });
     expect((await itemRows(db.sql, batch.id))[0]).toMatchObject({ state: 'done', attempts: 1, output: 'done' });
     expect(events.filter((e) => e.type === 'item-ended' && e.outcome === 'stale')).toEqual([]);
