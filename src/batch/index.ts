@@ -15,6 +15,7 @@ export {
   markDispatched,
   undispatch,
   setMaxConcurrency,
+  setRateLimit,
   checkMaxConcurrency,
   checkItemTimeout,
   isUuid,
