@@ -66,10 +66,17 @@ async function runToEnd(id: string, options: { rangeBytes?: number; pageObjects?
   });
   try {
     runner.watch(() => ({ work: async (item) => ({ seen: item.input }) }), 100);
-    await waitFor('the batch to end', async () => (await getBatch(db.sql, id)).status !== 'open', {
-      timeoutMs: 60_000,
-      everyMs: 100,
-    });
+    // With results to write, until the finishing run's first try is recorded too: closing the
+    // runner before would stop that write (a worker at its deadline), which is not what these
+    // tests look at.
+    await waitFor(
+      'the batch to end',
+      async () => {
+        const b = await getBatch(db.sql, id);
+        return b.status !== 'open' && (b.results === null || b.resultsManifest !== null || b.resultsError !== null);
+      },
+      { timeoutMs: 60_000, everyMs: 100 },
+    );
   } finally {
     await runner.close();
   }
