@@ -83,6 +83,30 @@ async function runToEnd(id: string, options: { rangeBytes?: number; pageObjects?
   return getBatch(db.sql, id);
 }
 
+/** Send `batchId`'s unsent events through the real EventBridge client to a local PutEvents endpoint. */
+async function sendToLocalBus(
+  batchId: string,
+): Promise<{ sent: Awaited<ReturnType<typeof sendEvents>>; received: LocalBusEvent[] }> {
+  const received: LocalBusEvent[] = [];
+  const bus = await createEventsEndpoint({ deliver: async () => undefined, onEvent: (e) => received.push(e) });
+  const env = localEventsEnv(bus.url);
+  const saved = Object.fromEntries(Object.keys(env).map((k) => [k, process.env[k]]));
+  Object.assign(process.env, env);
+  try {
+    const sent = await sendEvents(
+      { sql: db.sql, publisher: new EventBridgePublisher('leasehold-test'), webhookSecret: undefined, log: silentLog },
+      { batchId },
+    );
+    return { sent, received };
+  } finally {
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+    await bus.close();
+  }
+}
+
 async function keysOf(id: string): Promise<string[]> {
   const rows = await db.sql<{ key: string }[]>`select key from leasehold_items where batch_id = ${id} order by key`;
   return rows.map((r) => r.key);
@@ -294,6 +318,10 @@ describe('results to S3', () => {
         `res/${batch.id}/succeeded/part-00000.jsonl`,
       ].sort(),
     );
+    // The Batch Finished event names the manifest.
+    const { received } = await sendToLocalBus(batch.id);
+    const detail = received.map((e) => e.detail as BatchFinishedDetail).find((d) => d.batchId === batch.id);
+    expect(detail).toMatchObject({ status: 'failed', results: { manifest: done.resultsManifest } });
   }, 90_000);
 
   it('a write that keeps failing (its bucket deleted before the finish) gives up after its tries; the Batch Finished event is sent all the same, results null', async () => {
@@ -314,6 +342,9 @@ describe('results to S3', () => {
     expect(done.resultsManifest).toBeNull();
     expect(done.resultsError).toMatch(new RegExp(`^try 1 of ${RESULTS_MAX_TRIES}: NoSuchBucket`));
 
+    // Its event waits while the results have tries left: nothing is sent yet.
+    expect((await sendToLocalBus(batch.id)).sent).toMatchObject({ sent: 0 });
+
     // The scheduler's passes (leaseMs 1: no wait between them) try the rest, then leave it.
     const passes: { written: number; failed: number }[] = [];
     for (let i = 0; i < RESULTS_MAX_TRIES + 2; i++) passes.push(await writeDueResults(db.sql, s3.client, { leaseMs: 1 }));
@@ -329,26 +360,10 @@ describe('results to S3', () => {
     expect(after.resultsManifest).toBeNull();
     expect(after.resultsError).toMatch(new RegExp(`^try ${RESULTS_MAX_TRIES} of ${RESULTS_MAX_TRIES}: NoSuchBucket`));
 
-    // The event was written at the end, never held for the results: sent through the real
-    // EventBridge client to the local PutEvents endpoint, results null.
-    const received: LocalBusEvent[] = [];
-    const bus = await createEventsEndpoint({ deliver: async () => undefined, onEvent: (e) => received.push(e) });
-    const env = localEventsEnv(bus.url);
-    const saved = Object.fromEntries(Object.keys(env).map((k) => [k, process.env[k]]));
-    Object.assign(process.env, env);
-    try {
-      const sent = await sendEvents(
-        { sql: db.sql, publisher: new EventBridgePublisher('leasehold-test'), webhookSecret: undefined, log: silentLog },
-        { batchId: batch.id },
-      );
-      expect(sent).toMatchObject({ sent: 1, failed: 0 });
-    } finally {
-      for (const [k, v] of Object.entries(saved)) {
-        if (v === undefined) delete process.env[k];
-        else process.env[k] = v;
-      }
-      await bus.close();
-    }
+    // The event was held while the results had tries left, and goes now, results null: sent
+    // through the real EventBridge client to the local PutEvents endpoint.
+    const { sent, received } = await sendToLocalBus(batch.id);
+    expect(sent).toMatchObject({ sent: 1, failed: 0 });
     const [event] = await batchEvents(db.sql, batch.id);
     expect(event.sentAt).not.toBeNull();
     const detail = received.map((e) => e.detail as BatchFinishedDetail).find((d) => d.batchId === batch.id);
