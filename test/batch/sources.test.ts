@@ -324,6 +324,33 @@ describe('results to S3', () => {
     expect(detail).toMatchObject({ status: 'failed', results: { manifest: done.resultsManifest } });
   }, 90_000);
 
+  it("the scheduler's pass keeps within its budget: none begun past it, one still going cut short and written by a later pass", async () => {
+    await s3.createBucket('budget-out');
+    await s3.put('in-bucket', 'lists/b.jsonl', Array.from({ length: 1_000 }, (_, i) => `{"n":${i}}`).join('\n'));
+    const { batch } = await start(
+      { s3: { bucket: 'in-bucket', key: 'lists/b.jsonl', format: 'jsonl' } },
+      { results: { s3: { bucket: 'budget-out', prefix: 'r/' } } },
+    );
+    expect((await runToEnd(batch.id)).resultsManifest).not.toBeNull();
+    // As if the finishing run had died before its write began: due again.
+    await db.sql`update leasehold_batches set results_manifest = null, results_tries = 0, results_started_at = null
+      where id = ${batch.id}`;
+    expect(await writeDueResults(db.sql, s3.client, { leaseMs: 1, budgetMs: 0 })).toEqual({ written: 0, failed: 0 });
+    // One object per item: a thousand uploads, far past 500 ms.
+    const errors: unknown[] = [];
+    const cut = await writeDueResults(db.sql, s3.client, {
+      leaseMs: 1,
+      budgetMs: 500,
+      partItems: 1,
+      onError: (_id, e) => errors.push(e),
+    });
+    expect(cut).toEqual({ written: 0, failed: 1 });
+    expect(String(errors[0])).toMatch(/TimeoutError|aborted/i);
+    expect((await getBatch(db.sql, batch.id)).resultsManifest).toBeNull();
+    expect(await writeDueResults(db.sql, s3.client, { leaseMs: 1, budgetMs: 60_000 })).toEqual({ written: 1, failed: 0 });
+    expect((await getBatch(db.sql, batch.id)).resultsManifest).toBe(`s3://budget-out/r/${batch.id}/manifest.json`);
+  }, 90_000);
+
   it('a write that keeps failing (its bucket deleted before the finish) gives up after its tries; the Batch Finished event is sent all the same, results null', async () => {
     await s3.createBucket('gone-out');
     await s3.put('in-bucket', 'lists/g.jsonl', '{"n":1}\n{"n":2}\n{"n":3}\n');
