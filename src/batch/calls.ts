@@ -241,7 +241,7 @@ class CallGrouper {
 /** Settle each item of a call with its entry of the answer (docs/design.md, "Item batching"). */
 function settleEach(group: Waiting[], answer: unknown): void {
   if (!Array.isArray(answer)) {
-    const e = new CallAnswerError(`the call of ${group.length} items answered ${describe(answer)}, not an array of results`);
+    const e = new CallAnswerError(`the call of ${itemCount(group.length)} answered ${describe(answer)}, not an array of results`);
     for (const w of group) w.reject(e);
     return;
   }
@@ -271,10 +271,10 @@ function settleEach(group: Waiting[], answer: unknown): void {
     const key = w.item.key;
     const r = byKey.get(key);
     if (twice.has(key))
-      w.reject(new CallAnswerError(`the call of ${group.length} items answered item ${JSON.stringify(key)} more than once`));
+      w.reject(new CallAnswerError(`the call of ${itemCount(group.length)} answered item ${JSON.stringify(key)} more than once`));
     else if (!r)
       w.reject(
-        new CallAnswerError(`the call of ${group.length} items answered no result for item ${JSON.stringify(key)}${note}`),
+        new CallAnswerError(`the call of ${itemCount(group.length)} answered no result for item ${JSON.stringify(key)}${note}`),
       );
     else if (r.error !== undefined) w.reject(r.error instanceof Error ? r.error : new Error(errorMessage(r.error)));
     else w.resolve('output' in r ? r.output : undefined);
@@ -293,6 +293,11 @@ function entryBytes(item: ItemContext): number {
   } catch {
     return 0;
   }
+}
+
+/** `1 item`, `3 items`. */
+function itemCount(n: number): string {
+  return `${n} item${n === 1 ? '' : 's'}`;
 }
 
 function describe(v: unknown): string {

@@ -309,7 +309,7 @@ async function invokeMany(call: JobCall<LambdaInvokeParams>, ctx: JobContext): P
   if (failure) {
     if (failure.errorType === 'Function.ResponseSizeTooLarge') {
       const advice = 'return references (S3 keys) instead, or batch fewer items (itemsPerCall, bytesPerCall)';
-      const message = `function ${name} answered a call of ${n} items with more than Lambda's ${MAX_SYNC_PAYLOAD_BYTES} bytes (6 MB): ${advice} (${failure.errorMessage})`;
+      const message = `function ${name} answered a call of ${n} item${n === 1 ? '' : 's'} with more than Lambda's ${MAX_SYNC_PAYLOAD_BYTES} bytes (6 MB): ${advice} (${failure.errorMessage})`;
       // One item alone is too large for good; several may fit in smaller calls when they come back.
       if (n === 1) throw new LambdaPayloadTooLargeError(message);
       throw new LambdaFunctionError(name, failure.errorType, message);
@@ -321,12 +321,12 @@ async function invokeMany(call: JobCall<LambdaInvokeParams>, ctx: JobContext): P
     answer = JSON.parse(text);
   } catch {
     throw new PermanentItemError(
-      `function ${name} answered a call of ${n} items with something that is not JSON: ${text.slice(0, 200)}`,
+      `function ${name} answered a call of ${n} item${n === 1 ? '' : 's'} with something that is not JSON: ${text.slice(0, 200)}`,
     );
   }
   if (!Array.isArray(answer)) {
     throw new PermanentItemError(
-      `function ${name} answered a call of ${n} items with ${text.trim() === '' ? 'nothing' : text.slice(0, 100)}, ` +
+      `function ${name} answered a call of ${n} item${n === 1 ? '' : 's'} with ${text.trim() === '' ? 'nothing' : text.slice(0, 100)}, ` +
         'not an array of { key, output } or { key, error } (docs/jobs.md, "lambda-invoke")',
     );
   }
