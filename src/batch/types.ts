@@ -242,7 +242,7 @@ export type ItemsWork = (call: ItemsCall) => Promise<readonly ItemCallResult[]>;
 /** How to run a batch's items: the work plus per-job overrides of the runner's options. */
 export interface Executor {
   work: ItemWork;
-  /** Items run at once by one run. Default: the runner's `parallel`. */
+  /** Items run at once by one run (with `itemsPerCall`: calls at once). Default: the runner's `parallel`. */
   parallel?: number;
   /** Attempts per item before it is `failed`. Default: the runner's `attempts`. */
   attempts?: number;

@@ -89,7 +89,7 @@ export interface Job<P = unknown, O = unknown> {
   expand(params: P, ctx: JobContext): Promise<{ items: ItemSource; params?: P }>;
   /** Run one item; resolve to its JSON output, throw to fail this attempt. */
   run(item: JobItem<P>, ctx: JobContext): Promise<O>;
-  /** Items run at once by one run of this job. Default: the runner's (2). */
+  /** Items run at once by one run of this job (with `itemsPerCall`: calls at once). Default: the runner's (2). */
   readonly parallel?: number;
   /** Attempts per item, 1 to 1,000. Default: the runner's (3). */
   readonly attempts?: number;
