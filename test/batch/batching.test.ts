@@ -94,8 +94,14 @@ describe('item batching', () => {
     });
     const { batch } = await runner.start(b, {}, batched(recording(calls), { itemsPerCall: 100, bytesPerCall: 400 }));
     expect(await runOf(runner, batch.id)).toMatchObject({ outcome: 'succeeded' });
-    expect(sizes(calls)).toEqual([1, 3, 3, 3]);
-    expect(calls.find((c) => c.length === 1)).toEqual([{ key: 'big', attempt: 1 }]);
+    // Claim order among items due at once is the store's: the big item may split the small ones
+    // anywhere, so calls are [3, 3, 3] around it, or one of them split in two.
+    const bytes = (key: string) => JSON.stringify(b.items.find((i) => i.key === key)).length;
+    for (const c of calls) if (c.length > 1) expect(c.reduce((n, i) => n + bytes(i.key), 0)).toBeLessThanOrEqual(400);
+    expect(calls.filter((c) => c.some((i) => i.key === 'big'))).toEqual([[{ key: 'big', attempt: 1 }]]);
+    expect(calls.filter((c) => c.length === 3).length).toBeGreaterThanOrEqual(2);
+    expect(calls.length).toBeLessThanOrEqual(5);
+    expect(calls.flat()).toHaveLength(10);
   });
 
   it('keeps attempts per item: a failed item of a call is retried alone, and the items that succeeded beside it are done once', async () => {
@@ -117,7 +123,8 @@ describe('item batching', () => {
     );
     expect(await runOf(runner, batch.id)).toMatchObject({ outcome: 'failed', finishedItems: 20 });
 
-    expect(calls[0]!.map((i) => i.key)).toEqual(b.items.map((i) => i.key));
+    // The first call holds every item (in claim order, which is not the keys' order).
+    expect(calls[0]!.map((i) => i.key).sort()).toEqual(b.items.map((i) => i.key));
     // Later calls hold only items that failed before: the other 17 ran once.
     for (const c of calls.slice(1)) for (const i of c) expect(['k003', 'k011', 'k017']).toContain(i.key);
     const tally = new Map<string, number>();
@@ -151,7 +158,7 @@ describe('item batching', () => {
     expect(items.gone).toMatchObject({ state: 'failed', attempts: 1, error: 'gone for good' });
     expect(items.later).toMatchObject({ state: 'done', attempts: 1, output: 'ok' });
     expect(items.fine).toMatchObject({ state: 'done', attempts: 1 });
-    expect(calls.map((c) => c.map((i) => i.key))).toEqual([['gone', 'later', 'fine'], ['later']]);
+    expect(calls.map((c) => c.map((i) => i.key).sort())).toEqual([['fine', 'gone', 'later'], ['later']]);
   });
 
   it('a whole-call failure is a failed attempt of every item in that call, and of no other item', async () => {
