@@ -169,7 +169,8 @@ export class UnknownJobError extends LeaseholdError {
  * The jobs a deployment knows; workers resolve stored batches to executors through it.
  * @throws {Error} a job name registered twice; {InvalidSettingError} a job's `attempts`, `backoffMs`,
  *   `parallel` or `timeoutMs` out of range (attempts 1 to 1,000, backoff 0 to one day, parallel at
- *   least 1, timeout 1 ms to 15 minutes).
+ *   least 1, timeout 1 ms to 15 minutes), or its item batching settings (`itemsPerCall` 1 to 1,000
+ *   and only with `runMany`, `bytesPerCall` at least 1, `gatherMs` 0 to 10,000).
  */
 export class JobRegistry {
   private readonly jobs = new Map<string, Job<unknown, unknown>>();
