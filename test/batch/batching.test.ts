@@ -12,6 +12,7 @@ import {
   type ItemsCall,
   type ItemsWork,
 } from '../../src/index.js';
+import { defineJob, JobRegistry } from '../../src/jobs/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { itemRows, newBatch, runOf } from './helpers.js';
 import { waitFor } from '../support/waits.js';
@@ -282,5 +283,22 @@ describe('item batching', () => {
       await expect(started).rejects.toBeInstanceOf(InvalidSettingError);
       await expect(started).rejects.toThrow(message);
     }
+  });
+
+  it('refuses a job that declares itemsPerCall without runMany, or one out of range, where the app is loaded', () => {
+    const base = {
+      description: 'x',
+      params: { safeParse: (v: unknown) => ({ success: true as const, data: v }) } as never,
+      expand: async () => ({ items: [] }),
+      run: async () => null,
+    };
+    const registry = (job: object) => () =>
+      new JobRegistry([defineJob({ ...base, name: 'j', ...job })], { allowedRoots: [], maxItems: 1 });
+    expect(registry({ itemsPerCall: 10 })).toThrow('job "j": itemsPerCall needs runMany, which runs a call of items');
+    expect(registry({ itemsPerCall: 0, runMany: async () => [] })).toThrow(
+      /job "j": itemsPerCall must be a whole number from 1 to 1000/,
+    );
+    expect(registry({ itemsPerCall: 10, runMany: async () => [], gatherMs: 20_000 })).toThrow(/job "j": gatherMs/);
+    expect(registry({ itemsPerCall: (p: unknown) => (p ? 10 : undefined), runMany: async () => [] })).not.toThrow();
   });
 });
