@@ -12,6 +12,7 @@ import { readItems } from './items.js';
 import { s3Client } from './s3.js';
 import { readPage, SourceReadError, type SourceCursor, type StoredSource } from './source.js';
 import { writeResultsAfterFinish } from './results.js';
+import { ItemNotStartedError } from './calls.js';
 import type { S3Client } from '@aws-sdk/client-s3';
 import { encodeOutput, errorText } from './values.js';
 import type { BatchInfo, Executor, ItemState, RunOutcome, RunResult } from './types.js';
@@ -811,6 +812,11 @@ export class Run {
       if (encoded.error !== undefined) return verdict('failed', 'failed', null, encoded.error);
       return verdict('done', 'done', encoded.json, null);
     } catch (e) {
+      // Item batching: it waited for a call that never began (docs/design.md, "Item batching").
+      if (e instanceof ItemNotStartedError) {
+        const move = { key: c.key, state: 'pending' as const, claimed: c.attempts, attempts: c.attempts - 1 };
+        return { outcome: 'given-back', move: { ...move, output: null, error: null, delayMs: 0 } };
+      }
       const message = errorText(e);
       if (this.items.signal.aborted && c.attempts < this.s.attempts) {
         // Interrupted by a handoff: the attempt counts (an item that never fits in one
