@@ -2,12 +2,14 @@
 // "Rate limits"): one batch over 8 runs (8 runners, a pool each, as processes are) with `parallel`
 // 16, its job limited to 50/s on one key, against a local HTTP endpoint that answers 429 to a
 // request past 55 in its last second. It prints the most requests the endpoint saw in any one-second
-// window, the rate reached and the 429s after the first second; then a no-op batch over the same
+// window, the rate reached and the 429s after the first second; a key at 500/s alone and beside
+// the 50/s one (`another key …`); a Retry-After of 2 s on one of three keys (`retry-after: …`);
+// then a no-op batch over the same
 // 8 runs with a limit far above the load, beside the same batch without one (the limit's
 // overhead). A fresh schema of its own.
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { Runner, createBatch, type Executor } from '../src/batch/index.js';
+import { RetryAfterError, Runner, createBatch, type Executor } from '../src/batch/index.js';
 import { connect, type Sql } from '../src/store/index.js';
 import { batchOf } from './runs.js';
 import { benchSchema } from './schema.js';
@@ -69,6 +71,96 @@ async function runOn(url: string, schema: string, id: string, executor: Executor
   }
 }
 
+/** Items per second of sorted start times `t` (ms) between `from` and `to`. */
+function rateIn(t: number[], from: number, to: number): number {
+  return (t.filter((x) => x >= from && x < to).length * 1_000) / (to - from);
+}
+
+/** Items of the given keys, interleaved by position, each `{ k }`. */
+function keyedItems(counts: Record<string, number>): { key: string; input: { k: string } }[] {
+  const items: { key: string; input: { k: string }; at: number }[] = [];
+  for (const [k, n] of Object.entries(counts)) {
+    for (let i = 0; i < n; i++) items.push({ key: `${k}${String(i).padStart(7, '0')}`, input: { k }, at: i / n });
+  }
+  return items.sort((a, b) => a.at - b.at).map(({ key, input }) => ({ key, input }));
+}
+
+/**
+ * `another key 500/s: alone N/s, beside a 50/s key M/s (±P %)`: a key at 500/s in a batch of its
+ * own, then the same key beside one at 50/s in one batch (each key's own rate: `perSecond` a
+ * function of the key).
+ */
+async function anotherKeyBench(url: string, schema: string, sql: Sql): Promise<void> {
+  const seconds = 6;
+  const fastRate = 500;
+  const rateByKey = (k: string) => (k === 'slow' ? RATE : fastRate);
+  const measure = async (counts: Record<string, number>, job: string) => {
+    const starts: Record<string, number[]> = {};
+    const executor: Executor = {
+      parallel: PARALLEL,
+      rateLimit: { key: (item) => (item.input as { k: string }).k, perSecond: rateByKey },
+      work: async ({ input }) => {
+        (starts[(input as { k: string }).k] ??= []).push(performance.now());
+        return null;
+      },
+    };
+    const b = await createBatch(sql, { ...batchOf(0), items: keyedItems(counts), job, maxConcurrency: RUNS });
+    await runOn(url, schema, b.batch.id, executor);
+    const fast = starts.fast!.sort((x, y) => x - y);
+    return ((fast.length - 1) / (fast.at(-1)! - fast[0]!)) * 1_000;
+  };
+  const alone = await measure({ fast: fastRate * seconds }, 'fast-alone');
+  const beside = await measure({ fast: fastRate * seconds, slow: RATE * seconds }, 'fast-beside');
+  const diff = (100 * (beside - alone)) / alone;
+  console.log(
+    `another key ${fastRate}/s: alone ${alone.toFixed(1)}/s, beside a ${RATE}/s key ${beside.toFixed(1)}/s ` +
+      `(${diff >= 0 ? '+' : ''}${diff.toFixed(1)} %)`,
+  );
+}
+
+/**
+ * `retry-after: paused key S s, other keys ±P %`: three keys at 50/s each over {@link RUNS} runs;
+ * 2 s in, one item of key `a` throws `RetryAfterError(2000)`. The line gives key a's longest gap
+ * between starts, the other keys' rate during the pause against before it, and the attempts used.
+ */
+async function retryAfterBench(url: string, schema: string, sql: Sql): Promise<void> {
+  const seconds = 8;
+  const starts: Record<string, number[]> = { a: [], b: [], c: [] };
+  let t0 = 0;
+  let pausedAt = 0;
+  const executor: Executor = {
+    parallel: PARALLEL,
+    rateLimit: { key: (item) => (item.input as { k: string }).k, perSecond: RATE },
+    work: async ({ input }) => {
+      const now = performance.now();
+      const k = (input as { k: string }).k;
+      starts[k]!.push(now);
+      t0 ||= now;
+      if (k === 'a' && pausedAt === 0 && now - t0 > 2_000) {
+        pausedAt = now;
+        throw new RetryAfterError(2_000);
+      }
+      return null;
+    },
+  };
+  const counts = { a: RATE * seconds, b: RATE * seconds, c: RATE * seconds };
+  const b = await createBatch(sql, { ...batchOf(0), items: keyedItems(counts), job: 'retry-after', maxConcurrency: RUNS });
+  await runOn(url, schema, b.batch.id, executor);
+  const a = starts.a!.sort((x, y) => x - y);
+  let gap = 0;
+  for (let i = 1; i < a.length; i++) gap = Math.max(gap, a[i]! - a[i - 1]!);
+  const others = [...starts.b!, ...starts.c!].sort((x, y) => x - y);
+  const before = rateIn(others, others[0]! + 500, pausedAt);
+  const during = rateIn(others, pausedAt + 100, pausedAt + 1_900);
+  const diff = (100 * (during - before)) / before;
+  const [used] = await sql<{ extra: number }[]>`select coalesce(sum(attempts - 1), 0)::int as extra
+    from leasehold_items where batch_id = ${b.batch.id}`;
+  console.log(
+    `retry-after: paused key ${(gap / 1000).toFixed(2)} s, other keys ${diff >= 0 ? '+' : ''}${diff.toFixed(1)} % ` +
+      `(${before.toFixed(1)}/s before, ${during.toFixed(1)}/s during), attempts used by the wait: ${used!.extra}`,
+  );
+}
+
 /** `rate limit 50/s: max W per 1 s window, N/s (P % of limit), 429s after 1 s: K` and the overhead line. */
 export async function rateBench(url: string): Promise<void> {
   const { schema, sql, drop } = await benchSchema(url, 'bench_rate', 2);
@@ -95,6 +187,9 @@ export async function rateBench(url: string): Promise<void> {
         `(${((100 * rate) / RATE).toFixed(1)} % of limit), 429s after 1 s: ${late429} ` +
         `(${RUNS} runs, parallel ${PARALLEL}, ${n.toLocaleString('en-US')} items)`,
     );
+
+    await anotherKeyBench(url, schema, sql);
+    await retryAfterBench(url, schema, sql);
 
     const noop: Executor = { parallel: PARALLEL, work: async () => null };
     const free = await createBatch(sql, { ...batchOf(NOOP_ITEMS), job: 'noop', maxConcurrency: RUNS });

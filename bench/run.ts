@@ -11,14 +11,16 @@
 // beside direct connections (bench/pooler.ts).
 // beside direct connections (bench/pooler.ts), then finish to event (bench/events.ts), then a
 // fleet-wide rate limit against an endpoint that refuses past it (bench/rate.ts), then S3 sources
-// and results on the local S3 (bench/s3.ts).
-// BENCH_ONLY=batch|start|checksum|lease|graphile|bundle|fairness|demo|retention|fanout|retries|pooler|events|rate|s3 runs one part.
+// and results on the local S3 (bench/s3.ts), then item batching: lambda-invoke with itemsPerCall
+// 100 beside one item per invoke, against the local invoke endpoint (bench/batching.ts).
+// BENCH_ONLY=batch|start|checksum|lease|graphile|bundle|fairness|demo|retention|fanout|retries|pooler|events|rate|s3|batching runs one part.
 // DATABASE_URL when set, else a throw-away embedded database (in the OS temp dir, removed after).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createBatch } from '../src/batch/index.js';
 import { connect, migrate, type Sql } from '../src/store/index.js';
+import { batchingBench } from './batching.js';
 import { bundleBench } from './bundle.js';
 import { checksumBench } from './checksum.js';
 import { demoBench } from './demo.js';
@@ -66,6 +68,7 @@ async function main() {
     'events',
     'rate',
     's3',
+    'batching',
   ];
   const only = process.env.BENCH_ONLY;
   if (only !== undefined && !parts.includes(only)) throw new Error(`BENCH_ONLY must be one of ${parts.join(', ')}, got ${only}`);
@@ -104,6 +107,7 @@ async function main() {
     if (runs('events')) await eventsBench(url!);
     if (runs('rate')) await rateBench(url!);
     if (runs('s3')) await s3Bench(url!);
+    if (runs('batching')) await batchingBench(url!);
   } finally {
     await lived?.close();
     await stop?.();

@@ -246,6 +246,15 @@ const concurrencyArg = (v: string) => {
   return n;
 };
 
+/** `--rate`: items per second, above 0 and at most 1,000,000 (fractions allowed: 0.5 is one every 2 s). */
+const rateArg = (v: string) => {
+  const n = Number(v);
+  if (v.trim() === '' || !Number.isFinite(n) || n <= 0 || n > 1_000_000) {
+    throw new InvalidArgumentError('--rate must be a number of items per second above 0 and at most 1000000');
+  }
+  return n;
+};
+
 /** `--timeout-ms`: a whole number of ms from 1 to 900,000 (the API checks it against the workers' timeout). */
 const timeoutArg = (v: string) => {
   const n = Number(v);
@@ -282,6 +291,11 @@ batch
     concurrencyArg,
   )
   .option('--timeout-ms <ms>', "most time one attempt of an item may take (default: the job's timeoutMs, or none)", timeoutArg)
+  .option(
+    '--rate <perSecond>',
+    "most items started per second per rate-limit key, fleet-wide (default: the job's rateLimit, or none)",
+    rateArg,
+  )
   .option('--follow', 'show progress until the batch finishes; exit 1 unless it succeeded')
   .option('--json', 'print the batch as JSON')
   .addOption(apiOption)
@@ -298,6 +312,7 @@ batch
       priority: opts.priority,
       maxConcurrency: opts.concurrency,
       timeoutMs: opts.timeoutMs,
+      ...(opts.rate === undefined ? {} : { rateLimit: { perSecond: opts.rate } }),
     });
     if (opts.json) console.log(JSON.stringify(b));
     else console.log(`${created ? 'started' : 'already started by this request key:'} batch ${b.id} (${count(b.total, 'item')})`);
@@ -306,21 +321,27 @@ batch
 
 batch
   .command('update')
-  .description('change an open batch while it runs: how many runs may work it at once')
+  .description('change an open batch while it runs: how many runs may work it at once, its rate limit')
   .argument('<id>')
-  .requiredOption(
-    '--concurrency <n>',
-    'most runs at once, 1..10000 (lowered: the newest runs hand off within a beat)',
-    concurrencyArg,
-  )
+  .option('--concurrency <n>', 'most runs at once, 1..10000 (lowered: the newest runs hand off within a beat)', concurrencyArg)
+  .option('--rate <perSecond>', 'most items started per second per rate-limit key, fleet-wide', rateArg)
   .option('--json', 'print JSON')
   .addOption(scopeOption())
   .addOption(apiOption)
   .action(async (id: string, opts) => {
-    const b = await client(opts).updateBatch(id, { maxConcurrency: opts.concurrency });
+    if (opts.concurrency === undefined && opts.rate === undefined) {
+      console.error('leasehold: batch update needs --concurrency, --rate or both');
+      process.exitCode = 1;
+      return;
+    }
+    const b = await client(opts).updateBatch(id, {
+      ...(opts.concurrency === undefined ? {} : { maxConcurrency: opts.concurrency }),
+      ...(opts.rate === undefined ? {} : { rateLimit: { perSecond: opts.rate } }),
+    });
     if (opts.json) return console.log(JSON.stringify(b, null, 2));
     console.log(
-      `batch ${b.id}: maxConcurrency ${b.maxConcurrency}, target ${b.target}, ${b.liveRuns.length} live run${b.liveRuns.length === 1 ? '' : 's'}`,
+      `batch ${b.id}: maxConcurrency ${b.maxConcurrency}, target ${b.target}, ${b.liveRuns.length} live run${b.liveRuns.length === 1 ? '' : 's'}` +
+        (b.rateLimit ? `, rate ${b.rateLimit.perSecond}/s` : ''),
     );
   });
 

@@ -153,12 +153,22 @@ export const startSchema = z
   })
   .strict();
 
-/** Body of `PATCH /batches/{id}`: what may change while a batch runs. */
+/** Body of `PATCH /batches/{id}`: what may change while a batch runs (at least one of them). */
 export const patchBatchSchema = z
   .object({
-    maxConcurrency: wholeNumber(1, MAX_CONCURRENCY),
+    maxConcurrency: wholeNumber(1, MAX_CONCURRENCY).optional(),
+    rateLimit: z
+      .object(
+        { perSecond: z.number().gt(0).max(MAX_RATE_PER_SECOND) },
+        { error: (i) => `must be a JSON object { "perSecond": … }, got ${typeName(i.input)}` },
+      )
+      .strict()
+      .optional(),
   })
-  .strict();
+  .strict()
+  .refine((b) => b.maxConcurrency !== undefined || b.rateLimit !== undefined, {
+    message: 'must set maxConcurrency, rateLimit or both',
+  });
 
 /** Validated body of `POST /batches`. */
 export type StartRequest = z.infer<typeof startSchema>;

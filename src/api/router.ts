@@ -91,7 +91,7 @@ const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = [
  * - `GET /batches?tenant=&status=&limit=` → 200 `{ batches }`, newest first (limit 1..1000,
  *   default 100), each with its `ageMs` and `itemsPerSecond` (database clock).
  * - `GET /batches/{id}` → 200 with the batch, with its `ageMs`, `itemsPerSecond` and its runs.
- * - `PATCH /batches/{id}` `{ maxConcurrency }` → 200 the batch ({@link patchBatchRoute}).
+ * - `PATCH /batches/{id}` `{ maxConcurrency?, rateLimit? }` → 200 the batch ({@link patchBatchRoute}).
  * - `POST /batches/{id}/cancel` → 200 with the cancelled batch.
  * - `POST /batches/{id}/redrive` → 200 the batch reopened with its failed items pending again
  *   ({@link redriveRoute}).

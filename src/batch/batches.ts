@@ -121,10 +121,7 @@ export async function createBatch(
   const maxConcurrency = batch.maxConcurrency ?? 1;
   checkMaxConcurrency(maxConcurrency);
   if (batch.timeoutMs != null) checkItemTimeout(batch.timeoutMs);
-  const rate = batch.ratePerSecond;
-  if (rate != null && !(typeof rate === 'number' && rate > 0 && rate <= MAX_RATE_PER_SECOND)) {
-    throw new InvalidBatchError(`rateLimit.perSecond must be above 0 and at most ${MAX_RATE_PER_SECOND} (got ${String(rate)})`);
-  }
+  if (batch.ratePerSecond != null) checkRatePerSecond(batch.ratePerSecond);
   if (!Number.isInteger(priority) || priority < 0 || priority > MAX_PRIORITY) {
     throw new InvalidBatchError(`priority must be an integer from 0 to ${MAX_PRIORITY} (got ${String(batch.priority)})`);
   }
@@ -313,6 +310,29 @@ export async function setMaxConcurrency(sql: Sql, id: string, maxConcurrency: nu
   if (!status) throw new BatchNotFoundError(id);
   if (status !== 'open') throw new BatchFinishedError(id, status);
   return getBatch(sql, id);
+}
+
+/**
+ * Change an open batch's own rate limit while it runs (docs/design.md, "Rate limits"): every run
+ * of it takes tokens at `perSecond` from its next take on (within a beat for a run that had no
+ * rate limit). The bucket stays the job's per key, so the new rate holds fleet-wide at once.
+ * Resolves to the batch as it is then.
+ * @throws {InvalidBatchError} `perSecond` not above 0 or past {@link MAX_RATE_PER_SECOND}.
+ * @throws {BatchNotFoundError} unknown id.
+ * @throws {BatchFinishedError} the batch already finished or was cancelled.
+ */
+export async function setRateLimit(sql: Sql, id: string, perSecond: number): Promise<BatchInfo> {
+  checkRatePerSecond(perSecond);
+  const status = isUuid(id) ? await q.setRatePerSecond(sql, id, perSecond) : undefined;
+  if (!status) throw new BatchNotFoundError(id);
+  if (status !== 'open') throw new BatchFinishedError(id, status);
+  return getBatch(sql, id);
+}
+
+function checkRatePerSecond(rate: unknown): void {
+  if (!(typeof rate === 'number' && rate > 0 && rate <= MAX_RATE_PER_SECOND)) {
+    throw new InvalidBatchError(`rateLimit.perSecond must be above 0 and at most ${MAX_RATE_PER_SECOND} (got ${String(rate)})`);
+  }
 }
 
 /**

@@ -3,7 +3,7 @@
 import { InvalidSettingError } from '../errors.js';
 import { withTimeout, type Sql } from '../store/index.js';
 import type { Clock } from '../clock.js';
-import { takeTokens, type TokenAsk } from './sql/rate.js';
+import { pauseKey, takeTokens, type TokenAsk } from './sql/rate.js';
 
 /** What a rate-limit key is computed from: the item and its batch's params. */
 export interface RateKeyItem {
@@ -21,9 +21,13 @@ export interface RateKeyItem {
 export interface RateLimit {
   /** The key whose bucket an item draws from. Default: one key for the whole job (`''`). */
   key?: (item: RateKeyItem) => string;
-  /** Items per second, above 0 and at most {@link MAX_RATE_PER_SECOND}. A start may set its batch's own. */
-  perSecond: number;
-  /** Tokens a quiet bucket holds, 1 to 10,000. Default `ceil(perSecond / 25)` (2 at 50/s). */
+  /**
+   * Items per second, above 0 and at most {@link MAX_RATE_PER_SECOND}: one rate for every key, or
+   * a function of the key giving each key its own (an answer that is not such a number, or a
+   * throw, counts as 1 per second). A start's or a PATCH's rate for the batch wins, for every key.
+   */
+  perSecond: number | ((key: string) => number);
+  /** Tokens a quiet bucket holds, 1 to 10,000. Default `ceil(rate / 25)` per key (2 at 50/s). */
   burst?: number;
 }
 
@@ -49,7 +53,7 @@ export const defaultBurst = (perSecond: number) => Math.max(1, Math.ceil(perSeco
  *   `burst` not a whole number from 1 to 10,000, or a `key` that is not a function.
  */
 export function checkRateLimit(r: RateLimit, prefix = ''): void {
-  if (!(typeof r.perSecond === 'number' && r.perSecond > 0 && r.perSecond <= MAX_RATE_PER_SECOND)) {
+  if (typeof r.perSecond !== 'function' && !validRate(r.perSecond)) {
     throw new InvalidSettingError(
       `${prefix}rateLimit.perSecond`,
       `must be above 0 and at most ${MAX_RATE_PER_SECOND} (got ${String(r.perSecond)})`,
@@ -60,6 +64,19 @@ export function checkRateLimit(r: RateLimit, prefix = ''): void {
   }
   if (r.key !== undefined && typeof r.key !== 'function') {
     throw new InvalidSettingError(`${prefix}rateLimit.key`, 'must be a function of the item');
+  }
+}
+
+const validRate = (n: unknown): n is number => typeof n === 'number' && n > 0 && n <= MAX_RATE_PER_SECOND;
+
+/** The rate of `key` under `limit`, items per second (an invalid answer of a function: 1). */
+export function rateOf(limit: RateLimit, key: string): number {
+  if (typeof limit.perSecond !== 'function') return limit.perSecond;
+  try {
+    const n = limit.perSecond(key);
+    return validRate(n) ? n : 1;
+  } catch {
+    return 1;
   }
 }
 
@@ -74,10 +91,11 @@ export type TokenAnswer = { go: true } | { go: false; ask: true } | { go: false;
 export class RateGate {
   private readonly held = new Map<string, { n: number; until: number }>();
   private readonly emptyUntil = new Map<string, number>();
+  /** Keys paused by a Retry-After, until when (local clock, ms). */
+  private readonly pausedUntil = new Map<string, number>();
   private asking = false;
-  /** The rate the last answer named (the batch's own or the job's), items per second. */
-  rate: number;
-  private readonly burst: number;
+  /** The rate the last answer named per key (the batch's own or the key's), items per second. */
+  private readonly rates = new Map<string, number>();
 
   constructor(
     private readonly o: {
@@ -90,9 +108,16 @@ export class RateGate {
       onAnswer: () => void;
       onError: (error: unknown) => void;
     },
-  ) {
-    this.rate = o.limit.perSecond;
-    this.burst = o.limit.burst ?? defaultBurst(o.limit.perSecond);
+  ) {}
+
+  /** The rate of `key`, items per second: what the store last answered, else the limit's. */
+  rate(key: string): number {
+    return this.rates.get(key) ?? rateOf(this.o.limit, key);
+  }
+
+  /** The burst of `key`: the limit's, else {@link defaultBurst} of its rate. */
+  private burst(key: string): number {
+    return this.o.limit.burst ?? defaultBurst(this.rate(key));
   }
 
   /** The key of `item`, `''` without a key function; a key function that throws counts as `''`. */
@@ -107,6 +132,11 @@ export class RateGate {
 
   /** Spend a token of `key` now, or say whether to ask the store or how long the key is empty. */
   take(key: string, now: number): TokenAnswer {
+    const paused = this.pausedUntil.get(key);
+    if (paused !== undefined) {
+      if (paused > now) return { go: false, ask: false, waitMs: paused - now };
+      this.pausedUntil.delete(key);
+    }
     const h = this.held.get(key);
     if (h && h.n > 0 && h.until > now) {
       if (--h.n === 0) this.held.delete(key);
@@ -129,8 +159,8 @@ export class RateGate {
    * gives in {@link TOKEN_TTL_MS} (at most `capacity`), so items start from tokens held while the
    * next ask is on its way, not a round trip after each other.
    */
-  askSize(need: number, capacity: number): number {
-    return Math.max(need, Math.min(capacity, Math.floor((this.rate * TOKEN_TTL_MS) / 1000)));
+  askSize(key: string, need: number, capacity: number): number {
+    return Math.max(need, Math.min(capacity, Math.floor((this.rate(key) * TOKEN_TTL_MS) / 1000)));
   }
 
   /** Whether an ask is on its way (the next answer wakes the run). */
@@ -138,18 +168,37 @@ export class RateGate {
     return this.asking;
   }
 
+  /**
+   * Pause `key` for `ms` across the fleet (an item of it was told to wait, docs/design.md,
+   * "Retry-After"): the tokens this run holds of it are dropped, it starts nothing of the key
+   * until then, and the key's bucket grants none to any run before then (one statement, bounded
+   * by `storeTimeoutMs`; a failure is reported through `onError`, and this run still waits).
+   */
+  pause(key: string, ms: number): void {
+    const now = this.o.clock.now();
+    this.held.delete(key);
+    this.pausedUntil.set(key, Math.max(this.pausedUntil.get(key) ?? 0, now + ms));
+    void withTimeout(pauseKey(this.o.sql, { job: this.o.job, key, burst: this.burst(key), ms }), this.o.storeTimeoutMs).then(
+      () => this.o.onAnswer(),
+      (error) => this.o.onError(error),
+    );
+  }
+
   /** Ask the store for `want` tokens of each key (nothing while an ask is on its way). */
   ask(wants: Map<string, number>): void {
     if (this.asking || wants.size === 0) return;
     this.asking = true;
-    const asks: TokenAsk[] = [...wants].map(([key, want]) => ({ key, want }));
+    const asks: TokenAsk[] = [...wants].map(([key, want]) => ({
+      key,
+      want,
+      perSecond: rateOf(this.o.limit, key),
+      burst: this.burst(key),
+    }));
     const sentAt = this.o.clock.now();
     void withTimeout(
       takeTokens(this.o.sql, {
         batchId: this.o.batchId,
         job: this.o.job,
-        perSecond: this.o.limit.perSecond,
-        burst: this.burst,
         asks,
       }),
       this.o.storeTimeoutMs,
@@ -162,7 +211,10 @@ export class RateGate {
             if (g.granted < (wants.get(g.key) ?? 0)) this.emptyUntil.set(g.key, now + Math.max(g.nextInMs, 1));
             else this.emptyUntil.delete(g.key);
           }
-          if (grants[0]) this.rate = grants[0].rate;
+          for (const g of grants) {
+            if (this.rates.size >= 10_000 && !this.rates.has(g.key)) this.rates.clear();
+            this.rates.set(g.key, g.rate);
+          }
         },
         (error) => this.o.onError(error),
       )

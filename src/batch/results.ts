@@ -216,21 +216,27 @@ export interface DueResults {
 /**
  * The scheduler's pass: write the results of finished batches still due (their writer died, or
  * failed), at most `limit` (default 10) per pass, oldest finished first. A failure is counted
- * and left for the next pass.
+ * and left for the next pass. With `budgetMs`, no write begins after that many ms and a write
+ * still going then is cut short (it fails that try; the next pass writes it again), so the
+ * pass ends within its function's timeout.
  */
 export async function writeDueResults(
   sql: Sql,
   client: S3Client | (() => Promise<S3Client>),
-  options: ResultsSettings & { limit?: number; onError?: (batchId: string, e: unknown) => void } = {},
+  options: ResultsSettings & { limit?: number; budgetMs?: number; onError?: (batchId: string, e: unknown) => void } = {},
 ): Promise<DueResults> {
+  const t0 = Date.now();
   const leaseMs = options.leaseMs ?? RESULTS_DEFAULTS.leaseMs;
   const ids = await q.dueResults(sql, leaseMs, options.limit ?? 10);
   const out = { written: 0, failed: 0 };
   // The client (and so the SDK) only when something is due.
   const s3 = ids.length === 0 ? undefined : typeof client === 'function' ? await client() : client;
   for (const id of ids) {
+    const left = options.budgetMs === undefined ? undefined : options.budgetMs - (Date.now() - t0);
+    if (left !== undefined && left <= 0) break;
     try {
-      if (await writeResults(sql, s3!, id, options)) out.written++;
+      const signal = left === undefined ? undefined : AbortSignal.timeout(left);
+      if (await writeResults(sql, s3!, id, { ...options, signal })) out.written++;
     } catch (e) {
       out.failed++;
       options.onError?.(id, e);

@@ -14,6 +14,7 @@ import { readItems } from './items.js';
 import { s3Client } from './s3.js';
 import { readPage, SourceReadError, type SourceCursor, type StoredSource } from './source.js';
 import { writeResultsAfterFinish } from './results.js';
+import { ItemNotStartedError } from './calls.js';
 import type { S3Client } from '@aws-sdk/client-s3';
 import { encodeOutput, errorText } from './values.js';
 import type { BatchInfo, Executor, ItemState, RunOutcome, RunResult } from './types.js';
@@ -228,7 +229,7 @@ export class Run {
   private readonly executing = new Map<string, Promise<void>>();
   private settled: Settled[] = [];
   /** The tokens of a rate-limited batch (docs/design.md, "Rate limits"); undefined without a limit. */
-  private readonly gate: RateGate | undefined;
+  private gate: RateGate | undefined;
   /** A timer that wakes the run when a rate-limited key in its queue may have a token again. */
   private rateTimer: AbortController | undefined;
   /** The store may hold due pending items this run has not claimed. */
@@ -270,18 +271,7 @@ export class Run {
     // Every in-flight item listens on this one signal; `parallel` may well exceed 10.
     setMaxListeners(0, this.items.signal);
     const limit = batch.ratePerSecond != null ? { ...s.rateLimit, perSecond: batch.ratePerSecond } : s.rateLimit;
-    this.gate =
-      limit &&
-      new RateGate({
-        sql,
-        batchId: batch.id,
-        job: batch.job,
-        limit,
-        clock: s.clock,
-        storeTimeoutMs: s.storeTimeoutMs,
-        onAnswer: () => this.wake(),
-        onError: (error) => s.onEvent({ type: 'store-error', batchId: batch.id, runId: runId, error, tries: 1 }),
-      });
+    this.gate = limit && this.rateGate(limit);
     this.beats = new ItemBeats({
       sql,
       batchId: batch.id,
@@ -292,6 +282,20 @@ export class Run {
       store: (f) => this.store(f),
       sent: () => this.statements++,
       onError: (error) => s.onEvent({ type: 'store-error', batchId: batch.id, runId, error, tries: 1 }),
+    });
+  }
+
+  /** The run's side of a fleet-wide rate limit (docs/design.md, "Rate limits"). */
+  private rateGate(limit: RateLimit): RateGate {
+    return new RateGate({
+      sql: this.sql,
+      batchId: this.batch.id,
+      job: this.batch.job,
+      limit,
+      clock: this.s.clock,
+      storeTimeoutMs: this.s.storeTimeoutMs,
+      onAnswer: () => this.wake(),
+      onError: (error) => this.s.onEvent({ type: 'store-error', batchId: this.batch.id, runId: this.id, error, tries: 1 }),
     });
   }
 
@@ -518,7 +522,7 @@ export class Run {
         const t = this.gate.take(key, (now ??= this.s.clock.now()));
         if (t.go) {
           // Running low: ask for the next block now, while these tokens start items.
-          if (this.gate.holding(key, now) < this.gate.askSize(1, this.capacity) / 2) wants.set(key, wants.get(key) ?? 0);
+          if (this.gate.holding(key, now) < this.gate.askSize(key, 1, this.capacity) / 2) wants.set(key, wants.get(key) ?? 0);
         } else if (t.ask) {
           wants.set(key, (wants.get(key) ?? 0) + 1);
           asked++;
@@ -531,14 +535,14 @@ export class Run {
           // hold no slot and no room of the queue that other keys' items could use.
           const n = sentBack.get(key) ?? 0;
           sentBack.set(key, n + 1);
-          const keep = Math.max(1, Math.ceil((this.gate.rate * RATE_WAIT_IN_QUEUE_MS) / 1000));
+          const keep = Math.max(1, Math.ceil((this.gate.rate(key) * RATE_WAIT_IN_QUEUE_MS) / 1000));
           if (t.waitMs <= RATE_WAIT_IN_QUEUE_MS && n < keep) {
             rateWait = Math.min(rateWait, t.waitMs);
             i++;
             continue;
           }
           this.queue.splice(i, 1);
-          this.giveBackForRate(item, t.waitMs + ((n + 1) * 1000) / this.gate.rate);
+          this.giveBackForRate(item, t.waitMs + ((n + 1) * 1000) / this.gate.rate(key));
           continue;
         }
       }
@@ -546,7 +550,7 @@ export class Run {
       this.launch(item);
     }
     if (this.gate && wants.size > 0) {
-      for (const [key, need] of wants) wants.set(key, this.gate.askSize(need, this.capacity));
+      for (const [key, need] of wants) wants.set(key, this.gate.askSize(key, need, this.capacity));
       this.gate.ask(wants);
     }
     if (rateWait < Infinity && !this.rateTimer) {
@@ -866,6 +870,11 @@ export class Run {
       if (encoded.error !== undefined) return verdict('failed', 'failed', null, encoded.error);
       return verdict('done', 'done', encoded.json, null);
     } catch (e) {
+      // Item batching: it waited for a call that never began (docs/design.md, "Item batching").
+      if (e instanceof ItemNotStartedError) {
+        const move = { key: c.key, state: 'pending' as const, claimed: c.attempts, attempts: c.attempts - 1 };
+        return { outcome: 'given-back', move: { ...move, output: null, error: null, delayMs: 0 } };
+      }
       const message = errorText(e);
       // Its writes land before its move; with a checkpoint stored in this attempt, a handoff
       // (the deadline) costs no attempt: the next run goes on from it (docs/design.md, "Item
@@ -892,6 +901,10 @@ export class Run {
       // Retry-After (docs/design.md, "Retry-After"): the downstream's wait, with the attempt given
       // back while the item has waits left; past them the wait counts as a failed attempt.
       const askedMs = e instanceof RetryAfterError ? Math.min(Math.max(e.retryAfterMs, 0), q.MAX_DELAY_MS) : undefined;
+      // With a rate limit, the item's whole key waits, across the fleet (and only that key).
+      if (askedMs !== undefined && askedMs > 0 && this.gate) {
+        this.gate.pause(this.gate.keyOf({ key: c.key, input: c.input, params: this.batch.params }), askedMs);
+      }
       if (askedMs !== undefined && (c.waits ?? 0) < this.s.maxRetryAfter) {
         return {
           outcome: 'waiting',
@@ -1144,6 +1157,10 @@ export class Run {
         this.beatSentAt = sent;
         // Above a lowered maxConcurrency: hand off now (in-flight items finish first).
         if (b.surplus && !this.reason) this.reason = 'surplus';
+        // A rate set by a PATCH on a batch that had none: this run keeps it from now on (a run
+        // with a gate reads the batch's rate at every take).
+        if (b.ratePerSecond !== null && !this.gate)
+          this.gate = this.rateGate({ ...this.s.rateLimit, perSecond: b.ratePerSecond });
         // Items held back while the beats were too old may start now.
         this.wake();
       } catch (error) {

@@ -6,6 +6,7 @@ import { createBatch, type CreateOptions } from './batches.js';
 import { systemClock, type Clock } from '../clock.js';
 import * as q from './sql/batches.js';
 import { NO_LIMIT } from './sql/batches.js';
+import { batchedWork, checkItemBatching } from './calls.js';
 import { checkRetrySettings, MAX_ATTEMPTS, MAX_BACKOFF_MS, Run, type RunnerEvent, type RunSettings } from './run.js';
 import { DEFAULT_MAX_OUTPUT_BYTES } from './values.js';
 import {
@@ -38,7 +39,9 @@ export interface RunnerOptions {
   /**
    * Items a run claims ahead of execution, beyond `parallel`, so a freed slot starts the next
    * item with no round trip. A crash costs each of them one attempt (a handoff none). 0 claims
-   * only for free slots. Default: `parallel` (of the run, after a job's override).
+   * only for free slots. Default: `parallel` (of the run, after a job's override). With item
+   * batching (an executor's `itemsPerCall`) the run's `parallel` is `parallel × itemsPerCall`
+   * items, and its queue holds at least `itemsPerCall` (docs/design.md, "Item batching").
    */
   queueDepth?: number;
   /** Interval between a run's beats, ms. Default 5,000. */
@@ -251,6 +254,7 @@ export function checkItemStale(itemStaleMs: number | undefined, prefix = ''): vo
 function checkExecutor(ex: Executor): void {
   checkRetrySettings(ex, 'executor.');
   checkItemStale(ex.itemStaleMs, 'executor.');
+  checkItemBatching(ex, 'executor.');
   if (ex.parallel !== undefined && !(Number.isInteger(ex.parallel) && ex.parallel >= 1)) {
     throw new InvalidSettingError('executor.parallel', `must be an integer of at least 1 (got ${ex.parallel})`);
   }
@@ -390,7 +394,7 @@ export class Runner {
       await withTimeout(q.handBack(this.sql, batch.id, runId), this.s.storeTimeoutMs);
       throw e;
     }
-    const run = new Run(this.sql, this.settingsFor(executor), batch, runId, executor, sentAt);
+    const run = new Run(this.sql, this.settingsFor(executor), batch, runId, this.grouped(executor), sentAt);
     this.s.onEvent({
       type: 'run-started',
       batchId: batch.id,
@@ -409,13 +413,18 @@ export class Runner {
     return batch;
   }
 
-  /** The settings of one run: the runner's, with the executor's overrides. */
+  /**
+   * The settings of one run: the runner's, with the executor's overrides. With item batching
+   * (docs/design.md, "Item batching") `parallel` counts calls: the run holds `parallel ×
+   * itemsPerCall` items running, and claims at least a call's worth ahead.
+   */
   private settingsFor(ex: Executor): RunSettings {
-    const parallel = ex.parallel ?? this.s.parallel;
+    const perCall = ex.itemsPerCall ?? 1;
+    const parallel = (ex.parallel ?? this.s.parallel) * perCall;
     return {
       ...this.s,
       parallel,
-      queueDepth: this.s.queueDepth ?? parallel,
+      queueDepth: Math.max(this.s.queueDepth ?? parallel, ex.itemsPerCall ?? 0),
       attempts: ex.attempts ?? this.s.attempts,
       backoffMs: ex.backoffMs ?? this.s.backoffMs,
       maxBackoffMs: ex.maxBackoffMs ?? this.s.maxBackoffMs,
@@ -423,6 +432,19 @@ export class Runner {
       maxRetryAfter: ex.maxRetryAfter ?? this.s.maxRetryAfter,
       rateLimit: ex.rateLimit,
       itemStaleMs: ex.itemStaleMs,
+    };
+  }
+
+  /**
+   * The executor a run works with: with `itemsPerCall`, its items go through calls of
+   * `workMany` (one grouping per run; docs/design.md, "Item batching"); else it is unchanged.
+   */
+  private grouped(ex: Executor): Executor {
+    if (ex.itemsPerCall === undefined || !ex.workMany) return ex;
+    const calls = ex.parallel ?? this.s.parallel;
+    return {
+      ...ex,
+      work: batchedWork({ ...ex, itemsPerCall: ex.itemsPerCall, workMany: ex.workMany }, { calls, clock: this.s.clock }),
     };
   }
 

@@ -252,10 +252,39 @@ export const ITEM_STALE_LIMITS_MS = { min: 100, max: MAX_ITEM_TIMEOUT_MS } as co
 /** Runs one item; resolves to its JSON output or throws to fail this attempt. */
 export type ItemWork = (item: ItemContext) => Promise<unknown>;
 
+/**
+ * One item's answer in a batched call ({@link ItemsWork}; docs/design.md, "Item batching"): its
+ * output (JSON, stored as the item's output), or an `error` (not `undefined`) that fails this
+ * attempt of this item only, as a throw of one item's work would: a `RetryAfterError` waits, an
+ * error with `permanent: true` fails it at once, anything else is retried with backoff. A string
+ * (or other non-Error value) is the attempt's error message.
+ */
+export type ItemCallResult = { key: string; output: unknown; error?: undefined } | { key: string; error: unknown };
+
+/** What one batched call receives ({@link ItemsWork}). */
+export interface ItemsCall {
+  /** 1 to `itemsPerCall` items, each with its own key, input, attempt and signal, in claim order. */
+  items: ItemContext[];
+  /**
+   * Aborted once every item of the call has been told to stop (its run stops, hands off or lost
+   * its batch, or each item's timeout passed); pass it to the call's I/O.
+   */
+  signal: AbortSignal;
+  batch: ItemContext['batch'];
+}
+
+/**
+ * Runs several items of one batch in one call (docs/design.md, "Item batching"); resolves to one
+ * {@link ItemCallResult} per item, by key, in any order. An item the answer leaves out, or
+ * answers twice, fails this attempt saying so; keys that are not the call's are ignored (and
+ * named in those errors). A throw (or a rejection) fails this attempt of every item of the call.
+ */
+export type ItemsWork = (call: ItemsCall) => Promise<readonly ItemCallResult[]>;
+
 /** How to run a batch's items: the work plus per-job overrides of the runner's options. */
 export interface Executor {
   work: ItemWork;
-  /** Items run at once by one run. Default: the runner's `parallel`. */
+  /** Items run at once by one run (with `itemsPerCall`: calls at once). Default: the runner's `parallel`. */
   parallel?: number;
   /** Attempts per item before it is `failed`. Default: the runner's `attempts`. */
   attempts?: number;
@@ -272,6 +301,27 @@ export interface Executor {
   maxRetryAfter?: number;
   /** A fleet-wide rate limit per key (docs/design.md, "Rate limits"). Default none. */
   rateLimit?: RateLimit;
+  /**
+   * Item batching (docs/design.md, "Item batching"): most items one call of {@link Executor.workMany}
+   * gets, 1 to 1,000 (`MAX_ITEMS_PER_CALL`). With it, items run through `workMany` (required), and
+   * `parallel` counts calls at once, so a run holds up to `parallel × itemsPerCall` items
+   * running. Attempts, retries, timeouts and results stay per item. Default none: `work`, one
+   * item per call.
+   */
+  itemsPerCall?: number;
+  /**
+   * With `itemsPerCall`: most bytes of the items' `{ key, input }` as JSON that one call gets; an
+   * item larger than this alone goes in a call of its own. A whole number of at least 1.
+   * Default none (only `itemsPerCall` bounds a call).
+   */
+  bytesPerCall?: number;
+  /**
+   * With `itemsPerCall`: how long items wait for more to fill a call before a call with fewer
+   * than `itemsPerCall` goes, ms, 0 to 10,000. Default 20 (`DEFAULT_GATHER_MS`).
+   */
+  gatherMs?: number;
+  /** Runs a call of up to `itemsPerCall` items; required with `itemsPerCall`, unused without it. */
+  workMany?: ItemsWork;
   /**
    * An attempt whose last heartbeat (`ctx.heartbeat`, `ctx.checkpoint`; or its start) is older
    * than this, ms (database clock), is recovered without waiting for its run to go stale: back to

@@ -105,6 +105,8 @@ export class ApiClient {
     maxConcurrency?: number;
     /** The items' timeout, ms. */
     timeoutMs?: number;
+    /** The batch's own fleet-wide rate limit, items per second per key. */
+    rateLimit?: { perSecond: number };
   }): Promise<{ batch: ApiBatch; created: boolean }> {
     const { tenant, ...body } = input;
     const { status, data } = await this.call<{ batch: ApiBatch } | ApiBatch>('POST', this.forTenant(tenant).batches(), body);
@@ -118,8 +120,11 @@ export class ApiClient {
     return 'batch' in data ? data.batch : data;
   }
 
-  /** `PATCH /batches/{id}` `{ maxConcurrency }`: change how many runs the open batch may have at once. */
-  async updateBatch(id: string, change: { maxConcurrency: number }): Promise<ApiBatch> {
+  /**
+   * `PATCH /batches/{id}` `{ maxConcurrency?, rateLimit? }`: change how many runs the open batch
+   * may have at once, or its rate limit (items per second per key), while it runs.
+   */
+  async updateBatch(id: string, change: { maxConcurrency?: number; rateLimit?: { perSecond: number } }): Promise<ApiBatch> {
     const { data } = await this.call<ApiBatch>('PATCH', this.batches(`/${encodeURIComponent(id)}`), change);
     return data;
   }

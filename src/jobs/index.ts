@@ -11,6 +11,11 @@ export {
   LambdaThrottledError,
   LambdaPayloadTooLargeError,
   MAX_SYNC_PAYLOAD_BYTES,
+  LambdaItemError,
+  DEFAULT_BYTES_PER_CALL,
+  MAX_BYTES_PER_CALL,
+  type LambdaInvokeCallEvent,
+  type LambdaInvokeCallResult,
   type LambdaInvokeEvent,
   type LambdaInvokeParams,
 } from './lambda-invoke.js';

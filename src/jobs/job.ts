@@ -1,11 +1,14 @@
 import type { z } from 'zod';
 import {
+  checkItemBatching,
   checkItemStale,
   checkRateLimit,
   checkRetrySettings,
   MAX_ITEM_TIMEOUT_MS,
   type BatchInfo,
   type Executor,
+  type ItemCallResult,
+  type ItemContext,
   type ItemSource,
   type RateLimit,
 } from '../batch/index.js';
@@ -73,6 +76,24 @@ export interface JobItem<P> {
   checkpointed: unknown;
 }
 
+/**
+ * A setting answered per batch from its params (undefined: not set for that batch). Declared
+ * through a method so that a `Job<P>` is still a `Job<unknown>` (method parameters are bivariant).
+ */
+export type PerBatch<P> = { bivarianceHack(params: P): number | undefined }['bivarianceHack'];
+
+/** What one batched call of a job receives ({@link Job.runMany}; docs/design.md, "Item batching"). */
+export interface JobCall<P> {
+  /** 1 to `itemsPerCall` items, each with its own key, input, attempt and signal. */
+  items: JobItem<P>[];
+  /** The batch's params as validated and normalised at start. */
+  params: P;
+  /** Aborted once every item of the call was told to stop (a stop, a handoff, a lost batch, their timeouts). */
+  signal: AbortSignal;
+  tenant: string;
+  batchId: string;
+}
+
 /** A job: how params expand into items and how one item runs. Build one with {@link defineJob}. */
 export interface Job<P = unknown, O = unknown> {
   /** Unique name batches refer to (`job` in `POST /batches`). */
@@ -91,7 +112,7 @@ export interface Job<P = unknown, O = unknown> {
   expand(params: P, ctx: JobContext): Promise<{ items: ItemSource; params?: P }>;
   /** Run one item; resolve to its JSON output, throw to fail this attempt. */
   run(item: JobItem<P>, ctx: JobContext): Promise<O>;
-  /** Items run at once by one run of this job. Default: the runner's (2). */
+  /** Items run at once by one run of this job (with `itemsPerCall`: calls at once). Default: the runner's (2). */
   readonly parallel?: number;
   /** Attempts per item, 1 to 1,000. Default: the runner's (3). */
   readonly attempts?: number;
@@ -119,6 +140,29 @@ export interface Job<P = unknown, O = unknown> {
    * @example rateLimit: { key: (item) => (item.input as { host: string }).host, perSecond: 50 }
    */
   readonly rateLimit?: RateLimit;
+  /**
+   * Item batching (docs/design.md, "Item batching"): most items one call of {@link Job.runMany}
+   * gets, 1 to 1,000, or a function of the batch's params that answers it (undefined: one item
+   * per call through `run`, for that batch). `parallel` then counts calls at once. Attempts,
+   * retries, timeouts and results stay per item. Default none (`run`, one item at a time).
+   * @example itemsPerCall: 100
+   */
+  readonly itemsPerCall?: number | PerBatch<P>;
+  /**
+   * With `itemsPerCall`: most bytes of the items' `{ key, input }` as JSON in one call (an item
+   * larger alone goes in a call of its own), or a function of the params answering it. Default none.
+   */
+  readonly bytesPerCall?: number | PerBatch<P>;
+  /** With `itemsPerCall`: ms items wait for more before a call with fewer goes, 0 to 10,000. Default 20. */
+  readonly gatherMs?: number;
+  /**
+   * Run a call of up to `itemsPerCall` items (required with `itemsPerCall`): resolve to one
+   * `{ key, output }` or `{ key, error }` per item, in any order. An item's `error` fails that
+   * item's attempt only, as a throw of `run` would (`RetryAfterError`, `permanent` count the same);
+   * an item left out or answered twice fails its attempt saying so. A throw fails this attempt of
+   * every item of the call.
+   */
+  runMany?(call: JobCall<P>, ctx: JobContext): Promise<readonly ItemCallResult[]>;
   /**
    * An attempt whose last heartbeat (`item.heartbeat`, `item.checkpoint`; or its start) is older
    * than this, ms, 100 to 900,000, is recovered without waiting for its run to go stale: its
@@ -157,7 +201,9 @@ export class UnknownJobError extends LeaseholdError {
  * The jobs a deployment knows; workers resolve stored batches to executors through it.
  * @throws {Error} a job name registered twice; {InvalidSettingError} a job's `attempts`, `backoffMs`,
  *   `parallel`, `timeoutMs` or `itemStaleMs` out of range (attempts 1 to 1,000, backoff 0 to one day,
- *   parallel at least 1, timeout 1 ms to 15 minutes, itemStaleMs 100 ms to 15 minutes).
+ *   parallel at least 1, timeout 1 ms to 15 minutes, itemStaleMs 100 ms to 15 minutes), or its item
+ *   batching settings (`itemsPerCall` 1 to 1,000 and only with `runMany`, `bytesPerCall` at least 1,
+ *   `gatherMs` 0 to 10,000).
  */
 export class JobRegistry {
   private readonly jobs = new Map<string, Job<unknown, unknown>>();
@@ -183,6 +229,7 @@ export class JobRegistry {
       }
       if (job.rateLimit !== undefined) checkRateLimit(job.rateLimit, `job "${job.name}": `);
       checkItemStale(job.itemStaleMs, `job "${job.name}": `);
+      checkJobBatching(job);
       this.jobs.set(job.name, job);
     }
   }
@@ -247,7 +294,38 @@ export class JobRegistry {
     if (!job) return undefined;
     const parsed = job.params.safeParse(batch.params);
     const params = parsed.success ? parsed.data : batch.params;
+    const jobItem = (item: ItemContext): JobItem<unknown> => ({
+      key: item.key,
+      input: item.input,
+      params,
+      attempt: item.attempt,
+      signal: item.signal,
+      tenant: batch.tenant,
+      batchId: batch.id,
+      heartbeat: item.heartbeat,
+      checkpoint: item.checkpoint,
+      checkpointed: item.checkpointed,
+    });
+    // A batch whose params no longer parse runs one item per call: a function of them could throw.
+    const perBatch = (v: Job<unknown, unknown>['itemsPerCall']) =>
+      typeof v === 'function' ? (parsed.success ? v(parsed.data) : undefined) : v;
+    const itemsPerCall = job.runMany ? perBatch(job.itemsPerCall) : undefined;
+    const runMany = job.runMany?.bind(job);
+    const batching: Partial<Executor> =
+      itemsPerCall === undefined || !runMany
+        ? {}
+        : {
+            itemsPerCall,
+            bytesPerCall: perBatch(job.bytesPerCall),
+            gatherMs: job.gatherMs,
+            workMany: (call) =>
+              runMany(
+                { items: call.items.map(jobItem), params, signal: call.signal, tenant: batch.tenant, batchId: batch.id },
+                this.ctx,
+              ),
+          };
     return {
+      ...batching,
       parallel: job.parallel,
       attempts: job.attempts,
       backoffMs: job.backoffMs,
@@ -255,25 +333,31 @@ export class JobRegistry {
       maxRetryAfter: job.maxRetryAfter,
       rateLimit: job.rateLimit,
       itemStaleMs: job.itemStaleMs,
-      work: (item) =>
-        job.run(
-          {
-            key: item.key,
-            input: item.input,
-            params,
-            attempt: item.attempt,
-            signal: item.signal,
-            tenant: batch.tenant,
-            batchId: batch.id,
-            heartbeat: item.heartbeat,
-            checkpoint: item.checkpoint,
-            checkpointed: item.checkpointed,
-          },
-          this.ctx,
-        ),
+      work: (item) => job.run(jobItem(item), this.ctx),
     };
   }
 
   /** {@link JobRegistry.executor} as a `Resolve` function for `Runner.takeOver`/`watch`. */
   readonly resolve = (batch: BatchInfo): Executor | undefined => this.executor(batch);
+}
+
+/**
+ * A job's item batching settings must be in range, and `itemsPerCall` needs `runMany` (a
+ * function of the params is checked for each batch, when a run takes it).
+ * @throws {InvalidSettingError} naming the setting.
+ */
+function checkJobBatching(job: Job<unknown, unknown>): void {
+  const prefix = `job "${job.name}": `;
+  if (job.itemsPerCall !== undefined && typeof job.runMany !== 'function') {
+    throw new InvalidSettingError(`${prefix}itemsPerCall`, 'needs runMany, which runs a call of items');
+  }
+  checkItemBatching(
+    {
+      itemsPerCall: typeof job.itemsPerCall === 'number' ? job.itemsPerCall : undefined,
+      bytesPerCall: typeof job.bytesPerCall === 'number' ? job.bytesPerCall : undefined,
+      gatherMs: job.gatherMs,
+      workMany: async () => [],
+    },
+    prefix,
+  );
 }

@@ -5,8 +5,15 @@
 // entry point exports this job and must load nothing of AWS.
 import type { InvokeCommand as InvokeCommandType, LambdaClient as LambdaClientType } from '@aws-sdk/client-lambda';
 import * as z from 'zod';
-import { PermanentItemError, RetryAfterError, type ItemInput, type ItemSource } from '../batch/index.js';
-import { defineJob, InvalidParamsError, UnknownJobError } from './job.js';
+import {
+  MAX_ITEMS_PER_CALL,
+  PermanentItemError,
+  RetryAfterError,
+  type ItemCallResult,
+  type ItemInput,
+  type ItemSource,
+} from '../batch/index.js';
+import { defineJob, InvalidParamsError, UnknownJobError, type JobCall, type JobContext } from './job.js';
 import { LeaseholdError } from '../errors.js';
 
 /** Lambda's limit on a synchronous (`RequestResponse`) invoke's request and response payloads: 6 MB, in bytes. */
@@ -24,6 +31,61 @@ export interface LambdaInvokeParams {
   items?: { key: string; input?: unknown }[];
   /** Take the items (keys and inputs) from another job's expansion of `params`. Give this or `items`. */
   from?: { job: string; params?: unknown };
+  /**
+   * Item batching (docs/design.md, "Item batching"): each invoke carries up to this many items,
+   * 1 to 1,000, as a {@link LambdaInvokeCallEvent}, and the function answers a result per item
+   * ({@link LambdaInvokeCallResult}). Default none: one item per invoke, as a {@link LambdaInvokeEvent}.
+   */
+  itemsPerCall?: number;
+  /**
+   * With `itemsPerCall`: most bytes of the items' `{ key, input }` as JSON in one invoke, 1 to
+   * {@link MAX_BYTES_PER_CALL}; an item larger alone goes in an invoke of its own. Default
+   * {@link DEFAULT_BYTES_PER_CALL} (256 KiB).
+   */
+  bytesPerCall?: number;
+}
+
+/** A batched invoke's byte budget when a start sets none (`bytesPerCall`): 262,144 bytes (256 KiB). */
+export const DEFAULT_BYTES_PER_CALL = 262_144;
+
+/**
+ * Largest `bytesPerCall`: 5 MiB (5,242,880 bytes), so that a batched invoke's payload (the items,
+ * their attempts and the batch) stays below Lambda's {@link MAX_SYNC_PAYLOAD_BYTES}.
+ */
+export const MAX_BYTES_PER_CALL = 5_242_880;
+
+/** The event a batched invoke sends (a start with `itemsPerCall`; docs/design.md, "Item batching"). */
+export interface LambdaInvokeCallEvent {
+  /** 1 to `itemsPerCall` items; `input` is `null` when an item has none; `attempt` is the item's own, 1-based. */
+  items: { key: string; input: unknown; attempt: number }[];
+  /** The batch the items belong to. */
+  batch: { id: string; tenant: string };
+}
+
+/**
+ * What a batched invoke's function answers: a JSON array with one entry per item of the event,
+ * in any order. `{ key, output }`: the item is done with that output. `{ key, error }`: this
+ * attempt of the item failed (`error` a message, or `{ errorType, errorMessage }`); it is retried
+ * per `attempts`, at once `failed` with `permanent: true`. An item left out, answered twice, or
+ * answered with neither or both of `output` and `error` fails its attempt saying so.
+ */
+export type LambdaInvokeCallResult =
+  | { key: string; output: unknown }
+  | { key: string; error: string | { errorType?: string; errorMessage?: string }; permanent?: boolean };
+
+/**
+ * The function failed one item of a batched invoke (its answer held `{ key, error }`): this
+ * attempt of that item fails; with `permanent: true` the item fails at once.
+ */
+export class LambdaItemError extends LeaseholdError {
+  constructor(
+    readonly functionName: string,
+    readonly key: string,
+    readonly detail: string,
+    readonly permanent: boolean,
+  ) {
+    super('item_error', `function ${functionName} failed item ${JSON.stringify(key)}: ${detail}`);
+  }
 }
 
 /** The event each invoke sends to the function. */
@@ -89,6 +151,8 @@ const paramsSchema = z
       .object({ job: z.string().min(1, 'must name a job'), params: z.unknown().optional() })
       .strict()
       .optional(),
+    itemsPerCall: z.number().int().min(1).max(MAX_ITEMS_PER_CALL).optional(),
+    bytesPerCall: z.number().int().min(1).max(MAX_BYTES_PER_CALL).optional(),
   })
   .strict();
 
@@ -107,12 +171,19 @@ const paramsSchema = z
  *   ({@link LambdaPayloadTooLargeError}), as does a function that is gone or answers non-JSON.
  * - A run that stops aborts its invokes' HTTP requests; the function itself runs on, so give it
  *   a timeout well below the worker's and make it safe to run twice (see `attempt`).
+ * - With `itemsPerCall` (docs/design.md, "Item batching") each invoke carries up to that many
+ *   items, at most `bytesPerCall` bytes of them (default {@link DEFAULT_BYTES_PER_CALL}), as a
+ *   {@link LambdaInvokeCallEvent} `{ items: [{ key, input, attempt }], batch }`, and the function
+ *   answers a JSON array of {@link LambdaInvokeCallResult} `{ key, output }` or `{ key, error }`.
+ *   Each item's result and attempts stay its own; what fails the whole invoke (a function
+ *   error, a throttle, an answer that is not a JSON array) fails this attempt of each of its items.
  *
- * 4 items at once per run; spread it to change that (`{ ...lambdaInvoke, parallel: 16 }`).
+ * 4 invokes at once per run; spread it to change that (`{ ...lambdaInvoke, parallel: 16 }`).
  */
 export const lambdaInvoke = defineJob<LambdaInvokeParams, unknown>({
   name: 'lambda-invoke',
-  description: 'invoke params.functionName once per item (RequestResponse); output: its JSON response',
+  description:
+    'invoke params.functionName once per item, or per params.itemsPerCall items (RequestResponse); output: its JSON response per item',
   params: paramsSchema,
   parallel: 4,
   async expand(params, ctx) {
@@ -129,6 +200,14 @@ export const lambdaInvoke = defineJob<LambdaInvokeParams, unknown>({
     if ((params.items === undefined) === (params.from === undefined)) {
       throw new InvalidParamsError('params', 'give either "items" or "from"');
     }
+    if (params.bytesPerCall !== undefined && params.itemsPerCall === undefined) {
+      throw new InvalidParamsError('params.bytesPerCall', 'applies only with "itemsPerCall" (items batched into one invoke)');
+    }
+    // What the stored params keep besides the function: how its invokes batch items.
+    const batching = {
+      ...(params.itemsPerCall !== undefined ? { itemsPerCall: params.itemsPerCall } : {}),
+      ...(params.bytesPerCall !== undefined ? { bytesPerCall: params.bytesPerCall } : {}),
+    };
     if (params.items) {
       const seen = new Set<string>();
       for (const [i, item] of params.items.entries()) {
@@ -138,7 +217,7 @@ export const lambdaInvoke = defineJob<LambdaInvokeParams, unknown>({
       // The items become the batch's items; the stored params keep only what names the function.
       return {
         items: params.items.map((item): ItemInput => ({ key: item.key, input: item.input })),
-        params: { functionName: params.functionName },
+        params: { functionName: params.functionName, ...batching },
       };
     }
     const from = params.from!;
@@ -152,8 +231,14 @@ export const lambdaInvoke = defineJob<LambdaInvokeParams, unknown>({
         throw new InvalidParamsError(e.field.replace(/^params/, 'params.from.params'), e.message.slice(e.field.length + 2));
       throw e;
     }
-    return { items: inner.items, params: { functionName: params.functionName, from: { job: from.job, params: inner.params } } };
+    return {
+      items: inner.items,
+      params: { functionName: params.functionName, from: { job: from.job, params: inner.params }, ...batching },
+    };
   },
+  itemsPerCall: (params) => params.itemsPerCall,
+  bytesPerCall: (params) => (params.itemsPerCall === undefined ? undefined : (params.bytesPerCall ?? DEFAULT_BYTES_PER_CALL)),
+  runMany: invokeMany,
   async run(item, ctx) {
     const name = item.params.functionName;
     const target = ctx.invokable?.[name];
@@ -173,18 +258,9 @@ export const lambdaInvoke = defineJob<LambdaInvokeParams, unknown>({
           'for a synchronous invoke: pass a reference (an S3 key, a row id) as the input instead',
       );
     }
-    const { client, InvokeCommand } = await lambdaClient();
-    let out;
-    try {
-      out = await client.send(new InvokeCommand({ FunctionName: target, InvocationType: 'RequestResponse', Payload: payload }), {
-        abortSignal: item.signal,
-      });
-    } catch (e) {
-      throw invokeError(name, e);
-    }
-    const text = out.Payload && out.Payload.byteLength > 0 ? Buffer.from(out.Payload).toString('utf8') : '';
-    if (out.FunctionError) {
-      const { errorType, errorMessage } = functionError(text, out.FunctionError);
+    const { text, failure } = await invoke(name, target, payload, item.signal);
+    if (failure) {
+      const { errorType, errorMessage } = failure;
       if (errorType === 'Function.ResponseSizeTooLarge') {
         throw new LambdaPayloadTooLargeError(
           `function ${name} answered item "${item.key}" with more than Lambda's ${MAX_SYNC_PAYLOAD_BYTES} bytes (6 MB) for a synchronous invoke: ` +
@@ -203,6 +279,104 @@ export const lambdaInvoke = defineJob<LambdaInvokeParams, unknown>({
     }
   },
 });
+
+/**
+ * The batched form (docs/design.md, "Item batching"): one invoke of the call's items as a
+ * {@link LambdaInvokeCallEvent}, its answer read into one result per item. What fails the whole
+ * invoke (a function error, a throttle, an answer that is not a JSON array) fails this attempt
+ * of each item of the call.
+ */
+async function invokeMany(call: JobCall<LambdaInvokeParams>, ctx: JobContext): Promise<ItemCallResult[]> {
+  const name = call.params.functionName;
+  const target = ctx.invokable?.[name];
+  if (target === undefined) {
+    throw new PermanentItemError(`function "${name}" is no longer invokable here (LEASEHOLD_INVOKABLE)`);
+  }
+  const n = call.items.length;
+  const event: LambdaInvokeCallEvent = {
+    items: call.items.map((i) => ({ key: i.key, input: i.input ?? null, attempt: i.attempt })),
+    batch: { id: call.batchId, tenant: call.tenant },
+  };
+  const payload = Buffer.from(JSON.stringify(event));
+  if (payload.byteLength > MAX_SYNC_PAYLOAD_BYTES) {
+    // An item goes alone once it passes bytesPerCall (at most 5 MiB): only a single item's input gets here.
+    throw new LambdaPayloadTooLargeError(
+      `the invoke payload of ${n === 1 ? `item ${JSON.stringify(call.items[0]!.key)}` : `${n} items`} is ${payload.byteLength} bytes; ` +
+        `Lambda takes at most ${MAX_SYNC_PAYLOAD_BYTES} bytes (6 MB) for a synchronous invoke: pass a reference (an S3 key, a row id) as the input instead`,
+    );
+  }
+  const { text, failure } = await invoke(name, target, payload, call.signal);
+  if (failure) {
+    if (failure.errorType === 'Function.ResponseSizeTooLarge') {
+      const advice = 'return references (S3 keys) instead, or batch fewer items (itemsPerCall, bytesPerCall)';
+      const message = `function ${name} answered a call of ${n} item${n === 1 ? '' : 's'} with more than Lambda's ${MAX_SYNC_PAYLOAD_BYTES} bytes (6 MB): ${advice} (${failure.errorMessage})`;
+      // One item alone is too large for good; several may fit in smaller calls when they come back.
+      if (n === 1) throw new LambdaPayloadTooLargeError(message);
+      throw new LambdaFunctionError(name, failure.errorType, message);
+    }
+    throw new LambdaFunctionError(name, failure.errorType, failure.errorMessage);
+  }
+  let answer: unknown;
+  try {
+    answer = JSON.parse(text);
+  } catch {
+    throw new PermanentItemError(
+      `function ${name} answered a call of ${n} item${n === 1 ? '' : 's'} with something that is not JSON: ${text.slice(0, 200)}`,
+    );
+  }
+  if (!Array.isArray(answer)) {
+    throw new PermanentItemError(
+      `function ${name} answered a call of ${n} item${n === 1 ? '' : 's'} with ${text.trim() === '' ? 'nothing' : text.slice(0, 100)}, ` +
+        'not an array of { key, output } or { key, error } (docs/jobs.md, "lambda-invoke")',
+    );
+  }
+  return answer.map((entry: unknown) => itemResult(name, entry));
+}
+
+/** One entry of a batched invoke's answer as an item's result; entries without a string key are left to the call's check. */
+function itemResult(name: string, entry: unknown): ItemCallResult {
+  const e = entry as { key?: unknown; output?: unknown; error?: unknown; permanent?: unknown } | null;
+  if (e === null || typeof e !== 'object' || typeof e.key !== 'string') return entry as ItemCallResult;
+  const key = e.key;
+  const failed = e.error !== undefined && e.error !== null;
+  const hasOutput = Object.prototype.hasOwnProperty.call(e, 'output');
+  if (failed === hasOutput) {
+    const what = failed ? 'both "output" and "error"' : 'neither "output" nor "error"';
+    return { key, error: new PermanentItemError(`function ${name} answered item ${JSON.stringify(key)} with ${what}`) };
+  }
+  if (!failed) return { key, output: e.output };
+  const err = e.error as { errorType?: unknown; errorMessage?: unknown };
+  const detail =
+    typeof e.error === 'string'
+      ? e.error
+      : typeof err === 'object' && (typeof err.errorType === 'string' || typeof err.errorMessage === 'string')
+        ? [err.errorType, err.errorMessage].filter((x) => typeof x === 'string').join(': ')
+        : JSON.stringify(e.error).slice(0, 500);
+  return { key, error: new LambdaItemError(name, key, detail, e.permanent === true) };
+}
+
+/**
+ * One synchronous invoke: the response's text, and its function error when it has one.
+ * @throws what {@link invokeError} makes of the SDK's error (a throttle, a payload refused, a missing function).
+ */
+async function invoke(
+  name: string,
+  target: string,
+  payload: Uint8Array,
+  signal: AbortSignal,
+): Promise<{ text: string; failure?: { errorType: string; errorMessage: string } }> {
+  const { client, InvokeCommand } = await lambdaClient();
+  let out;
+  try {
+    out = await client.send(new InvokeCommand({ FunctionName: target, InvocationType: 'RequestResponse', Payload: payload }), {
+      abortSignal: signal,
+    });
+  } catch (e) {
+    throw invokeError(name, e);
+  }
+  const text = out.Payload && out.Payload.byteLength > 0 ? Buffer.from(out.Payload).toString('utf8') : '';
+  return out.FunctionError ? { text, failure: functionError(text, out.FunctionError) } : { text };
+}
 
 /** Lambda's error payload `{ errorType, errorMessage }`, or what there is of it. */
 function functionError(text: string, kind: string): { errorType: string; errorMessage: string } {

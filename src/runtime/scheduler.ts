@@ -28,6 +28,12 @@ import type { S3Client } from '@aws-sdk/client-s3';
 import { workerReserver } from './dispatch.js';
 import type { SendOptions, SendResult } from './events.js';
 
+/**
+ * Longest one scheduler run spends writing due results, ms (docs/design.md, "Sources and
+ * results"): a write still going then is cut short and tried again by the next run.
+ */
+export const RESULTS_BUDGET_MS = 25_000;
+
 /** What one scheduler run did. */
 export interface SchedulerResult {
   /** Results written for finished batches whose writer died or failed (docs/design.md, "Sources and results"). */
@@ -209,6 +215,8 @@ export async function runScheduler(
   // Results of finished batches whose writer died or failed (docs/design.md, "Sources and results").
   const results = await writeDueResults(sql, async () => (deps.s3 ? deps.s3() : defaultS3Client()), {
     limit: 3,
+    // Half the scheduler function's 50 s: its other work goes on after this.
+    budgetMs: RESULTS_BUDGET_MS,
     onError: (batchId, error) => deps.jobs && deps.log('warn', 'writing results failed', { batchId, error: String(error) }),
   });
   // Events left unsent (a run that died between its end and the send, a failed put): before

@@ -332,6 +332,41 @@ describe('GET /batches', () => {
   });
 });
 
+describe('PATCH /batches/{id}', () => {
+  it("changes an open batch's rate limit (shown as the batch's rateLimit), with maxConcurrency or alone, and refuses bad bodies naming the field", async () => {
+    const created = await start({ tenant: uniqueTenant(), datasource: 'files', job: 'checksum', params: { dir: suite.dir } });
+    expect(created.body.rateLimit).toBeNull();
+    const id = created.body.id as string;
+    const rated = await call(suite.deps, 'PATCH', `/batches/${id}`, { body: { rateLimit: { perSecond: 20 } } });
+    expect(rated.status).toBe(200);
+    expect(rated.body).toMatchObject({ id, rateLimit: { perSecond: 20 } });
+    const both = await call(suite.deps, 'PATCH', `/batches/${id}`, {
+      body: { rateLimit: { perSecond: 2.5 }, maxConcurrency: 3 },
+    });
+    expect(both.status).toBe(200);
+    expect(both.body).toMatchObject({ rateLimit: { perSecond: 2.5 }, maxConcurrency: 3 });
+    expect((await call(suite.deps, 'GET', `/batches/${id}`)).body.rateLimit).toEqual({ perSecond: 2.5 });
+    for (const [body, field] of [
+      [{}, 'must set maxConcurrency, rateLimit or both'],
+      [{ rateLimit: { perSecond: 0 } }, 'rateLimit.perSecond'],
+      [{ rateLimit: 5 }, 'rateLimit'],
+      [{ rateLimit: { perSecond: 5, burst: 2 } }, 'rateLimit'],
+    ] as const) {
+      const res = await call(suite.deps, 'PATCH', `/batches/${id}`, { body });
+      expect(res.status, JSON.stringify(body)).toBe(400);
+      expect(res.body.error.code).toBe('invalid_request');
+      expect(res.body.error.message).toContain(field);
+    }
+    await call(suite.deps, 'POST', `/batches/${id}/cancel`);
+    const late = await call(suite.deps, 'PATCH', `/batches/${id}`, { body: { rateLimit: { perSecond: 5 } } });
+    expect(late.status).toBe(409);
+    expect(late.body.error.code).toBe('batch_finished');
+    expect((await call(suite.deps, 'PATCH', `/batches/${randomUUID()}`, { body: { rateLimit: { perSecond: 5 } } })).status).toBe(
+      404,
+    );
+  });
+});
+
 describe('POST /batches/{id}/cancel', () => {
   it('cancels an open batch for good: 200 with the cancelled batch, then 409', async () => {
     const created = await start({ tenant: uniqueTenant(), datasource: 'files', job: 'checksum', params: { dir: suite.dir } });

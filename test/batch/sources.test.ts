@@ -66,14 +66,45 @@ async function runToEnd(id: string, options: { rangeBytes?: number; pageObjects?
   });
   try {
     runner.watch(() => ({ work: async (item) => ({ seen: item.input }) }), 100);
-    await waitFor('the batch to end', async () => (await getBatch(db.sql, id)).status !== 'open', {
-      timeoutMs: 60_000,
-      everyMs: 100,
-    });
+    // With results to write, until the finishing run's first try is recorded too: closing the
+    // runner before would stop that write (a worker at its deadline), which is not what these
+    // tests look at.
+    await waitFor(
+      'the batch to end',
+      async () => {
+        const b = await getBatch(db.sql, id);
+        return b.status !== 'open' && (b.results === null || b.resultsManifest !== null || b.resultsError !== null);
+      },
+      { timeoutMs: 60_000, everyMs: 100 },
+    );
   } finally {
     await runner.close();
   }
   return getBatch(db.sql, id);
+}
+
+/** Send `batchId`'s unsent events through the real EventBridge client to a local PutEvents endpoint. */
+async function sendToLocalBus(
+  batchId: string,
+): Promise<{ sent: Awaited<ReturnType<typeof sendEvents>>; received: LocalBusEvent[] }> {
+  const received: LocalBusEvent[] = [];
+  const bus = await createEventsEndpoint({ deliver: async () => undefined, onEvent: (e) => received.push(e) });
+  const env = localEventsEnv(bus.url);
+  const saved = Object.fromEntries(Object.keys(env).map((k) => [k, process.env[k]]));
+  Object.assign(process.env, env);
+  try {
+    const sent = await sendEvents(
+      { sql: db.sql, publisher: new EventBridgePublisher('leasehold-test'), webhookSecret: undefined, log: silentLog },
+      { batchId },
+    );
+    return { sent, received };
+  } finally {
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+    await bus.close();
+  }
 }
 
 async function keysOf(id: string): Promise<string[]> {
@@ -287,6 +318,37 @@ describe('results to S3', () => {
         `res/${batch.id}/succeeded/part-00000.jsonl`,
       ].sort(),
     );
+    // The Batch Finished event names the manifest.
+    const { received } = await sendToLocalBus(batch.id);
+    const detail = received.map((e) => e.detail as BatchFinishedDetail).find((d) => d.batchId === batch.id);
+    expect(detail).toMatchObject({ status: 'failed', results: { manifest: done.resultsManifest } });
+  }, 90_000);
+
+  it("the scheduler's pass keeps within its budget: none begun past it, one still going cut short and written by a later pass", async () => {
+    await s3.createBucket('budget-out');
+    await s3.put('in-bucket', 'lists/b.jsonl', Array.from({ length: 1_000 }, (_, i) => `{"n":${i}}`).join('\n'));
+    const { batch } = await start(
+      { s3: { bucket: 'in-bucket', key: 'lists/b.jsonl', format: 'jsonl' } },
+      { results: { s3: { bucket: 'budget-out', prefix: 'r/' } } },
+    );
+    expect((await runToEnd(batch.id)).resultsManifest).not.toBeNull();
+    // As if the finishing run had died before its write began: due again.
+    await db.sql`update leasehold_batches set results_manifest = null, results_tries = 0, results_started_at = null
+      where id = ${batch.id}`;
+    expect(await writeDueResults(db.sql, s3.client, { leaseMs: 1, budgetMs: 0 })).toEqual({ written: 0, failed: 0 });
+    // One object per item: a thousand uploads, far past 500 ms.
+    const errors: unknown[] = [];
+    const cut = await writeDueResults(db.sql, s3.client, {
+      leaseMs: 1,
+      budgetMs: 500,
+      partItems: 1,
+      onError: (_id, e) => errors.push(e),
+    });
+    expect(cut).toEqual({ written: 0, failed: 1 });
+    expect(String(errors[0])).toMatch(/TimeoutError|aborted/i);
+    expect((await getBatch(db.sql, batch.id)).resultsManifest).toBeNull();
+    expect(await writeDueResults(db.sql, s3.client, { leaseMs: 1, budgetMs: 60_000 })).toEqual({ written: 1, failed: 0 });
+    expect((await getBatch(db.sql, batch.id)).resultsManifest).toBe(`s3://budget-out/r/${batch.id}/manifest.json`);
   }, 90_000);
 
   it('a write that keeps failing (its bucket deleted before the finish) gives up after its tries; the Batch Finished event is sent all the same, results null', async () => {
@@ -307,6 +369,9 @@ describe('results to S3', () => {
     expect(done.resultsManifest).toBeNull();
     expect(done.resultsError).toMatch(new RegExp(`^try 1 of ${RESULTS_MAX_TRIES}: NoSuchBucket`));
 
+    // Its event waits while the results have tries left: nothing is sent yet.
+    expect((await sendToLocalBus(batch.id)).sent).toMatchObject({ sent: 0 });
+
     // The scheduler's passes (leaseMs 1: no wait between them) try the rest, then leave it.
     const passes: { written: number; failed: number }[] = [];
     for (let i = 0; i < RESULTS_MAX_TRIES + 2; i++) passes.push(await writeDueResults(db.sql, s3.client, { leaseMs: 1 }));
@@ -322,26 +387,10 @@ describe('results to S3', () => {
     expect(after.resultsManifest).toBeNull();
     expect(after.resultsError).toMatch(new RegExp(`^try ${RESULTS_MAX_TRIES} of ${RESULTS_MAX_TRIES}: NoSuchBucket`));
 
-    // The event was written at the end, never held for the results: sent through the real
-    // EventBridge client to the local PutEvents endpoint, results null.
-    const received: LocalBusEvent[] = [];
-    const bus = await createEventsEndpoint({ deliver: async () => undefined, onEvent: (e) => received.push(e) });
-    const env = localEventsEnv(bus.url);
-    const saved = Object.fromEntries(Object.keys(env).map((k) => [k, process.env[k]]));
-    Object.assign(process.env, env);
-    try {
-      const sent = await sendEvents(
-        { sql: db.sql, publisher: new EventBridgePublisher('leasehold-test'), webhookSecret: undefined, log: silentLog },
-        { batchId: batch.id },
-      );
-      expect(sent).toMatchObject({ sent: 1, failed: 0 });
-    } finally {
-      for (const [k, v] of Object.entries(saved)) {
-        if (v === undefined) delete process.env[k];
-        else process.env[k] = v;
-      }
-      await bus.close();
-    }
+    // The event was held while the results had tries left, and goes now, results null: sent
+    // through the real EventBridge client to the local PutEvents endpoint.
+    const { sent, received } = await sendToLocalBus(batch.id);
+    expect(sent).toMatchObject({ sent: 1, failed: 0 });
     const [event] = await batchEvents(db.sql, batch.id);
     expect(event.sentAt).not.toBeNull();
     const detail = received.map((e) => e.detail as BatchFinishedDetail).find((d) => d.batchId === batch.id);

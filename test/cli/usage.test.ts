@@ -30,6 +30,21 @@ describe('the leasehold command, before it calls the API', () => {
     expect(unknown.stderr).not.toMatch(/Commands:|Options:/);
   });
 
+  it('refuses a --rate that is not above 0, and a batch update that changes nothing, exit 1', async () => {
+    for (const rate of ['0', '-1', 'fast', '2000000']) {
+      const r = await leasehold(['batch', 'start', 'squares', '--rate', rate]);
+      expect(r, rate).toMatchObject({
+        code: 1,
+        stderr: expect.stringContaining('--rate must be a number of items per second above 0'),
+      });
+    }
+    const none = await leasehold(['batch', 'update', 'some-id']);
+    expect(none).toMatchObject({ code: 1, stderr: 'leasehold: batch update needs --concurrency, --rate or both\n' });
+    // A good one gets past its arguments: it fails to reach the API.
+    const ok = await leasehold(['batch', 'update', 'some-id', '--rate', '0.5']);
+    expect(ok).toMatchObject({ code: 1, stderr: expect.stringContaining('cannot reach the leasehold API') });
+  });
+
   it('exits 1 for bad --config or --payload JSON, like every other argument error', async () => {
     const config = await leasehold(['units', 'put', 'acme', '--job', 'sync', '--shards', '1', '--config', '{']);
     expect(config).toMatchObject({ code: 1, stderr: expect.stringContaining('--config must be a JSON object') });

@@ -11,6 +11,8 @@ import {
   lambdaInvoke,
   LambdaPayloadTooLargeError,
   MAX_SYNC_PAYLOAD_BYTES,
+  type LambdaInvokeCallEvent,
+  type LambdaInvokeCallResult,
   type LambdaInvokeEvent,
 } from '../../src/jobs/index.js';
 import { createHandlers, type Handlers } from '../../src/lambda.js';
@@ -74,7 +76,52 @@ const functions = {
     return 'x'.repeat(MAX_SYNC_PAYLOAD_BYTES + 10);
   },
   empty: async () => undefined,
+  // Batched invokes (itemsPerCall): one event per call, `{ items: [{ key, input, attempt }], batch }`.
+  many: async (event: unknown) => {
+    const e = event as LambdaInvokeCallEvent;
+    (calls.many ??= []).push(e);
+    return e.items.map((item): LambdaInvokeCallResult => {
+      const input = item.input as { i: number; fails?: number };
+      return item.attempt <= (input.fails ?? 0)
+        ? { key: item.key, error: { errorType: 'Refused', errorMessage: `attempt ${item.attempt} of ${item.key}` } }
+        : { key: item.key, output: { doubled: input.i * 2, attempt: item.attempt } };
+    });
+  },
+  // Throws on the first call of each batch: a function error of the whole invoke.
+  'many-crash': async (event: unknown) => {
+    const e = event as LambdaInvokeCallEvent;
+    const mine = ((calls['many-crash'] ??= []).push(e), calls['many-crash'].filter((c) => c.batch.id === e.batch.id));
+    if (mine.length === 1) throw new Error('crashed on the first call');
+    return e.items.map((item) => ({ key: item.key, output: item.attempt }));
+  },
+  // Answers wrongly: leaves "missing" out, "twice" twice, "neither" with no output or error, and a key not asked for.
+  'many-bad': async (event: unknown) => {
+    const e = event as LambdaInvokeCallEvent;
+    return [
+      ...e.items.flatMap((i) =>
+        i.key === 'missing'
+          ? []
+          : i.key === 'twice'
+            ? [
+                { key: i.key, output: 1 },
+                { key: i.key, output: 2 },
+              ]
+            : i.key === 'neither'
+              ? [{ key: i.key }]
+              : i.key === 'gone'
+                ? [{ key: i.key, error: 'no such record', permanent: true }]
+                : [{ key: i.key, output: 'fine' }],
+      ),
+      { key: 'stranger', output: 3 },
+    ];
+  },
+  // Answers the one-item shape (an object) to a batched invoke.
+  'many-object': async () => ({ ok: true }),
 };
+/** Every batched event each function received, by function name. */
+const calls: Record<string, LambdaInvokeCallEvent[]> = {};
+/** Invocations the local endpoint began, by function name. */
+const invocations: Record<string, number> = {};
 
 beforeAll(async () => {
   db = await testDatabase();
@@ -83,6 +130,7 @@ beforeAll(async () => {
     functions: { ...functions, 'leasehold-worker': handlers.worker },
     reservedConcurrency: reserved,
     timeoutMs: 20_000,
+    onInvoke: (info) => (invocations[info.functionName] = (invocations[info.functionName] ?? 0) + 1),
   });
   const { url } = await endpoint.start();
   Object.assign(process.env, localLambdaEnv(url), {
@@ -122,8 +170,14 @@ async function api(method: string, path: string, body?: unknown) {
 }
 
 /** Start a batch through the API (it is sent to a local worker at once) and wait for it to finish. */
-async function run(params: unknown) {
-  const started = await api('POST', '/batches', { tenant: 'acme', datasource: 'functions', job: 'lambda-invoke', params });
+async function run(params: unknown, extra: Record<string, unknown> = {}) {
+  const started = await api('POST', '/batches', {
+    tenant: 'acme',
+    datasource: 'functions',
+    job: 'lambda-invoke',
+    params,
+    ...extra,
+  });
   expect(started.status, JSON.stringify(started.body)).toBe(201);
   const id = started.body.id as string;
   return { id, ...(await finished(id)) };
@@ -313,6 +367,128 @@ describe('lambda-invoke', () => {
       [{ functionName: 'echo', from: { job: 'range', params: { n: 0 } } }, /^params\.from\.params\.n: /],
     ];
     for (const [params, message] of cases) {
+      const r = await start(params);
+      expect(r.status, JSON.stringify(params)).toBe(400);
+      expect(r.body.error.message, JSON.stringify(params)).toMatch(message);
+    }
+  });
+});
+
+describe('lambda-invoke with itemsPerCall', () => {
+  const items = (n: number, input: (i: number) => object = (i) => ({ i })) =>
+    Array.from({ length: n }, (_, i) => ({ key: `k${String(i).padStart(4, '0')}`, input: input(i) }));
+
+  it('1,000 items with itemsPerCall 100 make 10 invocations, each of 100 items, with every result stored per item', async () => {
+    const before = invocations.many ?? 0;
+    // One run (the default maxConcurrency): its claims come in whole calls' worth, so every call is full.
+    const r = await run({ functionName: 'many', itemsPerCall: 100, items: items(1_000) }, { maxConcurrency: 1 });
+    expect(r.status).toBe('succeeded');
+    expect((invocations.many ?? 0) - before).toBe(10);
+    const mine = calls.many!.filter((c) => c.batch.id === r.id);
+    expect(mine.map((c) => c.items.length)).toEqual(Array(10).fill(100));
+    expect(mine[0]!.batch).toEqual({ id: r.id, tenant: 'acme' });
+    expect(mine[0]!.items[0]).toEqual({ key: expect.stringMatching(/^k\d{4}$/), input: { i: expect.any(Number) }, attempt: 1 });
+    expect(new Set(mine.flatMap((c) => c.items.map((i) => i.key))).size).toBe(1_000);
+    expect(r.items).toHaveLength(1_000);
+    for (const [i, item] of r.items.entries()) {
+      expect(item).toEqual({ key: item.key, state: 'done', attempts: 1, output: { doubled: i * 2, attempt: 1 }, error: null });
+    }
+    expect(r.params).toEqual({ functionName: 'many', itemsPerCall: 100 });
+  });
+
+  it('an item the function fails in its answer is retried alone, on its own attempts; the others of its call are done once', async () => {
+    const r = await run({
+      functionName: 'many',
+      itemsPerCall: 10,
+      items: items(10, (i) => ({ i, ...(i === 3 ? { fails: 1 } : i === 7 ? { fails: 5 } : {}) })),
+    });
+    expect(r.status).toBe('failed');
+    const mine = calls.many!.filter((c) => c.batch.id === r.id);
+    expect(mine[0]!.items).toHaveLength(10);
+    expect(
+      mine
+        .slice(1)
+        .flatMap((c) => c.items.map((i) => `${i.key}/${i.attempt}`))
+        .sort(),
+    ).toEqual(['k0003/2', 'k0007/2', 'k0007/3']);
+    const byKey = Object.fromEntries(r.items.map((i) => [i.key, i]));
+    expect(byKey.k0003).toMatchObject({ state: 'done', attempts: 2, output: { doubled: 6, attempt: 2 } });
+    expect(byKey.k0007).toMatchObject({
+      state: 'failed',
+      attempts: 3,
+      error: 'function many failed item "k0007": Refused: attempt 3 of k0007',
+    });
+    expect(r.items.filter((i) => i.attempts === 1 && i.state === 'done')).toHaveLength(8);
+  });
+
+  it('a function error of the whole invoke is a failed attempt of each of its items', async () => {
+    const r = await run({ functionName: 'many-crash', itemsPerCall: 5, items: items(5) });
+    expect(r.status).toBe('succeeded');
+    expect(r.items.map((i) => [i.key, i.state, i.attempts, i.output])).toEqual(items(5).map((i) => [i.key, 'done', 2, 2]));
+    // The second attempts come back at their own jittered times, in one call or more.
+    const [first, ...later] = calls['many-crash']!.filter((c) => c.batch.id === r.id);
+    expect(first!.items.map((i) => i.attempt)).toEqual([1, 1, 1, 1, 1]);
+    expect(later.flatMap((c) => c.items.map((i) => `${i.key}/${i.attempt}`)).sort()).toEqual(items(5).map((i) => `${i.key}/2`));
+  });
+
+  it('bad answers fail the items they get wrong, saying how', async () => {
+    const r = await run({
+      functionName: 'many-bad',
+      itemsPerCall: 10,
+      items: ['ok', 'missing', 'twice', 'neither', 'gone'].map((key) => ({ key })),
+    });
+    const byKey = Object.fromEntries(r.items.map((i) => [i.key, i]));
+    expect(byKey.ok).toMatchObject({ state: 'done', attempts: 1, output: 'fine' });
+    // Malformed entries and a permanent error fail at once; a left-out item is retried per attempts.
+    expect(byKey.neither).toMatchObject({
+      state: 'failed',
+      attempts: 1,
+      error: 'function many-bad answered item "neither" with neither "output" nor "error"',
+    });
+    expect(byKey.gone).toMatchObject({
+      state: 'failed',
+      attempts: 1,
+      error: 'function many-bad failed item "gone": no such record',
+    });
+    expect(byKey.twice).toMatchObject({
+      state: 'failed',
+      attempts: 3,
+      error: expect.stringMatching(/answered item "twice" more than once$/),
+    });
+    expect(byKey.missing).toMatchObject({
+      state: 'failed',
+      attempts: 3,
+      error: expect.stringMatching(/answered no result for item "missing"; its results held 1 not in the call \("stranger"\)$/),
+    });
+  });
+
+  it('an answer that is not an array fails every item of the invoke at once, naming the shape it wants', async () => {
+    const r = await run({ functionName: 'many-object', itemsPerCall: 10, items: items(3) });
+    expect(r.status).toBe('failed');
+    for (const i of r.items) {
+      expect(i).toMatchObject({
+        state: 'failed',
+        attempts: 1,
+        error:
+          'function many-object answered a call of 3 items with {"ok":true}, not an array of { key, output } or { key, error } (docs/jobs.md, "lambda-invoke")',
+      });
+    }
+  });
+
+  it('refuses itemsPerCall and bytesPerCall out of range, and bytesPerCall without itemsPerCall', async () => {
+    const start = (params: object) =>
+      api('POST', '/batches', {
+        tenant: 'acme',
+        datasource: 'bad',
+        job: 'lambda-invoke',
+        params: { functionName: 'many', items: [{ key: 'a' }], ...params },
+      });
+    for (const [params, message] of [
+      [{ itemsPerCall: 0 }, /^params\.itemsPerCall: /],
+      [{ itemsPerCall: 1_001 }, /^params\.itemsPerCall: /],
+      [{ itemsPerCall: 10, bytesPerCall: 5_242_881 }, /^params\.bytesPerCall: /],
+      [{ bytesPerCall: 1_000 }, /^params\.bytesPerCall: applies only with "itemsPerCall"/],
+    ] as [object, RegExp][]) {
       const r = await start(params);
       expect(r.status, JSON.stringify(params)).toBe(400);
       expect(r.body.error.message, JSON.stringify(params)).toMatch(message);

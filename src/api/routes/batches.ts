@@ -6,6 +6,7 @@ import {
   dispatchWorkers,
   finishedSeries,
   setMaxConcurrency,
+  setRateLimit,
   type WorkerEvent,
   parseInput,
   redriveBatch,
@@ -152,11 +153,13 @@ async function sendWorkers(deps: ApiDeps, batchId: string, n: number): Promise<v
 }
 
 /**
- * `PATCH /batches/{id}` (and its tenant-scoped twin) `{ maxConcurrency }` → 200 the batch: how
- * many runs it may have at once, changed while it runs (docs/design.md, "Fan-out"). Raised, the
- * runs it now lacks are sent workers at once (within the worker limit; the scheduler and fleet
- * processes add the rest); lowered, the newest runs beyond it hand off at their next beat, with no
- * attempt used. 404 `batch_not_found`, 409 `batch_finished`, 400 `invalid_request`.
+ * `PATCH /batches/{id}` (and its tenant-scoped twin) `{ maxConcurrency?, rateLimit?: { perSecond } }`
+ * (at least one) → 200 the batch, changed while it runs. `maxConcurrency`: how many runs it may
+ * have at once (docs/design.md, "Fan-out"). Raised, the runs it now lacks are sent workers at once
+ * (within the worker limit; the scheduler and fleet processes add the rest); lowered, the newest
+ * runs beyond it hand off at their next beat, with no attempt used. `rateLimit.perSecond`: its
+ * fleet-wide rate (docs/design.md, "Rate limits"), taken up by every run at its next token take or
+ * beat. 404 `batch_not_found`, 409 `batch_finished`, 400 `invalid_request`.
  */
 export async function patchBatchRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: string[]): Promise<Result> {
   const raw = readJsonBody(event, deps.config.maxBodyBytes);
@@ -164,6 +167,11 @@ export async function patchBatchRoute(event: APIGatewayProxyEventV2, deps: ApiDe
     throw new InvalidRequestError(`body: must be a JSON object, got ${typeName(raw)}`);
   }
   const body = parseInput(patchBatchSchema, raw);
+  const rated = body.rateLimit && (await setRateLimit(deps.sql, id, body.rateLimit.perSecond));
+  if (body.maxConcurrency === undefined) {
+    const [view] = await withActivity(deps.sql, [rated ?? (await getBatch(deps.sql, id))]);
+    return json(200, view);
+  }
   const batch = await setMaxConcurrency(deps.sql, id, body.maxConcurrency);
   try {
     await sendWorkers(deps, batch.id, batch.target - batch.liveRuns);

@@ -620,13 +620,15 @@ export interface BeatResult {
    * `max_concurrency` allows (lowered while it runs), so it hands off.
    */
   surplus: boolean;
+  /** The batch's own rate limit now (items per second; a start's or a PATCH's), null when none. */
+  ratePerSecond: number | null;
 }
 
 // Proves the run still holds its lease, and says whether it is a surplus run (the newest runs
-// beyond the batch's max_concurrency). Updates the run's own row only.
+// beyond the batch's max_concurrency) and the batch's own rate now. Updates the run's own row only.
 export async function beat(sql: Sql, batchId: string, run: string): Promise<BeatResult> {
-  const [r] = await sql<{ surplus: boolean }[]>`${beatStatement(sql, { batchId, run })}`;
-  return { owned: r !== undefined, surplus: r?.surplus ?? false };
+  const [r] = await sql<{ surplus: boolean; rate: number | null }[]>`${beatStatement(sql, { batchId, run })}`;
+  return { owned: r !== undefined, surplus: r?.surplus ?? false, ratePerSecond: r?.rate ?? null };
 }
 
 /** The beat as a fragment (the plan test reads its plan); see {@link beat}. */
@@ -635,7 +637,8 @@ export function beatStatement(sql: Sql, { batchId, run }: { batchId: string; run
     where r.id = ${run} and r.batch_id = ${batchId}
     returning (select count(*) from leasehold_runs o
                where o.batch_id = r.batch_id and (o.started_at, o.id) < (r.started_at, r.id))
-      >= (select max_concurrency from leasehold_batches where id = r.batch_id) as surplus`;
+      >= (select max_concurrency from leasehold_batches where id = r.batch_id) as surplus,
+      (select rate_per_second from leasehold_batches where id = r.batch_id) as rate`;
 }
 
 // The item writes of one run, fenced on the run's own lease (`own`):
@@ -1100,6 +1103,21 @@ export async function setMaxConcurrency(sql: Sql, batchId: string, maxConcurrenc
       update leasehold_batches
       set max_concurrency = ${maxConcurrency},
           target = least(${maxConcurrency}::int, greatest(1, ceil(total / ${RUN_ITEMS}::float8)::int))
+      where id = ${batchId} and status = 'open'
+      returning status
+    )
+    select status from b
+    union all
+    select status from leasehold_batches where id = ${batchId} and not exists (select 1 from b)`;
+  return r?.status;
+}
+
+// Sets an open batch's own rate limit (items per second), which every run's next token take
+// reads (sql/rate.ts) and a run without a rate limit picks up at its next beat. Answers the
+// batch's status, undefined when there is no such batch.
+export async function setRatePerSecond(sql: Sql, batchId: string, perSecond: number): Promise<BatchStatus | undefined> {
+  const [r] = await sql<{ status: BatchStatus }[]>`with b as (
+      update leasehold_batches set rate_per_second = ${perSecond}::float8
       where id = ${batchId} and status = 'open'
       returning status
     )

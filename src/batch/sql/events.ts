@@ -5,6 +5,7 @@
 // one row at once, and a sender that dies leaves the row to the next after the window. Every
 // comparison of time is with now().
 import type { Sql } from '../../store/index.js';
+import { RESULTS_MAX_TRIES } from './results.js';
 
 /** The counts of an event's detail: items by state when the batch ended. */
 export interface EventCounts {
@@ -32,8 +33,12 @@ export interface BatchFinishedDetail {
   /** Why it failed when it was given up or ended by its tolerance; else null. */
   reason: string | null;
   counts: EventCounts;
-  /** Where the batch's results were written (S3), once results to S3 exist; null until then. */
-  results: unknown;
+  /**
+   * Where the batch's results were written: `{ manifest: "s3://bucket/key" }`, or null when it
+   * asked for none, was cancelled, or its writes gave up. An event of a batch whose results are
+   * still being written is held until they are (docs/design.md, "Events").
+   */
+  results: { manifest: string } | null;
   /** Redrives before this end (0: its first end). */
   redrives: number;
   /** ISO 8601, database clock. */
@@ -50,6 +55,19 @@ function eventCounts(sql: Sql) {
       'done', coalesce((c ->> 'done')::int, 0), 'failed', coalesce((c ->> 'failed')::int, 0))
     from (select coalesce(b.final_counts, (select jsonb_object_agg(s.state, s.n) from
             (select state, count(*) as n from leasehold_items where batch_id = b.id group by state) s)) as c) x)`;
+}
+
+// An event's batch still has results to write (a finished batch with a target, no manifest and
+// tries left): its event waits, so the event can name where they are.
+function resultsPending(sql: Sql) {
+  return sql`exists (select 1 from leasehold_batches b where b.id = batch_id and b.results is not null
+    and b.results_manifest is null and b.results_tries < ${RESULTS_MAX_TRIES} and b.status in ('succeeded', 'failed'))`;
+}
+
+// The event's detail with `results` as the batch has them now: the manifest once written, else null.
+function detailWithResults(sql: Sql) {
+  return sql`jsonb_set(e.detail, '{results}', coalesce((select jsonb_build_object('manifest', b.results_manifest)
+    from leasehold_batches b where b.id = e.batch_id and b.results_manifest is not null), 'null'::jsonb))`;
 }
 
 // Writes the Batch Finished event of a batch that just ended, in the transaction that ended it
@@ -94,10 +112,12 @@ export interface TakeArgs {
 export async function takeUnsent(sql: Sql, a: TakeArgs): Promise<TakenEvent[]> {
   const rows = await sql<{ id: string; detail: BatchFinishedDetail; send_attempts: number }[]>`
     update leasehold_batch_events e
-    set send_after = now() + make_interval(secs => ${a.claimMs}::float8 / 1000), send_attempts = e.send_attempts + 1
+    set send_after = now() + make_interval(secs => ${a.claimMs}::float8 / 1000), send_attempts = e.send_attempts + 1,
+      detail = ${detailWithResults(sql)}
     where e.id = any (array(
       select id from leasehold_batch_events
       where sent_at is null and send_after <= now() ${a.batchId === undefined ? sql`` : sql`and batch_id = ${a.batchId}`}
+        and not ${resultsPending(sql)}
       order by send_after limit ${a.limit}
       for update skip locked))
       and e.sent_at is null
@@ -131,11 +151,13 @@ export async function markSendFailed(sql: Sql, f: EventFailure): Promise<void> {
 export async function takeUnnotified(sql: Sql, a: TakeArgs): Promise<TakenEvent[]> {
   const rows = await sql<{ id: string; detail: BatchFinishedDetail; notify_attempts: number; notify_url: string }[]>`
     update leasehold_batch_events e
-    set notify_after = now() + make_interval(secs => ${a.claimMs}::float8 / 1000), notify_attempts = e.notify_attempts + 1
+    set notify_after = now() + make_interval(secs => ${a.claimMs}::float8 / 1000), notify_attempts = e.notify_attempts + 1,
+      detail = ${detailWithResults(sql)}
     where e.id = any (array(
       select id from leasehold_batch_events
       where notify_url is not null and notified_at is null and notify_after <= now()
         ${a.batchId === undefined ? sql`` : sql`and batch_id = ${a.batchId}`}
+        and not ${resultsPending(sql)}
       order by notify_after limit ${a.limit}
       for update skip locked))
       and e.notified_at is null
