@@ -104,6 +104,13 @@ export interface ApiItem {
   attempts: number;
   output: unknown;
   error: string | null;
+  /**
+   * What its work last reported with `heartbeat(progress)` (docs/design.md, "Item heartbeats and
+   * checkpoints"); null: none. Absent from APIs before migration 024.
+   */
+  progress?: unknown;
+  /** When its work last beat (heartbeat or checkpoint), ISO time, database clock; null: never. */
+  heartbeatAt?: string | null;
 }
 
 /** What `GET /batches/{id}/finished` answers: items finished per bucket of the batch's life. */

@@ -192,3 +192,68 @@ export function parseRetryAfter(value: string | null | undefined, nowMs = Date.n
   if (!Number.isFinite(at)) return undefined;
   return Math.min(Math.max(0, at - nowMs), capMs);
 }
+
+/**
+ * An attempt was recovered by its run because its work's last heartbeat (or its start) was older
+ * than the job's `itemStaleMs` (docs/design.md, "Item heartbeats and checkpoints"): the attempt's
+ * signal is aborted with this as its reason, the attempt counts, and whatever the work resolves to
+ * later is dropped.
+ */
+export class ItemStaleError extends LeaseholdError {
+  constructor(
+    /** The job's `itemStaleMs`, ms. */
+    readonly itemStaleMs: number,
+  ) {
+    super('item_stale', `no heartbeat within itemStaleMs (${itemStaleMs} ms)`);
+  }
+}
+
+/**
+ * A checkpoint could not be stored because the attempt no longer holds its item: it was recovered
+ * for want of heartbeats, the run lost its batch, or the attempt already ended. Nothing was stored.
+ */
+export class ItemLostError extends LeaseholdError {
+  constructor(
+    readonly key: string,
+    readonly attempt: number,
+  ) {
+    super(
+      'item_lost',
+      `item ${JSON.stringify(key)} (attempt ${attempt}) is no longer held by this attempt: it was recovered, its run lost the batch, or the attempt ended`,
+    );
+  }
+}
+
+/**
+ * A checkpoint state (or a heartbeat's progress) is larger than its limit (docs/design.md, "Item
+ * heartbeats and checkpoints"): 64 KiB of JSON for a checkpoint, 8 KiB for progress. Nothing was
+ * stored; store less (a cursor or an offset rather than the data itself).
+ */
+export class CheckpointTooLargeError extends LeaseholdError {
+  constructor(
+    /** What was refused. */
+    readonly what: 'checkpoint' | 'progress',
+    /** Its size, bytes of JSON (UTF-8). */
+    readonly bytes: number,
+    /** The limit, bytes. */
+    readonly limitBytes: number,
+  ) {
+    super(
+      `${what}_too_large`,
+      `the ${what} is ${bytes} bytes of JSON, over the limit of ${limitBytes} bytes: nothing was stored (store a cursor or an offset, not the data)`,
+    );
+  }
+}
+
+/**
+ * A checkpoint state (or a heartbeat's progress) that JSON or PostgreSQL cannot hold: a BigInt, a
+ * cycle, a throwing `toJSON`, a NUL character or a lone surrogate. Nothing was stored.
+ */
+export class UnstorableStateError extends LeaseholdError {
+  constructor(
+    readonly what: 'checkpoint' | 'progress',
+    reason: string,
+  ) {
+    super('unstorable_state', `the ${what} ${reason}`);
+  }
+}

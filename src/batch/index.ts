@@ -54,6 +54,7 @@ export {
   RUNNER_DEFAULTS,
   RUNNER_LIMITS,
   runnerSettings,
+  checkItemStale,
   type RunnerSettings,
   retryDelayMs,
   backoffIntervalMs,
@@ -65,6 +66,7 @@ export {
   type ItemOutcome,
 } from './runner.js';
 export { DEFAULT_MAX_OUTPUT_BYTES, MAX_ERROR_CHARS } from './values.js';
+export { HEARTBEAT_SPACING_MS } from './heartbeat.js';
 export { redriveBatch, type Redrive, type RedriveOptions, type RedriveResult } from './redrive.js';
 export {
   finishedSeries,

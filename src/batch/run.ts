@@ -4,7 +4,9 @@ import { setMaxListeners } from 'node:events';
 import { InvalidSettingError, LeaseholdError } from '../errors.js';
 import { withTimeout, type Sql } from '../store/index.js';
 import type { Clock } from '../clock.js';
-import { BatchGivenUpError, BatchLostError, ItemTimeoutError, RetryAfterError } from './errors.js';
+import { BatchGivenUpError, BatchLostError, ItemStaleError, ItemTimeoutError, RetryAfterError } from './errors.js';
+import { ItemBeats } from './heartbeat.js';
+import { recoverStaleItems } from './sql/heartbeats.js';
 import * as q from './sql/batches.js';
 import { RATE_WAIT_IN_QUEUE_MS, RateGate, type RateLimit } from './rate.js';
 import * as qs from './sql/sources.js';
@@ -23,9 +25,13 @@ import type { BatchInfo, Executor, ItemState, RunOutcome, RunResult } from './ty
  *   cannot be stored);
  * - `retry`: the attempt failed; the item is pending again after its backoff;
  * - `interrupted`: the run stopped while the item ran; the attempt counts, the item is pending;
- * - `given-back`: claimed but never started before the run stopped; pending, attempts unchanged.
+ * - `given-back`: claimed but never started before the run stopped; pending, attempts unchanged;
+ * - `resumable`: the run stopped while the item ran, after it stored a checkpoint in this attempt;
+ *   pending with the attempt given back, the next run goes on from the checkpoint;
+ * - `stale`: recovered for want of heartbeats (`itemStaleMs`); the attempt counts, pending again
+ *   (`failed` when its attempts are used up).
  */
-export type ItemOutcome = 'done' | 'failed' | 'retry' | 'interrupted' | 'given-back' | 'waiting';
+export type ItemOutcome = 'done' | 'failed' | 'retry' | 'interrupted' | 'given-back' | 'waiting' | 'resumable' | 'stale';
 
 /** What the runner reports as it goes (for logs and metrics); never needed for correctness. */
 export type RunnerEvent =
@@ -75,6 +81,8 @@ export interface RunSettings {
   maxRetryAfter: number;
   /** The job's fleet-wide rate limit (docs/design.md, "Rate limits"); a batch's own rate wins. */
   rateLimit?: RateLimit;
+  /** The job's `itemStaleMs` (docs/design.md, "Item heartbeats and checkpoints"); none: off. */
+  itemStaleMs?: number;
   /** Most items a batch's source may hold (`LEASEHOLD_MAX_SOURCE_ITEMS`, 10,000,000). */
   maxSourceItems: number;
   /** Largest input of one item read from a source, bytes of JSON (65,536). */
@@ -245,6 +253,8 @@ export class Run {
   private readonly results = new AbortController();
   /** This run ended the batch `failed` because its source could not be read. */
   private sourceFailed = false;
+  /** Its attempts' heartbeats and checkpoints (docs/design.md, "Item heartbeats and checkpoints"). */
+  private readonly beats: ItemBeats;
 
   constructor(
     private readonly sql: Sql,
@@ -262,6 +272,17 @@ export class Run {
     setMaxListeners(0, this.items.signal);
     const limit = batch.ratePerSecond != null ? { ...s.rateLimit, perSecond: batch.ratePerSecond } : s.rateLimit;
     this.gate = limit && this.rateGate(limit);
+    this.beats = new ItemBeats({
+      sql,
+      batchId: batch.id,
+      runId,
+      clock: s.clock,
+      staleMs: s.itemStaleMs,
+      storeTimeoutMs: s.storeTimeoutMs,
+      store: (f) => this.store(f),
+      sent: () => this.statements++,
+      onError: (error) => s.onEvent({ type: 'store-error', batchId: batch.id, runId, error, tries: 1 }),
+    });
   }
 
   /** The run's side of a fleet-wide rate limit (docs/design.md, "Rate limits"). */
@@ -360,6 +381,7 @@ export class Run {
     // attempt) unless a stop or a loss comes meanwhile; nothing new starts.
     while ((this.reason === 'slice' || this.reason === 'surplus') && this.executing.size > 0) {
       await new Promise<void>((resolve) => (this.wakeUp = resolve));
+      await this.recoverStale();
     }
     // Stopping or lost: in-flight items are told to stop.
     this.items.abort();
@@ -384,6 +406,8 @@ export class Run {
   private async pump(): Promise<'succeeded' | 'failed' | 'drained' | undefined> {
     for (;;) {
       if (this.reason) return undefined;
+      await this.recoverStale();
+      if (this.intolerable) return 'failed';
       this.startQueued();
       if (this.settled.length > 0 || this.room() > 0) {
         // Let items settling in this turn land, so one statement carries them all.
@@ -747,8 +771,36 @@ export class Run {
     w?.();
   }
 
+  /**
+   * Recover this run's attempts whose heartbeat is older than `itemStaleMs` (docs/design.md,
+   * "Item heartbeats and checkpoints"), when some may be: the statement decides by the database
+   * clock. A recovered attempt frees its slot at once, its signal aborts, and whatever it
+   * resolves to later is dropped. Woken by every beat.
+   */
+  private async recoverStale(): Promise<void> {
+    const candidates = this.beats.candidates();
+    if (candidates.length === 0) return;
+    const staleMs = this.s.itemStaleMs!;
+    const items = JSON.stringify(candidates);
+    const rows = await this.store(() =>
+      recoverStaleItems(this.sql, { batchId: this.batch.id, run: this.id, items, staleMs, attempts: this.s.attempts }),
+    );
+    for (const r of rows) {
+      const claimed = candidates.find((c) => c.key === r.key)!.claimed;
+      this.executing.delete(r.key);
+      this.beats.abandon(r.key, new ItemStaleError(staleMs));
+      if (r.state === 'failed') [this.failedStored, this.finishedItems] = [this.failedStored + 1, this.finishedItems + 1];
+      else this.moreDue = true;
+      const outcome = r.state === 'failed' ? 'failed' : 'stale';
+      this.s.onEvent({ type: 'item-ended', batchId: this.batch.id, runId: this.id, key: r.key, attempt: claimed, outcome });
+    }
+    if (rows.some((r) => r.state === 'failed')) await this.endIfIntolerable();
+  }
+
   private launch(c: q.ClaimedRow): void {
-    const p = this.work(c).then((s) => {
+    const p: Promise<void> = this.work(c).then((s) => {
+      // Recovered for want of heartbeats meanwhile: its slot was freed, its result is nobody's.
+      if (this.executing.get(c.key) !== p) return;
       this.executing.delete(c.key);
       if (this.ended || this.reason === 'lost') return;
       this.settled.push(s);
@@ -777,7 +829,9 @@ export class Run {
     // when the run's is or when its time is up; at that moment the attempt fails, whether or not
     // the work heeds the signal (work that ignores it goes on unobserved, its result dropped).
     const timeoutMs = batch.timeoutMs ?? this.s.timeoutMs;
-    const own = timeoutMs === undefined ? undefined : new AbortController();
+    // A recovery for want of heartbeats aborts the attempt alone, through its own signal too.
+    const own = timeoutMs === undefined && this.s.itemStaleMs === undefined ? undefined : new AbortController();
+    const beats = this.beats.track(c.key, c.attempts, (reason) => own?.abort(reason));
     const runSignal = this.items.signal;
     const relay = () => own?.abort(runSignal.reason);
     const timer = new AbortController();
@@ -792,6 +846,9 @@ export class Run {
         attempt: c.attempts,
         signal: own?.signal ?? runSignal,
         batch: { id: batch.id, tenant: batch.tenant, datasource: batch.datasource, job: batch.job, params: batch.params },
+        heartbeat: beats.heartbeat,
+        checkpoint: beats.checkpoint,
+        checkpointed: c.checkpoint ?? undefined,
       });
       let output: unknown;
       if (own && timeoutMs !== undefined) {
@@ -807,6 +864,7 @@ export class Run {
       } else {
         output = await working;
       }
+      await beats.settle();
       const encoded = encodeOutput(output, this.s.maxOutputBytes);
       // An output that cannot be stored would be the same next time: the item fails for good.
       if (encoded.error !== undefined) return verdict('failed', 'failed', null, encoded.error);
@@ -818,6 +876,23 @@ export class Run {
         return { outcome: 'given-back', move: { ...move, output: null, error: null, delayMs: 0 } };
       }
       const message = errorText(e);
+      // Its writes land before its move; with a checkpoint stored in this attempt, a handoff
+      // (the deadline) costs no attempt: the next run goes on from it (docs/design.md, "Item
+      // heartbeats and checkpoints").
+      if ((await beats.settle()) && this.items.signal.aborted) {
+        return {
+          outcome: 'resumable',
+          move: {
+            key: c.key,
+            state: 'pending',
+            claimed: c.attempts,
+            attempts: c.attempts - 1,
+            output: null,
+            error: message,
+            delayMs: 0,
+          },
+        };
+      }
       if (this.items.signal.aborted && c.attempts < this.s.attempts) {
         // Interrupted by a handoff: the attempt counts (an item that never fits in one
         // invocation must end), but the next run may start it again at once.

@@ -10,6 +10,7 @@ import { batchedWork, checkItemBatching } from './calls.js';
 import { checkRetrySettings, MAX_ATTEMPTS, MAX_BACKOFF_MS, Run, type RunnerEvent, type RunSettings } from './run.js';
 import { DEFAULT_MAX_OUTPUT_BYTES } from './values.js';
 import {
+  ITEM_STALE_LIMITS_MS,
   MAX_ITEM_TIMEOUT_MS,
   type BatchInfo,
   type Executor,
@@ -230,11 +231,29 @@ export function runnerSettings(options: RunnerOptions = {}): RunnerSettings {
 }
 
 /**
+ * Check an `itemStaleMs` (docs/design.md, "Item heartbeats and checkpoints"): unset, or a whole
+ * number of ms within {@link ITEM_STALE_LIMITS_MS} (100 ms to 15 minutes). `prefix` goes before
+ * the setting's name in the message.
+ * @throws {InvalidSettingError} naming it when out of range.
+ */
+export function checkItemStale(itemStaleMs: number | undefined, prefix = ''): void {
+  if (itemStaleMs === undefined) return;
+  const { min, max } = ITEM_STALE_LIMITS_MS;
+  if (!(Number.isInteger(itemStaleMs) && itemStaleMs >= min && itemStaleMs <= max)) {
+    throw new InvalidSettingError(
+      `${prefix}itemStaleMs`,
+      `must be a whole number of ms from ${min} to ${max} (got ${itemStaleMs})`,
+    );
+  }
+}
+
+/**
  * The executor's settings must be in range like the runner's.
  * @throws {InvalidSettingError} naming the setting (`executor.attempts`, …).
  */
 function checkExecutor(ex: Executor): void {
   checkRetrySettings(ex, 'executor.');
+  checkItemStale(ex.itemStaleMs, 'executor.');
   checkItemBatching(ex, 'executor.');
   if (ex.parallel !== undefined && !(Number.isInteger(ex.parallel) && ex.parallel >= 1)) {
     throw new InvalidSettingError('executor.parallel', `must be an integer of at least 1 (got ${ex.parallel})`);
@@ -412,6 +431,7 @@ export class Runner {
       timeoutMs: ex.timeoutMs,
       maxRetryAfter: ex.maxRetryAfter ?? this.s.maxRetryAfter,
       rateLimit: ex.rateLimit,
+      itemStaleMs: ex.itemStaleMs,
     };
   }
 

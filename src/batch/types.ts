@@ -194,6 +194,13 @@ export interface ItemResult {
   attempts: number;
   output: unknown;
   error: string | null;
+  /**
+   * The progress its work last reported with `heartbeat` (docs/design.md, "Item heartbeats and
+   * checkpoints"); null when none. Set by item pages (`itemsPage`, `GET /batches/{id}/items`).
+   */
+  progress?: unknown;
+  /** When its work last beat (heartbeat or checkpoint), database clock; null when never. Set by item pages. */
+  heartbeatAt?: Date | null;
 }
 
 /** What one item's work receives. */
@@ -202,10 +209,45 @@ export interface ItemContext {
   input: unknown;
   /** 1-based attempt number of this execution. */
   attempt: number;
-  /** Aborted when the run stops, loses its batch or hands off. */
+  /**
+   * Aborted when the run stops, loses its batch or hands off, when the attempt times out, and
+   * when the item is recovered for want of heartbeats (reason an `ItemStaleError`).
+   */
   signal: AbortSignal;
   batch: { id: string; tenant: string; datasource: string; job: string; params: unknown };
+  /**
+   * Keep this attempt's claim alive and report its progress (docs/design.md, "Item heartbeats and
+   * checkpoints"). `progress` (any JSON, at most {@link MAX_PROGRESS_BYTES} bytes; omitted: the
+   * last one stays) shows in `GET /batches/{id}/items`. Writes are coalesced: at most one in
+   * flight per item, at most one a second (a quarter of `itemStaleMs` when that is shorter); the
+   * newest progress wins. Never waits and never fails for the store (a failed write is reported
+   * as a `store-error` event). An attempt whose last heartbeat (or start) is older than the job's
+   * `itemStaleMs` is recovered by its run: its signal aborts, and it is retried or failed.
+   * @throws {CheckpointTooLargeError} progress over {@link MAX_PROGRESS_BYTES} bytes of JSON.
+   * @throws {UnstorableStateError} progress that JSON or PostgreSQL cannot hold (NUL, BigInt, a cycle).
+   */
+  heartbeat(progress?: unknown): void;
+  /**
+   * Store `state` (any JSON, at most {@link MAX_CHECKPOINT_BYTES} bytes, 64 KiB) for the item's
+   * next attempt, which receives it as {@link ItemContext.checkpointed}; also a heartbeat.
+   * Resolves once stored. An attempt interrupted by a handoff (the run's deadline) after it
+   * stored a checkpoint uses no attempt: the next run goes on from the checkpoint. `null` clears it.
+   * @throws {CheckpointTooLargeError} a state over {@link MAX_CHECKPOINT_BYTES} bytes of JSON (nothing is stored).
+   * @throws {UnstorableStateError} a state that JSON or PostgreSQL cannot hold (nothing is stored).
+   * @throws {ItemLostError} the attempt no longer holds the item (recovered, the run lost its batch, or it ended).
+   * @throws the store's error once the run's `moveTries` tries failed.
+   */
+  checkpoint(state: unknown): Promise<void>;
+  /** The state the item's last checkpoint stored before this attempt began; undefined when none. */
+  checkpointed: unknown;
 }
+
+/** Largest checkpoint state an item may store, bytes of JSON (64 KiB). */
+export const MAX_CHECKPOINT_BYTES = 65_536;
+/** Largest progress a heartbeat may report, bytes of JSON (8 KiB). */
+export const MAX_PROGRESS_BYTES = 8_192;
+/** Shortest and longest `itemStaleMs` a job or executor may set, ms (100 ms; 15 minutes). */
+export const ITEM_STALE_LIMITS_MS = { min: 100, max: MAX_ITEM_TIMEOUT_MS } as const;
 
 /** Runs one item; resolves to its JSON output or throws to fail this attempt. */
 export type ItemWork = (item: ItemContext) => Promise<unknown>;
@@ -280,6 +322,14 @@ export interface Executor {
   gatherMs?: number;
   /** Runs a call of up to `itemsPerCall` items; required with `itemsPerCall`, unused without it. */
   workMany?: ItemsWork;
+  /**
+   * An attempt whose last heartbeat (`ctx.heartbeat`, `ctx.checkpoint`; or its start) is older
+   * than this, ms (database clock), is recovered without waiting for its run to go stale: back to
+   * pending with the attempt counted, or `failed` when its attempts are used up (docs/design.md,
+   * "Item heartbeats and checkpoints"). Checked at each beat of the run. {@link ITEM_STALE_LIMITS_MS}.
+   * Default none: items are never recovered for want of heartbeats.
+   */
+  itemStaleMs?: number;
 }
 
 /** Finds the executor for a stored batch (usually by its job name); undefined when unknown. */

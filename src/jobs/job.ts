@@ -1,6 +1,7 @@
 import type { z } from 'zod';
 import {
   checkItemBatching,
+  checkItemStale,
   checkRateLimit,
   checkRetrySettings,
   MAX_ITEM_TIMEOUT_MS,
@@ -47,10 +48,32 @@ export interface JobItem<P> {
   params: P;
   /** 1-based attempt number. */
   attempt: number;
-  /** Aborted when the run stops, hands off or loses its batch. */
+  /**
+   * Aborted when the run stops, hands off or loses its batch, when the attempt times out, and
+   * when it is recovered for want of heartbeats (`itemStaleMs`).
+   */
   signal: AbortSignal;
   tenant: string;
   batchId: string;
+  /**
+   * Keep a long attempt's claim alive and report its progress, any JSON of at most 8 KiB (omitted:
+   * the last one stays), shown in `GET /batches/{id}/items` (docs/design.md, "Item heartbeats and
+   * checkpoints"). Coalesced: at most one write a second (a quarter of `itemStaleMs` when
+   * shorter), the newest progress winning; never waits, never fails for the store.
+   * @throws {CheckpointTooLargeError} progress over 8 KiB of JSON; {UnstorableStateError} progress JSON cannot hold.
+   */
+  heartbeat(progress?: unknown): void;
+  /**
+   * Store a small state (any JSON, at most 64 KiB) for the item's next attempt, which receives it
+   * as `checkpointed`; also a heartbeat. Resolves once stored. An attempt interrupted by a handoff
+   * (its worker's deadline) after it stored one uses no attempt: the next invocation goes on from it.
+   * @throws {CheckpointTooLargeError} a state over 64 KiB of JSON (nothing is stored).
+   * @throws {UnstorableStateError} a state JSON or PostgreSQL cannot hold (nothing is stored).
+   * @throws {ItemLostError} the attempt no longer holds its item (recovered, or its run lost the batch).
+   */
+  checkpoint(state: unknown): Promise<void>;
+  /** What the item's last checkpoint stored before this attempt began; undefined when none. */
+  checkpointed: unknown;
 }
 
 /**
@@ -140,6 +163,15 @@ export interface Job<P = unknown, O = unknown> {
    * every item of the call.
    */
   runMany?(call: JobCall<P>, ctx: JobContext): Promise<readonly ItemCallResult[]>;
+  /**
+   * An attempt whose last heartbeat (`item.heartbeat`, `item.checkpoint`; or its start) is older
+   * than this, ms, 100 to 900,000, is recovered without waiting for its run to go stale: its
+   * signal aborts, the attempt counts, and the item is retried (or `failed` when its attempts are
+   * used up) (docs/design.md, "Item heartbeats and checkpoints"). Checked at each beat of the run,
+   * by the database clock. Default none: no item is recovered for want of heartbeats.
+   * @example itemStaleMs: 30_000 // a job whose items beat every few seconds
+   */
+  readonly itemStaleMs?: number;
 }
 
 /** Define a job; returns the definition unchanged, typed. */
@@ -168,9 +200,10 @@ export class UnknownJobError extends LeaseholdError {
 /**
  * The jobs a deployment knows; workers resolve stored batches to executors through it.
  * @throws {Error} a job name registered twice; {InvalidSettingError} a job's `attempts`, `backoffMs`,
- *   `parallel` or `timeoutMs` out of range (attempts 1 to 1,000, backoff 0 to one day, parallel at
- *   least 1, timeout 1 ms to 15 minutes), or its item batching settings (`itemsPerCall` 1 to 1,000
- *   and only with `runMany`, `bytesPerCall` at least 1, `gatherMs` 0 to 10,000).
+ *   `parallel`, `timeoutMs` or `itemStaleMs` out of range (attempts 1 to 1,000, backoff 0 to one day,
+ *   parallel at least 1, timeout 1 ms to 15 minutes, itemStaleMs 100 ms to 15 minutes), or its item
+ *   batching settings (`itemsPerCall` 1 to 1,000 and only with `runMany`, `bytesPerCall` at least 1,
+ *   `gatherMs` 0 to 10,000).
  */
 export class JobRegistry {
   private readonly jobs = new Map<string, Job<unknown, unknown>>();
@@ -195,6 +228,7 @@ export class JobRegistry {
         );
       }
       if (job.rateLimit !== undefined) checkRateLimit(job.rateLimit, `job "${job.name}": `);
+      checkItemStale(job.itemStaleMs, `job "${job.name}": `);
       checkJobBatching(job);
       this.jobs.set(job.name, job);
     }
@@ -268,6 +302,9 @@ export class JobRegistry {
       signal: item.signal,
       tenant: batch.tenant,
       batchId: batch.id,
+      heartbeat: item.heartbeat,
+      checkpoint: item.checkpoint,
+      checkpointed: item.checkpointed,
     });
     // A batch whose params no longer parse runs one item per call: a function of them could throw.
     const perBatch = (v: Job<unknown, unknown>['itemsPerCall']) =>
@@ -295,6 +332,7 @@ export class JobRegistry {
       timeoutMs: job.timeoutMs,
       maxRetryAfter: job.maxRetryAfter,
       rateLimit: job.rateLimit,
+      itemStaleMs: job.itemStaleMs,
       work: (item) => job.run(jobItem(item), this.ctx),
     };
   }

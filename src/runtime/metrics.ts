@@ -106,7 +106,8 @@ export interface WorkerHooks {
  *   `RunStoreErrors`, `StoreErrors`, `UnknownJobs`;
  * - `QueueWaitMs` with the dimension `tenant`: from a batch's start to its first run (database
  *   clock), once per batch (docs/design.md, "Tenant fairness");
- * - items (as stored): `ItemsDone`, `ItemsFailed`, `ItemsRetried`, `ItemsInterrupted`, `ItemsGivenBack`;
+ * - items (as stored): `ItemsDone`, `ItemsFailed`, `ItemsRetried`, `ItemsInterrupted`, `ItemsGivenBack`,
+ *   `ItemsResumable` (handed off after a checkpoint, no attempt used), `ItemsStale` (recovered for want of heartbeats);
  * - `HeartbeatRetries`.
  */
 export function workerMetricHooks(m: RuntimeMetrics): WorkerHooks {
@@ -146,6 +147,8 @@ const ITEM_ENDED = {
   interrupted: 'ItemsInterrupted',
   'given-back': 'ItemsGivenBack',
   waiting: 'ItemsWaiting',
+  resumable: 'ItemsResumable',
+  stale: 'ItemsStale',
 } as const;
 
 const RUN_ENDED = {

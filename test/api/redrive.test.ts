@@ -150,6 +150,8 @@ describe('GET /batches/{id}/items?state=', () => {
       attempts: 1,
       output: null,
       error: 'item-001: no such record',
+      progress: null,
+      heartbeatAt: null,
     });
     expect(first.body.next).toBe('item-004');
     const second = await call(deps, 'GET', `/batches/${batch.id}/items`, {

@@ -7,6 +7,9 @@ import { Runner, batchResults, createBatch, type ItemSource } from '../../src/ba
 import { checksum, defaultRegistry, defaultJobContext, InvalidParamsError } from '../../src/jobs/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 
+// What a job's item gets from its run for heartbeats and checkpoints, when the job is called directly.
+const noBeats = { heartbeat: () => {}, checkpoint: async () => {}, checkpointed: undefined };
+
 let db: TestDatabase;
 let dir: string;
 let outside: string;
@@ -92,6 +95,7 @@ describe('checksum job', () => {
           input: null,
           params: params as { dir: string },
           attempt: 1,
+          ...noBeats,
           signal: controller.signal,
           tenant: 't',
           batchId: 'b',
@@ -112,6 +116,7 @@ describe('checksum job', () => {
           input: null,
           params: params as { dir: string },
           attempt: 1,
+          ...noBeats,
           signal: controller.signal,
           tenant: 't',
           batchId: 'b',
@@ -126,6 +131,7 @@ describe('checksum job', () => {
           input: null,
           params: params as { dir: string },
           attempt: 1,
+          ...noBeats,
           signal: controller.signal,
           tenant: 't',
           batchId: 'b',
@@ -149,6 +155,7 @@ describe('checksum job', () => {
             input: null,
             params: params as { dir: string },
             attempt: 1,
+            ...noBeats,
             signal: new AbortController().signal,
             tenant: 't',
             batchId: 'b',
@@ -171,7 +178,7 @@ describe('checksum job', () => {
       const signal = new AbortController().signal;
       for (const [name, size] of Object.entries(sizes)) {
         const out = await checksum.run(
-          { key: name, input: null, params: { dir: big }, attempt: 1, signal, tenant: 't', batchId: 'b' },
+          { key: name, input: null, params: { dir: big }, attempt: 1, ...noBeats, signal, tenant: 't', batchId: 'b' },
           jobs.context(),
         );
         expect(out).toEqual({ sha256: sha256sum(join(big, name)), bytes: size });
@@ -193,6 +200,7 @@ describe('checksum job', () => {
             input: null,
             params: params as { dir: string },
             attempt: 1,
+            ...noBeats,
             signal: new AbortController().signal,
             tenant: 't',
             batchId: 'b',
@@ -217,6 +225,7 @@ describe('checksum job', () => {
           input: null,
           params: params as { dir: string },
           attempt: 1,
+          ...noBeats,
           signal: controller.signal,
           tenant: 't',
           batchId: 'b',

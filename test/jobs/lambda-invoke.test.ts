@@ -21,6 +21,9 @@ import { ConfigError, parseInvokable, resetRuntimeDeps, setLogSink } from '../..
 import { apiEvent } from '../support/api.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 
+// What a job's item gets from its run for heartbeats and checkpoints, when the job is called directly.
+const noBeats = { heartbeat: () => {}, checkpoint: async () => {}, checkpointed: undefined };
+
 /** A job whose items other batches take (`from`): keys `0..n−1`, input `{ i }`. */
 const range = defineJob<{ n: number }, number>({
   name: 'range',
@@ -322,6 +325,7 @@ describe('lambda-invoke', () => {
         input: 'x'.repeat(MAX_SYNC_PAYLOAD_BYTES),
         params: { functionName: 'echo' },
         attempt: 1,
+        ...noBeats,
         signal: new AbortController().signal,
         tenant: 'acme',
         batchId: '00000000-0000-0000-0000-000000000000',

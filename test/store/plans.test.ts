@@ -30,6 +30,7 @@ import {
   takeOverStatement,
   waitStateStatement,
 } from '../../src/batch/sql/batches.js';
+import { beatItemStatement, recoverStaleStatement } from '../../src/batch/sql/heartbeats.js';
 import { batchActivityStatement, finishedBucketsStatement } from '../../src/batch/sql/progress.js';
 import { tenantBatchesStatement, tenantStateStatement } from '../../src/batch/sql/tenants.js';
 import {
@@ -168,6 +169,33 @@ const cases: Case[] = [
     statement: (sql, d) => releaseOrphansStatement(sql, { batchId: d.batch, run: d.run }),
   },
   { name: 'beat', bound: 1, statement: (sql, d) => beatStatement(sql, { batchId: d.batch, run: d.run }) },
+  // Item heartbeats and checkpoints (src/batch/sql/heartbeats.ts): one item by its key; the
+  // recovery of stale attempts, the candidates the run names.
+  {
+    name: 'item heartbeat with a checkpoint',
+    bound: 1,
+    statement: (sql, d) =>
+      beatItemStatement(sql, {
+        batchId: d.batch,
+        run: d.run,
+        key: d.running[0],
+        claimed: 1,
+        progress: '{"done":1}',
+        checkpoint: '{"offset":10}',
+      }),
+  },
+  {
+    name: 'recover stale attempts',
+    bound: RUNNING,
+    statement: (sql, d) =>
+      recoverStaleStatement(sql, {
+        batchId: d.batch,
+        run: d.run,
+        items: JSON.stringify(d.running.map((key) => ({ key, claimed: 1 }))),
+        staleMs: 1_000,
+        attempts: 3,
+      }),
+  },
   // The finish check reads the first pending and running entries and the failed items only.
   { name: 'finish check', bound: 1, statement: (sql, d) => finishStatement(sql, { batchId: d.batch, run: d.run }) },
   {

@@ -127,6 +127,11 @@ export interface ClaimedRow {
   waits: number;
   /** ms until it is due (database clock) when claimed ahead of its time; 0 when due. */
   due_in_ms: number;
+  /**
+   * The state its work last stored with `checkpoint` (docs/design.md, "Item heartbeats and
+   * checkpoints"); null when none. Absent from rows claimed by statements that do not read it.
+   */
+  checkpoint?: unknown;
 }
 
 /** One move of an item the run claimed at `claimed` attempts. */
@@ -544,7 +549,7 @@ export async function othersWaiting(sql: Sql, tenant: string, maxRunning: number
 
 // The fence of a run's statements: its own row, locked key share (a cancel, finish, end or
 // takeover deletes it, and waits for the statement holding it; a beat does not conflict).
-function ownRun(sql: Sql, run: string) {
+export function ownRun(sql: Sql, run: string) {
   return sql`select id from leasehold_runs where id = ${run} for key share`;
 }
 
@@ -755,11 +760,11 @@ export function stepStatement(sql: Sql, a: StepArgs) {
       update leasehold_items i
       set state = 'running', attempts = i.attempts + 1, run_id = ${a.run}, updated_at = now()
       where i.ctid = any(array(select ctid from picked))
-      returning i.key, i.input, i.attempts, i.waits, i.run_after
+      returning i.key, i.input, i.attempts, i.waits, i.run_after, i.checkpoint
     )
     select (select count(*) from moved)::int as moved,
       (select json_agg(json_build_object('key', key, 'input', input, 'attempts', attempts, 'waits', waits,
-          'due_in_ms', greatest(0, extract(epoch from run_after - now()) * 1000)) order by run_after)
+          'due_in_ms', greatest(0, extract(epoch from run_after - now()) * 1000), 'checkpoint', checkpoint) order by run_after)
         from claimed) as claimed,
       -- The first entry of the pending index past the window (min() let a planner that thought
       -- the batch small read every pending item).
@@ -1146,8 +1151,8 @@ export interface PageArgs {
 export function itemsPageStatement(sql: Sql, a: PageArgs & { batchId: string }) {
   if (a.state === undefined) {
     const from = a.after === undefined ? sql`>= (${a.batchId}::uuid, '')` : sql`> (${a.batchId}::uuid, ${a.after})`;
-    return sql`select key, state, attempts, output, error from (
-        select batch_id, key, state, attempts, output, error from leasehold_items
+    return sql`select key, state, attempts, output, error, progress, heartbeat_at as "heartbeatAt" from (
+        select batch_id, key, state, attempts, output, error, progress, heartbeat_at from leasehold_items
         where (batch_id, key) ${from}
         order by batch_id, key limit ${a.limit}
       ) p
@@ -1156,7 +1161,7 @@ export function itemsPageStatement(sql: Sql, a: PageArgs & { batchId: string }) 
   }
   const after = a.after === undefined ? sql`` : sql`and key > ${a.after}`;
   const state = a.state === 'failed' ? sql`and state = 'failed'` : sql`and state = ${a.state}`;
-  return sql`select key, state, attempts, output, error from leasehold_items
+  return sql`select key, state, attempts, output, error, progress, heartbeat_at as "heartbeatAt" from leasehold_items
     where batch_id = ${a.batchId} ${after} ${state}
     order by key limit ${a.limit}`;
 }
