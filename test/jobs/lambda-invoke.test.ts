@@ -387,11 +387,25 @@ describe('lambda-invoke with itemsPerCall', () => {
     const mine = calls.many!.filter((c) => c.batch.id === r.id);
     expect(mine.map((c) => c.items.length)).toEqual(Array(10).fill(100));
     expect(mine[0]!.batch).toEqual({ id: r.id, tenant: 'acme' });
-    expect(mine[0]!.items[0]).toEqual({ key: expect.stringMatching(/^k\d{4}$/), input: { i: expect.any(Number) }, attempt: 1 });
+    expect(mine[0]!.items[0]).toEqual({
+      key: expect.stringMatching(/^k\d{4}$/),
+      input: { i: expect.any(Number) },
+      attempt: expect.any(Number),
+    });
     expect(new Set(mine.flatMap((c) => c.items.map((i) => i.key))).size).toBe(1_000);
     expect(r.items).toHaveLength(1_000);
+    // Each item was invoked once (10 invocations of 100 distinct keys), at the attempt it stored:
+    // 1, unless a claim's answer was lost under load (its items are claimed again at attempt 2,
+    // never having been invoked; seen once on PostgreSQL 15 in CI).
     for (const [i, item] of r.items.entries()) {
-      expect(item).toEqual({ key: item.key, state: 'done', attempts: 1, output: { doubled: i * 2, attempt: 1 }, error: null });
+      expect(item).toEqual({
+        key: item.key,
+        state: 'done',
+        attempts: item.attempts,
+        output: { doubled: i * 2, attempt: item.attempts },
+        error: null,
+      });
+      expect(item.attempts).toBeLessThanOrEqual(2);
     }
     expect(r.params).toEqual({ functionName: 'many', itemsPerCall: 100 });
   });
