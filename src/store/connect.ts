@@ -84,7 +84,7 @@ export interface ConnectOptions {
    * connection's startup packet carries no setting but `application_name` (a pooler refuses or
    * drops the others, and would apply them to no later session), and every transaction of the
    * pool (`begin`) starts with `set_config(…, true)` — `SET LOCAL` — of `statement_timeout`,
-   * `lock_timeout`, `idle_in_transaction_session_timeout` and, with {@link ConnectOptions.schema},
+   * `lock_timeout`, `idle_in_transaction_session_timeout`, `jit` and, with {@link ConnectOptions.schema},
    * `search_path`, sent in the same round trip as its first statement. A statement outside a
    * transaction runs with the server session's own settings: the role's defaults, which the
    * migration sets on the runtime roles (see `provisionRuntimeRole`), or the database's.
@@ -125,7 +125,8 @@ export interface ConnectOptions {
  *
  * Notices are silenced (migrations use `if not exists`), bigint counts come back as numbers,
  * timestamps as `Date`, statements time out after `statementTimeoutMs`, lock waits after
- * `lockTimeoutMs`, and a session idle in a transaction is ended after `idleInTransactionTimeoutMs`. A statement that
+ * `lockTimeoutMs`, a session idle in a transaction is ended after `idleInTransactionTimeoutMs`, and
+ * no plan is JIT-compiled (`jit = off`). A statement that
  * fails with `25006` (a write on a read-only server, as after a failover) replaces the whole pool
  * with a fresh one (see `replaceOnReadOnly` in `failover.ts`); that statement still fails, and is
  * retried where leasehold retries store errors. Throws nothing itself; connection errors surface
@@ -185,6 +186,10 @@ function sessionSettings(options: ConnectOptions): Record<string, string> {
   s.statement_timeout = String(options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS);
   s.lock_timeout = String(options.lockTimeoutMs ?? DEFAULT_LOCK_TIMEOUT_MS);
   s.idle_in_transaction_session_timeout = String(options.idleInTransactionTimeoutMs ?? DEFAULT_IDLE_IN_TRANSACTION_MS);
+  // No JIT compilation (docs/design.md, "Database connections"): leasehold's statements run in
+  // milliseconds, and a server with JIT compiles any plan whose estimate passes jit_above_cost
+  // (100,000 by default) for tens of milliseconds to seconds, every time it runs.
+  s.jit = 'off';
   return s;
 }
 

@@ -130,6 +130,8 @@ export async function provisionRuntimeRole(tx: Tx, role: RuntimeRole): Promise<R
     tx,
     (s) => s`alter role ${s(name)} set statement_timeout = ${s.unsafe(`'${DEFAULT_STATEMENT_TIMEOUT_MS}'`)}`,
   );
+  // And no JIT compilation, as `connect` sets it (docs/design.md, "Database connections").
+  await retryCatalogRace(tx, (s) => s`alter role ${s(name)} set jit = off`);
   let connectionLimit: number | undefined;
   if (role.connectionLimit !== undefined) {
     const want = role.connectionLimit;

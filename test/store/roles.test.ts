@@ -55,6 +55,16 @@ describe('the runtime role', () => {
       { create: boolean }[]
     >`select has_schema_privilege(${name}, ${db.schema}, 'CREATE') as create`;
     expect(create).toBe(false);
+    // Its own defaults, for sessions that pass no settings (behind a transaction-mode pooler).
+    const config = await db.sql<{ setting: string }[]>`select unnest(s.setconfig) as setting
+      from pg_db_role_setting s join pg_roles r on r.oid = s.setrole where r.rolname = ${name} and s.setdatabase = 0
+      order by 1`;
+    expect(config.map((c) => c.setting)).toEqual([
+      'idle_in_transaction_session_timeout=10000',
+      'jit=off',
+      'lock_timeout=2000',
+      'statement_timeout=30000',
+    ]);
   });
 
   it('is idempotent: a second migration creates nothing and grants again', async () => {

@@ -150,6 +150,7 @@ async function createPooledDatabase(server: string, admin: Sql, name: string): P
     await inside.unsafe(`alter database "${name}" set statement_timeout = '${DEFAULT_STATEMENT_TIMEOUT_MS}'`);
     await inside.unsafe(`alter database "${name}" set lock_timeout = '${DEFAULT_LOCK_TIMEOUT_MS}'`);
     await inside.unsafe(`alter database "${name}" set idle_in_transaction_session_timeout = '${DEFAULT_IDLE_IN_TRANSACTION_MS}'`);
+    await inside.unsafe(`alter database "${name}" set jit = off`);
   } finally {
     await inside.end();
   }

@@ -57,7 +57,8 @@ export async function fleetRows(sql: Sql): Promise<FleetRows> {
         coalesce(json_agg(weight) filter (where role = 'fleet' and not retiring), '[]') as weights
       from p
     ), totals as (
-      select weight from leasehold_unit_totals
+      -- One row, estimated so (see shareStateStatement in ./ownership.ts).
+      select weight from leasehold_unit_totals limit 1
     )
     select coalesce((select value::int from leasehold_settings where key = 'desired'), 0) as desired,
       f.live, f.retiring, f.batch, f.weights,

@@ -232,7 +232,10 @@ export function shareStateStatement(sql: Sql, me: Me) {
       select count(*) as live, min(weight) filter (where id <> ${me.id}) as others_min_weight
       from leasehold_processes where expires_at > now() and role = 'fleet' and not retiring
     ), totals as (
-      select weight from leasehold_unit_totals
+      -- One row (the table holds one), estimated so whatever its statistics say: a planner that
+      -- estimated it at 1,810 rows multiplied the cost of the heavy read by that, past
+      -- jit_above_cost (even "where id", through the primary key, is estimated at half the table).
+      select weight from leasehold_unit_totals limit 1
     ), self as (
       select expires_at > now() as live, retiring from leasehold_processes where id = ${me.id} and token = ${me.token}
     )
