@@ -6,7 +6,7 @@
 // the 50/s one (`another key …`); a Retry-After of 2 s on one of three keys (`retry-after: …`);
 // then a no-op batch over the same
 // 8 runs with a limit far above the load, beside the same batch without one (the limit's
-// overhead). A fresh schema of its own.
+// overhead; `BENCH_RATE_PART=overhead` runs only that line). A fresh schema of its own.
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { RetryAfterError, Runner, createBatch, type Executor } from '../src/batch/index.js';
@@ -20,6 +20,7 @@ const SECONDS = Number(process.env.BENCH_RATE_SECONDS ?? 20);
 const RUNS = 8;
 const PARALLEL = 16;
 const NOOP_ITEMS = Number(process.env.BENCH_RATE_NOOP_ITEMS ?? 20_000);
+const OVERHEAD_ROUNDS = Number(process.env.BENCH_RATE_ROUNDS ?? 5);
 
 /** An endpoint that answers 429 past `limit` requests in its last 1,000 ms, and records each arrival. */
 async function limitedEndpoint(limit: number): Promise<{ url: string; seen: number[]; refused: number[]; server: Server }> {
@@ -166,43 +167,66 @@ export async function rateBench(url: string): Promise<void> {
   const { schema, sql, drop } = await benchSchema(url, 'bench_rate', 2);
   const endpoint = await limitedEndpoint(Math.round(RATE * 1.1));
   try {
-    const n = RATE * SECONDS;
-    const limited = await createBatch(sql, { ...batchOf(n), job: 'rated', maxConcurrency: RUNS });
-    const executor: Executor = {
-      parallel: PARALLEL,
-      rateLimit: { perSecond: RATE },
-      work: async () => {
-        const res = await fetch(endpoint.url);
-        await res.arrayBuffer();
-        if (res.status === 429) throw new Error('429');
-        return null;
-      },
-    };
-    await runOn(url, schema, limited.batch.id, executor);
-    const seen = [...endpoint.seen].sort((a, b) => a - b);
-    const rate = ((seen.length - 1) / (seen.at(-1)! - seen[0]!)) * 1_000;
-    const late429 = endpoint.refused.filter((t) => t - seen[0]! > 1_000).length;
-    console.log(
-      `rate limit ${RATE}/s: max ${mostInWindow(seen, 1_000)} per 1 s window, ${rate.toFixed(1)}/s ` +
-        `(${((100 * rate) / RATE).toFixed(1)} % of limit), 429s after 1 s: ${late429} ` +
-        `(${RUNS} runs, parallel ${PARALLEL}, ${n.toLocaleString('en-US')} items)`,
-    );
-
-    await anotherKeyBench(url, schema, sql);
-    await retryAfterBench(url, schema, sql);
-
-    const noop: Executor = { parallel: PARALLEL, work: async () => null };
-    const free = await createBatch(sql, { ...batchOf(NOOP_ITEMS), job: 'noop', maxConcurrency: RUNS });
-    const freeS = await runOn(url, schema, free.batch.id, noop);
-    const high = await createBatch(sql, { ...batchOf(NOOP_ITEMS), job: 'noop-limited', maxConcurrency: RUNS });
-    const highS = await runOn(url, schema, high.batch.id, { ...noop, rateLimit: { perSecond: 1_000_000 } });
-    const perS = (s: number) => Math.round(NOOP_ITEMS / s).toLocaleString('en-US');
-    console.log(
-      `rate limit far above the load (1,000,000/s), no-op items over ${RUNS} runs: ${perS(highS)} items/s, ` +
-        `without a limit ${perS(freeS)} items/s (${((100 * freeS) / highS).toFixed(0)} % of the unlimited rate)`,
-    );
+    if (process.env.BENCH_RATE_PART !== 'overhead') await limitBenches(url, schema, sql, endpoint);
+    await overheadBench(url, schema, sql);
   } finally {
     endpoint.server.close();
     await drop();
   }
+}
+
+/** `rate limit 50/s: …`, then the other key's and the Retry-After lines. */
+async function limitBenches(
+  url: string,
+  schema: string,
+  sql: Sql,
+  endpoint: Awaited<ReturnType<typeof limitedEndpoint>>,
+): Promise<void> {
+  const n = RATE * SECONDS;
+  const limited = await createBatch(sql, { ...batchOf(n), job: 'rated', maxConcurrency: RUNS });
+  const executor: Executor = {
+    parallel: PARALLEL,
+    rateLimit: { perSecond: RATE },
+    work: async () => {
+      const res = await fetch(endpoint.url);
+      await res.arrayBuffer();
+      if (res.status === 429) throw new Error('429');
+      return null;
+    },
+  };
+  await runOn(url, schema, limited.batch.id, executor);
+  const seen = [...endpoint.seen].sort((a, b) => a - b);
+  const rate = ((seen.length - 1) / (seen.at(-1)! - seen[0]!)) * 1_000;
+  const late429 = endpoint.refused.filter((t) => t - seen[0]! > 1_000).length;
+  console.log(
+    `rate limit ${RATE}/s: max ${mostInWindow(seen, 1_000)} per 1 s window, ${rate.toFixed(1)}/s ` +
+      `(${((100 * rate) / RATE).toFixed(1)} % of limit), 429s after 1 s: ${late429} ` +
+      `(${RUNS} runs, parallel ${PARALLEL}, ${n.toLocaleString('en-US')} items)`,
+  );
+
+  await anotherKeyBench(url, schema, sql);
+  await retryAfterBench(url, schema, sql);
+}
+
+/** The overhead line: no-op items under a limit far above the load against none. */
+async function overheadBench(url: string, schema: string, sql: Sql): Promise<void> {
+  // One round is a few seconds on 2 cores and varies by a quarter from round to round: the two
+  // batches alternate for OVERHEAD_ROUNDS rounds and the medians are compared.
+  const noop: Executor = { parallel: PARALLEL, work: async () => null };
+  const freeS: number[] = [];
+  const highS: number[] = [];
+  for (let round = 0; round < OVERHEAD_ROUNDS; round++) {
+    const free = await createBatch(sql, { ...batchOf(NOOP_ITEMS), job: 'noop', maxConcurrency: RUNS });
+    freeS.push(await runOn(url, schema, free.batch.id, noop));
+    const high = await createBatch(sql, { ...batchOf(NOOP_ITEMS), job: 'noop-limited', maxConcurrency: RUNS });
+    highS.push(await runOn(url, schema, high.batch.id, { ...noop, rateLimit: { perSecond: 1_000_000 } }));
+  }
+  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+  const perS = (s: number) => Math.round(NOOP_ITEMS / s).toLocaleString('en-US');
+  console.log(
+    `rate limit far above the load (1,000,000/s), no-op items over ${RUNS} runs: ${perS(median(highS))} items/s, ` +
+      `without a limit ${perS(median(freeS))} items/s (${((100 * median(freeS)) / median(highS)).toFixed(0)} % of the unlimited rate; ` +
+      `medians of ${OVERHEAD_ROUNDS} alternating rounds of ${NOOP_ITEMS.toLocaleString('en-US')} items, ` +
+      `limited ${highS.map(perS).join('/')}, unlimited ${freeS.map(perS).join('/')})`,
+  );
 }

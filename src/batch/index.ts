@@ -80,7 +80,15 @@ export { getTenant, setTenantLimit, MAX_TENANT_LIMIT, type TenantInfo, type Tena
 export { deleteExpiredBatches, RETENTION_DEFAULTS, type RetentionOptions, type RetentionResult } from './retention.js';
 export * from './events.js';
 export { checkItemBatching, CallAnswerError, DEFAULT_GATHER_MS, MAX_GATHER_MS, MAX_ITEMS_PER_CALL } from './calls.js';
-export { checkRateLimit, defaultBurst, MAX_RATE_PER_SECOND, TOKEN_TTL_MS, type RateKeyItem, type RateLimit } from './rate.js';
+export {
+  checkRateLimit,
+  defaultBurst,
+  MAX_RATE_PER_SECOND,
+  MIN_RATE_PER_SECOND,
+  TOKEN_TTL_MS,
+  type RateKeyItem,
+  type RateLimit,
+} from './rate.js';
 export { defaultS3Client, s3Fault, type S3Fault } from './s3.js';
 export {
   checkSource,

@@ -22,7 +22,7 @@ export interface RateLimit {
   /** The key whose bucket an item draws from. Default: one key for the whole job (`''`). */
   key?: (item: RateKeyItem) => string;
   /**
-   * Items per second, above 0 and at most {@link MAX_RATE_PER_SECOND}: one rate for every key, or
+   * Items per second, from {@link MIN_RATE_PER_SECOND} to {@link MAX_RATE_PER_SECOND}: one rate for every key, or
    * a function of the key giving each key its own (an answer that is not such a number, or a
    * throw, counts as 1 per second). A start's or a PATCH's rate for the batch wins, for every key.
    */
@@ -35,11 +35,28 @@ export interface RateLimit {
 export const MAX_RATE_PER_SECOND = 1_000_000;
 
 /**
+ * Fewest items per second a rate limit may allow: one every 1,000 s. A rate below it (say
+ * `1e-300`) is a mistake, not a limit: its items would wait days in pending.
+ */
+export const MIN_RATE_PER_SECOND = 0.001;
+
+/**
  * How long a run may hold tokens it took before they lapse, ms. A run asks only for what its free
  * slots can start at once, so tokens lapse only when other keys' items took the slots first;
  * lapsing keeps a late start from adding to another second's window.
  */
 export const TOKEN_TTL_MS = 50;
+
+/**
+ * How long a run may hold a block of tokens lent to it, ms: at a rate far above what its slots
+ * start in {@link TOKEN_TTL_MS}, a run asks for a block it holds this long, which counts against
+ * the bucket's burst until it lapses (docs/design.md, "Rate limits"), so it asks a few times a
+ * second instead of once per claim.
+ */
+export const LENT_TOKEN_TTL_MS = 1_000;
+
+/** A lent block is at most this many times the run's queue room. */
+const LEND_ROOMS = 8;
 
 /** A key with no token now waits in the run's queue this long at most; past it its items go back to pending. */
 export const RATE_WAIT_IN_QUEUE_MS = 100;
@@ -49,14 +66,14 @@ export const defaultBurst = (perSecond: number) => Math.max(1, Math.ceil(perSeco
 
 /**
  * Check a rate limit's settings (`prefix` names its owner in the message).
- * @throws {InvalidSettingError} a `perSecond` not above 0 or past {@link MAX_RATE_PER_SECOND}, a
+ * @throws {InvalidSettingError} a `perSecond` below {@link MIN_RATE_PER_SECOND} or past {@link MAX_RATE_PER_SECOND}, a
  *   `burst` not a whole number from 1 to 10,000, or a `key` that is not a function.
  */
 export function checkRateLimit(r: RateLimit, prefix = ''): void {
   if (typeof r.perSecond !== 'function' && !validRate(r.perSecond)) {
     throw new InvalidSettingError(
       `${prefix}rateLimit.perSecond`,
-      `must be above 0 and at most ${MAX_RATE_PER_SECOND} (got ${String(r.perSecond)})`,
+      `must be a number from ${MIN_RATE_PER_SECOND} to ${MAX_RATE_PER_SECOND} (got ${String(r.perSecond)})`,
     );
   }
   if (r.burst !== undefined && !(Number.isInteger(r.burst) && r.burst >= 1 && r.burst <= 10_000)) {
@@ -67,7 +84,9 @@ export function checkRateLimit(r: RateLimit, prefix = ''): void {
   }
 }
 
-const validRate = (n: unknown): n is number => typeof n === 'number' && n > 0 && n <= MAX_RATE_PER_SECOND;
+/** Whether `n` is a rate a limit may allow: a number from {@link MIN_RATE_PER_SECOND} to {@link MAX_RATE_PER_SECOND}. */
+export const validRate = (n: unknown): n is number =>
+  typeof n === 'number' && n >= MIN_RATE_PER_SECOND && n <= MAX_RATE_PER_SECOND;
 
 /** The rate of `key` under `limit`, items per second (an invalid answer of a function: 1). */
 export function rateOf(limit: RateLimit, key: string): number {
@@ -89,7 +108,8 @@ export type TokenAnswer = { go: true } | { go: false; ask: true } | { go: false;
  * A failed ask is reported through `onError` and asked again on the next `take`.
  */
 export class RateGate {
-  private readonly held = new Map<string, { n: number; until: number }>();
+  /** Tokens held per key: `n` left of a block of `size` (`lent`: held for longer), until when (local clock, ms). */
+  private readonly held = new Map<string, { n: number; size: number; lent: boolean; until: number }>();
   private readonly emptyUntil = new Map<string, number>();
   /** Keys paused by a Retry-After, until when (local clock, ms). */
   private readonly pausedUntil = new Map<string, number>();
@@ -110,9 +130,24 @@ export class RateGate {
     },
   ) {}
 
-  /** The rate of `key`, items per second: what the store last answered, else the limit's. */
+  /** The batch's own rate as the last beat answered it (a PATCH may change it), items per second. */
+  private batchRate: number | undefined;
+
+  /** The rate of `key`, items per second: what the store last answered, else the batch's, else the limit's. */
   rate(key: string): number {
-    return this.rates.get(key) ?? rateOf(this.o.limit, key);
+    return this.rates.get(key) ?? this.batchRate ?? rateOf(this.o.limit, key);
+  }
+
+  /**
+   * The batch's own rate, as a beat answered it: when it changed (a PATCH), the rates and empty
+   * buckets learnt at the old one are forgotten, so items are no longer given back spaced at the
+   * old rate and a key that waited for a token at it asks again at once.
+   */
+  useBatchRate(perSecond: number): void {
+    if (this.batchRate === perSecond) return;
+    this.batchRate = perSecond;
+    this.rates.clear();
+    this.emptyUntil.clear();
   }
 
   /** The burst of `key`: the limit's, else {@link defaultBurst} of its rate. */
@@ -163,6 +198,28 @@ export class RateGate {
     return Math.max(need, Math.min(capacity, Math.floor((this.rate(key) * TOKEN_TTL_MS) / 1000)));
   }
 
+  /**
+   * The block of `key` to ask to hold for {@link LENT_TOKEN_TTL_MS} (0: none): {@link LEND_ROOMS}
+   * times `capacity`, at most a quarter of the burst, and only when that is at least twice the
+   * room (else short blocks serve as well).
+   */
+  lendSize(key: string, capacity: number): number {
+    const n = Math.floor(Math.min(LEND_ROOMS * capacity, this.burst(key) / 4));
+    return n >= 2 * capacity ? n : 0;
+  }
+
+  /**
+   * Whether to ask for the next block of `key` now, while tokens of the last one still start
+   * items: with fewer than half of {@link askSize} held, or a quarter of a lent block (its rest
+   * is dropped when the next arrives); never while the last answer said the bucket is empty.
+   */
+  runningLow(key: string, now: number, capacity: number): boolean {
+    if ((this.emptyUntil.get(key) ?? 0) > now) return false;
+    const h = this.held.get(key);
+    if (h && h.until > now && h.lent) return h.n < h.size / 4;
+    return this.holding(key, now) < this.askSize(key, 1, capacity) / 2;
+  }
+
   /** Whether an ask is on its way (the next answer wakes the run). */
   get pending(): boolean {
     return this.asking;
@@ -184,13 +241,17 @@ export class RateGate {
     );
   }
 
-  /** Ask the store for `want` tokens of each key (nothing while an ask is on its way). */
-  ask(wants: Map<string, number>): void {
+  /**
+   * Ask the store for `want` tokens of each key, or a lent block where {@link lendSize} of
+   * `capacity` gives one (nothing while an ask is on its way).
+   */
+  ask(wants: Map<string, number>, capacity: number): void {
     if (this.asking || wants.size === 0) return;
     this.asking = true;
     const asks: TokenAsk[] = [...wants].map(([key, want]) => ({
       key,
       want,
+      lend: this.lendSize(key, capacity),
       perSecond: rateOf(this.o.limit, key),
       burst: this.burst(key),
     }));
@@ -200,6 +261,8 @@ export class RateGate {
         batchId: this.o.batchId,
         job: this.o.job,
         asks,
+        holdMs: TOKEN_TTL_MS,
+        lendMs: LENT_TOKEN_TTL_MS,
       }),
       this.o.storeTimeoutMs,
     )
@@ -207,7 +270,8 @@ export class RateGate {
         (grants) => {
           const now = this.o.clock.now();
           for (const g of grants) {
-            if (g.granted > 0) this.held.set(g.key, { n: g.granted, until: sentAt + TOKEN_TTL_MS });
+            if (g.granted > 0)
+              this.held.set(g.key, { n: g.granted, size: g.granted, lent: g.holdMs > TOKEN_TTL_MS, until: sentAt + g.holdMs });
             if (g.granted < (wants.get(g.key) ?? 0)) this.emptyUntil.set(g.key, now + Math.max(g.nextInMs, 1));
             else this.emptyUntil.delete(g.key);
           }

@@ -522,7 +522,7 @@ export class Run {
         const t = this.gate.take(key, (now ??= this.s.clock.now()));
         if (t.go) {
           // Running low: ask for the next block now, while these tokens start items.
-          if (this.gate.holding(key, now) < this.gate.askSize(key, 1, this.capacity) / 2) wants.set(key, wants.get(key) ?? 0);
+          if (this.gate.runningLow(key, now, this.capacity)) wants.set(key, wants.get(key) ?? 0);
         } else if (t.ask) {
           wants.set(key, (wants.get(key) ?? 0) + 1);
           asked++;
@@ -551,7 +551,7 @@ export class Run {
     }
     if (this.gate && wants.size > 0) {
       for (const [key, need] of wants) wants.set(key, this.gate.askSize(key, need, this.capacity));
-      this.gate.ask(wants);
+      this.gate.ask(wants, this.capacity);
     }
     if (rateWait < Infinity && !this.rateTimer) {
       const timer = new AbortController();
@@ -1158,9 +1158,11 @@ export class Run {
         // Above a lowered maxConcurrency: hand off now (in-flight items finish first).
         if (b.surplus && !this.reason) this.reason = 'surplus';
         // A rate set by a PATCH on a batch that had none: this run keeps it from now on (a run
-        // with a gate reads the batch's rate at every take).
+        // with a gate reads the batch's rate at every take, and from the beat too, so it stops
+        // spacing items it gives back at an old rate before its next take).
         if (b.ratePerSecond !== null && !this.gate)
           this.gate = this.rateGate({ ...this.s.rateLimit, perSecond: b.ratePerSecond });
+        else if (b.ratePerSecond !== null) this.gate?.useBatchRate(b.ratePerSecond);
         // Items held back while the beats were too old may start now.
         this.wake();
       } catch (error) {
