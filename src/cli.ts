@@ -246,11 +246,11 @@ const concurrencyArg = (v: string) => {
   return n;
 };
 
-/** `--rate`: items per second, above 0 and at most 1,000,000 (fractions allowed: 0.5 is one every 2 s). */
+/** `--rate`: items per second, from 0.001 (one every 1,000 s) to 1,000,000 (fractions allowed: 0.5 is one every 2 s). */
 const rateArg = (v: string) => {
   const n = Number(v);
-  if (v.trim() === '' || !Number.isFinite(n) || n <= 0 || n > 1_000_000) {
-    throw new InvalidArgumentError('--rate must be a number of items per second above 0 and at most 1000000');
+  if (v.trim() === '' || !Number.isFinite(n) || n < 0.001 || n > 1_000_000) {
+    throw new InvalidArgumentError('--rate must be a number of items per second from 0.001 to 1000000');
   }
   return n;
 };

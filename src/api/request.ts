@@ -10,6 +10,7 @@ import {
   MAX_ITEM_TIMEOUT_MS,
   MAX_PRIORITY,
   MAX_RATE_PER_SECOND,
+  MIN_RATE_PER_SECOND,
   nameSchema,
   requestKeySchema,
   storedNameSchema,
@@ -139,7 +140,7 @@ export const startSchema = z
     timeoutMs: wholeNumber(1, MAX_ITEM_TIMEOUT_MS).optional(),
     rateLimit: z
       .object(
-        { perSecond: z.number().gt(0).max(MAX_RATE_PER_SECOND) },
+        { perSecond: z.number().min(MIN_RATE_PER_SECOND).max(MAX_RATE_PER_SECOND) },
         { error: (i) => `must be a JSON object { "perSecond": … }, got ${typeName(i.input)}` },
       )
       .strict()
@@ -159,7 +160,7 @@ export const patchBatchSchema = z
     maxConcurrency: wholeNumber(1, MAX_CONCURRENCY).optional(),
     rateLimit: z
       .object(
-        { perSecond: z.number().gt(0).max(MAX_RATE_PER_SECOND) },
+        { perSecond: z.number().min(MIN_RATE_PER_SECOND).max(MAX_RATE_PER_SECOND) },
         { error: (i) => `must be a JSON object { "perSecond": … }, got ${typeName(i.input)}` },
       )
       .strict()

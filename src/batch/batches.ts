@@ -2,7 +2,7 @@ import type { Sql } from '../store/index.js';
 import { BatchFinishedError, BatchNotFoundError, BatchTooLargeError, InvalidBatchError, TooManyBatchesError } from './errors.js';
 import { DEFAULT_START_LIMITS, insertItems, readItems, type StartLimits } from './items.js';
 import * as q from './sql/batches.js';
-import { MAX_RATE_PER_SECOND } from './rate.js';
+import { MAX_RATE_PER_SECOND, MIN_RATE_PER_SECOND, validRate } from './rate.js';
 import {
   DEFAULT_PRIORITY,
   MAX_CONCURRENCY,
@@ -317,7 +317,7 @@ export async function setMaxConcurrency(sql: Sql, id: string, maxConcurrency: nu
  * of it takes tokens at `perSecond` from its next take on (within a beat for a run that had no
  * rate limit). The bucket stays the job's per key, so the new rate holds fleet-wide at once.
  * Resolves to the batch as it is then.
- * @throws {InvalidBatchError} `perSecond` not above 0 or past {@link MAX_RATE_PER_SECOND}.
+ * @throws {InvalidBatchError} `perSecond` below {@link MIN_RATE_PER_SECOND} or past {@link MAX_RATE_PER_SECOND}.
  * @throws {BatchNotFoundError} unknown id.
  * @throws {BatchFinishedError} the batch already finished or was cancelled.
  */
@@ -330,8 +330,10 @@ export async function setRateLimit(sql: Sql, id: string, perSecond: number): Pro
 }
 
 function checkRatePerSecond(rate: unknown): void {
-  if (!(typeof rate === 'number' && rate > 0 && rate <= MAX_RATE_PER_SECOND)) {
-    throw new InvalidBatchError(`rateLimit.perSecond must be above 0 and at most ${MAX_RATE_PER_SECOND} (got ${String(rate)})`);
+  if (!validRate(rate)) {
+    throw new InvalidBatchError(
+      `rateLimit.perSecond must be a number from ${MIN_RATE_PER_SECOND} to ${MAX_RATE_PER_SECOND} (got ${String(rate)})`,
+    );
   }
 }
 

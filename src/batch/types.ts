@@ -59,8 +59,8 @@ export interface NewBatch {
   timeoutMs?: number | null;
   /**
    * Its own fleet-wide rate, items per second per key (docs/design.md, "Rate limits"): wins over
-   * the job's `rateLimit.perSecond`; a job without one gets one key for all its items. Above 0, at
-   * most {@link MAX_RATE_PER_SECOND}. Default none.
+   * the job's `rateLimit.perSecond`; a job without one gets one key for all its items. From
+   * {@link MIN_RATE_PER_SECOND} to {@link MAX_RATE_PER_SECOND}. Default none.
    */
   ratePerSecond?: number | null;
   /**

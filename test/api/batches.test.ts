@@ -349,6 +349,7 @@ describe('PATCH /batches/{id}', () => {
     for (const [body, field] of [
       [{}, 'must set maxConcurrency, rateLimit or both'],
       [{ rateLimit: { perSecond: 0 } }, 'rateLimit.perSecond'],
+      [{ rateLimit: { perSecond: 1e-300 } }, 'rateLimit.perSecond'],
       [{ rateLimit: 5 }, 'rateLimit'],
       [{ rateLimit: { perSecond: 5, burst: 2 } }, 'rateLimit'],
     ] as const) {

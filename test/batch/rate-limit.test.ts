@@ -94,9 +94,11 @@ describe('a fleet-wide rate limit per key', () => {
     expect(starts).toHaveLength(30);
     // 10/s, burst 1, and 10 × 0.05 of lapsing tokens: at most 11 in any second.
     expect(mostInWindow(starts, 1_000)).toBeLessThanOrEqual(11);
-    await expect(createBatch(db.sql, newBatch(1, { job, ratePerSecond: 0 }))).rejects.toThrow(
-      /rateLimit.perSecond must be above 0/,
-    );
+    for (const ratePerSecond of [0, 1e-300, 0.0009]) {
+      await expect(createBatch(db.sql, newBatch(1, { job, ratePerSecond }))).rejects.toThrow(
+        /rateLimit.perSecond must be a number from 0.001 to 1000000/,
+      );
+    }
   }, 60_000);
 
   it('holds across handoffs and takeovers: runners leaving and joining mid-batch, 3 rounds', async () => {
@@ -251,4 +253,52 @@ describe('a fleet-wide rate limit per key', () => {
     expect(after.length).toBeGreaterThanOrEqual(40);
     expect(mostInWindow(after, 1_000)).toBeLessThanOrEqual(11);
   }, 90_000);
+
+  it('brings forward the items given back at the old rate when a PATCH raises it, leaving retries and Retry-After waits alone', async () => {
+    const job = `raised-${Math.random().toString(36).slice(2, 8)}`;
+    const executor: Executor = { parallel: 4, rateLimit: { perSecond: 1 }, work: async () => 'ok' };
+    const { batch } = await createBatch(db.sql, newBatch(40, { job, ratePerSecond: 0.2 }), { maxOpen: 10 });
+    const runnerOf = () => new Runner(pool(), { maxRuns: 1, beatMs: 100, staleMs: 5_000, parallel: 4 });
+    const latest = async () =>
+      (
+        await db.sql<{ s: number | null }[]>`select extract(epoch from max(run_after) - now())::float8 as s
+          from leasehold_items where batch_id = ${batch.id} and state = 'pending' and error is null`
+      )[0]!.s ?? 0;
+    // At 0.2/s the run keeps one item and gives the rest back, spaced 5 s apart. It stops before
+    // the PATCH, so no item is given back at the old rate after it (a running run learns the new
+    // rate at its next take or beat).
+    const first = runnerOf();
+    first.watch(() => executor, 20);
+    try {
+      await waitFor('items given back past 10 s out', async () => (await latest()) > 10, { timeoutMs: 20_000 });
+    } finally {
+      await first.close();
+    }
+    // A retry's backoff (it has an error) keeps its time.
+    const [kept] = await db.sql<
+      { key: string }[]
+    >`update leasehold_items set error = 'boom', run_after = now() + interval '1 hour'
+      where batch_id = ${batch.id} and key = (select key from leasehold_items where batch_id = ${batch.id} and state = 'pending'
+      order by run_after desc limit 1) returning key`;
+    const before = await latest();
+    expect(before).toBeGreaterThan(5);
+    expect((await setRateLimit(db.sql, batch.id, 200)).ratePerSecond).toBe(200);
+    // Scaled by 0.2 / 200: what was due in 5 s or more is now due within a fraction of a second.
+    expect(await latest()).toBeLessThan(before / 100);
+    const [retry] = await db.sql<{ s: number }[]>`select extract(epoch from run_after - now())::float8 as s
+      from leasehold_items where batch_id = ${batch.id} and key = ${kept!.key}`;
+    expect(retry!.s).toBeGreaterThan(3_000);
+    await db.sql`update leasehold_items set error = null, run_after = now() where batch_id = ${batch.id} and key = ${kept!.key}`;
+    const second = runnerOf();
+    second.watch(() => executor, 20);
+    try {
+      await waitFor('the batch to finish', async () => (await getBatch(db.sql, batch.id)).status !== 'open', {
+        timeoutMs: 30_000,
+      });
+    } finally {
+      await second.close();
+    }
+    expect(await getBatch(db.sql, batch.id)).toMatchObject({ status: 'succeeded', ratePerSecond: 200 });
+    expect(new Set(await itemRows(db.sql, batch.id).then((rows) => rows.map((r) => r.attempts)))).toEqual(new Set([1]));
+  }, 60_000);
 });

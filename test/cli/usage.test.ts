@@ -31,11 +31,11 @@ describe('the leasehold command, before it calls the API', () => {
   });
 
   it('refuses a --rate that is not above 0, and a batch update that changes nothing, exit 1', async () => {
-    for (const rate of ['0', '-1', 'fast', '2000000']) {
+    for (const rate of ['0', '-1', '1e-300', '0.0009', 'fast', '2000000']) {
       const r = await leasehold(['batch', 'start', 'squares', '--rate', rate]);
       expect(r, rate).toMatchObject({
         code: 1,
-        stderr: expect.stringContaining('--rate must be a number of items per second above 0'),
+        stderr: expect.stringContaining('--rate must be a number of items per second from 0.001'),
       });
     }
     const none = await leasehold(['batch', 'update', 'some-id']);

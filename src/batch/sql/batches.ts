@@ -1115,11 +1115,25 @@ export async function setMaxConcurrency(sql: Sql, batchId: string, maxConcurrenc
 // Sets an open batch's own rate limit (items per second), which every run's next token take
 // reads (sql/rate.ts) and a run without a rate limit picks up at its next beat. Answers the
 // batch's status, undefined when there is no such batch.
+//
+// A raise also brings forward the items given back for want of a token (pending, due later, no
+// error: a retry's backoff and a Retry-After wait keep their error text, and their times): they
+// were spaced at the old rate. With an old rate of the batch's own, the wait left is scaled by
+// old / new; with the job's rate (unknown here), they are due at once, and the next claim gives
+// them back again spaced at the new rate. The CTEs share one snapshot, so `old` reads the rate
+// before the update.
 export async function setRatePerSecond(sql: Sql, batchId: string, perSecond: number): Promise<BatchStatus | undefined> {
-  const [r] = await sql<{ status: BatchStatus }[]>`with b as (
+  const [r] = await sql<{ status: BatchStatus }[]>`with old as (
+      select rate_per_second as rate from leasehold_batches where id = ${batchId} and status = 'open'
+    ), b as (
       update leasehold_batches set rate_per_second = ${perSecond}::float8
       where id = ${batchId} and status = 'open'
       returning status
+    ), sooner as (
+      update leasehold_items i
+      set run_after = now() + (i.run_after - now()) * coalesce((select rate from old) / ${perSecond}::float8, 0)
+      where i.batch_id = ${batchId} and i.state = 'pending' and i.run_after > now() and i.error is null
+        and coalesce((select rate from old) < ${perSecond}::float8, true) and exists (select 1 from b)
     )
     select status from b
     union all
