@@ -75,6 +75,18 @@ export function checkItemBatching(
   }
 }
 
+/**
+ * Entries of a call's answer that settled no item, and were ignored: `strangers` named a key not
+ * in the call (the first 3 in `keys`), `keyless` had no string key. Said through the runner's
+ * `onEvent` (`call-results-ignored`) even when every item of the call got its result.
+ */
+export interface IgnoredResults {
+  items: number;
+  strangers: number;
+  keyless: number;
+  keys: string[];
+}
+
 /** An item waiting for its call. */
 interface Waiting {
   item: ItemContext;
@@ -99,7 +111,7 @@ interface Waiting {
  */
 export function batchedWork(
   ex: Executor & { itemsPerCall: number; workMany: ItemsWork },
-  options: { calls: number; clock: Clock },
+  options: { calls: number; clock: Clock; onIgnored?: (ignored: IgnoredResults) => void },
 ): ItemWork {
   const grouper = new CallGrouper(ex.workMany, {
     itemsPerCall: ex.itemsPerCall,
@@ -107,6 +119,7 @@ export function batchedWork(
     gatherMs: ex.gatherMs ?? DEFAULT_GATHER_MS,
     calls: options.calls,
     clock: options.clock,
+    onIgnored: options.onIgnored,
   });
   return (item) => grouper.submit(item);
 }
@@ -119,7 +132,14 @@ class CallGrouper {
 
   constructor(
     private readonly workMany: ItemsWork,
-    private readonly s: { itemsPerCall: number; bytesPerCall?: number; gatherMs: number; calls: number; clock: Clock },
+    private readonly s: {
+      itemsPerCall: number;
+      bytesPerCall?: number;
+      gatherMs: number;
+      calls: number;
+      clock: Clock;
+      onIgnored?: (ignored: IgnoredResults) => void;
+    },
   ) {}
 
   submit(item: ItemContext): Promise<unknown> {
@@ -227,7 +247,8 @@ class CallGrouper {
         for (const w of group) w.reject(e);
         return;
       }
-      settleEach(group, answer);
+      const ignored = settleEach(group, answer);
+      if (ignored) this.s.onIgnored?.(ignored);
     } finally {
       for (const f of unlisten) f();
       this.inFlight--;
@@ -238,12 +259,15 @@ class CallGrouper {
   }
 }
 
-/** Settle each item of a call with its entry of the answer (docs/design.md, "Item batching"). */
-function settleEach(group: Waiting[], answer: unknown): void {
+/**
+ * Settle each item of a call with its entry of the answer (docs/design.md, "Item batching");
+ * answers the entries that settled no item, if any.
+ */
+function settleEach(group: Waiting[], answer: unknown): IgnoredResults | undefined {
   if (!Array.isArray(answer)) {
     const e = new CallAnswerError(`the call of ${itemCount(group.length)} answered ${describe(answer)}, not an array of results`);
     for (const w of group) w.reject(e);
-    return;
+    return undefined;
   }
   const keys = new Set(group.map((w) => w.item.key));
   const byKey = new Map<string, ItemCallResult>();
@@ -279,6 +303,8 @@ function settleEach(group: Waiting[], answer: unknown): void {
     else if (r.error !== undefined) w.reject(r.error instanceof Error ? r.error : new Error(errorMessage(r.error)));
     else w.resolve('output' in r ? r.output : undefined);
   }
+  if (strangers.length === 0 && keyless === 0) return undefined;
+  return { items: group.length, strangers: strangers.length, keyless, keys: strangers.slice(0, 3) };
 }
 
 /** Why a waiting item stops: its timeout (the attempt counts), else a stop of its run (it never started). */

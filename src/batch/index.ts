@@ -79,7 +79,14 @@ export {
 export { getTenant, setTenantLimit, MAX_TENANT_LIMIT, type TenantInfo, type TenantBatch } from './tenants.js';
 export { deleteExpiredBatches, RETENTION_DEFAULTS, type RetentionOptions, type RetentionResult } from './retention.js';
 export * from './events.js';
-export { checkItemBatching, CallAnswerError, DEFAULT_GATHER_MS, MAX_GATHER_MS, MAX_ITEMS_PER_CALL } from './calls.js';
+export {
+  checkItemBatching,
+  CallAnswerError,
+  DEFAULT_GATHER_MS,
+  MAX_GATHER_MS,
+  MAX_ITEMS_PER_CALL,
+  type IgnoredResults,
+} from './calls.js';
 export {
   checkRateLimit,
   defaultBurst,

@@ -14,7 +14,7 @@ import { readItems } from './items.js';
 import { s3Client } from './s3.js';
 import { readPage, SourceReadError, type SourceCursor, type StoredSource } from './source.js';
 import { writeResultsAfterFinish } from './results.js';
-import { ItemNotStartedError } from './calls.js';
+import { ItemNotStartedError, type IgnoredResults } from './calls.js';
 import type { S3Client } from '@aws-sdk/client-s3';
 import { encodeOutput, errorText } from './values.js';
 import type { BatchInfo, Executor, ItemState, RunOutcome, RunResult } from './types.js';
@@ -48,7 +48,9 @@ export type RunnerEvent =
   | { type: 'run-ended'; result: RunResult }
   | { type: 'item-ended'; batchId: string; runId: string; key: string; attempt: number; outcome: ItemOutcome }
   | { type: 'store-error'; batchId: string; runId: string; error: unknown; tries: number }
-  | { type: 'unknown-job'; batchId: string; job: string };
+  | { type: 'unknown-job'; batchId: string; job: string }
+  /** A batched call answered entries that settled no item of it (see {@link IgnoredResults}). */
+  | ({ type: 'call-results-ignored'; batchId: string } & IgnoredResults);
 
 /** Most attempts per item a runner or job may set. */
 export const MAX_ATTEMPTS = 1_000;

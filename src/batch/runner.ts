@@ -394,7 +394,7 @@ export class Runner {
       await withTimeout(q.handBack(this.sql, batch.id, runId), this.s.storeTimeoutMs);
       throw e;
     }
-    const run = new Run(this.sql, this.settingsFor(executor), batch, runId, this.grouped(executor), sentAt);
+    const run = new Run(this.sql, this.settingsFor(executor), batch, runId, this.grouped(executor, batch.id), sentAt);
     this.s.onEvent({
       type: 'run-started',
       batchId: batch.id,
@@ -439,12 +439,19 @@ export class Runner {
    * The executor a run works with: with `itemsPerCall`, its items go through calls of
    * `workMany` (one grouping per run; docs/design.md, "Item batching"); else it is unchanged.
    */
-  private grouped(ex: Executor): Executor {
+  private grouped(ex: Executor, batchId: string): Executor {
     if (ex.itemsPerCall === undefined || !ex.workMany) return ex;
     const calls = ex.parallel ?? this.s.parallel;
     return {
       ...ex,
-      work: batchedWork({ ...ex, itemsPerCall: ex.itemsPerCall, workMany: ex.workMany }, { calls, clock: this.s.clock }),
+      work: batchedWork(
+        { ...ex, itemsPerCall: ex.itemsPerCall, workMany: ex.workMany },
+        {
+          calls,
+          clock: this.s.clock,
+          onIgnored: (ignored) => this.s.onEvent({ type: 'call-results-ignored', batchId, ...ignored }),
+        },
+      ),
     };
   }
 

@@ -454,5 +454,13 @@ function logRunnerEvent(log: Log, e: RunnerEvent): void {
       return log('warn', 'store error', { batchId: e.batchId, tries: e.tries, error: String(e.error) });
     case 'unknown-job':
       return log('error', 'batch has a job this worker does not know', { batchId: e.batchId, job: e.job });
+    case 'call-results-ignored':
+      return log('warn', "a batched call's answer held results that match no item of the call; they were ignored", {
+        batchId: e.batchId,
+        items: e.items,
+        strangers: e.strangers,
+        keyless: e.keyless,
+        keys: e.keys,
+      });
   }
 }

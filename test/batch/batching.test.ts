@@ -11,6 +11,7 @@ import {
   type ItemCallResult,
   type ItemsCall,
   type ItemsWork,
+  type RunnerEvent,
 } from '../../src/index.js';
 import { defineJob, JobRegistry } from '../../src/jobs/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
@@ -235,6 +236,28 @@ describe('item batching', () => {
         'the call of 4 items answered no result for item "missing"; its results held 1 not in the call ("stranger") and 1 without a string key',
     });
     expect(items.err).toMatchObject({ state: 'failed', error: '{"code":42}' });
+  });
+
+  it('results that match no item of a call are said as an event, also when every item got its own', async () => {
+    const events: RunnerEvent[] = [];
+    const runner = new Runner(db.sql, { parallel: 1, attempts: 1, onEvent: (e) => events.push(e) });
+    const { batch } = await runner.start(
+      newBatch(2, { items: [{ key: 'a' }, { key: 'b' }] }),
+      {},
+      batched(async (call) => [
+        ...call.items.map((i) => ({ key: i.key, output: i.key })),
+        { key: 'x1', output: 0 },
+        { key: 'x2', output: 0 },
+        { key: 'x3', output: 0 },
+        { key: 'x4', output: 0 },
+        null as unknown as ItemCallResult,
+      ]),
+    );
+    expect(await runOf(runner, batch.id)).toMatchObject({ outcome: 'succeeded', finishedItems: 2 });
+    for (const i of await itemRows(db.sql, batch.id)) expect(i).toMatchObject({ state: 'done', output: i.key });
+    expect(events.filter((e) => e.type === 'call-results-ignored')).toEqual([
+      { type: 'call-results-ignored', batchId: batch.id, items: 2, strangers: 4, keyless: 1, keys: ['x1', 'x2', 'x3'] },
+    ]);
   });
 
   it('an answer that is not an array fails each item of the call', async () => {
