@@ -18,6 +18,7 @@ import {
   type StartRequest,
 } from '../../src/batch/index.js';
 import { getBatch } from '../../src/batch/index.js';
+import { readPage } from '../../src/batch/source.js';
 import { createEventsEndpoint, localEventsEnv, type LocalBusEvent } from '../../src/local/index.js';
 import { silentLog } from '../../src/log.js';
 import { EventBridgePublisher, sendEvents } from '../../src/runtime/events.js';
@@ -178,6 +179,31 @@ describe('a JSON Lines source', () => {
     expect(done.sourceErrorLine).toBe(3);
     expect(done.reading).toBe(false);
   }, 60_000);
+});
+
+describe("a JSON Lines line's size", () => {
+  it('is checked as the JSON the item stores: a short line whose number grows (1e20) fits, a long one past the limit fails naming its line', async () => {
+    const long = `{"s":"${'x'.repeat(60)}"}`;
+    const body = ['[1e20]', '{"n":-9e20,"m":1e-6}', long, '{"a":4}'].join('\n') + '\n';
+    await s3.put('in-bucket', 'lists/sizes.jsonl', body);
+    const source = {
+      s3: { bucket: 'in-bucket', key: 'lists/sizes.jsonl', format: 'jsonl' as const, size: Buffer.byteLength(body), etag: '' },
+    };
+    // 23 and 41 bytes as JSON again (from 6 and 20): under a limit of 64, though 6 × 20 is past it.
+    const fits = await readPage(s3.client, source, { offset: 0, line: 0, row: 0 }, { maxInputBytes: 64, rangeBytes: 28 });
+    expect(fits.items).toEqual([
+      { key: '1', input: [1e20] },
+      { key: '2', input: { n: -9e20, m: 1e-6 } },
+    ]);
+    expect(JSON.stringify(fits.items[1]!.input)).toHaveLength(41);
+    await expect(readPage(s3.client, source, fits.cursor, { maxInputBytes: 64 })).rejects.toThrow(
+      /^input bytes: line 3 is 68 bytes of JSON; the limit is 64$/,
+    );
+    // Under a limit of 30 the grown number is past it, though its line is 20 bytes.
+    await expect(readPage(s3.client, source, { offset: 0, line: 0, row: 0 }, { maxInputBytes: 30 })).rejects.toThrow(
+      /^input bytes: line 2 is 41 bytes of JSON; the limit is 30$/,
+    );
+  }, 30_000);
 });
 
 describe('a CSV source', () => {
