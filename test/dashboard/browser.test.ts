@@ -422,16 +422,27 @@ describe('the dashboard in a browser, against leasehold dev', () => {
     const replaced = page.locator(
       'table.processes:not(.expired) tr[data-process]:has([data-replacements]:not([data-replacements="0"]))',
     );
-    await replaced.first().waitFor({ timeout: 60_000 });
-    const row = replaced.first();
-    const id = (await row.getAttribute('data-process'))!;
-    const shown = {
-      chain: await row.getAttribute('data-chain'),
-      replacements: Number(await row.locator('[data-replacements]').getAttribute('data-replacements')),
-      replaces: await row.locator('[data-replaces]').getAttribute('data-replaces'),
-    };
-    const { processes } = await dev.api.listProcesses();
-    const p = processes.find((x) => x.id === id)!;
+    // A process lives about 20 s: the row read may be one that left (replaced) before the API was
+    // asked; then the page's next refresh shows its successor, which is read instead.
+    let row = replaced.first();
+    let shown: { chain: string | null; replacements: number; replaces: string | null } | undefined;
+    let p: Awaited<ReturnType<typeof dev.api.listProcesses>>['processes'][number] | undefined;
+    let processes: Awaited<ReturnType<typeof dev.api.listProcesses>>['processes'] = [];
+    for (let tries = 0; tries < 5 && !p; tries++) {
+      if (tries > 0) await page.waitForTimeout(2_000);
+      await replaced.first().waitFor({ timeout: 60_000 });
+      const id = (await replaced.first().getAttribute('data-process'))!;
+      // That row itself, whatever the next refresh puts first.
+      row = page.locator(`table.processes tr[data-process="${id}"]`);
+      shown = {
+        chain: await row.getAttribute('data-chain'),
+        replacements: Number(await row.locator('[data-replacements]').getAttribute('data-replacements')),
+        replaces: await row.locator('[data-replaces]').getAttribute('data-replaces'),
+      };
+      ({ processes } = await dev.api.listProcesses());
+      p = processes.find((x) => x.id === id);
+    }
+    if (!p) throw new Error('no process shown as replaced was still listed by the API when it was asked, 5 times');
     expect(shown).toEqual({ chain: p.chainId, replacements: p.replacements, replaces: p.replaces });
     // The one it replaced left (its row is gone, not expired), before this one started.
     expect(processes.map((x) => x.id)).not.toContain(p.replaces);

@@ -86,10 +86,20 @@ describe('racing sweeps, claims and releases', () => {
     for (const n of Object.values(counts)) expect(n).toBeGreaterThan(0);
 
     // A final round: everyone heartbeats, then ticks own every unit between the live processes.
+    // Concurrent ticks skip the units locked by each other (SKIP LOCKED), so a round may leave a
+    // few for the next: a lost unit would stay unowned through all 12 rounds (4 were too few once
+    // on a loaded CI machine: 1 unit of 1,000 left).
     await concurrently(members, (m) => m.leaser.heartbeat());
-    for (let round = 0; round < 4; round++) await concurrently(members, (m) => m.leaser.tick());
-    const [r] = await db.sql<{ unowned: number; weight: number }[]>`select count(*) filter (where owner is null) as unowned,
-      coalesce(sum(weight) filter (where owner is not null), 0)::int as weight from leasehold_units`;
+    const ownedNow = async () =>
+      (
+        await db.sql<{ unowned: number; weight: number }[]>`select count(*) filter (where owner is null) as unowned,
+          coalesce(sum(weight) filter (where owner is not null), 0)::int as weight from leasehold_units`
+      )[0]!;
+    let r = await ownedNow();
+    for (let round = 0; round < 12 && r.unowned > 0; round++) {
+      await concurrently(members, (m) => m.leaser.tick());
+      r = await ownedNow();
+    }
     expect(r).toEqual({ unowned: 0, weight: 400 + 600 });
     const live = await liveIds(db.sql);
     expect(live.size).toBe(members.length);

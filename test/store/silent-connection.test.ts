@@ -40,9 +40,12 @@ describe('a silent connection', () => {
         await stall.fired;
         expect(proxy.log.some((l) => l.startsWith("stall on select 'silent'"))).toBe(true);
         // Statements right after it are answered at once, several at a time: none waits behind
-        // the silent connection (5 s: they open fresh connections through the proxy, which on a
-        // loaded 2-core CI machine took over 2 s; behind the silent one they would wait for ever).
-        const after = await Promise.all([1, 2, 3, 4].map((n) => withTimeout(sql<{ n: number }[]>`select ${n}::int as n`, 5_000)));
+        // the silent connection (15 s: they open fresh connections through the proxy, which on a
+        // loaded 2-core CI machine took over 2 s, and once over 5 s; behind the silent one they
+        // would wait for ever).
+        const after = await Promise.all(
+          [1, 2, 3, 4].map((n) => withTimeout(sql<{ n: number }[]>`select ${n}::int as n`, 15_000)),
+        );
         expect(after.map((r) => r[0].n)).toEqual([1, 2, 3, 4]);
         // The silent connection is closed by the client: the proxy sees its socket go.
         await waitFor('the silent connection to be closed', () => proxy.connections <= 2, { timeoutMs: 10_000 });
