@@ -229,20 +229,29 @@ describe('a fleet-wide rate limit per key', () => {
 
   it('takes a rate set while the batch runs: a batch without a limit is held to it from the next beat on', async () => {
     const starts: number[] = [];
-    const executor: Executor = { parallel: 4, work: async () => (starts.push(Date.now()), await sleep(20), 'ok') };
+    // Items started before the PATCH wait for it, so only the runs' slots (4 each) start
+    // unlimited: unheld, a loaded machine started 78 of the 100 before the new rate arrived.
+    let release!: () => void;
+    const patched = new Promise<void>((resolve) => (release = resolve));
+    const executor: Executor = {
+      parallel: 4,
+      work: async () => (starts.push(Date.now()), await patched, await sleep(20), 'ok'),
+    };
     const job = `patched-${Math.random().toString(36).slice(2, 8)}`;
     const { batch } = await createBatch(db.sql, newBatch(100, { job, maxConcurrency: 2 }), { maxOpen: 10 });
     const runners = Array.from({ length: 2 }, () => new Runner(pool(), { maxRuns: 1, beatMs: 100, staleMs: 5_000, parallel: 4 }));
     for (const r of runners) r.watch(() => executor, 20);
     let patchedAt = 0;
     try {
-      await waitFor('some items to start unlimited', () => starts.length >= 20, { timeoutMs: 20_000 });
+      await waitFor('a run to fill its slots unlimited', () => starts.length >= 4, { timeoutMs: 20_000 });
       expect((await setRateLimit(db.sql, batch.id, 10)).ratePerSecond).toBe(10);
       patchedAt = Date.now();
+      release();
       await waitFor('the batch to finish', async () => (await getBatch(db.sql, batch.id)).status !== 'open', {
         timeoutMs: 60_000,
       });
     } finally {
+      release();
       await Promise.all(runners.map((r) => r.close()));
     }
     expect(await getBatch(db.sql, batch.id)).toMatchObject({ status: 'succeeded', ratePerSecond: 10 });
