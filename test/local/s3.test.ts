@@ -1,0 +1,77 @@
+// The local S3 server (src/local/s3.ts: s3rver, patched in patches/s3rver+3.7.1.patch so that a
+// listing reads a folder once and seeks to its continuation, instead of reading and stat'ing
+// the whole folder for every page). Its listings must stay what S3's are: every key once, in
+// key order across pages, a put or delete seen by the next listing, with each key's ETag and size.
+import { DeleteObjectCommand, ListObjectsV2Command, PutObjectCommand } from '@aws-sdk/client-s3';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { localS3, type LocalS3 } from '../support/s3.js';
+import { sleep } from '../support/time.js';
+
+let s3: LocalS3;
+beforeAll(async () => {
+  s3 = await localS3();
+  await s3.createBucket('listing');
+});
+afterAll(() => s3.close());
+
+/** Every key under `prefix`, with size and ETag, listed `maxKeys` at a time; and the calls made. */
+async function listAll(prefix: string, maxKeys: number) {
+  const keys: { key: string; size: number; etag: string }[] = [];
+  let token: string | undefined;
+  let calls = 0;
+  do {
+    const r = await s3.client.send(
+      new ListObjectsV2Command({ Bucket: 'listing', Prefix: prefix, MaxKeys: maxKeys, ContinuationToken: token }),
+    );
+    calls++;
+    for (const o of r.Contents ?? []) keys.push({ key: o.Key!, size: o.Size!, etag: o.ETag! });
+    token = r.IsTruncated ? r.NextContinuationToken : undefined;
+  } while (token);
+  return { keys, calls };
+}
+
+const put = (key: string, body = 'x') => s3.client.send(new PutObjectCommand({ Bucket: 'listing', Key: key, Body: body }));
+
+describe('the local S3 server', () => {
+  it('lists a flat prefix of 2,000 keys in key order across pages, each once, with its size and ETag', async () => {
+    const keys = Array.from({ length: 2_000 }, (_, i) => `flat/${String(i).padStart(5, '0')}`);
+    for (let i = 0; i < keys.length; i += 200) await Promise.all(keys.slice(i, i + 200).map((k) => put(k, k)));
+    for (const maxKeys of [7, 1000]) {
+      const { keys: listed, calls } = await listAll('flat/', maxKeys);
+      expect(listed.map((o) => o.key)).toEqual(keys);
+      expect(calls).toBe(Math.ceil(keys.length / maxKeys));
+    }
+    const { keys: listed } = await listAll('flat/', 1000);
+    // Each object's size and MD5 ETag (the body is the key itself: 10 bytes).
+    expect(listed[1234]).toEqual({ key: 'flat/01234', size: 10, etag: '"f854f6325c91e42cffd2e0d1c1cb69d7"' });
+  }, 60_000);
+
+  it('lists nested keys beside flat ones in key order, resuming inside a sub-folder', async () => {
+    const keys = ['mix/a', 'mix/b/1', 'mix/b/2', 'mix/b/3/x', 'mix/c', 'mix/d/1', 'mix/e'];
+    for (const k of keys) await put(k);
+    for (const maxKeys of [1, 2, 3, 1000]) expect((await listAll('mix/', maxKeys)).keys.map((o) => o.key)).toEqual(keys);
+    expect((await listAll('mix/b/', 1)).keys.map((o) => o.key)).toEqual(['mix/b/1', 'mix/b/2', 'mix/b/3/x']);
+  });
+
+  it('shows a put or a delete in the next listing, whether the folder changed a moment or a while ago', async () => {
+    const keys = Array.from({ length: 20 }, (_, i) => `seen/${String(i).padStart(3, '0')}`);
+    for (const k of keys) await put(k);
+    const names = async () => (await listAll('seen/', 6)).keys.map((o) => o.key);
+    expect(await names()).toEqual(keys);
+    // At once after a listing.
+    await put('seen/0105');
+    await s3.client.send(new DeleteObjectCommand({ Bucket: 'listing', Key: 'seen/003' }));
+    const now = [...keys.filter((k) => k !== 'seen/003'), 'seen/0105'].sort();
+    expect(await names()).toEqual(now);
+    // And once the folder has been still for more than a second (listings reuse what they read).
+    await sleep(1_200);
+    expect(await names()).toEqual(now);
+    expect(await names()).toEqual(now);
+    await put('seen/019a');
+    await s3.client.send(new DeleteObjectCommand({ Bucket: 'listing', Key: 'seen/000' }));
+    expect(await names()).toEqual([...now.filter((k) => k !== 'seen/000'), 'seen/019a'].sort());
+    // An object written again shows its new size and ETag.
+    await put('seen/005', 'longer body');
+    expect((await listAll('seen/', 1000)).keys.find((o) => o.key === 'seen/005')).toMatchObject({ size: 11 });
+  }, 30_000);
+});
