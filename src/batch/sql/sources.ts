@@ -4,7 +4,7 @@
 // leasehold_runs, locked key share before the batch row, as every run statement locks them
 // (sql/batches.ts), so an end of the batch (which deletes the run rows first) is ordered with it.
 import type { Sql } from '../../store/index.js';
-import { RUN_ITEMS } from './batches.js';
+import { itemRows, RUN_ITEMS } from './batches.js';
 import { writeEndEvent } from './events.js';
 
 /** What a run that became (or stays) the reader of its batch's source knows of it. */
@@ -66,7 +66,7 @@ export async function storePage(sql: Sql, a: PageArgs): Promise<boolean> {
       returning b.id
     ), ins as (
       insert into leasehold_items (batch_id, key, input)
-      select ${a.batchId}, x.k, x.i from jsonb_to_recordset(${a.items}::text::jsonb) as x(k text, i jsonb)
+      select ${a.batchId}, x.k, x.i from ${itemRows(sql, a.items)}
       where exists (select 1 from page)
       returning 1
     )
