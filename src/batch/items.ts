@@ -44,6 +44,17 @@ const PIECE_BYTES = 8 * 1024 * 1024;
  */
 const UNSTORABLE_ESCAPE = /(?<!\\)(?:\\\\)*\\u(?:0000|d[89a-f][0-9a-f]{2})/i;
 
+/**
+ * An item's input given as JSON text already known to be one JSON value that PostgreSQL stores
+ * as JavaScript would read it (a source's line, docs/design.md, "Sources and results"):
+ * {@link readItems} sends that text instead of writing `input` as JSON again, and checks its
+ * size and escapes as it would the written text. Internal to the module: not on its public face.
+ */
+export const INPUT_JSON = Symbol('leasehold.inputJson');
+
+/** An item that may carry its input's JSON text ({@link INPUT_JSON}) instead of `input`. */
+export type ItemWithJson = ItemInput & { [INPUT_JSON]?: string };
+
 const preview = (key: string) => JSON.stringify(key.length > 80 ? `${key.slice(0, 80)}…` : key);
 
 /** A start's items, checked and serialised: JSON arrays of at most PIECE_ITEMS items or about PIECE_BYTES bytes. */
@@ -100,9 +111,9 @@ export async function readItems(items: ItemSource, limits: StartLimits): Promise
     if (UNSTORABLE_ESCAPE.test(keyJson)) {
       throw new InvalidBatchError(`the key of item ${count} (${preview(key)}) contains a NUL character or an unpaired surrogate`);
     }
-    let inputJson: string | undefined;
+    let inputJson: string | undefined = (item as ItemWithJson)[INPUT_JSON];
     try {
-      inputJson = item.input === undefined ? undefined : JSON.stringify(item.input);
+      if (inputJson === undefined) inputJson = item.input === undefined ? undefined : JSON.stringify(item.input);
     } catch (e) {
       throw new InvalidBatchError(`the input of item ${preview(key)} is not JSON: ${(e as Error).message}`);
     }

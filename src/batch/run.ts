@@ -12,7 +12,7 @@ import { RATE_WAIT_IN_QUEUE_MS, RateGate, type RateLimit } from './rate.js';
 import * as qs from './sql/sources.js';
 import { readItems } from './items.js';
 import { s3Client } from './s3.js';
-import { readPage, SourceReadError, type SourceCursor, type StoredSource } from './source.js';
+import { readPage, SourceReadError, type SourceCursor, type SourcePage, type StoredSource } from './source.js';
 import { writeResultsAfterFinish } from './results.js';
 import { ItemNotStartedError, type IgnoredResults } from './calls.js';
 import type { S3Client } from '@aws-sdk/client-s3';
@@ -181,6 +181,9 @@ const READING_POLL_MS = 250;
 
 /** Tries of one page of a source that S3 failed to serve (a timeout, a 5xx) before the run hands off. */
 const READ_TRIES = 4;
+
+/** A page of the source as read, with its items as the JSON text of a store; or why it could not be read. */
+type PageRead = { page: SourcePage; json: string; count: number } | { error: unknown };
 
 /** A claimed item waiting in the run's queue: start it at `startAt` (local clock; 0: at once). */
 interface Queued {
@@ -1011,32 +1014,37 @@ export class Run {
    * the run tries to become its reader (one run at a time: another reads once the reader's row is
    * gone), then reads a page from the stored cursor and stores its items with the new cursor in
    * one statement fenced on its lease, its being the reader and the page count it read from; so
-   * a takeover goes on after the last stored page and no page is stored twice. Each stored page
-   * wakes the run's claims. A source that cannot be read ends the batch `failed` with the reason;
-   * S3 failing to answer `READ_TRIES` times in a row, or the store failing, hands the run off, so
-   * another run reads on.
+   * a takeover goes on after the last stored page and no page is stored twice. While a page is
+   * stored, the next is read from that page's cursor (read ahead: S3 and parsing overlap the
+   * insert); it is kept only when the store succeeded, else the run claims the reader again and
+   * reads from the stored cursor. Each stored page wakes the run's claims. A source that cannot
+   * be read ends the batch `failed` with the reason; S3 failing to answer `READ_TRIES` times in
+   * a row, or the store failing, hands the run off, so another run reads on.
    */
   private async readLoop(signal: AbortSignal): Promise<void> {
     let failures = 0;
     let wait = this.s.moveBackoffMs;
+    // The stored state this run reads on from while it stays the reader (undefined: claim it
+    // again), and the page after it, read ahead while the last one was stored.
+    let state: qs.ReaderState | undefined;
+    let ahead: Promise<PageRead> | undefined;
     while (!signal.aborted && !this.reason && !this.ended) {
       try {
-        const state = await this.store(() => qs.claimReader(this.sql, this.batch.id, this.id));
         if (!state) {
-          // Another live run reads (or reading is over, or the lease is gone): look again later.
-          const w = await this.store(() => q.waitState(this.sql, this.batch.id, this.id));
-          if (!w.reading || !w.owned) return;
-          await this.s.clock.sleep(this.s.beatMs, signal);
-          continue;
+          ahead = undefined;
+          state = await this.store(() => qs.claimReader(this.sql, this.batch.id, this.id));
+          if (!state) {
+            // Another live run reads (or reading is over, or the lease is gone): look again later.
+            const w = await this.store(() => q.waitState(this.sql, this.batch.id, this.id));
+            if (!w.reading || !w.owned) return;
+            await this.s.clock.sleep(this.s.beatMs, signal);
+            continue;
+          }
         }
-        let page;
-        try {
-          page = await readPage(await this.s3(), state.source as StoredSource, state.cursor as SourceCursor | null, {
-            maxInputBytes: this.s.maxInputBytes,
-            rangeBytes: this.s.sourceRangeBytes,
-            pageObjects: this.s.sourcePageObjects,
-          });
-        } catch (e) {
+        const read = await (ahead ?? this.readSourcePage(state.source, state.cursor));
+        ahead = undefined;
+        if ('error' in read) {
+          const e = read.error;
           if (e instanceof SourceReadError) return await this.failSource(e.reason, e.line);
           this.s.onEvent({ type: 'store-error', batchId: this.batch.id, runId: this.id, error: e, tries: ++failures });
           if (failures >= READ_TRIES) return this.readFailed();
@@ -1044,9 +1052,10 @@ export class Run {
           wait = Math.min(wait * 2, 10_000);
           continue;
         }
+        const { page, json, count } = read;
         failures = 0;
         wait = this.s.moveBackoffMs;
-        const total = state.total + page.items.length;
+        const total = state.total + count;
         if (total > this.s.maxSourceItems) {
           return await this.failSource(
             `item count: the source holds more than ${this.s.maxSourceItems} items; the limit is ${this.s.maxSourceItems} (LEASEHOLD_MAX_SOURCE_ITEMS)`,
@@ -1054,37 +1063,20 @@ export class Run {
           );
         }
         if (page.done && total === 0) return await this.failSource('the source holds no items', null);
-        let pieces;
-        try {
-          pieces = await readItems(page.items, {
-            maxItems: Infinity,
-            maxInputBytes: this.s.maxInputBytes,
-            maxTotalBytes: Infinity,
-          }).catch((e: unknown) => {
-            if (page.items.length === 0) return { pieces: ['[]'], count: 0 };
-            throw e;
-          });
-        } catch (e) {
-          return await this.failSource((e as Error).message, null);
-        }
-        const json =
-          pieces.pieces.length === 1
-            ? pieces.pieces[0]
-            : `[${pieces.pieces
-                .map((p) => p.slice(1, -1))
-                .filter(Boolean)
-                .join(',')}]`;
+        // The next page, read (and made into JSON) while this one is stored.
+        if (!page.done) ahead = this.readSourcePage(state.source, page.cursor);
         // A key read twice is the source's fault (a CSV key column with a repeated value), not
         // the store's: it is answered, not retried.
+        const from = state;
         const stored = await this.store(() =>
           qs
             .storePage(this.sql, {
               batchId: this.batch.id,
               run: this.id,
-              pages: state.pages,
+              pages: from.pages,
               cursor: page.cursor,
               items: json,
-              count: pieces.count,
+              count,
               done: page.done,
             })
             .catch((e: unknown) => {
@@ -1094,16 +1086,56 @@ export class Run {
             }),
         );
         if (typeof stored === 'string') return await this.failSource(`two items of the source have the key ${stored}`, null);
-        if (stored) {
-          this.moreDue = true;
-          this.wake();
-          if (page.done) return;
+        if (!stored) {
+          // No longer the reader of this state (or the lease is gone): claim it again.
+          state = undefined;
+          continue;
         }
+        state = { source: state.source, cursor: page.cursor, pages: state.pages + 1, total };
+        this.moreDue = true;
+        this.wake();
+        if (page.done) return;
       } catch (e) {
         // The store kept failing: hand off, so another run reads on from the stored cursor.
         this.s.onEvent({ type: 'store-error', batchId: this.batch.id, runId: this.id, error: e, tries: this.s.moveTries });
         return this.readFailed();
       }
+    }
+  }
+
+  /**
+   * Read one page of the source from `cursor` and make its items the JSON text a store takes
+   * (checked as a start's items are: an item the store would refuse is a {@link SourceReadError});
+   * a failure is answered, never thrown.
+   */
+  private async readSourcePage(source: unknown, cursor: unknown): Promise<PageRead> {
+    try {
+      const page = await readPage(await this.s3(), source as StoredSource, cursor as SourceCursor | null, {
+        maxInputBytes: this.s.maxInputBytes,
+        rangeBytes: this.s.sourceRangeBytes,
+        pageObjects: this.s.sourcePageObjects,
+      });
+      if (page.items.length === 0) return { page, json: '[]', count: 0 };
+      let pieces;
+      try {
+        pieces = await readItems(page.items, {
+          maxItems: Infinity,
+          maxInputBytes: this.s.maxInputBytes,
+          maxTotalBytes: Infinity,
+        });
+      } catch (e) {
+        throw new SourceReadError((e as Error).message);
+      }
+      const json =
+        pieces.pieces.length === 1
+          ? pieces.pieces[0]
+          : `[${pieces.pieces
+              .map((p) => p.slice(1, -1))
+              .filter(Boolean)
+              .join(',')}]`;
+      return { page, json, count: pieces.count };
+    } catch (error) {
+      return { error };
     }
   }
 

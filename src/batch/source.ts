@@ -5,6 +5,7 @@
 // page is bounded by the range, however large the object.
 import type { S3Client } from '@aws-sdk/client-s3';
 import { LeaseholdError } from '../errors.js';
+import { INPUT_JSON, type ItemWithJson } from './items.js';
 import { s3Fault } from './s3.js';
 import type { BatchSource, ItemInput, ResultsTarget, SourceCursor, StoredSource } from './types.js';
 
@@ -47,7 +48,8 @@ export interface ReadSettings {
 
 /** One page read from the source. */
 export interface SourcePage {
-  items: ItemInput[];
+  /** Its items; a JSON Lines item may carry its line as its input's JSON text ({@link INPUT_JSON}) instead of `input`. */
+  items: ItemWithJson[];
   cursor: SourceCursor;
   /** The source is read to its end with this page. */
   done: boolean;
@@ -272,12 +274,21 @@ function checkInput(input: unknown, line: number, settings: ReadSettings, source
   }
 }
 
+/**
+ * A line whose numbers PostgreSQL might store otherwise than JavaScript reads them: an exponent
+ * (`1e400` is Infinity, so null, to JavaScript, and a numeric of 401 digits to PostgreSQL,
+ * which refuses past 131,072) or a run of 16 digits (past a double's precision). Such a line is
+ * parsed and written again; any other is stored as it is, after JSON.parse checked it.
+ * Strings that merely look so (`"v1e5"`) take the slower way too.
+ */
+const REWRITE_NUMBERS = /\d[eE][+-]?\d|\d{16}/;
+
 function jsonLines(
   chunk: Buffer,
   c: ObjectCursor,
   settings: ReadSettings,
-): { items: ItemInput[]; row: number; columns?: string[] } {
-  const items: ItemInput[] = [];
+): { items: ItemWithJson[]; row: number; columns?: string[] } {
+  const items: ItemWithJson[] = [];
   let row = c.row;
   let line = c.line;
   let start = 0;
@@ -286,9 +297,12 @@ function jsonLines(
     if (nl === -1) nl = chunk.length;
     line++;
     let text = chunk.toString('utf8', start, nl);
-    const lineBytes = nl - start;
+    let lineBytes = nl - start;
     start = nl + 1;
-    if (text.endsWith('\r')) text = text.slice(0, -1);
+    if (text.endsWith('\r')) {
+      text = text.slice(0, -1);
+      lineBytes--;
+    }
     if (text.trim() === '') continue;
     let input: unknown;
     try {
@@ -296,9 +310,20 @@ function jsonLines(
     } catch (e) {
       throw new SourceReadError(`line ${line} is not JSON: ${(e as Error).message}`, line);
     }
-    checkInput(input, line, settings, lineBytes);
     row++;
-    items.push({ key: String(line), input });
+    if (REWRITE_NUMBERS.test(text)) {
+      checkInput(input, line, settings, lineBytes);
+      items.push({ key: String(line), input });
+    } else {
+      // Stored as it is: its size is the line's own.
+      if (lineBytes > settings.maxInputBytes) {
+        throw new SourceReadError(
+          `input bytes: line ${line} is ${lineBytes} bytes of JSON; the limit is ${settings.maxInputBytes}`,
+          line,
+        );
+      }
+      items.push({ key: String(line), [INPUT_JSON]: text });
+    }
   }
   return { items, row };
 }

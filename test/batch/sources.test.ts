@@ -206,6 +206,32 @@ describe("a JSON Lines line's size", () => {
   }, 30_000);
 });
 
+describe("a JSON Lines line's input", () => {
+  it('is stored as JavaScript reads and writes it, whether the line goes as it is or is written again', async () => {
+    const lines = [
+      // As they are: whitespace, escapes, unicode, nesting, scalars, null.
+      '  { "a" : [1, 2.5, -0, {"b": null}], "s": "tab\\tquote\\" é \\u00e9 ✓" }  ',
+      '"just a string"',
+      '42',
+      'null',
+      '{"dup": 1, "dup": 2}',
+      '123456789012345',
+      // Written again: exponents (Infinity is null to JSON), 16 or more digits, a long fraction
+      // that PostgreSQL's numeric would refuse (over 16,383 digits after the point).
+      '[1e400, -1e400, 1e-400, 2.5E3, 1e20]',
+      '{"big": 12345678901234567890, "n": "v1e5"}',
+      `[0.${'0'.repeat(17_000)}1]`,
+    ];
+    await s3.put('in-bucket', 'lists/as-is.jsonl', lines.join('\n') + '\n');
+    const { batch } = await start({ s3: { bucket: 'in-bucket', key: 'lists/as-is.jsonl', format: 'jsonl' } });
+    expect((await runToEnd(batch.id)).status).toBe('succeeded');
+    const rows = await db.sql<{ key: string; input: unknown }[]>`select key, input from leasehold_items
+      where batch_id = ${batch.id} order by key::int`;
+    expect(rows.map((r) => r.key)).toEqual(lines.map((_, i) => String(i + 1)));
+    rows.forEach((r, i) => expect(r.input, lines[i].slice(0, 40)).toEqual(JSON.parse(JSON.stringify(JSON.parse(lines[i])))));
+  }, 60_000);
+});
+
 describe('a CSV source', () => {
   it('gives one item per row with the header as fields, quoted newlines kept, keyed by keyColumn', async () => {
     const rows = ['id,name,note'];
