@@ -216,10 +216,15 @@ describe("a JSON Lines line's input", () => {
       'null',
       '{"dup": 1, "dup": 2}',
       '123456789012345',
+      '[1.0, 1.50, -0, "a\\/b"]',
+      // Long: measured as written again (80 bytes with its spaces, 38 without).
+      `{ ${'"k" : 1 ,'.repeat(1)} "pad" : "${'y'.repeat(4_100)}" }`,
       // Written again: exponents (Infinity is null to JSON), 16 or more digits, a long fraction
       // that PostgreSQL's numeric would refuse (over 16,383 digits after the point).
       '[1e400, -1e400, 1e-400, 2.5E3, 1e20]',
       '{"big": 12345678901234567890, "n": "v1e5"}',
+      // Escapes: a pair is one character (Python's json.dumps writes every emoji so).
+      '{"emoji": "\\ud83d\\ude00", "e": "\\u00e9"}',
       `[0.${'0'.repeat(17_000)}1]`,
     ];
     await s3.put('in-bucket', 'lists/as-is.jsonl', lines.join('\n') + '\n');
@@ -229,6 +234,19 @@ describe("a JSON Lines line's input", () => {
       where batch_id = ${batch.id} order by key::int`;
     expect(rows.map((r) => r.key)).toEqual(lines.map((_, i) => String(i + 1)));
     rows.forEach((r, i) => expect(r.input, lines[i].slice(0, 40)).toEqual(JSON.parse(JSON.stringify(JSON.parse(lines[i])))));
+  }, 60_000);
+
+  it('nested deeper than JSON can be written again ends the batch failed naming the line; a lone surrogate too', async () => {
+    for (const [name, bad] of [
+      ['deep', `${'['.repeat(20_000)}${']'.repeat(20_000)}`],
+      ['lone', '{"s": "\\ud83d"}'],
+    ] as const) {
+      await s3.put('in-bucket', `lists/${name}.jsonl`, ['{"a":1}', bad, '{"a":3}'].join('\n') + '\n');
+      const { batch } = await start({ s3: { bucket: 'in-bucket', key: `lists/${name}.jsonl`, format: 'jsonl' } });
+      const done = await runToEnd(batch.id);
+      expect(done, name).toMatchObject({ status: 'failed', reading: false });
+      expect(done.reason, name).toMatch(name === 'deep' ? /^line 2 cannot be stored as JSON: Maximum call stack/ : /item "2"/);
+    }
   }, 60_000);
 });
 
