@@ -51,6 +51,10 @@ describe('the local S3 server', () => {
     for (const k of keys) await put(k);
     for (const maxKeys of [1, 2, 3, 1000]) expect((await listAll('mix/', maxKeys)).keys.map((o) => o.key)).toEqual(keys);
     expect((await listAll('mix/b/', 1)).keys.map((o) => o.key)).toEqual(['mix/b/1', 'mix/b/2', 'mix/b/3/x']);
+    // StartAfter inside a name that is also a folder's: `st/a/1` comes after `st/a-x` ('/' > '-').
+    for (const k of ['st/a/1', 'st/a-x', 'st/b']) await put(k);
+    const after = await s3.client.send(new ListObjectsV2Command({ Bucket: 'listing', Prefix: 'st/', StartAfter: 'st/a-x' }));
+    expect(after.Contents!.map((o) => o.Key)).toEqual(['st/a/1', 'st/b']);
   });
 
   it('shows a put or a delete in the next listing, whether the folder changed a moment or a while ago', async () => {
