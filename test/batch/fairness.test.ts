@@ -256,7 +256,7 @@ describe('time slices', () => {
     const names = [tenant('a'), tenant('b'), tenant('c')];
     const counts = [10, 5, 1];
     for (let i = 0; i < 3; i++) {
-      for (let j = 0; j < counts[i]; j++) await createBatch(db.sql, newBatch(200, { tenant: names[i] }), { maxOpen: 100 });
+      for (let j = 0; j < counts[i]; j++) await createBatch(db.sql, newBatch(1_000, { tenant: names[i] }), { maxOpen: 100 });
     }
     // The order of run starts as the database took them (a trigger on the run rows, by
     // clock_timestamp()): the runners' run-started events can come in another order when two
