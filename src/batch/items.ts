@@ -70,14 +70,15 @@ export interface ItemPieces {
  * transaction (docs/design.md, "Start": a start reads its items first, then locks and inserts,
  * so it never sits idle in a transaction while a slow source, a directory listing say, is read).
  * The pieces are held in memory: at most `limits.maxTotalBytes` of keys and inputs, plus JSON's
- * quotes and commas.
+ * quotes and commas. `onePiece` makes every item one piece (a source's page, already bounded by
+ * its reading, goes to the database as one statement).
  *
  * @throws {BatchTooLargeError} over a limit of `limits` or a key over {@link MAX_KEY_BYTES}.
  * @throws {InvalidBatchError} no items, a key that is not a string or holds NUL or an unpaired
  *   surrogate, an input that is not JSON or holds one of those.
  * @throws what the iterable throws.
  */
-export async function readItems(items: ItemSource, limits: StartLimits): Promise<ItemPieces> {
+export async function readItems(items: ItemSource, limits: StartLimits, onePiece = false): Promise<ItemPieces> {
   let count = 0;
   let totalBytes = 0;
   let piece: string[] = [];
@@ -138,7 +139,7 @@ export async function readItems(items: ItemSource, limits: StartLimits): Promise
     }
     piece.push(`{"k":${keyJson},"i":${inputJson ?? 'null'}}`);
     pieceBytes += keyBytes + inputBytes + 12;
-    return piece.length >= PIECE_ITEMS || pieceBytes >= PIECE_BYTES;
+    return !onePiece && (piece.length >= PIECE_ITEMS || pieceBytes >= PIECE_BYTES);
   };
 
   if (Symbol.asyncIterator in items) {

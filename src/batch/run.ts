@@ -1118,21 +1118,15 @@ export class Run {
       if (page.items.length === 0) return { page, json: '[]', count: 0 };
       let pieces;
       try {
-        pieces = await readItems(page.items, {
-          maxItems: Infinity,
-          maxInputBytes: this.s.maxInputBytes,
-          maxTotalBytes: Infinity,
-        });
+        pieces = await readItems(
+          page.items,
+          { maxItems: Infinity, maxInputBytes: this.s.maxInputBytes, maxTotalBytes: Infinity },
+          true,
+        );
       } catch (e) {
         throw new SourceReadError((e as Error).message);
       }
-      const json =
-        pieces.pieces.length === 1
-          ? pieces.pieces[0]
-          : `[${pieces.pieces
-              .map((p) => p.slice(1, -1))
-              .filter(Boolean)
-              .join(',')}]`;
+      const json = pieces.pieces[0];
       return { page, json, count: pieces.count };
     } catch (error) {
       return { error };

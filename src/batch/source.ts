@@ -210,7 +210,9 @@ async function getRange(client: S3Client, s: ObjectSource, from: number, to: num
   if (s.etag && r.ETag && r.ETag !== s.etag) {
     throw new SourceReadError(`s3://${s.bucket}/${s.key} changed while it was read (ETag ${r.ETag}, started at ${s.etag})`);
   }
-  return Buffer.from(await r.Body!.transformToByteArray());
+  // A view of the bytes the SDK read, not a copy (a range is up to 4 MiB, two pages at a time).
+  const bytes = await r.Body!.transformToByteArray();
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 }
 
 async function readRange(
