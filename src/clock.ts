@@ -31,6 +31,9 @@ export const systemClock: Clock = {
     }),
 };
 
+/** The reason {@link sleepUntil}'s own signal is aborted with. */
+const WAKE = 'woken';
+
 /**
  * Sleep on `clock` for `ms`, until `signal` aborts, or until one of `ends` settles, whichever
  * comes first. The sleep has a signal of its own, aborted as the wait ends, so neither its timer
@@ -41,13 +44,14 @@ export const systemClock: Clock = {
 export async function sleepUntil(clock: Clock, ms: number, signal: AbortSignal, ends: Promise<unknown>[] = []): Promise<void> {
   if (signal.aborted) return;
   const woken = new AbortController();
-  const wake = () => woken.abort();
+  // With a reason (nobody reads it): aborting without one builds a DOMException and its stack.
+  const wake = () => woken.abort(WAKE);
   signal.addEventListener('abort', wake, { once: true });
   try {
     await Promise.race([clock.sleep(ms, woken.signal), ...ends]);
   } finally {
     signal.removeEventListener('abort', wake);
-    woken.abort();
+    woken.abort(WAKE);
   }
 }
 

@@ -9,6 +9,9 @@ import { beatItem } from './sql/heartbeats.js';
 import { MAX_CHECKPOINT_BYTES, MAX_PROGRESS_BYTES } from './types.js';
 import { encodeOutput } from './values.js';
 
+/** The reason an attempt's timer is aborted with: the attempt is over (nobody reads it). */
+const ATTEMPT_OVER = 'attempt over';
+
 /** Most time between two heartbeat writes of one attempt, ms, when `itemStaleMs` allows it. */
 export const HEARTBEAT_SPACING_MS = 1_000;
 
@@ -54,7 +57,8 @@ interface Attempt {
   /** A heartbeat write is due (its timer runs or it waits in the chain). */
   beatQueued: boolean;
   lastSentAt: number;
-  timer: AbortController;
+  /** Ends the wait before a spaced heartbeat write; made with the first such wait. */
+  timer: AbortController | undefined;
   checkpointed: boolean;
   over: boolean;
   abort: (reason: unknown) => void;
@@ -101,7 +105,7 @@ export class ItemBeats {
       progress: undefined,
       beatQueued: false,
       lastSentAt: 0,
-      timer: new AbortController(),
+      timer: undefined,
       checkpointed: false,
       over: false,
       abort,
@@ -146,7 +150,8 @@ export class ItemBeats {
 
   private end(a: Attempt): void {
     a.over = true;
-    a.timer.abort();
+    // With a reason: aborting without one builds a DOMException (and its stack) per attempt.
+    a.timer?.abort(ATTEMPT_OVER);
     if (this.attempts.get(a.key) === a) this.attempts.delete(a.key);
   }
 
@@ -165,6 +170,7 @@ export class ItemBeats {
       void this.write(a, undefined).catch(this.d.onError);
     };
     if (wait <= 0) return send();
+    a.timer ??= new AbortController();
     void this.d.clock.sleep(wait, a.timer.signal).then(send);
   }
 

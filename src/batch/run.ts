@@ -179,6 +179,9 @@ const CLAIM_AHEAD_MS = 200;
 /** How often a run with nothing to do looks for items again while its batch's source is read, ms. */
 const READING_POLL_MS = 250;
 
+/** The reason an item's timeout wait is aborted with once the item settled (nobody reads it). */
+const ITEM_SETTLED = 'item settled';
+
 /** Tries of one page of a source that S3 failed to serve (a timeout, a 5xx) before the run hands off. */
 const READ_TRIES = 4;
 
@@ -839,7 +842,9 @@ export class Run {
     const beats = this.beats.track(c.key, c.attempts, (reason) => own?.abort(reason));
     const runSignal = this.items.signal;
     const relay = () => own?.abort(runSignal.reason);
-    const timer = new AbortController();
+    // Ends the timeout's wait once the item settles (only with a timeout: a controller aborted
+    // without a reason builds a DOMException and its stack, a cost per item).
+    const timer = own && timeoutMs !== undefined ? new AbortController() : undefined;
     if (own) {
       if (runSignal.aborted) relay();
       else runSignal.addEventListener('abort', relay, { once: true });
@@ -859,8 +864,9 @@ export class Run {
       if (own && timeoutMs !== undefined) {
         // Once the timeout wins the race, a later rejection of the work is nobody's to handle.
         working.catch(() => undefined);
-        const expired = this.s.clock.sleep(timeoutMs, timer.signal).then(() => {
-          if (timer.signal.aborted) return new Promise<never>(() => undefined);
+        const settled = timer!.signal;
+        const expired = this.s.clock.sleep(timeoutMs, settled).then(() => {
+          if (settled.aborted) return new Promise<never>(() => undefined);
           const e = new ItemTimeoutError(timeoutMs);
           own.abort(e);
           throw e;
@@ -931,7 +937,7 @@ export class Run {
       const delay = retryDelayMs(this.s.backoffMs, c.attempts, this.s.random, this.s.maxBackoffMs);
       return verdict('pending', 'retry', null, message, Math.max(delay, askedMs ?? 0));
     } finally {
-      timer.abort();
+      timer?.abort(ITEM_SETTLED);
       runSignal.removeEventListener('abort', relay);
     }
   }
