@@ -1,5 +1,5 @@
 -- Tokens lent for longer (docs/design.md, "Rate limits"): at a rate far above what one run can
--- start in 50 ms, a take may grant a run a block it holds for a second instead of 50 ms, so the
+-- start in 50 ms, a take may grant a run a block it holds for longer (the lending time, 500 ms) instead of 50 ms, so the
 -- run asks a few times a second, not once per claim. Such blocks count against the bucket's
 -- burst until they lapse: the tokens a bucket holds plus the tokens it lent in this epoch and the
 -- one before (epochs of the lending time, by the database clock) stay at most its burst, so a
