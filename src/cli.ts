@@ -8,6 +8,11 @@ import { ApiCallError, ApiClient, type ApiBatch, type ApiTenant, type ApiConcurr
 import { followBatch } from './cli/follow.js';
 import { formatTable } from './cli/table.js';
 
+// The AWS SDK warns on Node.js 20 that its 2027 releases will need Node.js 22; leasehold pins its
+// SDK and supports Node.js 20 on a developer's machine (deploys run nodejs22.x), so the command
+// does not print that warning with every S3 call. Set the variable to false to see it.
+process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
+
 const program = new Command();
 program
   .name('leasehold')
@@ -739,9 +744,15 @@ s3.command('put')
   .argument('[key]', "object key, or the prefix of a directory's files; default the file name")
   .option('--endpoint <url>', "S3 endpoint; default AWS_ENDPOINT_URL_S3, else leasehold dev's (.leasehold/s3.json)")
   .action(async (file: string, bucket: string, key: string | undefined, opts: { endpoint?: string }) => {
-    const { putFiles } = await import('./cli/s3.js');
-    const n = await putFiles({ file, bucket, key, endpoint: opts.endpoint });
-    console.log(`uploaded ${n} object${n === 1 ? '' : 's'} to s3://${bucket}/${key ?? ''}`);
+    const { putFiles, S3PutError } = await import('./cli/s3.js');
+    try {
+      const n = await putFiles({ file, bucket, key, endpoint: opts.endpoint });
+      console.log(`uploaded ${n} object${n === 1 ? '' : 's'} to s3://${bucket}/${key ?? ''}`);
+    } catch (e) {
+      if (!(e instanceof S3PutError)) throw e;
+      console.error(`leasehold: ${e.message}`);
+      process.exitCode = 1;
+    }
   });
 
 program.parseAsync().catch((e: unknown) => {

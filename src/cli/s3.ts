@@ -32,8 +32,26 @@ function* files(dir: string): Generator<string> {
   }
 }
 
-/** Upload the file(s); creates the bucket when it does not exist. Answers the objects written. */
+/** `leasehold s3 put` could not upload: its message is the whole of what the command prints. */
+export class S3PutError extends Error {
+  override name = 'S3PutError';
+}
+
+// S3's rule for new buckets (general purpose buckets): 3 to 63 characters of lowercase letters,
+// digits, dots and hyphens, beginning and ending with a letter or digit.
+const BUCKET_NAME = /^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/;
+
+/**
+ * Upload the file(s); creates the bucket when it does not exist. Answers the objects written.
+ * @throws {S3PutError} a bucket name S3 refuses, a file that cannot be read, S3 that cannot be
+ *   reached or refuses a request (its error's name and message, no stack).
+ */
 export async function putFiles(p: PutFiles): Promise<number> {
+  if (!BUCKET_NAME.test(p.bucket)) {
+    throw new S3PutError(
+      `bucket names are 3 to 63 characters of lowercase letters, digits, dots and hyphens, beginning and ending with a letter or digit (got "${p.bucket}")`,
+    );
+  }
   const endpoint = p.endpoint ?? process.env.AWS_ENDPOINT_URL_S3 ?? localEndpoint();
   const local = endpoint !== undefined && /^http:\/\/(127\.0\.0\.1|localhost)[:/]/.test(endpoint);
   const client = new S3Client({
@@ -42,6 +60,7 @@ export async function putFiles(p: PutFiles): Promise<number> {
     // leasehold dev's server knows the local stack's key pair.
     ...(local && !process.env.AWS_ACCESS_KEY_ID ? { credentials: { accessKeyId: 'local', secretAccessKey: 'local' } } : {}),
   });
+  let doing = `s3://${p.bucket}`;
   try {
     await client
       .send(new HeadBucketCommand({ Bucket: p.bucket }))
@@ -49,8 +68,19 @@ export async function putFiles(p: PutFiles): Promise<number> {
     const targets = statSync(p.file).isDirectory()
       ? [...files(p.file)].map((f) => ({ f, key: `${p.key ?? ''}${relative(p.file, f).split('\\').join('/')}` }))
       : [{ f: p.file, key: p.key ?? basename(p.file) }];
-    for (const t of targets) await client.send(new PutObjectCommand({ Bucket: p.bucket, Key: t.key, Body: readFileSync(t.f) }));
+    for (const t of targets) {
+      doing = `${t.f} to s3://${p.bucket}/${t.key}`;
+      await client.send(new PutObjectCommand({ Bucket: p.bucket, Key: t.key, Body: readFileSync(t.f) }));
+    }
     return targets.length;
+  } catch (e) {
+    const err = e as Error & { code?: string };
+    if (err.code === 'ECONNREFUSED' || (err as { errors?: { code?: string }[] }).errors?.some((x) => x.code === 'ECONNREFUSED')) {
+      throw new S3PutError(
+        `cannot reach S3 at ${endpoint ?? 'AWS'} (is leasehold dev running? it serves the local S3; or pass --endpoint)`,
+      );
+    }
+    throw new S3PutError(`s3 put ${doing}: ${err.code ?? err.name}: ${err.message}`);
   } finally {
     client.destroy();
   }
