@@ -389,9 +389,28 @@ export interface StoredSource {
     | { bucket: string; key: string; format: 'jsonl' | 'csv'; keyColumn?: string; size: number; etag: string };
 }
 
-/** Where reading goes on: a continuation token, or the byte after the last complete line stored. */
+/**
+ * One chain of a prefix's listing: the keys after `after` (exclusive) up to `until` (inclusive;
+ * null: to the prefix's end), listed on from `token` once the chain has begun. Keys compare as
+ * S3 orders them, by their UTF-8 bytes.
+ */
+export interface ListChain {
+  /** The last key listed by this chain, or where it begins ('' : the prefix's start). */
+  after: string;
+  /** ListObjectsV2 continuation token; null before the chain's first call. */
+  token: string | null;
+  until: string | null;
+}
+
+/**
+ * Where reading goes on. A prefix: its listing chains, each a disjoint key range (`split`: the
+ * listing has been cut into them; `alphabet`: the characters of the first page's keys, which
+ * place the cuts); `{ token }`, the single chain an earlier version stored, is read on as it
+ * was. An object: the byte after the last complete line stored.
+ */
 export type SourceCursor =
   | { token: string | null }
+  | { chains: ListChain[]; split: boolean; alphabet?: string }
   | {
       /** Byte offset of the first line not yet read. */
       offset: number;

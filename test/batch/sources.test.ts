@@ -18,7 +18,7 @@ import {
   type StartRequest,
 } from '../../src/batch/index.js';
 import { getBatch } from '../../src/batch/index.js';
-import { readPage } from '../../src/batch/source.js';
+import { LIST_CHAINS, readPage, type SourceCursor, type StoredSource } from '../../src/batch/source.js';
 import { createEventsEndpoint, localEventsEnv, type LocalBusEvent } from '../../src/local/index.js';
 import { silentLog } from '../../src/log.js';
 import { EventBridgePublisher, sendEvents } from '../../src/runtime/events.js';
@@ -129,8 +129,10 @@ describe('a prefix source', () => {
     expect(done.status).toBe('succeeded');
     expect(done.reading).toBe(false);
     expect(done.total).toBe(n);
-    // First page one list call of up to 500 objects, then pages of at least 500.
-    expect(done.sourcePages).toBe(Math.ceil(n / 500));
+    // First page one list call of up to 500 objects, then pages of up to 500 from the chains
+    // the rest is cut into (a chain that ends early leaves its page short).
+    expect(done.sourcePages).toBeGreaterThanOrEqual(Math.ceil(n / 500));
+    expect(done.sourcePages).toBe(await pagesOf(done.source!, 500));
     const keys = await keysOf(batch.id);
     expect(keys).toHaveLength(n);
     expect(keys[0]).toBe('objs/f00000.txt');
@@ -140,6 +142,80 @@ describe('a prefix source', () => {
     expect(row.input).toMatchObject({ bucket: 'in-bucket', key: 'objs/f00007.txt', size: 'body 7'.length });
     expect(row.input.etag).toMatch(/^"[0-9a-f]{32}"$/);
   }, 120_000);
+});
+
+/** Read `source` page by page as a reader does; answers every page's keys and cursor. */
+async function readAll(source: StoredSource, pageObjects: number, from: SourceCursor | null = null) {
+  const pages: { keys: string[]; cursor: SourceCursor }[] = [];
+  for (let cursor = from; ;) {
+    const page = await readPage(s3.client, source, cursor, { maxInputBytes: 65_536, pageObjects });
+    pages.push({ keys: page.items.map((i) => i.key), cursor: page.cursor });
+    if (page.done) return pages;
+    cursor = page.cursor;
+  }
+}
+
+async function pagesOf(source: StoredSource, pageObjects: number): Promise<number> {
+  return (await readAll(source, pageObjects)).length;
+}
+
+describe("a prefix's listing", () => {
+  it('is cut into chains listed at once after its first page; each object is read exactly once', async () => {
+    const n = 3_000;
+    for (let i = 0; i < n; i += 500) {
+      await Promise.all(Array.from({ length: 500 }, (_, j) => s3.put('in-bucket', `cut/${String(i + j).padStart(6, '0')}`, 'x')));
+    }
+    const pages = await readAll({ s3: { bucket: 'in-bucket', prefix: 'cut/' } }, 400);
+    const keys = pages.flatMap((p) => p.keys);
+    expect(keys).toHaveLength(n);
+    expect(new Set(keys).size).toBe(n);
+    expect(pages[0].keys).toHaveLength(400);
+    const second = pages[1].cursor as Extract<SourceCursor, { chains: unknown }>;
+    expect(second.split).toBe(true);
+    expect(second.chains.length).toBe(LIST_CHAINS);
+    // Evenly cut keys give each chain about its share: the second page takes from every chain.
+    const firstKeys = pages[1].keys.map((k) => Number(k.slice('cut/'.length)));
+    expect(Math.max(...firstKeys) - Math.min(...firstKeys)).toBeGreaterThan(1_500);
+    expect(pages.length).toBeLessThanOrEqual(Math.ceil(n / 400) + LIST_CHAINS);
+  }, 120_000);
+
+  it('lists keys of any shape once each: letters, digits, spaces, non-ASCII, a key that starts another', async () => {
+    const names = [
+      ...Array.from({ length: 300 }, (_, i) => `a${i}`),
+      ...Array.from({ length: 300 }, (_, i) => `Z ${i}`),
+      ...Array.from({ length: 200 }, (_, i) => `é-${i}`),
+      ...Array.from({ length: 200 }, (_, i) => `😀${i}`),
+      ...Array.from({ length: 100 }, (_, i) => `~${'~'.repeat(i % 5)}${i}`),
+      'a',
+      'a00',
+      'a000',
+      '0',
+      '!',
+      '00J',
+    ];
+    for (let i = 0; i < names.length; i += 300) {
+      await Promise.all(names.slice(i, i + 300).map((k) => s3.put('in-bucket', `odd/${k}`, 'x')));
+    }
+    for (const pageObjects of [50, 333]) {
+      const pages = await readAll({ s3: { bucket: 'in-bucket', prefix: 'odd/' } }, pageObjects);
+      const keys = pages.flatMap((p) => p.keys);
+      expect(new Set(names).size).toBe(names.length);
+      expect(keys.length).toBe(names.length);
+      expect(new Set(keys)).toEqual(new Set(names.map((k) => `odd/${k}`)));
+    }
+  }, 120_000);
+
+  it('reads on from a cursor an earlier version stored (one continuation token)', async () => {
+    const n = 700;
+    await Promise.all(Array.from({ length: n }, (_, i) => s3.put('in-bucket', `old/${String(i).padStart(4, '0')}`, 'x')));
+    const r = await s3.client.send(new ListObjectsV2Command({ Bucket: 'in-bucket', Prefix: 'old/', MaxKeys: 100 }));
+    const pages = await readAll({ s3: { bucket: 'in-bucket', prefix: 'old/' } }, 250, {
+      token: r.NextContinuationToken!,
+    });
+    const keys = pages.flatMap((p) => p.keys);
+    expect(keys).toEqual(Array.from({ length: n - 100 }, (_, i) => `old/${String(i + 100).padStart(4, '0')}`));
+    expect(pages).toHaveLength(Math.ceil((n - 100) / 250));
+  }, 60_000);
 });
 
 describe('a JSON Lines source', () => {
