@@ -42,7 +42,7 @@ const PIECE_BYTES = 8 * 1024 * 1024;
  * writes pairs as characters, so an escaped surrogate is an unpaired one). The look-behind and
  * the pairs of backslashes make sure the `\u` starts an escape rather than ends an escaped backslash.
  */
-const UNSTORABLE_ESCAPE = /(?<!\\)(?:\\\\)*\\u(?:0000|d[89a-f][0-9a-f]{2})/i;
+export const UNSTORABLE_ESCAPE = /(?<!\\)(?:\\\\)*\\u(?:0000|d[89a-f][0-9a-f]{2})/i;
 
 /**
  * An item's input given as JSON text already known to be one JSON value that PostgreSQL stores

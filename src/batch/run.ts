@@ -1111,7 +1111,8 @@ export class Run {
 
   /**
    * Read one page of the source from `cursor` and make its items the JSON text a store takes
-   * (checked as a start's items are: an item the store would refuse is a {@link SourceReadError});
+   * (checked as a start's items are: an item the store would refuse is a {@link SourceReadError};
+   * JSON Lines come as that text already);
    * a failure is answered, never thrown.
    */
   private async readSourcePage(source: unknown, cursor: unknown): Promise<PageRead> {
@@ -1120,7 +1121,9 @@ export class Run {
         maxInputBytes: this.s.maxInputBytes,
         rangeBytes: this.s.sourceRangeBytes,
         pageObjects: this.s.sourcePageObjects,
+        asJson: true,
       });
+      if (page.json) return { page, json: page.json.text, count: page.json.count };
       if (page.items.length === 0) return { page, json: '[]', count: 0 };
       let pieces;
       try {
@@ -1133,7 +1136,9 @@ export class Run {
         throw new SourceReadError((e as Error).message);
       }
       const json = pieces.pieces[0];
-      return { page, json, count: pieces.count };
+      // Only the JSON text and the cursor are kept while the page waits for its store: the
+      // items it was made from (a range's lines as strings) go now.
+      return { page: { items: [], cursor: page.cursor, done: page.done }, json, count: pieces.count };
     } catch (error) {
       return { error };
     }

@@ -5,7 +5,7 @@
 // page is bounded by the range, however large the object.
 import type { S3Client } from '@aws-sdk/client-s3';
 import { LeaseholdError } from '../errors.js';
-import { INPUT_JSON, type ItemWithJson } from './items.js';
+import { INPUT_JSON, UNSTORABLE_ESCAPE, type ItemWithJson } from './items.js';
 import { s3Fault } from './s3.js';
 import type { BatchSource, ItemInput, ListChain, ResultsTarget, SourceCursor, StoredSource } from './types.js';
 
@@ -44,6 +44,12 @@ export interface ReadSettings {
   rangeBytes?: number;
   /** Objects of a prefix one page lists, at least (default 10,000; the first page 1,000). */
   pageObjects?: number;
+  /**
+   * JSON Lines: give the page's items as the JSON text of a store ({@link SourcePage.json})
+   * rather than as `items` (default false). A reader's way: no object per line outlives its line,
+   * so a page leaves little for the garbage collector to promote.
+   */
+  asJson?: boolean;
 }
 
 /** One page read from the source. */
@@ -53,6 +59,11 @@ export interface SourcePage {
   cursor: SourceCursor;
   /** The source is read to its end with this page. */
   done: boolean;
+  /**
+   * With `asJson` (JSON Lines), the items as the JSON text of `[{"k", "i"}, …]`, checked as a
+   * start's items are, and their count; `items` is then empty.
+   */
+  json?: { text: string; count: number };
 }
 
 // The SDK and the CSV parser load on first use, not with the library.
@@ -410,6 +421,10 @@ async function readRange(
       offset: c.offset + end,
       line: c.line + countLines(chunk) + (atEnd && chunk.length > 0 && chunk[chunk.length - 1] !== 0x0a ? 1 : 0),
     };
+    if (s.format === 'jsonl' && settings.asJson) {
+      const { text, count, row } = jsonLinesText(chunk, c, settings);
+      return { items: [], cursor: { ...next, row }, done: atEnd, json: { text, count } };
+    }
     const parsed =
       s.format === 'jsonl'
         ? jsonLines(chunk, c, settings)
@@ -519,6 +534,66 @@ function jsonLines(
     }
   }
   return { items, row };
+}
+
+/**
+ * The lines of `chunk` as the JSON text a store takes, `[{"k":"<line>","i":<value>}, …]`, built
+ * in one buffer: each line is checked with JSON.parse as {@link jsonLines} checks it, then its
+ * own bytes are copied (short and plain) or its value is written again. The strings and values
+ * of a line die with it.
+ * @throws {SourceReadError} a line that is not JSON, past the input limit or not storable.
+ */
+function jsonLinesText(chunk: Buffer, c: ObjectCursor, settings: ReadSettings): { text: string; count: number; row: number } {
+  let out = Buffer.allocUnsafe(chunk.length + 1024);
+  let at = 0;
+  const put = (b: Buffer | string) => {
+    const n = typeof b === 'string' ? Buffer.byteLength(b) : b.length;
+    if (at + n > out.length) {
+      const bigger = Buffer.allocUnsafe(Math.max(out.length * 2, at + n + 1024));
+      out.copy(bigger, 0, 0, at);
+      out = bigger;
+    }
+    at += typeof b === 'string' ? out.write(b, at) : b.copy(out, at);
+  };
+  let row = c.row;
+  let line = c.line;
+  let count = 0;
+  let start = 0;
+  put('[');
+  while (start < chunk.length) {
+    let nl = chunk.indexOf(0x0a, start);
+    if (nl === -1) nl = chunk.length;
+    line++;
+    let end = nl;
+    const from = start;
+    start = nl + 1;
+    if (end > from && chunk[end - 1] === 0x0d) end--;
+    const text = chunk.toString('utf8', from, end);
+    if (text.trim() === '') continue;
+    let input: unknown;
+    try {
+      input = JSON.parse(text);
+    } catch (e) {
+      throw new SourceReadError(`line ${line} is not JSON: ${(e as Error).message}`, line);
+    }
+    row++;
+    put(count === 0 ? `{"k":"${line}","i":` : `,{"k":"${line}","i":`);
+    count++;
+    // As it is when short and plain (see jsonLines).
+    if (end - from <= Math.min(AS_IS_BYTES, settings.maxInputBytes) && !REWRITE.test(text)) {
+      put(chunk.subarray(from, end));
+    } else {
+      checkInput(input, line, settings, end - from);
+      const json = JSON.stringify(input) ?? 'null';
+      if (json.includes('\\u') && UNSTORABLE_ESCAPE.test(json)) {
+        throw new SourceReadError(`line ${line} holds a NUL character or an unpaired surrogate, which cannot be stored`, line);
+      }
+      put(json);
+    }
+    put('}');
+  }
+  put(']');
+  return { text: out.toString('utf8', 0, at), count, row };
 }
 
 function csvRows(

@@ -282,6 +282,40 @@ describe("a JSON Lines line's size", () => {
   }, 30_000);
 });
 
+describe('a JSON Lines page as a reader takes it (asJson)', () => {
+  it('is the same items, keys and cursor as the page read as items, in the JSON text a store takes', async () => {
+    const body = Buffer.concat([
+      Buffer.from(['{"a":1}', '', '  ', '[1e20, 12345678901234567890]', '{"s":"é\\u00e9 \\ud83d\\ude00"}\r'].join('\n') + '\n'),
+      // A byte that is not UTF-8: read as U+FFFD either way.
+      Buffer.from([0x22, 0xff, 0x22, 0x0a]),
+      Buffer.from(`{"long":"${'x'.repeat(5_000)}"}\n"last, no newline"`),
+    ]);
+    await s3.put('in-bucket', 'lists/same.jsonl', body);
+    const source = {
+      s3: { bucket: 'in-bucket', key: 'lists/same.jsonl', format: 'jsonl' as const, size: body.length, etag: '' },
+    };
+    for (const rangeBytes of [40, 100_000]) {
+      let a: SourceCursor | null = null;
+      let b: SourceCursor | null = null;
+      for (let pages = 0; ; pages++) {
+        const items = await readPage(s3.client, source, a, { maxInputBytes: 65_536, rangeBytes });
+        const json = await readPage(s3.client, source, b, { maxInputBytes: 65_536, rangeBytes, asJson: true });
+        expect(json.items).toEqual([]);
+        expect(json.json!.count).toBe(items.items.length);
+        expect(JSON.parse(json.json!.text)).toEqual(items.items.map((i) => ({ k: i.key, i: i.input })));
+        expect(json.cursor).toEqual(items.cursor);
+        expect(json.done).toBe(items.done);
+        if (items.done) {
+          expect((items.cursor as { row: number }).row).toBe(6);
+          break;
+        }
+        expect(pages).toBeLessThan(500);
+        [a, b] = [items.cursor, json.cursor];
+      }
+    }
+  }, 30_000);
+});
+
 describe("a JSON Lines line's input", () => {
   it('is stored as JavaScript reads and writes it, whether the line goes as it is or is written again', async () => {
     const lines = [
@@ -321,7 +355,12 @@ describe("a JSON Lines line's input", () => {
       const { batch } = await start({ s3: { bucket: 'in-bucket', key: `lists/${name}.jsonl`, format: 'jsonl' } });
       const done = await runToEnd(batch.id);
       expect(done, name).toMatchObject({ status: 'failed', reading: false });
-      expect(done.reason, name).toMatch(name === 'deep' ? /^line 2 cannot be stored as JSON: Maximum call stack/ : /item "2"/);
+      expect(done.reason, name).toMatch(
+        name === 'deep'
+          ? /^line 2 cannot be stored as JSON: Maximum call stack/
+          : /^line 2 holds a NUL character or an unpaired surrogate, which cannot be stored$/,
+      );
+      expect(done.sourceErrorLine, name).toBe(2);
     }
   }, 60_000);
 });
