@@ -106,7 +106,7 @@ export interface RunnerOptions {
   maxSourceItems?: number;
   /** Largest input of one item read from a source, bytes of JSON (`LEASEHOLD_MAX_INPUT_BYTES`). Default 65,536. */
   maxInputBytes?: number;
-  /** Bytes of a source object one page reads (the first page a sixteenth, at least 64 KiB). Default 4 MiB. */
+  /** Bytes of a source object one page reads (the first page a sixteenth, at least 64 KiB). Default 2 MiB. */
   sourceRangeBytes?: number;
   /** Objects of a source prefix one page lists, at least (the first page 1,000). Default 10,000. */
   sourcePageObjects?: number;
@@ -149,7 +149,7 @@ export const RUNNER_DEFAULTS = {
   sliceMs: 60_000,
   maxSourceItems: 10_000_000,
   maxInputBytes: 65_536,
-  sourceRangeBytes: 4 * 1024 * 1024,
+  sourceRangeBytes: 2 * 1024 * 1024,
   sourcePageObjects: 10_000,
 } as const;
 

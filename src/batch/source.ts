@@ -40,7 +40,7 @@ export class SourceReadError extends Error {
 export interface ReadSettings {
   /** Largest JSON input of one item, bytes (`LEASEHOLD_MAX_INPUT_BYTES`, 65,536). */
   maxInputBytes: number;
-  /** Bytes of an object one page reads (default 4 MiB; the first page a sixteenth of it). */
+  /** Bytes of an object one page reads (default 2 MiB; the first page a sixteenth of it, at least 64 KiB). */
   rangeBytes?: number;
   /** Objects of a prefix one page lists, at least (default 10,000; the first page 1,000). */
   pageObjects?: number;
@@ -384,9 +384,18 @@ async function getRange(client: S3Client, s: ObjectSource, from: number, to: num
   if (s.etag && r.ETag && r.ETag !== s.etag) {
     throw new SourceReadError(`s3://${s.bucket}/${s.key} changed while it was read (ETag ${r.ETag}, started at ${s.etag})`);
   }
-  // A view of the bytes the SDK read, not a copy (a range is up to 4 MiB, two pages at a time).
-  const bytes = await r.Body!.transformToByteArray();
-  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  // Copied into one buffer of the range's length as the body streams in (collecting the chunks
+  // and joining them after would hold the range twice; a range is 2 MiB by default, two pages at a time).
+  const out = Buffer.allocUnsafe(to - from);
+  let at = 0;
+  for await (const chunk of r.Body as AsyncIterable<Uint8Array>) {
+    if (at + chunk.length > out.length) {
+      throw new Error(`s3://${s.bucket}/${s.key}: the range ${from}-${to - 1} answered more than ${to - from} bytes`);
+    }
+    out.set(chunk, at);
+    at += chunk.length;
+  }
+  return out.subarray(0, at);
 }
 
 async function readRange(
@@ -396,7 +405,7 @@ async function readRange(
   settings: ReadSettings,
   first: boolean,
 ): Promise<SourcePage> {
-  const full = settings.rangeBytes ?? 4 * 1024 * 1024;
+  const full = settings.rangeBytes ?? 2 * 1024 * 1024;
   // A line may be as long as the largest input (plus whitespace): a range grows up to that.
   const longest = Math.max(full, settings.maxInputBytes * 2 + 1024);
   let want = first ? Math.min(full, Math.max(64 * 1024, Math.floor(full / 16))) : full;
@@ -422,7 +431,7 @@ async function readRange(
       line: c.line + countLines(chunk) + (atEnd && chunk.length > 0 && chunk[chunk.length - 1] !== 0x0a ? 1 : 0),
     };
     if (s.format === 'jsonl' && settings.asJson) {
-      const { text, count, row } = jsonLinesText(chunk, c, settings);
+      const { text, count, row } = jsonLinesText(chunk, c, settings, next.line - c.line);
       return { items: [], cursor: { ...next, row }, done: atEnd, json: { text, count } };
     }
     const parsed =
@@ -543,8 +552,15 @@ function jsonLines(
  * of a line die with it.
  * @throws {SourceReadError} a line that is not JSON, past the input limit or not storable.
  */
-function jsonLinesText(chunk: Buffer, c: ObjectCursor, settings: ReadSettings): { text: string; count: number; row: number } {
-  let out = Buffer.allocUnsafe(chunk.length + 1024);
+function jsonLinesText(
+  chunk: Buffer,
+  c: ObjectCursor,
+  settings: ReadSettings,
+  lines: number,
+): { text: string; count: number; row: number } {
+  // Room for every line as it is and its `{"k":"<line>","i":…}`, so the buffer grows only for
+  // lines written again longer than they were.
+  let out = Buffer.allocUnsafe(chunk.length + (lines + 1) * (String(c.line + lines + 1).length + 12) + 2);
   let at = 0;
   const put = (b: Buffer | string) => {
     const n = typeof b === 'string' ? Buffer.byteLength(b) : b.length;
