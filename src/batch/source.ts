@@ -165,9 +165,25 @@ export async function readPage(
 /** Listing chains a prefix's listing is cut into after its first page (see {@link readListing}). */
 export const LIST_CHAINS = 4;
 
-/** S3's order of keys: by their UTF-8 bytes (JavaScript's `<` orders UTF-16 code units). */
-function compareKeys(a: string, b: string): number {
-  return Buffer.compare(Buffer.from(a), Buffer.from(b));
+/**
+ * S3's order of keys: by their UTF-8 bytes, which is code point order. JavaScript's `<` orders
+ * UTF-16 code units, which differs only where a surrogate (U+D800-DFFF, half of a character past
+ * U+FFFF) meets a unit from U+E000: that pair is compared as code points would be. No copy.
+ */
+export function compareKeys(a: string, b: string): number {
+  const n = Math.min(a.length, b.length);
+  for (let i = 0; i < n; i++) {
+    let x = a.charCodeAt(i);
+    let y = b.charCodeAt(i);
+    if (x === y) continue;
+    if (x >= 0xd800 && y >= 0xd800) {
+      // Surrogates above every unit from U+E000 (they stand for code points past U+FFFF).
+      x += x >= 0xe000 ? -0x800 : 0x2000;
+      y += y >= 0xe000 ? -0x800 : 0x2000;
+    }
+    return x - y;
+  }
+  return a.length - b.length;
 }
 
 /**
