@@ -74,17 +74,26 @@ async function fanBatch(n: number, maxConcurrency: number, overrides: Parameters
 
 /**
  * Each runner joins batch `batchId` (a run of its own), all at once; resolves to their runs'
- * results in the runners' order, each taken as soon as its takeover answered.
+ * results in the runners' order, each taken as soon as its takeover answered. No item's work
+ * starts until every runner has joined: on a loaded machine the first runs could otherwise end
+ * the batch before the last one's takeover, which then never joins.
  */
 async function joinAll(runners: Runner[], batchId: string, executor: (i: number) => Executor): Promise<Promise<RunResult>[]> {
+  let open!: () => void;
+  const allJoined = new Promise<void>((resolve) => (open = resolve));
+  const gated = (i: number): Executor => {
+    const e = executor(i);
+    return { ...e, work: async (...args: Parameters<Executor['work']>) => (await allJoined, e.work(...args)) };
+  };
   // Wrapped: a promise returned from a promise would be awaited, the runs to their end.
   const joined = await Promise.all(
     runners.map((r, i) =>
-      waitFor('join', async () => (await r.takeOver(() => executor(i), batchId)) && { run: runOf(r, batchId) }, {
+      waitFor('join', async () => (await r.takeOver(() => gated(i), batchId)) && { run: runOf(r, batchId) }, {
         everyMs: 10,
       }),
     ),
   );
+  open();
   return joined.map((j) => j.run);
 }
 
