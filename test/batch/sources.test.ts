@@ -108,6 +108,13 @@ async function sendToLocalBus(
   }
 }
 
+/** Put objects `[key, body]` into in-bucket, 50 at a time (the client's sockets). */
+async function putAll(objects: [string, string][]): Promise<void> {
+  for (let i = 0; i < objects.length; i += 50) {
+    await Promise.all(objects.slice(i, i + 50).map(([key, body]) => s3.put('in-bucket', key, body)));
+  }
+}
+
 async function keysOf(id: string): Promise<string[]> {
   const rows = await db.sql<{ key: string }[]>`select key from leasehold_items where batch_id = ${id} order by key`;
   return rows.map((r) => r.key);
@@ -116,9 +123,7 @@ async function keysOf(id: string): Promise<string[]> {
 describe('a prefix source', () => {
   it('gives one item per object under the prefix, read in pages, and answers at once while reading', async () => {
     const n = 1_234;
-    await Promise.all(
-      Array.from({ length: n }, (_, i) => s3.put('in-bucket', `objs/f${String(i).padStart(5, '0')}.txt`, `body ${i}`)),
-    );
+    await putAll(Array.from({ length: n }, (_, i) => [`objs/f${String(i).padStart(5, '0')}.txt`, `body ${i}`]));
     await s3.put('in-bucket', 'other/outside.txt', 'not under the prefix');
     const { batch, created } = await start({ s3: { bucket: 'in-bucket', prefix: 'objs/' } });
     expect(created).toBe(true);
@@ -162,9 +167,7 @@ async function pagesOf(source: StoredSource, pageObjects: number): Promise<numbe
 describe("a prefix's listing", () => {
   it('is cut into chains listed at once after its first page; each object is read exactly once', async () => {
     const n = 3_000;
-    for (let i = 0; i < n; i += 500) {
-      await Promise.all(Array.from({ length: 500 }, (_, j) => s3.put('in-bucket', `cut/${String(i + j).padStart(6, '0')}`, 'x')));
-    }
+    await putAll(Array.from({ length: n }, (_, i) => [`cut/${String(i).padStart(6, '0')}`, 'x']));
     const pages = await readAll({ s3: { bucket: 'in-bucket', prefix: 'cut/' } }, 400);
     const keys = pages.flatMap((p) => p.keys);
     expect(keys).toHaveLength(n);
@@ -193,9 +196,7 @@ describe("a prefix's listing", () => {
       '!',
       '00J',
     ];
-    for (let i = 0; i < names.length; i += 300) {
-      await Promise.all(names.slice(i, i + 300).map((k) => s3.put('in-bucket', `odd/${k}`, 'x')));
-    }
+    await putAll(names.map((k) => [`odd/${k}`, 'x']));
     for (const pageObjects of [50, 333]) {
       const pages = await readAll({ s3: { bucket: 'in-bucket', prefix: 'odd/' } }, pageObjects);
       const keys = pages.flatMap((p) => p.keys);
@@ -207,7 +208,7 @@ describe("a prefix's listing", () => {
 
   it('reads on from a cursor an earlier version stored (one continuation token)', async () => {
     const n = 700;
-    await Promise.all(Array.from({ length: n }, (_, i) => s3.put('in-bucket', `old/${String(i).padStart(4, '0')}`, 'x')));
+    await putAll(Array.from({ length: n }, (_, i) => [`old/${String(i).padStart(4, '0')}`, 'x']));
     const r = await s3.client.send(new ListObjectsV2Command({ Bucket: 'in-bucket', Prefix: 'old/', MaxKeys: 100 }));
     const pages = await readAll({ s3: { bucket: 'in-bucket', prefix: 'old/' } }, 250, {
       token: r.NextContinuationToken!,
