@@ -213,7 +213,9 @@ async function readListing(
   } else {
     throw new Error('an object cursor for a prefix source');
   }
-  if (!split && chains.length === 1 && chains[0].after !== '') {
+  // A directory bucket (S3 Express One Zone, named `…--x-s3`) lists keys out of order and takes
+  // no StartAfter: it is listed along one chain.
+  if (!split && chains.length === 1 && chains[0].after !== '' && !s.bucket.endsWith('--x-s3')) {
     chains = await splitChain(client, s, chains[0], alphabet ?? '', LIST_CHAINS);
     split = true;
     alphabet = undefined;
@@ -302,9 +304,10 @@ async function firstAfter(client: S3Client, s: { bucket: string; prefix: string 
 
 /**
  * About the last key of the prefix: from `from`, a known key, character by character, the
- * largest printable character any later key has there (binary search over one-key listings,
- * jumping to the key each one answers), down to 3 characters past the first that differs from
- * `from`. At most 64 listings.
+ * largest printable character any later key has there, down to 3 characters past the first that
+ * differs from `from`. One one-key listing asks whether any later key has a larger character
+ * there at all (a character every remaining key shares costs just that one); only then a binary
+ * search over one-key listings, jumping to the key each one answers. At most 64 listings.
  */
 async function lastKeyNear(client: S3Client, s: { bucket: string; prefix: string }, from: string): Promise<string> {
   let last = from;
@@ -314,8 +317,8 @@ async function lastKeyNear(client: S3Client, s: { bucket: string; prefix: string
     const base = last.slice(0, j);
     let lo = last.charCodeAt(j);
     let hi = 0x7e;
-    while (lo < hi && probes < 64) {
-      const mid = (lo + hi + 1) >> 1;
+    for (let first = true; lo < hi && probes < 64; first = false) {
+      const mid = first ? lo + 1 : (lo + hi + 1) >> 1;
       probes++;
       const k = await firstAfter(client, s, base + String.fromCharCode(mid));
       if (k === null) hi = mid - 1;

@@ -3,7 +3,7 @@
 // PostgreSQL: a prefix, a JSON Lines object and a CSV object read in pages by runs; bad sources
 // refused at start (nothing stored) or ending the batch failed with the first bad line; results
 // written as parts and a manifest.
-import { DeleteBucketCommand, GetObjectCommand, HeadBucketCommand, ListObjectsV2Command } from '@aws-sdk/client-s3';
+import { DeleteBucketCommand, GetObjectCommand, HeadBucketCommand, ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   batchEvents,
@@ -204,6 +204,42 @@ describe("a prefix's listing", () => {
       expect(keys.length).toBe(names.length);
       expect(new Set(keys)).toEqual(new Set(names.map((k) => `odd/${k}`)));
     }
+  }, 120_000);
+
+  it('finds its cuts with few one-key listings when the keys share a long start after the prefix', async () => {
+    const n = 3_000;
+    await putAll(Array.from({ length: n }, (_, i) => [`deep/data/2024/01/01/part-${String(i).padStart(5, '0')}.json`, 'x']));
+    // The real client against the local server, with the one-key listings (the probes) counted.
+    let probes = 0;
+    const client = new S3Client({
+      region: 'us-east-1',
+      endpoint: s3.endpoint,
+      forcePathStyle: true,
+      credentials: { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' },
+    });
+    client.middlewareStack.add(
+      (next, context) => async (args) => {
+        const input = args.input as { MaxKeys?: number };
+        if (context.commandName === 'ListObjectsV2Command' && input.MaxKeys === 1) probes++;
+        return next(args);
+      },
+      { step: 'initialize' },
+    );
+    const source = { s3: { bucket: 'in-bucket', prefix: 'deep/' } };
+    const first = await readPage(client, source, null, { maxInputBytes: 65_536, pageObjects: 400 });
+    const second = await readPage(client, source, first.cursor, { maxInputBytes: 65_536, pageObjects: 400 });
+    expect((second.cursor as Extract<SourceCursor, { chains: unknown }>).chains).toHaveLength(LIST_CHAINS);
+    // 26 characters every key shares past the prefix cost one listing each at most, then a few
+    // binary searches (it took 65, the limit, and made no cut, before).
+    expect(probes).toBeLessThanOrEqual(45);
+    const keys = [...first.items, ...second.items].map((i) => i.key);
+    for (let cursor = second.cursor, done = second.done; !done;) {
+      const page = await readPage(client, source, cursor, { maxInputBytes: 65_536, pageObjects: 400 });
+      keys.push(...page.items.map((i) => i.key));
+      [cursor, done] = [page.cursor, page.done];
+    }
+    expect(new Set(keys).size).toBe(n);
+    expect(keys).toHaveLength(n);
   }, 120_000);
 
   it('reads on from a cursor an earlier version stored (one continuation token)', async () => {
