@@ -230,6 +230,16 @@ export class Run {
   private failedStored = 0;
   /** Items settled as failed whose move has not landed yet. */
   private failedSettling = 0;
+  /**
+   * Failed items the batch tolerates, as the last end check answered (docs/design.md, "End"):
+   * a percent follows the items stored so far, and waits (null) while the source is read.
+   * Keeping the allowance seen at takeover left a run that took a source batch over at 0 items
+   * sure that its first failure doomed the batch: it claimed and started nothing more, its
+   * queued items stayed `running` while it beat, and the batch never ended.
+   */
+  private allowedFailures: number | null;
+  /** This run's reader stored the source's last page: the flusher checks the tolerance once. */
+  private judgeTolerance = false;
   /** The run is over: settling items are no longer written. */
   private ended = false;
   private readonly capacity: number;
@@ -276,6 +286,8 @@ export class Run {
     this.id = runId;
     this.beatSentAt = takenAt;
     this.capacity = s.parallel + s.queueDepth;
+    const percent = batch.toleratedFailures !== null && 'percent' in batch.toleratedFailures;
+    this.allowedFailures = batch.reading && percent ? null : batch.allowedFailures;
     // Every in-flight item listens on this one signal; `parallel` may well exceed 10.
     setMaxListeners(0, this.items.signal);
     const limit = batch.ratePerSecond != null ? { ...s.rateLimit, perSecond: batch.ratePerSecond } : s.rateLimit;
@@ -415,6 +427,10 @@ export class Run {
     for (;;) {
       if (this.reason) return undefined;
       await this.recoverStale();
+      if (this.judgeTolerance) {
+        this.judgeTolerance = false;
+        await this.endIfIntolerable();
+      }
       if (this.intolerable) return 'failed';
       this.startQueued();
       if (this.settled.length > 0 || this.room() > 0) {
@@ -609,8 +625,8 @@ export class Run {
    * way ends it, so nothing more is claimed or started meanwhile.
    */
   private doomed(): boolean {
-    const allowed = this.batch.allowedFailures;
-    return allowed !== null && allowed !== undefined && this.failedStored + this.failedSettling > allowed;
+    const allowed = this.allowedFailures;
+    return allowed !== null && this.failedStored + this.failedSettling > allowed;
   }
 
   /** One statement: move every settled item and claim the free room. */
@@ -694,9 +710,10 @@ export class Run {
    * batch; a batch without a tolerance is never ended here (no statement is sent).
    */
   private async endIfIntolerable(): Promise<boolean> {
-    if (this.batch.allowedFailures === null || this.batch.allowedFailures === undefined) return false;
+    if (!this.batch.toleratedFailures) return false;
     const r = await this.store(() => q.endIntolerable(this.sql, this.batch.id, this.id));
     this.failedStored = r.failed;
+    this.allowedFailures = r.allowed;
     if (!r.ended) return false;
     this.intolerable = true;
     this.queue = [];
@@ -1100,7 +1117,13 @@ export class Run {
         state = { source: state.source, cursor: page.cursor, pages: state.pages + 1, total };
         this.moreDue = true;
         this.wake();
-        if (page.done) return;
+        if (page.done) {
+          // The total is final: the flusher judges the failures stored while reading against a
+          // percent now (one statement at a time stays the flusher's).
+          this.judgeTolerance = true;
+          this.wake();
+          return;
+        }
       } catch (e) {
         // The store kept failing: hand off, so another run reads on from the stored cursor.
         this.s.onEvent({ type: 'store-error', batchId: this.batch.id, runId: this.id, error: e, tries: this.s.moveTries });

@@ -960,6 +960,12 @@ export interface IntolerableEnd {
   givenBack: number;
   /** The batch's failed items as counted by the statement. */
   failed: number;
+  /**
+   * Failed items the batch tolerates now: its count, or its percent of the items stored so far;
+   * null when it has no tolerance, or when its tolerance is a percent and its source is still
+   * read (a percent ends a batch early only once its total is known: docs/design.md, "End").
+   */
+  allowed: number | null;
 }
 
 // Ends the batch `failed` at once when more of its items have failed than its tolerance allows
@@ -968,18 +974,23 @@ export interface IntolerableEnd {
 // back (the end interrupted them), pending ones stay pending. The failed count is the batch's,
 // shared by all its runs: every run checks it after each move that failed an item, so the run
 // whose move passes the allowance (or a later one) ends the batch, once (every run row is
-// deleted first; a second end finds none).
+// deleted first; a second end finds none). A percent tolerance is judged only once the batch's
+// source has been read (its total is final; a percent of the first pages would end a healthy
+// batch at a few early failures); a count applies at once. It answers the allowance it judged
+// by, which the run keeps (docs/design.md, "End").
 // The give-back is a second statement of the end's transaction: the end's deletes wait for the
 // moves in flight on the run rows, and a claim among them (pending to running, committed after
 // the end's snapshot) is seen only by a later snapshot; in the end's own statement such items
 // stayed running in the ended batch (docs/design.md, "Fan-out").
 export async function endIntolerable(sql: Sql, batchId: string, run: string): Promise<IntolerableEnd> {
   return inTransaction(sql, async (t) => {
-    const [r] = await t<{ ended: number; failed: number }[]>`${endIntolerableStatement(t, { batchId, run })}`;
+    const [r] = await t<
+      { ended: number; failed: number; allowed: number | null }[]
+    >`${endIntolerableStatement(t, { batchId, run })}`;
     if (r.ended === 1) await t`${endLateRuns(t, batchId)}`;
     const givenBack = r.ended === 1 ? (await t`${giveBackRunningStatement(t, { batchId })}`).count : 0;
     if (r.ended === 1) await writeEndEvent(t, batchId);
-    return { ended: r.ended === 1, givenBack, failed: r.failed };
+    return { ended: r.ended === 1, givenBack, failed: r.failed, allowed: r.allowed };
   });
 }
 
@@ -987,13 +998,11 @@ export async function endIntolerable(sql: Sql, batchId: string, run: string): Pr
 export function endIntolerableStatement(sql: Sql, { batchId, run }: { batchId: string; run: string }) {
   return sql`with n as materialized (
       select count(*)::int as failed from leasehold_items where batch_id = ${batchId} and state = 'failed'
+    ), a as materialized (
+      select case when tolerated_percent is not null and reading then null else allowed_failures end as allowed
+      from leasehold_batches where id = ${batchId}
     ), gone as (
-      ${endRuns(
-        sql,
-        batchId,
-        run,
-        sql`(select failed from n) > (select allowed_failures from leasehold_batches where id = ${batchId})`,
-      )}
+      ${endRuns(sql, batchId, run, sql`(select failed from n) > (select allowed from a)`)}
     ), ended as (
       update leasehold_batches b
       set status = 'failed', reason = ${toleranceReason(sql)}, finished_at = now(), live_runs = 0
@@ -1001,7 +1010,7 @@ export function endIntolerableStatement(sql: Sql, { batchId, run }: { batchId: s
       where b.id = ${batchId} and b.status = 'open' and ${run}::uuid in (select id from gone)
       returning b.id
     )
-    select (select count(*) from ended)::int as ended, (select failed from n) as failed`;
+    select (select count(*) from ended)::int as ended, (select failed from n) as failed, (select allowed from a) as allowed`;
 }
 
 /**
