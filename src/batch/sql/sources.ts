@@ -5,6 +5,7 @@
 // (sql/batches.ts), so an end of the batch (which deletes the run rows first) is ordered with it.
 import type { Sql } from '../../store/index.js';
 import { itemRows, RUN_ITEMS } from './batches.js';
+import { storableText } from '../values.js';
 import { writeEndEvent } from './events.js';
 
 /** What a run that became (or stays) the reader of its batch's source knows of it. */
@@ -83,6 +84,10 @@ export async function failSource(
   sql: Sql,
   a: { batchId: string; run: string; reason: string; line: number | null },
 ): Promise<boolean> {
+  // The reason may quote the object's own bytes (a parse error of a binary object holds NUL,
+  // which PostgreSQL text refuses): refused, the end itself failed, the run handed off and the
+  // next read the same range again for ever (docs/design.md, "Sources and results").
+  const reason = storableText(a.reason);
   return sql.begin(async (tx) => {
     const t = tx as unknown as Sql;
     const [r] = await t<{ ended: number }[]>`with gone as (
@@ -91,12 +96,12 @@ export async function failSource(
         returning id
       ), ended as (
         update leasehold_batches
-        set status = 'failed', reason = ${a.reason}, source_error_line = ${a.line}, reading = false,
+        set status = 'failed', reason = ${reason}, source_error_line = ${a.line}, reading = false,
             finished_at = now(), live_runs = 0
         where id = ${a.batchId} and status = 'open' and ${a.run}::uuid in (select id from gone)
         returning id
       ), failed as (
-        update leasehold_items i set state = 'failed', error = ${'the source could not be read: ' + a.reason},
+        update leasehold_items i set state = 'failed', error = ${storableText('the source could not be read: ' + a.reason)},
           updated_at = now()
         where i.batch_id = ${a.batchId} and i.state in ('pending', 'running') and exists (select 1 from ended)
         returning 1
