@@ -6,7 +6,7 @@ import { createBatch, type CreateOptions } from './batches.js';
 import { systemClock, type Clock } from '../clock.js';
 import * as q from './sql/batches.js';
 import { NO_LIMIT } from './sql/batches.js';
-import { batchedWork, checkItemBatching } from './calls.js';
+import { batchedWork, checkItemBatching } from './run/index.js';
 import { checkRetrySettings, MAX_ATTEMPTS, MAX_BACKOFF_MS, Run, type RunnerEvent, type RunSettings } from './run/index.js';
 import { DEFAULT_MAX_OUTPUT_BYTES } from './values.js';
 import {

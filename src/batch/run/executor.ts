@@ -7,10 +7,10 @@
 import { setMaxListeners } from 'node:events';
 import { InvalidSettingError } from '../../errors.js';
 import { ItemStaleError, ItemTimeoutError, RetryAfterError } from '../errors.js';
-import { ItemBeats } from '../heartbeat.js';
+import { ItemBeats } from './heartbeat.js';
 import { recoverStaleItems } from '../sql/heartbeats.js';
 import * as q from '../sql/batches.js';
-import { ItemNotStartedError } from '../calls.js';
+import { ItemNotStartedError } from './calls.js';
 import { encodeOutput, errorText } from '../values.js';
 import type { Executor, ItemState } from '../types.js';
 import type { RunContext } from './context.js';

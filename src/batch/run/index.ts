@@ -8,3 +8,13 @@ export { Run } from './run.js';
 export { StoreFailure } from './context.js';
 export { retryDelayMs, backoffIntervalMs, checkRetrySettings, MAX_ATTEMPTS, MAX_BACKOFF_MS } from './executor.js';
 export type { ItemOutcome, RunnerEvent, RunSettings } from './types.js';
+export {
+  batchedWork,
+  checkItemBatching,
+  CallAnswerError,
+  DEFAULT_GATHER_MS,
+  MAX_GATHER_MS,
+  MAX_ITEMS_PER_CALL,
+  type IgnoredResults,
+} from './calls.js';
+export { HEARTBEAT_SPACING_MS } from './heartbeat.js';
