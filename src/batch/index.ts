@@ -66,7 +66,7 @@ export {
   type ItemOutcome,
 } from './runner.js';
 export { DEFAULT_MAX_OUTPUT_BYTES, MAX_ERROR_CHARS } from './values.js';
-export { HEARTBEAT_SPACING_MS } from './heartbeat.js';
+export { HEARTBEAT_SPACING_MS } from './run/index.js';
 export { redriveBatch, type Redrive, type RedriveOptions, type RedriveResult } from './redrive.js';
 export {
   finishedSeries,
@@ -86,7 +86,7 @@ export {
   MAX_GATHER_MS,
   MAX_ITEMS_PER_CALL,
   type IgnoredResults,
-} from './calls.js';
+} from './run/index.js';
 export {
   checkRateLimit,
   defaultBurst,

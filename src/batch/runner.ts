@@ -6,8 +6,8 @@ import { createBatch, type CreateOptions } from './batches.js';
 import { systemClock, type Clock } from '../clock.js';
 import * as q from './sql/batches.js';
 import { NO_LIMIT } from './sql/batches.js';
-import { batchedWork, checkItemBatching } from './calls.js';
-import { checkRetrySettings, MAX_ATTEMPTS, MAX_BACKOFF_MS, Run, type RunnerEvent, type RunSettings } from './run.js';
+import { batchedWork, checkItemBatching } from './run/index.js';
+import { checkRetrySettings, MAX_ATTEMPTS, MAX_BACKOFF_MS, Run, type RunnerEvent, type RunSettings } from './run/index.js';
 import { DEFAULT_MAX_OUTPUT_BYTES } from './values.js';
 import {
   ITEM_STALE_LIMITS_MS,
@@ -28,7 +28,7 @@ export {
   MAX_BACKOFF_MS,
   type ItemOutcome,
   type RunnerEvent,
-} from './run.js';
+} from './run/index.js';
 
 /** Options of {@link Runner}; every duration is in milliseconds. */
 export interface RunnerOptions {

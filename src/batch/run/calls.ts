@@ -3,10 +3,10 @@
 // starts, times, retries and moves every item on its own. The grouping sits behind the one-item
 // `ItemWork` the run calls: each item's work waits here for its call and settles with its own
 // answer, so the run's pipeline knows nothing of calls.
-import type { Clock } from '../clock.js';
-import { InvalidSettingError, LeaseholdError } from '../errors.js';
-import { ItemTimeoutError } from './errors.js';
-import type { Executor, ItemCallResult, ItemContext, ItemsWork, ItemWork } from './types.js';
+import type { Clock } from '../../clock.js';
+import { InvalidSettingError, LeaseholdError } from '../../errors.js';
+import { ItemTimeoutError } from '../errors.js';
+import type { Executor, ItemCallResult, ItemContext, ItemsWork, ItemWork } from '../types.js';
 
 /** Most items one batched call may get (`itemsPerCall`). */
 export const MAX_ITEMS_PER_CALL = 1_000;

@@ -1,13 +1,13 @@
 // Item heartbeats and checkpoints of one run (docs/design.md, "Item heartbeats and
 // checkpoints"): what `ctx.heartbeat` and `ctx.checkpoint` write for each attempt the run
-// executes, and which attempts may have gone stale. The run (run.ts) owns the attempts; this
-// keeps their writes ordered, coalesced and bounded.
-import { withTimeout, type Sql } from '../store/index.js';
-import type { Clock } from '../clock.js';
-import { CheckpointTooLargeError, ItemLostError, UnstorableStateError } from './errors.js';
-import { beatItem } from './sql/heartbeats.js';
-import { MAX_CHECKPOINT_BYTES, MAX_PROGRESS_BYTES } from './types.js';
-import { encodeOutput } from './values.js';
+// executes, and which attempts may have gone stale. The executor (executor.ts) owns the
+// attempts; this keeps their writes ordered, coalesced and bounded.
+import { withTimeout, type Sql } from '../../store/index.js';
+import type { Clock } from '../../clock.js';
+import { CheckpointTooLargeError, ItemLostError, UnstorableStateError } from '../errors.js';
+import { beatItem } from '../sql/heartbeats.js';
+import { MAX_CHECKPOINT_BYTES, MAX_PROGRESS_BYTES } from '../types.js';
+import { encodeOutput } from '../values.js';
 
 /** The reason an attempt's timer is aborted with: the attempt is over (nobody reads it). */
 const ATTEMPT_OVER = 'attempt over';

@@ -1,0 +1,227 @@
+// The completer of a run (docs/design.md, "The run, inside"; "Batches": moves): stores settled
+// items as moves. One flusher writes: each statement carries every item settled since the last
+// one, plus a claim for the producer's free room, under one fence on the run's lease, so at most
+// one move is in flight and moves stay ordered. A value PostgreSQL refuses sends the moves one
+// by one (that item fails with the reason, the others land); a short count is checked against
+// what landed before it means the batch was lost.
+import * as q from '../sql/batches.js';
+import { errorText } from '../values.js';
+import { UnstorableMoves, type RunContext } from './context.js';
+import { CLAIM_AHEAD_MS, type Settled } from './types.js';
+
+/** What the completer asks of the run's other collaborators. */
+export interface CompleterDeps {
+  /** Claims that fit now (producer). */
+  room(): number;
+  /** A claim's answer was lost (producer; made once). */
+  claimLost: () => void;
+  /** Queue what a step claimed (producer). */
+  claimed(r: q.StepResult, claim: number, sentAt: number): void;
+  /** Start queued items on free slots (producer). */
+  startQueued(): void;
+  /** The store may hold due pending items again (producer). */
+  mayBeDue(): void;
+  /** A retry's move landed: due `delayMs` after `sentAt` (producer). */
+  retryDue(delayMs: number, sentAt: number): void;
+  /** `n` failed items' moves landed or were lost: no longer settling (lifecycle). */
+  failuresSent(n: number): void;
+  /** A failed item's move landed (lifecycle). */
+  failureStored(): void;
+  /** End the batch if its failures are past its tolerance (lifecycle). */
+  endIfIntolerable(): Promise<boolean>;
+  /** Whether this run ended the batch for its failures (lifecycle). */
+  intolerable(): boolean;
+}
+
+/** The settled items of one run and the moves that store them. */
+export class Completer {
+  private settled: Settled[] = [];
+  /** A move of this run landed (and set the batch's stalled runs to 0). */
+  private progressRecorded = false;
+  /** Items this run stored as done or failed (its result's `finishedItems`). */
+  finishedItems = 0;
+
+  constructor(
+    private readonly ctx: RunContext,
+    private readonly d: CompleterDeps,
+  ) {}
+
+  /** An item settled: its move goes with the next statement. */
+  add(s: Settled): void {
+    this.settled.push(s);
+  }
+
+  /** Whether settled items wait for their move. */
+  pending(): boolean {
+    return this.settled.length > 0;
+  }
+
+  /** One statement: move every settled item and claim the producer's free room. */
+  async step(): Promise<void> {
+    const ctx = this.ctx;
+    const batch = this.settled;
+    this.settled = [];
+    const failures = batch.filter((b) => b.move.state === 'failed').length;
+    const claim = this.d.room();
+    const recordProgress = !this.progressRecorded && batch.length > 0;
+    const settled = batch.filter((b) => b.move.state === 'done' || b.move.state === 'failed').length;
+    const moves = q.encodeMoves(batch.map((b) => b.move));
+    // Due times are counted from the database's now() in the statement, which is no earlier than
+    // this: timers armed from it fire on time or a little early (a claim then answers how long
+    // is left), never a round trip late.
+    const sentAt = ctx.s.clock.now();
+    let r: q.StepResult;
+    try {
+      r = await ctx.store(
+        () =>
+          q.step(ctx.sql, {
+            batchId: ctx.batch.id,
+            run: ctx.id,
+            moves,
+            settled,
+            claim,
+            aheadMs: CLAIM_AHEAD_MS,
+            recordProgress,
+          }),
+        // A claim whose answer is lost may have committed: those items would stay running.
+        claim > 0 ? this.d.claimLost : undefined,
+        batch.length > 0,
+      );
+    } catch (e) {
+      if (!(e instanceof UnstorableMoves)) throw e;
+      await this.moveOneByOne(batch);
+      return;
+    } finally {
+      // Landed, or lost: either way no longer settling.
+      this.d.failuresSent(failures);
+    }
+    if (r.moved < batch.length && !(await this.movesLanded(moves, batch.length))) return ctx.markLost();
+    this.landed(batch, sentAt);
+    // The items it claimed are put back by the end: they are not queued.
+    if (failures > 0 && (await this.d.endIfIntolerable())) return;
+    if (claim > 0) this.d.claimed(r, claim, sentAt);
+    this.d.startQueued();
+  }
+
+  /**
+   * The handoff statement: the items settled meanwhile are moved, the items this run holds but
+   * `executing` (they ignored their signal past drainMs) given back with their attempts
+   * unchanged, and the beat cleared. A run that stored nothing ended gracefully: its takeover
+   * does not count as a stalled run. Resolves to `handed`, `lost`, or `failed` when a failure
+   * stored one by one ended the batch.
+   */
+  async handOff(executing: () => Iterable<string>): Promise<'handed' | 'lost' | 'failed'> {
+    const ctx = this.ctx;
+    let batch = this.settled;
+    this.settled = [];
+    const send = (settled: Settled[]) => {
+      const moves = q.encodeMoves(settled.map((b) => b.move));
+      // Items still executing (they ignored their signal past drainMs) stay running: the next
+      // takeover counts that attempt. Every other item this run holds goes back.
+      const hold = JSON.stringify([...executing(), ...settled.map((b) => b.move.key)]);
+      const recordProgress = !this.progressRecorded && settled.length > 0;
+      return ctx.store(
+        () => q.handOffRun(ctx.sql, { batchId: ctx.batch.id, run: ctx.id, moves, hold, recordProgress }),
+        undefined,
+        settled.length > 0,
+      );
+    };
+    let r: Awaited<ReturnType<typeof q.handOffRun>>;
+    try {
+      r = await send(batch);
+    } catch (e) {
+      if (!(e instanceof UnstorableMoves)) throw e;
+      await this.moveOneByOne(batch);
+      if (this.d.intolerable()) return 'failed';
+      if (ctx.reason === 'lost') return 'lost';
+      batch = [];
+      r = await send(batch);
+    }
+    if (!r.handed) return 'lost';
+    this.landed(batch);
+    return 'handed';
+  }
+
+  /**
+   * PostgreSQL refused a move for a value it carried (despite the checks at settle time): write
+   * each item alone, and store the one it refuses as failed with the reason, so the others land.
+   */
+  private async moveOneByOne(batch: Settled[]): Promise<void> {
+    for (let item of batch) {
+      let r: q.StepResult;
+      try {
+        r = await this.moveAlone(item, true);
+      } catch (e) {
+        if (!(e instanceof UnstorableMoves)) throw e;
+        const m = item.move;
+        const error = `its result cannot be stored: ${errorText(e.cause)}`;
+        item = { outcome: 'failed', move: { ...m, state: 'failed', attempts: m.claimed, output: null, error, delayMs: 0 } };
+        r = await this.moveAlone(item, false);
+      }
+      if (r.moved < 1 && !(await this.movesLanded(q.encodeMoves([item.move]), 1))) return this.ctx.markLost();
+      this.landed([item]);
+    }
+    if (batch.some((b) => b.move.state === 'failed')) await this.d.endIfIntolerable();
+  }
+
+  /**
+   * Whether all `n` moves stand as this run wrote them, the batch still its own: a move statement
+   * that counted short may be a retry whose first try landed after all (a timed-out statement the
+   * server went on with), which is no loss.
+   */
+  private async movesLanded(moves: q.EncodedMoves, n: number): Promise<boolean> {
+    const ctx = this.ctx;
+    const landed = await ctx.store(() => q.movesLanded(ctx.sql, { batchId: ctx.batch.id, run: ctx.id, moves }));
+    return landed === n;
+  }
+
+  private moveAlone(item: Settled, dataSensitive: boolean): Promise<q.StepResult> {
+    const ctx = this.ctx;
+    const moves = q.encodeMoves([item.move]);
+    const recordProgress = !this.progressRecorded;
+    const settled = item.move.state === 'done' || item.move.state === 'failed' ? 1 : 0;
+    return ctx.store(
+      () => q.step(ctx.sql, { batchId: ctx.batch.id, run: ctx.id, moves, settled, claim: 0, aheadMs: 0, recordProgress }),
+      undefined,
+      dataSensitive,
+    );
+  }
+
+  /**
+   * Account for stored moves: counts, events, and the retries' due times (counted from
+   * `sentAt`, the local time the statement was sent).
+   */
+  private landed(batch: Settled[], sentAt = this.ctx.s.clock.now()): void {
+    if (batch.length === 0) return;
+    const ctx = this.ctx;
+    this.progressRecorded = true;
+    for (const { move, outcome } of batch) {
+      if (move.state === 'failed') this.d.failureStored();
+      if (move.state === 'done' || move.state === 'failed') this.finishedItems++;
+      else if (outcome === 'retry') this.d.retryDue(move.delayMs, sentAt);
+      else this.d.mayBeDue();
+      ctx.s.onEvent({
+        type: 'item-ended',
+        batchId: ctx.batch.id,
+        runId: ctx.id,
+        key: move.key,
+        attempt: move.claimed,
+        outcome,
+      });
+    }
+  }
+
+  /**
+   * A stale attempt the executor recovered, stored by its statement: counted as a landed move
+   * (`failed`: its attempts were used up, else it is pending again).
+   */
+  staleRecovered(key: string, claimed: number, failed: boolean): void {
+    const ctx = this.ctx;
+    if (failed) {
+      this.d.failureStored();
+      this.finishedItems++;
+    } else this.d.mayBeDue();
+    const outcome = failed ? 'failed' : 'stale';
+    ctx.s.onEvent({ type: 'item-ended', batchId: ctx.batch.id, runId: ctx.id, key, attempt: claimed, outcome });
+  }
+}

@@ -1,0 +1,304 @@
+// The producer of a run (docs/design.md, "The run, inside"; "Batches" and "Rate limits"): what
+// the run has claimed and not yet started, when to claim again (due times), the rate gate, and
+// the run's slots. It keeps the slots full: claims run ahead of execution into a local queue of
+// at most `parallel + queueDepth` items (running included); a freed slot starts the next queued
+// item at once; an item due later (a retry) is claimed shortly before it is due and started by
+// a local timer when it is due. The completer's statements carry its claims.
+import * as q from '../sql/batches.js';
+import { RATE_WAIT_IN_QUEUE_MS, RateGate, type RateLimit } from '../rate.js';
+import type { RunContext } from './context.js';
+import { CLAIM_AHEAD_MS, type Settled } from './types.js';
+
+/** A claimed item waiting in the run's queue: start it at `startAt` (local clock; 0: at once). */
+interface Queued {
+  item: q.ClaimedRow;
+  startAt: number;
+  /** Its rate-limit key, once computed (rate-limited batches only). */
+  rateKey?: string;
+}
+
+/** What the producer asks of the run's other collaborators. */
+export interface ProducerDeps {
+  /** Whether the last good beat still keeps the batch from being taken over (lifecycle). */
+  beatValid(): boolean;
+  /** Whether the failures stored and settling are more than the batch tolerates (lifecycle). */
+  doomed(): boolean;
+  /** Items executing now (executor). */
+  running(): number;
+  /** Start one item's attempt (executor). */
+  launch(item: q.ClaimedRow): void;
+  /** A claimed item goes back with a move (completer). */
+  settle(s: Settled): void;
+}
+
+/** Claims, the claim-ahead queue, due times, the rate gate and the slots of one run. */
+export class Producer {
+  private readonly capacity: number;
+  private queue: Queued[] = [];
+  /** The tokens of a rate-limited batch (docs/design.md, "Rate limits"); undefined without a limit. */
+  private gate: RateGate | undefined;
+  /** A timer that wakes the run when a rate-limited key in its queue may have a token again. */
+  private rateTimer: AbortController | undefined;
+  /** The store may hold due pending items this run has not claimed. */
+  private moreDue = true;
+  /** A claim's answer was lost: items may be running under this run that it never received. */
+  private claimUncertain = false;
+  /** Local clock time of the next retry known to be due, and the timer waiting for it. */
+  private dueAt = Infinity;
+  private dueTimer: AbortController | undefined;
+  /** Local clock time when the next item claimed ahead of its due time may start, and its timer. */
+  private startAt = Infinity;
+  private startTimer: AbortController | undefined;
+  /** Marks a claim's answer lost (made once: a step with a claim passes it to the store). */
+  readonly claimLost = (): void => {
+    this.claimUncertain = true;
+  };
+
+  constructor(
+    private readonly ctx: RunContext,
+    private readonly d: ProducerDeps,
+  ) {
+    const s = ctx.s;
+    this.capacity = s.parallel + s.queueDepth;
+    const rate = ctx.batch.ratePerSecond;
+    const limit = rate != null ? { ...s.rateLimit, perSecond: rate } : s.rateLimit;
+    this.gate = limit && this.rateGate(limit);
+  }
+
+  /** The run's side of a fleet-wide rate limit (docs/design.md, "Rate limits"). */
+  private rateGate(limit: RateLimit): RateGate {
+    const ctx = this.ctx;
+    return new RateGate({
+      sql: ctx.sql,
+      batchId: ctx.batch.id,
+      job: ctx.batch.job,
+      limit,
+      clock: ctx.s.clock,
+      storeTimeoutMs: ctx.s.storeTimeoutMs,
+      onAnswer: () => ctx.wake(),
+      onError: (error) => ctx.storeError(error, 1),
+    });
+  }
+
+  /**
+   * A rate the beat read from the batch: a rate set by a PATCH on a batch that had none is kept
+   * from now on (a run with a gate reads the batch's rate at every take, and from the beat too,
+   * so it stops spacing items it gives back at an old rate before its next take).
+   */
+  useBatchRate(perSecond: number): void {
+    if (!this.gate) this.gate = this.rateGate({ ...this.ctx.s.rateLimit, perSecond });
+    else this.gate.useBatchRate(perSecond);
+  }
+
+  /**
+   * Retry-After with a rate limit: the item's whole key waits, across the fleet (and only that
+   * key). Nothing without a limit.
+   */
+  pauseKey(item: q.ClaimedRow, ms: number): void {
+    if (this.gate) this.gate.pause(this.gate.keyOf({ key: item.key, input: item.input, params: this.ctx.batch.params }), ms);
+  }
+
+  /** Claims that fit: free room in the local queue while the store may hold due items. */
+  room(): number {
+    if (this.ctx.reason || !this.moreDue || !this.d.beatValid() || this.d.doomed()) return 0;
+    return Math.max(0, this.capacity - this.d.running() - this.queue.length);
+  }
+
+  /**
+   * Whether something here will wake the run: a queued item, a due timer, a rate answer, or
+   * (when items are due but the beats are too old to claim or start them) the next good beat.
+   */
+  waiting(): boolean {
+    return this.queue.length > 0 || this.dueTimer !== undefined || !!this.gate?.pending || (this.moreDue && !this.d.beatValid());
+  }
+
+  /** The store may hold due pending items again (a move landed, a page of the source was stored). */
+  mayBeDue(): void {
+    this.moreDue = true;
+  }
+
+  /**
+   * Take the items claimed by a step's answer into the queue (`claim`: the room it asked for;
+   * `sentAt`: local time the statement was sent).
+   */
+  claimed(r: q.StepResult, claim: number, sentAt: number): void {
+    this.moreDue = r.claimed.length >= claim;
+    // Counted from the answer, which came after the database's now(): never early.
+    const answeredAt = this.ctx.s.clock.now();
+    for (const item of r.claimed) this.queue.push({ item, startAt: item.due_in_ms > 0 ? answeredAt + item.due_in_ms : 0 });
+    if (!this.moreDue && r.nextDueMs !== null) this.dueIn(r.nextDueMs - CLAIM_AHEAD_MS, sentAt);
+  }
+
+  /**
+   * With nothing running or queued, give back every item a claim whose answer was lost left
+   * running under this run (each is such an orphan). Resolves to whether a statement was sent.
+   */
+  async releaseOrphans(): Promise<boolean> {
+    if (!this.claimUncertain) return false;
+    this.claimUncertain = false;
+    const ctx = this.ctx;
+    await ctx.store(() => q.releaseOrphans(ctx.sql, ctx.batch.id, ctx.id));
+    this.moreDue = true;
+    return true;
+  }
+
+  /** Drop the queue: the batch ended, its items go back with the end. */
+  clear(): void {
+    this.queue = [];
+  }
+
+  /** Empty the queue for the handoff, which gives its items back: the items it held. */
+  takeQueued(): q.ClaimedRow[] {
+    const queued = this.queue.map((e) => e.item);
+    this.queue = [];
+    return queued;
+  }
+
+  /** The run is over: no timer of its fires any more. */
+  stop(): void {
+    this.dueTimer?.abort();
+    this.startTimer?.abort();
+    this.rateTimer?.abort();
+  }
+
+  /**
+   * Start queued items on free slots, each once it is due (a timer wakes the run for one claimed
+   * ahead of its time). Nothing starts once the run stops or lost its batch, nor while its beats
+   * are too old to keep the batch (the next good beat starts them).
+   */
+  startQueued(): void {
+    if (this.ctx.reason || this.queue.length === 0 || !this.d.beatValid() || this.d.doomed()) return;
+    const s = this.ctx.s;
+    let now: number | undefined;
+    let next = Infinity;
+    // Rate-limited batches: tokens to ask for per key (one per free slot an item of it could
+    // take), the shortest wait of a key without one, and items of each key sent back so far.
+    const wants = new Map<string, number>();
+    let asked = 0;
+    let rateWait = Infinity;
+    const sentBack = new Map<string, number>();
+    for (let i = 0; i < this.queue.length && this.d.running() + asked < s.parallel;) {
+      const entry = this.queue[i];
+      const { item, startAt } = entry;
+      if (startAt > 0 && startAt > (now ??= s.clock.now())) {
+        next = Math.min(next, startAt);
+        i++;
+        continue;
+      }
+      if (this.gate) {
+        const key = (entry.rateKey ??= this.gate.keyOf({ key: item.key, input: item.input, params: this.ctx.batch.params }));
+        const t = this.gate.take(key, (now ??= s.clock.now()));
+        if (t.go) {
+          // Running low: ask for the next block now, while these tokens start items.
+          if (this.gate.runningLow(key, now, this.capacity)) wants.set(key, wants.get(key) ?? 0);
+        } else if (t.ask) {
+          wants.set(key, (wants.get(key) ?? 0) + 1);
+          asked++;
+          i++;
+          continue;
+        }
+        if (!t.go) {
+          // The key's bucket is empty for t.waitMs: a few of its items wait here for it, the
+          // rest go back to pending, each due at a later token's time, using no attempt, so they
+          // hold no slot and no room of the queue that other keys' items could use.
+          const n = sentBack.get(key) ?? 0;
+          sentBack.set(key, n + 1);
+          const keep = Math.max(1, Math.ceil((this.gate.rate(key) * RATE_WAIT_IN_QUEUE_MS) / 1000));
+          if (t.waitMs <= RATE_WAIT_IN_QUEUE_MS && n < keep) {
+            rateWait = Math.min(rateWait, t.waitMs);
+            i++;
+            continue;
+          }
+          this.queue.splice(i, 1);
+          this.giveBackForRate(item, t.waitMs + ((n + 1) * 1000) / this.gate.rate(key));
+          continue;
+        }
+      }
+      this.queue.splice(i, 1);
+      this.d.launch(item);
+    }
+    if (this.gate && wants.size > 0) {
+      for (const [key, need] of wants) wants.set(key, this.gate.askSize(key, need, this.capacity));
+      this.gate.ask(wants, this.capacity);
+    }
+    if (rateWait < Infinity) this.wakeForRate(rateWait);
+    if (next < this.startAt) this.startWhenDue(next, now!);
+  }
+
+  /** Start queued items again in `ms`, when a rate-limited key may have a token (one timer). */
+  private wakeForRate(ms: number): void {
+    if (this.rateTimer) return;
+    const timer = new AbortController();
+    this.rateTimer = timer;
+    void this.ctx.s.clock.sleep(ms, timer.signal).then(() => {
+      if (timer.signal.aborted) return;
+      this.rateTimer = undefined;
+      this.startQueued();
+      this.ctx.wake();
+    });
+  }
+
+  /** Wake the run at `at` (local clock; `now` is now), when an item claimed ahead is due. */
+  private startWhenDue(at: number, now: number): void {
+    this.startTimer?.abort();
+    const timer = new AbortController();
+    this.startTimer = timer;
+    this.startAt = at;
+    void this.ctx.s.clock.sleep(at - now, timer.signal).then(() => {
+      if (timer.signal.aborted) return;
+      this.startTimer = undefined;
+      this.startAt = Infinity;
+      this.ctx.wake();
+    });
+  }
+
+  /**
+   * Send a claimed item back to pending, due `delayMs` from now, with its attempt given back (it
+   * never started): its key had no token (docs/design.md, "Rate limits"). The next flush moves it.
+   */
+  private giveBackForRate(c: q.ClaimedRow, delayMs: number): void {
+    this.d.settle({
+      outcome: 'given-back',
+      move: {
+        key: c.key,
+        state: 'pending',
+        claimed: c.attempts,
+        attempts: c.attempts - 1,
+        output: null,
+        error: null,
+        delayMs: Math.ceil(delayMs),
+      },
+    });
+  }
+
+  /** A retry's move landed: claim it again shortly before its `delayMs` from `sentAt` is up. */
+  retryDue(delayMs: number, sentAt: number): void {
+    this.dueIn(delayMs - CLAIM_AHEAD_MS, sentAt);
+  }
+
+  /**
+   * Claim again `ms` after `from` (local clock; default now): a retry or a pending item of the
+   * store comes due then. At once when that time has come.
+   */
+  dueIn(ms: number, from = this.ctx.s.clock.now()): void {
+    const clock = this.ctx.s.clock;
+    const wait = from + ms - clock.now();
+    if (!(wait > 0)) {
+      this.moreDue = true;
+      return;
+    }
+    const at = from + ms;
+    if (at >= this.dueAt) return;
+    this.dueTimer?.abort();
+    const timer = new AbortController();
+    this.dueTimer = timer;
+    this.dueAt = at;
+    void clock.sleep(wait, timer.signal).then(() => {
+      if (timer.signal.aborted) return;
+      this.dueTimer = undefined;
+      this.dueAt = Infinity;
+      this.moreDue = true;
+      this.ctx.wake();
+    });
+  }
+}

@@ -1,0 +1,219 @@
+// One batch's execution by one run (docs/design.md, "Batches" and "The run, inside"): the
+// orchestrator that wires the run's collaborators together and decides when the run stops. The
+// producer claims and starts items (producer.ts), the executor runs their attempts
+// (executor.ts), the completer stores their moves (completer.ts), the source reader reads the
+// batch's source (source-reader.ts), and the lifecycle beats, slices, leaves, hands off and ends
+// the batch (lifecycle.ts). The Runner (../runner.ts) takes batches over and owns many runs.
+import type { Sql } from '../../store/index.js';
+import { BatchGivenUpError, BatchLostError } from '../errors.js';
+import * as q from '../sql/batches.js';
+import { s3Client } from '../s3.js';
+import { writeResultsAfterFinish } from '../results.js';
+import type { BatchInfo, Executor, RunOutcome, RunResult } from '../types.js';
+import { RunContext, StoreFailure } from './context.js';
+import { Completer } from './completer.js';
+import { ItemExecutor } from './executor.js';
+import { Lifecycle } from './lifecycle.js';
+import { Producer } from './producer.js';
+import { SourceReader } from './source-reader.js';
+import type { RunSettings, Settled } from './types.js';
+
+/**
+ * One run: a runner's ownership of one batch, from takeover to its end (docs/design.md,
+ * "Batches").
+ *
+ * Its loop is the flusher: one statement at a time (the completer's), each moving every item
+ * settled since the last one and claiming the producer's free room, so at most one move is in
+ * flight and moves stay ordered. A short count means the batch was lost: nothing more starts,
+ * and nothing more is written. On a handoff, items claimed but never started go back to pending
+ * with their attempts unchanged, in the handoff statement.
+ */
+export class Run {
+  readonly id: string;
+  private readonly ctx: RunContext;
+  private readonly producer: Producer;
+  private readonly executor: ItemExecutor;
+  private readonly completer: Completer;
+  private readonly lifecycle: Lifecycle;
+  private readonly reader: SourceReader;
+  /** Aborts the results write after the finish when the run is asked to stop. */
+  private readonly results = new AbortController();
+
+  constructor(
+    private readonly sql: Sql,
+    private readonly s: RunSettings,
+    readonly batch: BatchInfo,
+    runId: string,
+    executor: Executor,
+    /** Local clock time when the takeover statement was sent (it set the first beat). */
+    takenAt: number = s.clock.now(),
+  ) {
+    this.id = runId;
+    const ctx = (this.ctx = new RunContext(sql, s, batch, runId));
+    // Each collaborator sees the others only through the few calls its deps name; these
+    // closures are made once per run.
+    this.lifecycle = new Lifecycle(
+      ctx,
+      {
+        dueIn: (ms) => this.producer.dueIn(ms),
+        useBatchRate: (perSecond) => this.producer.useBatchRate(perSecond),
+        clearQueue: () => this.producer.clear(),
+        takeQueued: () => this.producer.takeQueued(),
+        handOff: () => this.completer.handOff(() => this.executor.keys()),
+      },
+      takenAt,
+    );
+    const lifecycle = this.lifecycle;
+    const endIfIntolerable = () => lifecycle.endIfIntolerable();
+    this.completer = new Completer(ctx, {
+      room: () => this.producer.room(),
+      claimLost: () => this.producer.claimLost(),
+      claimed: (r, claim, sentAt) => this.producer.claimed(r, claim, sentAt),
+      startQueued: () => this.producer.startQueued(),
+      mayBeDue: () => this.producer.mayBeDue(),
+      retryDue: (delayMs, sentAt) => this.producer.retryDue(delayMs, sentAt),
+      failuresSent: (n) => lifecycle.failuresSent(n),
+      failureStored: () => lifecycle.failureStored(),
+      endIfIntolerable,
+      intolerable: () => lifecycle.intolerable(),
+    });
+    const completer = this.completer;
+    this.executor = new ItemExecutor(ctx, executor, {
+      settled: (s) => this.settled(s),
+      pauseKey: (item, ms) => this.producer.pauseKey(item, ms),
+      staleRecovered: (key, claimed, failed) => completer.staleRecovered(key, claimed, failed),
+      endIfIntolerable,
+    });
+    const items = this.executor;
+    this.producer = new Producer(ctx, {
+      beatValid: () => lifecycle.beatValid(),
+      doomed: () => lifecycle.doomed(),
+      running: () => items.running(),
+      launch: (item) => items.launch(item),
+      settle: (s) => completer.add(s),
+    });
+    this.reader = new SourceReader(ctx, {
+      mayBeDue: () => this.producer.mayBeDue(),
+      judgeLater: () => lifecycle.judgeLater(),
+      stop: () => this.requestStop(),
+    });
+  }
+
+  /** Ask the run to hand off: stop claiming, let in-flight items settle, clear the beat. */
+  requestStop(): void {
+    if (this.ctx.reason !== 'lost') this.ctx.reason = 'stop';
+    // A results write after the finish stops too (a worker at its deadline); the scheduler's
+    // pass writes them (docs/design.md, "Sources and results").
+    this.results.abort(new Error('the run was asked to stop while it wrote the results'));
+    this.ctx.wake();
+  }
+
+  /** An attempt settled: its move goes with the next statement, and its slot starts the next item. */
+  private settled(s: Settled): void {
+    const ctx = this.ctx;
+    if (ctx.ended || ctx.reason === 'lost') return;
+    this.completer.add(s);
+    if (s.move.state === 'failed') this.lifecycle.failureSettling();
+    // A freed slot starts the next queued item at once, without waiting for the flusher.
+    this.producer.startQueued();
+    ctx.wake();
+  }
+
+  /** Run the batch to its end; never throws (a failure is the result's outcome and error). */
+  async execute(): Promise<RunResult> {
+    const ctx = this.ctx;
+    const beats = new AbortController();
+    const beating = this.lifecycle.beatLoop(beats.signal);
+    const slicing = this.lifecycle.sliceLoop(beats.signal);
+    const reading = this.batch.reading ? this.reader.readLoop(beats.signal) : Promise.resolve();
+    let outcome: RunOutcome;
+    let error: Error | undefined;
+    try {
+      outcome = await this.loop();
+    } catch (e) {
+      outcome = e instanceof StoreFailure ? 'store-error' : e instanceof BatchGivenUpError ? 'failed' : 'lost';
+      error = e instanceof Error ? e : new Error(String(e));
+    } finally {
+      ctx.ended = true;
+      // The run is over and can write no result: its in-flight items must stop too.
+      this.executor.abort();
+      this.producer.stop();
+      beats.abort();
+      await Promise.all([beating, slicing, reading]);
+    }
+    // The run's reader ended the batch: it ended `failed` by this run, as a give-up does.
+    if (outcome === 'lost' && this.reader.failed) [outcome, error] = ['failed', undefined];
+    if (outcome === 'lost' && !error) error = new BatchLostError(this.batch.id, this.id);
+    // Results are written after the finish, outside the run's lease (the batch is finished);
+    // a crash before they are written leaves them to the scheduler (docs/design.md, "Sources and results").
+    if ((outcome === 'succeeded' || outcome === 'failed') && this.batch.results) {
+      await writeResultsAfterFinish(this.sql, await s3Client(this.s.s3), this.batch.id, (e) => ctx.storeError(e, 1), {
+        signal: this.results.signal,
+      });
+    }
+    return {
+      batchId: this.batch.id,
+      runId: this.id,
+      outcome,
+      finishedItems: this.completer.finishedItems,
+      statements: ctx.statements,
+      error,
+    };
+  }
+
+  private async loop(): Promise<RunOutcome> {
+    const ctx = this.ctx;
+    if (this.lifecycle.stalled()) return this.lifecycle.giveUp();
+    await ctx.store(() => q.recoverRunning(this.sql, { batchId: this.batch.id, run: this.id, attempts: this.s.attempts }));
+    // The items recovered may cross the batch's tolerance, or a run that died (or handed off)
+    // may have stored failures past it without ending the batch.
+    if (await this.lifecycle.endIfIntolerable()) return 'failed';
+    const finished = await this.pump();
+    if (finished) return finished;
+    // The slice ended (or the run is a surplus one): in-flight items finish (neither uses an
+    // attempt) unless a stop or a loss comes meanwhile; nothing new starts.
+    while ((ctx.reason === 'slice' || ctx.reason === 'surplus') && this.executor.running() > 0) {
+      await ctx.sleep();
+      await this.executor.recoverStale();
+    }
+    // Stopping or lost: in-flight items are told to stop, and waited for at most drainMs.
+    await this.executor.drain(this.s.drainMs);
+    if (ctx.reason === 'lost') return 'lost';
+    return this.lifecycle.handOff();
+  }
+
+  /**
+   * The flusher: one statement at a time, each moving every settled item and claiming the free
+   * room. Resolves to the batch's final status once this run finished it, or undefined once the
+   * run must stop (handoff or loss).
+   */
+  private async pump(): Promise<'succeeded' | 'failed' | 'drained' | undefined> {
+    const ctx = this.ctx;
+    const { producer, lifecycle } = this;
+    for (;;) {
+      if (ctx.reason) return undefined;
+      await this.executor.recoverStale();
+      if (lifecycle.judgeNow()) await lifecycle.endIfIntolerable();
+      if (lifecycle.intolerable()) return 'failed';
+      producer.startQueued();
+      if (this.completer.pending() || producer.room() > 0) {
+        // Let items settling in this turn land, so one statement carries them all.
+        await new Promise<void>((resolve) => setImmediate(resolve));
+        if (ctx.reason) return undefined;
+        await this.completer.step();
+        if (lifecycle.intolerable()) return 'failed';
+        continue;
+      }
+      // Wait for an item to settle, a retry to come due, or (when items are due but the beats
+      // are too old to claim or start them) the next good beat.
+      if (this.executor.running() > 0 || producer.waiting()) {
+        await ctx.sleep();
+        continue;
+      }
+      // Nothing runs, nothing is queued, and no item is due that this run knows of.
+      if (await producer.releaseOrphans()) continue;
+      const end = await lifecycle.idle();
+      if (end) return end;
+    }
+  }
+}

@@ -1,0 +1,206 @@
+// The source reader of a run (docs/design.md, "The run, inside"; "Sources and results"): while
+// the batch's source is read, it reads pages from S3 and stores each with its cursor in one
+// statement fenced on the run's lease and on its being the batch's reader.
+import * as q from '../sql/batches.js';
+import * as qs from '../sql/sources.js';
+import { readItems } from '../items.js';
+import { s3Client } from '../s3.js';
+import { readPage, SourceReadError, type SourceCursor, type SourcePage, type StoredSource } from '../source.js';
+import type { RunContext } from './context.js';
+
+/** Tries of one page of a source that S3 failed to serve (a timeout, a 5xx) before the run hands off. */
+const READ_TRIES = 4;
+
+/** A page of the source as read, with its items as the JSON text of a store; or why it could not be read. */
+type PageRead = { page: SourcePage; json: string; count: number } | { error: unknown };
+
+/** What the source reader asks of the run's other collaborators. */
+export interface SourceReaderDeps {
+  /** A page was stored: its items may be claimed (producer). */
+  mayBeDue(): void;
+  /** The last page was stored: the total is final, the failures are judged (lifecycle). */
+  judgeLater(): void;
+  /** Reading cannot go on here: the run hands off, so another run reads on. */
+  stop(): void;
+}
+
+/** Reads one batch's source for one run. */
+export class SourceReader {
+  /** This run ended the batch `failed` because its source could not be read. */
+  failed = false;
+
+  constructor(
+    private readonly ctx: RunContext,
+    private readonly d: SourceReaderDeps,
+  ) {}
+
+  /**
+   * Reading the batch's source (docs/design.md, "Sources and results"): while the batch reads,
+   * the run tries to become its reader (one run at a time: another reads once the reader's row is
+   * gone), then reads a page from the stored cursor and stores its items with the new cursor in
+   * one statement fenced on its lease, its being the reader and the page count it read from; so
+   * a takeover goes on after the last stored page and no page is stored twice. While a page is
+   * stored, the next is read from that page's cursor (read ahead: S3 and parsing overlap the
+   * insert); it is kept only when the store succeeded, else the run claims the reader again and
+   * reads from the stored cursor. Each stored page wakes the run's claims. A source that cannot
+   * be read ends the batch `failed` with the reason; S3 failing to answer `READ_TRIES` times in
+   * a row, or the store failing, hands the run off, so another run reads on.
+   */
+  async readLoop(signal: AbortSignal): Promise<void> {
+    const ctx = this.ctx;
+    const s = ctx.s;
+    let failures = 0;
+    let wait = s.moveBackoffMs;
+    // The stored state this run reads on from while it stays the reader (undefined: claim it
+    // again), and the page after it, read ahead while the last one was stored.
+    let state: qs.ReaderState | undefined;
+    let ahead: Promise<PageRead> | undefined;
+    while (!signal.aborted && !ctx.reason && !ctx.ended) {
+      try {
+        if (!state) {
+          ahead = undefined;
+          state = await ctx.store(() => qs.claimReader(ctx.sql, ctx.batch.id, ctx.id));
+          if (!state) {
+            // Another live run reads (or reading is over, or the lease is gone): look again later.
+            const w = await ctx.store(() => q.waitState(ctx.sql, ctx.batch.id, ctx.id));
+            if (!w.reading || !w.owned) return;
+            await s.clock.sleep(s.beatMs, signal);
+            continue;
+          }
+        }
+        const read = await (ahead ?? this.readSourcePage(state.source, state.cursor));
+        ahead = undefined;
+        if ('error' in read) {
+          const e = read.error;
+          if (e instanceof SourceReadError) return await this.failSource(e.reason, e.line);
+          ctx.storeError(e, ++failures);
+          if (failures >= READ_TRIES) return this.readFailed();
+          await s.clock.sleep(wait, signal);
+          wait = Math.min(wait * 2, 10_000);
+          continue;
+        }
+        const { page, json, count } = read;
+        failures = 0;
+        wait = s.moveBackoffMs;
+        const total = state.total + count;
+        if (total > s.maxSourceItems) {
+          return await this.failSource(
+            `item count: the source holds more than ${s.maxSourceItems} items; the limit is ${s.maxSourceItems} (LEASEHOLD_MAX_SOURCE_ITEMS)`,
+            null,
+          );
+        }
+        if (page.done && total === 0) return await this.failSource('the source holds no items', null);
+        // The next page, read (and made into JSON) while this one is stored.
+        if (!page.done) ahead = this.readSourcePage(state.source, page.cursor);
+        const stored = await this.storePage(state.pages, page, json, count);
+        if (typeof stored === 'string') return await this.failSource(`two items of the source have the key ${stored}`, null);
+        if (!stored) {
+          // No longer the reader of this state (or the lease is gone): claim it again.
+          state = undefined;
+          continue;
+        }
+        state = { source: state.source, cursor: page.cursor, pages: state.pages + 1, total };
+        this.d.mayBeDue();
+        ctx.wake();
+        if (page.done) {
+          // The total is final: the flusher judges the failures stored while reading against a
+          // percent now (one statement at a time stays the flusher's).
+          this.d.judgeLater();
+          ctx.wake();
+          return;
+        }
+      } catch (e) {
+        // The store kept failing: hand off, so another run reads on from the stored cursor.
+        ctx.storeError(e, s.moveTries);
+        return this.readFailed();
+      }
+    }
+  }
+
+  /**
+   * Store a page read after `pages` stored ones, with its cursor: whether it was stored, or the
+   * key a page repeated. A key read twice is the source's fault (a CSV key column with a
+   * repeated value), not the store's: it is answered, not retried.
+   */
+  private storePage(pages: number, page: SourcePage, json: string, count: number): Promise<boolean | string> {
+    const ctx = this.ctx;
+    return ctx.store(() =>
+      qs
+        .storePage(ctx.sql, {
+          batchId: ctx.batch.id,
+          run: ctx.id,
+          pages,
+          cursor: page.cursor,
+          items: json,
+          count,
+          done: page.done,
+        })
+        .catch((e: unknown) => {
+          const dup = duplicateKey(e);
+          if (dup === undefined) throw e;
+          return dup;
+        }),
+    );
+  }
+
+  /**
+   * Read one page of the source from `cursor` and make its items the JSON text a store takes
+   * (checked as a start's items are: an item the store would refuse is a {@link SourceReadError};
+   * JSON Lines come as that text already);
+   * a failure is answered, never thrown.
+   */
+  private async readSourcePage(source: unknown, cursor: unknown): Promise<PageRead> {
+    const s = this.ctx.s;
+    try {
+      const page = await readPage(await s3Client(s.s3), source as StoredSource, cursor as SourceCursor | null, {
+        maxInputBytes: s.maxInputBytes,
+        rangeBytes: s.sourceRangeBytes,
+        pageObjects: s.sourcePageObjects,
+        asJson: true,
+      });
+      if (page.json) return { page, json: page.json.text, count: page.json.count };
+      if (page.items.length === 0) return { page, json: '[]', count: 0 };
+      let pieces;
+      try {
+        pieces = await readItems(
+          page.items,
+          { maxItems: Infinity, maxInputBytes: s.maxInputBytes, maxTotalBytes: Infinity },
+          true,
+        );
+      } catch (e) {
+        throw new SourceReadError((e as Error).message);
+      }
+      const json = pieces.pieces[0];
+      // Only the JSON text and the cursor are kept while the page waits for its store: the
+      // items it was made from (a range's lines as strings) go now.
+      return { page: { items: [], cursor: page.cursor, done: page.done }, json, count: pieces.count };
+    } catch (error) {
+      return { error };
+    }
+  }
+
+  /** Reading could not go on here: the run hands off (its row goes, so another run reads on). */
+  private readFailed(): void {
+    if (!this.ctx.reason) this.d.stop();
+  }
+
+  /** End the batch `failed`: its source cannot be read into items (`reason`, the first bad line). */
+  private async failSource(reason: string, line: number | null): Promise<void> {
+    const ctx = this.ctx;
+    this.failed = await ctx.store(() => qs.failSource(ctx.sql, { batchId: ctx.batch.id, run: ctx.id, reason, line }));
+    // The batch is over (or another end came first): this run's lease is gone either way.
+    ctx.markLost();
+  }
+}
+
+/** The key of a unique violation of the items' primary key (two items with one key), else undefined. */
+function duplicateKey(e: unknown): string | undefined {
+  const err = e as { code?: unknown; constraint_name?: unknown; detail?: unknown; cause?: unknown } | null;
+  const inner = (err?.code === undefined ? (err?.cause as typeof err) : err) ?? null;
+  if (inner?.code !== '23505' || inner.constraint_name !== 'leasehold_items_pkey') return undefined;
+  const m =
+    typeof inner.detail === 'string'
+      ? /^Key \(batch_id, key\)=\([0-9a-f-]{36}, (.*)\) already exists\.$/s.exec(inner.detail)
+      : null;
+  return m ? JSON.stringify(m[1]) : '(unknown)';
+}

@@ -1,0 +1,98 @@
+// The shapes a run's collaborators share (docs/design.md, "The run, inside"): the run's
+// settings, the events it reports, an item's outcome and a settled item waiting for its move.
+// Nothing here acts; each collaborator (producer, executor, completer, source reader,
+// lifecycle) owns its own state and code.
+import type { S3Client } from '@aws-sdk/client-s3';
+import type { Clock } from '../../clock.js';
+import type * as q from '../sql/batches.js';
+import type { IgnoredResults } from './calls.js';
+import type { RateLimit } from '../rate.js';
+import type { RunResult } from '../types.js';
+
+/**
+ * How an item's turn in a run ended, once the move saying so is stored:
+ * - `done`, `failed`: for good (`failed`: attempts used up, a permanent error, or an output that
+ *   cannot be stored);
+ * - `retry`: the attempt failed; the item is pending again after its backoff;
+ * - `interrupted`: the run stopped while the item ran; the attempt counts, the item is pending;
+ * - `given-back`: claimed but never started before the run stopped; pending, attempts unchanged;
+ * - `resumable`: the run stopped while the item ran, after it stored a checkpoint in this attempt;
+ *   pending with the attempt given back, the next run goes on from the checkpoint;
+ * - `stale`: recovered for want of heartbeats (`itemStaleMs`); the attempt counts, pending again
+ *   (`failed` when its attempts are used up).
+ */
+export type ItemOutcome = 'done' | 'failed' | 'retry' | 'interrupted' | 'given-back' | 'waiting' | 'resumable' | 'stale';
+
+/** What the runner reports as it goes (for logs and metrics); never needed for correctness. */
+export type RunnerEvent =
+  | {
+      type: 'run-started';
+      batchId: string;
+      runId: string;
+      takeover: boolean;
+      tenant: string;
+      priority: number;
+      /** ms from the batch's start to this run, on its first run (database clock); else null. */
+      queueWaitMs: number | null;
+    }
+  | { type: 'run-ended'; result: RunResult }
+  | { type: 'item-ended'; batchId: string; runId: string; key: string; attempt: number; outcome: ItemOutcome }
+  | { type: 'store-error'; batchId: string; runId: string; error: unknown; tries: number }
+  | { type: 'unknown-job'; batchId: string; job: string }
+  /** A batched call answered entries that settled no item of it (see {@link IgnoredResults}). */
+  | ({ type: 'call-results-ignored'; batchId: string } & IgnoredResults);
+
+/** The settings one run works with (the runner's, with the executor's overrides applied). */
+export interface RunSettings {
+  parallel: number;
+  /** Items claimed ahead of execution beyond `parallel`. */
+  queueDepth: number;
+  beatMs: number;
+  staleMs: number;
+  attempts: number;
+  backoffMs: number;
+  maxBackoffMs: number;
+  moveTries: number;
+  moveBackoffMs: number;
+  storeTimeoutMs: number;
+  drainMs: number;
+  maxOutputBytes: number;
+  maxStalledRuns: number;
+  /** Default per-tenant limit of running batches (for the slice check). */
+  maxRunning: number;
+  /** The run's time slice, ms (docs/design.md, "Tenant fairness"). */
+  sliceMs: number;
+  /** The executor's item timeout, ms; the batch's own wins (docs/design.md, "Item timeouts"). */
+  timeoutMs?: number;
+  /** Retry-After waits per item that use no attempt (docs/design.md, "Retry-After"). */
+  maxRetryAfter: number;
+  /** The job's fleet-wide rate limit (docs/design.md, "Rate limits"); a batch's own rate wins. */
+  rateLimit?: RateLimit;
+  /** The job's `itemStaleMs` (docs/design.md, "Item heartbeats and checkpoints"); none: off. */
+  itemStaleMs?: number;
+  /** Most items a batch's source may hold (`LEASEHOLD_MAX_SOURCE_ITEMS`, 10,000,000). */
+  maxSourceItems: number;
+  /** Largest input of one item read from a source, bytes of JSON (65,536). */
+  maxInputBytes: number;
+  /** Bytes of a source object one page reads. */
+  sourceRangeBytes: number;
+  /** Objects of a source prefix one page lists, at least. */
+  sourcePageObjects: number;
+  /** The S3 client that reads sources and writes results (default: the container's). */
+  s3?: () => S3Client;
+  clock: Clock;
+  random: () => number;
+  onEvent: (event: RunnerEvent) => void;
+}
+
+/** A settled item waiting for its move, with what the move means. */
+export interface Settled {
+  move: q.MoveRow;
+  outcome: ItemOutcome;
+}
+
+/**
+ * How long before a pending item is due a run claims it (ms), so that a retry starts on a local
+ * timer when it is due instead of a claim's round trip after.
+ */
+export const CLAIM_AHEAD_MS = 200;
