@@ -4,6 +4,7 @@ import type { JobRegistry } from '../jobs/index.js';
 import type { Log } from '../log.js';
 import { checkSchema, type SchemaRange, type Sql } from '../store/index.js';
 import type { Config } from './config.js';
+import { WorkerDispatcher } from './dispatch.js';
 import type { SendOptions, SendResult } from './events.js';
 import { balanceService, type BalancePart } from './maintenance/balance.js';
 import { deferredService, type DeferredPart } from './maintenance/deferred.js';
@@ -89,7 +90,8 @@ export async function runScheduler(
   } & ({ jobs?: undefined } | { jobs: JobRegistry; log: Log }),
 ): Promise<SchedulerResult> {
   await checkSchema(deps.sql, deps.schema);
-  const ctx: MaintenanceContext = deps.jobs ? { ...deps, log: deps.log } : { ...deps, jobs: undefined };
+  const workers = new WorkerDispatcher(deps.sql, deps.dispatcher, deps.config);
+  const ctx: MaintenanceContext = deps.jobs ? { ...deps, workers, log: deps.log } : { ...deps, workers, jobs: undefined };
   const { parts, lockTimeouts, error } = await runServices(ctx, schedulerServices(deps.config));
   if (error !== undefined) throw error;
   return { ...(parts as SchedulerResult), ...(lockTimeouts.length ? { lockTimeouts } : {}) };

@@ -1,12 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { sleepUntil, systemClock } from '../clock.js';
-import { markDispatched, Runner, type Dispatcher, type RunResult, type RunnerEvent, type WorkerEvent } from '../batch/index.js';
+import { Runner, type Dispatcher, type RunResult, type RunnerEvent, type WorkerEvent } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
 import {
   invocationLive,
-  planInvocations,
-  reserveInvocations,
   workerStart,
   type LeaserEvent,
   type ProcessChain,
@@ -24,6 +22,7 @@ import {
   type Sql,
 } from '../store/index.js';
 import type { Config } from './config.js';
+import { WorkerDispatcher } from './dispatch.js';
 import { ReconnectingLeaser } from './heartbeat.js';
 import type { Log } from '../log.js';
 import type { WorkerHooks } from './metrics.js';
@@ -347,6 +346,7 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
   // Continuations and replacements only while there is time left: the scheduler does the same
   // within a minute, and returning before the platform's deadline comes first (invariant 6).
   const leftMs = () => context.getRemainingTimeInMillis() - 500;
+  const workers = new WorkerDispatcher(sql, deps.dispatcher, config);
   const bounded = <T>(p: Promise<T>) => withTimeout(p, Math.max(1, Math.min(config.runner.storeTimeoutMs, leftMs())));
   for (const r of byRun.values()) {
     // A retired process's runs are taken over by the processes that stay (and dispatched by the
@@ -354,17 +354,8 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
     if (r.outcome !== 'handed-off' || reason !== 'deadline' || shutdown.signal.aborted || leftMs() <= 0) continue;
     try {
       // A continuation is one more worker: reserved under the worker limit like any other.
-      const [reserved] = await bounded(
-        reserveInvocations(sql, {
-          batchIds: [r.batchId],
-          maxWorkers: config.maxWorkers,
-          pendingMs: config.invocationPendingMs,
-        }),
-      );
-      if (!reserved) continue;
-      await bounded(markDispatched(sql, r.batchId));
-      await bounded(deps.dispatcher.invoke({ ...reserved, chain: leaser.successorChain() }));
-      continued.push(r.batchId);
+      const sent = await workers.send(r.batchId, 1, { chain: leaser.successorChain(), within: bounded });
+      if (sent) continued.push(r.batchId);
     } catch (error) {
       // The scheduler dispatches handed-off batches too; this only makes it sooner.
       log('warn', 'continuation invoke failed', { batchId: r.batchId, error: String(error) });
@@ -375,15 +366,11 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
   // replacement: nothing would serve it.
   if (reason === 'deadline' && !shutdown.signal.aborted && leftMs() > 0) {
     // This process just left the fleet: keep the desired count without waiting for the scheduler.
+    // The replacement continues this process's chain: the fleet reads as chains that go on.
     try {
-      const plan = await bounded(
-        planInvocations(sql, { cap: 1, pendingMs: config.invocationPendingMs, maxWorkers: config.maxWorkers }),
-      );
-      for (const invocationId of plan.invocations) {
-        // The replacement continues this process's chain: the fleet reads as chains that go on.
-        await bounded(deps.dispatcher.invoke({ invocationId, chain: leaser.successorChain() }));
-        replacements++;
-      }
+      const { invoked, errors } = await workers.sendFleet(1, { chain: leaser.successorChain(), within: bounded });
+      replacements = invoked;
+      if (errors.length) throw errors[0];
     } catch (error) {
       log('warn', 'replacement invoke failed', { error: String(error) });
     }

@@ -1,7 +1,6 @@
 // Deferred trigger firings: starts refused at `maxOpen` begin once their datasource has a free
 // slot (docs/design.md, "Trigger").
 import { startDeferred, type DeferredResult } from '../../trigger/index.js';
-import { workerReserver } from '../dispatch.js';
 import type { MaintenanceService } from './service.js';
 
 /** What starting deferred firings reads besides the scheduler's config. */
@@ -28,9 +27,19 @@ export function deferredService(settings: DeferredSettings = {}): MaintenanceSer
   const s = { ...DEFERRED_DEFAULTS, ...settings };
   return {
     name: 'deferred',
-    run: async ({ sql, jobs, log, config, dispatcher }) =>
+    run: async ({ sql, jobs, log, config, workers }) =>
       jobs && log
-        ? { deferred: await startDeferred({ sql, jobs, config, dispatcher, log, reserve: workerReserver(sql, config), ...s }) }
+        ? {
+            deferred: await startDeferred({
+              sql,
+              jobs,
+              config,
+              dispatcher: workers.dispatcher,
+              log,
+              reserve: workers.reserve,
+              ...s,
+            }),
+          }
         : {},
   };
 }

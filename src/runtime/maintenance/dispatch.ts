@@ -1,6 +1,5 @@
 // Dispatch: open batches that lack runs are sent workers (docs/design.md, "Fan-out").
-import { claimDispatch, RUNNER_DEFAULTS, undispatch } from '../../batch/index.js';
-import { reserveInvocations } from '../../lease/index.js';
+import { claimDispatch, RUNNER_DEFAULTS } from '../../batch/index.js';
 import type { MaintenanceService } from './service.js';
 
 /** What dispatch reads; the scheduler passes its config's. */
@@ -40,36 +39,16 @@ export interface DispatchPart {
  * Send workers to every open batch below its target or with a stale run, one per run it lacks
  * (within its tenant's limit of runs). Each batch is marked in the statement that selects it, so
  * overlapping runs never dispatch it twice within `cooldownMs`; each worker is reserved as an
- * invocation under the worker limit, and a batch with no room left is unmarked and served by a
- * later run. A failed invoke is reported in `failed`, never thrown.
+ * invocation under the worker limit (`WorkerDispatcher.sendClaimed`), and a batch with no room
+ * left is unmarked and served by a later run. A failed invoke is reported in `failed`, never thrown.
  */
 export function dispatchService(settings: Partial<DispatchSettings> = {}): MaintenanceService<'dispatch', DispatchPart> {
   const s = { ...DISPATCH_DEFAULTS, ...settings };
   return {
     name: 'dispatch',
-    run: async ({ sql, config, dispatcher }) => {
-      const wanted = await claimDispatch(sql, s);
-      const reserved = await reserveInvocations(sql, {
-        batchIds: wanted,
-        maxWorkers: config.maxWorkers,
-        pendingMs: config.invocationPendingMs,
-      });
-      // Marked but sent no worker: dispatchable again at once, when the limit has room.
-      const served = new Set(reserved.map((r) => r.batchId));
-      for (const batchId of new Set(wanted)) if (!served.has(batchId)) await undispatch(sql, batchId);
-      const dispatched: string[] = [];
-      const failed: string[] = [];
-      await Promise.all(
-        reserved.map(async ({ batchId, invocationId }) => {
-          try {
-            await dispatcher.invoke({ batchId, invocationId });
-            dispatched.push(batchId);
-          } catch {
-            failed.push(batchId);
-          }
-        }),
-      );
-      return { dispatched, deferredWorkers: wanted.length - reserved.length, failed };
+    run: async ({ sql, workers }) => {
+      const { dispatched, failed, held } = await workers.sendClaimed(await claimDispatch(sql, s));
+      return { dispatched, deferredWorkers: held, failed };
     },
   };
 }

@@ -1,6 +1,5 @@
 // The fleet's invocations: workers invoked to reach the desired count of live processes, or
 // the surplus asked to retire (docs/design.md, "Serverless runtime").
-import { planInvocations } from '../../lease/index.js';
 import type { MaintenanceService } from './service.js';
 
 /** What the fleet's invocations read; the scheduler passes its config's. */
@@ -29,7 +28,7 @@ export interface FleetPart {
  * Invoke `desired − live − coming` workers (coming: invoked within the confirmation window and
  * not yet heartbeating), at most `invokeCap` and within the worker limit, or ask exactly the
  * surplus of live fleet processes to retire — decided one scheduler at a time, so overlapping
- * runs never over-invoke or over-retire (see `planInvocations`). Nothing is invoked when no unit
+ * runs never over-invoke or over-retire (`WorkerDispatcher.sendFleet`). Nothing is invoked when no unit
  * has weight > 0 and no open batch is below its target (scale to zero). A failed invoke is not
  * thrown: it counts as coming until its confirmation window passes, then is planned again.
  */
@@ -37,23 +36,9 @@ export function fleetService(settings: Partial<FleetSettings> = {}): Maintenance
   const s = { ...FLEET_DEFAULTS, ...settings };
   return {
     name: 'fleet',
-    run: async ({ sql, config, dispatcher }) => {
-      const plan = await planInvocations(sql, {
-        cap: s.invokeCap,
-        pendingMs: config.invocationPendingMs,
-        maxWorkers: config.maxWorkers,
-      });
-      let invoked = 0;
-      await Promise.all(
-        plan.invocations.map(async (invocationId) => {
-          try {
-            await dispatcher.invoke({ invocationId });
-            invoked++;
-          } catch {
-            // Counted as coming until its confirmation window passes; then planned again.
-          }
-        }),
-      );
+    run: async ({ workers }) => {
+      // A failed invoke counts as coming until its confirmation window passes; then planned again.
+      const { plan, invoked } = await workers.sendFleet(s.invokeCap);
       return {
         fleet: { desired: plan.desired, live: plan.live, pending: plan.pending },
         invoked,

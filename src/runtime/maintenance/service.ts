@@ -2,19 +2,19 @@
 // order (docs/design.md, "Serverless runtime"): one service per file, each with its own
 // defaults, so that a step of the scheduler has one obvious home.
 import type { S3Client } from '@aws-sdk/client-s3';
-import type { Dispatcher } from '../../batch/index.js';
 import type { JobRegistry } from '../../jobs/index.js';
 import type { Log } from '../../log.js';
 import { isLockTimeout, type Sql } from '../../store/index.js';
 import type { Config } from '../config.js';
+import type { WorkerDispatcher } from '../dispatch.js';
 import type { SendOptions, SendResult } from '../events.js';
 
 /** What every service of one scheduler run is given: the store, the settings and the senders. */
 export interface MaintenanceContext {
   sql: Sql;
   config: Config;
-  /** Sends worker invocations (the Lambda Invoke API; locally the invoke endpoint). */
-  dispatcher: Dispatcher;
+  /** Sends workers under the worker limit: the one home of sending them. */
+  workers: WorkerDispatcher;
   /** The app's batch jobs, which the deferred trigger firings start with; absent: none are started. */
   jobs?: JobRegistry;
   /** The scheduler's log; absent: the services log nothing. */
