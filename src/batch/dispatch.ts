@@ -1,6 +1,8 @@
-// Sending batches to workers: the event a worker receives and the dispatcher that sends it. The
-// runtime's LambdaDispatcher sends through the Lambda Invoke API; tests and local mode send
-// through the same interface.
+// Sending batches to workers: the event a worker receives, the dispatcher that sends it, and
+// the one sequence every sender of batch workers follows (reserve under the worker limit →
+// mark the batch dispatched → invoke). The runtime's LambdaDispatcher sends through the Lambda
+// Invoke API, and its WorkerDispatcher binds the worker limit; tests and local mode send
+// through the same interfaces.
 import type { Sql } from '../store/index.js';
 import { markDispatched } from './batches.js';
 
@@ -29,14 +31,48 @@ export interface Dispatcher {
 }
 
 /**
- * Record the dispatch of `batchId` and send one worker per event (each names the batch; see
- * `reserveInvocations` for events under the worker limit). No event: nothing is sent.
+ * Reserves worker invocations under the worker limit (the lease's `reserveInvocations`):
+ * `batchIds` names one batch per worker wanted; answers the events of the first ones that fit
+ * (each with its `invocationId`); the rest are left to the scheduler.
+ */
+export type ReserveWorkers = (batchIds: string[]) => Promise<WorkerEvent[]>;
+
+/** What sending workers needs: the store, the dispatcher, and the reservation under the worker limit. */
+export interface WorkerSending {
+  sql: Sql;
+  dispatcher: Dispatcher;
+  reserve: ReserveWorkers;
+}
+
+/** How {@link sendWorkers} sends. */
+export interface SendWorkersOptions {
+  /** The chain a continuation's process continues (see `WorkerEvent.chain`). Default none. */
+  chain?: WorkerEvent['chain'];
+  /** Wraps each step (a time bound: a worker at its deadline). Default none. */
+  within?: <T>(step: Promise<T>) => Promise<T>;
+}
+
+/**
+ * Send up to `n` workers to the open batch `batchId` (docs/design.md, "Fan-out"): reserve them
+ * under the worker limit (`via.reserve`), record the dispatch of the batch when any fit, and
+ * invoke one worker per reservation. Answers how many were sent; those past the limit are left to
+ * the scheduler (which dispatches open batches below their target). `n` ≤ 0: nothing is done.
  * @throws the store's or the dispatcher's first error (the other invokes are still sent).
  */
-export async function dispatchWorkers(sql: Sql, dispatcher: Dispatcher, batchId: string, events: WorkerEvent[]): Promise<void> {
-  if (events.length === 0) return;
-  await markDispatched(sql, batchId);
-  const sent = await Promise.allSettled(events.map((e) => dispatcher.invoke({ ...e, batchId })));
+export async function sendWorkers(
+  via: WorkerSending,
+  batchId: string,
+  n: number,
+  options: SendWorkersOptions = {},
+): Promise<number> {
+  if (n <= 0) return 0;
+  const within = options.within ?? (<T>(step: Promise<T>) => step);
+  const events = await within(via.reserve(Array.from({ length: n }, () => batchId)));
+  if (events.length === 0) return 0;
+  await within(markDispatched(via.sql, batchId));
+  const chain = options.chain ? { chain: options.chain } : {};
+  const sent = await Promise.allSettled(events.map((e) => within(via.dispatcher.invoke({ ...e, batchId, ...chain }))));
   const failed = sent.find((r) => r.status === 'rejected');
   if (failed) throw failed.reason;
+  return events.length;
 }

@@ -38,7 +38,14 @@ export {
   checkStorableJson,
   toleratedFailuresSchema,
 } from './input.js';
-export { dispatchWorkers, type Dispatcher, type WorkerEvent } from './dispatch.js';
+export {
+  sendWorkers,
+  type Dispatcher,
+  type ReserveWorkers,
+  type SendWorkersOptions,
+  type WorkerEvent,
+  type WorkerSending,
+} from './dispatch.js';
 export {
   startBatch,
   startLimits,

@@ -5,7 +5,7 @@ import { randomUUID } from 'node:crypto';
 import type { Sql } from '../store/index.js';
 import { checkItemTimeout, createBatch, findBatchByKey } from './batches.js';
 import { InvalidBatchError } from './errors.js';
-import { dispatchWorkers, type Dispatcher, type WorkerEvent } from './dispatch.js';
+import { sendWorkers, type Dispatcher, type ReserveWorkers } from './dispatch.js';
 import type { StartLimits } from './items.js';
 import { MAX_ITEM_TIMEOUT_MS, type BatchInfo, type ItemSource, type ToleratedFailures } from './types.js';
 import type { S3Client } from '@aws-sdk/client-s3';
@@ -58,11 +58,10 @@ export interface StartDeps {
    */
   dispatcher?: Dispatcher;
   /**
-   * Reserves the workers a new batch wants under the worker limit (`reserveInvocations`): one
-   * entry of `batchIds` per worker; answers the events of those that fit. Default: every
-   * worker, with no invocation id.
+   * Reserves the workers a new batch wants under the worker limit (the runtime's
+   * `workerReserver`; see `ReserveWorkers`). Default: every worker, with no invocation id.
    */
-  reserve?: (batchIds: string[]) => Promise<WorkerEvent[]>;
+  reserve?: ReserveWorkers;
   /** The S3 client that checks sources and results targets. Default: the container's (`defaultS3Client`). */
   s3?: () => S3Client;
 }
@@ -184,9 +183,8 @@ export async function startBatch(deps: StartDeps, req: StartRequest): Promise<St
   if (!created || !deps.dispatcher) return { batch, created };
   try {
     // Its target's workers at once (docs/design.md, "Fan-out"), as many as the worker limit lets.
-    const wanted = Array.from({ length: batch.target }, () => batch.id);
-    const events = deps.reserve ? await deps.reserve(wanted) : wanted.map((batchId) => ({ batchId }));
-    await dispatchWorkers(deps.sql, deps.dispatcher, batch.id, events);
+    const reserve = deps.reserve ?? (async (ids: string[]) => ids.map((batchId) => ({ batchId })));
+    await sendWorkers({ sql: deps.sql, dispatcher: deps.dispatcher, reserve }, batch.id, batch.target);
     return { batch, created };
   } catch (dispatchError) {
     return { batch, created, dispatchError };

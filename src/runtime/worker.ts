@@ -1,12 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { sleepUntil, systemClock } from '../clock.js';
-import { markDispatched, Runner, type Dispatcher, type RunResult, type RunnerEvent, type WorkerEvent } from '../batch/index.js';
+import { Runner, type Dispatcher, type RunResult, type RunnerEvent, type WorkerEvent } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
 import {
   invocationLive,
-  planInvocations,
-  reserveInvocations,
   workerStart,
   type LeaserEvent,
   type ProcessChain,
@@ -24,6 +22,7 @@ import {
   type Sql,
 } from '../store/index.js';
 import type { Config } from './config.js';
+import { WorkerDispatcher } from './dispatch.js';
 import { ReconnectingLeaser } from './heartbeat.js';
 import type { Log } from '../log.js';
 import type { WorkerHooks } from './metrics.js';
@@ -133,44 +132,137 @@ const idleUnits: UnitReconciler = {
  *   nothing; after an error a changed schema gives (`0A000`, `42P01`, `42703`) it checks again
  *   and, outside the range, stops as at a retirement (runs handed off, units released, row
  *   deleted, no continuation), logging once (docs/design.md, "Schema versions").
- * Never throws for a run's or a unit's failure.
+ * Never throws for a run's or a unit's failure. Its steps, in order: `openInvocation`,
+ * `firstStatement` (return at once?), `startRunner` and `startLeaser`, `work` (the loop),
+ * `leave` (release, delete the row) and, at the deadline, `sendSuccessors`.
  */
 export async function runWorker(event: WorkerEvent, context: InvocationContext, deps: WorkerDeps): Promise<WorkerResult> {
-  const { config, jobs, sql } = deps;
-  const hooks = deps.hooks ?? {};
+  const inv = openInvocation(event, context, deps);
+  const early = await firstStatement(inv);
+  if (early) return early;
+  const { log } = inv;
+  // Batch Finished sends in flight (see WorkerDeps.sendEvents).
+  const sends = new Set<Promise<void>>();
+  const runner = startRunner(inv, sends);
+  // Unit jobs check the lease by the process's own clock before acting (see Leaser.leaseValid).
+  let leaseValid = () => false;
+  const units = deps.units?.(inv.processId, log, () => leaseValid()) ?? idleUnits;
+  const leaser = startLeaser(inv, units);
+  leaseValid = () => leaser.leaseValid();
+  const leasing = new AbortController();
+  const leaseLoop = leaser.run(leasing.signal);
+
+  const results: RunResult[] = [];
+  let reason: WorkerResult['reason'];
+  try {
+    reason = await work(inv, runner, leaser, results);
+  } finally {
+    inv.detach();
+    leasing.abort();
+    const [closing] = await Promise.all([runner.close(), leave(inv, leaseLoop, leaser, units)]);
+    for (const r of closing) if (!results.includes(r)) results.push(r);
+  }
+  // A run may have ended through close() and through collect(): keep one result per run.
+  const byRun = new Map(results.map((r) => [r.runId, r]));
+  const { continued, replacements } = await sendSuccessors(inv, reason, [...byRun.values()], leaser);
+  if (sends.size) await inv.bounded(Promise.allSettled([...sends])).catch(() => {});
+  const runs = [...byRun.values()].map(({ batchId, outcome, finishedItems }) => ({ batchId, outcome, finishedItems }));
+  const changed = inv.schemaMismatch;
+  if (changed) {
+    log('error', `schema changed under this code; stopped, owning nothing: ${changed.message}`, {
+      schemaVersion: changed.version,
+      supported: changed.supported,
+    });
+  }
+  log('info', 'worker returning', { role: inv.role, reason, runs, continued, replacements });
+  return { processId: inv.processId, role: inv.role, runs, reason, continued, replacements };
+}
+
+/** What the steps of one worker invocation share. */
+interface Invocation {
+  event: WorkerEvent;
+  deps: WorkerDeps;
+  processId: string;
+  role: ProcessRole;
+  /** The invocation's log, scoped to its process. */
+  log: Log;
+  /** Remaining time − `deadlineMarginMs`, ms since the epoch. */
+  deadline: number;
+  /** Aborted on shutdown, at the deadline signal, on retirement or a schema mismatch: wakes the loop's waits. */
+  stop: AbortSignal;
+  /** Set once the database's schema is found outside what this code supports. */
+  schemaMismatch?: SchemaMismatchError;
+  pastDeadline(): boolean;
+  /** Checks the schema again after an error a changed schema gives (see `isSchemaChangeError`). */
+  noteError(error: unknown): void;
+  /** Bounds a step after the loop by the store timeout and the time left before the platform's deadline. */
+  bounded<T>(step: Promise<T>): Promise<T>;
+  /** Ms left before the platform's deadline, less a margin for returning. */
+  leftMs(): number;
+  /** Aborts `stop`: the loop wakes and looks at why. */
+  wake(): void;
+  /** Removes the listeners on the container's signals (`shutdown` lives as long as the container). */
+  detach(): void;
+}
+
+/** The invocation's identity, deadline and stop signal, and its check of a schema changed under it. */
+function openInvocation(event: WorkerEvent, context: InvocationContext, deps: WorkerDeps): Invocation {
+  const { config, sql } = deps;
   const processId = randomUUID();
-  const log = deps.log.with({ processId });
-  const role: ProcessRole = event.batchId ? 'batch' : 'fleet';
   const deadline = Date.now() + context.getRemainingTimeInMillis() - config.deadlineMarginMs;
   // Wakes the loop's waits on shutdown, at the deadline signal or on retirement; listeners
   // removed at the end, since `shutdown` lives as long as the container.
   const stopping = new AbortController();
-  const stop = stopping.signal;
   const onStop = () => stopping.abort();
   for (const s of [shutdown.signal, deps.signal]) {
     if (s?.aborted) stopping.abort();
     else s?.addEventListener('abort', onStop, { once: true });
   }
-  const pastDeadline = () => Date.now() >= deadline || deps.signal?.aborted === true;
   // Old code after a migration acts on nothing (docs/design.md, "Schema versions"): the first
   // statement checks the version, and an error a changed schema gives checks it again.
   const schema = deps.schema ?? SUPPORTED_SCHEMA;
-  let schemaMismatch: SchemaMismatchError | undefined;
   let recheck: Promise<void> | undefined;
-  const noteError = (error: unknown) => {
-    if (schemaMismatch || recheck || !isSchemaChangeError(error)) return;
-    recheck = withTimeout(checkSchema(sql, schema), config.runner.storeTimeoutMs).then(
-      () => void (recheck = undefined),
-      (e: unknown) => {
-        recheck = undefined;
-        if (!(e instanceof SchemaMismatchError)) return;
-        schemaMismatch = e;
-        stopping.abort();
-      },
-    );
+  const leftMs = () => context.getRemainingTimeInMillis() - 500;
+  const inv: Invocation = {
+    event,
+    deps,
+    processId,
+    role: event.batchId ? 'batch' : 'fleet',
+    log: deps.log.with({ processId }),
+    deadline,
+    stop: stopping.signal,
+    pastDeadline: () => Date.now() >= deadline || deps.signal?.aborted === true,
+    noteError: (error) => {
+      if (inv.schemaMismatch || recheck || !isSchemaChangeError(error)) return;
+      recheck = withTimeout(checkSchema(sql, schema), config.runner.storeTimeoutMs).then(
+        () => void (recheck = undefined),
+        (e: unknown) => {
+          recheck = undefined;
+          if (!(e instanceof SchemaMismatchError)) return;
+          inv.schemaMismatch = e;
+          stopping.abort();
+        },
+      );
+    },
+    bounded: (step) => withTimeout(step, Math.max(1, Math.min(config.runner.storeTimeoutMs, leftMs()))),
+    leftMs,
+    wake: onStop,
+    detach: () => {
+      for (const s of [shutdown.signal, deps.signal]) s?.removeEventListener('abort', onStop);
+    },
   };
-  // One statement before anything: the schema version, the claim of the event's invocation
-  // and its batch's status (docs/design.md, "Late and repeated worker events").
+  return inv;
+}
+
+/**
+ * One statement before anything: the schema version, the claim of the event's invocation and
+ * its batch's status (docs/design.md, "Late and repeated worker events"). Answers the worker's
+ * result when it must return at once (a schema outside the range, a stale event), else nothing.
+ */
+async function firstStatement(inv: Invocation): Promise<WorkerResult | undefined> {
+  const { deps, event, log, processId, role } = inv;
+  const { sql, config } = deps;
+  const schema = deps.schema ?? SUPPORTED_SCHEMA;
   let start: WorkerStart | undefined;
   try {
     start = await withTimeout(workerStart(sql, event), config.runner.storeTimeoutMs);
@@ -180,42 +272,45 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
     // schema is checked as it comes.
     if (isSchemaChangeError(error)) {
       const found = await withTimeout(checkSchema(sql, schema), config.runner.storeTimeoutMs).catch((e: unknown) => e);
-      if (found instanceof SchemaMismatchError) schemaMismatch = found;
+      if (found instanceof SchemaMismatchError) inv.schemaMismatch = found;
     }
   }
   if (start && (start.schemaVersion < schema.min || start.schemaVersion > schema.max)) {
-    schemaMismatch = new SchemaMismatchError(start.schemaVersion, schema);
+    inv.schemaMismatch = new SchemaMismatchError(start.schemaVersion, schema);
   }
   // A stale event: its invocation no longer pending (confirmed or claimed by another delivery of
   // the same event, or past its confirmation window), or its batch finished.
   const stale =
     start !== undefined &&
     ((event.invocationId !== undefined && !start.claimed) || (event.batchId !== undefined && start.batchStatus !== 'open'));
-  if (schemaMismatch || stale) {
-    for (const s of [shutdown.signal, deps.signal]) s?.removeEventListener('abort', onStop);
-    if (schemaMismatch) {
-      log('error', `schema version outside what this code supports; returning without acting: ${schemaMismatch.message}`, {
-        schemaVersion: schemaMismatch.version,
-        supported: schemaMismatch.supported,
-      });
-      return { processId, role, runs: [], reason: 'schema', continued: [], replacements: 0 };
-    }
-    log('info', 'stale event: returning at once', { ...event, batchStatus: start?.batchStatus ?? null });
-    return { processId, role, runs: [], reason: 'stale', continued: [], replacements: 0 };
+  if (!inv.schemaMismatch && !stale) return undefined;
+  inv.detach();
+  const mismatch = inv.schemaMismatch;
+  if (mismatch) {
+    log('error', `schema version outside what this code supports; returning without acting: ${mismatch.message}`, {
+      schemaVersion: mismatch.version,
+      supported: mismatch.supported,
+    });
+    return { processId, role, runs: [], reason: 'schema', continued: [], replacements: 0 };
   }
-  const resolve = jobs.resolve;
-  // Batch Finished sends in flight (see WorkerDeps.sendEvents).
-  const sends = new Set<Promise<void>>();
-  const runner = new Runner(sql, {
-    processId,
-    ...config.runner,
+  log('info', 'stale event: returning at once', { ...event, batchStatus: start?.batchStatus ?? null });
+  return { processId, role, runs: [], reason: 'stale', continued: [], replacements: 0 };
+}
+
+/** The runner of the process's runs: its events go to the hooks, the log, the schema check and the Batch Finished sends. */
+function startRunner(inv: Invocation, sends: Set<Promise<void>>): Runner {
+  const { deps, log } = inv;
+  const hooks = deps.hooks ?? {};
+  return new Runner(deps.sql, {
+    processId: inv.processId,
+    ...deps.config.runner,
     onEvent: (e: RunnerEvent) => {
       hooks.runner?.(e);
-      if (e.type === 'store-error') noteError(e.error);
-      else if (e.type === 'run-ended') noteError(e.result.error);
+      if (e.type === 'store-error') inv.noteError(e.error);
+      else if (e.type === 'run-ended') inv.noteError(e.result.error);
       if (e.type === 'run-ended' && (e.result.outcome === 'succeeded' || e.result.outcome === 'failed') && deps.sendEvents) {
         const batchId = e.result.batchId;
-        // Awaited before the worker returns (below); a failed send is the scheduler's to redo.
+        // Awaited before the worker returns; a failed send is the scheduler's to redo.
         const sending: Promise<void> = deps.sendEvents(batchId).then(
           () => void sends.delete(sending),
           (error: unknown) => {
@@ -230,176 +325,160 @@ export async function runWorker(event: WorkerEvent, context: InvocationContext, 
       else logRunnerEvent(log, e);
     },
   });
-  // Unit jobs check the lease by the process's own clock before acting (see Leaser.leaseValid).
-  let leaseValid = () => false;
-  const units = deps.units?.(processId, log, () => leaseValid()) ?? idleUnits;
+}
+
+/** The process's leaser: heartbeats, its fair share of units (fleet), retirement; it never sweeps. */
+function startLeaser(inv: Invocation, units: UnitReconciler): ReconnectingLeaser {
+  const { deps, log } = inv;
+  const hooks = deps.hooks ?? {};
   const leaser = new ReconnectingLeaser(
-    sql,
+    deps.sql,
     {
-      ...config.lease,
-      processId,
-      role,
+      ...deps.config.lease,
+      processId: inv.processId,
+      role: inv.role,
       hostname: process.env.AWS_LAMBDA_LOG_STREAM_NAME ?? hostname(),
       version: process.env.AWS_LAMBDA_FUNCTION_VERSION ?? process.env.npm_package_version ?? 'local',
       // The scheduler sweeps; a worker never needs to.
       sweepIntervalMs: 0,
-      chain: chainOf(event, log),
+      chain: chainOf(inv.event, log),
     },
     units,
     {
       hooks: hooks.lease,
       onEvent: (e: LeaserEvent) => {
         logLeaserEvent(log, e);
-        if (e.type === 'error') noteError(e.error);
+        if (e.type === 'error') inv.noteError(e.error);
         // Wake the loop: a retiring process leaves at once.
-        if (e.type === 'retiring') stopping.abort();
+        if (e.type === 'retiring') inv.wake();
       },
     },
   );
-  leaseValid = () => leaser.leaseValid();
   leaser.onRetry = (error) => {
     hooks.heartbeatRetried?.();
     log('warn', 'heartbeat failed on a dead connection; retried on another', { error: String(error) });
   };
-  const leasing = new AbortController();
-  const leaseLoop = leaser.run(leasing.signal);
+  return leaser;
+}
 
-  const results: RunResult[] = [];
+/**
+ * The process's work until it leaves: the batch it was sent for, then batches below their target
+ * and stale runs (up to `maxRuns` at once), marking its invocation live on its first heartbeat.
+ * Answers why it stopped; the runs it started are collected into `results` as they end.
+ */
+async function work(
+  inv: Invocation,
+  runner: Runner,
+  leaser: ReconnectingLeaser,
+  results: RunResult[],
+): Promise<WorkerResult['reason']> {
+  const { deps, event, log } = inv;
+  const { config, jobs, sql } = deps;
+  const resolve = jobs.resolve;
   // A run's promise never rejects (Run.execute settles every outcome into its result), and
-  // runner.close() below awaits every run still going: collecting needs no await of its own.
+  // runner.close() awaits every run still going: collecting needs no await of its own.
   const collect = (id: string) => void runner.running(id)?.then((r) => results.push(r));
   let invocationMarked = !event.invocationId;
-
-  let reason: WorkerResult['reason'] = 'idle';
-  try {
-    if (event.batchId && !pastDeadline() && !shutdown.signal.aborted) {
-      // The batch it was sent for, unless another tenant is served worse (docs/design.md, "Tenant fairness").
-      const b = await runner.takeOver(resolve, event.batchId, { orFairer: true }).catch((error) => {
-        log('warn', 'takeover of the dispatched batch failed', { batchId: event.batchId, error: String(error) });
-        return undefined;
-      });
-      if (b) collect(b.id);
-    }
-    let idleSince = Date.now();
-    while (true) {
-      if (shutdown.signal.aborted) {
-        reason = 'shutdown';
-        break;
-      }
-      if (schemaMismatch) {
-        reason = 'schema';
-        break;
-      }
-      if (pastDeadline()) {
-        reason = 'deadline';
-        break;
-      }
-      if (leaser.retiring()) {
-        reason = 'retired';
-        break;
-      }
-      if (!invocationMarked && leaser.ready()) {
-        invocationMarked = true;
-        await withTimeout(invocationLive(sql, event.invocationId!), config.runner.storeTimeoutMs).catch(() => {});
-      }
-      try {
-        while (runner.batches().length < config.runner.maxRuns) {
-          const b = await runner.takeOver(resolve);
-          if (!b) break;
-          collect(b.id);
-        }
-      } catch (error) {
-        log('warn', 'looking for batches failed', { error: String(error) });
-        noteError(error);
-      }
-      // A fleet process stays while units need processes; otherwise it leaves once idle.
-      const unitWork =
-        role === 'fleet' && ((leaser.share()?.totalWeight ?? 0) > 0 || leaser.owned().length > 0 || !leaser.share());
-      if (runner.batches().length > 0 || unitWork) idleSince = Date.now();
-      else if (Date.now() - idleSince >= config.workerIdleMs) break;
-      const wait = Math.max(0, Math.min(config.workerPollMs, deadline - Date.now()));
-      const runs = runner.batches().map((id) => runner.running(id)!);
-      await sleepUntil(systemClock, wait, stop, runs);
-    }
-  } finally {
-    shutdown.signal.removeEventListener('abort', onStop);
-    deps.signal?.removeEventListener('abort', onStop);
-    leasing.abort();
-    const [closing] = await Promise.all([
-      runner.close(),
-      (async () => {
-        await leaseLoop;
-        try {
-          await leaser.release();
-          await leaser.deleteProcess();
-        } catch (error) {
-          // The row expires by itself and the sweep frees its units; nothing is acted on meanwhile.
-          log('error', 'release failed', { error: String(error) });
-        }
-        await units.close();
-      })(),
-    ]);
-    for (const r of closing) if (!results.includes(r)) results.push(r);
+  if (event.batchId && !inv.pastDeadline() && !shutdown.signal.aborted) {
+    // The batch it was sent for, unless another tenant is served worse (docs/design.md, "Tenant fairness").
+    const b = await runner.takeOver(resolve, event.batchId, { orFairer: true }).catch((error) => {
+      log('warn', 'takeover of the dispatched batch failed', { batchId: event.batchId, error: String(error) });
+      return undefined;
+    });
+    if (b) collect(b.id);
   }
-  // A run may have ended through close() and through collect(): keep one result per run.
-  const byRun = new Map(results.map((r) => [r.runId, r]));
+  let idleSince = Date.now();
+  while (true) {
+    if (shutdown.signal.aborted) return 'shutdown';
+    if (inv.schemaMismatch) return 'schema';
+    if (inv.pastDeadline()) return 'deadline';
+    if (leaser.retiring()) return 'retired';
+    if (!invocationMarked && leaser.ready()) {
+      invocationMarked = true;
+      await withTimeout(invocationLive(sql, event.invocationId!), config.runner.storeTimeoutMs).catch(() => {});
+    }
+    try {
+      while (runner.batches().length < config.runner.maxRuns) {
+        const b = await runner.takeOver(resolve);
+        if (!b) break;
+        collect(b.id);
+      }
+    } catch (error) {
+      log('warn', 'looking for batches failed', { error: String(error) });
+      inv.noteError(error);
+    }
+    // A fleet process stays while units need processes; otherwise it leaves once idle.
+    const unitWork =
+      inv.role === 'fleet' && ((leaser.share()?.totalWeight ?? 0) > 0 || leaser.owned().length > 0 || !leaser.share());
+    if (runner.batches().length > 0 || unitWork) idleSince = Date.now();
+    else if (Date.now() - idleSince >= config.workerIdleMs) return 'idle';
+    const wait = Math.max(0, Math.min(config.workerPollMs, inv.deadline - Date.now()));
+    const runs = runner.batches().map((id) => runner.running(id)!);
+    await sleepUntil(systemClock, wait, inv.stop, runs);
+  }
+}
+
+/** Once the lease loop ended: release every unit, delete the process row, stop the unit jobs. */
+async function leave(
+  inv: Invocation,
+  leaseLoop: Promise<void>,
+  leaser: ReconnectingLeaser,
+  units: UnitReconciler,
+): Promise<void> {
+  await leaseLoop;
+  try {
+    await leaser.release();
+    await leaser.deleteProcess();
+  } catch (error) {
+    // The row expires by itself and the sweep frees its units; nothing is acted on meanwhile.
+    inv.log('error', 'release failed', { error: String(error) });
+  }
+  await units.close();
+}
+
+/**
+ * At the deadline, while there is time left: a continuation for every run handed off, and a
+ * replacement to keep the desired count, each reserved under the worker limit and continuing
+ * this process's chain. The scheduler does the same within a minute, and returning before the
+ * platform's deadline comes first (invariant 6); failures are logged, never thrown.
+ */
+async function sendSuccessors(
+  inv: Invocation,
+  reason: WorkerResult['reason'],
+  runs: RunResult[],
+  leaser: ReconnectingLeaser,
+): Promise<{ continued: string[]; replacements: number }> {
+  const { deps, log } = inv;
+  const workers = new WorkerDispatcher(deps.sql, deps.dispatcher, deps.config);
   const continued: string[] = [];
-  // Continuations and replacements only while there is time left: the scheduler does the same
-  // within a minute, and returning before the platform's deadline comes first (invariant 6).
-  const leftMs = () => context.getRemainingTimeInMillis() - 500;
-  const bounded = <T>(p: Promise<T>) => withTimeout(p, Math.max(1, Math.min(config.runner.storeTimeoutMs, leftMs())));
-  for (const r of byRun.values()) {
-    // A retired process's runs are taken over by the processes that stay (and dispatched by the
-    // scheduler): a continuation would only add a worker to a fleet that is too large.
-    if (r.outcome !== 'handed-off' || reason !== 'deadline' || shutdown.signal.aborted || leftMs() <= 0) continue;
+  // A retired process's runs are taken over by the processes that stay (and dispatched by the
+  // scheduler): a continuation would only add a worker to a fleet that is too large. A process
+  // that reached its deadline while the stack stops (local mode's Ctrl-C) leaves no successor:
+  // nothing would serve it.
+  if (reason !== 'deadline' || shutdown.signal.aborted) return { continued, replacements: 0 };
+  for (const r of runs) {
+    if (r.outcome !== 'handed-off' || inv.leftMs() <= 0) continue;
     try {
       // A continuation is one more worker: reserved under the worker limit like any other.
-      const [reserved] = await bounded(
-        reserveInvocations(sql, {
-          batchIds: [r.batchId],
-          maxWorkers: config.maxWorkers,
-          pendingMs: config.invocationPendingMs,
-        }),
-      );
-      if (!reserved) continue;
-      await bounded(markDispatched(sql, r.batchId));
-      await bounded(deps.dispatcher.invoke({ ...reserved, chain: leaser.successorChain() }));
-      continued.push(r.batchId);
+      const sent = await workers.send(r.batchId, 1, { chain: leaser.successorChain(), within: inv.bounded });
+      if (sent) continued.push(r.batchId);
     } catch (error) {
       // The scheduler dispatches handed-off batches too; this only makes it sooner.
       log('warn', 'continuation invoke failed', { batchId: r.batchId, error: String(error) });
     }
   }
   let replacements = 0;
-  // A process that reached its deadline while the stack stops (local mode's Ctrl-C) leaves no
-  // replacement: nothing would serve it.
-  if (reason === 'deadline' && !shutdown.signal.aborted && leftMs() > 0) {
-    // This process just left the fleet: keep the desired count without waiting for the scheduler.
-    try {
-      const plan = await bounded(
-        planInvocations(sql, { cap: 1, pendingMs: config.invocationPendingMs, maxWorkers: config.maxWorkers }),
-      );
-      for (const invocationId of plan.invocations) {
-        // The replacement continues this process's chain: the fleet reads as chains that go on.
-        await bounded(deps.dispatcher.invoke({ invocationId, chain: leaser.successorChain() }));
-        replacements++;
-      }
-    } catch (error) {
-      log('warn', 'replacement invoke failed', { error: String(error) });
-    }
+  if (inv.leftMs() <= 0) return { continued, replacements };
+  // This process just left the fleet: keep the desired count without waiting for the scheduler.
+  // The replacement continues this process's chain: the fleet reads as chains that go on.
+  try {
+    const { invoked, errors } = await workers.sendFleet(1, { chain: leaser.successorChain(), within: inv.bounded });
+    replacements = invoked;
+    if (errors.length) throw errors[0];
+  } catch (error) {
+    log('warn', 'replacement invoke failed', { error: String(error) });
   }
-  if (sends.size) await bounded(Promise.allSettled([...sends])).catch(() => {});
-  const runs = [...byRun.values()].map(({ batchId, outcome, finishedItems }) => ({ batchId, outcome, finishedItems }));
-  // Set by noteError's check, after the narrowing above: read it as what it may be.
-  const changed = schemaMismatch as SchemaMismatchError | undefined;
-  if (changed) {
-    log('error', `schema changed under this code; stopped, owning nothing: ${changed.message}`, {
-      schemaVersion: changed.version,
-      supported: changed.supported,
-    });
-  }
-  log('info', 'worker returning', { role, reason, runs, continued, replacements });
-  return { processId, role, runs, reason, continued, replacements };
+  return { continued, replacements };
 }
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;

@@ -3,7 +3,6 @@
 import type { APIGatewayProxyEventV2 } from 'aws-lambda';
 import {
   checkNotify,
-  dispatchWorkers,
   finishedSeries,
   setMaxConcurrency,
   setRateLimit,
@@ -12,6 +11,7 @@ import {
   redriveBatch,
   requestKeySchema,
   RETENTION_DEFAULTS,
+  sendWorkers as sendReservedWorkers,
 } from '../../batch/index.js';
 import { NO_WORKER_LIMIT, reserveInvocations } from '../../lease/index.js';
 import { batchView } from '../views.js';
@@ -144,12 +144,7 @@ function reserve(deps: ApiDeps, batchIds: string[]): Promise<WorkerEvent[]> {
 
 /** Sends up to `n` workers (within the worker limit) to an open batch. @throws the store's or the dispatcher's error. */
 async function sendWorkers(deps: ApiDeps, batchId: string, n: number): Promise<void> {
-  if (n <= 0) return;
-  const events = await reserve(
-    deps,
-    Array.from({ length: n }, () => batchId),
-  );
-  await dispatchWorkers(deps.sql, deps.dispatcher, batchId, events);
+  await sendReservedWorkers({ sql: deps.sql, dispatcher: deps.dispatcher, reserve: (ids) => reserve(deps, ids) }, batchId, n);
 }
 
 /**

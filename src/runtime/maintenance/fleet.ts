@@ -1,0 +1,49 @@
+// The fleet's invocations: workers invoked to reach the desired count of live processes, or
+// the surplus asked to retire (docs/design.md, "Serverless runtime").
+import type { MaintenanceService } from './service.js';
+
+/** What the fleet's invocations read; the scheduler passes its config's. */
+export interface FleetSettings {
+  /** The most workers one scheduler run invokes. */
+  invokeCap: number;
+}
+
+/** The fleet's settings when none are given. */
+export const FLEET_DEFAULTS: Readonly<FleetSettings> = {
+  /** @defaultValue 10 (`LEASEHOLD_INVOKE_CAP`) */
+  invokeCap: 10,
+};
+
+/** What the fleet's invocations did. */
+export interface FleetPart {
+  /** Desired count, live processes and invocations not yet live, as the plan saw them. */
+  fleet: { desired: number; live: number; pending: number };
+  /** Workers invoked to reach the desired count of live processes. */
+  invoked: number;
+  /** Live fleet processes asked to retire now (the fleet was above the desired count). */
+  retired: number;
+}
+
+/**
+ * Invoke `desired − live − coming` workers (coming: invoked within the confirmation window and
+ * not yet heartbeating), at most `invokeCap` and within the worker limit, or ask exactly the
+ * surplus of live fleet processes to retire — decided one scheduler at a time, so overlapping
+ * runs never over-invoke or over-retire (`WorkerDispatcher.sendFleet`). Nothing is invoked when no unit
+ * has weight > 0 and no open batch is below its target (scale to zero). A failed invoke is not
+ * thrown: it counts as coming until its confirmation window passes, then is planned again.
+ */
+export function fleetService(settings: Partial<FleetSettings> = {}): MaintenanceService<'fleet', FleetPart> {
+  const s = { ...FLEET_DEFAULTS, ...settings };
+  return {
+    name: 'fleet',
+    run: async ({ workers }) => {
+      // A failed invoke counts as coming until its confirmation window passes; then planned again.
+      const { plan, invoked } = await workers.sendFleet(s.invokeCap);
+      return {
+        fleet: { desired: plan.desired, live: plan.live, pending: plan.pending },
+        invoked,
+        retired: plan.retired.length,
+      };
+    },
+  };
+}
