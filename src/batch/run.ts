@@ -7,7 +7,7 @@ import type { Clock } from '../clock.js';
 import { BatchGivenUpError, BatchLostError, ItemStaleError, ItemTimeoutError, RetryAfterError } from './errors.js';
 import { ItemBeats } from './heartbeat.js';
 import { recoverStaleItems } from './sql/heartbeats.js';
-import * as q from './sql/batches.js';
+import * as q from './sql/index.js';
 import { RATE_WAIT_IN_QUEUE_MS, RateGate, type RateLimit } from './rate.js';
 import * as qs from './sql/sources.js';
 import { readItems } from './items.js';

@@ -29,7 +29,7 @@ import {
   stepStatement,
   takeOverStatement,
   waitStateStatement,
-} from '../../src/batch/sql/batches.js';
+} from '../../src/batch/sql/index.js';
 import { beatItemStatement, recoverStaleStatement } from '../../src/batch/sql/heartbeats.js';
 import { batchActivityStatement, finishedBucketsStatement } from '../../src/batch/sql/progress.js';
 import { tenantBatchesStatement, tenantStateStatement } from '../../src/batch/sql/tenants.js';
@@ -90,7 +90,7 @@ interface Case {
 }
 
 const cases: Case[] = [
-  // Batches (src/batch/sql/batches.ts).
+  // Batches (src/batch/sql/).
   {
     name: 'claim',
     bound: 64,
