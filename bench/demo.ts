@@ -10,7 +10,7 @@ import { spawn } from 'node:child_process';
 import { chmod, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { startEmbedded } from '../src/local/embedded.js';
+import { startEmbedded } from '../src/local/embedded/index.js';
 import { connect } from '../src/store/index.js';
 
 const ROOT = resolve(import.meta.dirname, '..');

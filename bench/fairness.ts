@@ -15,7 +15,7 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Runner, RUNNER_DEFAULTS, createBatch, getBatch, type Resolve } from '../src/batch/index.js';
-import * as q from '../src/batch/sql/batches.js';
+import * as q from '../src/batch/sql/index.js';
 import { defaultJobContext, defaultRegistry, type JobRegistry } from '../src/jobs/index.js';
 import { ApiClient } from '../src/cli/client.js';
 import type { Sql } from '../src/store/index.js';

@@ -77,7 +77,7 @@ async function main() {
   let stop: (() => Promise<void>) | undefined;
   // The bundle and demo parts need no database of ours (the demo starts its own).
   if (!url && only !== 'bundle' && only !== 'demo') {
-    const { startEmbedded } = await import('../src/local/embedded.js');
+    const { startEmbedded } = await import('../src/local/embedded/index.js');
     const dir = await mkdtemp(join(tmpdir(), 'leasehold-bench-'));
     const db = await startEmbedded({ dir: join(dir, 'pgdata'), port: 0 });
     url = db.url;

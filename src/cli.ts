@@ -222,7 +222,7 @@ program
     let url = checked.databaseUrl;
     let stop: (() => Promise<void>) | undefined;
     if (!url) {
-      const { startEmbedded } = await import('./local/embedded.js');
+      const { startEmbedded } = await import('./local/embedded/index.js');
       const db = await startEmbedded({});
       url = db.url;
       stop = db.stop;

@@ -1,7 +1,7 @@
 import type { Sql } from '../store/index.js';
 import { BatchFinishedError, BatchNotFoundError, BatchTooLargeError, InvalidBatchError, TooManyBatchesError } from './errors.js';
 import { DEFAULT_START_LIMITS, insertItems, readItems, type StartLimits } from './items.js';
-import * as q from './sql/batches.js';
+import * as q from './sql/index.js';
 import { MAX_RATE_PER_SECOND, MIN_RATE_PER_SECOND, validRate } from './rate.js';
 import {
   DEFAULT_PRIORITY,

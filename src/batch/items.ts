@@ -5,7 +5,7 @@
 // the batch and PostgreSQL's 256 MiB limit on one JSON value never applies to a whole batch.
 import type { Sql } from '../store/index.js';
 import { BatchTooLargeError, InvalidBatchError } from './errors.js';
-import * as q from './sql/batches.js';
+import * as q from './sql/index.js';
 import type { ItemInput, ItemSource } from './types.js';
 
 /** Longest item key, in UTF-8 bytes. Fixed: keys are indexed, and a btree entry holds at most ~2,700 bytes. */

@@ -12,7 +12,7 @@ import {
   NothingToRedriveError,
   TooManyBatchesError,
 } from './errors.js';
-import * as q from './sql/batches.js';
+import * as q from './sql/index.js';
 import * as r from './sql/redrives.js';
 import type { BatchInfo } from './types.js';
 

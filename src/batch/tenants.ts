@@ -1,7 +1,7 @@
 // What a tenant runs and waits for, and its limit (docs/design.md, "Tenant fairness").
 import type { Sql } from '../store/index.js';
 import { InvalidBatchError } from './errors.js';
-import { NO_LIMIT } from './sql/batches.js';
+import { NO_LIMIT } from './sql/index.js';
 import * as q from './sql/tenants.js';
 
 /** One open batch of a tenant, as {@link getTenant} lists it. */

@@ -15,7 +15,7 @@ import { requestWorkerShutdown, resetRuntimeDeps, setLogSink } from '../runtime/
 import { forgetInvocations } from '../lease/index.js';
 import { connect, migrate, type Sql } from '../store/index.js';
 import { createLambdaContext } from './context.js';
-import { startEmbedded } from './embedded.js';
+import { startEmbedded } from './embedded/index.js';
 import { dashboardAssets } from './dashboard-assets.js';
 import { startHttpServer } from './http-server.js';
 import { startLocalS3 } from './s3.js';

@@ -11,7 +11,7 @@ export {
   EmbeddedStartError,
   type EmbeddedOptions,
   type EmbeddedPostgres,
-} from './embedded.js';
+} from './embedded/index.js';
 export {
   createInvokeEndpoint,
   localLambdaEnv,

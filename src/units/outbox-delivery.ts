@@ -7,7 +7,7 @@ import type { Sql } from '../store/index.js';
 import { EndpointGuard, type AddressLookup } from './endpoint-guard.js';
 import { postWebhookAnswer } from './webhook.js';
 import { defineUnitJob, type ConfigIssue, type UnitContext, type UnitJob } from './job.js';
-import * as q from './sql.js';
+import * as q from './sql/outbox.js';
 import { LeaseholdError, InvalidSettingError } from '../errors.js';
 
 /** Name of the outbox delivery unit job (`job` in `PUT /tenants/{tenant}/units`). */

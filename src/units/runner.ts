@@ -3,7 +3,7 @@ import type { Reconciler, Unit, UnitKey } from '../lease/index.js';
 import type { Sql } from '../store/index.js';
 import type { Log } from '../log.js';
 import type { UnitContext, UnitJob, UnitJobRegistry } from './job.js';
-import * as q from './sql.js';
+import * as q from './sql/runs.js';
 import { InvalidSettingError } from '../errors.js';
 
 /** Settings of a {@link UnitRunner}. */

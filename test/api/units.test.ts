@@ -5,7 +5,7 @@ import { z } from 'zod';
 import type { ApiDeps } from '../../src/api/index.js';
 import { Leaser } from '../../src/lease/index.js';
 import { defaultUnitJobs, defineUnitJob, outboxDelivery, outboxShard, type AddressLookup } from '../../src/units/index.js';
-import { startRun } from '../../src/units/sql.js';
+import { startRun } from '../../src/units/sql/runs.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { sleep } from '../support/time.js';
 import { apiDeps, call, InvokeEndpoint, uniqueTenant, type EventOptions } from '../support/api.js';

@@ -13,7 +13,7 @@ import {
   type Executor,
   type RunnerEvent,
 } from '../../src/batch/index.js';
-import * as q from '../../src/batch/sql/batches.js';
+import * as q from '../../src/batch/sql/index.js';
 import type { Sql } from '../../src/store/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { newBatch, runOf } from './helpers.js';

@@ -11,7 +11,7 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createBatch } from '../../src/batch/index.js';
-import { recoverRunning } from '../../src/batch/sql/batches.js';
+import { recoverRunning } from '../../src/batch/sql/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { waitFor } from '../support/waits.js';
 

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createBatch } from '../../src/batch/index.js';
-import * as q from '../../src/batch/sql/batches.js';
-import { NO_LIMIT } from '../../src/batch/sql/batches.js';
+import * as q from '../../src/batch/sql/index.js';
+import { NO_LIMIT } from '../../src/batch/sql/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { newBatch } from './helpers.js';
 import { deferred, waitFor } from '../support/waits.js';

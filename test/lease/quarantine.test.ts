@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { liftQuarantines, putTenantUnits, releaseUnit, sweep } from '../../src/lease/index.js';
 import type { Sql } from '../../src/store/index.js';
-import { endRun, startRun } from '../../src/units/sql.js';
+import { endRun, startRun } from '../../src/units/sql/runs.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { clear, member, type Member } from '../support/lease.js';
 import { sleep } from '../support/time.js';

@@ -10,7 +10,12 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { EmbeddedDataDirInUseError, EmbeddedStartError, startEmbedded, type EmbeddedPostgres } from '../../src/local/embedded.js';
+import {
+  EmbeddedDataDirInUseError,
+  EmbeddedStartError,
+  startEmbedded,
+  type EmbeddedPostgres,
+} from '../../src/local/embedded/index.js';
 
 const fixture = join(dirname(fileURLToPath(import.meta.url)), 'fixtures', 'hold-embedded.ts');
 

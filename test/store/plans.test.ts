@@ -29,7 +29,7 @@ import {
   stepStatement,
   takeOverStatement,
   waitStateStatement,
-} from '../../src/batch/sql/batches.js';
+} from '../../src/batch/sql/index.js';
 import { beatItemStatement, recoverStaleStatement } from '../../src/batch/sql/heartbeats.js';
 import { batchActivityStatement, finishedBucketsStatement } from '../../src/batch/sql/progress.js';
 import { tenantBatchesStatement, tenantStateStatement } from '../../src/batch/sql/tenants.js';
@@ -45,7 +45,12 @@ import {
 } from '../../src/lease/sql/ownership.js';
 import { liftQuarantinesStatement, listProcessesStatement, listUnitsStatement } from '../../src/lease/sql/units.js';
 import type { Sql } from '../../src/store/index.js';
-import { assignStatement, dueDeliveriesStatement, markDeliveredStatement, markFailedStatement } from '../../src/units/sql.js';
+import {
+  assignStatement,
+  dueDeliveriesStatement,
+  markDeliveredStatement,
+  markFailedStatement,
+} from '../../src/units/sql/outbox.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { analyzeSchema, loadHistory } from '../support/history.js';
 import { expectBounded } from '../support/plans.js';
@@ -90,7 +95,7 @@ interface Case {
 }
 
 const cases: Case[] = [
-  // Batches (src/batch/sql/batches.ts).
+  // Batches (src/batch/sql/).
   {
     name: 'claim',
     bound: 64,
@@ -281,7 +286,7 @@ const cases: Case[] = [
   { name: 'list units', bound: 100, statement: (sql) => listUnitsStatement(sql, undefined, 100) },
   { name: 'list units of a tenant', bound: 100, statement: (sql) => listUnitsStatement(sql, 'plan-own-0', 100) },
   { name: 'list processes', bound: (LIVE + EXPIRED) * OWNED + 1, statement: (sql) => listProcessesStatement(sql) },
-  // The outbox (src/units/sql.ts).
+  // The outbox (src/units/sql/outbox.ts).
   {
     name: 'outbox assign',
     bound: 100 * ENDPOINTS.length,

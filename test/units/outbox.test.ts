@@ -18,7 +18,7 @@ import {
   type AddressLookup,
 } from '../../src/units/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
-import * as q from '../../src/units/sql.js';
+import * as q from '../../src/units/sql/outbox.js';
 import { auditMarks, startProc, undelivered as undeliveredIn, type Proc } from './helpers.js';
 import { sleep } from '../support/time.js';
 import { waitFor } from '../support/waits.js';

@@ -4,7 +4,7 @@
 // one move is in flight and moves stay ordered. A value PostgreSQL refuses sends the moves one
 // by one (that item fails with the reason, the others land); a short count is checked against
 // what landed before it means the batch was lost.
-import * as q from '../sql/batches.js';
+import * as q from '../sql/index.js';
 import { errorText } from '../values.js';
 import { UnstorableMoves, type RunContext } from './context.js';
 import { CLAIM_AHEAD_MS, type Settled } from './types.js';

@@ -9,7 +9,7 @@ import { InvalidSettingError } from '../../errors.js';
 import { ItemStaleError, ItemTimeoutError, RetryAfterError } from '../errors.js';
 import { ItemBeats } from './heartbeat.js';
 import { recoverStaleItems } from '../sql/heartbeats.js';
-import * as q from '../sql/batches.js';
+import * as q from '../sql/index.js';
 import { ItemNotStartedError } from './calls.js';
 import { encodeOutput, errorText } from '../values.js';
 import type { Executor, ItemState } from '../types.js';

@@ -5,7 +5,7 @@
 // tolerates. Every statement is fenced on the run's own lease.
 import { withTimeout } from '../../store/index.js';
 import { BatchGivenUpError } from '../errors.js';
-import * as q from '../sql/batches.js';
+import * as q from '../sql/index.js';
 import type { RunOutcome } from '../types.js';
 import type { RunContext } from './context.js';
 import { CLAIM_AHEAD_MS } from './types.js';

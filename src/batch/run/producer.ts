@@ -4,7 +4,7 @@
 // at most `parallel + queueDepth` items (running included); a freed slot starts the next queued
 // item at once; an item due later (a retry) is claimed shortly before it is due and started by
 // a local timer when it is due. The completer's statements carry its claims.
-import * as q from '../sql/batches.js';
+import * as q from '../sql/index.js';
 import { RATE_WAIT_IN_QUEUE_MS, RateGate, type RateLimit } from '../rate.js';
 import type { RunContext } from './context.js';
 import { CLAIM_AHEAD_MS, type Settled } from './types.js';

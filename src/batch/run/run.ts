@@ -6,7 +6,7 @@
 // the batch (lifecycle.ts). The Runner (../runner.ts) takes batches over and owns many runs.
 import type { Sql } from '../../store/index.js';
 import { BatchGivenUpError, BatchLostError } from '../errors.js';
-import * as q from '../sql/batches.js';
+import * as q from '../sql/index.js';
 import { s3Client } from '../s3.js';
 import { writeResultsAfterFinish } from '../results.js';
 import type { BatchInfo, Executor, RunOutcome, RunResult } from '../types.js';

@@ -1,7 +1,7 @@
 // The source reader of a run (docs/design.md, "The run, inside"; "Sources and results"): while
 // the batch's source is read, it reads pages from S3 and stores each with its cursor in one
 // statement fenced on the run's lease and on its being the batch's reader.
-import * as q from '../sql/batches.js';
+import * as q from '../sql/index.js';
 import * as qs from '../sql/sources.js';
 import { readItems } from '../items.js';
 import { s3Client } from '../s3.js';

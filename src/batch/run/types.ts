@@ -4,7 +4,7 @@
 // lifecycle) owns its own state and code.
 import type { S3Client } from '@aws-sdk/client-s3';
 import type { Clock } from '../../clock.js';
-import type * as q from '../sql/batches.js';
+import type * as q from '../sql/index.js';
 import type { IgnoredResults } from './calls.js';
 import type { RateLimit } from '../rate.js';
 import type { RunResult } from '../types.js';

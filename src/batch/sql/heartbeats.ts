@@ -5,7 +5,7 @@
 // attempt that was recovered, a run that lost its batch, or an item that settled meanwhile
 // changes nothing.
 import type { Sql } from '../../store/index.js';
-import { ownRun } from './batches.js';
+import { ownRun } from './shared.js';
 
 /** What {@link beatItem} writes for one attempt of one item. */
 export interface ItemBeat {

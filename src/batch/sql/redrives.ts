@@ -1,7 +1,7 @@
 // Statements of redrives (leasehold_redrives) and the batch and item changes a redrive makes
 // (docs/design.md, "Batches").
 import type { BatchStatus } from '../types.js';
-import { RUN_ITEMS, type Tx } from './batches.js';
+import { RUN_ITEMS, type Tx } from './shared.js';
 
 // Locks the batch row against takeovers, finishes, cancels and other redrives until commit, and
 // reads its status as of the lock.

@@ -2,10 +2,11 @@
 // reads, each page with its cursor, a source that cannot be read (docs/design.md, "Sources and
 // results"). Every statement is fenced on the reading run's own lease: its row in
 // leasehold_runs, locked key share before the batch row, as every run statement locks them
-// (sql/batches.ts), so an end of the batch (which deletes the run rows first) is ordered with it.
+// (sql/index.ts), so an end of the batch (which deletes the run rows first) is ordered with it.
 import type { Sql } from '../../store/index.js';
-import { itemRows, RUN_ITEMS } from './batches.js';
 import { storableText } from '../values.js';
+import { RUN_ITEMS } from './shared.js';
+import { itemRows } from './starts.js';
 import { writeEndEvent } from './events.js';
 
 /** What a run that became (or stays) the reader of its batch's source knows of it. */
@@ -78,7 +79,7 @@ export async function storePage(sql: Sql, a: PageArgs): Promise<boolean> {
 // Ends a batch whose source cannot be read: `failed` with `reason` and the first bad line, its
 // items still pending or running `failed` with the reason (the batch's items are not what was
 // asked for). Every run row of the batch is deleted first, then the batch row is updated, as
-// every end does (sql/batches.ts), and its Batch Finished event is written last, in the same
+// every end does (sql/ends.ts), and its Batch Finished event is written last, in the same
 // transaction (sql/events.ts); fenced on `run` holding its lease. Answers whether it ended it.
 export async function failSource(
   sql: Sql,
@@ -107,7 +108,7 @@ export async function failSource(
         returning 1
       )
       select (select count(*) from ended)::int as ended`;
-    // Runs that joined while the end ran (see endLateRuns in sql/batches.ts).
+    // Runs that joined while the end ran (see endLateRuns in sql/ends.ts).
     if (r.ended === 1) {
       await t`delete from leasehold_runs where batch_id = ${a.batchId}`;
       await writeEndEvent(t, a.batchId);

@@ -1,4 +1,4 @@
-// The embedded server's names, fixed settings and errors (part of src/local/embedded.ts).
+// The embedded server's names, fixed settings and errors (part of src/local/embedded/index.ts).
 import { LeaseholdError } from '../../errors.js';
 
 /** Port tried first by {@link startEmbedded}; a free one is chosen when it is taken. */

@@ -1,4 +1,4 @@
-// The embedded server's database: created when missing (part of src/local/embedded.ts).
+// The embedded server's database: created when missing (part of src/local/embedded/index.ts).
 import { stat } from 'node:fs/promises';
 import postgres from 'postgres';
 import { EMBEDDED_PASSWORD, EMBEDDED_USER } from './common.js';

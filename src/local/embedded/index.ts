@@ -20,11 +20,11 @@ import {
   EmbeddedPostgresError,
   EmbeddedStartError,
   OWNER_FILE,
-} from './embedded/common.js';
-import { ensureDatabase, exists } from './embedded/database.js';
-import { ensureTraversable, initialise, postgresUserIds } from './embedded/init.js';
-import { clearPreviousServer } from './embedded/previous.js';
-import { PortTakenError, type Spawned, choosePort, postgresBinary, spawnServer, terminate } from './embedded/server.js';
+} from './common.js';
+import { ensureDatabase, exists } from './database.js';
+import { ensureTraversable, initialise, postgresUserIds } from './init.js';
+import { clearPreviousServer } from './previous.js';
+import { PortTakenError, type Spawned, choosePort, postgresBinary, spawnServer, terminate } from './server.js';
 
 export {
   EMBEDDED_DEFAULT_PORT,
@@ -34,7 +34,7 @@ export {
   EmbeddedPostgresError,
   EmbeddedDataDirInUseError,
   EmbeddedStartError,
-} from './embedded/common.js';
+} from './common.js';
 
 /** Options of {@link startEmbedded}. */
 export interface EmbeddedOptions {

@@ -1,0 +1,238 @@
+// The ends of a batch (leasehold_batches, leasehold_runs, leasehold_items, and its Batch
+// Finished event in leasehold_batch_events): cancel, finish, give up and the end by tolerance,
+// and the wait state a run reads between steps. Every end deletes all the batch's run rows first
+// (each delete waits for the move in flight on it), ends the batch only while it is open, so
+// once, deletes the runs that joined while it ran, and writes its Batch Finished event last, in
+// the same transaction (sql/events.ts): a run's next fenced statement changes nothing
+// (docs/design.md, "End").
+import type postgres from 'postgres';
+import type { Sql } from '../../store/index.js';
+import type { BatchStatus } from '../types.js';
+import { writeEndEvent } from './events.js';
+
+// Cancels an open batch for good. Every run row of the batch is deleted first (each delete
+// waits for the move in flight on it), then the batch row: a run's next fenced statement
+// changes nothing. Items keep the state they had (a count of running items says what was
+// running at the cancel). No counts are stored: a move the cancel waited for lands after the
+// statement's snapshot, so the batch's counts are read from its items.
+export async function cancelBatch(sql: Sql, id: string): Promise<BatchStatus | undefined> {
+  return inTransaction(sql, async (t) => {
+    const status = await cancelOnce(t, id);
+    if (status) {
+      await t`${endLateRuns(t, id)}`;
+      await writeEndEvent(t, id);
+    }
+    return status;
+  });
+}
+
+async function cancelOnce(sql: Sql, id: string): Promise<BatchStatus | undefined> {
+  const [r] = await sql<{ status: BatchStatus }[]>`with gone as (
+      delete from leasehold_runs where batch_id = ${id} returning 1
+    )
+    update leasehold_batches b
+    set status = 'cancelled', finished_at = now(), live_runs = 0, reading = false
+    where id = ${id} and status = 'open' and (select count(*) from gone) >= 0
+    returning status`;
+  return r?.status;
+}
+
+// Every run row of a batch, deleted (each delete waits for the move in flight on it) when the
+// run `run` still holds its lease and `when` holds: the first step of every end of a batch.
+function endRuns(sql: Sql, batchId: string, run: string, when: postgres.Fragment) {
+  return sql`delete from leasehold_runs
+    where batch_id = ${batchId} and exists (select 1 from leasehold_runs where id = ${run}) and ${when}
+    returning id`;
+}
+
+// The run rows a batch that just ended still has, deleted: runs that joined while the end ran.
+// A takeover that joins holds the batch row until it commits; the end's delete of the run rows,
+// from a snapshot taken before that commit, missed the new row, and its update of the batch row
+// waited for the takeover and then ended the batch. Left standing, such a run worked the ended
+// batch (its moves are fenced on its own row). Sent after the end, in the end's transaction: it
+// holds the batch row, so no run joins any more, and a later snapshot sees every run that did.
+function endLateRuns(sql: Sql, batchId: string) {
+  return sql`delete from leasehold_runs where batch_id = ${batchId}`;
+}
+
+// Runs `f` in a transaction of its own, or in a savepoint when `sql` is a caller's transaction.
+function inTransaction<T>(sql: Sql, f: (t: Sql) => Promise<T>): Promise<T> {
+  const within = (sql as { savepoint?: Sql['begin'] }).savepoint?.bind(sql) ?? sql.begin.bind(sql);
+  return within((tx) => f(tx as unknown as Sql)) as Promise<T>;
+}
+
+// Ends a batch whose runs keep failing before they store anything: `failed` with `reason`, and
+// every item still pending or running `failed` with `itemError`. Fenced on the run's lease.
+export async function giveUp(sql: Sql, a: { batchId: string; run: string; reason: string; itemError: string }): Promise<boolean> {
+  return inTransaction(sql, async (t) => {
+    const given = await giveUpOnce(t, a);
+    if (given) {
+      await t`${endLateRuns(t, a.batchId)}`;
+      await writeEndEvent(t, a.batchId);
+    }
+    return given;
+  });
+}
+
+async function giveUpOnce(sql: Sql, a: { batchId: string; run: string; reason: string; itemError: string }): Promise<boolean> {
+  const [r] = await sql<{ given_up: number }[]>`with gone as (
+      ${endRuns(sql, a.batchId, a.run, sql`true`)}
+    ), own as (
+      update leasehold_batches
+      set status = 'failed', reason = ${a.reason}, finished_at = now(), live_runs = 0
+      where id = ${a.batchId} and status = 'open' and ${a.run}::uuid in (select id from gone)
+      returning id
+    ), failed as (
+      update leasehold_items i set state = 'failed', error = ${a.itemError}, run_id = ${a.run}, updated_at = now()
+      where i.batch_id = ${a.batchId} and i.state in ('pending', 'running') and exists (select 1 from own)
+      returning 1
+    )
+    select (select count(*) from own)::int as given_up, (select count(*) from failed)::int as items`;
+  return r.given_up === 1;
+}
+
+// Finishes the batch once no item is pending or running: succeeded, or failed when any item
+// failed — or, when the batch tolerates failures, when more items failed than it allows (the
+// reason then says so). Any run of the batch holding its lease can, and only once (status must
+// still be open): every run row of the batch is deleted first, so the other runs stop.
+export async function finishBatch(sql: Sql, batchId: string, run: string): Promise<BatchStatus | undefined> {
+  return inTransaction(sql, async (t) => {
+    const [r] = await t<{ status: BatchStatus }[]>`${finishStatement(t, { batchId, run })}`;
+    if (r) {
+      await t`${endLateRuns(t, batchId)}`;
+      await writeEndEvent(t, batchId);
+    }
+    return r?.status;
+  });
+}
+
+/**
+ * {@link finishBatch} as a fragment. "No item pending or running" is two look-ups, each of the
+ * first entry of the partial index its state has, in that index's order (one test of `state in
+ * (…)` let a planner that thought the batch small walk all its items, and a plain `not exists`
+ * let one that thought it large scan the table until it met a pending item). The
+ * failed count reads the batch's failed items only; the counts are stored on the row.
+ */
+export function finishStatement(sql: Sql, { batchId, run }: { batchId: string; run: string }) {
+  const idle = sql`(select run_after from leasehold_items where batch_id = ${batchId} and state = 'pending'
+           order by run_after limit 1) is null
+      and (select batch_id from leasehold_items where batch_id = ${batchId} and state = 'running'
+           order by batch_id limit 1) is null
+      and not (select reading from leasehold_batches where id = ${batchId})`;
+  return sql`with gone as (
+      ${endRuns(sql, batchId, run, idle)}
+    )
+    update leasehold_batches b
+    set status = case when (b.allowed_failures is null and n.failed > 0) or n.failed > b.allowed_failures
+          then 'failed' else 'succeeded' end,
+        reason = case when n.failed > b.allowed_failures then ${toleranceReason(sql)} else b.reason end,
+        final_counts = jsonb_build_object('pending', 0, 'running', 0, 'done', b.total - n.failed, 'failed', n.failed),
+        finished_at = now(), live_runs = 0
+    from (select count(*)::int as failed from leasehold_items where batch_id = ${batchId} and state = 'failed') n
+    where b.id = ${batchId} and b.status = 'open' and ${run}::uuid in (select id from gone)
+    returning b.status`;
+}
+
+// The reason of a batch ended by its tolerance, from `b` (the batch row) and `n.failed`.
+function toleranceReason(sql: Sql) {
+  return sql`'more items failed than tolerated: ' || n.failed || ' failed, ' || b.allowed_failures || ' tolerated ('
+    || case when b.tolerated_count is not null then 'count ' || b.tolerated_count
+            else b.tolerated_percent || ' % of ' || b.total || ' items' end || ')'`;
+}
+
+/** What {@link endIntolerable} did. */
+export interface IntolerableEnd {
+  /** The batch ended `failed` by this statement. */
+  ended: boolean;
+  /** Items put back to pending (running or claimed when it ended). */
+  givenBack: number;
+  /** The batch's failed items as counted by the statement. */
+  failed: number;
+  /**
+   * Failed items the batch tolerates now: its count, or its percent of the items stored so far;
+   * null when it has no tolerance, or when its tolerance is a percent and its source is still
+   * read (a percent ends a batch early only once its total is known: docs/design.md, "End").
+   */
+  allowed: number | null;
+}
+
+// Ends the batch `failed` at once when more of its items have failed than its tolerance allows
+// (a batch without one is never ended here), with the reason; the items still running under
+// any of its runs (executing or claimed ahead) go back to pending with their attempt given
+// back (the end interrupted them), pending ones stay pending. The failed count is the batch's,
+// shared by all its runs: every run checks it after each move that failed an item, so the run
+// whose move passes the allowance (or a later one) ends the batch, once (every run row is
+// deleted first; a second end finds none). A percent tolerance is judged only once the batch's
+// source has been read (its total is final; a percent of the first pages would end a healthy
+// batch at a few early failures); a count applies at once. It answers the allowance it judged
+// by, which the run keeps (docs/design.md, "End").
+// The give-back is a second statement of the end's transaction: the end's deletes wait for the
+// moves in flight on the run rows, and a claim among them (pending to running, committed after
+// the end's snapshot) is seen only by a later snapshot; in the end's own statement such items
+// stayed running in the ended batch (docs/design.md, "Fan-out").
+export async function endIntolerable(sql: Sql, batchId: string, run: string): Promise<IntolerableEnd> {
+  return inTransaction(sql, async (t) => {
+    const [r] = await t<
+      { ended: number; failed: number; allowed: number | null }[]
+    >`${endIntolerableStatement(t, { batchId, run })}`;
+    if (r.ended === 1) await t`${endLateRuns(t, batchId)}`;
+    const givenBack = r.ended === 1 ? (await t`${giveBackRunningStatement(t, { batchId })}`).count : 0;
+    if (r.ended === 1) await writeEndEvent(t, batchId);
+    return { ended: r.ended === 1, givenBack, failed: r.failed, allowed: r.allowed };
+  });
+}
+
+/** The end of {@link endIntolerable} as a fragment (the plan test reads its plan). */
+export function endIntolerableStatement(sql: Sql, { batchId, run }: { batchId: string; run: string }) {
+  return sql`with n as materialized (
+      select count(*)::int as failed from leasehold_items where batch_id = ${batchId} and state = 'failed'
+    ), a as materialized (
+      select case when tolerated_percent is not null and reading then null else allowed_failures end as allowed
+      from leasehold_batches where id = ${batchId}
+    ), gone as (
+      ${endRuns(sql, batchId, run, sql`(select failed from n) > (select allowed from a)`)}
+    ), ended as (
+      update leasehold_batches b
+      set status = 'failed', reason = ${toleranceReason(sql)}, finished_at = now(), live_runs = 0
+      from n
+      where b.id = ${batchId} and b.status = 'open' and ${run}::uuid in (select id from gone)
+      returning b.id
+    )
+    select (select count(*) from ended)::int as ended, (select failed from n) as failed, (select allowed from a) as allowed`;
+}
+
+/**
+ * The give-back of {@link endIntolerable} as a fragment (the plan test reads its plan): the
+ * items of the batch still running go back to pending with their attempt given back, due now
+ * at the latest. Sent only in the transaction that just ended the batch.
+ */
+export function giveBackRunningStatement(sql: Sql, { batchId }: { batchId: string }) {
+  return sql`update leasehold_items i
+    set state = 'pending', attempts = greatest(i.attempts - 1, 0), run_after = greatest(i.run_after, now()),
+        updated_at = now()
+    where i.batch_id = ${batchId} and i.state = 'running'`;
+}
+
+// Whether the run still holds its lease, how long until the batch's next pending item is due
+// (ms, by the database clock; null when none is pending), how many runs the batch has, and
+// whether its source is still being read (more items are coming).
+export async function waitState(
+  sql: Sql,
+  batchId: string,
+  run: string,
+): Promise<{ owned: boolean; dueInMs: number | null; liveRuns: number; reading: boolean }> {
+  const [r] = await sql<
+    { owned: boolean; due_in_ms: number | null; live_runs: number; reading: boolean }[]
+  >`${waitStateStatement(sql, { batchId, run })}`;
+  return { owned: r.owned, dueInMs: r.due_in_ms, liveRuns: r.live_runs ?? 0, reading: r.reading };
+}
+
+/** {@link waitState} as a fragment (the plan test reads its plan). */
+export function waitStateStatement(sql: Sql, { batchId, run }: { batchId: string; run: string }) {
+  return sql`select
+      exists (select 1 from leasehold_runs where id = ${run}) as owned,
+      (select greatest(0, extract(epoch from run_after - now()) * 1000)::float8 from leasehold_items
+        where batch_id = ${batchId} and state = 'pending' order by run_after limit 1) as due_in_ms,
+      (select live_runs from leasehold_batches where id = ${batchId}) as live_runs,
+      coalesce((select reading from leasehold_batches where id = ${batchId}), false) as reading`;
+}

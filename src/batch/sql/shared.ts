@@ -1,0 +1,134 @@
+// What several families of the batch statements share: the shape of a batch row as the reads
+// and a takeover answer it (leasehold_batches with its item counts and its live leasehold_runs)
+// and its mapping to BatchInfo, the constants a start, a setting and a takeover compare with,
+// and the fence of every run statement: the run's own row in leasehold_runs, locked key share,
+// so a statement holding it changes rows only while the run holds its lease, and an end or a
+// takeover that deletes the row waits for it (docs/design.md, "Fan-out"). Nothing here writes.
+import type { Sql } from '../../store/index.js';
+import type { BatchInfo, BatchStatus, ItemState, RunInfo } from '../types.js';
+
+/** A row of `leasehold_batches` joined with its item counts. */
+export interface BatchRow {
+  id: string;
+  tenant: string;
+  datasource: string;
+  job: string;
+  params: unknown;
+  request_key: string;
+  priority: number;
+  status: BatchStatus;
+  total: number;
+  runs: number;
+  max_concurrency: number;
+  target: number;
+  live_runs: number;
+  /** The batch's live runs, oldest first (json_agg: times as ISO text); null when none. */
+  run_list: RunRow[] | null;
+  stalled_runs: number;
+  reason: string | null;
+  notify_url: string | null;
+  redrives: number;
+  tolerated_count: number | null;
+  /** numeric: postgres.js reads it as a string. */
+  tolerated_percent: string | null;
+  allowed_failures: number | null;
+  timeout_ms: number | null;
+  rate_per_second: number | null;
+  created_at: Date;
+  finished_at: Date | null;
+  counts: Partial<Record<ItemState, number>> | null;
+  source: unknown;
+  reading: boolean;
+  source_pages: number;
+  source_error_line: string | null;
+  results: unknown;
+  results_manifest: string | null;
+  results_error: string | null;
+}
+
+/** A run as `run_list` carries it. */
+interface RunRow {
+  id: string;
+  process: string;
+  started_at: string;
+  beat_at: string;
+  settled: number;
+  /** ms since the run started, database clock. */
+  age_ms: number;
+}
+
+function toRun(r: RunRow): RunInfo {
+  return {
+    id: r.id,
+    process: r.process,
+    startedAt: new Date(r.started_at),
+    beatAt: new Date(r.beat_at),
+    settled: Number(r.settled),
+    itemsPerSecond: r.age_ms > 0 ? Math.round((Number(r.settled) / r.age_ms) * 1000 * 10) / 10 : 0,
+  };
+}
+
+/** A batch row as the {@link BatchInfo} every read and a takeover answer (counts default to 0). */
+export function toInfo(r: BatchRow): BatchInfo {
+  const c = r.counts ?? {};
+  const runList = (r.run_list ?? []).map(toRun);
+  return {
+    id: r.id,
+    tenant: r.tenant,
+    datasource: r.datasource,
+    job: r.job,
+    params: r.params,
+    requestKey: r.request_key,
+    priority: r.priority,
+    status: r.status,
+    total: r.total,
+    counts: { pending: c.pending ?? 0, running: c.running ?? 0, done: c.done ?? 0, failed: c.failed ?? 0 },
+    ownerProcess: runList[0]?.process ?? null,
+    runs: r.runs,
+    maxConcurrency: r.max_concurrency,
+    target: r.target,
+    liveRuns: r.live_runs,
+    runList,
+    stalledRuns: r.stalled_runs,
+    reason: r.reason,
+    notify: r.notify_url === null || r.notify_url === undefined ? null : { url: r.notify_url },
+    redrives: r.redrives,
+    toleratedFailures:
+      r.tolerated_count !== null
+        ? { count: r.tolerated_count }
+        : r.tolerated_percent !== null
+          ? { percent: Number(r.tolerated_percent) }
+          : null,
+    allowedFailures: r.allowed_failures,
+    timeoutMs: r.timeout_ms,
+    ratePerSecond: r.rate_per_second ?? null,
+    createdAt: r.created_at,
+    beatAt: runList.reduce<Date | null>((at, x) => (at === null || x.beatAt > at ? x.beatAt : at), null),
+    finishedAt: r.finished_at,
+    source: (r.source ?? null) as BatchInfo['source'],
+    reading: r.reading ?? false,
+    sourcePages: r.source_pages ?? 0,
+    sourceErrorLine: r.source_error_line === null || r.source_error_line === undefined ? null : Number(r.source_error_line),
+    results: (r.results ?? null) as BatchInfo['results'],
+    resultsManifest: r.results_manifest ?? null,
+    resultsError: r.results_error ?? null,
+  };
+}
+
+/**
+ * Items per run the target counts: a batch wants one run per this many items, at most its
+ * `maxConcurrency` (docs/design.md, "Fan-out"), so a 20-item batch wakes one worker.
+ */
+export const RUN_ITEMS = 100;
+
+/** A transaction of a start or a redrive (any {@link Sql} the statements can take). */
+export type Tx = Sql;
+
+/** No per-tenant limit: the largest `max_running` a statement compares with. */
+export const NO_LIMIT = 2_147_483_647;
+
+// The fence of a run's statements: its own row, locked key share (a cancel, finish, end or
+// takeover deletes it, and waits for the statement holding it; a beat does not conflict).
+export function ownRun(sql: Sql, run: string) {
+  return sql`select id from leasehold_runs where id = ${run} for key share`;
+}
