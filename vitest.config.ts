@@ -22,10 +22,44 @@ export const POOLER_SUITE = [
   'test/runtime/worker-signal.test.ts',
 ];
 
+/**
+ * The files `npm run test:quick` runs (`LEASEHOLD_TEST_QUICK=1`), for the edit-test loop: a fast
+ * file or two of each area (batch starts, moves, fencing, takeover, retries, stops and finishes;
+ * the lease's shares and edges; the units runner; the API, the CLI's output, the docs' settings
+ * table, a built-in job, a worker's handoff), under a minute on two cores. `npm test` runs them all
+ * (docs/development.md, "Tests").
+ */
+export const QUICK_SUITE = [
+  'test/clock.test.ts',
+  'test/batch/pipeline.test.ts',
+  'test/batch/fencing.test.ts',
+  'test/batch/takeover.test.ts',
+  'test/batch/retries.test.ts',
+  'test/batch/stop.test.ts',
+  'test/batch/finish.test.ts',
+  'test/lease/edge.test.ts',
+  'test/runtime/heartbeat.test.ts',
+  'test/runtime/handoff.test.ts',
+  'test/units/runner.test.ts',
+  'test/api/batches.test.ts',
+  'test/api/errors.test.ts',
+  'test/cli/table.test.ts',
+  'test/store/schema.test.ts',
+  'test/docs/configuration.test.ts',
+  'test/jobs/checksum.test.ts',
+];
+
+/** The files of this run: the pooler's suite, the quick one, or every test. */
+function include(): string[] {
+  if (process.env.LEASEHOLD_TEST_POOLER === '1') return POOLER_SUITE;
+  if (process.env.LEASEHOLD_TEST_QUICK === '1') return QUICK_SUITE;
+  return ['test/**/*.test.ts'];
+}
+
 // Tests run against a real PostgreSQL (see test/support/global-setup.ts and test/support/db.ts).
 export default defineConfig({
   test: {
-    include: process.env.LEASEHOLD_TEST_POOLER === '1' ? POOLER_SUITE : ['test/**/*.test.ts'],
+    include: include(),
     // The SDK's notice that its 2027 releases need Node 22 (deploys run nodejs22.x).
     env: { AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true' },
     globalSetup: ['test/support/global-setup.ts'],

@@ -8,9 +8,12 @@
 // ratio to the direct default. Issue 18's goal: PgBouncer within 20 % of direct.
 // The database is a fresh one of its own (`bench_pooler_<now>`, dropped after) whose defaults hold
 // the schema and the runtime roles' timeouts, as a pooled session needs (test/support/db.ts).
+// Without PgBouncer (`LEASEHOLD_TEST_PGBOUNCER`, default /usr/sbin/pgbouncer) the part prints
+// `pooler: skipped: …, install …` and the bench goes on.
 import { Runner, createBatch, type Executor } from '../src/batch/index.js';
 import { connect, migrate, type ConnectOptions, type Sql } from '../src/store/index.js';
 import { startPgbouncer } from '../test/support/pgbouncer.js';
+import { installCommand, installed, PGBOUNCER } from '../test/support/programs.js';
 import { batchOf, clean } from './runs.js';
 import { median } from './sides.js';
 
@@ -73,6 +76,12 @@ const fmt = (n: number) => Math.round(n).toString();
 
 /** The pooler figures on the server of `url` (its user may create databases). */
 export async function poolerBench(url: string): Promise<void> {
+  if (!installed(PGBOUNCER)) {
+    console.log(
+      `pooler: skipped: no PgBouncer at ${PGBOUNCER.path} (${PGBOUNCER.env}), install it: ${installCommand([PGBOUNCER.package])}`,
+    );
+    return;
+  }
   const name = `bench_pooler_${Date.now()}`;
   const admin = connect(url, { max: 1 });
   await admin.unsafe(`create database "${name}"`);

@@ -16,6 +16,7 @@ import { startHttpServer, type HttpServer } from '../../src/local/http-server.js
 import { apiDeps, InvokeEndpoint } from '../support/api.js';
 import { launchBrowser, outputDir, withScreenshot } from '../support/browser.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
+import { CHROMIUM, needs } from '../support/programs.js';
 import { startSigV4Gateway, type SigV4Gateway } from '../support/sigv4-gateway.js';
 import { sleep } from '../support/time.js';
 
@@ -174,7 +175,7 @@ describe('leasehold dashboard --api URL', () => {
     expect(await d.stop()).toBe(0);
   });
 
-  it('shows the stage in a real browser, which never holds a credential', async () => {
+  it('shows the stage in a real browser, which never holds a credential', needs(CHROMIUM), async () => {
     await fetch(`${api.url}/batches`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },

@@ -408,7 +408,7 @@ const states = new Map<StateName, State>();
 const started = performance.now();
 
 beforeAll(async () => {
-  // The lived-in state first and alone (about 40 s): the small ones take a second each.
+  // The lived-in state first and alone (74 s on a loaded two-core machine): the small ones take a second each.
   for (const name of [...STATES].reverse()) {
     const t0 = performance.now();
     states.set(name, await makeState(name));

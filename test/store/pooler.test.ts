@@ -14,6 +14,7 @@ import { loadConfig, openDatabase } from '../../src/runtime/index.js';
 import { connect, migrate, type Sql } from '../../src/store/index.js';
 import { databaseUrl, testDatabase, type TestDatabase } from '../support/db.js';
 import { startPgbouncer, type Pgbouncer } from '../support/pgbouncer.js';
+import { needs, PGBOUNCER } from '../support/programs.js';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 
@@ -21,20 +22,6 @@ let bouncer: Pgbouncer;
 let db: TestDatabase;
 let admin: Sql;
 let console_: Sql;
-beforeAll(async () => {
-  // Two server sessions for the test database: six client connections must share them.
-  bouncer = await startPgbouncer(databaseUrl(), { poolSize: 2 });
-  db = await testDatabase({ pooler: bouncer.url(), max: 6 });
-  admin = connect(databaseUrl(), { max: 1, applicationName: 'leasehold-test-admin' });
-  // The admin console speaks the simple protocol only.
-  console_ = postgres(bouncer.adminUrl, { max: 1, prepare: false, fetch_types: false, onnotice: () => {} }) as unknown as Sql;
-});
-afterAll(async () => {
-  await db?.close();
-  await admin?.end();
-  await console_?.end();
-  await bouncer?.stop();
-});
 
 /** PgBouncer's server sessions to the test database (`SHOW SERVERS`): the backend pid and PgBouncer's own port of each. */
 async function servers(): Promise<{ pid: number; localPort: number }[]> {
@@ -54,7 +41,22 @@ async function transactionsCounted(): Promise<number> {
   return Number(rows.find((r) => r.database === db.schema)?.total_xact_count ?? 0);
 }
 
-describe('a pool made for a transaction-mode pooler, through PgBouncer', () => {
+describe('a pool made for a transaction-mode pooler, through PgBouncer', needs(PGBOUNCER), () => {
+  beforeAll(async () => {
+    // Two server sessions for the test database: six client connections must share them.
+    bouncer = await startPgbouncer(databaseUrl(), { poolSize: 2 });
+    db = await testDatabase({ pooler: bouncer.url(), max: 6 });
+    admin = connect(databaseUrl(), { max: 1, applicationName: 'leasehold-test-admin' });
+    // The admin console speaks the simple protocol only.
+    console_ = postgres(bouncer.adminUrl, { max: 1, prepare: false, fetch_types: false, onnotice: () => {} }) as unknown as Sql;
+  });
+  afterAll(async () => {
+    await db?.close();
+    await admin?.end();
+    await console_?.end();
+    await bouncer?.stop();
+  });
+
   it("runs on PgBouncer's server sessions (the server's pg_stat_activity and PgBouncer's SHOW SERVERS agree), more clients than sessions, each transaction with the pool's own settings and the session left as it was", async () => {
     const before = await transactionsCounted();
     const sql = db.connect({ max: 6, lockTimeoutMs: 1_234, statementTimeoutMs: 4_321, idleInTransactionTimeoutMs: 5_678 });

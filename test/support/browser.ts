@@ -1,11 +1,13 @@
 // A real browser for the dashboard's tests: Debian's Chromium (`apt-get install chromium`; .ci/run
 // installs it), driven by playwright-core, never a browser download. Each launch gets a fresh
-// profile folder, and Chromium's own network traffic (updates, sync, field trials) is off.
-import { existsSync } from 'node:fs';
+// profile folder, and Chromium's own network traffic (updates, sync, field trials) is off. A test
+// that launches it declares so with `needs(CHROMIUM)` (test/support/programs.ts): skipped outside
+// CI on a machine without it.
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { chromium, type BrowserContext, type Page, type Request } from 'playwright-core';
+import { CHROMIUM, installed } from './programs.js';
 
 /** Where a test file's screenshots go: `test-results/<name>/` of the repository (git-ignored). */
 export function outputDir(name: string): string {
@@ -14,13 +16,12 @@ export function outputDir(name: string): string {
 
 /** The Chromium to drive: `LEASEHOLD_CHROMIUM`, else Debian's `/usr/bin/chromium`. */
 export function chromiumPath(): string {
-  const path = process.env.LEASEHOLD_CHROMIUM ?? '/usr/bin/chromium';
-  if (!existsSync(path)) {
+  if (!installed(CHROMIUM)) {
     throw new Error(
-      `no Chromium at ${path}: install Debian's (apt-get install -y chromium) or set LEASEHOLD_CHROMIUM to a Chromium binary`,
+      `no Chromium at ${CHROMIUM.path}: install Debian's (apt-get install -y chromium) or set LEASEHOLD_CHROMIUM to a Chromium binary`,
     );
   }
-  return path;
+  return CHROMIUM.path;
 }
 
 /** A launched browser with one page, and what went wrong in the page so far. */

@@ -12,14 +12,20 @@
 // With `LEASEHOLD_TEST_POOLER=1` (or `all`, for any files: vitest.config.ts) it also starts Debian's PgBouncer in transaction mode in front of
 // that server (test/support/pgbouncer.ts) and hands its URL over as `inject('poolerUrl')`: every
 // `testDatabase()` pool then goes through it (test/support/db.ts).
+//
+// At teardown, after the run's summary, it prints one line when tests were skipped for want of a
+// program (Chromium, PgBouncer; test/support/programs.ts): how many, in which files, and the
+// `apt-get install` that makes them run.
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { chmod, mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
 import { createServer, connect as netConnect, type NetConnectOpts } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join, relative, resolve } from 'node:path';
+import type { RunnerTask } from 'vitest';
 import type { TestProject } from 'vitest/node';
 import { startPgbouncer } from './pgbouncer.js';
+import { CHROMIUM, installCommand, PGBOUNCER } from './programs.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -52,7 +58,10 @@ export default async function setup(project: TestProject): Promise<() => Promise
   if (db.kind !== 'DATABASE_URL') console.log(`[leasehold tests] PostgreSQL: ${db.kind}`);
   if (process.env.LEASEHOLD_TEST_POOLER !== '1' && process.env.LEASEHOLD_TEST_POOLER !== 'all') {
     project.provide('poolerUrl', '');
-    return () => db.stop();
+    return async () => {
+      await db.stop();
+      reportMissingPrograms(project);
+    };
   }
   let bouncer;
   try {
@@ -66,7 +75,34 @@ export default async function setup(project: TestProject): Promise<() => Promise
   return async () => {
     await bouncer.stop();
     await db.stop();
+    reportMissingPrograms(project);
   };
+}
+
+/**
+ * One line for the tests the run skipped because a program is missing (`needs()` of
+ * test/support/programs.ts marks them): how many, where, and what to install. Nothing when none was.
+ */
+function reportMissingPrograms(project: TestProject): void {
+  const packages = new Set<string>();
+  const files = new Set<string>();
+  let tests = 0;
+  const visit = (task: RunnerTask, file: string, skipped: boolean) => {
+    const mine = skipped || (task.mode === 'skip' && task.meta.missingPrograms !== undefined);
+    if (mine) {
+      for (const p of task.meta.missingPrograms ?? []) packages.add(p);
+      files.add(file);
+      if (task.type === 'test') tests++;
+    }
+    if (task.type === 'suite') for (const t of task.tasks) visit(t, file, mine);
+  };
+  for (const file of project.vitest.state.getFiles()) visit(file, relative(project.config.root, file.filepath), false);
+  if (tests === 0) return;
+  const missing = [CHROMIUM, PGBOUNCER].filter((p) => packages.has(p.package));
+  console.log(
+    `[leasehold tests] ${tests} tests skipped, ${missing.map((p) => `no ${p.name} at ${p.path} (${p.env})`).join(' and ')}, ` +
+      `in ${[...files].sort().join(', ')}; to run them: ${installCommand(packages)}`,
+  );
 }
 
 /** Bring dist/ up to date, once per run and before any test file reads it. */

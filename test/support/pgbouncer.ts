@@ -10,13 +10,13 @@
 // across server sessions either: a named one made in one session is missing in the next.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { existsSync } from 'node:fs';
 import { connect as netConnect, createServer } from 'node:net';
 import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
+import { installed, PGBOUNCER } from './programs.js';
 
 /** Where Debian's package installs it; `LEASEHOLD_TEST_PGBOUNCER` names another binary. */
-export const PGBOUNCER_BINARY = process.env.LEASEHOLD_TEST_PGBOUNCER ?? '/usr/sbin/pgbouncer';
+export const PGBOUNCER_BINARY = PGBOUNCER.path;
 
 /** A running PgBouncer from {@link startPgbouncer}. */
 export interface Pgbouncer {
@@ -42,7 +42,7 @@ export interface PgbouncerOptions {
 
 /** Whether PgBouncer is installed where {@link startPgbouncer} looks. */
 export function pgbouncerInstalled(): boolean {
-  return existsSync(PGBOUNCER_BINARY);
+  return installed(PGBOUNCER);
 }
 
 /**
@@ -55,7 +55,7 @@ export function pgbouncerInstalled(): boolean {
  *   listening within 10 s (the message carries its log).
  */
 export async function startPgbouncer(serverUrl: string, options: PgbouncerOptions = {}): Promise<Pgbouncer> {
-  if (!pgbouncerInstalled()) throw new Error(`PgBouncer is not installed at ${PGBOUNCER_BINARY} (apt-get install pgbouncer)`);
+  if (!pgbouncerInstalled()) throw new Error(`PgBouncer is not installed at ${PGBOUNCER_BINARY} (apt-get install -y pgbouncer)`);
   const server = new URL(serverUrl);
   const user = decodeURIComponent(server.username || userInfo().username);
   const password = decodeURIComponent(server.password);
