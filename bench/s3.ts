@@ -225,16 +225,7 @@ export async function s3Bench(url: string): Promise<void> {
   } finally {
     client.destroy();
     await drop();
-    // startLocalS3 unrefs its child (a `leasehold dev` must not wait for it), so while close()
-    // waits for the child's exit nothing may hold the event loop: with the pools ended, Node
-    // took the loop for empty and exited 13, bench/run.ts's top-level await unsettled. A timer
-    // holds the loop until the child is gone.
-    const hold = setInterval(() => {}, 1_000);
-    try {
-      await server.close();
-    } finally {
-      clearInterval(hold);
-    }
+    await server.close();
     await rm(dir, { recursive: true, force: true });
   }
 }

@@ -77,7 +77,13 @@ export async function startLocalS3(options: LocalS3Options): Promise<LocalS3Serv
     endpoint: `http://127.0.0.1:${port}`,
     port,
     async close() {
-      if (child.exitCode === null) child.kill('SIGTERM');
+      // Unref'd so a `leasehold dev` need not wait for it; while close() waits for its exit the
+      // child must hold the event loop, or a caller with nothing else pending ends (exit 13,
+      // its top-level await unsettled) before the server is gone.
+      if (child.exitCode === null) {
+        child.ref();
+        child.kill('SIGTERM');
+      }
       await exited;
     },
   };
