@@ -11,7 +11,7 @@ import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ApiBatch } from '../../src/cli/client.js';
+import type { ApiBatch } from '../../src/client/index.js';
 import { launchBrowser, outputDir, withScreenshot, type TestBrowser } from '../support/browser.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { finishedBatch, killDevProcesses, startDev, type DevProcess } from '../support/dev-process.js';

@@ -1,5 +1,8 @@
+// Terminal output shared by the `leasehold` command (src/cli/) and `leasehold dev` (src/local/):
+// one writer per stream that keeps lines above a progress bar, and following a batch's progress
+// to its end. Node.js only (a TTY, cli-progress); the API client it polls is src/client/.
 import cliProgress from 'cli-progress';
-import type { ApiBatch, ApiClient } from './client.js';
+import type { ApiBatch, ApiClient } from '../client/index.js';
 
 /**
  * One writer for a terminal stream: {@link say} writes a line, and while a progress bar is shown
