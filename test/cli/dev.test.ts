@@ -76,6 +76,16 @@ function leasehold(args: string[], opts: { interruptMidBatch?: boolean } = {}) {
 }
 
 describe('leasehold dev', () => {
+  it('--exit-when-idle with no open batch waits for the scheduler pass under way, and stops clean', async () => {
+    // The pass started at launch used to be cut off by the pool's end: `scheduler failed: Error:
+    // write CONNECTION_ENDED`, every time, though the exit was 0.
+    const r = await leasehold(['dev', '--exit-when-idle'], {});
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).not.toMatch(/scheduler failed|CONNECTION_ENDED|while stopping/);
+    expect(r.stderr).toMatch(/nothing left owned/);
+    expect(JSON.parse(r.stdout.trim().split('\n').at(-1)!)).toEqual({ batchId: null, done: 0, failed: 0, seconds: 0 });
+  }, 60_000);
+
   it('--demo DIR --exit-when-idle checksums every file, exits 0 and prints the JSON summary last', async () => {
     const r = await leasehold(['dev', '--demo', files, '--exit-when-idle'], {});
     expect(r.code, r.stderr).toBe(0);
