@@ -152,3 +152,44 @@ export function formatAge(ms: number): string {
   if (ms < 3_600_000) return `${Math.floor(ms / 60_000)} min ${Math.floor((ms % 60_000) / 1_000)} s`;
   return `${Math.floor(ms / 3_600_000)} h ${Math.floor((ms % 3_600_000) / 60_000)} min`;
 }
+
+/** `s3://bucket/rest` into the bucket and the rest ('' when none); undefined when not such a URL. */
+function s3Url(v: string): { bucket: string; rest: string } | undefined {
+  const m = /^s3:\/\/([^/]+)(?:\/(.*))?$/.exec(v.trim());
+  return m ? { bucket: m[1], rest: m[2] ?? '' } : undefined;
+}
+
+/**
+ * `--source`: `s3://BUCKET/PREFIX/` (one item per object; a URL ending in `/`, or the bucket
+ * alone), `s3://BUCKET/KEY.jsonl` or `.csv` (one item per line or row; `.ndjson` is JSON Lines,
+ * a `.gz` after it is fine), or the API's `source` as JSON (docs/api.md), e.g.
+ * `{"s3":{"bucket":"b","key":"k.csv","format":"csv","keyColumn":"id"}}`. The API checks the rest.
+ */
+export function sourceArg(v: string): unknown {
+  if (v.trim().startsWith('{')) {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(v);
+    } catch (e) {
+      throw new InvalidArgumentError(`--source: not valid JSON (${(e as Error).message})`);
+    }
+    return parsed;
+  }
+  const url = s3Url(v);
+  if (!url) throw new InvalidArgumentError('--source takes s3://BUCKET/PREFIX/, s3://BUCKET/KEY.jsonl or .csv, or JSON');
+  if (url.rest === '' || url.rest.endsWith('/')) return { s3: { bucket: url.bucket, prefix: url.rest } };
+  const ext = /\.(jsonl|ndjson|csv)(\.gz)?$/i.exec(url.rest)?.[1].toLowerCase();
+  if (ext === undefined) {
+    throw new InvalidArgumentError(
+      `--source ${v}: a key ending in .jsonl, .ndjson or .csv (or a prefix ending in /); for another, give JSON {"s3":{"bucket","key","format"}}`,
+    );
+  }
+  return { s3: { bucket: url.bucket, key: url.rest, format: ext === 'csv' ? 'csv' : 'jsonl' } };
+}
+
+/** `--results`: `s3://BUCKET/PREFIX` (the prefix may be empty), where the results are written when the batch ends. */
+export function resultsArg(v: string): { s3: { bucket: string; prefix: string } } {
+  const url = s3Url(v);
+  if (!url) throw new InvalidArgumentError(`--results takes s3://BUCKET/PREFIX, got "${v}"`);
+  return { s3: { bucket: url.bucket, prefix: url.rest } };
+}

@@ -1,8 +1,6 @@
 // `leasehold batch …`: start, change, list, cancel and redrive batches, and read their results,
 // through the API (`batch show` is in batch-show.ts).
 import type { Command } from 'commander';
-import type { ApiClient } from '../client/index.js';
-import { followBatch } from '../terminal/index.js';
 import {
   apiOption,
   client,
@@ -12,19 +10,22 @@ import {
   positiveInt,
   priorityArg,
   rateArg,
+  resultsArg,
   scopeOption,
+  sourceArg,
   tenantName,
   timeoutArg,
   tolerance,
 } from './args.js';
 import { addShow } from './batch-show.js';
+import { followToEnd } from './follow.js';
 import { formatTable } from './table.js';
 
 /** Add `batch` and its subcommands to `program`. */
 export function addBatchCommands(program: Command): void {
   const batch = program
     .command('batch')
-    .description('start, show, list, cancel and redrive batches, and read their results, through the API');
+    .description('start, change (update), show, list, cancel and redrive batches, and read their results, through the API');
   addStart(batch);
   addUpdate(batch);
   addShow(batch);
@@ -32,33 +33,6 @@ export function addBatchCommands(program: Command): void {
   addList(batch);
   addCancel(batch);
   addRedrive(batch);
-}
-
-/** Most failed items the end of a follow lists (all are in `leasehold batch results`). */
-const LISTED_FAILURES = 10;
-
-/**
- * Show batch `id`'s progress until it finishes, say how it ended (the reason, and its failed
- * items with their errors), and exit 1 unless it succeeded.
- */
-export async function followToEnd(api: ApiClient, id: string): Promise<void> {
-  const end = await followBatch(api, id);
-  const tolerated = end.status === 'succeeded' && end.counts.failed > 0 ? ' (tolerated)' : '';
-  console.log(
-    `batch ${end.id} ${end.status}: ${end.counts.done} done, ${end.counts.failed} failed${tolerated}` +
-      (end.status === 'cancelled' ? `, ${end.counts.running + end.counts.pending} not run` : '') +
-      (end.reason ? `; ${end.reason}` : ''),
-  );
-  if (end.counts.failed > 0) {
-    let n = 0;
-    for await (const item of api.items(end.id, LISTED_FAILURES, 'failed')) {
-      if (n++ === LISTED_FAILURES) break;
-      console.log(`  failed ${item.key}: ${item.error ?? ''}`);
-    }
-    if (end.counts.failed > LISTED_FAILURES)
-      console.log(`  … ${end.counts.failed - LISTED_FAILURES} more: leasehold batch results ${end.id} --state failed`);
-  }
-  if (end.status !== 'succeeded') process.exitCode = 1;
 }
 
 /** `batch start`. */
@@ -88,6 +62,16 @@ function addStart(batch: Command): void {
       "most items started per second per rate-limit key, fleet-wide (default: the job's rateLimit, or none)",
       rateArg,
     )
+    .option(
+      '--source <s3url|json>',
+      "read the items from S3 instead of expanding the params: s3://BUCKET/PREFIX/ (one item per object), s3://BUCKET/KEY.jsonl or .csv (one per line or row), or the API's source as JSON",
+      sourceArg,
+    )
+    .option(
+      '--results <s3url>',
+      'write the results to s3://BUCKET/PREFIX when the batch ends (JSON Lines parts, a manifest last)',
+      resultsArg,
+    )
     .option('--follow', 'show progress until the batch finishes; exit 1 unless it succeeded')
     .option('--json', 'print the batch as JSON')
     .addOption(apiOption)
@@ -105,10 +89,14 @@ function addStart(batch: Command): void {
         maxConcurrency: opts.concurrency,
         timeoutMs: opts.timeoutMs,
         ...(opts.rate === undefined ? {} : { rateLimit: { perSecond: opts.rate } }),
+        ...(opts.source === undefined ? {} : { source: opts.source }),
+        ...(opts.results === undefined ? {} : { results: opts.results }),
       });
       if (opts.json) console.log(JSON.stringify(b));
       else
-        console.log(`${created ? 'started' : 'already started by this request key:'} batch ${b.id} (${count(b.total, 'item')})`);
+        console.log(
+          `${created ? 'started' : 'already started by this request key:'} batch ${b.id} (${b.reading ? 'its workers read the source: the items count grows as they do' : count(b.total, 'item')})`,
+        );
       if (opts.follow) await followToEnd(api, b.id);
     });
 }

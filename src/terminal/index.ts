@@ -27,7 +27,7 @@ export class Terminal {
 
   /**
    * Show a progress bar of `total` with `format` (cli-progress's format string or function);
-   * the caller updates it and calls `done()` once, which draws it a last time, writes the lines
+   * the caller updates it (its value, and its total when that grew) and calls `done()` once, which draws it a last time, writes the lines
    * said meanwhile and leaves the cursor below it. Only one bar at a time.
    * @throws {Error} a bar is shown already.
    */
@@ -36,7 +36,7 @@ export class Terminal {
     start: number,
     payload: object,
     format: string | cliProgress.GenericFormatter,
-  ): { update(value: number, payload: object): void; done(): void } {
+  ): { update(value: number, payload: object, total?: number): void; done(): void } {
     if (this.multibar) throw new Error('a progress bar is shown already');
     const multibar = new cliProgress.MultiBar(
       { stream: this.out, format, hideCursor: true, etaBuffer: 50, emptyOnZero: true },
@@ -45,7 +45,11 @@ export class Terminal {
     const bar = multibar.create(total, start, payload);
     this.multibar = multibar;
     return {
-      update: (value, p) => bar.update(value, p),
+      update: (value, p, total) => {
+        // A batch read from a source grows while its runs read it.
+        if (total !== undefined && total !== bar.getTotal()) bar.setTotal(total);
+        bar.update(value, p);
+      },
       done: () => {
         if (this.multibar !== multibar) return;
         // stop() draws the bars but not the lines logged since the last frame: draw them first.
@@ -94,7 +98,7 @@ export async function followBatch(
   try {
     while (true) {
       const extra = { failed: batch.counts.failed, runs: batch.runs };
-      if (bar) bar.update(finished(batch), extra);
+      if (bar) bar.update(finished(batch), extra, batch.total);
       else {
         const line = `${batch.job} ${batch.id}: ${finished(batch)}/${batch.total} items (failed ${batch.counts.failed}, runs ${batch.runs}) ${batch.status}`;
         if (line !== lastLine && (Date.now() - lastAt >= 2000 || batch.status !== 'open')) {
