@@ -5,13 +5,13 @@ import type { Command } from 'commander';
 /** `--endpoint` of every s3 command. */
 const ENDPOINT_HELP = "S3 endpoint; default AWS_ENDPOINT_URL_S3, else leasehold dev's (.leasehold/s3.json)";
 
-/** Run an s3 command's work; its S3PutError is one line on stderr and exit 1. */
+/** Run an s3 command's work; its S3CommandError is one line on stderr and exit 1. */
 async function s3Action(work: (s3: typeof import('./s3.js')) => Promise<void>): Promise<void> {
   const s3 = await import('./s3.js');
   try {
     await work(s3);
   } catch (e) {
-    if (!(e instanceof s3.S3PutError)) throw e;
+    if (!(e instanceof s3.S3CommandError)) throw e;
     console.error(`leasehold: ${e.message}`);
     process.exitCode = 1;
   }
@@ -71,9 +71,9 @@ export function addS3Commands(program: Command): void {
     .argument('[file]', 'where to write it; default (or -) stdout')
     .option('--endpoint <url>', ENDPOINT_HELP)
     .action((url: string, file: string | undefined, opts: { endpoint?: string }) =>
-      s3Action(async ({ getObject, parseS3Url, S3PutError }) => {
+      s3Action(async ({ getObject, parseS3Url, S3CommandError }) => {
         const { bucket, rest: key } = parseS3Url(url, 's3 get');
-        if (key === '' || key.endsWith('/')) throw new S3PutError(`s3 get takes an object's key, got "${url}"`);
+        if (key === '' || key.endsWith('/')) throw new S3CommandError(`s3 get takes an object's key, got "${url}"`);
         const size = await getObject(bucket, key, file, opts);
         if (file !== undefined && file !== '-') console.error(`wrote ${size} bytes of s3://${bucket}/${key} to ${file}`);
       }),

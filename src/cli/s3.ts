@@ -46,18 +46,18 @@ function* files(dir: string): Generator<string> {
 }
 
 /** An S3 command could not do its work: its message is the whole of what the command prints. */
-export class S3PutError extends Error {
-  override name = 'S3PutError';
+export class S3CommandError extends Error {
+  override name = 'S3CommandError';
 }
 
 // S3's rule for new buckets (general purpose buckets): 3 to 63 characters of lowercase letters,
 // digits, dots and hyphens, beginning and ending with a letter or digit.
 const BUCKET_NAME = /^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/;
 
-/** @throws {S3PutError} a bucket name S3 refuses for a new bucket. */
+/** @throws {S3CommandError} a bucket name S3 refuses for a new bucket. */
 function checkBucketName(bucket: string): void {
   if (!BUCKET_NAME.test(bucket)) {
-    throw new S3PutError(
+    throw new S3CommandError(
       `bucket names are 3 to 63 characters of lowercase letters, digits, dots and hyphens, beginning and ending with a letter or digit (got "${bucket}")`,
     );
   }
@@ -80,27 +80,27 @@ async function withS3<T>(target: S3Target, doing: () => string, work: (client: S
   try {
     return await work(client);
   } catch (e) {
-    if (e instanceof S3PutError) throw e;
+    if (e instanceof S3CommandError) throw e;
     const err = e as Error & { code?: string };
     if (err.code === 'ECONNREFUSED' || (err as { errors?: { code?: string }[] }).errors?.some((x) => x.code === 'ECONNREFUSED')) {
-      throw new S3PutError(
+      throw new S3CommandError(
         `cannot reach S3 at ${endpoint ?? 'AWS'} (is leasehold dev running? it serves the local S3; or pass --endpoint)`,
       );
     }
-    throw new S3PutError(`${doing()}: ${err.code ?? err.name}: ${err.message}`);
+    throw new S3CommandError(`${doing()}: ${err.code ?? err.name}: ${err.message}`);
   } finally {
     client.destroy();
   }
 }
 
-/** The files to upload with their keys. @throws {S3PutError} the file does not exist or cannot be read. */
+/** The files to upload with their keys. @throws {S3CommandError} the file does not exist or cannot be read. */
 function targetsOf(p: PutFiles): { f: string; key: string }[] {
   let isDirectory: boolean;
   try {
     isDirectory = statSync(p.file).isDirectory();
   } catch (e) {
     const code = (e as { code?: string }).code;
-    throw new S3PutError(
+    throw new S3CommandError(
       code === 'ENOENT' ? `${p.file}: no such file or directory` : `${p.file}: cannot be read (${code ?? (e as Error).message})`,
     );
   }
@@ -111,7 +111,7 @@ function targetsOf(p: PutFiles): { f: string; key: string }[] {
 
 /**
  * Upload the file(s); creates the bucket when it does not exist. Answers the objects written.
- * @throws {S3PutError} a bucket name S3 refuses, a file that does not exist or cannot be read
+ * @throws {S3CommandError} a bucket name S3 refuses, a file that does not exist or cannot be read
  *   (checked first, naming the file), S3 that cannot be reached or refuses a request (its
  *   error's name and message, no stack).
  */
@@ -132,7 +132,7 @@ export async function putFiles(p: PutFiles): Promise<number> {
         try {
           body = readFileSync(t.f);
         } catch (e) {
-          throw new S3PutError(`${t.f}: cannot be read (${(e as { code?: string }).code ?? (e as Error).message})`);
+          throw new S3CommandError(`${t.f}: cannot be read (${(e as { code?: string }).code ?? (e as Error).message})`);
         }
         await client.send(new PutObjectCommand({ Bucket: p.bucket, Key: t.key, Body: body }));
       }
@@ -143,7 +143,7 @@ export async function putFiles(p: PutFiles): Promise<number> {
 
 /**
  * Make `bucket`; answers false when it existed already (as S3's own `mb` would fail, this does not).
- * @throws {S3PutError} a name S3 refuses, S3 unreachable or refusing.
+ * @throws {S3CommandError} a name S3 refuses, S3 unreachable or refusing.
  */
 export async function makeBucket(bucket: string, target: S3Target): Promise<boolean> {
   checkBucketName(bucket);
@@ -171,7 +171,7 @@ export interface S3Entry {
 /**
  * The objects under `prefix` (all of the bucket when empty) in the order S3 lists them, page by
  * page, at most `limit`; or, without a bucket, the bucket names.
- * @throws {S3PutError} S3 unreachable or refusing (a missing bucket: `NoSuchBucket`).
+ * @throws {S3CommandError} S3 unreachable or refusing (a missing bucket: `NoSuchBucket`).
  */
 export async function listObjects(
   where: { bucket?: string; prefix?: string; limit?: number },
@@ -209,7 +209,7 @@ export async function listObjects(
 /**
  * Write the object `bucket`/`key` to `out` (a file, or stdout when undefined or `-`); answers
  * its size in bytes.
- * @throws {S3PutError} S3 unreachable or refusing (a missing key: `NoSuchKey`), or `out` not writable.
+ * @throws {S3CommandError} S3 unreachable or refusing (a missing key: `NoSuchKey`), or `out` not writable.
  */
 export async function getObject(bucket: string, key: string, out: string | undefined, target: S3Target): Promise<number> {
   return withS3(
@@ -226,7 +226,7 @@ export async function getObject(bucket: string, key: string, out: string | undef
         try {
           await pipeline(body, createWriteStream(out));
         } catch (e) {
-          throw new S3PutError(`${out}: cannot be written (${(e as { code?: string }).code ?? (e as Error).message})`);
+          throw new S3CommandError(`${out}: cannot be written (${(e as { code?: string }).code ?? (e as Error).message})`);
         }
       }
       return size;
@@ -236,10 +236,10 @@ export async function getObject(bucket: string, key: string, out: string | undef
 
 /**
  * `s3://bucket/rest` into its bucket and the rest (a key or a prefix, '' when none).
- * @throws {S3PutError} not an s3:// URL with a bucket.
+ * @throws {S3CommandError} not an s3:// URL with a bucket.
  */
 export function parseS3Url(url: string, what: string): { bucket: string; rest: string } {
   const m = /^s3:\/\/([^/]+)(?:\/(.*))?$/.exec(url.trim());
-  if (!m) throw new S3PutError(`${what} takes s3://BUCKET/KEY or s3://BUCKET/PREFIX, got "${url}"`);
+  if (!m) throw new S3CommandError(`${what} takes s3://BUCKET/KEY or s3://BUCKET/PREFIX, got "${url}"`);
   return { bucket: m[1], rest: m[2] ?? '' };
 }
