@@ -6,12 +6,14 @@
 // where the domain is src/batch/, src/lease/, src/units/ and src/jobs/: within it, jobs use
 // batch, units use jobs and lease, and batch and lease use only the store. Three leaves serve
 // every layer: src/clock.ts, src/errors.ts (the error base) and src/log.ts (the logger).
-// src/local/, src/cli* and bench/ drive the same code from outside (tests share helpers only
-// through test/support/); src/dashboard/ (the browser page) stands alone. infra/ (the deploy
-// component, `leasehold/sst`) sits beside src/: it may use the library's public entry points
-// (src/index.ts, src/lambda.ts) and nothing else of it, and nothing in src/ or functions/ imports it.
+// src/local/, src/cli/ and bench/ drive the same code from outside (tests share helpers only
+// through test/support/), through src/client/ (the API client, browser-safe) and src/terminal/
+// (following a batch on a terminal); src/dashboard/ (the browser page) stands alone but for the
+// client. infra/ (the deploy component, `leasehold/sst`) sits beside src/: it may use the
+// library's public entry points (src/index.ts, src/lambda.ts) and nothing else of it, and nothing
+// in src/ or functions/ imports it.
 const DOMAIN = '^src/(batch|lease|units|jobs)/';
-const OUTSIDE = '^(functions/|infra/|src/(lambda|cli|index)\\.ts$|src/(cli|local|dashboard)/)';
+const OUTSIDE = '^(functions/|infra/|src/(lambda|index)\\.ts$|src/(cli|local|dashboard|client|terminal)/)';
 
 /** A rule that forbids imports from `from` to `to`. */
 const forbid = (name, comment, from, to) => ({ name, comment, severity: 'error', from: { path: from }, to: { path: to } });
@@ -77,7 +79,7 @@ module.exports = {
       'lambda-entry-below-functions',
       'functions/ use leasehold/lambda, not the other way round.',
       '^src/lambda\\.ts$',
-      '^(functions/|infra/|src/(cli|local|dashboard)/|src/cli\\.ts$)',
+      '^(functions/|infra/|src/(cli|local|dashboard|client|terminal)/)',
     ),
     forbid(
       'infra-uses-public-entries',
@@ -93,9 +95,21 @@ module.exports = {
     ),
     forbid(
       'dashboard-stands-alone',
-      "The dashboard page is bundled for the browser on its own; it reads only the API's wire types.",
+      'The dashboard page is bundled for the browser on its own; it reads the API through the one client.',
       '^src/dashboard/',
-      '^src/(?!dashboard/|api/wire\\.ts$)',
+      '^src/(?!dashboard/|client/|api/wire\\.ts$)',
+    ),
+    forbid(
+      'client-is-browser-safe',
+      'The API client is bundled into the browser page too: the wire types and the error base only.',
+      '^src/client/',
+      '^(?!src/client/|src/api/wire\\.ts$|src/errors\\.ts$)',
+    ),
+    forbid(
+      'client-and-terminal-drive-nothing',
+      'The API client and the terminal follow serve the CLI and local mode; they import neither.',
+      '^src/(client|terminal)/',
+      '^src/(cli|local|dashboard)/',
     ),
     {
       name: 'wire-types-only',

@@ -17,7 +17,7 @@ import { join } from 'node:path';
 import { Runner, RUNNER_DEFAULTS, createBatch, getBatch, type Resolve } from '../src/batch/index.js';
 import * as q from '../src/batch/sql/index.js';
 import { defaultJobContext, defaultRegistry, type JobRegistry } from '../src/jobs/index.js';
-import { ApiClient } from '../src/cli/client.js';
+import { ApiClient } from '../src/client/index.js';
 import type { Sql } from '../src/store/index.js';
 import { benchSchema } from './schema.js';
 
@@ -85,7 +85,7 @@ async function finishedAt(sql: Sql, ids: string[], t0: number): Promise<number> 
 
 /** `leasehold dev --concurrency 2` on a schema of its own; resolves once its API answers. */
 async function devStack(url: string, schema: string, root: string): Promise<{ api: ApiClient; stop(): Promise<void> }> {
-  const cli = join(import.meta.dirname, '..', 'src', 'cli.ts');
+  const cli = join(import.meta.dirname, '..', 'src', 'cli', 'index.ts');
   const schemaUrl = `${url}${url.includes('?') ? '&' : '?'}search_path=${encodeURIComponent(schema)}`;
   const child = spawn(
     process.execPath,

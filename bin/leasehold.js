@@ -5,7 +5,7 @@
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
-const cli = new URL('../dist/src/cli.js', import.meta.url);
+const cli = new URL('../dist/src/cli/index.js', import.meta.url);
 if (!existsSync(fileURLToPath(cli))) {
   console.error('leasehold: dist/ is missing: run `npm run build` first (in a clone of leasehold)');
   process.exit(1);

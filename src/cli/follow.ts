@@ -1,130 +1,30 @@
-import cliProgress from 'cli-progress';
-import type { ApiBatch, ApiClient } from './client.js';
+// The end of `--follow` (batch start, show and redrive): progress to the end, then how it ended.
+import type { ApiClient } from '../client/index.js';
+import { followBatch } from '../terminal/index.js';
+
+/** Most failed items the end of a follow lists (all are in `leasehold batch results`). */
+const LISTED_FAILURES = 10;
 
 /**
- * One writer for a terminal stream: {@link say} writes a line, and while a progress bar is shown
- * ({@link bar}) the line goes above the bar (cli-progress's `MultiBar.log`), so status lines, the
- * last line of a follow and the stop messages never land inside the bar.
+ * Show batch `id`'s progress until it finishes, say how it ended (the reason, and its failed
+ * items with their errors), and exit 1 unless it succeeded.
  */
-export class Terminal {
-  private multibar: cliProgress.MultiBar | undefined;
-
-  constructor(readonly out: NodeJS.WriteStream = process.stderr) {}
-
-  /** Whether the stream is a terminal (a bar is drawn only there). */
-  get tty(): boolean {
-    return Boolean(this.out.isTTY);
-  }
-
-  /** Write `line` (no newline needed), above the bar while one is shown. */
-  say(line: string): void {
-    if (this.multibar) this.multibar.log(line + '\n');
-    else this.out.write(line + '\n');
-  }
-
-  /**
-   * Show a progress bar of `total` with `format` (cli-progress's format string or function);
-   * the caller updates it and calls `done()` once, which draws it a last time, writes the lines
-   * said meanwhile and leaves the cursor below it. Only one bar at a time.
-   * @throws {Error} a bar is shown already.
-   */
-  bar(
-    total: number,
-    start: number,
-    payload: object,
-    format: string | cliProgress.GenericFormatter,
-  ): { update(value: number, payload: object): void; done(): void } {
-    if (this.multibar) throw new Error('a progress bar is shown already');
-    const multibar = new cliProgress.MultiBar(
-      { stream: this.out, format, hideCursor: true, etaBuffer: 50, emptyOnZero: true },
-      cliProgress.Presets.shades_classic,
-    );
-    const bar = multibar.create(total, start, payload);
-    this.multibar = multibar;
-    return {
-      update: (value, p) => bar.update(value, p),
-      done: () => {
-        if (this.multibar !== multibar) return;
-        // stop() draws the bars but not the lines logged since the last frame: draw them first.
-        (multibar as unknown as { update(): void }).update();
-        multibar.stop();
-        this.multibar = undefined;
-      },
-    };
-  }
-}
-
-/** The follow's bar: job, bar, percent, counts, runs, and the time left once there is an estimate. */
-function followFormat(job: string): cliProgress.GenericFormatter {
-  return (options, params, payload: { failed: number; runs: number }) => {
-    const bar = cliProgress.Format.BarFormat(params.progress, options);
-    const pct = Math.floor(params.progress * 100);
-    // Until enough items finished, cli-progress's estimate is NULL or INF ("NFs left"): say nothing.
-    const left =
-      Number.isFinite(params.eta) && params.eta > 0 && params.value > 0
-        ? ` | ${cliProgress.Format.TimeFormat(params.eta, options, 5)} left`
-        : '';
-    return `${job} ${bar} ${pct}% | ${params.value}/${params.total} items | failed ${payload.failed} | runs ${payload.runs}${left}`;
-  };
-}
-
-/**
- * Poll a batch every `intervalMs` (default 500 ms) until it is no longer open, showing a
- * progress bar on a terminal (`terminal`, default one on stderr). Elsewhere (CI logs, a pipe) it
- * writes a line when what it says changed, at most every 2 s, and the last one. Resolves to the
- * final batch.
- */
-export async function followBatch(
-  api: ApiClient,
-  id: string,
-  options: { intervalMs?: number; terminal?: Terminal; signal?: AbortSignal } = {},
-): Promise<ApiBatch> {
-  const terminal = options.terminal ?? new Terminal();
-  const interval = options.intervalMs ?? 500;
-  let batch = await api.getBatch(id);
-  const finished = (b: ApiBatch) => b.counts.done + b.counts.failed;
-  const bar = terminal.tty
-    ? terminal.bar(batch.total, finished(batch), { failed: batch.counts.failed, runs: batch.runs }, followFormat(batch.job))
-    : undefined;
-  let lastAt = 0;
-  let lastLine = '';
-  try {
-    while (true) {
-      const extra = { failed: batch.counts.failed, runs: batch.runs };
-      if (bar) bar.update(finished(batch), extra);
-      else {
-        const line = `${batch.job} ${batch.id}: ${finished(batch)}/${batch.total} items (failed ${batch.counts.failed}, runs ${batch.runs}) ${batch.status}`;
-        if (line !== lastLine && (Date.now() - lastAt >= 2000 || batch.status !== 'open')) {
-          lastAt = Date.now();
-          lastLine = line;
-          terminal.say(line);
-        }
-      }
-      if (batch.status !== 'open' || options.signal?.aborted) break;
-      await new Promise((r) => setTimeout(r, interval));
-      batch = await getWithRetry(api, id, options.signal);
+export async function followToEnd(api: ApiClient, id: string): Promise<void> {
+  const end = await followBatch(api, id);
+  const tolerated = end.status === 'succeeded' && end.counts.failed > 0 ? ' (tolerated)' : '';
+  console.log(
+    `batch ${end.id} ${end.status}: ${end.counts.done} done, ${end.counts.failed} failed${tolerated}` +
+      (end.status === 'cancelled' ? `, ${end.counts.running + end.counts.pending} not run` : '') +
+      (end.reason ? `; ${end.reason}` : ''),
+  );
+  if (end.counts.failed > 0) {
+    let n = 0;
+    for await (const item of api.items(end.id, LISTED_FAILURES, 'failed')) {
+      if (n++ === LISTED_FAILURES) break;
+      console.log(`  failed ${item.key}: ${item.error ?? ''}`);
     }
-  } finally {
-    bar?.done();
+    if (end.counts.failed > LISTED_FAILURES)
+      console.log(`  … ${end.counts.failed - LISTED_FAILURES} more: leasehold batch results ${end.id} --state failed`);
   }
-  return batch;
-}
-
-/**
- * `getBatch`, retrying a failed read (API unreachable, 5xx) with backoff for up to ~30 s: one
- * transient error must not end the follow (or `leasehold dev --demo`). 4xx answers are final.
- */
-async function getWithRetry(api: ApiClient, id: string, signal?: AbortSignal): Promise<ApiBatch> {
-  let wait = 250;
-  for (let waited = 0; ;) {
-    try {
-      return await api.getBatch(id);
-    } catch (e) {
-      const status = (e as { status?: number }).status ?? 0;
-      if ((status >= 400 && status < 500) || waited >= 30_000 || signal?.aborted) throw e;
-      await new Promise((r) => setTimeout(r, wait));
-      waited += wait;
-      wait = Math.min(wait * 2, 5_000);
-    }
-  }
+  if (end.status !== 'succeeded') process.exitCode = 1;
 }

@@ -76,6 +76,16 @@ function leasehold(args: string[], opts: { interruptMidBatch?: boolean } = {}) {
 }
 
 describe('leasehold dev', () => {
+  it('--exit-when-idle with no open batch waits for the scheduler pass under way, and stops clean', async () => {
+    // The pass started at launch used to be cut off by the pool's end: `scheduler failed: Error:
+    // write CONNECTION_ENDED`, every time, though the exit was 0.
+    const r = await leasehold(['dev', '--exit-when-idle'], {});
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).not.toMatch(/scheduler failed|CONNECTION_ENDED|while stopping/);
+    expect(r.stderr).toMatch(/nothing left owned/);
+    expect(JSON.parse(r.stdout.trim().split('\n').at(-1)!)).toEqual({ batchId: null, done: 0, failed: 0, seconds: 0 });
+  }, 60_000);
+
   it('--demo DIR --exit-when-idle checksums every file, exits 0 and prints the JSON summary last', async () => {
     const r = await leasehold(['dev', '--demo', files, '--exit-when-idle'], {});
     expect(r.code, r.stderr).toBe(0);
@@ -212,6 +222,14 @@ describe('leasehold batch', () => {
       expect(acmeShown.stdout).toMatch(/tolerates 5% of the items \(5 of 100\)/);
       const plainShown = await run(['batch', 'show', batch.id]);
       expect(plainShown.stdout).toMatch(/tolerates no failed item/);
+      expect(plainShown.stdout).toMatch(/running \(claimed by its runs: being worked or queued ahead in a run\)/);
+      expect(plainShown.stdout).toMatch(/\d+ in all \(every run it ever had: joins, takeovers and time slices\)/);
+      // A batch this command did not start (no --follow at its start) is followed to its end by show.
+      const unfollowed = JSON.parse((await run(['batch', 'start', 'checksum', '--param', 'dir=files/d4', '--json'])).stdout);
+      const followed = await run(['batch', 'show', unfollowed.id, '--follow']);
+      expect(followed.code, followed.stderr).toBe(0);
+      expect(followed.stdout).toMatch(new RegExp(`^batch +${unfollowed.id}\n`));
+      expect(followed.stdout).toMatch(new RegExp(`batch ${unfollowed.id} succeeded: 100 done, 0 failed`));
       const elsewhere = await run(['batch', 'show', acme.id, '--tenant', 'globex']);
       expect(elsewhere.code).toBe(1);
       expect(elsewhere.stderr).toMatch(new RegExp(`no batch ${acme.id} \\(HTTP 404\\)`));

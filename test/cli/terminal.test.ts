@@ -3,7 +3,7 @@
 import { Writable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
-import { Terminal } from '../../src/cli/follow.js';
+import { Terminal } from '../../src/terminal/index.js';
 
 /** A stream that says it is a terminal and keeps what is written to it. */
 function fakeTty(): { stream: NodeJS.WriteStream; text: () => string } {

@@ -1,6 +1,8 @@
 // The command's edges that need no API: a usage error is one line and a hint (not the whole help),
 // every argument error exits 1, and what it sends it says it sends.
 import { execFile } from 'node:child_process';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
@@ -59,5 +61,76 @@ describe('the leasehold command, before it calls the API', () => {
     const help = await leasehold(['batch', 'start', '--help']);
     expect(help.stdout).toMatch(/--param <key=value> +a job param/);
     expect(help.stdout).not.toContain('(default: {})');
+  });
+
+  it('sends --source and --results as the API takes them, and refuses a source it cannot read as one', async () => {
+    const bodies: unknown[] = [];
+    const server = createServer((req, res) => {
+      let body = '';
+      req.on('data', (d) => (body += d));
+      req.on('end', () => {
+        bodies.push(JSON.parse(body));
+        // A source batch answers 202 at once, with nothing read yet.
+        res.writeHead(202, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ id: 'b-1', total: 0, reading: true, created: true }));
+      });
+    });
+    await new Promise<void>((up) => server.listen(0, '127.0.0.1', up));
+    const api = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    try {
+      const lines = await leasehold([
+        'batch',
+        'start',
+        'squares',
+        '--source',
+        's3://in/list.ndjson.gz',
+        '--results',
+        's3://out/res/',
+        '--api',
+        api,
+      ]);
+      expect(lines.code, lines.stderr).toBe(0);
+      expect(lines.stdout).toMatch(/^started batch b-1 \(its workers read the source/);
+      const prefix = await leasehold(['batch', 'start', 'squares', '--source', 's3://in', '--api', api]);
+      expect(prefix.code, prefix.stderr).toBe(0);
+      const json = await leasehold([
+        'batch',
+        'start',
+        'squares',
+        '--source',
+        '{"s3":{"bucket":"in","key":"t.csv","format":"csv","keyColumn":"id"}}',
+        '--api',
+        api,
+      ]);
+      expect(json.code, json.stderr).toBe(0);
+      expect(bodies).toMatchObject([
+        {
+          job: 'squares',
+          source: { s3: { bucket: 'in', key: 'list.ndjson.gz', format: 'jsonl' } },
+          results: { s3: { bucket: 'out', prefix: 'res/' } },
+        },
+        { source: { s3: { bucket: 'in', prefix: '' } } },
+        { source: { s3: { bucket: 'in', key: 't.csv', format: 'csv', keyColumn: 'id' } } },
+      ]);
+    } finally {
+      server.close();
+    }
+    const unknown = await leasehold(['batch', 'start', 'squares', '--source', 's3://in/list.txt']);
+    expect(unknown).toMatchObject({
+      code: 1,
+      stderr: expect.stringContaining('--source s3://in/list.txt: a key ending in .jsonl'),
+    });
+    const results = await leasehold(['batch', 'start', 'squares', '--results', 'out/res/']);
+    expect(results).toMatchObject({ code: 1, stderr: expect.stringContaining('--results takes s3://BUCKET/PREFIX') });
+  });
+
+  it('batch --help names every batch command, and show takes --follow', async () => {
+    const help = await leasehold(['batch', '--help']);
+    expect(help.stdout.replace(/\s+/g, ' ')).toMatch(
+      /start, change \(update\), show, list, cancel and redrive batches, and read their results/,
+    );
+    for (const command of ['start', 'update', 'show', 'results', 'list', 'cancel', 'redrive'])
+      expect(help.stdout).toMatch(new RegExp(`\n  ${command} `));
+    expect((await leasehold(['batch', 'show', '--help'])).stdout).toMatch(/--follow/);
   });
 });

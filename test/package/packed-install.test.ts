@@ -165,7 +165,7 @@ describe('the packed package', () => {
       'dist/src/lambda.d.ts',
       'dist/infra/index.js',
       'dist/infra/index.d.ts',
-      'dist/src/cli.js',
+      'dist/src/cli/index.js',
       'dist/src/store/migrations/001_batches.sql',
       'dist/vendor/postgres.js',
       // The README links into docs/.

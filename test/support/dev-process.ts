@@ -2,7 +2,7 @@
 // with a command, talked to through its API, stopped with Ctrl-C (SIGINT).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { ApiClient, type ApiBatch } from '../../src/cli/client.js';
+import { ApiClient, type ApiBatch } from '../../src/client/index.js';
 
 /** A running `leasehold dev`. */
 export interface DevProcess {

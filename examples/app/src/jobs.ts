@@ -9,7 +9,7 @@ import * as z from 'zod';
 export const squares = defineJob({
   name: 'squares',
   description: 'the square of every i in 0..n-1',
-  params: z.object({ n: z.number().int().min(1).max(10_000) }),
+  params: z.object({ n: z.number().int().min(1).max(10_000) }).strict(),
   async expand(params) {
     return { items: Array.from({ length: params.n }, (_, i) => ({ key: String(i).padStart(5, '0'), input: { i } })) };
   },

@@ -1,3 +1,8 @@
+// The client of leasehold's HTTP API (docs/api.md), one for every reader: the `leasehold`
+// command (src/cli/), `leasehold dev` (src/local/) and the dashboard page (src/dashboard/, bundled
+// for the browser). So it is browser-safe: `fetch` and URL only, no Node.js module; it imports
+// only the API's wire types (src/api/wire.ts) and the error base (src/errors.ts), both free of
+// imports themselves.
 import type {
   ApiBatch,
   ApiConcurrency,
@@ -6,6 +11,7 @@ import type {
   ApiOutboxStatus,
   ApiProcess,
   ApiRedrive,
+  ApiSeries,
   ApiTenant,
   ApiUnit,
   ApiUnitsPut,
@@ -28,17 +34,44 @@ export class ApiCallError extends LeaseholdError {
   }
 }
 
-/** A small client of leasehold's HTTP API, used by the CLI. */
+/** What {@link ApiClient} takes besides its base URL. */
+export interface ApiClientOptions {
+  /**
+   * Use the tenant-scoped batch routes (`/tenants/{tenant}/batches…`, which a per-tenant IAM
+   * policy allows) for every batch call: another tenant's batch then answers 404. Default: the
+   * unscoped routes.
+   */
+  tenant?: string;
+  /**
+   * Said in parentheses when the API cannot be reached (the CLI: "is `leasehold dev`
+   * running?"). Default none.
+   */
+  unreachableHint?: string;
+}
+
+/** A path with the query's set values (undefined and empty ones left out). */
+function withQuery(path: string, query: Record<string, string | number | undefined>): string {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(query)) if (v !== undefined && v !== '') q.set(k, String(v));
+  const s = q.toString();
+  return s ? `${path}?${s}` : path;
+}
+
+/** A page of a batch's items, in key order; `next` is the `after` of the next page (null: none). */
+export interface ApiItemPage {
+  items: ApiItem[];
+  next: string | null;
+}
+
+/** A client of leasehold's HTTP API; every method is one request (`items` one per page). */
 export class ApiClient {
   /**
-   * @param baseUrl the API's base URL.
-   * @param options.tenant use the tenant-scoped batch routes (`/tenants/{tenant}/batches…`,
-   *   which a per-tenant IAM policy allows) for every batch call: another tenant's batch then
-   *   answers 404. Default: the unscoped routes.
+   * @param baseUrl the API's base URL (in the browser page: the page's own origin).
+   * @param options see {@link ApiClientOptions}.
    */
   constructor(
     readonly baseUrl: string,
-    readonly options: { tenant?: string } = {},
+    readonly options: ApiClientOptions = {},
   ) {}
 
   /** `/batches` + `rest`, under `/tenants/{tenant}` when the client is scoped to a tenant. */
@@ -47,11 +80,20 @@ export class ApiClient {
     return `${t === undefined ? '' : `/tenants/${encodeURIComponent(t)}`}/batches${rest}`;
   }
 
+  /** `/batches/{id}` + `rest`, scoped as {@link batches}. */
+  private batch(id: string, rest = ''): string {
+    return this.batches(`/${encodeURIComponent(id)}${rest}`);
+  }
+
   /** The same client scoped to `tenant`. */
   forTenant(tenant: string): ApiClient {
     return new ApiClient(this.baseUrl, { ...this.options, tenant });
   }
 
+  /**
+   * One request; the answer's status and JSON body.
+   * @throws {ApiCallError} an error answer (its status and code), or none (status 0, `unreachable`).
+   */
   private async call<T>(
     method: string,
     path: string,
@@ -62,14 +104,19 @@ export class ApiClient {
     try {
       res = await fetch(new URL(path, this.baseUrl), {
         method,
-        headers: { 'content-type': 'application/json', ...headers },
+        headers: {
+          accept: 'application/json',
+          ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+          ...headers,
+        },
         body: body === undefined ? undefined : JSON.stringify(body),
       });
     } catch (e) {
+      const hint = this.options.unreachableHint;
       throw new ApiCallError(
         0,
         'unreachable',
-        `cannot reach the leasehold API at ${this.baseUrl} (is \`leasehold dev\` running?): ${(e as Error).cause ?? (e as Error).message}`,
+        `cannot reach the leasehold API at ${this.baseUrl}${hint ? ` (${hint})` : ''}: ${(e as Error).cause ?? (e as Error).message}`,
       );
     }
     const text = await res.text();
@@ -80,7 +127,7 @@ export class ApiClient {
       data = undefined;
     }
     if (!res.ok) {
-      const err = (data as { error?: { code?: string; message?: string } })?.error;
+      const err = (data as { error?: { code?: string; message?: string } } | undefined)?.error;
       throw new ApiCallError(
         res.status,
         err?.code ?? 'http_' + res.status,
@@ -98,7 +145,8 @@ export class ApiClient {
     tenant: string;
     datasource: string;
     job: string;
-    params: unknown;
+    /** The job's params; absent with a `source` whose job takes none. */
+    params?: unknown;
     requestKey?: string;
     priority?: number;
     toleratedFailures?: { count: number } | { percent: number };
@@ -107,16 +155,21 @@ export class ApiClient {
     timeoutMs?: number;
     /** The batch's own fleet-wide rate limit, items per second per key. */
     rateLimit?: { perSecond: number };
+    /** Items read from S3 by the workers (docs/api.md, "Sources"), in place of the job's expansion. */
+    source?: unknown;
+    /** Where the results go when the batch ends (docs/api.md, "Results"). */
+    results?: unknown;
   }): Promise<{ batch: ApiBatch; created: boolean }> {
     const { tenant, ...body } = input;
     const { status, data } = await this.call<{ batch: ApiBatch } | ApiBatch>('POST', this.forTenant(tenant).batches(), body);
     const batch = 'batch' in data ? data.batch : data;
-    return { batch, created: status === 201 };
+    // 201 a new batch, 202 a new one read from a source, 200 the one this request key started.
+    return { batch, created: status !== 200 };
   }
 
   /** `GET /batches/{id}`. */
   async getBatch(id: string): Promise<ApiBatch> {
-    const { data } = await this.call<{ batch: ApiBatch } | ApiBatch>('GET', this.batches(`/${encodeURIComponent(id)}`));
+    const { data } = await this.call<{ batch: ApiBatch } | ApiBatch>('GET', this.batch(id));
     return 'batch' in data ? data.batch : data;
   }
 
@@ -125,21 +178,28 @@ export class ApiClient {
    * may have at once, or its rate limit (items per second per key), while it runs.
    */
   async updateBatch(id: string, change: { maxConcurrency?: number; rateLimit?: { perSecond: number } }): Promise<ApiBatch> {
-    const { data } = await this.call<ApiBatch>('PATCH', this.batches(`/${encodeURIComponent(id)}`), change);
+    const { data } = await this.call<ApiBatch>('PATCH', this.batch(id), change);
     return data;
   }
 
-  /** `GET /batches`. */
+  /** `GET /batches`: newest first, and how many days finished ones are kept (absent from an older API). */
+  async listBatchesPage(filter: {
+    tenant?: string;
+    status?: string;
+    limit?: number;
+  }): Promise<{ batches: ApiBatch[]; retentionDays?: number }> {
+    const { data } = await this.call<{ batches: ApiBatch[]; retentionDays?: number }>('GET', withQuery(this.batches(), filter));
+    return data;
+  }
+
+  /** `GET /batches`: the batches only. */
   async listBatches(filter: { tenant?: string; status?: string; limit?: number }): Promise<ApiBatch[]> {
-    const q = new URLSearchParams();
-    for (const [k, v] of Object.entries(filter)) if (v !== undefined) q.set(k, String(v));
-    const { data } = await this.call<{ batches: ApiBatch[] }>('GET', `${this.batches()}?${q}`);
-    return data.batches;
+    return (await this.listBatchesPage(filter)).batches;
   }
 
   /** `POST /batches/{id}/cancel`. */
   async cancelBatch(id: string): Promise<ApiBatch> {
-    const { data } = await this.call<{ batch: ApiBatch } | ApiBatch>('POST', this.batches(`/${encodeURIComponent(id)}/cancel`));
+    const { data } = await this.call<{ batch: ApiBatch } | ApiBatch>('POST', this.batch(id, '/cancel'));
     return 'batch' in data ? data.batch : data;
   }
 
@@ -151,7 +211,7 @@ export class ApiClient {
     const headers: Record<string, string> = idempotencyKey === undefined ? {} : { 'idempotency-key': idempotencyKey };
     const { data } = await this.call<ApiBatch & { redrive: ApiRedrive; redriven: boolean }>(
       'POST',
-      this.batches(`/${encodeURIComponent(id)}/redrive`),
+      this.batch(id, '/redrive'),
       undefined,
       headers,
     );
@@ -159,24 +219,36 @@ export class ApiClient {
     return { batch, redrive, redriven };
   }
 
+  /** `GET /batches/{id}/items`: one page of at most `limit` items after `after`, in `state` when given. */
+  async itemsPage(id: string, page: { limit: number; state?: ApiItem['state']; after?: string }): Promise<ApiItemPage> {
+    const { data } = await this.call<ApiItemPage>('GET', withQuery(this.batch(id, '/items'), page));
+    return data;
+  }
+
   /** `GET /batches/{id}/items`, page by page, in key order; only items in `state` when given. */
   async *items(id: string, pageSize = 1000, state?: ApiItem['state']): AsyncGenerator<ApiItem> {
     let after: string | undefined;
     while (true) {
-      const q = new URLSearchParams({ limit: String(pageSize) });
-      if (state !== undefined) q.set('state', state);
-      if (after !== undefined) q.set('after', after);
-      const { data } = await this.call<{ items: ApiItem[]; next: string | null }>(
-        'GET',
-        this.batches(`/${encodeURIComponent(id)}/items?${q}`),
-      );
+      const data = await this.itemsPage(id, { limit: pageSize, state, after });
       yield* data.items;
       if (!data.next) return;
       after = data.next;
     }
   }
 
-  /** `PUT /tenants/{tenant}/units`: register the tenant's units (see the API handler for the body). */
+  /** `GET /batches/{id}/finished`: items finished over time, in `buckets` buckets. */
+  async finishedSeries(id: string, buckets: number): Promise<ApiSeries> {
+    const { data } = await this.call<ApiSeries>('GET', withQuery(this.batch(id, '/finished'), { buckets }));
+    return data;
+  }
+
+  /** `GET /jobs`: the batch jobs the deployment knows, by name, with their descriptions. */
+  async listJobs(): Promise<{ name: string; description?: string }[]> {
+    const { data } = await this.call<{ jobs: { name: string; description?: string }[] }>('GET', '/jobs');
+    return data.jobs;
+  }
+
+  /** `PUT /tenants/{tenant}/units`: register the tenant's units (see docs/api.md for the body). */
   async putUnits(
     tenant: string,
     input: { job: string; shards: number; weight?: number; endpoints?: string[]; config?: Record<string, unknown> },
@@ -202,9 +274,7 @@ export class ApiClient {
 
   /** `GET /units`, of one tenant or all (at most `limit`, default the API's 1,000). */
   async listUnits(filter: { tenant?: string; limit?: number } = {}): Promise<ApiUnit[]> {
-    const q = new URLSearchParams();
-    for (const [k, v] of Object.entries(filter)) if (v !== undefined) q.set(k, String(v));
-    const { data } = await this.call<{ units: ApiUnit[] }>('GET', `/units?${q}`);
+    const { data } = await this.call<{ units: ApiUnit[] }>('GET', withQuery('/units', filter));
     return data.units;
   }
 

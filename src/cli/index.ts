@@ -1,0 +1,38 @@
+// The `leasehold` command line (bin/leasehold.js runs the built copy of this file): the program
+// and its subcommands, one file per group, and the one place errors become a line and exit 1.
+import { Command } from 'commander';
+import { ConfigError } from '../runtime/config.js';
+import { ApiCallError } from '../client/index.js';
+import { addBatchCommands } from './batch.js';
+import { addFleetCommands } from './fleet.js';
+import { addLocalCommands } from './local.js';
+import { addS3Commands } from './s3-commands.js';
+import { addTenantCommands } from './tenants.js';
+import { addUnitsCommands } from './units.js';
+
+// The AWS SDK warns on Node.js 20 that its 2027 releases will need Node.js 22; leasehold pins its
+// SDK and supports Node.js 20 on a developer's machine (deploys run nodejs22.x), so the command
+// does not print that warning with every S3 call. Set the variable to false to see it.
+process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
+
+const program = new Command();
+program
+  .name('leasehold')
+  .description('A job runner for AWS Lambda with all of its state in PostgreSQL')
+  .version('0.1.0')
+  // A usage error prints its one line and this hint; the whole help pushed the line off screen.
+  .showHelpAfterError('(run with --help for usage)');
+
+addLocalCommands(program);
+addBatchCommands(program);
+addUnitsCommands(program);
+addFleetCommands(program);
+addTenantCommands(program);
+addS3Commands(program);
+
+program.parseAsync().catch((e: unknown) => {
+  if (e instanceof ApiCallError) console.error(`leasehold: ${e.message}${e.status ? ` (HTTP ${e.status})` : ''}`);
+  else if (e instanceof ConfigError) console.error(`leasehold: ${e.message}`);
+  else console.error(`leasehold: ${(e as Error)?.stack ?? e}`);
+  process.exitCode = process.exitCode || 1;
+});
