@@ -32,7 +32,7 @@ export class Lifecycle {
   /** Local clock time when the statement behind the last good beat (or the takeover) was sent. */
   private beatSentAt: number;
   /** This run ended the batch `failed` because more items failed than it tolerates. */
-  private ended = false;
+  private endedIntolerable = false;
   /** The batch's failed items (of every run) as last counted by this run's tolerance check. */
   private failedStored = 0;
   /** Items settled as failed whose move has not landed yet. */
@@ -71,7 +71,7 @@ export class Lifecycle {
 
   /** Whether this run ended the batch `failed` for its failures. */
   intolerable(): boolean {
-    return this.ended;
+    return this.endedIntolerable;
   }
 
   /**
@@ -126,7 +126,7 @@ export class Lifecycle {
     this.failedStored = r.failed;
     this.allowedFailures = r.allowed;
     if (!r.ended) return false;
-    this.ended = true;
+    this.endedIntolerable = true;
     this.d.clearQueue();
     ctx.wake();
     return true;

@@ -49,10 +49,6 @@ export class Producer {
   /** Local clock time when the next item claimed ahead of its due time may start, and its timer. */
   private startAt = Infinity;
   private startTimer: AbortController | undefined;
-  /** Marks a claim's answer lost (made once: a step with a claim passes it to the store). */
-  readonly claimLost = (): void => {
-    this.claimUncertain = true;
-  };
 
   constructor(
     private readonly ctx: RunContext,
@@ -110,6 +106,11 @@ export class Producer {
    */
   waiting(): boolean {
     return this.queue.length > 0 || this.dueTimer !== undefined || !!this.gate?.pending || (this.moreDue && !this.d.beatValid());
+  }
+
+  /** A claim's answer was lost: it may have committed, so orphans are released when idle. */
+  claimLost(): void {
+    this.claimUncertain = true;
   }
 
   /** The store may hold due pending items again (a move landed, a page of the source was stored). */
