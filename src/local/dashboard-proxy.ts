@@ -3,14 +3,15 @@
 // SigV4 (service `execute-api`) with the caller's AWS credentials from the default provider chain
 // (environment, profiles, SSO, …). The API's IAM auth stays as it is, and the page never sees a
 // credential: it talks to this server only.
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+// This file owns the configuration and the server; forwarding is src/local/dashboard-forward.ts.
+import { createServer } from 'node:http';
 import { fromNodeProviderChain } from '@aws-sdk/credential-providers';
 import { Sha256 } from '@smithy/core/checksum';
 import { loadConfig, NODE_REGION_CONFIG_FILE_OPTIONS, NODE_REGION_CONFIG_OPTIONS } from '@smithy/core/config';
-import { HttpRequest } from '@smithy/core/protocols';
 import { SignatureV4 } from '@smithy/signature-v4';
 import { dashboardAssets } from './dashboard-assets.js';
-import { closeServer, listen, readBody } from './http-util.js';
+import { ApiForwarder, sendJsonError } from './dashboard-forward.js';
+import { closeServer, listen } from './http-util.js';
 import { crossSiteRefusal, foreignHostRefusal } from './local-guard.js';
 import { LeaseholdError } from '../errors.js';
 
@@ -73,16 +74,6 @@ export function regionOfApiHost(hostname: string): string | undefined {
   return /\.execute-api\.([a-z]{2}(?:-[a-z]+)+-\d+)\.amazonaws\.com(?:\.cn)?$/.exec(hostname)?.[1];
 }
 
-/** Headers of the page's requests that are forwarded (and signed); every other is dropped. */
-const FORWARDED_HEADERS = ['content-type', 'idempotency-key', 'accept'];
-
-/** Response headers of the API that are passed back to the page. */
-const RETURNED_HEADERS = ['content-type', 'allow', 'location', 'retry-after'];
-
-/** RFC 3986 encoding, as SigV4 canonicalises query strings. */
-const escapeUri = (s: string) =>
-  encodeURIComponent(s).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
-
 /** `127.0.0.1`, `::1`, `localhost` and the like: where plain http is fine. */
 const isLoopback = (hostname: string) =>
   hostname === 'localhost' || /^127\./.test(hostname) || hostname === '[::1]' || hostname === '::1';
@@ -106,121 +97,18 @@ const isLoopback = (hostname: string) =>
  * @throws {LocalPortInUseError} `port` is taken.
  */
 export async function startDashboard(options: DashboardOptions): Promise<DashboardServer> {
-  let base: URL;
-  try {
-    base = new URL(options.apiUrl);
-  } catch {
-    throw new DashboardConfigError(`--api ${options.apiUrl}: not a URL (the stage's \`api\` output, https://…)`);
-  }
-  if (base.protocol !== 'https:' && !(base.protocol === 'http:' && isLoopback(base.hostname))) {
-    throw new DashboardConfigError(`--api ${options.apiUrl}: must be https:// (plain http only to this machine)`);
-  }
-  if (base.search || base.hash)
-    throw new DashboardConfigError(`--api ${options.apiUrl}: give the API's base URL, without a query`);
-  const region = options.region ?? regionOfApiHost(base.hostname) ?? (await profileRegion(options.profile));
-  if (!region) {
-    throw new DashboardConfigError(
-      `--api ${options.apiUrl}: cannot tell its region from the URL: give --region (or set AWS_REGION)`,
-    );
-  }
+  const { base, region } = await resolveApi(options);
   const credentials = options.credentials ?? fromNodeProviderChain(options.profile ? { profile: options.profile } : {});
-  const signer = new SignatureV4({ service: 'execute-api', region, credentials, sha256: Sha256 });
   const basePath = base.pathname.replace(/\/+$/, '');
-  const timeoutMs = options.timeoutMs ?? 30_000;
-  const maxBodyBytes = options.maxBodyBytes ?? 10_485_760;
+  const forwarder = new ApiForwarder({
+    base,
+    basePath,
+    signer: new SignatureV4({ service: 'execute-api', region, credentials, sha256: Sha256 }),
+    timeoutMs: options.timeoutMs ?? 30_000,
+    maxBodyBytes: options.maxBodyBytes ?? 10_485_760,
+  });
   const assets = dashboardAssets();
   let port = options.port;
-
-  const sendError = (
-    res: ServerResponse,
-    status: number,
-    code: string,
-    message: string,
-    headers: Record<string, string> = {},
-  ) => {
-    if (res.headersSent) return void res.destroy();
-    const body = JSON.stringify({ error: { code, message } });
-    res
-      .writeHead(status, { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)), ...headers })
-      .end(body);
-  };
-
-  const forward = async (req: IncomingMessage, res: ServerResponse) => {
-    const method = req.method ?? 'GET';
-    if (!['GET', 'POST', 'PUT', 'DELETE'].includes(method)) {
-      return sendError(res, 405, 'method_not_allowed', `${method} is not forwarded to the API`, {
-        allow: 'GET, POST, PUT, DELETE',
-      });
-    }
-    const body = await readBody(req, maxBodyBytes);
-    if (body === undefined) return sendError(res, 413, 'body_too_large', `request body exceeds ${maxBodyBytes} bytes`);
-    const raw = req.url ?? '/';
-    const q = raw.indexOf('?');
-    const path = `${basePath}${q < 0 ? raw : raw.slice(0, q)}`;
-    const query: Record<string, string | string[]> = {};
-    for (const [k, v] of new URLSearchParams(q < 0 ? '' : raw.slice(q + 1))) {
-      const prior = query[k];
-      query[k] = prior === undefined ? v : [prior, v].flat();
-    }
-    const headers: Record<string, string> = { host: base.host };
-    for (const name of FORWARDED_HEADERS) {
-      const v = req.headers[name];
-      if (typeof v === 'string') headers[name] = v;
-    }
-    let signed: HttpRequest;
-    try {
-      signed = (await signer.sign(
-        new HttpRequest({
-          method,
-          protocol: base.protocol,
-          hostname: base.hostname,
-          port: base.port ? Number(base.port) : undefined,
-          path,
-          query,
-          headers,
-          body: body.length > 0 ? body : undefined,
-        }),
-      )) as HttpRequest;
-    } catch (e) {
-      return sendError(
-        res,
-        401,
-        'no_credentials',
-        `no AWS credentials to sign the request with: ${(e as Error).message}. Set AWS_PROFILE (after \`aws sso login\`), or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY`,
-      );
-    }
-    const search = Object.entries(query)
-      .flatMap(([k, v]) => [v].flat().map((one) => `${escapeUri(k)}=${escapeUri(one)}`))
-      .join('&');
-    const target = `${base.protocol}//${base.host}${path}${search ? `?${search}` : ''}`;
-    const { host: _host, ...sendHeaders } = signed.headers;
-    let answer: Response;
-    try {
-      answer = await fetch(target, {
-        method,
-        headers: sendHeaders,
-        body: body.length > 0 ? new Uint8Array(body) : undefined,
-        redirect: 'manual',
-        signal: AbortSignal.timeout(timeoutMs),
-      });
-    } catch (e) {
-      const err = e as Error;
-      if (err.name === 'TimeoutError') return sendError(res, 504, 'api_timeout', `the API did not answer within ${timeoutMs} ms`);
-      return sendError(
-        res,
-        502,
-        'api_unreachable',
-        `the API at ${base.origin} does not answer: ${(err.cause as Error)?.message ?? err.message}`,
-      );
-    }
-    const payload = Buffer.from(await answer.arrayBuffer());
-    const out: Record<string, string> = { 'content-length': String(payload.length), 'cache-control': 'no-store' };
-    for (const name of RETURNED_HEADERS) {
-      const v = answer.headers.get(name);
-      if (v !== null) out[name] = v;
-    }
-    res.writeHead(answer.status, out).end(payload);
-  };
 
   let inFlight = 0;
   let drainWaiters: (() => void)[] = [];
@@ -228,11 +116,11 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     inFlight++;
     (async () => {
       const refusal = foreignHostRefusal(req, port) ?? crossSiteRefusal(req);
-      if (refusal) return sendError(res, 403, 'forbidden', refusal);
+      if (refusal) return sendJsonError(res, 403, 'forbidden', refusal);
       if (await assets(req, res)) return;
-      await forward(req, res);
+      await forwarder.forward(req, res);
     })()
-      .catch((e: unknown) => sendError(res, 500, 'internal', (e as Error)?.message ?? String(e)))
+      .catch((e: unknown) => sendJsonError(res, 500, 'internal', (e as Error)?.message ?? String(e)))
       .finally(() => {
         if (--inFlight === 0) {
           const waiters = drainWaiters;
@@ -256,6 +144,31 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     },
     close: () => (closing ??= closeServer(server, drained())),
   };
+}
+
+/**
+ * `apiUrl` checked as a stage's base URL, and the region to sign for.
+ * @throws {DashboardConfigError} see {@link startDashboard}.
+ */
+async function resolveApi(options: DashboardOptions): Promise<{ base: URL; region: string }> {
+  let base: URL;
+  try {
+    base = new URL(options.apiUrl);
+  } catch {
+    throw new DashboardConfigError(`--api ${options.apiUrl}: not a URL (the stage's \`api\` output, https://…)`);
+  }
+  if (base.protocol !== 'https:' && !(base.protocol === 'http:' && isLoopback(base.hostname))) {
+    throw new DashboardConfigError(`--api ${options.apiUrl}: must be https:// (plain http only to this machine)`);
+  }
+  if (base.search || base.hash)
+    throw new DashboardConfigError(`--api ${options.apiUrl}: give the API's base URL, without a query`);
+  const region = options.region ?? regionOfApiHost(base.hostname) ?? (await profileRegion(options.profile));
+  if (!region) {
+    throw new DashboardConfigError(
+      `--api ${options.apiUrl}: cannot tell its region from the URL: give --region (or set AWS_REGION)`,
+    );
+  }
+  return { base, region };
 }
 
 /** The region of the environment or of the profile's config, if any. */

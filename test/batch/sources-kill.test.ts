@@ -21,19 +21,18 @@ import {
   type SourceCursor,
   type StoredSource,
 } from '../../src/batch/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { localS3, type LocalS3 } from '../support/s3.js';
 import { waitFor } from '../support/waits.js';
 
 const FIXTURE = fileURLToPath(new URL('./fixtures/source-runner.ts', import.meta.url));
 const STALE_MS = 1_500;
 
-let db: TestDatabase;
+const db = useTestDatabase();
 let s3: LocalS3;
 const children = new Set<ChildProcess>();
 
 beforeAll(async () => {
-  db = await testDatabase();
   s3 = await localS3();
   await s3.createBucket('kill-in');
   await s3.createBucket('kill-out');
@@ -41,7 +40,6 @@ beforeAll(async () => {
 afterAll(async () => {
   for (const c of children) c.kill('SIGKILL');
   await s3?.close();
-  await db?.close();
 });
 
 function child(args: string[]): { proc: ChildProcess; exited: Promise<NodeJS.Signals | null> } {

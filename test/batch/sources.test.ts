@@ -22,23 +22,22 @@ import { LIST_CHAINS, readPage, type SourceCursor, type StoredSource } from '../
 import { createEventsEndpoint, localEventsEnv, type LocalBusEvent } from '../../src/local/index.js';
 import { silentLog } from '../../src/log.js';
 import { EventBridgePublisher, sendEvents } from '../../src/runtime/events.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
+import { runUntilEnd } from '../support/runners.js';
 import { localS3, type LocalS3 } from '../support/s3.js';
 import { waitFor } from '../support/waits.js';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 let s3: LocalS3;
 let seq = 0;
 
 beforeAll(async () => {
-  db = await testDatabase();
   s3 = await localS3();
   await s3.createBucket('in-bucket');
   await s3.createBucket('out-bucket');
 }, 60_000);
 afterAll(async () => {
   await s3?.close();
-  await db?.close();
 });
 
 const jobs = {
@@ -56,32 +55,22 @@ function start(source: BatchSource, extra: Partial<StartRequest> = {}, client = 
 
 /** Run batch `id` with one runner (reading settings small, so a source takes many pages) until it ends. */
 async function runToEnd(id: string, options: { rangeBytes?: number; pageObjects?: number } = {}): Promise<BatchInfo> {
-  const runner = new Runner(db.sql, {
-    parallel: 8,
-    beatMs: 200,
-    staleMs: 2_000,
-    backoffMs: 0,
-    s3: () => s3.client,
-    sourceRangeBytes: options.rangeBytes ?? 4096,
-    sourcePageObjects: options.pageObjects ?? 500,
-  });
-  try {
-    runner.watch(() => ({ work: async (item) => ({ seen: item.input }) }), 100);
+  return runUntilEnd(db.sql, id, () => ({ work: async (item) => ({ seen: item.input }) }), {
+    runner: {
+      parallel: 8,
+      beatMs: 200,
+      staleMs: 2_000,
+      backoffMs: 0,
+      s3: () => s3.client,
+      sourceRangeBytes: options.rangeBytes ?? 4096,
+      sourcePageObjects: options.pageObjects ?? 500,
+    },
+    watchMs: 100,
     // With results to write, until the finishing run's first try is recorded too: closing the
     // runner before would stop that write (a worker at its deadline), which is not what these
     // tests look at.
-    await waitFor(
-      'the batch to end',
-      async () => {
-        const b = await getBatch(db.sql, id);
-        return b.status !== 'open' && (b.results === null || b.resultsManifest !== null || b.resultsError !== null);
-      },
-      { timeoutMs: 60_000, everyMs: 100 },
-    );
-  } finally {
-    await runner.close();
-  }
-  return getBatch(db.sql, id);
+    until: (b) => b.status !== 'open' && (b.results === null || b.resultsManifest !== null || b.resultsError !== null),
+  });
 }
 
 /** Send `batchId`'s unsent events through the real EventBridge client to a local PutEvents endpoint. */

@@ -30,11 +30,6 @@ async function loadFleet(): Promise<FleetData> {
 export function FleetView() {
   const polled = usePoll(loadFleet, []);
   const d = polled.data;
-  const live = d?.processes.filter((p) => p.live) ?? [];
-  const expired = d?.processes.filter((p) => !p.live) ?? [];
-  const fairShare = d?.fleet.fairShare;
-  const evenShare = d?.fleet.evenShare;
-  const scale = Math.max(1, fairShare ?? 0, ...live.map((p) => p.weight)) * 1.15;
   return html`<section aria-labelledby="fleet-title">
     <h2 id="fleet-title">Fleet</h2>
     <${ErrorNote} error=${polled.error} />
@@ -42,16 +37,7 @@ export function FleetView() {
       d === undefined
         ? html`<p>Loading…</p>`
         : html`
-          <dl class="facts">
-            <div><dt>Live processes</dt><dd data-live=${d.fleet.live ?? live.length}>${d.fleet.live ?? live.length}</dd></div>
-            <div><dt>Desired</dt><dd data-desired=${d.desired}>${d.desired}</dd></div>
-            ${d.fleet.coming !== undefined ? html`<div><dt>Coming</dt><dd>${d.fleet.coming}</dd></div>` : null}
-            ${d.fleet.retiring !== undefined ? html`<div><dt>Retiring</dt><dd>${d.fleet.retiring}</dd></div>` : null}
-            ${d.fleet.batch !== undefined ? html`<div><dt>Batch workers</dt><dd>${d.fleet.batch}</dd></div>` : null}
-            <div><dt>Claimable weight</dt><dd>${d.fleet.totalWeight ?? '–'}</dd></div>
-            <div><dt>Fair share</dt><dd>${fairShare ?? '–'}</dd></div>
-            ${evenShare ? html`<div><dt>Even share</dt><dd data-even-share=${evenShare}>${round2(evenShare)}</dd></div>` : null}
-          </dl>
+          <${FleetFacts} data=${d} />
           <${DesiredControl} desired=${d.desired} onDone=${polled.reload} />
           <h3>Live processes</h3>
           <p class="muted small" data-turnover>
@@ -60,75 +46,98 @@ export function FleetView() {
             replacement, a new process with a new id. So rows come and go at that pace: the Chain column follows each
             line of replacements, and a process that died instead shows below, expired.
           </p>
-          ${
-            live.length === 0
-              ? html`<p>No live process.</p>`
-              : html`<table class="processes">
-                <thead>
-                  <tr>
-                    <th scope="col">Process</th>
-                    <th scope="col">Host</th>
-                    <th scope="col">Role</th>
-                    <th scope="col" class="num">Units</th>
-                    <th scope="col" class="wide">Weight against the fair share${fairShare === undefined ? '' : ` (${fairShare})`}</th>
-                    <th scope="col">Started</th>
-                    <th scope="col">Chain</th>
-                    <th scope="col" class="num">Expires in</th>
-                  </tr>
-                </thead>
-                <tbody>
-                  ${live.map(
-                    (p) => html`<tr data-process=${p.id} data-chain=${p.chainId}>
-                      <td><code title=${p.id}>${shortId(p.id)}</code></td>
-                      <td>${p.hostname}</td>
-                      <td>${p.role ?? '–'}${p.retiring ? ' (retiring)' : ''}</td>
-                      <td class="num">${p.units}</td>
-                      <td>
-                        <${WeightBar} weight=${p.weight} fairShare=${fairShare} evenShare=${evenShare} scale=${scale} />
-                        <span class="muted weight-text">${p.weight}${evenShare && p.role !== 'batch' ? html` · <span data-share-percent>${evenSharePercent(p.weight, evenShare)} %</span>` : null}</span>
-                      </td>
-                      <td><${Time} at=${p.startedAt} /></td>
-                      <td><${Chain} process=${p} /></td>
-                      <td class="num">${duration(Date.parse(p.expiresAt) - d.readAt)}</td>
-                    </tr>`,
-                  )}
-                </tbody>
-              </table>
-              <ul class="legend" aria-label="Legend of the weight bars" data-weight-legend>
-                <li><span class="swatch owned"></span>weight owned</li>
-                <li><span class="swatch over"></span>above the fair share</li>
-                <li><span class="swatch share-mark"></span>the fair share (the exact share rounded up)</li>
-                ${evenShare ? html`<li>N %: the weight against the even share, ${round2(evenShare)} (a process's real part of the work)</li>` : null}
-              </ul>`
-          }
+          <${LiveProcesses} data=${d} />
           <h3>Expired, not yet swept</h3>
-          ${
-            expired.length === 0
-              ? html`<p>None.</p>`
-              : html`<table class="processes expired">
-                <thead>
-                  <tr>
-                    <th scope="col">Process</th>
-                    <th scope="col">Host</th>
-                    <th scope="col" class="num">Units still held</th>
-                    <th scope="col">Expired at</th>
-                  </tr>
-                </thead>
-                <tbody>
-                  ${expired.map(
-                    (p) => html`<tr data-process=${p.id} data-chain=${p.chainId}>
-                      <td><code title=${p.id}>${shortId(p.id)}</code></td>
-                      <td>${p.hostname}</td>
-                      <td class="num">${p.units}</td>
-                      <td><${Time} at=${p.expiresAt} /></td>
-                    </tr>`,
-                  )}
-                </tbody>
-              </table>`
-          }
+          <${ExpiredProcesses} processes=${d.processes.filter((p) => !p.live)} />
         `
     }
   </section>`;
+}
+
+/** The fleet's figures: live against desired, coming, retiring, the weight and the shares. */
+function FleetFacts({ data: d }: { data: FleetData }) {
+  const live = d.fleet.live ?? d.processes.filter((p) => p.live).length;
+  const evenShare = d.fleet.evenShare;
+  return html`<dl class="facts">
+    <div><dt>Live processes</dt><dd data-live=${live}>${live}</dd></div>
+    <div><dt>Desired</dt><dd data-desired=${d.desired}>${d.desired}</dd></div>
+    ${d.fleet.coming !== undefined ? html`<div><dt>Coming</dt><dd>${d.fleet.coming}</dd></div>` : null}
+    ${d.fleet.retiring !== undefined ? html`<div><dt>Retiring</dt><dd>${d.fleet.retiring}</dd></div>` : null}
+    ${d.fleet.batch !== undefined ? html`<div><dt>Batch workers</dt><dd>${d.fleet.batch}</dd></div>` : null}
+    <div><dt>Claimable weight</dt><dd>${d.fleet.totalWeight ?? '–'}</dd></div>
+    <div><dt>Fair share</dt><dd>${d.fleet.fairShare ?? '–'}</dd></div>
+    ${evenShare ? html`<div><dt>Even share</dt><dd data-even-share=${evenShare}>${round2(evenShare)}</dd></div>` : null}
+  </dl>`;
+}
+
+/** Live processes: the weight each owns against the fair share, its chain, when it expires. */
+function LiveProcesses({ data: d }: { data: FleetData }) {
+  const live = d.processes.filter((p) => p.live);
+  const { fairShare, evenShare } = d.fleet;
+  const scale = Math.max(1, fairShare ?? 0, ...live.map((p) => p.weight)) * 1.15;
+  if (live.length === 0) return html`<p>No live process.</p>`;
+  return html`<table class="processes">
+      <thead>
+        <tr>
+          <th scope="col">Process</th>
+          <th scope="col">Host</th>
+          <th scope="col">Role</th>
+          <th scope="col" class="num">Units</th>
+          <th scope="col" class="wide">Weight against the fair share${fairShare === undefined ? '' : ` (${fairShare})`}</th>
+          <th scope="col">Started</th>
+          <th scope="col">Chain</th>
+          <th scope="col" class="num">Expires in</th>
+        </tr>
+      </thead>
+      <tbody>
+        ${live.map(
+          (p) => html`<tr data-process=${p.id} data-chain=${p.chainId}>
+            <td><code title=${p.id}>${shortId(p.id)}</code></td>
+            <td>${p.hostname}</td>
+            <td>${p.role ?? '–'}${p.retiring ? ' (retiring)' : ''}</td>
+            <td class="num">${p.units}</td>
+            <td>
+              <${WeightBar} weight=${p.weight} fairShare=${fairShare} evenShare=${evenShare} scale=${scale} />
+              <span class="muted weight-text">${p.weight}${evenShare && p.role !== 'batch' ? html` · <span data-share-percent>${evenSharePercent(p.weight, evenShare)} %</span>` : null}</span>
+            </td>
+            <td><${Time} at=${p.startedAt} /></td>
+            <td><${Chain} process=${p} /></td>
+            <td class="num">${duration(Date.parse(p.expiresAt) - d.readAt)}</td>
+          </tr>`,
+        )}
+      </tbody>
+    </table>
+    <ul class="legend" aria-label="Legend of the weight bars" data-weight-legend>
+      <li><span class="swatch owned"></span>weight owned</li>
+      <li><span class="swatch over"></span>above the fair share</li>
+      <li><span class="swatch share-mark"></span>the fair share (the exact share rounded up)</li>
+      ${evenShare ? html`<li>N %: the weight against the even share, ${round2(evenShare)} (a process's real part of the work)</li>` : null}
+    </ul>`;
+}
+
+/** Expired processes not yet swept, with the units they still hold. */
+function ExpiredProcesses({ processes: expired }: { processes: Process[] }) {
+  if (expired.length === 0) return html`<p>None.</p>`;
+  return html`<table class="processes expired">
+    <thead>
+      <tr>
+        <th scope="col">Process</th>
+        <th scope="col">Host</th>
+        <th scope="col" class="num">Units still held</th>
+        <th scope="col">Expired at</th>
+      </tr>
+    </thead>
+    <tbody>
+      ${expired.map(
+        (p) => html`<tr data-process=${p.id} data-chain=${p.chainId}>
+          <td><code title=${p.id}>${shortId(p.id)}</code></td>
+          <td>${p.hostname}</td>
+          <td class="num">${p.units}</td>
+          <td><${Time} at=${p.expiresAt} /></td>
+        </tr>`,
+      )}
+    </tbody>
+  </table>`;
 }
 
 /**

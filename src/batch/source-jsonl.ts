@@ -1,0 +1,176 @@
+// JSON Lines into items (docs/design.md, "Items in, results out, events"): each line checked
+// with JSON.parse and stored as its own text when short and plain, else parsed and written
+// again; and the input-size check every source item passes (shared with source-csv.ts).
+import { INPUT_JSON, UNSTORABLE_ESCAPE, type ItemWithJson } from './items.js';
+import { SourceReadError, type ObjectCursor, type ReadSettings } from './source-page.js';
+
+/**
+ * Throw when `input` as JSON is past the batch's input limit. `sourceBytes`, the line's own bytes
+ * when known, spares the JSON text for a line far below the limit: parsed and written again, a
+ * JSON value grows by at most 6 times (a number such as `1e20` writes as 21 digits; strings,
+ * escapes and whitespace only shrink), so a line of at most a sixth of the limit always fits.
+ */
+export function checkInput(input: unknown, line: number, settings: ReadSettings, sourceBytes?: number): void {
+  if (sourceBytes !== undefined && sourceBytes * 6 <= settings.maxInputBytes) return;
+  let json: string;
+  try {
+    json = JSON.stringify(input) ?? 'null';
+  } catch (e) {
+    // Nested deeper than JSON.stringify goes (about 5,000 levels): never storable, so the
+    // source's fault, not a passing one to try again.
+    throw new SourceReadError(`line ${line} cannot be stored as JSON: ${(e as Error).message}`, line);
+  }
+  const bytes = Buffer.byteLength(json);
+  if (bytes > settings.maxInputBytes) {
+    throw new SourceReadError(
+      `input bytes: line ${line} is ${bytes} bytes of JSON; the limit is ${settings.maxInputBytes}`,
+      line,
+    );
+  }
+}
+
+/**
+ * What sends a line down the slower way, parsed and written again, rather than stored as its own
+ * text: an exponent (`1e400` is Infinity, so null, to JavaScript, and a numeric of 401 digits to
+ * PostgreSQL, which refuses past 131,072), a run of 16 digits (past a double's precision; a
+ * fraction of over 16,383 digits is refused), or a `\u` escape (written again, a valid pair is
+ * a character and only a lone surrogate or NUL stays an escape, which the store check refuses).
+ * Strings that merely look so (`"v1e5"`) take the slower way too.
+ */
+const REWRITE = /\d[eE][+-]?\d|\d{16}|\\u/;
+
+/**
+ * Longest line stored as its own text, bytes. A longer one may nest deeper than PostgreSQL's
+ * parser goes (it stops at about 15,000 levels; JSON.stringify throws past about 5,000, which
+ * ends the batch with a clear reason), and its size is measured as JSON written again.
+ */
+const AS_IS_BYTES = 4_096;
+
+/**
+ * A JSON Lines item stored as its line's text ({@link INPUT_JSON}); `input`, for callers of
+ * {@link readPage}, parses it when asked.
+ */
+class LineItem {
+  readonly [INPUT_JSON]: string;
+  constructor(
+    readonly key: string,
+    text: string,
+  ) {
+    this[INPUT_JSON] = text;
+  }
+  get input(): unknown {
+    return JSON.parse(this[INPUT_JSON]) as unknown;
+  }
+}
+
+/**
+ * The lines of `chunk` (from cursor `c`) as items keyed by their line number; blank lines are
+ * skipped and count no row.
+ * @throws {SourceReadError} a line that is not JSON or past the input limit.
+ */
+export function jsonLines(
+  chunk: Buffer,
+  c: ObjectCursor,
+  settings: ReadSettings,
+): { items: ItemWithJson[]; row: number; columns?: string[] } {
+  const items: ItemWithJson[] = [];
+  let row = c.row;
+  let line = c.line;
+  let start = 0;
+  while (start < chunk.length) {
+    let nl = chunk.indexOf(0x0a, start);
+    if (nl === -1) nl = chunk.length;
+    line++;
+    let text = chunk.toString('utf8', start, nl);
+    let lineBytes = nl - start;
+    start = nl + 1;
+    if (text.endsWith('\r')) {
+      text = text.slice(0, -1);
+      lineBytes--;
+    }
+    if (text.trim() === '') continue;
+    let input: unknown;
+    try {
+      input = JSON.parse(text);
+    } catch (e) {
+      throw new SourceReadError(`line ${line} is not JSON: ${(e as Error).message}`, line);
+    }
+    row++;
+    // As it is when short and plain: written again, such a line is no longer (whitespace and
+    // `\/` go, `1.0` is `1`), so it is within the input limit as the line is.
+    if (lineBytes <= Math.min(AS_IS_BYTES, settings.maxInputBytes) && !REWRITE.test(text)) {
+      items.push(new LineItem(String(line), text));
+    } else {
+      checkInput(input, line, settings, lineBytes);
+      items.push({ key: String(line), input });
+    }
+  }
+  return { items, row };
+}
+
+/**
+ * The lines of `chunk` as the JSON text a store takes, `[{"k":"<line>","i":<value>}, …]`, built
+ * in one buffer: each line is checked with JSON.parse as {@link jsonLines} checks it, then its
+ * own bytes are copied (short and plain) or its value is written again. The strings and values
+ * of a line die with it.
+ * @throws {SourceReadError} a line that is not JSON, past the input limit or not storable.
+ */
+export function jsonLinesText(
+  chunk: Buffer,
+  c: ObjectCursor,
+  settings: ReadSettings,
+  lines: number,
+): { text: string; count: number; row: number } {
+  // Room for every line as it is and its `{"k":"<line>","i":…}`, so the buffer grows only for
+  // lines written again longer than they were.
+  let out = Buffer.allocUnsafe(chunk.length + (lines + 1) * (String(c.line + lines + 1).length + 12) + 2);
+  let at = 0;
+  const put = (b: Buffer | string) => {
+    const n = typeof b === 'string' ? Buffer.byteLength(b) : b.length;
+    if (at + n > out.length) {
+      const bigger = Buffer.allocUnsafe(Math.max(out.length * 2, at + n + 1024));
+      out.copy(bigger, 0, 0, at);
+      out = bigger;
+    }
+    at += typeof b === 'string' ? out.write(b, at) : b.copy(out, at);
+  };
+  let row = c.row;
+  let line = c.line;
+  let count = 0;
+  let start = 0;
+  put('[');
+  while (start < chunk.length) {
+    let nl = chunk.indexOf(0x0a, start);
+    if (nl === -1) nl = chunk.length;
+    line++;
+    let end = nl;
+    const from = start;
+    start = nl + 1;
+    if (end > from && chunk[end - 1] === 0x0d) end--;
+    const text = chunk.toString('utf8', from, end);
+    if (text.trim() === '') continue;
+    let input: unknown;
+    try {
+      input = JSON.parse(text);
+    } catch (e) {
+      throw new SourceReadError(`line ${line} is not JSON: ${(e as Error).message}`, line);
+    }
+    row++;
+    put(count === 0 ? `{"k":"${line}","i":` : `,{"k":"${line}","i":`);
+    count++;
+    // As it is when short and plain (see jsonLines).
+    if (end - from <= Math.min(AS_IS_BYTES, settings.maxInputBytes) && !REWRITE.test(text)) {
+      put(chunk.subarray(from, end));
+    } else {
+      checkInput(input, line, settings, end - from);
+      const json = JSON.stringify(input) ?? 'null';
+      if (json.includes('\\u') && UNSTORABLE_ESCAPE.test(json)) {
+        throw new SourceReadError(`line ${line} holds a NUL character or an unpaired surrogate, which cannot be stored`, line);
+      }
+      put(json);
+    }
+    put('}');
+  }
+  put(']');
+  return { text: out.toString('utf8', 0, at), count, row };
+}

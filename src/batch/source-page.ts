@@ -1,0 +1,66 @@
+// What reading one page of a source answers and how it fails (docs/design.md, "Items in, results
+// out, events"): the page, the settings of reading, the error that ends a batch, and the shapes of
+// an object source and its cursor, shared by the prefix listing (source-listing.ts), the range
+// reader (source-object.ts) and the parsers (source-jsonl.ts, source-csv.ts).
+import type { ItemWithJson } from './items.js';
+import type { SourceCursor } from './types.js';
+
+/**
+ * A source that cannot be read into items (a line that is not JSON, a ragged CSV row, an object
+ * that changed or disappeared while read): the batch ends `failed` with this `reason`, and
+ * `line`, the object's first bad line (1-based), when known.
+ */
+export class SourceReadError extends Error {
+  constructor(
+    readonly reason: string,
+    readonly line: number | null = null,
+  ) {
+    super(reason);
+  }
+}
+
+/** Settings of reading. */
+export interface ReadSettings {
+  /** Largest JSON input of one item, bytes (`LEASEHOLD_MAX_INPUT_BYTES`, 65,536). */
+  maxInputBytes: number;
+  /** Bytes of an object one page reads (default 2 MiB; the first page a sixteenth of it, at least 64 KiB). */
+  rangeBytes?: number;
+  /** Objects of a prefix one page lists, at least (default 10,000; the first page 1,000). */
+  pageObjects?: number;
+  /**
+   * JSON Lines: give the page's items as the JSON text of a store ({@link SourcePage.json})
+   * rather than as `items` (default false). A reader's way: no object per line outlives its line,
+   * so a page leaves little for the garbage collector to promote.
+   */
+  asJson?: boolean;
+}
+
+/** One page read from the source. */
+export interface SourcePage {
+  /** Its items; a JSON Lines item may carry its line as its input's JSON text ({@link INPUT_JSON}) instead of `input`. */
+  items: ItemWithJson[];
+  cursor: SourceCursor;
+  /** The source is read to its end with this page. */
+  done: boolean;
+  /**
+   * With `asJson` (JSON Lines), the items as the JSON text of `[{"k", "i"}, …]`, checked as a
+   * start's items are, and their count; `items` is then empty.
+   */
+  json?: { text: string; count: number };
+}
+
+/** An object source as stored at start: its size and ETag pin what every range must match. */
+export type ObjectSource = {
+  bucket: string;
+  key: string;
+  format: 'jsonl' | 'csv';
+  keyColumn?: string;
+  size: number;
+  etag: string;
+};
+
+/** Where an object source's reading stands: the byte, line and row after the last stored page. */
+export type ObjectCursor = Extract<SourceCursor, { offset: number }>;
+
+/** The SDK loads on first use, not with the library. */
+export const sdk = () => import('@aws-sdk/client-s3');
