@@ -14,20 +14,12 @@
  * test/package/exports.test.ts pins the list.
  * @packageDocumentation
  */
-export {
-  Leasehold,
-  type LeaseholdArgs,
-  type LeaseholdConstructor,
-  type LeaseholdTransforms,
-  type InvokableFunction,
-  type Permission,
-} from './component.js';
+export type { LeaseholdArgs, LeaseholdConstructor, LeaseholdTransforms, InvokableFunction, Permission } from './args.js';
+export { Leasehold } from './component.js';
+export { EVENT_SOURCE, BATCH_FINISHED_DETAIL_TYPE, START_BATCH_DETAIL_TYPE } from '../src/contract.js';
 export {
   databaseFromEnv,
   PRODUCTION_STAGES,
-  EVENT_SOURCE,
-  BATCH_FINISHED_DETAIL_TYPE,
-  START_BATCH_DETAIL_TYPE,
   type ConnectionBudget,
   type ExistingDatabase,
   type ExistingNetwork,

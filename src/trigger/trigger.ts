@@ -19,7 +19,8 @@ import { isLockTimeout } from '../store/index.js';
 import type { Log } from '../log.js';
 import * as q from './sql.js';
 import { chainedParams, chainedRequestKey, matchingRules, type ChainRule } from './chain.js';
-import { BATCH_FINISHED, EVENT_SOURCE, type BatchFinishedDetail } from '../batch/index.js';
+import type { BatchFinishedDetail } from '../batch/index.js';
+import { BATCH_FINISHED_DETAIL_TYPE, EVENT_SOURCE } from '../contract.js';
 
 /** What a start-batch event carries in `detail`. */
 export interface TriggerDetail {
@@ -299,7 +300,7 @@ async function startRequest(req: TriggerRequest, deps: TriggerDeps, ids: Record<
 function isBatchFinished(event: unknown): event is { detail: unknown } {
   if (event === null || typeof event !== 'object') return false;
   const e = event as Record<string, unknown>;
-  return e.source === EVENT_SOURCE && e['detail-type'] === BATCH_FINISHED;
+  return e.source === EVENT_SOURCE && e['detail-type'] === BATCH_FINISHED_DETAIL_TYPE;
 }
 
 const finishedSchema = z

@@ -6,16 +6,8 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { builtinJobs } from '../../src/jobs/index.js';
-import {
-  checkSchedules,
-  databaseFromEnv,
-  PRODUCTION_STAGES,
-  resolveSettings,
-  RUNTIME,
-  scheduleEvent,
-  START_BATCH_DETAIL_TYPE,
-  type ScheduleDeclaration,
-} from '../../infra/settings.js';
+import { databaseFromEnv, PRODUCTION_STAGES, START_BATCH_DETAIL_TYPE, type ScheduleDeclaration } from '../../infra/index.js';
+import { checkSchedules, resolveSettings, RUNTIME, scheduleEvent } from '../../infra/settings.js';
 import {
   deploy as evaluate,
   functions,
