@@ -76,6 +76,11 @@ const METHODS: Record<ApiPath, Record<string, Handler>> = {
   '/concurrency': { GET: getConcurrency, PUT: putConcurrency },
 };
 
+/** Every route the API serves, `{ method, path }`, in API_PATHS order (docs/api.md lists each; a test checks). */
+export function apiRoutes(): { method: string; path: ApiPath }[] {
+  return API_PATHS.flatMap((path) => Object.keys(METHODS[path]).map((method) => ({ method, path })));
+}
+
 /** The routes: path pattern (`*` is one path segment, a path's `{name}`) → method → handler. */
 const ROUTES: { pattern: string[]; methods: Record<string, Handler> }[] = API_PATHS.map((path) => ({
   pattern: path
