@@ -1,7 +1,15 @@
 import { delimiter } from 'node:path';
 import { tmpdir } from 'node:os';
 import * as z from 'zod';
-import { MAX_CONCURRENCY, RETENTION_DEFAULTS, RUNNER_DEFAULTS, runnerSettings, type RunnerSettings } from '../batch/index.js';
+import {
+  DEFAULT_MAX_OPEN,
+  DEFAULT_START_LIMITS,
+  MAX_CONCURRENCY,
+  RETENTION_DEFAULTS,
+  RUNNER_DEFAULTS,
+  runnerSettings,
+  type RunnerSettings,
+} from '../batch/index.js';
 import { COMPONENT_VARIABLES as V } from '../contract.js';
 import { InvalidSettingError, LeaseholdError } from '../errors.js';
 import { LEASE_DEFAULTS, leaseConfig, NO_WORKER_LIMIT, type LeaseConfig } from '../lease/index.js';
@@ -59,13 +67,13 @@ const schema = {
   LEASEHOLD_MAX_OUTPUT_BYTES: int(1).max(67_108_864).default(RUNNER_DEFAULTS.maxOutputBytes),
   LEASEHOLD_MAX_STALLED_RUNS: int(1).default(RUNNER_DEFAULTS.maxStalledRuns),
   LEASEHOLD_STORE_TIMEOUT_MS: int(100).default(RUNNER_DEFAULTS.storeTimeoutMs),
-  LEASEHOLD_MAX_OPEN: int(1).default(4),
+  LEASEHOLD_MAX_OPEN: int(1).default(DEFAULT_MAX_OPEN),
   LEASEHOLD_MAX_RUNNING: int(0).optional(),
   LEASEHOLD_SLICE_MS: int(10).default(RUNNER_DEFAULTS.sliceMs),
-  LEASEHOLD_MAX_ITEMS: int(1).default(200_000),
+  LEASEHOLD_MAX_ITEMS: int(1).default(DEFAULT_START_LIMITS.maxItems),
   LEASEHOLD_MAX_SOURCE_ITEMS: int(1).default(RUNNER_DEFAULTS.maxSourceItems),
-  LEASEHOLD_MAX_INPUT_BYTES: int(0).default(65_536),
-  LEASEHOLD_MAX_TOTAL_BYTES: int(1).default(536_870_912),
+  LEASEHOLD_MAX_INPUT_BYTES: int(0).default(DEFAULT_START_LIMITS.maxInputBytes),
+  LEASEHOLD_MAX_TOTAL_BYTES: int(1).default(DEFAULT_START_LIMITS.maxTotalBytes),
   // Lambda refuses a synchronous invocation (API Gateway's) whose event is over 6 MB.
   LEASEHOLD_MAX_BODY_BYTES: int(64)
     .max(6_291_456, 'must be at most 6291456 (Lambda refuses larger request events)')
