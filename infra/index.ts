@@ -9,7 +9,7 @@
  * }
  * ```
  * Written against SST v4; SST's own types are not needed (its globals are read loosely). Every
- * name is listed on purpose (docs/design.md, "Public API"): the component, its arguments and the
+ * name is listed on purpose (docs/design.md, "Layout"): the component, its arguments and the
  * shapes they take, `databaseFromEnv`, and the event names an app's own rules match;
  * test/package/exports.test.ts pins the list.
  * @packageDocumentation

@@ -1,5 +1,5 @@
 // The strings the deploy component (infra/) and the library (src/) must agree on, in one place
-// (docs/design.md, "Public API"): the API's paths, the names of the events on the bus, and the
+// (docs/design.md, "Layout"): the API's paths, the names of the events on the bus, and the
 // environment variables the component sets on the functions. Imports nothing, so the component
 // can take it without loading any of the library (.dependency-cruiser.cjs lets infra/ import it).
 

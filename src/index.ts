@@ -5,7 +5,7 @@
  * the types their work sees, the errors a job throws or catches (`PermanentItemError`,
  * `RetryAfterError`, …), the built-in jobs (`checksum`, `lambdaInvoke`, `outboxDelivery`), and the
  * store's own door (`connect`, `migrate`, `createBatch`). Every name is listed on purpose
- * (docs/design.md, "Public API"); test/package/exports.test.ts pins the list, so widening it is a
+ * (docs/design.md, "Layout"); test/package/exports.test.ts pins the list, so widening it is a
  * visible decision. The module barrels behind it are internal. It loads nothing of AWS: the
  * Lambda handlers are in `leasehold/lambda`, the SST component in `leasehold/sst`.
  * @packageDocumentation

@@ -1,4 +1,4 @@
-// The package's public API (docs/design.md, "Public API"): each entry point names its exports, and
+// The package's public API (docs/design.md, "Layout"): each entry point names its exports, and
 // this test pins the sorted lists, values and types apart, so widening (or narrowing) the API is a
 // visible decision in review rather than a side effect of a module barrel.
 import { readFileSync } from 'node:fs';
