@@ -78,5 +78,8 @@ export const COMPONENT_VARIABLES = {
   invokable: 'LEASEHOLD_INVOKABLE',
 } as const;
 
+/** One of {@link COMPONENT_VARIABLES}' names. */
+export type ComponentVariable = (typeof COMPONENT_VARIABLES)[keyof typeof COMPONENT_VARIABLES];
+
 /** Every database variable is the component's to set: the database is its to wire. */
 export const DB_VARIABLE_PREFIX = 'LEASEHOLD_DB_';

@@ -10,7 +10,7 @@ import {
   runnerSettings,
   type RunnerSettings,
 } from '../batch/index.js';
-import { COMPONENT_VARIABLES as V } from '../contract.js';
+import type { ComponentVariable } from '../contract.js';
 import { InvalidSettingError, LeaseholdError } from '../errors.js';
 import { LEASE_DEFAULTS, leaseConfig, NO_WORKER_LIMIT, type LeaseConfig } from '../lease/index.js';
 import { parseOutboxAllow } from '../units/endpoint-guard.js';
@@ -34,7 +34,8 @@ const SECRET = /PASSWORD|SECRET/;
 
 /**
  * Every setting, its environment variable and default. Durations are in ms (the `_MS` suffix).
- * The variables the SST component sets are named by src/contract.ts (`V`), which it shares.
+ * The variables the SST component sets are src/contract.ts's COMPONENT_VARIABLES: the compiler
+ * checks that this schema reads every one (`satisfies` below).
  * docs/configuration.md lists the same (a test compares them). The runner's and the lease's
  * defaults come from RUNNER_DEFAULTS and LEASE_DEFAULTS, and their bounds are checked by
  * `runnerSettings` and `leaseConfig` (`loadConfig` names the variable); only what those do not
@@ -46,10 +47,10 @@ const schema = {
     .url()
     .refine((url) => /^postgres(ql)?:\/\//.test(url), 'must be a postgres:// or postgresql:// URL')
     .optional(),
-  [V.workerFunction]: z.string().min(1).default('leasehold-worker'),
-  [V.deadlineMarginMs]: int(0).default(10_000),
-  [V.workerTimeoutMs]: int(1_000).max(900_000).default(900_000),
-  [V.drainMs]: int(0).optional(),
+  LEASEHOLD_WORKER_FUNCTION: z.string().min(1).default('leasehold-worker'),
+  LEASEHOLD_DEADLINE_MARGIN_MS: int(0).default(10_000),
+  LEASEHOLD_WORKER_TIMEOUT_MS: int(1_000).max(900_000).default(900_000),
+  LEASEHOLD_DRAIN_MS: int(0).optional(),
   LEASEHOLD_WORKER_IDLE_MS: int(0).default(2_000),
   LEASEHOLD_WORKER_POLL_MS: int(10).default(1_000),
   LEASEHOLD_MAX_RUNS: int(1).default(RUNNER_DEFAULTS.maxRuns),
@@ -79,9 +80,9 @@ const schema = {
     .max(6_291_456, 'must be at most 6291456 (Lambda refuses larger request events)')
     .default(65_536),
   LEASEHOLD_DISPATCH_COOLDOWN_MS: int(0).max(86_400_000).default(30_000),
-  [V.dbPoolMax]: int(1).default(4),
+  LEASEHOLD_DB_POOL_MAX: int(1).default(4),
   LEASEHOLD_ALLOWED_ROOTS: z.string().optional(),
-  [V.invokable]: z.string().optional(),
+  LEASEHOLD_INVOKABLE: z.string().optional(),
   LEASEHOLD_TTL_MS: int(100).default(LEASE_DEFAULTS.ttlMs),
   LEASEHOLD_HEARTBEAT_MS: int(10).default(LEASE_DEFAULTS.heartbeatIntervalMs),
   LEASEHOLD_REBALANCE_MS: int(10).default(LEASE_DEFAULTS.rebalanceIntervalMs),
@@ -93,7 +94,7 @@ const schema = {
   LEASEHOLD_UNIT_QUARANTINE_MS: int(1_000).max(86_400_000).default(LEASE_DEFAULTS.quarantineMs),
   LEASEHOLD_UNIT_MAX_QUARANTINE_MS: int(1_000).max(2_592_000_000).default(LEASE_DEFAULTS.maxQuarantineMs),
   LEASEHOLD_INVOKE_CAP: int(0).default(10),
-  [V.maxWorkers]: int(1).optional(),
+  LEASEHOLD_MAX_WORKERS: int(1).optional(),
   LEASEHOLD_BATCH_CONCURRENCY: int(1).max(MAX_CONCURRENCY).default(1),
   LEASEHOLD_INVOCATION_PENDING_MS: int(1000).default(30_000),
   LEASEHOLD_RETENTION_DAYS: int(0).max(36_500).default(RETENTION_DEFAULTS.retentionDays),
@@ -101,20 +102,20 @@ const schema = {
   LEASEHOLD_RETENTION_MAX_ROWS: int(1).max(100_000_000).default(RETENTION_DEFAULTS.maxRowsPerPass),
   // Below the scheduler's statement timeout and its minute: a pass never delays the next run.
   LEASEHOLD_RETENTION_BUDGET_MS: int(0).max(30_000).default(RETENTION_DEFAULTS.budgetMs),
-  [V.dbHost]: z.string().min(1).optional(),
-  [V.dbPort]: int(1).max(65_535).default(5432),
-  [V.dbName]: z.string().min(1).optional(),
-  [V.dbUser]: z.string().min(1).max(63).optional(),
-  [V.dbPassword]: z.string().optional(),
-  [V.dbIamAuth]: flag.default(false),
+  LEASEHOLD_DB_HOST: z.string().min(1).optional(),
+  LEASEHOLD_DB_PORT: int(1).max(65_535).default(5432),
+  LEASEHOLD_DB_NAME: z.string().min(1).optional(),
+  LEASEHOLD_DB_USER: z.string().min(1).max(63).optional(),
+  LEASEHOLD_DB_PASSWORD: z.string().optional(),
+  LEASEHOLD_DB_IAM_AUTH: flag.default(false),
   LEASEHOLD_DB_TLS: z.enum(['rds', 'system', 'off'], { error: () => 'must be one of rds, system, off' }).default('rds'),
   LEASEHOLD_DB_CA_FILE: z.string().min(1).optional(),
   LEASEHOLD_DB_IDLE_TIMEOUT_MS: int(1_000).default(120_000),
   LEASEHOLD_DB_MAX_LIFETIME_MS: int(60_000).max(3_600_000).default(600_000),
-  [V.dbPooler]: z.enum(['none', 'transaction'], { error: () => 'must be "none" or "transaction"' }).default('none'),
-  [V.dbIamUser]: z.string().min(1).max(63).optional(),
-  [V.dbSchedulerUser]: z.string().min(1).max(63).optional(),
-  [V.dbReservedConnections]: int(1).max(10_000).default(8),
+  LEASEHOLD_DB_POOLER: z.enum(['none', 'transaction'], { error: () => 'must be "none" or "transaction"' }).default('none'),
+  LEASEHOLD_DB_IAM_USER: z.string().min(1).max(63).optional(),
+  LEASEHOLD_DB_SCHEDULER_USER: z.string().min(1).max(63).optional(),
+  LEASEHOLD_DB_RESERVED_CONNECTIONS: int(1).max(10_000).default(8),
   LEASEHOLD_DB_RUNTIME_CONNECTIONS: int(1).max(100_000).optional(),
   LEASEHOLD_DB_CONNECT_RETRY_MS: int(0).max(900_000).default(20_000),
   // Read by the outbox-delivery job itself (src/units/endpoint-guard.ts) whenever it checks an
@@ -129,11 +130,11 @@ const schema = {
         ctx.addIssue({ code: 'custom', message: (e as Error).message });
       }
     }),
-  [V.migrationsDir]: z.string().min(1).optional(),
+  LEASEHOLD_MIGRATIONS_DIR: z.string().min(1).optional(),
   // Batch Finished events (docs/design.md, "Events").
-  [V.eventBus]: z.string().min(1).max(1600).optional(),
-  [V.webhookSecret]: z.string().min(16, 'must be at least 16 characters').optional(),
-  [V.rules]: z
+  LEASEHOLD_EVENT_BUS: z.string().min(1).max(1600).optional(),
+  LEASEHOLD_WEBHOOK_SECRET: z.string().min(16, 'must be at least 16 characters').optional(),
+  LEASEHOLD_RULES: z
     .string()
     .optional()
     .superRefine((v, ctx) => {
@@ -144,7 +145,7 @@ const schema = {
       }
     }),
   AWS_REGION: z.string().min(1).optional(),
-} as const;
+} as const satisfies Record<ComponentVariable, z.ZodType> & Record<string, z.ZodType>;
 
 type Env = { [K in keyof typeof schema]: z.infer<(typeof schema)[K]> };
 

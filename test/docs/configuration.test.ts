@@ -13,7 +13,6 @@
 import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { COMPONENT_VARIABLES } from '../../src/contract.js';
 import { loadConfig } from '../../src/runtime/config.js';
 
 const ROOT = resolve(import.meta.dirname, '../..');
@@ -89,12 +88,10 @@ function bounds(cell: string): { min: number; max?: number } | undefined {
 
 /** The source text of `name`'s entry in the schema object, up to the next entry. */
 function schemaEntry(name: string): string | undefined {
-  // The variables the SST component sets are keyed by their name in src/contract.ts (`[V.key]:`).
-  const key = Object.entries(COMPONENT_VARIABLES).find(([, variable]) => variable === name)?.[0];
-  const at = SCHEMA_SOURCE.search(new RegExp(key ? `\\n\\s+\\[V\\.${key}\\]:` : `\\n\\s+${name}:`));
+  const at = SCHEMA_SOURCE.search(new RegExp(`\\n\\s+${name}:`));
   if (at < 0) return undefined;
   const rest = SCHEMA_SOURCE.slice(at + 1);
-  const next = rest.slice(1).search(/\n\s+([A-Z][A-Z0-9_]+|\[V\.\w+\]):|\n\}/);
+  const next = rest.slice(1).search(/\n\s+[A-Z][A-Z0-9_]+:|\n\}/);
   return next < 0 ? rest : rest.slice(0, next + 1);
 }
 
