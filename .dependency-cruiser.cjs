@@ -5,13 +5,14 @@
 //
 // where the domain is src/batch/, src/lease/, src/units/ and src/jobs/: within it, jobs use
 // batch, units use jobs and lease, and batch and lease use only the store. Three leaves serve
-// every layer: src/clock.ts, src/errors.ts (the error base) and src/log.ts (the logger).
-// src/local/, src/cli/ and bench/ drive the same code from outside (tests share helpers only
-// through test/support/), through src/client/ (the API client, browser-safe) and src/terminal/
-// (following a batch on a terminal); src/dashboard/ (the browser page) stands alone but for the
-// client. infra/ (the deploy component, `leasehold/sst`) sits beside src/: it may use the
-// library's public entry points (src/index.ts, src/lambda.ts) and nothing else of it, and nothing
-// in src/ or functions/ imports it.
+// every layer: src/clock.ts, src/errors.ts (the error base and the table of error codes) and
+// src/log.ts (the logger); a fourth, src/contract.ts (the strings infra/ and src/ agree on),
+// imports nothing and serves infra/ too. src/local/, src/cli/ and bench/ drive the same code from
+// outside (tests share helpers only through test/support/), through src/client/ (the API client,
+// browser-safe) and src/terminal/ (following a batch on a terminal); src/dashboard/ (the browser
+// page) stands alone but for the client. infra/ (the deploy component, `leasehold/sst`) sits
+// beside src/: it may use the library's public entry points (src/index.ts, src/lambda.ts) and
+// src/contract.ts, and nothing else of it, and nothing in src/ or functions/ imports it.
 const DOMAIN = '^src/(batch|lease|units|jobs)/';
 const OUTSIDE = '^(functions/|infra/|src/(lambda|index)\\.ts$|src/(cli|local|dashboard|client|terminal)/)';
 
@@ -31,25 +32,25 @@ module.exports = {
       'store-is-the-bottom',
       'The store knows nothing of the modules that use it.',
       '^src/store/',
-      '^src/(?!store/|(clock|errors|log)\\.ts$)',
+      '^src/(?!store/|(clock|errors|log|contract)\\.ts$)',
     ),
     forbid(
       'batch-and-lease-use-only-the-store',
       'batch and lease are the base of the domain: they use the store and the clock only.',
       '^src/(batch|lease)/',
-      '^src/(?!store/|(clock|errors|log)\\.ts$|$1/)',
+      '^src/(?!store/|(clock|errors|log|contract)\\.ts$|$1/)',
     ),
     forbid(
       'jobs-use-batch',
       'Jobs use batches (and the store), not units, leases or anything above.',
       '^src/jobs/',
-      '^src/(?!jobs/|batch/|store/|(clock|errors|log)\\.ts$)',
+      '^src/(?!jobs/|batch/|store/|(clock|errors|log|contract)\\.ts$)',
     ),
     forbid(
       'units-use-jobs-and-lease',
       'Unit jobs use jobs, leases and the store, nothing above the domain.',
       '^src/units/',
-      '^src/(?!units/|jobs/|lease/|batch/|store/|(clock|errors|log)\\.ts$)',
+      '^src/(?!units/|jobs/|lease/|batch/|store/|(clock|errors|log|contract)\\.ts$)',
     ),
     forbid(
       'api-and-trigger-below-runtime',
@@ -85,7 +86,7 @@ module.exports = {
       'infra-uses-public-entries',
       "The deploy component runs in SST: of the library it may use only the public entry points, as an app's sst.config.ts would.",
       '^infra/',
-      '^(src/(?!(index|lambda)\\.ts$)|functions/)',
+      '^(src/(?!(index|lambda|contract)\\.ts$)|functions/)',
     ),
     forbid(
       'nothing-imports-infra',
@@ -111,6 +112,14 @@ module.exports = {
       '^src/(client|terminal)/',
       '^src/(cli|local|dashboard)/',
     ),
+    {
+      name: 'contract-imports-nothing',
+      comment:
+        'src/contract.ts holds the strings infra/ and src/ share: it imports nothing, so infra/ loads none of the library with it.',
+      severity: 'error',
+      from: { path: '^src/contract\\.ts$' },
+      to: { path: '.' },
+    },
     {
       name: 'wire-types-only',
       comment: 'src/api/wire.ts declares the answers: types only, so every reader (the browser page too) can take it.',

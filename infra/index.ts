@@ -8,47 +8,29 @@
  *   return { api: runner.url, bus: runner.busName, worker: runner.workerName };
  * }
  * ```
- * Written against SST v4; SST's own types are not needed (its globals are read loosely).
+ * Written against SST v4; SST's own types are not needed (its globals are read loosely). Every
+ * name is listed on purpose (docs/design.md, "Layout"): the component, its arguments and the
+ * shapes they take, `databaseFromEnv`, and the event names an app's own rules match;
+ * test/package/exports.test.ts pins the list.
  * @packageDocumentation
  */
-export {
-  Leasehold,
-  API_ROUTES,
-  COMPONENT_TYPE,
-  type LeaseholdArgs,
-  type LeaseholdConstructor,
-  type LeaseholdTransforms,
-  type InvokableFunction,
-  type Permission,
-} from './component.js';
+export type { LeaseholdArgs, LeaseholdConstructor, LeaseholdTransforms, InvokableFunction, Permission } from './args.js';
+export { Leasehold } from './component.js';
+export { EVENT_SOURCE, BATCH_FINISHED_DETAIL_TYPE, START_BATCH_DETAIL_TYPE } from '../src/contract.js';
 export {
   databaseFromEnv,
-  estimatedMaxConnections,
-  resolveSettings,
-  checkSettings,
-  checkSchedules,
-  checkRules,
-  rulesPattern,
-  EVENT_SOURCE,
-  BATCH_FINISHED_DETAIL_TYPE,
-  type RuleDeclaration,
-  type FinalStatus,
-  scheduleEvent,
-  functionName,
-  isProduction,
   PRODUCTION_STAGES,
-  RUNTIME,
-  START_BATCH_DETAIL_TYPE,
-  SCHEDULE_SOURCE,
+  type ConnectionBudget,
+  type ExistingDatabase,
+  type ExistingNetwork,
+  type FinalStatus,
+  type FunctionSettings,
+  type NewNetwork,
+  type RdsDatabase,
+  type RuleDeclaration,
   type ScheduleDeclaration,
   type Settings,
   type SettingsOptions,
-  type RdsDatabase,
-  type ExistingDatabase,
-  type ExistingNetwork,
-  type NewNetwork,
   type WorkerSettings,
-  type FunctionSettings,
-  type ConnectionBudget,
 } from './settings.js';
 export type { Input, Output, Transform, ResourceOptions, FunctionLike } from './platform.js';

@@ -1,6 +1,7 @@
 // What a Leasehold component deploys with: its options, their defaults, and the checks that stop
 // a deploy before it creates anything wrong. Plain TypeScript with no SST globals, so it can be
 // used and tested without SST.
+import { BATCH_FINISHED_DETAIL_TYPE, EVENT_SOURCE, SCHEDULE_SOURCE, START_BATCH_DETAIL_TYPE } from '../src/contract.js';
 import type { Input } from './platform.js';
 
 /** Stages that are production unless the component is told otherwise: managed NAT, a protected database. */
@@ -15,12 +16,6 @@ export const RUNTIME = 'nodejs22.x';
  * the outbox's HTTP client…) lands in chunks of its own that a cold start does not load.
  */
 export const BUNDLING = { format: 'esm', splitting: true } as const;
-
-/** `detail-type` of the EventBridge events that start a batch (the bus rule matches only these). */
-export const START_BATCH_DETAIL_TYPE = 'leasehold.start-batch';
-
-/** `source` of the events the declared schedules send (bus events may come from any source). */
-export const SCHEDULE_SOURCE = 'leasehold.schedule';
 
 /**
  * A schedule that starts a batch: EventBridge Scheduler sends the trigger function an event naming
@@ -50,10 +45,6 @@ export interface ScheduleDeclaration {
   /** Most runs working each batch at once, 1 to 10,000 (docs/design.md, "Fan-out"). Default the deployment's `batchConcurrency`. */
   maxConcurrency?: number;
 }
-
-/** `source` and `detail-type` of the event an end of a batch puts on the bus (docs/design.md, "Events"). */
-export const EVENT_SOURCE = 'leasehold';
-export const BATCH_FINISHED_DETAIL_TYPE = 'Batch Finished';
 
 /** How a batch ends, as a rule's `after.status` names it. */
 export type FinalStatus = 'succeeded' | 'failed' | 'cancelled';

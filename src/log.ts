@@ -28,3 +28,13 @@ export function createLog(write: (level: LogLevel, message: string, fields: LogF
 
 /** A {@link Log} that drops every line. */
 export const silentLog: Log = createLog(() => {});
+
+/**
+ * The fields a log line gives an error: its `name`, `code` (when it has one) and `message`, never
+ * `String(error)` (which drops the code) nor a driver's whole object. Not an Error: its text.
+ */
+export function errorFields(error: unknown): { name: string; code?: string; message: string } {
+  if (!(error instanceof Error)) return { name: typeof error, message: String(error) };
+  const code = (error as { code?: unknown }).code;
+  return { name: error.name, ...(typeof code === 'string' ? { code } : {}), message: error.message };
+}

@@ -1,42 +1,22 @@
 // The one table from an error's stable `code` to the HTTP status the API answers with, and the
 // errors of a request itself (its route, method and body). Every other code comes from the
 // library's own errors (src/errors.ts: LeaseholdError and its subclasses).
-import { LeaseholdError } from '../errors.js';
+import { ERROR_CODES, isErrorCode, LeaseholdError, type ErrorCode } from '../errors.js';
 import { isRetryableStoreError, StoreTimeoutError } from '../store/index.js';
 
-/** The HTTP status of each code the API answers with; any other error is a 500 `internal`. */
-export const HTTP_STATUS: Readonly<Record<string, number>> = {
-  invalid_request: 400,
-  invalid_json: 400,
-  invalid_params: 400,
-  invalid_batch: 400,
-  invalid_source: 400,
-  source_access_denied: 403,
-  source_not_found: 404,
-  source_unavailable: 503,
-  batch_cancelled: 400,
-  not_found: 404,
-  batch_not_found: 404,
-  unknown_job: 404,
-  no_outbox_units: 404,
-  unit_not_found: 404,
-  method_not_allowed: 405,
-  batch_finished: 409,
-  batch_open: 409,
-  nothing_to_redrive: 409,
-  batch_expired: 409,
-  body_too_large: 413,
-  batch_too_large: 413,
-  unsupported_media_type: 415,
-  too_many_batches: 429,
-  database_unavailable: 503,
-};
+/**
+ * The HTTP status of each code the API answers with (the statuses of src/errors.ts's
+ * {@link ERROR_CODES}, the one table; docs/api.md lists them); any other error is a 500 `internal`.
+ */
+export const HTTP_STATUS: Readonly<Record<ErrorCode, number>> = Object.fromEntries(
+  Object.entries(ERROR_CODES).map(([code, { status }]) => [code, status]),
+) as Record<ErrorCode, number>;
 
 /** Seconds a client is asked to wait (`Retry-After`) when the database could not serve the request. */
 export const RETRY_AFTER_S = 1;
 
 /** The request field a library error is about, named in front of its message when it does not name it. */
-const FIELD: Readonly<Record<string, string>> = {
+const FIELD: Readonly<Partial<Record<ErrorCode, string>>> = {
   unknown_job: 'job',
   invalid_batch: 'params',
   batch_too_large: 'params',
@@ -49,7 +29,7 @@ const FIELD: Readonly<Record<string, string>> = {
  */
 export class RequestError extends LeaseholdError {
   constructor(
-    code: string,
+    code: ErrorCode,
     message: string,
     /** Extra response headers (for example `allow` on a 405). */
     readonly headers: Record<string, string> = {},
@@ -61,7 +41,7 @@ export class RequestError extends LeaseholdError {
 /** How the API answers an error: status, code, message and headers. */
 export interface ErrorAnswer {
   status: number;
-  code: string;
+  code: ErrorCode;
   message: string;
   headers: Record<string, string>;
 }
@@ -88,7 +68,7 @@ export function errorAnswer(error: unknown): ErrorAnswer | undefined {
     };
   }
   const code = (error as { code?: unknown }).code;
-  if (typeof code !== 'string' || !Object.hasOwn(HTTP_STATUS, code)) return undefined;
+  if (!isErrorCode(code)) return undefined;
   const field = error instanceof RequestError ? undefined : FIELD[code];
   return {
     status: HTTP_STATUS[code],

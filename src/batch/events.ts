@@ -17,8 +17,5 @@ export {
   type EventRow,
 } from './sql/events.js';
 
-/** `source` of every event leasehold puts on its bus. */
-export const EVENT_SOURCE = 'leasehold';
-
-/** `detail-type` of the event an end of a batch sends (finished, failed, given up, cancelled). */
-export const BATCH_FINISHED = 'Batch Finished';
+// `source` and `detail-type` of the event an end of a batch sends: the contract's (src/contract.ts).
+export { EVENT_SOURCE, BATCH_FINISHED_DETAIL_TYPE as BATCH_FINISHED } from '../contract.js';

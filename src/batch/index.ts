@@ -1,3 +1,14 @@
+// Batches (docs/design.md, "Batches", "Fan-out", "Sources and results", "Events", "Tenant fairness").
+//
+// Owns the tables leasehold_batches, leasehold_items, leasehold_runs, leasehold_datasources,
+// leasehold_tenants, leasehold_redrives, leasehold_batch_events and leasehold_rate_buckets.
+// Keeps invariants 2 (a move by a run without its lease changes nothing), 3 (every item of a
+// started batch ends), 4 (one request key, one batch; at most `maxOpen` open per datasource),
+// 8 (a batch finishes exactly once), 9 (a start stores everything or nothing), 10 (attempts an
+// unstarted item never uses) and the batch half of 14 (at most `maxConcurrency` runs).
+// Entry points: `startBatch` / `createBatch` (start), `Runner` (one run of a batch),
+// `redriveBatch`, `dispatchWorkers`, `deleteExpiredBatches`, and the reads the API answers from.
+// Uses only the store (and the clock, errors, log leaves); nothing here knows of Lambda or HTTP.
 export * from './types.js';
 export * from './errors.js';
 export { systemClock, ManualClock, type Clock } from '../clock.js';

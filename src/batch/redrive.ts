@@ -3,7 +3,7 @@
 // datasource lock (as a start does) and then the batch row lock (as a takeover, finish or cancel
 // does), so it is ordered against each of them and leaves one consistent state.
 import type { Sql } from '../store/index.js';
-import { getBatch, isUuid } from './batches.js';
+import { DEFAULT_MAX_OPEN, getBatch, isUuid } from './batches.js';
 import {
   BatchCancelledError,
   BatchExpiredError,
@@ -18,7 +18,7 @@ import type { BatchInfo } from './types.js';
 
 /** Options of {@link redriveBatch}. */
 export interface RedriveOptions {
-  /** Most unfinished batches one (tenant, datasource) may have, as for a start. Default 4. */
+  /** Most unfinished batches one (tenant, datasource) may have, as for a start. Default {@link DEFAULT_MAX_OPEN} (4). */
   maxOpen?: number;
   /**
    * Idempotency key: the first redrive of the batch with this key is done, every later one
@@ -48,9 +48,6 @@ export interface RedriveResult {
   /** True when this call redrove the batch; false when it answered an earlier redrive by its key. */
   redriven: boolean;
 }
-
-/** Default of {@link RedriveOptions.maxOpen}: the same as a start's. */
-const DEFAULT_MAX_OPEN = 4;
 
 /**
  * Redrive a finished batch: every `failed` item goes back to `pending` with its attempts at 0

@@ -1,3 +1,10 @@
+// Jobs (docs/jobs.md; docs/design.md, "Two kinds of work": batches).
+//
+// Owns no table: a job is code a batch runs (`defineJob`), kept in a `JobRegistry` by name.
+// Keeps invariant 7 for a job's items (one item's input or fault stops no other) by validating
+// params at start (`InvalidParamsError`) and leaving retries to the run. Entry points:
+// `defineJob`, `JobRegistry`, `defaultRegistry`, and the built-in jobs `checksum` and
+// `lambdaInvoke`. Uses batches and the store, nothing above the domain.
 import { tmpdir } from 'node:os';
 import { checksum } from './checksum.js';
 import { JobRegistry, type Job, type JobContext } from './job.js';

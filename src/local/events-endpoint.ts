@@ -5,6 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { closeServer, listen, readBody } from './http-util.js';
+import { BATCH_FINISHED_DETAIL_TYPE, EVENT_SOURCE, START_BATCH_DETAIL_TYPE } from '../contract.js';
 
 /** One event as a rule's target receives it (EventBridge's envelope). */
 export interface LocalBusEvent {
@@ -47,8 +48,8 @@ export interface EventsEndpoint {
 /** The default routing: the deployed bus's two rules (start-batch events; Batch Finished for chain rules). */
 export function defaultRoute(event: LocalBusEvent): boolean {
   return (
-    event['detail-type'] === 'leasehold.start-batch' ||
-    (event.source === 'leasehold' && event['detail-type'] === 'Batch Finished')
+    event['detail-type'] === START_BATCH_DETAIL_TYPE ||
+    (event.source === EVENT_SOURCE && event['detail-type'] === BATCH_FINISHED_DETAIL_TYPE)
   );
 }
 

@@ -1,4 +1,10 @@
 // Local mode (docs/design.md, "Local mode"): the drivers that run the same handlers on one machine.
+//
+// Owns no table (it may start an embedded PostgreSQL whose data folder it owns). Keeps the
+// runtime's invariants by running the runtime's own handlers: an HTTP server turning requests
+// into API Gateway v2 events, a local Lambda invoke endpoint and PutEvents endpoint reached by the
+// real SDK clients, an S3-compatible server. Entry points: `startEmbedded`, `startHttpServer`,
+// `createInvokeEndpoint`, `createEventsEndpoint`, and `leasehold dev` (dev.ts).
 export {
   startEmbedded,
   defaultDataDir,

@@ -1,7 +1,16 @@
 import { delimiter } from 'node:path';
 import { tmpdir } from 'node:os';
 import * as z from 'zod';
-import { MAX_CONCURRENCY, RETENTION_DEFAULTS, RUNNER_DEFAULTS, runnerSettings, type RunnerSettings } from '../batch/index.js';
+import {
+  DEFAULT_MAX_OPEN,
+  DEFAULT_START_LIMITS,
+  MAX_CONCURRENCY,
+  RETENTION_DEFAULTS,
+  RUNNER_DEFAULTS,
+  runnerSettings,
+  type RunnerSettings,
+} from '../batch/index.js';
+import type { ComponentVariable } from '../contract.js';
 import { InvalidSettingError, LeaseholdError } from '../errors.js';
 import { LEASE_DEFAULTS, leaseConfig, NO_WORKER_LIMIT, type LeaseConfig } from '../lease/index.js';
 import { parseOutboxAllow } from '../units/endpoint-guard.js';
@@ -25,6 +34,8 @@ const SECRET = /PASSWORD|SECRET/;
 
 /**
  * Every setting, its environment variable and default. Durations are in ms (the `_MS` suffix).
+ * The variables the SST component sets are src/contract.ts's COMPONENT_VARIABLES: the compiler
+ * checks that this schema reads every one (`satisfies` below).
  * docs/configuration.md lists the same (a test compares them). The runner's and the lease's
  * defaults come from RUNNER_DEFAULTS and LEASE_DEFAULTS, and their bounds are checked by
  * `runnerSettings` and `leaseConfig` (`loadConfig` names the variable); only what those do not
@@ -57,13 +68,13 @@ const schema = {
   LEASEHOLD_MAX_OUTPUT_BYTES: int(1).max(67_108_864).default(RUNNER_DEFAULTS.maxOutputBytes),
   LEASEHOLD_MAX_STALLED_RUNS: int(1).default(RUNNER_DEFAULTS.maxStalledRuns),
   LEASEHOLD_STORE_TIMEOUT_MS: int(100).default(RUNNER_DEFAULTS.storeTimeoutMs),
-  LEASEHOLD_MAX_OPEN: int(1).default(4),
+  LEASEHOLD_MAX_OPEN: int(1).default(DEFAULT_MAX_OPEN),
   LEASEHOLD_MAX_RUNNING: int(0).optional(),
   LEASEHOLD_SLICE_MS: int(10).default(RUNNER_DEFAULTS.sliceMs),
-  LEASEHOLD_MAX_ITEMS: int(1).default(200_000),
+  LEASEHOLD_MAX_ITEMS: int(1).default(DEFAULT_START_LIMITS.maxItems),
   LEASEHOLD_MAX_SOURCE_ITEMS: int(1).default(RUNNER_DEFAULTS.maxSourceItems),
-  LEASEHOLD_MAX_INPUT_BYTES: int(0).default(65_536),
-  LEASEHOLD_MAX_TOTAL_BYTES: int(1).default(536_870_912),
+  LEASEHOLD_MAX_INPUT_BYTES: int(0).default(DEFAULT_START_LIMITS.maxInputBytes),
+  LEASEHOLD_MAX_TOTAL_BYTES: int(1).default(DEFAULT_START_LIMITS.maxTotalBytes),
   // Lambda refuses a synchronous invocation (API Gateway's) whose event is over 6 MB.
   LEASEHOLD_MAX_BODY_BYTES: int(64)
     .max(6_291_456, 'must be at most 6291456 (Lambda refuses larger request events)')
@@ -134,7 +145,7 @@ const schema = {
       }
     }),
   AWS_REGION: z.string().min(1).optional(),
-} as const;
+} as const satisfies Record<ComponentVariable, z.ZodType> & Record<string, z.ZodType>;
 
 type Env = { [K in keyof typeof schema]: z.infer<(typeof schema)[K]> };
 
@@ -355,29 +366,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     itemTimeoutLimitMs: Math.max(1, e.LEASEHOLD_WORKER_TIMEOUT_MS - e.LEASEHOLD_DEADLINE_MARGIN_MS),
     workerIdleMs: e.LEASEHOLD_WORKER_IDLE_MS,
     workerPollMs: e.LEASEHOLD_WORKER_POLL_MS,
-    runner: {
-      maxRuns: e.LEASEHOLD_MAX_RUNS,
-      parallel: e.LEASEHOLD_PARALLEL,
-      queueDepth: e.LEASEHOLD_QUEUE_DEPTH,
-      beatMs: e.LEASEHOLD_BEAT_MS,
-      staleMs: e.LEASEHOLD_STALE_MS,
-      attempts: e.LEASEHOLD_ATTEMPTS,
-      backoffMs: e.LEASEHOLD_BACKOFF_MS,
-      maxBackoffMs: e.LEASEHOLD_MAX_BACKOFF_MS,
-      maxRetryAfter: e.LEASEHOLD_MAX_RETRY_AFTER,
-      moveTries: e.LEASEHOLD_MOVE_TRIES,
-      moveBackoffMs: e.LEASEHOLD_MOVE_BACKOFF_MS,
-      maxOutputBytes: e.LEASEHOLD_MAX_OUTPUT_BYTES,
-      maxStalledRuns: e.LEASEHOLD_MAX_STALLED_RUNS,
-      storeTimeoutMs: e.LEASEHOLD_STORE_TIMEOUT_MS,
-      drainMs: e.LEASEHOLD_DRAIN_MS ?? Math.min(RUNNER_DEFAULTS.drainMs, Math.floor(e.LEASEHOLD_DEADLINE_MARGIN_MS / 2)),
-      maxRunning: e.LEASEHOLD_MAX_RUNNING ?? RUNNER_DEFAULTS.maxRunning,
-      sliceMs: e.LEASEHOLD_SLICE_MS,
-      maxSourceItems: e.LEASEHOLD_MAX_SOURCE_ITEMS,
-      maxInputBytes: Math.max(1, e.LEASEHOLD_MAX_INPUT_BYTES),
-      sourceRangeBytes: RUNNER_DEFAULTS.sourceRangeBytes,
-      sourcePageObjects: RUNNER_DEFAULTS.sourcePageObjects,
-    },
+    runner: runnerFromEnv(e),
     maxOpen: e.LEASEHOLD_MAX_OPEN,
     maxItems: e.LEASEHOLD_MAX_ITEMS,
     maxInputBytes: e.LEASEHOLD_MAX_INPUT_BYTES,
@@ -385,25 +374,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     maxBodyBytes: e.LEASEHOLD_MAX_BODY_BYTES,
     dispatchCooldownMs: e.LEASEHOLD_DISPATCH_COOLDOWN_MS,
     dbPoolMax: e.LEASEHOLD_DB_POOL_MAX,
-    db: {
-      host: e.LEASEHOLD_DB_HOST,
-      port: e.LEASEHOLD_DB_PORT,
-      name: e.LEASEHOLD_DB_NAME,
-      user: e.LEASEHOLD_DB_USER,
-      password: e.LEASEHOLD_DB_PASSWORD,
-      iamAuth: e.LEASEHOLD_DB_IAM_AUTH,
-      tls: e.LEASEHOLD_DB_TLS,
-      caFile: e.LEASEHOLD_DB_CA_FILE,
-      region: e.AWS_REGION,
-      idleTimeoutMs: e.LEASEHOLD_DB_IDLE_TIMEOUT_MS,
-      maxLifetimeMs: e.LEASEHOLD_DB_MAX_LIFETIME_MS,
-      pooler: e.LEASEHOLD_DB_POOLER,
-      iamUser: e.LEASEHOLD_DB_IAM_USER,
-      schedulerUser: e.LEASEHOLD_DB_SCHEDULER_USER,
-      reservedConnections: e.LEASEHOLD_DB_RESERVED_CONNECTIONS,
-      runtimeConnections: e.LEASEHOLD_DB_RUNTIME_CONNECTIONS,
-      connectRetryMs: e.LEASEHOLD_DB_CONNECT_RETRY_MS,
-    },
+    db: dbFromEnv(e),
     migrationsDir: e.LEASEHOLD_MIGRATIONS_DIR,
     allowedRoots: e.LEASEHOLD_ALLOWED_ROOTS
       ? e.LEASEHOLD_ALLOWED_ROOTS.split(delimiter).filter(Boolean)
@@ -445,6 +416,56 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   }
   checkDb(config.db, config.databaseUrl !== undefined);
   return config;
+}
+
+/** The runner's settings (docs/configuration.md, "Runtime settings"), from the parsed variables. */
+function runnerFromEnv(e: Env): Config['runner'] {
+  return {
+    maxRuns: e.LEASEHOLD_MAX_RUNS,
+    parallel: e.LEASEHOLD_PARALLEL,
+    queueDepth: e.LEASEHOLD_QUEUE_DEPTH,
+    beatMs: e.LEASEHOLD_BEAT_MS,
+    staleMs: e.LEASEHOLD_STALE_MS,
+    attempts: e.LEASEHOLD_ATTEMPTS,
+    backoffMs: e.LEASEHOLD_BACKOFF_MS,
+    maxBackoffMs: e.LEASEHOLD_MAX_BACKOFF_MS,
+    maxRetryAfter: e.LEASEHOLD_MAX_RETRY_AFTER,
+    moveTries: e.LEASEHOLD_MOVE_TRIES,
+    moveBackoffMs: e.LEASEHOLD_MOVE_BACKOFF_MS,
+    maxOutputBytes: e.LEASEHOLD_MAX_OUTPUT_BYTES,
+    maxStalledRuns: e.LEASEHOLD_MAX_STALLED_RUNS,
+    storeTimeoutMs: e.LEASEHOLD_STORE_TIMEOUT_MS,
+    drainMs: e.LEASEHOLD_DRAIN_MS ?? Math.min(RUNNER_DEFAULTS.drainMs, Math.floor(e.LEASEHOLD_DEADLINE_MARGIN_MS / 2)),
+    maxRunning: e.LEASEHOLD_MAX_RUNNING ?? RUNNER_DEFAULTS.maxRunning,
+    sliceMs: e.LEASEHOLD_SLICE_MS,
+    maxSourceItems: e.LEASEHOLD_MAX_SOURCE_ITEMS,
+    maxInputBytes: Math.max(1, e.LEASEHOLD_MAX_INPUT_BYTES),
+    sourceRangeBytes: RUNNER_DEFAULTS.sourceRangeBytes,
+    sourcePageObjects: RUNNER_DEFAULTS.sourcePageObjects,
+  };
+}
+
+/** The database settings, from the parsed variables. */
+function dbFromEnv(e: Env): DbConfig {
+  return {
+    host: e.LEASEHOLD_DB_HOST,
+    port: e.LEASEHOLD_DB_PORT,
+    name: e.LEASEHOLD_DB_NAME,
+    user: e.LEASEHOLD_DB_USER,
+    password: e.LEASEHOLD_DB_PASSWORD,
+    iamAuth: e.LEASEHOLD_DB_IAM_AUTH,
+    tls: e.LEASEHOLD_DB_TLS,
+    caFile: e.LEASEHOLD_DB_CA_FILE,
+    region: e.AWS_REGION,
+    idleTimeoutMs: e.LEASEHOLD_DB_IDLE_TIMEOUT_MS,
+    maxLifetimeMs: e.LEASEHOLD_DB_MAX_LIFETIME_MS,
+    pooler: e.LEASEHOLD_DB_POOLER,
+    iamUser: e.LEASEHOLD_DB_IAM_USER,
+    schedulerUser: e.LEASEHOLD_DB_SCHEDULER_USER,
+    reservedConnections: e.LEASEHOLD_DB_RESERVED_CONNECTIONS,
+    runtimeConnections: e.LEASEHOLD_DB_RUNTIME_CONNECTIONS,
+    connectRetryMs: e.LEASEHOLD_DB_CONNECT_RETRY_MS,
+  };
 }
 
 /** The variable of each runner setting. */

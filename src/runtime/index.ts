@@ -1,3 +1,11 @@
+// The serverless runtime (docs/design.md, "Serverless runtime", "Database connections", "Logs and metrics").
+//
+// Owns no table: it wires the domain to Lambda. Keeps invariant 6 (a worker invocation returns
+// before its deadline, owning nothing) and 13 (the scheduler keeps the live count at the desired
+// count), and reads every setting once, at the edge (`loadConfig`, docs/configuration.md).
+// Entry points: `createRuntime` (configuration, database, dispatcher per container), `runWorker`,
+// `runScheduler`, the middy middlewares (`invocation`), and the handlers `createHandlers`
+// (src/lambda.ts) wraps. Used by src/lambda.ts and local mode; uses the API, the trigger and the domain.
 export { loadConfig, parseInvokable, ConfigError, type Config, type DbConfig } from './config.js';
 export { LambdaDispatcher } from './dispatch.js';
 export {

@@ -1,5 +1,10 @@
-// The trigger: starting batches from EventBridge events (bus rules and schedules), and the
-// firings deferred until their datasource has a free slot (docs/design.md, "Serverless runtime").
+// The trigger (docs/design.md, "Serverless runtime", "Dispatch and deferred trigger firings").
+//
+// Owns the table leasehold_deferred_starts: firings that waited for their datasource to have a
+// free slot. Keeps invariant 4 for events (the event id or schedule time is the request key, so a
+// redelivered event starts nothing new). Entry points: `handleTrigger` (an EventBridge event in:
+// a start, a deferral or a chained start), `startDeferred` (the scheduler's retry of deferred
+// firings), `parseChainRules`. Never imports the runtime or the API.
 export {
   handleTrigger,
   startDeferred,

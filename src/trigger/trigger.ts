@@ -12,14 +12,16 @@ import {
   startBatch,
   TooManyBatchesError,
   type StartDeps,
+  type StartSettings,
   type ToleratedFailures,
 } from '../batch/index.js';
-import { LeaseholdError } from '../errors.js';
+import { codeOf, isPermanentRequestError, LeaseholdError } from '../errors.js';
 import { isLockTimeout } from '../store/index.js';
-import type { Log } from '../log.js';
+import { errorFields, type Log } from '../log.js';
 import * as q from './sql.js';
 import { chainedParams, chainedRequestKey, matchingRules, type ChainRule } from './chain.js';
-import { BATCH_FINISHED, EVENT_SOURCE, type BatchFinishedDetail } from '../batch/index.js';
+import type { BatchFinishedDetail } from '../batch/index.js';
+import { BATCH_FINISHED_DETAIL_TYPE, EVENT_SOURCE } from '../contract.js';
 
 /** What a start-batch event carries in `detail`. */
 export interface TriggerDetail {
@@ -39,10 +41,13 @@ export interface TriggerMetrics {
 }
 
 /**
- * What the trigger needs, built once per container: what a start needs (`maxOpen` and the start
- * limits are read from `config`; each defaults to the library's when absent).
+ * What the trigger needs, built once per container: what a start needs, its settings resolved
+ * (`maxOpen`, the start limits, the default concurrency and item timeout limit, all given:
+ * src/runtime/config.ts fills each from its variable or its one default, so none is defaulted
+ * again past that edge).
  */
 export interface TriggerDeps extends StartDeps {
+  config: Required<StartSettings>;
   log: Log;
   metrics?: TriggerMetrics;
   /** Chain rules: what a `Batch Finished` event starts (`LEASEHOLD_RULES`, see `parseChainRules`). Default none. */
@@ -78,16 +83,13 @@ export class InvalidTriggerEventError extends LeaseholdError {
   }
 }
 
-/** Codes of the errors that make an event invalid (dropped) rather than failed (retried). */
-const INVALID_CODES = new Set([
-  'invalid_event',
-  'invalid_request',
-  'invalid_json',
-  'unknown_job',
-  'invalid_params',
-  'invalid_batch',
-  'batch_too_large',
-]);
+/**
+ * Whether `error` makes the event invalid (dropped) rather than failed (retried): the trigger's
+ * own `invalid_event`, or a code src/errors.ts's ERROR_CODES marks `permanent`.
+ */
+function isInvalid(error: unknown): error is { code: string } {
+  return codeOf(error) === 'invalid_event' || isPermanentRequestError(error);
+}
 
 const detailSchema = z
   .object({
@@ -241,9 +243,9 @@ async function dropInvalid(
   try {
     return await f();
   } catch (error) {
-    const code = (error as { code?: unknown } | null)?.code;
-    if (!(typeof code === 'string' && INVALID_CODES.has(code))) throw error;
-    const reason = error instanceof Error ? error.message : String(error);
+    if (!isInvalid(error)) throw error;
+    const { code } = error;
+    const reason = errorFields(error).message;
     const dropped = { outcome: 'dropped' as const, code, reason };
     deps.log('warn', 'trigger event dropped', { ...ids, code: dropped.code, reason });
     deps.metrics?.count('TriggersDropped');
@@ -290,7 +292,7 @@ async function startRequest(req: TriggerRequest, deps: TriggerDeps, ids: Record<
   });
   if (dispatchError !== undefined) {
     // The scheduler dispatches never-started batches; this only made the start sooner.
-    log('warn', 'dispatch of a new batch failed', { ...fields, batchId: batch.id, error: String(dispatchError) });
+    log('warn', 'dispatch of a new batch failed', { ...fields, batchId: batch.id, error: errorFields(dispatchError) });
   }
   return { outcome: 'started', batchId: batch.id, requestKey: req.requestKey, tenant: req.tenant };
 }
@@ -299,7 +301,7 @@ async function startRequest(req: TriggerRequest, deps: TriggerDeps, ids: Record<
 function isBatchFinished(event: unknown): event is { detail: unknown } {
   if (event === null || typeof event !== 'object') return false;
   const e = event as Record<string, unknown>;
-  return e.source === EVENT_SOURCE && e['detail-type'] === BATCH_FINISHED;
+  return e.source === EVENT_SOURCE && e['detail-type'] === BATCH_FINISHED_DETAIL_TYPE;
 }
 
 const finishedSchema = z
@@ -416,12 +418,11 @@ export async function startDeferred(deps: TriggerDeps & { limit?: number }): Pro
         log('warn', 'deferred trigger event waits: its datasource is locked by another session', fields);
         continue;
       }
-      const code = (error as { code?: unknown } | null)?.code;
-      if (!(typeof code === 'string' && INVALID_CODES.has(code))) throw error;
+      if (!isInvalid(error)) throw error;
       log('warn', 'deferred trigger event dropped: it can no longer start', {
         ...fields,
-        code,
-        reason: error instanceof Error ? error.message : String(error),
+        code: error.code,
+        reason: errorFields(error).message,
       });
       deps.metrics?.count('TriggersDropped');
       await q.forgetDeferred(deps.sql, d.tenant, d.request_key);

@@ -14,13 +14,13 @@ import {
   NothingToRedriveError,
   TooManyBatchesError,
 } from '../../src/batch/index.js';
-import { InvalidRequestError, InvalidSettingError, LeaseholdError } from '../../src/errors.js';
+import { InvalidRequestError, InvalidSettingError, LeaseholdError, type ErrorCode } from '../../src/errors.js';
 import { InvalidParamsError, UnknownJobError } from '../../src/jobs/index.js';
 import { NoOutboxUnitsError } from '../../src/units/index.js';
 
 describe('the error table', () => {
   it('answers each library error a caller can cause with its status and code, naming the field', () => {
-    const cases: [LeaseholdError, number, string, RegExp][] = [
+    const cases: [LeaseholdError, number, ErrorCode, RegExp][] = [
       [new InvalidRequestError('tenant: Required'), 400, 'invalid_request', /^tenant: Required$/],
       [new InvalidParamsError('params.dir', 'outside the allowed roots'), 400, 'invalid_params', /^params\.dir: outside/],
       [new InvalidBatchError('two items share the key "a"'), 400, 'invalid_batch', /^params: two items/],

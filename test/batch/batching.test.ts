@@ -5,14 +5,11 @@ import {
   InvalidSettingError,
   PermanentItemError,
   RetryAfterError,
-  Runner,
-  getBatch,
-  type Executor,
   type ItemCallResult,
   type ItemsCall,
   type ItemsWork,
-  type RunnerEvent,
 } from '../../src/index.js';
+import { Runner, getBatch, type Executor, type RunnerEvent } from '../../src/batch/index.js';
 import { defineJob, JobRegistry } from '../../src/jobs/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { itemRows, newBatch, runOf } from './helpers.js';

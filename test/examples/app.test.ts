@@ -14,7 +14,7 @@ import { promisify } from 'node:util';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { deploy, functions, handlerProblems, handlersOf, invokeGrants } from '../support/sst-evaluate.js';
 import { removeStandIns } from '../support/sst-stand-ins.js';
-import { API_ROUTES } from '../../infra/index.js';
+import { API_ROUTES } from '../../infra/api-routes.js';
 import { finishedBatch, killDevProcesses, outputs, startDev } from '../support/dev-process.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 

@@ -6,16 +6,8 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { builtinJobs } from '../../src/jobs/index.js';
-import {
-  checkSchedules,
-  databaseFromEnv,
-  PRODUCTION_STAGES,
-  resolveSettings,
-  RUNTIME,
-  scheduleEvent,
-  START_BATCH_DETAIL_TYPE,
-  type ScheduleDeclaration,
-} from '../../infra/index.js';
+import { databaseFromEnv, PRODUCTION_STAGES, START_BATCH_DETAIL_TYPE, type ScheduleDeclaration } from '../../infra/index.js';
+import { checkSchedules, resolveSettings, RUNTIME, scheduleEvent } from '../../infra/settings.js';
 import {
   deploy as evaluate,
   functions,
@@ -989,7 +981,7 @@ describe('the Leasehold component, constructed directly', () => {
   });
 
   it('refuses rules that could not start a batch, naming the rule and field', async () => {
-    const { checkRules } = await import('../../infra/index.js');
+    const { checkRules } = await import('../../infra/settings.js');
     expect(() => checkRules([{ name: 'Bad', after: { job: 'x' }, job: 'y' }])).toThrow(/rules\["Bad"\]\.name/);
     expect(() => checkRules([{ name: 'a', after: { job: 'x', status: 'done' as never }, job: 'y' }])).toThrow(/after\.status/);
     expect(() => checkRules([{ name: 'a', after: { job: '' }, job: 'y' }])).toThrow(/after\.job/);

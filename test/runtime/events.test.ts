@@ -21,6 +21,7 @@ import { z } from 'zod';
 import { defaultJobContext, defineJob, JobRegistry } from '../../src/jobs/index.js';
 import { createEventsEndpoint, localEventsEnv, type EventsEndpoint, type LocalBusEvent } from '../../src/local/index.js';
 import { EventBridgePublisher, sendEvents, type EventSenderDeps } from '../../src/runtime/events.js';
+import { loadConfig } from '../../src/runtime/config.js';
 import { handleTrigger, parseChainRules, type TriggerResult } from '../../src/trigger/index.js';
 import { EndpointGuard } from '../../src/units/index.js';
 import { silentLog } from '../../src/log.js';
@@ -271,7 +272,8 @@ describe('chaining', () => {
         { name: 'on-failure', after: { job: 'extract', status: 'failed' }, job: 'transform' },
       ]),
     );
-    deliver = (event) => handleTrigger(event, { sql: db.sql, jobs, config: {}, log: silentLog, rules });
+    // The settings as a deployment resolves them with no variable set: every default.
+    deliver = (event) => handleTrigger(event, { sql: db.sql, jobs, config: loadConfig({}), log: silentLog, rules });
     const runner = new Runner(db.sql, { parallel: 2 });
     const { batch } = await runner.start(batchOf(2), {}, async ({ key }) => key);
     await runner.running(batch.id);
