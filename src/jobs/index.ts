@@ -6,6 +6,7 @@
 // `defineJob`, `JobRegistry`, `defaultRegistry`, and the built-in jobs `checksum` and
 // `lambdaInvoke`. Uses batches and the store, nothing above the domain.
 import { tmpdir } from 'node:os';
+import { DEFAULT_START_LIMITS } from '../batch/index.js';
 import { checksum } from './checksum.js';
 import { JobRegistry, type Job, type JobContext } from './job.js';
 import { lambdaInvoke } from './lambda-invoke.js';
@@ -32,7 +33,7 @@ export const builtinJobs: Job<unknown, unknown>[] = [checksum, lambdaInvoke];
 
 /** Default {@link JobContext}: allowed roots are the working directory and the OS temp dir. */
 export function defaultJobContext(overrides: Partial<JobContext> = {}): JobContext {
-  return { allowedRoots: [process.cwd(), tmpdir()], maxItems: 200_000, ...overrides };
+  return { allowedRoots: [process.cwd(), tmpdir()], maxItems: DEFAULT_START_LIMITS.maxItems, ...overrides };
 }
 
 /** A registry of the built-in jobs plus `extra`. */

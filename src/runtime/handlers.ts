@@ -18,6 +18,7 @@ import { invocationOf } from './middleware.js';
 import type { SchedulerResult } from './scheduler.js';
 import type { TriggerResult } from '../trigger/index.js';
 import { runWorker, type WorkerResult } from './worker.js';
+import { errorFields } from '../log.js';
 
 /**
  * One worker invocation (async `Event` invoke with `{ batchId?, invocationId? }`): a process
@@ -67,7 +68,7 @@ export async function schedulerInvocation(
   try {
     result = await retryRefusedConnection(() => runScheduler({ ...deps, log, events: (o) => deps.sendEvents(log, o) }), {
       untilMs: Math.min(deadlineAt, Date.now() + deps.config.db.connectRetryMs),
-      onRetry: (e, waitMs) => log('warn', 'database connection refused; retrying', { error: String(e), waitMs }),
+      onRetry: (e, waitMs) => log('warn', 'database connection refused; retrying', { error: errorFields(e), waitMs }),
     });
   } catch (error) {
     // Old code after a migration (or new code before it): the next run, of the right code, does the work.
@@ -208,12 +209,12 @@ export async function migrateInvocation(_event: unknown, context: Context): Prom
               tries,
               waitMs,
               elapsedMs: Math.round(elapsedMs),
-              error: String(error),
+              error: errorFields(error),
             }),
         }),
       {
         untilMs: Math.min(deadlineAt, Date.now() + config.db.connectRetryMs),
-        onRetry: (e, waitMs) => log('warn', 'database connection refused; retrying', { error: String(e), waitMs }),
+        onRetry: (e, waitMs) => log('warn', 'database connection refused; retrying', { error: errorFields(e), waitMs }),
       },
     );
     log('info', 'migrated', { applied: applied.map((m) => m.name), runtimeRole, schedulerRole, dir });

@@ -25,6 +25,7 @@ import type { Config } from './config.js';
 import { WorkerDispatcher } from './dispatch.js';
 import { ReconnectingLeaser } from './heartbeat.js';
 import type { Log } from '../log.js';
+import { errorFields } from '../log.js';
 import type { WorkerHooks } from './metrics.js';
 
 const shutdown = new AbortController();
@@ -315,7 +316,10 @@ function startRunner(inv: Invocation, sends: Set<Promise<void>>): Runner {
           () => void sends.delete(sending),
           (error: unknown) => {
             sends.delete(sending);
-            log('warn', 'sending the Batch Finished event failed; the scheduler sends it', { batchId, error: String(error) });
+            log('warn', 'sending the Batch Finished event failed; the scheduler sends it', {
+              batchId,
+              error: errorFields(error),
+            });
           },
         );
         sends.add(sending);
@@ -356,7 +360,7 @@ function startLeaser(inv: Invocation, units: UnitReconciler): ReconnectingLeaser
   );
   leaser.onRetry = (error) => {
     hooks.heartbeatRetried?.();
-    log('warn', 'heartbeat failed on a dead connection; retried on another', { error: String(error) });
+    log('warn', 'heartbeat failed on a dead connection; retried on another', { error: errorFields(error) });
   };
   return leaser;
 }
@@ -382,7 +386,7 @@ async function work(
   if (event.batchId && !inv.pastDeadline() && !shutdown.signal.aborted) {
     // The batch it was sent for, unless another tenant is served worse (docs/design.md, "Tenant fairness").
     const b = await runner.takeOver(resolve, event.batchId, { orFairer: true }).catch((error) => {
-      log('warn', 'takeover of the dispatched batch failed', { batchId: event.batchId, error: String(error) });
+      log('warn', 'takeover of the dispatched batch failed', { batchId: event.batchId, error: errorFields(error) });
       return undefined;
     });
     if (b) collect(b.id);
@@ -404,7 +408,7 @@ async function work(
         collect(b.id);
       }
     } catch (error) {
-      log('warn', 'looking for batches failed', { error: String(error) });
+      log('warn', 'looking for batches failed', { error: errorFields(error) });
       inv.noteError(error);
     }
     // A fleet process stays while units need processes; otherwise it leaves once idle.
@@ -431,7 +435,7 @@ async function leave(
     await leaser.deleteProcess();
   } catch (error) {
     // The row expires by itself and the sweep frees its units; nothing is acted on meanwhile.
-    inv.log('error', 'release failed', { error: String(error) });
+    inv.log('error', 'release failed', { error: errorFields(error) });
   }
   await units.close();
 }
@@ -464,7 +468,7 @@ async function sendSuccessors(
       if (sent) continued.push(r.batchId);
     } catch (error) {
       // The scheduler dispatches handed-off batches too; this only makes it sooner.
-      log('warn', 'continuation invoke failed', { batchId: r.batchId, error: String(error) });
+      log('warn', 'continuation invoke failed', { batchId: r.batchId, error: errorFields(error) });
     }
   }
   let replacements = 0;
@@ -476,7 +480,7 @@ async function sendSuccessors(
     replacements = invoked;
     if (errors.length) throw errors[0];
   } catch (error) {
-    log('warn', 'replacement invoke failed', { error: String(error) });
+    log('warn', 'replacement invoke failed', { error: errorFields(error) });
   }
   return { continued, replacements };
 }

@@ -32,6 +32,7 @@ import { InvalidRequestError } from '../../errors.js';
 import { EndpointGuard } from '../../units/index.js';
 import { itemsPageSchema, listSchema, patchBatchSchema, readJsonBody, startSchema } from '../request.js';
 import { withActivity } from '../views.js';
+import { errorFields } from '../../log.js';
 
 /**
  * `POST /batches/{id}/redrive` (header `Idempotency-Key` optional) → 200 `{ ...batch, redrive:
@@ -49,7 +50,7 @@ export async function redriveRoute(event: APIGatewayProxyEventV2, deps: ApiDeps,
       await sendWorkers(deps, batch.id, batch.target);
     } catch (error) {
       // The scheduler dispatches open batches nobody runs; this only makes the redrive sooner.
-      deps.log('warn', 'dispatch of a redriven batch failed', { batchId: batch.id, error: String(error) });
+      deps.log('warn', 'dispatch of a redriven batch failed', { batchId: batch.id, error: errorFields(error) });
     }
   }
   return json(200, { ...batchView(batch), redrive: { ...redrive, at: iso(redrive.at) }, redriven });
@@ -171,7 +172,7 @@ export async function patchBatchRoute(event: APIGatewayProxyEventV2, deps: ApiDe
   try {
     await sendWorkers(deps, batch.id, batch.target - batch.liveRuns);
   } catch (error) {
-    deps.log('warn', 'dispatch after a raised maxConcurrency failed', { batchId: batch.id, error: String(error) });
+    deps.log('warn', 'dispatch after a raised maxConcurrency failed', { batchId: batch.id, error: errorFields(error) });
   }
   const [view] = await withActivity(deps.sql, [batch]);
   return json(200, view);
@@ -210,7 +211,10 @@ export async function cancelBatchRoute(_event: APIGatewayProxyEventV2, deps: Api
   await deps
     .sendEvents?.(id)
     .catch((error: unknown) =>
-      deps.log('warn', 'sending the Batch Finished event failed; the scheduler sends it', { batchId: id, error: String(error) }),
+      deps.log('warn', 'sending the Batch Finished event failed; the scheduler sends it', {
+        batchId: id,
+        error: errorFields(error),
+      }),
     );
   // Its slot is free at once: the tenant's next waiting batch goes to a worker now.
   await dispatchWaiting(deps, cancelled.tenant);
@@ -232,7 +236,7 @@ export async function dispatchWaiting(deps: ApiDeps, tenant: string): Promise<vo
       room -= n;
     }
   } catch (error) {
-    deps.log('warn', 'dispatch of waiting batches failed', { tenant, error: String(error) });
+    deps.log('warn', 'dispatch of waiting batches failed', { tenant, error: errorFields(error) });
   }
 }
 

@@ -2,6 +2,7 @@
 // "Sources and results").
 import { defaultS3Client, writeDueResults, type DueResults } from '../../batch/index.js';
 import type { MaintenanceService } from './service.js';
+import { errorFields } from '../../log.js';
 
 /** What writing due results reads. */
 export interface ResultsSettings {
@@ -37,7 +38,7 @@ export function resultsService(settings: Partial<ResultsSettings> = {}): Mainten
     run: async ({ sql, s3, log }) => ({
       results: await writeDueResults(sql, async () => (s3 ? s3() : defaultS3Client()), {
         ...s,
-        onError: (batchId, error) => log?.('warn', 'writing results failed', { batchId, error: String(error) }),
+        onError: (batchId, error) => log?.('warn', 'writing results failed', { batchId, error: errorFields(error) }),
       }),
     }),
   };

@@ -4,6 +4,7 @@
 import type { S3Client } from '@aws-sdk/client-s3';
 import type { JobRegistry } from '../../jobs/index.js';
 import type { Log } from '../../log.js';
+import { errorFields } from '../../log.js';
 import { isLockTimeout, type Sql } from '../../store/index.js';
 import type { Config } from '../config.js';
 import type { WorkerDispatcher } from '../dispatch.js';
@@ -68,7 +69,7 @@ export async function runServices<N extends string>(
         Object.assign(outcome.parts, service.onLockTimeout(ctx));
         continue;
       }
-      ctx.log?.('error', `scheduler service ${service.name} failed; the others ran`, { error: String(error) });
+      ctx.log?.('error', `scheduler service ${service.name} failed; the others ran`, { error: errorFields(error) });
       if (!('error' in outcome)) outcome.error = error;
     }
   }
