@@ -79,7 +79,27 @@ function describe(e: unknown): string {
   try {
     return String(e instanceof Error ? e.message : e);
   } catch {
-    // An object whose toString throws, or one with no prototype.
-    return Object.prototype.toString.call(e);
+    try {
+      // An object whose toString throws, or one with no prototype.
+      return Object.prototype.toString.call(e);
+    } catch {
+      // A proxy whose traps throw, or a revoked one: even its tag cannot be read.
+      return 'a thrown value that cannot be read (a proxy whose traps throw?)';
+    }
+  }
+}
+
+/**
+ * What an attempt threw, as a value the run can test with `instanceof` and read: the value
+ * itself, or an Error saying it could not be read. A revoked proxy, or one whose traps throw,
+ * throws at `instanceof`; such a value once left its item's slot taken for ever, the run beating
+ * and the batch open (invariants 3 and 7). Never throws.
+ */
+export function readableThrown(e: unknown): unknown {
+  try {
+    void (e instanceof Error);
+    return e;
+  } catch {
+    return new Error(describe(e));
   }
 }

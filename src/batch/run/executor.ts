@@ -11,7 +11,7 @@ import { ItemBeats } from './heartbeat.js';
 import { recoverStaleItems } from '../sql/heartbeats.js';
 import * as q from '../sql/index.js';
 import { ItemNotStartedError } from './calls.js';
-import { encodeOutput, errorText } from '../values.js';
+import { encodeOutput, errorText, readableThrown } from '../values.js';
 import type { Executor, ItemState } from '../types.js';
 import type { RunContext } from './context.js';
 import type { ItemOutcome, Settled } from './types.js';
@@ -156,12 +156,17 @@ export class ItemExecutor {
 
   /** Start one item's attempt; its verdict goes to `settled` once it ends. */
   launch(c: q.ClaimedRow): void {
-    const p: Promise<void> = this.work(c).then((s) => {
+    const done = (s: Settled): void => {
       // Recovered for want of heartbeats meanwhile: its slot was freed, its result is nobody's.
       if (this.executing.get(c.key) !== p) return;
       this.executing.delete(c.key);
       this.d.settled(s);
-    });
+    };
+    // work never rejects by design; should it all the same, the item still settles (failed),
+    // so its slot is freed: a rejection nobody handled held the slot and the batch for ever.
+    const p: Promise<void> = this.work(c).then(done, (e: unknown) =>
+      done(verdict(c, 'failed', 'failed', null, `the attempt failed unexpectedly: ${errorText(e)}`)),
+    );
     this.executing.set(c.key, p);
   }
 
@@ -239,7 +244,8 @@ export class ItemExecutor {
       // An output that cannot be stored would be the same next time: the item fails for good.
       if (encoded.error !== undefined) return verdict(c, 'failed', 'failed', null, encoded.error);
       return verdict(c, 'done', 'done', encoded.json, null);
-    } catch (e) {
+    } catch (thrown) {
+      const e = readableThrown(thrown);
       // Item batching: it waited for a call that never began (docs/design.md, "Item batching").
       if (e instanceof ItemNotStartedError) {
         const move = { key: c.key, state: 'pending' as const, claimed: c.attempts, attempts: c.attempts - 1 };
