@@ -71,6 +71,7 @@ export const ERROR_CODES = {
   batch_open: { status: 409 },
   nothing_to_redrive: { status: 409 },
   batch_expired: { status: 409 },
+  source_failed: { status: 409 },
   body_too_large: { status: 413 },
   batch_too_large: { status: 413, permanent: true },
   unsupported_media_type: { status: 415 },

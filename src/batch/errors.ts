@@ -128,7 +128,6 @@ export class BatchCancelledError extends BatchError {
   }
 }
 
-/** A redrive of a finished batch that has no failed item. The API answers 409. */
 /**
  * A redrive of a batch retention has begun to delete (some of its items are gone): its results
  * are no longer whole, so it is never reopened (docs/design.md, "Retention").
@@ -139,6 +138,21 @@ export class BatchExpiredError extends BatchError {
   }
 }
 
+/**
+ * A redrive of a batch that ended because its source could not be read (docs/design.md,
+ * "Sources and results"): its items are only what was read before the bad part, so reopening it
+ * would end it `succeeded` over part of the source. The API answers 409.
+ */
+export class SourceFailedError extends BatchError {
+  constructor(readonly batchId: string) {
+    super(
+      'source_failed',
+      `batch ${batchId} ended because its source could not be read (see its reason): fix the source and start a new batch`,
+    );
+  }
+}
+
+/** A redrive of a finished batch that has no failed item. The API answers 409. */
 export class NothingToRedriveError extends BatchError {
   constructor(readonly batchId: string) {
     super('nothing_to_redrive', `batch ${batchId} has no failed item to redrive`);

@@ -7,6 +7,7 @@ import { DEFAULT_MAX_OPEN, getBatch, isUuid } from './batches.js';
 import {
   BatchCancelledError,
   BatchExpiredError,
+  SourceFailedError,
   BatchNotFoundError,
   BatchOpenError,
   NothingToRedriveError,
@@ -71,6 +72,7 @@ export interface RedriveResult {
  * @throws {BatchOpenError} the batch is open.
  * @throws {BatchCancelledError} the batch was cancelled.
  * @throws {BatchExpiredError} retention has begun to delete the batch's items.
+ * @throws {SourceFailedError} the batch ended because its source could not be read.
  * @throws {NothingToRedriveError} the batch finished without a failed item.
  * @throws {TooManyBatchesError} its datasource already has `maxOpen` open batches.
  */
@@ -84,14 +86,16 @@ export async function redriveBatch(sql: Sql, id: string, options: RedriveOptions
     if (!place) throw new BatchNotFoundError(id);
     // Datasource first, then the batch: the order a start takes (its batch row is new).
     await q.lockDatasource(t, place.tenant, place.datasource);
-    const status = await r.lockBatch(t, id);
-    if (status === undefined) throw new BatchNotFoundError(id);
+    const locked = await r.lockBatch(t, id);
+    if (locked === undefined) throw new BatchNotFoundError(id);
+    const status = locked.status;
     if (key !== null) {
       const earlier = await r.redriveByKey(t, id, key);
       if (earlier) return { row: earlier, redriven: false };
     }
     if (status === 'open') throw new BatchOpenError(id);
     if (status === 'cancelled') throw new BatchCancelledError(id);
+    if (locked.sourceFailed) throw new SourceFailedError(id);
     if (await r.partlyDeleted(t, id)) throw new BatchExpiredError(id);
     if ((await r.countFailed(t, id)) === 0) throw new NothingToRedriveError(id);
     if ((await q.countOpen(t, place.tenant, place.datasource)) >= maxOpen) {

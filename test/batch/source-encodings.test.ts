@@ -7,7 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { getBatch, Runner, startBatch, type BatchInfo, type BatchSource } from '../../src/batch/index.js';
+import { getBatch, redriveBatch, Runner, startBatch, type BatchInfo, type BatchSource } from '../../src/batch/index.js';
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { localS3, type LocalS3 } from '../support/s3.js';
 import { waitFor } from '../support/waits.js';
@@ -32,7 +32,7 @@ const jobs = {
 };
 
 /** Start a batch over `source`, run it with one runner, and answer it once it ended. */
-async function runToEnd(source: BatchSource): Promise<{ batch: BatchInfo; storeErrors: number }> {
+async function runToEnd(source: BatchSource, rangeBytes?: number): Promise<{ batch: BatchInfo; storeErrors: number }> {
   seq += 1;
   const { batch } = await startBatch(
     { sql: db.sql, jobs, config: {}, s3: () => s3.client },
@@ -45,6 +45,7 @@ async function runToEnd(source: BatchSource): Promise<{ batch: BatchInfo; storeE
     staleMs: 2_000,
     backoffMs: 0,
     s3: () => s3.client,
+    ...(rangeBytes === undefined ? {} : { sourceRangeBytes: rangeBytes }),
     onEvent: (e) => {
       if (e.type === 'store-error') storeErrors++;
     },
@@ -82,4 +83,17 @@ describe('a source object that is not text', () => {
     const { batch } = await runToEnd({ s3: { bucket: 'enc-in', key: 'data.jsonl.gz', format: 'jsonl' } });
     expect(batch).toMatchObject({ status: 'failed', reading: false });
   }, 120_000);
+});
+
+describe('a batch whose source could not be read', () => {
+  it('is not redriven: its items are only the pages read before the bad line (409 source_failed)', async () => {
+    const lines = Array.from({ length: 2_000 }, (_, i) => (i === 1_499 ? '{"n": oops}' : JSON.stringify({ n: i + 1 })));
+    await s3.put('enc-in', 'bad-line.jsonl', lines.join('\n') + '\n');
+    const { batch } = await runToEnd({ s3: { bucket: 'enc-in', key: 'bad-line.jsonl', format: 'jsonl' } }, 4_096);
+    expect(batch).toMatchObject({ status: 'failed', sourceErrorLine: 1_500, reading: false });
+    expect(batch.total).toBeGreaterThan(0);
+    // Reopened, it ended `succeeded` over the first pages, the rest of the source never read.
+    await expect(redriveBatch(db.sql, batch.id)).rejects.toMatchObject({ code: 'source_failed' });
+    expect(await getBatch(db.sql, batch.id)).toMatchObject({ status: 'failed', total: batch.total });
+  }, 60_000);
 });

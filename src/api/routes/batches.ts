@@ -208,14 +208,12 @@ export async function showBatch(_event: APIGatewayProxyEventV2, deps: ApiDeps, [
 export async function cancelBatchRoute(_event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: string[]): Promise<Result> {
   const cancelled = await cancelBatch(deps.sql, id);
   // Its Batch Finished event at once; the scheduler sends it should this fail.
-  await deps
-    .sendEvents?.(id)
-    .catch((error: unknown) =>
-      deps.log('warn', 'sending the Batch Finished event failed; the scheduler sends it', {
-        batchId: id,
-        error: errorFields(error),
-      }),
-    );
+  await deps.sendEvents?.(id).catch((error: unknown) =>
+    deps.log('warn', 'sending the Batch Finished event failed; the scheduler sends it', {
+      batchId: id,
+      error: errorFields(error),
+    }),
+  );
   // Its slot is free at once: the tenant's next waiting batch goes to a worker now.
   await dispatchWaiting(deps, cancelled.tenant);
   return json(200, batchView(cancelled));

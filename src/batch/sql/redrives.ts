@@ -5,9 +5,10 @@ import { RUN_ITEMS, type Tx } from './shared.js';
 
 // Locks the batch row against takeovers, finishes, cancels and other redrives until commit, and
 // reads its status as of the lock.
-export async function lockBatch(tx: Tx, id: string): Promise<BatchStatus | undefined> {
-  const [r] = await tx<{ status: BatchStatus }[]>`select status from leasehold_batches where id = ${id} for update`;
-  return r?.status;
+export async function lockBatch(tx: Tx, id: string): Promise<{ status: BatchStatus; sourceFailed: boolean } | undefined> {
+  const [r] = await tx<{ status: BatchStatus; source_failed: boolean }[]>`
+    select status, source_failed from leasehold_batches where id = ${id} for update`;
+  return r && { status: r.status, sourceFailed: r.source_failed };
 }
 
 /** One recorded redrive of a batch. */

@@ -97,7 +97,7 @@ export async function failSource(
         returning id
       ), ended as (
         update leasehold_batches
-        set status = 'failed', reason = ${reason}, source_error_line = ${a.line}, reading = false,
+        set status = 'failed', reason = ${reason}, source_error_line = ${a.line}, reading = false, source_failed = true,
             finished_at = now(), live_runs = 0
         where id = ${a.batchId} and status = 'open' and ${a.run}::uuid in (select id from gone)
         returning id
