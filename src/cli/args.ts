@@ -162,7 +162,7 @@ function s3Url(v: string): { bucket: string; rest: string } | undefined {
 /**
  * `--source`: `s3://BUCKET/PREFIX/` (one item per object; a URL ending in `/`, or the bucket
  * alone), `s3://BUCKET/KEY.jsonl` or `.csv` (one item per line or row; `.ndjson` is JSON Lines,
- * a `.gz` after it is fine), or the API's `source` as JSON (docs/api.md), e.g.
+ * not gzip yet), or the API's `source` as JSON (docs/api.md), e.g.
  * `{"s3":{"bucket":"b","key":"k.csv","format":"csv","keyColumn":"id"}}`. The API checks the rest.
  */
 export function sourceArg(v: string): unknown {
@@ -178,7 +178,11 @@ export function sourceArg(v: string): unknown {
   const url = s3Url(v);
   if (!url) throw new InvalidArgumentError('--source takes s3://BUCKET/PREFIX/, s3://BUCKET/KEY.jsonl or .csv, or JSON');
   if (url.rest === '' || url.rest.endsWith('/')) return { s3: { bucket: url.bucket, prefix: url.rest } };
-  const ext = /\.(jsonl|ndjson|csv)(\.gz)?$/i.exec(url.rest)?.[1].toLowerCase();
+  // A gzip object is not read as gzip yet (it would end its batch failed): refused here, named.
+  if (/\.gz$/i.test(url.rest)) {
+    throw new InvalidArgumentError(`--source ${v}: gzip objects are not read as sources yet; give the object uncompressed`);
+  }
+  const ext = /\.(jsonl|ndjson|csv)$/i.exec(url.rest)?.[1].toLowerCase();
   if (ext === undefined) {
     throw new InvalidArgumentError(
       `--source ${v}: a key ending in .jsonl, .ndjson or .csv (or a prefix ending in /); for another, give JSON {"s3":{"bucket","key","format"}}`,
@@ -187,9 +191,14 @@ export function sourceArg(v: string): unknown {
   return { s3: { bucket: url.bucket, key: url.rest, format: ext === 'csv' ? 'csv' : 'jsonl' } };
 }
 
-/** `--results`: `s3://BUCKET/PREFIX` (the prefix may be empty), where the results are written when the batch ends. */
+/**
+ * `--results`: `s3://BUCKET/PREFIX` (the prefix may be empty), where the results are written when
+ * the batch ends, under `PREFIX/ID/`: a prefix not ending in `/` gets one (the API writes under
+ * `{prefix}{id}`, so `s3://b/out` wrote `out<id>/…`, which no listing of `out/` shows).
+ */
 export function resultsArg(v: string): { s3: { bucket: string; prefix: string } } {
   const url = s3Url(v);
   if (!url) throw new InvalidArgumentError(`--results takes s3://BUCKET/PREFIX, got "${v}"`);
-  return { s3: { bucket: url.bucket, prefix: url.rest } };
+  const prefix = url.rest === '' || url.rest.endsWith('/') ? url.rest : `${url.rest}/`;
+  return { s3: { bucket: url.bucket, prefix } };
 }

@@ -35,8 +35,8 @@ export function addS3Commands(program: Command): void {
     .option('--endpoint <url>', ENDPOINT_HELP)
     .action((file: string, bucket: string, key: string | undefined, opts: { endpoint?: string }) =>
       s3Action(async ({ putFiles }) => {
-        const n = await putFiles({ file, bucket: bucketArg(bucket), key, endpoint: opts.endpoint });
-        console.log(`uploaded ${n} object${n === 1 ? '' : 's'} to s3://${bucketArg(bucket)}/${key ?? ''}`);
+        const { count: n, at } = await putFiles({ file, bucket: bucketArg(bucket), key, endpoint: opts.endpoint });
+        console.log(`uploaded ${n} object${n === 1 ? '' : 's'} to s3://${bucketArg(bucket)}/${at}`);
       }),
     );
   s3.command('mb')

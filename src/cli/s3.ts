@@ -94,7 +94,7 @@ async function withS3<T>(target: S3Target, doing: () => string, work: (client: S
 }
 
 /** The files to upload with their keys. @throws {S3CommandError} the file does not exist or cannot be read. */
-function targetsOf(p: PutFiles): { f: string; key: string }[] {
+function targetsOf(p: PutFiles): { targets: { f: string; key: string }[]; at: string } {
   let isDirectory: boolean;
   try {
     isDirectory = statSync(p.file).isDirectory();
@@ -104,20 +104,25 @@ function targetsOf(p: PutFiles): { f: string; key: string }[] {
       code === 'ENOENT' ? `${p.file}: no such file or directory` : `${p.file}: cannot be read (${code ?? (e as Error).message})`,
     );
   }
-  return isDirectory
-    ? [...files(p.file)].map((f) => ({ f, key: `${p.key ?? ''}${relative(p.file, f).split('\\').join('/')}` }))
-    : [{ f: p.file, key: p.key ?? basename(p.file) }];
+  // A directory's files go under KEY as a folder: `KEY/` (a KEY without its `/` made `KEYfile`).
+  const under = p.key === undefined || p.key === '' || p.key.endsWith('/') ? (p.key ?? '') : `${p.key}/`;
+  if (!isDirectory) return { targets: [{ f: p.file, key: p.key ?? basename(p.file) }], at: p.key ?? basename(p.file) };
+  return {
+    targets: [...files(p.file)].map((f) => ({ f, key: `${under}${relative(p.file, f).split('\\').join('/')}` })),
+    at: under,
+  };
 }
 
 /**
- * Upload the file(s); creates the bucket when it does not exist. Answers the objects written.
+ * Upload the file(s); creates the bucket when it does not exist. Answers how many objects it
+ * wrote and where: the object's key, or the prefix (`KEY/`) a directory's files went under.
  * @throws {S3CommandError} a bucket name S3 refuses, a file that does not exist or cannot be read
  *   (checked first, naming the file), S3 that cannot be reached or refuses a request (its
  *   error's name and message, no stack).
  */
-export async function putFiles(p: PutFiles): Promise<number> {
+export async function putFiles(p: PutFiles): Promise<{ count: number; at: string }> {
   checkBucketName(p.bucket);
-  const targets = targetsOf(p);
+  const { targets, at } = targetsOf(p);
   let doing = `s3 put s3://${p.bucket}`;
   return withS3(
     p,
@@ -136,7 +141,7 @@ export async function putFiles(p: PutFiles): Promise<number> {
         }
         await client.send(new PutObjectCommand({ Bucket: p.bucket, Key: t.key, Body: body }));
       }
-      return targets.length;
+      return { count: targets.length, at };
     },
   );
 }

@@ -66,6 +66,14 @@ describe('leasehold s3 put', () => {
     const listed = await client.send(new ListObjectsV2Command({ Bucket: 'inputs', Prefix: 'files/' }));
     expect(listed.Contents?.map((o) => o.Key)).toEqual(['files/a.txt', 'files/sub/b.txt']);
     expect(await text('inputs', 'files/sub/b.txt')).toBe('b');
+    // A directory's prefix without its `/` gets one (it made `morea.txt`), and a file put with no
+    // key is named by its own name.
+    const noSlash = await leasehold(['s3', 'put', 'tree', 'inputs', 'more', '--endpoint', server.endpoint]);
+    expect(noSlash).toMatchObject({ code: 0, stdout: 'uploaded 2 objects to s3://inputs/more/\n' });
+    const more = await client.send(new ListObjectsV2Command({ Bucket: 'inputs', Prefix: 'more' }));
+    expect(more.Contents?.map((o) => o.Key)).toEqual(['more/a.txt', 'more/sub/b.txt']);
+    const named = await leasehold(['s3', 'put', 'list.jsonl', 'inputs', '--endpoint', server.endpoint]);
+    expect(named).toMatchObject({ code: 0, stdout: 'uploaded 1 object to s3://inputs/list.jsonl\n' });
   });
 
   it('refuses a bucket name S3 refuses, a missing file and an S3 that does not answer: one line each, exit 1', async () => {

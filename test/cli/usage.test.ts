@@ -83,9 +83,9 @@ describe('the leasehold command, before it calls the API', () => {
         'start',
         'squares',
         '--source',
-        's3://in/list.ndjson.gz',
+        's3://in/list.ndjson',
         '--results',
-        's3://out/res/',
+        's3://out/res',
         '--api',
         api,
       ]);
@@ -106,7 +106,8 @@ describe('the leasehold command, before it calls the API', () => {
       expect(bodies).toMatchObject([
         {
           job: 'squares',
-          source: { s3: { bucket: 'in', key: 'list.ndjson.gz', format: 'jsonl' } },
+          source: { s3: { bucket: 'in', key: 'list.ndjson', format: 'jsonl' } },
+          // A prefix gets its `/`: the results go under res/ID/, not resID/.
           results: { s3: { bucket: 'out', prefix: 'res/' } },
         },
         { source: { s3: { bucket: 'in', prefix: '' } } },
@@ -120,6 +121,8 @@ describe('the leasehold command, before it calls the API', () => {
       code: 1,
       stderr: expect.stringContaining('--source s3://in/list.txt: a key ending in .jsonl'),
     });
+    const gzip = await leasehold(['batch', 'start', 'squares', '--source', 's3://in/list.jsonl.gz']);
+    expect(gzip).toMatchObject({ code: 1, stderr: expect.stringContaining('gzip objects are not read as sources yet') });
     const results = await leasehold(['batch', 'start', 'squares', '--results', 'out/res/']);
     expect(results).toMatchObject({ code: 1, stderr: expect.stringContaining('--results takes s3://BUCKET/PREFIX') });
   });
