@@ -287,15 +287,12 @@ describe('a fleet-wide rate limit per key', () => {
       from leasehold_items where batch_id = ${batch.id} and key = ${kept!.key}`;
     expect(retry!.s).toBeGreaterThan(3_000);
     await db.sql`update leasehold_items set error = null, run_after = now() where batch_id = ${batch.id} and key = ${kept!.key}`;
-    const second = runnerOf();
-    second.watch(() => executor, 20);
-    try {
-      await waitFor('the batch to finish', async () => (await getBatch(db.sql, batch.id)).status !== 'open', {
-        timeoutMs: 30_000,
-      });
-    } finally {
-      await second.close();
-    }
+    await runUntilEnd(db.sql, batch.id, () => executor, {
+      pool: () => pool(),
+      runner: { maxRuns: 1, beatMs: 100, staleMs: 5_000, parallel: 4 },
+      timeoutMs: 30_000,
+      everyMs: 10,
+    });
     expect(await getBatch(db.sql, batch.id)).toMatchObject({ status: 'succeeded', ratePerSecond: 200 });
     expect(new Set(await itemRows(db.sql, batch.id).then((rows) => rows.map((r) => r.attempts)))).toEqual(new Set([1]));
   }, 60_000);
