@@ -3,22 +3,20 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ApiDeps } from '../../src/api/index.js';
 import { Runner } from '../../src/batch/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { apiDeps, call, InvokeEndpoint, uniqueTenant } from '../support/api.js';
 import { deferred, waitFor } from '../support/waits.js';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 let endpoint: InvokeEndpoint;
 let deps: ApiDeps;
 
 beforeAll(async () => {
-  db = await testDatabase();
   endpoint = await InvokeEndpoint.start();
   deps = apiDeps(db.sql, endpoint);
 });
 afterAll(async () => {
   await endpoint.close();
-  await db.close();
 });
 
 describe('GET /batches/{id}/items with heartbeats', () => {

@@ -3,21 +3,19 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ApiDeps } from '../../src/api/index.js';
 import { PermanentItemError, Runner, createBatch, type ItemInput } from '../../src/batch/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { apiDeps, call, InvokeEndpoint, uniqueTenant } from '../support/api.js';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 let endpoint: InvokeEndpoint;
 let deps: ApiDeps;
 
 beforeAll(async () => {
-  db = await testDatabase();
   endpoint = await InvokeEndpoint.start();
   deps = apiDeps(db.sql, endpoint, { maxOpen: 2 });
 });
 afterAll(async () => {
   await endpoint.close();
-  await db.close();
 });
 
 const keys = (n: number): ItemInput[] => Array.from({ length: n }, (_, i) => ({ key: `item-${String(i).padStart(3, '0')}` }));

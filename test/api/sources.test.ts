@@ -4,18 +4,17 @@
 // is wrong, never a 500, and stores nothing.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ApiDeps } from '../../src/api/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { apiDeps, call, InvokeEndpoint, uniqueTenant } from '../support/api.js';
 import { localS3, type LocalS3 } from '../support/s3.js';
 import { registryWithEcho } from './jobs.js';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 let s3: LocalS3;
 let endpoint: InvokeEndpoint;
 let deps: ApiDeps;
 
 beforeAll(async () => {
-  db = await testDatabase();
   s3 = await localS3();
   // The container's client reads these when it is first made (this file's module context).
   Object.assign(process.env, {
@@ -33,7 +32,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await endpoint?.close();
   await s3?.close();
-  await db?.close();
 });
 
 const count = async () => (await db.sql<{ n: number }[]>`select count(*)::int as n from leasehold_batches`)[0].n;

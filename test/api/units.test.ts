@@ -6,11 +6,12 @@ import type { ApiDeps } from '../../src/api/index.js';
 import { Leaser } from '../../src/lease/index.js';
 import { defaultUnitJobs, defineUnitJob, outboxDelivery, outboxShard, type AddressLookup } from '../../src/units/index.js';
 import { startRun } from '../../src/units/sql/runs.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { testDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { sleep } from '../support/time.js';
 import { apiDeps, call, InvokeEndpoint, uniqueTenant, type EventOptions } from '../support/api.js';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 let endpoint: InvokeEndpoint;
 let deps: ApiDeps;
 
@@ -43,13 +44,11 @@ const units = (outbox: Parameters<typeof outboxDelivery>[0] = {}) =>
   defaultUnitJobs({ outbox: outboxDelivery({ lookup, ...outbox }) as never, extra: [sync as never] });
 
 beforeAll(async () => {
-  db = await testDatabase();
   endpoint = await InvokeEndpoint.start();
   deps = { ...apiDeps(db.sql, endpoint, { maxBodyBytes: 4096 }), unitJobs: units() };
 });
 afterAll(async () => {
   await endpoint.close();
-  await db.close();
 });
 
 const hooks = ['https://hooks.example.com/a', 'http://93.184.215.14:9/b', 'https://public.test:8443/x?y=1'];

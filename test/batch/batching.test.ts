@@ -1,6 +1,6 @@
 // Item batching (docs/design.md, "Item batching"): an executor with `itemsPerCall` gets its items
 // in calls of `workMany`, on the real PostgreSQL; attempts and results stay per item.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   InvalidSettingError,
   PermanentItemError,
@@ -11,16 +11,11 @@ import {
 } from '../../src/index.js';
 import { Runner, getBatch, type Executor, type RunnerEvent } from '../../src/batch/index.js';
 import { defineJob, JobRegistry } from '../../src/jobs/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { itemRows, newBatch, runOf } from './helpers.js';
 import { waitFor } from '../support/waits.js';
 
-let db: TestDatabase;
-
-beforeAll(async () => {
-  db = await testDatabase();
-});
-afterAll(() => db.close());
+const db = useTestDatabase();
 
 /** The keys and attempts of every call, in the order the calls began. */
 type Calls = { key: string; attempt: number }[][];

@@ -1,6 +1,6 @@
 // Tenant fairness (docs/design.md, "Tenant fairness"): which batch a takeover chooses, per-tenant
 // limits under concurrent takeovers, priorities within a tenant, and time slices.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import {
   Runner,
   cancelBatch,
@@ -15,17 +15,12 @@ import {
 } from '../../src/batch/index.js';
 import * as q from '../../src/batch/sql/index.js';
 import type { Sql } from '../../src/store/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { newBatch, runOf } from './helpers.js';
 import { deferred, waitFor } from '../support/waits.js';
 import { sleep } from '../support/time.js';
 
-let db: TestDatabase;
-
-beforeAll(async () => {
-  db = await testDatabase();
-});
-afterAll(() => db.close());
+const db = useTestDatabase();
 
 /** Pools of this test's runners, ended after each round and test (the server's connections are shared). */
 const opened: Sql[] = [];

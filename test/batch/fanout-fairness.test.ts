@@ -1,7 +1,7 @@
 // Tenant fairness with fan-out (docs/design.md, "Fan-out" and "Tenant fairness"; issue 17): run
 // slots are shared round robin by tenant, counting runs; a per-tenant limit caps a tenant's
 // runs, not its batches.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
   Runner,
   cancelBatch,
@@ -12,18 +12,16 @@ import {
   type Executor,
 } from '../../src/batch/index.js';
 import type { Sql } from '../../src/store/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { sleep } from '../support/time.js';
 import { waitFor } from '../support/waits.js';
 import { installAudit, liveRuns, newBatch, runChanges } from './helpers.js';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 
 beforeAll(async () => {
-  db = await testDatabase();
   await installAudit(db.sql);
 });
-afterAll(() => db.close());
 
 const opened: Sql[] = [];
 const pool = (max = 2): Sql => {

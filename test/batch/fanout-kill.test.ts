@@ -12,7 +12,8 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createBatch } from '../../src/batch/index.js';
 import { recoverRunning } from '../../src/batch/sql/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { waitFor } from '../support/waits.js';
 
 const FIXTURE = fileURLToPath(new URL('./fixtures/fanout-runner.ts', import.meta.url));
@@ -92,9 +93,8 @@ const live = new Set<RunnerProcess>();
 const fleet: RunnerProcess[] = [];
 const nextSpares: RunnerProcess[] = [];
 
-let db: TestDatabase;
+const db = useTestDatabase();
 beforeAll(async () => {
-  db = await testDatabase();
   // The audit: every update of an item (with the run that held it before), every status change
   // of a batch, every insert and delete of a run row, numbered from one sequence.
   await db.sql.unsafe(`
@@ -138,7 +138,6 @@ afterAll(async () => {
     p.child.kill('SIGKILL');
   }
   await Promise.all([...live].map((p) => p.exited));
-  await db?.close();
 });
 
 /** What one round measured (printed, and checked below). */

@@ -1,7 +1,7 @@
 // Fan-out (docs/design.md, "Fan-out: many runs per batch"; issue 17): the guarantees of one run —
 // fencing, takeover, finish exactly once, cancel, tolerance, handoff, redrive — with 4 to 8 runs
 // of one batch at once, each a Runner of its own (a process runs one run of a batch at most).
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
   ManualClock,
   PermanentItemError,
@@ -17,7 +17,7 @@ import {
 } from '../../src/batch/index.js';
 import { setMaxConcurrency } from '../../src/batch/batches.js';
 import type { Sql } from '../../src/store/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { sleep } from '../support/time.js';
 import { deferred, waitFor } from '../support/waits.js';
 import {
@@ -41,13 +41,11 @@ import {
  */
 const STALE_MS = 1_000;
 
-let db: TestDatabase;
+const db = useTestDatabase();
 
 beforeAll(async () => {
-  db = await testDatabase();
   await installAudit(db.sql);
 });
-afterAll(() => db.close());
 
 // One pool per simulated process, ended after each test (the server's connections are shared).
 const opened: Sql[] = [];

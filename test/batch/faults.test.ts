@@ -1,6 +1,6 @@
 // Batch faults that deployments of job queues hit: an item value the store cannot hold, retry
 // delays that overflow, and a batch whose runs keep failing before they store anything.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { handleApi } from '../../src/api/index.js';
 import { defaultJobContext, defineJob, JobRegistry, type Job } from '../../src/jobs/index.js';
@@ -15,17 +15,12 @@ import {
   type ItemWork,
   type RunResult,
 } from '../../src/batch/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { answer, apiDeps, apiEvent, InvokeEndpoint } from '../support/api.js';
 import { itemRows, newBatch, runOf, type ItemRow } from './helpers.js';
 import { waitFor } from '../support/waits.js';
 
-let db: TestDatabase;
-
-beforeAll(async () => {
-  db = await testDatabase();
-});
-afterAll(() => db.close());
+const db = useTestDatabase();
 
 /** Run a batch of `items` with `work` on a fresh runner to its end; its rows by key. */
 async function runBatch(

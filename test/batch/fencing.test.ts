@@ -1,6 +1,6 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { BatchLostError, ManualClock, Runner, getBatch, type ItemWork, type RunResult } from '../../src/batch/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { installAudit, itemChanges, itemCounts, itemRows, liveRuns, newBatch, replacements, runOf, tally } from './helpers.js';
 import { never, sleep } from '../support/time.js';
 import { deferred, waitFor } from '../support/waits.js';
@@ -13,13 +13,11 @@ const PARALLEL = 3;
 /** Items a run holds as running in the store when its slots and its queue are full. */
 const HELD = 2 * PARALLEL;
 
-let db: TestDatabase;
+const db = useTestDatabase();
 
 beforeAll(async () => {
-  db = await testDatabase();
   await installAudit(db.sql);
 });
-afterAll(() => db.close());
 
 /** One execution of an item's work that returned (its result may or may not have been stored). */
 interface Completion {

@@ -1,19 +1,17 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { ManualClock, Runner, getBatch, type BatchStatus, type ItemWork, type RunResult } from '../../src/batch/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { batchChanges, installAudit, itemChanges, itemRows, liveRuns, newBatch, runOf } from './helpers.js';
 import { sleep } from '../support/time.js';
 import { deferred, waitFor } from '../support/waits.js';
 
 const STALE_MS = 250;
 
-let db: TestDatabase;
+const db = useTestDatabase();
 
 beforeAll(async () => {
-  db = await testDatabase();
   await installAudit(db.sql);
 });
-afterAll(() => db.close());
 
 /** Assert the batch left `open` exactly once, to `status`, and was never written after. */
 async function expectFinishedOnce(batchId: string, status: BatchStatus, finisher: string): Promise<void> {

@@ -2,7 +2,7 @@
 // PostgreSQL: an item that checkpoints goes on from its checkpoint across handoffs using no
 // attempt for them; a frozen item whose run keeps beating is recovered after itemStaleMs; one that
 // keeps beating is left alone; a checkpoint past its limit is refused and stores nothing.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import {
   CheckpointTooLargeError,
   ItemStaleError,
@@ -15,18 +15,16 @@ import {
   type RunnerEvent,
 } from '../../src/batch/index.js';
 import { InvalidSettingError } from '../../src/errors.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { never, sleep } from '../support/time.js';
 import { deferred } from '../support/waits.js';
 import { installAudit, itemChanges, itemRows, newBatch, runOf } from './helpers.js';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 
 beforeAll(async () => {
-  db = await testDatabase();
   await installAudit(db.sql);
 });
-afterAll(() => db.close());
 
 /** Resolve after `ms`, or reject with `interrupted` once `signal` aborts. */
 function step(ms: number, signal: AbortSignal): Promise<void> {

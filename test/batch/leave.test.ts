@@ -1,17 +1,12 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createBatch } from '../../src/batch/index.js';
 import * as q from '../../src/batch/sql/index.js';
 import { NO_LIMIT } from '../../src/batch/sql/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { newBatch } from './helpers.js';
 import { deferred, waitFor } from '../support/waits.js';
 
-let db: TestDatabase;
-
-beforeAll(async () => {
-  db = await testDatabase();
-});
-afterAll(() => db.close());
+const db = useTestDatabase();
 
 describe('a run leaving for want of work', () => {
   it("learns its batch was lost, not that it is the last run, when another run's finish deleted its row meanwhile", async () => {

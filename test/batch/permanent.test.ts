@@ -1,12 +1,8 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { PermanentItemError, Runner, createBatch } from '../../src/batch/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await testDatabase();
-});
-afterAll(() => db.close());
+const db = useTestDatabase();
 
 describe('an error retrying cannot help', () => {
   it('fails its item on the first attempt, while ordinary errors are retried', async () => {

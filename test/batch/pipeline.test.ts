@@ -1,18 +1,16 @@
 // The pipelined run: claims ahead into a local queue, one flusher, retries started when due.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { ManualClock, Runner, createBatch, getBatch, type ItemWork, type RunnerEvent } from '../../src/batch/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { installAudit, replacements, itemChanges, itemCounts, itemRows, newBatch, runOf } from './helpers.js';
 import { sleep } from '../support/time.js';
 import { deferred, waitFor, type Deferred } from '../support/waits.js';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 
 beforeAll(async () => {
-  db = await testDatabase();
   await installAudit(db.sql);
 });
-afterAll(() => db.close());
 
 describe('a pipelined run', () => {
   it('starts a retry that falls due while a long item runs within 50 ms of being due', async () => {

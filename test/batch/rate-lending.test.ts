@@ -4,17 +4,13 @@
 // burst, what a bucket grants plus what it lent never passes the burst (plus the refill), lent
 // tokens stop counting two epochs on, and many clients taking at once invent no token.
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { takeTokens, type TokenAsk } from '../../src/batch/sql/rate.js';
 import type { Sql } from '../../src/store/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { sleep } from '../support/time.js';
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await testDatabase();
-});
-afterAll(() => db.close());
+const db = useTestDatabase();
 
 const HOLD_MS = 50;
 

@@ -7,9 +7,10 @@
 // item ran, and the bucket afterwards.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { createBatch, getBatch } from '../../src/batch/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { mostInWindow } from '../support/random.js';
 import { waitFor } from '../support/waits.js';
 import { newBatch } from './helpers.js';
@@ -53,13 +54,9 @@ class RateProcess {
 }
 const live = new Set<RateProcess>();
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await testDatabase();
-});
+const db = useTestDatabase();
 afterAll(async () => {
   for (const p of live) p.kill();
-  await db.close();
 });
 
 describe('a fleet-wide rate limit under SIGKILL', () => {

@@ -3,21 +3,18 @@
 // `slow` are limited to 20/s and items of key `fast` to 400/s. Every start is timed here; the
 // checks are the limit's bound in every one-second window, the slow key's throughput, that the
 // fast key is not held back, and that waiting for a token uses no attempt.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { Runner, createBatch, getBatch, setRateLimit, type Executor } from '../../src/batch/index.js';
 import { RetryAfterError } from '../../src/batch/errors.js';
 import type { Sql } from '../../src/store/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
+import { runUntilEnd } from '../support/runners.js';
 import { sleep } from '../support/time.js';
 import { waitFor } from '../support/waits.js';
 import { itemRows, newBatch } from './helpers.js';
 import { mostInWindow } from '../support/random.js';
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await testDatabase();
-});
-afterAll(() => db.close());
+const db = useTestDatabase();
 
 const opened: Sql[] = [];
 const pool = (max = 3): Sql => {
@@ -47,15 +44,13 @@ describe('a fleet-wide rate limit per key', () => {
     }));
     const job = `rated-${Math.random().toString(36).slice(2, 8)}`;
     const { batch } = await createBatch(db.sql, { ...newBatch(0, { job, maxConcurrency: 4 }), items }, { maxOpen: 10 });
-    const runners = Array.from({ length: 4 }, () => new Runner(pool(), { maxRuns: 1, beatMs: 100, staleMs: 5_000, parallel: 8 }));
-    for (const r of runners) r.watch(() => executor, 20);
-    try {
-      await waitFor('the batch to finish', async () => (await getBatch(db.sql, batch.id)).status !== 'open', {
-        timeoutMs: 60_000,
-      });
-    } finally {
-      await Promise.all(runners.map((r) => r.close()));
-    }
+    await runUntilEnd(db.sql, batch.id, () => executor, {
+      runners: 4,
+      pool: () => pool(),
+      runner: { maxRuns: 1, beatMs: 100, staleMs: 5_000, parallel: 8 },
+      timeoutMs: 60_000,
+      everyMs: 10,
+    });
     expect(await getBatch(db.sql, batch.id)).toMatchObject({ status: 'succeeded' });
     // No item used an attempt waiting for a token: each ran once.
     const rows = await itemRows(db.sql, batch.id);
@@ -82,15 +77,13 @@ describe('a fleet-wide rate limit per key', () => {
     const job = `free-${Math.random().toString(36).slice(2, 8)}`;
     const { batch } = await createBatch(db.sql, newBatch(30, { job, maxConcurrency: 2, ratePerSecond: 10 }), { maxOpen: 10 });
     expect(batch.ratePerSecond).toBe(10);
-    const runners = Array.from({ length: 2 }, () => new Runner(pool(), { maxRuns: 1, beatMs: 100, staleMs: 5_000, parallel: 8 }));
-    for (const r of runners) r.watch(() => executor, 20);
-    try {
-      await waitFor('the batch to finish', async () => (await getBatch(db.sql, batch.id)).status !== 'open', {
-        timeoutMs: 30_000,
-      });
-    } finally {
-      await Promise.all(runners.map((r) => r.close()));
-    }
+    await runUntilEnd(db.sql, batch.id, () => executor, {
+      runners: 2,
+      pool: () => pool(),
+      runner: { maxRuns: 1, beatMs: 100, staleMs: 5_000, parallel: 8 },
+      timeoutMs: 30_000,
+      everyMs: 10,
+    });
     expect(starts).toHaveLength(30);
     // 10/s, burst 1, and 10 × 0.05 of lapsing tokens: at most 11 in any second.
     expect(mostInWindow(starts, 1_000)).toBeLessThanOrEqual(11);
@@ -152,15 +145,13 @@ describe('a fleet-wide rate limit per key', () => {
     }));
     const job = `per-key-${Math.random().toString(36).slice(2, 8)}`;
     const { batch } = await createBatch(db.sql, { ...newBatch(0, { job, maxConcurrency: 2 }), items }, { maxOpen: 10 });
-    const runners = Array.from({ length: 2 }, () => new Runner(pool(), { maxRuns: 1, beatMs: 100, staleMs: 5_000, parallel: 8 }));
-    for (const r of runners) r.watch(() => executor, 20);
-    try {
-      await waitFor('the batch to finish', async () => (await getBatch(db.sql, batch.id)).status !== 'open', {
-        timeoutMs: 60_000,
-      });
-    } finally {
-      await Promise.all(runners.map((r) => r.close()));
-    }
+    await runUntilEnd(db.sql, batch.id, () => executor, {
+      runners: 2,
+      pool: () => pool(),
+      runner: { maxRuns: 1, beatMs: 100, staleMs: 5_000, parallel: 8 },
+      timeoutMs: 60_000,
+      everyMs: 10,
+    });
     expect(await getBatch(db.sql, batch.id)).toMatchObject({ status: 'succeeded' });
     const slow = [...starts.slow!].sort((x, y) => x - y);
     const fast = [...starts.fast!].sort((x, y) => x - y);
@@ -196,15 +187,13 @@ describe('a fleet-wide rate limit per key', () => {
     ].sort((x, y) => (x.key.slice(1) < y.key.slice(1) ? -1 : x.key.slice(1) > y.key.slice(1) ? 1 : 0));
     const job = `paused-${Math.random().toString(36).slice(2, 8)}`;
     const { batch } = await createBatch(db.sql, { ...newBatch(0, { job, maxConcurrency: 2 }), items }, { maxOpen: 10 });
-    const runners = Array.from({ length: 2 }, () => new Runner(pool(), { maxRuns: 1, beatMs: 100, staleMs: 5_000, parallel: 8 }));
-    for (const r of runners) r.watch(() => executor, 20);
-    try {
-      await waitFor('the batch to finish', async () => (await getBatch(db.sql, batch.id)).status !== 'open', {
-        timeoutMs: 60_000,
-      });
-    } finally {
-      await Promise.all(runners.map((r) => r.close()));
-    }
+    await runUntilEnd(db.sql, batch.id, () => executor, {
+      runners: 2,
+      pool: () => pool(),
+      runner: { maxRuns: 1, beatMs: 100, staleMs: 5_000, parallel: 8 },
+      timeoutMs: 60_000,
+      everyMs: 10,
+    });
     expect(await getBatch(db.sql, batch.id)).toMatchObject({ status: 'succeeded' });
     expect(pausedAt).toBeGreaterThan(0);
     // Past the first 300 ms (starts already on their way in either run, and tokens the other run
@@ -298,15 +287,12 @@ describe('a fleet-wide rate limit per key', () => {
       from leasehold_items where batch_id = ${batch.id} and key = ${kept!.key}`;
     expect(retry!.s).toBeGreaterThan(3_000);
     await db.sql`update leasehold_items set error = null, run_after = now() where batch_id = ${batch.id} and key = ${kept!.key}`;
-    const second = runnerOf();
-    second.watch(() => executor, 20);
-    try {
-      await waitFor('the batch to finish', async () => (await getBatch(db.sql, batch.id)).status !== 'open', {
-        timeoutMs: 30_000,
-      });
-    } finally {
-      await second.close();
-    }
+    await runUntilEnd(db.sql, batch.id, () => executor, {
+      pool: () => pool(),
+      runner: { maxRuns: 1, beatMs: 100, staleMs: 5_000, parallel: 4 },
+      timeoutMs: 30_000,
+      everyMs: 10,
+    });
     expect(await getBatch(db.sql, batch.id)).toMatchObject({ status: 'succeeded', ratePerSecond: 200 });
     expect(new Set(await itemRows(db.sql, batch.id).then((rows) => rows.map((r) => r.attempts)))).toEqual(new Set([1]));
   }, 60_000);

@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   BatchCancelledError,
   BatchNotFoundError,
@@ -16,17 +16,12 @@ import {
   type RedriveResult,
 } from '../../src/batch/index.js';
 import type { Sql } from '../../src/store/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { itemCounts, itemRows, newBatch, runOf, tally } from './helpers.js';
 import { sleep } from '../support/time.js';
 import { deferred, waitFor } from '../support/waits.js';
 
-let db: TestDatabase;
-
-beforeAll(async () => {
-  db = await testDatabase();
-});
-afterAll(() => db.close());
+const db = useTestDatabase();
 
 /**
  * Work that fails each key of `failing` on its first execution (at once, as permanent) and

@@ -1,15 +1,11 @@
 // A redrive never reopens a batch retention has begun to delete (docs/design.md, "Retention"):
 // its deleted failed items would never run again and its finish would count them as done.
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { BatchExpiredError, createBatch, deleteExpiredBatches, getBatch, redriveBatch } from '../../src/batch/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await testDatabase();
-});
-afterAll(() => db.close());
+const db = useTestDatabase();
 
 describe('redrive and retention', () => {
   it('refuses a batch whose items retention has begun to delete, and changes nothing', async () => {

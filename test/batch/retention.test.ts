@@ -2,18 +2,14 @@
 // deleted with their items, redrives and deferred firings, in bounded chunks, skipping rows other
 // transactions hold; open and recent batches are never touched.
 import postgres from 'postgres';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { createBatch, deleteExpiredBatches } from '../../src/batch/index.js';
 import type { Sql } from '../../src/store/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { loadHistory } from '../support/history.js';
 import { newBatch } from './helpers.js';
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await testDatabase();
-});
-afterAll(() => db.close());
+const db = useTestDatabase();
 
 beforeEach(async () => {
   await db.sql`truncate leasehold_batches, leasehold_runs, leasehold_items, leasehold_redrives, leasehold_deferred_starts, leasehold_batch_events`;

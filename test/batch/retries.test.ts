@@ -1,18 +1,16 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { ManualClock, Runner, backoffIntervalMs, getBatch, retryDelayMs, type ItemWork } from '../../src/batch/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { installAudit, itemChanges, itemRows, newBatch, runOf, tally } from './helpers.js';
 import { never } from '../support/time.js';
 import { waitFor } from '../support/waits.js';
 import { histogram, histogramLine, mulberry32 } from '../support/random.js';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 
 beforeAll(async () => {
-  db = await testDatabase();
   await installAudit(db.sql);
 });
-afterAll(() => db.close());
 
 /** Work that fails `key`'s first `fails` attempts (Infinity: always) and passes the others. */
 function failing(fails: Record<string, number>, calls: string[]): ItemWork {

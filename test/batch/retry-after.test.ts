@@ -1,18 +1,16 @@
 // Retry-After (docs/design.md, "Retry-After"), on a real PostgreSQL: an item whose work throws
 // RetryAfterError waits that long before its next attempt and uses no attempt, up to
 // maxRetryAfter waits; past them each wait counts as an attempt. The header's two forms parse.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { RetryAfterError, Runner, parseRetryAfter, type ItemWork } from '../../src/batch/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { installAudit, itemChanges, itemRows, newBatch, runOf } from './helpers.js';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 
 beforeAll(async () => {
-  db = await testDatabase();
   await installAudit(db.sql);
 });
-afterAll(() => db.close());
 
 describe('Retry-After', () => {
   it('waits the time asked for and uses no attempt: an item asked to wait twice ends done on its first attempt', async () => {

@@ -8,22 +8,20 @@ import { randomBytes } from 'node:crypto';
 import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { getBatch, redriveBatch, Runner, startBatch, type BatchInfo, type BatchSource } from '../../src/batch/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { localS3, type LocalS3 } from '../support/s3.js';
 import { waitFor } from '../support/waits.js';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 let s3: LocalS3;
 let seq = 0;
 
 beforeAll(async () => {
-  db = await testDatabase();
   s3 = await localS3();
   await s3.createBucket('enc-in');
 }, 60_000);
 afterAll(async () => {
   await s3?.close();
-  await db?.close();
 });
 
 const jobs = {

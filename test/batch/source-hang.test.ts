@@ -5,20 +5,19 @@
 // against the batch's allowance now, not the one it saw when it took the batch over: a run that
 // kept the old one held its claimed items `running` for ever, beating, and claimed nothing more.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { getBatch, PermanentItemError, Runner, startBatch, type StartRequest } from '../../src/batch/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { getBatch, PermanentItemError, startBatch, type StartRequest } from '../../src/batch/index.js';
+import { useTestDatabase } from '../support/db-hooks.js';
+import { runUntilEnd } from '../support/runners.js';
 import { localS3, type LocalS3 } from '../support/s3.js';
-import { waitFor } from '../support/waits.js';
 
 const LINES = 20_000;
 const FAILING = 300;
 
-let db: TestDatabase;
+const db = useTestDatabase();
 let s3: LocalS3;
 let seq = 0;
 
 beforeAll(async () => {
-  db = await testDatabase();
   s3 = await localS3();
   await s3.createBucket('hang-in');
   const body = Array.from({ length: LINES }, (_, i) => JSON.stringify({ n: i + 1 })).join('\n') + '\n';
@@ -26,7 +25,6 @@ beforeAll(async () => {
 }, 60_000);
 afterAll(async () => {
   await s3?.close();
-  await db?.close();
 });
 
 const jobs = {
@@ -55,27 +53,12 @@ async function runWithEarlyFailures(extra: Partial<StartRequest>) {
     if (n <= FAILING) throw new PermanentItemError(`line ${n} fails`);
     return { n };
   };
-  const runners = [0, 1].map(
-    () =>
-      new Runner(db.sql, {
-        parallel: 8,
-        maxRuns: 2,
-        beatMs: 200,
-        staleMs: 2_000,
-        backoffMs: 0,
-        s3: () => s3.client,
-        sourceRangeBytes: 16_384,
-      }),
-  );
-  try {
-    for (const r of runners) r.watch(() => ({ work }), 50);
-    await waitFor('the batch to end', async () => (await getBatch(db.sql, batch.id)).status !== 'open', {
-      timeoutMs: 60_000,
-      everyMs: 100,
-    });
-  } finally {
-    await Promise.all(runners.map((r) => r.close()));
-  }
+  await runUntilEnd(db.sql, batch.id, () => ({ work }), {
+    runners: 2,
+    runner: { parallel: 8, maxRuns: 2, beatMs: 200, staleMs: 2_000, backoffMs: 0, s3: () => s3.client, sourceRangeBytes: 16_384 },
+    watchMs: 50,
+    timeoutMs: 60_000,
+  });
   const states = await db.sql<{ state: string; n: number }[]>`
     select state, count(*)::int as n from leasehold_items where batch_id = ${batch.id} group by state order by state`;
   return { batch: await getBatch(db.sql, batch.id), states: Object.fromEntries(states.map((s) => [s.state, s.n])) };

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import {
   BatchTooLargeError,
   DEFAULT_START_LIMITS,
@@ -14,22 +14,20 @@ import {
   type NewBatch,
 } from '../../src/batch/index.js';
 import type { Sql } from '../../src/store/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { newBatch } from './helpers.js';
 
 const CLIENTS = 20;
 const ROUNDS = 5;
 
-let db: TestDatabase;
+const db = useTestDatabase({ max: CLIENTS });
 let sql: Sql;
 
 beforeAll(async () => {
-  db = await testDatabase({ max: CLIENTS });
   sql = db.sql;
   // Open every connection now, so the starts below run on separate connections at once.
   await Promise.all(Array.from({ length: CLIENTS }, () => sql`select pg_sleep(0.02)`));
 });
-afterAll(() => db.close());
 
 /** Settle every promise; split into values and errors. */
 async function settle<T>(ps: Promise<T>[]): Promise<{ ok: T[]; errors: unknown[] }> {

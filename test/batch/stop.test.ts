@@ -1,17 +1,15 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { BatchFinishedError, ManualClock, Runner, cancelBatch, getBatch, type ItemWork } from '../../src/batch/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { installAudit, replacements, runEnd, itemChanges, itemCounts, itemRows, newBatch, runOf, tally } from './helpers.js';
 import { sleep } from '../support/time.js';
 import { deferred, waitFor } from '../support/waits.js';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 
 beforeAll(async () => {
-  db = await testDatabase();
   await installAudit(db.sql);
 });
-afterAll(() => db.close());
 
 /**
  * Sequence number of the audit record where run `runId`'s lease ended (its row deleted), by a

@@ -1,15 +1,10 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Runner, getBatch, type ItemWork, type RunnerEvent } from '../../src/batch/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { itemCounts, itemRows, newBatch, runOf, tally } from './helpers.js';
 import { deferred, waitFor } from '../support/waits.js';
 
-let db: TestDatabase;
-
-beforeAll(async () => {
-  db = await testDatabase();
-});
-afterAll(() => db.close());
+const db = useTestDatabase();
 
 describe('store errors', () => {
   it('retries a failing move moveTries times, then stops the run and its items, leaving the batch for takeover', async () => {

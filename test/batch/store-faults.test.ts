@@ -1,21 +1,19 @@
 // Store faults below the SQL layer, injected through a wire-protocol proxy
 // (test/support/pgproxy.ts) or by killing backends: a connection that stops answering, a claim
 // whose answer is lost after it committed, connections killed over and over.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Runner, getBatch, type ItemWork, type RunResult, type RunnerEvent } from '../../src/batch/index.js';
 import { connect, type Sql } from '../../src/store/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { PgProxy } from '../support/pgproxy.js';
 import { installAudit, itemChanges, itemRows, newBatch, runOf } from './helpers.js';
 import { sleep } from '../support/time.js';
 import { waitFor } from '../support/waits.js';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 beforeAll(async () => {
-  db = await testDatabase();
   await installAudit(db.sql);
 });
-afterAll(() => db.close());
 
 // Proxies and pools through them, closed after each test (a stalled pool never ends by itself).
 const cleanup: (() => Promise<unknown>)[] = [];

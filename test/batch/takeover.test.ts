@@ -1,16 +1,12 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ManualClock, Runner, createBatch, getBatch, type Executor, type ItemWork } from '../../src/batch/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
+import { runUntilEnd } from '../support/runners.js';
 import { itemCounts, itemRows, newBatch, runOf } from './helpers.js';
 import { never, sleep } from '../support/time.js';
 import { deferred, waitFor } from '../support/waits.js';
 
-let db: TestDatabase;
-
-beforeAll(async () => {
-  db = await testDatabase();
-});
-afterAll(() => db.close());
+const db = useTestDatabase();
 
 describe('takeover', () => {
   it('never takes a batch from a run that keeps beating', async () => {
@@ -70,16 +66,12 @@ describe('takeover', () => {
   it('keeps taking over runnable batches when an older batch has a job this runner does not know', async () => {
     const retired = await createBatch(db.sql, newBatch(2, { job: 'retired', datasource: 'watch' }));
     const current = await createBatch(db.sql, newBatch(3, { job: 'test', datasource: 'watch' }));
-    const runner = new Runner(db.sql, { beatMs: 30, staleMs: 300 });
     const executor: Executor = { work: async ({ key }) => key };
-    runner.watch((b) => (b.job === 'test' ? executor : undefined), 20);
-    try {
-      await waitFor('the known batch to finish', async () => (await getBatch(db.sql, current.batch.id)).status !== 'open', {
-        timeoutMs: 3_000,
-      });
-    } finally {
-      await runner.close();
-    }
+    await runUntilEnd(db.sql, current.batch.id, (b) => (b.job === 'test' ? executor : undefined), {
+      runner: { beatMs: 30, staleMs: 300 },
+      timeoutMs: 3_000,
+      everyMs: 10,
+    });
     expect(await getBatch(db.sql, current.batch.id)).toMatchObject({ status: 'succeeded' });
     // The unknown one is left open and unowned for a process that knows its job.
     expect(await getBatch(db.sql, retired.batch.id)).toMatchObject({ status: 'open', ownerProcess: null, beatAt: null });

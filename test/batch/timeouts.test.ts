@@ -1,7 +1,7 @@
 // Item timeouts (docs/design.md, "Item timeouts"), on a real PostgreSQL: an attempt past its
 // timeout fails with `timed out after N ms` and counts, whether the work heeds its signal or not;
 // a start's timeout wins over the job's; a start refuses a timeout no worker invocation can give.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import {
   InvalidBatchError,
@@ -14,17 +14,15 @@ import {
 } from '../../src/batch/index.js';
 import { JobRegistry, defineJob } from '../../src/jobs/index.js';
 import { InvalidSettingError } from '../../src/errors.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { never } from '../support/time.js';
 import { installAudit, itemChanges, itemRows, newBatch, runOf } from './helpers.js';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 
 beforeAll(async () => {
-  db = await testDatabase();
   await installAudit(db.sql);
 });
-afterAll(() => db.close());
 
 describe('item timeouts', () => {
   it('fails an attempt that never settles after its timeout, counts it, and fails the item after its attempts', async () => {

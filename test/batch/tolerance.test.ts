@@ -2,7 +2,7 @@
 // `{ percent }`; a batch ends `failed` at once when more items failed than it allows, else
 // `succeeded` with its failed items listed; without one, today's rule (any failure fails the
 // batch once every item ran).
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import {
   BatchFinishedError,
   InvalidBatchError,
@@ -18,18 +18,16 @@ import {
   type RunnerEvent,
   type ToleratedFailures,
 } from '../../src/batch/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { batchChanges, installAudit, itemCounts, itemRows, newBatch, runOf } from './helpers.js';
 import { deferred, waitFor } from '../support/waits.js';
 import { sleep } from '../support/time.js';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 
 beforeAll(async () => {
-  db = await testDatabase();
   await installAudit(db.sql);
 });
-afterAll(() => db.close());
 
 let tenants = 0;
 /** A tenant of its own, so no test's open batches count against another's maxOpen. */

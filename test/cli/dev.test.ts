@@ -4,19 +4,18 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 
 const BIN = resolve(import.meta.dirname, '../../bin/leasehold.js');
 const run = promisify(execFile);
 
-let db: TestDatabase;
+const db = useTestDatabase();
 let project: string;
 let files: string;
 /** Enough files that a Ctrl-C sent once the first items were claimed lands before the end. */
 let manyFiles: string;
 const MANY = 10_000;
 beforeAll(async () => {
-  db = await testDatabase();
   project = mkdtempSync(join(tmpdir(), 'leasehold-dev-'));
   files = join(project, 'files');
   for (let d = 0; d < 20; d++) {
@@ -30,7 +29,6 @@ beforeAll(async () => {
   }
 });
 afterAll(async () => {
-  await db.close();
   rmSync(project, { recursive: true, force: true });
 });
 

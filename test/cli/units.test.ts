@@ -11,16 +11,15 @@ import { handleApi } from '../../src/api/index.js';
 import { putTenantUnits } from '../../src/lease/index.js';
 import { startHttpServer, type HttpServer } from '../../src/local/index.js';
 import { apiDeps, InvokeEndpoint } from '../support/api.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 
 const BIN = resolve(import.meta.dirname, '../../bin/leasehold.js');
 const run = promisify(execFile);
 
-let db: TestDatabase;
+const db = useTestDatabase();
 let endpoint: InvokeEndpoint;
 let server: HttpServer;
 beforeAll(async () => {
-  db = await testDatabase();
   endpoint = await InvokeEndpoint.start();
   const deps = apiDeps(db.sql, endpoint);
   server = await startHttpServer({ port: 0, handler: (event) => handleApi(event, deps) });
@@ -28,7 +27,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await server.close();
   await endpoint.close();
-  await db.close();
 });
 
 const leasehold = async (args: string[]) =>

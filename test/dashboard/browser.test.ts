@@ -13,7 +13,7 @@ import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ApiBatch } from '../../src/client/index.js';
 import { launchBrowser, outputDir, withScreenshot, type TestBrowser } from '../support/browser.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { finishedBatch, killDevProcesses, startDev, type DevProcess } from '../support/dev-process.js';
 import { CHROMIUM, needs } from '../support/programs.js';
 
@@ -25,14 +25,13 @@ const run = promisify(execFile);
 /** The browser's tests skip outside CI on a machine without Chromium; the CLI's still run. */
 const withChromium = needs(CHROMIUM);
 
-let db: TestDatabase;
+const db = useTestDatabase();
 let project: string;
 let dev: DevProcess;
 let browser: TestBrowser;
 let page: Page;
 
 beforeAll(async () => {
-  db = await testDatabase();
   project = mkdtempSync(join(tmpdir(), 'leasehold-dashboard-'));
   dev = await startDev(
     process.execPath,
@@ -52,7 +51,6 @@ afterAll(async () => {
   await browser?.close();
   const stopped = await dev?.stop();
   killDevProcesses();
-  await db?.close();
   rmSync(project, { recursive: true, force: true });
   expect(stopped?.code, stopped?.stderr).toBe(0);
 });

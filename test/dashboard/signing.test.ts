@@ -15,7 +15,7 @@ import { DashboardConfigError, regionOfApiHost, startDashboard } from '../../src
 import { startHttpServer, type HttpServer } from '../../src/local/http-server.js';
 import { apiDeps, InvokeEndpoint } from '../support/api.js';
 import { launchBrowser, outputDir, withScreenshot } from '../support/browser.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { CHROMIUM, needs } from '../support/programs.js';
 import { startSigV4Gateway, type SigV4Gateway } from '../support/sigv4-gateway.js';
 import { sleep } from '../support/time.js';
@@ -30,7 +30,7 @@ const CREDENTIALS = {
   sessionToken: 'leasehold-session-token',
 };
 
-let db: TestDatabase;
+const db = useTestDatabase();
 let endpoint: InvokeEndpoint;
 let api: HttpServer;
 let gateway: SigV4Gateway;
@@ -40,7 +40,6 @@ let files: string;
 const children = new Set<ChildProcess>();
 
 beforeAll(async () => {
-  db = await testDatabase();
   endpoint = await InvokeEndpoint.start();
   const deps = apiDeps(db.sql, endpoint);
   api = await startHttpServer({ port: 0, handler: (event) => handleApi(event, deps) });
@@ -54,7 +53,6 @@ afterAll(async () => {
   await gateway?.close();
   await api?.close();
   await endpoint?.close();
-  await db?.close();
   rmSync(home, { recursive: true, force: true });
   rmSync(files, { recursive: true, force: true });
 });

@@ -13,7 +13,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { migrationFiles } from '../../src/store/index.js';
 import { apiEvent, InvokeEndpoint } from '../support/api.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { buildLikeSst, bundleInputs, importCost, type SstBundle } from '../support/sst-bundle.js';
 
 /** The handler file's exports, one per function. */
@@ -101,11 +101,7 @@ async function invoke(
 }
 
 describe('function bundles', () => {
-  let db: TestDatabase;
-  beforeAll(async () => {
-    db = await testDatabase({ migrate: false });
-  });
-  afterAll(() => db.close());
+  const db = useTestDatabase({ migrate: false });
 
   it('the handler file bundles, with a size that is not absurd, and exports every function', async () => {
     expect(bundle.bytes).toBeGreaterThan(10_000);

@@ -30,10 +30,11 @@ import {
 import { handleTrigger, type TriggerResult } from '../../src/trigger/index.js';
 import { migrationFiles } from '../../src/store/index.js';
 import { apiEvent, InvokeEndpoint, removeTree, tempTree, type EventOptions } from '../support/api.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { testDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { silentLog } from '../../src/log.js';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 let endpoint: InvokeEndpoint;
 let dir: string;
 const lines: string[] = [];
@@ -58,7 +59,6 @@ const ENV = {
 };
 
 beforeAll(async () => {
-  db = await testDatabase();
   endpoint = await InvokeEndpoint.start();
   dir = await tempTree({ 'a.txt': 'alpha', 'b.txt': 'beta', 'sub/c.txt': 'gamma' });
   Object.assign(process.env, ENV, {
@@ -75,7 +75,6 @@ afterAll(async () => {
   for (const k of Object.keys(process.env)) if (!(k in savedEnv)) delete process.env[k];
   Object.assign(process.env, savedEnv);
   await endpoint.close();
-  await db.close();
   await removeTree(dir);
 });
 

@@ -5,16 +5,13 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Runner, batchResults, createBatch, type ItemSource } from '../../src/batch/index.js';
 import { checksum, defaultRegistry, defaultJobContext, InvalidParamsError } from '../../src/jobs/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
+import { jobItem } from '../support/job-item.js';
 
-// What a job's item gets from its run for heartbeats and checkpoints, when the job is called directly.
-const noBeats = { heartbeat: () => {}, checkpoint: async () => {}, checkpointed: undefined };
-
-let db: TestDatabase;
+const db = useTestDatabase();
 let dir: string;
 let outside: string;
 beforeAll(async () => {
-  db = await testDatabase();
   dir = mkdtempSync(join(tmpdir(), 'leasehold-checksum-'));
   outside = mkdtempSync(join(tmpdir(), 'leasehold-outside-'));
   writeFileSync(join(outside, 'secret.txt'), 'outside dir');
@@ -27,7 +24,6 @@ beforeAll(async () => {
   symlinkSync(outside, join(dir, 'linked-dir'));
 });
 afterAll(async () => {
-  await db.close();
   rmSync(dir, { recursive: true, force: true });
   rmSync(outside, { recursive: true, force: true });
 });
@@ -87,58 +83,18 @@ describe('checksum job', () => {
     writeFileSync(join(dir, 'gone.txt'), 'x');
     const { params } = await jobs.expand('checksum', { dir });
     rmSync(join(dir, 'gone.txt'));
-    const controller = new AbortController();
-    await expect(
-      checksum.run(
-        {
-          key: 'gone.txt',
-          input: null,
-          params: params as { dir: string },
-          attempt: 1,
-          ...noBeats,
-          signal: controller.signal,
-          tenant: 't',
-          batchId: 'b',
-        },
-        ctx,
-      ),
-    ).rejects.toThrow(/gone\.txt vanished/);
+    await expect(checksum.run(jobItem('gone.txt', params as { dir: string }), ctx)).rejects.toThrow(/gone\.txt vanished/);
   });
 
   it('a file replaced by a link to outside dir fails instead of being read', async () => {
     const jobs = registry();
     const { params } = await jobs.expand('checksum', { dir });
-    const controller = new AbortController();
-    await expect(
-      checksum.run(
-        {
-          key: 'link-to-outside',
-          input: null,
-          params: params as { dir: string },
-          attempt: 1,
-          ...noBeats,
-          signal: controller.signal,
-          tenant: 't',
-          batchId: 'b',
-        },
-        jobs.context(),
-      ),
-    ).rejects.toThrow(/symbolic link/);
-    await expect(
-      checksum.run(
-        {
-          key: 'linked-dir/secret.txt',
-          input: null,
-          params: params as { dir: string },
-          attempt: 1,
-          ...noBeats,
-          signal: controller.signal,
-          tenant: 't',
-          batchId: 'b',
-        },
-        jobs.context(),
-      ),
-    ).rejects.toThrow(/outside/);
+    await expect(checksum.run(jobItem('link-to-outside', params as { dir: string }), jobs.context())).rejects.toThrow(
+      /symbolic link/,
+    );
+    await expect(checksum.run(jobItem('linked-dir/secret.txt', params as { dir: string }), jobs.context())).rejects.toThrow(
+      /outside/,
+    );
   });
 
   it.skipIf(process.getuid?.() === 0)(
@@ -148,21 +104,9 @@ describe('checksum job', () => {
       writeFileSync(join(dir, 'locked.txt'), 'x');
       chmodSync(join(dir, 'locked.txt'), 0o000);
       const { params } = await jobs.expand('checksum', { dir });
-      await expect(
-        checksum.run(
-          {
-            key: 'locked.txt',
-            input: null,
-            params: params as { dir: string },
-            attempt: 1,
-            ...noBeats,
-            signal: new AbortController().signal,
-            tenant: 't',
-            batchId: 'b',
-          },
-          jobs.context(),
-        ),
-      ).rejects.toThrow(/not readable/);
+      await expect(checksum.run(jobItem('locked.txt', params as { dir: string }), jobs.context())).rejects.toThrow(
+        /not readable/,
+      );
       rmSync(join(dir, 'locked.txt'), { force: true });
     },
   );
@@ -175,12 +119,8 @@ describe('checksum job', () => {
       for (const [name, size] of Object.entries(sizes)) {
         writeFileSync(join(big, name), Buffer.from(Array.from({ length: size }, (_, i) => (i * 7 + size) % 251)));
       }
-      const signal = new AbortController().signal;
       for (const [name, size] of Object.entries(sizes)) {
-        const out = await checksum.run(
-          { key: name, input: null, params: { dir: big }, attempt: 1, ...noBeats, signal, tenant: 't', batchId: 'b' },
-          jobs.context(),
-        );
+        const out = await checksum.run(jobItem(name, { dir: big }), jobs.context());
         expect(out).toEqual({ sha256: sha256sum(join(big, name)), bytes: size });
       }
     } finally {
@@ -193,21 +133,9 @@ describe('checksum job', () => {
     const { params } = await jobs.expand('checksum', { dir });
     execFileSync('mkfifo', [join(dir, 'pipe')]);
     try {
-      await expect(
-        checksum.run(
-          {
-            key: 'pipe',
-            input: null,
-            params: params as { dir: string },
-            attempt: 1,
-            ...noBeats,
-            signal: new AbortController().signal,
-            tenant: 't',
-            batchId: 'b',
-          },
-          jobs.context(),
-        ),
-      ).rejects.toThrow(/pipe is no longer a regular file/);
+      await expect(checksum.run(jobItem('pipe', params as { dir: string }), jobs.context())).rejects.toThrow(
+        /pipe is no longer a regular file/,
+      );
     } finally {
       rmSync(join(dir, 'pipe'), { force: true });
     }
@@ -219,19 +147,7 @@ describe('checksum job', () => {
     const controller = new AbortController();
     controller.abort();
     await expect(
-      checksum.run(
-        {
-          key: 'a/one.txt',
-          input: null,
-          params: params as { dir: string },
-          attempt: 1,
-          ...noBeats,
-          signal: controller.signal,
-          tenant: 't',
-          batchId: 'b',
-        },
-        jobs.context(),
-      ),
+      checksum.run(jobItem('a/one.txt', params as { dir: string }, { signal: controller.signal }), jobs.context()),
     ).rejects.toThrow(/a\/one\.txt: reading was aborted/);
   });
 

@@ -19,10 +19,8 @@ import { createHandlers, type Handlers } from '../../src/lambda.js';
 import { createInvokeEndpoint, createLambdaContext, localLambdaEnv, type InvokeEndpoint } from '../../src/local/index.js';
 import { ConfigError, parseInvokable, resetRuntimeDeps, setLogSink } from '../../src/runtime/index.js';
 import { apiEvent } from '../support/api.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
-
-// What a job's item gets from its run for heartbeats and checkpoints, when the job is called directly.
-const noBeats = { heartbeat: () => {}, checkpoint: async () => {}, checkpointed: undefined };
+import { useTestDatabase } from '../support/db-hooks.js';
+import { jobItem } from '../support/job-item.js';
 
 /** A job whose items other batches take (`from`): keys `0..n−1`, input `{ i }`. */
 const range = defineJob<{ n: number }, number>({
@@ -37,7 +35,7 @@ const range = defineJob<{ n: number }, number>({
   },
 });
 
-let db: TestDatabase;
+const db = useTestDatabase();
 let endpoint: InvokeEndpoint;
 let handlers: Handlers;
 const saved = { ...process.env };
@@ -124,7 +122,6 @@ const calls: Record<string, LambdaInvokeCallEvent[]> = {};
 const invocations: Record<string, number> = {};
 
 beforeAll(async () => {
-  db = await testDatabase();
   handlers = createHandlers({ jobs: [lambdaInvoke, range] });
   endpoint = createInvokeEndpoint({
     functions: { ...functions, 'leasehold-worker': handlers.worker },
@@ -156,7 +153,6 @@ afterAll(async () => {
   await resetRuntimeDeps();
   for (const k of Object.keys(process.env)) if (!(k in saved)) delete process.env[k];
   Object.assign(process.env, saved);
-  await db.close();
 });
 
 const context = (fn: string): Context => createLambdaContext({ functionName: fn, timeoutMs: 20_000 });
@@ -320,16 +316,11 @@ describe('lambda-invoke', () => {
   it('a request payload over 6 MB fails at once, before anything is sent', async () => {
     const before = endpoint.completed + endpoint.failed;
     const attempt = lambdaInvoke.run(
-      {
-        key: 'big',
-        input: 'x'.repeat(MAX_SYNC_PAYLOAD_BYTES),
-        params: { functionName: 'echo' },
-        attempt: 1,
-        ...noBeats,
-        signal: new AbortController().signal,
-        tenant: 'acme',
-        batchId: '00000000-0000-0000-0000-000000000000',
-      },
+      jobItem(
+        'big',
+        { functionName: 'echo' },
+        { input: 'x'.repeat(MAX_SYNC_PAYLOAD_BYTES), tenant: 'acme', batchId: '00000000-0000-0000-0000-000000000000' },
+      ),
       { allowedRoots: [], maxItems: 10, invokable: { echo: 'echo' } },
     );
     await expect(attempt).rejects.toBeInstanceOf(LambdaPayloadTooLargeError);

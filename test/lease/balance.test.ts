@@ -3,11 +3,11 @@
 // again, a stable membership moves nothing, and a joiner moves about one share. These send
 // thousands of statements each (hundreds of commits): they get one or two minutes, for a
 // loaded server whose commits wait on the disk.
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/clock.js';
 import { putTenantUnits } from '../../src/lease/index.js';
 import type { Sql } from '../../src/store/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import {
   OverlapChecker,
   clear,
@@ -21,12 +21,9 @@ import {
   type Member,
 } from '../support/lease.js';
 
-let db: TestDatabase;
+const db = useTestDatabase({ max: 4 });
 let pools: Sql[];
 
-beforeAll(async () => {
-  db = await testDatabase({ max: 4 });
-});
 // One connection per simulated process, so their commits go in parallel; new ones for every
 // test, so the leasers of a test that failed half-way cannot act in the next.
 beforeEach(() => {
@@ -35,7 +32,6 @@ beforeEach(() => {
 afterEach(async () => {
   await Promise.all(pools.map((p) => p.end({ timeout: 1 })));
 });
-afterAll(() => db.close());
 
 /** One round, as the 5 s intervals of live processes make it: all heartbeat, then all tick. */
 async function round(ms: Member[]): Promise<number> {

@@ -2,18 +2,17 @@
 // ended but commits, or gets its row, only after another process could see the row expired.
 // Either no unit is taken from it, or the heartbeat itself reports every unit taken: never two
 // live processes owning one unit.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { putTenantUnits } from '../../src/lease/index.js';
 import type { Sql } from '../../src/store/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { clear, concurrently, liveIds, member, ownedKeys, type Member } from '../support/lease.js';
 import { sleep } from '../support/time.js';
 
-let db: TestDatabase;
+const db = useTestDatabase({ max: 4 });
 let pools: Sql[];
 
 beforeAll(async () => {
-  db = await testDatabase({ max: 4 });
   pools = Array.from({ length: 3 }, () => db.connect({ max: 1 }));
   // A slow commit, in this test's schema only: a heartbeat of a process listed in slow_beat
   // holds its updated row for 400 ms before its statement ends (as a slow disk would).
@@ -25,7 +24,6 @@ beforeAll(async () => {
     end $$;
     create trigger slow_beat after update on leasehold_processes for each row execute function slow_beat();`);
 });
-afterAll(() => db.close());
 
 /** L (TTL 1 s) and M own 3 of 6 units each; L's row then ends its TTL 150 ms from now. */
 async function nearExpiry(): Promise<{ l: Member; m: Member }> {

@@ -2,23 +2,21 @@
 // TTL passed (database clock), a sweep removes it and frees the rest, a frozen process learns
 // of its losses inside its next heartbeat, a swept process claims nothing, and skewed process
 // clocks change none of it.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { putTenantUnits, deleteTenantUnits, sweep } from '../../src/lease/index.js';
 import { claim } from '../../src/lease/sql/ownership.js';
 import type { Clock } from '../../src/clock.js';
 import type { Sql } from '../../src/store/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { clear, concurrently, expire, liveIds, member, offsetClock, ownedKeys, type Member } from '../support/lease.js';
 import { sleep } from '../support/time.js';
 
-let db: TestDatabase;
+const db = useTestDatabase({ max: 4 });
 let pools: Sql[];
 
 beforeAll(async () => {
-  db = await testDatabase({ max: 4 });
   pools = Array.from({ length: 4 }, () => db.connect({ max: 1 }));
 });
-afterAll(() => db.close());
 
 /** A short-lived process: TTL 1 s. */
 const SHORT = { ttlMs: 1_000, heartbeatIntervalMs: 300 };

@@ -1,21 +1,19 @@
 // A process row belongs to the instance that created it (a token only it holds), on a real
 // PostgreSQL: a second instance given a reused process id never renews that row, never adopts
 // units it did not claim, and never releases units of the other instance.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { ProcessIdInUseError, putTenantUnits, type LeaserEvent } from '../../src/lease/index.js';
 import type { Sql } from '../../src/store/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { OverlapChecker, clear, concurrently, expire, member, ownedKeys, type Member } from '../support/lease.js';
 import { sleep } from '../support/time.js';
 
-let db: TestDatabase;
+const db = useTestDatabase({ max: 4 });
 let pools: Sql[];
 
 beforeAll(async () => {
-  db = await testDatabase({ max: 4 });
   pools = Array.from({ length: 4 }, () => db.connect({ max: 1 }));
 });
-afterAll(() => db.close());
 
 /** Process X, alone, owning all 6 units. */
 async function xOwningSix(): Promise<Member> {

@@ -6,10 +6,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Leaser, readFleet, sweep } from '../../src/lease/index.js';
 import { heavyUnits, releaseUnits } from '../../src/lease/sql/ownership.js';
 import type { Sql } from '../../src/store/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { Recorder } from '../support/lease.js';
 
-let db: TestDatabase;
+const db = useTestDatabase({ max: 4 });
 let traced: Sql;
 /** Every statement the traced pool sent, with its parameters. */
 const sent: { query: string; parameters: unknown[] }[] = [];
@@ -20,7 +20,6 @@ const UNITS = 100_000;
 const PID_SQL = (k: string) => `('00000000-0000-4000-8000-' || lpad(to_hex(${k}), 12, '0'))::uuid`;
 
 beforeAll(async () => {
-  db = await testDatabase({ max: 4 });
   traced = postgres(db.url, {
     max: 1,
     onnotice: () => {},
@@ -42,7 +41,6 @@ beforeAll(async () => {
 }, 120_000);
 afterAll(async () => {
   await traced?.end({ timeout: 5 });
-  await db.close();
 });
 
 /** The plan of `query` with `parameters`, as JSON. */

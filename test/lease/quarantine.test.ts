@@ -3,21 +3,19 @@
 // then stops heartbeating dies with that run in flight; whoever frees its units counts the crash
 // on that unit alone. The processes really expire (database clock); test/units/poison.test.ts
 // kills real worker processes.
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { beforeAll, expect, it } from 'vitest';
 import { liftQuarantines, putTenantUnits, releaseUnit, sweep } from '../../src/lease/index.js';
 import type { Sql } from '../../src/store/index.js';
 import { endRun, startRun } from '../../src/units/sql/runs.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { clear, member, type Member } from '../support/lease.js';
 import { sleep } from '../support/time.js';
 
-let db: TestDatabase;
+const db = useTestDatabase({ max: 4 });
 let pool: Sql;
 beforeAll(async () => {
-  db = await testDatabase({ max: 4 });
   pool = db.connect({ max: 2 });
 });
-afterAll(() => db.close());
 
 /**
  * Short-lived processes: TTL 1 s (how soon one that stops heartbeating is dead); quarantined after

@@ -1,20 +1,18 @@
 // Sweeps, claims, heartbeats and releases racing over the same units on a real PostgreSQL: no
 // deadlock, no unit lost, and a final round of ticks owns every unit again.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { putTenantUnits, sweep } from '../../src/lease/index.js';
 import type { Sql } from '../../src/store/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { clear, concurrently, expire, liveIds, member, ownedKeys, type Member } from '../support/lease.js';
 import { sleep } from '../support/time.js';
 
-let db: TestDatabase;
+const db = useTestDatabase({ max: 4 });
 let pools: Sql[];
 
 beforeAll(async () => {
-  db = await testDatabase({ max: 4 });
   pools = Array.from({ length: 6 }, () => db.connect({ max: 1 }));
 });
-afterAll(() => db.close());
 
 /** Units whose owner has no process row: nobody can ever claim them again. */
 async function lostUnits(sql: Sql): Promise<string[]> {

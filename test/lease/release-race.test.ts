@@ -2,17 +2,13 @@
 // config a registration changes while the owner releases it must be released all the same, or it
 // stays owned by a process that then deletes its row, for good.
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { putTenantUnits } from '../../src/lease/index.js';
 import { claim, deleteProcess, heartbeat, releaseAll } from '../../src/lease/sql/ownership.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { sleep } from '../support/time.js';
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await testDatabase();
-});
-afterAll(() => db.close());
+const db = useTestDatabase();
 
 describe('a release racing a registration', () => {
   it('frees every unit, also one a registration changed after the release began, over 5 rounds', async () => {

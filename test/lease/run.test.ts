@@ -1,21 +1,16 @@
 // run(signal): the first heartbeat is retried with backoff while the database cannot be
 // reached, and the loop of heartbeats and ticks owns the process's share until aborted.
 import { createServer, connect as netConnect, type Server, type Socket } from 'node:net';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { systemClock, type Clock } from '../../src/clock.js';
 import { putTenantUnits } from '../../src/lease/index.js';
 import { connect } from '../../src/store/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { clear, member, ownedCounts } from '../support/lease.js';
 import { sleep } from '../support/time.js';
 import { waitFor } from '../support/waits.js';
 
-let db: TestDatabase;
-
-beforeAll(async () => {
-  db = await testDatabase({ max: 4 });
-});
-afterAll(() => db.close());
+const db = useTestDatabase({ max: 4 });
 
 /** The real clock, recording every sleep asked of it. */
 function recordingClock(): Clock & { sleeps: number[] } {

@@ -1,11 +1,11 @@
 // Fair shares on a real PostgreSQL: many processes claiming at once end with equal shares and
 // never two live owners of one unit; a joining process takes exactly the excess; hysteresis
 // keeps a stable membership still.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/clock.js';
 import { putTenantUnits } from '../../src/lease/index.js';
 import type { Sql } from '../../src/store/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import {
   OverlapChecker,
   clear,
@@ -20,15 +20,13 @@ import {
 } from '../support/lease.js';
 import { sleep } from '../support/time.js';
 
-let db: TestDatabase;
+const db = useTestDatabase({ max: 4 });
 let pools: Sql[];
 
 beforeAll(async () => {
-  db = await testDatabase({ max: 4 });
   // One small pool per simulated process, reused across repetitions.
   pools = Array.from({ length: 10 }, () => db.connect({ max: 1 }));
 });
-afterAll(() => db.close());
 
 /** Each member's owned set, as its reconciler was told, equals what the database says it owns. */
 async function expectInSync(members: Member[]): Promise<void> {

@@ -1,19 +1,15 @@
 // A process's lease by its own clock: it stops acting on its units when the TTL since its last
 // successful heartbeat has passed, before the row can expire and another process claim them.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/clock.js';
 import { Leaser, putTenantUnits } from '../../src/lease/index.js';
 import { connect } from '../../src/store/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { PgProxy } from '../support/pgproxy.js';
 import { clear, Recorder } from '../support/lease.js';
 import { sleep } from '../support/time.js';
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await testDatabase();
-});
-afterAll(() => db.close());
+const db = useTestDatabase();
 
 describe('the lease by the process clock', () => {
   it('is valid for less than the TTL after the last successful heartbeat started', async () => {

@@ -1,17 +1,13 @@
 // The scheduler reads the fleet's balance from the process rows (the weight each process's
 // heartbeat reported) and records it as EMF: fair share, spread and starving processes.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { balanceOf, putTenantUnits, readFleet, setDesired } from '../../src/lease/index.js';
 import { loadConfig, metricsFor, recordFleetBalance, runScheduler, setLogSink } from '../../src/runtime/index.js';
 import { type Dispatcher } from '../../src/batch/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { clear, concurrently, member } from '../support/lease.js';
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await testDatabase();
-});
-afterAll(() => db.close());
+const db = useTestDatabase();
 
 const nobody: Dispatcher = { invoke: async () => {} };
 

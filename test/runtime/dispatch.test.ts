@@ -1,17 +1,13 @@
 // The one home of sending workers: callers ask the WorkerDispatcher for N workers and get those
 // the worker limit has room for (invariant 8: live workers plus invocations on their way never
 // exceed it), checked on the database afterwards.
-import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
+import { beforeEach, expect, it } from 'vitest';
 import { createBatch, type WorkerEvent } from '../../src/batch/index.js';
 import { setDesired } from '../../src/lease/index.js';
 import { WorkerDispatcher } from '../../src/runtime/dispatch.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await testDatabase();
-});
-afterAll(() => db.close());
+const db = useTestDatabase();
 beforeEach(async () => {
   for (const t of ['leasehold_processes', 'leasehold_invocations', 'leasehold_items', 'leasehold_batches']) {
     await db.sql`delete from ${db.sql(t)}`;

@@ -25,12 +25,12 @@ import { loadConfig } from '../../src/runtime/config.js';
 import { handleTrigger, parseChainRules, type TriggerResult } from '../../src/trigger/index.js';
 import { EndpointGuard } from '../../src/units/index.js';
 import { silentLog } from '../../src/log.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { waitFor } from '../support/waits.js';
 
 const FIXTURE = fileURLToPath(new URL('./fixtures/finish-then-hang.ts', import.meta.url));
 
-let db: TestDatabase;
+const db = useTestDatabase();
 let bus: EventsEndpoint;
 /** Every event the local bus received, in order, with when (ms, this process's clock). */
 const received: { event: LocalBusEvent; at: number }[] = [];
@@ -39,7 +39,6 @@ const triggered: Promise<TriggerResult>[] = [];
 let deliver: (event: LocalBusEvent) => Promise<TriggerResult> = async () => ({ outcome: 'dropped', code: 'x', reason: 'x' });
 
 beforeAll(async () => {
-  db = await testDatabase();
   bus = await createEventsEndpoint({
     deliver: (event) => {
       const p = deliver(event);
@@ -53,7 +52,6 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await bus?.close();
-  await db?.close();
 });
 
 let seq = 0;

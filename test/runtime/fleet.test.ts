@@ -1,18 +1,14 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { createBatch } from '../../src/batch/index.js';
 import { defaultRegistry } from '../../src/jobs/index.js';
 import { putTenantUnits, setDesired, deleteTenantUnits, listProcesses } from '../../src/lease/index.js';
 import { loadConfig, runScheduler, runWorker } from '../../src/runtime/index.js';
 import { type Dispatcher, type WorkerEvent } from '../../src/batch/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { sleep } from '../support/time.js';
 import { createLog, silentLog } from '../../src/log.js';
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await testDatabase();
-});
-afterAll(() => db.close());
+const db = useTestDatabase();
 beforeEach(async () => {
   await db.sql`delete from leasehold_units`;
   await db.sql`delete from leasehold_processes`;

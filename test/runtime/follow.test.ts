@@ -3,20 +3,16 @@
 // run every second): the surplus retires within two scheduler runs, invocations lost on the
 // way hold nothing back past their confirmation window, and workers sent for batches own no
 // unit and do not count.
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { createBatch, getBatch } from '../../src/batch/index.js';
 import { planInvocations, putTenantUnits, setDesired } from '../../src/lease/index.js';
 import { loadConfig } from '../../src/runtime/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { inProcessFleet, slowJobs, type InProcessFleet } from '../support/fleet.js';
 import { sleep } from '../support/time.js';
 import { waitFor } from '../support/waits.js';
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await testDatabase({ max: 20 });
-});
-afterAll(() => db.close());
+const db = useTestDatabase({ max: 20 });
 beforeEach(async () => {
   for (const t of ['leasehold_units', 'leasehold_processes', 'leasehold_invocations', 'leasehold_items', 'leasehold_batches']) {
     await db.sql`delete from ${db.sql(t)}`;

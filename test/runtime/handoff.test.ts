@@ -1,19 +1,15 @@
 import { LambdaClient } from '@aws-sdk/client-lambda';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createBatch, getBatch } from '../../src/batch/index.js';
 import { JobRegistry, defaultJobContext } from '../../src/jobs/index.js';
 import { slowJobOf } from '../support/fleet.js';
 import { createInvokeEndpoint, type InvocationOutcome } from '../../src/local/invoke-endpoint.js';
 import { loadConfig, runScheduler, runWorker, LambdaDispatcher, type WorkerResult } from '../../src/runtime/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { sleep } from '../support/time.js';
 import { silentLog } from '../../src/log.js';
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await testDatabase();
-});
-afterAll(() => db.close());
+const db = useTestDatabase();
 
 /** Every successful execution of an item, by key, across all invocations. */
 const executions = new Map<string, number>();

@@ -6,23 +6,22 @@ import { Leaser, type Reconciler } from '../../src/lease/index.js';
 import { ReconnectingLeaser } from '../../src/runtime/index.js';
 import { StoreTimeoutError } from '../../src/store/index.js';
 import { connect, type Sql } from '../../src/store/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { testDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { dyingProxy, type DyingProxy } from '../support/tcp-proxy.js';
 import { sleep } from '../support/time.js';
 
 const idle: Reconciler = { unitsGained: () => {}, unitsLost: () => {}, inFlight: () => 0 };
 
-let db: TestDatabase;
+const db = useTestDatabase();
 let proxy: DyingProxy;
 const pools: Sql[] = [];
 beforeAll(async () => {
-  db = await testDatabase();
   proxy = await dyingProxy(db.url);
 });
 afterAll(async () => {
   await Promise.all(pools.map((p) => p.end({ timeout: 1 })));
   await proxy.close();
-  await db.close();
 });
 
 /** A pool on the test schema through the proxy. */

@@ -8,18 +8,16 @@ import { isConnectionRefused, retryRefusedConnection } from '../../src/runtime/i
 import { connect, type Sql } from '../../src/store/index.js';
 import { silentLog } from '../../src/log.js';
 import { apiEvent } from '../support/api.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { PgProxy } from '../support/pgproxy.js';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 let proxy: PgProxy;
 beforeAll(async () => {
-  db = await testDatabase();
   proxy = await PgProxy.start(db.url);
 });
 afterAll(async () => {
   await proxy.close();
-  await db.close();
 });
 
 /** A pool through the proxy whose password is a fresh "token" per call, as the RDS signer's is. */

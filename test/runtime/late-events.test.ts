@@ -7,24 +7,20 @@
 // desired count, and a batch never gets two runs from one invocation.
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest';
+import { beforeEach, expect, it } from 'vitest';
 import { cancelBatch, createBatch, type WorkerEvent } from '../../src/batch/index.js';
 import { putTenantUnits, reserveInvocations, setDesired } from '../../src/lease/index.js';
 import { createInvokeEndpoint } from '../../src/local/index.js';
 import { LambdaDispatcher, loadConfig, runScheduler, runWorker, type WorkerResult } from '../../src/runtime/index.js';
 import { connect, type Sql } from '../../src/store/index.js';
 import { silentLog } from '../../src/log.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { inProcessFleet, slowJobs } from '../support/fleet.js';
 import { PgProxy } from '../support/pgproxy.js';
 import { sleep } from '../support/time.js';
 import { waitFor } from '../support/waits.js';
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await testDatabase();
-});
-afterAll(() => db.close());
+const db = useTestDatabase();
 beforeEach(async () => {
   for (const t of ['leasehold_units', 'leasehold_processes', 'leasehold_invocations', 'leasehold_items', 'leasehold_batches']) {
     await db.sql`delete from ${db.sql(t)}`;

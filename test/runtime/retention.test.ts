@@ -7,14 +7,10 @@ import { deleteExpiredBatches, type Dispatcher } from '../../src/batch/index.js'
 import { loadConfig, metricsFor, recordRetention, runScheduler, setLogSink } from '../../src/runtime/index.js';
 import type { Sql } from '../../src/store/index.js';
 import { deleteDeliveredOutboxMessages } from '../../src/units/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { loadHistory } from '../support/history.js';
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await testDatabase();
-});
-afterAll(() => db.close());
+const db = useTestDatabase();
 
 const nobody: Dispatcher = { invoke: async () => {} };
 

@@ -7,21 +7,19 @@ import { putTenantUnits } from '../../src/lease/index.js';
 import { loadConfig, runScheduler } from '../../src/runtime/index.js';
 import type { Sql } from '../../src/store/index.js';
 import { apiDeps, call, InvokeEndpoint, removeTree, tempTree, uniqueTenant } from '../support/api.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { deferred, waitFor } from '../support/waits.js';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 let endpoint: InvokeEndpoint;
 let dir: string;
 beforeAll(async () => {
-  db = await testDatabase();
   endpoint = await InvokeEndpoint.start();
   dir = await tempTree({ 'a.txt': 'alpha', 'b.txt': 'beta' });
 });
 afterAll(async () => {
   await removeTree(dir);
   await endpoint.close();
-  await db.close();
 });
 
 const APP = 'leasehold-test-stuck';

@@ -1,23 +1,19 @@
 // A worker invocation under store faults injected through a wire-protocol proxy
 // (test/support/pgproxy.ts): it still returns before its deadline owning nothing, and a failed
 // look for batches to take over does not end the batch it runs.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { createBatch, getBatch } from '../../src/batch/index.js';
 import { defaultJobContext, JobRegistry } from '../../src/jobs/index.js';
 import { slowJobOf } from '../support/fleet.js';
 import { loadConfig, runWorker, type WorkerResult } from '../../src/runtime/index.js';
 import { type Dispatcher, type WorkerEvent } from '../../src/batch/index.js';
 import { connect, type Sql } from '../../src/store/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { PgProxy } from '../support/pgproxy.js';
 import { sleep } from '../support/time.js';
 import { createLog, silentLog } from '../../src/log.js';
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await testDatabase();
-});
-afterAll(() => db.close());
+const db = useTestDatabase();
 
 // Proxies and the pools through them, closed after each test: the proxy first, so a stalled
 // connection does not hold the pool's end.

@@ -1,18 +1,14 @@
 // The worker's pass-throughs for the middlewares: the deadline signal and the metric hooks.
 import { z } from 'zod';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { cancelBatch, createBatch, getBatch, PermanentItemError } from '../../src/batch/index.js';
 import { defaultJobContext, defineJob, JobRegistry } from '../../src/jobs/index.js';
 import { loadConfig, runWorker } from '../../src/runtime/index.js';
 import { type Dispatcher, type WorkerEvent } from '../../src/batch/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { silentLog } from '../../src/log.js';
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await testDatabase();
-});
-afterAll(() => db.close());
+const db = useTestDatabase();
 
 const slow = defineJob({
   name: 'slow',

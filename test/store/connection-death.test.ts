@@ -13,18 +13,16 @@ import { putTenantUnits } from '../../src/lease/index.js';
 import { isConnectionError, loadConfig, runScheduler, runWorker } from '../../src/runtime/index.js';
 import { type Dispatcher } from '../../src/batch/index.js';
 import { connect, type Sql } from '../../src/store/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { ARM_BACKEND_KILLER, installBackendKiller } from '../support/kill-backend.js';
 import { PgProxy } from '../support/pgproxy.js';
 import { sleep } from '../support/time.js';
 import { silentLog } from '../../src/log.js';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 beforeAll(async () => {
-  db = await testDatabase();
   await installBackendKiller(db.sql);
 });
-afterAll(() => db.close());
 
 /** Arm the trigger: the next insert into `leasehold_items` or `kill_copy` terminates its backend. */
 const arm = () => db.sql.unsafe(ARM_BACKEND_KILLER);

@@ -6,17 +6,13 @@
 // not time.
 import { randomUUID } from 'node:crypto';
 import postgres from 'postgres';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { putTenantUnits } from '../../src/lease/index.js';
 import { claim, heartbeat, releaseUnits, ownedUnits, type Me } from '../../src/lease/sql/ownership.js';
 import type { Sql } from '../../src/store/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await testDatabase();
-});
-afterAll(() => db.close());
+const db = useTestDatabase();
 
 const HOT = [
   'leasehold_processes',

@@ -5,16 +5,12 @@
 // insert that holds its batch row (as a start and a source page do) never leaves an item behind
 // a batch deleted at the same moment.
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createBatch } from '../../src/batch/index.js';
 import type { Sql } from '../../src/store/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await testDatabase({ max: 8 });
-});
-afterAll(() => db.close());
+const db = useTestDatabase({ max: 8 });
 
 async function batchOf(sql: Sql, items: number): Promise<string> {
   const { batch } = await createBatch(sql, {

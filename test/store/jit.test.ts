@@ -5,15 +5,11 @@
 // for a 0.2 ms statement), and test/lease/balance.test.ts went from 9 s to 218 s. Each test
 // lowers jit_above_cost to 0 in its session, so any plan would be compiled where JIT is on.
 import postgres from 'postgres';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { connect, type Sql } from '../../src/store/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 
-let db: TestDatabase;
-beforeAll(async () => {
-  db = await testDatabase({ max: 2 });
-});
-afterAll(() => db.close());
+const db = useTestDatabase({ max: 2 });
 
 /** Whether the plan of a read of the units was JIT-compiled, and the session's `jit`, in `sql`'s transaction or session. */
 async function compiled(sql: Sql): Promise<{ jit: string; compiled: boolean }> {

@@ -1,20 +1,16 @@
 // The migration provisions the role the deployed functions connect as (IAM auth on RDS).
 import { randomBytes } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { migrate, type RuntimeRoleResult } from '../../src/store/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 
-let db: TestDatabase;
+const db = useTestDatabase({ migrate: false });
 const roles: string[] = [];
-beforeAll(async () => {
-  db = await testDatabase({ migrate: false });
-});
 afterAll(async () => {
   for (const r of roles) {
     await db.sql`drop owned by ${db.sql(r)}`.catch(() => {});
     await db.sql`drop role if exists ${db.sql(r)}`.catch(() => {});
   }
-  await db.close();
 });
 
 const unique = (prefix: string) => {

@@ -1,6 +1,6 @@
 // The schema versions this code supports (docs/design.md, "Schema versions") against the
 // migrations it ships and a real database's.
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import {
   checkSchema,
   isSchemaChangeError,
@@ -9,18 +9,10 @@ import {
   SUPPORTED_SCHEMA,
   schemaVersion,
 } from '../../src/store/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 
-let db: TestDatabase;
-let empty: TestDatabase;
-beforeAll(async () => {
-  db = await testDatabase();
-  empty = await testDatabase({ migrate: false });
-});
-afterAll(async () => {
-  await db.close();
-  await empty.close();
-});
+const db = useTestDatabase();
+const empty = useTestDatabase({ migrate: false });
 
 it('supports up to the newest migration it ships (a new migration bumps SUPPORTED_SCHEMA)', async () => {
   const newest = Math.max(...(await migrationFiles()).map((m) => m.version));

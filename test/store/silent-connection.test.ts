@@ -4,19 +4,17 @@
 // out; then the connection must be dropped within seconds and nothing may wait behind it.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connect, StoreTimeoutError, withTimeout } from '../../src/store/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { PgProxy } from '../support/pgproxy.js';
 import { waitFor } from '../support/waits.js';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 let proxy: PgProxy;
 beforeAll(async () => {
-  db = await testDatabase();
   proxy = await PgProxy.start(db.url);
 });
 afterAll(async () => {
   await proxy.close();
-  await db.close();
 });
 
 describe('a silent connection', () => {

@@ -17,7 +17,7 @@ import {
   UnitRunner,
   type AddressLookup,
 } from '../../src/units/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import * as q from '../../src/units/sql/outbox.js';
 import { auditMarks, startProc, undelivered as undeliveredIn, type Proc } from './helpers.js';
 import { sleep } from '../support/time.js';
@@ -25,12 +25,11 @@ import { waitFor } from '../support/waits.js';
 import { histogram, histogramLine } from '../support/random.js';
 import { silentLog } from '../../src/log.js';
 
-let db: TestDatabase;
+const db = useTestDatabase({ max: 5 });
 let sink: Sink;
 const procs: Proc[] = [];
 
 beforeAll(async () => {
-  db = await testDatabase({ max: 5 });
   await auditMarks(db.sql);
   sink = await startSink({ failWhen: (d) => (d.body as { key?: string } | undefined)?.key === 'poison' });
 });
@@ -42,7 +41,6 @@ afterEach(async () => {
 });
 afterAll(async () => {
   await sink.close();
-  await db.close();
 });
 
 // The sink listens on loopback, which delivery refuses unless allow-listed.

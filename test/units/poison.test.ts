@@ -7,16 +7,15 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createBatch, getBatch } from '../../src/batch/index.js';
 import { deleteTenantUnits, liftQuarantines, putTenantUnits, releaseUnit } from '../../src/lease/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { sleep } from '../support/time.js';
 import { waitFor } from '../support/waits.js';
 
 const FIXTURE = fileURLToPath(new URL('./fixtures/poison-worker.ts', import.meta.url));
 const TTL_MS = 3_000;
 
-let db: TestDatabase;
+const db = useTestDatabase();
 beforeAll(async () => {
-  db = await testDatabase();
   await db.sql`create table poison_unit_runs (tenant text, shard int, process_id uuid, at timestamptz default clock_timestamp())`;
 });
 
@@ -27,7 +26,6 @@ let replacing = true;
 afterAll(async () => {
   replacing = false;
   for (const c of children) c.kill('SIGKILL');
-  await db.close();
 });
 
 function startWorker(): void {

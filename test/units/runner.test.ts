@@ -1,20 +1,18 @@
 import { randomUUID } from 'node:crypto';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { Leaser, putTenantUnits, type Unit } from '../../src/lease/index.js';
 import { defineUnitJob, UnitJobRegistry, UnitRunner, type UnitContext } from '../../src/units/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db-hooks.js';
 import { memoryLog } from '../support/log.js';
 import { sleep } from '../support/time.js';
 import { waitFor } from '../support/waits.js';
 import { silentLog } from '../../src/log.js';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 beforeAll(async () => {
-  db = await testDatabase();
   await db.sql`create table probe_writes (tenant text, shard int, n int)`;
 });
-afterAll(() => db.close());
 
 /** What the probe jobs saw, per unit key `tenant/shard`. */
 const runs = new Map<string, number[]>();
