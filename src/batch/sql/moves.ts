@@ -193,8 +193,11 @@ export function stepStatement(sql: Sql, a: StepArgs) {
       returning i.key, i.input, i.attempts, i.waits, i.run_after, i.checkpoint
     )
     select (select count(*) from moved)::int as moved,
+      -- Items come back in the order they start: by due time, ties by key (an unstable sort of
+      -- equal due times started a later key first now and then).
       (select json_agg(json_build_object('key', key, 'input', input, 'attempts', attempts, 'waits', waits,
-          'due_in_ms', greatest(0, extract(epoch from run_after - now()) * 1000), 'checkpoint', checkpoint) order by run_after)
+          'due_in_ms', greatest(0, extract(epoch from run_after - now()) * 1000), 'checkpoint', checkpoint)
+          order by run_after, key)
         from claimed) as claimed,
       -- The first entry of the pending index past the window (min() let a planner that thought
       -- the batch small read every pending item).
