@@ -8,9 +8,12 @@
 //     (inserted rows and non-HOT updates, times the table's indexes), and the statements by total
 //     execution time (calls, rows, mean ms, WAL bytes);
 //   - wait events of the run's backends, sampled every 5 ms;
-//   - with PROFILE_CPU=1, the Node CPU profile's functions by self time (node --cpu-prof's format).
+//   - with PROFILE_CPU=1, the Node CPU profile's functions by self time (node --cpu-prof's format);
+//   - with PROFILE_EXPLAIN=<file>, the plans of one statement in 20 with their actual times and
+//     buffers (auto_explain), written to that file from the server's log.
 // DATABASE_URL is ignored: a shared server's WAL and statistics would mix in other work.
 import { randomUUID } from 'node:crypto';
+import { appendFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { Session } from 'node:inspector/promises';
 import { tmpdir } from 'node:os';
@@ -22,6 +25,7 @@ import { loadHistory } from '../test/support/history.js';
 
 const ITEMS = Number(process.env.PROFILE_ITEMS ?? 50_000);
 const HISTORY = Number(process.env.PROFILE_HISTORY ?? 500_000);
+const EXPLAIN = process.env.PROFILE_EXPLAIN;
 const noop: Executor = { work: async () => null, parallel: 64 };
 
 interface TableStats {
@@ -90,7 +94,22 @@ async function main() {
   const db = await startEmbedded({
     dir: join(dir, 'pgdata'),
     port: 0,
-    settings: { shared_preload_libraries: 'pg_stat_statements', 'pg_stat_statements.track': 'all' },
+    // PROFILE_SYNC=off: commits do not wait for the disk (as the CI's PostgreSQL 15 database).
+    settings: {
+      shared_preload_libraries: 'pg_stat_statements',
+      'pg_stat_statements.track': 'all',
+      'pg_stat_statements.track_planning': 'on',
+      synchronous_commit: process.env.PROFILE_SYNC ?? 'on',
+      ...(EXPLAIN && {
+        session_preload_libraries: 'auto_explain',
+        'auto_explain.log_min_duration': 0,
+        'auto_explain.log_analyze': 'on',
+        'auto_explain.log_buffers': 'on',
+        'auto_explain.log_nested_statements': 'on',
+        'auto_explain.sample_rate': 0.05,
+      }),
+    },
+    log: EXPLAIN ? (line) => appendFileSync(EXPLAIN, `${line}\n`) : undefined,
   });
   let admin = connect(db.url, { max: 2 });
   const pool = connect(db.url, { max: 4 });
@@ -98,11 +117,24 @@ async function main() {
     await migrate(admin);
     await admin`create extension if not exists pg_stat_statements`;
     if (HISTORY > 0) {
-      await loadHistory(admin, { items: HISTORY, batches: Math.max(1, Math.round(HISTORY / 20_000)), tenants: 10, units: 1_000, outbox: 0 });
+      await loadHistory(admin, {
+        items: HISTORY,
+        batches: Math.max(1, Math.round(HISTORY / 20_000)),
+        tenants: 10,
+        units: 1_000,
+        outbox: 0,
+      });
     }
     await admin`vacuum analyze`;
     const items = Array.from({ length: ITEMS }, (_, i) => ({ key: String(i).padStart(7, '0') }));
-    const { batch } = await createBatch(admin, { tenant: 'bench', datasource: randomUUID(), job: 'noop', params: {}, requestKey: randomUUID(), items });
+    const { batch } = await createBatch(admin, {
+      tenant: 'bench',
+      datasource: randomUUID(),
+      job: 'noop',
+      params: {},
+      requestKey: randomUUID(),
+      items,
+    });
     await admin`vacuum analyze`;
     // The start's own row versions are not the run's: its backends report them when they end.
     await admin.end();
@@ -134,20 +166,32 @@ async function main() {
     // A backend reports its table statistics when it ends (or when idle, at most every 10 s).
     await pool.end();
     await new Promise((r) => setTimeout(r, 200));
-    const [{ wal }] = await admin<{ wal: number }[]>`select pg_wal_lsn_diff(pg_current_wal_lsn(), ${lsn0}::pg_lsn)::float8 as wal`;
+    const [{ wal }] = await admin<
+      { wal: number }[]
+    >`select pg_wal_lsn_diff(pg_current_wal_lsn(), ${lsn0}::pg_lsn)::float8 as wal`;
     const after = await tableStats(admin);
-    const top = await admin<{ query: string; calls: number; rows: number; total: number; mean: number; wal: number }[]>`
+    const top = await admin<
+      { query: string; calls: number; rows: number; total: number; mean: number; plan: number; wal: number }[]
+    >`
       select query, calls::float8 as calls, rows::float8 as rows, total_exec_time as total, mean_exec_time as mean,
-             wal_bytes::float8 as wal
+             mean_plan_time as plan, wal_bytes::float8 as wal
       from pg_stat_statements where dbid = (select oid from pg_database where datname = current_database())
       order by total_exec_time desc limit 12`;
     const serverMs = top.reduce((s, r) => s + r.total, 0);
 
-    console.log(`PostgreSQL (embedded), ${ITEMS.toLocaleString('en-US')} no-op items, one run, parallel 64; history ${HISTORY.toLocaleString('en-US')} items`);
-    console.log(`run: ${Math.round(ITEMS / (ms / 1000)).toLocaleString('en-US')} items/s; per item: ${f((1000 * ms) / ITEMS, 1)} µs wall, ` +
-      `${f((used.user + used.system) / ITEMS, 1)} µs Node CPU, ${f(statements / ITEMS, 3)} statements`);
-    console.log(`server per item: ${f(wal / ITEMS, 0)} WAL bytes; ${f((1000 * serverMs) / ITEMS, 1)} µs execution in the top statements`);
-    console.log('row versions per item (inserted, updated HOT, updated non-HOT, deleted; at most this many index entries written):');
+    console.log(
+      `PostgreSQL (embedded), ${ITEMS.toLocaleString('en-US')} no-op items, one run, parallel 64; history ${HISTORY.toLocaleString('en-US')} items`,
+    );
+    console.log(
+      `run: ${Math.round(ITEMS / (ms / 1000)).toLocaleString('en-US')} items/s; per item: ${f((1000 * ms) / ITEMS, 1)} µs wall, ` +
+        `${f((used.user + used.system) / ITEMS, 1)} µs Node CPU, ${f(statements / ITEMS, 3)} statements`,
+    );
+    console.log(
+      `server per item: ${f(wal / ITEMS, 0)} WAL bytes; ${f((1000 * serverMs) / ITEMS, 1)} µs execution in the top statements`,
+    );
+    console.log(
+      'row versions per item (inserted, updated HOT, updated non-HOT, deleted; at most this many index entries written):',
+    );
     for (const [name, a] of after) {
       const b = before.get(name);
       if (!b) continue;
@@ -158,17 +202,22 @@ async function main() {
       if (ins + hot + nonHot + del === 0) continue;
       // An upper bound: a partial index takes only the row versions that match its predicate.
       const entries = (ins + nonHot) * a.indexes;
-      console.log(`  ${name.padEnd(28)} ${f(ins / ITEMS, 3)} ins, ${f(hot / ITEMS, 3)} HOT, ${f(nonHot / ITEMS, 3)} non-HOT, ${f(del / ITEMS, 3)} del; ${f(entries / ITEMS, 3)} index entries (${a.indexes} indexes)`);
+      console.log(
+        `  ${name.padEnd(28)} ${f(ins / ITEMS, 3)} ins, ${f(hot / ITEMS, 3)} HOT, ${f(nonHot / ITEMS, 3)} non-HOT, ${f(del / ITEMS, 3)} del; ${f(entries / ITEMS, 3)} index entries (${a.indexes} indexes)`,
+      );
     }
-    console.log('statements by execution time (calls, rows, mean ms, share, WAL bytes per item):');
+    console.log('statements by execution time (calls, rows, mean ms executing, mean ms planning, share, WAL bytes per item):');
     for (const r of top) {
       const text = r.query.replace(/\s+/g, ' ').slice(0, 110);
-      console.log(`  ${String(r.calls).padStart(6)} calls ${String(r.rows).padStart(7)} rows ${f(r.mean, 3).padStart(7)} ms ${f((100 * r.total) / serverMs, 1).padStart(5)} %  ${f(r.wal / ITEMS, 0).padStart(5)} B  ${text}`);
+      console.log(
+        `  ${String(r.calls).padStart(6)} calls ${String(r.rows).padStart(7)} rows ${f(r.mean, 3).padStart(7)} ms ${f(r.plan, 3).padStart(6)} ms ${f((100 * r.total) / serverMs, 1).padStart(5)} %  ${f(r.wal / ITEMS, 0).padStart(5)} B  ${text}`,
+      );
     }
     const samples = seen.get('(samples)') ?? 1;
     seen.delete('(samples)');
     console.log(`wait events of the run's active backends (${samples} samples, share of samples):`);
-    for (const [w, n] of [...seen.entries()].sort((a, b) => b[1] - a[1]).slice(0, 8)) console.log(`  ${f((100 * n) / samples, 1).padStart(5)} %  ${w}`);
+    for (const [w, n] of [...seen.entries()].sort((a, b) => b[1] - a[1]).slice(0, 8))
+      console.log(`  ${f((100 * n) / samples, 1).padStart(5)} %  ${w}`);
     if (profile) {
       console.log('Node CPU profile, functions by self time:');
       for (const line of selfTime(profile, 25)) console.log(`  ${line}`);
