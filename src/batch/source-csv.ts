@@ -1,8 +1,8 @@
 // CSV into items (docs/design.md, "Items in, results out, events"): the header row names the
 // columns (kept in the cursor for later pages), each record is an item keyed by its row number
-// or its key column.
+// (zero-padded, numberedKey) or its key column.
 import { checkInput } from './source-jsonl.js';
-import { SourceReadError, type ObjectCursor, type ObjectSource, type ReadSettings } from './source-page.js';
+import { numberedKey, SourceReadError, type ObjectCursor, type ObjectSource, type ReadSettings } from './source-page.js';
 import type { ItemInput } from './types.js';
 
 /**
@@ -49,7 +49,7 @@ export function csvRows(
     row++;
     const input: Record<string, string> = {};
     columns.forEach((name, i) => (input[name] = record[i]));
-    const key = s.keyColumn === undefined ? String(row) : input[s.keyColumn];
+    const key = s.keyColumn === undefined ? numberedKey(row, s.size) : input[s.keyColumn];
     if (key === '') throw new SourceReadError(`line ${line}: the key column ${JSON.stringify(s.keyColumn)} is empty`, line);
     checkInput(input, line, settings);
     items.push({ key, input });

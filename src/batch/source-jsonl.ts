@@ -2,7 +2,7 @@
 // with JSON.parse and stored as its own text when short and plain, else parsed and written
 // again; and the input-size check every source item passes (shared with source-csv.ts).
 import { INPUT_JSON, UNSTORABLE_ESCAPE, type ItemWithJson } from './items.js';
-import { SourceReadError, type ObjectCursor, type ReadSettings } from './source-page.js';
+import { numberedKey, SourceReadError, type ObjectCursor, type ReadSettings } from './source-page.js';
 
 /**
  * Throw when `input` as JSON is past the batch's input limit. `sourceBytes`, the line's own bytes
@@ -64,14 +64,16 @@ class LineItem {
 }
 
 /**
- * The lines of `chunk` (from cursor `c`) as items keyed by their line number; blank lines are
- * skipped and count no row.
+ * The lines of `chunk` (from cursor `c`) as items keyed by their line number, zero-padded to the
+ * digits of `size`, the object's bytes ({@link numberedKey}); blank lines are skipped and count
+ * no row.
  * @throws {SourceReadError} a line that is not JSON or past the input limit.
  */
 export function jsonLines(
   chunk: Buffer,
   c: ObjectCursor,
   settings: ReadSettings,
+  size: number,
 ): { items: ItemWithJson[]; row: number; columns?: string[] } {
   const items: ItemWithJson[] = [];
   let row = c.row;
@@ -99,17 +101,18 @@ export function jsonLines(
     // As it is when short and plain: written again, such a line is no longer (whitespace and
     // `\/` go, `1.0` is `1`), so it is within the input limit as the line is.
     if (lineBytes <= Math.min(AS_IS_BYTES, settings.maxInputBytes) && !REWRITE.test(text)) {
-      items.push(new LineItem(String(line), text));
+      items.push(new LineItem(numberedKey(line, size), text));
     } else {
       checkInput(input, line, settings, lineBytes);
-      items.push({ key: String(line), input });
+      items.push({ key: numberedKey(line, size), input });
     }
   }
   return { items, row };
 }
 
 /**
- * The lines of `chunk` as the JSON text a store takes, `[{"k":"<line>","i":<value>}, …]`, built
+ * The lines of `chunk` as the JSON text a store takes, `[{"k":"<key>","i":<value>}, …]` (keys as
+ * {@link jsonLines} gives them, for an object of `size` bytes), built
  * in one buffer: each line is checked with JSON.parse as {@link jsonLines} checks it, then its
  * own bytes are copied (short and plain) or its value is written again. The strings and values
  * of a line die with it.
@@ -120,10 +123,12 @@ export function jsonLinesText(
   c: ObjectCursor,
   settings: ReadSettings,
   lines: number,
+  size: number,
 ): { text: string; count: number; row: number } {
-  // Room for every line as it is and its `{"k":"<line>","i":…}`, so the buffer grows only for
+  // Room for every line as it is and its `{"k":"<key>","i":…}`, so the buffer grows only for
   // lines written again longer than they were.
-  let out = Buffer.allocUnsafe(chunk.length + (lines + 1) * (String(c.line + lines + 1).length + 12) + 2);
+  const keyChars = Math.max(String(size).length, String(c.line + lines + 1).length);
+  let out = Buffer.allocUnsafe(chunk.length + (lines + 1) * (keyChars + 12) + 2);
   let at = 0;
   const put = (b: Buffer | string) => {
     const n = typeof b === 'string' ? Buffer.byteLength(b) : b.length;
@@ -156,7 +161,8 @@ export function jsonLinesText(
       throw new SourceReadError(`line ${line} is not JSON: ${(e as Error).message}`, line);
     }
     row++;
-    put(count === 0 ? `{"k":"${line}","i":` : `,{"k":"${line}","i":`);
+    const key = numberedKey(line, size);
+    put(count === 0 ? `{"k":"${key}","i":` : `,{"k":"${key}","i":`);
     count++;
     // As it is when short and plain (see jsonLines).
     if (end - from <= Math.min(AS_IS_BYTES, settings.maxInputBytes) && !REWRITE.test(text)) {

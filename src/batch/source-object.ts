@@ -87,12 +87,12 @@ export async function readRange(
       line: c.line + countLines(chunk) + (atEnd && chunk.length > 0 && chunk[chunk.length - 1] !== 0x0a ? 1 : 0),
     };
     if (s.format === 'jsonl' && settings.asJson) {
-      const { text, count, row } = jsonLinesText(chunk, c, settings, next.line - c.line);
+      const { text, count, row } = jsonLinesText(chunk, c, settings, next.line - c.line, s.size);
       return { items: [], cursor: { ...next, row }, done: atEnd, json: { text, count } };
     }
     const parsed =
       s.format === 'jsonl'
-        ? jsonLines(chunk, c, settings)
+        ? jsonLines(chunk, c, settings, s.size)
         : csvRows((await import('csv-parse/sync')).parse, chunk, c, s, settings);
     return {
       items: parsed.items,

@@ -19,6 +19,18 @@ export class SourceReadError extends Error {
   }
 }
 
+/**
+ * The key of an object source's item numbered `n` (a JSON Lines line, a CSV data row, 1-based):
+ * `n` in decimal, zero-padded to as many digits as `size` (the object's bytes) has, so the
+ * items of one batch have keys of one width and their key order, the order of its item pages,
+ * results and claims, is the object's order (docs/api.md, "source"). No number is wider: a
+ * line numbered `n` that holds an item follows `n - 1` line ends and has a byte of its own, and
+ * a data row follows its header, so `n <= size`. A 1,091-byte object's keys run `0001`, `0002`, ….
+ */
+export function numberedKey(n: number, size: number): string {
+  return String(n).padStart(String(size).length, '0');
+}
+
 /** Settings of reading. */
 export interface ReadSettings {
   /** Largest JSON input of one item, bytes (`LEASEHOLD_MAX_INPUT_BYTES`, 65,536). */

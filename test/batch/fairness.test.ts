@@ -1,6 +1,7 @@
 // Tenant fairness (docs/design.md, "Tenant fairness"): which batch a takeover chooses, per-tenant
 // limits under concurrent takeovers, priorities within a tenant, and time slices.
-import { afterEach, describe, expect, it } from 'vitest';
+import { randomUUID } from 'node:crypto';
+import { afterEach, describe, expect, it, onTestFinished } from 'vitest';
 import {
   Runner,
   cancelBatch,
@@ -67,6 +68,64 @@ describe('choosing the next batch', () => {
     expect(taken.map((b) => b.id)).toEqual([b3.id, s1.id, b1.id, b2.id]);
     expect(await runner.takeOver(() => hold)).toBeUndefined();
     expect(await getTenant(db.sql, big)).toMatchObject({ running: 3, waiting: 0 });
+    gate.resolve();
+    await runner.close();
+  });
+
+  it('never passes over the tenant running the fewest for one running more while another statement holds its row; one running as few may be taken', async () => {
+    await cancelAllOpen();
+    const big = tenant('big');
+    const small = tenant('small');
+    // Sorts after small, so it is taken only in small's place.
+    const tie = tenant('tie');
+    const gate = deferred();
+    const hold: Executor = { work: () => gate.promise };
+    const runner = new Runner(pool(2), { beatMs: 1_000, staleMs: 10_000 });
+    // big runs two batches and has a third waiting; small runs none and has one waiting.
+    for (let i = 0; i < 2; i++) {
+      const b = (await createBatch(db.sql, newBatch(1, { tenant: big }))).batch;
+      expect((await runner.takeOver(() => hold, b.id))?.id).toBe(b.id);
+    }
+    const waitingBig = (await createBatch(db.sql, newBatch(1, { tenant: big }))).batch;
+    const waitingSmall = (await createBatch(db.sql, newBatch(1, { tenant: small }))).batch;
+
+    // Another statement holds small's tenant row, as a racing takeover of small's batch does for
+    // its statement: a real open transaction, whose lock a NOWAIT lock of the row runs into.
+    const locked = deferred();
+    const release = deferred();
+    const holder = pool(1).begin(async (t) => {
+      await t`select 1 from leasehold_tenants where tenant = ${small} for update`;
+      locked.resolve();
+      await release.promise;
+    });
+    await locked.promise;
+    // Let go whatever the checks below find (a failed one must not leave the row held).
+    onTestFinished(async () => {
+      release.resolve();
+      await holder;
+    });
+    await expect(db.sql`select 1 from leasehold_tenants where tenant = ${small} for update nowait`).rejects.toMatchObject({
+      code: '55P03',
+    });
+    const args = () => ({ run: randomUUID(), process: randomUUID(), staleMs: 10_000, maxRunning: q.NO_LIMIT });
+    // One statement: nothing rather than big's waiting batch (big runs 2, small none), and the
+    // runner is told to look again.
+    expect((await q.takeOver(db.sql, args()))?.id).toBeUndefined();
+    expect(await q.takeoverMayFind(db.sql, { maxRunning: q.NO_LIMIT })).toBe(true);
+    expect(await getBatch(db.sql, waitingBig.id)).toMatchObject({ ownerProcess: null, runs: 0 });
+    // A tenant running as few (none) is taken in small's place.
+    const tied = (await createBatch(db.sql, newBatch(1, { tenant: tie }))).batch;
+    const tiedRun = args();
+    expect((await q.takeOver(db.sql, tiedRun))?.id).toBe(tied.id);
+    expect(await q.handBack(db.sql, tied.id, tiedRun.run)).toBe(true);
+    await cancelBatch(db.sql, tied.id);
+
+    // A runner's takeover tries again while the row is held, and takes small's batch once it is let go.
+    const taking = runner.takeOver(() => hold);
+    await sleep(50);
+    release.resolve();
+    await holder;
+    expect((await taking)?.id).toBe(waitingSmall.id);
     gate.resolve();
     await runner.close();
   });

@@ -366,7 +366,7 @@ describe('an end racing a join', () => {
   const joinWaiting = async () =>
     (
       await db.sql`select 1 from pg_stat_activity
-        where wait_event = 'PgSleep' and query like 'with tenant as materialized%' and datname = current_database()
+        where wait_event = 'PgSleep' and query like 'with fewest as materialized%' and datname = current_database()
           and pid <> pg_backend_pid()`
     ).length > 0;
 

@@ -28,7 +28,10 @@ export type TakenBatch = BatchInfo & {
 // - else a stale run of any batch (beat older than staleMs, database clock): the slot is its own;
 // - else a batch below its target of the tenant running the fewest runs, below its limit
 //   (`max_running`, else `maxRunning`), longest unchanged first among equals; within the tenant,
-//   highest priority, then oldest.
+//   highest priority, then oldest. A tenant whose row another statement holds is skipped only
+//   for one running as few runs (`fewest`, read first without a lock); when every such tenant is
+//   held, nothing is taken and the runner tries again (takeoverMayFind), never a tenant running
+//   more.
 // Every row the choice may change is locked with skip locked (a tenant row, then its batch row;
 // a stale run row with its batch row), so nothing here waits for a lock, and a takeover never
 // deadlocks with a handoff, cancel or finish (which lock run rows, then the batch, then the
@@ -59,12 +62,21 @@ export function takeOverStatement(sql: Sql, a: TakeOverArgs) {
   const sent = a.batchId ?? null;
   const only = a.batchId !== undefined && !a.orFairer;
   const stale = sql`now() - make_interval(secs => ${a.staleMs / 1000})`;
-  return sql`with tenant as materialized (
-      select t.tenant, t.running from leasehold_tenants t
-      where t.wanting > 0 and t.running < coalesce(t.max_running, ${a.maxRunning})
+  const eligible = sql`t.wanting > 0 and t.running < coalesce(t.max_running, ${a.maxRunning})
         and exists (select 1 from leasehold_batches w
                     where w.tenant = t.tenant and w.status = 'open' and w.live_runs < w.target
-                      and w.id::text not in (select jsonb_array_elements_text(${skip})))
+                      and w.id::text not in (select jsonb_array_elements_text(${skip})))`;
+  // The fewest runs any eligible tenant runs, read without a lock: the tenant taken below runs
+  // no more. Skipping a locked row alone let a takeover racing another one (which holds the
+  // fairest tenant's row for its statement) take a tenant running more runs instead.
+  return sql`with fewest as materialized (
+      select t.running from leasehold_tenants t
+      where ${eligible}
+      order by t.running, t.served_at nulls first, t.tenant
+      limit 1
+    ), tenant as materialized (
+      select t.tenant, t.running from leasehold_tenants t
+      where ${eligible} and t.running <= (select running from fewest)
       order by t.running, t.served_at nulls first, t.tenant
       limit 1
       for update of t skip locked
@@ -106,7 +118,7 @@ export function takeOverStatement(sql: Sql, a: TakeOverArgs) {
     ), pick as (
       select id, dead, 0 as o from sent_stale
       union all select id, null::uuid, 1 from sent_free
-        where ${only} or not exists (select 1 from fair where fair.running < sent_free.running)
+        where ${only} or not exists (select 1 from fewest where fewest.running < sent_free.running)
       union all select id, dead, 2 from stale where not ${only}
       union all select id, null::uuid, 3 from fair where not ${only}
       order by o
