@@ -55,6 +55,7 @@ export {
   type ReserveWorkers,
   type SendWorkersOptions,
   type WorkerEvent,
+  type WorkerSender,
   type WorkerSending,
 } from './dispatch.js';
 export {
