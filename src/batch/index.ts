@@ -30,7 +30,6 @@ export {
   checkMaxConcurrency,
   checkItemTimeout,
   isUuid,
-  DEFAULT_MAX_OPEN,
   checkToleratedFailures,
   checkNotify,
   MAX_TOLERATED_COUNT,
@@ -67,6 +66,7 @@ export {
   type StartResult,
   type StartSettings,
 } from './start.js';
+export { BATCH_DEFAULTS } from './defaults.js';
 export { DEFAULT_START_LIMITS, MAX_KEY_BYTES, type StartLimits } from './items.js';
 export {
   Runner,
