@@ -1,5 +1,5 @@
 // What the API's routes need, built once per container by the runtime.
-import type { Dispatcher, StartSettings } from '../batch/index.js';
+import type { StartSettings, WorkerSender } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
 import type { Log } from '../log.js';
 import type { Sql } from '../store/index.js';
@@ -26,20 +26,18 @@ export interface ApiDeps {
      */
     retention?: { retentionDays: number };
     /**
-     * The worker limit (`LEASEHOLD_MAX_WORKERS`) and the confirmation window of an invocation,
-     * ms: a start or a raised `maxConcurrency` sends workers reserved under the limit
-     * (docs/design.md, "Fan-out"). Defaults: no limit, 30,000.
-     */
-    maxWorkers?: number;
-    invocationPendingMs?: number;
-    /**
      * The key webhooks are signed with (`LEASEHOLD_WEBHOOK_SECRET`): a start with `notify` is
      * refused (400) without one (docs/design.md, "Events").
      */
     events?: { webhookSecret: string | undefined };
   };
-  /** Sends a new batch to a worker at once. */
-  dispatcher: Dispatcher;
+  /**
+   * Sends workers to batches under the worker limit (the runtime's `WorkerDispatcher`, which
+   * binds `LEASEHOLD_MAX_WORKERS` and the confirmation window of an invocation): a start, a
+   * redrive, a raised `maxConcurrency` and a cancel's waiting batches ask it for N workers
+   * (docs/design.md, "Fan-out").
+   */
+  workers: WorkerSender;
   /** Structured log of the invocation (`silentLog` to drop lines). */
   log: Log;
   /**

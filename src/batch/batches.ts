@@ -1,10 +1,10 @@
 import type { Sql } from '../store/index.js';
 import { BatchFinishedError, BatchNotFoundError, BatchTooLargeError, InvalidBatchError, TooManyBatchesError } from './errors.js';
+import { BATCH_DEFAULTS } from './defaults.js';
 import { DEFAULT_START_LIMITS, insertItems, readItems, type StartLimits } from './items.js';
 import * as q from './sql/index.js';
 import { MAX_RATE_PER_SECOND, MIN_RATE_PER_SECOND, validRate } from './rate.js';
 import {
-  DEFAULT_PRIORITY,
   MAX_CONCURRENCY,
   MAX_ITEM_TIMEOUT_MS,
   MAX_PRIORITY,
@@ -50,14 +50,11 @@ export function checkToleratedFailures(t: ToleratedFailures | null | undefined):
 
 /** Options of {@link createBatch}. */
 export interface CreateOptions {
-  /** Most unfinished batches one (tenant, datasource) may have. Default 4. */
+  /** Most unfinished batches one (tenant, datasource) may have. Default `BATCH_DEFAULTS.maxOpen` (4). */
   maxOpen?: number;
   /** What one start may hold; each unset field takes its {@link DEFAULT_START_LIMITS} value. */
   limits?: Partial<StartLimits>;
 }
-
-/** Default of {@link CreateOptions.maxOpen}. */
-export const DEFAULT_MAX_OPEN = 4;
 
 /**
  * Check a start's `notify`: `{ url }` with an absolute http(s) URL of at most 2,048 characters
@@ -115,10 +112,10 @@ export async function createBatch(
 ): Promise<{ batch: BatchInfo; created: boolean }> {
   checkToleratedFailures(batch.toleratedFailures);
   checkNotify(batch.notify);
-  const maxOpen = options.maxOpen ?? DEFAULT_MAX_OPEN;
+  const maxOpen = options.maxOpen ?? BATCH_DEFAULTS.maxOpen;
   const limits: StartLimits = { ...DEFAULT_START_LIMITS, ...options.limits };
-  const priority = batch.priority ?? DEFAULT_PRIORITY;
-  const maxConcurrency = batch.maxConcurrency ?? 1;
+  const priority = batch.priority ?? BATCH_DEFAULTS.priority;
+  const maxConcurrency = batch.maxConcurrency ?? BATCH_DEFAULTS.maxConcurrency;
   checkMaxConcurrency(maxConcurrency);
   if (batch.timeoutMs != null) checkItemTimeout(batch.timeoutMs);
   if (batch.ratePerSecond != null) checkRatePerSecond(batch.ratePerSecond);
@@ -189,12 +186,12 @@ export async function findBatchByKey(sql: Sql, tenant: string, requestKey: strin
   return id ? q.getBatch(sql, id) : undefined;
 }
 
-/** List batches, newest first. `limit` defaults to 100. */
+/** List batches, newest first. `limit` defaults to `BATCH_DEFAULTS.listLimit` (100). */
 export async function listBatches(
   sql: Sql,
   filter: { tenant?: string; status?: BatchStatus; limit?: number } = {},
 ): Promise<BatchInfo[]> {
-  return q.listBatches(sql, { ...filter, limit: filter.limit ?? 100 });
+  return q.listBatches(sql, { ...filter, limit: filter.limit ?? BATCH_DEFAULTS.listLimit });
 }
 
 /**
@@ -219,7 +216,7 @@ export async function* batchResults(sql: Sql, id: string): AsyncGenerator<ItemRe
 }
 
 /**
- * One page of a batch's items in key order: up to `limit` (default 1,000) items with a key
+ * One page of a batch's items in key order: up to `limit` (default `BATCH_DEFAULTS.pageLimit`, 1,000) items with a key
  * after `after`, only those in `state` when given; `next` is the `after` of the following page,
  * or null on the last one.
  * @throws {BatchNotFoundError} unknown id.
@@ -231,7 +228,7 @@ export async function itemsPage(
 ): Promise<{ items: ItemResult[]; next: string | null }> {
   // Only whether it exists: counting an open batch's items for every page would read them all.
   if (!isUuid(id) || !(await q.batchPlace(sql, id))) throw new BatchNotFoundError(id);
-  const limit = page.limit ?? 1000;
+  const limit = page.limit ?? BATCH_DEFAULTS.pageLimit;
   const items = await q.itemsPage(sql, id, { after: page.after, limit, state: page.state });
   return { items, next: items.length === limit ? items[items.length - 1].key : null };
 }
@@ -252,10 +249,10 @@ export function countOpenBatches(sql: Sql): Promise<number> {
 /**
  * Mark and return open batches that need workers, each id once per worker it needs: runs
  * below its target (never started, handed off, or runs that left), within its tenant's limit of
- * runs (its own, else `maxRunning`; default no limit), plus one per stale run (beat older than
+ * runs (its own, else `maxRunning`; default `BATCH_DEFAULTS.maxRunning`, no limit), plus one per stale run (beat older than
  * `staleMs`, database clock). A batch dispatched within `cooldownMs` that no run has joined
  * since is skipped, so overlapping callers never dispatch it twice (docs/design.md, "Fan-out"
- * and "Tenant fairness"). `limit` (default 100) bounds the batches, not the workers.
+ * and "Tenant fairness"). `limit` (default `BATCH_DEFAULTS.dispatchLimit`, 100) bounds the batches, not the workers.
  */
 export async function claimDispatch(
   sql: Sql,
@@ -263,8 +260,8 @@ export async function claimDispatch(
 ): Promise<string[]> {
   const rows = await q.claimDispatch(sql, {
     ...options,
-    limit: options.limit ?? 100,
-    maxRunning: options.maxRunning ?? q.NO_LIMIT,
+    limit: options.limit ?? BATCH_DEFAULTS.dispatchLimit,
+    maxRunning: options.maxRunning ?? BATCH_DEFAULTS.maxRunning,
   });
   return rows.flatMap((r) => Array.from({ length: r.workers }, () => r.id));
 }

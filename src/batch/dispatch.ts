@@ -44,6 +44,24 @@ export interface WorkerSending {
   reserve: ReserveWorkers;
 }
 
+/**
+ * Sends workers to open batches under the worker limit (docs/design.md, "Fan-out"): the one home
+ * of reserving them, which the runtime's `WorkerDispatcher` is. The API and the scheduler ask it
+ * for N workers; a start takes its `dispatcher` and `reserve` (see `StartDeps`).
+ */
+export interface WorkerSender {
+  /** Sends each reserved worker (the Lambda Invoke API; locally the invoke endpoint). */
+  readonly dispatcher: Dispatcher;
+  /** Reserves workers under the worker limit: see {@link ReserveWorkers}. */
+  readonly reserve: ReserveWorkers;
+  /**
+   * Send up to `n` workers to the open batch `batchId` (see {@link sendWorkers}): how many were
+   * sent, those past the limit left to the scheduler.
+   * @throws the store's or the dispatcher's first error.
+   */
+  send(batchId: string, n: number, options?: SendWorkersOptions): Promise<number>;
+}
+
 /** How {@link sendWorkers} sends. */
 export interface SendWorkersOptions {
   /** The chain a continuation's process continues (see `WorkerEvent.chain`). Default none. */

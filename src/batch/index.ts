@@ -30,7 +30,6 @@ export {
   checkMaxConcurrency,
   checkItemTimeout,
   isUuid,
-  DEFAULT_MAX_OPEN,
   checkToleratedFailures,
   checkNotify,
   MAX_TOLERATED_COUNT,
@@ -55,6 +54,7 @@ export {
   type ReserveWorkers,
   type SendWorkersOptions,
   type WorkerEvent,
+  type WorkerSender,
   type WorkerSending,
 } from './dispatch.js';
 export {
@@ -66,6 +66,7 @@ export {
   type StartResult,
   type StartSettings,
 } from './start.js';
+export { BATCH_DEFAULTS } from './defaults.js';
 export { DEFAULT_START_LIMITS, MAX_KEY_BYTES, type StartLimits } from './items.js';
 export {
   Runner,

@@ -3,7 +3,8 @@
 // datasource lock (as a start does) and then the batch row lock (as a takeover, finish or cancel
 // does), so it is ordered against each of them and leaves one consistent state.
 import type { Sql } from '../store/index.js';
-import { DEFAULT_MAX_OPEN, getBatch, isUuid } from './batches.js';
+import { getBatch, isUuid } from './batches.js';
+import { BATCH_DEFAULTS } from './defaults.js';
 import {
   BatchCancelledError,
   BatchExpiredError,
@@ -19,7 +20,7 @@ import type { BatchInfo } from './types.js';
 
 /** Options of {@link redriveBatch}. */
 export interface RedriveOptions {
-  /** Most unfinished batches one (tenant, datasource) may have, as for a start. Default {@link DEFAULT_MAX_OPEN} (4). */
+  /** Most unfinished batches one (tenant, datasource) may have, as for a start. Default `BATCH_DEFAULTS.maxOpen` (4). */
   maxOpen?: number;
   /**
    * Idempotency key: the first redrive of the batch with this key is done, every later one
@@ -77,7 +78,7 @@ export interface RedriveResult {
  * @throws {TooManyBatchesError} its datasource already has `maxOpen` open batches.
  */
 export async function redriveBatch(sql: Sql, id: string, options: RedriveOptions = {}): Promise<RedriveResult> {
-  const maxOpen = options.maxOpen ?? DEFAULT_MAX_OPEN;
+  const maxOpen = options.maxOpen ?? BATCH_DEFAULTS.maxOpen;
   const key = options.idempotencyKey ?? null;
   if (!isUuid(id)) throw new BatchNotFoundError(id);
   const outcome = await sql.begin(async (tx) => {

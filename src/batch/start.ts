@@ -4,10 +4,11 @@
 import { randomUUID } from 'node:crypto';
 import type { Sql } from '../store/index.js';
 import { checkItemTimeout, createBatch, findBatchByKey } from './batches.js';
+import { BATCH_DEFAULTS } from './defaults.js';
 import { InvalidBatchError } from './errors.js';
 import { sendWorkers, type Dispatcher, type ReserveWorkers } from './dispatch.js';
 import type { StartLimits } from './items.js';
-import { MAX_ITEM_TIMEOUT_MS, type BatchInfo, type ItemSource, type ToleratedFailures } from './types.js';
+import { type BatchInfo, type ItemSource, type ToleratedFailures } from './types.js';
 import type { S3Client } from '@aws-sdk/client-s3';
 import { s3Client } from './s3.js';
 import { checkResults, checkSource, type BatchSource, type ResultsTarget } from './source.js';
@@ -28,13 +29,14 @@ export interface BatchExpander {
 }
 
 /**
- * The settings a start reads: `maxOpen` (open batches per datasource, default 4) and the start
+ * The settings a start reads: `maxOpen` (open batches per datasource, default
+ * `BATCH_DEFAULTS.maxOpen`, 4) and the start
  * limits `maxItems`, `maxInputBytes`, `maxTotalBytes` (each unset one keeps the library's
  * default, `DEFAULT_START_LIMITS`).
  */
 export interface StartSettings {
   maxOpen?: number;
-  /** `maxConcurrency` of a start that names none (`LEASEHOLD_BATCH_CONCURRENCY`); default 1. */
+  /** `maxConcurrency` of a start that names none (`LEASEHOLD_BATCH_CONCURRENCY`); default `BATCH_DEFAULTS.maxConcurrency` (1). */
   batchConcurrency?: number;
   maxItems?: number;
   maxInputBytes?: number;
@@ -42,7 +44,7 @@ export interface StartSettings {
   /**
    * Longest item timeout a start may set, ms: what one worker invocation can give an item (its
    * Lambda timeout less the deadline margin; docs/design.md, "Item timeouts"). Default
-   * {@link MAX_ITEM_TIMEOUT_MS}.
+   * `BATCH_DEFAULTS.itemTimeoutLimitMs` (`MAX_ITEM_TIMEOUT_MS`, 900,000).
    */
   itemTimeoutLimitMs?: number;
 }
@@ -66,6 +68,9 @@ export interface StartDeps {
   s3?: () => S3Client;
 }
 
+/** The reservation of a start without `StartDeps.reserve`: every worker asked for, with no invocation id. */
+const reserveAll: ReserveWorkers = async (batchIds) => batchIds.map((batchId) => ({ batchId }));
+
 /** What to start. */
 export interface StartRequest {
   tenant: string;
@@ -76,9 +81,12 @@ export interface StartRequest {
   requestKey?: string;
   /** Failed items the batch tolerates (docs/design.md, "Batches": "End"); null or absent: none. */
   toleratedFailures?: ToleratedFailures | null;
-  /** Order among the tenant's own batches, 0..9 (docs/design.md, "Tenant fairness"); default 5. */
+  /** Order among the tenant's own batches, 0..9 (docs/design.md, "Tenant fairness"); default `BATCH_DEFAULTS.priority` (5). */
   priority?: number;
-  /** Most runs at once, 1..10,000 (docs/design.md, "Fan-out"); default `config.batchConcurrency`, else 1. */
+  /**
+   * Most runs at once, 1..10,000 (docs/design.md, "Fan-out"); default `config.batchConcurrency`, else
+   * `BATCH_DEFAULTS.maxConcurrency` (1).
+   */
   maxConcurrency?: number;
   /**
    * Most time one attempt of an item may take, ms (docs/design.md, "Item timeouts"); wins over
@@ -139,7 +147,7 @@ export async function startBatch(deps: StartDeps, req: StartRequest): Promise<St
     const existing = await findBatchByKey(deps.sql, req.tenant, req.requestKey);
     if (existing) return { batch: existing, created: false };
   }
-  const limitMs = deps.config.itemTimeoutLimitMs ?? MAX_ITEM_TIMEOUT_MS;
+  const limitMs = deps.config.itemTimeoutLimitMs ?? BATCH_DEFAULTS.itemTimeoutLimitMs;
   const why = 'one worker invocation can give an item';
   if (req.timeoutMs !== undefined) checkItemTimeout(req.timeoutMs, limitMs, why);
   // Refused before anything is stored when S3 can tell what is wrong (no such bucket or key,
@@ -171,19 +179,20 @@ export async function startBatch(deps: StartDeps, req: StartRequest): Promise<St
       items: expanded.items,
       toleratedFailures: req.toleratedFailures,
       priority: req.priority,
-      maxConcurrency: req.maxConcurrency ?? deps.config.batchConcurrency ?? 1,
-      timeoutMs: req.timeoutMs ?? null,
-      ratePerSecond: req.rateLimit?.perSecond ?? null,
-      notify: req.notify ?? null,
-      source: stored ?? null,
-      results: req.results ?? null,
+      maxConcurrency: req.maxConcurrency ?? deps.config.batchConcurrency ?? BATCH_DEFAULTS.maxConcurrency,
+      // Absent and null both mean none to createBatch.
+      timeoutMs: req.timeoutMs,
+      ratePerSecond: req.rateLimit?.perSecond,
+      notify: req.notify,
+      source: stored,
+      results: req.results,
     },
     { maxOpen: deps.config.maxOpen, limits: startLimits(deps.config) },
   );
   if (!created || !deps.dispatcher) return { batch, created };
   try {
     // Its target's workers at once (docs/design.md, "Fan-out"), as many as the worker limit lets.
-    const reserve = deps.reserve ?? (async (ids: string[]) => ids.map((batchId) => ({ batchId })));
+    const reserve = deps.reserve ?? reserveAll;
     await sendWorkers({ sql: deps.sql, dispatcher: deps.dispatcher, reserve }, batch.id, batch.target);
     return { batch, created };
   } catch (dispatchError) {

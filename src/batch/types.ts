@@ -42,13 +42,13 @@ export interface NewBatch {
   toleratedFailures?: ToleratedFailures | null;
   /**
    * 0 (lowest) to 9 (highest); orders the batches of its tenant only, never across tenants
-   * (docs/design.md, "Tenant fairness"). Default {@link DEFAULT_PRIORITY}.
+   * (docs/design.md, "Tenant fairness"). Default `BATCH_DEFAULTS.priority` (5).
    */
   priority?: number;
   /**
    * Most runs that work the batch at once, 1 to {@link MAX_CONCURRENCY} (docs/design.md,
-   * "Fan-out"); changeable while it runs (`setMaxConcurrency`). Default 1 here; the runtime's
-   * default is `LEASEHOLD_BATCH_CONCURRENCY`.
+   * "Fan-out"); changeable while it runs (`setMaxConcurrency`). Default `BATCH_DEFAULTS.maxConcurrency`
+   * (1) here; the runtime's default is `LEASEHOLD_BATCH_CONCURRENCY`.
    */
   maxConcurrency?: number;
   /**
@@ -99,8 +99,6 @@ export interface RunInfo {
   itemsPerSecond: number;
 }
 
-/** Priority of a batch started without one. */
-export const DEFAULT_PRIORITY = 5;
 /** Highest priority a batch may have (the lowest is 0). */
 export const MAX_PRIORITY = 9;
 

@@ -2,7 +2,7 @@ import { delimiter } from 'node:path';
 import { tmpdir } from 'node:os';
 import * as z from 'zod';
 import {
-  DEFAULT_MAX_OPEN,
+  BATCH_DEFAULTS,
   DEFAULT_START_LIMITS,
   MAX_CONCURRENCY,
   RETENTION_DEFAULTS,
@@ -68,7 +68,7 @@ const schema = {
   LEASEHOLD_MAX_OUTPUT_BYTES: int(1).max(67_108_864).default(RUNNER_DEFAULTS.maxOutputBytes),
   LEASEHOLD_MAX_STALLED_RUNS: int(1).default(RUNNER_DEFAULTS.maxStalledRuns),
   LEASEHOLD_STORE_TIMEOUT_MS: int(100).default(RUNNER_DEFAULTS.storeTimeoutMs),
-  LEASEHOLD_MAX_OPEN: int(1).default(DEFAULT_MAX_OPEN),
+  LEASEHOLD_MAX_OPEN: int(1).default(BATCH_DEFAULTS.maxOpen),
   LEASEHOLD_MAX_RUNNING: int(0).optional(),
   LEASEHOLD_SLICE_MS: int(10).default(RUNNER_DEFAULTS.sliceMs),
   LEASEHOLD_MAX_ITEMS: int(1).default(DEFAULT_START_LIMITS.maxItems),
@@ -95,7 +95,7 @@ const schema = {
   LEASEHOLD_UNIT_MAX_QUARANTINE_MS: int(1_000).max(2_592_000_000).default(LEASE_DEFAULTS.maxQuarantineMs),
   LEASEHOLD_INVOKE_CAP: int(0).default(10),
   LEASEHOLD_MAX_WORKERS: int(1).optional(),
-  LEASEHOLD_BATCH_CONCURRENCY: int(1).max(MAX_CONCURRENCY).default(1),
+  LEASEHOLD_BATCH_CONCURRENCY: int(1).max(MAX_CONCURRENCY).default(BATCH_DEFAULTS.maxConcurrency),
   LEASEHOLD_INVOCATION_PENDING_MS: int(1000).default(30_000),
   LEASEHOLD_RETENTION_DAYS: int(0).max(36_500).default(RETENTION_DEFAULTS.retentionDays),
   LEASEHOLD_RETENTION_CHUNK_ROWS: int(100).max(100_000).default(RETENTION_DEFAULTS.chunkRows),

@@ -1,5 +1,12 @@
 import type { LambdaClient } from '@aws-sdk/client-lambda';
-import { sendWorkers, undispatch, type Dispatcher, type SendWorkersOptions, type WorkerEvent } from '../batch/index.js';
+import {
+  sendWorkers,
+  undispatch,
+  type Dispatcher,
+  type SendWorkersOptions,
+  type WorkerEvent,
+  type WorkerSender,
+} from '../batch/index.js';
 import { planInvocations, reserveInvocations, type BatchInvocation, type InvocationPlan } from '../lease/index.js';
 import type { Sql } from '../store/index.js';
 import type { Config } from './config.js';
@@ -44,7 +51,7 @@ export interface FleetSent {
  * workers plus invocations on their way never exceed it (invariant 8); then it is invoked
  * through `dispatcher`. Callers ask for N workers and get those that fit.
  */
-export class WorkerDispatcher {
+export class WorkerDispatcher implements WorkerSender {
   /** Reserves workers under the limit (see {@link workerReserver}); a start's `reserve`. */
   readonly reserve: (batchIds: string[]) => Promise<BatchInvocation[]>;
 

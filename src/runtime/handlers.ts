@@ -12,6 +12,7 @@ import { checkSchema, SchemaMismatchError, type Migration, type RuntimeRoleResul
 import { loadConfig, ConfigError, type Config } from './config.js';
 import { openDatabase, retryRefusedConnection } from './db.js';
 import type { RuntimeDeps } from './deps.js';
+import { WorkerDispatcher } from './dispatch.js';
 import type { Dispatcher, WorkerEvent } from '../batch/index.js';
 import { recordFleetBalance, recordRetention, recordRuns, workerMetricHooks, type RuntimeMetrics } from './metrics.js';
 import { invocationOf } from './middleware.js';
@@ -120,7 +121,7 @@ export async function apiInvocation(
   const result = await handleApi(event, {
     ...deps,
     log,
-    dispatcher: counting(deps.dispatcher, metrics),
+    workers: new WorkerDispatcher(deps.sql, counting(deps.dispatcher, metrics), deps.config),
     sendEvents: (batchId) => deps.sendEvents(log, { batchId, budgetMs: 5_000 }),
   });
   if ((result.statusCode ?? 200) >= 500) metrics.count('ServerErrors');

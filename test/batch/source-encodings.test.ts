@@ -7,10 +7,11 @@
 import { randomBytes } from 'node:crypto';
 import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { getBatch, redriveBatch, Runner, startBatch, type BatchInfo, type BatchSource } from '../../src/batch/index.js';
+import { getBatch, redriveBatch, type BatchInfo, type BatchSource } from '../../src/batch/index.js';
 import { useTestDatabase } from '../support/db-hooks.js';
+import { runUntilEnd } from '../support/runners.js';
 import { localS3, type LocalS3 } from '../support/s3.js';
-import { waitFor } from '../support/waits.js';
+import { startSourceBatch } from '../support/source-batch.js';
 
 const db = useTestDatabase();
 let s3: LocalS3;
@@ -24,40 +25,34 @@ afterAll(async () => {
   await s3?.close();
 });
 
-const jobs = {
-  expand: () => Promise.reject(new Error('a source batch is never expanded')),
-  parseParams: (_j: string, p: unknown) => Promise.resolve({ params: p }),
-};
-
 /** Start a batch over `source`, run it with one runner, and answer it once it ended. */
 async function runToEnd(source: BatchSource, rangeBytes?: number): Promise<{ batch: BatchInfo; storeErrors: number }> {
   seq += 1;
-  const { batch } = await startBatch(
-    { sql: db.sql, jobs, config: {}, s3: () => s3.client },
-    { tenant: 'enc', datasource: `ds${seq}`, job: 'echo', params: {}, requestKey: `enc-${seq}`, source },
-  );
-  let storeErrors = 0;
-  const runner = new Runner(db.sql, {
-    parallel: 4,
-    beatMs: 200,
-    staleMs: 2_000,
-    backoffMs: 0,
-    s3: () => s3.client,
-    ...(rangeBytes === undefined ? {} : { sourceRangeBytes: rangeBytes }),
-    onEvent: (e) => {
-      if (e.type === 'store-error') storeErrors++;
-    },
+  const { batch } = await startSourceBatch(db.sql, s3.client, {
+    tenant: 'enc',
+    datasource: `ds${seq}`,
+    job: 'echo',
+    params: {},
+    requestKey: `enc-${seq}`,
+    source,
   });
-  try {
-    runner.watch(() => ({ work: async (item) => item.input }), 50);
-    await waitFor('the batch to end', async () => (await getBatch(db.sql, batch.id)).status !== 'open', {
-      timeoutMs: 30_000,
-      everyMs: 100,
-    });
-  } finally {
-    await runner.close();
-  }
-  return { batch: await getBatch(db.sql, batch.id), storeErrors };
+  let storeErrors = 0;
+  const ended = await runUntilEnd(db.sql, batch.id, () => ({ work: async (item) => item.input }), {
+    runner: {
+      parallel: 4,
+      beatMs: 200,
+      staleMs: 2_000,
+      backoffMs: 0,
+      s3: () => s3.client,
+      ...(rangeBytes === undefined ? {} : { sourceRangeBytes: rangeBytes }),
+      onEvent: (e) => {
+        if (e.type === 'store-error') storeErrors++;
+      },
+    },
+    watchMs: 50,
+    timeoutMs: 30_000,
+  });
+  return { batch: ended, storeErrors };
 }
 
 describe('a source object that is not text', () => {

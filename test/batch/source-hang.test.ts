@@ -5,10 +5,11 @@
 // against the batch's allowance now, not the one it saw when it took the batch over: a run that
 // kept the old one held its claimed items `running` for ever, beating, and claimed nothing more.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { getBatch, PermanentItemError, startBatch, type StartRequest } from '../../src/batch/index.js';
+import { PermanentItemError, type StartRequest } from '../../src/batch/index.js';
 import { useTestDatabase } from '../support/db-hooks.js';
 import { runUntilEnd } from '../support/runners.js';
 import { localS3, type LocalS3 } from '../support/s3.js';
+import { startSourceBatch } from '../support/source-batch.js';
 
 const LINES = 20_000;
 const FAILING = 300;
@@ -27,33 +28,25 @@ afterAll(async () => {
   await s3?.close();
 });
 
-const jobs = {
-  expand: () => Promise.reject(new Error('a source batch is never expanded')),
-  parseParams: (_j: string, p: unknown) => Promise.resolve({ params: p }),
-};
-
 /** Start the 20,000-line batch, work it with two runners of up to 2 runs each, and wait for its end. */
 async function runWithEarlyFailures(extra: Partial<StartRequest>) {
   seq += 1;
-  const { batch } = await startBatch(
-    { sql: db.sql, jobs, config: {}, s3: () => s3.client },
-    {
-      tenant: 'hang',
-      datasource: `ds${seq}`,
-      job: 'echo',
-      params: {},
-      requestKey: `hang-${seq}`,
-      source: { s3: { bucket: 'hang-in', key: 'lines.jsonl', format: 'jsonl' } },
-      maxConcurrency: 4,
-      ...extra,
-    },
-  );
+  const { batch } = await startSourceBatch(db.sql, s3.client, {
+    tenant: 'hang',
+    datasource: `ds${seq}`,
+    job: 'echo',
+    params: {},
+    requestKey: `hang-${seq}`,
+    source: { s3: { bucket: 'hang-in', key: 'lines.jsonl', format: 'jsonl' } },
+    maxConcurrency: 4,
+    ...extra,
+  });
   const work = async (item: { input: unknown }) => {
     const n = (item.input as { n: number }).n;
     if (n <= FAILING) throw new PermanentItemError(`line ${n} fails`);
     return { n };
   };
-  await runUntilEnd(db.sql, batch.id, () => ({ work }), {
+  const ended = await runUntilEnd(db.sql, batch.id, () => ({ work }), {
     runners: 2,
     runner: { parallel: 8, maxRuns: 2, beatMs: 200, staleMs: 2_000, backoffMs: 0, s3: () => s3.client, sourceRangeBytes: 16_384 },
     watchMs: 50,
@@ -61,7 +54,7 @@ async function runWithEarlyFailures(extra: Partial<StartRequest>) {
   });
   const states = await db.sql<{ state: string; n: number }[]>`
     select state, count(*)::int as n from leasehold_items where batch_id = ${batch.id} group by state order by state`;
-  return { batch: await getBatch(db.sql, batch.id), states: Object.fromEntries(states.map((s) => [s.state, s.n])) };
+  return { batch: ended, states: Object.fromEntries(states.map((s) => [s.state, s.n])) };
 }
 
 describe('a source batch whose first items fail at once', () => {

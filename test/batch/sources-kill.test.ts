@@ -15,7 +15,6 @@ import {
   getBatch,
   readPage,
   Runner,
-  startBatch,
   writeDueResults,
   type BatchSource,
   type SourceCursor,
@@ -23,6 +22,7 @@ import {
 } from '../../src/batch/index.js';
 import { useTestDatabase } from '../support/db-hooks.js';
 import { localS3, type LocalS3 } from '../support/s3.js';
+import { startSourceBatch } from '../support/source-batch.js';
 import { waitFor } from '../support/waits.js';
 
 const FIXTURE = fileURLToPath(new URL('./fixtures/source-runner.ts', import.meta.url));
@@ -51,16 +51,17 @@ function child(args: string[]): { proc: ChildProcess; exited: Promise<NodeJS.Sig
   return { proc, exited };
 }
 
-const jobs = {
-  expand: () => Promise.reject(new Error('never expanded')),
-  parseParams: (_j: string, p: unknown) => Promise.resolve({ params: p }),
-};
 let seq = 0;
 const start = (source: BatchSource, results?: { s3: { bucket: string; prefix: string } }) =>
-  startBatch(
-    { sql: db.sql, jobs, config: {}, s3: () => s3.client },
-    { tenant: 'kill', datasource: `d${++seq}`, job: 'noop', params: {}, requestKey: `kill-${seq}`, source, results },
-  );
+  startSourceBatch(db.sql, s3.client, {
+    tenant: 'kill',
+    datasource: `d${++seq}`,
+    job: 'noop',
+    params: {},
+    requestKey: `kill-${seq}`,
+    source,
+    results,
+  });
 
 /** The pages one uninterrupted read of `source` makes with these settings. */
 async function pagesOf(source: StoredSource, rangeBytes: number, pageObjects: number): Promise<number> {

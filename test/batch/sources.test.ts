@@ -9,7 +9,6 @@ import {
   batchEvents,
   RESULTS_MAX_TRIES,
   Runner,
-  startBatch,
   writeDueResults,
   type BatchFinishedDetail,
   type BatchInfo,
@@ -25,6 +24,7 @@ import { EventBridgePublisher, sendEvents } from '../../src/runtime/events.js';
 import { useTestDatabase } from '../support/db-hooks.js';
 import { runUntilEnd } from '../support/runners.js';
 import { localS3, type LocalS3 } from '../support/s3.js';
+import { startSourceBatch } from '../support/source-batch.js';
 import { waitFor } from '../support/waits.js';
 
 const db = useTestDatabase();
@@ -40,17 +40,17 @@ afterAll(async () => {
   await s3?.close();
 });
 
-const jobs = {
-  expand: () => Promise.reject(new Error('a source batch is never expanded')),
-  parseParams: (_j: string, p: unknown) => Promise.resolve({ params: p }),
-};
-
 function start(source: BatchSource, extra: Partial<StartRequest> = {}, client = s3.client) {
   seq += 1;
-  return startBatch(
-    { sql: db.sql, jobs, config: {}, s3: () => client },
-    { tenant: 'acme', datasource: `ds${seq}`, job: 'echo', params: {}, requestKey: `k${seq}`, source, ...extra },
-  );
+  return startSourceBatch(db.sql, client, {
+    tenant: 'acme',
+    datasource: `ds${seq}`,
+    job: 'echo',
+    params: {},
+    requestKey: `k${seq}`,
+    source,
+    ...extra,
+  });
 }
 
 /** Run batch `id` with one runner (reading settings small, so a source takes many pages) until it ends. */

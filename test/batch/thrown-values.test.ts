@@ -3,20 +3,13 @@
 // failures"). Such a value threw again at `instanceof` and in the error's description, the
 // attempt's promise rejected with nobody to handle it, its slot stayed taken, and the run beat
 // for ever over a batch that never ended. Found by an adversarial test.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createBatch, getBatch, Runner, type ItemWork } from '../../src/batch/index.js';
-import { testDatabase, type TestDatabase } from '../support/db.js';
-import { waitFor } from '../support/waits.js';
+import { describe, expect, it } from 'vitest';
+import { createBatch, type ItemWork } from '../../src/batch/index.js';
+import { useTestDatabase } from '../support/db-hooks.js';
+import { runUntilEnd } from '../support/runners.js';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 let seq = 0;
-
-beforeAll(async () => {
-  db = await testDatabase();
-}, 60_000);
-afterAll(async () => {
-  await db?.close();
-});
 
 const trapsThrow = () =>
   new Proxy(
@@ -60,21 +53,17 @@ describe('an item that throws a value that cannot be read', () => {
         if ((input as { i: number }).i < 2) throw value();
         return { ok: true };
       };
-      const runner = new Runner(db.sql, { beatMs: 150, staleMs: 1_500, parallel: 2, maxRuns: 1 });
-      try {
-        runner.watch(() => ({ work, attempts: 1 }), 50);
-        await waitFor('the batch to end', async () => (await getBatch(db.sql, batch.id)).status !== 'open', {
-          timeoutMs: 20_000,
-          everyMs: 50,
-        });
-      } finally {
-        await runner.close();
-      }
+      const ended = await runUntilEnd(db.sql, batch.id, () => ({ work, attempts: 1 }), {
+        runner: { beatMs: 150, staleMs: 1_500, parallel: 2, maxRuns: 1 },
+        watchMs: 50,
+        timeoutMs: 20_000,
+        everyMs: 50,
+      });
       const rows = await db.sql<{ key: string; state: string; error: string | null }[]>`
         select key, state, error from leasehold_items where batch_id = ${batch.id} order by key`;
       expect(rows.map((r) => r.state)).toEqual(['failed', 'failed', 'done', 'done', 'done', 'done']);
       for (const r of rows.slice(0, 2)) expect(r.error).toMatch(/cannot be read/);
-      expect((await getBatch(db.sql, batch.id)).status).toBe('failed');
+      expect(ended.status).toBe('failed');
     }, 60_000);
   }
 });

@@ -4,7 +4,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { handleApi } from '../../src/api/index.js';
 import { defaultRegistry } from '../../src/jobs/index.js';
+import { NO_WORKER_LIMIT } from '../../src/lease/index.js';
 import { isConnectionRefused, retryRefusedConnection } from '../../src/runtime/index.js';
+import { WorkerDispatcher } from '../../src/runtime/dispatch.js';
 import { connect, type Sql } from '../../src/store/index.js';
 import { silentLog } from '../../src/log.js';
 import { apiEvent } from '../support/api.js';
@@ -92,7 +94,11 @@ describe('an IAM login refused for its rate', () => {
         sql,
         jobs: defaultRegistry(),
         config: { maxOpen: 4, maxBodyBytes: 65_536 },
-        dispatcher: { invoke: async () => {} },
+        workers: new WorkerDispatcher(
+          sql,
+          { invoke: async () => {} },
+          { maxWorkers: NO_WORKER_LIMIT, invocationPendingMs: 30_000 },
+        ),
         log: silentLog,
       });
       expect(answer.statusCode).toBe(503);

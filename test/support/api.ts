@@ -11,7 +11,9 @@ import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2 } from '
 import { afterAll, beforeAll, expect } from 'vitest';
 import { handleApi, type ApiDeps } from '../../src/api/index.js';
 import { defaultRegistry, type JobRegistry } from '../../src/jobs/index.js';
+import { NO_WORKER_LIMIT } from '../../src/lease/index.js';
 import { LambdaDispatcher } from '../../src/runtime/index.js';
+import { WorkerDispatcher } from '../../src/runtime/dispatch.js';
 import type { Sql } from '../../src/store/index.js';
 import { silentLog } from '../../src/log.js';
 import { testDatabase, type TestDatabase } from './db.js';
@@ -181,7 +183,8 @@ export function apiDeps(
     sql,
     jobs: overrides.jobs ?? defaultRegistry({ allowedRoots: overrides.allowedRoots ?? [tmpdir()], maxItems: 1000 }),
     config: { maxOpen: overrides.maxOpen ?? 4, maxBodyBytes: overrides.maxBodyBytes ?? 65_536 },
-    dispatcher: endpoint.dispatcher(),
+    // The runtime's defaults: no worker limit, the confirmation window of 30 s.
+    workers: new WorkerDispatcher(sql, endpoint.dispatcher(), { maxWorkers: NO_WORKER_LIMIT, invocationPendingMs: 30_000 }),
     log: overrides.log ?? silentLog,
   };
 }

@@ -6,14 +6,11 @@ import {
   finishedSeries,
   setMaxConcurrency,
   setRateLimit,
-  type WorkerEvent,
   parseInput,
   redriveBatch,
   requestKeySchema,
   RETENTION_DEFAULTS,
-  sendWorkers as sendReservedWorkers,
 } from '../../batch/index.js';
-import { NO_WORKER_LIMIT, reserveInvocations } from '../../lease/index.js';
 import { batchView } from '../views.js';
 import type { ApiDeps } from '../deps.js';
 import { header, query, seriesSchema } from '../request.js';
@@ -47,7 +44,7 @@ export async function redriveRoute(event: APIGatewayProxyEventV2, deps: ApiDeps,
   const { batch, redrive, redriven } = await redriveBatch(deps.sql, id, { maxOpen: deps.config.maxOpen, idempotencyKey });
   if (redriven) {
     try {
-      await sendWorkers(deps, batch.id, batch.target);
+      await deps.workers.send(batch.id, batch.target);
     } catch (error) {
       // The scheduler dispatches open batches nobody runs; this only makes the redrive sooner.
       deps.log('warn', 'dispatch of a redriven batch failed', { batchId: batch.id, error: errorFields(error) });
@@ -114,7 +111,7 @@ export async function startBatchRoute(
   }
 
   const { batch, created, dispatchError } = await startBatch(
-    { ...deps, reserve: (ids) => reserve(deps, ids) },
+    { ...deps, dispatcher: deps.workers.dispatcher, reserve: deps.workers.reserve },
     {
       ...body,
       requestKey: givenKey,
@@ -129,23 +126,6 @@ export async function startBatchRoute(
   const location = scope === undefined ? `/batches/${batch.id}` : `/tenants/${encodeURIComponent(scope)}/batches/${batch.id}`;
   // A batch read from a source answers at once, while its runs read it: accepted, not complete.
   return json(body.source ? 202 : 201, { ...batchView(batch), created: true }, { location });
-}
-
-/**
- * Worker events for `batchIds` (one per worker), reserved under the worker limit
- * (`reserveInvocations`): those past the limit are left to the scheduler.
- */
-function reserve(deps: ApiDeps, batchIds: string[]): Promise<WorkerEvent[]> {
-  return reserveInvocations(deps.sql, {
-    batchIds,
-    maxWorkers: deps.config.maxWorkers ?? NO_WORKER_LIMIT,
-    pendingMs: deps.config.invocationPendingMs ?? 30_000,
-  });
-}
-
-/** Sends up to `n` workers (within the worker limit) to an open batch. @throws the store's or the dispatcher's error. */
-async function sendWorkers(deps: ApiDeps, batchId: string, n: number): Promise<void> {
-  await sendReservedWorkers({ sql: deps.sql, dispatcher: deps.dispatcher, reserve: (ids) => reserve(deps, ids) }, batchId, n);
 }
 
 /**
@@ -170,7 +150,7 @@ export async function patchBatchRoute(event: APIGatewayProxyEventV2, deps: ApiDe
   }
   const batch = await setMaxConcurrency(deps.sql, id, body.maxConcurrency);
   try {
-    await sendWorkers(deps, batch.id, batch.target - batch.liveRuns);
+    await deps.workers.send(batch.id, batch.target - batch.liveRuns);
   } catch (error) {
     deps.log('warn', 'dispatch after a raised maxConcurrency failed', { batchId: batch.id, error: errorFields(error) });
   }
@@ -230,7 +210,7 @@ export async function dispatchWaiting(deps: ApiDeps, tenant: string): Promise<vo
     for (const b of t.waitingBatches) {
       if (room <= 0) break;
       const n = Math.min(b.target - b.liveRuns, room);
-      await sendWorkers(deps, b.id, n);
+      await deps.workers.send(b.id, n);
       room -= n;
     }
   } catch (error) {

@@ -12,9 +12,10 @@ import { recoverStaleItems } from '../sql/heartbeats.js';
 import * as q from '../sql/index.js';
 import { ItemNotStartedError } from './calls.js';
 import { encodeOutput, errorText, readableThrown } from '../values.js';
-import type { Executor, ItemState } from '../types.js';
+import type { Executor } from '../types.js';
 import type { RunContext } from './context.js';
-import type { ItemOutcome, Settled } from './types.js';
+import { givenBack, verdict } from './settled.js';
+import type { Settled } from './types.js';
 
 /** Most attempts per item a runner or job may set. */
 export const MAX_ATTEMPTS = 1_000;
@@ -70,18 +71,6 @@ export function checkRetrySettings(s: { attempts?: number; backoffMs?: number; m
 
 /** The reason an item's timeout wait is aborted with once the item settled (nobody reads it). */
 const ITEM_SETTLED = 'item settled';
-
-/** How one item's move reads: `state` and `outcome`, with the attempt used. */
-function verdict(
-  c: q.ClaimedRow,
-  state: ItemState,
-  outcome: ItemOutcome,
-  output: string | null,
-  error: string | null,
-  delayMs = 0,
-): Settled {
-  return { outcome, move: { key: c.key, state, claimed: c.attempts, attempts: c.attempts, output, error, delayMs } };
-}
 
 /** What the executor asks of the run's other collaborators. */
 export interface ItemExecutorDeps {
@@ -248,8 +237,7 @@ export class ItemExecutor {
       const e = readableThrown(thrown);
       // Item batching: it waited for a call that never began (docs/design.md, "Item batching").
       if (e instanceof ItemNotStartedError) {
-        const move = { key: c.key, state: 'pending' as const, claimed: c.attempts, attempts: c.attempts - 1 };
-        return { outcome: 'given-back', move: { ...move, output: null, error: null, delayMs: 0 } };
+        return givenBack(c, 'given-back');
       }
       // Its writes land before its move (whether it stored a checkpoint in this attempt).
       return this.failed(c, e, await beats.settle());
@@ -270,18 +258,7 @@ export class ItemExecutor {
     // With a checkpoint stored in this attempt, a handoff (the deadline) costs no attempt: the
     // next run goes on from it (docs/design.md, "Item heartbeats and checkpoints").
     if (checkpointed && this.items.signal.aborted) {
-      return {
-        outcome: 'resumable',
-        move: {
-          key: c.key,
-          state: 'pending',
-          claimed: c.attempts,
-          attempts: c.attempts - 1,
-          output: null,
-          error: message,
-          delayMs: 0,
-        },
-      };
+      return givenBack(c, 'resumable', { error: message });
     }
     if (this.items.signal.aborted && c.attempts < s.attempts) {
       // Interrupted by a handoff: the attempt counts (an item that never fits in one
@@ -294,19 +271,7 @@ export class ItemExecutor {
     // With a rate limit, the item's whole key waits, across the fleet (and only that key).
     if (askedMs !== undefined && askedMs > 0) this.d.pauseKey(c, askedMs);
     if (askedMs !== undefined && (c.waits ?? 0) < s.maxRetryAfter) {
-      return {
-        outcome: 'waiting',
-        move: {
-          key: c.key,
-          state: 'pending',
-          claimed: c.attempts,
-          attempts: c.attempts - 1,
-          output: null,
-          error: message,
-          delayMs: askedMs,
-          waits: (c.waits ?? 0) + 1,
-        },
-      };
+      return givenBack(c, 'waiting', { error: message, delayMs: askedMs, waits: (c.waits ?? 0) + 1 });
     }
     if (c.attempts >= s.attempts || (e as { permanent?: unknown } | null)?.permanent === true) {
       return verdict(c, 'failed', 'failed', null, message);

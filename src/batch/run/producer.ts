@@ -7,6 +7,7 @@
 import * as q from '../sql/index.js';
 import { RATE_WAIT_IN_QUEUE_MS, RateGate, type RateLimit } from '../rate.js';
 import type { RunContext } from './context.js';
+import { givenBack } from './settled.js';
 import { CLAIM_AHEAD_MS, type Settled } from './types.js';
 
 /** A claimed item waiting in the run's queue: start it at `startAt` (local clock; 0: at once). */
@@ -258,18 +259,7 @@ export class Producer {
    * never started): its key had no token (docs/design.md, "Rate limits"). The next flush moves it.
    */
   private giveBackForRate(c: q.ClaimedRow, delayMs: number): void {
-    this.d.settle({
-      outcome: 'given-back',
-      move: {
-        key: c.key,
-        state: 'pending',
-        claimed: c.attempts,
-        attempts: c.attempts - 1,
-        output: null,
-        error: null,
-        delayMs: Math.ceil(delayMs),
-      },
-    });
+    this.d.settle(givenBack(c, 'given-back', { delayMs: Math.ceil(delayMs) }));
   }
 
   /** A retry's move landed: claim it again shortly before its `delayMs` from `sentAt` is up. */
