@@ -1,7 +1,8 @@
 // Unit jobs (docs/design.md, "Two kinds of work": units; "Outbox"): recurring work per owned (tenant, shard).
 //
-// Owns the tables leasehold_outbox, leasehold_outbox_deliveries and leasehold_outbox_endpoints
-// (the outbox), and the unit jobs' rows in leasehold_units. Keeps invariant 1 for a unit job's
+// Owns the tables leasehold_outbox, leasehold_outbox_deliveries, leasehold_outbox_endpoints and
+// leasehold_outbox_pauses (the outbox; message ids are bigints, read and written as decimal text),
+// and the unit jobs' rows in leasehold_units. Keeps invariant 1 for a unit job's
 // writes (each is fenced on the process still owning the unit) and 7 (one endpoint's faults stop
 // no other). Entry points: `defineUnitJob`, `UnitJobRegistry`, `UnitRunner` (runs the unit jobs
 // of owned units), `outboxDelivery` / `enqueueOutbox`, `EndpointGuard`,
