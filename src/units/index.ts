@@ -36,6 +36,7 @@ export {
   OUTBOX_JOB,
   MAX_ENDPOINTS,
   ASSIGN_BATCH,
+  MAX_RETRY_AFTER_MS,
   type OutboxConfig,
   type OutboxStatus,
   type OutboxEndpointStatus,
@@ -56,5 +57,5 @@ export function defaultUnitJobs(options: { outbox?: UnitJob<unknown>; extra?: Un
   return new UnitJobRegistry([...builtins, ...(options.extra ?? [])]);
 }
 
-export { postWebhook, signWebhook, type WebhookPost } from './webhook.js';
+export { postWebhook, postWebhookAnswer, signWebhook, type WebhookPost, type WebhookAnswer } from './webhook.js';
 export { deleteDeliveredOutboxMessages, type OutboxRetentionOptions, type OutboxRetentionResult } from './retention.js';
