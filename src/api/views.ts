@@ -122,6 +122,12 @@ export function outboxStatusView(o: OutboxStatus): ApiOutboxStatus {
       failures: e.failures,
       lastError: e.lastError && { message: e.lastError.message, at: iso(e.lastError.at) },
       lastDeliveredAt: iso(e.lastDeliveredAt),
+      pause: e.pause && {
+        until: iso(e.pause.until),
+        remainingMs: e.pause.remainingMs,
+        askedMs: e.pause.askedMs,
+        at: iso(e.pause.at),
+      },
     })),
   };
 }

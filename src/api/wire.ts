@@ -240,12 +240,28 @@ export interface ApiOutboxEndpoint {
   url: string;
   /** Messages not yet delivered to it. */
   backlog: number;
-  /** The oldest of them, with its age in ms (database clock); null when none. */
-  oldest: { id: number; enqueuedAt: string; ageMs: number } | null;
+  /**
+   * The oldest of them, with its age in ms (database clock); null when none. `id` is the
+   * message's 64-bit id as decimal text: exact past 2^53, where a JSON number is not.
+   */
+  oldest: { id: string; enqueuedAt: string; ageMs: number } | null;
   /** Failed attempts since its last success. */
   failures: number;
   lastError: { message: string; at: string } | null;
   lastDeliveredAt: string | null;
+  /**
+   * Its `Retry-After` pause while one is in force, else null: `until` when the last of the
+   * tenant's shards may post to it again (the wait, capped at 15 minutes by default, plus its
+   * wake-up jitter), `remainingMs` until then and `askedMs` (the wait it asked for, before the
+   * cap), `at` when it asked.
+   */
+  pause: { until: string; remainingMs: number; askedMs: number; at: string } | null;
+}
+
+/** What `POST /tenants/{tenant}/outbox` answers: the message id (64-bit, as decimal text) and its shard. */
+export interface ApiOutboxMessage {
+  id: string;
+  shard: number;
 }
 
 /** What `GET /tenants/{tenant}/outbox` answers. */

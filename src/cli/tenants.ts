@@ -21,7 +21,9 @@ export function addTenantCommands(program: Command): void {
 function addOutboxShow(outbox: Command): void {
   outbox
     .command('show')
-    .description("per endpoint of TENANT's outbox: the backlog, the oldest undelivered message and the last error")
+    .description(
+      "per endpoint of TENANT's outbox: the backlog, the oldest undelivered message, the last error and any Retry-After pause",
+    )
     .argument('<tenant>')
     .option('--json', 'print JSON')
     .addOption(apiOption)
@@ -38,6 +40,11 @@ function addOutboxShow(outbox: Command): void {
           `    backlog ${e.backlog} (${oldest}); ${e.failures} failure${e.failures === 1 ? '' : 's'} in a row; last delivered ${e.lastDeliveredAt ?? 'never'}`,
         );
         if (e.lastError) console.log(`    last error at ${e.lastError.at}: ${e.lastError.message}`);
+        if (e.pause) {
+          console.log(
+            `    paused by Retry-After until ${e.pause.until} (${formatAge(e.pause.remainingMs)} left; asked ${formatAge(e.pause.askedMs)} at ${e.pause.at})`,
+          );
+        }
       }
     });
 }

@@ -8,6 +8,7 @@ import type {
   ApiConcurrency,
   ApiFleet,
   ApiItem,
+  ApiOutboxMessage,
   ApiOutboxStatus,
   ApiProcess,
   ApiRedrive,
@@ -302,13 +303,9 @@ export class ApiClient {
     return data;
   }
 
-  /** `POST /tenants/{tenant}/outbox`: enqueue a message; returns its id and shard. */
-  async sendOutbox(tenant: string, message: { key: string; payload: unknown }): Promise<{ id: number; shard: number }> {
-    const { data } = await this.call<{ id: number; shard: number }>(
-      'POST',
-      `/tenants/${encodeURIComponent(tenant)}/outbox`,
-      message,
-    );
+  /** `POST /tenants/{tenant}/outbox`: enqueue a message; returns its id (64-bit, as decimal text) and shard. */
+  async sendOutbox(tenant: string, message: { key: string; payload: unknown }): Promise<ApiOutboxMessage> {
+    const { data } = await this.call<ApiOutboxMessage>('POST', `/tenants/${encodeURIComponent(tenant)}/outbox`, message);
     return data;
   }
 

@@ -18,7 +18,7 @@ import {
   type TakenEvent,
 } from '../batch/index.js';
 import type { Sql } from '../store/index.js';
-import { EndpointGuard, postWebhook, signWebhook } from '../units/index.js';
+import { EndpointGuard, MAX_RETRY_AFTER_MS, postWebhookAnswer, signWebhook } from '../units/index.js';
 import type { Log } from '../log.js';
 
 /** PutEvents takes at most 10 entries per call. */
@@ -195,8 +195,14 @@ async function notify(
   const headers: Record<string, string> = { 'idempotency-key': event.id, 'user-agent': 'leasehold-events' };
   if (deps.webhookSecret) Object.assign(headers, signWebhook(deps.webhookSecret, event.id, Math.floor(Date.now() / 1000), text));
   let error: string | undefined;
+  let retryAfterMs: number | undefined;
   try {
-    error = await postWebhook(await guard.dispatcher(timeoutMs), { url, body: text, headers, timeoutMs });
+    ({ error, retryAfterMs } = await postWebhookAnswer(await guard.dispatcher(timeoutMs), {
+      url,
+      body: text,
+      headers,
+      timeoutMs,
+    }));
   } catch (e) {
     error = (e as Error)?.message ?? String(e);
   }
@@ -207,7 +213,9 @@ async function notify(
   }
   result.notifyFailed++;
   deps.log('warn', 'Batch Finished webhook not delivered; tried again later', { eventId: event.id, url, error });
-  await markNotifyFailed(deps.sql, { id: event.id, error, retryInMs: eventRetryMs(event.attempts) });
+  // A 429 or 503 with Retry-After: the next try waits at least that long, cut as the outbox cuts it.
+  const retryInMs = Math.max(eventRetryMs(event.attempts), Math.min(retryAfterMs ?? 0, MAX_RETRY_AFTER_MS));
+  await markNotifyFailed(deps.sql, { id: event.id, error, retryInMs });
 }
 
 let guard: EndpointGuard | undefined;

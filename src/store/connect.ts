@@ -123,7 +123,8 @@ export interface ConnectOptions {
  * Open a postgres.js pool for `url` (a `postgres://` connection string) or a
  * {@link ConnectTarget}.
  *
- * Notices are silenced (migrations use `if not exists`), bigint counts come back as numbers,
+ * Notices are silenced (migrations use `if not exists`), bigint counts come back as numbers
+ * (bigint ids are read as text by their statements),
  * timestamps as `Date`, statements time out after `statementTimeoutMs`, lock waits after
  * `lockTimeoutMs`, a session idle in a transaction is ended after `idleInTransactionTimeoutMs`, and
  * no plan is JIT-compiled (`jit = off`). A statement that
@@ -153,7 +154,9 @@ export function connect(url: string | ConnectTarget, options: ConnectOptions = {
     ...(pooled ? { prepare: false } : {}),
     connection,
     types: {
-      // count(*) and other int8 results: safe as numbers far beyond any item count.
+      // count(*) and other int8 results: safe as numbers far beyond any item count. An int8 *id*
+      // (the outbox's message id, the one id sequence) passes 2^53, where a number rounds it to a
+      // neighbour's: its statements read it as text (`id::text`) and bind it back with `::bigint`.
       bigint: {
         to: 20,
         from: [20],

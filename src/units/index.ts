@@ -1,7 +1,8 @@
 // Unit jobs (docs/design.md, "Two kinds of work": units; "Outbox"): recurring work per owned (tenant, shard).
 //
-// Owns the tables leasehold_outbox, leasehold_outbox_deliveries and leasehold_outbox_endpoints
-// (the outbox), and the unit jobs' rows in leasehold_units. Keeps invariant 1 for a unit job's
+// Owns the tables leasehold_outbox, leasehold_outbox_deliveries, leasehold_outbox_endpoints and
+// leasehold_outbox_pauses (the outbox; message ids are bigints, read and written as decimal text),
+// and the unit jobs' rows in leasehold_units. Keeps invariant 1 for a unit job's
 // writes (each is fenced on the process still owning the unit) and 7 (one endpoint's faults stop
 // no other). Entry points: `defineUnitJob`, `UnitJobRegistry`, `UnitRunner` (runs the unit jobs
 // of owned units), `outboxDelivery` / `enqueueOutbox`, `EndpointGuard`,
@@ -35,6 +36,7 @@ export {
   OUTBOX_JOB,
   MAX_ENDPOINTS,
   ASSIGN_BATCH,
+  MAX_RETRY_AFTER_MS,
   type OutboxConfig,
   type OutboxStatus,
   type OutboxEndpointStatus,
@@ -55,5 +57,5 @@ export function defaultUnitJobs(options: { outbox?: UnitJob<unknown>; extra?: Un
   return new UnitJobRegistry([...builtins, ...(options.extra ?? [])]);
 }
 
-export { postWebhook, signWebhook, type WebhookPost } from './webhook.js';
+export { postWebhook, postWebhookAnswer, signWebhook, type WebhookPost, type WebhookAnswer } from './webhook.js';
 export { deleteDeliveredOutboxMessages, type OutboxRetentionOptions, type OutboxRetentionResult } from './retention.js';

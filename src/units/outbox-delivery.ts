@@ -5,7 +5,7 @@ import * as z from 'zod';
 import type { UnitKey } from '../lease/index.js';
 import type { Sql } from '../store/index.js';
 import { EndpointGuard, type AddressLookup } from './endpoint-guard.js';
-import { postWebhookAnswer } from './webhook.js';
+import { postWebhookAnswer, type WebhookAnswer } from './webhook.js';
 import { defineUnitJob, type ConfigIssue, type UnitContext, type UnitJob } from './job.js';
 import * as q from './sql/outbox.js';
 import { LeaseholdError, InvalidSettingError } from '../errors.js';
@@ -18,6 +18,18 @@ export const MAX_ENDPOINTS = 32;
 
 /** Most unassigned messages one run of a unit assigns to its endpoints. */
 export const ASSIGN_BATCH = 1_000;
+
+/**
+ * Longest pause an endpoint's `Retry-After` buys, ms: 15 minutes (docs/design.md, "Outbox").
+ * Longer answers are cut to it: a receiver asking for a day (a maintenance page, a misread
+ * quota) would otherwise hold every message for a day after it recovered. 15 minutes outlasts
+ * the windows rate limiters count in (a second to a few minutes), costs a still-refusing endpoint
+ * one request per shard per 15 minutes, and is the longest a Lambda invocation lives.
+ */
+export const MAX_RETRY_AFTER_MS = 15 * 60_000;
+
+/** Share of a Retry-After pause its wake-up is spread over, after the wait (a tenth: 3 s of a 30 s pause). */
+export const RETRY_AFTER_JITTER = 0.1;
 
 const httpUrl = z
   .string({
@@ -84,6 +96,11 @@ export interface OutboxDeliveryOptions {
   /** Longest retry delay, ms. Default 60,000. */
   maxBackoffMs?: number;
   /**
+   * Longest pause an endpoint's `Retry-After` (429 or 503) buys, ms; longer ones are cut to it.
+   * Default {@link MAX_RETRY_AFTER_MS} (15 minutes).
+   */
+  maxRetryAfterMs?: number;
+  /**
    * A run stops posting to an endpoint after this many failed attempts in a row (the endpoint's
    * other due deliveries wait for the next run; the other endpoints go on). Default `parallel`.
    */
@@ -101,14 +118,15 @@ export interface OutboxDeliveryOptions {
 
 /** The JSON body every endpoint receives for one message. */
 export interface OutboxDeliveryBody {
-  id: number;
+  /** The message id: a 64-bit integer as decimal text (exact past 2^53, where a JSON number is not). */
+  id: string;
   tenant: string;
   key: string;
   payload: unknown;
 }
 
-/** The `Idempotency-Key` header value of a message: `<tenant>:<id>`, the same on every attempt and endpoint. */
-export function idempotencyKey(tenant: string, id: number): string {
+/** The `Idempotency-Key` header value of a message: `<tenant>:<id>` (id in decimal), the same on every attempt and endpoint. */
+export function idempotencyKey(tenant: string, id: string): string {
   return `${tenant}:${id}`;
 }
 
@@ -138,14 +156,14 @@ export class NoOutboxUnitsError extends LeaseholdError {
  * over the tenant's current shard count). The owner of that unit assigns it to the unit's
  * endpoints on its next run and delivers it to each.
  * @param payload any JSON value (stored as `jsonb`).
- * @returns the message id and its shard.
+ * @returns the message id (a 64-bit integer as decimal text) and its shard.
  * @throws {NoOutboxUnitsError} the tenant has no `outbox-delivery` units.
  */
 export async function enqueueOutbox(
   sql: Sql,
   tenant: string,
   message: { key: string; payload: unknown },
-): Promise<{ id: number; shard: number }> {
+): Promise<{ id: string; shard: number }> {
   // A concurrent change of the shard count can remove the shard between the count and the
   // insert (which then inserts nothing): count again.
   for (let tries = 0; tries < 5; tries++) {
@@ -164,8 +182,8 @@ export async function enqueueOutbox(
  * `leasehold_units.owner` and `expires_at > now()`). Returns false when it changed nothing: the
  * unit was lost, the message is not assigned to that endpoint, or it was already marked.
  */
-export function markDelivered(sql: Sql, unit: UnitKey, processId: string, id: number, endpoint: string): Promise<boolean> {
-  return q.markDelivered(sql, unit, processId, id, endpoint);
+export async function markDelivered(sql: Sql, unit: UnitKey, processId: string, id: string, endpoint: string): Promise<boolean> {
+  return (await q.markDelivered(sql, unit, processId, id, endpoint)).marked;
 }
 
 /** How one endpoint of a tenant's outbox fares, over all its shards ({@link outboxStatus}). */
@@ -174,14 +192,21 @@ export interface OutboxEndpointStatus {
   url: string;
   /** Messages not yet delivered to it: its pending deliveries plus messages not yet assigned (each endpoint gets those). */
   backlog: number;
-  /** The oldest of those (lowest id), with its enqueue time and its age by the database clock, ms; null when none. */
-  oldest: { id: number; enqueuedAt: Date; ageMs: number } | null;
+  /** The oldest of those (lowest id, decimal text), with its enqueue time and its age by the database clock, ms; null when none. */
+  oldest: { id: string; enqueuedAt: Date; ageMs: number } | null;
   /** Failed attempts since the last accepted one (summed over the tenant's shards). */
   failures: number;
   /** The most recent failure (it stays after later successes; compare with `lastDeliveredAt`), or null. */
   lastError: { message: string; at: Date } | null;
   /** When it last accepted a message, or null. */
   lastDeliveredAt: Date | null;
+  /**
+   * Its `Retry-After` pause while one is in force, else null: `until` when the last of the
+   * tenant's shards may post to it again (the capped wait plus its wake-up jitter), `remainingMs`
+   * until then and `askedMs` (the wait the endpoint asked for, before the cap) by the database
+   * clock, `at` when it asked.
+   */
+  pause: { until: Date; remainingMs: number; askedMs: number; at: Date } | null;
 }
 
 /** A tenant's outbox as {@link outboxStatus} reads it. */
@@ -215,6 +240,15 @@ export async function outboxStatus(sql: Sql, tenant: string): Promise<OutboxStat
       failures: r.failures,
       lastError: r.lastError === null || r.lastErrorAt === null ? null : { message: r.lastError, at: r.lastErrorAt },
       lastDeliveredAt: r.lastDeliveredAt,
+      pause:
+        r.pausedUntil === null || r.pauseAskedAt === null
+          ? null
+          : {
+              until: r.pausedUntil,
+              remainingMs: Math.max(0, Math.round(r.pauseLeftMs ?? 0)),
+              askedMs: Math.round(r.pauseAskedMs ?? 0),
+              at: r.pauseAskedAt,
+            },
     })),
   };
 }
@@ -237,6 +271,12 @@ export async function outboxStatus(sql: Sql, tenant: string): Promise<OutboxStat
  *    `jitter × min(maxBackoffMs, backoffMs × 2^(attempts−1))` by the database clock, jitter
  *    uniform in [0, 1) (full jitter: failures of one moment come back spread out).
  *    After `failureStreak` failures in a row the run stops posting to that endpoint.
+ * 3. a 429 or 503 with `Retry-After` (seconds, or an HTTP date read against the answer's `Date`)
+ *    pauses that endpoint for the whole tenant — every shard, on every process — for the wait
+ *    asked, at most `maxRetryAfterMs`, plus a wake-up jitter of up to {@link RETRY_AFTER_JITTER}
+ *    of it spread over the shards; stored in the database and compared with its clock. Each mark
+ *    answers whether the endpoint is paused, so a run of another shard stops posting to it after
+ *    the POSTs it had already started.
  *
  * So a failing endpoint never makes a healthy one receive a message again, nor holds up its
  * other messages, the other endpoints or the tenant's other shards. Every write is fenced on
@@ -259,12 +299,13 @@ export function outboxDelivery(options: OutboxDeliveryOptions = {}): UnitJob<Out
     timeoutMs: options.timeoutMs ?? 5_000,
     backoffMs: options.backoffMs ?? 1_000,
     maxBackoffMs: options.maxBackoffMs ?? 60_000,
+    maxRetryAfterMs: options.maxRetryAfterMs ?? MAX_RETRY_AFTER_MS,
     failureStreak: options.failureStreak ?? options.parallel ?? 4,
   };
   for (const k of ['batchSize', 'parallel', 'timeoutMs', 'failureStreak'] as const) {
     if (!Number.isInteger(s[k]) || s[k] < 1) throw new InvalidSettingError(k, `must be a positive whole number, got ${s[k]}`);
   }
-  for (const k of ['backoffMs', 'maxBackoffMs'] as const) {
+  for (const k of ['backoffMs', 'maxBackoffMs', 'maxRetryAfterMs'] as const) {
     if (!Number.isFinite(s[k]) || s[k] < 0) throw new InvalidSettingError(k, `must be 0 or more ms, got ${s[k]}`);
   }
   const guard = new EndpointGuard({ allow: options.allow, lookup: options.lookup });
@@ -343,58 +384,90 @@ interface Run {
   lost: boolean;
 }
 
-/** One run's deliveries to one endpoint: its due ones, `parallel` at once, until a failure streak. */
+/** One run's deliveries to one endpoint: its due ones, `parallel` at once, until a failure streak or a pause. */
 async function deliverTo(run: Run, endpoint: string, due: q.OutboxDelivery[]): Promise<void> {
-  const { ctx, s, unit } = run;
-  let next = 0;
-  let streak = 0;
-  let delivered = false;
-  let failures = 0;
-  let lastError: string | undefined;
+  const { ctx, s } = run;
+  const lane: Lane = { next: 0, streak: 0, paused: false, delivered: false, failures: 0, lastError: undefined };
   const worker = async () => {
-    while (next < due.length && !ctx.signal.aborted && !run.lost && streak < s.failureStreak) {
+    while (lane.next < due.length && !ctx.signal.aborted && !run.lost && !lane.paused && lane.streak < s.failureStreak) {
       // A process that was frozen past its TTL must not send on for a unit it may have lost.
       if (!ctx.leaseValid()) return;
-      const m = due[next++];
-      const { error, retryAfterMs } = await post(run, endpoint, m);
+      const m = due[lane.next++];
+      const answer = await post(run, endpoint, m);
       if (ctx.signal.aborted) return;
-      if (error === undefined) {
-        streak = 0;
-        failures = 0;
-        delivered = true;
-        if (!(await q.markDelivered(ctx.sql, unit, ctx.processId, m.id, endpoint))) {
-          // Unit lost (or the delivery was marked by someone else): stop here; the owner now
-          // delivers what is left.
-          if (!(await ctx.owns())) run.lost = true;
-        }
-      } else {
-        streak++;
-        failures++;
-        lastError = error;
-        // Asked to pause: this lane's other workers start nothing more from here on, before the
-        // awaits below give them a turn.
-        if (retryAfterMs !== undefined) streak = s.failureStreak;
-        const recorded = await q.markFailed(ctx.sql, unit, ctx.processId, {
-          id: m.id,
-          endpoint,
-          error,
-          backoffMs: s.backoffMs,
-          maxBackoffMs: s.maxBackoffMs,
-          retryAfterMs,
-        });
-        if (!recorded && !(await ctx.owns())) run.lost = true;
-        if (retryAfterMs !== undefined && !run.lost) {
-          // The endpoint asked for a pause: nothing more goes to it, in this run or any other,
-          // until then; its other deliveries keep their place (docs/design.md, "Outbox").
-          await q.pauseEndpoint(ctx.sql, unit, ctx.processId, endpoint, retryAfterMs);
-        }
-      }
+      await settle(run, lane, endpoint, m, answer);
     }
   };
   await Promise.all(Array.from({ length: Math.min(s.parallel, due.length) }, worker));
-  if ((delivered || lastError !== undefined) && !run.lost && !ctx.signal.aborted) {
-    await q.recordEndpoint(ctx.sql, unit, ctx.processId, { endpoint, delivered, failures, error: lastError });
+  if ((lane.delivered || lane.lastError !== undefined) && !run.lost && !ctx.signal.aborted) {
+    await q.recordEndpoint(ctx.sql, run.unit, ctx.processId, {
+      endpoint,
+      delivered: lane.delivered,
+      failures: lane.failures,
+      error: lane.lastError,
+    });
   }
+}
+
+/** What one run knows of one endpoint while it posts to it. */
+interface Lane {
+  /** Index of the next due delivery to post. */
+  next: number;
+  /** Failed attempts in a row. */
+  streak: number;
+  /** The endpoint is paused (it asked here, or another shard's owner stored its pause): post nothing more. */
+  paused: boolean;
+  delivered: boolean;
+  failures: number;
+  lastError: string | undefined;
+}
+
+/** Store what one POST came to: delivered, or failed (pausing the endpoint when it asked); learn of a pause from the mark. */
+async function settle(run: Run, lane: Lane, endpoint: string, m: q.OutboxDelivery, answer: WebhookAnswer): Promise<void> {
+  const { ctx, s, unit } = run;
+  const { error, retryAfterMs } = answer;
+  let mark: q.MarkAnswer;
+  if (error === undefined) {
+    lane.streak = 0;
+    lane.failures = 0;
+    lane.delivered = true;
+    mark = await q.markDelivered(ctx.sql, unit, ctx.processId, m.id, endpoint);
+  } else {
+    lane.streak++;
+    lane.failures++;
+    lane.lastError = error;
+    let waitMs: number | undefined;
+    if (retryAfterMs !== undefined) {
+      // Asked to pause: this lane's other workers start nothing more from here on, before the
+      // awaits below give them a turn; the pause is stored before the failure, so the owners of
+      // the tenant's other shards learn of it as early as can be (docs/design.md, "Outbox").
+      lane.paused = true;
+      waitMs = Math.min(retryAfterMs, s.maxRetryAfterMs);
+      await q.pauseEndpoint(ctx.sql, unit, ctx.processId, {
+        endpoint,
+        askedMs: retryAfterMs,
+        waitMs,
+        jitterMs: waitMs * RETRY_AFTER_JITTER,
+      });
+      ctx.log('info', 'endpoint asked for a pause (Retry-After); paused for the tenant', {
+        endpoint,
+        askedMs: retryAfterMs,
+        waitMs,
+      });
+    }
+    mark = await q.markFailed(ctx.sql, unit, ctx.processId, {
+      id: m.id,
+      endpoint,
+      error,
+      backoffMs: s.backoffMs,
+      maxBackoffMs: s.maxBackoffMs,
+      retryAfterMs: waitMs,
+    });
+  }
+  if (mark.paused) lane.paused = true;
+  // Not marked: the unit was lost (or the delivery was marked by someone else). Stop if lost; the
+  // owner now delivers what is left.
+  if (!mark.marked && !(await ctx.owns())) run.lost = true;
 }
 
 /** POST one message to one endpoint: `error` undefined when it accepted it (2xx), else what failed, and any Retry-After. */

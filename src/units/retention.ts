@@ -50,7 +50,7 @@ export async function deleteDeliveredOutboxMessages(
   const until = clock.now() + (options.budgetMs ?? 10_000);
   const result: OutboxRetentionResult = { messages: 0, deliveries: 0, more: false };
   if (days <= 0) return result;
-  let after = 0;
+  let after = '0';
   for (;;) {
     if (result.messages + result.deliveries >= cap || clock.now() >= until) return { ...result, more: true };
     const r = await deleteDeliveredOutbox(sql, { days, after, limit: chunk });

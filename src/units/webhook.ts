@@ -29,8 +29,10 @@ export async function postWebhook(dispatcher: Dispatcher, p: WebhookPost): Promi
 
 /**
  * What a POST came to: `error` as {@link postWebhook} says it (undefined: accepted), and for a 429
- * or 503 with a readable `Retry-After` (seconds or an HTTP date; capped at one day, never
- * ignored) the wait it asked for, ms.
+ * or 503 with a readable `Retry-After` the wait it asked for, ms (at most one day: longer ones
+ * read as one day, never ignored). Delay-seconds are taken as they are; an HTTP date is measured
+ * from the answer's own `Date` header when it has a readable one (so the endpoint's clock and
+ * ours need not agree), else from this machine's clock.
  */
 export interface WebhookAnswer {
   error: string | undefined;
@@ -73,7 +75,11 @@ export async function postWebhookAnswer(dispatcher: Dispatcher, p: WebhookPost):
     const error = `HTTP ${res.statusCode}`;
     if (res.statusCode !== 429 && res.statusCode !== 503) return { error };
     const header = res.headers['retry-after'];
-    const retryAfterMs = parseRetryAfter(Array.isArray(header) ? header[0] : header);
+    const sentAt = Date.parse(String(res.headers.date ?? ''));
+    const retryAfterMs = parseRetryAfter(
+      Array.isArray(header) ? header[0] : header,
+      Number.isFinite(sentAt) ? sentAt : Date.now(),
+    );
     return retryAfterMs === undefined ? { error } : { error: `${error}, Retry-After ${retryAfterMs} ms`, retryAfterMs };
   } catch (e) {
     if (timedOut) return { error: `no answer within ${p.timeoutMs} ms` };

@@ -377,6 +377,7 @@ describe('GET /tenants/{tenant}/outbox', () => {
         failures: 0,
         lastError: null,
         lastDeliveredAt: null,
+        pause: null,
       })),
     });
     expect(res.body.endpoints[0].oldest.ageMs).toBeGreaterThanOrEqual(0);
@@ -651,7 +652,7 @@ describe('POST /tenants/{tenant}/outbox', () => {
       const payload = { key, nested: { list: [1, 'two', null] } };
       const res = await send(tenant, { key, payload });
       expect(res.status).toBe(201);
-      expect(res.body).toEqual({ id: expect.any(Number), shard: outboxShard(key, 5) });
+      expect(res.body).toEqual({ id: expect.stringMatching(/^[1-9]\d*$/), shard: outboxShard(key, 5) });
       ids.add(res.body.id);
       const [row] = await db.sql`select tenant, shard, key, payload, assigned_at from leasehold_outbox where id = ${res.body.id}`;
       expect(row).toEqual({ tenant, shard: res.body.shard, key, payload, assigned_at: null });

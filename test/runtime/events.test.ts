@@ -364,4 +364,40 @@ describe('the webhook', () => {
       await new Promise((r) => receiver.close(r));
     }
   });
+
+  it('waits out a Retry-After before its next try, cut at 15 minutes (issue 38)', async () => {
+    const answers = [{ 'retry-after': '30' }, { 'retry-after': '86400' }];
+    let posts = 0;
+    const receiver = createServer((req, res) => {
+      req.resume();
+      res.writeHead(503, answers[posts++ % 2]).end();
+    });
+    await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
+    const url = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
+    try {
+      const runner = new Runner(db.sql, { parallel: 2 });
+      const { batch } = await runner.start(batchOf(2, { notify: { url } }), {}, async ({ key }) => key);
+      await runner.running(batch.id);
+      await runner.close();
+      const allowed = new EndpointGuard({ allow: ['127.0.0.1'] });
+      const waitS = async () => {
+        const [r] = await db.sql<{ s: number }[]>`select extract(epoch from notify_after - now())::float8 as s
+          from leasehold_batch_events where batch_id = ${batch.id}`;
+        return r!.s;
+      };
+      await db.sql`update leasehold_batch_events set notify_after = now() where batch_id = ${batch.id}`;
+      expect(await sendEvents(sender({ guard: allowed }), { batchId: batch.id })).toMatchObject({ notifyFailed: 1 });
+      // Asked for 30 s: not before (its backoff alone would be about 1 s).
+      expect(await waitS()).toBeGreaterThan(28);
+      expect(await waitS()).toBeLessThanOrEqual(30);
+      await db.sql`update leasehold_batch_events set notify_after = now() where batch_id = ${batch.id}`;
+      expect(await sendEvents(sender({ guard: allowed }), { batchId: batch.id })).toMatchObject({ notifyFailed: 1 });
+      // Asked for a day: 15 minutes.
+      expect(await waitS()).toBeGreaterThan(15 * 60 - 5);
+      expect(await waitS()).toBeLessThanOrEqual(15 * 60);
+      expect(posts).toBe(2);
+    } finally {
+      await new Promise((r) => receiver.close(r));
+    }
+  });
 });

@@ -84,7 +84,7 @@ interface Fixture {
   owned: { tenant: string; shard: number }[];
   /** The outbox unit `me` owns, its endpoints, and one pending delivery on it. */
   outbox: { tenant: string; shard: number };
-  delivery: { id: number; endpoint: string };
+  delivery: { id: string; endpoint: string };
 }
 
 /** A hot statement: its bound (rows a node may read, before the allowance) and its fragment. */
@@ -338,7 +338,7 @@ async function createData(sql: Sql): Promise<Fixture> {
     select o.id, e, o.tenant, o.shard, o.created_at
     from leasehold_outbox o cross join jsonb_array_elements_text(${sql.json(ENDPOINTS)}) e
     where o.tenant = ${outbox.tenant} and o.assigned_at is not null`;
-  const [delivery] = await sql<{ id: number; endpoint: string }[]>`select message_id as id, endpoint
+  const [delivery] = await sql<{ id: string; endpoint: string }[]>`select message_id::text as id, endpoint
     from leasehold_outbox_deliveries where tenant = ${outbox.tenant} order by message_id, endpoint limit 1`;
 
   // Worked by two runs (migration 016): `run` of `me`, and one of another process, both beat now.

@@ -77,9 +77,9 @@ describe('outbox delivery', () => {
     await register(tenant, 6, ['/acme/a', '/acme/b']);
     const [p1, p2, p3] = [proc(), proc(), proc()];
 
-    const ids: number[] = [];
+    const ids: string[] = [];
     const shards = new Set<number>();
-    const payloads = new Map<number, unknown>();
+    const payloads = new Map<string, unknown>();
     const produce = (async () => {
       for (let round = 0; round < 16; round++) {
         for (let i = 0; i < 15; i++) {
@@ -106,13 +106,13 @@ describe('outbox delivery', () => {
     await waitFor('every message delivered', async () => (await undelivered(tenant)) === 0, { timeoutMs: 20_000 });
 
     const rows = await db.sql<
-      { id: number; endpoint: string; marks: number; owner_marks: number }[]
-    >`select d.message_id as id, d.endpoint,
+      { id: string; endpoint: string; marks: number; owner_marks: number }[]
+    >`select d.message_id::text as id, d.endpoint,
         (select count(*) from outbox_marks m where m.id = d.message_id and m.endpoint = d.endpoint) as marks,
         (select count(*) from outbox_marks m where m.id = d.message_id and m.endpoint = d.endpoint and m.old_delivered_at is null and m.owner is not null) as owner_marks
       from leasehold_outbox_deliveries d where d.tenant = ${tenant} order by d.message_id, d.endpoint`;
     // One delivery per message and endpoint...
-    expect(rows.map((r) => r.id)).toEqual([...ids].sort((a, b) => a - b).flatMap((id) => [id, id]));
+    expect(rows.map((r) => r.id)).toEqual([...ids].sort((a, b) => (BigInt(a) < BigInt(b) ? -1 : 1)).flatMap((id) => [id, id]));
     // ...marked exactly once each, by the unit's owner at that moment.
     expect(rows.filter((r) => r.marks !== 1 || r.owner_marks !== 1)).toEqual([]);
     // The sink saw every message on every endpoint.
@@ -125,7 +125,7 @@ describe('outbox delivery', () => {
     }
     // Endpoints received the message as sent.
     const sample = sink.recent().find((d) => d.path === '/acme/a')!;
-    const body = sample.body as { id: number; tenant: string; key: string; payload: unknown };
+    const body = sample.body as { id: string; tenant: string; key: string; payload: unknown };
     expect(body).toEqual({ id: body.id, tenant, key: expect.stringMatching(/^order-/), payload: payloads.get(body.id) });
     expect(sample.idempotencyKey).toBe(idempotencyKey(tenant, body.id));
     // The crashed and the frozen process marked nothing after they lost their units, and the
@@ -331,7 +331,7 @@ describe('outbox delivery per endpoint', () => {
     // is what this test is about, so a loaded machine gets room for both (CI sent some messages
     // to a healthy endpoint 2 and 3 times with a 1 s TTL and a 3 s timeout).
     const p = proc(fast({ timeoutMs: 10_000 }), { ttlMs: 5_000 });
-    const ids: number[] = [];
+    const ids: string[] = [];
     for (let i = 0; i < 15; i++) ids.push((await enqueueOutbox(db.sql, tenant, { key: `i${i}`, payload: i })).id);
     await waitFor(
       'three failed attempts of each message at the failing endpoint',
@@ -416,7 +416,7 @@ describe('outbox delivery per endpoint', () => {
       const ok = `${sink.url}/kappa/ok`;
       await putTenantUnits(db.sql, tenant, { job: OUTBOX_JOB, shards: 1, weight: 2, config: { endpoints: [paused, ok] } });
       const p = proc();
-      const ids: number[] = [];
+      const ids: string[] = [];
       // A message every 100 ms for 4 s.
       for (let i = 0; i < 40; i++) {
         ids.push((await enqueueOutbox(db.sql, tenant, { key: `k${i}`, payload: i })).id);
@@ -433,7 +433,7 @@ describe('outbox delivery per endpoint', () => {
       // The other endpoint kept receiving during the pause.
       const okDuring = sink.recent().filter((d) => d.path === '/kappa/ok' && d.at > refusedAt && d.at < refusedAt + 2_950);
       expect(okDuring.length).toBeGreaterThanOrEqual(15);
-      const [row] = await db.sql<{ paused_until: Date }[]>`select paused_until from leasehold_outbox_endpoints
+      const [row] = await db.sql<{ paused_until: Date }[]>`select paused_until from leasehold_outbox_pauses
         where tenant = ${tenant} and endpoint = ${paused}`;
       expect(row!.paused_until).toBeInstanceOf(Date);
     } finally {
@@ -446,7 +446,7 @@ describe('outbox delivery per endpoint', () => {
     const [a, gone] = await register(tenant, 2, ['/kappa/a', '/kappa/gone']);
     sink.fail('/kappa/gone', true);
     const p = proc();
-    const early: number[] = [];
+    const early: string[] = [];
     for (let i = 0; i < 6; i++) early.push((await enqueueOutbox(db.sql, tenant, { key: `early${i}`, payload: i })).id);
     await waitFor(
       'a failed attempt of each early message at the endpoint to be removed',
@@ -461,12 +461,12 @@ describe('outbox delivery per endpoint', () => {
       timeoutMs: 5_000,
     });
     expect(await db.sql`select 1 from leasehold_outbox_deliveries where endpoint = ${gone} and delivered_at is null`).toEqual([]);
-    const late: number[] = [];
+    const late: string[] = [];
     for (let i = 0; i < 6; i++) late.push((await enqueueOutbox(db.sql, tenant, { key: `late${i}`, payload: i })).id);
     await waitFor('the later messages delivered', async () => (await undelivered(tenant)) === 0, { timeoutMs: 5_000 });
 
     const keys = (path: string) => [...sink.keys(path)].sort();
-    const keysOf = (ids: number[]) => ids.map((id) => idempotencyKey(tenant, id)).sort();
+    const keysOf = (ids: string[]) => ids.map((id) => idempotencyKey(tenant, id)).sort();
     expect(keys('/kappa/a')).toEqual(keysOf([...early, ...late]));
     expect(keys('/kappa/new')).toEqual(keysOf(late));
     expect((await outboxStatus(db.sql, tenant)).endpoints.map((e) => [e.url, e.backlog])).toEqual([
@@ -547,7 +547,7 @@ describe('outbox delivery connects only to checked addresses', () => {
     const endpoints = [good, ...refused.map(([url]) => url)];
     await putTenantUnits(db.sql, tenant, { job: OUTBOX_JOB, shards: 1, weight: endpoints.length, config: { endpoints } });
     const p = proc(defaultUnitJobs({ outbox: job as never }));
-    const ids: number[] = [];
+    const ids: string[] = [];
     for (let i = 0; i < 3; i++) ids.push((await enqueueOutbox(db.sql, tenant, { key: `l${i}`, payload: i })).id);
     await waitFor(
       'two attempts of each delivery to each refused endpoint',

@@ -1,5 +1,5 @@
 // Units and outbox, per tenant: the units and their owners, and for outbox-delivery tenants the
-// backlog and last error of each endpoint.
+// backlog, last error and Retry-After pause of each endpoint.
 import { html } from 'htm/preact';
 import { api, type Outbox, type Unit } from '../api.js';
 import { ErrorNote, Time, message, usePoll } from '../components.js';
@@ -104,6 +104,7 @@ function Tenant({ data }: { data: TenantData }) {
               <th scope="col" class="num">Failures in a row</th>
               <th scope="col">Last error</th>
               <th scope="col">Last delivered</th>
+              <th scope="col">Paused (Retry-After)</th>
             </tr>
           </thead>
           <tbody>
@@ -111,10 +112,18 @@ function Tenant({ data }: { data: TenantData }) {
               (e) => html`<tr data-endpoint=${e.url}>
                 <td><code>${e.url}</code></td>
                 <td class="num">${e.backlog}</td>
-                <td class="num">${e.oldest ? duration(e.oldest.ageMs) : '–'}</td>
+                <td class="num" title=${e.oldest ? `message ${e.oldest.id}` : ''}>${e.oldest ? duration(e.oldest.ageMs) : '–'}</td>
                 <td class="num">${e.failures}</td>
                 <td class=${e.lastError ? 'item-error' : 'muted'}>${e.lastError ? html`${e.lastError.message} (<${Time} at=${e.lastError.at} />)` : 'none'}</td>
                 <td><${Time} at=${e.lastDeliveredAt} /></td>
+                <td class=${e.pause ? 'paused' : 'muted'}>
+                  ${
+                    e.pause
+                      ? html`${duration(e.pause.remainingMs)} left (until <${Time} at=${e.pause.until} />; asked
+                        ${duration(e.pause.askedMs)})`
+                      : 'no'
+                  }
+                </td>
               </tr>`,
             )}
           </tbody>

@@ -7,6 +7,7 @@
 // nothing.
 import type { UnitKey } from '../../lease/index.js';
 import type { Sql } from '../../store/index.js';
+import type { Fence } from '../job.js';
 import { fence } from './runs.js';
 
 // The tenant's shard count for `job` (0 when it has no such units): shards are 0..n−1
@@ -20,16 +21,17 @@ export async function outboxShards(sql: Sql, tenant: string, job: string): Promi
 
 // Enqueues a message on (tenant, shard), unassigned, only if that unit exists with the outbox
 // job — a concurrent shrink of the shard count makes this insert nothing rather than orphan the
-// message. The payload goes as JSON text, so JSON null and strings are stored as such.
+// message. The payload goes as JSON text, so JSON null and strings are stored as such. The id
+// comes back as decimal text: ids pass 2^53, where a JS number would round it (issue 38).
 export async function enqueue(
   sql: Sql,
   m: { tenant: string; shard: number; job: string; key: string; payload: unknown },
-): Promise<number | undefined> {
-  const [r] = await sql<{ id: number }[]>`insert into leasehold_outbox (tenant, shard, key, payload)
+): Promise<string | undefined> {
+  const [r] = await sql<{ id: string }[]>`insert into leasehold_outbox (tenant, shard, key, payload)
     select ${m.tenant}, ${m.shard}, ${m.key}, ${JSON.stringify(m.payload)}::text::jsonb
     where exists (select 1 from leasehold_units
                   where tenant = ${m.tenant} and shard = ${m.shard} and job = ${m.job} and weight > 0)
-    returning id`;
+    returning id::text as id`;
   return r?.id;
 }
 
@@ -92,6 +94,10 @@ export async function dropRemovedEndpoints(
       delete from leasehold_outbox_endpoints
       where tenant = ${unit.tenant} and shard = ${unit.shard} and endpoint not in (select jsonb_array_elements_text(${list}))
         and ${fence(sql, unit, processId)}
+    ), p as (
+      delete from leasehold_outbox_pauses
+      where tenant = ${unit.tenant} and endpoint not in (select jsonb_array_elements_text(${list}))
+        and ${fence(sql, unit, processId)}
     )
     select count(*) as n from d`;
   return r.n;
@@ -100,14 +106,28 @@ export async function dropRemovedEndpoints(
 /** A pending delivery as the owner of its unit attempts it. */
 export interface OutboxDelivery {
   endpoint: string;
-  id: number;
+  /** The message id, as decimal text (a bigint: exact past 2^53). */
+  id: string;
   key: string;
   payload: unknown;
   attempts: number;
 }
 
+// Whether the tenant's `endpoint` (an SQL expression) is paused for `unit`'s shard now (database
+// clock): a Retry-After pause of the endpoint, stored once for the whole tenant (migration 031),
+// is over for shard s at paused_until + jitter_ms × frac(wake_offset + s × 0.618…) — the golden
+// ratio spreads the tenant's shards evenly over the jitter, so they do not all wake at once. One
+// primary-key lookup.
+function pausedFor(sql: Sql, unit: UnitKey, endpoint: Fence | string): Fence {
+  return sql`exists (select from leasehold_outbox_pauses p
+    where p.tenant = ${unit.tenant} and p.endpoint = ${endpoint}
+      and p.paused_until + make_interval(secs => p.jitter_ms
+        * ((p.wake_offset + ${unit.shard}::float8 * 0.6180339887498949)
+           - floor(p.wake_offset + ${unit.shard}::float8 * 0.6180339887498949)) / 1000) > now())`;
+}
+
 // The unit's pending deliveries that are due (database clock), of endpoints not paused by a
-// Retry-After: for each of `endpoints`, at most
+// Retry-After (for this shard: {@link pausedFor}): for each of `endpoints`, at most
 // `limitPerEndpoint`, oldest due first — one statement whatever the endpoint count, each
 // endpoint an index range of the partial index over pending deliveries. Reads only.
 export async function dueDeliveries(
@@ -121,33 +141,46 @@ export async function dueDeliveries(
 
 /** The read of {@link dueDeliveries} as a fragment (the plan test reads its plan with EXPLAIN). */
 export function dueDeliveriesStatement(sql: Sql, unit: UnitKey, endpoints: readonly string[], limitPerEndpoint: number) {
-  return sql`select e.endpoint, o.id, o.key, o.payload, d.attempts
+  return sql`select e.endpoint, o.id::text as id, o.key, o.payload, d.attempts
     from jsonb_array_elements_text(${sql.json(endpoints as string[])}) with ordinality as e(endpoint, ord)
     cross join lateral (
       select message_id, attempts, next_attempt_at from leasehold_outbox_deliveries
       where tenant = ${unit.tenant} and shard = ${unit.shard} and endpoint = e.endpoint
         and delivered_at is null and next_attempt_at <= now()
-        and not exists (select from leasehold_outbox_endpoints p
-          where p.tenant = ${unit.tenant} and p.shard = ${unit.shard} and p.endpoint = e.endpoint and p.paused_until > now())
+        and not ${pausedFor(sql, unit, sql`e.endpoint`)}
       order by next_attempt_at, message_id limit ${limitPerEndpoint}
     ) d
     join leasehold_outbox o on o.id = d.message_id
     order by e.ord, d.next_attempt_at, d.message_id`;
 }
 
+/** What a mark answers: whether it changed the delivery, and whether the endpoint is paused for the unit's shard now. */
+export interface MarkAnswer {
+  marked: boolean;
+  paused: boolean;
+}
+
 // Marks one delivery (message `id` to `endpoint`) delivered, once (delivered_at was null), and
 // only while `processId` owns its unit with a live row and the delivery is still on that unit's
-// shard. Returns whether it marked.
-export async function markDelivered(sql: Sql, unit: UnitKey, processId: string, id: number, endpoint: string): Promise<boolean> {
-  const rows = await sql`${markDeliveredStatement(sql, unit, processId, id, endpoint)}`;
-  return rows.count === 1;
+// shard. Answers whether it marked, and whether the endpoint is paused now (another shard's owner
+// may have stored a pause since this run read its due deliveries): the lane stops at once.
+export async function markDelivered(
+  sql: Sql,
+  unit: UnitKey,
+  processId: string,
+  id: string,
+  endpoint: string,
+): Promise<MarkAnswer> {
+  const rows = await sql<{ paused: boolean }[]>`${markDeliveredStatement(sql, unit, processId, id, endpoint)}`;
+  return { marked: rows.length === 1, paused: rows[0]?.paused ?? false };
 }
 
 /** The statement of {@link markDelivered} as a fragment (the plan test reads its plan with EXPLAIN). */
-export function markDeliveredStatement(sql: Sql, unit: UnitKey, processId: string, id: number, endpoint: string) {
+export function markDeliveredStatement(sql: Sql, unit: UnitKey, processId: string, id: string, endpoint: string) {
   return sql`update leasehold_outbox_deliveries set delivered_at = now(), attempts = attempts + 1, last_error = null
-    where message_id = ${id} and endpoint = ${endpoint} and tenant = ${unit.tenant} and shard = ${unit.shard}
-      and delivered_at is null and ${fence(sql, unit, processId)}`;
+    where message_id = ${id}::bigint and endpoint = ${endpoint} and tenant = ${unit.tenant} and shard = ${unit.shard}
+      and delivered_at is null and ${fence(sql, unit, processId)}
+    returning ${pausedFor(sql, unit, endpoint)} as paused`;
 }
 
 /**
@@ -156,7 +189,8 @@ export function markDeliveredStatement(sql: Sql, unit: UnitKey, processId: strin
  * sooner).
  */
 export interface MarkFailedArgs {
-  id: number;
+  /** The message id, as decimal text. */
+  id: string;
   endpoint: string;
   error: string;
   backoffMs: number;
@@ -167,10 +201,10 @@ export interface MarkFailedArgs {
 // Records a failed attempt of one pending delivery, only while `processId` owns its unit (live):
 // attempts + 1, next attempt at now() + jitter × min(maxBackoff, backoff × 2^(attempts−1)) by the
 // database clock, jitter uniform in [0, 1) (full jitter: a wave of failures comes back spread over
-// the whole interval). Returns whether it recorded.
-export async function markFailed(sql: Sql, unit: UnitKey, processId: string, a: MarkFailedArgs): Promise<boolean> {
-  const rows = await sql`${markFailedStatement(sql, unit, processId, a)}`;
-  return rows.count === 1;
+// the whole interval), and no sooner than `retryAfterMs`. Answers as {@link markDelivered}.
+export async function markFailed(sql: Sql, unit: UnitKey, processId: string, a: MarkFailedArgs): Promise<MarkAnswer> {
+  const rows = await sql<{ paused: boolean }[]>`${markFailedStatement(sql, unit, processId, a)}`;
+  return { marked: rows.length === 1, paused: rows[0]?.paused ?? false };
 }
 
 /** The statement of {@link markFailed} as a fragment (the plan test reads its plan with EXPLAIN). */
@@ -183,8 +217,9 @@ export function markFailedStatement(sql: Sql, unit: UnitKey, processId: string, 
         ${a.maxBackoffMs}::float8,
         ${a.backoffMs}::float8 * power(2::float8, least(attempts, 40))
       ), ${a.retryAfterMs ?? 0}::float8) / 1000)
-    where message_id = ${a.id} and endpoint = ${a.endpoint} and tenant = ${unit.tenant} and shard = ${unit.shard}
-      and delivered_at is null and ${fence(sql, unit, processId)}`;
+    where message_id = ${a.id}::bigint and endpoint = ${a.endpoint} and tenant = ${unit.tenant} and shard = ${unit.shard}
+      and delivered_at is null and ${fence(sql, unit, processId)}
+    returning ${pausedFor(sql, unit, a.endpoint)} as paused`;
 }
 
 // Records how one endpoint of the unit fared in one run, only while `processId` owns the unit
@@ -210,15 +245,30 @@ export async function recordEndpoint(
       last_delivered_at = coalesce(excluded.last_delivered_at, s.last_delivered_at)`;
 }
 
-// Pauses one endpoint of the unit for `ms` (it answered Retry-After), only while `processId` owns
-// the unit (live): no delivery to it is due before now() + ms, which a later, shorter answer never
-// brings forward. The tenant's other endpoints and shards are not touched.
-export async function pauseEndpoint(sql: Sql, unit: UnitKey, processId: string, endpoint: string, ms: number): Promise<void> {
-  await sql`insert into leasehold_outbox_endpoints as s (tenant, shard, endpoint, paused_until)
-    select ${unit.tenant}, ${unit.shard}, ${endpoint}, now() + make_interval(secs => ${ms}::float8 / 1000)
+/** A Retry-After pause as {@link pauseEndpoint} stores it: the wait asked for and the wait kept (capped), ms. */
+export interface PauseArgs {
+  endpoint: string;
+  askedMs: number;
+  waitMs: number;
+  /** Spread of the wake-up past the wait, ms (the tenant's shards wake within it). */
+  jitterMs: number;
+}
+
+// Pauses the tenant's `endpoint` for every shard and process (it answered Retry-After), only while
+// `processId` owns `unit` (live): no delivery to it is due before now() + waitMs, and each shard
+// wakes within jitterMs after that (see pausedFor), the offset drawn here. A pause in force is
+// never brought forward by a later, shorter answer; a longer one replaces it. One row per
+// (tenant, endpoint), primary key.
+export async function pauseEndpoint(sql: Sql, unit: UnitKey, processId: string, a: PauseArgs): Promise<void> {
+  await sql`insert into leasehold_outbox_pauses as s (tenant, endpoint, paused_until, jitter_ms, wake_offset, asked_ms, asked_at)
+    select ${unit.tenant}, ${a.endpoint}, now() + make_interval(secs => ${a.waitMs}::float8 / 1000),
+      ${a.jitterMs}::float8, random(), ${a.askedMs}::float8, now()
     where ${fence(sql, unit, processId)}
-    on conflict (tenant, shard, endpoint) do update set
-      paused_until = greatest(coalesce(s.paused_until, excluded.paused_until), excluded.paused_until)`;
+    on conflict (tenant, endpoint) do update set
+      paused_until = excluded.paused_until, jitter_ms = excluded.jitter_ms, wake_offset = excluded.wake_offset,
+      asked_ms = excluded.asked_ms, asked_at = excluded.asked_at
+    where excluded.paused_until + make_interval(secs => excluded.jitter_ms / 1000)
+      > s.paused_until + make_interval(secs => s.jitter_ms / 1000)`;
 }
 
 // Moves the tenant's unassigned messages and pending deliveries on shards that no longer exist
@@ -249,19 +299,26 @@ export async function rehome(sql: Sql, tenant: string, job: string, processId: s
 export interface OutboxEndpointRow {
   endpoint: string;
   backlog: number;
-  oldestId: number | null;
+  /** Decimal text (a bigint). */
+  oldestId: string | null;
   oldestAt: Date | null;
   oldestAgeMs: number | null;
   failures: number;
   lastError: string | null;
   lastErrorAt: Date | null;
   lastDeliveredAt: Date | null;
+  /** The endpoint's Retry-After pause while any shard still waits it out: when the last shard wakes, ms left, ms asked, when asked. */
+  pausedUntil: Date | null;
+  pauseLeftMs: number | null;
+  pauseAskedMs: number | null;
+  pauseAskedAt: Date | null;
 }
 
 // The tenant's outbox endpoint list (its units' config), and per endpoint: the backlog (pending
 // deliveries plus messages not yet assigned, which every endpoint will get), the oldest of them
-// with its age by the database clock, and the endpoint records summed over shards. Reads only:
-// one pass over the tenant's pending deliveries (index range), one over its unassigned messages.
+// with its age by the database clock, the endpoint records summed over shards, and its Retry-After
+// pause while one is in force (until its last shard wakes). Reads only: one pass over the
+// tenant's pending deliveries (index range), one over its unassigned messages, one over its pauses.
 export async function endpointStatus(
   sql: Sql,
   tenant: string,
@@ -285,14 +342,20 @@ export async function endpointStatus(
       select endpoint, sum(failures) as failures, max(last_delivered_at) as last_delivered_at,
         (array_agg(last_error order by last_error_at desc nulls last))[1] as last_error, max(last_error_at) as last_error_at
       from leasehold_outbox_endpoints where tenant = ${tenant} group by endpoint
+    ), z as (
+      select endpoint, paused_until + make_interval(secs => jitter_ms / 1000) as until, asked_ms, asked_at
+      from leasehold_outbox_pauses where tenant = ${tenant}
     )
-    select e.endpoint, coalesce(p.n, 0) + w.n as backlog, x.id as "oldestId", x.created_at as "oldestAt",
+    select e.endpoint, coalesce(p.n, 0) + w.n as backlog, x.id::text as "oldestId", x.created_at as "oldestAt",
       (extract(epoch from now() - x.created_at) * 1000)::float8 as "oldestAgeMs",
       coalesce(s.failures, 0)::int as failures, s.last_error as "lastError", s.last_error_at as "lastErrorAt",
-      s.last_delivered_at as "lastDeliveredAt"
+      s.last_delivered_at as "lastDeliveredAt",
+      z.until as "pausedUntil", (extract(epoch from z.until - now()) * 1000)::float8 as "pauseLeftMs",
+      z.asked_ms as "pauseAskedMs", z.asked_at as "pauseAskedAt"
     from e cross join waiting w
     left join pending p on p.endpoint = e.endpoint
     left join s on s.endpoint = e.endpoint
+    left join z on z.endpoint = e.endpoint and z.until > now()
     left join leasehold_outbox x on x.id = least(p.oldest, w.oldest)
     order by e.ord`;
   return { shards: units.shards, rows };
