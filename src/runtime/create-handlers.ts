@@ -98,19 +98,20 @@ export const HANDLERS_MODULE: { readonly url: string } = Object.freeze({ url: im
 export function createHandlers(options: HandlersOptions): Handlers {
   const runtime = createRuntime({ jobs: options.jobs, unitJobs: options.unitJobs ?? [] });
   const deps = () => runtime.deps();
+  const prepare = () => runtime.prepare();
 
   const worker = middy<WorkerEvent, WorkerResult, Error, Context>()
-    .use(invocation({ service: 'worker', marginMs: () => deps().config.deadlineMarginMs }))
+    .use(invocation({ service: 'worker', prepare, marginMs: () => deps().config.deadlineMarginMs }))
     .handler((event, context) => workerInvocation(deps(), event, context));
   const scheduler = middy<unknown, SchedulerResult | SchemaSkipped, Error, Context>()
-    .use(invocation({ service: 'scheduler' }))
+    .use(invocation({ service: 'scheduler', prepare }))
     .handler((event, context) => schedulerInvocation(deps(), event, context));
   const api = middy<APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Error, Context>()
-    .use(invocation({ service: 'api' }))
+    .use(invocation({ service: 'api', prepare }))
     .use(httpErrorBoundary())
     .handler((event, context) => apiInvocation(deps(), event, context));
   const trigger = middy<unknown, TriggerResult, Error, Context>()
-    .use(invocation({ service: 'trigger' }))
+    .use(invocation({ service: 'trigger', prepare }))
     .handler((event, context) => triggerInvocation(deps(), event, context));
   const migrate = middy<unknown, MigrateResult, Error, Context>()
     .use(invocation({ service: 'migrate' }))

@@ -3,7 +3,7 @@ import type { Sql } from '../store/index.js';
 import { UnitJobRegistry, UnitRunner, type UnitJob } from '../units/index.js';
 import type { UnitReconciler } from './worker.js';
 import { loadConfig, type Config } from './config.js';
-import { openDatabase } from './db.js';
+import { openDatabase, prepareDatabase } from './db.js';
 import type { Dispatcher, WorkerEvent } from '../batch/index.js';
 import { LambdaDispatcher, workerReserver } from './dispatch.js';
 import type { Log } from '../log.js';
@@ -50,6 +50,13 @@ export interface Runtime {
    * @throws {ConfigError} a setting is invalid, or neither `DATABASE_URL` nor `LEASEHOLD_DB_HOST` is set.
    */
   deps(): RuntimeDeps;
+  /**
+   * Loads what {@link Runtime.deps} needs and a cold start does not load (the RDS certificate
+   * authorities, for TLS `rds`: see `prepareDatabase`); `deps()` throws for such a connection
+   * until this has settled. The handlers' middleware awaits it before each invocation.
+   * @throws {ConfigError} a setting is invalid.
+   */
+  prepare(): Promise<void>;
   /** Forget the dependencies, closing the pool; the next {@link Runtime.deps} builds them again. */
   reset(): Promise<void>;
 }
@@ -67,6 +74,9 @@ export function createRuntime(app: AppJobs): Runtime {
   new JobRegistry([...jobs], { allowedRoots: [], maxItems: 1 });
   let cached: RuntimeDeps | undefined;
   const runtime: Runtime = {
+    async prepare() {
+      if (!cached) await prepareDatabase(loadConfig());
+    },
     deps() {
       if (cached) return cached;
       const config = loadConfig();

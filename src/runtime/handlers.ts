@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
 import { checkSchema, SchemaMismatchError, type Migration, type RuntimeRoleResult, type SchemaRange } from '../store/index.js';
 import { loadConfig, ConfigError, type Config } from './config.js';
-import { openDatabase, retryRefusedConnection } from './db.js';
+import { openDatabase, prepareDatabase, retryRefusedConnection } from './db.js';
 import type { RuntimeDeps } from './deps.js';
 import type { Dispatcher, WorkerEvent } from '../batch/index.js';
 import { recordFleetBalance, recordRetention, recordRuns, workerMetricHooks, type RuntimeMetrics } from './metrics.js';
@@ -186,6 +186,7 @@ export async function migrateInvocation(_event: unknown, context: Context): Prom
   const config = loadConfig();
   const { DEFAULT_MIGRATIONS_DIR, migrate } = await import('../store/migrate.js');
   const dir = migrationsDir(config, DEFAULT_MIGRATIONS_DIR);
+  await prepareDatabase(config);
   const sql = openDatabase(config, { max: 1, applicationName: 'leasehold-migrate' });
   try {
     let runtimeRole: RuntimeRoleResult | undefined;
