@@ -2,10 +2,10 @@
 // "Serverless runtime"); `leasehold/lambda` exports it, functions/ call it.
 import middy from '@middy/core';
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
-import type { WorkerEvent } from '../batch/index.js';
-import type { Job } from '../jobs/index.js';
-import type { TriggerResult } from '../trigger/index.js';
-import type { UnitJob } from '../units/index.js';
+import type { WorkerEvent } from '../batch/dispatch.js';
+import type { Job } from '../jobs/job.js';
+import type { TriggerResult } from '../trigger/trigger.js';
+import type { UnitJob } from '../units/job.js';
 // From the modules themselves, not runtime/index.js: that one loads every module of the runtime,
 // and Node (unbundled) would then load the API, the scheduler and the trigger at every cold
 // start. handlers.ts loads each of those on its handler's first invocation instead.

@@ -4,14 +4,8 @@ import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { checkServerIdentity, rootCertificates, type PeerCertificate } from 'node:tls';
 import type { Signer } from '@aws-sdk/rds-signer';
-import {
-  connect,
-  isConnectionError,
-  isConnectionRefused,
-  type ConnectOptions,
-  type ConnectTarget,
-  type Sql,
-} from '../store/index.js';
+import { connect, type ConnectOptions, type ConnectTarget, type Sql } from '../store/connect.js';
+import { isConnectionError, isConnectionRefused } from '../store/errors.js';
 import { ConfigError, type Config, type DbConfig } from './config.js';
 
 export { isConnectionError, isConnectionRefused };

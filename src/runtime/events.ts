@@ -16,9 +16,10 @@ import {
   takeUnsent,
   type BatchFinishedDetail,
   type TakenEvent,
-} from '../batch/index.js';
-import type { Sql } from '../store/index.js';
-import { EndpointGuard, postWebhook, signWebhook } from '../units/index.js';
+} from '../batch/events.js';
+import type { Sql } from '../store/connect.js';
+import { EndpointGuard } from '../units/endpoint-guard.js';
+import { postWebhook, signWebhook } from '../units/webhook.js';
 import type { Log } from '../log.js';
 
 /** PutEvents takes at most 10 entries per call. */
