@@ -8,7 +8,7 @@
  * (docs/design.md, "Layout"); test/package/exports.test.ts pins the list, so widening it is a
  * visible decision. The module barrels behind it are internal; each name is taken from its own
  * file, not a barrel, so a bundle of a file that imports a few of them (a runner's handler file)
- * takes no more than those files reach (docs/development.md, "Cold start"). It loads nothing of AWS: the
+ * takes no more than those files reach (docs/design.md, "Cold starts and code splitting"). It loads nothing of AWS: the
  * Lambda handlers are in `leasehold/lambda`, the SST component in `leasehold/sst`.
  * @packageDocumentation
  */

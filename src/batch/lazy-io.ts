@@ -1,7 +1,7 @@
 // A run's doors to the source readers and the results writer, which only batches with a source or
 // a results target use: each imports its module on first call, so a worker's cold start does not
-// load them (esbuild places whole files by static reachability: docs/development.md, "Cold
-// start"). Same signatures and errors as the functions they stand for.
+// load them (esbuild places whole files by static reachability: docs/design.md, "Cold starts
+// and code splitting"). Same signatures and errors as the functions they stand for.
 import type { S3Client } from '@aws-sdk/client-s3';
 import type { Sql } from '../store/connect.js';
 import type { ResultsSettings } from './results.js';
