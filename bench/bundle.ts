@@ -24,6 +24,13 @@ export async function bundleBench(): Promise<void> {
         `(CPU ${Math.round(cost.cpuMs)} ms; medians of ${cost.runs} starts over a bare node start; goals 300,000 bytes, 60 ms; ` +
         `bytes a cold start loads: the handler file and its static chunks, of ${bundle.totalBytes} in ${bundle.files.length} files)`,
     );
+    // Loaded on the first connection that is TLS `rds` to a host (src/runtime/db.ts, prepareDatabase).
+    const rdsCa = Object.values(bundle.metafile.outputs)
+      .filter((o) => o.inputs['src/runtime/rds-ca.ts'])
+      .reduce((n, o) => n + o.bytes, 0);
+    console.log(
+      `  with TLS to RDS: ${bundle.bytes + rdsCa} bytes (the RDS CAs, ${rdsCa} bytes, load on the first such connection)`,
+    );
     const largest = bundleInputs(bundle, { coldOnly: true }).slice(0, 8);
     console.log(`  largest inputs: ${largest.map((i) => `${i.name} ${Math.round(i.bytes / 1024)} KiB`).join(', ')}`);
   } finally {
