@@ -4,7 +4,8 @@ import { readdir, readlink, realpath, stat } from 'node:fs/promises';
 import { isAbsolute, join, relative, resolve, sep } from 'node:path';
 import { promisify } from 'node:util';
 import * as z from 'zod';
-import { PermanentItemError, type ItemInput } from '../batch/index.js';
+import { PermanentItemError } from '../batch/errors.js';
+import type { ItemInput } from '../batch/types.js';
 import { defineJob, InvalidParamsError } from './job.js';
 
 /** Output of one `checksum` item. */

@@ -1,17 +1,16 @@
 import type { z } from 'zod';
+import { checkItemBatching } from '../batch/run/calls.js';
+import { checkItemStale } from '../batch/runner.js';
+import { checkRateLimit, type RateLimit } from '../batch/rate.js';
+import { checkRetrySettings } from '../batch/run/executor.js';
 import {
-  checkItemBatching,
-  checkItemStale,
-  checkRateLimit,
-  checkRetrySettings,
   MAX_ITEM_TIMEOUT_MS,
   type BatchInfo,
   type Executor,
   type ItemCallResult,
   type ItemContext,
   type ItemSource,
-  type RateLimit,
-} from '../batch/index.js';
+} from '../batch/types.js';
 import { LeaseholdError, InvalidSettingError } from '../errors.js';
 
 /** What a job sees of the deployment's configuration. */

@@ -5,14 +5,9 @@
 // entry point exports this job and must load nothing of AWS.
 import type { InvokeCommand as InvokeCommandType, LambdaClient as LambdaClientType } from '@aws-sdk/client-lambda';
 import * as z from 'zod';
-import {
-  MAX_ITEMS_PER_CALL,
-  PermanentItemError,
-  RetryAfterError,
-  type ItemCallResult,
-  type ItemInput,
-  type ItemSource,
-} from '../batch/index.js';
+import { MAX_ITEMS_PER_CALL } from '../batch/run/calls.js';
+import { PermanentItemError, RetryAfterError } from '../batch/errors.js';
+import type { ItemCallResult, ItemInput, ItemSource } from '../batch/types.js';
 import { defineJob, InvalidParamsError, UnknownJobError, type JobCall, type JobContext } from './job.js';
 import { LeaseholdError } from '../errors.js';
 

@@ -1,18 +1,15 @@
 import { delimiter } from 'node:path';
 import { tmpdir } from 'node:os';
 import * as z from 'zod';
-import {
-  BATCH_DEFAULTS,
-  DEFAULT_START_LIMITS,
-  MAX_CONCURRENCY,
-  RETENTION_DEFAULTS,
-  RUNNER_DEFAULTS,
-  runnerSettings,
-  type RunnerSettings,
-} from '../batch/index.js';
+import { BATCH_DEFAULTS } from '../batch/defaults.js';
+import { DEFAULT_START_LIMITS } from '../batch/items.js';
+import { MAX_CONCURRENCY } from '../batch/types.js';
+import { RETENTION_DEFAULTS } from '../batch/retention.js';
+import { RUNNER_DEFAULTS, runnerSettings, type RunnerSettings } from '../batch/runner.js';
 import type { ComponentVariable } from '../contract.js';
 import { InvalidSettingError, LeaseholdError } from '../errors.js';
-import { LEASE_DEFAULTS, leaseConfig, NO_WORKER_LIMIT, type LeaseConfig } from '../lease/index.js';
+import { LEASE_DEFAULTS, leaseConfig, type LeaseConfig } from '../lease/leaser.js';
+import { NO_WORKER_LIMIT } from '../lease/sql/fleet.js';
 import { parseOutboxAllow } from '../units/endpoint-guard.js';
 import { parseChainRules, type ChainRule } from '../trigger/chain.js';
 

@@ -2,10 +2,10 @@
 // "Serverless runtime"); `leasehold/lambda` exports it, functions/ call it.
 import middy from '@middy/core';
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
-import type { WorkerEvent } from '../batch/index.js';
-import type { Job } from '../jobs/index.js';
-import type { TriggerResult } from '../trigger/index.js';
-import type { UnitJob } from '../units/index.js';
+import type { WorkerEvent } from '../batch/dispatch.js';
+import type { Job } from '../jobs/job.js';
+import type { TriggerResult } from '../trigger/trigger.js';
+import type { UnitJob } from '../units/job.js';
 // From the modules themselves, not runtime/index.js: that one loads every module of the runtime,
 // and Node (unbundled) would then load the API, the scheduler and the trigger at every cold
 // start. handlers.ts loads each of those on its handler's first invocation instead.
@@ -98,19 +98,20 @@ export const HANDLERS_MODULE: { readonly url: string } = Object.freeze({ url: im
 export function createHandlers(options: HandlersOptions): Handlers {
   const runtime = createRuntime({ jobs: options.jobs, unitJobs: options.unitJobs ?? [] });
   const deps = () => runtime.deps();
+  const prepare = () => runtime.prepare();
 
   const worker = middy<WorkerEvent, WorkerResult, Error, Context>()
-    .use(invocation({ service: 'worker', marginMs: () => deps().config.deadlineMarginMs }))
+    .use(invocation({ service: 'worker', prepare, marginMs: () => deps().config.deadlineMarginMs }))
     .handler((event, context) => workerInvocation(deps(), event, context));
   const scheduler = middy<unknown, SchedulerResult | SchemaSkipped, Error, Context>()
-    .use(invocation({ service: 'scheduler' }))
+    .use(invocation({ service: 'scheduler', prepare }))
     .handler((event, context) => schedulerInvocation(deps(), event, context));
   const api = middy<APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Error, Context>()
-    .use(invocation({ service: 'api' }))
+    .use(invocation({ service: 'api', prepare }))
     .use(httpErrorBoundary())
     .handler((event, context) => apiInvocation(deps(), event, context));
   const trigger = middy<unknown, TriggerResult, Error, Context>()
-    .use(invocation({ service: 'trigger' }))
+    .use(invocation({ service: 'trigger', prepare }))
     .handler((event, context) => triggerInvocation(deps(), event, context));
   const migrate = middy<unknown, MigrateResult, Error, Context>()
     .use(invocation({ service: 'migrate' }))

@@ -4,16 +4,9 @@ import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { checkServerIdentity, rootCertificates, type PeerCertificate } from 'node:tls';
 import type { Signer } from '@aws-sdk/rds-signer';
-import {
-  connect,
-  isConnectionError,
-  isConnectionRefused,
-  type ConnectOptions,
-  type ConnectTarget,
-  type Sql,
-} from '../store/index.js';
+import { connect, type ConnectOptions, type ConnectTarget, type Sql } from '../store/connect.js';
+import { isConnectionError, isConnectionRefused } from '../store/errors.js';
 import { ConfigError, type Config, type DbConfig } from './config.js';
-import { RDS_CERTIFICATE_AUTHORITIES } from './rds-ca.js';
 
 export { isConnectionError, isConnectionRefused };
 
@@ -55,6 +48,8 @@ export function iamTokenPassword(target: IamTokenTarget): () => Promise<string> 
   };
 }
 
+let rdsAuthorities: readonly string[] | undefined;
+
 /**
  * The Amazon RDS certificate authorities shipped with the code, as PEM strings: the regional
  * roots of RDS's global bundle that are still valid — `rds-ca-rsa2048-g1`, `rds-ca-rsa4096-g1`,
@@ -63,9 +58,31 @@ export function iamTokenPassword(target: IamTokenTarget): () => Promise<string> 
  * `npm run rds-ca` (a test fails when that copy falls behind the installed package), so a
  * function's bundle carries only these (about 140 KB) and not the whole package. Regions opened
  * after the package's bundle was cut are missing; add a newer bundle with `LEASEHOLD_DB_CA_FILE`.
+ *
+ * They are a module of their own, imported on first use (a chunk of its own in a function's
+ * bundle, so a cold start whose connection is not TLS to RDS never loads its 140 KB): call
+ * {@link loadRdsCertificateAuthorities} (or {@link prepareDatabase}) first.
+ * @throws {Error} they were not loaded yet.
  */
 export function rdsCertificateAuthorities(): string[] {
-  return [...RDS_CERTIFICATE_AUTHORITIES];
+  if (!rdsAuthorities)
+    throw new Error('the RDS certificate authorities are not loaded: await loadRdsCertificateAuthorities() first');
+  return [...rdsAuthorities];
+}
+
+/** Loads the RDS certificate authorities (once per process) and answers them: see {@link rdsCertificateAuthorities}. */
+export async function loadRdsCertificateAuthorities(): Promise<string[]> {
+  rdsAuthorities ??= (await import('./rds-ca.js')).RDS_CERTIFICATE_AUTHORITIES;
+  return [...rdsAuthorities];
+}
+
+/**
+ * Loads what {@link databaseTarget} needs for `config` and does not load at a cold start: the RDS
+ * certificate authorities, when the connection is to `LEASEHOLD_DB_HOST` with TLS `rds` (not for
+ * `DATABASE_URL`, `system` or `off`). Call it before {@link openDatabase} or {@link databaseTarget}.
+ */
+export async function prepareDatabase(config: Pick<Config, 'databaseUrl' | 'db'>): Promise<void> {
+  if (!config.databaseUrl && config.db.host && config.db.tls === 'rds') await loadRdsCertificateAuthorities();
 }
 
 /** TLS options for postgres.js (`node:tls` connect options). */
@@ -80,6 +97,7 @@ export interface TlsOptions {
  * `caFile`; both verify the certificate chain and that the certificate names the host
  * (postgres.js passes the host name as `servername`). `off` returns false.
  * @throws {ConfigError} `LEASEHOLD_DB_CA_FILE` cannot be read or holds no PEM certificate.
+ * @throws {Error} `rds` before {@link loadRdsCertificateAuthorities}.
  */
 export function dbTls(db: Pick<DbConfig, 'tls' | 'caFile'>): TlsOptions | false {
   if (db.tls === 'off') return false;
@@ -125,6 +143,7 @@ export interface OpenDatabaseOptions {
  * (`LEASEHOLD_DB_IAM_AUTH=true`) or `LEASEHOLD_DB_PASSWORD` as the password, over TLS as
  * `LEASEHOLD_DB_TLS` says.
  * @throws {ConfigError} neither `DATABASE_URL` nor `LEASEHOLD_DB_HOST` is set, or the CA file is unusable.
+ * @throws {Error} TLS `rds` to a host before {@link prepareDatabase} loaded the RDS certificate authorities.
  */
 export function databaseTarget(
   config: Pick<Config, 'databaseUrl' | 'db'>,
@@ -164,6 +183,7 @@ export function databaseTarget(
  * postgres.js on the statement after; see {@link settleAfterThaw} and the worker's heartbeat
  * retry for how leasehold avoids and absorbs that first failure.
  * @throws {ConfigError} see {@link databaseTarget}.
+ * @throws {Error} see {@link databaseTarget} ({@link prepareDatabase} first).
  */
 export function openDatabase(config: Pick<Config, 'databaseUrl' | 'db' | 'dbPoolMax'>, options: OpenDatabaseOptions = {}): Sql {
   const target = databaseTarget(config, options.credentials);

@@ -1,13 +1,16 @@
-import { JobRegistry, type Job } from '../jobs/index.js';
-import type { Sql } from '../store/index.js';
-import { UnitJobRegistry, UnitRunner, type UnitJob } from '../units/index.js';
+import { JobRegistry, type Job } from '../jobs/job.js';
+import type { Sql } from '../store/connect.js';
+import { UnitJobRegistry, type UnitJob } from '../units/job.js';
+import { UnitRunner } from '../units/runner.js';
 import type { UnitReconciler } from './worker.js';
 import { loadConfig, type Config } from './config.js';
-import { openDatabase } from './db.js';
-import type { Dispatcher, WorkerEvent } from '../batch/index.js';
+import { openDatabase, prepareDatabase } from './db.js';
+import type { Dispatcher, WorkerEvent } from '../batch/dispatch.js';
 import { LambdaDispatcher, workerReserver } from './dispatch.js';
 import type { Log } from '../log.js';
-import { EventBridgePublisher, sendEvents, type SendOptions, type SendResult } from './events.js';
+// Types only: the events module (the outbound HTTP client's address policy, ipaddr.js, the
+// events' SQL) is imported on the first send, not at every cold start.
+import type { EventPublisher, SendOptions, SendResult } from './events.js';
 
 /** Everything a function needs, built once per container and reused across invocations. */
 export interface RuntimeDeps {
@@ -50,6 +53,13 @@ export interface Runtime {
    * @throws {ConfigError} a setting is invalid, or neither `DATABASE_URL` nor `LEASEHOLD_DB_HOST` is set.
    */
   deps(): RuntimeDeps;
+  /**
+   * Loads what {@link Runtime.deps} needs and a cold start does not load (the RDS certificate
+   * authorities, for TLS `rds`: see `prepareDatabase`); `deps()` throws for such a connection
+   * until this has settled. The handlers' middleware awaits it before each invocation.
+   * @throws {ConfigError} a setting is invalid.
+   */
+  prepare(): Promise<void>;
   /** Forget the dependencies, closing the pool; the next {@link Runtime.deps} builds them again. */
   reset(): Promise<void>;
 }
@@ -67,11 +77,14 @@ export function createRuntime(app: AppJobs): Runtime {
   new JobRegistry([...jobs], { allowedRoots: [], maxItems: 1 });
   let cached: RuntimeDeps | undefined;
   const runtime: Runtime = {
+    async prepare() {
+      if (!cached) await prepareDatabase(loadConfig());
+    },
     deps() {
       if (cached) return cached;
       const config = loadConfig();
       const sql = openDatabase(config);
-      const publisher = config.events.bus ? new EventBridgePublisher(config.events.bus) : undefined;
+      let publisher: EventPublisher | undefined;
       cached = {
         config,
         sql,
@@ -84,7 +97,11 @@ export function createRuntime(app: AppJobs): Runtime {
         units: (processId, log, leaseValid) => new UnitRunner({ sql, processId, jobs: unitJobs, log, leaseValid }),
         dispatcher: new LambdaDispatcher(config.workerFunction),
         reserve: workerReserver(sql, config),
-        sendEvents: (log, options) => sendEvents({ sql, publisher, webhookSecret: config.events.webhookSecret, log }, options),
+        sendEvents: async (log, options) => {
+          const events = await import('./events.js');
+          if (config.events.bus) publisher ??= new events.EventBridgePublisher(config.events.bus);
+          return events.sendEvents({ sql, publisher, webhookSecret: config.events.webhookSecret, log }, options);
+        },
       };
       return cached;
     },

@@ -1,14 +1,8 @@
 import type { LambdaClient } from '@aws-sdk/client-lambda';
-import {
-  sendWorkers,
-  undispatch,
-  type Dispatcher,
-  type SendWorkersOptions,
-  type WorkerEvent,
-  type WorkerSender,
-} from '../batch/index.js';
-import { planInvocations, reserveInvocations, type BatchInvocation, type InvocationPlan } from '../lease/index.js';
-import type { Sql } from '../store/index.js';
+import { sendWorkers, type Dispatcher, type SendWorkersOptions, type WorkerEvent, type WorkerSender } from '../batch/dispatch.js';
+import { undispatch } from '../batch/batches.js';
+import { planInvocations, reserveInvocations, type BatchInvocation, type InvocationPlan } from '../lease/sql/fleet.js';
+import type { Sql } from '../store/connect.js';
 import type { Config } from './config.js';
 
 /** The worker limit a dispatcher keeps (docs/design.md, "Fan-out"); the runtime passes its config's. */

@@ -16,9 +16,11 @@ import {
   takeUnsent,
   type BatchFinishedDetail,
   type TakenEvent,
-} from '../batch/index.js';
-import type { Sql } from '../store/index.js';
-import { EndpointGuard, MAX_RETRY_AFTER_MS, postWebhookAnswer, signWebhook } from '../units/index.js';
+} from '../batch/events.js';
+import type { Sql } from '../store/connect.js';
+import { EndpointGuard } from '../units/endpoint-guard.js';
+import { MAX_RETRY_AFTER_MS } from '../units/outbox-delivery.js';
+import { postWebhookAnswer, signWebhook } from '../units/webhook.js';
 import type { Log } from '../log.js';
 
 /** PutEvents takes at most 10 entries per call. */

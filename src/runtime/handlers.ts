@@ -8,16 +8,18 @@
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
-import { checkSchema, SchemaMismatchError, type Migration, type RuntimeRoleResult, type SchemaRange } from '../store/index.js';
+import { checkSchema, SchemaMismatchError, type SchemaRange } from '../store/schema.js';
+import type { Migration } from '../store/migrate.js';
+import type { RuntimeRoleResult } from '../store/roles.js';
 import { loadConfig, ConfigError, type Config } from './config.js';
-import { openDatabase, retryRefusedConnection } from './db.js';
+import { openDatabase, prepareDatabase, retryRefusedConnection } from './db.js';
 import type { RuntimeDeps } from './deps.js';
 import { WorkerDispatcher } from './dispatch.js';
-import type { Dispatcher, WorkerEvent } from '../batch/index.js';
+import type { Dispatcher, WorkerEvent } from '../batch/dispatch.js';
 import { recordFleetBalance, recordRetention, recordRuns, workerMetricHooks, type RuntimeMetrics } from './metrics.js';
 import { invocationOf } from './middleware.js';
 import type { SchedulerResult } from './scheduler.js';
-import type { TriggerResult } from '../trigger/index.js';
+import type { TriggerResult } from '../trigger/trigger.js';
 import { runWorker, type WorkerResult } from './worker.js';
 import { errorFields } from '../log.js';
 
@@ -187,6 +189,7 @@ export async function migrateInvocation(_event: unknown, context: Context): Prom
   const config = loadConfig();
   const { DEFAULT_MIGRATIONS_DIR, migrate } = await import('../store/migrate.js');
   const dir = migrationsDir(config, DEFAULT_MIGRATIONS_DIR);
+  await prepareDatabase(config);
   const sql = openDatabase(config, { max: 1, applicationName: 'leasehold-migrate' });
   try {
     let runtimeRole: RuntimeRoleResult | undefined;

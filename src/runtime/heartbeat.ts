@@ -1,4 +1,4 @@
-import { Leaser } from '../lease/index.js';
+import { Leaser } from '../lease/leaser.js';
 import { isConnectionError, settleAfterThaw } from './db.js';
 
 /**

@@ -25,6 +25,8 @@ export {
   dbTls,
   iamTokenPassword,
   rdsCertificateAuthorities,
+  loadRdsCertificateAuthorities,
+  prepareDatabase,
   settleAfterThaw,
   isConnectionError,
   isConnectionRefused,

@@ -1,8 +1,8 @@
 // CloudWatch metrics in the Embedded Metric Format (EMF): Powertools metrics, written as log
 // lines (CloudWatch turns them into metrics; no API call, no extra permission).
 import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
-import type { ItemOutcome, RunnerEvent } from '../batch/index.js';
-import type { Hooks } from '../lease/index.js';
+import type { ItemOutcome, RunnerEvent } from '../batch/run/types.js';
+import type { Hooks } from '../lease/leaser.js';
 import type { SchedulerResult } from './scheduler.js';
 import { logSilenced, writeLogLine } from './log.js';
 

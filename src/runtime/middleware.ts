@@ -45,6 +45,8 @@ export interface InvocationOptions {
    * invocation's error, naming the variable). Default 0: the deadline is the platform's.
    */
   marginMs?: () => number;
+  /** Awaited first at each invocation (before `marginMs`): loads what the handler's dependencies need. */
+  prepare?: () => Promise<void>;
 }
 
 type AnyRequest = Request<unknown, unknown, Error, LeaseholdContext>;
@@ -72,6 +74,7 @@ export function invocation(options: InvocationOptions): MiddlewareObj<unknown, u
   return {
     before: async (request) => {
       await settleAfterThaw();
+      await options.prepare?.();
       const context = request.context;
       const log = lambdaLog(options.service, context);
       const metrics = metricsFor(options.service);

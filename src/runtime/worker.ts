@@ -1,26 +1,17 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { sleepUntil, systemClock } from '../clock.js';
-import { Runner, type Dispatcher, type RunResult, type RunnerEvent, type WorkerEvent } from '../batch/index.js';
-import type { JobRegistry } from '../jobs/index.js';
-import {
-  invocationLive,
-  workerStart,
-  type LeaserEvent,
-  type ProcessChain,
-  type ProcessRole,
-  type Reconciler,
-  type WorkerStart,
-} from '../lease/index.js';
-import {
-  checkSchema,
-  isSchemaChangeError,
-  SchemaMismatchError,
-  SUPPORTED_SCHEMA,
-  withTimeout,
-  type SchemaRange,
-  type Sql,
-} from '../store/index.js';
+import { Runner } from '../batch/runner.js';
+import type { Dispatcher, WorkerEvent } from '../batch/dispatch.js';
+import type { RunResult } from '../batch/types.js';
+import type { RunnerEvent } from '../batch/run/types.js';
+import type { JobRegistry } from '../jobs/job.js';
+import { invocationLive, workerStart, type WorkerStart } from '../lease/sql/fleet.js';
+import type { LeaserEvent, Reconciler } from '../lease/leaser.js';
+import type { ProcessChain, ProcessRole } from '../lease/sql/ownership.js';
+import { checkSchema, isSchemaChangeError, SchemaMismatchError, SUPPORTED_SCHEMA, type SchemaRange } from '../store/schema.js';
+import { withTimeout } from '../store/timeout.js';
+import type { Sql } from '../store/connect.js';
 import type { Config } from './config.js';
 import { WorkerDispatcher } from './dispatch.js';
 import { ReconnectingLeaser } from './heartbeat.js';

@@ -3,8 +3,9 @@
 // rule's name, is the request key of the batch it starts, so a redelivered event (the sender's
 // at-least-once resend, EventBridge's own retry) starts nothing new.
 import * as z from 'zod';
-import { MAX_CONCURRENCY, MAX_NAME_LENGTH, nameSchema, toleratedFailuresSchema, type ToleratedFailures } from '../batch/index.js';
-import type { BatchFinishedDetail } from '../batch/index.js';
+import { MAX_CONCURRENCY, type ToleratedFailures } from '../batch/types.js';
+import { MAX_NAME_LENGTH, nameSchema, toleratedFailuresSchema } from '../batch/input.js';
+import type { BatchFinishedDetail } from '../batch/sql/events.js';
 import { InvalidSettingError } from '../errors.js';
 
 /** How a batch may end, as `after.status` names it. */

@@ -1,7 +1,7 @@
 import type postgres from 'postgres';
 import type { z } from 'zod';
 import { UnknownJobError } from '../jobs/job.js';
-import type { Sql } from '../store/index.js';
+import type { Sql } from '../store/connect.js';
 import { InvalidSettingError } from '../errors.js';
 import type { Log } from '../log.js';
 

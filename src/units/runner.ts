@@ -1,6 +1,7 @@
 import { systemClock, type Clock } from '../clock.js';
-import type { Reconciler, Unit, UnitKey } from '../lease/index.js';
-import type { Sql } from '../store/index.js';
+import type { Reconciler, Unit } from '../lease/leaser.js';
+import type { UnitKey } from '../lease/sql/ownership.js';
+import type { Sql } from '../store/connect.js';
 import type { Log } from '../log.js';
 import type { UnitContext, UnitJob, UnitJobRegistry } from './job.js';
 import * as q from './sql/runs.js';

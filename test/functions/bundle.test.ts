@@ -142,6 +142,35 @@ describe('function bundles', () => {
     expect(inputs).toContain('src/runtime/rds-ca.ts');
   });
 
+  it('a cold start loads none of the modules only some invocations need', () => {
+    // What the handler file and its static chunks carry (bundle.bytes): the rest is in chunks of
+    // their own, imported on first use (docs/design.md, "Cold starts and code splitting").
+    const cold = new Set(
+      bundle.coldOutputs.flatMap((o) =>
+        Object.entries(bundle.metafile.outputs[o]!.inputs)
+          .filter(([, input]) => input.bytesInOutput > 0)
+          .map(([path]) => path),
+      ),
+    );
+    expect(cold).toContain('src/runtime/worker.ts');
+    expect(cold).toContain('src/batch/runner.ts');
+    const lazy = [
+      'src/runtime/rds-ca.ts', // only a TLS rds connection
+      'src/batch/source.ts', // batches with a source
+      'src/batch/source-listing.ts',
+      'src/batch/results.ts', // batches with a results target
+      'src/batch/start.ts', // the API and the trigger
+      'src/runtime/events.ts', // Batch Finished events
+      'src/api/router.ts',
+      'src/runtime/scheduler.ts',
+      'src/trigger/trigger.ts',
+    ];
+    expect(lazy.filter((p) => cold.has(p))).toEqual([]);
+    // ...and they are in the bundle, for the invocations that need them.
+    const all = new Set(Object.values(bundle.metafile.outputs).flatMap((o) => Object.keys(o.inputs)));
+    expect(lazy.filter((p) => !all.has(p))).toEqual([]);
+  });
+
   it('the migrate bundle migrates a fresh database from the migration files copied next to it', async () => {
     const { result, logs } = await invoke('migrate', { stage: 'test' }, { DATABASE_URL: db.schemaUrl });
     expect(result.applied.map((m: { name: string }) => m.name)).toEqual((await migrationFiles()).map((m) => m.name));

@@ -1,7 +1,9 @@
 // The database settings of the one configuration module: validated at cold start, a bad value
 // stops the function with a message naming the variable.
-import { describe, expect, it } from 'vitest';
-import { ConfigError, databaseTarget, loadConfig } from '../../src/runtime/index.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { ConfigError, databaseTarget, loadConfig, loadRdsCertificateAuthorities } from '../../src/runtime/index.js';
+
+beforeAll(() => loadRdsCertificateAuthorities());
 
 const host = {
   LEASEHOLD_DB_HOST: 'leasehold.abc123.eu-west-1.rds.amazonaws.com',

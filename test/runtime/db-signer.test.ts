@@ -13,6 +13,7 @@ import {
   dbTls,
   iamTokenPassword,
   loadConfig,
+  loadRdsCertificateAuthorities,
   openDatabase,
   rdsCertificateAuthorities,
 } from '../../src/runtime/index.js';
@@ -90,8 +91,10 @@ function selfSigned(dir: string): { key: string; cert: string; certFile: string 
 let dir: string;
 const pools: Sql[] = [];
 const servers: FakePostgres[] = [];
-beforeAll(() => {
+beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'leasehold-signer-'));
+  // A chunk of its own in a bundle, loaded before a connection to RDS (see rds-ca-lazy.test.ts).
+  await loadRdsCertificateAuthorities();
 });
 afterAll(async () => {
   await Promise.all(pools.map((p) => p.end({ timeout: 1 })));

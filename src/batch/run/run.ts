@@ -8,7 +8,7 @@ import type { Sql } from '../../store/index.js';
 import { BatchGivenUpError, BatchLostError } from '../errors.js';
 import * as q from '../sql/index.js';
 import { s3Client } from '../s3.js';
-import { writeResultsAfterFinish } from '../results.js';
+import { writeResultsAfterFinish } from '../lazy-io.js';
 import type { BatchInfo, Executor, RunOutcome, RunResult } from '../types.js';
 import { RunContext, StoreFailure } from './context.js';
 import { Completer } from './completer.js';

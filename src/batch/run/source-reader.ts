@@ -5,7 +5,9 @@ import * as q from '../sql/index.js';
 import * as qs from '../sql/sources.js';
 import { readItems } from '../items.js';
 import { s3Client } from '../s3.js';
-import { readPage, SourceReadError, type SourceCursor, type SourcePage, type StoredSource } from '../source.js';
+import { readPage } from '../lazy-io.js';
+import { SourceReadError, type SourcePage } from '../source-page.js';
+import type { SourceCursor, StoredSource } from '../types.js';
 import type { RunContext } from './context.js';
 
 /** Tries of one page of a source that S3 failed to serve (a timeout, a 5xx) before the run hands off. */
