@@ -18,7 +18,10 @@
 //     longest it was seen to last, their 95th percentile and the locks seen most, and the share
 //     of active-session samples that were waiting on a lock (a wait shorter than 50 ms is often
 //     missed, so the percentile leans long); and PgBouncer's own wait (`SHOW STATS`
-//     total_wait_time over total_xact_count: how long a run's transaction waited for a server).
+//     total_wait_time over total_xact_count: how long a run's transaction waited for a server),
+//     and a transaction's time on a server: total_xact_time, which PgBouncer counts from the
+//     client's first statement and so includes that wait, less total_wait_time, per transaction;
+//     with it how busy the 20 server connections were over the measurement.
 // Items per measurement: runs × 4 × BENCH_FLEET_SECONDS (default 25; at least 100 per run, as a
 // batch wants one run per 100 items). PgBouncer's `server_check_delay` is its default of 30 s
 // here (the tests' 0 adds a `select 1`, a server transaction, to nearly every lending). The
@@ -100,24 +103,45 @@ interface LockWaits {
   /** Samples of active sessions, and of those waiting on a lock. */
   active: number;
   waiting: number;
+  /** Samples that failed (skipped). */
+  failed: number;
   /** Each wait seen (by backend and waitstart): the longest it was seen to last, ms, its lock and statement. */
-  waits: Map<string, { ms: number; lock: string; statement: string }>;
+  waits: Map<string, { ms: number; lock: string; statement: string; blocker: string }>;
+}
+
+/** One sample: the client sessions of `database`, each with its ungranted lock and blocker, if any. */
+function sampleOnce(sql: Sql, database: string) {
+  return sql<
+    {
+      state: string | null;
+      wait: string | null;
+      lock: string | null;
+      ms: number | null;
+      statement: string | null;
+      blocker: string | null;
+    }[]
+  >`
+      select a.state, left(regexp_replace(a.query, '[[:space:]]+', ' ', 'g'), 60) as statement, a.pid || ' ' || l.waitstart::text as wait,
+             l.locktype || coalesce(' ' || l.relation::int8, '') || ' ' || l.mode as lock,
+             (extract(epoch from clock_timestamp() - l.waitstart) * 1000)::float8 as ms,
+             case when l.pid is not null then (
+               select left(regexp_replace(b.query, '[[:space:]]+', ' ', 'g'), 60)
+               from pg_stat_activity b where b.pid = (pg_blocking_pids(a.pid))[1] limit 1
+             ) end as blocker
+      from pg_stat_activity a left join pg_locks l on l.pid = a.pid and not l.granted
+      where a.datname = ${database} and a.backend_type = 'client backend'`;
 }
 
 /** Sample the lock waits of `database`'s client sessions every SAMPLE_MS until `until` settles. */
 async function sampleLocks(sql: Sql, database: string, until: Promise<unknown>): Promise<LockWaits> {
-  const s: LockWaits = { active: 0, waiting: 0, waits: new Map() };
+  const s: LockWaits = { active: 0, waiting: 0, failed: 0, waits: new Map() };
   let done = false;
   void until.finally(() => (done = true)).catch(() => {});
   while (!done) {
-    const rows = await sql<
-      { state: string | null; wait: string | null; lock: string | null; ms: number | null; statement: string | null }[]
-    >`
-      select a.state, left(regexp_replace(a.query, '[[:space:]]+', ' ', 'g'), 60) as statement, a.pid || ' ' || l.waitstart::text as wait,
-             l.locktype || coalesce(' ' || l.relation::int8, '') || ' ' || l.mode as lock,
-             (extract(epoch from clock_timestamp() - l.waitstart) * 1000)::float8 as ms
-      from pg_stat_activity a left join pg_locks l on l.pid = a.pid and not l.granted
-      where a.datname = ${database} and a.backend_type = 'client backend'`;
+    const rows = await sampleOnce(sql, database).catch(() => {
+      s.failed++;
+      return [];
+    });
     for (const r of rows) {
       if (r.state !== 'active') continue;
       s.active++;
@@ -125,7 +149,8 @@ async function sampleLocks(sql: Sql, database: string, until: Promise<unknown>):
       s.waiting++;
       const key = r.wait ?? r.lock;
       const seen = s.waits.get(key);
-      if (!seen || seen.ms < (r.ms ?? 0)) s.waits.set(key, { ms: r.ms ?? 0, lock: r.lock, statement: r.statement ?? '' });
+      if (!seen || seen.ms < (r.ms ?? 0))
+        s.waits.set(key, { ms: r.ms ?? 0, lock: r.lock, statement: r.statement ?? '', blocker: r.blocker ?? '?' });
     }
     await sleep(SAMPLE_MS);
   }
@@ -165,6 +190,10 @@ interface Fleet {
   locks: LockWaits;
   /** PgBouncer's average wait of a transaction for a server, ms. */
   poolerWaitMs: number;
+  /** A transaction's time on a server, ms (PgBouncer's xact time less its wait). */
+  serverMs: number;
+  /** PgBouncer's server connections' busy share over the measurement, 0 to 1. */
+  serversBusy: number;
   sent: Sent;
   cpuMs: number;
   joinMs: number;
@@ -227,13 +256,15 @@ async function fleetOnce(url: string, direct: string, name: string, admin: Sql, 
         ? workEnds.filter((t) => t > tJoined && t <= t90).length / ((t90 - tJoined) / 1000)
         : undefined;
     const console_ = (await import('postgres')).default(bouncer.adminUrl, { max: 1, prepare: false, fetch_types: false });
-    const stats = await console_.unsafe<{ database: string; total_xact_count: string; total_wait_time: string }[]>(
-      'show stats',
-      [],
-      { simple: true } as never,
-    );
+    const elapsedS = (performance.now() - t0) / 1000;
+    const stats = await console_.unsafe<
+      { database: string; total_xact_count: string; total_wait_time: string; total_xact_time: string }[]
+    >('show stats', [], { simple: true } as never);
     await console_.end();
     const mine = stats.find((r) => r.database === name);
+    const xacts = Math.max(1, Number(mine?.total_xact_count));
+    /** ms the transactions spent on a server, all told. */
+    const onServerMs = (Number(mine?.total_xact_time) - Number(mine?.total_wait_time)) / 1000;
     await Promise.all(pools.map((p) => p.end()));
     poolsOpen = false;
     await bouncer.stop();
@@ -241,7 +272,17 @@ async function fleetOnce(url: string, direct: string, name: string, admin: Sql, 
     const check = connect(direct, { max: 1 });
     const b = await getBatch(check, batch.id);
     await check.end();
-    if (b?.status !== 'succeeded' || b.counts.done !== items) throw new Error(`bench fleet batch ended ${b?.status}`);
+    if (b?.status !== 'succeeded' || b.counts.done !== items) {
+      const outcomes = new Map<string, number>();
+      for (const r of results) {
+        const k = r ? `${r.outcome}${r.error ? ` (${r.error.message.slice(0, 120)})` : ''}` : 'never joined';
+        outcomes.set(k, (outcomes.get(k) ?? 0) + 1);
+      }
+      throw new Error(
+        `bench fleet: ${runs} runs ended and left the batch ${b?.status} with counts ${JSON.stringify(b?.counts)}; ` +
+          `the runs: ${[...outcomes.entries()].map(([k, n]) => `${n} ${k}`).join('; ')}`,
+      );
+    }
     const seconds = (b.finishedAt!.getTime() - go.getTime()) / 1000;
     return {
       runs,
@@ -250,7 +291,9 @@ async function fleetOnce(url: string, direct: string, name: string, admin: Sql, 
       transactionsPerItem: (after - before - warmUp) / items,
       notJoined: results.filter((r) => r === undefined).length,
       locks,
-      poolerWaitMs: mine ? Number(mine.total_wait_time) / 1000 / Math.max(1, Number(mine.total_xact_count)) : NaN,
+      poolerWaitMs: Number(mine?.total_wait_time) / 1000 / xacts,
+      serverMs: onServerMs / xacts,
+      serversBusy: onServerMs / 1000 / (SERVERS * elapsedS),
       sent,
       cpuMs: (cpu.user + cpu.system) / 1000,
       joinMs,
@@ -301,7 +344,7 @@ function lockText(f: Fleet, names: Map<number, string>): string {
   const p = p95(waits.map((w) => w.ms));
   return (
     `${fmt(f.runs)} runs ${p === undefined ? 'no wait seen' : `p95 ${fmt(p)} ms over ${fmt(waits.length)} waits seen`}, ` +
-    `${share} % of active-session samples waiting${top ? ` (${top})` : ''}, PgBouncer wait ${f.poolerWaitMs.toFixed(1)} ms per transaction` +
+    `${share} % of active-session samples waiting${top ? ` (${top})` : ''}, PgBouncer wait ${fmt(f.poolerWaitMs)} ms and ${fmt(f.serverMs)} ms on a server per transaction (its ${SERVERS} servers ${Math.round(100 * f.serversBusy)} % busy)` +
     (f.notJoined ? `, ${f.notJoined} runs never joined` : '')
   );
 }
@@ -313,7 +356,10 @@ function trace(f: Fleet): void {
     .map(([text, n]) => `  ${(n / f.items).toFixed(4)}/item  ${kindLabel(text)}`)
     .join('\n');
   const byStatement = new Map<string, number>();
-  for (const w of f.locks.waits.values()) byStatement.set(w.statement, (byStatement.get(w.statement) ?? 0) + 1);
+  for (const w of f.locks.waits.values()) {
+    const k = `${w.statement} ← ${w.blocker}`;
+    byStatement.set(k, (byStatement.get(k) ?? 0) + 1);
+  }
   const waiters = [...byStatement.entries()]
     .sort((a, b) => b[1] - a[1])
     .map(([text, n]) => `  ${n}  ${text}`)
@@ -325,7 +371,7 @@ function trace(f: Fleet): void {
   console.error(
     `fleet, ${f.runs} runs: ${fmt(f.items)} items; all joined ${fmt(f.joinMs)} ms after go${joined}; ` +
       `${(f.sent.statements / f.items).toFixed(3)} statements and ${(f.sent.transactions / f.items).toFixed(3)} client transactions per item; ` +
-      `bench process CPU ${fmt(f.cpuMs)} ms (${((1000 * f.cpuMs) / f.items).toFixed(0)} µs per item); statements by kind:\n${kinds}\nlock waits seen, by the waiting statement:\n${waiters}`,
+      `bench process CPU ${fmt(f.cpuMs)} ms (${((1000 * f.cpuMs) / f.items).toFixed(0)} µs per item); lock samples failed: ${f.locks.failed}; statements by kind:\n${kinds}\nlock waits seen, by the waiting statement ← the first blocking session's:\n${waiters}`,
   );
 }
 
