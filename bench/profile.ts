@@ -98,11 +98,24 @@ async function main() {
     await migrate(admin);
     await admin`create extension if not exists pg_stat_statements`;
     if (HISTORY > 0) {
-      await loadHistory(admin, { items: HISTORY, batches: Math.max(1, Math.round(HISTORY / 20_000)), tenants: 10, units: 1_000, outbox: 0 });
+      await loadHistory(admin, {
+        items: HISTORY,
+        batches: Math.max(1, Math.round(HISTORY / 20_000)),
+        tenants: 10,
+        units: 1_000,
+        outbox: 0,
+      });
     }
     await admin`vacuum analyze`;
     const items = Array.from({ length: ITEMS }, (_, i) => ({ key: String(i).padStart(7, '0') }));
-    const { batch } = await createBatch(admin, { tenant: 'bench', datasource: randomUUID(), job: 'noop', params: {}, requestKey: randomUUID(), items });
+    const { batch } = await createBatch(admin, {
+      tenant: 'bench',
+      datasource: randomUUID(),
+      job: 'noop',
+      params: {},
+      requestKey: randomUUID(),
+      items,
+    });
     await admin`vacuum analyze`;
     // The start's own row versions are not the run's: its backends report them when they end.
     await admin.end();
@@ -134,7 +147,9 @@ async function main() {
     // A backend reports its table statistics when it ends (or when idle, at most every 10 s).
     await pool.end();
     await new Promise((r) => setTimeout(r, 200));
-    const [{ wal }] = await admin<{ wal: number }[]>`select pg_wal_lsn_diff(pg_current_wal_lsn(), ${lsn0}::pg_lsn)::float8 as wal`;
+    const [{ wal }] = await admin<
+      { wal: number }[]
+    >`select pg_wal_lsn_diff(pg_current_wal_lsn(), ${lsn0}::pg_lsn)::float8 as wal`;
     const after = await tableStats(admin);
     const top = await admin<{ query: string; calls: number; rows: number; total: number; mean: number; wal: number }[]>`
       select query, calls::float8 as calls, rows::float8 as rows, total_exec_time as total, mean_exec_time as mean,
@@ -143,11 +158,19 @@ async function main() {
       order by total_exec_time desc limit 12`;
     const serverMs = top.reduce((s, r) => s + r.total, 0);
 
-    console.log(`PostgreSQL (embedded), ${ITEMS.toLocaleString('en-US')} no-op items, one run, parallel 64; history ${HISTORY.toLocaleString('en-US')} items`);
-    console.log(`run: ${Math.round(ITEMS / (ms / 1000)).toLocaleString('en-US')} items/s; per item: ${f((1000 * ms) / ITEMS, 1)} µs wall, ` +
-      `${f((used.user + used.system) / ITEMS, 1)} µs Node CPU, ${f(statements / ITEMS, 3)} statements`);
-    console.log(`server per item: ${f(wal / ITEMS, 0)} WAL bytes; ${f((1000 * serverMs) / ITEMS, 1)} µs execution in the top statements`);
-    console.log('row versions per item (inserted, updated HOT, updated non-HOT, deleted; at most this many index entries written):');
+    console.log(
+      `PostgreSQL (embedded), ${ITEMS.toLocaleString('en-US')} no-op items, one run, parallel 64; history ${HISTORY.toLocaleString('en-US')} items`,
+    );
+    console.log(
+      `run: ${Math.round(ITEMS / (ms / 1000)).toLocaleString('en-US')} items/s; per item: ${f((1000 * ms) / ITEMS, 1)} µs wall, ` +
+        `${f((used.user + used.system) / ITEMS, 1)} µs Node CPU, ${f(statements / ITEMS, 3)} statements`,
+    );
+    console.log(
+      `server per item: ${f(wal / ITEMS, 0)} WAL bytes; ${f((1000 * serverMs) / ITEMS, 1)} µs execution in the top statements`,
+    );
+    console.log(
+      'row versions per item (inserted, updated HOT, updated non-HOT, deleted; at most this many index entries written):',
+    );
     for (const [name, a] of after) {
       const b = before.get(name);
       if (!b) continue;
@@ -158,17 +181,22 @@ async function main() {
       if (ins + hot + nonHot + del === 0) continue;
       // An upper bound: a partial index takes only the row versions that match its predicate.
       const entries = (ins + nonHot) * a.indexes;
-      console.log(`  ${name.padEnd(28)} ${f(ins / ITEMS, 3)} ins, ${f(hot / ITEMS, 3)} HOT, ${f(nonHot / ITEMS, 3)} non-HOT, ${f(del / ITEMS, 3)} del; ${f(entries / ITEMS, 3)} index entries (${a.indexes} indexes)`);
+      console.log(
+        `  ${name.padEnd(28)} ${f(ins / ITEMS, 3)} ins, ${f(hot / ITEMS, 3)} HOT, ${f(nonHot / ITEMS, 3)} non-HOT, ${f(del / ITEMS, 3)} del; ${f(entries / ITEMS, 3)} index entries (${a.indexes} indexes)`,
+      );
     }
     console.log('statements by execution time (calls, rows, mean ms, share, WAL bytes per item):');
     for (const r of top) {
       const text = r.query.replace(/\s+/g, ' ').slice(0, 110);
-      console.log(`  ${String(r.calls).padStart(6)} calls ${String(r.rows).padStart(7)} rows ${f(r.mean, 3).padStart(7)} ms ${f((100 * r.total) / serverMs, 1).padStart(5)} %  ${f(r.wal / ITEMS, 0).padStart(5)} B  ${text}`);
+      console.log(
+        `  ${String(r.calls).padStart(6)} calls ${String(r.rows).padStart(7)} rows ${f(r.mean, 3).padStart(7)} ms ${f((100 * r.total) / serverMs, 1).padStart(5)} %  ${f(r.wal / ITEMS, 0).padStart(5)} B  ${text}`,
+      );
     }
     const samples = seen.get('(samples)') ?? 1;
     seen.delete('(samples)');
     console.log(`wait events of the run's active backends (${samples} samples, share of samples):`);
-    for (const [w, n] of [...seen.entries()].sort((a, b) => b[1] - a[1]).slice(0, 8)) console.log(`  ${f((100 * n) / samples, 1).padStart(5)} %  ${w}`);
+    for (const [w, n] of [...seen.entries()].sort((a, b) => b[1] - a[1]).slice(0, 8))
+      console.log(`  ${f((100 * n) / samples, 1).padStart(5)} %  ${w}`);
     if (profile) {
       console.log('Node CPU profile, functions by self time:');
       for (const line of selfTime(profile, 25)) console.log(`  ${line}`);
