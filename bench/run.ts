@@ -6,13 +6,15 @@
 // batched mode beside leasehold's one run (bench/graphile.ts), the worker bundle's size and import
 // cost (bench/bundle.ts), tenant fairness (bench/fairness.ts), then the README's demo twice on one
 // embedded database folder (bench/demo.ts), then retention beside a running batch (bench/retention.ts),
-// then fan-out: one batch over many runs (bench/fanout.ts), then one retry wave's spread over its
-// backoff interval (bench/retries.ts), then the batch runner through PgBouncer in transaction mode
+// then fan-out: one batch over many runs (bench/fanout.ts), then fan-out at fleet scale: one
+// batch over 256 and 1,024 runs in this process through one PgBouncer in transaction mode
+// (bench/fleet.ts; without PgBouncer it prints what to install and the bench goes on), then one
+// retry wave's spread over its backoff interval (bench/retries.ts), then the batch runner through PgBouncer in transaction mode
 // beside direct connections (bench/pooler.ts; without PgBouncer it prints what to install and the
 // bench goes on), then finish to event (bench/events.ts), then a fleet-wide rate limit against an endpoint that refuses past it (bench/rate.ts), then S3 sources
 // and results on the local S3 (bench/s3.ts), then item batching: lambda-invoke with itemsPerCall
 // 100 beside one item per invoke, against the local invoke endpoint (bench/batching.ts).
-// BENCH_ONLY=batch|start|checksum|lease|graphile|bundle|fairness|demo|retention|fanout|retries|pooler|events|rate|s3|batching runs one part.
+// BENCH_ONLY=batch|start|checksum|lease|graphile|bundle|fairness|demo|retention|fanout|fleet|retries|pooler|events|rate|s3|batching runs one part.
 // DATABASE_URL when set, else a throw-away embedded database (in the OS temp dir, removed after).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -26,6 +28,7 @@ import { demoBench } from './demo.js';
 import { fairnessBench } from './fairness.js';
 import { eventsBench } from './events.js';
 import { fanoutBench } from './fanout.js';
+import { fleetBench } from './fleet.js';
 import { graphileBench } from './graphile.js';
 import { leaseBench } from './lease.js';
 import { poolerBench } from './pooler.js';
@@ -67,6 +70,7 @@ async function main() {
     'demo',
     'retention',
     'fanout',
+    'fleet',
     'retries',
     'pooler',
     'events',
@@ -106,6 +110,7 @@ async function main() {
     if (runs('demo')) await demoBench();
     if (runs('retention')) await retentionBench(url!);
     if (runs('fanout')) await fanoutBench(url!);
+    if (runs('fleet')) await fleetBench(url!);
     if (runs('retries')) await retriesBench(url!);
     if (runs('pooler')) await poolerBench(url!);
     if (runs('events')) await eventsBench(url!);

@@ -38,6 +38,14 @@ export interface PgbouncerOptions {
   poolSize?: number;
   /** Most client connections (`max_client_conn`). Default 1,000. */
   maxClients?: number;
+  /**
+   * `server_check_delay`, s: a server connection idle longer than this gets PgBouncer's
+   * `server_check_query` (`select 1`) before it is lent again. Default 0, checked every time (see
+   * the configuration below): each lending then costs the server one transaction more, which a
+   * count of server transactions (`pg_stat_database`) must not include. PgBouncer's own default
+   * is 30.
+   */
+  serverCheckDelayS?: number;
 }
 
 /** Whether PgBouncer is installed where {@link startPgbouncer} looks. */
@@ -82,7 +90,7 @@ export async function startPgbouncer(serverUrl: string, options: PgbouncerOption
     `max_client_conn = ${options.maxClients ?? 1000}`,
     // Tests end servers' sessions (terminated backends, dropped databases): a server connection
     // that was closed is found at once rather than handed to a client.
-    'server_check_delay = 0',
+    `server_check_delay = ${options.serverCheckDelayS ?? 0}`,
     'server_login_retry = 1',
     // No ignore_startup_parameters: refused, never ignored (see the module comment).
     'log_connections = 0',
