@@ -200,7 +200,8 @@ async function writeAll(
 /**
  * Abort the incomplete multipart uploads under `folder` (a batch's own results folder): those of
  * an earlier writer of the batch that died mid-upload. Answers how many were aborted. An upload
- * gone meanwhile (`NoSuchUpload`) is no error.
+ * gone meanwhile (`NoSuchUpload`) is no error; a listing refused (403) ends it quietly, and the
+ * bucket's lifecycle rule (docs/deploy.md, "Results buckets") aborts them instead.
  * @throws S3's errors (the write's try fails, the next one aborts them again).
  */
 export async function abortUploads(client: S3Client, bucket: string, folder: string, signal?: AbortSignal): Promise<number> {
@@ -216,7 +217,15 @@ export async function abortUploads(client: S3Client, bucket: string, folder: str
       KeyMarker,
       UploadIdMarker,
     });
-    const r = await retrySlowDown((abortSignal) => client.send(list, { abortSignal }), { signal });
+    let r;
+    try {
+      r = await retrySlowDown((abortSignal) => client.send(list, { abortSignal }), { signal });
+    } catch (e) {
+      // A role without s3:ListBucketMultipartUploads (a deployment's own grants): the write goes
+      // on, and the bucket's lifecycle rule aborts what is left.
+      if (s3Fault(e).denied) return aborted;
+      throw e;
+    }
     for (const u of r.Uploads ?? []) {
       if (u.Key === undefined || u.UploadId === undefined) continue;
       const abort = new AbortMultipartUploadCommand({

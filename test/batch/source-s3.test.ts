@@ -17,6 +17,7 @@ import {
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { getBatch, startBatch, type BatchSource, type StartRequest } from '../../src/batch/index.js';
 import { checkSource, readPage, type SourceCursor, type StoredSource } from '../../src/batch/source.js';
+import { abortUploads } from '../../src/batch/results.js';
 import { slowDownBackoffMs } from '../../src/batch/s3.js';
 import type { Clock } from '../../src/clock.js';
 import { useTestDatabase } from '../support/db-hooks.js';
@@ -281,6 +282,10 @@ describe('the results writer', () => {
     expect(await uploads('res/')).toEqual([other]);
     const part = await s3.client.send(new GetObjectCommand({ Bucket: 'out', Key: key }));
     expect((await part.Body!.transformToString()).trim().split('\n')).toHaveLength(5);
+    // A role that may not list uploads writes all the same (the lifecycle rule aborts them).
+    await s3.client.send(new CreateMultipartUploadCommand({ Bucket: 'out', Key: key }));
+    expect(await abortUploads(s3.deniedClient, 'out', `res/${batch.id}/`)).toBe(0);
+    expect(await abortUploads(s3.client, 'out', `res/${batch.id}/`)).toBe(1);
     await s3.client.send(new DeleteObjectCommand({ Bucket: 'out', Key: key }));
     await expect(s3.client.send(new HeadObjectCommand({ Bucket: 'out', Key: key }))).rejects.toMatchObject({ name: 'NotFound' });
   }, 60_000);
