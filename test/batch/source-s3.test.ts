@@ -24,6 +24,7 @@ import { useTestDatabase } from '../support/db-hooks.js';
 import { runUntilEnd } from '../support/runners.js';
 import { localS3, type LocalS3 } from '../support/s3.js';
 import { s3Stub, type StubAnswer } from '../support/s3-stub.js';
+import { sleep } from '../support/time.js';
 import { waitFor } from '../support/waits.js';
 
 const db = useTestDatabase();
@@ -187,7 +188,11 @@ describe("a warm client's sockets", () => {
       runner.watch(() => ({ work: async () => ({}) }), 50);
       await stub.stalled();
       expect(inUse()).toBeGreaterThanOrEqual(1);
-      await runner.close();
+      // A GET nothing aborts would hold the close for ever (the stub never ends its body).
+      const closing = runner.close();
+      await waitFor('the runner closed', () => Promise.race([closing.then(() => true), sleep(100).then(() => false)]), {
+        timeoutMs: 10_000,
+      });
       await waitFor('the stalled GET aborted', () => inUse() === 0, { timeoutMs: 3_000 });
       expect((await getBatch(db.sql, batch.id))!.reading).toBe(true);
     } finally {
