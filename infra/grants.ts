@@ -7,8 +7,10 @@ import type { Args, Input, Output, Platform, ResourceOptions, Transform } from '
 const BUCKET = /^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/;
 
 /**
- * The S3 statements of the `s3` option: `read` (worker: list and get the source buckets),
- * `write` (worker, scheduler: put under each result prefix), `check` (API, trigger: what a
+ * The S3 statements of the `s3` option: `read` (worker: list and get the source buckets, and
+ * get an object's version),
+ * `write` (worker, scheduler: put under each result prefix, and list and abort the incomplete
+ * multipart uploads a writer that died left there), `check` (API, trigger: what a
  * start's checks call — HeadBucket needs `s3:ListBucket`, HeadObject `s3:GetObject`).
  * @throws Error a bucket that is not a bucket name, a prefix holding `*`.
  */
@@ -23,11 +25,18 @@ export function s3Grants(option: LeaseholdArgs['s3']): { read: Permission[]; wri
   const read: Permission[] = sources.length
     ? [
         { actions: ['s3:ListBucket'], resources: sources.map(bucketArn) },
-        { actions: ['s3:GetObject'], resources: sources.map((b) => `${bucketArn(b)}/*`) },
+        // GetObjectVersion: a source on a versioned bucket reads the version found at start.
+        { actions: ['s3:GetObject', 's3:GetObjectVersion'], resources: sources.map((b) => `${bucketArn(b)}/*`) },
       ]
     : [];
   const write: Permission[] = results.length
-    ? [{ actions: ['s3:PutObject'], resources: results.map((r) => `${bucketArn(r.bucket)}/${r.prefix}*`) }]
+    ? [
+        {
+          actions: ['s3:PutObject', 's3:AbortMultipartUpload'],
+          resources: results.map((r) => `${bucketArn(r.bucket)}/${r.prefix}*`),
+        },
+        { actions: ['s3:ListBucketMultipartUploads'], resources: [...new Set(results.map((r) => bucketArn(r.bucket)))] },
+      ]
     : [];
   const listed = [...new Set([...sources, ...results.map((r) => r.bucket)])];
   const check: Permission[] = [

@@ -83,3 +83,23 @@ export type ComponentVariable = (typeof COMPONENT_VARIABLES)[keyof typeof COMPON
 
 /** Every database variable is the component's to set: the database is its to wire. */
 export const DB_VARIABLE_PREFIX = 'LEASEHOLD_DB_';
+
+/** EventBridge's limit on one PutEvents call, the sum of its entries' sizes, bytes (256 KiB): an event can be no larger. */
+export const PUT_EVENTS_MAX_BYTES = 262_144;
+
+/**
+ * One PutEvents entry's size as EventBridge counts it (its guide, "Calculating PutEvents event
+ * entry size"): 14 bytes for a `Time`, then the UTF-8 bytes of `Source`, `DetailType`, `Detail`
+ * and each of `Resources`.
+ */
+export function putEventsEntrySize(e: {
+  Time?: unknown;
+  Source?: unknown;
+  DetailType?: unknown;
+  Detail?: unknown;
+  Resources?: unknown;
+}): number {
+  const bytes = (v: unknown) => (typeof v === 'string' ? Buffer.byteLength(v) : 0);
+  const resources = Array.isArray(e.Resources) ? e.Resources.reduce((n: number, r: unknown) => n + bytes(r), 0) : 0;
+  return (e.Time === undefined || e.Time === null ? 0 : 14) + bytes(e.Source) + bytes(e.DetailType) + bytes(e.Detail) + resources;
+}

@@ -7,8 +7,12 @@
 // is bounded by the part size however many items there are. Part names follow from the key
 // order and the part size alone, so a write retried after a crash overwrites the same objects
 // and never duplicates a line; a reader trusts a manifest, which exists only once every part did.
+// A writer that died mid-upload leaves an incomplete multipart upload behind (S3 bills its parts
+// until it is aborted): a write first aborts those under its batch's folder; a bucket lifecycle
+// rule (docs/deploy.md) aborts whatever else is left.
 import type { S3Client } from '@aws-sdk/client-s3';
 import type { Sql } from '../store/index.js';
+import { listedKey, retrySlowDown, s3Fault } from './s3.js';
 import * as q from './sql/results.js';
 import { RESULTS_MAX_TRIES } from './sql/results.js';
 import type { ItemResult } from './types.js';
@@ -153,6 +157,7 @@ async function writeAll(
 ): Promise<string> {
   const batchId = job.id;
   const { bucket, prefix } = job.results.s3;
+  await abortUploads(client, bucket, `${prefix}${batchId}/`, signal);
   const groups = {
     succeeded: new PartWriter(client, bucket, (n) => partKey(prefix, batchId, 'succeeded', n), s, signal),
     failed: new PartWriter(client, bucket, (n) => partKey(prefix, batchId, 'failed', n), s, signal),
@@ -180,13 +185,65 @@ async function writeAll(
   };
   const key = `${prefix}${batchId}/manifest.json`;
   const { PutObjectCommand } = await import('@aws-sdk/client-s3');
-  await client.send(
-    new PutObjectCommand({ Bucket: bucket, Key: key, Body: JSON.stringify(manifest, null, 2), ContentType: 'application/json' }),
-    { abortSignal: signal },
-  );
+  const put = new PutObjectCommand({
+    Bucket: bucket,
+    Key: key,
+    Body: JSON.stringify(manifest, null, 2),
+    ContentType: 'application/json',
+  });
+  await retrySlowDown((abortSignal) => client.send(put, { abortSignal }), { signal });
   const location = `s3://${bucket}/${key}`;
   await q.recordManifest(sql, batchId, location);
   return location;
+}
+
+/**
+ * Abort the incomplete multipart uploads under `folder` (a batch's own results folder): those of
+ * an earlier writer of the batch that died mid-upload. Answers how many were aborted. An upload
+ * gone meanwhile (`NoSuchUpload`) is no error; a listing refused (403) ends it quietly, and the
+ * bucket's lifecycle rule (docs/deploy.md, "Results buckets") aborts them instead.
+ * @throws S3's errors (the write's try fails, the next one aborts them again).
+ */
+export async function abortUploads(client: S3Client, bucket: string, folder: string, signal?: AbortSignal): Promise<number> {
+  const { AbortMultipartUploadCommand, ListMultipartUploadsCommand } = await import('@aws-sdk/client-s3');
+  let aborted = 0;
+  let KeyMarker: string | undefined;
+  let UploadIdMarker: string | undefined;
+  for (;;) {
+    const list = new ListMultipartUploadsCommand({
+      Bucket: bucket,
+      Prefix: folder,
+      EncodingType: 'url',
+      KeyMarker,
+      UploadIdMarker,
+    });
+    let r;
+    try {
+      r = await retrySlowDown((abortSignal) => client.send(list, { abortSignal }), { signal });
+    } catch (e) {
+      // A role without s3:ListBucketMultipartUploads (a deployment's own grants): the write goes
+      // on, and the bucket's lifecycle rule aborts what is left.
+      if (s3Fault(e).denied) return aborted;
+      throw e;
+    }
+    for (const u of r.Uploads ?? []) {
+      if (u.Key === undefined || u.UploadId === undefined) continue;
+      const abort = new AbortMultipartUploadCommand({
+        Bucket: bucket,
+        Key: listedKey(u.Key, r.EncodingType),
+        UploadId: u.UploadId,
+      });
+      try {
+        await retrySlowDown((abortSignal) => client.send(abort, { abortSignal }), { signal });
+        aborted++;
+      } catch (e) {
+        if (s3Fault(e).name !== 'NoSuchUpload') throw e;
+      }
+    }
+    if (!r.IsTruncated || r.NextKeyMarker === undefined) return aborted;
+    KeyMarker = listedKey(r.NextKeyMarker, r.EncodingType);
+    UploadIdMarker = r.NextUploadIdMarker;
+  }
 }
 
 /**

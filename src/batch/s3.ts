@@ -4,6 +4,7 @@
 // S3-compatible server answers on one host name. `@aws-sdk/client-s3` is loaded on first use,
 // never by importing the library (docs/design.md, "Cold starts and code splitting").
 import type { S3Client } from '@aws-sdk/client-s3';
+import { systemClock, type Clock } from '../clock.js';
 
 let shared: Promise<S3Client> | undefined;
 
@@ -51,4 +52,81 @@ export function s3Fault(e: unknown): S3Fault {
     denied: status === 403 || name === 'AccessDenied' || name === 'InvalidAccessKeyId' || name === 'SignatureDoesNotMatch',
     missing: status === 404 || name === 'NoSuchKey' || name === 'NoSuchBucket' || name === 'NotFound',
   };
+}
+
+/**
+ * S3 asking its caller to slow down: a 503 (`SlowDown`, or a HEAD's bodiless 503). Retried by
+ * {@link retrySlowDown} on a budget of its own, apart from the other errors a caller counts.
+ */
+export function isSlowDown(e: unknown): boolean {
+  const f = s3Fault(e);
+  return f.name === 'SlowDown' || f.status === 503;
+}
+
+/** How {@link retrySlowDown} backs off. */
+export interface SlowDownRetry {
+  /** Calls made in all, the first included, before a SlowDown is thrown. Default 8. */
+  slowDownTries?: number;
+  /** The first backoff's ceiling, ms; doubles per retry. Default 100. */
+  slowDownBaseMs?: number;
+  /** The largest backoff ceiling, ms. Default 5,000. */
+  slowDownCapMs?: number;
+  /** What the backoff sleeps on (tests drive it). Default the system clock. */
+  clock?: Clock;
+  /** A number in [0, 1) (tests fix it). Default Math.random. */
+  random?: () => number;
+  /** Aborts the call and the backoff. */
+  signal?: AbortSignal;
+}
+
+/** Defaults of {@link SlowDownRetry}. */
+export const SLOW_DOWN_DEFAULTS = { slowDownTries: 8, slowDownBaseMs: 100, slowDownCapMs: 5_000 } as const;
+
+/**
+ * The backoff before SlowDown retry `retry` (0: the first), ms: full jitter, a uniform draw
+ * between 0 and min(cap, base × 2^retry), so clients slowed down together do not come back
+ * together (AWS Architecture Blog, "Exponential Backoff And Jitter").
+ */
+export function slowDownBackoffMs(retry: number, r: SlowDownRetry = {}): number {
+  const base = r.slowDownBaseMs ?? SLOW_DOWN_DEFAULTS.slowDownBaseMs;
+  const cap = r.slowDownCapMs ?? SLOW_DOWN_DEFAULTS.slowDownCapMs;
+  return (r.random ?? Math.random)() * Math.min(cap, base * 2 ** Math.min(retry, 30));
+}
+
+/**
+ * `call(signal)` (one S3 call), made again after {@link slowDownBackoffMs} while S3 answers
+ * SlowDown ({@link isSlowDown}), up to `slowDownTries` calls. Every other error is thrown at
+ * once, for the caller's own count of failures (the SDK's own retries happen inside each call).
+ * @throws the call's error; the last SlowDown once the tries are spent; the signal's reason.
+ */
+export async function retrySlowDown<T>(call: (signal: AbortSignal | undefined) => Promise<T>, r: SlowDownRetry = {}): Promise<T> {
+  const tries = r.slowDownTries ?? SLOW_DOWN_DEFAULTS.slowDownTries;
+  for (let retry = 0; ; retry++) {
+    try {
+      return await call(r.signal);
+    } catch (e) {
+      if (!isSlowDown(e) || retry + 1 >= tries || r.signal?.aborted) throw e;
+    }
+    await (r.clock ?? systemClock).sleep(slowDownBackoffMs(retry, r), r.signal);
+    r.signal?.throwIfAborted();
+  }
+}
+
+/**
+ * A key of a listing asked for with `EncodingType=url`, as stored: S3 encodes it as a form
+ * value (`%XX`, a space as `+`). A listing that came back without `EncodingType` (a server
+ * that ignores it) is taken as it is.
+ */
+export function listedKey(key: string, encodingType: string | undefined): string {
+  return encodingType === 'url' ? decodeURIComponent(key.replace(/\+/g, ' ')) : key;
+}
+
+/**
+ * Finish a response body that will not be read (a changed ETag, a handoff, an error): destroyed
+ * at once, so its socket leaves the client's pool of sockets in use instead of waiting, full,
+ * for a read that never comes.
+ */
+export function discardBody(body: unknown): void {
+  const b = body as { destroy?: (e?: Error) => void; destroyed?: boolean } | null | undefined;
+  if (b && typeof b.destroy === 'function' && !b.destroyed) b.destroy();
 }

@@ -2,7 +2,8 @@
 // listing, the listing chains it is cut into after its first page, and S3's order of keys that
 // the chains' ranges are compared in.
 import type { S3Client } from '@aws-sdk/client-s3';
-import { sdk, type ReadSettings, type SourcePage } from './source-page.js';
+import { listedKey } from './s3.js';
+import { s3Call, sdk, type ReadSettings, type SourcePage } from './source-page.js';
 import type { ItemInput, ListChain, SourceCursor } from './types.js';
 
 /** Listing chains a prefix's listing is cut into after its first page (see {@link readListing}). */
@@ -59,13 +60,13 @@ export async function readListing(
   // A directory bucket (S3 Express One Zone, named `…--x-s3`) lists keys out of order and takes
   // no StartAfter: it is listed along one chain.
   if (!split && chains.length === 1 && chains[0].after !== '' && !s.bucket.endsWith('--x-s3')) {
-    chains = await splitChain(client, s, chains[0], alphabet ?? '', LIST_CHAINS);
+    chains = await splitChain(client, s, chains[0], alphabet ?? '', LIST_CHAINS, settings);
     split = true;
     alphabet = undefined;
   }
   const want = cursor === null ? Math.min(1000, settings.pageObjects ?? 1000) : (settings.pageObjects ?? 10_000);
   const each = Math.max(1, Math.ceil(want / Math.max(1, chains.length)));
-  const listed = await Promise.all(chains.map((c) => listChain(client, s, c, each)));
+  const listed = await Promise.all(chains.map((c) => listChain(client, s, c, each, settings)));
   const items = listed.flatMap((l) => l.items);
   const next = listed.flatMap((l) => (l.chain ? [l.chain] : []));
   if (!split && next.length > 0) alphabet = alphabetOf(items.map((i) => i.key).map((k) => k.slice(s.prefix.length)));
@@ -76,32 +77,39 @@ export async function readListing(
   };
 }
 
-/** List on along `chain` until `want` objects (or its range's end); answers them and the chain to go on with (null: it ended). */
+/**
+ * List on along `chain` until `want` objects (or its range's end); answers them and the chain to
+ * go on with (null: it ended). Keys are asked for URL-encoded (`EncodingType=url`) and decoded,
+ * so a key with a CR, a `+` or a space names its object exactly: in plain XML a CR comes back
+ * as a LF.
+ */
 async function listChain(
   client: S3Client,
   s: { bucket: string; prefix: string },
   chain: ListChain,
   want: number,
+  settings: ReadSettings,
 ): Promise<{ items: ItemInput[]; chain: ListChain | null }> {
   const { ListObjectsV2Command } = await sdk();
   const items: ItemInput[] = [];
   let { after, token } = chain;
   for (;;) {
-    const r = await client.send(
-      new ListObjectsV2Command({
-        Bucket: s.bucket,
-        Prefix: s.prefix,
-        MaxKeys: Math.min(1000, want - items.length),
-        ContinuationToken: token ?? undefined,
-        StartAfter: token === null && after !== '' ? after : undefined,
-      }),
-    );
+    const command = new ListObjectsV2Command({
+      Bucket: s.bucket,
+      Prefix: s.prefix,
+      MaxKeys: Math.min(1000, want - items.length),
+      ContinuationToken: token ?? undefined,
+      StartAfter: token === null && after !== '' ? after : undefined,
+      EncodingType: 'url',
+    });
+    const r = await s3Call(settings, (abortSignal) => client.send(command, { abortSignal }));
     for (const o of r.Contents ?? []) {
       if (o.Key === undefined) continue;
+      const key = listedKey(o.Key, r.EncodingType);
       // Past the range: the next chain lists it.
-      if (chain.until !== null && compareKeys(o.Key, chain.until) > 0) return { items, chain: null };
-      items.push({ key: o.Key, input: { bucket: s.bucket, key: o.Key, size: o.Size ?? 0, etag: o.ETag ?? '' } });
-      after = o.Key;
+      if (chain.until !== null && compareKeys(key, chain.until) > 0) return { items, chain: null };
+      items.push({ key, input: { bucket: s.bucket, key, size: o.Size ?? 0, etag: o.ETag ?? '' } });
+      after = key;
     }
     token = r.IsTruncated && r.NextContinuationToken ? r.NextContinuationToken : null;
     if (token === null) return { items, chain: null };
@@ -128,8 +136,9 @@ async function splitChain(
   chain: ListChain,
   alphabet: string,
   n: number,
+  settings: ReadSettings,
 ): Promise<ListChain[]> {
-  const last = await lastKeyNear(client, s, chain.after);
+  const last = await lastKeyNear(client, s, chain.after, settings);
   const cuts = cutsBetween(chain.after, last, alphabet, n);
   if (cuts.length === 0) return [chain];
   return [
@@ -139,10 +148,23 @@ async function splitChain(
 }
 
 /** The first key of the prefix after `after`, or null (a one-key listing). */
-async function firstAfter(client: S3Client, s: { bucket: string; prefix: string }, after: string): Promise<string | null> {
+async function firstAfter(
+  client: S3Client,
+  s: { bucket: string; prefix: string },
+  after: string,
+  settings: ReadSettings,
+): Promise<string | null> {
   const { ListObjectsV2Command } = await sdk();
-  const r = await client.send(new ListObjectsV2Command({ Bucket: s.bucket, Prefix: s.prefix, MaxKeys: 1, StartAfter: after }));
-  return r.Contents?.[0]?.Key ?? null;
+  const command = new ListObjectsV2Command({
+    Bucket: s.bucket,
+    Prefix: s.prefix,
+    MaxKeys: 1,
+    StartAfter: after,
+    EncodingType: 'url',
+  });
+  const r = await s3Call(settings, (abortSignal) => client.send(command, { abortSignal }));
+  const key = r.Contents?.[0]?.Key;
+  return key === undefined ? null : listedKey(key, r.EncodingType);
 }
 
 /**
@@ -152,7 +174,12 @@ async function firstAfter(client: S3Client, s: { bucket: string; prefix: string 
  * there at all (a character every remaining key shares costs just that one); only then a binary
  * search over one-key listings, jumping to the key each one answers. At most 64 listings.
  */
-async function lastKeyNear(client: S3Client, s: { bucket: string; prefix: string }, from: string): Promise<string> {
+async function lastKeyNear(
+  client: S3Client,
+  s: { bucket: string; prefix: string },
+  from: string,
+  settings: ReadSettings,
+): Promise<string> {
   let last = from;
   let probes = 0;
   let differs = -1;
@@ -163,7 +190,7 @@ async function lastKeyNear(client: S3Client, s: { bucket: string; prefix: string
     for (let first = true; lo < hi && probes < 64; first = false) {
       const mid = first ? lo + 1 : (lo + hi + 1) >> 1;
       probes++;
-      const k = await firstAfter(client, s, base + String.fromCharCode(mid));
+      const k = await firstAfter(client, s, base + String.fromCharCode(mid), settings);
       if (k === null) hi = mid - 1;
       else if (k.startsWith(base)) {
         last = k;

@@ -5,7 +5,16 @@
 import type { S3Client } from '@aws-sdk/client-s3';
 import { csvRows } from './source-csv.js';
 import { jsonLines, jsonLinesText } from './source-jsonl.js';
-import { sdk, SourceReadError, type ObjectCursor, type ObjectSource, type ReadSettings, type SourcePage } from './source-page.js';
+import { discardBody } from './s3.js';
+import {
+  s3Call,
+  sdk,
+  SourceReadError,
+  type ObjectCursor,
+  type ObjectSource,
+  type ReadSettings,
+  type SourcePage,
+} from './source-page.js';
 
 /** The end (exclusive) of the last complete line or CSV record in `buf`; -1 when none ends there. */
 function lastBoundary(buf: Buffer, csv: boolean): number {
@@ -28,22 +37,36 @@ function countLines(buf: Buffer): number {
   return n;
 }
 
-async function getRange(client: S3Client, s: ObjectSource, from: number, to: number): Promise<Buffer> {
+async function getRange(client: S3Client, s: ObjectSource, from: number, to: number, settings: ReadSettings): Promise<Buffer> {
   const { GetObjectCommand } = await sdk();
-  const r = await client.send(new GetObjectCommand({ Bucket: s.bucket, Key: s.key, Range: `bytes=${from}-${to - 1}` }));
+  // The version found at start, when the bucket keeps versions: a rewrite since changes nothing.
+  const r = await s3Call(settings, (abortSignal) =>
+    client.send(
+      new GetObjectCommand({ Bucket: s.bucket, Key: s.key, Range: `bytes=${from}-${to - 1}`, VersionId: s.versionId }),
+      { abortSignal },
+    ),
+  );
   if (s.etag && r.ETag && r.ETag !== s.etag) {
+    // Its body is never read: destroyed now, or its socket stays in use for good.
+    discardBody(r.Body);
     throw new SourceReadError(`s3://${s.bucket}/${s.key} changed while it was read (ETag ${r.ETag}, started at ${s.etag})`);
   }
   // Copied into one buffer of the range's length as the body streams in (collecting the chunks
   // and joining them after would hold the range twice; a range is 2 MiB by default, two pages at a time).
   const out = Buffer.allocUnsafe(to - from);
   let at = 0;
-  for await (const chunk of r.Body as AsyncIterable<Uint8Array>) {
-    if (at + chunk.length > out.length) {
-      throw new Error(`s3://${s.bucket}/${s.key}: the range ${from}-${to - 1} answered more than ${to - from} bytes`);
+  try {
+    for await (const chunk of r.Body as AsyncIterable<Uint8Array>) {
+      if (at + chunk.length > out.length) {
+        throw new Error(`s3://${s.bucket}/${s.key}: the range ${from}-${to - 1} answered more than ${to - from} bytes`);
+      }
+      out.set(chunk, at);
+      at += chunk.length;
     }
-    out.set(chunk, at);
-    at += chunk.length;
+  } catch (e) {
+    // Left early (a body too long, an abort): the rest is dropped with its socket.
+    discardBody(r.Body);
+    throw e;
   }
   return out.subarray(0, at);
 }
@@ -67,7 +90,7 @@ export async function readRange(
   let want = first ? Math.min(full, Math.max(64 * 1024, Math.floor(full / 16))) : full;
   for (;;) {
     const to = Math.min(s.size, c.offset + want);
-    const buf = await getRange(client, s, c.offset, to);
+    const buf = await getRange(client, s, c.offset, to, settings);
     const atEnd = to >= s.size;
     let end = atEnd ? buf.length : lastBoundary(buf, s.format === 'csv');
     if (end === -1) {

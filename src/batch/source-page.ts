@@ -3,6 +3,7 @@
 // an object source and its cursor, shared by the prefix listing (source-listing.ts), the range
 // reader (source-object.ts) and the parsers (source-jsonl.ts, source-csv.ts).
 import type { ItemWithJson } from './items.js';
+import { retrySlowDown, type SlowDownRetry } from './s3.js';
 import type { SourceCursor } from './types.js';
 
 /**
@@ -45,6 +46,18 @@ export interface ReadSettings {
    * so a page leaves little for the garbage collector to promote.
    */
   asJson?: boolean;
+  /** Aborts the page's S3 calls in flight (a handoff: docs/design.md, "Sources and results"). */
+  signal?: AbortSignal;
+  /** How the page's S3 calls back off from a 503 SlowDown (defaults: `SLOW_DOWN_DEFAULTS`, s3.ts). */
+  slowDown?: Omit<SlowDownRetry, 'signal'>;
+}
+
+/**
+ * One S3 call of a page: aborted by `settings.signal`, made again while S3 answers SlowDown
+ * ({@link retrySlowDown}); any other error is thrown as it is.
+ */
+export function s3Call<T>(settings: ReadSettings, call: (abortSignal: AbortSignal | undefined) => Promise<T>): Promise<T> {
+  return retrySlowDown(call, { ...settings.slowDown, signal: settings.signal });
 }
 
 /** One page read from the source. */
@@ -61,7 +74,11 @@ export interface SourcePage {
   json?: { text: string; count: number };
 }
 
-/** An object source as stored at start: its size and ETag pin what every range must match. */
+/**
+ * An object source as stored at start: its size and ETag pin what every range must match; on a
+ * versioned bucket, `versionId` (HeadObject's at start) is the version every range reads, so a
+ * rewrite of the object during the batch changes nothing.
+ */
 export type ObjectSource = {
   bucket: string;
   key: string;
@@ -69,6 +86,7 @@ export type ObjectSource = {
   keyColumn?: string;
   size: number;
   etag: string;
+  versionId?: string;
 };
 
 /** Where an object source's reading stands: the byte, line and row after the last stored page. */

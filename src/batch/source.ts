@@ -46,7 +46,8 @@ function startError(e: unknown, what: string, field: string): SourceError {
  * The checks a start makes, before it stores anything (docs/design.md, "Sources and results"):
  * the bucket exists and may be read (HeadBucket); a prefix holds at least one object; an object
  * exists (HeadObject) and is not empty. Answers the source to store, with the object's size and
- * ETag (every range read later must match that ETag).
+ * ETag (every range read later must match that ETag) and, on a versioned bucket, its VersionId
+ * (every range read later reads that version).
  * @throws {SourceError} naming what was wrong.
  */
 export async function checkSource(client: S3Client, source: BatchSource): Promise<StoredSource> {
@@ -60,7 +61,9 @@ export async function checkSource(client: S3Client, source: BatchSource): Promis
   if (!('key' in s)) {
     let listed;
     try {
-      listed = await client.send(new ListObjectsV2Command({ Bucket: s.bucket, Prefix: s.prefix, MaxKeys: 1 }));
+      listed = await client.send(
+        new ListObjectsV2Command({ Bucket: s.bucket, Prefix: s.prefix, MaxKeys: 1, EncodingType: 'url' }),
+      );
     } catch (e) {
       throw startError(e, where(s), 'source.s3.prefix');
     }
@@ -79,6 +82,8 @@ export async function checkSource(client: S3Client, source: BatchSource): Promis
   if (size === 0) throw new SourceError('invalid_source', `source.s3.key: ${where(s)} is empty (0 bytes): it holds no items`);
   const object: ObjectSource = { bucket: s.bucket, key: s.key, format: s.format, size, etag: head.ETag ?? '' };
   if (s.keyColumn !== undefined) object.keyColumn = s.keyColumn;
+  // A versioned bucket: every range reads the version seen now (docs/design.md, "Sources and results").
+  if (head.VersionId) object.versionId = head.VersionId;
   return { s3: object };
 }
 

@@ -380,11 +380,22 @@ export interface BatchSource {
   s3: { bucket: string; prefix: string } | { bucket: string; key: string; format: 'jsonl' | 'csv'; keyColumn?: string };
 }
 
-/** A source as stored with its batch: an object's size (bytes) and ETag are fixed at start. */
+/**
+ * A source as stored with its batch: an object's size (bytes) and ETag are fixed at start, and
+ * on a versioned bucket its `versionId` too (every range reads that version).
+ */
 export interface StoredSource {
   s3:
     | { bucket: string; prefix: string }
-    | { bucket: string; key: string; format: 'jsonl' | 'csv'; keyColumn?: string; size: number; etag: string };
+    | {
+        bucket: string;
+        key: string;
+        format: 'jsonl' | 'csv';
+        keyColumn?: string;
+        size: number;
+        etag: string;
+        versionId?: string;
+      };
 }
 
 /**

@@ -5,7 +5,13 @@
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { closeServer, listen, readBody } from './http-util.js';
-import { BATCH_FINISHED_DETAIL_TYPE, EVENT_SOURCE, START_BATCH_DETAIL_TYPE } from '../contract.js';
+import {
+  BATCH_FINISHED_DETAIL_TYPE,
+  EVENT_SOURCE,
+  PUT_EVENTS_MAX_BYTES,
+  putEventsEntrySize,
+  START_BATCH_DETAIL_TYPE,
+} from '../contract.js';
 
 /** One event as a rule's target receives it (EventBridge's envelope). */
 export interface LocalBusEvent {
@@ -78,7 +84,9 @@ interface PutEntry {
  * entry without them fails alone (`InvalidArgument`), the others are accepted with a fresh
  * `EventId`. Accepted events are routed after the answer, each delivery on its own (a failed one
  * is reported through `onError`, never to the caller: as with an async Lambda target). Other
- * operations answer 400 `UnknownOperationException`. Signatures are not checked.
+ * operations answer 400 `UnknownOperationException`; a call whose entries add up past 256 KiB
+ * (EventBridge's count, {@link putEventsEntrySize}) fails whole, 400 `ValidationException`, as
+ * EventBridge's does. Signatures are not checked.
  */
 export async function createEventsEndpoint(options: EventsEndpointOptions): Promise<EventsEndpoint> {
   const routes = options.routes ?? defaultRoute;
@@ -104,6 +112,13 @@ export async function createEventsEndpoint(options: EventsEndpointOptions): Prom
     const entries = Array.isArray(body.Entries) ? body.Entries : [];
     if (entries.length < 1 || entries.length > 10) {
       return answer(res, 400, { __type: 'ValidationException', message: 'Entries: 1 to 10 entries' });
+    }
+    // EventBridge refuses the whole call when its entries add up past 256 KiB.
+    if (entries.reduce((n, e) => n + putEventsEntrySize(e), 0) > PUT_EVENTS_MAX_BYTES) {
+      return answer(res, 400, {
+        __type: 'ValidationException',
+        message: 'Total size of the entries in the request is over the limit.',
+      });
     }
     const accepted: LocalBusEvent[] = [];
     const out = entries.map((e) => {

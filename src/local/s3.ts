@@ -7,6 +7,7 @@
 import { spawn } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { S3_EXTRAS } from './s3-extras.js';
 
 /** A running local S3 server. */
 export interface LocalS3Server {
@@ -27,14 +28,17 @@ export interface LocalS3Options {
   buckets?: string[];
 }
 
-// The child: runs s3rver, creates the buckets, prints {"port"} once it listens, stops on SIGTERM.
+// The child: runs s3rver with what s3-extras.ts adds (before its router), creates the buckets,
+// prints {"port"} once it listens, stops on SIGTERM.
 const CHILD = `
 const S3rver = require(process.argv[1]);
+const lib = require('path').dirname(process.argv[1]);
 const [directory, port, buckets] = process.argv.slice(2);
 // The local stack's credentials (AWS_ACCESS_KEY_ID=local) are known to it, beside s3rver's own.
-require(require('path').join(require('path').dirname(process.argv[1]), 'models/account.js')).DUMMY_ACCOUNT.createKeyPair('local', 'local');
+require(require('path').join(lib, 'models/account.js')).DUMMY_ACCOUNT.createKeyPair('local', 'local');
 const server = new S3rver({ address: '127.0.0.1', port: Number(port), directory, silent: true,
   configureBuckets: JSON.parse(buckets).map((name) => ({ name, configs: [] })) });
+server.middleware.splice(server.middleware.length - 1, 0, (${S3_EXTRAS})(server, directory, lib));
 server.run().then(({ port }) => process.stdout.write(JSON.stringify({ port }) + '\\n'), (e) => { console.error(e); process.exit(1); });
 process.on('SIGTERM', () => server.close().then(() => process.exit(0)));
 process.on('disconnect', () => process.exit(0));

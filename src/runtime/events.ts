@@ -17,11 +17,13 @@ import {
   type BatchFinishedDetail,
   type TakenEvent,
 } from '../batch/events.js';
+import { putEventsEntrySize } from '../contract.js';
 import type { Sql } from '../store/connect.js';
 import { EndpointGuard } from '../units/endpoint-guard.js';
 import { MAX_RETRY_AFTER_MS } from '../units/outbox-delivery.js';
 import { postWebhookAnswer, signWebhook } from '../units/webhook.js';
 import type { Log } from '../log.js';
+import { boundDetail, packCalls } from './event-size.js';
 
 /** PutEvents takes at most 10 entries per call. */
 const PUT_EVENTS_MAX = 10;
@@ -33,11 +35,13 @@ export interface EventPublisher {
 
 /**
  * Puts Batch Finished events on an EventBridge bus with `PutEvents` (source `leasehold`,
- * detail-type `Batch Finished`, the detail as stored). The endpoint follows the SDK's
- * configuration, so locally `AWS_ENDPOINT_URL_EVENTBRIDGE` points it at `leasehold dev`'s local
- * endpoint. `@aws-sdk/client-eventbridge` is loaded on the first put (a worker that ends no
- * batch never loads it: docs/design.md, "Cold starts and code splitting").
- * @throws the SDK's error when the whole call fails (each entry then fails).
+ * detail-type `Batch Finished`, the detail as stored, cut to fit 256 KiB by
+ * {@link boundDetail}). The entries go in as few calls as keep each within EventBridge's 256 KiB
+ * ({@link packCalls}), so one large event never fails the others; a call that fails fails its
+ * own entries only (`PutEvents failed: …`). The endpoint follows the SDK's configuration, so
+ * locally `AWS_ENDPOINT_URL_EVENTBRIDGE` points it at `leasehold dev`'s local endpoint.
+ * `@aws-sdk/client-eventbridge` is loaded on the first put (a worker that ends no batch never
+ * loads it: docs/design.md, "Cold starts and code splitting").
  */
 export class EventBridgePublisher implements EventPublisher {
   private client: EventBridgeClient | undefined;
@@ -52,23 +56,30 @@ export class EventBridgePublisher implements EventPublisher {
   async put(entries: readonly BatchFinishedDetail[]): Promise<(string | undefined)[]> {
     const { EventBridgeClient, PutEventsCommand } = await import('@aws-sdk/client-eventbridge');
     this.client ??= new EventBridgeClient({});
-    const out = await this.client.send(
-      new PutEventsCommand({
-        Entries: entries.map((detail) => ({
-          EventBusName: this.busName,
-          Source: EVENT_SOURCE,
-          DetailType: BATCH_FINISHED,
-          Detail: JSON.stringify(detail),
-          Resources: [],
-          Time: new Date(detail.finishedAt),
-        })),
-      }),
-    );
-    return entries.map((_, i) => {
-      const r = out.Entries?.[i];
-      if (!r) return 'PutEvents answered no entry for it';
-      return r.ErrorCode ? `${r.ErrorCode}: ${r.ErrorMessage ?? ''}`.trim() : undefined;
-    });
+    const all = entries.map((detail) => ({
+      EventBusName: this.busName,
+      Source: EVENT_SOURCE,
+      DetailType: BATCH_FINISHED,
+      Detail: JSON.stringify(boundDetail(detail)),
+      Resources: [],
+      Time: new Date(detail.finishedAt),
+    }));
+    const sizes = all.map(putEventsEntrySize);
+    const { calls, tooLarge } = packCalls(sizes);
+    const errors: (string | undefined)[] = entries.map(() => 'PutEvents answered no entry for it');
+    for (const i of tooLarge) errors[i] = `the event is ${sizes[i]} bytes; PutEvents takes at most 262144`;
+    for (const call of calls) {
+      try {
+        const out = await this.client.send(new PutEventsCommand({ Entries: call.map((i) => all[i]) }));
+        call.forEach((i, j) => {
+          const r = out.Entries?.[j];
+          if (r) errors[i] = r.ErrorCode ? `${r.ErrorCode}: ${r.ErrorMessage ?? ''}`.trim() : undefined;
+        });
+      } catch (e) {
+        for (const i of call) errors[i] = `PutEvents failed: ${(e as Error)?.message ?? String(e)}`;
+      }
+    }
+    return errors;
   }
 }
 
@@ -191,7 +202,8 @@ async function notify(
     'detail-type': BATCH_FINISHED,
     source: EVENT_SOURCE,
     time: event.detail.finishedAt,
-    detail: event.detail,
+    // As the bus gets it: within EventBridge's limit whatever its reason holds.
+    detail: boundDetail(event.detail),
   };
   const text = JSON.stringify(body);
   const headers: Record<string, string> = { 'idempotency-key': event.id, 'user-agent': 'leasehold-events' };

@@ -640,10 +640,14 @@ describe('the Leasehold component, constructed directly', () => {
       permissionsOf(world.one('sst.aws.Function', fn)).filter((p) => p.actions.some((a) => a.startsWith('s3:')));
     expect(s3Of('JobsWorker')).toEqual([
       { actions: ['s3:ListBucket'], resources: ['arn:aws:s3:::in-bucket', 'arn:aws:s3:::more-in'] },
-      { actions: ['s3:GetObject'], resources: ['arn:aws:s3:::in-bucket/*', 'arn:aws:s3:::more-in/*'] },
-      { actions: ['s3:PutObject'], resources: ['arn:aws:s3:::out-bucket/results/*'] },
+      { actions: ['s3:GetObject', 's3:GetObjectVersion'], resources: ['arn:aws:s3:::in-bucket/*', 'arn:aws:s3:::more-in/*'] },
+      { actions: ['s3:PutObject', 's3:AbortMultipartUpload'], resources: ['arn:aws:s3:::out-bucket/results/*'] },
+      { actions: ['s3:ListBucketMultipartUploads'], resources: ['arn:aws:s3:::out-bucket'] },
     ]);
-    expect(s3Of('JobsScheduler')).toEqual([{ actions: ['s3:PutObject'], resources: ['arn:aws:s3:::out-bucket/results/*'] }]);
+    expect(s3Of('JobsScheduler')).toEqual([
+      { actions: ['s3:PutObject', 's3:AbortMultipartUpload'], resources: ['arn:aws:s3:::out-bucket/results/*'] },
+      { actions: ['s3:ListBucketMultipartUploads'], resources: ['arn:aws:s3:::out-bucket'] },
+    ]);
     for (const fn of ['JobsApi', 'JobsTrigger']) {
       expect(s3Of(fn), fn).toEqual([
         { actions: ['s3:ListBucket'], resources: ['arn:aws:s3:::in-bucket', 'arn:aws:s3:::more-in', 'arn:aws:s3:::out-bucket'] },

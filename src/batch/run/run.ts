@@ -105,6 +105,8 @@ export class Run {
     // A results write after the finish stops too (a worker at its deadline); the scheduler's
     // pass writes them (docs/design.md, "Sources and results").
     this.results.abort(new Error('the run was asked to stop while it wrote the results'));
+    // Its pages being read will not be stored: their GETs end now (docs/design.md, "Sources and results").
+    this.reader.abortReads();
     this.ctx.wake();
   }
 

@@ -16,6 +16,12 @@ const READ_TRIES = 4;
 /** A page of the source as read, with its items as the JSON text of a store; or why it could not be read. */
 type PageRead = { page: SourcePage; json: string; count: number } | { error: unknown };
 
+/** A page being read, and what aborts its S3 calls. */
+interface Reading {
+  read: Promise<PageRead>;
+  abort: AbortController;
+}
+
 /** What the source reader asks of the run's other collaborators. */
 export interface SourceReaderDeps {
   /** A page was stored: its items may be claimed (producer). */
@@ -30,6 +36,8 @@ export interface SourceReaderDeps {
 export class SourceReader {
   /** This run ended the batch `failed` because its source could not be read. */
   failed = false;
+  /** The pages being read now (at most two: the current one and the one read ahead). */
+  private readonly reading = new Set<AbortController>();
 
   constructor(
     private readonly ctx: RunContext,
@@ -49,6 +57,27 @@ export class SourceReader {
    * a row, or the store failing, hands the run off, so another run reads on.
    */
   async readLoop(signal: AbortSignal): Promise<void> {
+    const stop = () => this.abortReads();
+    signal.addEventListener('abort', stop, { once: true });
+    try {
+      await this.readPages(signal);
+    } finally {
+      signal.removeEventListener('abort', stop);
+      // A page read ahead that will not be stored, or a read cut short: its GET ends now.
+      this.abortReads();
+    }
+  }
+
+  /**
+   * Abort every page being read (a handoff, the run's end): its S3 calls end at once and any
+   * response body not yet read is destroyed, so no socket stays in use for a page never stored.
+   */
+  abortReads(): void {
+    for (const c of this.reading) c.abort();
+    this.reading.clear();
+  }
+
+  private async readPages(signal: AbortSignal): Promise<void> {
     const ctx = this.ctx;
     const s = ctx.s;
     let failures = 0;
@@ -56,10 +85,11 @@ export class SourceReader {
     // The stored state this run reads on from while it stays the reader (undefined: claim it
     // again), and the page after it, read ahead while the last one was stored.
     let state: qs.ReaderState | undefined;
-    let ahead: Promise<PageRead> | undefined;
+    let ahead: Reading | undefined;
     while (!signal.aborted && !ctx.reason && !ctx.ended) {
       try {
         if (!state) {
+          ahead?.abort.abort();
           ahead = undefined;
           state = await ctx.store(() => qs.claimReader(ctx.sql, ctx.batch.id, ctx.id));
           if (!state) {
@@ -70,9 +100,11 @@ export class SourceReader {
             continue;
           }
         }
-        const read = await (ahead ?? this.readSourcePage(state.source, state.cursor));
+        const read = await (ahead ?? this.startRead(state.source, state.cursor)).read;
         ahead = undefined;
         if ('error' in read) {
+          // Stopped while it read: the read was aborted, and its error is no failure of S3.
+          if (signal.aborted || ctx.reason || ctx.ended) return;
           const e = read.error;
           if (e instanceof SourceReadError) return await this.failSource(e.reason, e.line);
           ctx.storeError(e, ++failures);
@@ -93,7 +125,7 @@ export class SourceReader {
         }
         if (page.done && total === 0) return await this.failSource('the source holds no items', null);
         // The next page, read (and made into JSON) while this one is stored.
-        if (!page.done) ahead = this.readSourcePage(state.source, page.cursor);
+        if (!page.done) ahead = this.startRead(state.source, page.cursor);
         const stored = await this.storePage(state.pages, page, json, count);
         if (typeof stored === 'string') return await this.failSource(`two items of the source have the key ${stored}`, null);
         if (!stored) {
@@ -145,13 +177,21 @@ export class SourceReader {
     );
   }
 
+  /** Begin reading the page at `cursor`, abortable on its own ({@link abortReads} aborts it too). */
+  private startRead(source: unknown, cursor: unknown): Reading {
+    const abort = new AbortController();
+    this.reading.add(abort);
+    const read = this.readSourcePage(source, cursor, abort.signal).finally(() => this.reading.delete(abort));
+    return { read, abort };
+  }
+
   /**
    * Read one page of the source from `cursor` and make its items the JSON text a store takes
    * (checked as a start's items are: an item the store would refuse is a {@link SourceReadError};
    * JSON Lines come as that text already);
    * a failure is answered, never thrown.
    */
-  private async readSourcePage(source: unknown, cursor: unknown): Promise<PageRead> {
+  private async readSourcePage(source: unknown, cursor: unknown, signal: AbortSignal): Promise<PageRead> {
     const s = this.ctx.s;
     try {
       const page = await readPage(await s3Client(s.s3), source as StoredSource, cursor as SourceCursor | null, {
@@ -159,6 +199,8 @@ export class SourceReader {
         rangeBytes: s.sourceRangeBytes,
         pageObjects: s.sourcePageObjects,
         asJson: true,
+        signal,
+        slowDown: { clock: s.clock },
       });
       if (page.json) return { page, json: page.json.text, count: page.json.count };
       if (page.items.length === 0) return { page, json: '[]', count: 0 };

@@ -44,6 +44,12 @@ export interface BatchFinishedDetail {
   /** ISO 8601, database clock. */
   createdAt: string;
   finishedAt: string;
+  /**
+   * Only in an event as sent whose detail was past EventBridge's 256 KiB: the fields cut to fit
+   * (`reason`, `results.manifest`, `requestKey`, `datasource`, `job`, `tenant`), each ending
+   * with `…`. The stored detail is whole.
+   */
+  truncated?: string[];
 }
 
 // A batch's counts for its event, from `b` (its row): those its finish stored, else counted from
