@@ -5,7 +5,7 @@ import * as q from '../sql/index.js';
 import * as qs from '../sql/sources.js';
 import { readItems } from '../items.js';
 import { s3Client } from '../s3.js';
-import { readPage, SourceReadError, type SourceCursor, type SourcePage, type StoredSource } from '../source.js';
+import { readPage, SourceReadError, SourceStreams, type SourceCursor, type SourcePage, type StoredSource } from '../source.js';
 import type { RunContext } from './context.js';
 
 /** Tries of one page of a source that S3 failed to serve (a timeout, a 5xx) before the run hands off. */
@@ -28,6 +28,8 @@ export interface SourceReaderDeps {
 export class SourceReader {
   /** This run ended the batch `failed` because its source could not be read. */
   failed = false;
+  /** An object read as one stream (gzip, UTF-16), kept open from one page to the next while this run reads. */
+  private readonly streams = new SourceStreams();
 
   constructor(
     private readonly ctx: RunContext,
@@ -47,6 +49,15 @@ export class SourceReader {
    * a row, or the store failing, hands the run off, so another run reads on.
    */
   async readLoop(signal: AbortSignal): Promise<void> {
+    try {
+      await this.readPages(signal);
+    } finally {
+      // Its response body destroyed, so its socket goes back to the client.
+      this.streams.close();
+    }
+  }
+
+  private async readPages(signal: AbortSignal): Promise<void> {
     const ctx = this.ctx;
     const s = ctx.s;
     let failures = 0;
@@ -157,6 +168,7 @@ export class SourceReader {
         rangeBytes: s.sourceRangeBytes,
         pageObjects: s.sourcePageObjects,
         asJson: true,
+        streams: this.streams,
       });
       if (page.json) return { page, json: page.json.text, count: page.json.count };
       if (page.items.length === 0) return { page, json: '[]', count: 0 };
