@@ -164,7 +164,17 @@ export const sourceSchema = z
           .strict()
           .superRefine(checkCsvOptions),
       ],
-      { error: () => 'must be { bucket, prefix } or { bucket, key, format }' },
+      {
+        // An object source's own fault (a CSV option of the wrong type) named, not only the union.
+        error: (iss) => {
+          const branches = (iss as { errors?: { path: PropertyKey[]; message: string }[][] }).errors;
+          const input = iss.input as { key?: unknown } | undefined;
+          const first = input && typeof input === 'object' && 'key' in input ? branches?.[1]?.[0] : undefined;
+          return first
+            ? `${first.path.map(String).join('.')}: ${first.message}`
+            : 'must be { bucket, prefix } or { bucket, key, format }';
+        },
+      },
     ),
   })
   .strict();
