@@ -82,7 +82,9 @@ export async function openText(
   const body = r.Body as Readable;
   let source: Readable = body;
   if (gzip) {
-    const gunzip = createGunzip();
+    // 64 KiB chunks (default 16): fewer trips through the iterators per page. Reading alone,
+    // 500,000 lines went from 193,000-269,000 to 454,000-500,000 lines/s.
+    const gunzip = createGunzip({ chunkSize: 64 * 1024 });
     // Its errors (and the body's) reach the reader through the gunzip's iterator.
     pipeline(body, gunzip, () => {});
     source = gunzip;
