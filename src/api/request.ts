@@ -18,7 +18,7 @@ import {
   toleratedFailuresSchema,
   typeName,
 } from '../batch/index.js';
-import { parseInput } from '../batch/index.js';
+import { CSV_DELIMITERS, parseInput, type CsvDelimiter } from '../batch/index.js';
 import type { ApiDeps } from './deps.js';
 
 /** The value of header `name` (case-insensitive; HTTP API v2 already lowercases names). */
@@ -98,10 +98,55 @@ const s3KeySchema = (min: number) =>
     // eslint-disable-next-line no-control-regex -- control characters are what this rejects
     .regex(/^[^\u0000-\u001f]*$/, 'must not contain control characters');
 
+/** Most columns a given CSV header may name. */
+const MAX_CSV_COLUMNS = 1_000;
+
+/** A CSV source's options (docs/api.md, "source"; as Step Functions' ItemReader has them). */
+const csvOptionsSchema = {
+  delimiter: z
+    .enum(['comma', 'tab', 'semicolon', 'pipe', 'space'], { error: () => 'must be comma, tab, semicolon, pipe or space' })
+    .optional(),
+  header: z
+    .union(
+      [
+        z.literal('first-row'),
+        z
+          .array(z.string().min(1, 'a column name must not be empty').max(1000))
+          .min(1, 'must name at least one column')
+          .max(MAX_CSV_COLUMNS, `must name at most ${MAX_CSV_COLUMNS} columns`),
+      ],
+      { error: () => 'must be "first-row" or a list of column names' },
+    )
+    .optional(),
+  quote: z
+    .string()
+    .regex(/^[\u0021-\u007e]$/, 'must be one printable ASCII character (or null: no quoting)')
+    .nullable()
+    .optional(),
+};
+
+/** What the CSV options of an object source must agree on: CSV only, distinct columns, the key among them. */
+function checkCsvOptions(
+  s: { format: 'jsonl' | 'csv'; keyColumn?: string; delimiter?: string; header?: string | string[]; quote?: string | null },
+  ctx: z.RefinementCtx,
+): void {
+  const issue = (path: string, message: string) => ctx.addIssue({ code: 'custom', path: [path], message });
+  for (const f of ['keyColumn', 'delimiter', 'header', 'quote'] as const) {
+    if (s[f] !== undefined && s.format !== 'csv') issue(f, 'only a csv source has it');
+  }
+  if (Array.isArray(s.header)) {
+    const dup = s.header.find((c, i) => s.header!.indexOf(c) !== i);
+    if (dup !== undefined) issue('header', `names the column ${JSON.stringify(dup)} twice`);
+    if (s.keyColumn !== undefined && !s.header.includes(s.keyColumn)) issue('keyColumn', "must be one of the header's columns");
+  }
+  const delimiter = CSV_DELIMITERS[(s.delimiter ?? 'comma') as CsvDelimiter];
+  if (s.quote === delimiter) issue('quote', 'must not be the delimiter');
+}
+
 /**
  * `source` of `POST /batches` (docs/design.md, "Sources and results"): `{ s3: { bucket, prefix } }`
- * (one item per object) or `{ s3: { bucket, key, format: "jsonl" | "csv", keyColumn? } }` (one item
- * per line or row).
+ * (one item per object) or `{ s3: { bucket, key, format: "jsonl" | "csv", keyColumn?, delimiter?,
+ * header?, quote? } }` (one item per line or row; the last four for CSV only).
  */
 export const sourceSchema = z
   .object({
@@ -114,11 +159,22 @@ export const sourceSchema = z
             key: s3KeySchema(1),
             format: z.enum(['jsonl', 'csv'], { error: () => 'must be jsonl or csv' }),
             keyColumn: z.string().min(1).max(1000).optional(),
+            ...csvOptionsSchema,
           })
           .strict()
-          .refine((s) => s.keyColumn === undefined || s.format === 'csv', 'keyColumn: only a csv source has columns'),
+          .superRefine(checkCsvOptions),
       ],
-      { error: () => 'must be { bucket, prefix } or { bucket, key, format }' },
+      {
+        // An object source's own fault (a CSV option of the wrong type) named, not only the union.
+        error: (iss) => {
+          const branches = (iss as { errors?: { path: PropertyKey[]; message: string }[][] }).errors;
+          const input = iss.input as { key?: unknown } | undefined;
+          const first = input && typeof input === 'object' && 'key' in input ? branches?.[1]?.[0] : undefined;
+          return first
+            ? `${first.path.map(String).join('.')}: ${first.message}`
+            : 'must be { bucket, prefix } or { bucket, key, format }';
+        },
+      },
     ),
   })
   .strict();

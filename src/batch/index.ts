@@ -84,7 +84,7 @@ export {
   type RunnerEvent,
   type ItemOutcome,
 } from './runner.js';
-export { DEFAULT_MAX_OUTPUT_BYTES, MAX_ERROR_CHARS } from './values.js';
+export { DEFAULT_MAX_OUTPUT_BYTES, MAX_ERROR_CHARS, storableText } from './values.js';
 export { HEARTBEAT_SPACING_MS } from './run/index.js';
 export { redriveBatch, type Redrive, type RedriveOptions, type RedriveResult } from './redrive.js';
 export {
@@ -122,7 +122,10 @@ export {
   readPage,
   SourceError,
   SourceReadError,
+  CSV_DELIMITERS,
   type BatchSource,
+  type CsvDelimiter,
+  type CsvOptions,
   type StoredSource,
   type SourceCursor,
   type ResultsTarget,

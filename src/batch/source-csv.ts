@@ -1,13 +1,24 @@
-// CSV into items (docs/design.md, "Items in, results out, events"): the header row names the
-// columns (kept in the cursor for later pages), each record is an item keyed by its row number
-// (zero-padded, numberedKey) or its key column.
+// CSV into items (docs/design.md, "Items in, results out, events"): its options as Step
+// Functions' ItemReader has them (delimiter, header row or given columns, quote character); the
+// header row names the columns (kept in the cursor for later pages), each record is an item
+// keyed by its row number (zero-padded, numberedKey) or its key column.
 import { checkInput } from './source-jsonl.js';
 import { numberedKey, SourceReadError, type ObjectCursor, type ObjectSource, type ReadSettings } from './source-page.js';
-import type { ItemInput } from './types.js';
+import type { CsvDelimiter, ItemInput } from './types.js';
+
+/** The character of each delimiter name. */
+export const CSV_DELIMITERS: Record<CsvDelimiter, string> = { comma: ',', tab: '\t', semicolon: ';', pipe: '|', space: ' ' };
+
+/** The quote byte of a CSV source (default `"`), null when it has no quoting. */
+export function csvQuote(s: Pick<ObjectSource, 'quote'>): number | null {
+  if (s.quote === null) return null;
+  return (s.quote ?? '"').charCodeAt(0);
+}
 
 /**
- * The records of `chunk` (from cursor `c`) as items: the first record of the object is its
- * header; every other must have the header's number of fields and a non-empty key.
+ * The records of `chunk` (from cursor `c`) as items: the object's first record is its header
+ * unless the source gives the columns (`header: [...]`); every other record must have the
+ * header's number of fields and a non-empty key.
  * @throws {SourceReadError} the CSV cannot be parsed, a ragged row, a missing or empty key column.
  */
 export function csvRows(
@@ -18,8 +29,16 @@ export function csvRows(
   settings: ReadSettings,
 ): { items: ItemInput[]; row: number; columns?: string[] } {
   let records: { record: string[]; info: { lines: number } }[];
+  const quote = s.quote === null ? false : (s.quote ?? '"');
   try {
-    records = parseCsv(chunk, { relax_column_count: true, skip_empty_lines: true, bom: c.offset === 0, info: true }) as never;
+    records = parseCsv(chunk, {
+      relax_column_count: true,
+      skip_empty_lines: true,
+      info: true,
+      delimiter: CSV_DELIMITERS[s.delimiter ?? 'comma'],
+      quote,
+      escape: quote === false ? null : quote,
+    }) as never;
   } catch (e) {
     const lines = (e as { lines?: number }).lines;
     const line = lines === undefined ? null : c.line + lines;
@@ -28,7 +47,8 @@ export function csvRows(
       line,
     );
   }
-  let columns = c.columns;
+  const given = Array.isArray(s.header) ? s.header : undefined;
+  let columns = given ?? c.columns;
   let row = c.row;
   const items: ItemInput[] = [];
   for (const { record, info } of records) {
@@ -44,7 +64,10 @@ export function csvRows(
       continue;
     }
     if (record.length !== columns.length) {
-      throw new SourceReadError(`line ${line} has ${record.length} fields; the header has ${columns.length}`, line);
+      throw new SourceReadError(
+        `line ${line} has ${record.length} fields; the ${given ? 'given header' : 'header'} has ${columns.length}`,
+        line,
+      );
     }
     row++;
     const input: Record<string, string> = {};
@@ -54,5 +77,6 @@ export function csvRows(
     checkInput(input, line, settings);
     items.push({ key, input });
   }
-  return { items, row, columns };
+  // Given columns are the source's, not the cursor's.
+  return { items, row, ...(given || columns === undefined ? {} : { columns }) };
 }

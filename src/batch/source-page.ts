@@ -4,7 +4,7 @@
 // reader (source-object.ts) and the parsers (source-jsonl.ts, source-csv.ts).
 import type { ItemWithJson } from './items.js';
 import { retrySlowDown, type SlowDownRetry } from './s3.js';
-import type { SourceCursor } from './types.js';
+import type { ObjectSourceSpec, SourceCursor } from './types.js';
 
 /**
  * A source that cannot be read into items (a line that is not JSON, a ragged CSV row, an object
@@ -50,6 +50,53 @@ export interface ReadSettings {
   signal?: AbortSignal;
   /** How the page's S3 calls back off from a 503 SlowDown (defaults: `SLOW_DOWN_DEFAULTS`, s3.ts). */
   slowDown?: Omit<SlowDownRetry, 'signal'>;
+  /**
+   * Where a reader keeps an object it reads as one stream (gzip, UTF-16) open from one page to
+   * the next (default none: each page opens the object again from its byte 0 and skips to the
+   * cursor).
+   */
+  streams?: SourceStreams;
+}
+
+/** An object open as one stream: which object and encoding (`id`), and the text offset it stands at. */
+export interface OpenStream {
+  readonly id: string;
+  readonly pos: number;
+  /** Close it: its response body is destroyed, so its socket goes back to the client. */
+  destroy(): void;
+}
+
+/**
+ * A reader's open stream between pages: at most one, taken while a page reads it and put back
+ * after; one that stands elsewhere than the next page asks (a page read ahead was dropped, the
+ * reader claimed again from the stored cursor) is closed and the object opened again.
+ */
+export class SourceStreams {
+  private held: OpenStream | undefined;
+  private closed = false;
+
+  /** The held stream of `id` standing at text offset `pos`, taken out; undefined (and any other closed) when none. */
+  take<T extends OpenStream>(id: string, pos: number): T | undefined {
+    const h = this.held;
+    this.held = undefined;
+    if (h && h.id === id && h.pos === pos) return h as T;
+    h?.destroy();
+    return undefined;
+  }
+
+  /** Keep `s` for the next page (closing the one held); once closed, `s` is closed at once. */
+  put(s: OpenStream): void {
+    if (this.closed) return s.destroy();
+    if (this.held !== s) this.held?.destroy();
+    this.held = s;
+  }
+
+  /** Close the held stream; streams put back later are closed at once. */
+  close(): void {
+    this.closed = true;
+    this.held?.destroy();
+    this.held = undefined;
+  }
 }
 
 /**
@@ -79,15 +126,7 @@ export interface SourcePage {
  * versioned bucket, `versionId` (HeadObject's at start) is the version every range reads, so a
  * rewrite of the object during the batch changes nothing.
  */
-export type ObjectSource = {
-  bucket: string;
-  key: string;
-  format: 'jsonl' | 'csv';
-  keyColumn?: string;
-  size: number;
-  etag: string;
-  versionId?: string;
-};
+export type ObjectSource = ObjectSourceSpec & { size: number; etag: string; versionId?: string };
 
 /** Where an object source's reading stands: the byte, line and row after the last stored page. */
 export type ObjectCursor = Extract<SourceCursor, { offset: number }>;

@@ -14,9 +14,19 @@ import { readRange } from './source-object.js';
 import { sdk, SourceReadError, type ObjectCursor, type ObjectSource, type ReadSettings, type SourcePage } from './source-page.js';
 import type { BatchSource, ResultsTarget, SourceCursor, StoredSource } from './types.js';
 
-export type { BatchSource, ListChain, ResultsTarget, SourceCursor, StoredSource } from './types.js';
+export type {
+  BatchSource,
+  CsvDelimiter,
+  CsvOptions,
+  ListChain,
+  ResultsTarget,
+  SourceCursor,
+  SourceEncoding,
+  StoredSource,
+} from './types.js';
+export { CSV_DELIMITERS } from './source-csv.js';
 export { compareKeys, LIST_CHAINS } from './source-listing.js';
-export { SourceReadError, type ReadSettings, type SourcePage } from './source-page.js';
+export { SourceReadError, SourceStreams, type ReadSettings, type SourcePage } from './source-page.js';
 
 /**
  * A source or results target refused at start, before anything is stored: `invalid_source` (400:
@@ -84,6 +94,9 @@ export async function checkSource(client: S3Client, source: BatchSource): Promis
   if (s.keyColumn !== undefined) object.keyColumn = s.keyColumn;
   // A versioned bucket: every range reads the version seen now (docs/design.md, "Sources and results").
   if (head.VersionId) object.versionId = head.VersionId;
+  if (s.delimiter !== undefined) object.delimiter = s.delimiter;
+  if (s.header !== undefined) object.header = s.header;
+  if (s.quote !== undefined) object.quote = s.quote;
   return { s3: object };
 }
 

@@ -375,9 +375,28 @@ export interface RunResult {
   error?: Error;
 }
 
+/** A CSV field delimiter, by name (as Step Functions' ItemReader `CSVDelimiter`): `,` `\t` `;` `|` or a space. */
+export type CsvDelimiter = 'comma' | 'tab' | 'semicolon' | 'pipe' | 'space';
+
+/**
+ * How a CSV object is read (docs/design.md, "Sources and results"); every field optional:
+ * `delimiter` (default `comma`), `header` (`first-row`, the default: the first record names the
+ * columns; or the column names themselves, and the first record is data), `quote` (one ASCII
+ * character that quotes a field, doubled inside it to stand for itself; default `"`; null: no
+ * quoting).
+ */
+export interface CsvOptions {
+  delimiter?: CsvDelimiter;
+  header?: 'first-row' | string[];
+  quote?: string | null;
+}
+
+/** One object as a start names it: read per line (`jsonl`) or per row (`csv`, with its options). */
+export type ObjectSourceSpec = { bucket: string; key: string; format: 'jsonl' | 'csv'; keyColumn?: string } & CsvOptions;
+
 /** A source as a start names it: a prefix (one item per object) or one object (per line or row). */
 export interface BatchSource {
-  s3: { bucket: string; prefix: string } | { bucket: string; key: string; format: 'jsonl' | 'csv'; keyColumn?: string };
+  s3: { bucket: string; prefix: string } | ObjectSourceSpec;
 }
 
 /**
@@ -385,17 +404,18 @@ export interface BatchSource {
  * on a versioned bucket its `versionId` too (every range reads that version).
  */
 export interface StoredSource {
-  s3:
-    | { bucket: string; prefix: string }
-    | {
-        bucket: string;
-        key: string;
-        format: 'jsonl' | 'csv';
-        keyColumn?: string;
-        size: number;
-        etag: string;
-        versionId?: string;
-      };
+  s3: { bucket: string; prefix: string } | (ObjectSourceSpec & { size: number; etag: string; versionId?: string });
+}
+
+/**
+ * How an object's bytes become text, found from its first bytes and `Content-Encoding` on its
+ * first page: `gzip` (decompressed as it streams) and the character set (`utf-8`, or UTF-16 by
+ * its byte order mark, decoded to UTF-8). Such an object is read as one stream from its byte 0,
+ * never by ranges.
+ */
+export interface SourceEncoding {
+  gzip: boolean;
+  charset: 'utf-8' | 'utf-16le' | 'utf-16be';
 }
 
 /**
@@ -429,6 +449,13 @@ export type SourceCursor =
       row: number;
       /** CSV: the header's columns, once read. */
       columns?: string[];
+      /**
+       * Absent: plain UTF-8 text, read by byte ranges, `offset` a byte of the object. Present: the
+       * object is read as one stream (gzip, UTF-16) and `offset` is a byte of the text it decodes
+       * to (UTF-8, after any byte order mark); a takeover reads it again from byte 0, decoding and
+       * skipping to `offset`.
+       */
+      encoding?: SourceEncoding;
     };
 
 /** Where a batch's results go: JSON Lines parts and a manifest under `prefix` + the batch id. */

@@ -58,6 +58,12 @@ export function encodeOutput(value: unknown, maxBytes: number): EncodedOutput {
 const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
 
 /**
+ * The one gate of every reason, error and event text leasehold stores (a batch's `reason`, an
+ * item's `error`, the events' `send_error` and `notify_error`, `results_error`, the outbox's
+ * `last_error`): each SQL module passes such a text through here at its statement, whatever
+ * made it (issue 37: a reason quoting a binary object's NUL bytes was refused by PostgreSQL, so
+ * the end that should have stored it failed, again and again).
+ *
  * Make a text storable in a `text` column and in JSON: NUL and lone surrogates become U+FFFD
  * (the replacement character), and a text longer than `maxChars` (default
  * {@link MAX_ERROR_CHARS}) is cut, saying how long it was.

@@ -161,9 +161,11 @@ function s3Url(v: string): { bucket: string; rest: string } | undefined {
 
 /**
  * `--source`: `s3://BUCKET/PREFIX/` (one item per object; a URL ending in `/`, or the bucket
- * alone), `s3://BUCKET/KEY.jsonl` or `.csv` (one item per line or row; `.ndjson` is JSON Lines,
- * not gzip yet), or the API's `source` as JSON (docs/api.md), e.g.
- * `{"s3":{"bucket":"b","key":"k.csv","format":"csv","keyColumn":"id"}}`. The API checks the rest.
+ * alone), `s3://BUCKET/KEY.jsonl`, `.ndjson`, `.csv` or `.tsv` (a tab-delimited CSV), each also
+ * with `.gz` (one item per line or row; gzip is found from the object itself, the name only gives
+ * the format), or the API's `source` as JSON (docs/api.md), e.g.
+ * `{"s3":{"bucket":"b","key":"k.csv","format":"csv","keyColumn":"id","delimiter":"semicolon"}}`.
+ * The API checks the rest.
  */
 export function sourceArg(v: string): unknown {
   if (v.trim().startsWith('{')) {
@@ -176,19 +178,16 @@ export function sourceArg(v: string): unknown {
     return parsed;
   }
   const url = s3Url(v);
-  if (!url) throw new InvalidArgumentError('--source takes s3://BUCKET/PREFIX/, s3://BUCKET/KEY.jsonl or .csv, or JSON');
+  if (!url) throw new InvalidArgumentError('--source takes s3://BUCKET/PREFIX/, s3://BUCKET/KEY.jsonl, .csv or .tsv, or JSON');
   if (url.rest === '' || url.rest.endsWith('/')) return { s3: { bucket: url.bucket, prefix: url.rest } };
-  // A gzip object is not read as gzip yet (it would end its batch failed): refused here, named.
-  if (/\.gz$/i.test(url.rest)) {
-    throw new InvalidArgumentError(`--source ${v}: gzip objects are not read as sources yet; give the object uncompressed`);
-  }
-  const ext = /\.(jsonl|ndjson|csv)$/i.exec(url.rest)?.[1].toLowerCase();
+  const ext = /\.(jsonl|ndjson|csv|tsv)(?:\.gz)?$/i.exec(url.rest)?.[1].toLowerCase();
   if (ext === undefined) {
     throw new InvalidArgumentError(
-      `--source ${v}: a key ending in .jsonl, .ndjson or .csv (or a prefix ending in /); for another, give JSON {"s3":{"bucket","key","format"}}`,
+      `--source ${v}: a key ending in .jsonl, .ndjson, .csv or .tsv, or one of them .gz (or a prefix ending in /); for another, give JSON {"s3":{"bucket","key","format"}}`,
     );
   }
-  return { s3: { bucket: url.bucket, key: url.rest, format: ext === 'csv' ? 'csv' : 'jsonl' } };
+  if (ext === 'jsonl' || ext === 'ndjson') return { s3: { bucket: url.bucket, key: url.rest, format: 'jsonl' } };
+  return { s3: { bucket: url.bucket, key: url.rest, format: 'csv', ...(ext === 'tsv' ? { delimiter: 'tab' } : {}) } };
 }
 
 /**

@@ -64,7 +64,7 @@ function addStart(batch: Command): void {
     )
     .option(
       '--source <s3url|json>',
-      "read the items from S3 instead of expanding the params: s3://BUCKET/PREFIX/ (one item per object), s3://BUCKET/KEY.jsonl or .csv (one per line or row), or the API's source as JSON",
+      "read the items from S3 instead of expanding the params: s3://BUCKET/PREFIX/ (one item per object), s3://BUCKET/KEY.jsonl, .csv or .tsv, each also .gz (one per line or row), or the API's source as JSON (CSV options: delimiter, header, quote)",
       sourceArg,
     )
     .option(

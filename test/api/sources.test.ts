@@ -79,11 +79,56 @@ describe('POST /batches with a source', () => {
       400,
       'invalid_request',
     ],
-  ])('%s: %d, no 500, nothing stored', async (_name, source, results, status, code) => {
-    const before = await count();
-    const r = await call(deps, 'POST', '/batches', { body: body(source, results) });
-    expect(r.status).toBe(status);
-    expect(r.body).toMatchObject({ error: { code } });
-    expect(await count()).toBe(before);
+    ...(
+      [
+        ['a delimiter on JSON Lines', { format: 'jsonl', delimiter: 'tab' }, 'delimiter: only a csv source has it'],
+        ['an unknown delimiter', { delimiter: 'colon' }, 'delimiter: must be comma, tab, semicolon, pipe or space'],
+        ['a header that is neither', { header: 'last-row' }, 'header: must be "first-row" or a list of column names'],
+        ['an empty header list', { header: [] }, 'header: must name at least one column'],
+        ['a header naming a column twice', { header: ['a', 'b', 'a'] }, 'names the column "a" twice'],
+        [
+          'a keyColumn outside a given header',
+          { header: ['a', 'b'], keyColumn: 'id' },
+          "keyColumn: must be one of the header's columns",
+        ],
+        ['a quote of two characters', { quote: '""' }, 'must be one printable ASCII character'],
+        ['a quote that is the delimiter', { quote: ';', delimiter: 'semicolon' }, 'quote: must not be the delimiter'],
+      ] as const
+    ).map(([name, opts, says]) => [
+      name,
+      { s3: { bucket: 'api-in', key: 't.csv', format: 'csv', ...opts } },
+      undefined,
+      400,
+      'invalid_request',
+      says,
+    ]),
+  ] as [string, unknown, unknown, number, string, string?][])(
+    '%s: %d, no 500, nothing stored',
+    async (_name, source, results, status, code, says) => {
+      const before = await count();
+      const r = await call(deps, 'POST', '/batches', { body: body(source, results) });
+      expect(r.status).toBe(status);
+      expect(r.body).toMatchObject({ error: { code } });
+      if (says !== undefined) expect(JSON.stringify(r.body)).toContain(JSON.stringify(says).slice(1, -1));
+      expect(await count()).toBe(before);
+    },
+  );
+
+  it('takes CSV options and shows them with the source', async () => {
+    await s3.put('api-in', 'opts.tsv', 'k\tv\n');
+    const source = {
+      s3: {
+        bucket: 'api-in',
+        key: 'opts.tsv',
+        format: 'csv',
+        delimiter: 'tab',
+        header: ['id', 'v'],
+        keyColumn: 'id',
+        quote: null,
+      },
+    };
+    const r = await call(deps, 'POST', '/batches', { body: body(source) });
+    expect(r.status).toBe(202);
+    expect(r.body).toMatchObject({ source: { s3: { ...source.s3, size: 4 } } });
   });
 });

@@ -9,6 +9,7 @@
 // with no duplicate line.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { gzipSync } from 'node:zlib';
 import { DeleteObjectCommand, GetObjectCommand, ListObjectsV2Command } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -140,6 +141,36 @@ describe('killed while reading', () => {
       5,
     );
     expect(cut.total).toBeLessThan(n);
+    expect(done.status).toBe('succeeded');
+    expect(done.runs).toBeGreaterThanOrEqual(2);
+    expect(done.total).toBe(n);
+    expect(done.sourcePages).toBe(await pagesOf(done.source!, 4096, 100));
+    const rows = await db.sql<{ key: string; line: number }[]>`select key, (input->>'line')::int as line
+      from leasehold_items where batch_id = ${done.id}`;
+    expect(rows).toHaveLength(n);
+    expect(rows.every((r) => Number(r.key) === r.line)).toBe(true);
+    expect(new Set(rows.map((r) => r.key)).size).toBe(n);
+  }, 180_000);
+});
+
+describe('killed mid-gzip', () => {
+  it('the takeover opens the object again, decompresses and skips to the stored text offset: every line once', async () => {
+    const n = 20_000;
+    const body = Array.from({ length: n }, (_, i) => JSON.stringify({ line: i + 1, pad: 'p'.repeat(i % 40) })).join('\n') + '\n';
+    await s3.put('kill-in', 'obj/big.jsonl.gz', gzipSync(body));
+    const { cut, done } = await killWhileReading(
+      { s3: { bucket: 'kill-in', key: 'obj/big.jsonl.gz', format: 'jsonl' } },
+      4096,
+      100,
+      5,
+    );
+    // Cut mid-stream (the server's evidence is checked in killWhileReading): some lines stored, not all.
+    expect(cut.total).toBeGreaterThan(0);
+    expect(cut.total).toBeLessThan(n);
+    // The cursor read on from is a text offset of the decompressed stream.
+    const [at] = await db.sql<{ c: { offset: number; encoding?: { gzip: boolean } } }[]>`select source_cursor as c
+      from leasehold_batches where id = ${done.id}`;
+    expect(at.c.encoding).toEqual({ gzip: true, charset: 'utf-8' });
     expect(done.status).toBe('succeeded');
     expect(done.runs).toBeGreaterThanOrEqual(2);
     expect(done.total).toBe(n);

@@ -103,6 +103,10 @@ describe('the leasehold command, before it calls the API', () => {
         api,
       ]);
       expect(json.code, json.stderr).toBe(0);
+      for (const url of ['s3://in/a.jsonl.gz', 's3://in/t.tsv.gz']) {
+        const r = await leasehold(['batch', 'start', 'squares', '--source', url, '--api', api]);
+        expect(r.code, r.stderr).toBe(0);
+      }
       expect(bodies).toMatchObject([
         {
           job: 'squares',
@@ -112,6 +116,8 @@ describe('the leasehold command, before it calls the API', () => {
         },
         { source: { s3: { bucket: 'in', prefix: '' } } },
         { source: { s3: { bucket: 'in', key: 't.csv', format: 'csv', keyColumn: 'id' } } },
+        { source: { s3: { bucket: 'in', key: 'a.jsonl.gz', format: 'jsonl' } } },
+        { source: { s3: { bucket: 'in', key: 't.tsv.gz', format: 'csv', delimiter: 'tab' } } },
       ]);
     } finally {
       server.close();
@@ -121,8 +127,11 @@ describe('the leasehold command, before it calls the API', () => {
       code: 1,
       stderr: expect.stringContaining('--source s3://in/list.txt: a key ending in .jsonl'),
     });
-    const gzip = await leasehold(['batch', 'start', 'squares', '--source', 's3://in/list.jsonl.gz']);
-    expect(gzip).toMatchObject({ code: 1, stderr: expect.stringContaining('gzip objects are not read as sources yet') });
+    const tar = await leasehold(['batch', 'start', 'squares', '--source', 's3://in/list.tar.gz']);
+    expect(tar).toMatchObject({
+      code: 1,
+      stderr: expect.stringContaining('--source s3://in/list.tar.gz: a key ending in .jsonl'),
+    });
     const results = await leasehold(['batch', 'start', 'squares', '--results', 'out/res/']);
     expect(results).toMatchObject({ code: 1, stderr: expect.stringContaining('--results takes s3://BUCKET/PREFIX') });
   });

@@ -6,7 +6,7 @@ import * as qs from '../sql/sources.js';
 import { readItems } from '../items.js';
 import { s3Client } from '../s3.js';
 import { readPage } from '../lazy-io.js';
-import { SourceReadError, type SourcePage } from '../source-page.js';
+import { SourceReadError, SourceStreams, type SourcePage } from '../source-page.js';
 import type { SourceCursor, StoredSource } from '../types.js';
 import type { RunContext } from './context.js';
 
@@ -38,6 +38,8 @@ export class SourceReader {
   failed = false;
   /** The pages being read now (at most two: the current one and the one read ahead). */
   private readonly reading = new Set<AbortController>();
+  /** An object read as one stream (gzip, UTF-16), kept open from one page to the next while this run reads. */
+  private readonly streams = new SourceStreams();
 
   constructor(
     private readonly ctx: RunContext,
@@ -63,8 +65,10 @@ export class SourceReader {
       await this.readPages(signal);
     } finally {
       signal.removeEventListener('abort', stop);
-      // A page read ahead that will not be stored, or a read cut short: its GET ends now.
+      // A page read ahead that will not be stored, or a read cut short: its GET ends now; an
+      // object read as one stream is closed, its response body destroyed.
       this.abortReads();
+      this.streams.close();
     }
   }
 
@@ -201,6 +205,7 @@ export class SourceReader {
         asJson: true,
         signal,
         slowDown: { clock: s.clock },
+        streams: this.streams,
       });
       if (page.json) return { page, json: page.json.text, count: page.json.count };
       if (page.items.length === 0) return { page, json: '[]', count: 0 };

@@ -7,6 +7,7 @@
 // (docs/design.md, "End").
 import type postgres from 'postgres';
 import type { Sql } from '../../store/index.js';
+import { storableText } from '../values.js';
 import type { BatchStatus } from '../types.js';
 import { writeEndEvent } from './events.js';
 
@@ -95,11 +96,11 @@ async function giveUpOnce(sql: Sql, a: { batchId: string; run: string; reason: s
       ${endRuns(sql, a.batchId, a.run, sql`true`)}
     ), own as (
       update leasehold_batches
-      set status = 'failed', reason = ${a.reason}, finished_at = now(), live_runs = 0
+      set status = 'failed', reason = ${storableText(a.reason)}, finished_at = now(), live_runs = 0
       where id = ${a.batchId} and status = 'open' and ${a.run}::uuid in (select id from gone)
       returning id
     ), failed as (
-      update leasehold_items i set state = 'failed', error = ${a.itemError}, run_id = ${a.run}, updated_at = now()
+      update leasehold_items i set state = 'failed', error = ${storableText(a.itemError)}, run_id = ${a.run}, updated_at = now()
       where i.batch_id = ${a.batchId} and i.state in ('pending', 'running') and exists (select 1 from own)
       returning 1
     )

@@ -5,6 +5,7 @@
 // one row at once, and a sender that dies leaves the row to the next after the window. Every
 // comparison of time is with now().
 import type { Sql } from '../../store/index.js';
+import { storableText } from '../values.js';
 import { RESULTS_MAX_TRIES } from './results.js';
 
 /** The counts of an event's detail: items by state when the batch ended. */
@@ -148,7 +149,7 @@ export interface EventFailure {
 // Records a failed send: the error, and the next try at now() + retryInMs.
 export async function markSendFailed(sql: Sql, f: EventFailure): Promise<void> {
   await sql`update leasehold_batch_events
-    set send_error = ${f.error.slice(0, 1000)}, send_after = now() + make_interval(secs => ${f.retryInMs}::float8 / 1000)
+    set send_error = ${storableText(f.error, 1000)}, send_after = now() + make_interval(secs => ${f.retryInMs}::float8 / 1000)
     where id = ${f.id} and sent_at is null`;
 }
 
@@ -179,7 +180,7 @@ export async function markNotified(sql: Sql, id: string): Promise<void> {
 // Records a failed webhook delivery: the error, and the next try at now() + retryInMs.
 export async function markNotifyFailed(sql: Sql, f: EventFailure): Promise<void> {
   await sql`update leasehold_batch_events
-    set notify_error = ${f.error.slice(0, 1000)}, notify_after = now() + make_interval(secs => ${f.retryInMs}::float8 / 1000)
+    set notify_error = ${storableText(f.error, 1000)}, notify_after = now() + make_interval(secs => ${f.retryInMs}::float8 / 1000)
     where id = ${f.id} and notified_at is null`;
 }
 

@@ -5,6 +5,7 @@
 // nothing, and a move lands only on an item still running under the run at the attempts it was
 // claimed with, so a retried move is idempotent.
 import type { Sql } from '../../store/index.js';
+import { storableText } from '../values.js';
 import type { ItemState } from '../types.js';
 import { ownRun } from './shared.js';
 
@@ -34,7 +35,7 @@ export interface MoveRow {
   attempts: number;
   /** The item's output as JSON text, already checked to be storable; null for none. */
   output: string | null;
-  /** Error text, already made storable (no NUL, no lone surrogate, bounded); null for none. */
+  /** Error text (made storable again as it is encoded: no NUL, no lone surrogate, bounded); null for none. */
   error: string | null;
   /** For a move back to pending: wait before the next claim, ms (clamped to {@link MAX_DELAY_MS}). */
   delayMs: number;
@@ -66,7 +67,7 @@ function movesJson(moves: readonly MoveRow[]): string {
   for (let i = 0; i < moves.length; i++) {
     const m = moves[i];
     const delay = Number.isFinite(m.delayMs) ? Math.min(Math.max(m.delayMs, 0), MAX_DELAY_MS) : 0;
-    s += `${i ? ',' : ''}{"key":${JSON.stringify(m.key)},"state":"${m.state}","claimed":${m.claimed},"attempts":${m.attempts},"output":${m.output ?? 'null'},"error":${m.error === null ? 'null' : JSON.stringify(m.error)},"delay_ms":${delay},"waits":${m.waits ?? 'null'}}`;
+    s += `${i ? ',' : ''}{"key":${JSON.stringify(m.key)},"state":"${m.state}","claimed":${m.claimed},"attempts":${m.attempts},"output":${m.output ?? 'null'},"error":${m.error === null ? 'null' : JSON.stringify(storableText(m.error))},"delay_ms":${delay},"waits":${m.waits ?? 'null'}}`;
   }
   return `${s}]`;
 }

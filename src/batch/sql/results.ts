@@ -2,6 +2,7 @@
 // leasehold_items; docs/design.md, "Sources and results"). Only finished batches (succeeded or
 // failed) are touched, whose items no run changes any more.
 import type { Sql } from '../../store/index.js';
+import { storableText } from '../values.js';
 import type { BatchStatus, ItemResult } from '../types.js';
 
 /** A batch whose results a writer took on. */
@@ -54,7 +55,7 @@ export async function dueResults(sql: Sql, leaseMs: number, limit: number): Prom
 // pass may try again at once (while tries are left); a batch whose manifest is written is not
 // touched.
 export async function resultsFailed(sql: Sql, id: string, error: string): Promise<void> {
-  await sql`update leasehold_batches set results_error = ${error.slice(0, 1000)}, results_started_at = null
+  await sql`update leasehold_batches set results_error = ${storableText(error, 1000)}, results_started_at = null
     where id = ${id} and results_manifest is null`;
 }
 

@@ -7,6 +7,7 @@
 // nothing.
 import type { UnitKey } from '../../lease/index.js';
 import type { Sql } from '../../store/index.js';
+import { storableText } from '../../batch/values.js';
 import type { Fence } from '../job.js';
 import { fence } from './runs.js';
 
@@ -212,7 +213,7 @@ export function markFailedStatement(sql: Sql, unit: UnitKey, processId: string, 
   // `attempts` on the right-hand side is the value before this attempt, i.e. the new attempts − 1.
   return sql`update leasehold_outbox_deliveries set
       attempts = attempts + 1,
-      last_error = ${a.error.slice(0, 1000)},
+      last_error = ${storableText(a.error, 1000)},
       next_attempt_at = now() + make_interval(secs => greatest(random() * least(
         ${a.maxBackoffMs}::float8,
         ${a.backoffMs}::float8 * power(2::float8, least(attempts, 40))
@@ -232,7 +233,7 @@ export async function recordEndpoint(
   processId: string,
   r: { endpoint: string; delivered: boolean; failures: number; error: string | undefined },
 ): Promise<void> {
-  const error = r.error === undefined ? null : r.error.slice(0, 1000);
+  const error = r.error === undefined ? null : storableText(r.error, 1000);
   await sql`insert into leasehold_outbox_endpoints as s (tenant, shard, endpoint, failures, last_error, last_error_at, last_delivered_at)
     select ${unit.tenant}, ${unit.shard}, ${r.endpoint}, ${r.failures}, ${error}::text,
       case when ${error}::text is null then null else now() end,
