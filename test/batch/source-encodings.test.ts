@@ -122,10 +122,16 @@ describe('a source object that is not text', () => {
   }, 60_000);
 });
 
-/** The items of batch `id` by key, inputs as stored. */
+/**
+ * The items of batch `id` by key, inputs as stored; a line or row number's zero padding
+ * (numberedKey) taken off, once every such key is checked to have the one width (the order the
+ * padding gives is test/batch/source-order.test.ts's).
+ */
 async function itemsOf(id: string): Promise<Map<string, unknown>> {
   const rows = await db.sql<{ key: string; input: unknown }[]>`select key, input from leasehold_items where batch_id = ${id}`;
-  return new Map(rows.map((r) => [r.key, r.input]));
+  const numbered = rows.filter((r) => /^0\d/.test(r.key));
+  if (numbered.length > 0) expect(new Set(rows.map((r) => r.key.length)).size).toBe(1);
+  return new Map(rows.map((r) => [numbered.length > 0 ? r.key.replace(/^0+(?=\d)/, '') : r.key, r.input]));
 }
 
 const putWith = (key: string, body: Buffer | string, contentEncoding?: string) =>
