@@ -235,7 +235,7 @@ function openInvocation(event: WorkerEvent, context: InvocationContext, deps: Wo
     pastDeadline: () => Date.now() >= deadline || deps.signal?.aborted === true,
     noteError: (error) => {
       if (inv.schemaMismatch || recheck || !isSchemaChangeError(error)) return;
-      recheck = withTimeout(checkSchema(sql, schema), config.runner.storeTimeoutMs).then(
+      recheck = withTimeout(() => checkSchema(sql, schema), config.runner.storeTimeoutMs).then(
         () => void (recheck = undefined),
         (e: unknown) => {
           recheck = undefined;
@@ -266,13 +266,13 @@ async function firstStatement(inv: Invocation): Promise<WorkerResult | undefined
   const schema = deps.schema ?? SUPPORTED_SCHEMA;
   let start: WorkerStart | undefined;
   try {
-    start = await withTimeout(workerStart(sql, event), config.runner.storeTimeoutMs);
+    start = await withTimeout(() => workerStart(sql, event), config.runner.storeTimeoutMs);
   } catch (error) {
     // A schema older than this code's (a column it reads missing): say so below. Otherwise the
     // store does not answer: the leaser retries its first heartbeat, and an error of a changed
     // schema is checked as it comes.
     if (isSchemaChangeError(error)) {
-      const found = await withTimeout(checkSchema(sql, schema), config.runner.storeTimeoutMs).catch((e: unknown) => e);
+      const found = await withTimeout(() => checkSchema(sql, schema), config.runner.storeTimeoutMs).catch((e: unknown) => e);
       if (found instanceof SchemaMismatchError) inv.schemaMismatch = found;
     }
   }
@@ -399,7 +399,7 @@ async function work(
     if (leaser.retiring()) return 'retired';
     if (!invocationMarked && leaser.ready()) {
       invocationMarked = true;
-      await withTimeout(invocationLive(sql, event.invocationId!), config.runner.storeTimeoutMs).catch(() => {});
+      await withTimeout(() => invocationLive(sql, event.invocationId!), config.runner.storeTimeoutMs).catch(() => {});
     }
     try {
       while (runner.batches().length < config.runner.maxRuns) {

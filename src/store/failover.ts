@@ -8,6 +8,7 @@
 // the first `25006` retires the whole pool (its statements in flight get a few seconds, then its
 // connections are ended) and later statements open fresh connections, each with a fresh DNS
 // look-up of the host.
+import { AsyncLocalStorage } from 'node:async_hooks';
 import type postgres from 'postgres';
 
 /** leasehold's postgres.js client (`Sql` of connect.ts, named here to keep the imports one way). */
@@ -27,16 +28,64 @@ const UNANSWERED = Object.freeze({ code: 'LEASEHOLD_UNANSWERED' });
 /** The watcher of the pool each live query was made by (queries are weakly held). */
 const watchers = new WeakMap<object, (error: unknown) => void>();
 
+/**
+ * When a query was handed to its pool (`queuedAt`) and when the server began on it (`sentAt`:
+ * postgres.js marks a statement active once every statement before it on its connection was
+ * answered), `performance.now()` ms. A statement waits between the two in the pool's queue or
+ * pipelined behind a busy statement of its connection.
+ */
+interface Timing {
+  queuedAt?: number;
+  sentAt?: number;
+  settled?: boolean;
+}
+const timings = new WeakMap<object, Timing>();
+
+/** Queries made within a {@link trackQueries} call, by that call. */
+const scopes = new AsyncLocalStorage<Set<object>>();
+
+/**
+ * Run `fn`, collecting every query a pool from {@link replaceOnReadOnly} makes within it (in its
+ * async continuations too) into `made`: `withTimeout` cancels those a timed-out call left running.
+ */
+export function trackQueries<T>(fn: () => Promise<T>, made: Set<object>): Promise<T> {
+  return scopes.run(made, fn);
+}
+
+/** Where a query of a pool from {@link replaceOnReadOnly} stands; `unknown` for any other promise. */
+export type QueryState = 'unknown' | 'made' | 'queued' | 'running' | 'settled';
+
+/**
+ * Where `query` stands, and how long it has waited so far without the server working on it
+ * (queued in its pool or pipelined behind another statement of its connection), ms.
+ */
+export function queryWait(query: object, now = performance.now()): { state: QueryState; queuedMs: number } {
+  const t = timings.get(query);
+  if (!t) return { state: 'unknown', queuedMs: 0 };
+  if (t.queuedAt === undefined) return { state: t.settled ? 'settled' : 'made', queuedMs: 0 };
+  const queuedMs = (t.sentAt ?? (t.settled ? t.queuedAt : now)) - t.queuedAt;
+  return { state: t.settled ? 'settled' : t.sentAt === undefined ? 'queued' : 'running', queuedMs };
+}
+
+/** Cancel `query` on the server if it is a postgres.js query still waiting for its answer. */
+export function cancelQuery(query: object): void {
+  const t = timings.get(query);
+  if (!t || t.settled) return;
+  const p = (query as { cancel?: () => Promise<void> | undefined }).cancel?.();
+  // A cancel request that cannot reach the server fails on its own connection: nothing to do.
+  if (p && typeof p.catch === 'function') p.catch(() => {});
+}
+
 /** Pools from {@link replaceOnReadOnly} not yet ended: each answers whether it has a statement unanswered for `ms`. */
-const pools = new Set<(ms: number) => void>();
+const pools = new Set<(ms: number, endAfterMs: number) => void>();
 
 /**
  * Retire every pool (see {@link dropPoolOf}) that has a statement sent at least `ms` ago and not
  * answered yet: for a timeout whose promise is not itself a query (an async function that ran
  * statements), so the pool it waited on is not known.
  */
-export function dropPoolsWithUnanswered(ms: number): void {
-  for (const check of pools) check(ms);
+export function dropPoolsWithUnanswered(ms: number, endAfterMs = RETIRE_TIMEOUT_S * 1000): void {
+  for (const check of pools) check(ms, endAfterMs);
 }
 
 /**
@@ -48,14 +97,17 @@ export function dropPoolsWithUnanswered(ms: number): void {
  * otherwise stay in the pool, with every statement sent to it waiting until TCP gives up
  * (minutes). Does nothing for any other promise, or when that pool was retired already.
  */
-export function dropPoolOf(query: unknown): boolean {
+export function dropPoolOf(query: unknown, endAfterMs = RETIRE_TIMEOUT_S * 1000): boolean {
   const w = query && typeof query === 'object' ? watchers.get(query) : undefined;
-  w?.(UNANSWERED);
+  w?.({ ...UNANSWERED, endAfterMs });
   return w !== undefined;
 }
 
-/** Seconds a retired pool's statements in flight get before its connections are ended. */
+/** Seconds a read-only server's retired pool's statements in flight get before its connections are ended. */
 const RETIRE_TIMEOUT_S = 5;
+
+const isUnanswered = (error: unknown): error is { code: string; endAfterMs?: number } =>
+  (error as { code?: unknown } | null)?.code === UNANSWERED.code;
 
 type AnyFn = (...args: unknown[]) => unknown;
 
@@ -77,21 +129,22 @@ export function replaceOnReadOnly(open: () => Sql, onReplace?: (error: unknown) 
   // Only an error of the current pool replaces it: the other statements in flight on a retired
   // pool fail the same way and must not retire its successor.
   const seen = (gen: number) => (error: unknown) => {
-    if (gen !== generation || !(isReadOnlyError(error) || error === UNANSWERED)) return;
+    if (gen !== generation || !(isReadOnlyError(error) || isUnanswered(error))) return;
     const old = current;
     current = open();
     generation++;
     inFlight = new Map();
     onReplace?.(error);
-    const ending = old.end({ timeout: RETIRE_TIMEOUT_S }).catch(() => {});
+    const endAfterS = isUnanswered(error) ? (error.endAfterMs ?? RETIRE_TIMEOUT_S * 1000) / 1000 : RETIRE_TIMEOUT_S;
+    const ending = old.end({ timeout: endAfterS }).catch(() => {});
     retired.add(ending);
     void ending.finally(() => retired.delete(ending)); // settles once old's connections are closed
   };
 
-  const check = (ms: number) => {
-    const before = Date.now() - ms;
+  const check = (ms: number, endAfterMs: number) => {
+    const before = performance.now() - ms;
     for (const sent of inFlight.values()) {
-      if (sent <= before) return seen(generation)(UNANSWERED);
+      if (sent <= before) return seen(generation)({ ...UNANSWERED, endAfterMs });
     }
   };
   pools.add(check);
@@ -120,39 +173,7 @@ function wrap(
   end?: (options?: { timeout?: number }) => Promise<void>,
   tracked: () => Map<object, number> = () => new Map(),
 ): AnyFn {
-  const watched = (q: unknown, w: (error: unknown) => void): unknown => {
-    // A postgres.js query is a lazy promise whose `reject` settles it (query.js); every failure of
-    // a statement that runs goes through it. Fragments and helpers (`sql(name)`) have none.
-    const query = q as { reject?: (e: unknown) => void; then?: unknown } | null;
-    if (query && typeof query.then === 'function' && typeof query.reject === 'function') {
-      watchers.set(query, w);
-      // In flight from when postgres.js sends it (`handle`, on its first `then`; fragments
-      // nested in another statement never are) until it settles.
-      const live = tracked();
-      const q2 = query as unknown as { handle?: () => unknown; executed?: boolean; resolve?: (v: unknown) => void };
-      const handle = q2.handle;
-      if (typeof handle === 'function') {
-        q2.handle = function (this: unknown) {
-          if (!q2.executed) live.set(query, Date.now());
-          return handle.call(this);
-        };
-      }
-      const resolveQ = q2.resolve;
-      if (typeof resolveQ === 'function') {
-        q2.resolve = (v: unknown) => {
-          live.delete(query);
-          resolveQ(v);
-        };
-      }
-      const reject = query.reject;
-      query.reject = (e: unknown) => {
-        live.delete(query);
-        w(e);
-        reject(e);
-      };
-    }
-    return q;
-  };
+  const watched = (q: unknown, w: (error: unknown) => void): unknown => watch(q, w, tracked());
   const scoped = (kind: 'begin' | 'savepoint') => {
     return (...args: unknown[]) => {
       const w = watcher();
@@ -201,4 +222,62 @@ function wrap(
     },
     has: (_t, prop) => Reflect.has(resolve(), prop),
   });
+}
+
+/**
+ * Instrument `q` when it is a postgres.js query: its rejection is reported to `w` first, it joins
+ * the {@link trackQueries} scope it was made in, and its {@link Timing} is kept, with `live`
+ * holding it from when the server begins on it until it settles.
+ */
+function watch(q: unknown, w: (error: unknown) => void, live: Map<object, number>): unknown {
+  // A postgres.js query is a lazy promise whose `reject` settles it (query.js); every failure of
+  // a statement that runs goes through it. Fragments and helpers (`sql(name)`) have none.
+  const query = q as { reject?: (e: unknown) => void; then?: unknown } | null;
+  if (query && typeof query.then === 'function' && typeof query.reject === 'function') {
+    watchers.set(query, w);
+    scopes.getStore()?.add(query);
+    // Timed from when the server begins on it (docs/design.md, "Database connections": a busy
+    // pool is not a silent connection): postgres.js sets `active` on the statement its
+    // connection is answering now; one queued in the pool or pipelined behind another waits
+    // unset. `handle` runs on its first `then` (fragments nested in another statement never do).
+    const timing: Timing = {};
+    timings.set(query, timing);
+    const q2 = query as unknown as { handle?: () => unknown; executed?: boolean; resolve?: (v: unknown) => void };
+    const handle = q2.handle;
+    if (typeof handle === 'function') {
+      q2.handle = function (this: unknown) {
+        if (!q2.executed) timing.queuedAt = performance.now();
+        return handle.call(this);
+      };
+    }
+    let active = false;
+    Object.defineProperty(query, 'active', {
+      configurable: true,
+      enumerable: true,
+      get: () => active,
+      set: (v: boolean) => {
+        active = v;
+        if (v && timing.sentAt === undefined && !timing.settled) {
+          timing.sentAt = performance.now();
+          live.set(query, timing.sentAt);
+        }
+      },
+    });
+    const resolveQ = q2.resolve;
+    if (typeof resolveQ === 'function') {
+      q2.resolve = (v: unknown) => {
+        timing.settled = true;
+        live.delete(query);
+        resolveQ(v);
+      };
+    }
+    const reject = query.reject;
+    query.reject = (e: unknown) => {
+      timing.settled = true;
+      live.delete(query);
+      w(e);
+      reject(e);
+    };
+  }
+  return q;
 }
