@@ -15,6 +15,7 @@ import {
 import {
   checkSchema,
   isSchemaChangeError,
+  PoolerModeError,
   SchemaMismatchError,
   SUPPORTED_SCHEMA,
   withTimeout,
@@ -268,6 +269,13 @@ async function firstStatement(inv: Invocation): Promise<WorkerResult | undefined
   try {
     start = await withTimeout(() => workerStart(sql, event), config.runner.storeTimeoutMs);
   } catch (error) {
+    // A pooler that refuses the pool's settings refuses every statement: nothing this invocation
+    // could retry would work (docs/deploy.md, "Failures").
+    if (error instanceof PoolerModeError) {
+      inv.detach();
+      log('error', error.message, { code: error.code });
+      throw error;
+    }
     // A schema older than this code's (a column it reads missing): say so below. Otherwise the
     // store does not answer: the leaser retries its first heartbeat, and an error of a changed
     // schema is checked as it comes.

@@ -10,6 +10,7 @@
 // look-up of the host.
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type postgres from 'postgres';
+import { isUnsupportedStartupParameter, PoolerModeError } from './errors.js';
 
 /** leasehold's postgres.js client (`Sql` of connect.ts, named here to keep the imports one way). */
 type Sql = postgres.Sql<Record<string, never>>;
@@ -111,6 +112,9 @@ const isUnanswered = (error: unknown): error is { code: string; endAfterMs?: num
 
 type AnyFn = (...args: unknown[]) => unknown;
 
+/** Told of every error of a pool's statements; answers the error the statement fails with. */
+type Watcher = (error: unknown) => unknown;
+
 /**
  * A pool that opens `open()` and replaces it with a new `open()` when a statement of it fails
  * with `25006` ({@link isReadOnlyError}). The returned object is used exactly like a postgres.js
@@ -128,8 +132,12 @@ export function replaceOnReadOnly(open: () => Sql, onReplace?: (error: unknown) 
 
   // Only an error of the current pool replaces it: the other statements in flight on a retired
   // pool fail the same way and must not retire its successor.
+  // A pooler that refuses the pool's startup settings refuses every connection: the first such
+  // error is kept, and every later statement fails with it at once (see PoolerModeError).
+  let refusal: PoolerModeError | undefined;
   const seen = (gen: number) => (error: unknown) => {
-    if (gen !== generation || !(isReadOnlyError(error) || isUnanswered(error))) return;
+    if (isUnsupportedStartupParameter(error)) return (refusal ??= new PoolerModeError(error));
+    if (gen !== generation || !(isReadOnlyError(error) || isUnanswered(error))) return error;
     const old = current;
     current = open();
     generation++;
@@ -139,6 +147,7 @@ export function replaceOnReadOnly(open: () => Sql, onReplace?: (error: unknown) 
     const ending = old.end({ timeout: endAfterS }).catch(() => {});
     retired.add(ending);
     void ending.finally(() => retired.delete(ending)); // settles once old's connections are closed
+    return error;
   };
 
   const check = (ms: number, endAfterMs: number) => {
@@ -158,6 +167,7 @@ export function replaceOnReadOnly(open: () => Sql, onReplace?: (error: unknown) 
       await Promise.all([current.end(options), ...retired]);
     },
     () => inFlight,
+    () => refusal,
   ) as unknown as Sql;
 }
 
@@ -169,11 +179,12 @@ export function replaceOnReadOnly(open: () => Sql, onReplace?: (error: unknown) 
 function wrap(
   target: AnyFn,
   resolve: () => AnyFn,
-  watcher: () => (error: unknown) => void,
+  watcher: () => Watcher,
   end?: (options?: { timeout?: number }) => Promise<void>,
   tracked: () => Map<object, number> = () => new Map(),
+  refused: () => unknown = () => undefined,
 ): AnyFn {
-  const watched = (q: unknown, w: (error: unknown) => void): unknown => watch(q, w, tracked());
+  const watched = (q: unknown, w: Watcher): unknown => watch(q, w, tracked(), refused);
   const scoped = (kind: 'begin' | 'savepoint') => {
     return (...args: unknown[]) => {
       const w = watcher();
@@ -190,12 +201,14 @@ function wrap(
               () => w,
               undefined,
               () => live,
+              refused,
             ),
           );
       }
+      const refusal = refused();
+      if (refusal !== undefined) return Promise.reject(refusal);
       return ((s[kind] as AnyFn)(...args) as Promise<unknown>).then(undefined, (e: unknown) => {
-        w(e);
-        throw e;
+        throw w(e);
       });
     };
   };
@@ -229,7 +242,7 @@ function wrap(
  * the {@link trackQueries} scope it was made in, and its {@link Timing} is kept, with `live`
  * holding it from when the server begins on it until it settles.
  */
-function watch(q: unknown, w: (error: unknown) => void, live: Map<object, number>): unknown {
+function watch(q: unknown, w: Watcher, live: Map<object, number>, refused: () => unknown): unknown {
   // A postgres.js query is a lazy promise whose `reject` settles it (query.js); every failure of
   // a statement that runs goes through it. Fragments and helpers (`sql(name)`) have none.
   const query = q as { reject?: (e: unknown) => void; then?: unknown } | null;
@@ -247,6 +260,12 @@ function watch(q: unknown, w: (error: unknown) => void, live: Map<object, number
     if (typeof handle === 'function') {
       q2.handle = function (this: unknown) {
         if (!q2.executed) timing.queuedAt = performance.now();
+        // A pool its pooler refuses opens no more connections: its statements fail at once.
+        const refusal = refused();
+        if (refusal !== undefined && !q2.executed) {
+          q2.executed = true;
+          return void query.reject!(refusal);
+        }
         return handle.call(this);
       };
     }
@@ -275,8 +294,7 @@ function watch(q: unknown, w: (error: unknown) => void, live: Map<object, number
     query.reject = (e: unknown) => {
       timing.settled = true;
       live.delete(query);
-      w(e);
-      reject(e);
+      reject(w(e));
     };
   }
   return q;
