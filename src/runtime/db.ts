@@ -13,6 +13,8 @@ import {
   type Sql,
 } from '../store/index.js';
 import { ConfigError, type Config, type DbConfig } from './config.js';
+import { errorFields } from '../log.js';
+import { jsonLog } from './log.js';
 import { RDS_CERTIFICATE_AUTHORITIES } from './rds-ca.js';
 
 export { isConnectionError, isConnectionRefused };
@@ -174,6 +176,17 @@ export function openDatabase(config: Pick<Config, 'databaseUrl' | 'db' | 'dbPool
     connectTimeoutS: 10,
     applicationName: options.applicationName ?? 'leasehold',
     ...(config.db.pooler === 'transaction' ? { pooler: 'transaction' as const } : {}),
+    // One line per episode of a server refusing writes (the pool reconnects at a bounded rate).
+    onReadOnly: (error) => {
+      if ((error as { code?: unknown } | null)?.code !== '25006') return;
+      jsonLog('leasehold-db')(
+        'warn',
+        'database refuses writes (25006): reconnecting at most twice a second until a writer answers',
+        {
+          error: errorFields(error),
+        },
+      );
+    },
   };
   return connect(target, settings);
 }

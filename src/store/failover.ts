@@ -104,6 +104,16 @@ export function dropPoolOf(query: unknown, endAfterMs = RETIRE_TIMEOUT_S * 1000)
   return w !== undefined;
 }
 
+/** Least time between two replacements of a pool whose server keeps refusing writes, ms. */
+const READ_ONLY_MIN_GAP_MS = 500;
+/** Largest cap of the jittered wait between two such replacements, ms. */
+const READ_ONLY_MAX_WAIT_MS = 8_000;
+/** A read-only episode ends once its probe answered this long after the last 25006, ms. */
+const READ_ONLY_CLEAR_MS = 1_000;
+
+/** What a query's watcher is told when the query was answered (see `watch`). */
+const ANSWERED = Object.freeze({ code: 'LEASEHOLD_ANSWERED' });
+
 /** Seconds a read-only server's retired pool's statements in flight get before its connections are ended. */
 const RETIRE_TIMEOUT_S = 5;
 
@@ -123,12 +133,49 @@ type Watcher = (error: unknown) => unknown;
  * caused it ({@link dropPoolOf} replaces it too). The failing statement itself still fails: the caller retries it as it retries any
  * store error.
  */
-export function replaceOnReadOnly(open: () => Sql, onReplace?: (error: unknown) => void): Sql {
+export function replaceOnReadOnly(
+  open: (max?: number) => Sql,
+  onReplace?: (error: unknown) => void,
+  random: () => number = Math.random,
+): Sql {
   let current = open();
   let generation = 0;
   const retired = new Set<Promise<void>>();
   // Statements of the current pool sent and not yet answered, with when they were sent.
   let inFlight = new Map<object, number>();
+  // A read-only episode: from the first 25006 until a pool answers for READ_ONLY_CLEAR_MS with
+  // none (see `readOnly`).
+  let episode: { replaces: number; nextAt: number; lastAt: number } | undefined;
+
+  const swap = (next: Sql, endAfterS: number) => {
+    const old = current;
+    current = next;
+    generation++;
+    inFlight = new Map();
+    const ending = old.end({ timeout: endAfterS }).catch(() => {});
+    retired.add(ending);
+    void ending.finally(() => retired.delete(ending)); // settles once old's connections are closed
+  };
+
+  // While the server keeps refusing writes, every new pool met 25006 again at once and was
+  // replaced: a reconnect storm against the new writer's neighbour (issue 38: 11 new connections
+  // a second per container). So a 25006 replaces the pool with a probe of one connection, at
+  // most once per wait drawn with full jitter from a doubling cap, never sooner than
+  // READ_ONLY_MIN_GAP_MS: at most 2 new connections a second. The statements meanwhile meet
+  // 25006 on the probe's one connection, opening none. `onReplace` hears of the episode once.
+  const readOnly = (error: unknown) => {
+    const now = performance.now();
+    if (!episode) {
+      episode = { replaces: 0, nextAt: 0, lastAt: now };
+      onReplace?.(error);
+    }
+    episode.lastAt = now;
+    if (now < episode.nextAt) return;
+    episode.replaces++;
+    const capMs = Math.min(READ_ONLY_MAX_WAIT_MS, READ_ONLY_MIN_GAP_MS * 2 ** Math.min(episode.replaces, 20));
+    episode.nextAt = now + Math.max(READ_ONLY_MIN_GAP_MS, random() * capMs);
+    swap(open(1), RETIRE_TIMEOUT_S);
+  };
 
   // Only an error of the current pool replaces it: the other statements in flight on a retired
   // pool fail the same way and must not retire its successor.
@@ -136,17 +183,23 @@ export function replaceOnReadOnly(open: () => Sql, onReplace?: (error: unknown) 
   // error is kept, and every later statement fails with it at once (see PoolerModeError).
   let refusal: PoolerModeError | undefined;
   const seen = (gen: number) => (error: unknown) => {
+    if (error === ANSWERED) {
+      // The episode is over once the probe answered with no 25006 for a while: back to a full pool.
+      if (episode && gen === generation && performance.now() - episode.lastAt >= READ_ONLY_CLEAR_MS) {
+        episode = undefined;
+        swap(open(), RETIRE_TIMEOUT_S);
+      }
+      return error;
+    }
     if (isUnsupportedStartupParameter(error)) return (refusal ??= new PoolerModeError(error));
-    if (gen !== generation || !(isReadOnlyError(error) || isUnanswered(error))) return error;
-    const old = current;
-    current = open();
-    generation++;
-    inFlight = new Map();
+    if (gen !== generation) return error;
+    if (isReadOnlyError(error)) {
+      readOnly(error);
+      return error;
+    }
+    if (!isUnanswered(error)) return error;
     onReplace?.(error);
-    const endAfterS = isUnanswered(error) ? (error.endAfterMs ?? RETIRE_TIMEOUT_S * 1000) / 1000 : RETIRE_TIMEOUT_S;
-    const ending = old.end({ timeout: endAfterS }).catch(() => {});
-    retired.add(ending);
-    void ending.finally(() => retired.delete(ending)); // settles once old's connections are closed
+    swap(open(episode ? 1 : undefined), (error.endAfterMs ?? RETIRE_TIMEOUT_S * 1000) / 1000);
     return error;
   };
 
@@ -287,6 +340,7 @@ function watch(q: unknown, w: Watcher, live: Map<object, number>, refused: () =>
       q2.resolve = (v: unknown) => {
         timing.settled = true;
         live.delete(query);
+        w(ANSWERED);
         resolveQ(v);
       };
     }
