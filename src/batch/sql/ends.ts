@@ -16,7 +16,7 @@ import { writeEndEvent } from './events.js';
 // running at the cancel). No counts are stored: a move the cancel waited for lands after the
 // statement's snapshot, so the batch's counts are read from its items.
 export async function cancelBatch(sql: Sql, id: string): Promise<BatchStatus | undefined> {
-  return inTransaction(sql, async (t, lastTry) => {
+  return endInTransaction(sql, async (t, lastTry) => {
     const status = await cancelOnce(t, id);
     if (status) {
       await noLateRuns(t, id, lastTry);
@@ -56,7 +56,7 @@ function endRuns(sql: Sql, batchId: string, run: string, when: postgres.Fragment
 // end is rolled back and tried again: its first statement then deletes that run's row before it
 // locks the batch row. Only the last try deletes late rows behind the batch row (endLateRuns), with
 // the deadlock retry below as the net.
-async function noLateRuns(t: Sql, batchId: string, lastTry: boolean): Promise<void> {
+export async function noLateRuns(t: Sql, batchId: string, lastTry: boolean): Promise<void> {
   if (lastTry) {
     await t`${endLateRuns(t, batchId)}`;
     return;
@@ -73,7 +73,7 @@ function endLateRuns(sql: Sql, batchId: string) {
   return sql`delete from leasehold_runs where batch_id = ${batchId}`;
 }
 
-/** Tries of an end's transaction that PostgreSQL aborted to break a deadlock (see inTransaction). */
+/** Tries of an end's transaction that PostgreSQL aborted to break a deadlock (see endInTransaction). */
 const END_DEADLOCK_TRIES = 3;
 /** Tries of an end that found runs joined while it ran (see noLateRuns). */
 const END_LATE_TRIES = 5;
@@ -83,7 +83,7 @@ const END_LATE_TRIES = 5;
 // `lastTry` tells `f` it may not ask again. A transaction of its own is also tried again when
 // PostgreSQL aborted it for a deadlock (40P01), a net under the lock order (a cancel from the
 // API has no other retry); nothing of an aborted try stands.
-async function inTransaction<T>(sql: Sql, f: (t: Sql, lastTry: boolean) => Promise<T>): Promise<T> {
+export async function endInTransaction<T>(sql: Sql, f: (t: Sql, lastTry: boolean) => Promise<T>): Promise<T> {
   const savepoint = (sql as { savepoint?: Sql['begin'] }).savepoint?.bind(sql);
   let deadlocks = 0;
   for (let tries = 1; ; tries++) {
@@ -102,7 +102,7 @@ async function inTransaction<T>(sql: Sql, f: (t: Sql, lastTry: boolean) => Promi
 // Ends a batch whose runs keep failing before they store anything: `failed` with `reason`, and
 // every item still pending or running `failed` with `itemError`. Fenced on the run's lease.
 export async function giveUp(sql: Sql, a: { batchId: string; run: string; reason: string; itemError: string }): Promise<boolean> {
-  return inTransaction(sql, async (t, lastTry) => {
+  return endInTransaction(sql, async (t, lastTry) => {
     const given = await giveUpOnce(t, a);
     if (given) {
       await noLateRuns(t, a.batchId, lastTry);
@@ -134,7 +134,7 @@ async function giveUpOnce(sql: Sql, a: { batchId: string; run: string; reason: s
 // reason then says so). Any run of the batch holding its lease can, and only once (status must
 // still be open): every run row of the batch is deleted first, so the other runs stop.
 export async function finishBatch(sql: Sql, batchId: string, run: string): Promise<BatchStatus | undefined> {
-  return inTransaction(sql, async (t, lastTry) => {
+  return endInTransaction(sql, async (t, lastTry) => {
     const [r] = await t<{ status: BatchStatus }[]>`${finishStatement(t, { batchId, run })}`;
     if (r) {
       await noLateRuns(t, batchId, lastTry);
@@ -209,7 +209,7 @@ export interface IntolerableEnd {
 // the end's snapshot) is seen only by a later snapshot; in the end's own statement such items
 // stayed running in the ended batch (docs/design.md, "Fan-out").
 export async function endIntolerable(sql: Sql, batchId: string, run: string): Promise<IntolerableEnd> {
-  return inTransaction(sql, async (t, lastTry) => {
+  return endInTransaction(sql, async (t, lastTry) => {
     const [r] = await t<
       { ended: number; failed: number; allowed: number | null }[]
     >`${endIntolerableStatement(t, { batchId, run })}`;
