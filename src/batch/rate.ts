@@ -238,7 +238,10 @@ export class RateGate {
     const now = this.o.clock.now();
     this.held.delete(key);
     this.pausedUntil.set(key, Math.max(this.pausedUntil.get(key) ?? 0, now + ms));
-    void withTimeout(pauseKey(this.o.sql, { job: this.o.job, key, burst: this.burst(key), ms }), this.o.storeTimeoutMs).then(
+    void withTimeout(
+      () => pauseKey(this.o.sql, { job: this.o.job, key, burst: this.burst(key), ms }),
+      this.o.storeTimeoutMs,
+    ).then(
       () => this.o.onAnswer(),
       (error) => this.o.onError(error),
     );
@@ -260,13 +263,14 @@ export class RateGate {
     }));
     const sentAt = this.o.clock.now();
     void withTimeout(
-      takeTokens(this.o.sql, {
-        batchId: this.o.batchId,
-        job: this.o.job,
-        asks,
-        holdMs: TOKEN_TTL_MS,
-        lendMs: LENT_TOKEN_TTL_MS,
-      }),
+      () =>
+        takeTokens(this.o.sql, {
+          batchId: this.o.batchId,
+          job: this.o.job,
+          asks,
+          holdMs: TOKEN_TTL_MS,
+          lendMs: LENT_TOKEN_TTL_MS,
+        }),
       this.o.storeTimeoutMs,
     )
       .then(

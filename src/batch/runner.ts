@@ -346,18 +346,19 @@ export class Runner {
     // out after it committed leaves a batch that nobody beats: it turns stale and is taken again.
     const attempt = () =>
       withTimeout(
-        q.takeOver(this.sql, {
-          run: runId,
-          process: this.processId,
-          staleMs: this.s.staleMs,
-          maxRunning: this.s.maxRunning,
-          batchId,
-          orFairer: options.orFairer,
-          // Else the oldest batch with an unknown job, handed straight back, would be picked again
-          // every time and no other batch would ever be taken. A process runs one run of a batch
-          // at most: more of its runs belong on other processes (docs/design.md, "Fan-out").
-          skip: [...this.unknown, ...this.runs.keys()],
-        }),
+        () =>
+          q.takeOver(this.sql, {
+            run: runId,
+            process: this.processId,
+            staleMs: this.s.staleMs,
+            maxRunning: this.s.maxRunning,
+            batchId,
+            orFairer: options.orFairer,
+            // Else the oldest batch with an unknown job, handed straight back, would be picked again
+            // every time and no other batch would ever be taken. A process runs one run of a batch
+            // at most: more of its runs belong on other processes (docs/design.md, "Fan-out").
+            skip: [...this.unknown, ...this.runs.keys()],
+          }),
         this.s.storeTimeoutMs,
       );
     let batch = await attempt();
@@ -367,7 +368,7 @@ export class Runner {
     const retryUntil = performance.now() + TAKEOVER_RETRY_MS;
     for (let retry = 0; !batch && performance.now() < retryUntil; retry++) {
       const waiting = await withTimeout(
-        q.takeoverMayFind(this.sql, { batchId, maxRunning: this.s.maxRunning }),
+        () => q.takeoverMayFind(this.sql, { batchId, maxRunning: this.s.maxRunning }),
         this.s.storeTimeoutMs,
       );
       if (!waiting || this.closed) break;
@@ -377,21 +378,21 @@ export class Runner {
     }
     if (batchId && options.orFairer && batch?.id !== batchId) {
       // Not taken here: left waiting, and dispatchable again at once.
-      await withTimeout(q.undispatch(this.sql, batchId), this.s.storeTimeoutMs).catch(() => {});
+      await withTimeout(() => q.undispatch(this.sql, batchId), this.s.storeTimeoutMs).catch(() => {});
     }
     if (!batch) return undefined;
     const executor = resolve(batch);
     if (!executor) {
       this.unknown.add(batch.id);
       this.s.onEvent({ type: 'unknown-job', batchId: batch.id, job: batch.job });
-      await withTimeout(q.handBack(this.sql, batch.id, runId), this.s.storeTimeoutMs);
+      await withTimeout(() => q.handBack(this.sql, batch.id, runId), this.s.storeTimeoutMs);
       return undefined;
     }
     try {
       checkExecutor(executor);
     } catch (e) {
       this.unknown.add(batch.id);
-      await withTimeout(q.handBack(this.sql, batch.id, runId), this.s.storeTimeoutMs);
+      await withTimeout(() => q.handBack(this.sql, batch.id, runId), this.s.storeTimeoutMs);
       throw e;
     }
     const run = new Run(this.sql, this.settingsFor(executor), batch, runId, this.grouped(executor, batch.id), sentAt);

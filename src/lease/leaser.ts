@@ -290,7 +290,7 @@ export class Leaser {
   async heartbeat(): Promise<{ lapsed: boolean }> {
     const started = this.clock.now();
     const gapped = this.lastBeatAt !== undefined && started - this.lastBeatAt > this.config.ttlMs;
-    const { outcome, retiring } = await this.withinTimeout(
+    const { outcome, retiring } = await this.withinTimeout(() =>
       q.heartbeat(this.sql, {
         ...this.me,
         role: this.config.role,
@@ -333,7 +333,7 @@ export class Leaser {
   async tick(): Promise<{ claimed: number; shed: number; fairShare: number }> {
     if (this.config.role !== 'fleet') return { claimed: 0, shed: 0, fairShare: 0 };
     const t0 = performance.now();
-    const state = await this.withinTimeout(q.shareState(this.sql, this.me));
+    const state = await this.withinTimeout(() => q.shareState(this.sql, this.me));
     await this.syncOwned(state.owned);
     this.noteRetiring(state.selfRetiring);
     let weight = this.weight();
@@ -356,7 +356,7 @@ export class Leaser {
       while (budget > 0 && room > 0 && range < ranges.length) {
         // Every unit weighs at least 1, so `budget` units are as many as can fit.
         const limit = Math.min(this.config.claimBatch, room, budget);
-        const rows = await this.withinTimeout(
+        const rows = await this.withinTimeout(() =>
           q.claim(this.sql, this.me, {
             budget,
             limit,
@@ -392,12 +392,12 @@ export class Leaser {
     const all = this.owned();
     this.units.clear();
     if (all.length) await this.reconciler.unitsLost(all);
-    return this.withinTimeout(q.releaseAll(this.sql, this.me));
+    return this.withinTimeout(() => q.releaseAll(this.sql, this.me));
   }
 
   /** Delete the process row (only this instance's): the last step of a graceful stop. */
   async deleteProcess(): Promise<boolean> {
-    this.next = await this.withinTimeout(q.deleteProcess(this.sql, this.me));
+    this.next = await this.withinTimeout(() => q.deleteProcess(this.sql, this.me));
     return this.next !== undefined;
   }
 
@@ -484,7 +484,7 @@ export class Leaser {
       if (this.clock.now() >= nextSweep) {
         nextSweep = this.clock.now() + c.sweepIntervalMs;
         try {
-          const swept = await this.withinTimeout(q.sweep(this.sql, c.sweepCutoffMs, this.crashRule()));
+          const swept = await this.withinTimeout(() => q.sweep(this.sql, c.sweepCutoffMs, this.crashRule()));
           if (swept.processes) this.onEvent({ type: 'swept', ...swept });
         } catch (error) {
           this.onEvent({ type: 'error', step: 'sweep', error });
@@ -499,7 +499,7 @@ export class Leaser {
     return crashRuleOf(this.config);
   }
 
-  private withinTimeout<T>(query: Promise<T>): Promise<T> {
+  private withinTimeout<T>(query: () => Promise<T>): Promise<T> {
     return withTimeout(query, this.config.storeTimeoutMs);
   }
 
@@ -516,7 +516,7 @@ export class Leaser {
   }
 
   private fairShare(state: ShareState): Promise<number> {
-    return fairShareOf(state.totalWeight, state.live, state.heavy, (a) => this.withinTimeout(q.heavyUnits(this.sql, a)));
+    return fairShareOf(state.totalWeight, state.live, state.heavy, (a) => this.withinTimeout(() => q.heavyUnits(this.sql, a)));
   }
 
   /**
@@ -550,7 +550,7 @@ export class Leaser {
   }
 
   private async resync(): Promise<number> {
-    return this.syncOwned(await this.withinTimeout(q.ownedUnits(this.sql, this.me)));
+    return this.syncOwned(await this.withinTimeout(() => q.ownedUnits(this.sql, this.me)));
   }
 
   private async dropAll(): Promise<void> {
@@ -577,7 +577,7 @@ export class Leaser {
     if (give.length === 0) return 0;
     for (const u of give) this.units.delete(key(u));
     await this.reconciler.unitsLost(give);
-    await this.withinTimeout(q.releaseUnits(this.sql, this.me, give));
+    await this.withinTimeout(() => q.releaseUnits(this.sql, this.me, give));
     return give.length;
   }
 }

@@ -7,6 +7,8 @@ import type { Signer } from '@aws-sdk/rds-signer';
 import { connect, type ConnectOptions, type ConnectTarget, type Sql } from '../store/connect.js';
 import { isConnectionError, isConnectionRefused } from '../store/errors.js';
 import { ConfigError, type Config, type DbConfig } from './config.js';
+import { errorFields } from '../log.js';
+import { jsonLog } from './log.js';
 
 export { isConnectionError, isConnectionRefused };
 
@@ -194,6 +196,17 @@ export function openDatabase(config: Pick<Config, 'databaseUrl' | 'db' | 'dbPool
     connectTimeoutS: 10,
     applicationName: options.applicationName ?? 'leasehold',
     ...(config.db.pooler === 'transaction' ? { pooler: 'transaction' as const } : {}),
+    // One line per episode of a server refusing writes (the pool reconnects at a bounded rate).
+    onReadOnly: (error) => {
+      if ((error as { code?: unknown } | null)?.code !== '25006') return;
+      jsonLog('leasehold-db')(
+        'warn',
+        'database refuses writes (25006): reconnecting at most twice a second until a writer answers',
+        {
+          error: errorFields(error),
+        },
+      );
+    },
   };
   return connect(target, settings);
 }

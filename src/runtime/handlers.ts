@@ -21,7 +21,7 @@ import { invocationOf } from './middleware.js';
 import type { SchedulerResult } from './scheduler.js';
 import type { TriggerResult } from '../trigger/trigger.js';
 import { runWorker, type WorkerResult } from './worker.js';
-import { errorFields } from '../log.js';
+import { errorFields, type Log } from '../log.js';
 
 /**
  * One worker invocation (async `Event` invoke with `{ batchId?, invocationId? }`): a process
@@ -104,10 +104,11 @@ export async function apiInvocation(
   event: APIGatewayProxyEventV2,
   context: Context,
 ): Promise<APIGatewayProxyStructuredResultV2> {
-  const { log, metrics } = invocationOf(context);
+  const { log, metrics, deadlineAt } = invocationOf(context);
   const { handleApi } = await import('../api/router.js');
   // Old code after a migration answers nothing it would have to act on (docs/design.md, "Schema versions").
-  const mismatch = await checkSchema(deps.sql).then(
+  // The first statement opens the connection: a refused login is retried within the request.
+  const mismatch = await firstStatement(deps, log, deadlineAt).then(
     () => undefined,
     (e: unknown) => (e instanceof SchemaMismatchError ? e : undefined),
   );
@@ -130,6 +131,19 @@ export async function apiInvocation(
   return result;
 }
 
+/**
+ * The schema check an API request or a trigger event starts with, retrying a refused connection
+ * (an IAM login refused for its rate, a full server: `isConnectionRefused`) with full jitter
+ * until `LEASEHOLD_DB_CONNECT_RETRY_MS` or 1 s before the deadline, as the scheduler does; once
+ * it is answered the pool holds an open connection for the rest of the invocation.
+ */
+function firstStatement(deps: RuntimeDeps, log: Log, deadlineAt: number): Promise<void> {
+  return retryRefusedConnection(async () => void (await checkSchema(deps.sql)), {
+    untilMs: Math.min(deadlineAt - 1_000, Date.now() + deps.config.db.connectRetryMs),
+    onRetry: (e, waitMs) => log('warn', 'database connection refused; retrying', { error: errorFields(e), waitMs }),
+  });
+}
+
 function counting(dispatcher: Dispatcher, metrics: RuntimeMetrics): Dispatcher {
   return {
     invoke: (e) => {
@@ -146,10 +160,10 @@ function counting(dispatcher: Dispatcher, metrics: RuntimeMetrics): Dispatcher {
  *   first; nothing started): the event is retried.
  */
 export async function triggerInvocation(deps: RuntimeDeps, event: unknown, context: Context): Promise<TriggerResult> {
-  const { log, metrics } = invocationOf(context);
+  const { log, metrics, deadlineAt } = invocationOf(context);
   const { handleTrigger } = await import('../trigger/trigger.js');
   // Old code after a migration starts nothing: thrown, so Lambda retries the event (on new code).
-  await checkSchema(deps.sql).catch((e: unknown) => {
+  await firstStatement(deps, log, deadlineAt).catch((e: unknown) => {
     if (e instanceof SchemaMismatchError) log('error', `trigger did nothing: ${e.message}`, { schemaVersion: e.version });
     throw e;
   });

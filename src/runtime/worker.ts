@@ -10,6 +10,7 @@ import { invocationLive, workerStart, type WorkerStart } from '../lease/sql/flee
 import type { LeaserEvent, Reconciler } from '../lease/leaser.js';
 import type { ProcessChain, ProcessRole } from '../lease/sql/ownership.js';
 import { checkSchema, isSchemaChangeError, SchemaMismatchError, SUPPORTED_SCHEMA, type SchemaRange } from '../store/schema.js';
+import { PoolerModeError } from '../store/errors.js';
 import { withTimeout } from '../store/timeout.js';
 import type { Sql } from '../store/connect.js';
 import type { Config } from './config.js';
@@ -226,7 +227,7 @@ function openInvocation(event: WorkerEvent, context: InvocationContext, deps: Wo
     pastDeadline: () => Date.now() >= deadline || deps.signal?.aborted === true,
     noteError: (error) => {
       if (inv.schemaMismatch || recheck || !isSchemaChangeError(error)) return;
-      recheck = withTimeout(checkSchema(sql, schema), config.runner.storeTimeoutMs).then(
+      recheck = withTimeout(() => checkSchema(sql, schema), config.runner.storeTimeoutMs).then(
         () => void (recheck = undefined),
         (e: unknown) => {
           recheck = undefined;
@@ -257,13 +258,20 @@ async function firstStatement(inv: Invocation): Promise<WorkerResult | undefined
   const schema = deps.schema ?? SUPPORTED_SCHEMA;
   let start: WorkerStart | undefined;
   try {
-    start = await withTimeout(workerStart(sql, event), config.runner.storeTimeoutMs);
+    start = await withTimeout(() => workerStart(sql, event), config.runner.storeTimeoutMs);
   } catch (error) {
+    // A pooler that refuses the pool's settings refuses every statement: nothing this invocation
+    // could retry would work (docs/deploy.md, "Failures").
+    if (error instanceof PoolerModeError) {
+      inv.detach();
+      log('error', error.message, { code: error.code });
+      throw error;
+    }
     // A schema older than this code's (a column it reads missing): say so below. Otherwise the
     // store does not answer: the leaser retries its first heartbeat, and an error of a changed
     // schema is checked as it comes.
     if (isSchemaChangeError(error)) {
-      const found = await withTimeout(checkSchema(sql, schema), config.runner.storeTimeoutMs).catch((e: unknown) => e);
+      const found = await withTimeout(() => checkSchema(sql, schema), config.runner.storeTimeoutMs).catch((e: unknown) => e);
       if (found instanceof SchemaMismatchError) inv.schemaMismatch = found;
     }
   }
@@ -390,7 +398,7 @@ async function work(
     if (leaser.retiring()) return 'retired';
     if (!invocationMarked && leaser.ready()) {
       invocationMarked = true;
-      await withTimeout(invocationLive(sql, event.invocationId!), config.runner.storeTimeoutMs).catch(() => {});
+      await withTimeout(() => invocationLive(sql, event.invocationId!), config.runner.storeTimeoutMs).catch(() => {});
     }
     try {
       while (runner.batches().length < config.runner.maxRuns) {

@@ -92,8 +92,13 @@ export interface ConnectOptions {
    */
   pooler?: 'transaction';
   /**
-   * Called when a statement failed with `25006` (the server is read-only: the old writer after a
-   * failover) and the pool was replaced by a new one. Default none.
+   * Called once per read-only episode, with its first error: a statement failed with `25006`
+   * (the server is read-only: the old writer after a failover) and no episode was under way. The
+   * pool is then replaced by a probe of one connection, again at most every 500 ms to 8 s (full
+   * jitter, doubling), so a server that keeps refusing writes gets at most 2 new connections a
+   * second; the episode ends, and a full pool comes back, once the probe answers for 1 s with no
+   * `25006` (see `replaceOnReadOnly` in `failover.ts`). Also called when a timed-out statement
+   * retired the pool (`withTimeout`). Default none.
    */
   onReadOnly?: (error: unknown) => void;
 }
@@ -129,7 +134,8 @@ export interface ConnectOptions {
  * `lockTimeoutMs`, a session idle in a transaction is ended after `idleInTransactionTimeoutMs`, and
  * no plan is JIT-compiled (`jit = off`). A statement that
  * fails with `25006` (a write on a read-only server, as after a failover) replaces the whole pool
- * with a fresh one (see `replaceOnReadOnly` in `failover.ts`); that statement still fails, and is
+ * with a fresh one, at a bounded rate while the server keeps refusing (see `onReadOnly` and
+ * `replaceOnReadOnly` in `failover.ts`); that statement still fails, and is
  * retried where leasehold retries store errors. Throws nothing itself; connection errors surface
  * on the first query.
  */
@@ -167,10 +173,11 @@ export function connect(url: string | ConnectTarget, options: ConnectOptions = {
   };
   const open =
     typeof url === 'string'
-      ? () => postgres(url, settings) as unknown as Sql
-      : () =>
+      ? (max = settings.max) => postgres(url, { ...settings, max }) as unknown as Sql
+      : (max = settings.max) =>
           postgres({
             ...settings,
+            max,
             host: url.host,
             port: url.port ?? 5432,
             database: url.database,

@@ -1,3 +1,4 @@
+import { LeaseholdError } from '../errors.js';
 // Which database errors mean the connection, not the statement, failed, and which of those a
 // caller may simply try again (docs/design.md, "Database connections"). Read by SQLSTATE (and
 // postgres.js's client codes), never by class: errors of another copy of the driver count too.
@@ -87,4 +88,33 @@ export function isLockTimeout(error: unknown): boolean {
  */
 export function isRetryableStoreError(error: unknown): boolean {
   return isConnectionError(error) || isConnectionRefused(error) || isLockTimeout(error);
+}
+
+/**
+ * Whether `error` is a pooler's refusal of a setting in the startup packet: PgBouncer answers a
+ * client that sends one it does not track (`statement_timeout`, `search_path`, …) with
+ * `08P01` "unsupported startup parameter" and closes the connection. Every new connection of
+ * that pool meets it again: it is a setting to change, never a fault to retry.
+ */
+export function isUnsupportedStartupParameter(error: unknown): boolean {
+  const message = (error as { message?: unknown } | null)?.message;
+  return typeof message === 'string' && /unsupported startup parameter/i.test(message);
+}
+
+/**
+ * A connection pooler stands between the pool and the server, and the pool was not made for it:
+ * it refused a setting of the startup packet ({@link isUnsupportedStartupParameter}). Code
+ * `pooler_mode`; `cause` is the pooler's error. The pool that met it fails every later statement
+ * with this same error at once, opening no connection (docs/design.md, "Database connections":
+ * poolers). Set `LEASEHOLD_DB_POOLER=transaction` (`ConnectOptions.pooler: 'transaction'`).
+ */
+export class PoolerModeError extends LeaseholdError {
+  constructor(cause: unknown) {
+    super(
+      'pooler_mode',
+      `a connection pooler refused this pool's settings (${(cause as Error)?.message ?? String(cause)}): ` +
+        'set LEASEHOLD_DB_POOLER=transaction (ConnectOptions.pooler) to connect through a transaction-mode pooler',
+      { cause },
+    );
+  }
 }

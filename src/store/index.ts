@@ -30,5 +30,13 @@ export {
   schemaVersion,
   type SchemaRange,
 } from './schema.js';
-export { isConnectionError, isConnectionRefused, isIamLoginThrottled, isLockTimeout, isRetryableStoreError } from './errors.js';
+export {
+  isConnectionError,
+  isConnectionRefused,
+  isIamLoginThrottled,
+  isLockTimeout,
+  isRetryableStoreError,
+  isUnsupportedStartupParameter,
+  PoolerModeError,
+} from './errors.js';
 export { isReadOnlyError } from './failover.js';

@@ -1,5 +1,5 @@
 import { LeaseholdError } from '../errors.js';
-import { dropPoolOf, dropPoolsWithUnanswered } from './failover.js';
+import { cancelQuery, dropPoolOf, dropPoolsWithUnanswered, queryWait, trackQueries } from './failover.js';
 /** A store statement was not answered in time. */
 export class StoreTimeoutError extends LeaseholdError {
   constructor(readonly ms: number) {
@@ -8,27 +8,63 @@ export class StoreTimeoutError extends LeaseholdError {
 }
 
 /**
- * Settle with `query`, or reject with {@link StoreTimeoutError} after `ms` (cancelling the query
- * when it can be, and retiring the pool it was sent on, see `dropPoolOf`; `ms` ≤ 0 waits for ever). A connection that goes silent is otherwise only
- * noticed by TCP keepalive, minutes later, and a run or a process waiting on it would hold its
- * batch or units meanwhile. The statement may still complete on the server after the timeout:
- * callers treat a timeout like any store error whose outcome is unknown.
+ * Settle with `query`, or reject with {@link StoreTimeoutError} once it has taken `ms` (`ms` ≤ 0
+ * waits for ever). A connection that goes silent is otherwise only noticed by TCP keepalive,
+ * minutes later, and a run or a process waiting on it would hold its batch or units meanwhile
+ * (docs/design.md, "Database connections").
+ *
+ * `query` is a query of a pool from `connect`, or a function that runs statements (an async
+ * function of the `q.*` kind): its statements are then known, which the rules below need.
+ * - Time spent waiting for a connection (in the pool's queue, or pipelined behind a busy
+ *   statement of its connection) does not count: a statement is timed from when the server
+ *   begins on it. A busy pool is not a silent server.
+ * - On the timeout every statement of `query` still unanswered is cancelled on the server
+ *   (postgres.js's cancel request), so a timed-out claim or move holds no lock after it; and the
+ *   pool it ran on is retired (see `dropPoolOf`): later statements open fresh connections, and
+ *   the old connections are ended within `ms / 2`, so a silent one is gone within `ms` of the
+ *   timeout. For a promise that is neither, nothing is cancelled and every pool with a statement
+ *   unanswered for `ms` is retired.
+ *
+ * The statement may still complete on the server before the cancel reaches it: callers treat a
+ * timeout like any store error whose outcome is unknown.
  */
-export async function withTimeout<T>(query: Promise<T>, ms: number): Promise<T> {
-  if (!(ms > 0)) return query;
+export async function withTimeout<T>(query: Promise<T> | (() => Promise<T>), ms: number): Promise<T> {
+  const made = new Set<object>();
+  const promise = typeof query === 'function' ? trackQueries(query, made) : query;
+  if (typeof query !== 'function') made.add(query);
+  if (!(ms > 0)) return promise;
   let timer: NodeJS.Timeout | undefined;
+  const started = performance.now();
   const expired = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
-      (query as { cancel?: () => void }).cancel?.();
-      // Its connection may be silent: nothing more may be sent to it (docs/design.md, "Database
-      // connections": silent connections).
-      if (!dropPoolOf(query)) dropPoolsWithUnanswered(ms);
+    const check = () => {
+      // A statement that waited for a connection gets that wait back; one still waiting is
+      // looked at again once the time it would have left passed.
+      const now = performance.now();
+      let waited = 0;
+      let queued = false;
+      for (const q of made) {
+        const w = queryWait(q, now);
+        waited += w.queuedMs;
+        queued ||= w.state === 'queued';
+      }
+      const left = started + ms + waited - now;
+      if (left > 0 || queued) return void (timer = setTimeout(check, Math.max(1, Math.ceil(left))));
+      expire();
+    };
+    const expire = () => {
+      const endAfterMs = Math.max(100, ms / 2);
+      const known = [...made].filter((q) => queryWait(q).state !== 'unknown');
+      // Its connection may be silent: nothing more may be sent to it.
+      for (const q of known) if (queryWait(q).state === 'running') dropPoolOf(q, endAfterMs);
+      if (known.length === 0) dropPoolsWithUnanswered(ms, endAfterMs);
+      for (const q of known) cancelQuery(q);
       reject(new StoreTimeoutError(ms));
-    }, ms);
+    };
+    timer = setTimeout(check, ms);
   });
-  query.catch(() => {});
+  promise.catch(() => {});
   try {
-    return await Promise.race([query, expired]);
+    return await Promise.race([promise, expired]);
   } finally {
     clearTimeout(timer);
   }

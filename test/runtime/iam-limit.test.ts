@@ -109,3 +109,68 @@ describe('an IAM login refused for its rate', () => {
     }
   });
 });
+
+/** A Lambda context as the invocation middleware leaves it, with 60 s left. */
+async function lambdaContext(service: string, log: import('../../src/log.js').Log) {
+  const { metricsFor } = await import('../../src/runtime/metrics.js');
+  return {
+    getRemainingTimeInMillis: () => 60_000,
+    leasehold: {
+      service,
+      log,
+      metrics: metricsFor(`${service}-test`),
+      deadline: new AbortController().signal,
+      deadlineAt: Date.now() + 60_000,
+    },
+  } as unknown as import('aws-lambda').Context;
+}
+
+describe('every function with IAM logins refused for their rate', () => {
+  for (const fn of ['scheduler', 'api', 'trigger'] as const) {
+    it(`the ${fn} retries within its run with full jitter and does its work (3 rounds)`, async (ctx) => {
+      if (new URL(db.url).password !== '') return ctx.skip();
+      const handlers = await import('../../src/runtime/handlers.js');
+      const { loadConfig } = await import('../../src/runtime/index.js');
+      const { memoryLog } = await import('../support/log.js');
+      for (let round = 0; round < 3; round++) {
+        const { sql } = signedPool(2);
+        const { log, entries } = memoryLog();
+        const iam = proxy.iamLogins(3);
+        try {
+          const deps = {
+            config: loadConfig({ DATABASE_URL: db.url }),
+            sql,
+            jobs: defaultRegistry(),
+            dispatcher: { invoke: async () => {} },
+            sendEvents: async () => ({ sent: 0, failed: 0 }),
+          } as unknown as import('../../src/runtime/deps.js').RuntimeDeps;
+          const context = await lambdaContext(fn, log);
+          const run = () => {
+            if (fn === 'scheduler') return handlers.schedulerInvocation(deps, {}, context);
+            if (fn === 'api') return handlers.apiInvocation(deps, apiEvent('GET', '/batches'), context);
+            // An event of no rule: dropped with a log line once the schema was checked.
+            return handlers.triggerInvocation(deps, { source: 'test', 'detail-type': 'nothing', detail: {} }, context);
+          };
+          const result = await run().then(
+            (r) => r,
+            (e: unknown) => e,
+          );
+          const retries = entries.filter((e) => /refused; retrying/.test(e.message));
+          console.log(
+            `[iam] ${fn} round ${round}: refused ${iam.refused}, retries logged ${retries.length}, ${result instanceof Error ? `failed: ${result.message}` : `answered ${JSON.stringify(result).slice(0, 80)}`}`,
+          );
+          // The front's own counters: three logins refused, then let through.
+          expect(iam.refused).toBe(3);
+          expect(iam.accepted).toBeGreaterThan(0);
+          expect(result).not.toBeInstanceOf(Error);
+          if (fn === 'api') expect(result).toMatchObject({ statusCode: 200 });
+          expect(retries).toHaveLength(3);
+          retries.forEach((r, i) => expect((r.fields as { waitMs: number }).waitMs).toBeLessThanOrEqual(100 * 2 ** i));
+        } finally {
+          proxy.iamLogins(0);
+          await sql.end({ timeout: 1 });
+        }
+      }
+    }, 60_000);
+  }
+});

@@ -189,6 +189,9 @@ export class PgProxy {
     };
   }
 
+  /** Client connections accepted so far (opened through this proxy since it started). */
+  accepted = 0;
+
   /** Number of client connections open through this proxy. */
   get connections(): number {
     return this.clients.size;
@@ -236,6 +239,7 @@ export class PgProxy {
 
   private handle(client: net.Socket): void {
     const server = net.connect(this.target.port, this.target.host);
+    this.accepted++;
     this.clients.add(client);
     for (const s of [client, server]) {
       this.sockets.add(s);

@@ -86,7 +86,7 @@ export class RunContext {
     for (let tries = 1; ; tries++) {
       try {
         this.statements++;
-        return await withTimeout(f(), this.s.storeTimeoutMs);
+        return await withTimeout(f, this.s.storeTimeoutMs);
       } catch (error) {
         onFail?.();
         this.storeError(error, tries);

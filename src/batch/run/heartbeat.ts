@@ -206,7 +206,7 @@ export class ItemBeats {
         stored = await this.d.store(() => beatItem(this.d.sql, beat));
       } else {
         this.d.sent();
-        stored = await withTimeout(beatItem(this.d.sql, beat), this.d.storeTimeoutMs);
+        stored = await withTimeout(() => beatItem(this.d.sql, beat), this.d.storeTimeoutMs);
       }
       if (stored) a.beatAt = Math.max(a.beatAt, sentAt);
       else if (!a.over) {

@@ -262,7 +262,7 @@ export class Lifecycle {
     await s.clock.sleep(s.sliceMs, signal);
     while (!signal.aborted && !ctx.reason) {
       try {
-        const waiting = await withTimeout(q.othersWaiting(ctx.sql, ctx.batch.tenant, s.maxRunning), s.storeTimeoutMs);
+        const waiting = await withTimeout(() => q.othersWaiting(ctx.sql, ctx.batch.tenant, s.maxRunning), s.storeTimeoutMs);
         if (waiting && !signal.aborted && !ctx.reason) {
           ctx.reason = 'slice';
           ctx.wake();
@@ -287,7 +287,7 @@ export class Lifecycle {
         const sent = s.clock.now();
         // Bounded like every store statement: a beat waiting on a silent connection would hold
         // the run's end (execute awaits this loop) forever.
-        const b = await withTimeout(q.beat(ctx.sql, ctx.batch.id, ctx.id), s.storeTimeoutMs);
+        const b = await withTimeout(() => q.beat(ctx.sql, ctx.batch.id, ctx.id), s.storeTimeoutMs);
         if (!b.owned) {
           ctx.markLost();
           return;

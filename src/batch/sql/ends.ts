@@ -17,10 +17,10 @@ import { writeEndEvent } from './events.js';
 // running at the cancel). No counts are stored: a move the cancel waited for lands after the
 // statement's snapshot, so the batch's counts are read from its items.
 export async function cancelBatch(sql: Sql, id: string): Promise<BatchStatus | undefined> {
-  return inTransaction(sql, async (t) => {
+  return endInTransaction(sql, async (t, lastTry) => {
     const status = await cancelOnce(t, id);
     if (status) {
-      await t`${endLateRuns(t, id)}`;
+      await noLateRuns(t, id, lastTry);
       await writeEndEvent(t, id);
     }
     return status;
@@ -46,34 +46,56 @@ function endRuns(sql: Sql, batchId: string, run: string, when: postgres.Fragment
     returning id`;
 }
 
-// The run rows a batch that just ended still has, deleted: runs that joined while the end ran.
-// A takeover that joins holds the batch row until it commits; the end's delete of the run rows,
-// from a snapshot taken before that commit, missed the new row, and its update of the batch row
-// waited for the takeover and then ended the batch. Left standing, such a run worked the ended
-// batch (its moves are fenced on its own row). Sent after the end, in the end's transaction: it
-// holds the batch row, so no run joins any more, and a later snapshot sees every run that did.
+// The run rows a batch that just ended still has: runs that joined while the end ran. A takeover
+// that joins holds the batch row until it commits; the end's delete of the run rows, from a
+// snapshot taken before that commit, missed the new row, and its update of the batch row waited
+// for the takeover and then ended the batch. Read here from a later snapshot, in the end's
+// transaction: it holds the batch row, so no run joins any more and every run that did is seen.
+// Such a run may already be in its first step, holding its own row and waiting for the batch row
+// (the stalled-runs reset): deleting its row now would lock a run row after the batch row, the
+// reverse of the order every statement keeps (docs/design.md, "Lock order"), and deadlock. So the
+// end is rolled back and tried again: its first statement then deletes that run's row before it
+// locks the batch row. Only the last try deletes late rows behind the batch row (endLateRuns), with
+// the deadlock retry below as the net.
+export async function noLateRuns(t: Sql, batchId: string, lastTry: boolean): Promise<void> {
+  if (lastTry) {
+    await t`${endLateRuns(t, batchId)}`;
+    return;
+  }
+  const [r] = await t<{ late: boolean }[]>`select exists (select 1 from leasehold_runs where batch_id = ${batchId}) as late`;
+  if (r.late) throw new LateRunsJoined();
+}
+
+/** An end found runs that joined while it ran: it is rolled back and tried again (see noLateRuns). */
+class LateRunsJoined extends Error {}
+
+// The late run rows deleted behind the batch row: an end's last try (see noLateRuns).
 function endLateRuns(sql: Sql, batchId: string) {
   return sql`delete from leasehold_runs where batch_id = ${batchId}`;
 }
 
-/** Tries of an end's transaction that PostgreSQL aborted to break a deadlock (see inTransaction). */
+/** Tries of an end's transaction that PostgreSQL aborted to break a deadlock (see endInTransaction). */
 const END_DEADLOCK_TRIES = 3;
+/** Tries of an end that found runs joined while it ran (see noLateRuns). */
+const END_LATE_TRIES = 5;
 
-// Runs `f` in a transaction of its own, or in a savepoint when `sql` is a caller's transaction.
-// A transaction of its own is tried again when PostgreSQL aborted it for a deadlock (40P01): an
-// end locks the batch row and then deletes the run rows (endLateRuns), while a run that joined
-// meanwhile moves its first items holding its own row and then updates the batch row (the step's
-// stalled-runs reset), so the two can wait on each other. The server aborts one side: a run's
-// step is retried by its store, and an end (a cancel from the API has no other retry) is tried
-// again here; nothing of the aborted try stands. Seen once in CI (a cancel racing 8 joins).
-async function inTransaction<T>(sql: Sql, f: (t: Sql) => Promise<T>): Promise<T> {
+// Runs `f` in a transaction of its own, or in a savepoint when `sql` is a caller's transaction,
+// trying it again (up to END_LATE_TRIES) while it finds runs that joined meanwhile (noLateRuns);
+// `lastTry` tells `f` it may not ask again. A transaction of its own is also tried again when
+// PostgreSQL aborted it for a deadlock (40P01), a net under the lock order (a cancel from the
+// API has no other retry); nothing of an aborted try stands.
+export async function endInTransaction<T>(sql: Sql, f: (t: Sql, lastTry: boolean) => Promise<T>): Promise<T> {
   const savepoint = (sql as { savepoint?: Sql['begin'] }).savepoint?.bind(sql);
-  if (savepoint) return (await savepoint((tx) => f(tx as unknown as Sql))) as T;
+  let deadlocks = 0;
   for (let tries = 1; ; tries++) {
+    const lastTry = tries >= END_LATE_TRIES;
     try {
-      return (await sql.begin((tx) => f(tx as unknown as Sql))) as T;
+      if (savepoint) return (await savepoint((tx) => f(tx as unknown as Sql, lastTry))) as T;
+      return (await sql.begin((tx) => f(tx as unknown as Sql, lastTry))) as T;
     } catch (e) {
-      if (tries >= END_DEADLOCK_TRIES || (e as { code?: unknown } | null)?.code !== '40P01') throw e;
+      if (e instanceof LateRunsJoined) continue;
+      const deadlock = (e as { code?: unknown } | null)?.code === '40P01';
+      if (savepoint || !deadlock || ++deadlocks >= END_DEADLOCK_TRIES) throw e;
     }
   }
 }
@@ -81,10 +103,10 @@ async function inTransaction<T>(sql: Sql, f: (t: Sql) => Promise<T>): Promise<T>
 // Ends a batch whose runs keep failing before they store anything: `failed` with `reason`, and
 // every item still pending or running `failed` with `itemError`. Fenced on the run's lease.
 export async function giveUp(sql: Sql, a: { batchId: string; run: string; reason: string; itemError: string }): Promise<boolean> {
-  return inTransaction(sql, async (t) => {
+  return endInTransaction(sql, async (t, lastTry) => {
     const given = await giveUpOnce(t, a);
     if (given) {
-      await t`${endLateRuns(t, a.batchId)}`;
+      await noLateRuns(t, a.batchId, lastTry);
       await writeEndEvent(t, a.batchId);
     }
     return given;
@@ -113,10 +135,10 @@ async function giveUpOnce(sql: Sql, a: { batchId: string; run: string; reason: s
 // reason then says so). Any run of the batch holding its lease can, and only once (status must
 // still be open): every run row of the batch is deleted first, so the other runs stop.
 export async function finishBatch(sql: Sql, batchId: string, run: string): Promise<BatchStatus | undefined> {
-  return inTransaction(sql, async (t) => {
+  return endInTransaction(sql, async (t, lastTry) => {
     const [r] = await t<{ status: BatchStatus }[]>`${finishStatement(t, { batchId, run })}`;
     if (r) {
-      await t`${endLateRuns(t, batchId)}`;
+      await noLateRuns(t, batchId, lastTry);
       await writeEndEvent(t, batchId);
     }
     return r?.status;
@@ -188,11 +210,11 @@ export interface IntolerableEnd {
 // the end's snapshot) is seen only by a later snapshot; in the end's own statement such items
 // stayed running in the ended batch (docs/design.md, "Fan-out").
 export async function endIntolerable(sql: Sql, batchId: string, run: string): Promise<IntolerableEnd> {
-  return inTransaction(sql, async (t) => {
+  return endInTransaction(sql, async (t, lastTry) => {
     const [r] = await t<
       { ended: number; failed: number; allowed: number | null }[]
     >`${endIntolerableStatement(t, { batchId, run })}`;
-    if (r.ended === 1) await t`${endLateRuns(t, batchId)}`;
+    if (r.ended === 1) await noLateRuns(t, batchId, lastTry);
     const givenBack = r.ended === 1 ? (await t`${giveBackRunningStatement(t, { batchId })}`).count : 0;
     if (r.ended === 1) await writeEndEvent(t, batchId);
     return { ended: r.ended === 1, givenBack, failed: r.failed, allowed: r.allowed };

@@ -8,6 +8,7 @@ import { storableText } from '../values.js';
 import { RUN_ITEMS } from './shared.js';
 import { itemRows } from './starts.js';
 import { writeEndEvent } from './events.js';
+import { endInTransaction, noLateRuns } from './ends.js';
 
 /** What a run that became (or stays) the reader of its batch's source knows of it. */
 export interface ReaderState {
@@ -89,8 +90,7 @@ export async function failSource(
   // which PostgreSQL text refuses): refused, the end itself failed, the run handed off and the
   // next read the same range again for ever (docs/design.md, "Sources and results").
   const reason = storableText(a.reason);
-  return sql.begin(async (tx) => {
-    const t = tx as unknown as Sql;
+  return endInTransaction(sql, async (t, lastTry) => {
     const [r] = await t<{ ended: number }[]>`with gone as (
         delete from leasehold_runs
         where batch_id = ${a.batchId} and exists (select 1 from leasehold_runs where id = ${a.run})
@@ -108,9 +108,9 @@ export async function failSource(
         returning 1
       )
       select (select count(*) from ended)::int as ended`;
-    // Runs that joined while the end ran (see endLateRuns in sql/ends.ts).
+    // Runs that joined while the end ran: tried again, their rows first (sql/ends.ts, noLateRuns).
     if (r.ended === 1) {
-      await t`delete from leasehold_runs where batch_id = ${a.batchId}`;
+      await noLateRuns(t, a.batchId, lastTry);
       await writeEndEvent(t, a.batchId);
     }
     return r.ended === 1;
