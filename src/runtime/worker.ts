@@ -257,7 +257,7 @@ async function firstStatement(inv: Invocation): Promise<WorkerResult | undefined
   const schema = deps.schema ?? SUPPORTED_SCHEMA;
   let start: WorkerStart | undefined;
   try {
-    start = await withTimeout(workerStart(sql, event), config.runner.storeTimeoutMs);
+    start = await withTimeout(workerStart(sql, event, config.lease.ttlMs), config.runner.storeTimeoutMs);
   } catch (error) {
     // A schema older than this code's (a column it reads missing): say so below. Otherwise the
     // store does not answer: the leaser retries its first heartbeat, and an error of a changed
