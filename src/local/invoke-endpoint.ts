@@ -148,19 +148,8 @@ export function localLambdaEnv(url: string): Record<string, string> {
  */
 export function createInvokeEndpoint(options: InvokeEndpointOptions): InvokeEndpoint {
   const host = options.host ?? '127.0.0.1';
-  const concurrency = options.concurrency ?? 8;
   const clock = options.clock ?? systemNow;
-  if (!Number.isInteger(concurrency) || concurrency < 1)
-    throw new InvalidSettingError('concurrency', `must be a positive integer, got ${concurrency}`);
-  const queue = new InvocationQueue({
-    concurrency,
-    timeoutMs: options.timeoutMs ?? 60_000,
-    region: options.region,
-    clock,
-    onInvoke: options.onInvoke,
-    onDone: options.onDone,
-    onError: options.onError,
-  });
+  const queue = queueOf(options, clock);
   const limits: InvocationLimits = {
     host,
     accepting: true,
@@ -172,8 +161,7 @@ export function createInvokeEndpoint(options: InvokeEndpointOptions): InvokeEndp
   let server: Server | undefined;
   let url: string | undefined;
   let stopping: Promise<void> | undefined;
-  const reserved: Record<string, number> = { ...options.reservedConcurrency };
-  let dropped = 0;
+  const reserved = reservations(options.reservedConcurrency);
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const awsRequestId = randomUUID();
@@ -196,13 +184,13 @@ export function createInvokeEndpoint(options: InvokeEndpointOptions): InvokeEndp
     if (invocationType === 'Event') {
       res.writeHead(202, { 'x-amzn-RequestId': awsRequestId, 'content-length': '0' }).end();
       // Throttled to zero: accepted, never run (Lambda drops the event after its 202).
-      if (reserved[functionName] === 0) dropped++;
+      if (reserved.of(functionName) === 0) reserved.dropped++;
       else queue.enqueue(job, () => {});
       return;
     }
     // Lambda queues Event invocations, so only a RequestResponse one meets reserved concurrency.
     const settle = (outcome: JobOutcome) => replyWithOutcome(res, outcome, awsRequestId, limits.maxPayloadBytes);
-    if (!queue.enqueue(job, settle, reserved[functionName])) {
+    if (!queue.enqueue(job, settle, reserved.of(functionName))) {
       sendError(res, 429, 'TooManyRequestsException', 'Rate Exceeded.', awsRequestId, {
         Reason: 'ReservedFunctionConcurrentInvocationLimitExceeded',
       });
@@ -249,19 +237,45 @@ export function createInvokeEndpoint(options: InvokeEndpointOptions): InvokeEndp
       return queue.failed;
     },
     get dropped() {
-      return dropped;
+      return reserved.dropped;
     },
-    setReservedConcurrency(functionName, n) {
-      if (n === undefined) {
-        delete reserved[functionName];
-        return;
-      }
-      if (!Number.isInteger(n) || n < 0)
-        throw new InvalidSettingError('reservedConcurrency', `must be a whole number ≥ 0, got ${n}`);
-      reserved[functionName] = n;
-    },
+    setReservedConcurrency: (functionName, n) => reserved.set(functionName, n),
     get url() {
       return url;
     },
   };
+}
+
+/** Reserved concurrency by function name, changed while serving, and the `Event` invokes dropped at 0. */
+function reservations(initial: Record<string, number> = {}) {
+  const byName: Record<string, number> = { ...initial };
+  return {
+    dropped: 0,
+    of: (functionName: string): number | undefined => byName[functionName],
+    set(functionName: string, n: number | undefined): void {
+      if (n === undefined) {
+        delete byName[functionName];
+        return;
+      }
+      if (!Number.isInteger(n) || n < 0)
+        throw new InvalidSettingError('reservedConcurrency', `must be a whole number ≥ 0, got ${n}`);
+      byName[functionName] = n;
+    },
+  };
+}
+
+/** The endpoint's queue of invocations, with its settings' defaults. @throws {InvalidSettingError} a bad `concurrency`. */
+function queueOf(options: InvokeEndpointOptions, clock: NowClock): InvocationQueue {
+  const concurrency = options.concurrency ?? 8;
+  if (!Number.isInteger(concurrency) || concurrency < 1)
+    throw new InvalidSettingError('concurrency', `must be a positive integer, got ${concurrency}`);
+  return new InvocationQueue({
+    concurrency,
+    timeoutMs: options.timeoutMs ?? 60_000,
+    region: options.region,
+    clock,
+    onInvoke: options.onInvoke,
+    onDone: options.onDone,
+    onError: options.onError,
+  });
 }
