@@ -22,6 +22,11 @@ export interface WorkerEvent {
    * started (ISO 8601, database clock) and how many processes came before the new one.
    */
   chain?: { replaces: string; id: string; startedAt: string; replacements: number };
+  /**
+   * Set on the one re-delivery of an event whose invocation started past its deadline (an init
+   * that spilled into the invoke): such a re-delivery that starts late too is not sent again.
+   */
+  late?: true;
 }
 
 /** Sends batches to worker invocations. */

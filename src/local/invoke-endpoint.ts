@@ -52,8 +52,10 @@ export interface InvokeEndpointOptions {
    * Reserved concurrency by function name, as Lambda's: a `RequestResponse` invocation of a
    * function that already has this many invocations running or queued is throttled, 429
    * `TooManyRequestsException` (`Reason: ReservedFunctionConcurrentInvocationLimitExceeded`);
-   * 0 throttles every one. (Lambda queues `Event` invocations instead, so they are never
-   * refused.) Default: no limit but `concurrency`.
+   * 0 throttles every one. Lambda queues `Event` invocations above a reserved concurrency
+   * instead, so they are never refused; at 0 (a function stopped by its operators) it answers
+   * them 202 and runs none: the endpoint drops them too (counted in `dropped`). Changed while
+   * serving by {@link InvokeEndpoint.setReservedConcurrency}. Default: no limit but `concurrency`.
    */
   reservedConcurrency?: Record<string, number>;
   /** Region in the context's ARN. Default `AWS_REGION`, else `us-east-1`. */
@@ -97,6 +99,14 @@ export interface InvokeEndpoint {
   readonly completed: number;
   /** Invocations whose handler threw, rejected or timed out. */
   readonly failed: number;
+  /** `Event` invocations answered 202 and never run: their function's reserved concurrency was 0. */
+  readonly dropped: number;
+  /**
+   * Set (a number) or remove (undefined) a function's reserved concurrency while serving, as
+   * `PutFunctionConcurrency` / `DeleteFunctionConcurrency` do; see `reservedConcurrency`.
+   * @throws {InvalidSettingError} not a whole number ≥ 0.
+   */
+  setReservedConcurrency(functionName: string, reserved: number | undefined): void;
   /** Base URL once started. */
   readonly url: string | undefined;
 }
@@ -127,7 +137,8 @@ export function localLambdaEnv(url: string): Record<string, string> {
  * - Unknown function: 404, `x-amzn-ErrorType: ResourceNotFoundException`,
  *   `{ Type: 'User', message }`. Payload not JSON: 400 `InvalidRequestContentException`.
  *   Too large: 413 `RequestEntityTooLargeException`. Stopping: 503 `ServiceException`.
- *   Above a function's `reservedConcurrency` (`RequestResponse`): 429 `TooManyRequestsException`.
+ *   Above a function's `reservedConcurrency` (`RequestResponse`): 429 `TooManyRequestsException`;
+ *   an `Event` to a function whose reserved concurrency is 0: 202, never run.
  *   A request a browser sent (it has an `Origin`), or one whose `Host` is not this loopback
  *   address and port: 403 `AccessDeniedException`.
  * - A `RequestResponse` result above `maxPayloadBytes` answers a `Function.ResponseSizeTooLarge`
@@ -137,19 +148,8 @@ export function localLambdaEnv(url: string): Record<string, string> {
  */
 export function createInvokeEndpoint(options: InvokeEndpointOptions): InvokeEndpoint {
   const host = options.host ?? '127.0.0.1';
-  const concurrency = options.concurrency ?? 8;
   const clock = options.clock ?? systemNow;
-  if (!Number.isInteger(concurrency) || concurrency < 1)
-    throw new InvalidSettingError('concurrency', `must be a positive integer, got ${concurrency}`);
-  const queue = new InvocationQueue({
-    concurrency,
-    timeoutMs: options.timeoutMs ?? 60_000,
-    region: options.region,
-    clock,
-    onInvoke: options.onInvoke,
-    onDone: options.onDone,
-    onError: options.onError,
-  });
+  const queue = queueOf(options, clock);
   const limits: InvocationLimits = {
     host,
     accepting: true,
@@ -161,6 +161,7 @@ export function createInvokeEndpoint(options: InvokeEndpointOptions): InvokeEndp
   let server: Server | undefined;
   let url: string | undefined;
   let stopping: Promise<void> | undefined;
+  const reserved = reservations(options.reservedConcurrency);
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const awsRequestId = randomUUID();
@@ -182,12 +183,14 @@ export function createInvokeEndpoint(options: InvokeEndpointOptions): InvokeEndp
     };
     if (invocationType === 'Event') {
       res.writeHead(202, { 'x-amzn-RequestId': awsRequestId, 'content-length': '0' }).end();
-      queue.enqueue(job, () => {});
+      // Throttled to zero: accepted, never run (Lambda drops the event after its 202).
+      if (reserved.of(functionName) === 0) reserved.dropped++;
+      else queue.enqueue(job, () => {});
       return;
     }
     // Lambda queues Event invocations, so only a RequestResponse one meets reserved concurrency.
     const settle = (outcome: JobOutcome) => replyWithOutcome(res, outcome, awsRequestId, limits.maxPayloadBytes);
-    if (!queue.enqueue(job, settle, options.reservedConcurrency?.[functionName])) {
+    if (!queue.enqueue(job, settle, reserved.of(functionName))) {
       sendError(res, 429, 'TooManyRequestsException', 'Rate Exceeded.', awsRequestId, {
         Reason: 'ReservedFunctionConcurrentInvocationLimitExceeded',
       });
@@ -233,8 +236,46 @@ export function createInvokeEndpoint(options: InvokeEndpointOptions): InvokeEndp
     get failed() {
       return queue.failed;
     },
+    get dropped() {
+      return reserved.dropped;
+    },
+    setReservedConcurrency: (functionName, n) => reserved.set(functionName, n),
     get url() {
       return url;
     },
   };
+}
+
+/** Reserved concurrency by function name, changed while serving, and the `Event` invokes dropped at 0. */
+function reservations(initial: Record<string, number> = {}) {
+  const byName: Record<string, number> = { ...initial };
+  return {
+    dropped: 0,
+    of: (functionName: string): number | undefined => byName[functionName],
+    set(functionName: string, n: number | undefined): void {
+      if (n === undefined) {
+        delete byName[functionName];
+        return;
+      }
+      if (!Number.isInteger(n) || n < 0)
+        throw new InvalidSettingError('reservedConcurrency', `must be a whole number ≥ 0, got ${n}`);
+      byName[functionName] = n;
+    },
+  };
+}
+
+/** The endpoint's queue of invocations, with its settings' defaults. @throws {InvalidSettingError} a bad `concurrency`. */
+function queueOf(options: InvokeEndpointOptions, clock: NowClock): InvocationQueue {
+  const concurrency = options.concurrency ?? 8;
+  if (!Number.isInteger(concurrency) || concurrency < 1)
+    throw new InvalidSettingError('concurrency', `must be a positive integer, got ${concurrency}`);
+  return new InvocationQueue({
+    concurrency,
+    timeoutMs: options.timeoutMs ?? 60_000,
+    region: options.region,
+    clock,
+    onInvoke: options.onInvoke,
+    onDone: options.onDone,
+    onError: options.onError,
+  });
 }

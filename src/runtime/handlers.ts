@@ -16,7 +16,14 @@ import { openDatabase, prepareDatabase, retryRefusedConnection } from './db.js';
 import type { RuntimeDeps } from './deps.js';
 import { WorkerDispatcher } from './dispatch.js';
 import type { Dispatcher, WorkerEvent } from '../batch/dispatch.js';
-import { recordFleetBalance, recordRetention, recordRuns, workerMetricHooks, type RuntimeMetrics } from './metrics.js';
+import {
+  recordFleetBalance,
+  recordRetention,
+  recordRuns,
+  recordUnconfirmed,
+  workerMetricHooks,
+  type RuntimeMetrics,
+} from './metrics.js';
 import { invocationOf } from './middleware.js';
 import type { SchedulerResult } from './scheduler.js';
 import type { TriggerResult } from '../trigger/trigger.js';
@@ -53,7 +60,8 @@ export interface SchemaSkipped {
 /**
  * One scheduler run (every minute): see {@link runScheduler}. Logs the result and records
  * `ProcessesSwept`, `BatchesDispatched`, `DispatchFailures`, `WorkersInvoked`, the levels
- * `LiveProcesses`, `DesiredProcesses`, `PendingInvocations`, the fleet's balance
+ * `LiveProcesses`, `DesiredProcesses`, `PendingInvocations`, the invocations unconfirmed
+ * (`recordUnconfirmed`), the fleet's balance
  * (`recordFleetBalance`), the runs of open batches (`recordRuns`) and what retention deleted
  * (`recordRetention`). When the schema is outside what this code supports it does nothing, logs
  * one line and answers {@link SchemaSkipped}.
@@ -87,6 +95,7 @@ export async function schedulerInvocation(
   metrics.level('LiveProcesses', result.fleet.live);
   metrics.level('DesiredProcesses', result.fleet.desired);
   metrics.level('PendingInvocations', result.fleet.pending);
+  recordUnconfirmed(metrics, result);
   recordFleetBalance(metrics, result);
   recordRetention(metrics, result);
   recordRuns(metrics, result);

@@ -42,6 +42,7 @@ export {
   metricsFor,
   workerMetricHooks,
   recordFleetBalance,
+  recordUnconfirmed,
   recordRetention,
   recordRuns,
   METRICS_NAMESPACE,

@@ -206,3 +206,15 @@ export function recordRetention(m: RuntimeMetrics, result: Pick<SchedulerResult,
   m.count('RetentionDeliveriesDeleted', r.outbox.deliveries);
   m.level('RetentionBacklog', r.more ? 1 : 0);
 }
+
+/**
+ * The invocations one scheduler run found unconfirmed (docs/deploy.md, "Faults and how leasehold
+ * answers them"), counts: `InvocationsUnconfirmed` (confirmation window passed with no worker
+ * heartbeat) and `InvocationsUnstarted` (of those, never claimed by a worker: the platform
+ * accepted the invoke and ran nothing, as a worker function throttled to zero does). An alarm on
+ * `InvocationsUnstarted` > 0 for a few minutes catches a stopped worker function.
+ */
+export function recordUnconfirmed(m: RuntimeMetrics, result: Pick<SchedulerResult, 'unconfirmed'>): void {
+  m.count('InvocationsUnconfirmed', result.unconfirmed.invocations);
+  m.count('InvocationsUnstarted', result.unconfirmed.unstarted);
+}

@@ -19,6 +19,7 @@ import { ReconnectingLeaser } from './heartbeat.js';
 import type { Log } from '../log.js';
 import { errorFields } from '../log.js';
 import type { WorkerHooks } from './metrics.js';
+import { startedLate } from './late-start.js';
 
 const shutdown = new AbortController();
 
@@ -83,9 +84,10 @@ export interface WorkerResult {
    * fleet was above the desired count), shut down (local Ctrl-C), or the database's schema is
    * outside what this code supports (found on its first statement, or after an error of a
    * changed schema: docs/design.md, "Schema versions"), or its event was stale (its invocation no
-   * longer pending, or its batch finished: docs/design.md, "Late and repeated worker events").
+   * longer pending, or its batch finished: docs/design.md, "Late and repeated worker events"),
+   * or it started past its deadline (`late`: see `startedLate`).
    */
-  reason: 'deadline' | 'idle' | 'retired' | 'shutdown' | 'schema' | 'stale';
+  reason: 'deadline' | 'idle' | 'retired' | 'shutdown' | 'schema' | 'stale' | 'late';
   /** Batches handed off at the deadline for which a continuation was requested. */
   continued: string[];
   /** Workers invoked at the deadline to keep the desired count of live processes. */
@@ -130,6 +132,10 @@ const idleUnits: UnitReconciler = {
  * `leave` (release, delete the row) and, at the deadline, `sendSuccessors`.
  */
 export async function runWorker(event: WorkerEvent, context: InvocationContext, deps: WorkerDeps): Promise<WorkerResult> {
+  // Past its deadline before it began (docs/deploy.md, "Faults and how leasehold answers them").
+  if (context.getRemainingTimeInMillis() <= deps.config.deadlineMarginMs || deps.signal?.aborted) {
+    return { processId: randomUUID(), role: event.batchId ? 'batch' : 'fleet', ...(await startedLate(event, context, deps)) };
+  }
   const inv = openInvocation(event, context, deps);
   const early = await firstStatement(inv);
   if (early) return early;
@@ -258,7 +264,7 @@ async function firstStatement(inv: Invocation): Promise<WorkerResult | undefined
   const schema = deps.schema ?? SUPPORTED_SCHEMA;
   let start: WorkerStart | undefined;
   try {
-    start = await withTimeout(() => workerStart(sql, event), config.runner.storeTimeoutMs);
+    start = await withTimeout(() => workerStart(sql, event, config.lease.ttlMs), config.runner.storeTimeoutMs);
   } catch (error) {
     // A pooler that refuses the pool's settings refuses every statement: nothing this invocation
     // could retry would work (docs/deploy.md, "Failures").

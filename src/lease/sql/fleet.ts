@@ -88,6 +88,12 @@ export interface InvocationPlan {
   /** Fleet invocations counted as coming, before this decision. */
   pending: number;
   /**
+   * Invocations (fleet or batch) whose confirmation window passed without their worker's first
+   * heartbeat, deleted by this decision: `unconfirmed` in all, `unstarted` of them never claimed
+   * by a worker (the platform dropped the event: a function throttled to zero, say).
+   */
+  expired: { unconfirmed: number; unstarted: number };
+  /**
    * Some unit has weight > 0, or some open batch is below its target by more than the workers
    * on their way for it.
    */
@@ -111,7 +117,7 @@ function lockInvoking(sql: Sql) {
 function workerRoom(sql: Sql, maxWorkers: number) {
   return sql`greatest(0, ${maxWorkers}::int
     - (select count(*) from leasehold_processes where expires_at > now())::int
-    - (select count(*) from leasehold_invocations)::int)`;
+    - (select count(*) from leasehold_invocations where confirm_by > now())::int)`;
 }
 
 /**
@@ -138,7 +144,12 @@ export async function planInvocations(
   return sql.begin(async (tx) => {
     const t = tx as unknown as Sql;
     await lockInvoking(t);
-    await t`delete from leasehold_invocations where confirm_by <= now()`;
+    // The invocations whose window passed are counted as they go: only this decision deletes them
+    // (a reservation skips them), so the scheduler's run sees every one that was never confirmed.
+    const [expired] = await t<{ unconfirmed: number; unstarted: number }[]>`with gone as (
+        delete from leasehold_invocations where confirm_by <= now() returning claimed
+      )
+      select count(*)::int as unconfirmed, (count(*) filter (where not claimed))::int as unstarted from gone`;
     const [s] = await t<{ desired: number; live: number; pending: number; work: boolean; room: number }[]>`select
         coalesce((select value::int from leasehold_settings where key = 'desired'), 0) as desired,
         (select count(*) from leasehold_processes where expires_at > now() and role = 'fleet' and not retiring) as live,
@@ -169,7 +180,7 @@ export async function planInvocations(
           from generate_series(1, ${need}) returning id`
         : [];
     const { room: _room, ...seen } = s;
-    return { ...seen, invocations: rows.map((r) => r.id), retired: retired.map((r) => r.id) };
+    return { ...seen, expired, invocations: rows.map((r) => r.id), retired: retired.map((r) => r.id) };
   });
 }
 
@@ -196,7 +207,7 @@ export async function reserveInvocations(
   return sql.begin(async (tx) => {
     const t = tx as unknown as Sql;
     await lockInvoking(t);
-    await t`delete from leasehold_invocations where confirm_by <= now()`;
+    // Invocations past their window are left for the scheduler's decision to count and delete.
     const rows = await t<BatchInvocation[]>`insert into leasehold_invocations (id, confirm_by, batch_id)
       select gen_random_uuid(), now() + make_interval(secs => ${a.pendingMs / 1000}), w.batch_id::uuid
       from jsonb_array_elements_text(${t.json(a.batchIds)}) with ordinality as w(batch_id, n)
@@ -221,10 +232,21 @@ export interface WorkerStart {
  * the schema version; the claim of its invocation, only while it is pending (within its
  * confirmation window) and claimed by no other delivery of the same event (the row stays,
  * counted as coming, until the first heartbeat deletes it); and the status of its batch.
+ * With `startMs` (ms; the worker passes its TTL), the claim also shortens the invocation's window
+ * to at most `startMs` from now: a worker that died after its claim (before or just after its
+ * first heartbeat) stops counting as coming when its process row would expire, not a whole
+ * confirmation window later, so the scheduler replaces it on its next run (docs/deploy.md,
+ * "Faults and how leasehold answers them").
  */
-export async function workerStart(sql: Sql, e: { invocationId?: string; batchId?: string }): Promise<WorkerStart> {
+export async function workerStart(
+  sql: Sql,
+  e: { invocationId?: string; batchId?: string },
+  startMs?: number,
+): Promise<WorkerStart> {
+  const window =
+    startMs === undefined ? sql`confirm_by` : sql`least(confirm_by, now() + make_interval(secs => ${startMs / 1000}))`;
   const [r] = await sql<WorkerStart[]>`with claim as (
-      update leasehold_invocations set claimed = true
+      update leasehold_invocations set claimed = true, confirm_by = ${window}
       where id = ${e.invocationId ?? null}::uuid and not claimed and confirm_by > now()
       returning 1
     )
