@@ -70,10 +70,19 @@ const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[
  */
 export function storableText(text: string, maxChars = MAX_ERROR_CHARS): string {
   let t = text;
-  if (t.length > maxChars) t = `${t.slice(0, maxChars)}… (${t.length} characters, cut)`;
+  // A text this already cut stays as it is (the gate is applied again where it is stored).
+  if (t.length > maxChars && !isCut(t, maxChars)) t = `${t.slice(0, maxChars)}… (${t.length} characters, cut)`;
   // After the cut: a pair split by it leaves a lone high surrogate, replaced here too.
   // eslint-disable-next-line no-control-regex -- NUL is what this replaces (PostgreSQL text cannot hold it)
   return t.replace(/\u0000/g, '\ufffd').replace(LONE_SURROGATE, '\ufffd');
+}
+
+const CUT_MARK = /… \(\d+ characters, cut\)$/;
+
+/** Whether `t` is a text {@link storableText} already cut to `maxChars`. */
+function isCut(t: string, maxChars: number): boolean {
+  const m = CUT_MARK.exec(t);
+  return m !== null && m.index <= maxChars;
 }
 
 /** The message of anything thrown, as storable text; never throws itself. */

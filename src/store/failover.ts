@@ -72,6 +72,10 @@ export function queryWait(query: object, now = performance.now()): { state: Quer
 export function cancelQuery(query: object): void {
   const t = timings.get(query);
   if (!t || t.settled) return;
+  // A query still queued is rejected by its cancel (57014) at once: its caller gave up on it at
+  // the timeout and may never read it, so the rejection is marked handled here. (The query was
+  // executed when it was queued, so catch() sends nothing more.)
+  (query as { catch?: (f: () => void) => unknown }).catch?.(() => {});
   const p = (query as { cancel?: () => Promise<void> | undefined }).cancel?.();
   // A cancel request that cannot reach the server fails on its own connection: nothing to do.
   if (p && typeof p.catch === 'function') p.catch(() => {});
