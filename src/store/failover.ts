@@ -39,8 +39,13 @@ interface Timing {
   queuedAt?: number;
   sentAt?: number;
   settled?: boolean;
+  /** Its pool's progress: when the server last began on or answered any of the pool's statements. */
+  pool?: { at: number };
 }
 const timings = new WeakMap<object, Timing>();
+
+/** Each pool's progress (keyed by its map of statements in flight), see {@link Timing.pool}. */
+const progressOf = new WeakMap<Map<object, number>, { at: number }>();
 
 /** Queries made within a {@link trackQueries} call, by that call. */
 const scopes = new AsyncLocalStorage<Set<object>>();
@@ -60,12 +65,16 @@ export type QueryState = 'unknown' | 'made' | 'queued' | 'running' | 'settled';
  * Where `query` stands, and how long it has waited so far without the server working on it
  * (queued in its pool or pipelined behind another statement of its connection), ms.
  */
-export function queryWait(query: object, now = performance.now()): { state: QueryState; queuedMs: number } {
+export function queryWait(query: object, now = performance.now()): { state: QueryState; queuedMs: number; stalledMs: number } {
   const t = timings.get(query);
-  if (!t) return { state: 'unknown', queuedMs: 0 };
-  if (t.queuedAt === undefined) return { state: t.settled ? 'settled' : 'made', queuedMs: 0 };
+  if (!t) return { state: 'unknown', queuedMs: 0, stalledMs: 0 };
+  if (t.queuedAt === undefined) return { state: t.settled ? 'settled' : 'made', queuedMs: 0, stalledMs: 0 };
   const queuedMs = (t.sentAt ?? (t.settled ? t.queuedAt : now)) - t.queuedAt;
-  return { state: t.settled ? 'settled' : t.sentAt === undefined ? 'queued' : 'running', queuedMs };
+  const state = t.settled ? 'settled' : t.sentAt === undefined ? 'queued' : 'running';
+  // Queued while its pool made no progress at all: no statement of the pool began or was
+  // answered (a connection that cannot be opened, a silent server), not a busy pool.
+  const stalledMs = state === 'queued' ? now - Math.max(t.queuedAt, t.pool?.at ?? -Infinity) : 0;
+  return { state, queuedMs, stalledMs };
 }
 
 /** Cancel `query` on the server if it is a postgres.js query still waiting for its answer. */
@@ -310,7 +319,9 @@ function watch(q: unknown, w: Watcher, live: Map<object, number>, refused: () =>
     // pool is not a silent connection): postgres.js sets `active` on the statement its
     // connection is answering now; one queued in the pool or pipelined behind another waits
     // unset. `handle` runs on its first `then` (fragments nested in another statement never do).
-    const timing: Timing = {};
+    let pool = progressOf.get(live);
+    if (!pool) progressOf.set(live, (pool = { at: -Infinity }));
+    const timing: Timing = { pool };
     timings.set(query, timing);
     const q2 = query as unknown as { handle?: () => unknown; executed?: boolean; resolve?: (v: unknown) => void };
     const handle = q2.handle;
@@ -335,6 +346,7 @@ function watch(q: unknown, w: Watcher, live: Map<object, number>, refused: () =>
         active = v;
         if (v && timing.sentAt === undefined && !timing.settled) {
           timing.sentAt = performance.now();
+          pool.at = timing.sentAt;
           live.set(query, timing.sentAt);
         }
       },
@@ -343,6 +355,7 @@ function watch(q: unknown, w: Watcher, live: Map<object, number>, refused: () =>
     if (typeof resolveQ === 'function') {
       q2.resolve = (v: unknown) => {
         timing.settled = true;
+        pool.at = performance.now();
         live.delete(query);
         w(ANSWERED);
         resolveQ(v);

@@ -17,7 +17,9 @@ export class StoreTimeoutError extends LeaseholdError {
  * function of the `q.*` kind): its statements are then known, which the rules below need.
  * - Time spent waiting for a connection (in the pool's queue, or pipelined behind a busy
  *   statement of its connection) does not count: a statement is timed from when the server
- *   begins on it. A busy pool is not a silent server.
+ *   begins on it. A busy pool is not a silent server. But a statement that waits `ms` while its
+ *   pool makes no progress at all (no statement of the pool begun or answered: a connection
+ *   that cannot be opened, a server gone silent) times out.
  * - On the timeout every statement of `query` still unanswered is cancelled on the server
  *   (postgres.js's cancel request), so a timed-out claim or move holds no lock after it; and the
  *   pool it ran on is retired (see `dropPoolOf`): later statements open fresh connections, and
@@ -42,20 +44,25 @@ export async function withTimeout<T>(query: Promise<T> | (() => Promise<T>), ms:
       const now = performance.now();
       let waited = 0;
       let queued = false;
+      let stalled = false;
       for (const q of made) {
         const w = queryWait(q, now);
         waited += w.queuedMs;
         queued ||= w.state === 'queued';
+        // Waiting while its pool answers nothing at all for `ms` (no connection can be opened,
+        // the server went silent) is no busy pool: it counts.
+        stalled ||= w.state === 'queued' && w.stalledMs >= ms;
       }
       const left = started + ms + waited - now;
-      if (left > 0 || queued) return void (timer = setTimeout(check, Math.max(1, Math.ceil(left))));
+      if (!stalled && (left > 0 || queued)) return void (timer = setTimeout(check, Math.max(1, Math.ceil(left))));
       expire();
     };
     const expire = () => {
       const endAfterMs = Math.max(100, ms / 2);
       const known = [...made].filter((q) => queryWait(q).state !== 'unknown');
       // Its connection may be silent: nothing more may be sent to it.
-      for (const q of known) if (queryWait(q).state === 'running') dropPoolOf(q, endAfterMs);
+      // A pool that answered nothing while a statement waited in its queue is retired too.
+      for (const q of known) if (queryWait(q).state === 'running' || queryWait(q).stalledMs >= ms) dropPoolOf(q, endAfterMs);
       if (known.length === 0) dropPoolsWithUnanswered(ms, endAfterMs);
       for (const q of known) cancelQuery(q);
       reject(new StoreTimeoutError(ms));

@@ -273,7 +273,7 @@ describe('lambda-invoke', () => {
   });
 
   it('a throttle is retried: once the function has concurrency again, the item is done', async () => {
-    reserved.gate = 0;
+    endpoint.setReservedConcurrency('gate', 0);
     const started = await api('POST', '/batches', {
       tenant: 'acme',
       datasource: 'gate',
@@ -289,7 +289,7 @@ describe('lambda-invoke', () => {
       if (Date.now() > until) throw new Error('no throttled attempt seen');
       await sleep(5);
     }
-    reserved.gate = 5;
+    endpoint.setReservedConcurrency('gate', 5);
     const r = await finished(started.body.id);
     expect(r.items).toEqual([{ key: 'g', state: 'done', attempts: expect.any(Number), output: 'through', error: null }]);
     // The throttled tries were waits (no attempt) or, past two waits, attempts.
