@@ -420,9 +420,17 @@ describe('an end racing a join', () => {
         expect(lateRun).toBeDefined();
         {
           const r = results[1];
-          expect(r.outcome).toBe('lost');
+          // An end locks run rows before the batch row (docs/design.md, "Lock order"): one that
+          // finds a run joined meanwhile starts again, and in between the joined run, finding
+          // nothing to claim, may leave first (drained); or, for an intolerable end, the joined
+          // run sends the end itself after its recovery, as a run that takes a batch over does
+          // (docs/design.md, "Tolerated failures": failed). Either way it ran no item, and its
+          // row is gone by the end: deleted by the end's transaction when it was still there.
+          expect(end === 'a cancel' ? ['lost', 'drained'] : ['lost', 'drained', 'failed']).toContain(r.outcome);
           expect(r.finishedItems).toBe(0);
-          expect((await runChanges(db.sql, batch.id)).find((c) => c.op === 'delete' && c.id === r.runId)?.xid).toBe(ended.xid);
+          const gone = (await runChanges(db.sql, batch.id)).find((c) => c.op === 'delete' && c.id === r.runId);
+          if (r.outcome === 'drained') expect(gone!.seq).toBeLessThan(ended.seq);
+          else expect(gone?.xid).toBe(ended.xid);
         }
         const changes = await itemChanges(db.sql, batch.id);
         expect(changes.filter((c) => c.seq > ended.seq && c.xid !== ended.xid)).toEqual([]);
