@@ -25,7 +25,9 @@ afterEach(() => Promise.all(opened.splice(0).map((p) => p.end({ timeout: 5 }))))
 
 /** A pool with RACERS open connections (so the takeovers run at once, not one after another). */
 async function racers(): Promise<Sql> {
-  const p = db.connect({ max: RACERS, applicationName: APP });
+  // A lock_timeout past the test's wait for every racer to queue: on a loaded machine the last
+  // racer may queue more than the default 2 s after the first.
+  const p = db.connect({ max: RACERS, applicationName: APP, lockTimeoutMs: 60_000 });
   opened.push(p);
   await Promise.all(Array.from({ length: RACERS }, () => p`select pg_sleep(0.05)`));
   return p;
