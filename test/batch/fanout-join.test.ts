@@ -5,7 +5,7 @@
 // until every takeover waits on a lock (the server's evidence: pg_stat_activity), then lets go.
 import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createBatch, getTenant, setTenantLimit } from '../../src/batch/index.js';
+import { Runner, createBatch, getTenant, setTenantLimit } from '../../src/batch/index.js';
 import * as q from '../../src/batch/sql/index.js';
 import type { Sql } from '../../src/store/index.js';
 import { useTestDatabase } from '../support/db-hooks.js';
@@ -123,5 +123,42 @@ describe('runs sent at once for one batch', () => {
       const r = await round(pool, { maxConcurrency: 32, held: 'batch', orFairer: true });
       expect(r).toMatchObject({ took: RACERS, other: 0, live_runs: RACERS, runs: RACERS, rows: RACERS });
     }
+  });
+
+  it('a takeover sent for a batch whose row is held past lock_timeout takes nothing, and is tried again until it joins', async () => {
+    const { batch } = await createBatch(db.sql, {
+      ...newBatch(200, { tenant: `join-held-${randomUUID().slice(0, 6)}` }),
+      maxConcurrency: 2,
+    });
+    const p = db.connect({ max: 2, applicationName: APP, lockTimeoutMs: 100 });
+    opened.push(p);
+    const runner = new Runner(p, { beatMs: 1_000, staleMs: 30_000 });
+    let release!: () => void;
+    const released = new Promise<void>((r) => (release = r));
+    let locked!: () => void;
+    const isLocked = new Promise<void>((r) => (locked = r));
+    const holding = db.sql.begin(async (tx) => {
+      await tx`select 1 from leasehold_batches where id = ${batch.id} for update`;
+      locked();
+      await released;
+    });
+    await isLocked;
+    const taking = runner.takeOver(() => ({ work: async () => null }), batch.id);
+    // The server's evidence: a takeover statement of this runner waited past its lock_timeout.
+    const watch = db.connect({ max: 1 });
+    opened.push(watch);
+    await waitFor('a takeover waiting on the held row', async () => {
+      const rows = await watch`select 1 from pg_stat_activity where application_name = ${APP} and wait_event_type = 'Lock'`;
+      return rows.length > 0;
+    });
+    // 4 lock_timeouts: the statements waiting meanwhile gave up; the runner keeps trying.
+    await new Promise((r) => setTimeout(r, 400));
+    release();
+    await holding;
+    const taken = await taking;
+    expect(taken?.id).toBe(batch.id);
+    const [b] = await db.sql<{ live_runs: number }[]>`select live_runs from leasehold_batches where id = ${batch.id}`;
+    expect(b.live_runs).toBe(1);
+    await runner.close();
   });
 });
