@@ -26,6 +26,7 @@
 // batch wants one run per 100 items). PgBouncer's `server_check_delay` is its default of 30 s
 // here (the tests' 0 adds a `select 1`, a server transaction, to nearly every lending). The
 // process needs 2 sockets per run: the part checks the open-files limit (`ulimit -n`) first.
+// BENCH_FLEET_RUNS=256 measures only those run counts (comma-separated; default 256,1024).
 // BENCH_FLEET_TRACE=1 prints, per run count, the statements the runs sent by kind (through
 // postgres.js's `debug` hook on each pool), the bench process's CPU time, and how long the
 // takeovers took, on stderr.
@@ -41,7 +42,8 @@ import { batchOf, clean } from './runs.js';
 
 const SECONDS = Number(process.env.BENCH_FLEET_SECONDS ?? 25);
 const TRACE = process.env.BENCH_FLEET_TRACE === '1';
-const RUN_COUNTS = [256, 1_024];
+/** Run counts measured; `BENCH_FLEET_RUNS` (comma-separated) picks some, e.g. `256`. Default 256 and 1,024. */
+const RUN_COUNTS = (process.env.BENCH_FLEET_RUNS ?? '256,1024').split(',').map(Number);
 const PARALLEL = 4;
 const ITEM_MS = 1_000;
 /** PgBouncer's server connections (`default_pool_size`). */

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { S3Client } from '@aws-sdk/client-s3';
 import { InvalidSettingError } from '../errors.js';
-import { withTimeout, type Sql } from '../store/index.js';
+import { isLockTimeout, withTimeout, type Sql } from '../store/index.js';
 import { createBatch, type CreateOptions } from './batches.js';
 import { systemClock, type Clock } from '../clock.js';
 import * as q from './sql/index.js';
@@ -360,7 +360,12 @@ export class Runner {
             skip: [...this.unknown, ...this.runs.keys()],
           }),
         this.s.storeTimeoutMs,
-      );
+        // A takeover sent for a batch waits for its row behind the others sent with it; one that
+        // waited past lock_timeout took nothing (the statement rolled back) and is tried again.
+      ).catch((e: unknown) => {
+        if (batchId !== undefined && isLockTimeout(e)) return undefined;
+        throw e;
+      });
     let batch = await attempt();
     // The choice skips a tenant row another takeover holds for its one statement (docs/design.md,
     // "Tenant fairness"): workers sent at once for batches of one tenant would otherwise find

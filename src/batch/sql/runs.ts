@@ -3,9 +3,10 @@
 // the reads that tell a runner whether to look again or hand off, the recovery of items left
 // running by runs that are gone, the beat, and the end of a run's lease (a handoff, a leave, a
 // hand-back). Every statement that changes items is fenced on the run's own row; a takeover locks
-// only with skip locked, and every statement that changes both locks the run rows before the
-// batch row and the batch row before its tenant's, so none deadlocks with another (docs/design.md,
-// "Fan-out" and "Tenant fairness").
+// with skip locked except the batch it was sent for (its row, then its tenant's, waited for), and
+// every statement that changes both locks the run rows before the batch row and the batch row
+// before its tenant's, so none deadlocks with another (docs/design.md, "Fan-out" and "Tenant
+// fairness").
 import type { Sql } from '../../store/index.js';
 import type { BatchInfo } from '../types.js';
 import { moved, type EncodedMoves } from './moves.js';
@@ -23,8 +24,9 @@ export type TakenBatch = BatchInfo & {
 // a stale run of the batch is replaced (its row deleted) or the batch's live runs grow by one.
 // The choice (docs/design.md, "Fan-out" and "Tenant fairness"):
 // - `batchId`: a stale run of that batch, else a new run of it while it is below its target and
-//   its tenant below its limit; with `orFairer`, the new run only while no other tenant with a
-//   batch below target runs fewer runs (else the choice below); without it nothing else is taken;
+//   its tenant below its limit, its row and its tenant's waited for; with `orFairer`, the new run
+//   only while no other tenant with a batch below target runs fewer runs (else the choice
+//   below); without it nothing else is taken;
 // - else a stale run of any batch (beat older than staleMs, database clock): the slot is its own;
 // - else a batch below its target of the tenant running the fewest runs, below its limit
 //   (`max_running`, else `maxRunning`), longest unchanged first among equals; within the tenant,
@@ -33,9 +35,12 @@ export type TakenBatch = BatchInfo & {
 //   held, nothing is taken and the runner tries again (takeoverMayFind), never a tenant running
 //   more.
 // Every row the choice may change is locked with skip locked (a tenant row, then its batch row;
-// a stale run row with its batch row), so nothing here waits for a lock, and a takeover never
-// deadlocks with a handoff, cancel or finish (which lock run rows, then the batch, then the
-// tenant through the trigger of migration 016). Tenants and batches are found through the partial
+// a stale run row with its batch row), except a new run of the batch it was sent for: that
+// batch's row, then its tenant's, are waited for (the takeovers sent at once for one batch join
+// one after another instead of all but one finding nothing), before any other row is locked. So
+// a takeover waits only in the order every statement locks in (run rows, then the batch, then
+// the tenant, as a handoff, cancel or finish does through the trigger of migration 016) and
+// never deadlocks with one. Tenants and batches are found through the partial
 // indexes `leasehold_tenants_wanting` and `leasehold_batches_wanting`; stale runs by reading the
 // small table of live runs. Batches in `skip` are never taken.
 export async function takeOver(sql: Sql, a: TakeOverArgs): Promise<TakenBatch | undefined> {
@@ -110,15 +115,26 @@ export function takeOverStatement(sql: Sql, a: TakeOverArgs) {
       limit 1
       for update of r, b skip locked
     ), sent_free as (
+      -- Waits for the rows (batch, then tenant: the order of every statement here) rather than
+      -- skipping them: runs sent at once for one batch join one after another, each seeing the
+      -- live runs the one before it left, instead of all but one finding nothing.
       select b.id, t.running
       from leasehold_batches b join leasehold_tenants t on t.tenant = b.tenant
       where b.id = ${sent}::uuid and b.status = 'open' and b.live_runs < b.target
         and t.running < coalesce(t.max_running, ${a.maxRunning})
-      for update of b, t skip locked
+      for update of b, t
+    ), fewest_other as materialized (
+      -- The fewest runs a tenant other than the sent batch's runs (read without a lock, as
+      -- fewest is): compared with its tenant's count as locked, which the takeovers before it in
+      -- the row's queue raised, so its own tenant's older count never turns it away.
+      select t.running from leasehold_tenants t
+      where ${eligible} and t.tenant <> (select tenant from leasehold_batches where id = ${sent}::uuid)
+      order by t.running, t.served_at nulls first, t.tenant
+      limit 1
     ), pick as (
       select id, dead, 0 as o from sent_stale
       union all select id, null::uuid, 1 from sent_free
-        where ${only} or not exists (select 1 from fewest where fewest.running < sent_free.running)
+        where ${only} or not exists (select 1 from fewest_other where fewest_other.running < sent_free.running)
       union all select id, dead, 2 from stale where not ${only}
       union all select id, null::uuid, 3 from fair where not ${only}
       order by o
