@@ -201,3 +201,16 @@ export function resultsArg(v: string): { s3: { bucket: string; prefix: string } 
   const prefix = url.rest === '' || url.rest.endsWith('/') ? url.rest : `${url.rest}/`;
   return { s3: { bucket: url.bucket, prefix } };
 }
+
+/** `--notify URL`: the API's `notify: { url }`, an absolute http(s) URL (the API checks the rest). */
+export function notifyArg(v: string): { url: string } {
+  let url: URL | undefined;
+  try {
+    url = new URL(v);
+  } catch {
+    url = undefined;
+  }
+  if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:'))
+    throw new InvalidArgumentError(`--notify takes an absolute http(s) URL, got "${v}"`);
+  return { url: v };
+}

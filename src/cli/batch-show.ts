@@ -28,16 +28,20 @@ function itemsLine(b: ApiBatch): string {
 }
 
 /**
- * The runs line: live runs against the target, and `runs`, every run the batch ever had (each
- * join, each takeover of a stale run, and each time slice a worker handed off at its deadline
- * starts a new one), so a short batch can count many.
+ * The runs line: live runs against the target (a finished batch wants none: `none (finished)`),
+ * and `runs`, every run the batch ever had (each join, each takeover of a stale run, and each
+ * time slice a worker handed off at its deadline starts a new one), so a short batch can count many.
  */
 function runsLine(b: ApiBatch): string {
   const redriven = b.redrives ? `; redriven ${b.redrives} time${b.redrives === 1 ? '' : 's'}` : '';
-  return (
-    `runs      ${b.liveRuns.length} live of ${b.target} wanted (maxConcurrency ${b.maxConcurrency}); ` +
-    `${b.runs} in all (every run it ever had: joins, takeovers and time slices)${redriven}`
-  );
+  // A finished batch wants no run: its target is no longer read. Runs still live are ending.
+  const live =
+    b.status !== 'open'
+      ? b.liveRuns.length
+        ? `${b.liveRuns.length} live, ending (finished)`
+        : 'none (finished)'
+      : `${b.liveRuns.length} live of ${b.target} wanted (maxConcurrency ${b.maxConcurrency})`;
+  return `runs      ${live}; ${b.runs} in all (every run it ever had: joins, takeovers and time slices)${redriven}`;
 }
 
 /** The lines of `batch show`. */

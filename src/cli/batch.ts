@@ -7,6 +7,7 @@ import {
   collectParam,
   concurrencyArg,
   count,
+  notifyArg,
   positiveInt,
   priorityArg,
   rateArg,
@@ -72,6 +73,11 @@ function addStart(batch: Command): void {
       'write the results to s3://BUCKET/PREFIX when the batch ends (JSON Lines parts, a manifest last)',
       resultsArg,
     )
+    .option(
+      '--notify <url>',
+      "POST the batch's Batch Finished event to URL as a signed webhook when it ends (needs LEASEHOLD_WEBHOOK_SECRET)",
+      notifyArg,
+    )
     .option('--follow', 'show progress until the batch finishes; exit 1 unless it succeeded')
     .option('--json', 'print the batch as JSON')
     .addOption(apiOption)
@@ -91,6 +97,7 @@ function addStart(batch: Command): void {
         ...(opts.rate === undefined ? {} : { rateLimit: { perSecond: opts.rate } }),
         ...(opts.source === undefined ? {} : { source: opts.source }),
         ...(opts.results === undefined ? {} : { results: opts.results }),
+        ...(opts.notify === undefined ? {} : { notify: opts.notify }),
       });
       if (opts.json) console.log(JSON.stringify(b));
       else

@@ -15,10 +15,22 @@ function evenShareText(evenShare: number | undefined): string {
   return evenShare === undefined ? '–' : String(Math.round(evenShare * 100) / 100);
 }
 
-function concurrencyLine(c: ApiConcurrency): string {
-  const extra = [c.coming ? `${c.coming} coming` : '', c.retiring ? `${c.retiring} retiring` : ''].filter(Boolean).join(', ');
-  const batch = c.batch ? `; ${c.batch} batch worker${c.batch === 1 ? '' : 's'} (not counted)` : '';
-  return `desired ${c.desired}, live ${c.live}${extra ? ` (${extra})` : ''}${batch}`;
+/**
+ * The fleet against the desired count, each figure said once: `live 3 of 3 desired; 3
+ * invocations on their way (…)`. `coming` counts workers invoked and not live yet (their first
+ * heartbeat not seen; fleet replacements a worker sends at its deadline, the scheduler's and
+ * batch workers'), never part of `live`: written as `(3 coming)` next to the live count it read
+ * as 6.
+ */
+export function concurrencyLine(c: ApiConcurrency): string {
+  const parts = [`live ${c.live} of ${c.desired} desired`];
+  if (c.coming)
+    parts.push(
+      `${c.coming} invocation${c.coming === 1 ? '' : 's'} on ${c.coming === 1 ? 'its' : 'their'} way (invoked, not live yet)`,
+    );
+  if (c.retiring) parts.push(`${c.retiring} retiring`);
+  if (c.batch) parts.push(`${c.batch} batch worker${c.batch === 1 ? '' : 's'} (not counted)`);
+  return parts.join('; ');
 }
 
 /** `processes`. */

@@ -1,6 +1,6 @@
 // `leasehold outbox …` and `leasehold tenants …`: a tenant's outbox and its batches, through the API.
 import type { Command } from 'commander';
-import type { ApiTenant } from '../client/index.js';
+import { ApiCallError, type ApiTenant } from '../client/index.js';
 import { apiOption, client, formatAge } from './args.js';
 
 /** Add `outbox` and `tenants` with their subcommands to `program`. */
@@ -17,6 +17,25 @@ export function addTenantCommands(program: Command): void {
   addTenantLimit(tenants);
 }
 
+/**
+ * `call`, its `no_outbox_units` answer told as the command that registers units
+ * (`leasehold units put TENANT --job outbox-delivery …`) rather than the API's request.
+ * @throws {ApiCallError} what `call` throws (that one with the CLI's wording).
+ */
+async function withUnitsHint<T>(tenant: string, call: () => Promise<T>): Promise<T> {
+  try {
+    return await call();
+  } catch (e) {
+    if (!(e instanceof ApiCallError) || e.code !== 'no_outbox_units') throw e;
+    throw new ApiCallError(
+      e.status,
+      e.code,
+      `tenant "${tenant}" has no outbox-delivery units of weight > 0 (nothing would deliver): register them first with ` +
+        `leasehold units put ${tenant} --job outbox-delivery --shards N --endpoint URL`,
+    );
+  }
+}
+
 /** `outbox show`. */
 function addOutboxShow(outbox: Command): void {
   outbox
@@ -28,7 +47,7 @@ function addOutboxShow(outbox: Command): void {
     .option('--json', 'print JSON')
     .addOption(apiOption)
     .action(async (tenant: string, opts) => {
-      const status = await client({ api: opts.api }).outboxStatus(tenant);
+      const status = await withUnitsHint(tenant, () => client({ api: opts.api }).outboxStatus(tenant));
       if (opts.json) return console.log(JSON.stringify(status, null, 2));
       console.log(
         `${status.tenant}: ${status.shards} shard${status.shards === 1 ? '' : 's'}, ${status.endpoints.length} endpoint${status.endpoints.length === 1 ? '' : 's'}`,
@@ -68,7 +87,7 @@ function addOutboxSend(outbox: Command): void {
         process.exitCode = 1;
         return;
       }
-      const r = await client({ api: opts.api }).sendOutbox(tenant, { key: opts.key, payload });
+      const r = await withUnitsHint(tenant, () => client({ api: opts.api }).sendOutbox(tenant, { key: opts.key, payload }));
       if (opts.json) return console.log(JSON.stringify(r));
       console.log(`enqueued message ${r.id} on ${tenant}/${r.shard}`);
     });

@@ -58,6 +58,12 @@ function withQuery(path: string, query: Record<string, string | number | undefin
   return s ? `${path}?${s}` : path;
 }
 
+/** A job of `GET /jobs`: its name and description. */
+export interface ApiJobName {
+  name: string;
+  description?: string;
+}
+
 /** A page of a batch's items, in key order; `next` is the `after` of the next page (null: none). */
 export interface ApiItemPage {
   items: ApiItem[];
@@ -160,6 +166,8 @@ export class ApiClient {
     source?: unknown;
     /** Where the results go when the batch ends (docs/api.md, "Results"). */
     results?: unknown;
+    /** Where its `Batch Finished` event is POSTed as a signed webhook when it ends (docs/api.md, `notify`). */
+    notify?: { url: string };
   }): Promise<{ batch: ApiBatch; created: boolean }> {
     const { tenant, ...body } = input;
     const { status, data } = await this.call<{ batch: ApiBatch } | ApiBatch>('POST', this.forTenant(tenant).batches(), body);
@@ -245,8 +253,16 @@ export class ApiClient {
 
   /** `GET /jobs`: the batch jobs the deployment knows, by name, with their descriptions. */
   async listJobs(): Promise<{ name: string; description?: string }[]> {
-    const { data } = await this.call<{ jobs: { name: string; description?: string }[] }>('GET', '/jobs');
-    return data.jobs;
+    return (await this.allJobs()).jobs;
+  }
+
+  /**
+   * `GET /jobs`: the batch jobs (`jobs`) and the unit jobs (`unitJobs`, which `units put --job`
+   * names; empty from an API that does not list them) the deployment knows.
+   */
+  async allJobs(): Promise<{ jobs: ApiJobName[]; unitJobs: ApiJobName[] }> {
+    const { data } = await this.call<{ jobs: ApiJobName[]; unitJobs?: ApiJobName[] }>('GET', '/jobs');
+    return { jobs: data.jobs, unitJobs: data.unitJobs ?? [] };
   }
 
   /** `PUT /tenants/{tenant}/units`: register the tenant's units (see docs/api.md for the body). */

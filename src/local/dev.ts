@@ -227,15 +227,18 @@ async function serve(options: DevOptions, p: Prepared, stack: Stack): Promise<nu
   await writeDevJson(stack, server.url, invokeUrl);
 
   const client = new ApiClient(server.url);
-  const jobs = await client.listJobs().then(
-    (list) => list.map((j) => j.name),
-    () => [],
+  const { jobs, unitJobs } = await client.allJobs().then(
+    (all) => ({ jobs: all.jobs.map((j) => j.name), unitJobs: all.unitJobs.map((j) => j.name) }),
+    () => ({ jobs: [], unitJobs: [] }),
   );
   const ruleCount = parseChainRules(process.env.LEASEHOLD_RULES).length;
   const say = stack.say;
   say('leasehold dev');
-  // The app's batch jobs, as its API knows them (`GET /jobs`), so a name to start is at hand.
-  say(`  app        ${options.appFile ?? 'the built-in runner'}; jobs: ${jobs.length ? jobs.join(', ') : 'none'}`);
+  // The app's batch jobs and unit jobs, as its API knows them (`GET /jobs`), so a name to start
+  // (`batch start`) or to put units of (`units put --job`) is at hand.
+  say(
+    `  app        ${options.appFile ?? 'the built-in runner'}; jobs: ${jobs.length ? jobs.join(', ') : 'none'}; unit jobs: ${unitJobs.length ? unitJobs.join(', ') : 'none'}`,
+  );
   say(`  database   ${dbWhere}${applied.length ? `; applied ${applied.join(', ')}` : ''}`);
   say(`  s3         ${s3Where}`);
   say(`  api        ${server.url}`);

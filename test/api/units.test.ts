@@ -4,7 +4,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import type { ApiDeps } from '../../src/api/index.js';
 import { Leaser } from '../../src/lease/index.js';
-import { defaultUnitJobs, defineUnitJob, outboxDelivery, outboxShard, type AddressLookup } from '../../src/units/index.js';
+import {
+  defaultUnitJobs,
+  defineUnitJob,
+  outboxDelivery,
+  outboxShard,
+  UnitJobRegistry,
+  type AddressLookup,
+} from '../../src/units/index.js';
 import { startRun } from '../../src/units/sql/runs.js';
 import { testDatabase } from '../support/db.js';
 import { useTestDatabase } from '../support/db-hooks.js';
@@ -93,12 +100,49 @@ describe('PUT /tenants/{tenant}/units', () => {
     expect(switched.body).toMatchObject({ added: 1, removed: 3 });
   });
 
-  it('answers 404 unknown_job for a job that is not a unit job (a batch job included)', async () => {
+  it('answers 404 unknown_job for a job that is not a unit job (a batch job included), naming the unit jobs there are', async () => {
     for (const job of ['nope', 'checksum']) {
       const res = await putUnits(uniqueTenant(), { job, shards: 1 });
       expect(res.status).toBe(404);
-      expect(res.body.error).toEqual({ code: 'unknown_job', message: `job: unknown job "${job}"` });
+      expect(res.body.error).toEqual({
+        code: 'unknown_job',
+        message: `job: unknown unit job "${job}" (this app's unit jobs: outbox-delivery, sync)`,
+      });
     }
+  });
+
+  it('hints at outboxDelivery() when an app without it is asked for outbox-delivery units', async () => {
+    const only = (jobs: UnitJobRegistry) => ({ ...deps, unitJobs: jobs });
+    const withSync = await putUnits(
+      uniqueTenant(),
+      { job: 'outbox-delivery', shards: 1, endpoints: hooks },
+      only(new UnitJobRegistry([sync as never])),
+    );
+    expect(withSync.status).toBe(404);
+    expect(withSync.body.error).toEqual({
+      code: 'unknown_job',
+      message:
+        `job: unknown unit job "outbox-delivery" (this app's unit jobs: sync); ` +
+        "add outboxDelivery() (from 'leasehold') to createHandlers' unitJobs to deliver outboxes",
+    });
+    const none = await putUnits(uniqueTenant(), { job: 'outbox-delivery', shards: 1 }, only(new UnitJobRegistry([])));
+    expect(none.body.error.message).toMatch(
+      /^job: unknown unit job "outbox-delivery" \(this app has no unit jobs\); add outboxDelivery\(\)/,
+    );
+    // Other names get no hint.
+    const other = await putUnits(uniqueTenant(), { job: 'outbox', shards: 1 }, only(new UnitJobRegistry([])));
+    expect(other.body.error.message).toBe('job: unknown unit job "outbox" (this app has no unit jobs)');
+  });
+
+  it('lists the unit jobs next to the batch jobs on GET /jobs', async () => {
+    const res = await call(deps, 'GET', '/jobs');
+    expect(res.status).toBe(200);
+    expect(res.body.unitJobs).toEqual([
+      { name: 'outbox-delivery', description: expect.any(String) },
+      { name: 'sync', description: 'sync a tenant' },
+    ]);
+    const bare = await call({ ...deps, unitJobs: new UnitJobRegistry([]) }, 'GET', '/jobs');
+    expect(bare.body.unitJobs).toEqual([]);
   });
 
   const bad: { name: string; body: unknown; tenant?: string; message: RegExp; status?: number; code?: string }[] = [

@@ -150,6 +150,8 @@ describe('leasehold batch', () => {
       });
       dev.on('exit', () => fail(new Error(devErr)));
     });
+    // The banner names the app's batch jobs and its unit jobs (what `units put --job` takes).
+    expect(devErr).toMatch(/^ +app +the built-in runner; jobs: .*checksum.*; unit jobs: outbox-delivery$/m);
     const run = (args: string[]) =>
       new Promise<{ code: number | null; stdout: string; stderr: string }>((done) => {
         // No --api: the CLI finds the running stack through .leasehold/dev.json.

@@ -2,9 +2,9 @@
 // release of a quarantined unit: POST /tenants/{tenant}/units/{shard}/release.
 import type { APIGatewayProxyEventV2 } from 'aws-lambda';
 import { checkStorableJson, fieldPath, parseInput, storedNameSchema } from '../../batch/index.js';
-import { InvalidRequestError } from '../../errors.js';
+import { InvalidRequestError, LeaseholdError } from '../../errors.js';
 import { deleteTenantUnits, listUnits, putTenantUnits, releaseUnit } from '../../lease/index.js';
-import { defaultUnitJobs, type UnitJobRegistry } from '../../units/index.js';
+import { defaultUnitJobs, type UnitJob, type UnitJobRegistry } from '../../units/index.js';
 import type { ApiDeps } from '../deps.js';
 import { listUnitsSchema, objectBody, putUnitsSchema, query, shardParam, tenantParam } from '../request.js';
 import { json, type Result } from '../respond.js';
@@ -12,15 +12,31 @@ import { unitView } from '../views.js';
 
 let builtinUnitJobs: UnitJobRegistry | undefined;
 
-function unitJobs(deps: ApiDeps): UnitJobRegistry {
+/** The deps' unit jobs, else the built-in ones (`outbox-delivery`). */
+export function unitJobs(deps: ApiDeps): UnitJobRegistry {
   return deps.unitJobs ?? (builtinUnitJobs ??= defaultUnitJobs());
+}
+
+/**
+ * The unit job named `name`. @throws {LeaseholdError} code `unknown_job` (404), its message
+ * naming the unit jobs this app has and, for `outbox-delivery` (opt-in: docs/app.md), the line
+ * that adds it: a new user's first `units put` names it before the app registers it.
+ */
+function findUnitJob(registry: UnitJobRegistry, name: string): UnitJob<unknown> {
+  const job = registry.find(name);
+  if (job) return job;
+  const names = registry.names();
+  const has = names.length ? `this app's unit jobs: ${names.join(', ')}` : 'this app has no unit jobs';
+  const hint =
+    name === 'outbox-delivery' ? "; add outboxDelivery() (from 'leasehold') to createHandlers' unitJobs to deliver outboxes" : '';
+  throw new LeaseholdError('unknown_job', `unknown unit job "${name}" (${has})${hint}`);
 }
 
 /** `PUT /tenants/{tenant}/units`: register the tenant's units of a unit job, the config checked by the job's schema and `admit`. */
 export async function putUnitsRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, [rawTenant]: string[]): Promise<Result> {
   const tenant = tenantParam(rawTenant);
   const body = parseInput(putUnitsSchema, objectBody(event, deps));
-  const job = unitJobs(deps).get(body.job);
+  const job = findUnitJob(unitJobs(deps), body.job);
   if (body.endpoints !== undefined && body.config?.endpoints !== undefined) {
     throw new InvalidRequestError('endpoints: given twice (also as config.endpoints); send one');
   }
