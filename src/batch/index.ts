@@ -48,6 +48,8 @@ export {
   fieldPath,
   checkStorableJson,
   toleratedFailuresSchema,
+  instantSchema,
+  steerMsSchema,
 } from './input.js';
 export { pauseBatch, resumeBatch, setBatchDeadline, endPastDeadlines, type DeadlineInput } from './steer.js';
 export {

@@ -86,7 +86,7 @@ export interface NewBatch {
   deadlineMs?: number | null;
 }
 
-/** Longest `deadlineMs` of a batch, ms: 366 days. */
+/** Longest `deadlineMs` of a batch (and `startByMs` of a trigger firing), ms: 366 days. */
 export const MAX_DEADLINE_MS = 366 * 86_400_000;
 
 /** Longest item timeout, ms: Lambda's longest invocation (15 minutes). */
