@@ -68,6 +68,12 @@ export interface RuleDeclaration {
   params?: Record<string, unknown>;
   toleratedFailures?: { count: number } | { percent: number };
   maxConcurrency?: number;
+  /**
+   * A chained start not begun this many ms after the batch it follows ended (deferred at
+   * `maxOpen`, or its event late) is dropped with a reason (docs/design.md, "Pause, deadline and
+   * startBy"). 1 to 366 days. Default none.
+   */
+  startByMs?: number;
 }
 
 /** An RDS PostgreSQL instance the component creates (in its VPC). */
@@ -581,6 +587,10 @@ export function checkRules(list: readonly RuleDeclaration[]): void {
     const mc = r.maxConcurrency;
     if (mc !== undefined && !(Number.isInteger(mc) && mc >= 1 && mc <= 10_000)) {
       throw new Error(`${where}.maxConcurrency: must be a whole number from 1 to 10000`);
+    }
+    const sb = r.startByMs;
+    if (sb !== undefined && !(Number.isInteger(sb) && sb >= 1 && sb <= 366 * 86_400_000)) {
+      throw new Error(`${where}.startByMs: must be a whole number of ms from 1 to 31622400000 (366 days)`);
     }
   }
 }

@@ -17,6 +17,8 @@ import {
   textSchema,
   toleratedFailuresSchema,
   typeName,
+  instantSchema,
+  steerMsSchema,
 } from '../batch/index.js';
 import { CSV_DELIMITERS, parseInput, type CsvDelimiter } from '../batch/index.js';
 import type { ApiDeps } from './deps.js';
@@ -207,8 +209,13 @@ export const startSchema = z
       .optional(),
     source: sourceSchema.optional(),
     results: resultsSchema.optional(),
+    deadline: instantSchema.optional(),
+    deadlineMs: steerMsSchema.optional(),
   })
-  .strict();
+  .strict()
+  .refine((b) => b.deadline === undefined || b.deadlineMs === undefined, {
+    message: 'deadline and deadlineMs: give one of them, not both',
+  });
 
 /** Body of `PATCH /batches/{id}`: what may change while a batch runs (at least one of them). */
 export const patchBatchSchema = z
@@ -221,11 +228,20 @@ export const patchBatchSchema = z
       )
       .strict()
       .optional(),
+    // null clears the deadline.
+    deadline: instantSchema.nullable().optional(),
+    deadlineMs: steerMsSchema.optional(),
   })
   .strict()
-  .refine((b) => b.maxConcurrency !== undefined || b.rateLimit !== undefined, {
-    message: 'must set maxConcurrency, rateLimit or both',
-  });
+  .refine((b) => b.deadline === undefined || b.deadlineMs === undefined, {
+    message: 'deadline and deadlineMs: give one of them, not both',
+  })
+  .refine(
+    (b) => b.maxConcurrency !== undefined || b.rateLimit !== undefined || b.deadline !== undefined || b.deadlineMs !== undefined,
+    {
+      message: 'must set at least one of maxConcurrency, rateLimit, deadline, deadlineMs',
+    },
+  );
 
 /** Validated body of `POST /batches`. */
 export type StartRequest = z.infer<typeof startSchema>;

@@ -23,11 +23,15 @@ export function batchView(b: BatchInfo): BatchView {
     status: b.status,
     total: b.total,
     counts: { ...b.counts },
-    notRun: b.status === 'cancelled' ? b.counts.running + b.counts.pending : 0,
+    notRun:
+      b.status === 'cancelled' || (b.status === 'failed' && b.reason === 'deadline') ? b.counts.running + b.counts.pending : 0,
     ownerProcess: b.ownerProcess,
     runs: b.runs,
     maxConcurrency: b.maxConcurrency,
     target: b.target,
+    paused: b.pausedAt !== null,
+    pausedAt: iso(b.pausedAt),
+    deadline: iso(b.deadline),
     liveRuns: b.runList.map((r) => ({
       id: r.id,
       process: r.process,

@@ -25,7 +25,8 @@ export interface ApiBatch {
   counts: Record<ApiItemState, number>;
   /**
    * Items that will never run: a cancelled batch's pending and running items (no run works a
-   * cancelled batch; cancel is for good, and a cancelled batch is never redriven); 0 for any other.
+   * cancelled batch; cancel is for good, and a cancelled batch is never redriven), and those of a
+   * batch ended by its deadline (reason `deadline`, until a redrive); 0 for any other.
    */
   notRun: number;
   /** Process of its oldest live run; null when it has none. */
@@ -34,8 +35,20 @@ export interface ApiBatch {
   runs: number;
   /** Most runs at once (docs/design.md, "Fan-out"). */
   maxConcurrency: number;
-  /** Runs it wants now: min(maxConcurrency, ceil(total / 100)), lowered when a run leaves for want of work. */
+  /**
+   * Runs it wants now: min(maxConcurrency, ceil(total / 100)), lowered when a run leaves for want
+   * of work; 0 while it is paused.
+   */
   target: number;
+  /**
+   * Paused (`POST /batches/{id}/pause`): no run joins it and its runs hand off within a beat; it
+   * is not waiting for workers. False once it resumes, and for a finished batch.
+   */
+  paused: boolean;
+  /** When it was paused (ISO 8601, database clock); null: not paused. */
+  pausedAt: string | null;
+  /** Its deadline (ISO 8601): not finished by then, it ends `failed` with reason `deadline`. Null: none. */
+  deadline: string | null;
   /** Its live runs, oldest first. */
   liveRuns: ApiRun[];
   /**

@@ -6,6 +6,7 @@ import * as q from './sql/index.js';
 import { MAX_RATE_PER_SECOND, MIN_RATE_PER_SECOND, validRate } from './rate.js';
 import {
   MAX_CONCURRENCY,
+  MAX_DEADLINE_MS,
   MAX_ITEM_TIMEOUT_MS,
   MAX_PRIORITY,
   type BatchInfo,
@@ -119,6 +120,7 @@ export async function createBatch(
   checkMaxConcurrency(maxConcurrency);
   if (batch.timeoutMs != null) checkItemTimeout(batch.timeoutMs);
   if (batch.ratePerSecond != null) checkRatePerSecond(batch.ratePerSecond);
+  checkDeadline(batch);
   if (!Number.isInteger(priority) || priority < 0 || priority > MAX_PRIORITY) {
     throw new InvalidBatchError(`priority must be an integer from 0 to ${MAX_PRIORITY} (got ${String(batch.priority)})`);
   }
@@ -278,6 +280,24 @@ export function checkItemTimeout(ms: unknown, limitMs = MAX_ITEM_TIMEOUT_MS, why
   }
   if (ms > limitMs) {
     throw new InvalidBatchError(`timeoutMs ${ms} ms is longer than ${why || 'the longest item timeout'} (${limitMs} ms)`);
+  }
+}
+
+/**
+ * Check a deadline: `deadline` a valid instant, `deadlineMs` a whole number from 1 to
+ * {@link MAX_DEADLINE_MS}; never both.
+ * @throws {InvalidBatchError} naming the value.
+ */
+export function checkDeadline(d: { deadline?: Date | null; deadlineMs?: number | null }): void {
+  if (d.deadline != null && d.deadlineMs != null) {
+    throw new InvalidBatchError('deadline and deadlineMs: give one of them, not both');
+  }
+  if (d.deadline != null && !(d.deadline instanceof Date && Number.isFinite(d.deadline.getTime()))) {
+    throw new InvalidBatchError(`deadline must be an instant (got ${String(d.deadline)})`);
+  }
+  const ms = d.deadlineMs;
+  if (ms != null && (typeof ms !== 'number' || !Number.isInteger(ms) || ms < 1 || ms > MAX_DEADLINE_MS)) {
+    throw new InvalidBatchError(`deadlineMs must be a whole number of ms from 1 to ${MAX_DEADLINE_MS} (got ${String(ms)})`);
   }
 }
 

@@ -7,7 +7,7 @@
 // 8 (a batch finishes exactly once), 9 (a start stores everything or nothing), 10 (attempts an
 // unstarted item never uses) and the batch half of 14 (at most `maxConcurrency` runs).
 // Entry points: `startBatch` / `createBatch` (start), `Runner` (one run of a batch),
-// `redriveBatch`, `dispatchWorkers`, `deleteExpiredBatches`, and the reads the API answers from.
+// `redriveBatch`, `pauseBatch` / `resumeBatch` / `setBatchDeadline` / `endPastDeadlines`, `dispatchWorkers`, `deleteExpiredBatches`, and the reads the API answers from.
 // Uses only the store (and the clock, errors, log leaves); nothing here knows of Lambda or HTTP.
 export * from './types.js';
 export * from './errors.js';
@@ -29,6 +29,7 @@ export {
   setRateLimit,
   checkMaxConcurrency,
   checkItemTimeout,
+  checkDeadline,
   isUuid,
   checkToleratedFailures,
   checkNotify,
@@ -47,7 +48,10 @@ export {
   fieldPath,
   checkStorableJson,
   toleratedFailuresSchema,
+  instantSchema,
+  steerMsSchema,
 } from './input.js';
+export { pauseBatch, resumeBatch, setBatchDeadline, endPastDeadlines, type DeadlineInput } from './steer.js';
 export {
   sendWorkers,
   type Dispatcher,

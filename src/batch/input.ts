@@ -2,6 +2,7 @@
 // and zod parsing whose messages name the field. The HTTP API and the trigger both use it.
 import * as z from 'zod';
 import { InvalidRequestError } from '../errors.js';
+import { MAX_DEADLINE_MS } from './types.js';
 
 /** Most levels of nesting accepted inside `params` (deeper JSON cannot be stored or serialised safely). */
 export const MAX_PARAMS_DEPTH = 32;
@@ -122,3 +123,19 @@ export const toleratedFailuresSchema = z
   .refine((t) => (t.count === undefined) !== (t.percent === undefined), 'must be { count } or { percent }: give exactly one')
   .transform((t) => (t.count !== undefined ? { count: t.count } : { percent: t.percent! }))
   .nullable();
+
+/**
+ * An instant as ISO 8601 text with its offset (`2026-05-01T12:00:00Z`, `…+02:00`), read as a
+ * Date: a batch's `deadline`, a trigger firing's `startBy` (docs/design.md, "Pause, deadline and
+ * startBy").
+ */
+export const instantSchema = z.iso
+  .datetime({ offset: true, error: 'must be an ISO 8601 instant with its offset, e.g. 2026-05-01T12:00:00Z' })
+  .transform((s) => new Date(s));
+
+/** A span in ms from 1 to {@link MAX_DEADLINE_MS}: a batch's `deadlineMs`, a firing's `startByMs`. */
+export const steerMsSchema = z
+  .number({ error: (i) => `must be a whole number of ms from 1 to ${MAX_DEADLINE_MS}, got ${typeName(i.input)}` })
+  .int(`must be a whole number of ms from 1 to ${MAX_DEADLINE_MS}`)
+  .min(1, `must be a whole number of ms from 1 to ${MAX_DEADLINE_MS}`)
+  .max(MAX_DEADLINE_MS, `must be a whole number of ms from 1 to ${MAX_DEADLINE_MS}`);

@@ -107,6 +107,10 @@ export interface StartRequest {
   source?: BatchSource;
   /** Write the results to S3 when the batch finishes (its bucket is checked here). */
   results?: ResultsTarget;
+  /** A deadline for the whole batch, an instant (docs/design.md, "Pause, deadline and startBy"); default none. */
+  deadline?: Date;
+  /** A deadline in ms from the start; default none. Never with `deadline`. */
+  deadlineMs?: number;
 }
 
 /** What {@link startBatch} did. */
@@ -186,6 +190,8 @@ export async function startBatch(deps: StartDeps, req: StartRequest): Promise<St
       notify: req.notify,
       source: stored,
       results: req.results,
+      deadline: req.deadline,
+      deadlineMs: req.deadlineMs,
     },
     { maxOpen: deps.config.maxOpen, limits: startLimits(deps.config) },
   );

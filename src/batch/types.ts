@@ -76,7 +76,18 @@ export interface NewBatch {
    * ignored and the batch starts `reading`, with no items. Default none.
    */
   source?: StoredSource | null;
+  /**
+   * A deadline for the whole batch, an instant (docs/design.md, "Pause, deadline and startBy"):
+   * not finished by then, it ends `failed` with reason `deadline`. Wins over `deadlineMs`.
+   * Default none.
+   */
+  deadline?: Date | null;
+  /** A deadline in ms from the start (database clock), 1 to {@link MAX_DEADLINE_MS}. Default none. */
+  deadlineMs?: number | null;
 }
+
+/** Longest `deadlineMs` of a batch (and `startByMs` of a trigger firing), ms: 366 days. */
+export const MAX_DEADLINE_MS = 366 * 86_400_000;
 
 /** Longest item timeout, ms: Lambda's longest invocation (15 minutes). */
 export const MAX_ITEM_TIMEOUT_MS = 900_000;
@@ -183,6 +194,13 @@ export interface BatchInfo {
    * written. After the 8th failed try its results are no longer written.
    */
   resultsError: string | null;
+  /**
+   * When it was paused (database clock; docs/design.md, "Pause, deadline and startBy"): no run
+   * joins it and its runs hand off until it resumes. Null: not paused (always null once finished).
+   */
+  pausedAt: Date | null;
+  /** Its deadline: not finished by then, it ends `failed` with reason `deadline`. Null: none. */
+  deadline: Date | null;
 }
 
 /** One item's stored result, as `leasehold batch results` prints it. */

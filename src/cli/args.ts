@@ -128,6 +128,23 @@ export const timeoutArg = (v: string) => {
   return n;
 };
 
+/** `--deadline`: an ISO 8601 instant with its offset (`2026-05-01T12:00:00Z`), sent as given. */
+export const deadlineArg = (v: string) => {
+  if (!/^\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:\d\d)$/.test(v.trim()) || !Number.isFinite(Date.parse(v))) {
+    throw new InvalidArgumentError('--deadline must be an ISO 8601 instant with its offset, e.g. 2026-05-01T12:00:00Z');
+  }
+  return v.trim();
+};
+
+/** `--deadline-ms`: a whole number of ms from 1 to 366 days (31,622,400,000). */
+export const deadlineMsArg = (v: string) => {
+  const n = Number(v);
+  if (!/^\d{1,11}$/.test(v.trim()) || n < 1 || n > 31_622_400_000) {
+    throw new InvalidArgumentError('--deadline-ms must be a whole number of ms from 1 to 31622400000 (366 days)');
+  }
+  return n;
+};
+
 /** `--priority`: a whole number from 0 to 9. */
 export const priorityArg = (v: string) => {
   const n = Number(v);

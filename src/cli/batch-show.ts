@@ -21,8 +21,8 @@ function toleranceText(b: ApiBatch): string | null {
 function itemsLine(b: ApiBatch): string {
   const reading = b.reading ? ' so far (its source is still being read)' : '';
   const rest =
-    b.status === 'cancelled'
-      ? `${b.counts.running + b.counts.pending} not run (cancelled)`
+    b.status === 'cancelled' || b.notRun > 0
+      ? `${b.counts.running + b.counts.pending} not run (${b.status === 'cancelled' ? 'cancelled' : 'past its deadline'})`
       : `${b.counts.running} running (claimed by its runs: being worked or queued ahead in a run), ${b.counts.pending} pending`;
   return `items     ${b.total}${reading}: ${b.counts.done} done, ${b.counts.failed} failed, ${rest}`;
 }
@@ -34,13 +34,16 @@ function itemsLine(b: ApiBatch): string {
  */
 function runsLine(b: ApiBatch): string {
   const redriven = b.redrives ? `; redriven ${b.redrives} time${b.redrives === 1 ? '' : 's'}` : '';
-  // A finished batch wants no run: its target is no longer read. Runs still live are ending.
+  // A finished batch wants no run: its target is no longer read. Runs still live are ending. A
+  // paused batch wants none either: it is not waiting for workers.
   const live =
     b.status !== 'open'
       ? b.liveRuns.length
         ? `${b.liveRuns.length} live, ending (finished)`
         : 'none (finished)'
-      : `${b.liveRuns.length} live of ${b.target} wanted (maxConcurrency ${b.maxConcurrency})`;
+      : b.paused
+        ? `${b.liveRuns.length} live, paused since ${b.pausedAt}, none wanted (maxConcurrency ${b.maxConcurrency})`
+        : `${b.liveRuns.length} live of ${b.target} wanted (maxConcurrency ${b.maxConcurrency})`;
   return `runs      ${live}; ${b.runs} in all (every run it ever had: joins, takeovers and time slices)${redriven}`;
 }
 
@@ -50,7 +53,8 @@ export function showLines(b: ApiBatch): string[] {
     `batch     ${b.id}`,
     `job       ${b.job} ${JSON.stringify(b.params)}`,
     `tenant    ${b.tenant} / datasource ${b.datasource} / priority ${b.priority}`,
-    `status    ${b.status}${b.reason ? ` (${b.reason})` : ''}`,
+    `status    ${b.status === 'open' && b.paused ? 'open, paused' : b.status}${b.reason ? ` (${b.reason})` : ''}` +
+      (b.deadline ? `; deadline ${b.deadline}` : ''),
     itemsLine(b),
     `tolerates ${toleranceText(b) ?? 'no failed item (any failure fails the batch once all items ran)'}`,
     runsLine(b),

@@ -8,6 +8,8 @@ import {
   concurrencyArg,
   count,
   notifyArg,
+  deadlineArg,
+  deadlineMsArg,
   positiveInt,
   priorityArg,
   rateArg,
@@ -26,13 +28,16 @@ import { formatTable } from './table.js';
 export function addBatchCommands(program: Command): void {
   const batch = program
     .command('batch')
-    .description('start, change (update), show, list, cancel and redrive batches, and read their results, through the API');
+    .description(
+      'start, change (update), show, list, pause, resume, cancel and redrive batches, and read their results, through the API',
+    );
   addStart(batch);
   addUpdate(batch);
   addShow(batch);
   addResults(batch);
   addList(batch);
   addCancel(batch);
+  addPauseResume(batch);
   addRedrive(batch);
 }
 
@@ -78,6 +83,12 @@ function addStart(batch: Command): void {
       "POST the batch's Batch Finished event to URL as a signed webhook when it ends (needs LEASEHOLD_WEBHOOK_SECRET)",
       notifyArg,
     )
+    .option('--deadline <instant>', 'not finished by this ISO 8601 instant, the batch ends failed (reason deadline)', deadlineArg)
+    .option(
+      '--deadline-ms <ms>',
+      'not finished this many ms after its start, the batch ends failed (reason deadline)',
+      deadlineMsArg,
+    )
     .option('--follow', 'show progress until the batch finishes; exit 1 unless it succeeded')
     .option('--json', 'print the batch as JSON')
     .addOption(apiOption)
@@ -98,6 +109,8 @@ function addStart(batch: Command): void {
         ...(opts.source === undefined ? {} : { source: opts.source }),
         ...(opts.results === undefined ? {} : { results: opts.results }),
         ...(opts.notify === undefined ? {} : { notify: opts.notify }),
+        ...(opts.deadline === undefined ? {} : { deadline: opts.deadline }),
+        ...(opts.deadlineMs === undefined ? {} : { deadlineMs: opts.deadlineMs }),
       });
       if (opts.json) console.log(JSON.stringify(b));
       else
@@ -116,23 +129,37 @@ function addUpdate(batch: Command): void {
     .argument('<id>')
     .option('--concurrency <n>', 'most runs at once, 1..10000 (lowered: the newest runs hand off within a beat)', concurrencyArg)
     .option('--rate <perSecond>', 'most items started per second per rate-limit key, fleet-wide', rateArg)
+    .option('--deadline <instant>', 'its deadline, an ISO 8601 instant', deadlineArg)
+    .option('--deadline-ms <ms>', 'its deadline, ms from its start', deadlineMsArg)
+    .option('--no-deadline', 'clear its deadline')
     .option('--json', 'print JSON')
     .addOption(scopeOption())
     .addOption(apiOption)
     .action(async (id: string, opts) => {
-      if (opts.concurrency === undefined && opts.rate === undefined) {
-        console.error('leasehold: batch update needs --concurrency, --rate or both');
+      // --no-deadline makes opts.deadline false; absent, commander sets it true.
+      const deadline =
+        opts.deadline === false ? { deadline: null } : typeof opts.deadline === 'string' ? { deadline: opts.deadline } : {};
+      if (
+        opts.concurrency === undefined &&
+        opts.rate === undefined &&
+        !('deadline' in deadline) &&
+        opts.deadlineMs === undefined
+      ) {
+        console.error('leasehold: batch update needs --concurrency, --rate, --deadline, --deadline-ms or --no-deadline');
         process.exitCode = 1;
         return;
       }
       const b = await client(opts).updateBatch(id, {
         ...(opts.concurrency === undefined ? {} : { maxConcurrency: opts.concurrency }),
         ...(opts.rate === undefined ? {} : { rateLimit: { perSecond: opts.rate } }),
+        ...deadline,
+        ...(opts.deadlineMs === undefined ? {} : { deadlineMs: opts.deadlineMs }),
       });
       if (opts.json) return console.log(JSON.stringify(b, null, 2));
       console.log(
         `batch ${b.id}: maxConcurrency ${b.maxConcurrency}, target ${b.target}, ${b.liveRuns.length} live run${b.liveRuns.length === 1 ? '' : 's'}` +
-          (b.rateLimit ? `, rate ${b.rateLimit.perSecond}/s` : ''),
+          (b.rateLimit ? `, rate ${b.rateLimit.perSecond}/s` : '') +
+          (b.deadline ? `, deadline ${b.deadline}` : ''),
       );
     });
 }
@@ -181,7 +208,7 @@ function addList(batch: Command): void {
         ],
         list.map((b) => [
           b.id,
-          b.status,
+          b.paused ? 'paused' : b.status,
           b.job,
           b.priority,
           `${b.counts.done + b.counts.failed}/${b.total}`,
@@ -204,6 +231,30 @@ function addCancel(batch: Command): void {
     .action(async (id: string, opts) => {
       const b = await client(opts).cancelBatch(id);
       console.log(`batch ${b.id} ${b.status}`);
+    });
+}
+
+/** `batch pause` and `batch resume`. */
+function addPauseResume(batch: Command): void {
+  batch
+    .command('pause')
+    .description('pause an open batch: it keeps its items, its runs hand off within a beat, nothing runs until it resumes')
+    .argument('<id>')
+    .addOption(scopeOption())
+    .addOption(apiOption)
+    .action(async (id: string, opts) => {
+      const b = await client(opts).pauseBatch(id);
+      console.log(`batch ${b.id} paused (${b.liveRuns.length} run${b.liveRuns.length === 1 ? '' : 's'} handing off)`);
+    });
+  batch
+    .command('resume')
+    .description('resume a paused batch: workers are sent to it again')
+    .argument('<id>')
+    .addOption(scopeOption())
+    .addOption(apiOption)
+    .action(async (id: string, opts) => {
+      const b = await client(opts).resumeBatch(id);
+      console.log(`batch ${b.id} resumed (target ${b.target} run${b.target === 1 ? '' : 's'})`);
     });
 }
 

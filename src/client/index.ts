@@ -168,6 +168,10 @@ export class ApiClient {
     results?: unknown;
     /** Where its `Batch Finished` event is POSTed as a signed webhook when it ends (docs/api.md, `notify`). */
     notify?: { url: string };
+    /** A deadline for the whole batch: an ISO 8601 instant. */
+    deadline?: string;
+    /** A deadline in ms from the start. */
+    deadlineMs?: number;
   }): Promise<{ batch: ApiBatch; created: boolean }> {
     const { tenant, ...body } = input;
     const { status, data } = await this.call<{ batch: ApiBatch } | ApiBatch>('POST', this.forTenant(tenant).batches(), body);
@@ -183,10 +187,14 @@ export class ApiClient {
   }
 
   /**
-   * `PATCH /batches/{id}` `{ maxConcurrency?, rateLimit? }`: change how many runs the open batch
-   * may have at once, or its rate limit (items per second per key), while it runs.
+   * `PATCH /batches/{id}` `{ maxConcurrency?, rateLimit?, deadline?, deadlineMs? }`: change how
+   * many runs the open batch may have at once, its rate limit (items per second per key), or its
+   * deadline (an ISO 8601 instant, null to clear, or ms from its start), while it runs.
    */
-  async updateBatch(id: string, change: { maxConcurrency?: number; rateLimit?: { perSecond: number } }): Promise<ApiBatch> {
+  async updateBatch(
+    id: string,
+    change: { maxConcurrency?: number; rateLimit?: { perSecond: number }; deadline?: string | null; deadlineMs?: number },
+  ): Promise<ApiBatch> {
     const { data } = await this.call<ApiBatch>('PATCH', this.batch(id), change);
     return data;
   }
@@ -204,6 +212,18 @@ export class ApiClient {
   /** `GET /batches`: the batches only. */
   async listBatches(filter: { tenant?: string; status?: string; limit?: number }): Promise<ApiBatch[]> {
     return (await this.listBatchesPage(filter)).batches;
+  }
+
+  /** `POST /batches/{id}/pause`: its runs hand off within a beat; nothing runs until it resumes. */
+  async pauseBatch(id: string): Promise<ApiBatch> {
+    const { data } = await this.call<ApiBatch>('POST', this.batch(id, '/pause'));
+    return data;
+  }
+
+  /** `POST /batches/{id}/resume`: workers are sent to it again. */
+  async resumeBatch(id: string): Promise<ApiBatch> {
+    const { data } = await this.call<ApiBatch>('POST', this.batch(id, '/resume'));
+    return data;
   }
 
   /** `POST /batches/{id}/cancel`. */

@@ -51,6 +51,8 @@ export const api = {
     client().listBatchesPage(filter) as Promise<{ batches: Batch[]; retentionDays?: number }>,
   getBatch: (id: string): Promise<Batch> => client().getBatch(id),
   cancelBatch: (id: string): Promise<Batch> => client().cancelBatch(id),
+  pauseBatch: (id: string): Promise<Batch> => client().pauseBatch(id),
+  resumeBatch: (id: string): Promise<Batch> => client().resumeBatch(id),
   /** `key` is the Idempotency-Key: a repeated click with the same key redrives once. */
   redriveBatch: (id: string, key: string): Promise<Batch & { redrive: Redrive; redriven: boolean }> =>
     client()

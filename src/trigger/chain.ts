@@ -4,7 +4,7 @@
 // at-least-once resend, EventBridge's own retry) starts nothing new.
 import * as z from 'zod';
 import { MAX_CONCURRENCY, type ToleratedFailures } from '../batch/types.js';
-import { MAX_NAME_LENGTH, nameSchema, toleratedFailuresSchema } from '../batch/input.js';
+import { MAX_NAME_LENGTH, nameSchema, steerMsSchema, toleratedFailuresSchema } from '../batch/input.js';
 import type { BatchFinishedDetail } from '../batch/sql/events.js';
 import { InvalidSettingError } from '../errors.js';
 
@@ -30,6 +30,12 @@ export interface ChainRule {
   params: Record<string, unknown>;
   toleratedFailures?: ToleratedFailures;
   maxConcurrency?: number;
+  /**
+   * Not started this many ms after the batch it follows finished (deferred at `maxOpen`, or its
+   * event late), the chained start is dropped with a reason (docs/design.md, "Pause, deadline and
+   * startBy"). Default none.
+   */
+  startByMs?: number;
 }
 
 const statusSchema = z.enum(FINAL_STATUSES, { error: () => `must be one of ${FINAL_STATUSES.join(', ')}` });
@@ -50,13 +56,14 @@ const ruleSchema = z
     params: z.record(z.string(), z.unknown()).optional(),
     toleratedFailures: toleratedFailuresSchema.optional(),
     maxConcurrency: z.number().int().min(1).max(MAX_CONCURRENCY).optional(),
+    startByMs: steerMsSchema.optional(),
   })
   .strict();
 
 /**
  * Read chain rules (`LEASEHOLD_RULES`: the JSON array the SST component writes from its `rules`,
  * and `leasehold dev` from the app file's `rules` export): each `{ name, after: { job, status?,
- * tenant? }, job, tenant?, datasource?, params?, toleratedFailures?, maxConcurrency? }`, names
+ * tenant? }, job, tenant?, datasource?, params?, toleratedFailures?, maxConcurrency?, startByMs? }`, names
  * unique. `status` may be one status or a list; default `["succeeded"]`. Empty or unset: none.
  * @throws {InvalidSettingError} not JSON, not an array, or a rule that does not parse (the
  *   message names the rule and the field).

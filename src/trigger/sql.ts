@@ -1,5 +1,5 @@
 // Statements of the trigger's own table: scheduled firings deferred until their datasource has
-// a free slot (leasehold_deferred_starts, migration 006).
+// a free slot (leasehold_deferred_starts, migration 006; start_by, migration 030).
 import type { ToleratedFailures } from '../batch/index.js';
 import type { Sql } from '../store/index.js';
 
@@ -14,6 +14,8 @@ export interface DeferredStartRow {
   tolerated_failures: ToleratedFailures | null;
   /** The maxConcurrency the event asked for (migration 016); null: the default. */
   max_concurrency: number | null;
+  /** Not started by this instant, it is dropped (migration 030); null: it waits as long as it takes. */
+  start_by: Date | null;
   tries: number;
 }
 
@@ -28,20 +30,23 @@ export async function deferStart(
     params: Record<string, unknown>;
     toleratedFailures: ToleratedFailures | null;
     maxConcurrency: number | null;
+    startBy?: Date | null;
     error: string;
   },
 ): Promise<boolean> {
   const rows = await sql`insert into leasehold_deferred_starts
-      (tenant, request_key, datasource, job, params, tolerated_failures, max_concurrency, last_error)
+      (tenant, request_key, datasource, job, params, tolerated_failures, max_concurrency, start_by, last_error)
     values (${d.tenant}, ${d.requestKey}, ${d.datasource}, ${d.job}, ${sql.json(d.params as never)},
-      ${d.toleratedFailures === null ? null : sql.json(d.toleratedFailures as never)}, ${d.maxConcurrency}, ${d.error})
+      ${d.toleratedFailures === null ? null : sql.json(d.toleratedFailures as never)}, ${d.maxConcurrency},
+      ${d.startBy ?? null}::timestamptz, ${d.error})
     on conflict (tenant, request_key) do nothing`;
   return rows.count === 1;
 }
 
 // The oldest deferred firings; reads only.
 export function deferredStarts(sql: Sql, limit: number): Promise<DeferredStartRow[]> {
-  return sql<DeferredStartRow[]>`select tenant, request_key, datasource, job, params, tolerated_failures, max_concurrency, tries
+  return sql<DeferredStartRow[]>`select tenant, request_key, datasource, job, params, tolerated_failures, max_concurrency,
+      start_by, tries
     from leasehold_deferred_starts order by created_at, tenant, request_key limit ${limit}`;
 }
 
@@ -60,4 +65,20 @@ export async function deferredRefused(sql: Sql, tenant: string, requestKey: stri
 export async function countDeferred(sql: Sql): Promise<number> {
   const [r] = await sql<{ n: number }[]>`select count(*) as n from leasehold_deferred_starts`;
   return r.n;
+}
+
+// Deletes the deferred firings whose start_by has passed (database clock) and answers them. The
+// table holds only firings waiting for a slot (a few), so this reads it whole.
+export async function dropLateDeferred(
+  sql: Sql,
+): Promise<{ tenant: string; request_key: string; datasource: string; start_by: Date }[]> {
+  return sql<{ tenant: string; request_key: string; datasource: string; start_by: Date }[]>`delete from leasehold_deferred_starts
+    where start_by is not null and start_by <= now()
+    returning tenant, request_key, datasource, start_by`;
+}
+
+// Whether the instant `at` has passed by the database clock; reads nothing.
+export async function passed(sql: Sql, at: Date): Promise<boolean> {
+  const [r] = await sql<{ passed: boolean }[]>`select ${at}::timestamptz <= now() as passed`;
+  return r.passed;
 }

@@ -9,6 +9,9 @@ import {
   nameSchema,
   parseInput,
   toleratedFailuresSchema,
+  instantSchema,
+  steerMsSchema,
+  findBatchByKey,
   startBatch,
   TooManyBatchesError,
   type StartDeps,
@@ -20,6 +23,7 @@ import { isLockTimeout } from '../store/index.js';
 import { errorFields, type Log } from '../log.js';
 import * as q from './sql.js';
 import { chainedParams, chainedRequestKey, matchingRules, type ChainRule } from './chain.js';
+import { dropLateDeferred, lateReason, START_BY_PASSED, startByAfter, tooLate } from './start-by.js';
 import type { BatchFinishedDetail } from '../batch/index.js';
 import { BATCH_FINISHED_DETAIL_TYPE, EVENT_SOURCE } from '../contract.js';
 
@@ -109,8 +113,11 @@ const detailSchema = z
       .min(1, 'must be a whole number from 1 to 10000')
       .max(MAX_CONCURRENCY, 'must be a whole number from 1 to 10000')
       .optional(),
+    startBy: instantSchema.optional(),
+    startByMs: steerMsSchema.optional(),
   })
-  .strict();
+  .strict()
+  .refine((d) => d.startBy === undefined || d.startByMs === undefined, { message: 'startBy and startByMs: give one, not both' });
 
 /** A start request read from an event: what to start and its request key. */
 export interface TriggerRequest {
@@ -123,6 +130,11 @@ export interface TriggerRequest {
   toleratedFailures: ToleratedFailures | null;
   /** `detail.maxConcurrency`: most runs at once (docs/design.md, "Fan-out"); undefined: the default. */
   maxConcurrency?: number;
+  /**
+   * Not started by this instant (`detail.startBy`, or `detail.startByMs` after the event's
+   * `time`), the firing is dropped (docs/design.md, "Pause, deadline and startBy"); undefined: none.
+   */
+  startBy?: Date;
 }
 
 // `arn:aws:scheduler:region:account:schedule/group/name` and `arn:aws:events:…:rule/[bus/]name`.
@@ -178,7 +190,17 @@ export function readTriggerEvent(event: unknown): TriggerRequest {
     requestKey: requestKeyOf(e),
     toleratedFailures: body.toleratedFailures ?? null,
     ...(body.maxConcurrency !== undefined ? { maxConcurrency: body.maxConcurrency } : {}),
+    ...startByOf(e, body),
   };
+}
+
+function startByOf(e: Partial<Record<string, unknown>>, body: { startBy?: Date; startByMs?: number }): { startBy?: Date } {
+  if (body.startBy) return { startBy: body.startBy };
+  if (body.startByMs === undefined) return {};
+  if (typeof e.time !== 'string' || !Number.isFinite(Date.parse(e.time))) {
+    throw new InvalidTriggerEventError("detail.startByMs: counts from the event's time, and the event has no ISO 8601 time");
+  }
+  return { startBy: startByAfter(e.time, body.startByMs) };
 }
 
 function requestKeyOf(e: Partial<Record<string, unknown>>): string {
@@ -257,6 +279,14 @@ async function dropInvalid(
 async function startRequest(req: TriggerRequest, deps: TriggerDeps, ids: Record<string, unknown>): Promise<StartOutcome> {
   const { log } = deps;
   const fields = { ...ids, tenant: req.tenant, requestKey: req.requestKey };
+  // Too late to start (its startBy passed, database clock): dropped with why, unless its key
+  // started a batch already (a redelivered event answers `repeated` below).
+  if ((await tooLate(deps.sql, req.startBy)) && !(await findBatchByKey(deps.sql, req.tenant, req.requestKey))) {
+    const reason = lateReason(req.startBy!);
+    log('warn', 'trigger event dropped: its startBy passed', { ...fields, code: START_BY_PASSED, reason });
+    deps.metrics?.count('TriggersDropped');
+    return { outcome: 'dropped', code: START_BY_PASSED, reason };
+  }
   let started: Awaited<ReturnType<typeof startBatch>>;
   try {
     started = await startBatch(deps, req);
@@ -270,6 +300,7 @@ async function startRequest(req: TriggerRequest, deps: TriggerDeps, ids: Record<
       params: req.params,
       toleratedFailures: req.toleratedFailures,
       maxConcurrency: req.maxConcurrency ?? null,
+      startBy: req.startBy ?? null,
       error: error.message,
     });
     log('warn', 'trigger event deferred: its datasource has maxOpen open batches', { ...fields, datasource: req.datasource });
@@ -351,6 +382,7 @@ async function handleFinished(
           requestKey: bounded(chainedRequestKey(rule, detail.id)),
           toleratedFailures: rule.toleratedFailures ?? null,
           ...(rule.maxConcurrency !== undefined ? { maxConcurrency: rule.maxConcurrency } : {}),
+          ...(rule.startByMs !== undefined ? { startBy: startByAfter(detail.finishedAt, rule.startByMs) } : {}),
         },
         deps,
         fields,
@@ -367,13 +399,15 @@ export interface DeferredResult {
   started: string[];
   /** Firings still waiting for a slot. */
   waiting: number;
+  /** Firings dropped now because their startBy passed while they waited. */
+  late: number;
 }
 
 /**
  * Start the scheduled firings the trigger deferred because their datasource had `maxOpen` open
  * batches, oldest first, under their own request keys (so a firing starts at most once, also
  * when two schedulers run at once). A firing whose datasource is still full waits for the next
- * pass; one whose batch exists already is forgotten; one that can no longer start (its job or
+ * pass; one whose startBy passed is dropped first, logged with why; one whose batch exists already is forgotten; one that can no longer start (its job or
  * params now refused) is logged at `warn` with why and forgotten; one whose datasource another
  * session holds past the lock timeout waits for the next pass, the others go on. Each new batch is dispatched
  * like the trigger's own. At most `limit` (default 100) firings per pass.
@@ -383,6 +417,7 @@ export async function startDeferred(deps: TriggerDeps & { limit?: number }): Pro
   const { log } = deps;
   const started: string[] = [];
   const full = new Set<string>();
+  const late = await dropLateDeferred(deps.sql, log, () => deps.metrics?.count('TriggersDropped'));
   for (const d of await q.deferredStarts(deps.sql, deps.limit ?? 100)) {
     const source = JSON.stringify([d.tenant, d.datasource]);
     if (full.has(source)) continue;
@@ -428,7 +463,7 @@ export async function startDeferred(deps: TriggerDeps & { limit?: number }): Pro
       await q.forgetDeferred(deps.sql, d.tenant, d.request_key);
     }
   }
-  return { started, waiting: await q.countDeferred(deps.sql) };
+  return { started, waiting: await q.countDeferred(deps.sql), late };
 }
 
 /** The fields of an event worth logging with every line about it. */

@@ -347,7 +347,7 @@ describe('PATCH /batches/{id}', () => {
     expect(both.body).toMatchObject({ rateLimit: { perSecond: 2.5 }, maxConcurrency: 3 });
     expect((await call(suite.deps, 'GET', `/batches/${id}`)).body.rateLimit).toEqual({ perSecond: 2.5 });
     for (const [body, field] of [
-      [{}, 'must set maxConcurrency, rateLimit or both'],
+      [{}, 'must set at least one of maxConcurrency, rateLimit, deadline, deadlineMs'],
       [{ rateLimit: { perSecond: 0 } }, 'rateLimit.perSecond'],
       [{ rateLimit: { perSecond: 1e-300 } }, 'rateLimit.perSecond'],
       [{ rateLimit: 5 }, 'rateLimit'],
@@ -365,6 +365,53 @@ describe('PATCH /batches/{id}', () => {
     expect((await call(suite.deps, 'PATCH', `/batches/${randomUUID()}`, { body: { rateLimit: { perSecond: 5 } } })).status).toBe(
       404,
     );
+  });
+});
+
+describe('POST /batches/{id}/pause and /resume, and the deadline', () => {
+  it('pauses a batch (shown paused, target 0, nothing sent), resumes it with a worker sent, on both routes; 409 once finished', async () => {
+    const tenant = uniqueTenant();
+    const created = await start({ tenant, datasource: 'files', job: 'checksum', params: { dir: suite.dir } });
+    const id = created.body.id as string;
+    expect(created.body).toMatchObject({ paused: false, pausedAt: null, deadline: null, target: 1 });
+    const sent = () => suite.endpoint.invokes.filter((i) => (i.payload as { batchId?: string }).batchId === id).length;
+    const before = sent();
+    const paused = await call(suite.deps, 'POST', `/batches/${id}/pause`);
+    expect(paused.status).toBe(200);
+    expect(paused.body).toMatchObject({ id, status: 'open', paused: true, target: 0 });
+    expect(new Date(paused.body.pausedAt).toISOString()).toBe(paused.body.pausedAt);
+    expect((await call(suite.deps, 'GET', `/batches/${id}`)).body).toMatchObject({ paused: true });
+    // Not waiting for workers: its tenant counts no waiting batch.
+    expect((await call(suite.deps, 'GET', `/tenants/${tenant}`)).body).toMatchObject({ waiting: 0 });
+    const resumed = await call(suite.deps, 'POST', `/tenants/${tenant}/batches/${id}/resume`);
+    expect(resumed.status).toBe(200);
+    expect(resumed.body).toMatchObject({ paused: false, pausedAt: null, target: 1 });
+    expect(sent()).toBe(before + 1);
+    expect((await call(suite.deps, 'POST', `/tenants/${tenant}/batches/${id}/pause`)).body).toMatchObject({ paused: true });
+    expect((await call(suite.deps, 'POST', `/tenants/other-${tenant}/batches/${id}/pause`)).status).toBe(404);
+    await call(suite.deps, 'POST', `/batches/${id}/cancel`);
+    const late = await call(suite.deps, 'POST', `/batches/${id}/resume`);
+    expect(late.status).toBe(409);
+    expect(late.body.error.code).toBe('batch_finished');
+    expect((await call(suite.deps, 'POST', `/batches/${randomUUID()}/pause`)).status).toBe(404);
+  });
+
+  it('takes deadline or deadlineMs at start and by PATCH (null clears it), never both', async () => {
+    const body = { tenant: uniqueTenant(), datasource: 'files', job: 'checksum', params: { dir: suite.dir } };
+    const byMs = await start({ ...body, deadlineMs: 60_000 });
+    expect(byMs.status).toBe(201);
+    expect(Date.parse(byMs.body.deadline) - Date.parse(byMs.body.createdAt)).toBe(60_000);
+    const at = '2099-01-01T00:00:00.000Z';
+    const id = byMs.body.id as string;
+    expect((await call(suite.deps, 'PATCH', `/batches/${id}`, { body: { deadline: at } })).body).toMatchObject({ deadline: at });
+    expect((await call(suite.deps, 'PATCH', `/batches/${id}`, { body: { deadline: null } })).body).toMatchObject({
+      deadline: null,
+    });
+    for (const bad of [{ deadline: at, deadlineMs: 5 }, { deadline: 'tomorrow' }, { deadlineMs: 0 }]) {
+      const res = await start({ ...body, ...bad });
+      expect(res.status, JSON.stringify(bad)).toBe(400);
+      expect(res.body.error.message).toMatch(/deadline/);
+    }
   });
 });
 

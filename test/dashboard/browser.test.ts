@@ -182,6 +182,20 @@ describe('the dashboard in a browser, against leasehold dev', withChromium, () =
     expect(browser.pageErrors).toEqual([]);
   });
 
+  browserTest('pauses and resumes an open batch from the batches page, showing it as paused', async () => {
+    const batch = await start('slow', { n: 400, ms: 500 }, 'initech');
+    await page.goto(`${dev.url}/#/batches?tenant=initech`);
+    const row = rowOf(batch.id);
+    await row.getByRole('button', { name: `Pause batch ${batch.id.slice(0, 8)}` }).click();
+    await row.locator('.badge', { hasText: 'paused' }).waitFor({ timeout: 10_000 });
+    expect(await dev.api.getBatch(batch.id)).toMatchObject({ status: 'open', paused: true });
+    await row.getByRole('button', { name: `Resume batch ${batch.id.slice(0, 8)}` }).click();
+    await row.locator('.badge', { hasText: 'open' }).waitFor({ timeout: 10_000 });
+    expect(await dev.api.getBatch(batch.id)).toMatchObject({ status: 'open', paused: false });
+    await dev.api.cancelBatch(batch.id);
+    expect(browser.pageErrors).toEqual([]);
+  });
+
   browserTest('filters batches by tenant and status through the address', async () => {
     await page.goto(`${dev.url}/#/batches`);
     await page.getByLabel('Tenant').fill('globex');

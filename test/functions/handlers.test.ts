@@ -319,8 +319,12 @@ describe('trigger (EventBridge)', () => {
       toleratedFailures: { count: 1 },
       allowedFailures: 1,
     });
-    expect(run.deferred).toEqual({ started: [batch!.id], waiting: 0 });
-    expect(((await schedulerHandler({}, context('scheduler'))) as SchedulerResult).deferred).toEqual({ started: [], waiting: 0 });
+    expect(run.deferred).toEqual({ started: [batch!.id], waiting: 0, late: 0 });
+    expect(((await schedulerHandler({}, context('scheduler'))) as SchedulerResult).deferred).toEqual({
+      started: [],
+      waiting: 0,
+      late: 0,
+    });
     expect(await trigger(structuredClone(third))).toMatchObject({ outcome: 'repeated', batchId: batch!.id });
     expect(
       (await db.sql`select count(*)::int as n from leasehold_batches where tenant = 'busy' and request_key = ${key}`)[0].n,

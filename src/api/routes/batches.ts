@@ -1,4 +1,4 @@
-// Routes of batches: start, list, show, cancel, items (and the tenant-scoped twins of each, see
+// Routes of batches: start, list, show, cancel, pause, resume, items (and the tenant-scoped twins of each, see
 // router.ts), redrive, and items finished over time.
 import type { APIGatewayProxyEventV2 } from 'aws-lambda';
 import {
@@ -7,7 +7,10 @@ import {
   setMaxConcurrency,
   setRateLimit,
   parseInput,
+  pauseBatch,
   redriveBatch,
+  resumeBatch,
+  setBatchDeadline,
   requestKeySchema,
   RETENTION_DEFAULTS,
 } from '../../batch/index.js';
@@ -129,8 +132,10 @@ export async function startBatchRoute(
 }
 
 /**
- * `PATCH /batches/{id}` (and its tenant-scoped twin) `{ maxConcurrency?, rateLimit?: { perSecond } }`
- * (at least one) → 200 the batch, changed while it runs. `maxConcurrency`: how many runs it may
+ * `PATCH /batches/{id}` (and its tenant-scoped twin) `{ maxConcurrency?, rateLimit?: { perSecond },
+ * deadline?, deadlineMs? }` (at least one) → 200 the batch, changed while it runs. `deadline` (an
+ * ISO 8601 instant, null to clear) or `deadlineMs` (ms from its start): not finished by then, it
+ * ends `failed` with reason `deadline` (docs/design.md, "Pause, deadline and startBy"). `maxConcurrency`: how many runs it may
  * have at once (docs/design.md, "Fan-out"). Raised, the runs it now lacks are sent workers at once
  * (within the worker limit; the scheduler and fleet processes add the rest); lowered, the newest
  * runs beyond it hand off at their next beat, with no attempt used. `rateLimit.perSecond`: its
@@ -143,6 +148,12 @@ export async function patchBatchRoute(event: APIGatewayProxyEventV2, deps: ApiDe
     throw new InvalidRequestError(`body: must be a JSON object, got ${typeName(raw)}`);
   }
   const body = parseInput(patchBatchSchema, raw);
+  if (body.deadline !== undefined || body.deadlineMs !== undefined) {
+    const d =
+      body.deadlineMs !== undefined ? { deadlineMs: body.deadlineMs } : body.deadline ? { deadline: body.deadline } : null;
+    const dated = await setBatchDeadline(deps.sql, id, d);
+    if (body.maxConcurrency === undefined && !body.rateLimit) return json(200, (await withActivity(deps.sql, [dated]))[0]);
+  }
   const rated = body.rateLimit && (await setRateLimit(deps.sql, id, body.rateLimit.perSecond));
   if (body.maxConcurrency === undefined) {
     const [view] = await withActivity(deps.sql, [rated ?? (await getBatch(deps.sql, id))]);
@@ -197,6 +208,35 @@ export async function cancelBatchRoute(_event: APIGatewayProxyEventV2, deps: Api
   // Its slot is free at once: the tenant's next waiting batch goes to a worker now.
   await dispatchWaiting(deps, cancelled.tenant);
   return json(200, batchView(cancelled));
+}
+
+/**
+ * `POST /batches/{id}/pause` (and its tenant-scoped twin) → 200 the batch, `paused: true`: it
+ * keeps its items, no run joins it, and its runs hand off at their next beat with no attempt
+ * used (docs/design.md, "Pause, deadline and startBy"). Pausing a paused batch changes nothing.
+ * 404 `batch_not_found`, 409 `batch_finished`.
+ */
+export async function pauseBatchRoute(_event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: string[]): Promise<Result> {
+  const [view] = await withActivity(deps.sql, [await pauseBatch(deps.sql, id)]);
+  return json(200, view);
+}
+
+/**
+ * `POST /batches/{id}/resume` (and its tenant-scoped twin) → 200 the batch, `paused: false`, its
+ * target back; the runs it lacks are sent workers at once (within the worker limit; the
+ * scheduler sends the rest). Resuming a batch that is not paused changes nothing.
+ * 404 `batch_not_found`, 409 `batch_finished`.
+ */
+export async function resumeBatchRoute(_event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: string[]): Promise<Result> {
+  const batch = await resumeBatch(deps.sql, id);
+  try {
+    if (batch.target > batch.liveRuns) await deps.workers.send(batch.id, batch.target - batch.liveRuns);
+  } catch (error) {
+    // The scheduler dispatches batches below their target; this only makes the resume sooner.
+    deps.log('warn', 'dispatch of a resumed batch failed', { batchId: batch.id, error: errorFields(error) });
+  }
+  const [view] = await withActivity(deps.sql, [batch]);
+  return json(200, view);
 }
 
 /**

@@ -1,8 +1,8 @@
 // The lifecycle of a run (docs/design.md, "The run, inside"; "Batches", "Fan-out", "Tenant
-// fairness", "End"): its beat, its time slice, leaving a batch whose last items other runs hold,
-// a surplus run above a lowered `maxConcurrency`, the handoff, giving up a batch whose runs keep
-// stalling, the batch's finish when nothing is left, and its end once more items failed than it
-// tolerates. Every statement is fenced on the run's own lease.
+// fairness", "End", "Pause, deadline and startBy"): its beat, its time slice, leaving a batch
+// whose last items other runs hold, a surplus run above a lowered `maxConcurrency` or of a paused
+// batch, a passed deadline, the handoff, giving up a batch whose runs keep stalling, the batch's
+// finish when nothing is left, and its end once more items failed than it tolerates. Every statement is fenced on the run's own lease.
 import { withTimeout } from '../../store/index.js';
 import { BatchGivenUpError } from '../errors.js';
 import * as q from '../sql/index.js';
@@ -293,7 +293,15 @@ export class Lifecycle {
           return;
         }
         this.beatSentAt = sent;
-        // Above a lowered maxConcurrency: hand off now (in-flight items finish first).
+        // Past the batch's deadline: end it (once, whichever of its runs or the scheduler comes
+        // first); this run then stops as after a cancel, its items told to stop.
+        if (b.pastDeadline) {
+          await withTimeout(q.endPastDeadline(ctx.sql, ctx.batch.id), s.storeTimeoutMs);
+          ctx.markLost();
+          return;
+        }
+        // Above a lowered maxConcurrency, or the batch is paused: hand off now (in-flight items
+        // finish first).
         if (b.surplus && !ctx.reason) ctx.reason = 'surplus';
         // A rate set on the batch (a PATCH): the producer's gate follows it.
         if (b.ratePerSecond !== null) this.d.useBatchRate(b.ratePerSecond);

@@ -47,7 +47,7 @@ export function claimDispatchStatement(sql: Sql, a: DispatchArgs) {
           + (select count(*) from leasehold_runs r
              where r.batch_id = o.id and r.beat_at < now() - make_interval(secs => ${a.staleMs / 1000}))::int as workers
       ) s
-      where o.status = 'open' and s.workers > 0
+      where o.status = 'open' and s.workers > 0 and o.paused_at is null
         and (o.dispatched_at is null or o.dispatched_at < o.taken_at
              or o.dispatched_at < now() - make_interval(secs => ${a.cooldownMs / 1000}))
       order by o.created_at

@@ -38,6 +38,32 @@ async function cancelOnce(sql: Sql, id: string): Promise<BatchStatus | undefined
   return r?.status;
 }
 
+// Ends an open batch whose deadline has passed (database clock; migration 030): `failed` with
+// reason 'deadline'. Every run row is deleted first, so each run stops at its next statement or
+// beat and aborts its items; the items still running go back to pending with their attempt given
+// back (a second statement, as the tolerance end does: a claim the deletes waited for is seen only
+// by a later snapshot); pending items stay pending, never run. Its Batch Finished event is
+// written in the same transaction. Not fenced on a run: the scheduler or any run of the batch may
+// send it, and only the first ends the batch. Answers whether this call ended it.
+export async function endPastDeadline(sql: Sql, id: string): Promise<boolean> {
+  return endInTransaction(sql, async (t, lastTry) => {
+    const [r] = await t<{ status: BatchStatus }[]>`with gone as (
+        delete from leasehold_runs where batch_id = ${id} and exists (
+          select 1 from leasehold_batches where id = ${id} and status = 'open' and deadline_at <= now())
+        returning 1
+      )
+      update leasehold_batches b
+      set status = 'failed', reason = 'deadline', finished_at = now(), live_runs = 0, reading = false
+      where id = ${id} and status = 'open' and deadline_at <= now() and (select count(*) from gone) >= 0
+      returning status`;
+    if (!r) return false;
+    await noLateRuns(t, id, lastTry);
+    await t`${giveBackRunningStatement(t, { batchId: id })}`;
+    await writeEndEvent(t, id);
+    return true;
+  });
+}
+
 // Every run row of a batch, deleted (each delete waits for the move in flight on it) when the
 // run `run` still holds its lease and `when` holds: the first step of every end of a batch.
 function endRuns(sql: Sql, batchId: string, run: string, when: postgres.Fragment) {

@@ -21,3 +21,4 @@ export * from './runs.js';
 export * from './settings.js';
 export * from './shared.js';
 export * from './starts.js';
+export * from './steer.js';

@@ -64,7 +64,7 @@ export async function reopenBatch(tx: Tx, batchId: string, items: number): Promi
   const [r] = await tx<{ redrives: number }[]>`update leasehold_batches
     set status = 'open', finished_at = null, final_counts = null, live_runs = 0, handed_off_at = null,
         target = least(max_concurrency, greatest(1, ceil(${items} / ${RUN_ITEMS}::float8)::int)),
-        redrives = redrives + 1, stalled_runs = 0, reason = null,
+        redrives = redrives + 1, stalled_runs = 0, reason = null, paused_at = null, deadline_at = null,
         results_manifest = null, results_started_at = null, results_tries = 0, results_error = null
     where id = ${batchId} and status in ('succeeded', 'failed')
     returning redrives`;

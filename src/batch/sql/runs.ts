@@ -42,7 +42,8 @@ export type TakenBatch = BatchInfo & {
 // the tenant, as a handoff, cancel or finish does through the trigger of migration 016) and
 // never deadlocks with one. Tenants and batches are found through the partial
 // indexes `leasehold_tenants_wanting` and `leasehold_batches_wanting`; stale runs by reading the
-// small table of live runs. Batches in `skip` are never taken.
+// small table of live runs. Batches in `skip` are never taken. A paused batch (target 0,
+// migration 030) is never below its target, and its stale runs are left alone until it resumes.
 export async function takeOver(sql: Sql, a: TakeOverArgs): Promise<TakenBatch | undefined> {
   const [r] = await sql<(BatchRow & { queue_wait_ms: number | null; replaced: string | null })[]>`${takeOverStatement(sql, a)}`;
   return r && { ...toInfo(r), queueWaitMs: r.queue_wait_ms, replaced: r.replaced };
@@ -101,7 +102,7 @@ export function takeOverStatement(sql: Sql, a: TakeOverArgs) {
       -- plainly, a planner that thought the runs many hashed every open batch.
       select r.batch_id as id, r.id as dead from leasehold_runs r
       join leasehold_batches b on b.id = r.batch_id
-      where r.beat_at < ${stale} and b.status = 'open'
+      where r.beat_at < ${stale} and b.status = 'open' and b.paused_at is null
         and b.id = any(array(select batch_id from leasehold_runs where beat_at < ${stale}))
         and r.batch_id::text not in (select jsonb_array_elements_text(${skip}))
       order by r.beat_at
@@ -110,7 +111,7 @@ export function takeOverStatement(sql: Sql, a: TakeOverArgs) {
     ), sent_stale as (
       select r.batch_id as id, r.id as dead from leasehold_runs r
       join leasehold_batches b on b.id = r.batch_id
-      where r.batch_id = ${sent}::uuid and r.beat_at < ${stale} and b.status = 'open'
+      where r.batch_id = ${sent}::uuid and r.beat_at < ${stale} and b.status = 'open' and b.paused_at is null
       order by r.beat_at
       limit 1
       for update of r, b skip locked
@@ -256,13 +257,30 @@ export interface BeatResult {
   surplus: boolean;
   /** The batch's own rate limit now (items per second; a start's or a PATCH's), null when none. */
   ratePerSecond: number | null;
+  /**
+   * The batch is paused (migration 030; docs/design.md, "Pause, deadline and startBy"): the run
+   * hands off as a surplus one does. `surplus` is true as well.
+   */
+  paused: boolean;
+  /** The batch's deadline has passed (database clock): the run ends it (`endPastDeadline`). */
+  pastDeadline: boolean;
 }
 
 // Proves the run still holds its lease, and says whether it is a surplus run (the newest runs
-// beyond the batch's max_concurrency) and the batch's own rate now. Updates the run's own row only.
+// beyond the batch's max_concurrency, or any run of a paused batch), the batch's own rate now,
+// and whether its deadline passed (database clock). Updates the run's own row only.
 export async function beat(sql: Sql, batchId: string, run: string): Promise<BeatResult> {
-  const [r] = await sql<{ surplus: boolean; rate: number | null }[]>`${beatStatement(sql, { batchId, run })}`;
-  return { owned: r !== undefined, surplus: r?.surplus ?? false, ratePerSecond: r?.rate ?? null };
+  const [r] = await sql<
+    { surplus: boolean; rate: number | null; paused: boolean; past_deadline: boolean | null }[]
+  >`${beatStatement(sql, { batchId, run })}`;
+  const paused = r?.paused ?? false;
+  return {
+    owned: r !== undefined,
+    surplus: paused || (r?.surplus ?? false),
+    ratePerSecond: r?.rate ?? null,
+    paused,
+    pastDeadline: r?.past_deadline ?? false,
+  };
 }
 
 /** The beat as a fragment (the plan test reads its plan); see {@link beat}. */
@@ -272,7 +290,9 @@ export function beatStatement(sql: Sql, { batchId, run }: { batchId: string; run
     returning (select count(*) from leasehold_runs o
                where o.batch_id = r.batch_id and (o.started_at, o.id) < (r.started_at, r.id))
       >= (select max_concurrency from leasehold_batches where id = r.batch_id) as surplus,
-      (select rate_per_second from leasehold_batches where id = r.batch_id) as rate`;
+      (select rate_per_second from leasehold_batches where id = r.batch_id) as rate,
+      (select paused_at is not null from leasehold_batches where id = r.batch_id) as paused,
+      (select deadline_at <= now() from leasehold_batches where id = r.batch_id) as past_deadline`;
 }
 
 // Ends the run's lease in one statement: writes the settled items; gives every other item this
@@ -315,7 +335,8 @@ export function handOffStatement(sql: Sql, a: HandOffArgs) {
       -- The run's row is locked (by the subquery) before the batch row, as every statement does.
       update leasehold_batches
       set live_runs = live_runs - 1, handed_off_at = now(),
-          target = case when ${leave} then greatest(1, least(target, live_runs - 1)) else target end,
+          -- A paused batch (target 0, migration 030) stays at 0.
+          target = case when ${leave} and target > 0 then greatest(1, least(target, live_runs - 1)) else target end,
           stalled_runs = case when ${a.recordProgress} then 0 else greatest(stalled_runs - 1, 0) end
       where id = ${a.batchId} and status = 'open' and (not ${leave} or live_runs > 1)
         and exists (select 1 from leasehold_runs where id = ${a.run} and batch_id = ${a.batchId} for update)

@@ -13,7 +13,9 @@ export async function setMaxConcurrency(sql: Sql, batchId: string, maxConcurrenc
   const [r] = await sql<{ status: BatchStatus }[]>`with b as (
       update leasehold_batches
       set max_concurrency = ${maxConcurrency},
-          target = least(${maxConcurrency}::int, greatest(1, ceil(total / ${RUN_ITEMS}::float8)::int))
+          -- A paused batch keeps target 0 (migration 030): its resume sets the target from the new limit.
+          target = case when paused_at is not null then 0
+            else least(${maxConcurrency}::int, greatest(1, ceil(total / ${RUN_ITEMS}::float8)::int)) end
       where id = ${batchId} and status = 'open'
       returning status
     )

@@ -44,6 +44,9 @@ export interface BatchRow {
   results: unknown;
   results_manifest: string | null;
   results_error: string | null;
+  /** Migration 035: when it was paused (null: not paused), and its deadline (null: none). */
+  paused_at?: Date | null;
+  deadline_at?: Date | null;
 }
 
 /** A run as `run_list` carries it. */
@@ -112,6 +115,8 @@ export function toInfo(r: BatchRow): BatchInfo {
     results: (r.results ?? null) as BatchInfo['results'],
     resultsManifest: r.results_manifest ?? null,
     resultsError: r.results_error ?? null,
+    pausedAt: r.status === 'open' ? (r.paused_at ?? null) : null,
+    deadline: r.deadline_at ?? null,
   };
 }
 

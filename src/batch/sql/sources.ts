@@ -63,7 +63,9 @@ export async function storePage(sql: Sql, a: PageArgs): Promise<boolean> {
       update leasehold_batches b
       set source_cursor = ${sql.json(a.cursor as never)}, source_pages = b.source_pages + 1,
           total = b.total + ${a.count}, reading = not ${a.done},
-          target = least(b.max_concurrency, greatest(1, ceil((b.total + ${a.count}) / ${RUN_ITEMS}::float8)::int))
+          -- A paused batch keeps target 0 (migration 030) while its pages are stored.
+          target = case when b.paused_at is not null then 0
+            else least(b.max_concurrency, greatest(1, ceil((b.total + ${a.count}) / ${RUN_ITEMS}::float8)::int)) end
       where b.id = ${a.batchId} and b.status = 'open' and b.reading and b.reader_run = ${a.run}
         and b.source_pages = ${a.pages} and exists (select 1 from own)
       returning b.id

@@ -1,11 +1,11 @@
 // One batch: its counts, items by state with paging, failed items with their errors and
-// attempts, redrive and cancel, and a chart of items finished over time.
+// attempts, pause and resume, redrive and cancel, and a chart of items finished over time.
 import { html } from 'htm/preact';
 import { useState } from 'preact/hooks';
 import { api, ITEM_STATES, type Batch, type ItemState } from '../api.js';
 import { CountsLegend, ErrorNote, ProgressBar, StatusBadge, Time, message, usePoll } from '../components.js';
 import { brief, duration, rate, shortId } from '../format.js';
-import { CancelButton } from './batches.js';
+import { CancelButton, PauseButton, shownStatus } from './batches.js';
 import { FinishedChart } from './chart.js';
 
 const PAGE = 20;
@@ -30,7 +30,7 @@ export function BatchView({ id }: { id: string }) {
           : html`<p>Loading…</p>`
         : html`
           <dl class="facts">
-            <div><dt>Status</dt><dd><${StatusBadge} status=${b.status} /></dd></div>
+            <div><dt>Status</dt><dd><${StatusBadge} status=${shownStatus(b)} /></dd></div>
             <div><dt>Job</dt><dd>${b.job}</dd></div>
             <div><dt>Tenant / datasource</dt><dd>${b.tenant} / ${b.datasource}</dd></div>
             <div><dt>Items/s</dt><dd>${rate(b.itemsPerSecond)}</dd></div>
@@ -41,7 +41,9 @@ export function BatchView({ id }: { id: string }) {
                 ${
                   b.liveRuns === undefined
                     ? b.runs
-                    : `${b.liveRuns.length} live of ${b.target ?? '?'} wanted (max ${b.maxConcurrency ?? '?'}) · ${b.runs} in all`
+                    : b.paused
+                      ? `${b.liveRuns.length} live, paused: none wanted (max ${b.maxConcurrency ?? '?'}) · ${b.runs} in all`
+                      : `${b.liveRuns.length} live of ${b.target ?? '?'} wanted (max ${b.maxConcurrency ?? '?'}) · ${b.runs} in all`
                 }
               </dd>
             </div>
@@ -53,6 +55,7 @@ export function BatchView({ id }: { id: string }) {
                 ? html`<div><dt>Tolerated failures</dt><dd data-tolerance>${toleranceText(b)}</dd></div>`
                 : null
             }
+            ${b.deadline ? html`<div><dt>Deadline</dt><dd data-deadline><${Time} at=${b.deadline} /></dd></div>` : null}
             ${b.reason ? html`<div class="wide"><dt>Reason</dt><dd data-reason>${b.reason}</dd></div>` : null}
             ${b.reading ? html`<div class="wide"><dt>Source</dt><dd data-reading>reading… ${b.total} items so far</dd></div>` : null}
             ${
@@ -69,6 +72,7 @@ export function BatchView({ id }: { id: string }) {
           <${Runs} batch=${b} />
           <div class="actions">
             <${RedriveButton} batch=${b} onDone=${reload} />
+            ${b.status === 'open' ? html`<${PauseButton} batch=${b} onDone=${reload} />` : null}
             ${b.status === 'open' ? html`<${CancelButton} batch=${b} onDone=${reload} />` : null}
           </div>
           <h3>Items finished over time</h3>

@@ -1,4 +1,5 @@
-// All batches: priority, status, progress, items/s, age and runs; filtered by tenant and status; cancel.
+// All batches: priority, status, progress, items/s, age and runs; filtered by tenant and status;
+// pause, resume and cancel.
 import { html } from 'htm/preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { api, type Batch } from '../api.js';
@@ -87,7 +88,7 @@ function BatchRow({ batch: b, onChanged }: { batch: Batch; onChanged: () => void
     <td class="name">${b.tenant} / ${b.datasource}</td>
     <td class="num opt">${b.priority ?? '–'}</td>
     <td>
-      <${StatusBadge} status=${b.status} />
+      <${StatusBadge} status=${shownStatus(b)} />
       ${
         b.status === 'succeeded' && b.counts.failed > 0
           ? html`<br /><span class="muted small" data-tolerated>${b.counts.failed} failed, tolerated</span>`
@@ -98,8 +99,46 @@ function BatchRow({ batch: b, onChanged }: { batch: Batch; onChanged: () => void
     <td class="num opt">${rate(b.itemsPerSecond)}</td>
     <td class="num" data-age>${b.ageMs === undefined ? '–' : duration(b.ageMs)}</td>
     <td class="num opt">${b.runs}${b.redrives ? html`<br /><span class="muted small">${b.redrives} redrive${b.redrives === 1 ? '' : 's'}</span>` : null}</td>
-    <td class="row-actions">${b.status === 'open' ? html`<${CancelButton} batch=${b} onDone=${onChanged} />` : null}</td>
+    <td class="row-actions">
+      ${
+        b.status === 'open'
+          ? html`<${PauseButton} batch=${b} onDone=${onChanged} /> <${CancelButton} batch=${b} onDone=${onChanged} />`
+          : null
+      }
+    </td>
   </tr>`;
+}
+
+/** The status a badge shows: `paused` for an open batch its operator paused (not waiting for workers). */
+export function shownStatus(b: Pick<Batch, 'status' | 'paused'>): string {
+  return b.status === 'open' && b.paused ? 'paused' : b.status;
+}
+
+/**
+ * Pause or resume an open batch, in one press (neither is for good): a paused batch's runs hand
+ * off within a beat and nothing runs until it resumes.
+ */
+export function PauseButton({ batch, onDone }: { batch: Batch; onDone: () => void }) {
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<string>();
+  const paused = batch.paused === true;
+  const toggle = async () => {
+    setBusy(true);
+    setError(undefined);
+    try {
+      await (paused ? api.resumeBatch(batch.id) : api.pauseBatch(batch.id));
+      onDone();
+    } catch (e) {
+      setError(message(e));
+    } finally {
+      setBusy(false);
+    }
+  };
+  const label = paused ? 'Resume' : 'Pause';
+  return html`<button type="button" disabled=${busy} onClick=${toggle} aria-label=${`${label} batch ${shortId(batch.id)}`}>
+      ${label}
+    </button>
+    ${error ? html`<span class="error" role="alert">${error}</span>` : null}`;
 }
 
 /**

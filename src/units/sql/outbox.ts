@@ -115,7 +115,7 @@ export interface OutboxDelivery {
 }
 
 // Whether the tenant's `endpoint` (an SQL expression) is paused for `unit`'s shard now (database
-// clock): a Retry-After pause of the endpoint, stored once for the whole tenant (migration 031),
+// clock): a Retry-After pause of the endpoint, stored once for the whole tenant (migration 029),
 // is over for shard s at paused_until + jitter_ms × frac(wake_offset + s × 0.618…) — the golden
 // ratio spreads the tenant's shards evenly over the jitter, so they do not all wake at once. One
 // primary-key lookup.
