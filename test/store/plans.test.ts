@@ -3,7 +3,8 @@
 // back) under five states of the database — fresh (never analyzed), analyzed before its data
 // existed (empty, and with a little history: one finished batch of 100 items), analyzed with its
 // data, and lived-in (5,000,000 finished items of 250 batches, 10,000 units, 1,000,000 delivered
-// outbox rows, analyzed, then its data) — and no node of the plan may read more than
+// outbox rows, analyzed, then its data; a database of its own, copied from a template built once
+// per server: test/support/lived-in.ts) — and no node of the plan may read more than
 // `bound × 4 + 50` rows, where the bound is the statement's own limit (claim size, page size,
 // keys moved; for a per-batch read the batch's own items).
 //
@@ -417,7 +418,7 @@ const states = new Map<StateName, State>();
 const started = performance.now();
 
 beforeAll(async () => {
-  // The lived-in state first and alone (74 s on a loaded two-core machine): the small ones take a second each.
+  // The lived-in state first and alone (a copy in 2-10 s; built, 45-75 s on a loaded two-core machine): the small ones take a second each.
   for (const name of [...STATES].reverse()) {
     const t0 = performance.now();
     states.set(name, await makeState(name));
