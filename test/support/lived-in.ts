@@ -27,7 +27,7 @@ export const LIVED_SCHEMA = 'lived';
 const TEMPLATE_PREFIX = 'leasehold_lived_';
 const COPY_PREFIX = 'leasehold_livedcopy_';
 /** The advisory lock (on the server's own database) a run holds while it builds, drops or copies a template. */
-const LOCK = 35_000_001;
+const LOCK = 'leasehold:test-lived-in';
 /** A template older than this is built again, so that the history stays 1–90 days old (a day late at most). */
 const MAX_AGE = '1 day';
 /** A copy left by a run killed before its teardown is dropped by a later run after this long. */
@@ -83,7 +83,7 @@ export async function livedInDatabase(options: LivedInOptions = {}): Promise<Liv
       await admin`select 1`;
       const session = await admin.reserve();
       try {
-        await session`select pg_advisory_lock(${LOCK})`;
+        await session`select pg_advisory_lock(hashtextextended(${LOCK}, 0))`;
         template = `${TEMPLATE_PREFIX}${await historyHash()}`;
         await dropLeftovers(session, template);
         builtMs = await ensureTemplate(session, server, template);
@@ -93,7 +93,7 @@ export async function livedInDatabase(options: LivedInOptions = {}): Promise<Liv
         await session.unsafe(`create database "${database}" template "${template}"${v >= 150_000 ? ' strategy file_copy' : ''}`);
         copiedMs = performance.now() - t0;
       } finally {
-        await session`select pg_advisory_unlock(${LOCK})`.catch(() => {});
+        await session`select pg_advisory_unlock(hashtextextended(${LOCK}, 0))`.catch(() => {});
         session.release();
       }
     } else {
