@@ -138,15 +138,31 @@ export async function testDatabase(options: TestDatabaseOptions = {}): Promise<T
 
 /**
  * Database `name` with schema `name` in it, whose sessions start in that schema and with the
- * settings the migration gives the runtime roles (src/store/roles.ts: the role defaults a session
- * behind a pooler runs its statements outside a transaction with).
+ * settings the migration gives the runtime roles (see {@link setPoolerDefaults}).
  */
 async function createPooledDatabase(server: string, admin: Sql, name: string): Promise<void> {
   await admin.unsafe(`create database "${name}"`);
   const inside = connect(withDatabase(server, name), { max: 1, applicationName: 'leasehold-test-admin' });
   try {
     await inside.unsafe(`create schema "${name}"`);
-    await inside.unsafe(`alter database "${name}" set search_path = "${name}"`);
+  } finally {
+    await inside.end();
+  }
+  await setPoolerDefaults(server, name, name);
+}
+
+/**
+ * Give database `name` of the server at `server` the defaults a session behind a transaction-mode
+ * pooler runs its statements outside a transaction with: `search_path` = `schema`, and the settings
+ * the migration gives the runtime roles (src/store/roles.ts). A database copied from a template
+ * does not inherit them (they are not in the template's files).
+ *
+ * @throws the database error of any statement.
+ */
+export async function setPoolerDefaults(server: string, name: string, schema: string): Promise<void> {
+  const inside = connect(withDatabase(server, name), { max: 1, applicationName: 'leasehold-test-admin' });
+  try {
+    await inside.unsafe(`alter database "${name}" set search_path = "${schema}"`);
     await inside.unsafe(`alter database "${name}" set statement_timeout = '${DEFAULT_STATEMENT_TIMEOUT_MS}'`);
     await inside.unsafe(`alter database "${name}" set lock_timeout = '${DEFAULT_LOCK_TIMEOUT_MS}'`);
     await inside.unsafe(`alter database "${name}" set idle_in_transaction_session_timeout = '${DEFAULT_IDLE_IN_TRANSACTION_MS}'`);
