@@ -18,7 +18,7 @@ import {
   toleratedFailuresSchema,
   typeName,
 } from '../batch/index.js';
-import { CSV_DELIMITERS, parseInput, type CsvDelimiter } from '../batch/index.js';
+import { CSV_DELIMITERS, MAX_KEY_BYTES, parseInput, type CsvDelimiter } from '../batch/index.js';
 import type { ApiDeps } from './deps.js';
 
 /** The value of header `name` (case-insensitive; HTTP API v2 already lowercases names). */
@@ -265,8 +265,8 @@ const NO_CONTROL_CHARACTERS = /^[^\u0000-\u001f]*$/;
 /** Query of `GET /batches/{id}/items`: `after` (a key, exclusive), `limit` (1..1000) and `state`. */
 export const itemsPageSchema = z
   .object({
-    // Item keys are at most 1,000 bytes and never hold control characters.
-    after: z.string().max(1_000).regex(NO_CONTROL_CHARACTERS, 'must not contain control characters').optional(),
+    // Item keys are at most MAX_KEY_BYTES (1,024) bytes and never hold control characters.
+    after: z.string().max(MAX_KEY_BYTES).regex(NO_CONTROL_CHARACTERS, 'must not contain control characters').optional(),
     limit: limitSchema(1000).optional(),
     state: z.enum(ITEM_STATES, { error: () => `must be one of ${ITEM_STATES.join(', ')}` }).optional(),
   })
