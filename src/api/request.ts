@@ -20,7 +20,7 @@ import {
   instantSchema,
   steerMsSchema,
 } from '../batch/index.js';
-import { CSV_DELIMITERS, parseInput, type CsvDelimiter } from '../batch/index.js';
+import { CSV_DELIMITERS, MAX_KEY_BYTES, parseInput, type CsvDelimiter } from '../batch/index.js';
 import type { ApiDeps } from './deps.js';
 
 /** The value of header `name` (case-insensitive; HTTP API v2 already lowercases names). */
@@ -47,7 +47,10 @@ export function query(event: APIGatewayProxyEventV2): Record<string, string> {
  * The request body as JSON.
  *
  * Decodes `isBase64Encoded` bodies, refuses bodies over `maxBodyBytes` (413), a content type
- * other than JSON (415), an empty body, bytes that are not UTF-8 and malformed JSON (400).
+ * other than JSON (415), an empty body, bytes that are not UTF-8 and malformed JSON (400), and
+ * what JSON.parse cannot keep as sent (400 `invalid_request`, docs/api.md "Errors"): a number
+ * past the double range (`1e400` parses to Infinity, which would be stored as null) and a
+ * `__proto__` key (an object built from it would take it for its prototype and drop it).
  * @throws {RequestError} | {InvalidRequestError}
  */
 export function readJsonBody(event: APIGatewayProxyEventV2, maxBodyBytes: number): unknown {
@@ -80,11 +83,34 @@ export function readJsonBody(event: APIGatewayProxyEventV2, maxBodyBytes: number
     throw new RequestError('invalid_json', 'body: is not valid UTF-8');
   }
   if (text.trim() === '') throw new InvalidRequestError('body: Required (a JSON object)');
+  let body: unknown;
   try {
-    return JSON.parse(text);
+    // The reviver costs a call per value: only a body that may hold what it refuses pays it (a
+    // key may spell `__proto__` with \u escapes; an overflowing number has a 3-digit exponent
+    // or 309 digits).
+    body = MAY_BE_UNKEPT.test(text) ? JSON.parse(text, refuseUnkept) : JSON.parse(text);
   } catch (e) {
+    if (e instanceof InvalidRequestError) throw e;
     throw new RequestError('invalid_json', `body: malformed JSON (${(e as Error).message})`);
   }
+  return body;
+}
+
+/** What a body holding a value JSON.parse cannot keep must contain (false positives only cost time). */
+const MAY_BE_UNKEPT = /__proto__|\\u|[eE][+]?\d{3}|\d{309}/;
+
+/**
+ * JSON.parse's reviver refusing a number that is not finite once parsed and a `__proto__` key.
+ * @throws {InvalidRequestError} naming which.
+ */
+function refuseUnkept(key: string, value: unknown): unknown {
+  if (key === '__proto__') throw new InvalidRequestError('body: a key "__proto__" is not accepted');
+  if (typeof value === 'number' && !Number.isFinite(value)) {
+    throw new InvalidRequestError(
+      `body: a number past the double range (about ±1.8e308) is not accepted${key === '' ? '' : ` (at key ${JSON.stringify(key)})`}`,
+    );
+  }
+  return value;
 }
 
 /** An S3 bucket name: 3 to 63 lowercase letters, digits, dots and hyphens. */
@@ -281,8 +307,8 @@ const NO_CONTROL_CHARACTERS = /^[^\u0000-\u001f]*$/;
 /** Query of `GET /batches/{id}/items`: `after` (a key, exclusive), `limit` (1..1000) and `state`. */
 export const itemsPageSchema = z
   .object({
-    // Item keys are at most 1,000 bytes and never hold control characters.
-    after: z.string().max(1_000).regex(NO_CONTROL_CHARACTERS, 'must not contain control characters').optional(),
+    // Item keys are at most MAX_KEY_BYTES (1,024) bytes and never hold control characters.
+    after: z.string().max(MAX_KEY_BYTES).regex(NO_CONTROL_CHARACTERS, 'must not contain control characters').optional(),
     limit: limitSchema(1000).optional(),
     state: z.enum(ITEM_STATES, { error: () => `must be one of ${ITEM_STATES.join(', ')}` }).optional(),
   })

@@ -1,4 +1,5 @@
 import { LeaseholdError } from '../errors.js';
+import { parseHttpDate } from './http-date.js';
 
 /** Base class of leasehold's batch errors; `code` is stable and the API maps it to a status. */
 export class BatchError extends LeaseholdError {
@@ -193,17 +194,17 @@ export class RetryAfterError extends LeaseholdError {
 
 /**
  * An HTTP `Retry-After` value as ms from now: delay-seconds (`"120"`) or an HTTP date
- * (`"Wed, 21 Oct 2015 07:28:00 GMT"`, whose distance from `nowMs` is taken, 0 when past).
- * Undefined for a missing or unreadable value. Values past `capMs` (default one day) are capped,
+ * (`"Wed, 21 Oct 2015 07:28:00 GMT"`, whose distance from `nowMs` is taken, 0 when past) in one
+ * of RFC 9110's three forms, read strictly ({@link parseHttpDate}). Undefined for a missing or
+ * unreadable value (any other text, such as `"retry 2030"`, is no date). Values past `capMs` (default one day) are capped,
  * not ignored.
  */
 export function parseRetryAfter(value: string | null | undefined, nowMs = Date.now(), capMs = 86_400_000): number | undefined {
   if (value === null || value === undefined) return undefined;
   const v = value.trim();
   if (/^\d+$/.test(v)) return Math.min(Number(v) * 1000, capMs);
-  if (!/[a-z]/i.test(v)) return undefined;
-  const at = Date.parse(v);
-  if (!Number.isFinite(at)) return undefined;
+  const at = parseHttpDate(v, nowMs);
+  if (at === undefined) return undefined;
   return Math.min(Math.max(0, at - nowMs), capMs);
 }
 

@@ -8,8 +8,12 @@ import { BatchTooLargeError, InvalidBatchError } from './errors.js';
 import * as q from './sql/index.js';
 import type { ItemInput, ItemSource } from './types.js';
 
-/** Longest item key, in UTF-8 bytes. Fixed: keys are indexed, and a btree entry holds at most ~2,700 bytes. */
-export const MAX_KEY_BYTES = 1000;
+/**
+ * Longest item key, in UTF-8 bytes: 1,024, S3's longest object key, so every key a prefix source
+ * lists is an item key. Fixed: keys are indexed (`leasehold_items` primary key `(batch_id, key)`),
+ * and a btree entry holds at most ~2,700 bytes.
+ */
+export const MAX_KEY_BYTES = 1024;
 
 /**
  * What one start may hold (docs/design.md, "Batches"). A start over any of them is refused

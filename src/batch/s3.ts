@@ -39,6 +39,12 @@ export interface S3Fault {
   denied: boolean;
   /** 404: no such bucket or key. */
   missing: boolean;
+  /**
+   * 416 `InvalidRange`: a range that starts past the object's end. S3 answers it before any
+   * ETag is compared, so for a source object read from a stored offset it means the object was
+   * rewritten shorter: it changed, for good.
+   */
+  badRange: boolean;
 }
 
 /** Classify an error thrown by an S3 client call. */
@@ -51,6 +57,7 @@ export function s3Fault(e: unknown): S3Fault {
     name,
     denied: status === 403 || name === 'AccessDenied' || name === 'InvalidAccessKeyId' || name === 'SignatureDoesNotMatch',
     missing: status === 404 || name === 'NoSuchKey' || name === 'NoSuchBucket' || name === 'NotFound',
+    badRange: status === 416 || name === 'InvalidRange',
   };
 }
 

@@ -18,8 +18,10 @@ export function csvQuote(s: Pick<ObjectSource, 'quote'>): number | null {
 /**
  * The records of `chunk` (from cursor `c`) as items: the object's first record is its header
  * unless the source gives the columns (`header: [...]`); every other record must have the
- * header's number of fields and a non-empty key.
- * @throws {SourceReadError} the CSV cannot be parsed, a ragged row, a missing or empty key column.
+ * header's number of fields and a non-empty key. Each item's input is an object with one own
+ * property per column and no prototype, so a column named `__proto__` is kept as any other.
+ * @throws {SourceReadError} the CSV cannot be parsed, a column named twice, a ragged row, a
+ * missing or empty key column.
  */
 export function csvRows(
   parseCsv: typeof import('csv-parse/sync').parse,
@@ -48,6 +50,7 @@ export function csvRows(
     );
   }
   const given = Array.isArray(s.header) ? s.header : undefined;
+  if (given) uniqueColumns(given, 'given header', null);
   let columns = given ?? c.columns;
   let row = c.row;
   const items: ItemInput[] = [];
@@ -55,6 +58,7 @@ export function csvRows(
     const line = c.line + info.lines;
     if (columns === undefined) {
       columns = record;
+      uniqueColumns(columns, 'header', line);
       if (s.keyColumn !== undefined && !columns.includes(s.keyColumn)) {
         throw new SourceReadError(
           `keyColumn ${JSON.stringify(s.keyColumn)} is not a column of the header (${columns.join(', ')})`,
@@ -70,7 +74,9 @@ export function csvRows(
       );
     }
     row++;
-    const input: Record<string, string> = {};
+    // No prototype: a column named `__proto__` is an own property, not the object's prototype
+    // (an assignment on `{}` would drop it, and JSON.stringify with it).
+    const input = Object.create(null) as Record<string, string>;
     columns.forEach((name, i) => (input[name] = record[i]));
     const key = s.keyColumn === undefined ? numberedKey(row, s.size) : input[s.keyColumn];
     if (key === '') throw new SourceReadError(`line ${line}: the key column ${JSON.stringify(s.keyColumn)} is empty`, line);
@@ -79,4 +85,21 @@ export function csvRows(
   }
   // Given columns are the source's, not the cursor's.
   return { items, row, ...(given || columns === undefined ? {} : { columns }) };
+}
+
+/**
+ * Refuse a header that names a column twice: one of the two would be lost from every item.
+ * @throws {SourceReadError} naming the column, `what` (`header`, `given header`) and its line.
+ */
+function uniqueColumns(columns: readonly string[], what: string, line: number | null): void {
+  const seen = new Set<string>();
+  for (const name of columns) {
+    if (seen.has(name)) {
+      throw new SourceReadError(
+        `the ${what} names the column ${JSON.stringify(name)} twice: each column must have a name of its own`,
+        line,
+      );
+    }
+    seen.add(name);
+  }
 }

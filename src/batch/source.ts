@@ -115,7 +115,8 @@ export async function checkResults(client: S3Client, target: ResultsTarget): Pro
 
 /**
  * Read the page of `source` that starts at `cursor` (null: its first page). S3 errors that say
- * the source is gone or denied become {@link SourceReadError}; others (a timeout, a 5xx) are
+ * the source is gone or denied, or (416 `InvalidRange`) that an object is now shorter than
+ * where reading stopped, become {@link SourceReadError}; others (a timeout, a 5xx) are
  * thrown as they are, for the reader to try again.
  * @throws {SourceReadError} the source cannot be read into items.
  */
@@ -135,6 +136,13 @@ export async function readPage(
     const f = s3Fault(e);
     if (f.denied || f.missing) {
       throw new SourceReadError(`${where(source.s3)} can no longer be read: ${f.name} (HTTP ${f.status ?? '?'})`);
+    }
+    // A range past the object's end: the object was rewritten shorter than what was read (S3
+    // answers 416 before it compares the ETag), which no retry mends.
+    if (f.badRange && 'key' in source.s3) {
+      throw new SourceReadError(
+        `${where(source.s3)} changed while it was read: it now ends before where reading stopped (${f.name}, HTTP ${f.status ?? '?'})`,
+      );
     }
     throw e;
   }

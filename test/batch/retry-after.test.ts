@@ -103,4 +103,29 @@ describe('parseRetryAfter', () => {
     expect(parseRetryAfter('', now)).toBeUndefined();
     expect(parseRetryAfter(null, now)).toBeUndefined();
   });
+
+  it("reads RFC 9110's obsolete RFC 850 and asctime dates too", () => {
+    expect(parseRetryAfter('Wednesday, 02-Dec-26 10:00:05 GMT', now)).toBe(5_000);
+    expect(parseRetryAfter('Wed Dec  2 10:00:05 2026', now)).toBe(5_000);
+    // A two-digit year more than 50 years ahead is the century before: long past.
+    expect(parseRetryAfter('Tuesday, 02-Dec-99 10:00:05 GMT', now)).toBe(0);
+  });
+
+  it('takes no text for a date that is not an HTTP date (Date.parse would guess one)', () => {
+    for (const v of [
+      'retry 2030',
+      'Error 503',
+      'version 2',
+      'x-1',
+      'foo 2099',
+      '2026-12-02T10:00:05Z',
+      'wed, 02 dec 2026 10:00:05 gmt',
+      'Wed, 02 Dec 2026 10:00:05',
+      'Wed, 31 Feb 2026 10:00:05 GMT',
+      'Wed, 02 Dec 2026 24:00:05 GMT',
+      'Wed, 2 Dec 2026 10:00:05 GMT',
+    ]) {
+      expect(parseRetryAfter(v, now), v).toBeUndefined();
+    }
+  });
 });

@@ -221,7 +221,7 @@ describe('start limits', () => {
     expect(tooMany).toMatchObject({ code: 'batch_too_large', limit: 'items', max: 10 });
     expect(tooMany.message).toMatch(/^item count: .*the limit is 10$/);
 
-    // Key bytes: 1,000 bytes of two-byte characters, then one byte more.
+    // Key bytes: 1,024 bytes (S3's longest object key) of two-byte characters, then one byte more.
     const longKey = 'é'.repeat(MAX_KEY_BYTES / 2);
     const key = at([{ key: longKey }]);
     const roomy = { ...limits, maxTotalBytes: 10_000 };
@@ -229,7 +229,7 @@ describe('start limits', () => {
     expect((await sql`select key from leasehold_items where batch_id = ${batch.id}`)[0].key).toBe(longKey);
     const tooLong = await refusedStart(at([{ key: 'a' }, { key: `${longKey}x` }]), { limits: roomy });
     expect(tooLong).toMatchObject({ code: 'batch_too_large', limit: 'keyBytes', max: MAX_KEY_BYTES });
-    expect(tooLong.message).toMatch(/^key bytes: the key of item "éé.*" is 1001 bytes; the limit is 1000$/);
+    expect(tooLong.message).toMatch(/^key bytes: the key of item "éé.*" is 1025 bytes; the limit is 1024$/);
 
     // Input bytes: JSON text of exactly 40 bytes, then 41.
     const input40 = { s: 'x'.repeat(40 - '{"s":""}'.length) };

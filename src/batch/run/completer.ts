@@ -107,7 +107,8 @@ export class Completer {
    * The handoff statement: the items settled meanwhile are moved, the items this run holds but
    * `executing` (they ignored their signal past drainMs) given back with their attempts
    * unchanged, and the beat cleared. A run that stored nothing ended gracefully: its takeover
-   * does not count as a stalled run. Resolves to `handed`, `lost`, or `failed` when a failure
+   * does not count as a stalled run, unless its source reader kept failing (`ctx.stalledBy`).
+   * Resolves to `handed`, `lost`, or `failed` when a failure
    * stored one by one ended the batch.
    */
   async handOff(executing: () => Iterable<string>): Promise<'handed' | 'lost' | 'failed'> {
@@ -121,7 +122,8 @@ export class Completer {
       const hold = JSON.stringify([...executing(), ...settled.map((b) => b.move.key)]);
       const recordProgress = !this.progressRecorded && settled.length > 0;
       return ctx.store(
-        () => q.handOffRun(ctx.sql, { batchId: ctx.batch.id, run: ctx.id, moves, hold, recordProgress }),
+        () =>
+          q.handOffRun(ctx.sql, { batchId: ctx.batch.id, run: ctx.id, moves, hold, recordProgress, stalledBy: ctx.stalledBy }),
         undefined,
         settled.length > 0,
       );

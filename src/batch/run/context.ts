@@ -39,6 +39,12 @@ export type StopReason = 'stop' | 'lost' | 'slice' | 'surplus';
 export class RunContext {
   /** Why the run stops; undefined while it goes on. */
   reason: StopReason | undefined;
+  /**
+   * Set when the run stops because its source reader kept failing (the last error's text): its
+   * handoff then counts as a stalled run, and the batch's `reason` keeps the error while it is
+   * open (docs/design.md, "Stalled-run give-up").
+   */
+  stalledBy: string | undefined;
   /** The run is over: settling items are no longer written, the reader stops. */
   ended = false;
   /** Statements this run sent (its result's `statements`). */

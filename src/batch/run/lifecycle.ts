@@ -237,12 +237,14 @@ export class Lifecycle {
   async giveUp(): Promise<RunOutcome> {
     const ctx = this.ctx;
     const runs = this.stalledRuns() - 1;
-    const reason = `was given up: its last ${runs} runs ended without storing any item result (store errors, crashes or lost batches; maxStalledRuns ${ctx.s.maxStalledRuns})`;
+    // A reader that kept failing left its error on the open batch (see handOffRun's `stalledBy`).
+    const why = ctx.batch.reading && ctx.batch.reason ? ctx.batch.reason : undefined;
+    const reason = `was given up: its last ${runs} runs ended without storing any item result (${why ?? 'store errors, crashes or lost batches'}; maxStalledRuns ${ctx.s.maxStalledRuns})`;
     const ok = await ctx.store(() =>
       q.giveUp(ctx.sql, {
         batchId: ctx.batch.id,
         run: ctx.id,
-        reason: `given up: its last ${runs} runs ended without storing any item result`,
+        reason: `given up: its last ${runs} runs ended without storing any item result${why ? ` (the last: ${why})` : ''}`,
         itemError: `the batch ${reason}`,
       }),
     );

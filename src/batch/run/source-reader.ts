@@ -5,6 +5,7 @@ import * as q from '../sql/index.js';
 import * as qs from '../sql/sources.js';
 import { readItems } from '../items.js';
 import { s3Client } from '../s3.js';
+import { errorText } from '../values.js';
 import { readPage } from '../lazy-io.js';
 import { SourceReadError, SourceStreams, type SourcePage } from '../source-page.js';
 import type { SourceCursor, StoredSource } from '../types.js';
@@ -112,7 +113,7 @@ export class SourceReader {
           const e = read.error;
           if (e instanceof SourceReadError) return await this.failSource(e.reason, e.line);
           ctx.storeError(e, ++failures);
-          if (failures >= READ_TRIES) return this.readFailed();
+          if (failures >= READ_TRIES) return this.readFailed(`its source could not be read: ${errorText(e)}`);
           await s.clock.sleep(wait, signal);
           wait = Math.min(wait * 2, 10_000);
           continue;
@@ -150,7 +151,7 @@ export class SourceReader {
       } catch (e) {
         // The store kept failing: hand off, so another run reads on from the stored cursor.
         ctx.storeError(e, s.moveTries);
-        return this.readFailed();
+        return this.readFailed(`its source's pages could not be stored: ${errorText(e)}`);
       }
     }
   }
@@ -228,9 +229,15 @@ export class SourceReader {
     }
   }
 
-  /** Reading could not go on here: the run hands off (its row goes, so another run reads on). */
-  private readFailed(): void {
-    if (!this.ctx.reason) this.d.stop();
+  /**
+   * Reading could not go on here (`why`): the run hands off (its row goes, so another run reads
+   * on), and that handoff counts as a stalled run, so a reader failing run after run gets the
+   * batch given up (docs/design.md, "Stalled-run give-up") rather than handed around for ever.
+   */
+  private readFailed(why: string): void {
+    if (this.ctx.reason) return;
+    this.ctx.stalledBy = why;
+    this.d.stop();
   }
 
   /** End the batch `failed`: its source cannot be read into items (`reason`, the first bad line). */

@@ -9,6 +9,7 @@
 // fairness").
 import type { Sql } from '../../store/index.js';
 import type { BatchInfo } from '../types.js';
+import { storableText } from '../values.js';
 import { moved, type EncodedMoves } from './moves.js';
 import { ownRun, toInfo, type BatchRow } from './shared.js';
 
@@ -304,7 +305,8 @@ export function beatStatement(sql: Sql, { batchId, run }: { batchId: string; run
 // of the batch is live (decided on the locked batch row, so the last run never leaves), and
 // lowers the batch's target to the runs left, so no worker joins for the tail. A graceful
 // handoff is no stalled run: with `recordProgress` the stalled runs go to 0, else this run's
-// count is taken back.
+// count is taken back — unless `stalledBy` (its source reader kept failing): then its count
+// stands, and the open batch's reason keeps that error, for a give-up to name.
 export async function handOffRun(
   sql: Sql,
   a: HandOffArgs,
@@ -326,18 +328,26 @@ export interface HandOffArgs {
   recordProgress: boolean;
   /** Leave for want of work: only while another run is live; the target drops to the runs left. */
   leave?: boolean;
+  /**
+   * The run hands off because its source reader kept failing, with this error: no graceful
+   * handoff, its stalled run stands, and the batch's `reason` is set to it while the batch is open.
+   */
+  stalledBy?: string;
 }
 
 /** The handoff as a fragment (the plan test reads its plan); see {@link handOffRun}. */
 export function handOffStatement(sql: Sql, a: HandOffArgs) {
   const leave = a.leave ?? false;
+  const stalledBy = a.stalledBy === undefined ? null : storableText(a.stalledBy);
   return sql`with left_batch as (
       -- The run's row is locked (by the subquery) before the batch row, as every statement does.
       update leasehold_batches
       set live_runs = live_runs - 1, handed_off_at = now(),
           -- A paused batch (target 0, migration 030) stays at 0.
           target = case when ${leave} and target > 0 then greatest(1, least(target, live_runs - 1)) else target end,
-          stalled_runs = case when ${a.recordProgress} then 0 else greatest(stalled_runs - 1, 0) end
+          stalled_runs = case when ${a.recordProgress} then 0 when ${stalledBy}::text is not null then stalled_runs
+                              else greatest(stalled_runs - 1, 0) end,
+          reason = coalesce(${stalledBy}::text, reason)
       where id = ${a.batchId} and status = 'open' and (not ${leave} or live_runs > 1)
         and exists (select 1 from leasehold_runs where id = ${a.run} and batch_id = ${a.batchId} for update)
       returning id

@@ -54,7 +54,9 @@ export interface PageArgs {
 // Stores one page: its items are inserted and the cursor, page count, total and target move on,
 // in one statement, only while `run` holds its lease, is the batch's reader, and the batch has
 // stored exactly `pages` pages (so a page is never stored twice, whoever read it). The target
-// grows with the items read: min(max_concurrency, ceil(total / RUN_ITEMS)). Answers whether it
+// grows with the items read: min(max_concurrency, ceil(total / RUN_ITEMS)); the reason a reader
+// that kept failing left on the open batch (handOffRun's `stalledBy`) is cleared, since reading
+// goes on. Answers whether it
 // stored the page. A key already in the batch fails the statement (primary key).
 export async function storePage(sql: Sql, a: PageArgs): Promise<boolean> {
   const [r] = await sql<{ stored: number }[]>`with own as (
@@ -62,7 +64,7 @@ export async function storePage(sql: Sql, a: PageArgs): Promise<boolean> {
     ), page as (
       update leasehold_batches b
       set source_cursor = ${sql.json(a.cursor as never)}, source_pages = b.source_pages + 1,
-          total = b.total + ${a.count}, reading = not ${a.done},
+          total = b.total + ${a.count}, reading = not ${a.done}, reason = null,
           -- A paused batch keeps target 0 (migration 030) while its pages are stored.
           target = case when b.paused_at is not null then 0
             else least(b.max_concurrency, greatest(1, ceil((b.total + ${a.count}) / ${RUN_ITEMS}::float8)::int)) end
