@@ -126,6 +126,8 @@ export {
   type BatchSource,
   type CsvDelimiter,
   type CsvOptions,
+  type ManifestSourceSpec,
+  type StoredManifestSource,
   type StoredSource,
   type SourceCursor,
   type ResultsTarget,
