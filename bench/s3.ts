@@ -5,9 +5,11 @@
 //   jsonl, N lines: N lines/s, RSS +M MB
 //   gzip jsonl, N lines: R lines/s, RSS +M MB
 //   results, N items: S s
+//   inventory manifest, N keys: R items/s, listing calls 0
 // Sizes: BENCH_S3_OBJECTS (default 200,000), BENCH_S3_LINES (2,000,000, for both JSON Lines
-// lines), BENCH_S3_RESULTS (1,000,000). BENCH_S3_PARTS picks lines by name (comma-separated:
-// prefix, jsonl, gzip, results; default all). The issue's goals are for the defaults; a loaded
+// lines), BENCH_S3_RESULTS (1,000,000), BENCH_S3_KEYS (1,000,000, the inventory report's).
+// BENCH_S3_PARTS picks lines by name (comma-separated: prefix, jsonl, gzip, results, manifest;
+// default all). The issue's goals are for the defaults; a loaded
 // machine runs it smaller.
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -17,7 +19,7 @@ import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { Readable } from 'node:stream';
 import { createGzip } from 'node:zlib';
-import { CreateBucketCommand, ListObjectsV2Command, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
+import { CreateBucketCommand, HeadObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
 import { createBatch, getBatch, Runner, startBatch, writeResults, type RunnerEvent } from '../src/batch/index.js';
 import { startLocalS3 } from '../src/local/s3.js';
@@ -27,7 +29,8 @@ import { benchSchema } from './schema.js';
 const OBJECTS = Number(process.env.BENCH_S3_OBJECTS ?? 200_000);
 const LINES = Number(process.env.BENCH_S3_LINES ?? 2_000_000);
 const RESULTS = Number(process.env.BENCH_S3_RESULTS ?? 1_000_000);
-const PARTS = new Set((process.env.BENCH_S3_PARTS ?? 'prefix,jsonl,gzip,results').split(',').map((p) => p.trim()));
+const KEYS = Number(process.env.BENCH_S3_KEYS ?? 1_000_000);
+const PARTS = new Set((process.env.BENCH_S3_PARTS ?? 'prefix,jsonl,gzip,results,manifest').split(',').map((p) => p.trim()));
 
 const ROOT = resolve(import.meta.dirname, '..');
 
@@ -220,6 +223,75 @@ async function resultsBench(sql: Sql, client: S3Client): Promise<void> {
   console.log(`results, ${fmt(RESULTS)} items: ${((performance.now() - t0) / 1000).toFixed(1)} s`);
 }
 
+/**
+ * An S3 Inventory report of {@link KEYS} objects in 4 gzip CSV parts (rows as S3 writes them,
+ * keys URL-encoded), read as a source (docs/api.md, "source"): items stored per second from the
+ * start to the end of reading, and the ListObjects calls the client sent meanwhile (none).
+ */
+async function manifestBench(sql: Sql, client: S3Client): Promise<void> {
+  const parts = 4;
+  const files = [];
+  for (let p = 0; p < parts; p++) {
+    const from = Math.floor((KEYS * p) / parts);
+    const to = Math.floor((KEYS * (p + 1)) / parts);
+    async function* rows() {
+      for (let i = from; i < to; i += 10_000) {
+        let s = '';
+        for (let j = i; j < Math.min(to, i + 10_000); j++) {
+          s += `"bench-src","data/obj+${String(j).padStart(7, '0')}.json","${j % 5000}","2024-05-01T00:00:00.000Z","${j.toString(16)}","STANDARD"\n`;
+        }
+        yield Buffer.from(s);
+      }
+    }
+    const key = `inv/data/part-${p}.csv.gz`;
+    await new Upload({ client, params: { Bucket: 'bench-in', Key: key, Body: ReadableFrom(rows()).pipe(createGzip()) } }).done();
+    const head = await client.send(new HeadObjectCommand({ Bucket: 'bench-in', Key: key }));
+    files.push({ key, size: head.ContentLength ?? 0, MD5checksum: '' });
+  }
+  const manifest = {
+    sourceBucket: 'bench-src',
+    destinationBucket: 'arn:aws:s3:::bench-in',
+    fileFormat: 'CSV',
+    fileSchema: 'Bucket, Key, Size, LastModifiedDate, ETag, StorageClass',
+    files,
+  };
+  await client.send(new PutObjectCommand({ Bucket: 'bench-in', Key: 'inv/manifest.json', Body: JSON.stringify(manifest) }));
+  let listings = 0;
+  const count = 'countListings';
+  client.middlewareStack.add(
+    (next, context) => (args) => {
+      if (context.commandName === 'ListObjectsV2Command' || context.commandName === 'ListObjectsCommand') listings++;
+      return next(args);
+    },
+    { step: 'initialize', name: count },
+  );
+  const r = runner(sql, client);
+  try {
+    const t0 = performance.now();
+    const { batch } = await startBatch(
+      { sql, jobs, config: {}, s3: () => client },
+      {
+        tenant: 'bench',
+        datasource: randomUUID(),
+        job: 'noop',
+        params: {},
+        requestKey: randomUUID(),
+        source: { s3: { bucket: 'bench-in', manifest: 'inv/manifest.json' } },
+        maxConcurrency: 4,
+      },
+    );
+    r.watch(() => ({ work: async () => null }), 50);
+    const read = await until(sql, batch.id, (b) => !b.reading, 50);
+    const b = await getBatch(sql, batch.id);
+    if (b.total !== KEYS) throw new Error(`the report's batch holds ${b.total} items, not ${KEYS} (${b.status}: ${b.reason})`);
+    console.log(`inventory manifest, ${fmt(KEYS)} keys: ${fmt(KEYS / ((read - t0) / 1000))} items/s, listing calls ${listings}`);
+    await until(sql, batch.id, (x) => x.status !== 'open', 200);
+  } finally {
+    await r.close();
+    client.middlewareStack.remove(count);
+  }
+}
+
 /** The S3 lines (those BENCH_S3_PARTS names), in a fresh schema, on a local S3 server of its own. */
 export async function s3Bench(url: string): Promise<void> {
   const dir = await mkdtemp(join(tmpdir(), 'leasehold-bench-s3-'));
@@ -238,6 +310,7 @@ export async function s3Bench(url: string): Promise<void> {
     if (PARTS.has('jsonl')) await jsonlBench(sql, client, url, schema, server.endpoint);
     if (PARTS.has('gzip')) await jsonlBench(sql, client, url, schema, server.endpoint, true);
     if (PARTS.has('results')) await resultsBench(sql, client);
+    if (PARTS.has('manifest')) await manifestBench(sql, client);
   } finally {
     client.destroy();
     await drop();

@@ -173,7 +173,8 @@ function checkCsvOptions(
 
 /**
  * `source` of `POST /batches` (docs/design.md, "Sources and results"): `{ s3: { bucket, prefix } }`
- * (one item per object) or `{ s3: { bucket, key, format: "jsonl" | "csv", keyColumn?, delimiter?,
+ * (one item per object), `{ s3: { bucket, manifest } }` (one item per object an S3 Inventory
+ * report lists) or `{ s3: { bucket, key, format: "jsonl" | "csv", keyColumn?, delimiter?,
  * header?, quote? } }` (one item per line or row; the last four for CSV only).
  */
 export const sourceSchema = z
@@ -181,6 +182,7 @@ export const sourceSchema = z
     s3: z.union(
       [
         z.object({ bucket: bucketSchema, prefix: s3KeySchema(0) }).strict(),
+        z.object({ bucket: bucketSchema, manifest: s3KeySchema(1) }).strict(),
         z
           .object({
             bucket: bucketSchema,
@@ -197,10 +199,10 @@ export const sourceSchema = z
         error: (iss) => {
           const branches = (iss as { errors?: { path: PropertyKey[]; message: string }[][] }).errors;
           const input = iss.input as { key?: unknown } | undefined;
-          const first = input && typeof input === 'object' && 'key' in input ? branches?.[1]?.[0] : undefined;
+          const first = input && typeof input === 'object' && 'key' in input ? branches?.[2]?.[0] : undefined;
           return first
             ? `${first.path.map(String).join('.')}: ${first.message}`
-            : 'must be { bucket, prefix } or { bucket, key, format }';
+            : 'must be { bucket, prefix }, { bucket, manifest } or { bucket, key, format }';
         },
       },
     ),

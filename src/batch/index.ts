@@ -130,6 +130,8 @@ export {
   type BatchSource,
   type CsvDelimiter,
   type CsvOptions,
+  type ManifestSourceSpec,
+  type StoredManifestSource,
   type StoredSource,
   type SourceCursor,
   type ResultsTarget,

@@ -1,6 +1,7 @@
 // Items from S3 (docs/design.md, "Sources and results"): what a source is, the checks a start
 // makes before it stores anything, and the reading of one page from a cursor. A page is a few
-// ListObjectsV2 calls (continuation tokens) or one byte range of an object (GetObject Range),
+// ListObjectsV2 calls (continuation tokens), one byte range of an object (GetObject Range), or
+// one page of an inventory report's part (source-manifest.ts),
 // cut after its last complete line or CSV record: the cursor is the byte after it, so memory per
 // page is bounded by the range, however large the object.
 // This file is the face: the start's checks and readPage; a prefix's listing is
@@ -8,8 +9,9 @@
 // source-csv.ts, and the page and its error source-page.ts.
 import type { S3Client } from '@aws-sdk/client-s3';
 import { LeaseholdError } from '../errors.js';
-import { s3Fault } from './s3.js';
+import { discardBody, s3Fault } from './s3.js';
 import { readListing } from './source-listing.js';
+import { MAX_MANIFEST_BYTES, parseManifest, readManifestPage } from './source-manifest.js';
 import { readRange } from './source-object.js';
 import { sdk, SourceReadError, type ObjectCursor, type ObjectSource, type ReadSettings, type SourcePage } from './source-page.js';
 import type { BatchSource, ResultsTarget, SourceCursor, StoredSource } from './types.js';
@@ -18,6 +20,8 @@ export type {
   BatchSource,
   CsvDelimiter,
   CsvOptions,
+  ManifestSourceSpec,
+  StoredManifestSource,
   ListChain,
   ResultsTarget,
   SourceCursor,
@@ -40,7 +44,7 @@ export class SourceError extends LeaseholdError {
 }
 
 const where = (s: BatchSource['s3'] | ResultsTarget['s3']) =>
-  'key' in s ? `s3://${s.bucket}/${s.key}` : `s3://${s.bucket}/${s.prefix}`;
+  `s3://${s.bucket}/${'key' in s ? s.key : 'manifest' in s ? s.manifest : s.prefix}`;
 
 /** The start's error for a failed S3 call on `what`. */
 function startError(e: unknown, what: string, field: string): SourceError {
@@ -55,7 +59,8 @@ function startError(e: unknown, what: string, field: string): SourceError {
 /**
  * The checks a start makes, before it stores anything (docs/design.md, "Sources and results"):
  * the bucket exists and may be read (HeadBucket); a prefix holds at least one object; an object
- * exists (HeadObject) and is not empty. Answers the source to store, with the object's size and
+ * exists (HeadObject) and is not empty; an inventory report's manifest describes a CSV report
+ * (checkManifest). Answers the source to store, with the object's size and
  * ETag (every range read later must match that ETag) and, on a versioned bucket, its VersionId
  * (every range read later reads that version).
  * @throws {SourceError} naming what was wrong.
@@ -68,6 +73,7 @@ export async function checkSource(client: S3Client, source: BatchSource): Promis
   } catch (e) {
     throw startError(e, `bucket ${s.bucket}`, 'source.s3.bucket');
   }
+  if ('manifest' in s) return checkManifest(client, s);
   if (!('key' in s)) {
     let listed;
     try {
@@ -101,6 +107,34 @@ export async function checkSource(client: S3Client, source: BatchSource): Promis
 }
 
 /**
+ * An inventory report's checks at start: its manifest.json is read (at most
+ * {@link MAX_MANIFEST_BYTES}) and must describe a CSV report (parseManifest); its columns and
+ * parts are stored with the batch, so no run reads the manifest again and none lists anything.
+ * @throws {SourceError} naming what was wrong (field `source.s3.manifest`).
+ */
+async function checkManifest(client: S3Client, s: { bucket: string; manifest: string }): Promise<StoredSource> {
+  const { GetObjectCommand } = await sdk();
+  let text: string;
+  try {
+    const r = await client.send(new GetObjectCommand({ Bucket: s.bucket, Key: s.manifest }));
+    if ((r.ContentLength ?? 0) > MAX_MANIFEST_BYTES) {
+      discardBody(r.Body);
+      throw new SourceError(
+        'invalid_source',
+        `source.s3.manifest: ${where(s)} is ${r.ContentLength} bytes; the limit is ${MAX_MANIFEST_BYTES}`,
+      );
+    }
+    text = (await r.Body?.transformToString('utf-8')) ?? '';
+  } catch (e) {
+    if (e instanceof SourceError) throw e;
+    throw startError(e, where(s), 'source.s3.manifest');
+  }
+  const m = parseManifest(text, where(s));
+  if ('error' in m) throw new SourceError('invalid_source', `source.s3.manifest: ${m.error}`);
+  return { s3: { bucket: s.bucket, manifest: s.manifest, columns: m.columns, parts: m.parts } };
+}
+
+/**
  * The checks of a results target at start: its bucket exists and is reachable (HeadBucket).
  * @throws {SourceError} naming what was wrong (field `results.s3.bucket`).
  */
@@ -128,6 +162,7 @@ export async function readPage(
 ): Promise<SourcePage> {
   try {
     const s = source.s3;
+    if ('manifest' in s) return await readManifestPage(client, s, cursor, settings);
     if (!('key' in s)) return await readListing(client, s, cursor, settings);
     const c = (cursor ?? { offset: 0, line: 0, row: 0 }) as ObjectCursor;
     return await readRange(client, s, c, settings, cursor === null);

@@ -412,9 +412,24 @@ export interface CsvOptions {
 /** One object as a start names it: read per line (`jsonl`) or per row (`csv`, with its options). */
 export type ObjectSourceSpec = { bucket: string; key: string; format: 'jsonl' | 'csv'; keyColumn?: string } & CsvOptions;
 
-/** A source as a start names it: a prefix (one item per object) or one object (per line or row). */
+/**
+ * An S3 Inventory report as a start names it: its `manifest.json` (docs/api.md, "source"); one
+ * item per object the report lists, read from its CSV parts, never listed.
+ */
+export type ManifestSourceSpec = { bucket: string; manifest: string };
+
+/**
+ * An inventory report as stored at start, from its manifest: the report's columns (`fileSchema`,
+ * in order) and its parts (`files`: keys in `bucket`, compressed sizes in bytes), read in order.
+ */
+export type StoredManifestSource = ManifestSourceSpec & { columns: string[]; parts: { key: string; size: number }[] };
+
+/**
+ * A source as a start names it: a prefix (one item per object), one object (per line or row), or
+ * an inventory report's manifest (one item per object it lists).
+ */
 export interface BatchSource {
-  s3: { bucket: string; prefix: string } | ObjectSourceSpec;
+  s3: { bucket: string; prefix: string } | ObjectSourceSpec | ManifestSourceSpec;
 }
 
 /**
@@ -422,7 +437,10 @@ export interface BatchSource {
  * on a versioned bucket its `versionId` too (every range reads that version).
  */
 export interface StoredSource {
-  s3: { bucket: string; prefix: string } | (ObjectSourceSpec & { size: number; etag: string; versionId?: string });
+  s3:
+    | { bucket: string; prefix: string }
+    | (ObjectSourceSpec & { size: number; etag: string; versionId?: string })
+    | StoredManifestSource;
 }
 
 /**
@@ -474,6 +492,8 @@ export type SourceCursor =
        * skipping to `offset`.
        */
       encoding?: SourceEncoding;
+      /** An inventory report: the part (index into its manifest's `files`) the offset is in. */
+      part?: number;
     };
 
 /** Where a batch's results go: JSON Lines parts and a manifest under `prefix` + the batch id. */

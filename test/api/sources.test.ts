@@ -114,6 +114,34 @@ describe('POST /batches with a source', () => {
     },
   );
 
+  it('takes an inventory manifest (CSV) and refuses an ORC one, naming it', async () => {
+    const files = [{ key: 'inv/part-0.csv', size: 19, MD5checksum: 'x' }];
+    await s3.put('api-in', 'inv/part-0.csv', '"api-in","a+b","1"\n');
+    await s3.put('api-in', 'inv/manifest.json', JSON.stringify({ fileFormat: 'CSV', fileSchema: 'Bucket, Key, Size', files }));
+    await s3.put('api-in', 'inv/orc.json', JSON.stringify({ fileFormat: 'ORC', fileSchema: 'Bucket, Key', files }));
+    const r = await call(deps, 'POST', '/batches', { body: body({ s3: { bucket: 'api-in', manifest: 'inv/manifest.json' } }) });
+    expect(r.status).toBe(202);
+    expect(r.body).toMatchObject({
+      source: {
+        s3: {
+          bucket: 'api-in',
+          manifest: 'inv/manifest.json',
+          columns: ['Bucket', 'Key', 'Size'],
+          parts: files.map(({ key, size }) => ({ key, size })),
+        },
+      },
+    });
+    const before = await count();
+    const orc = await call(deps, 'POST', '/batches', { body: body({ s3: { bucket: 'api-in', manifest: 'inv/orc.json' } }) });
+    expect(orc.status).toBe(400);
+    expect(orc.body).toMatchObject({ error: { code: 'invalid_source' } });
+    expect(JSON.stringify(orc.body)).toContain('only a CSV inventory report');
+    const bad = await call(deps, 'POST', '/batches', { body: body({ s3: { bucket: 'api-in', manifest: '' } }) });
+    expect(bad.status).toBe(400);
+    expect(bad.body).toMatchObject({ error: { code: 'invalid_request' } });
+    expect(await count()).toBe(before);
+  });
+
   it('takes CSV options and shows them with the source', async () => {
     await s3.put('api-in', 'opts.tsv', 'k\tv\n');
     const source = {

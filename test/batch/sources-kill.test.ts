@@ -183,6 +183,36 @@ describe('killed mid-gzip', () => {
   }, 180_000);
 });
 
+describe('killed mid-inventory report', () => {
+  it('the takeover reads on from the stored part and text offset: every listed object once', async () => {
+    const n = 12_000;
+    const keyOf = (i: number) => `inv/o ${String(i).padStart(5, '0')}+x`;
+    const files = [];
+    for (let p = 0; p < 2; p++) {
+      let csv = '';
+      for (let i = (p * n) / 2; i < ((p + 1) * n) / 2; i++) {
+        csv += `"src","${encodeURIComponent(keyOf(i)).replace(/%20/g, '+')}","${i}"\n`;
+      }
+      const body = gzipSync(csv);
+      await s3.put('kill-in', `inv/part-${p}.csv.gz`, body);
+      files.push({ key: `inv/part-${p}.csv.gz`, size: body.length });
+    }
+    await s3.put('kill-in', 'inv/manifest.json', JSON.stringify({ fileFormat: 'CSV', fileSchema: 'Bucket, Key, Size', files }));
+    const { cut, done } = await killWhileReading({ s3: { bucket: 'kill-in', manifest: 'inv/manifest.json' } }, 4096, 100, 5);
+    expect(cut.total).toBeGreaterThan(0);
+    expect(cut.total).toBeLessThan(n);
+    expect(done.status).toBe('succeeded');
+    expect(done.runs).toBeGreaterThanOrEqual(2);
+    expect(done.total).toBe(n);
+    expect(done.sourcePages).toBe(await pagesOf(done.source!, 4096, 100));
+    const rows = await db.sql<{ key: string; size: number }[]>`select key, (input->>'size')::int as size
+      from leasehold_items where batch_id = ${done.id}`;
+    expect(rows).toHaveLength(n);
+    expect(rows.every((r) => r.key === keyOf(r.size))).toBe(true);
+    expect(new Set(rows.map((r) => r.key)).size).toBe(n);
+  }, 180_000);
+});
+
 describe('killed while writing results', () => {
   it('leaves no manifest; the scheduler pass rewrites the same parts, complete, with no duplicate line', async () => {
     const n = 6_000;
