@@ -1,6 +1,7 @@
 import type { PeerCertificate } from 'node:tls';
 import postgres from 'postgres';
 import { replaceOnReadOnly } from './failover.js';
+import { endingWithConnection } from './transactions.js';
 
 /** A postgres.js client as used throughout leasehold. */
 export type Sql = postgres.Sql<Record<string, never>>;
@@ -186,7 +187,8 @@ export function connect(url: string | ConnectTarget, options: ConnectOptions = {
             ssl: url.ssl ?? false,
           }) as unknown as Sql;
   const pool = replaceOnReadOnly(open, options.onReadOnly);
-  return pooled ? settingEachTransaction(pool, session) : pool;
+  // A transaction's statements stop with its connection (see `endingWithConnection`).
+  return endingWithConnection(pooled ? settingEachTransaction(pool, session) : pool);
 }
 
 /** The server settings of a pool's sessions, by name, as `connect` applies them. */

@@ -9,6 +9,7 @@
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Sql } from '../../src/store/index.js';
+import { endingWithConnection } from '../../src/store/transactions.js';
 import { useTestDatabase } from '../support/db-hooks.js';
 import { sleep } from '../support/time.js';
 
@@ -79,11 +80,14 @@ async function round(sql: Sql, app: string): Promise<RoundFigures> {
   let running = true;
   const killer = (async () => {
     while (running) {
+      // Every other time, a backend idle inside a transaction if there is one: its client is
+      // between two statements of the transaction.
+      const idle = figures.terminations % 2 === 0 ? 'idle in transaction%' : '%';
       const [k] = await db.sql<{ n: number }[]>`
         select count(*)::int as n from (
           select pg_terminate_backend(pid) from pg_stat_activity
           where application_name = ${app} and pid <> pg_backend_pid()
-          order by random() limit 1) t`;
+          order by coalesce(state, '') like ${idle} desc, random() limit 1) t`;
       figures.terminations += k.n;
       await sleep(2 + Math.floor(Math.random() * 10));
     }
@@ -101,7 +105,7 @@ async function round(sql: Sql, app: string): Promise<RoundFigures> {
     const work = sql.begin(async (tx) => {
       await tx`insert into ${tx(table())} (tx, step, txid) values (${id}, 1, txid_current())`;
       await tx`select pg_sleep(0.003)`;
-      if (gap) await sleep(2 + (id % 7));
+      if (gap) await sleep(5 + (id % 20));
       await tx`insert into ${tx(table())} (tx, step, txid) values (${id}, 2, txid_current())`;
     });
     return settle(work).then((outcome) => ({ id, outcome }));
@@ -144,8 +148,7 @@ async function round(sql: Sql, app: string): Promise<RoundFigures> {
     // A plain statement that resolved committed on its own: had it run inside a transaction of
     // the pool, it would share that txid or have gone with that transaction's rollback.
     if (outcome === 'ok' && mine.length !== 1) figures.problems.push(`plain ${id} resolved but left ${mine.length} rows`);
-    for (const r of mine)
-      if (txTxids.has(r.txid)) figures.problems.push(`plain ${id} ran inside a transaction (txid ${r.txid})`);
+    for (const r of mine) if (txTxids.has(r.txid)) figures.problems.push(`plain ${id} ran inside a transaction (txid ${r.txid})`);
   }
   return figures;
 }
@@ -186,15 +189,56 @@ describe('transactions while backends of their pool are terminated, under load',
     await soak(db.connect({ max: 4, applicationName: app, pooler: 'transaction' }), app);
   }, 120_000);
 
-  it('postgres.js with short pipelines (max_pipeline 3, so BEGIN often fills one): the same', async () => {
+  it("postgres.js with short pipelines (max_pipeline 3, so BEGIN often fills one), transactions ending as connect()'s: the same", async () => {
     const app = 'leasehold-txload-pipeline';
-    const sql = postgres(db.url, {
+    const options = {
       max: 4,
       max_pipeline: 3,
       fetch_types: false,
       onnotice: () => {},
       connection: { application_name: app, search_path: db.schema },
-    }) as unknown as Sql;
-    await soak(sql, app);
+    };
+    const sql = postgres(db.url, options as postgres.Options<Record<string, never>>) as unknown as Sql;
+    // TX_LOAD_UNGUARDED=1: the driver's own transactions, to see what the guard prevents.
+    await soak(process.env.TX_LOAD_UNGUARDED ? sql : endingWithConnection(sql), app);
   }, 120_000);
+});
+
+describe('a transaction whose backend dies between two of its statements', () => {
+  it('fails, and its later statements, commit included, never reach the reopened connection, 3 times out of 3', async () => {
+    const app = 'leasehold-txload-gap';
+    for (const max of [1, 2, 4]) {
+      const sql = db.connect({ max, applicationName: app });
+      const id = ++nextTx;
+      let second: unknown = 'not sent';
+      const work = sql.begin(async (tx) => {
+        await tx`insert into ${tx(table())} (tx, step, txid) values (${id}, 1, txid_current())`;
+        await sleep(300); // the callback waits on something else; meanwhile its backend dies
+        try {
+          await tx`insert into ${tx(table())} (tx, step, txid) values (${id}, 2, txid_current())`;
+          second = 'ran';
+        } catch (e) {
+          second = (e as { code?: string }).code;
+        }
+      });
+      const outcome = settle(work);
+      await sleep(100);
+      // Work for the pool while its connections are taken, so the pool reopens the one that dies.
+      const others = Array.from({ length: max }, () => settle(sql`select pg_sleep(0.05)`));
+      await sleep(20);
+      const [killed] = await db.sql<{ n: number }[]>`
+        select count(pg_terminate_backend(pid))::int as n from pg_stat_activity
+        where application_name = ${app} and state like 'idle in transaction%'`;
+      expect(killed.n).toBe(1);
+      expect(await outcome).toBe('rejected');
+      expect(await Promise.all(others)).toEqual(Array(max).fill('ok'));
+      await sleep(400);
+      expect(second, `pool of ${max}`).toBe('CONNECTION_CLOSED');
+      expect(await db.sql`select step from tx_marks where tx = ${id}`, `pool of ${max}`).toEqual([]);
+      const stuck = await db.sql`
+        select pid from pg_stat_activity where application_name = ${app} and state like 'idle in transaction%'`;
+      expect(stuck).toEqual([]);
+      await sql.end({ timeout: 5 });
+    }
+  }, 30_000);
 });
