@@ -123,7 +123,8 @@ export interface ConnectOptions {
 // away once a postgres.js release fixes those issues: drop the patch and the build step, and
 // depend on that release. test/store/connection-death.test.ts fails without the patch, and
 // test/package/packed-install.test.ts checks that an installed leasehold, and an app's bundle of
-// it, run the patched copy.
+// it, run the patched copy. One driver bug is worked around here instead: a transaction's
+// callback outliving its connection (`endingWithConnection`, src/store/transactions.ts).
 
 /**
  * Open a postgres.js pool for `url` (a `postgres://` connection string) or a
