@@ -5,7 +5,7 @@
 // promises never settle. Here a pool of 4 runs many transactions and plain statements at once
 // while another connection terminates random backends of that pool, round after round, and every
 // statement is checked: it settled within a bound, and it ran where it belongs (each statement
-// records `txid_current()`). Rounds: TX_LOAD_ROUNDS (default 6 per pool kind).
+// records `txid_current()`). Rounds: TX_LOAD_ROUNDS (default 10 per pool kind).
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Sql } from '../../src/store/index.js';
@@ -17,7 +17,7 @@ const db = useTestDatabase();
 /** The table, named with its schema: in pooler mode a statement outside a transaction has no `search_path`. */
 const table = () => `${db.schema}.tx_marks`;
 
-const ROUNDS = Number(process.env.TX_LOAD_ROUNDS ?? 6);
+const ROUNDS = Number(process.env.TX_LOAD_ROUNDS ?? 10);
 const TX_PER_ROUND = 40;
 const PLAIN_PER_ROUND = 60;
 /** No statement of a round may take longer than this to settle (a hang is a failure). */
