@@ -1,6 +1,7 @@
 import type { PeerCertificate } from 'node:tls';
 import postgres from 'postgres';
 import { replaceOnReadOnly } from './failover.js';
+import { endingWithConnection } from './transactions.js';
 
 /** A postgres.js client as used throughout leasehold. */
 export type Sql = postgres.Sql<Record<string, never>>;
@@ -122,7 +123,8 @@ export interface ConnectOptions {
 // away once a postgres.js release fixes those issues: drop the patch and the build step, and
 // depend on that release. test/store/connection-death.test.ts fails without the patch, and
 // test/package/packed-install.test.ts checks that an installed leasehold, and an app's bundle of
-// it, run the patched copy.
+// it, run the patched copy. One driver bug is worked around here instead: a transaction's
+// callback outliving its connection (`endingWithConnection`, src/store/transactions.ts).
 
 /**
  * Open a postgres.js pool for `url` (a `postgres://` connection string) or a
@@ -186,7 +188,8 @@ export function connect(url: string | ConnectTarget, options: ConnectOptions = {
             ssl: url.ssl ?? false,
           }) as unknown as Sql;
   const pool = replaceOnReadOnly(open, options.onReadOnly);
-  return pooled ? settingEachTransaction(pool, session) : pool;
+  // A transaction's statements stop with its connection (see `endingWithConnection`).
+  return endingWithConnection(pooled ? settingEachTransaction(pool, session) : pool);
 }
 
 /** The server settings of a pool's sessions, by name, as `connect` applies them. */
