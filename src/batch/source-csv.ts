@@ -61,7 +61,7 @@ export function csvRows(
   for (const [index, record] of records.entries()) {
     if (columns === undefined) {
       columns = record;
-      uniqueColumns(columns, 'header', line);
+      uniqueColumns(columns, 'header', lineOf(index));
       if (s.keyColumn !== undefined && !columns.includes(s.keyColumn)) {
         throw new SourceReadError(
           `keyColumn ${JSON.stringify(s.keyColumn)} is not a column of the header (${columns.join(', ')})`,
