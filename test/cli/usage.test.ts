@@ -41,7 +41,7 @@ describe('the leasehold command, before it calls the API', () => {
       });
     }
     const none = await leasehold(['batch', 'update', 'some-id']);
-    expect(none).toMatchObject({ code: 1, stderr: 'leasehold: batch update needs --concurrency, --rate or both\n' });
+    expect(none).toMatchObject({ code: 1, stderr: 'leasehold: batch update needs --concurrency, --rate, --deadline, --deadline-ms or --no-deadline\n' });
     // A good one gets past its arguments: it fails to reach the API.
     const ok = await leasehold(['batch', 'update', 'some-id', '--rate', '0.5']);
     expect(ok).toMatchObject({ code: 1, stderr: expect.stringContaining('cannot reach the leasehold API') });
@@ -139,9 +139,9 @@ describe('the leasehold command, before it calls the API', () => {
   it('batch --help names every batch command, and show takes --follow', async () => {
     const help = await leasehold(['batch', '--help']);
     expect(help.stdout.replace(/\s+/g, ' ')).toMatch(
-      /start, change \(update\), show, list, cancel and redrive batches, and read their results/,
+      /start, change \(update\), show, list, pause, resume, cancel and redrive batches, and read their results/,
     );
-    for (const command of ['start', 'update', 'show', 'results', 'list', 'cancel', 'redrive'])
+    for (const command of ['start', 'update', 'show', 'results', 'list', 'cancel', 'pause', 'resume', 'redrive'])
       expect(help.stdout).toMatch(new RegExp(`\n  ${command} `));
     expect((await leasehold(['batch', 'show', '--help'])).stdout).toMatch(/--follow/);
   });
