@@ -41,7 +41,10 @@ describe('the leasehold command, before it calls the API', () => {
       });
     }
     const none = await leasehold(['batch', 'update', 'some-id']);
-    expect(none).toMatchObject({ code: 1, stderr: 'leasehold: batch update needs --concurrency, --rate, --deadline, --deadline-ms or --no-deadline\n' });
+    expect(none).toMatchObject({
+      code: 1,
+      stderr: 'leasehold: batch update needs --concurrency, --rate, --deadline, --deadline-ms or --no-deadline\n',
+    });
     // A good one gets past its arguments: it fails to reach the API.
     const ok = await leasehold(['batch', 'update', 'some-id', '--rate', '0.5']);
     expect(ok).toMatchObject({ code: 1, stderr: expect.stringContaining('cannot reach the leasehold API') });
