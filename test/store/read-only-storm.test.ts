@@ -10,11 +10,13 @@ import { PgProxy } from '../support/pgproxy.js';
 
 const db = useTestDatabase();
 const role = `lh_ro_${Math.random().toString(36).slice(2, 8)}`;
+// The embedded server asks for a password (scram), the machine's PostgreSQL trusts: one for both.
+const password = `pw_${Math.random().toString(36).slice(2, 10)}`;
 let proxy: PgProxy;
 beforeAll(async () => {
   proxy = await PgProxy.start(db.url);
   await db.sql`create table ro_rows (n int)`;
-  await db.sql.unsafe(`create role ${role} login`);
+  await db.sql.unsafe(`create role ${role} login password '${password}'`);
   await db.sql.unsafe(`grant usage on schema "${db.schema}" to ${role}`);
   await db.sql.unsafe(`grant insert, select on "${db.schema}".ro_rows to ${role}`);
 });
@@ -30,6 +32,7 @@ describe('a server that keeps refusing writes', () => {
       await db.sql.unsafe(`alter role ${role} set default_transaction_read_only = on`);
       const url = new URL(proxy.url);
       url.username = role;
+      url.password = password;
       const episodes: unknown[] = [];
       const sql = connect(url.toString(), { schema: db.schema, max: 4, onReadOnly: (e) => episodes.push(e) });
       try {
