@@ -162,7 +162,9 @@ describe('the live count follows the desired count', () => {
       tenant: 't',
       datasource: 'role',
       job: 'slow',
-      params: { ms: 300 },
+      // 6 items 2 at a time, 1.5 s each: the batch worker still runs (4.5 s) after the waits for
+      // the fleet and for the balance below (2 s at most each), so its row is there to read.
+      params: { ms: 1_500 },
       requestKey: 'role-1',
       items: Array.from({ length: 6 }, (_, i) => ({ key: `i${i}` })),
     });
@@ -180,6 +182,7 @@ describe('the live count follows the desired count', () => {
       { units: number }[]
     >`select (select count(*) from leasehold_units u where u.owner = p.id) as units
       from leasehold_processes p where p.role = 'batch'`;
+    expect(batchWorker, 'the batch worker is still running').toBeDefined();
     expect(batchWorker.units).toBe(0);
     // Counted apart: the plan sees 2 live, invokes nothing and retires nobody.
     const plan = await planInvocations(db.sql, { cap: 10, pendingMs: 1_000 });
