@@ -344,6 +344,7 @@ export class Runner {
     const sentAt = this.s.clock.now();
     // Bounded: a worker polls for batches between its deadline checks. A takeover that timed
     // out after it committed leaves a batch that nobody beats: it turns stale and is taken again.
+    const skip = () => [...this.unknown, ...this.runs.keys()];
     const attempt = () =>
       withTimeout(
         () =>
@@ -357,7 +358,7 @@ export class Runner {
             // Else the oldest batch with an unknown job, handed straight back, would be picked again
             // every time and no other batch would ever be taken. A process runs one run of a batch
             // at most: more of its runs belong on other processes (docs/design.md, "Fan-out").
-            skip: [...this.unknown, ...this.runs.keys()],
+            skip: skip(),
           }),
         this.s.storeTimeoutMs,
         // A takeover sent for a batch waits for its row behind the others sent with it; one that
@@ -373,7 +374,7 @@ export class Runner {
     const retryUntil = performance.now() + TAKEOVER_RETRY_MS;
     for (let retry = 0; !batch && performance.now() < retryUntil; retry++) {
       const waiting = await withTimeout(
-        () => q.takeoverMayFind(this.sql, { batchId, maxRunning: this.s.maxRunning }),
+        () => q.takeoverMayFind(this.sql, { batchId, maxRunning: this.s.maxRunning, skip: skip() }),
         this.s.storeTimeoutMs,
       );
       if (!waiting || this.closed) break;

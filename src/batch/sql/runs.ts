@@ -63,16 +63,22 @@ export interface TakeOverArgs {
   skip?: string[];
 }
 
+// A tenant (as `t`) that may take one more run (below its limit) and has a batch below its
+// target that the runner does not skip: the takeover's choice and takeoverMayFind share it.
+function eligibleTenant(sql: Sql, maxRunning: number, skip: ReturnType<Sql['json']>) {
+  return sql`t.wanting > 0 and t.running < coalesce(t.max_running, ${maxRunning})
+        and exists (select 1 from leasehold_batches w
+                    where w.tenant = t.tenant and w.status = 'open' and w.live_runs < w.target
+                      and w.id::text not in (select jsonb_array_elements_text(${skip})))`;
+}
+
 /** The takeover statement as a fragment (the benchmark and a test read its plan with EXPLAIN). */
 export function takeOverStatement(sql: Sql, a: TakeOverArgs) {
   const skip = sql.json(a.skip ?? []);
   const sent = a.batchId ?? null;
   const only = a.batchId !== undefined && !a.orFairer;
   const stale = sql`now() - make_interval(secs => ${a.staleMs / 1000})`;
-  const eligible = sql`t.wanting > 0 and t.running < coalesce(t.max_running, ${a.maxRunning})
-        and exists (select 1 from leasehold_batches w
-                    where w.tenant = t.tenant and w.status = 'open' and w.live_runs < w.target
-                      and w.id::text not in (select jsonb_array_elements_text(${skip})))`;
+  const eligible = eligibleTenant(sql, a.maxRunning, skip);
   // The fewest runs any eligible tenant runs, read without a lock: the tenant taken below runs
   // no more. Skipping a locked row alone let a takeover racing another one (which holds the
   // fairest tenant's row for its statement) take a tenant running more runs instead.
@@ -165,8 +171,9 @@ export function takeOverStatement(sql: Sql, a: TakeOverArgs) {
 // Whether a takeover that took nothing may have skipped a batch only because a concurrent
 // takeover held its row or its tenant's (the choice skips locked rows): the named batch is
 // still below its target with its tenant below its limit, or (without one) some such tenant has
-// a batch below its target.
-export async function takeoverMayFind(sql: Sql, a: { batchId?: string; maxRunning: number }): Promise<boolean> {
+// a batch below its target that the runner does not skip (`skip`, as the takeover's: else a
+// runner whose only waiting batch is its own or one of an unknown job asks again and again).
+export async function takeoverMayFind(sql: Sql, a: { batchId?: string; maxRunning: number; skip?: string[] }): Promise<boolean> {
   const [r] = a.batchId
     ? await sql<{ waiting: boolean }[]>`select exists (
         select 1 from leasehold_batches b join leasehold_tenants t on t.tenant = b.tenant
@@ -174,7 +181,7 @@ export async function takeoverMayFind(sql: Sql, a: { batchId?: string; maxRunnin
           and t.running < coalesce(t.max_running, ${a.maxRunning})
       ) as waiting`
     : await sql<{ waiting: boolean }[]>`select exists (
-        select 1 from leasehold_tenants where wanting > 0 and running < coalesce(max_running, ${a.maxRunning})
+        select 1 from leasehold_tenants t where ${eligibleTenant(sql, a.maxRunning, sql.json(a.skip ?? []))}
       ) as waiting`;
   return r.waiting;
 }
