@@ -21,7 +21,13 @@
 //      than one attempt (none expected: surplus runs give back unstarted items unused).
 // 1–3 are medians of ROUNDS rounds (run counts ascending in even rounds, descending in odd);
 // 4 and 5 are measured once. BENCH_FANOUT_TRACE=1 prints each child-process measurement's runs
-// (outcome, items, statements, ms to join and to end) on stderr.
+// (outcome, items, statements, ms to join and to end) on stderr. Line 1 is followed by the child
+// processes' CPU time (user + system, summed) per item, the cores that made over the wall time,
+// and the statements per item, per run count: whether 16 processes are bound by CPU.
+// Knobs: BENCH_FANOUT_RUNS=8,16 measures only those run counts in line 1 (the cost line needs 8;
+// without 1 no percentage is printed); BENCH_FANOUT_LINES=scaling,cost,four,local picks lines
+// (scaling: 1; cost: 3; four: 2; local: 4 and 5); BENCH_FANOUT_QUEUE_DEPTH sets the child
+// processes' runner `queueDepth` (default the runner's own).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { chmod, mkdtemp, rm } from 'node:fs/promises';
@@ -40,7 +46,10 @@ const ROOT = resolve(import.meta.dirname, '..');
 const ITEMS = Number(process.env.BENCH_ITEMS ?? 20_000);
 const FANOUT_ITEMS = Number(process.env.BENCH_FANOUT_ITEMS ?? 20_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
-const RUN_COUNTS = [1, 2, 4, 8, 16];
+/** Run counts of line 1; `BENCH_FANOUT_RUNS` (comma-separated) picks some, e.g. `8` (line 1 then prints those alone). */
+const RUN_COUNTS = (process.env.BENCH_FANOUT_RUNS ?? '1,2,4,8,16').split(',').map(Number);
+/** Lines printed; `BENCH_FANOUT_LINES` (comma-separated of scaling, cost, four, local) picks some. */
+const LINES = new Set((process.env.BENCH_FANOUT_LINES ?? 'scaling,cost,four,local').split(','));
 const PARALLEL = 16;
 /** application_name of the runs' sessions, so the lock samples see theirs only. */
 const APP = 'leasehold-fanbench';
@@ -72,6 +81,8 @@ interface ChildResult {
   statements: number;
   takenMs: number;
   endedMs: number;
+  /** CPU time the child process used from `go` to its run's end, ms (user + system). */
+  cpuMs: number;
 }
 
 /** Lock waits of the runs' sessions, sampled: session samples, those waiting on a lock, by lock. */
@@ -137,7 +148,7 @@ async function scalingOnce(
   schema: string,
   sql: Sql,
   m: Scaling,
-): Promise<{ rate: number; statements: number; samples?: LockSamples }> {
+): Promise<{ rate: number; statements: number; cpuMs: number; samples?: LockSamples }> {
   await clean(sql);
   const job = m.work === 'timer' ? 'fanout-timer' : 'noop';
   const { batch } = await createBatch(sql, { ...batchOf(m.items), job, maxConcurrency: m.runs });
@@ -164,7 +175,12 @@ async function scalingOnce(
     if (b?.status !== 'succeeded' || b.counts.done !== m.items) throw new Error(`bench fan-out batch ended ${b?.status}`);
     if (results.some((r) => r.outcome === 'not-taken')) throw new Error(`bench fan-out: a run of ${m.runs} never joined`);
     const seconds = (b.finishedAt!.getTime() - go.getTime()) / 1000;
-    return { rate: m.items / seconds, statements: results.reduce((n, r) => n + r.statements, 0), samples };
+    return {
+      rate: m.items / seconds,
+      statements: results.reduce((n, r) => n + r.statements, 0),
+      cpuMs: results.reduce((n, r) => n + r.cpuMs, 0),
+      samples,
+    };
   } finally {
     for (const c of children) if (c.proc.exitCode === null) c.proc.kill();
   }
@@ -313,59 +329,79 @@ export async function fanoutBench(url: string): Promise<void> {
     await migrate(sql);
     await migrateGraphile(url, gwSchema);
     const rates = new Map<number, number[]>(RUN_COUNTS.map((n) => [n, []]));
+    const cpu = new Map<number, number[]>(RUN_COUNTS.map((n) => [n, []]));
+    const costs = new Map<number, number[]>(RUN_COUNTS.map((n) => [n, []]));
     const timerCost: number[] = [];
     let timerLocks: LockSamples | undefined;
-    for (let round = 0; round < ROUNDS; round++) {
+    for (let round = 0; round < ROUNDS && (LINES.has('scaling') || LINES.has('cost')); round++) {
       for (const runs of round % 2 === 0 ? RUN_COUNTS : [...RUN_COUNTS].reverse()) {
         const locks = runs === 8 && round === 0;
         const r = await scalingOnce(url, schema, sql, { runs, items: FANOUT_ITEMS, work: 'timer', parallel: PARALLEL, locks });
         rates.get(runs)!.push(r.rate);
+        cpu.get(runs)!.push(r.cpuMs / FANOUT_ITEMS);
+        costs.get(runs)!.push(r.statements / FANOUT_ITEMS);
         if (runs === 8) timerCost.push(r.statements / FANOUT_ITEMS);
         timerLocks ??= r.samples;
       }
     }
-    const one = median(rates.get(1)!);
-    const at = (n: number) => {
-      const r = median(rates.get(n)!);
-      return `${n} runs ${fmt(r)} items/s (${Math.round((100 * r) / (one * n))} %${n === 8 || n === 16 ? ' of linear' : ''})`;
-    };
-    console.log(
-      `fan-out, 20 ms items, parallel ${PARALLEL}: 1 run ${fmt(one)} items/s; ${[2, 4, 8, 16].map(at).join('; ')}; ` +
-        `goals ≥ 90 % at 8, ≥ 80 % at 16 (each run a Node child process with one Runner, not the local stack; ` +
-        `${FANOUT_ITEMS.toLocaleString('en-US')} items, go to finish, fresh schema)`,
-    );
-    const noopCost: number[] = [];
-    let noopLocks: LockSamples | undefined;
-    for (let round = 0; round < ROUNDS; round++) {
-      const r = await scalingOnce(url, schema, sql, { runs: 8, items: ITEMS, work: 'noop', parallel: 64, locks: round === 0 });
-      noopCost.push(r.statements / ITEMS);
-      noopLocks ??= r.samples;
+    if (LINES.has('scaling')) {
+      const one = rates.has(1) ? median(rates.get(1)!) : undefined;
+      const at = (n: number) => {
+        const r = median(rates.get(n)!);
+        const share = one ? ` (${Math.round((100 * r) / (one * n))} %${n === 8 || n === 16 ? ' of linear' : ''})` : '';
+        return `${n} run${n === 1 ? '' : 's'} ${fmt(r)} items/s${share}`;
+      };
+      console.log(
+        `fan-out, 20 ms items, parallel ${PARALLEL}: ${RUN_COUNTS.map(at).join('; ')}; ` +
+          `goals ≥ 90 % at 8, ≥ 80 % at 16 (each run a Node child process with one Runner, not the local stack; ` +
+          `${FANOUT_ITEMS.toLocaleString('en-US')} items, go to finish, fresh schema)`,
+      );
+      // Whether the child processes are CPU-bound: their CPU time per item (summed over the runs;
+      // flat as runs are added if the work per item does not grow) and their CPU over the wall
+      // time, in cores (the machine's cores bound it).
+      const used = (n: number) => {
+        const perItem = median(cpu.get(n)!);
+        return `${n}: ${perItem.toFixed(3)} ms/item, ${((perItem * median(rates.get(n)!)) / 1000).toFixed(2)} cores, ${median(costs.get(n)!).toFixed(4)} statements/item`;
+      };
+      console.log(
+        `fan-out, 20 ms items: the runs' CPU (user + system, all child processes) by runs: ${RUN_COUNTS.map(used).join('; ')}`,
+      );
     }
-    console.log(
-      `cost at 8 runs (sum of the runs' RunResult.statements / items; goal ≤ 0.01): ` +
-        `20 ms items, parallel ${PARALLEL}: ${median(timerCost).toFixed(4)} statements per item, lock waits ${lockText(timerLocks!)}; ` +
-        `no-op, parallel 64, ${ITEMS.toLocaleString('en-US')} items: ${median(noopCost).toFixed(4)}, lock waits ${lockText(noopLocks!)} ` +
-        `(active sessions of the runs waiting on a lock / sampled, pg_stat_activity and pg_locks every 50 ms)`,
-    );
-
-    const oneBatch: number[] = [];
-    const separate: number[] = [];
-    const graphile: number[] = [];
-    const gw = { name: 'fresh' as const, schema: gwSchema, sql: admin };
-    for (let round = 0; round < ROUNDS; round++) {
-      const order = [
-        async () => oneBatch.push(await oneBatchFourRuns(url, schema, sql)),
-        async () => separate.push(await fourBatches(url, schema, sql)),
-        async () => graphile.push(await graphileOnce(url, gw, 4, 32)),
-      ];
-      for (const f of round % 2 === 0 ? order : order.reverse()) await f();
+    if (LINES.has('cost') && timerCost.length > 0) {
+      const noopCost: number[] = [];
+      let noopLocks: LockSamples | undefined;
+      for (let round = 0; round < ROUNDS; round++) {
+        const r = await scalingOnce(url, schema, sql, { runs: 8, items: ITEMS, work: 'noop', parallel: 64, locks: round === 0 });
+        noopCost.push(r.statements / ITEMS);
+        noopLocks ??= r.samples;
+      }
+      console.log(
+        `cost at 8 runs (sum of the runs' RunResult.statements / items; goal ≤ 0.01): ` +
+          `20 ms items, parallel ${PARALLEL}: ${median(timerCost).toFixed(4)} statements per item, lock waits ${lockText(timerLocks!)}; ` +
+          `no-op, parallel 64, ${ITEMS.toLocaleString('en-US')} items: ${median(noopCost).toFixed(4)}, lock waits ${lockText(noopLocks!)} ` +
+          `(active sessions of the runs waiting on a lock / sampled, pg_stat_activity and pg_locks every 50 ms)`,
+      );
     }
-    const [o, f, g] = [median(oneBatch), median(separate), median(graphile)];
-    console.log(
-      `no-op, 4 runs of one batch: ${fmt(o)} items/s; 4 batches: ${fmt(f)} items/s (${Math.round((100 * o) / f)} %; goal ≥ 90 %) ` +
-        `(${(o / g).toFixed(2)}× graphile-worker 4×32, ${fmt(g)} jobs/s; goal ≥ 2×) ` +
-        `(parallel 64, 4 runners with a pool each in one process, ${(4 * ITEMS).toLocaleString('en-US')} items, fresh schema)`,
-    );
+    if (LINES.has('four')) {
+      const oneBatch: number[] = [];
+      const separate: number[] = [];
+      const graphile: number[] = [];
+      const gw = { name: 'fresh' as const, schema: gwSchema, sql: admin };
+      for (let round = 0; round < ROUNDS; round++) {
+        const order = [
+          async () => oneBatch.push(await oneBatchFourRuns(url, schema, sql)),
+          async () => separate.push(await fourBatches(url, schema, sql)),
+          async () => graphile.push(await graphileOnce(url, gw, 4, 32)),
+        ];
+        for (const f of round % 2 === 0 ? order : order.reverse()) await f();
+      }
+      const [o, f, g] = [median(oneBatch), median(separate), median(graphile)];
+      console.log(
+        `no-op, 4 runs of one batch: ${fmt(o)} items/s; 4 batches: ${fmt(f)} items/s (${Math.round((100 * o) / f)} %; goal ≥ 90 %) ` +
+          `(${(o / g).toFixed(2)}× graphile-worker 4×32, ${fmt(g)} jobs/s; goal ≥ 2×) ` +
+          `(parallel 64, 4 runners with a pool each in one process, ${(4 * ITEMS).toLocaleString('en-US')} items, fresh schema)`,
+      );
+    }
     await clean(sql);
   } finally {
     await sql.end();
@@ -373,5 +409,5 @@ export async function fanoutBench(url: string): Promise<void> {
     await admin`drop schema if exists ${admin(gwSchema)} cascade`;
     await admin.end();
   }
-  await localStackLines(url);
+  if (LINES.has('local')) await localStackLines(url);
 }

@@ -40,6 +40,8 @@ export class Completer {
   private progressRecorded = false;
   /** Items this run stored as done or failed (its result's `finishedItems`). */
   finishedItems = 0;
+  /** How long the last move + claim statement took, ms of real time. */
+  private stepMs = 0;
 
   constructor(
     private readonly ctx: RunContext,
@@ -56,6 +58,16 @@ export class Completer {
     return this.settled.length > 0;
   }
 
+  /** Settled items waiting for their move. */
+  waiting(): number {
+    return this.settled.length;
+  }
+
+  /** How long the last move + claim statement took, ms of real time (0 before the first). */
+  lastStepMs(): number {
+    return this.stepMs;
+  }
+
   /** One statement: move every settled item and claim the producer's free room. */
   async step(): Promise<void> {
     const ctx = this.ctx;
@@ -70,6 +82,7 @@ export class Completer {
     // this: timers armed from it fire on time or a little early (a claim then answers how long
     // is left), never a round trip late.
     const sentAt = ctx.s.clock.now();
+    const t0 = performance.now();
     let r: q.StepResult;
     try {
       r = await ctx.store(
@@ -95,6 +108,7 @@ export class Completer {
       // Landed, or lost: either way no longer settling.
       this.d.failuresSent(failures);
     }
+    this.stepMs = performance.now() - t0;
     if (r.moved < batch.length && !(await this.movesLanded(moves, batch.length))) return ctx.markLost();
     this.landed(batch, sentAt);
     // The items it claimed are put back by the end: they are not queued.

@@ -89,6 +89,8 @@ export class ItemExecutor {
   /** Aborted when the run stops or ends: every in-flight item listens on it. */
   private readonly items = new AbortController();
   private readonly executing = new Map<string, Promise<void>>();
+  /** Moving average of the settled attempts' durations, ms of real time (0: none yet). */
+  private meanAttemptMs = 0;
   /** Its attempts' heartbeats and checkpoints (docs/design.md, "Item heartbeats and checkpoints"). */
   private readonly beats: ItemBeats;
 
@@ -115,6 +117,14 @@ export class ItemExecutor {
   /** Items executing now. */
   running(): number {
     return this.executing.size;
+  }
+
+  /**
+   * How long an attempt of this run takes, ms of real time: a moving average over the attempts
+   * that settled (0 until one has). The flusher's linger is scaled by it.
+   */
+  meanMs(): number {
+    return this.meanAttemptMs;
   }
 
   /** The keys of the items executing now. */
@@ -145,10 +155,13 @@ export class ItemExecutor {
 
   /** Start one item's attempt; its verdict goes to `settled` once it ends. */
   launch(c: q.ClaimedRow): void {
+    const started = performance.now();
     const done = (s: Settled): void => {
       // Recovered for want of heartbeats meanwhile: its slot was freed, its result is nobody's.
       if (this.executing.get(c.key) !== p) return;
       this.executing.delete(c.key);
+      const ms = performance.now() - started;
+      this.meanAttemptMs = this.meanAttemptMs === 0 ? ms : this.meanAttemptMs + (ms - this.meanAttemptMs) / 16;
       this.d.settled(s);
     };
     // work never rejects by design; should it all the same, the item still settles (failed),

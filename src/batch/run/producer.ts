@@ -95,6 +95,16 @@ export class Producer {
     if (this.gate) this.gate.pause(this.gate.keyOf({ key: item.key, input: item.input, params: this.ctx.batch.params }), ms);
   }
 
+  /** Items claimed and waiting in the local queue (not started). */
+  queued(): number {
+    return this.queue.length;
+  }
+
+  /** Items the run may hold at once: `parallel + queueDepth`, running ones included. */
+  holds(): number {
+    return this.capacity;
+  }
+
   /** Claims that fit: free room in the local queue while the store may hold due items. */
   room(): number {
     if (this.ctx.reason || !this.moreDue || !this.d.beatValid() || this.d.doomed()) return 0;

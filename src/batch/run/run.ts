@@ -18,6 +18,9 @@ import { Producer } from './producer.js';
 import { SourceReader } from './source-reader.js';
 import type { RunSettings, Settled } from './types.js';
 
+/** The longest the flusher lingers for more settled items before a move statement, ms (real time). */
+const LINGER_MAX_MS = 50;
+
 /**
  * One run: a runner's ownership of one batch, from takeover to its end (docs/design.md,
  * "Batches").
@@ -185,6 +188,38 @@ export class Run {
   }
 
   /**
+   * The flusher's linger (docs/design.md, "The pipelined run"): with settled items waiting, wait
+   * for more to settle before sending them, so one statement moves many — up to the mean
+   * attempt's duration (real time, at most {@link LINGER_MAX_MS}), and, when the statement
+   * would claim, only while the queue keeps the slots busy until its answer would come back
+   * (items started meanwhile: running / mean per ms, over one and a half of the last statement's
+   * round trip). It ends at
+   * once when nothing runs (nothing more will settle), when a full run's worth waits, when the
+   * run stops, or when the batch is doomed. Attempts shorter than a millisecond never linger.
+   */
+  private async linger(): Promise<void> {
+    const { ctx, executor, producer, completer } = this;
+    const mean = executor.meanMs();
+    const until = performance.now() + Math.min(LINGER_MAX_MS, mean);
+    for (;;) {
+      const left = until - performance.now();
+      const running = executor.running();
+      if (left < 1 || ctx.reason || running === 0 || this.lifecycle.doomed()) return;
+      if (completer.waiting() >= producer.holds()) return;
+      // With room to claim, the queue must outlast the statement's round trip; with none (nothing
+      // due in the store), the statement claims nothing the slots wait for.
+      if (producer.room() > 0 && producer.queued() <= (running / mean) * (1.5 * completer.lastStepMs() + 1)) return;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, left);
+        void ctx.sleep().then(() => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
+    }
+  }
+
+  /**
    * The flusher: one statement at a time, each moving every settled item and claiming the free
    * room. Resolves to the batch's final status once this run finished it, or undefined once the
    * run must stop (handoff or loss).
@@ -201,6 +236,8 @@ export class Run {
       if (this.completer.pending() || producer.room() > 0) {
         // Let items settling in this turn land, so one statement carries them all.
         await new Promise<void>((resolve) => setImmediate(resolve));
+        if (ctx.reason) return undefined;
+        if (this.completer.pending()) await this.linger();
         if (ctx.reason) return undefined;
         await this.completer.step();
         if (lifecycle.intolerable()) return 'failed';
