@@ -310,7 +310,7 @@ describe("a JSON Lines line's size", () => {
 });
 
 describe('a JSON Lines page as a reader takes it (asJson)', () => {
-  it('is the same items, keys and cursor as the page read as items, in the JSON text a store takes', async () => {
+  it('is the same items, keys and cursor as the page read as items, in the rows a store takes', async () => {
     const body = Buffer.concat([
       Buffer.from(['{"a":1}', '', '  ', '[1e20, 12345678901234567890]', '{"s":"é\\u00e9 \\ud83d\\ude00"}\r'].join('\n') + '\n'),
       // A byte that is not UTF-8: read as U+FFFD either way.
@@ -328,8 +328,12 @@ describe('a JSON Lines page as a reader takes it (asJson)', () => {
         const items = await readPage(s3.client, source, a, { maxInputBytes: 65_536, rangeBytes });
         const json = await readPage(s3.client, source, b, { maxInputBytes: 65_536, rangeBytes, asJson: true });
         expect(json.items).toEqual([]);
-        expect(json.json!.count).toBe(items.items.length);
-        expect(JSON.parse(json.json!.text)).toEqual(items.items.map((i) => ({ k: i.key, i: i.input })));
+        const rows = json.rows!;
+        expect(rows.count).toBe(items.items.length);
+        expect(JSON.parse(rows.keys)).toEqual(items.items.map((i) => i.key));
+        // One input a line: no line of the page holds a line end of its own.
+        const inputs = rows.inputs === '' ? [] : rows.inputs.split('\n');
+        expect(inputs.map((i) => JSON.parse(i) as unknown)).toEqual(items.items.map((i) => i.input));
         expect(json.cursor).toEqual(items.cursor);
         expect(json.done).toBe(items.done);
         if (items.done) {
