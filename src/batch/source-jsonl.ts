@@ -5,10 +5,11 @@ import { INPUT_JSON, UNSTORABLE_ESCAPE, type ItemWithJson, type PageRows } from 
 import { numberedKey, SourceReadError, type ObjectCursor, type ReadSettings } from './source-page.js';
 
 /**
- * Throw when `input` as JSON is past the batch's input limit. `sourceBytes`, the line's own bytes
- * when known, spares the JSON text for a line far below the limit: parsed and written again, a
- * JSON value grows by at most 6 times (a number such as `1e20` writes as 21 digits; strings,
- * escapes and whitespace only shrink), so a line of at most a sixth of the limit always fits.
+ * Throw when `input` as JSON is past the batch's input limit. `sourceBytes`, when known, is a
+ * sixth of the most bytes its JSON can take, and spares the JSON text for an input far below the
+ * limit. A line's own bytes are that: parsed and written again, a JSON value grows by at most 6
+ * times (a number such as `1e20` writes as 21 digits; strings, escapes and whitespace only
+ * shrink), so a line of at most a sixth of the limit always fits (a CSV row's bound: csvRows).
  */
 export function checkInput(input: unknown, line: number, settings: ReadSettings, sourceBytes?: number): void {
   if (sourceBytes !== undefined && sourceBytes * 6 <= settings.maxInputBytes) return;
