@@ -102,38 +102,8 @@ export async function readItems(items: ItemSource, limits: StartLimits, onePiece
         `item count: more than ${limits.maxItems} items; the limit is ${limits.maxItems}`,
       );
     }
-    const key: unknown = item?.key;
-    if (typeof key !== 'string') throw new InvalidBatchError(`item ${count}: key must be a string`);
-    const keyBytes = Buffer.byteLength(key);
-    if (keyBytes > MAX_KEY_BYTES) {
-      throw new BatchTooLargeError(
-        'keyBytes',
-        MAX_KEY_BYTES,
-        `key bytes: the key of item ${preview(key)} is ${keyBytes} bytes; the limit is ${MAX_KEY_BYTES}`,
-      );
-    }
-    const keyJson = JSON.stringify(key);
-    if (UNSTORABLE_ESCAPE.test(keyJson)) {
-      throw new InvalidBatchError(`the key of item ${count} (${preview(key)}) contains a NUL character or an unpaired surrogate`);
-    }
-    let inputJson: string | undefined = (item as ItemWithJson)[INPUT_JSON];
-    try {
-      if (inputJson === undefined) inputJson = item.input === undefined ? undefined : JSON.stringify(item.input);
-    } catch (e) {
-      throw new InvalidBatchError(`the input of item ${preview(key)} is not JSON: ${(e as Error).message}`);
-    }
-    const inputBytes = inputJson === undefined ? 0 : Buffer.byteLength(inputJson);
-    if (inputBytes > limits.maxInputBytes) {
-      throw new BatchTooLargeError(
-        'inputBytes',
-        limits.maxInputBytes,
-        `input bytes: the input of item ${preview(key)} is ${inputBytes} bytes of JSON; the limit is ${limits.maxInputBytes}`,
-      );
-    }
-    if (inputJson !== undefined && inputJson.includes('\\u') && UNSTORABLE_ESCAPE.test(inputJson)) {
-      throw new InvalidBatchError(`the input of item ${preview(key)} contains a NUL character or an unpaired surrogate`);
-    }
-    totalBytes += keyBytes + inputBytes;
+    const c = checkItem(item, count, limits.maxInputBytes);
+    totalBytes += c.bytes;
     if (totalBytes > limits.maxTotalBytes) {
       throw new BatchTooLargeError(
         'totalBytes',
@@ -141,8 +111,8 @@ export async function readItems(items: ItemSource, limits: StartLimits, onePiece
         `total bytes: the items' keys and inputs come to more than ${limits.maxTotalBytes} bytes; the limit is ${limits.maxTotalBytes}`,
       );
     }
-    piece.push(`{"k":${keyJson},"i":${inputJson ?? 'null'}}`);
-    pieceBytes += keyBytes + inputBytes + 12;
+    piece.push(`{"k":${c.keyJson},"i":${c.inputJson ?? 'null'}}`);
+    pieceBytes += c.bytes + 12;
     return !onePiece && (piece.length >= PIECE_ITEMS || pieceBytes >= PIECE_BYTES);
   };
 
@@ -154,6 +124,75 @@ export async function readItems(items: ItemSource, limits: StartLimits, onePiece
   if (piece.length > 0) flush();
   if (count === 0) throw new InvalidBatchError('a batch needs at least one item');
   return { pieces, count };
+}
+
+/**
+ * A source page's items as a store takes them (sql/sources.ts, storePage): `keys`, the JSON
+ * text of the array of their keys; `inputs`, their inputs' JSON texts one a line (`null` for
+ * none); `count`, how many. JSON text holds no raw line end (JSON.stringify escapes it, a JSON
+ * Lines line has none), so the lines of `inputs` are the items' inputs in order.
+ */
+export interface PageRows {
+  keys: string;
+  inputs: string;
+  count: number;
+}
+
+/**
+ * A source page's `items` checked as a start's items are ({@link readItems}: key bytes and
+ * escapes, input bytes past `maxInputBytes` and escapes) and made the {@link PageRows} a store takes.
+ * @throws {BatchTooLargeError} a key over {@link MAX_KEY_BYTES} or an input over `maxInputBytes`.
+ * @throws {InvalidBatchError} a key or input that holds NUL or an unpaired surrogate, an input that is not JSON.
+ */
+export function pageRows(items: ItemInput[], maxInputBytes: number): PageRows {
+  const keys: string[] = [];
+  const inputs: string[] = [];
+  for (const item of items) {
+    const c = checkItem(item, keys.length + 1, maxInputBytes);
+    keys.push(c.keyJson);
+    inputs.push(c.inputJson ?? 'null');
+  }
+  return { keys: `[${keys.join(',')}]`, inputs: inputs.join('\n'), count: items.length };
+}
+
+/**
+ * Item number `n`'s key and input as JSON text, checked: its key a string of at most
+ * {@link MAX_KEY_BYTES} bytes, its input JSON of at most `maxInputBytes`, neither holding NUL or
+ * an unpaired surrogate. `bytes`: the key's and the input's bytes.
+ */
+function checkItem(item: ItemInput, n: number, maxInputBytes: number): { keyJson: string; inputJson?: string; bytes: number } {
+  const key: unknown = item?.key;
+  if (typeof key !== 'string') throw new InvalidBatchError(`item ${n}: key must be a string`);
+  const keyBytes = Buffer.byteLength(key);
+  if (keyBytes > MAX_KEY_BYTES) {
+    throw new BatchTooLargeError(
+      'keyBytes',
+      MAX_KEY_BYTES,
+      `key bytes: the key of item ${preview(key)} is ${keyBytes} bytes; the limit is ${MAX_KEY_BYTES}`,
+    );
+  }
+  const keyJson = JSON.stringify(key);
+  if (UNSTORABLE_ESCAPE.test(keyJson)) {
+    throw new InvalidBatchError(`the key of item ${n} (${preview(key)}) contains a NUL character or an unpaired surrogate`);
+  }
+  let inputJson: string | undefined = (item as ItemWithJson)[INPUT_JSON];
+  try {
+    if (inputJson === undefined) inputJson = item.input === undefined ? undefined : JSON.stringify(item.input);
+  } catch (e) {
+    throw new InvalidBatchError(`the input of item ${preview(key)} is not JSON: ${(e as Error).message}`);
+  }
+  const inputBytes = inputJson === undefined ? 0 : Buffer.byteLength(inputJson);
+  if (inputBytes > maxInputBytes) {
+    throw new BatchTooLargeError(
+      'inputBytes',
+      maxInputBytes,
+      `input bytes: the input of item ${preview(key)} is ${inputBytes} bytes of JSON; the limit is ${maxInputBytes}`,
+    );
+  }
+  if (inputJson !== undefined && inputJson.includes('\\u') && UNSTORABLE_ESCAPE.test(inputJson)) {
+    throw new InvalidBatchError(`the input of item ${preview(key)} contains a NUL character or an unpaired surrogate`);
+  }
+  return { keyJson, inputJson, bytes: keyBytes + inputBytes };
 }
 
 /**

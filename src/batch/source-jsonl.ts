@@ -1,14 +1,15 @@
 // JSON Lines into items (docs/design.md, "Items in, results out, events"): each line checked
 // with JSON.parse and stored as its own text when short and plain, else parsed and written
 // again; and the input-size check every source item passes (shared with source-csv.ts).
-import { INPUT_JSON, UNSTORABLE_ESCAPE, type ItemWithJson } from './items.js';
+import { INPUT_JSON, UNSTORABLE_ESCAPE, type ItemWithJson, type PageRows } from './items.js';
 import { numberedKey, SourceReadError, type ObjectCursor, type ReadSettings } from './source-page.js';
 
 /**
- * Throw when `input` as JSON is past the batch's input limit. `sourceBytes`, the line's own bytes
- * when known, spares the JSON text for a line far below the limit: parsed and written again, a
- * JSON value grows by at most 6 times (a number such as `1e20` writes as 21 digits; strings,
- * escapes and whitespace only shrink), so a line of at most a sixth of the limit always fits.
+ * Throw when `input` as JSON is past the batch's input limit. `sourceBytes`, when known, is a
+ * sixth of the most bytes its JSON can take, and spares the JSON text for an input far below the
+ * limit. A line's own bytes are that: parsed and written again, a JSON value grows by at most 6
+ * times (a number such as `1e20` writes as 21 digits; strings, escapes and whitespace only
+ * shrink), so a line of at most a sixth of the limit always fits (a CSV row's bound: csvRows).
  */
 export function checkInput(input: unknown, line: number, settings: ReadSettings, sourceBytes?: number): void {
   if (sourceBytes !== undefined && sourceBytes * 6 <= settings.maxInputBytes) return;
@@ -111,24 +112,16 @@ export function jsonLines(
 }
 
 /**
- * The lines of `chunk` as the JSON text a store takes, `[{"k":"<key>","i":<value>}, …]` (keys as
- * {@link jsonLines} gives them, for an object of `size` bytes), built
- * in one buffer: each line is checked with JSON.parse as {@link jsonLines} checks it, then its
- * own bytes are copied (short and plain) or its value is written again. The strings and values
- * of a line die with it.
+ * The lines of `chunk` as the rows a store takes ({@link PageRows}: the JSON array of their keys,
+ * keyed as {@link jsonLines} keys them for an object of `size` bytes, and their inputs one a
+ * line), built in one buffer: each line is checked with JSON.parse as {@link jsonLines} checks
+ * it, then its own bytes are copied (short and plain) or its value is written again. The strings
+ * and values of a line die with it.
  * @throws {SourceReadError} a line that is not JSON, past the input limit or not storable.
  */
-export function jsonLinesText(
-  chunk: Buffer,
-  c: ObjectCursor,
-  settings: ReadSettings,
-  lines: number,
-  size: number,
-): { text: string; count: number; row: number } {
-  // Room for every line as it is and its `{"k":"<key>","i":…}`, so the buffer grows only for
-  // lines written again longer than they were.
-  const keyChars = Math.max(String(size).length, String(c.line + lines + 1).length);
-  let out = Buffer.allocUnsafe(chunk.length + (lines + 1) * (keyChars + 12) + 2);
+export function jsonLinesRows(chunk: Buffer, c: ObjectCursor, settings: ReadSettings, size: number): PageRows & { row: number } {
+  // Room for every line as it is, so the buffer grows only for lines written again longer than they were.
+  let out = Buffer.allocUnsafe(chunk.length + 1);
   let at = 0;
   const put = (b: Buffer | string) => {
     const n = typeof b === 'string' ? Buffer.byteLength(b) : b.length;
@@ -139,11 +132,10 @@ export function jsonLinesText(
     }
     at += typeof b === 'string' ? out.write(b, at) : b.copy(out, at);
   };
+  const keys: string[] = [];
   let row = c.row;
   let line = c.line;
-  let count = 0;
   let start = 0;
-  put('[');
   while (start < chunk.length) {
     let nl = chunk.indexOf(0x0a, start);
     if (nl === -1) nl = chunk.length;
@@ -161,10 +153,10 @@ export function jsonLinesText(
       throw new SourceReadError(`line ${line} is not JSON: ${(e as Error).message}`, line);
     }
     row++;
-    const key = numberedKey(line, size);
-    put(count === 0 ? `{"k":"${key}","i":` : `,{"k":"${key}","i":`);
-    count++;
-    // As it is when short and plain (see jsonLines).
+    if (keys.length > 0) put('\n');
+    keys.push(numberedKey(line, size));
+    // As it is when short and plain (see jsonLines): a line holds no line end, and any CR in it
+    // lies between JSON tokens, where it is whitespace.
     if (end - from <= Math.min(AS_IS_BYTES, settings.maxInputBytes) && !REWRITE.test(text)) {
       put(chunk.subarray(from, end));
     } else {
@@ -175,8 +167,12 @@ export function jsonLinesText(
       }
       put(json);
     }
-    put('}');
   }
-  put(']');
-  return { text: out.toString('utf8', 0, at), count, row };
+  // Keys are digits: their JSON needs no escapes.
+  return {
+    keys: keys.length === 0 ? '[]' : `["${keys.join('","')}"]`,
+    inputs: out.toString('utf8', 0, at),
+    count: keys.length,
+    row,
+  };
 }

@@ -5,7 +5,7 @@
 // one stream (source-stream.ts). The lines are parsed by source-jsonl.ts or source-csv.ts.
 import type { S3Client } from '@aws-sdk/client-s3';
 import { csvQuote, csvRows } from './source-csv.js';
-import { jsonLines, jsonLinesText } from './source-jsonl.js';
+import { jsonLines, jsonLinesRows } from './source-jsonl.js';
 import {
   s3Call,
   sdk,
@@ -210,8 +210,8 @@ async function parsePage(s: ObjectSource, p: PageText, settings: ReadSettings): 
   const gzip = (p.encoding ?? c.encoding)?.gzip ?? false;
   const keyed = gzip ? { ...s, size: s.size * GZIP_MAX_RATIO } : s;
   if (s.format === 'jsonl' && settings.asJson) {
-    const { text: json, count, row } = jsonLinesText(text, c, settings, next.line - c.line, keyed.size);
-    return { items: [], cursor: { ...next, row }, done: atEnd, json: { text: json, count } };
+    const { row, ...rows } = jsonLinesRows(text, c, settings, keyed.size);
+    return { items: [], cursor: { ...next, row }, done: atEnd, rows };
   }
   const parsed =
     s.format === 'jsonl'

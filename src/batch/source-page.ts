@@ -2,7 +2,7 @@
 // out, events"): the page, the settings of reading, the error that ends a batch, and the shapes of
 // an object source and its cursor, shared by the prefix listing (source-listing.ts), the range
 // reader (source-object.ts) and the parsers (source-jsonl.ts, source-csv.ts).
-import type { ItemWithJson } from './items.js';
+import type { ItemWithJson, PageRows } from './items.js';
 import { retrySlowDown, type SlowDownRetry } from './s3.js';
 import type { ObjectSourceSpec, SourceCursor } from './types.js';
 
@@ -41,7 +41,7 @@ export interface ReadSettings {
   /** Objects of a prefix one page lists, at least (default 10,000; the first page 1,000). */
   pageObjects?: number;
   /**
-   * JSON Lines: give the page's items as the JSON text of a store ({@link SourcePage.json})
+   * JSON Lines: give the page's items as the rows a store takes ({@link SourcePage.rows})
    * rather than as `items` (default false). A reader's way: no object per line outlives its line,
    * so a page leaves little for the garbage collector to promote.
    */
@@ -115,10 +115,10 @@ export interface SourcePage {
   /** The source is read to its end with this page. */
   done: boolean;
   /**
-   * With `asJson` (JSON Lines), the items as the JSON text of `[{"k", "i"}, …]`, checked as a
-   * start's items are, and their count; `items` is then empty.
+   * With `asJson` (JSON Lines), the items as the rows a store takes (their keys' JSON array and
+   * their inputs one a line), checked as a start's items are; `items` is then empty.
    */
-  json?: { text: string; count: number };
+  rows?: PageRows;
 }
 
 /**

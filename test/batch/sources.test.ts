@@ -309,8 +309,35 @@ describe("a JSON Lines line's size", () => {
   }, 30_000);
 });
 
+describe("a CSV row's size", () => {
+  it('is checked as the JSON the item stores: control characters that grow sixfold count, a row past the limit fails naming its line', async () => {
+    // Row 2's 10 control characters write as 60 bytes of JSON (\u0001 …): 76 bytes in all.
+    const body = `a,b\nx,y\n${'\u0001'.repeat(10)},z\n${'w'.repeat(20)},v\n`;
+    await s3.put('in-bucket', 'tables/sizes.csv', body);
+    const source = {
+      s3: { bucket: 'in-bucket', key: 'tables/sizes.csv', format: 'csv' as const, size: Buffer.byteLength(body), etag: '' },
+    };
+    const at = { offset: 0, line: 0, row: 0 };
+    expect(JSON.stringify({ a: '\u0001'.repeat(10), b: 'z' })).toHaveLength(76);
+    await expect(readPage(s3.client, source, at, { maxInputBytes: 75 })).rejects.toThrow(
+      /^input bytes: line 3 is 76 bytes of JSON; the limit is 75$/,
+    );
+    const fits = await readPage(s3.client, source, at, { maxInputBytes: 76 });
+    expect(fits.items.map((i) => i.input)).toEqual([
+      { a: 'x', b: 'y' },
+      { a: '\u0001'.repeat(10), b: 'z' },
+      { a: 'w'.repeat(20), b: 'v' },
+    ]);
+    // Line 4 alone (from the cursor after line 3): 36 bytes of JSON from 23 of text.
+    const after3 = { offset: 21, line: 3, row: 2, columns: ['a', 'b'] };
+    await expect(readPage(s3.client, source, after3, { maxInputBytes: 35 })).rejects.toThrow(
+      /^input bytes: line 4 is 36 bytes of JSON; the limit is 35$/,
+    );
+  }, 30_000);
+});
+
 describe('a JSON Lines page as a reader takes it (asJson)', () => {
-  it('is the same items, keys and cursor as the page read as items, in the JSON text a store takes', async () => {
+  it('is the same items, keys and cursor as the page read as items, in the rows a store takes', async () => {
     const body = Buffer.concat([
       Buffer.from(['{"a":1}', '', '  ', '[1e20, 12345678901234567890]', '{"s":"é\\u00e9 \\ud83d\\ude00"}\r'].join('\n') + '\n'),
       // A byte that is not UTF-8: read as U+FFFD either way.
@@ -328,8 +355,12 @@ describe('a JSON Lines page as a reader takes it (asJson)', () => {
         const items = await readPage(s3.client, source, a, { maxInputBytes: 65_536, rangeBytes });
         const json = await readPage(s3.client, source, b, { maxInputBytes: 65_536, rangeBytes, asJson: true });
         expect(json.items).toEqual([]);
-        expect(json.json!.count).toBe(items.items.length);
-        expect(JSON.parse(json.json!.text)).toEqual(items.items.map((i) => ({ k: i.key, i: i.input })));
+        const rows = json.rows!;
+        expect(rows.count).toBe(items.items.length);
+        expect(JSON.parse(rows.keys)).toEqual(items.items.map((i) => i.key));
+        // One input a line: no line of the page holds a line end of its own.
+        const inputs = rows.inputs === '' ? [] : rows.inputs.split('\n');
+        expect(inputs.map((i) => JSON.parse(i) as unknown)).toEqual(items.items.map((i) => i.input));
         expect(json.cursor).toEqual(items.cursor);
         expect(json.done).toBe(items.done);
         if (items.done) {

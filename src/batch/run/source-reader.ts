@@ -3,7 +3,7 @@
 // statement fenced on the run's lease and on its being the batch's reader.
 import * as q from '../sql/index.js';
 import * as qs from '../sql/sources.js';
-import { readItems } from '../items.js';
+import { pageRows, type PageRows } from '../items.js';
 import { s3Client } from '../s3.js';
 import { errorText } from '../values.js';
 import { readPage } from '../lazy-io.js';
@@ -14,8 +14,8 @@ import type { RunContext } from './context.js';
 /** Tries of one page of a source that S3 failed to serve (a timeout, a 5xx) before the run hands off. */
 const READ_TRIES = 4;
 
-/** A page of the source as read, with its items as the JSON text of a store; or why it could not be read. */
-type PageRead = { page: SourcePage; json: string; count: number } | { error: unknown };
+/** A page of the source as read, with its items as the rows a store takes; or why it could not be read. */
+type PageRead = { page: SourcePage; rows: PageRows } | { error: unknown };
 
 /** A page being read, and what aborts its S3 calls. */
 interface Reading {
@@ -118,7 +118,8 @@ export class SourceReader {
           wait = Math.min(wait * 2, 10_000);
           continue;
         }
-        const { page, json, count } = read;
+        const { page, rows } = read;
+        const count = rows.count;
         failures = 0;
         wait = s.moveBackoffMs;
         const total = state.total + count;
@@ -131,7 +132,7 @@ export class SourceReader {
         if (page.done && total === 0) return await this.failSource('the source holds no items', null);
         // The next page, read (and made into JSON) while this one is stored.
         if (!page.done) ahead = this.startRead(state.source, page.cursor);
-        const stored = await this.storePage(state.pages, page, json, count);
+        const stored = await this.storePage(state.pages, page, rows);
         if (typeof stored === 'string') return await this.failSource(`two items of the source have the key ${stored}`, null);
         if (!stored) {
           // No longer the reader of this state (or the lease is gone): claim it again.
@@ -161,7 +162,7 @@ export class SourceReader {
    * key a page repeated. A key read twice is the source's fault (a CSV key column with a
    * repeated value), not the store's: it is answered, not retried.
    */
-  private storePage(pages: number, page: SourcePage, json: string, count: number): Promise<boolean | string> {
+  private storePage(pages: number, page: SourcePage, rows: PageRows): Promise<boolean | string> {
     const ctx = this.ctx;
     return ctx.store(() =>
       qs
@@ -170,8 +171,9 @@ export class SourceReader {
           run: ctx.id,
           pages,
           cursor: page.cursor,
-          items: json,
-          count,
+          keys: rows.keys,
+          inputs: rows.inputs,
+          count: rows.count,
           done: page.done,
         })
         .catch((e: unknown) => {
@@ -191,9 +193,9 @@ export class SourceReader {
   }
 
   /**
-   * Read one page of the source from `cursor` and make its items the JSON text a store takes
+   * Read one page of the source from `cursor` and make its items the rows a store takes
    * (checked as a start's items are: an item the store would refuse is a {@link SourceReadError};
-   * JSON Lines come as that text already);
+   * JSON Lines come as those rows already);
    * a failure is answered, never thrown.
    */
   private async readSourcePage(source: unknown, cursor: unknown, signal: AbortSignal): Promise<PageRead> {
@@ -208,22 +210,16 @@ export class SourceReader {
         slowDown: { clock: s.clock },
         streams: this.streams,
       });
-      if (page.json) return { page, json: page.json.text, count: page.json.count };
-      if (page.items.length === 0) return { page, json: '[]', count: 0 };
-      let pieces;
+      if (page.rows) return { page, rows: page.rows };
+      let rows;
       try {
-        pieces = await readItems(
-          page.items,
-          { maxItems: Infinity, maxInputBytes: s.maxInputBytes, maxTotalBytes: Infinity },
-          true,
-        );
+        rows = pageRows(page.items, s.maxInputBytes);
       } catch (e) {
         throw new SourceReadError((e as Error).message);
       }
-      const json = pieces.pieces[0];
-      // Only the JSON text and the cursor are kept while the page waits for its store: the
-      // items it was made from (a range's lines as strings) go now.
-      return { page: { items: [], cursor: page.cursor, done: page.done }, json, count: pieces.count };
+      // Only the rows and the cursor are kept while the page waits for its store: the items
+      // they were made from go now.
+      return { page: { items: [], cursor: page.cursor, done: page.done }, rows };
     } catch (error) {
       return { error };
     }
