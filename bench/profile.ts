@@ -4,13 +4,16 @@
 // `pg_stat_statements` loaded, after PROFILE_HISTORY finished items of history (default 500,000;
 // 0 for a fresh database). Prints, per item:
 //   - the run: items/s, Node CPU (user + system) ms, statements the run's pool sent;
-//   - the server: WAL bytes, row versions written per table (HOT and not), index entries written
-//     (inserted rows and non-HOT updates, times the table's indexes), and the statements by total
-//     execution time (calls, rows, mean ms, WAL bytes);
+//   - the server: WAL bytes, and WAL records by type (pg_walinspect); row versions written per
+//     table (HOT and not), index entries written (inserted rows and non-HOT updates, times the
+//     table's indexes); the pages the items table grew by; and the statements by total execution
+//     time (calls, plans, rows, mean ms executing, mean ms per plan, WAL bytes);
 //   - wait events of the run's backends, sampled every 5 ms;
 //   - with PROFILE_CPU=1, the Node CPU profile's functions by self time (node --cpu-prof's format);
 //   - with PROFILE_EXPLAIN=<file>, the plans of one statement in 20 with their actual times and
-//     buffers (auto_explain), written to that file from the server's log.
+//     buffers (auto_explain), written to that file from the server's log;
+//   - with PROFILE_FILLFACTOR=<10-100>, the items table at that fillfactor (set before the history
+//     and the batch are written; 100 is the table before migration 035), to compare.
 // DATABASE_URL is ignored: a shared server's WAL and statistics would mix in other work.
 import { randomUUID } from 'node:crypto';
 import { appendFileSync } from 'node:fs';
@@ -26,6 +29,7 @@ import { loadHistory } from '../test/support/history.js';
 const ITEMS = Number(process.env.PROFILE_ITEMS ?? 50_000);
 const HISTORY = Number(process.env.PROFILE_HISTORY ?? 500_000);
 const EXPLAIN = process.env.PROFILE_EXPLAIN;
+const FILLFACTOR = process.env.PROFILE_FILLFACTOR === undefined ? undefined : Number(process.env.PROFILE_FILLFACTOR);
 const noop: Executor = { work: async () => null, parallel: 64 };
 
 interface TableStats {
@@ -44,6 +48,20 @@ async function tableStats(sql: Sql): Promise<Map<string, TableStats>> {
            (select count(*) from pg_index i where i.indrelid = t.relid)::int as indexes
     from pg_stat_user_tables t where t.relname like 'leasehold_%'`;
   return new Map(rows.map((r) => [r.relname, r]));
+}
+
+/** Set the items table's fillfactor (10 to 100), for pages written from now on. */
+async function setItemsFillfactor(sql: Sql, fillfactor: number): Promise<void> {
+  if (!Number.isInteger(fillfactor) || fillfactor < 10 || fillfactor > 100)
+    throw new Error(`PROFILE_FILLFACTOR must be an integer from 10 to 100, got ${fillfactor}`);
+  // A storage parameter takes no bind parameter: the checked integer goes in as it is.
+  await sql`alter table leasehold_items set (fillfactor = ${sql.unsafe(String(fillfactor))})`;
+}
+
+/** The pages of leasehold_items' heap (its size / 8 kB): a run's new row versions that found no room on their page extend it. */
+async function itemPages(sql: Sql): Promise<number> {
+  const [{ pages }] = await sql<{ pages: number }[]>`select pg_relation_size('leasehold_items')::float8 / 8192 as pages`;
+  return pages;
 }
 
 /** Sample the wait events of the other backends of this database every 5 ms until `done`. */
@@ -116,6 +134,9 @@ async function main() {
   try {
     await migrate(admin);
     await admin`create extension if not exists pg_stat_statements`;
+    await admin`create extension if not exists pg_walinspect`;
+    // PROFILE_FILLFACTOR=100: the items table as before migration 035 (pages packed full), to compare.
+    if (FILLFACTOR !== undefined) await setItemsFillfactor(admin, FILLFACTOR);
     if (HISTORY > 0) {
       await loadHistory(admin, {
         items: HISTORY,
@@ -142,6 +163,7 @@ async function main() {
     let statements = 0;
     (pool.options as { debug?: unknown }).debug = () => void statements++;
     const before = await tableStats(admin);
+    const pages0 = await itemPages(admin);
     const [{ lsn: lsn0 }] = await admin<{ lsn: string }[]>`select pg_current_wal_lsn()::text as lsn`;
     await admin`select pg_stat_statements_reset()`;
     const cpu = process.env.PROFILE_CPU === '1' ? new Session() : undefined;
@@ -170,10 +192,15 @@ async function main() {
       { wal: number }[]
     >`select pg_wal_lsn_diff(pg_current_wal_lsn(), ${lsn0}::pg_lsn)::float8 as wal`;
     const after = await tableStats(admin);
+    const records = await admin<{ type: string; n: number; bytes: number }[]>`
+      select "resource_manager/record_type" as type, count::float8 as n, combined_size::float8 as bytes
+      from pg_get_wal_stats(${lsn0}::pg_lsn, pg_current_wal_flush_lsn(), true)
+      where count > 0 order by combined_size desc limit 8`;
+    const pages1 = await itemPages(admin);
     const top = await admin<
-      { query: string; calls: number; rows: number; total: number; mean: number; plan: number; wal: number }[]
+      { query: string; calls: number; plans: number; rows: number; total: number; mean: number; plan: number; wal: number }[]
     >`
-      select query, calls::float8 as calls, rows::float8 as rows, total_exec_time as total, mean_exec_time as mean,
+      select query, calls::float8 as calls, plans::float8 as plans, rows::float8 as rows, total_exec_time as total, mean_exec_time as mean,
              mean_plan_time as plan, wal_bytes::float8 as wal
       from pg_stat_statements where dbid = (select oid from pg_database where datname = current_database())
       order by total_exec_time desc limit 12`;
@@ -206,11 +233,18 @@ async function main() {
         `  ${name.padEnd(28)} ${f(ins / ITEMS, 3)} ins, ${f(hot / ITEMS, 3)} HOT, ${f(nonHot / ITEMS, 3)} non-HOT, ${f(del / ITEMS, 3)} del; ${f(entries / ITEMS, 3)} index entries (${a.indexes} indexes)`,
       );
     }
-    console.log('statements by execution time (calls, rows, mean ms executing, mean ms planning, share, WAL bytes per item):');
+    console.log('WAL records per item by type (records, bytes with full-page images):');
+    for (const r of records) console.log(`  ${f(r.n / ITEMS, 3).padStart(6)} ${f(r.bytes / ITEMS, 0).padStart(5)} B  ${r.type}`);
+    console.log(
+      `leasehold_items pages: ${pages0.toLocaleString('en-US')} before the run, ${pages1.toLocaleString('en-US')} after it (${f((8192 * (pages1 - pages0)) / ITEMS, 0)} bytes grown per item)`,
+    );
+    console.log(
+      'statements by execution time (calls, plans, rows, mean ms executing, mean ms per plan, share, WAL bytes per item):',
+    );
     for (const r of top) {
       const text = r.query.replace(/\s+/g, ' ').slice(0, 110);
       console.log(
-        `  ${String(r.calls).padStart(6)} calls ${String(r.rows).padStart(7)} rows ${f(r.mean, 3).padStart(7)} ms ${f(r.plan, 3).padStart(6)} ms ${f((100 * r.total) / serverMs, 1).padStart(5)} %  ${f(r.wal / ITEMS, 0).padStart(5)} B  ${text}`,
+        `  ${String(r.calls).padStart(6)} calls ${String(r.plans).padStart(6)} plans ${String(r.rows).padStart(7)} rows ${f(r.mean, 3).padStart(7)} ms ${f(r.plan, 3).padStart(6)} ms ${f((100 * r.total) / serverMs, 1).padStart(5)} %  ${f(r.wal / ITEMS, 0).padStart(5)} B  ${text}`,
       );
     }
     const samples = seen.get('(samples)') ?? 1;
