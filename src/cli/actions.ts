@@ -34,9 +34,9 @@ function addKind(action: Command, kind: (typeof KINDS)[number]): void {
   action
     .command(kind)
     .description(`${kind} every batch the filter matches (at least one filter option; status defaults to ${defaults[kind]})`)
-    .option('--tenant <tenant>')
-    .option('--datasource <datasource>')
-    .option('--job <job>')
+    .option('--tenant <tenant>', 'the batches of this tenant')
+    .option('--datasource <datasource>', 'the batches of this datasource')
+    .option('--job <job>', 'the batches of this job')
     .addOption(
       new Option('--status <status...>', 'any of these states').choices([
         'open',
