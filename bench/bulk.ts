@@ -5,7 +5,8 @@
 //   2. one run, parallel 64, over ITEMS no-op items (as bench/runs.ts's one run) in tenant
 //      `bench`: items/s from takeover to finish, ROUNDS times alone;
 //   3. the action: startAction + workAction with the defaults (chunks of 100, 4 at a time, as
-//      `POST /actions` works it) in a pool of its own (4 connections); meanwhile the same run,
+//      `POST /actions` works it; BENCH_BULK_PARALLEL changes the 4) in a pool of its own (as many
+//      connections); meanwhile the same run,
 //      round after round; a round counts only if the action was still going when it finished;
 //   4. ROUNDS more rounds alone.
 // The figure compares the median during the action with the median of the rounds alone.
@@ -17,6 +18,8 @@ import { benchSchema } from './schema.js';
 const ITEMS = Number(process.env.BENCH_ITEMS ?? 20_000);
 const BULK_BATCHES = Number(process.env.BENCH_BULK_BATCHES ?? 5_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+/** Batches of a chunk worked at once (`ActionSettings.parallel`; default the action's, 4). */
+const PARALLEL = process.env.BENCH_BULK_PARALLEL === undefined ? undefined : Number(process.env.BENCH_BULK_PARALLEL);
 
 const noop: Executor = { work: async () => null, parallel: 64 };
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
@@ -43,7 +46,7 @@ async function runOnce(url: string, schema: string): Promise<number> {
 /** The bulk part: prints `bulk cancel, 5,000 batches: S s; a running batch meanwhile P % of alone`. */
 export async function bulkBench(url: string): Promise<void> {
   const { schema, sql, drop } = await benchSchema(url, 'bench_bulk', 8);
-  const actions = connect(url, { max: 4, schema, applicationName: 'bench-bulk-action' });
+  const actions = connect(url, { max: PARALLEL ?? 4, schema, applicationName: 'bench-bulk-action' });
   try {
     let next = 0;
     const lane = async () => {
@@ -65,7 +68,8 @@ export async function bulkBench(url: string): Promise<void> {
         action: 'cancel',
         filter: { tenant: 'bulk' },
       });
-      while (!(await workAction(actions, action.id)).finished) await new Promise((r) => setTimeout(r, 100));
+      while (!(await workAction(actions, action.id, PARALLEL === undefined ? {} : { parallel: PARALLEL })).finished)
+        await new Promise((r) => setTimeout(r, 100));
       going = false;
       return { ms: performance.now() - t0, a: await getAction(actions, action.id) };
     })();

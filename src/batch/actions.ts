@@ -1,17 +1,17 @@
 // Bulk actions: one request cancels, pauses, resumes or redrives every batch a filter matches, as
 // one tracked action (docs/design.md, "Bulk actions"; issue 39). The action snapshots the batches
 // it matched, then works them in bounded chunks claimed with FOR UPDATE SKIP LOCKED; each batch
-// goes through the one-batch code path (cancelBatch, pauseBatch, resumeBatch, redriveBatch) in a
+// goes through the one-batch code path (the cancel, pause and resume statements, redriveBatch) in a
 // short transaction of its own under a short lock_timeout, so the action never waits long on a
 // worker and never holds a lock a worker waits on for longer than one batch's end.
 import { randomUUID } from 'node:crypto';
 import { codeOf, LeaseholdError } from '../errors.js';
 import type { Sql } from '../store/index.js';
-import { cancelBatch, getBatch } from './batches.js';
 import { BatchFinishedError, BatchNotFoundError } from './errors.js';
 import { redriveBatch } from './redrive.js';
+import { isUuid } from './batches.js';
 import * as a from './sql/actions.js';
-import { pauseBatch, resumeBatch } from './steer.js';
+import * as q from './sql/index.js';
 
 export type { ActionFilter, ActionKind, FilterStatus } from './sql/actions.js';
 
@@ -156,7 +156,7 @@ export async function startAction(
  * @throws {ActionNotFoundError} no action has this id.
  */
 export async function getAction(sql: Sql, id: string): Promise<ActionInfo> {
-  const row = UUID.test(id) ? await a.getAction(sql, id) : undefined;
+  const row = isUuid(id) ? await a.getAction(sql, id) : undefined;
   if (!row) throw new ActionNotFoundError(id);
   const [skippedReasons, skippedBatches] = await Promise.all([a.skippedReasons(sql, id), a.skippedSample(sql, id, 20)]);
   return {
@@ -175,8 +175,6 @@ export async function getAction(sql: Sql, id: string): Promise<ActionInfo> {
   };
 }
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
 // One batch's transaction under a short lock_timeout: a lock a worker holds longer makes the
 // batch busy (tried by a later chunk), so the action never queues behind the fleet.
 function shortLocks<T>(sql: Sql, ms: number, f: (t: Sql) => Promise<T>): Promise<T> {
@@ -194,7 +192,10 @@ function isBusy(e: unknown): boolean {
 }
 
 // One batch through the one-batch code path of `kind`: done, or skipped with the reason its
-// refusal gives, or busy. Any other error is the chunk's (it stops; the batches stay unworked).
+// refusal gives, or busy. Cancel, pause and resume send the one-batch statements themselves
+// (sql/ends.ts's cancel with its fences and Batch Finished event, sql/steer.ts's pause and resume)
+// without the batch reads the one-batch functions answer with: a bulk action answers counts. Any
+// other error is the chunk's (it stops; its batches stay unworked and are taken again later).
 async function workOne(
   sql: Sql,
   kind: a.ActionKind,
@@ -209,16 +210,19 @@ async function workOne(
       const r = await redriveBatch(sql, batchId, { maxOpen: s.maxOpen, idempotencyKey: `action:${actionId}` });
       return r.redriven ? { batchId, outcome: 'done' } : { batchId, outcome: 'skipped', reason: 'already redriven' };
     }
-    return await shortLocks(sql, s.lockTimeoutMs, async (t) => {
+    return await shortLocks(sql, s.lockTimeoutMs, async (t): Promise<a.BatchOutcome> => {
       if (kind === 'cancel') {
-        await cancelBatch(t, batchId);
-        return { batchId, outcome: 'done' };
+        if (await q.cancelBatch(t, batchId)) return { batchId, outcome: 'done' };
+        const status = await a.batchState(t, batchId);
+        return { batchId, outcome: 'skipped', reason: status ? `already ${status.status}` : 'not_found' };
       }
-      const before = await getBatch(t, batchId);
-      if (kind === 'pause' && before.pausedAt !== null) return { batchId, outcome: 'skipped', reason: 'already paused' };
-      if (kind === 'resume' && before.status === 'open' && before.pausedAt === null)
-        return { batchId, outcome: 'skipped', reason: 'not paused' };
-      await (kind === 'pause' ? pauseBatch(t, batchId) : resumeBatch(t, batchId));
+      const before = await a.batchState(t, batchId);
+      if (!before) return { batchId, outcome: 'skipped', reason: 'not_found' };
+      if (before.status !== 'open') return { batchId, outcome: 'skipped', reason: `already ${before.status}` };
+      if (kind === 'pause' && before.paused) return { batchId, outcome: 'skipped', reason: 'already paused' };
+      if (kind === 'resume' && !before.paused) return { batchId, outcome: 'skipped', reason: 'not paused' };
+      const after = await (kind === 'pause' ? q.pauseBatch(t, batchId) : q.resumeBatch(t, batchId));
+      if (after !== 'open') return { batchId, outcome: 'skipped', reason: after ? `already ${after}` : 'not_found' };
       return { batchId, outcome: 'done' };
     });
   } catch (e) {
@@ -257,7 +261,7 @@ export async function workAction(
   options: Partial<ActionSettings> & { budgetMs?: number } = {},
 ): Promise<WorkResult> {
   const s = { ...ACTION_DEFAULTS, ...options };
-  const row = UUID.test(id) ? await a.getAction(sql, id) : undefined;
+  const row = isUuid(id) ? await a.getAction(sql, id) : undefined;
   if (!row) throw new ActionNotFoundError(id);
   const started = performance.now();
   const result: WorkResult = { chunks: 0, batches: 0, finished: row.finished_at !== null };

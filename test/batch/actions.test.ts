@@ -171,7 +171,7 @@ describe('bulk actions', () => {
       expect(await getAction(db.sql, action.id)).toMatchObject({ done: 120, skipped: 0, remaining: 0 });
       expect(await statuses(ids)).toEqual({ cancelled: 120 });
     }
-  });
+  }, 180_000);
 
   it('a batch a worker holds locked is busy: the chunk does not wait for it, works the others, and tries it again later', async () => {
     const tenant = own('busy');
@@ -308,5 +308,5 @@ describe('bulk actions', () => {
     // batch's cancel holds its locks (its beat waits for its own run row's delete).
     expect(bystanderWaits).toBe(0);
     expect(longestWaitMs).toBeLessThan(1_000);
-  });
+  }, 180_000);
 });

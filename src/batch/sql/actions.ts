@@ -58,6 +58,13 @@ function filterWhere(sql: Sql, f: ActionFilter) {
     ${status}`;
 }
 
+/** A batch's status and whether it is paused, or undefined: no such batch. Reads its row only. */
+export async function batchState(sql: Sql, batchId: string): Promise<{ status: BatchStatus; paused: boolean } | undefined> {
+  const [r] = await sql<{ status: BatchStatus; paused: boolean }[]>`select status, paused_at is not null as paused
+    from leasehold_batches where id = ${batchId}`;
+  return r;
+}
+
 /** The action a request key made, or undefined. Reads only. */
 export async function actionByKey(sql: Sql, requestKey: string): Promise<ActionRow | undefined> {
   const [r] = await sql<ActionRow[]>`select * from leasehold_actions where request_key = ${requestKey}`;
