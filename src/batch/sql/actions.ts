@@ -58,6 +58,12 @@ function filterWhere(sql: Sql, f: ActionFilter) {
     ${status}`;
 }
 
+// Sets, for the caller's transaction only, a lock_timeout of `ms` and synchronous_commit off (see
+// shortLocks in ../actions.ts for why both are safe there). Touches no row.
+export async function shortLocks(sql: Sql, ms: number): Promise<void> {
+  await sql`select set_config('lock_timeout', ${`${ms}ms`}, true), set_config('synchronous_commit', 'off', true)`;
+}
+
 /** A batch's status and whether it is paused, or undefined: no such batch. Reads its row only. */
 export async function batchState(sql: Sql, batchId: string): Promise<{ status: BatchStatus; paused: boolean } | undefined> {
   const [r] = await sql<{ status: BatchStatus; paused: boolean }[]>`select status, paused_at is not null as paused
