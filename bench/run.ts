@@ -14,7 +14,8 @@
 // bench goes on), then finish to event (bench/events.ts), then a fleet-wide rate limit against an endpoint that refuses past it (bench/rate.ts), then S3 sources
 // and results on the local S3 (bench/s3.ts), then item batching: lambda-invoke with itemsPerCall
 // 100 beside one item per invoke, against the local invoke endpoint (bench/batching.ts).
-// BENCH_ONLY=batch|start|checksum|lease|graphile|bundle|fairness|demo|retention|fanout|fleet|retries|pooler|events|rate|s3|batching runs one part.
+// Last, a bulk cancel of 5,000 open batches beside a running batch (bench/bulk.ts).
+// BENCH_ONLY=batch|start|checksum|lease|graphile|bundle|fairness|demo|retention|fanout|fleet|retries|pooler|events|rate|s3|batching|bulk runs one part.
 // DATABASE_URL when set, else a throw-away embedded database (in the OS temp dir, removed after).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -22,6 +23,7 @@ import { join } from 'node:path';
 import { createBatch } from '../src/batch/index.js';
 import { connect, migrate, type Sql } from '../src/store/index.js';
 import { batchingBench } from './batching.js';
+import { bulkBench } from './bulk.js';
 import { bundleBench } from './bundle.js';
 import { checksumBench } from './checksum.js';
 import { demoBench } from './demo.js';
@@ -77,6 +79,7 @@ async function main() {
     'rate',
     's3',
     'batching',
+    'bulk',
   ];
   const only = process.env.BENCH_ONLY;
   if (only !== undefined && !parts.includes(only)) throw new Error(`BENCH_ONLY must be one of ${parts.join(', ')}, got ${only}`);
@@ -117,6 +120,7 @@ async function main() {
     if (runs('rate')) await rateBench(url!);
     if (runs('s3')) await s3Bench(url!);
     if (runs('batching')) await batchingBench(url!);
+    if (runs('bulk')) await bulkBench(url!);
   } finally {
     await lived?.close();
     await stop?.();

@@ -405,3 +405,36 @@ export function objectBody(event: APIGatewayProxyEventV2, deps: ApiDeps): Record
 export function tenantParam(tenant: string): string {
   return parseInput(nameSchema, tenant, 'tenant');
 }
+
+/** What `POST /actions` may do to each batch it matches. */
+export const ACTION_KINDS = ['cancel', 'pause', 'resume', 'redrive'] as const;
+
+/** The states an action's filter may name: a stored status, or an open batch that runs or is paused. */
+export const FILTER_STATUSES = ['open', 'running', 'paused', 'succeeded', 'failed', 'cancelled'] as const;
+
+/**
+ * Body of `POST /actions`: the action, its filter (at least one field; `status` one state or a
+ * list) and the request key (or the `Idempotency-Key` header).
+ */
+export const actionSchema = z
+  .object({
+    action: z.enum(ACTION_KINDS),
+    requestKey: requestKeySchema.optional(),
+    filter: z
+      .object({
+        tenant: storedNameSchema.optional(),
+        datasource: storedNameSchema.optional(),
+        job: textSchema(MAX_NAME_LENGTH).optional(),
+        status: z
+          .union([z.enum(FILTER_STATUSES), z.array(z.enum(FILTER_STATUSES)).min(1)])
+          .transform((s) => (Array.isArray(s) ? s : [s]))
+          .optional(),
+        createdAfter: instantSchema.optional(),
+        createdBefore: instantSchema.optional(),
+      })
+      .strict()
+      .refine((f) => Object.values(f).some((v) => v !== undefined), {
+        message: 'give at least one of tenant, datasource, job, status, createdAfter, createdBefore',
+      }),
+  })
+  .strict();

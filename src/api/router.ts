@@ -6,6 +6,7 @@ import { API_PATHS, type ApiPath } from '../contract.js';
 import type { ApiDeps } from './deps.js';
 import { errorAnswer, RequestError } from './errors.js';
 import { errorResult, type Result } from './respond.js';
+import { showActionRoute, startActionRoute } from './routes/actions.js';
 import {
   cancelBatchRoute,
   finishedRoute,
@@ -80,6 +81,8 @@ const METHODS: Record<ApiPath, Record<string, Handler>> = {
   '/units': { GET: listUnitsRoute },
   '/processes': { GET: listProcessesRoute },
   '/concurrency': { GET: getConcurrency, PUT: putConcurrency },
+  '/actions': { POST: startActionRoute },
+  '/actions/{id}': { GET: showActionRoute },
 };
 
 /** Every route the API serves, `{ method, path }`, in API_PATHS order (docs/api.md lists each; a test checks). */

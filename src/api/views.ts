@@ -2,8 +2,8 @@
 import { batchActivity, type BatchInfo } from '../batch/index.js';
 import type { Sql } from '../store/index.js';
 import { iso } from './respond.js';
-import type { ApiBatch, ApiConcurrency, ApiOutboxStatus, ApiProcess, ApiTenant, ApiUnit } from './wire.js';
-import type { TenantInfo } from '../batch/index.js';
+import type { ApiAction, ApiBatch, ApiConcurrency, ApiOutboxStatus, ApiProcess, ApiTenant, ApiUnit } from './wire.js';
+import type { ActionInfo, TenantInfo } from '../batch/index.js';
 import type { Fleet, ProcessView, UnitView } from '../lease/index.js';
 import type { OutboxStatus } from '../units/index.js';
 
@@ -166,4 +166,9 @@ export function tenantView(t: TenantInfo): ApiTenant {
     runningBatches: t.runningBatches.map(batch),
     waitingBatches: t.waitingBatches.map(batch),
   };
+}
+
+/** A bulk action as the API answers it. */
+export function actionView(a: ActionInfo): ApiAction {
+  return { ...a, createdAt: iso(a.createdAt)!, finishedAt: iso(a.finishedAt) };
 }

@@ -144,6 +144,29 @@ export interface ApiRedrive {
   at: string;
 }
 
+/** A bulk action as `POST /actions` and `GET /actions/{id}` answer it (docs/api.md, "Bulk actions"). */
+export interface ApiAction {
+  id: string;
+  requestKey: string;
+  action: 'cancel' | 'pause' | 'resume' | 'redrive';
+  /** The filter as stored: instants as ISO 8601 strings, `status` a list (the action's default filled in). */
+  filter: Record<string, unknown>;
+  /** Batches the filter matched when the action was made. */
+  matched: number;
+  /** Batches it changed. */
+  done: number;
+  /** Batches it left as they were (see `skippedReasons`). */
+  skipped: number;
+  /** Batches not worked yet. */
+  remaining: number;
+  skippedReasons: { reason: string; count: number }[];
+  /** Up to 20 skipped batches with their reason. */
+  skippedBatches: { batchId: string; reason: string }[];
+  createdAt: string;
+  /** When its last batch was worked; null while it works. */
+  finishedAt: string | null;
+}
+
 /** A unit as `GET /units` returns it. */
 export interface ApiUnit {
   tenant: string;

@@ -1,13 +1,14 @@
 // Batches (docs/design.md, "Batches", "Fan-out", "Sources and results", "Events", "Tenant fairness").
 //
 // Owns the tables leasehold_batches, leasehold_items, leasehold_runs, leasehold_datasources,
-// leasehold_tenants, leasehold_redrives, leasehold_batch_events and leasehold_rate_buckets.
+// leasehold_tenants, leasehold_redrives, leasehold_batch_events, leasehold_rate_buckets and the
+// bulk actions' leasehold_actions and leasehold_action_batches.
 // Keeps invariants 2 (a move by a run without its lease changes nothing), 3 (every item of a
 // started batch ends), 4 (one request key, one batch; at most `maxOpen` open per datasource),
 // 8 (a batch finishes exactly once), 9 (a start stores everything or nothing), 10 (attempts an
 // unstarted item never uses) and the batch half of 14 (at most `maxConcurrency` runs).
 // Entry points: `startBatch` / `createBatch` (start), `Runner` (one run of a batch),
-// `redriveBatch`, `pauseBatch` / `resumeBatch` / `setBatchDeadline` / `endPastDeadlines`, `dispatchWorkers`, `deleteExpiredBatches`, and the reads the API answers from.
+// `redriveBatch`, `pauseBatch` / `resumeBatch` / `setBatchDeadline` / `endPastDeadlines`, `startAction` / `workAction`, `dispatchWorkers`, `deleteExpiredBatches`, and the reads the API answers from.
 // Uses only the store (and the clock, errors, log leaves); nothing here knows of Lambda or HTTP.
 export * from './types.js';
 export * from './errors.js';
@@ -52,6 +53,23 @@ export {
   steerMsSchema,
 } from './input.js';
 export { pauseBatch, resumeBatch, setBatchDeadline, endPastDeadlines, type DeadlineInput } from './steer.js';
+export {
+  ACTION_DEFAULTS,
+  ActionNotFoundError,
+  DEFAULT_STATUS,
+  TooManyMatchedError,
+  getAction,
+  startAction,
+  workAction,
+  workUnfinishedActions,
+  type ActionFilter,
+  type ActionInfo,
+  type ActionKind,
+  type ActionRequest,
+  type ActionSettings,
+  type FilterStatus,
+  type WorkResult,
+} from './actions.js';
 export {
   sendWorkers,
   type Dispatcher,

@@ -3,6 +3,7 @@
 import { Command } from 'commander';
 import { ConfigError } from '../runtime/config.js';
 import { ApiCallError } from '../client/index.js';
+import { addActionCommands } from './actions.js';
 import { addBatchCommands } from './batch.js';
 import { addFleetCommands } from './fleet.js';
 import { addLocalCommands } from './local.js';
@@ -25,6 +26,7 @@ program
 
 addLocalCommands(program);
 addBatchCommands(program);
+addActionCommands(program);
 addUnitsCommands(program);
 addFleetCommands(program);
 addTenantCommands(program);

@@ -4,6 +4,7 @@
 // only the API's wire types (src/api/wire.ts) and the error base (src/errors.ts), both free of
 // imports themselves.
 import type {
+  ApiAction,
   ApiBatch,
   ApiConcurrency,
   ApiFleet,
@@ -223,6 +224,25 @@ export class ApiClient {
   /** `POST /batches/{id}/resume`: workers are sent to it again. */
   async resumeBatch(id: string): Promise<ApiBatch> {
     const { data } = await this.call<ApiBatch>('POST', this.batch(id, '/resume'));
+    return data;
+  }
+
+  /**
+   * `POST /actions`: make a bulk action (or answer the one `requestKey` made); the API works it
+   * for a while before it answers, so `finishedAt` may still be null (follow {@link getAction}).
+   */
+  async startAction(body: {
+    action: ApiAction['action'];
+    filter: Record<string, unknown>;
+    requestKey: string;
+  }): Promise<ApiAction & { created: boolean }> {
+    const { data } = await this.call<ApiAction & { created: boolean }>('POST', '/actions', body);
+    return data;
+  }
+
+  /** `GET /actions/{id}`. */
+  async getAction(id: string): Promise<ApiAction> {
+    const { data } = await this.call<ApiAction>('GET', `/actions/${encodeURIComponent(id)}`);
     return data;
   }
 

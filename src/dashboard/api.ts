@@ -5,6 +5,7 @@
 // failure tolerance) keep working.
 
 import type {
+  ApiAction,
   ApiBatch,
   ApiFleet,
   ApiItem,
@@ -41,6 +42,7 @@ export type Unit = ApiUnit;
 export type OutboxEndpoint = ApiOutboxEndpoint;
 export type Outbox = ApiOutboxStatus;
 export type Redrive = ApiRedrive;
+export type Action = ApiAction;
 
 /** The client of the page's own origin (a relative path has no base outside a browser). */
 const client = () => new ApiClient(location.origin);
@@ -65,4 +67,5 @@ export const api = {
   setDesired: (desired: number): Promise<{ desired: number }> => client().setConcurrency(desired),
   units: (): Promise<Unit[]> => client().listUnits({ limit: 10_000 }),
   outbox: (tenant: string): Promise<Outbox> => client().outboxStatus(tenant),
+  getAction: (id: string): Promise<Action> => client().getAction(id),
 };

@@ -1,10 +1,11 @@
-// The dashboard page: batches, one batch, the fleet, and units with their outbox. Views are
+// The dashboard page: batches, one batch, one bulk action (`#/actions/ID`), the fleet, and units with their outbox. Views are
 // chosen by the address's hash (`#/batches/ID`), so the server only serves one page, and every
 // view reloads what it shows every 2 s.
 import { html } from 'htm/preact';
 import { render } from 'preact';
 import { useEffect, useState } from 'preact/hooks';
 import { POLL_MS } from './components.js';
+import { ActionView } from './views/action.js';
 import { BatchView } from './views/batch.js';
 import { BatchesView } from './views/batches.js';
 import { FleetView } from './views/fleet.js';
@@ -13,6 +14,7 @@ import { UnitsView } from './views/units.js';
 type Route =
   | { view: 'batches'; tenant: string; status: string }
   | { view: 'batch'; id: string }
+  | { view: 'action'; id: string }
   | { view: 'fleet' }
   | { view: 'units' }
   | { view: 'unknown'; path: string };
@@ -21,6 +23,7 @@ function parseHash(hash: string): Route {
   const [path, query = ''] = hash.replace(/^#/, '').split('?');
   const parts = path.split('/').filter(Boolean).map(decodeURIComponent);
   if (parts[0] === 'batches' && parts[1]) return { view: 'batch', id: parts[1] };
+  if (parts[0] === 'actions' && parts[1] && parts.length === 2) return { view: 'action', id: parts[1] };
   if (parts[0] === 'fleet') return { view: 'fleet' };
   if (parts[0] === 'units') return { view: 'units' };
   // Only the batches list's own addresses show it: any other says it is not a page.
@@ -49,11 +52,19 @@ function App() {
   const route = useRoute();
   const current = route.view === 'batch' ? 'batches' : route.view;
   useEffect(() => {
-    const titles = { batches: 'Batches', batch: 'Batch', fleet: 'Fleet', units: 'Units and outbox', unknown: 'No such page' };
+    const titles = {
+      batches: 'Batches',
+      batch: 'Batch',
+      action: 'Action',
+      fleet: 'Fleet',
+      units: 'Units and outbox',
+      unknown: 'No such page',
+    };
     document.title = `${titles[route.view]} · leasehold`;
   }, [route.view]);
   let view;
   if (route.view === 'batch') view = html`<${BatchView} key=${route.id} id=${route.id} />`;
+  else if (route.view === 'action') view = html`<${ActionView} key=${route.id} id=${route.id} />`;
   else if (route.view === 'fleet') view = html`<${FleetView} />`;
   else if (route.view === 'units') view = html`<${UnitsView} />`;
   else if (route.view === 'unknown')

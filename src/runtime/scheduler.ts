@@ -6,6 +6,7 @@ import { checkSchema, type SchemaRange, type Sql } from '../store/index.js';
 import type { Config } from './config.js';
 import { WorkerDispatcher } from './dispatch.js';
 import type { SendOptions, SendResult } from './events.js';
+import { actionsService, type ActionsPart } from './maintenance/actions.js';
 import { balanceService, type BalancePart } from './maintenance/balance.js';
 import { deadlinesService, type DeadlinesPart } from './maintenance/deadlines.js';
 import { deferredService, type DeferredPart } from './maintenance/deferred.js';
@@ -27,6 +28,7 @@ import { sweepService, type SweepPart } from './maintenance/sweep.js';
 export type SchedulerResult = SweepPart &
   QuarantinePart &
   DeadlinesPart &
+  ActionsPart &
   DeferredPart &
   DispatchPart &
   FleetPart &
@@ -45,6 +47,7 @@ export function schedulerServices(config: Config) {
     sweepService(config.lease),
     quarantineService(),
     deadlinesService(),
+    actionsService(),
     deferredService(),
     dispatchService({
       staleMs: config.runner.staleMs,
@@ -65,7 +68,8 @@ export function schedulerServices(config: Config) {
  * `SUPPORTED_SCHEMA`): old code after a migration does nothing (docs/design.md, "Schema
  * versions"). Then it runs its maintenance services in order (`schedulerServices`): the sweep
  * deletes processes expired past the cutoff and frees their units, and the quarantines that are
- * over are lifted; open batches past their deadline end `failed` (reason `deadline`); with `jobs`, the trigger firings deferred at `maxOpen` whose datasource has a
+ * over are lifted; open batches past their deadline end `failed` (reason `deadline`); the bulk actions the
+ * API did not finish are worked on (for at most 10 s); with `jobs`, the trigger firings deferred at `maxOpen` whose datasource has a
  * free slot start; dispatch sends workers to the open batches below their target or with a stale
  * run, and the fleet's invocations bring the live fleet processes to the desired count (or ask
  * the surplus to retire), both under the worker limit; the fleet's balance and the runs of open

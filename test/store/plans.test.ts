@@ -31,6 +31,7 @@ import {
   takeOverStatement,
   waitStateStatement,
 } from '../../src/batch/sql/index.js';
+import { claimChunkStatement } from '../../src/batch/sql/actions.js';
 import { beatItemStatement, recoverStaleStatement } from '../../src/batch/sql/heartbeats.js';
 import { batchActivityStatement, finishedBucketsStatement } from '../../src/batch/sql/progress.js';
 import { tenantBatchesStatement, tenantStateStatement } from '../../src/batch/sql/tenants.js';
@@ -98,6 +99,12 @@ interface Case {
 
 const cases: Case[] = [
   // Batches (src/batch/sql/).
+  {
+    // A bulk action's chunk: the first unworked entries of its partial index (migration 032).
+    name: 'bulk action chunk claim',
+    bound: 100,
+    statement: (sql) => claimChunkStatement(sql, { actionId: randomUUID(), limit: 100, takeMs: 60_000 }),
+  },
   {
     name: 'claim',
     bound: 64,
