@@ -1,7 +1,8 @@
 // Batches (docs/design.md, "Batches", "Fan-out", "Sources and results", "Events", "Tenant fairness").
 //
 // Owns the tables leasehold_batches, leasehold_items, leasehold_runs, leasehold_datasources,
-// leasehold_tenants, leasehold_redrives, leasehold_batch_events and leasehold_rate_buckets.
+// leasehold_tenants, leasehold_redrives, leasehold_batch_events, leasehold_rate_buckets and the
+// concurrency pools' leasehold_pools and leasehold_pool_leases.
 // Keeps invariants 2 (a move by a run without its lease changes nothing), 3 (every item of a
 // started batch ends), 4 (one request key, one batch; at most `maxOpen` open per datasource),
 // 8 (a batch finishes exactly once), 9 (a start stores everything or nothing), 10 (attempts an
@@ -119,6 +120,16 @@ export {
   type RateKeyItem,
   type RateLimit,
 } from './rate.js';
+export {
+  checkPoolLimits,
+  checkPoolName,
+  checkPoolSpec,
+  MAX_POOL_LIMIT,
+  MAX_POOL_NAME,
+  poolLimitsOf,
+  type PoolSpec,
+} from './pool.js';
+export { getPool, listPools, setPool, type PoolInfo, type PoolLimits } from './sql/pools.js';
 export { defaultS3Client, s3Fault, type S3Fault } from './s3.js';
 export {
   checkSource,
