@@ -35,6 +35,8 @@ export const API_PATHS = [
   '/units',
   '/processes',
   '/concurrency',
+  '/pools',
+  '/pools/{name}',
 ] as const;
 
 /** One of {@link API_PATHS}. */
