@@ -15,7 +15,7 @@
 // and results on the local S3 (bench/s3.ts), then item batching: lambda-invoke with itemsPerCall
 // 100 beside one item per invoke, against the local invoke endpoint (bench/batching.ts).
 // Last, a bulk cancel of 5,000 open batches beside a running batch (bench/bulk.ts).
-// BENCH_ONLY=batch|start|checksum|lease|graphile|bundle|fairness|demo|retention|fanout|fleet|retries|pooler|events|rate|s3|batching|bulk runs one part.
+// BENCH_ONLY=batch|start|checksum|lease|graphile|bundle|fairness|demo|retention|fanout|fleet|retries|pooler|events|rate|s3|batching|bulk|pools runs one part.
 // DATABASE_URL when set, else a throw-away embedded database (in the OS temp dir, removed after).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -35,6 +35,7 @@ import { graphileBench } from './graphile.js';
 import { leaseBench } from './lease.js';
 import { poolerBench } from './pooler.js';
 import { rateBench } from './rate.js';
+import { poolsBench } from './pools.js';
 import { retentionBench } from './retention.js';
 import { retriesBench } from './retries.js';
 import { batchOf, runBench } from './runs.js';
@@ -80,6 +81,7 @@ async function main() {
     's3',
     'batching',
     'bulk',
+    'pools',
   ];
   const only = process.env.BENCH_ONLY;
   if (only !== undefined && !parts.includes(only)) throw new Error(`BENCH_ONLY must be one of ${parts.join(', ')}, got ${only}`);
@@ -121,6 +123,7 @@ async function main() {
     if (runs('s3')) await s3Bench(url!);
     if (runs('batching')) await batchingBench(url!);
     if (runs('bulk')) await bulkBench(url!);
+    if (runs('pools')) await poolsBench(url!);
   } finally {
     await lived?.close();
     await stop?.();

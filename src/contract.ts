@@ -37,6 +37,8 @@ export const API_PATHS = [
   '/concurrency',
   '/actions',
   '/actions/{id}',
+  '/pools',
+  '/pools/{name}',
 ] as const;
 
 /** One of {@link API_PATHS}. */

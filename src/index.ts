@@ -42,6 +42,7 @@ export type {
   ToleratedFailures,
 } from './batch/types.js';
 export type { RateLimit } from './batch/rate.js';
+export type { PoolSpec } from './batch/pool.js';
 
 // Errors a job throws, or meets (docs/jobs.md).
 export {

@@ -7,6 +7,9 @@ import { RequestError } from './errors.js';
 import {
   MAX_NAME_LENGTH,
   MAX_CONCURRENCY,
+  MAX_MIN_SUCCEEDED,
+  MAX_POOL_LIMIT,
+  MAX_POOL_NAME,
   MAX_ITEM_TIMEOUT_MS,
   MAX_PRIORITY,
   MAX_RATE_PER_SECOND,
@@ -212,6 +215,27 @@ export const sourceSchema = z
 /** `results` of `POST /batches`: `{ s3: { bucket, prefix } }`. */
 export const resultsSchema = z.object({ s3: z.object({ bucket: bucketSchema, prefix: s3KeySchema(0) }).strict() }).strict();
 
+/** A concurrency pool's name (docs/design.md, "Concurrency pools"): 1 to 200 characters. */
+export const poolNameSchema = textSchema(MAX_POOL_NAME);
+
+/** `completion` of `POST /batches`: `{ minSucceeded: N }` or `"firstSucceeded"` (docs/design.md, "End"). */
+export const completionSchema = z.union(
+  [z.literal('firstSucceeded'), z.object({ minSucceeded: wholeNumber(1, MAX_MIN_SUCCEEDED) }).strict()],
+  { error: () => 'must be { "minSucceeded": N } (N from 1) or "firstSucceeded"' },
+);
+
+/**
+ * Body of `PUT /pools/{name}`: `{ limit }`, or per key `{ perKey, total? }` (total defaults to
+ * perKey), each a whole number from 1 to 100,000.
+ */
+export const poolLimitsSchema = z.union(
+  [
+    z.object({ limit: wholeNumber(1, MAX_POOL_LIMIT) }).strict(),
+    z.object({ perKey: wholeNumber(1, MAX_POOL_LIMIT), total: wholeNumber(1, MAX_POOL_LIMIT).optional() }).strict(),
+  ],
+  { error: () => `must be { "limit": N } or { "perKey": N, "total": M } (whole numbers from 1 to ${MAX_POOL_LIMIT})` },
+);
+
 /** Body of `POST /batches`. Unknown fields are refused, so a misspelt `requestKey` is not silently ignored. */
 export const startSchema = z
   .object({
@@ -239,6 +263,8 @@ export const startSchema = z
     results: resultsSchema.optional(),
     deadline: instantSchema.optional(),
     deadlineMs: steerMsSchema.optional(),
+    pool: poolNameSchema.optional(),
+    completion: completionSchema.optional(),
   })
   .strict()
   .refine((b) => b.deadline === undefined || b.deadlineMs === undefined, {

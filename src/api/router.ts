@@ -20,6 +20,7 @@ import {
   startBatchRoute,
 } from './routes/batches.js';
 import { getConcurrency, listProcessesRoute, putConcurrency } from './routes/fleet.js';
+import { listPoolsRoute, putPoolRoute, showPoolRoute } from './routes/pools.js';
 import { listJobs } from './routes/jobs.js';
 import { enqueueOutboxRoute, outboxStatusRoute } from './routes/outbox.js';
 import { putTenantLimits, showTenant } from './routes/tenants.js';
@@ -83,6 +84,8 @@ const METHODS: Record<ApiPath, Record<string, Handler>> = {
   '/concurrency': { GET: getConcurrency, PUT: putConcurrency },
   '/actions': { POST: startActionRoute },
   '/actions/{id}': { GET: showActionRoute },
+  '/pools': { GET: listPoolsRoute },
+  '/pools/{name}': { GET: showPoolRoute, PUT: putPoolRoute },
 };
 
 /** Every route the API serves, `{ method, path }`, in API_PATHS order (docs/api.md lists each; a test checks). */

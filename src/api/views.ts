@@ -46,6 +46,8 @@ export function batchView(b: BatchInfo): BatchView {
     allowedFailures: b.allowedFailures,
     timeoutMs: b.timeoutMs,
     rateLimit: b.ratePerSecond != null ? { perSecond: b.ratePerSecond } : null,
+    pool: b.pool,
+    completion: b.minSucceeded != null ? { minSucceeded: b.minSucceeded } : null,
     redrives: b.redrives,
     createdAt: iso(b.createdAt)!,
     beatAt: iso(b.beatAt),

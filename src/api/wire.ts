@@ -66,6 +66,10 @@ export interface ApiBatch {
   timeoutMs: number | null;
   /** The rate its start set, items per second per key (it wins over the job's `rateLimit`); null: none set. */
   rateLimit: { perSecond: number } | null;
+  /** The concurrency pool its start named (docs/design.md, "Concurrency pools"); null: the job's, if any. */
+  pool: string | null;
+  /** Early completion as started: it ends `succeeded` once `minSucceeded` items are done; null: every item runs. */
+  completion: { minSucceeded: number } | null;
   /** How many times it was redriven. */
   redrives: number;
   createdAt: string;
@@ -336,4 +340,23 @@ export interface ApiTenant {
   oldestWaitMs: number | null;
   runningBatches: ApiTenantBatch[];
   waitingBatches: ApiTenantBatch[];
+}
+
+/** A concurrency pool as `GET /pools` and `GET`/`PUT /pools/{name}` answer it (docs/design.md, "Concurrency pools"). */
+export interface ApiPool {
+  name: string;
+  /** Most items in flight at once, for a pool without a per-key cap; null for a per-key pool. */
+  limit: number | null;
+  /** Most items in flight per key; null: no per-key cap. */
+  perKey: number | null;
+  /** Most items in flight at once across its keys (`limit` for a pool without a per-key cap). */
+  total: number;
+  /** Items in flight now: permits held by live runs (database clock). */
+  inFlight: number;
+  /** Runs holding permits now. */
+  runs: number;
+  /** Keys with permits out now, the busiest first (at most 100). */
+  keys: { key: string; inFlight: number }[];
+  /** When its limits were last set (ISO 8601). */
+  updatedAt: string;
 }

@@ -3,11 +3,14 @@ import { BatchFinishedError, BatchNotFoundError, BatchTooLargeError, InvalidBatc
 import { BATCH_DEFAULTS } from './defaults.js';
 import { DEFAULT_START_LIMITS, insertItems, readItems, type StartLimits } from './items.js';
 import * as q from './sql/index.js';
+import { poolExists } from './sql/pools.js';
+import { MAX_POOL_NAME } from './pool.js';
 import { MAX_RATE_PER_SECOND, MIN_RATE_PER_SECOND, validRate } from './rate.js';
 import {
   MAX_CONCURRENCY,
   MAX_DEADLINE_MS,
   MAX_ITEM_TIMEOUT_MS,
+  MAX_MIN_SUCCEEDED,
   MAX_PRIORITY,
   type BatchInfo,
   type BatchStatus,
@@ -120,6 +123,16 @@ export async function createBatch(
   checkMaxConcurrency(maxConcurrency);
   if (batch.timeoutMs != null) checkItemTimeout(batch.timeoutMs);
   if (batch.ratePerSecond != null) checkRatePerSecond(batch.ratePerSecond);
+  checkMinSucceeded(batch.minSucceeded);
+  if (batch.pool != null) {
+    if (typeof batch.pool !== 'string' || batch.pool.length < 1 || batch.pool.length > MAX_POOL_NAME) {
+      throw new InvalidBatchError(`pool must be a name of 1 to ${MAX_POOL_NAME} characters`);
+    }
+    // A start names a pool that exists: one it made up would never grant a permit.
+    if (!(await poolExists(sql, batch.pool))) {
+      throw new InvalidBatchError(`pool "${batch.pool}" does not exist: set its limit first (PUT /pools/{name})`);
+    }
+  }
   checkDeadline(batch);
   if (!Number.isInteger(priority) || priority < 0 || priority > MAX_PRIORITY) {
     throw new InvalidBatchError(`priority must be an integer from 0 to ${MAX_PRIORITY} (got ${String(batch.priority)})`);
@@ -167,6 +180,20 @@ export async function createBatch(
     return { id: inserted, created: true };
   });
   return { batch: (await q.getBatch(sql, id.id))!, created: id.created };
+}
+
+/**
+ * Check an early completion's `minSucceeded` (docs/design.md, "End"): null or a whole number from
+ * 1 to {@link MAX_MIN_SUCCEEDED}.
+ * @throws {InvalidBatchError} otherwise.
+ */
+export function checkMinSucceeded(n: number | null | undefined): void {
+  if (n == null) return;
+  if (!Number.isInteger(n) || n < 1 || n > MAX_MIN_SUCCEEDED) {
+    throw new InvalidBatchError(
+      `completion.minSucceeded must be a whole number from 1 to ${MAX_MIN_SUCCEEDED} (got ${String(n)})`,
+    );
+  }
 }
 
 /**

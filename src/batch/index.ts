@@ -2,7 +2,8 @@
 //
 // Owns the tables leasehold_batches, leasehold_items, leasehold_runs, leasehold_datasources,
 // leasehold_tenants, leasehold_redrives, leasehold_batch_events, leasehold_rate_buckets and the
-// bulk actions' leasehold_actions and leasehold_action_batches.
+// bulk actions' leasehold_actions and leasehold_action_batches, and concurrency pools'
+// leasehold_pools and leasehold_pool_leases.
 // Keeps invariants 2 (a move by a run without its lease changes nothing), 3 (every item of a
 // started batch ends), 4 (one request key, one batch; at most `maxOpen` open per datasource),
 // 8 (a batch finishes exactly once), 9 (a start stores everything or nothing), 10 (attempts an
@@ -137,6 +138,16 @@ export {
   type RateKeyItem,
   type RateLimit,
 } from './rate.js';
+export {
+  checkPoolLimits,
+  checkPoolName,
+  checkPoolSpec,
+  MAX_POOL_LIMIT,
+  MAX_POOL_NAME,
+  poolLimitsOf,
+  type PoolSpec,
+} from './pool.js';
+export { getPool, listPools, setPool, type PoolInfo, type PoolLimits } from './sql/pools.js';
 export { defaultS3Client, s3Fault, type S3Fault } from './s3.js';
 export {
   checkSource,

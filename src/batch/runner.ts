@@ -438,6 +438,7 @@ export class Runner {
       timeoutMs: ex.timeoutMs,
       maxRetryAfter: ex.maxRetryAfter ?? this.s.maxRetryAfter,
       rateLimit: ex.rateLimit,
+      pool: ex.pool,
       itemStaleMs: ex.itemStaleMs,
     };
   }

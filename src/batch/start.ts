@@ -98,6 +98,16 @@ export interface StartRequest {
    * over the job's `rateLimit.perSecond`. Default: the job's, or none.
    */
   rateLimit?: { perSecond: number };
+  /**
+   * The concurrency pool its items count against (docs/design.md, "Concurrency pools"), a pool
+   * that exists; wins over the job's. Default: the job's, or none.
+   */
+  pool?: string;
+  /**
+   * Early completion (docs/design.md, "End"): `{ minSucceeded: N }`, or `'firstSucceeded'` (N = 1):
+   * the batch ends `succeeded` once N items are done, the rest never run. Default: every item runs.
+   */
+  completion?: Completion;
   /** A webhook for the batch's `Batch Finished` event (docs/design.md, "Events"); default none. */
   notify?: { url: string } | null;
   /**
@@ -112,6 +122,13 @@ export interface StartRequest {
   /** A deadline in ms from the start; default none. Never with `deadline`. */
   deadlineMs?: number;
 }
+
+/** How a batch may end before every item ran (docs/design.md, "End"). */
+export type Completion = { minSucceeded: number } | 'firstSucceeded';
+
+/** The `minSucceeded` of a completion (`firstSucceeded`: 1); undefined: none. */
+export const minSucceededOf = (c: Completion | null | undefined): number | undefined =>
+  c == null ? undefined : c === 'firstSucceeded' ? 1 : c.minSucceeded;
 
 /** What {@link startBatch} did. */
 export interface StartResult {
@@ -187,6 +204,8 @@ export async function startBatch(deps: StartDeps, req: StartRequest): Promise<St
       // Absent and null both mean none to createBatch.
       timeoutMs: req.timeoutMs,
       ratePerSecond: req.rateLimit?.perSecond,
+      pool: req.pool,
+      minSucceeded: minSucceededOf(req.completion),
       notify: req.notify,
       source: stored,
       results: req.results,

@@ -1,4 +1,5 @@
 import type { RateLimit } from './rate.js';
+import type { PoolSpec } from './pool.js';
 
 /**
  * Lifecycle of a batch. `failed` means "finished with failures": at least one item failed (more
@@ -64,6 +65,16 @@ export interface NewBatch {
    */
   ratePerSecond?: number | null;
   /**
+   * The concurrency pool its items count against (docs/design.md, "Concurrency pools"): a pool
+   * that exists (`PUT /pools/{name}` or a job's `pool`); it wins over the job's. Default none.
+   */
+  pool?: string | null;
+  /**
+   * Early completion (docs/design.md, "End"): the batch ends `succeeded` once this many of its
+   * items are done, 1 to {@link MAX_MIN_SUCCEEDED}; the rest never run. Default none.
+   */
+  minSucceeded?: number | null;
+  /**
    * Where to POST the batch's `Batch Finished` event as a signed webhook when it ends
    * (docs/design.md, "Events"); an absolute http(s) URL of at most 2,048 characters. The address
    * policy of outbox delivery applies when it is sent. Default none.
@@ -88,6 +99,9 @@ export interface NewBatch {
 
 /** Longest `deadlineMs` of a batch (and `startByMs` of a trigger firing), ms: 366 days. */
 export const MAX_DEADLINE_MS = 366 * 86_400_000;
+
+/** Largest `minSucceeded` of a batch. */
+export const MAX_MIN_SUCCEEDED = 10_000_000;
 
 /** Longest item timeout, ms: Lambda's longest invocation (15 minutes). */
 export const MAX_ITEM_TIMEOUT_MS = 900_000;
@@ -168,6 +182,10 @@ export interface BatchInfo {
    * `rateLimit.perSecond`; docs/design.md, "Rate limits"); null or absent: the job's, if any.
    */
   ratePerSecond?: number | null;
+  /** The concurrency pool its start named (docs/design.md, "Concurrency pools"); null: the job's, if any. */
+  pool: string | null;
+  /** It ends `succeeded` once this many items are done (docs/design.md, "End"); null: every item runs. */
+  minSucceeded: number | null;
   /** How many times the batch was redriven (its failed items put back to pending: `redriveBatch`). */
   redrives: number;
   createdAt: Date;
@@ -317,6 +335,8 @@ export interface Executor {
   maxRetryAfter?: number;
   /** A fleet-wide rate limit per key (docs/design.md, "Rate limits"). Default none. */
   rateLimit?: RateLimit;
+  /** A concurrency pool its items count against (docs/design.md, "Concurrency pools"). Default none. */
+  pool?: PoolSpec;
   /**
    * Item batching (docs/design.md, "Item batching"): most items one call of {@link Executor.workMany}
    * gets, 1 to 1,000 (`MAX_ITEMS_PER_CALL`). With it, items run through `workMany` (required), and

@@ -68,6 +68,13 @@ function addStart(batch: Command): void {
       "most items started per second per rate-limit key, fleet-wide (default: the job's rateLimit, or none)",
       rateArg,
     )
+    .option('--pool <name>', "the concurrency pool its items count against, one that exists (default: the job's pool, or none)")
+    .option(
+      '--min-succeeded <n>',
+      'end the batch succeeded once N items are done; the rest never run',
+      positiveInt('--min-succeeded'),
+    )
+    .option('--first-succeeded', 'end the batch succeeded at its first done item (--min-succeeded 1)')
     .option(
       '--source <s3url|json>',
       "read the items from S3 instead of expanding the params: s3://BUCKET/PREFIX/ (one item per object), s3://BUCKET/KEY.jsonl, .csv or .tsv, each also .gz (one per line or row), or the API's source as JSON (CSV options: delimiter, header, quote)",
@@ -106,6 +113,12 @@ function addStart(batch: Command): void {
         maxConcurrency: opts.concurrency,
         timeoutMs: opts.timeoutMs,
         ...(opts.rate === undefined ? {} : { rateLimit: { perSecond: opts.rate } }),
+        ...(opts.pool === undefined ? {} : { pool: opts.pool as string }),
+        ...(opts.firstSucceeded
+          ? { completion: 'firstSucceeded' as const }
+          : opts.minSucceeded === undefined
+            ? {}
+            : { completion: { minSucceeded: opts.minSucceeded as number } }),
         ...(opts.source === undefined ? {} : { source: opts.source }),
         ...(opts.results === undefined ? {} : { results: opts.results }),
         ...(opts.notify === undefined ? {} : { notify: opts.notify }),

@@ -8,6 +8,7 @@ import { addBatchCommands } from './batch.js';
 import { addFleetCommands } from './fleet.js';
 import { addLocalCommands } from './local.js';
 import { addS3Commands } from './s3-commands.js';
+import { addPoolCommands } from './pools.js';
 import { addTenantCommands } from './tenants.js';
 import { addUnitsCommands } from './units.js';
 
@@ -30,6 +31,7 @@ addActionCommands(program);
 addUnitsCommands(program);
 addFleetCommands(program);
 addTenantCommands(program);
+addPoolCommands(program);
 addS3Commands(program);
 
 program.parseAsync().catch((e: unknown) => {

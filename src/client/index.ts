@@ -11,6 +11,7 @@ import type {
   ApiItem,
   ApiOutboxMessage,
   ApiOutboxStatus,
+  ApiPool,
   ApiProcess,
   ApiRedrive,
   ApiSeries,
@@ -163,6 +164,10 @@ export class ApiClient {
     timeoutMs?: number;
     /** The batch's own fleet-wide rate limit, items per second per key. */
     rateLimit?: { perSecond: number };
+    /** The concurrency pool its items count against (a pool that exists: {@link ApiClient.setPool}). */
+    pool?: string;
+    /** Early completion: `{ minSucceeded }` or `'firstSucceeded'`. */
+    completion?: { minSucceeded: number } | 'firstSucceeded';
     /** Items read from S3 by the workers (docs/api.md, "Sources"), in place of the job's expansion. */
     source?: unknown;
     /** Where the results go when the batch ends (docs/api.md, "Results"). */
@@ -368,6 +373,24 @@ export class ApiClient {
   /** `GET /tenants/{tenant}`: running and waiting batches, limit and oldest wait. */
   async getTenant(tenant: string): Promise<ApiTenant> {
     const { data } = await this.call<ApiTenant>('GET', `/tenants/${encodeURIComponent(tenant)}`);
+    return data;
+  }
+
+  /** `GET /pools`: every concurrency pool with its items in flight now. */
+  async listPools(): Promise<ApiPool[]> {
+    const { data } = await this.call<{ pools: ApiPool[] }>('GET', '/pools');
+    return data.pools;
+  }
+
+  /** `GET /pools/{name}`: one pool with its items in flight now. */
+  async getPool(name: string): Promise<ApiPool> {
+    const { data } = await this.call<ApiPool>('GET', `/pools/${encodeURIComponent(name)}`);
+    return data;
+  }
+
+  /** `PUT /pools/{name}`: create a pool or change its limits (`{ limit }` or `{ perKey, total? }`), also while batches run. */
+  async setPool(name: string, limits: { limit: number } | { perKey: number; total?: number }): Promise<ApiPool> {
+    const { data } = await this.call<ApiPool>('PUT', `/pools/${encodeURIComponent(name)}`, limits);
     return data;
   }
 

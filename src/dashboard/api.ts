@@ -31,7 +31,16 @@ type Tolerant<T, K extends keyof T> = Omit<T, K> & Partial<Pick<T, K>>;
 // The shapes are the API's own (src/api/wire.ts), loosened where an older API answers less.
 export type Batch = Tolerant<
   ApiBatch,
-  'priority' | 'redrives' | 'toleratedFailures' | 'allowedFailures' | 'reason' | 'maxConcurrency' | 'target' | 'liveRuns'
+  | 'priority'
+  | 'redrives'
+  | 'toleratedFailures'
+  | 'allowedFailures'
+  | 'reason'
+  | 'maxConcurrency'
+  | 'target'
+  | 'liveRuns'
+  | 'pool'
+  | 'completion'
 >;
 export type Item = ApiItem;
 export type Series = ApiSeries;

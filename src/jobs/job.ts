@@ -2,6 +2,7 @@ import type { z } from 'zod';
 import { checkItemBatching } from '../batch/run/calls.js';
 import { checkItemStale } from '../batch/runner.js';
 import { checkRateLimit, type RateLimit } from '../batch/rate.js';
+import { checkPoolSpec, type PoolSpec } from '../batch/pool.js';
 import { checkRetrySettings } from '../batch/run/executor.js';
 import {
   MAX_ITEM_TIMEOUT_MS,
@@ -140,6 +141,14 @@ export interface Job<P = unknown, O = unknown> {
    */
   readonly rateLimit?: RateLimit;
   /**
+   * A concurrency pool (docs/design.md, "Concurrency pools"): the job's items in flight, with
+   * those of every batch and job naming the same pool, across the fleet, stay within its limit
+   * (`{ name, limit }`, or per key `{ name, perKey, total, key }`). The limits here make the pool
+   * when it does not exist; `PUT /pools/{name}` changes them while batches run. Default none.
+   * @example pool: { name: 'billing-api', limit: 20 }
+   */
+  readonly pool?: PoolSpec;
+  /**
    * Item batching (docs/design.md, "Item batching"): most items one call of {@link Job.runMany}
    * gets, 1 to 1,000, or a function of the batch's params that answers it (undefined: one item
    * per call through `run`, for that batch). `parallel` then counts calls at once. Attempts,
@@ -227,6 +236,7 @@ export class JobRegistry {
         );
       }
       if (job.rateLimit !== undefined) checkRateLimit(job.rateLimit, `job "${job.name}": `);
+      if (job.pool !== undefined) checkPoolSpec(job.pool, `job "${job.name}": `);
       checkItemStale(job.itemStaleMs, `job "${job.name}": `);
       checkJobBatching(job);
       this.jobs.set(job.name, job);
@@ -331,6 +341,7 @@ export class JobRegistry {
       timeoutMs: job.timeoutMs,
       maxRetryAfter: job.maxRetryAfter,
       rateLimit: job.rateLimit,
+      pool: job.pool,
       itemStaleMs: job.itemStaleMs,
       work: (item) => job.run(jobItem(item), this.ctx),
     };

@@ -115,6 +115,7 @@ describe('the public API', () => {
         'OutboxConfig',
         'OutboxDeliveryOptions',
         'PerBatch',
+        'PoolSpec',
         'RateLimit',
         'Sql',
         'StartLimit',

@@ -13,8 +13,11 @@
 import { randomUUID } from 'node:crypto';
 import type { PendingQuery, Row } from 'postgres';
 import { afterAll, beforeAll, describe, it } from 'vitest';
+import { permitsStatement } from '../../src/batch/sql/pools.js';
 import {
   beatStatement,
+  doneSeenStatement,
+  endCompletedStatement,
   claimDispatchStatement,
   encodeMoves,
   endIntolerableStatement,
@@ -216,6 +219,37 @@ const cases: Case[] = [
     name: 'intolerable end check',
     bound: 1,
     statement: (sql, d) => endIntolerableStatement(sql, { batchId: d.batch, run: d.run }),
+  },
+  // Early completion: the count a flush adds (one row), and the exact count once it says enough
+  // (the batch's own items, up to its minSucceeded: read once).
+  {
+    name: 'early completion count',
+    bound: 1,
+    statement: (sql, d) => doneSeenStatement(sql, { batchId: d.batch, run: d.run, done: 3 }),
+  },
+  {
+    name: 'early completion end',
+    bound: ITEMS,
+    statement: (sql, d) => endCompletedStatement(sql, { batchId: d.batch, run: d.run }),
+  },
+  // A pool's take (docs/design.md, "Concurrency pools"): the pool's live leases and the run's keys.
+  {
+    name: 'pool permits take',
+    bound: 64,
+    statement: (sql, d) =>
+      permitsStatement(
+        sql,
+        {
+          pool: 'plans',
+          run: d.run,
+          targets: [
+            { key: '', target: 4 },
+            { key: 'b', target: 2 },
+          ],
+          leaseMs: 30_000,
+        },
+        { total: 20, perKey: 10 },
+      ),
   },
   // After an intolerable end, in its transaction: the items still running go back.
   {

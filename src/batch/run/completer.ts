@@ -31,6 +31,8 @@ export interface CompleterDeps {
   endIfIntolerable(): Promise<boolean>;
   /** Whether this run ended the batch for its failures (lifecycle). */
   intolerable(): boolean;
+  /** End the batch `succeeded` if enough items are done (lifecycle; early completion). */
+  endIfCompleted(done: number): Promise<boolean>;
 }
 
 /** The settled items of one run and the moves that store them. */
@@ -113,6 +115,8 @@ export class Completer {
     this.landed(batch, sentAt);
     // The items it claimed are put back by the end: they are not queued.
     if (failures > 0 && (await this.d.endIfIntolerable())) return;
+    const done = batch.filter((b) => b.move.state === 'done').length;
+    if (done > 0 && (await this.d.endIfCompleted(done))) return;
     if (claim > 0) this.d.claimed(r, claim, sentAt);
     this.d.startQueued();
   }
@@ -178,6 +182,8 @@ export class Completer {
       this.landed([item]);
     }
     if (batch.some((b) => b.move.state === 'failed')) await this.d.endIfIntolerable();
+    const done = batch.filter((b) => b.move.state === 'done').length;
+    if (done > 0) await this.d.endIfCompleted(done);
   }
 
   /**

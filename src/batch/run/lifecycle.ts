@@ -19,6 +19,8 @@ export interface LifecycleDeps {
   dueIn(ms: number): void;
   /** The batch's rate as the beat read it (producer). */
   useBatchRate(perSecond: number): void;
+  /** The beat landed: the pool's leases are renewed (producer; nothing without a pool). */
+  renewPool(): void;
   /** Drop the queue: the batch ended (producer). */
   clearQueue(): void;
   /** Empty the queue for the handoff: the items it held (producer). */
@@ -33,6 +35,8 @@ export class Lifecycle {
   private beatSentAt: number;
   /** This run ended the batch `failed` because more items failed than it tolerates. */
   private endedIntolerable = false;
+  /** This run ended the batch `succeeded` early: enough items were done (docs/design.md, "End"). */
+  private endedCompleted = false;
   /** The batch's failed items (of every run) as last counted by this run's tolerance check. */
   private failedStored = 0;
   /** Items settled as failed whose move has not landed yet. */
@@ -127,6 +131,28 @@ export class Lifecycle {
     this.allowedFailures = r.allowed;
     if (!r.ended) return false;
     this.endedIntolerable = true;
+    this.d.clearQueue();
+    ctx.wake();
+    return true;
+  }
+
+  /** Whether this run ended the batch `succeeded` early (enough items done). */
+  completed(): boolean {
+    return this.endedCompleted;
+  }
+
+  /**
+   * Early completion (docs/design.md, "End"): once at least the batch's `minSucceeded` items are
+   * done (across its runs), end it `succeeded` at once (fenced statements); the rest never run.
+   * `done`: the done items the run just stored (0 after a takeover: the count is checked as it
+   * stands). Resolves to whether it ended the batch; a batch without `minSucceeded` sends nothing.
+   */
+  async endIfCompleted(done: number): Promise<boolean> {
+    const ctx = this.ctx;
+    if (ctx.batch.minSucceeded === null || ctx.batch.minSucceeded === undefined) return false;
+    const r = await ctx.store(() => q.endCompleted(ctx.sql, { batchId: ctx.batch.id, run: ctx.id, done }));
+    if (!r.ended) return false;
+    this.endedCompleted = true;
     this.d.clearQueue();
     ctx.wake();
     return true;
@@ -307,6 +333,7 @@ export class Lifecycle {
         if (b.surplus && !ctx.reason) ctx.reason = 'surplus';
         // A rate set on the batch (a PATCH): the producer's gate follows it.
         if (b.ratePerSecond !== null) this.d.useBatchRate(b.ratePerSecond);
+        this.d.renewPool();
         // Items held back while the beats were too old may start now.
         ctx.wake();
       } catch (error) {

@@ -5,7 +5,10 @@
 // item at once; an item due later (a retry) is claimed shortly before it is due and started by
 // a local timer when it is due. The completer's statements carry its claims.
 import * as q from '../sql/index.js';
+import { PoolGate, poolLimitsOf } from '../pool.js';
 import { RATE_WAIT_IN_QUEUE_MS, RateGate, type RateLimit } from '../rate.js';
+import { releasePermits } from '../sql/pools.js';
+import { withTimeout } from '../../store/index.js';
 import type { RunContext } from './context.js';
 import { givenBack } from './settled.js';
 import { CLAIM_AHEAD_MS, type Settled } from './types.js';
@@ -16,6 +19,8 @@ interface Queued {
   startAt: number;
   /** Its rate-limit key, once computed (rate-limited batches only). */
   rateKey?: string;
+  /** Its pool key, once computed (batches with a pool only). */
+  poolKey?: string;
 }
 
 /** What the producer asks of the run's other collaborators. */
@@ -38,6 +43,11 @@ export class Producer {
   private queue: Queued[] = [];
   /** The tokens of a rate-limited batch (docs/design.md, "Rate limits"); undefined without a limit. */
   private gate: RateGate | undefined;
+  /**
+   * The permits of the batch's concurrency pool (docs/design.md, "Concurrency pools");
+   * undefined without a pool, and then nothing here costs anything.
+   */
+  private readonly pool: PoolGate | undefined;
   /** A timer that wakes the run when a rate-limited key in its queue may have a token again. */
   private rateTimer: AbortController | undefined;
   /** The store may hold due pending items this run has not claimed. */
@@ -60,6 +70,59 @@ export class Producer {
     const rate = ctx.batch.ratePerSecond;
     const limit = rate != null ? { ...s.rateLimit, perSecond: rate } : s.rateLimit;
     this.gate = limit && this.rateGate(limit);
+    this.pool = this.poolGate();
+  }
+
+  /** The run's side of its batch's pool: the start's, else the job's; none without either. */
+  private poolGate(): PoolGate | undefined {
+    const ctx = this.ctx;
+    const spec = ctx.s.pool;
+    const name = ctx.batch.pool ?? spec?.name;
+    if (!name) return undefined;
+    return new PoolGate({
+      sql: ctx.sql,
+      pool: name,
+      runId: ctx.id,
+      // A pool named by a start exists (checked at start); the job's is made from its spec.
+      defaults: spec && spec.name === name ? poolLimitsOf(spec) : { total: 1, perKey: null },
+      key: spec?.key,
+      params: ctx.batch.params,
+      leaseMs: ctx.s.staleMs,
+      clock: ctx.s.clock,
+      random: ctx.s.random,
+      storeTimeoutMs: ctx.s.storeTimeoutMs,
+      onAnswer: () => ctx.wake(),
+      onError: (error) => ctx.storeError(error, 1),
+    });
+  }
+
+  /** An item's attempt ended: its pool permit is free for the next item (nothing without a pool). */
+  ended(itemKey: string): void {
+    this.pool?.end(itemKey);
+  }
+
+  /** The beat: the pool's leases are renewed (they lapse staleMs after the last). */
+  renewPool(): void {
+    this.pool?.renew();
+  }
+
+  /**
+   * The run is over: every permit it holds goes back (one statement, bounded by
+   * `storeTimeoutMs`; on failure its leases lapse by themselves within staleMs).
+   */
+  async releasePool(): Promise<void> {
+    const pool = this.pool;
+    if (!pool) return;
+    pool.stop();
+    const ctx = this.ctx;
+    try {
+      await withTimeout(
+        () => releasePermits(ctx.sql, { pool: ctx.batch.pool ?? ctx.s.pool!.name, run: ctx.id }),
+        ctx.s.storeTimeoutMs,
+      );
+    } catch (error) {
+      ctx.storeError(error, 1);
+    }
   }
 
   /** The run's side of a fleet-wide rate limit (docs/design.md, "Rate limits"). */
@@ -116,7 +179,13 @@ export class Producer {
    * (when items are due but the beats are too old to claim or start them) the next good beat.
    */
   waiting(): boolean {
-    return this.queue.length > 0 || this.dueTimer !== undefined || !!this.gate?.pending || (this.moreDue && !this.d.beatValid());
+    return (
+      this.queue.length > 0 ||
+      this.dueTimer !== undefined ||
+      !!this.gate?.pending ||
+      !!this.pool?.pending ||
+      (this.moreDue && !this.d.beatValid())
+    );
   }
 
   /** A claim's answer was lost: it may have committed, so orphans are released when idle. */
@@ -171,6 +240,7 @@ export class Producer {
     this.dueTimer?.abort();
     this.startTimer?.abort();
     this.rateTimer?.abort();
+    this.pool?.stop();
   }
 
   /**
@@ -179,7 +249,11 @@ export class Producer {
    * are too old to keep the batch (the next good beat starts them).
    */
   startQueued(): void {
-    if (this.ctx.reason || this.queue.length === 0 || !this.d.beatValid() || this.d.doomed()) return;
+    if (this.ctx.reason || this.queue.length === 0 || !this.d.beatValid() || this.d.doomed()) {
+      // Nothing starts: free permits go back.
+      this.pool?.sync(new Map());
+      return;
+    }
     const s = this.ctx.s;
     let now: number | undefined;
     let next = Infinity;
@@ -189,6 +263,8 @@ export class Producer {
     let asked = 0;
     let rateWait = Infinity;
     const sentBack = new Map<string, number>();
+    // Batches with a pool: due items per pool key that want a permit (docs/design.md, "Concurrency pools").
+    const permitWants = this.pool && new Map<string, number>();
     for (let i = 0; i < this.queue.length && this.d.running() + asked < s.parallel;) {
       const entry = this.queue[i];
       const { item, startAt } = entry;
@@ -196,6 +272,16 @@ export class Producer {
         next = Math.min(next, startAt);
         i++;
         continue;
+      }
+      const pool = this.pool;
+      if (pool) {
+        const key = (entry.poolKey ??= pool.keyOf(item));
+        if (!pool.available(key)) {
+          permitWants!.set(key, (permitWants!.get(key) ?? 0) + 1);
+          asked++;
+          i++;
+          continue;
+        }
       }
       if (this.gate) {
         const key = (entry.rateKey ??= this.gate.keyOf({ key: item.key, input: item.input, params: this.ctx.batch.params }));
@@ -205,6 +291,7 @@ export class Producer {
           if (this.gate.runningLow(key, now, this.capacity)) wants.set(key, wants.get(key) ?? 0);
         } else if (t.ask) {
           wants.set(key, (wants.get(key) ?? 0) + 1);
+          if (permitWants) permitWants.set(entry.poolKey!, (permitWants.get(entry.poolKey!) ?? 0) + 1);
           asked++;
           i++;
           continue;
@@ -218,6 +305,8 @@ export class Producer {
           const keep = Math.max(1, Math.ceil((this.gate.rate(key) * RATE_WAIT_IN_QUEUE_MS) / 1000));
           if (t.waitMs <= RATE_WAIT_IN_QUEUE_MS && n < keep) {
             rateWait = Math.min(rateWait, t.waitMs);
+            // It keeps the permit it found: it starts when the token comes.
+            if (permitWants) permitWants.set(entry.poolKey!, (permitWants.get(entry.poolKey!) ?? 0) + 1);
             i++;
             continue;
           }
@@ -227,8 +316,11 @@ export class Producer {
         }
       }
       this.queue.splice(i, 1);
+      if (pool) pool.start(item.key, entry.poolKey!);
       this.d.launch(item);
     }
+    // Permits nothing here will use go back; more are asked for when items want them.
+    if (permitWants) this.pool!.sync(permitWants);
     if (this.gate && wants.size > 0) {
       for (const [key, need] of wants) wants.set(key, this.gate.askSize(key, need, this.capacity));
       this.gate.ask(wants, this.capacity);

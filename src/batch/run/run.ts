@@ -60,6 +60,7 @@ export class Run {
       {
         dueIn: (ms) => this.producer.dueIn(ms),
         useBatchRate: (perSecond) => this.producer.useBatchRate(perSecond),
+        renewPool: () => this.producer.renewPool(),
         clearQueue: () => this.producer.clear(),
         takeQueued: () => this.producer.takeQueued(),
         handOff: () => this.completer.handOff(() => this.executor.keys()),
@@ -79,6 +80,7 @@ export class Run {
       failureStored: () => lifecycle.failureStored(),
       endIfIntolerable,
       intolerable: () => lifecycle.intolerable(),
+      endIfCompleted: (done) => lifecycle.endIfCompleted(done),
     });
     const completer = this.completer;
     this.executor = new ItemExecutor(ctx, executor, {
@@ -116,6 +118,8 @@ export class Run {
   /** An attempt settled: its move goes with the next statement, and its slot starts the next item. */
   private settled(s: Settled): void {
     const ctx = this.ctx;
+    // Its pool permit is free again (batches with a pool), whatever happens to its move.
+    this.producer.ended(s.move.key);
     if (ctx.ended || ctx.reason === 'lost') return;
     this.completer.add(s);
     if (s.move.state === 'failed') this.lifecycle.failureSettling();
@@ -145,6 +149,8 @@ export class Run {
       this.producer.stop();
       beats.abort();
       await Promise.all([beating, slicing, reading]);
+      // Every pool permit it holds goes back (docs/design.md, "Concurrency pools").
+      await this.producer.releasePool();
     }
     // The run's reader ended the batch: it ended `failed` by this run, as a give-up does.
     if (outcome === 'lost' && this.reader.failed) [outcome, error] = ['failed', undefined];
@@ -173,6 +179,8 @@ export class Run {
     // The items recovered may cross the batch's tolerance, or a run that died (or handed off)
     // may have stored failures past it without ending the batch.
     if (await this.lifecycle.endIfIntolerable()) return 'failed';
+    // And a run that died may have stored enough done items for an early completion.
+    if (await this.lifecycle.endIfCompleted(0)) return 'succeeded';
     const finished = await this.pump();
     if (finished) return finished;
     // The slice ended (or the run is a surplus one): in-flight items finish (neither uses an
@@ -232,6 +240,7 @@ export class Run {
       await this.executor.recoverStale();
       if (lifecycle.judgeNow()) await lifecycle.endIfIntolerable();
       if (lifecycle.intolerable()) return 'failed';
+      if (lifecycle.completed()) return 'succeeded';
       producer.startQueued();
       if (this.completer.pending() || producer.room() > 0) {
         // Let items settling in this turn land, so one statement carries them all.
@@ -241,6 +250,7 @@ export class Run {
         if (ctx.reason) return undefined;
         await this.completer.step();
         if (lifecycle.intolerable()) return 'failed';
+        if (lifecycle.completed()) return 'succeeded';
         continue;
       }
       // Wait for an item to settle, a retry to come due, or (when items are due but the beats

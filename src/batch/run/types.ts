@@ -7,6 +7,7 @@ import type { Clock } from '../../clock.js';
 import type * as q from '../sql/index.js';
 import type { IgnoredResults } from './calls.js';
 import type { RateLimit } from '../rate.js';
+import type { PoolSpec } from '../pool.js';
 import type { RunResult } from '../types.js';
 
 /**
@@ -68,6 +69,8 @@ export interface RunSettings {
   maxRetryAfter: number;
   /** The job's fleet-wide rate limit (docs/design.md, "Rate limits"); a batch's own rate wins. */
   rateLimit?: RateLimit;
+  /** The job's concurrency pool (docs/design.md, "Concurrency pools"); a start's pool wins. */
+  pool?: PoolSpec;
   /** The job's `itemStaleMs` (docs/design.md, "Item heartbeats and checkpoints"); none: off. */
   itemStaleMs?: number;
   /** Most items a batch's source may hold (`LEASEHOLD_MAX_SOURCE_ITEMS`, 10,000,000). */

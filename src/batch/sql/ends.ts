@@ -266,6 +266,71 @@ export function endIntolerableStatement(sql: Sql, { batchId, run }: { batchId: s
     select (select count(*) from ended)::int as ended, (select failed from n) as failed, (select allowed from a) as allowed`;
 }
 
+/** What {@link endCompleted} did. */
+export interface CompletedEnd {
+  /** The batch ended `succeeded` by this call. */
+  ended: boolean;
+  /** Done items the batch's runs reported so far (its `done_seen`, a count that may run high). */
+  seen: number;
+}
+
+// Early completion (docs/design.md, "End"): the run adds the `done` items its flush stored to the
+// batch's `done_seen` (fenced on its lease, one row), and once that reaches the batch's
+// `min_succeeded` the items are counted exactly and, when at least that many are done, the batch
+// ends `succeeded` at once with a reason saying so; the items still running under any of its runs
+// go back to pending with their attempt given back (their work is told to stop), and pending ones
+// stay pending, never run. Ended once, like the end by tolerance (every run row is deleted first;
+// a second end finds none). `done_seen` is the cheap trigger, never the judge: a move whose answer
+// was lost and that is sent again counts twice there, and only costs an exact count early.
+// The count is a statement of its own, committed before the end's transaction: it locks the
+// batch row, and the end then deletes run rows, which must never be locked after their batch's
+// row in one transaction (docs/design.md, "Lock order").
+export async function endCompleted(sql: Sql, a: { batchId: string; run: string; done: number }): Promise<CompletedEnd> {
+  const [seen] = await sql<{ seen: number; enough: boolean }[]>`${doneSeenStatement(sql, a)}`;
+  if (!seen?.enough) return { ended: false, seen: seen?.seen ?? 0 };
+  const ended = await endInTransaction(sql, async (t, lastTry) => {
+    const [r] = await t<{ ended: number }[]>`${endCompletedStatement(t, a)}`;
+    if (r.ended === 1) {
+      await noLateRuns(t, a.batchId, lastTry);
+      await t`${giveBackRunningStatement(t, { batchId: a.batchId })}`;
+      await writeEndEvent(t, a.batchId);
+    }
+    return r.ended === 1;
+  });
+  return { ended, seen: seen.seen };
+}
+
+/** The count of {@link endCompleted} as a fragment (the plan test reads its plan): one row, fenced on the run. */
+export function doneSeenStatement(sql: Sql, { batchId, run, done }: { batchId: string; run: string; done: number }) {
+  return sql`update leasehold_batches set done_seen = done_seen + ${done}::int
+    where id = ${batchId} and status = 'open' and min_succeeded is not null
+      and exists (select 1 from leasehold_runs where id = ${run})
+    returning done_seen as seen, done_seen >= min_succeeded as enough`;
+}
+
+/**
+ * The end of {@link endCompleted} as a fragment (the plan test reads its plan): the done items
+ * are counted up to `min_succeeded` (a LIMIT), read only once `done_seen` says enough.
+ */
+export function endCompletedStatement(sql: Sql, { batchId, run }: { batchId: string; run: string }) {
+  return sql`with m as materialized (
+      select min_succeeded as n from leasehold_batches where id = ${batchId} and status = 'open'
+    ), d as materialized (
+      select count(*)::int as done from (
+        select 1 from leasehold_items where batch_id = ${batchId} and state = 'done'
+        limit coalesce((select n from m), 0)) x
+    ), gone as (
+      ${endRuns(sql, batchId, run, sql`(select done from d) >= (select n from m)`)}
+    ), ended as (
+      update leasehold_batches b
+      set status = 'succeeded', finished_at = now(), live_runs = 0, reading = false,
+          reason = 'completed early: minSucceeded ' || b.min_succeeded || ' reached'
+      where b.id = ${batchId} and b.status = 'open' and ${run}::uuid in (select id from gone)
+      returning b.id
+    )
+    select (select count(*) from ended)::int as ended`;
+}
+
 /**
  * The give-back of {@link endIntolerable} as a fragment (the plan test reads its plan): the
  * items of the batch still running go back to pending with their attempt given back, due now

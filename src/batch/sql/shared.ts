@@ -34,6 +34,9 @@ export interface BatchRow {
   allowed_failures: number | null;
   timeout_ms: number | null;
   rate_per_second: number | null;
+  /** Migration 031. */
+  pool?: string | null;
+  min_succeeded?: number | null;
   created_at: Date;
   finished_at: Date | null;
   counts: Partial<Record<ItemState, number>> | null;
@@ -105,6 +108,8 @@ export function toInfo(r: BatchRow): BatchInfo {
     allowedFailures: r.allowed_failures,
     timeoutMs: r.timeout_ms,
     ratePerSecond: r.rate_per_second ?? null,
+    pool: r.pool ?? null,
+    minSucceeded: r.min_succeeded ?? null,
     createdAt: r.created_at,
     beatAt: runList.reduce<Date | null>((at, x) => (at === null || x.beatAt > at ? x.beatAt : at), null),
     finishedAt: r.finished_at,

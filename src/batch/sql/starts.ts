@@ -49,6 +49,8 @@ export async function insertBatch(
     /** The items' timeout, ms, when the start set one (it wins over the job's). */
     timeoutMs?: number | null;
     ratePerSecond?: number | null;
+    pool?: string | null;
+    minSucceeded?: number | null;
     notify?: { url: string } | null;
     /** A source read by the runs (the batch starts `reading`, with no items). */
     source?: unknown;
@@ -66,13 +68,15 @@ export async function insertBatch(
   const percent = t && 'percent' in t ? String(t.percent) : null;
   const [r] = await tx<{ id: string }[]>`insert into leasehold_batches
       (tenant, datasource, job, params, request_key, total, priority, tolerated_count, tolerated_percent,
-       max_concurrency, target, timeout_ms, rate_per_second, notify_url, source, reading, results, deadline_at)
+       max_concurrency, target, timeout_ms, rate_per_second, notify_url, source, reading, results, deadline_at,
+       pool, min_succeeded)
     values (${b.tenant}, ${b.datasource}, ${b.job}, ${tx.json(b.params as never)}, ${b.requestKey}, ${b.total}, ${b.priority},
       ${count}::int, ${percent}::text::numeric, ${b.maxConcurrency},
       ${targetOf(tx, b.maxConcurrency, b.total)}, ${b.timeoutMs ?? null}::int, ${b.ratePerSecond ?? null}::float8,
       ${b.notify?.url ?? null}::text, ${b.source === undefined ? null : tx.json(b.source as never)}, ${b.source !== undefined},
       ${b.results === undefined ? null : tx.json(b.results as never)},
-      coalesce(${b.deadline ?? null}::timestamptz, now() + make_interval(secs => ${b.deadlineMs ?? null}::float8 / 1000.0)))
+      coalesce(${b.deadline ?? null}::timestamptz, now() + make_interval(secs => ${b.deadlineMs ?? null}::float8 / 1000.0)),
+      ${b.pool ?? null}::text, ${b.minSucceeded ?? null}::int)
     on conflict (tenant, request_key) do nothing
     returning id`;
   return r?.id;

@@ -55,6 +55,12 @@ export function BatchView({ id }: { id: string }) {
                 ? html`<div><dt>Tolerated failures</dt><dd data-tolerance>${toleranceText(b)}</dd></div>`
                 : null
             }
+            ${b.pool ? html`<div><dt>Pool</dt><dd data-pool>${b.pool}</dd></div>` : null}
+            ${
+              b.completion
+                ? html`<div><dt>Completion</dt><dd data-completion>once ${b.completion.minSucceeded} succeeded</dd></div>`
+                : null
+            }
             ${b.deadline ? html`<div><dt>Deadline</dt><dd data-deadline><${Time} at=${b.deadline} /></dd></div>` : null}
             ${b.reason ? html`<div class="wide"><dt>Reason</dt><dd data-reason>${b.reason}</dd></div>` : null}
             ${b.reading ? html`<div class="wide"><dt>Source</dt><dd data-reading>reading… ${b.total} items so far</dd></div>` : null}
