@@ -35,6 +35,9 @@ export const API_PATHS = [
   '/units',
   '/processes',
   '/concurrency',
+  '/callbacks/{token}/succeed',
+  '/callbacks/{token}/fail',
+  '/callbacks/{token}/heartbeat',
 ] as const;
 
 /** One of {@link API_PATHS}. */

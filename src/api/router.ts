@@ -18,6 +18,7 @@ import {
   showBatch,
   startBatchRoute,
 } from './routes/batches.js';
+import { failCallbackRoute, heartbeatCallbackRoute, succeedCallbackRoute } from './routes/callbacks.js';
 import { getConcurrency, listProcessesRoute, putConcurrency } from './routes/fleet.js';
 import { listJobs } from './routes/jobs.js';
 import { enqueueOutboxRoute, outboxStatusRoute } from './routes/outbox.js';
@@ -80,6 +81,9 @@ const METHODS: Record<ApiPath, Record<string, Handler>> = {
   '/units': { GET: listUnitsRoute },
   '/processes': { GET: listProcessesRoute },
   '/concurrency': { GET: getConcurrency, PUT: putConcurrency },
+  '/callbacks/{token}/succeed': { POST: succeedCallbackRoute },
+  '/callbacks/{token}/fail': { POST: failCallbackRoute },
+  '/callbacks/{token}/heartbeat': { POST: heartbeatCallbackRoute },
 };
 
 /** Every route the API serves, `{ method, path }`, in API_PATHS order (docs/api.md lists each; a test checks). */
