@@ -4,6 +4,7 @@ import { Command } from 'commander';
 import { ConfigError } from '../runtime/config.js';
 import { ApiCallError } from '../client/index.js';
 import { addBatchCommands } from './batch.js';
+import { addCallbackCommands } from './callback.js';
 import { addFleetCommands } from './fleet.js';
 import { addLocalCommands } from './local.js';
 import { addS3Commands } from './s3-commands.js';
@@ -25,6 +26,7 @@ program
 
 addLocalCommands(program);
 addBatchCommands(program);
+addCallbackCommands(program);
 addUnitsCommands(program);
 addFleetCommands(program);
 addTenantCommands(program);

@@ -167,7 +167,8 @@ describe('callbacks', () => {
     const gate = approvalGate(tokens);
     // k000 waits; k001 hangs in a run whose process dies (it stops beating).
     const hanging: Executor = { work: (item) => (item.key === 'k001' ? never() : gate.work(item)) };
-    const first = new Runner(db.sql, { ...options, staleMs: 400 });
+    // Beats seldom, so its beat, set an hour back below, stays old until the takeover.
+    const first = new Runner(db.sql, { ...options, beatMs: 3_000, staleMs: 6_000 });
     const { batch } = await first.start(newBatch(2), {}, hanging);
     await waitFor('k000 waiting', async () => (await itemCounts(db.sql, batch.id)).waiting === 1);
     // The process dies: its beats stop (its run is left stale, k001 running).

@@ -66,11 +66,16 @@ export async function registerWait(sql: Sql, w: WaitRegistration): Promise<boole
 export function registerWaitStatement(sql: Sql, w: WaitRegistration) {
   const wakeSecs = Math.min(Math.max(0, w.wakeInMs), MAX_WAIT_MS) / 1000;
   const maxSecs = MAX_WAIT_MS / 1000;
+  // The item is found on its whole primary key alone and updated by its ctid (a Tid Scan), as a
+  // heartbeat is: with its state in the condition a planner walked the running items' index.
   return sql`with own as (
       ${ownRun(sql, w.run)}
+    ), t as (
+      select x.ctid as tid from leasehold_items x where x.batch_id = ${w.batchId} and x.key = ${w.key} limit 1
     ), item as (
       update leasehold_items i set woke = null
-      where i.batch_id = ${w.batchId} and i.key = ${w.key} and i.run_id = ${w.run} and i.state = 'running'
+      from t
+      where i.ctid = any(array(select tid from t)) and i.ctid = t.tid and i.run_id = ${w.run} and i.state = 'running'
         and i.attempts = ${w.claimed} and exists (select 1 from own)
       returning i.batch_id, i.key
     )
@@ -244,15 +249,29 @@ export async function expireWaits(sql: Sql, limit: number): Promise<ExpiryResult
  * of the index on wake_at that are due, locked (skipping locked ones), each with its item's fate.
  */
 export function expiryStatement(sql: Sql, { limit }: { limit: number }) {
-  return sql`select w.batch_id, w.key,
+  // The index on (wake_at, batch_id, key) is walked one entry at a time (a recursive query whose
+  // every step is `> the last entry … limit 1`, an index scan whatever the statistics say): a plain
+  // `order by wake_at limit n` let a planner that thought the table small read all of it and sort.
+  return sql`with recursive walk as (
+      (select w.wake_at, w.batch_id, w.key, 1 as n from leasehold_waits w
+       where w.wake_at <= now() order by w.wake_at, w.batch_id, w.key limit 1)
+      union all
+      (select x.wake_at, x.batch_id, x.key, walk.n + 1 from walk
+       cross join lateral (
+         select w.wake_at, w.batch_id, w.key from leasehold_waits w
+         where (w.wake_at, w.batch_id, w.key) > (walk.wake_at, walk.batch_id, walk.key) and w.wake_at <= now()
+         order by w.wake_at, w.batch_id, w.key limit 1
+       ) x
+       where walk.n < ${limit})
+    )
+    select w.batch_id, w.key,
       case when i.state = 'waiting' and i.attempts = w.attempt - 1 then 'wake'
            when i.state = 'running' and i.attempts = w.attempt then 'defer'
            else 'drop' end as fate
-    from (
-      select batch_id, key, attempt from leasehold_waits
-      where wake_at <= now()
-      order by wake_at
-      limit ${limit}
+    from walk
+    cross join lateral (
+      select batch_id, key, attempt from leasehold_waits l
+      where l.batch_id = walk.batch_id and l.key = walk.key and l.wake_at <= now()
       for update skip locked
     ) w
     left join lateral (

@@ -44,8 +44,9 @@ create table if not exists leasehold_waits (
   primary key (batch_id, key)
 );
 
--- The expiry pass: waits due by time, soonest first, across every batch.
-create index if not exists leasehold_waits_wake on leasehold_waits (wake_at);
+-- The expiry pass: waits due by time, soonest first, across every batch; with the whole key, so
+-- the pass walks it one entry after the other (each step a row comparison on the index).
+create index if not exists leasehold_waits_wake on leasehold_waits (wake_at, batch_id, key);
 
 -- The key callback tokens are signed with (HMAC-SHA-256), made once here from the server's strong
 -- random source (gen_random_uuid: 122 random bits each), read by the workers that sign and the API
