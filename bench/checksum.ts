@@ -18,7 +18,17 @@ import { benchSchema } from './schema.js';
 import { inTurn, median, perSide, timeLine, type Side } from './sides.js';
 
 // What a job's item gets from its run for heartbeats and checkpoints, when the job is called directly.
-const noBeats = { heartbeat: () => {}, checkpoint: async () => {}, checkpointed: undefined };
+const noWait = () => Promise.reject(new Error('the bench item cannot wait'));
+const noBeats = {
+  heartbeat: () => {},
+  checkpoint: async () => {},
+  checkpointed: undefined,
+  waitForCallback: noWait,
+  sleep: noWait,
+  sleepUntil: noWait,
+  callback: undefined,
+  slept: false,
+};
 
 const FILES = 4_000;
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);

@@ -15,7 +15,7 @@
 // and results on the local S3 (bench/s3.ts), then item batching: lambda-invoke with itemsPerCall
 // 100 beside one item per invoke, against the local invoke endpoint (bench/batching.ts).
 // Last, a bulk cancel of 5,000 open batches beside a running batch (bench/bulk.ts).
-// BENCH_ONLY=batch|start|checksum|lease|graphile|bundle|fairness|demo|retention|fanout|fleet|retries|pooler|events|rate|s3|batching|bulk|pools runs one part.
+// BENCH_ONLY=batch|start|checksum|lease|graphile|bundle|fairness|demo|retention|fanout|fleet|retries|pooler|events|rate|s3|batching|bulk|pools|waits runs one part.
 // DATABASE_URL when set, else a throw-away embedded database (in the OS temp dir, removed after).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -42,6 +42,7 @@ import { batchOf, runBench } from './runs.js';
 import { livedIn, median, type LivedIn } from './sides.js';
 import { startBench } from './start.js';
 import { s3Bench } from './s3.js';
+import { waitsBench } from './waits.js';
 
 // The AWS SDK warns on Node.js 20 that its 2027 releases will need Node.js 22, once per process
 // that sends (the S3 parts and bench/s3-worker.ts, which inherits the variable): noise in the
@@ -82,6 +83,7 @@ async function main() {
     'batching',
     'bulk',
     'pools',
+    'waits',
   ];
   const only = process.env.BENCH_ONLY;
   if (only !== undefined && !parts.includes(only)) throw new Error(`BENCH_ONLY must be one of ${parts.join(', ')}, got ${only}`);
@@ -124,6 +126,7 @@ async function main() {
     if (runs('batching')) await batchingBench(url!);
     if (runs('bulk')) await bulkBench(url!);
     if (runs('pools')) await poolsBench(url!);
+    if (runs('waits')) await waitsBench(url!);
   } finally {
     await lived?.close();
     await stop?.();

@@ -39,6 +39,9 @@ export const API_PATHS = [
   '/actions/{id}',
   '/pools',
   '/pools/{name}',
+  '/callbacks/{token}/succeed',
+  '/callbacks/{token}/fail',
+  '/callbacks/{token}/heartbeat',
 ] as const;
 
 /** One of {@link API_PATHS}. */

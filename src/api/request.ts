@@ -327,7 +327,7 @@ export const listSchema = z
   .strict();
 
 /** Item states accepted by `GET /batches/{id}/items?state=`. */
-export const ITEM_STATES = ['pending', 'running', 'done', 'failed'] as const;
+export const ITEM_STATES = ['pending', 'running', 'waiting', 'done', 'failed'] as const;
 
 // eslint-disable-next-line no-control-regex -- control characters are what this rejects
 const NO_CONTROL_CHARACTERS = /^[^\u0000-\u001f]*$/;

@@ -19,6 +19,7 @@ import {
   showBatch,
   startBatchRoute,
 } from './routes/batches.js';
+import { failCallbackRoute, heartbeatCallbackRoute, succeedCallbackRoute } from './routes/callbacks.js';
 import { getConcurrency, listProcessesRoute, putConcurrency } from './routes/fleet.js';
 import { listPoolsRoute, putPoolRoute, showPoolRoute } from './routes/pools.js';
 import { listJobs } from './routes/jobs.js';
@@ -86,6 +87,9 @@ const METHODS: Record<ApiPath, Record<string, Handler>> = {
   '/actions/{id}': { GET: showActionRoute },
   '/pools': { GET: listPoolsRoute },
   '/pools/{name}': { GET: showPoolRoute, PUT: putPoolRoute },
+  '/callbacks/{token}/succeed': { POST: succeedCallbackRoute },
+  '/callbacks/{token}/fail': { POST: failCallbackRoute },
+  '/callbacks/{token}/heartbeat': { POST: heartbeatCallbackRoute },
 };
 
 /** Every route the API serves, `{ method, path }`, in API_PATHS order (docs/api.md lists each; a test checks). */

@@ -4,7 +4,7 @@
 // no imports, so the browser bundle's type-check can read this file; times are ISO 8601 strings.
 
 /** An item's state. */
-export type ApiItemState = 'pending' | 'running' | 'done' | 'failed';
+export type ApiItemState = 'pending' | 'running' | 'waiting' | 'done' | 'failed';
 
 /** A batch as the API shows it (timestamps as ISO 8601 strings). */
 export interface ApiBatch {

@@ -272,3 +272,42 @@ export class UnstorableStateError extends LeaseholdError {
     super('unstorable_state', `the ${what} ${reason}`);
   }
 }
+
+/** A wait an item's work asked for is out of range (docs/design.md, "Waiting items: callbacks and sleeps"). */
+export class InvalidWaitError extends LeaseholdError {
+  constructor(message: string) {
+    super('invalid_wait', message);
+  }
+}
+
+/**
+ * The callback an attempt waited for was not completed within its `timeoutMs`, or not heartbeated
+ * within its `heartbeatTimeoutMs`: that attempt fails, and is retried by the job's policy.
+ */
+export class CallbackTimeoutError extends LeaseholdError {
+  constructor(readonly reason: 'timeout' | 'heartbeat') {
+    super(
+      'callback_timed_out',
+      reason === 'timeout'
+        ? 'the callback was not completed within its timeoutMs'
+        : 'the callback was not heartbeated within its heartbeatTimeoutMs',
+    );
+  }
+}
+
+/**
+ * No wait matches the callback token: its attempt ended without waiting (the work threw after it
+ * registered), or a later wait of the item replaced it. The API answers 404.
+ */
+export class CallbackNotFoundError extends LeaseholdError {
+  constructor() {
+    super('callback_not_found', 'no wait matches this callback token: its attempt ended, or a later wait replaced it');
+  }
+}
+
+/** The callback was completed before with another answer (the first one stands). The API answers 409. */
+export class CallbackCompletedError extends LeaseholdError {
+  constructor(readonly status: string) {
+    super('callback_completed', `the callback was completed before (${status}) with another answer, which stands`);
+  }
+}

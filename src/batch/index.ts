@@ -54,6 +54,8 @@ export {
   steerMsSchema,
 } from './input.js';
 export { pauseBatch, resumeBatch, setBatchDeadline, endPastDeadlines, type DeadlineInput } from './steer.js';
+export { completeCallback, expireWaits, type CallbackCompletion, type CallbackAnswer } from './waits.js';
+export { InvalidCallbackTokenError, signCallbackToken, verifyCallbackToken, type CallbackClaims } from './callback-token.js';
 export {
   ACTION_DEFAULTS,
   ActionNotFoundError,

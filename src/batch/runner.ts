@@ -104,6 +104,12 @@ export interface RunnerOptions {
    * (`LEASEHOLD_MAX_SOURCE_ITEMS`; docs/design.md, "Sources and results"). Default 10,000,000.
    */
   maxSourceItems?: number;
+  /**
+   * The API's address (`LEASEHOLD_CALLBACK_URL`), for the URL `ctx.waitForCallback` answers
+   * (`{callbackUrl}/callbacks/{token}`; docs/design.md, "Waiting items: callbacks and sleeps").
+   * Default none: the URL is null, the token alone is answered.
+   */
+  callbackUrl?: string;
   /** Largest input of one item read from a source, bytes of JSON (`LEASEHOLD_MAX_INPUT_BYTES`). Default 65,536. */
   maxInputBytes?: number;
   /** Bytes of a source object one page reads (the first page a sixteenth, at least 64 KiB). Default 2 MiB. */
@@ -163,7 +169,8 @@ export const RUNNER_LIMITS = {
 } as const;
 
 /** A runner's settings with every default filled in ({@link runnerSettings}). */
-export type RunnerSettings = Required<Omit<RunnerOptions, 'processId' | 'onEvent' | 'queueDepth' | 's3'>> & {
+export type RunnerSettings = Required<Omit<RunnerOptions, 'processId' | 'onEvent' | 'queueDepth' | 's3' | 'callbackUrl'>> & {
+  callbackUrl?: string;
   queueDepth: number | undefined;
   s3?: () => S3Client;
   onEvent: (e: RunnerEvent) => void;
@@ -196,6 +203,7 @@ export function runnerSettings(options: RunnerOptions = {}): RunnerSettings {
     maxRunning: options.maxRunning ?? RUNNER_DEFAULTS.maxRunning,
     sliceMs: options.sliceMs ?? RUNNER_DEFAULTS.sliceMs,
     maxSourceItems: options.maxSourceItems ?? RUNNER_DEFAULTS.maxSourceItems,
+    callbackUrl: options.callbackUrl,
     maxInputBytes: options.maxInputBytes ?? RUNNER_DEFAULTS.maxInputBytes,
     sourceRangeBytes: options.sourceRangeBytes ?? RUNNER_DEFAULTS.sourceRangeBytes,
     sourcePageObjects: options.sourcePageObjects ?? RUNNER_DEFAULTS.sourcePageObjects,

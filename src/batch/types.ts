@@ -7,8 +7,12 @@ import type { PoolSpec } from './pool.js';
  */
 export type BatchStatus = 'open' | 'succeeded' | 'failed' | 'cancelled';
 
-/** Lifecycle of an item. */
-export type ItemState = 'pending' | 'running' | 'done' | 'failed';
+/**
+ * Lifecycle of an item. `waiting`: its work waits for the outside world (a callback or a sleep,
+ * docs/design.md, "Waiting items: callbacks and sleeps"), holding no run slot: pending, but parked
+ * until a completion, its timeout or its wake time makes it due again.
+ */
+export type ItemState = 'pending' | 'running' | 'waiting' | 'done' | 'failed';
 
 /** One item of a batch as given at start. `key` is unique within the batch. */
 export interface ItemInput {
@@ -274,7 +278,68 @@ export interface ItemContext {
   checkpoint(state: unknown): Promise<void>;
   /** The state the item's last checkpoint stored before this attempt began; undefined when none. */
   checkpointed: unknown;
+  /**
+   * Park the item until the outside world answers (docs/design.md, "Waiting items: callbacks and
+   * sleeps"): registers a callback and resolves to its token (and URL, when the API's address is
+   * known). Hand the token to the other system, then return: the attempt ends, the item is
+   * `waiting` (no run slot, no Lambda time; whatever the work returns is ignored) until
+   * `POST /callbacks/{token}/succeed` or `/fail` wakes it, and its next run (the same attempt
+   * number) reads the answer in {@link ItemContext.callback}. Not completed within `timeoutMs`
+   * (1 ms to one year), or not heartbeated (`/heartbeat`) within `heartbeatTimeoutMs`, the attempt
+   * fails with a `CallbackTimeoutError` and is retried by the job's policy. At most one wait per
+   * attempt; a new wait replaces the item's last answer.
+   * @throws {InvalidWaitError} a setting out of range, a payload over 8 KiB of JSON, a second wait in one attempt.
+   * @throws {ItemLostError} the attempt no longer holds the item.
+   */
+  waitForCallback(options: WaitForCallbackOptions): Promise<CallbackHandle>;
+  /**
+   * Park the item for `ms` (0 to one year) with no run slot and no Lambda time; then return from
+   * the work. Its next run (the same attempt number) has {@link ItemContext.slept} true. Woken by
+   * the scheduler's pass (every minute on AWS), so a wake may come up to a pass late.
+   * @throws {InvalidWaitError} a time out of range, a second wait in one attempt.
+   * @throws {ItemLostError} the attempt no longer holds the item.
+   */
+  sleep(ms: number): Promise<void>;
+  /** {@link ItemContext.sleep} until `date` (the wait computed from the database clock's now). */
+  sleepUntil(date: Date): Promise<void>;
+  /**
+   * How the callback this attempt waited on ended, in the run that goes on after it: `succeeded`
+   * with the `result` posted, or `failed` with the `error` posted (the work decides what that
+   * means: throw to fail the attempt). Undefined in any other run: a later attempt (after this
+   * one failed) starts over and waits again; what it must keep, the work stores with `checkpoint`.
+   * (A timed-out callback fails its attempt before the work runs.)
+   */
+  callback: CallbackOutcome | undefined;
+  /** Whether this run goes on after a sleep of the same attempt. */
+  slept: boolean;
 }
+
+/** What {@link ItemContext.waitForCallback} takes. */
+export interface WaitForCallbackOptions {
+  /** ms until the callback times out (1 ms to {@link MAX_WAIT_MS}). */
+  timeoutMs: number;
+  /** ms a callback may go without a `/heartbeat` (1 ms to `timeoutMs`); default none. */
+  heartbeatTimeoutMs?: number;
+  /** Any JSON (at most {@link MAX_PROGRESS_BYTES} bytes), shown with the waiting item. */
+  payload?: unknown;
+}
+
+/** A registered callback: its token, and its URL when the API's address is configured. */
+export interface CallbackHandle {
+  /** The signed token (HMAC, bound to the batch, item, attempt and this wait). */
+  token: string;
+  /** `{LEASEHOLD_CALLBACK_URL}/callbacks/{token}`; null when no address is configured. */
+  url: string | null;
+}
+
+/** How a callback ended, as the item's next attempt reads it. */
+export type CallbackOutcome =
+  | { status: 'succeeded'; result: unknown }
+  | { status: 'failed'; error: string }
+  | { status: 'timedOut'; reason: 'timeout' | 'heartbeat' };
+
+/** The longest wait (a callback's timeout, a sleep), ms: one year. */
+export const MAX_WAIT_MS = 366 * 86_400_000;
 
 /** Largest checkpoint state an item may store, bytes of JSON (64 KiB). */
 export const MAX_CHECKPOINT_BYTES = 65_536;
@@ -395,6 +460,11 @@ export type RunOutcome =
    * waiting; no attempt was used (docs/design.md, "Tenant fairness").
    */
   | 'sliced'
+  /**
+   * Left as the batch's last run while only waiting items remain (docs/design.md, "Waiting items:
+   * callbacks and sleeps"): the batch parks with no runs until a wake gives it one again.
+   */
+  | 'parked'
   /** The store kept failing; the batch stays unfinished for takeover. */
   | 'store-error';
 

@@ -5,6 +5,7 @@ import { ConfigError } from '../runtime/config.js';
 import { ApiCallError } from '../client/index.js';
 import { addActionCommands } from './actions.js';
 import { addBatchCommands } from './batch.js';
+import { addCallbackCommands } from './callback.js';
 import { addFleetCommands } from './fleet.js';
 import { addLocalCommands } from './local.js';
 import { addS3Commands } from './s3-commands.js';
@@ -28,6 +29,7 @@ program
 addLocalCommands(program);
 addBatchCommands(program);
 addActionCommands(program);
+addCallbackCommands(program);
 addUnitsCommands(program);
 addFleetCommands(program);
 addTenantCommands(program);

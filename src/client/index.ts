@@ -252,6 +252,25 @@ export class ApiClient {
   }
 
   /** `POST /batches/{id}/cancel`. */
+  /**
+   * `POST /callbacks/{token}/succeed` (`result`: any JSON), `/fail` (`error`: a text) or
+   * `/heartbeat`: complete or heartbeat a waiting item's callback (docs/api.md, "Callbacks").
+   */
+  async completeCallback(
+    token: string,
+    c: { action: 'succeed'; result: unknown } | { action: 'fail'; error: string } | { action: 'heartbeat' },
+  ): Promise<{ batchId: string; key: string; outcome: 'completed' | 'repeated' | 'heartbeat'; woken: boolean }> {
+    const path = `/callbacks/${encodeURIComponent(token)}/${c.action}`;
+    const body = c.action === 'succeed' ? { result: c.result } : c.action === 'fail' ? { error: c.error } : undefined;
+    const { data } = await this.call<{
+      batchId: string;
+      key: string;
+      outcome: 'completed' | 'repeated' | 'heartbeat';
+      woken: boolean;
+    }>('POST', path, body);
+    return data;
+  }
+
   async cancelBatch(id: string): Promise<ApiBatch> {
     const { data } = await this.call<{ batch: ApiBatch } | ApiBatch>('POST', this.batch(id, '/cancel'));
     return 'batch' in data ? data.batch : data;

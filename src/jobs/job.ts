@@ -74,6 +74,21 @@ export interface JobItem<P> {
   checkpoint(state: unknown): Promise<void>;
   /** What the item's last checkpoint stored before this attempt began; undefined when none. */
   checkpointed: unknown;
+  /**
+   * Park the item until another system answers (docs/design.md, "Waiting items: callbacks and
+   * sleeps"): resolves to `{ token, url }`; hand the token out and return. No run slot and no
+   * Lambda time are held while it waits; the next run reads the answer in `callback`.
+   * `timeoutMs` 1 ms to a year; `heartbeatTimeoutMs` up to it; `payload` any JSON (8 KiB).
+   */
+  waitForCallback: ItemContext['waitForCallback'];
+  /** Park the item for `ms` (up to a year), then return; the next run has `slept` true. */
+  sleep: ItemContext['sleep'];
+  /** Park the item until `date` (at most a year ahead), then return. */
+  sleepUntil: ItemContext['sleepUntil'];
+  /** The answer to the callback this attempt waited on (`succeeded` / `failed`); undefined otherwise. */
+  callback: ItemContext['callback'];
+  /** Whether this run goes on after a sleep of the same attempt. */
+  slept: boolean;
 }
 
 /**
@@ -314,6 +329,11 @@ export class JobRegistry {
       heartbeat: item.heartbeat,
       checkpoint: item.checkpoint,
       checkpointed: item.checkpointed,
+      waitForCallback: item.waitForCallback,
+      sleep: item.sleep,
+      sleepUntil: item.sleepUntil,
+      callback: item.callback,
+      slept: item.slept,
     });
     // A batch whose params no longer parse runs one item per call: a function of them could throw.
     const perBatch = (v: Job<unknown, unknown>['itemsPerCall']) =>

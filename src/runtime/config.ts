@@ -70,6 +70,7 @@ const schema = {
   LEASEHOLD_SLICE_MS: int(10).default(RUNNER_DEFAULTS.sliceMs),
   LEASEHOLD_MAX_ITEMS: int(1).default(DEFAULT_START_LIMITS.maxItems),
   LEASEHOLD_MAX_SOURCE_ITEMS: int(1).default(RUNNER_DEFAULTS.maxSourceItems),
+  LEASEHOLD_CALLBACK_URL: z.string().url().optional(),
   LEASEHOLD_MAX_INPUT_BYTES: int(0).default(DEFAULT_START_LIMITS.maxInputBytes),
   LEASEHOLD_MAX_TOTAL_BYTES: int(1).default(DEFAULT_START_LIMITS.maxTotalBytes),
   // Lambda refuses a synchronous invocation (API Gateway's) whose event is over 6 MB.
@@ -436,6 +437,7 @@ function runnerFromEnv(e: Env): Config['runner'] {
     maxRunning: e.LEASEHOLD_MAX_RUNNING ?? RUNNER_DEFAULTS.maxRunning,
     sliceMs: e.LEASEHOLD_SLICE_MS,
     maxSourceItems: e.LEASEHOLD_MAX_SOURCE_ITEMS,
+    ...(e.LEASEHOLD_CALLBACK_URL === undefined ? {} : { callbackUrl: e.LEASEHOLD_CALLBACK_URL }),
     maxInputBytes: Math.max(1, e.LEASEHOLD_MAX_INPUT_BYTES),
     sourceRangeBytes: RUNNER_DEFAULTS.sourceRangeBytes,
     sourcePageObjects: RUNNER_DEFAULTS.sourcePageObjects,

@@ -147,6 +147,7 @@ const ITEM_ENDED = {
   interrupted: 'ItemsInterrupted',
   'given-back': 'ItemsGivenBack',
   waiting: 'ItemsWaiting',
+  parked: 'ItemsParked',
   resumable: 'ItemsResumable',
   stale: 'ItemsStale',
 } as const;
@@ -157,6 +158,7 @@ const RUN_ENDED = {
   'handed-off': 'RunsHandedOff',
   sliced: 'RunsSliced',
   drained: 'RunsDrained',
+  parked: 'RunsParked',
   lost: 'RunsLost',
   'store-error': 'RunStoreErrors',
 } as const;

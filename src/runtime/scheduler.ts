@@ -18,6 +18,7 @@ import { resultsService, type ResultsPart } from './maintenance/results.js';
 import { retentionService, type RetentionPart } from './maintenance/retention.js';
 import { runServices, type MaintenanceContext } from './maintenance/service.js';
 import { sweepService, type SweepPart } from './maintenance/sweep.js';
+import { waitsService, type WaitsPart } from './maintenance/waits.js';
 
 /**
  * What one scheduler run did: the part each maintenance service answered (see each service's
@@ -29,6 +30,7 @@ export type SchedulerResult = SweepPart &
   QuarantinePart &
   DeadlinesPart &
   ActionsPart &
+  WaitsPart &
   DeferredPart &
   DispatchPart &
   FleetPart &
@@ -48,6 +50,7 @@ export function schedulerServices(config: Config) {
     quarantineService(),
     deadlinesService(),
     actionsService(),
+    waitsService(),
     deferredService(),
     dispatchService({
       staleMs: config.runner.staleMs,
@@ -69,7 +72,8 @@ export function schedulerServices(config: Config) {
  * versions"). Then it runs its maintenance services in order (`schedulerServices`): the sweep
  * deletes processes expired past the cutoff and frees their units, and the quarantines that are
  * over are lifted; open batches past their deadline end `failed` (reason `deadline`); the bulk actions the
- * API did not finish are worked on (for at most 10 s); with `jobs`, the trigger firings deferred at `maxOpen` whose datasource has a
+ * API did not finish are worked on (for at most 10 s); waiting
+ * items whose callback timed out or whose sleep ended wake (docs/design.md, "Waiting items"); with `jobs`, the trigger firings deferred at `maxOpen` whose datasource has a
  * free slot start; dispatch sends workers to the open batches below their target or with a stale
  * run, and the fleet's invocations bring the live fleet processes to the desired count (or ask
  * the surplus to retire), both under the worker limit; the fleet's balance and the runs of open

@@ -36,6 +36,7 @@ import {
 } from '../../src/batch/sql/index.js';
 import { claimChunkStatement } from '../../src/batch/sql/actions.js';
 import { beatItemStatement, recoverStaleStatement } from '../../src/batch/sql/heartbeats.js';
+import { expiryStatement, parkStatement, registerWaitStatement } from '../../src/batch/sql/waits.js';
 import { batchActivityStatement, finishedBucketsStatement } from '../../src/batch/sql/progress.js';
 import { tenantBatchesStatement, tenantStateStatement } from '../../src/batch/sql/tenants.js';
 import {
@@ -64,6 +65,8 @@ import { expectBounded } from '../support/plans.js';
 /** Items of the open batch every state holds (and of which `RUNNING` are running under its run). */
 const ITEMS = 20_000;
 const RUNNING = 64;
+/** Waiting items of the parked batch (docs/design.md, "Waiting items: callbacks and sleeps"). */
+const WAITING = 1_000;
 /** Live fleet processes (the fixture's own included) and expired ones, each owning `OWNED` units. */
 const LIVE = 20;
 const EXPIRED = 5;
@@ -84,6 +87,8 @@ interface Fixture {
   running: string[];
   /** An open batch of another tenant waiting for a run (no owner), 100 items. */
   waiting: string;
+  /** A parked batch (target 0, no run): {@link WAITING} waiting items, half of their waits due. */
+  parked: string;
   /** A live fleet process owning {@link OWNED} units and the outbox unit. */
   me: Me;
   /** Units `me` owns (tenant `plan-own-0`). */
@@ -258,6 +263,32 @@ const cases: Case[] = [
     statement: (sql, d) => giveBackRunningStatement(sql, { batchId: d.batch }),
   },
   { name: 'wait state', bound: 1, statement: (sql, d) => waitStateStatement(sql, { batchId: d.batch, run: d.run }) },
+  // Waiting items (src/batch/sql/waits.ts): a wait registered by one running item; the expiry
+  // pass's look-up of due waits (its limit), across batches; the park's check, of a batch with
+  // pending items and of a parked one (the first waiting item ends it).
+  {
+    name: 'register a wait',
+    bound: 1,
+    statement: (sql, d) =>
+      registerWaitStatement(sql, {
+        batchId: d.batch,
+        run: d.run,
+        key: d.running[0],
+        claimed: 1,
+        id: randomUUID(),
+        kind: 'callback',
+        wakeInMs: 60_000,
+        heartbeatTimeoutMs: 10_000,
+        payload: '{"to":"ana"}',
+      }),
+  },
+  { name: 'waits expiry', bound: 100, statement: (sql) => expiryStatement(sql, { limit: 100 }) },
+  { name: 'park check', bound: 1, statement: (sql, d) => parkStatement(sql, { batchId: d.batch, run: d.run }) },
+  {
+    name: 'park check of a parked batch',
+    bound: 1,
+    statement: (sql, d) => parkStatement(sql, { batchId: d.parked, run: d.run }),
+  },
   {
     name: 'dispatch',
     bound: 2,
@@ -401,9 +432,18 @@ async function createData(sql: Sql): Promise<Fixture> {
     values ('plan-w', 'plan', 'noop', '{}'::jsonb, ${`plan-w-${run}`}, 100) returning id`;
   await sql`insert into leasehold_items (batch_id, key, input)
     select ${waiting}, lpad(k::text, 7, '0'), jsonb_build_object('n', k) from generate_series(1, 100) k`;
+  const [{ id: parked }] = await sql<{ id: string }[]>`insert into leasehold_batches
+      (tenant, datasource, job, params, request_key, total, target)
+    values ('plan-p', 'plan', 'noop', '{}'::jsonb, ${`plan-p-${run}`}, ${WAITING}, 0) returning id`;
+  await sql`insert into leasehold_items (batch_id, key, input, state)
+    select ${parked}, lpad(k::text, 7, '0'), jsonb_build_object('n', k), 'waiting' from generate_series(1, ${WAITING}) k`;
+  await sql`insert into leasehold_waits (batch_id, key, id, kind, attempt, wake_at, timeout_at)
+    select ${parked}, lpad(k::text, 7, '0'), gen_random_uuid(), 'callback', 1,
+      now() + (k - ${WAITING / 2}) * interval '1 second', now() + interval '1 day'
+    from generate_series(1, ${WAITING}) k`;
   const running = Array.from({ length: RUNNING }, (_, i) => String(i + 1).padStart(7, '0'));
   const owned = Array.from({ length: OWNED }, (_, shard) => ({ tenant: 'plan-own-0', shard }));
-  return { batch, run, running, waiting, me, owned, outbox, delivery };
+  return { batch, run, running, waiting, parked, me, owned, outbox, delivery };
 }
 
 /** A state of the database: its schema and the fixture written into it. */

@@ -1,6 +1,6 @@
 // One item as a job's `run` gets it, for tests that call a job directly (issue 34, item 10):
 // the first attempt of tenant `t`'s batch `b`, not aborted, with heartbeats and checkpoints that
-// store nothing, instead of the dozen lines written out at each call.
+// store nothing, no waits, instead of the dozen lines written out at each call.
 import type { JobItem } from '../../src/jobs/index.js';
 
 /**
@@ -21,6 +21,11 @@ export function jobItem<P>(key: string, params: P, overrides: Partial<JobItem<P>
     heartbeat: () => {},
     checkpoint: async () => {},
     checkpointed: undefined,
+    waitForCallback: () => Promise.reject(new Error('this test item cannot wait')),
+    sleep: () => Promise.reject(new Error('this test item cannot wait')),
+    sleepUntil: () => Promise.reject(new Error('this test item cannot wait')),
+    callback: undefined,
+    slept: false,
     signal: new AbortController().signal,
     tenant: 't',
     batchId: 'b',

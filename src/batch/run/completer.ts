@@ -5,6 +5,7 @@
 // by one (that item fails with the reason, the others land); a short count is checked against
 // what landed before it means the batch was lost.
 import * as q from '../sql/index.js';
+import { wakeAnswered } from '../sql/waits.js';
 import { errorText } from '../values.js';
 import { UnstorableMoves, type RunContext } from './context.js';
 import { CLAIM_AHEAD_MS, type Settled } from './types.js';
@@ -113,6 +114,7 @@ export class Completer {
     this.stepMs = performance.now() - t0;
     if (r.moved < batch.length && !(await this.movesLanded(moves, batch.length))) return ctx.markLost();
     this.landed(batch, sentAt);
+    await this.wakeAnswered(batch);
     // The items it claimed are put back by the end: they are not queued.
     if (failures > 0 && (await this.d.endIfIntolerable())) return;
     const done = batch.filter((b) => b.move.state === 'done').length;
@@ -159,6 +161,7 @@ export class Completer {
     }
     if (!r.handed) return 'lost';
     this.landed(batch);
+    await this.wakeAnswered(batch);
     return 'handed';
   }
 
@@ -180,6 +183,7 @@ export class Completer {
       }
       if (r.moved < 1 && !(await this.movesLanded(q.encodeMoves([item.move]), 1))) return this.ctx.markLost();
       this.landed([item]);
+      await this.wakeAnswered([item]);
     }
     if (batch.some((b) => b.move.state === 'failed')) await this.d.endIfIntolerable();
     const done = batch.filter((b) => b.move.state === 'done').length;
@@ -231,6 +235,20 @@ export class Completer {
         outcome,
       });
     }
+  }
+
+  /**
+   * Items that parked in these moves and whose callback was completed before the move landed
+   * (the work handed its token out, and the answer came while it still ran) wake now, in one
+   * statement (docs/design.md, "Waiting items: callbacks and sleeps"); a wake lost with the run is
+   * made by the expiry pass (the completion set the wait due at once).
+   */
+  private async wakeAnswered(batch: Settled[]): Promise<void> {
+    const keys = batch.filter((b) => b.move.state === 'waiting').map((b) => b.move.key);
+    if (keys.length === 0) return;
+    const ctx = this.ctx;
+    const r = await ctx.store(() => wakeAnswered(ctx.sql, ctx.batch.id, keys));
+    if (r.woken > 0) this.d.mayBeDue();
   }
 
   /**

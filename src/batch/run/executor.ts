@@ -14,7 +14,8 @@ import { ItemNotStartedError } from './calls.js';
 import { encodeOutput, errorText, readableThrown } from '../values.js';
 import type { Executor } from '../types.js';
 import type { RunContext } from './context.js';
-import { givenBack, verdict } from './settled.js';
+import { givenBack, parked, verdict } from './settled.js';
+import { AttemptWait, timedOutWait } from './waits.js';
 import type { Settled } from './types.js';
 
 /** Most attempts per item a runner or job may set. */
@@ -199,6 +200,11 @@ export class ItemExecutor {
   /** Execute one item and say how its move should read. Never throws. */
   private async work(c: q.ClaimedRow): Promise<Settled> {
     const { batch, s } = this.ctx;
+    // The attempt that waited on a callback which timed out fails at once (docs/design.md,
+    // "Waiting items: callbacks and sleeps"): the job's retry policy decides what follows.
+    const lapsed = timedOutWait(c);
+    if (lapsed) return this.failed(c, lapsed, false);
+    const wait = new AttemptWait(this.ctx, c);
     // Item timeouts (docs/design.md, "Item timeouts"): the item gets a signal of its own, aborted
     // when the run's is or when its time is up; at that moment the attempt fails, whether or not
     // the work heeds the signal (work that ignores it goes on unobserved, its result dropped).
@@ -225,6 +231,7 @@ export class ItemExecutor {
         heartbeat: beats.heartbeat,
         checkpoint: beats.checkpoint,
         checkpointed: c.checkpoint ?? undefined,
+        ...wait.calls(),
       });
       let output: unknown;
       if (own && timeoutMs !== undefined) {
@@ -242,6 +249,8 @@ export class ItemExecutor {
         output = await working;
       }
       await beats.settle();
+      // It registered a wait and returned: the item parks (whatever the work returned is ignored).
+      if (wait.parked) return parked(c);
       const encoded = encodeOutput(output, s.maxOutputBytes);
       // An output that cannot be stored would be the same next time: the item fails for good.
       if (encoded.error !== undefined) return verdict(c, 'failed', 'failed', null, encoded.error);
@@ -252,6 +261,8 @@ export class ItemExecutor {
       if (e instanceof ItemNotStartedError) {
         return givenBack(c, 'given-back');
       }
+      // A wait registered before the work threw is dropped: no completion wakes the item for it.
+      await wait.abandon();
       // Its writes land before its move (whether it stored a checkpoint in this attempt).
       return this.failed(c, e, await beats.settle());
     } finally {

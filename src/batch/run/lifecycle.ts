@@ -6,6 +6,7 @@
 import { withTimeout } from '../../store/index.js';
 import { BatchGivenUpError } from '../errors.js';
 import * as q from '../sql/index.js';
+import { parkRun } from '../sql/waits.js';
 import type { RunOutcome } from '../types.js';
 import type { RunContext } from './context.js';
 import { CLAIM_AHEAD_MS } from './types.js';
@@ -179,7 +180,7 @@ export class Lifecycle {
    * batch to the runs holding its last items. Resolves to how the run ends, or undefined to go
    * on (a lost lease sets the run's reason).
    */
-  async idle(): Promise<'succeeded' | 'failed' | 'drained' | undefined> {
+  async idle(): Promise<'succeeded' | 'failed' | 'drained' | 'parked' | undefined> {
     const ctx = this.ctx;
     const s = ctx.s;
     const status = await ctx.store(() => q.finishBatch(ctx.sql, ctx.batch.id, ctx.id));
@@ -200,6 +201,16 @@ export class Lifecycle {
       const left = await this.leave();
       if (left === 'drained') return 'drained';
       if (left === 'lost') {
+        ctx.markLost();
+        return undefined;
+      }
+    }
+    // Only waiting items are left (docs/design.md, "Waiting items: callbacks and sleeps"): the
+    // last run parks the batch, holding no worker until a completion or a wake time.
+    if (w.dueInMs === null && w.waiting && w.liveRuns <= 1) {
+      const parked = await ctx.store(() => parkRun(ctx.sql, { batchId: ctx.batch.id, run: ctx.id }));
+      if (parked === 'parked') return 'parked';
+      if (parked === 'lost') {
         ctx.markLost();
         return undefined;
       }

@@ -232,7 +232,7 @@ export class Run {
    * room. Resolves to the batch's final status once this run finished it, or undefined once the
    * run must stop (handoff or loss).
    */
-  private async pump(): Promise<'succeeded' | 'failed' | 'drained' | undefined> {
+  private async pump(): Promise<'succeeded' | 'failed' | 'drained' | 'parked' | undefined> {
     const ctx = this.ctx;
     const { producer, lifecycle } = this;
     for (;;) {

@@ -51,3 +51,15 @@ export function givenBack(
   if (waits !== undefined) move.waits = waits;
   return { outcome, move };
 }
+
+/**
+ * The move of an item whose attempt registered a wait and returned: to `waiting` with its attempt
+ * given back (the next run, once a completion or its time wakes the item, is the same attempt
+ * going on), no output, no error (docs/design.md, "Waiting items: callbacks and sleeps").
+ */
+export function parked(c: q.ClaimedRow): Settled {
+  return {
+    outcome: 'parked',
+    move: { key: c.key, state: 'waiting', claimed: c.attempts, attempts: c.attempts - 1, output: null, error: null, delayMs: 0 },
+  };
+}

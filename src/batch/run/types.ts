@@ -20,9 +20,13 @@ import type { RunResult } from '../types.js';
  * - `resumable`: the run stopped while the item ran, after it stored a checkpoint in this attempt;
  *   pending with the attempt given back, the next run goes on from the checkpoint;
  * - `stale`: recovered for want of heartbeats (`itemStaleMs`); the attempt counts, pending again
- *   (`failed` when its attempts are used up).
+ *   (`failed` when its attempts are used up);
+ * - `waiting`: a Retry-After wait; pending after it, attempts unchanged;
+ * - `parked`: its work registered a callback or a sleep and returned; `waiting` until a completion
+ *   or its time wakes it, attempt given back.
  */
-export type ItemOutcome = 'done' | 'failed' | 'retry' | 'interrupted' | 'given-back' | 'waiting' | 'resumable' | 'stale';
+export type ItemOutcome =
+  'done' | 'failed' | 'retry' | 'interrupted' | 'given-back' | 'waiting' | 'parked' | 'resumable' | 'stale';
 
 /** What the runner reports as it goes (for logs and metrics); never needed for correctness. */
 export type RunnerEvent =
@@ -73,6 +77,8 @@ export interface RunSettings {
   pool?: PoolSpec;
   /** The job's `itemStaleMs` (docs/design.md, "Item heartbeats and checkpoints"); none: off. */
   itemStaleMs?: number;
+  /** The API's address for callback URLs (docs/design.md, "Waiting items: callbacks and sleeps"); none: URLs are null. */
+  callbackUrl?: string;
   /** Most items a batch's source may hold (`LEASEHOLD_MAX_SOURCE_ITEMS`, 10,000,000). */
   maxSourceItems: number;
   /** Largest input of one item read from a source, bytes of JSON (65,536). */

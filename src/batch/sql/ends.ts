@@ -10,6 +10,7 @@ import type { Sql } from '../../store/index.js';
 import { storableText } from '../values.js';
 import type { BatchStatus } from '../types.js';
 import { writeEndEvent } from './events.js';
+import { anyWaiting } from './waits.js';
 
 // Cancels an open batch for good. Every run row of the batch is deleted first (each delete
 // waits for the move in flight on it), then the batch row: a run's next fenced statement
@@ -127,7 +128,7 @@ export async function endInTransaction<T>(sql: Sql, f: (t: Sql, lastTry: boolean
 }
 
 // Ends a batch whose runs keep failing before they store anything: `failed` with `reason`, and
-// every item still pending or running `failed` with `itemError`. Fenced on the run's lease.
+// every item still pending, running or waiting `failed` with `itemError`. Fenced on the run's lease.
 export async function giveUp(sql: Sql, a: { batchId: string; run: string; reason: string; itemError: string }): Promise<boolean> {
   return endInTransaction(sql, async (t, lastTry) => {
     const given = await giveUpOnce(t, a);
@@ -149,14 +150,14 @@ async function giveUpOnce(sql: Sql, a: { batchId: string; run: string; reason: s
       returning id
     ), failed as (
       update leasehold_items i set state = 'failed', error = ${storableText(a.itemError)}, run_id = ${a.run}, updated_at = now()
-      where i.batch_id = ${a.batchId} and i.state in ('pending', 'running') and exists (select 1 from own)
+      where i.batch_id = ${a.batchId} and i.state in ('pending', 'running', 'waiting') and exists (select 1 from own)
       returning 1
     )
     select (select count(*) from own)::int as given_up, (select count(*) from failed)::int as items`;
   return r.given_up === 1;
 }
 
-// Finishes the batch once no item is pending or running: succeeded, or failed when any item
+// Finishes the batch once no item is pending, running or waiting: succeeded, or failed when any item
 // failed — or, when the batch tolerates failures, when more items failed than it allows (the
 // reason then says so). Any run of the batch holding its lease can, and only once (status must
 // still be open): every run row of the batch is deleted first, so the other runs stop.
@@ -183,6 +184,7 @@ export function finishStatement(sql: Sql, { batchId, run }: { batchId: string; r
            order by run_after limit 1) is null
       and (select batch_id from leasehold_items where batch_id = ${batchId} and state = 'running'
            order by batch_id limit 1) is null
+      and not ${anyWaiting(sql, batchId)}
       and not (select reading from leasehold_batches where id = ${batchId})`;
   return sql`with gone as (
       ${endRuns(sql, batchId, run, idle)}
@@ -345,16 +347,17 @@ export function giveBackRunningStatement(sql: Sql, { batchId }: { batchId: strin
 
 // Whether the run still holds its lease, how long until the batch's next pending item is due
 // (ms, by the database clock; null when none is pending), how many runs the batch has, and
-// whether its source is still being read (more items are coming).
+// whether its source is still being read (more items are coming), and whether any item waits
+// (docs/design.md, "Waiting items: callbacks and sleeps").
 export async function waitState(
   sql: Sql,
   batchId: string,
   run: string,
-): Promise<{ owned: boolean; dueInMs: number | null; liveRuns: number; reading: boolean }> {
+): Promise<{ owned: boolean; dueInMs: number | null; liveRuns: number; reading: boolean; waiting: boolean }> {
   const [r] = await sql<
-    { owned: boolean; due_in_ms: number | null; live_runs: number; reading: boolean }[]
+    { owned: boolean; due_in_ms: number | null; live_runs: number; reading: boolean; waiting: boolean }[]
   >`${waitStateStatement(sql, { batchId, run })}`;
-  return { owned: r.owned, dueInMs: r.due_in_ms, liveRuns: r.live_runs ?? 0, reading: r.reading };
+  return { owned: r.owned, dueInMs: r.due_in_ms, liveRuns: r.live_runs ?? 0, reading: r.reading, waiting: r.waiting };
 }
 
 /** {@link waitState} as a fragment (the plan test reads its plan). */
@@ -364,5 +367,6 @@ export function waitStateStatement(sql: Sql, { batchId, run }: { batchId: string
       (select greatest(0, extract(epoch from run_after - now()) * 1000)::float8 from leasehold_items
         where batch_id = ${batchId} and state = 'pending' order by run_after limit 1) as due_in_ms,
       (select live_runs from leasehold_batches where id = ${batchId}) as live_runs,
-      coalesce((select reading from leasehold_batches where id = ${batchId}), false) as reading`;
+      coalesce((select reading from leasehold_batches where id = ${batchId}), false) as reading,
+      ${anyWaiting(sql, batchId)} as waiting`;
 }

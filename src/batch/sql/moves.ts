@@ -8,6 +8,7 @@ import type { Sql } from '../../store/index.js';
 import { storableText } from '../values.js';
 import type { ItemState } from '../types.js';
 import { ownRun } from './shared.js';
+import type { WokeRow } from './waits.js';
 
 /** A claimed item. */
 export interface ClaimedRow {
@@ -23,6 +24,11 @@ export interface ClaimedRow {
    * checkpoints"); null when none. Absent from rows claimed by statements that do not read it.
    */
   checkpoint?: unknown;
+  /**
+   * How the item's last wait ended (migration 034; docs/design.md, "Waiting items: callbacks and
+   * sleeps"); null when none. Absent from rows claimed by statements that do not read it.
+   */
+  woke?: WokeRow | null;
 }
 
 /** One move of an item the run claimed at `claimed` attempts. */
@@ -191,13 +197,14 @@ export function stepStatement(sql: Sql, a: StepArgs) {
       update leasehold_items i
       set state = 'running', attempts = i.attempts + 1, run_id = ${a.run}, updated_at = now()
       where i.ctid = any(array(select ctid from picked))
-      returning i.key, i.input, i.attempts, i.waits, i.run_after, i.checkpoint
+      returning i.key, i.input, i.attempts, i.waits, i.run_after, i.checkpoint, i.woke
     )
     select (select count(*) from moved)::int as moved,
       -- Items come back in the order they start: by due time, ties by key (an unstable sort of
       -- equal due times started a later key first now and then).
       (select json_agg(json_build_object('key', key, 'input', input, 'attempts', attempts, 'waits', waits,
-          'due_in_ms', greatest(0, extract(epoch from run_after - now()) * 1000), 'checkpoint', checkpoint)
+          'due_in_ms', greatest(0, extract(epoch from run_after - now()) * 1000), 'checkpoint', checkpoint,
+          'woke', woke)
           order by run_after, key)
         from claimed) as claimed,
       -- The first entry of the pending index past the window (min() let a planner that thought

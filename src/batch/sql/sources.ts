@@ -117,7 +117,7 @@ export async function failSource(
       ), failed as (
         update leasehold_items i set state = 'failed', error = ${storableText('the source could not be read: ' + a.reason)},
           updated_at = now()
-        where i.batch_id = ${a.batchId} and i.state in ('pending', 'running') and exists (select 1 from ended)
+        where i.batch_id = ${a.batchId} and i.state in ('pending', 'running', 'waiting') and exists (select 1 from ended)
         returning 1
       )
       select (select count(*) from ended)::int as ended`;

@@ -1,0 +1,330 @@
+// Waiting items (docs/design.md, "Waiting items: callbacks and sleeps"), on a real PostgreSQL: an
+// item that waits for a callback parks with no run, the batch holds no run while only waiting
+// items remain, a completion wakes it and its next run reads the answer; timeouts fail the attempt
+// by the job's policy; sleeps wake by time; and the races each have one answer: a completion
+// racing the timeout, the same completion twice, a completion for a cancelled batch, one that
+// comes before the item parked, one during a takeover, a forged or replayed token.
+import { describe, expect, it } from 'vitest';
+import {
+  BatchFinishedError,
+  CallbackCompletedError,
+  CallbackNotFoundError,
+  CallbackTimeoutError,
+  InvalidCallbackTokenError,
+  Runner,
+  cancelBatch,
+  completeCallback,
+  expireWaits,
+  getBatch,
+  type Executor,
+  type ItemContext,
+} from '../../src/batch/index.js';
+import { useTestDatabase } from '../support/db-hooks.js';
+import { never, sleep } from '../support/time.js';
+import { waitFor } from '../support/waits.js';
+import { itemCounts, itemRows, newBatch as baseBatch, runOf } from './helpers.js';
+
+/** A batch of `n` items on a datasource of its own (batches here stay open, parked). */
+const newBatch = (n: number) => baseBatch(n, { datasource: `waits-${Math.random().toString(36).slice(2)}` });
+
+const db = useTestDatabase();
+
+const options = { beatMs: 100, staleMs: 2_000, backoffMs: 0 };
+
+/** A work that waits for a callback on its first run and answers what the callback said. */
+function approvalGate(tokens: Map<string, string>, wait: Partial<Parameters<ItemContext['waitForCallback']>[0]> = {}): Executor {
+  return {
+    work: async (item) => {
+      if (item.callback?.status === 'succeeded') return { approved: item.callback.result, attempt: item.attempt };
+      if (item.callback?.status === 'failed') throw new Error(`refused: ${item.callback.error}`);
+      const { token } = await item.waitForCallback({ timeoutMs: 60_000, ...wait });
+      tokens.set(item.key, token);
+    },
+  };
+}
+
+async function batchRow(id: string) {
+  const [r] = await db.sql<{ target: number; live_runs: number; status: string }[]>`
+    select target, live_runs, status from leasehold_batches where id = ${id}`;
+  return r;
+}
+
+describe('callbacks', () => {
+  it('an item that waits parks with no run; a completion wakes it and its next run reads the answer', async () => {
+    const tokens = new Map<string, string>();
+    const executor = approvalGate(tokens);
+    const runner = new Runner(db.sql, options);
+    const { batch } = await runner.start(newBatch(3), {}, executor);
+    const ended = await runOf(runner, batch.id);
+    // Only waiting items were left: the last run parked the batch.
+    expect(ended.outcome).toBe('parked');
+    expect(await itemCounts(db.sql, batch.id)).toMatchObject({ waiting: 3, pending: 0, running: 0 });
+    expect(await batchRow(batch.id)).toEqual({ target: 0, live_runs: 0, status: 'open' });
+    expect((await getBatch(db.sql, batch.id))?.counts.waiting).toBe(3);
+    // Nothing takes a parked batch over: no run, no invocation while it waits.
+    expect(await new Runner(db.sql, options).takeOver(() => executor, batch.id)).toBeUndefined();
+
+    const answers = [];
+    for (const [key, token] of tokens)
+      answers.push(await completeCallback(db.sql, token, { action: 'succeed', result: { by: key } }));
+    expect(answers.map((a) => a.outcome)).toEqual(['completed', 'completed', 'completed']);
+    expect(answers.every((a) => a.woken)).toBe(true);
+    expect(answers[0].unparked).toBe(true);
+    expect((await batchRow(batch.id)).target).toBe(1);
+
+    const second = new Runner(db.sql, options);
+    expect(await second.takeOver(() => executor, batch.id)).toBeDefined();
+    expect((await runOf(second, batch.id)).outcome).toBe('succeeded');
+    const rows = await itemRows(db.sql, batch.id);
+    // The run after the wait is the same attempt going on: 1 attempt used.
+    expect(rows.map((r) => [r.key, r.state, r.attempts, r.output])).toEqual(
+      [...tokens.keys()].sort().map((k) => [k, 'done', 1, { approved: { by: k }, attempt: 1 }]),
+    );
+  });
+
+  it('the same completion twice answers repeated; another answer gets callback_completed; the first stands', async () => {
+    const tokens = new Map<string, string>();
+    const runner = new Runner(db.sql, options);
+    const { batch } = await runner.start(newBatch(1), {}, approvalGate(tokens));
+    await runOf(runner, batch.id);
+    const token = tokens.get('k000')!;
+    expect((await completeCallback(db.sql, token, { action: 'succeed', result: { a: 1, b: 2 } })).outcome).toBe('completed');
+    // The same JSON, keys in another order: the same answer.
+    expect((await completeCallback(db.sql, token, { action: 'succeed', result: { b: 2, a: 1 } })).outcome).toBe('repeated');
+    await expect(completeCallback(db.sql, token, { action: 'succeed', result: { a: 2 } })).rejects.toBeInstanceOf(
+      CallbackCompletedError,
+    );
+    await expect(completeCallback(db.sql, token, { action: 'fail', error: 'no' })).rejects.toBeInstanceOf(CallbackCompletedError);
+    const [r] = await db.sql<{ woke: { status: string; result: unknown } }[]>`
+      select woke from leasehold_items where batch_id = ${batch.id}`;
+    expect(r.woke).toMatchObject({ status: 'succeeded', result: { a: 1, b: 2 } });
+  });
+
+  it('a forged or altered token is refused before anything is read; a token of an earlier wait matches nothing', async () => {
+    const tokens = new Map<string, string>();
+    const executor = approvalGate(tokens);
+    const runner = new Runner(db.sql, options);
+    const { batch } = await runner.start(newBatch(1), {}, executor);
+    await runOf(runner, batch.id);
+    const token = tokens.get('k000')!;
+    const [payload, sig] = token.split('.');
+    const claims = JSON.parse(Buffer.from(payload, 'base64url').toString()) as unknown[];
+    const otherPayload = Buffer.from(JSON.stringify([claims[0], 'k001', claims[2], claims[3]])).toString('base64url');
+    for (const forged of [`${otherPayload}.${sig}`, `${payload}.${sig.slice(0, -2)}AA`, 'x', `${payload}.${sig}.x`, '']) {
+      await expect(completeCallback(db.sql, forged, { action: 'succeed', result: 1 })).rejects.toBeInstanceOf(
+        InvalidCallbackTokenError,
+      );
+    }
+    expect(await itemCounts(db.sql, batch.id)).toMatchObject({ waiting: 1 });
+    // Failed by the callback: the work throws, the attempt fails and is retried; the retry
+    // starts over and waits again with a new token.
+    await completeCallback(db.sql, token, { action: 'fail', error: 'denied' });
+    const second = new Runner(db.sql, { ...options, attempts: 3 });
+    await second.takeOver(() => executor, batch.id);
+    expect((await runOf(second, batch.id)).outcome).toBe('parked');
+    expect(tokens.get('k000')).not.toBe(token);
+    // The old token replayed: its wait is gone, replaced by the new one; nothing changes.
+    await expect(completeCallback(db.sql, token, { action: 'succeed', result: 1 })).rejects.toBeInstanceOf(CallbackNotFoundError);
+    const [row] = await itemRows(db.sql, batch.id);
+    // Attempt 1 failed ("refused: denied"); attempt 2 waits, its attempt given back meanwhile.
+    expect([row.state, row.attempts]).toEqual(['waiting', 1]);
+  });
+
+  it('a completion for a cancelled batch gets batch_finished and stores nothing', async () => {
+    const tokens = new Map<string, string>();
+    const runner = new Runner(db.sql, options);
+    const { batch } = await runner.start(newBatch(1), {}, approvalGate(tokens));
+    await runOf(runner, batch.id);
+    await cancelBatch(db.sql, batch.id);
+    await expect(completeCallback(db.sql, tokens.get('k000')!, { action: 'succeed', result: 1 })).rejects.toBeInstanceOf(
+      BatchFinishedError,
+    );
+    const [w] = await db.sql<{ answer: unknown }[]>`select answer from leasehold_waits where batch_id = ${batch.id}`;
+    expect(w.answer).toBeNull();
+    expect(await itemCounts(db.sql, batch.id)).toMatchObject({ waiting: 1 });
+  });
+
+  it('a completion that comes before the item parked wakes it once its move lands', async () => {
+    const seen: unknown[] = [];
+    const executor: Executor = {
+      work: async (item) => {
+        if (item.callback) return seen.push(item.callback);
+        const { token } = await item.waitForCallback({ timeoutMs: 60_000 });
+        // The outside world answers at once, while this attempt still runs.
+        const a = await completeCallback(db.sql, token, { action: 'succeed', result: 'fast' });
+        expect([a.outcome, a.woken]).toEqual(['completed', false]);
+      },
+    };
+    const runner = new Runner(db.sql, options);
+    const { batch } = await runner.start(newBatch(5), {}, executor);
+    expect((await runOf(runner, batch.id)).outcome).toBe('succeeded');
+    expect(seen).toEqual(Array(5).fill({ status: 'succeeded', result: 'fast' }));
+    expect((await itemRows(db.sql, batch.id)).map((r) => r.attempts)).toEqual([1, 1, 1, 1, 1]);
+  });
+
+  it('a completion while another run of the batch is taken over wakes its item, and the takeover runs it', async () => {
+    const tokens = new Map<string, string>();
+    const gate = approvalGate(tokens);
+    // k000 waits; k001 hangs in a run whose process dies (it stops beating).
+    const hanging: Executor = { work: (item) => (item.key === 'k001' ? never() : gate.work(item)) };
+    // Beats seldom, so its beat, set an hour back below, stays old until the takeover.
+    const first = new Runner(db.sql, { ...options, beatMs: 3_000, staleMs: 6_000 });
+    const { batch } = await first.start(newBatch(2), {}, hanging);
+    await waitFor('k000 waiting', async () => (await itemCounts(db.sql, batch.id)).waiting === 1);
+    // The process dies: its beats stop (its run is left stale, k001 running).
+    await db.sql`update leasehold_runs set beat_at = now() - interval '1 hour' where batch_id = ${batch.id}`;
+    const second = new Runner(db.sql, { ...options, staleMs: 400 });
+    const [answer, taken] = await Promise.all([
+      completeCallback(db.sql, tokens.get('k000')!, { action: 'succeed', result: 'ok' }),
+      second.takeOver(() => gate, batch.id),
+    ]);
+    expect(answer).toMatchObject({ outcome: 'completed', woken: true });
+    expect(taken).toBeDefined();
+    // k001's attempt counted (its run died); it waits in its second attempt now. k000 is done.
+    await waitFor('k000 done', async () => (await itemRows(db.sql, batch.id))[0].state === 'done');
+    const rows = await itemRows(db.sql, batch.id);
+    expect(rows.map((r) => [r.key, r.state, r.attempts])).toEqual([
+      ['k000', 'done', 1],
+      ['k001', 'waiting', 1],
+    ]);
+    await second.close();
+    await first.close();
+  });
+});
+
+describe('timeouts', () => {
+  it('a callback not completed within timeoutMs fails its attempt, retried by policy, then failed', async () => {
+    const tokens = new Map<string, string>();
+    const executor = { ...approvalGate(tokens, { timeoutMs: 50 }), attempts: 2 };
+    const runner = new Runner(db.sql, options);
+    const { batch } = await runner.start(newBatch(1), {}, executor);
+    expect((await runOf(runner, batch.id)).outcome).toBe('parked');
+    const first = tokens.get('k000')!;
+    await sleep(80);
+    expect((await expireWaits(db.sql, 100)).woken).toBe(1);
+    // Too late: the timeout came first.
+    await expect(completeCallback(db.sql, first, { action: 'succeed', result: 1 })).rejects.toBeInstanceOf(CallbackTimeoutError);
+    // The next run fails attempt 1 without running it, retries it (attempt 2 waits again).
+    const second = new Runner(db.sql, options);
+    await second.takeOver(() => executor, batch.id);
+    expect((await runOf(second, batch.id)).outcome).toBe('parked');
+    let [row] = await itemRows(db.sql, batch.id);
+    expect([row.state, row.attempts]).toEqual(['waiting', 1]);
+    await sleep(80);
+    await expireWaits(db.sql, 100);
+    const third = new Runner(db.sql, options);
+    await third.takeOver(() => executor, batch.id);
+    expect((await runOf(third, batch.id)).outcome).toBe('failed');
+    [row] = await itemRows(db.sql, batch.id);
+    expect([row.state, row.attempts]).toEqual(['failed', 2]);
+    expect(row.error).toMatch(/not completed within its timeoutMs/);
+  });
+
+  it('a callback not heartbeated within heartbeatTimeoutMs times out; heartbeats keep it', async () => {
+    const tokens = new Map<string, string>();
+    const executor = { ...approvalGate(tokens, { timeoutMs: 60_000, heartbeatTimeoutMs: 300 }), attempts: 1 };
+    const runner = new Runner(db.sql, options);
+    const { batch } = await runner.start(newBatch(2), {}, executor);
+    await runOf(runner, batch.id);
+    // k000 is heartbeated every 100 ms for 900 ms; k001 is not.
+    for (let i = 0; i < 9; i++) {
+      expect((await completeCallback(db.sql, tokens.get('k000')!, { action: 'heartbeat' })).outcome).toBe('heartbeat');
+      await sleep(100);
+      await expireWaits(db.sql, 100);
+    }
+    const woke = await db.sql<{ key: string; state: string; woke: { status: string; reason: string } | null }[]>`
+      select key, state, woke from leasehold_items where batch_id = ${batch.id} order by key`;
+    expect(woke.map((w) => [w.key, w.state, w.woke?.status, w.woke?.reason])).toEqual([
+      ['k000', 'waiting', undefined, undefined],
+      ['k001', 'pending', 'timedOut', 'heartbeat'],
+    ]);
+  });
+
+  it('a completion racing the timeout: exactly one wins, and the loser is told which', async () => {
+    const tokens = new Map<string, string>();
+    const n = 40;
+    const runner = new Runner(db.sql, { ...options, parallel: n });
+    const { batch } = await runner.start(newBatch(n), {}, approvalGate(tokens, { timeoutMs: 100 }));
+    await runOf(runner, batch.id);
+    await sleep(90);
+    // Completions and two expiry passes at once, the completions spread around the timeout.
+    const results = await Promise.all([
+      ...[...tokens].map(async ([key, token], i) => {
+        await sleep(i % 20);
+        return completeCallback(db.sql, token, { action: 'succeed', result: key }).then(
+          () => [key, 'completed'] as const,
+          (e: unknown) => [key, e instanceof CallbackTimeoutError ? 'timedOut' : String(e)] as const,
+        );
+      }),
+      (async () => {
+        for (let i = 0; i < 10; i++)
+          await Promise.all([expireWaits(db.sql, 1000), expireWaits(db.sql, 1000)]).then(() => sleep(3));
+        return ['expiry', 'done'] as const;
+      })(),
+    ]);
+    await expireWaits(db.sql, 1000);
+    const rows = await db.sql<{ key: string; state: string; woke: { status: string } }[]>`
+      select key, state, woke from leasehold_items where batch_id = ${batch.id} order by key`;
+    const said = new Map(results.filter(([k]) => k !== 'expiry'));
+    for (const r of rows) {
+      expect(r.state).toBe('pending');
+      expect(said.get(r.key)).toBe(r.woke.status === 'succeeded' ? 'completed' : 'timedOut');
+    }
+    expect(await db.sql`select 1 from leasehold_waits where batch_id = ${batch.id}`).toHaveLength(0);
+  });
+});
+
+describe('sleeps and the parked batch', () => {
+  it('an item that sleeps parks and its next run has slept; the batch then finishes', async () => {
+    const executor: Executor = {
+      work: async (item) => {
+        if (item.slept) return 'awake';
+        await item.sleep(item.key === 'k000' ? 50 : 60_000);
+      },
+    };
+    const runner = new Runner(db.sql, options);
+    const { batch } = await runner.start(newBatch(2), {}, executor);
+    expect((await runOf(runner, batch.id)).outcome).toBe('parked');
+    await sleep(80);
+    expect((await expireWaits(db.sql, 100)).woken).toBe(1);
+    const second = new Runner(db.sql, options);
+    await second.takeOver(() => executor, batch.id);
+    // k001 sleeps on: the batch parks again rather than finishing.
+    expect((await runOf(second, batch.id)).outcome).toBe('parked');
+    await db.sql`update leasehold_waits set wake_at = now() where batch_id = ${batch.id}`;
+    await expireWaits(db.sql, 100);
+    const third = new Runner(db.sql, options);
+    await third.takeOver(() => executor, batch.id);
+    expect((await runOf(third, batch.id)).outcome).toBe('succeeded');
+    expect((await itemRows(db.sql, batch.id)).map((r) => [r.output, r.attempts])).toEqual([
+      ['awake', 1],
+      ['awake', 1],
+    ]);
+  });
+
+  it('a wake racing the park never leaves a due item in a batch with no run and no target', async () => {
+    for (let round = 0; round < 15; round++) {
+      let completion: Promise<unknown> = Promise.resolve();
+      const executor: Executor = {
+        work: async (item) => {
+          if (item.callback) return 'ok';
+          const { token } = await item.waitForCallback({ timeoutMs: 60_000 });
+          // Completed from outside, around the moment the run parks the batch.
+          completion = sleep(round % 5).then(() => completeCallback(db.sql, token, { action: 'succeed', result: 1 }));
+        },
+      };
+      const runner = new Runner(db.sql, options);
+      const { batch } = await runner.start(newBatch(1), {}, executor);
+      await runOf(runner, batch.id);
+      await completion;
+      const [b] = await db.sql<{ status: string; target: number; live_runs: number; pending: number }[]>`
+        select status, target, live_runs,
+          (select count(*)::int from leasehold_items where batch_id = b.id and state in ('pending', 'waiting')) as pending
+        from leasehold_batches b where id = ${batch.id}`;
+      // Either the batch finished, or whatever is left to do is wanted by a target above 0.
+      if (b.status === 'open') expect([b.pending > 0, b.target > 0]).toEqual([true, true]);
+      else expect(b.status).toBe('succeeded');
+      await runner.close();
+    }
+  });
+});
