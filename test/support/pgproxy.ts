@@ -1,6 +1,7 @@
 // A PostgreSQL wire-protocol proxy for fault injection in tests: it forwards bytes between
 // clients and the test server, parsing messages in both directions so that it can act on one
 // statement: cut the connection after the statement committed, or let the connection go silent.
+import { createHash, createHmac, pbkdf2Sync, randomBytes } from 'node:crypto';
 import net from 'node:net';
 import { mulberry32 } from './random.js';
 
@@ -82,7 +83,7 @@ export class PgProxy {
 
   private constructor(
     private readonly server: net.Server,
-    private readonly target: { host: string; port: number },
+    private readonly target: { host: string; port: number; user: string; password: string },
     /** The URL of the proxied server: `target` with this proxy's host and port. */
     readonly url: string,
   ) {
@@ -105,7 +106,8 @@ export class PgProxy {
     proxied.hostname = '127.0.0.1';
     proxied.port = String(port);
     const host = target.hostname.replace(/^\[(.*)\]$/, '$1') || '127.0.0.1';
-    return new PgProxy(server, { host, port: Number(target.port || 5432) }, proxied.toString());
+    const login = { user: decodeURIComponent(target.username) || 'postgres', password: decodeURIComponent(target.password) };
+    return new PgProxy(server, { host, port: Number(target.port || 5432), ...login }, proxied.toString());
   }
 
   /**
@@ -170,7 +172,10 @@ export class PgProxy {
    * limit: from now on every new connection is asked for a cleartext password (the token), and
    * the first `refuse` logins are refused the way RDS refuses an IAM login it has no capacity
    * for — `FATAL 28000 … too many competing requests`, then the connection closes — before the
-   * server sees them; later ones are let through (the server's own authentication follows).
+   * server sees them; later ones are let through: the proxy answers the server's own
+   * authentication (trust, cleartext, MD5 or SCRAM-SHA-256) with the password of the URL it was
+   * started with, as RDS logs an accepted token in, so the client's token never reaches the
+   * server and any test server will do (the embedded one asks for a password).
    */
   iamLogins(refuse: number): IamLogins {
     const state = { left: refuse, refused: 0, accepted: 0, passwords: [] as string[] };
@@ -260,6 +265,8 @@ export class PgProxy {
     let startup = true;
     // With the IAM front: the startup message held until the client's password is judged.
     let heldStartup: Buffer | undefined;
+    // The IAM front let the login through: the proxy answers the server's authentication itself.
+    let login: ServerLogin | undefined;
     // Exchanges: the startup, then every Sync or simple Query, each answered by one
     // ReadyForQuery ('Z'). `sent` counts those forwarded, `answered` the 'Z's received.
     let sent = 0;
@@ -315,6 +322,7 @@ export class PgProxy {
             return;
           }
           iam.accepted++;
+          login = new ServerLogin(this.target.user, this.target.password);
           out.push(heldStartup);
           heldStartup = undefined;
           sent = 1;
@@ -364,6 +372,21 @@ export class PgProxy {
           return;
         }
         fromServer = fromServer.subarray(msg.length);
+        if (login) {
+          // The server's authentication requests, answered here; its AuthenticationOk (or an
+          // error) goes on to the client, which sees a login that took its token.
+          if (msg[0] === 0x52 /* R */ && msg.readInt32BE(5) !== 0) {
+            try {
+              server.write(login.answer(msg));
+            } catch (e) {
+              client.end(errorResponse('FATAL', '28000', (e as Error).message));
+              server.destroy();
+              return;
+            }
+            continue;
+          }
+          login = undefined;
+        }
         // This message answers exchange `answered + 1`.
         if (fault && answered + 1 >= fault.exchange) {
           if (fault.rule.kind === 'stall') break;
@@ -381,6 +404,65 @@ export class PgProxy {
       if (out.length) client.write(Buffer.concat(out));
     });
   }
+}
+
+/**
+ * The client side of the server's authentication, for {@link PgProxy.iamLogins}: answers each
+ * AuthenticationRequest other than Ok with the password message it asks for.
+ */
+class ServerLogin {
+  private clientFirstBare = '';
+  private saltedPassword = Buffer.alloc(0);
+
+  constructor(
+    private readonly user: string,
+    private readonly password: string,
+  ) {}
+
+  /** The answer to the AuthenticationRequest `msg`. @throws on a method this proxy does not know. */
+  answer(msg: Buffer): Buffer {
+    const code = msg.readInt32BE(5);
+    if (code === 3) return passwordMessage(Buffer.from(`${this.password}\0`, 'utf8'));
+    if (code === 5) {
+      const md5 = (b: Buffer | string) => createHash('md5').update(b).digest('hex');
+      const inner = md5(this.password + this.user);
+      return passwordMessage(Buffer.from(`md5${md5(Buffer.concat([Buffer.from(inner), msg.subarray(9, 13)]))}\0`));
+    }
+    if (code === 10) {
+      // SASL: SCRAM-SHA-256 without channel binding (the proxy declines SSL).
+      this.clientFirstBare = `n=,r=${randomBytes(18).toString('base64')}`;
+      const first = Buffer.from(`n,,${this.clientFirstBare}`);
+      const len = Buffer.alloc(4);
+      len.writeInt32BE(first.length);
+      return passwordMessage(Buffer.concat([Buffer.from('SCRAM-SHA-256\0'), len, first]));
+    }
+    if (code === 11) {
+      const serverFirst = msg.subarray(9).toString('utf8');
+      const field = (k: string) =>
+        serverFirst
+          .split(',')
+          .find((f) => f.startsWith(`${k}=`))!
+          .slice(2);
+      this.saltedPassword = pbkdf2Sync(this.password, Buffer.from(field('s'), 'base64'), Number(field('i')), 32, 'sha256');
+      const hmac = (key: Buffer, text: string) => createHmac('sha256', key).update(text).digest();
+      const clientKey = hmac(this.saltedPassword, 'Client Key');
+      const storedKey = createHash('sha256').update(clientKey).digest();
+      const withoutProof = `c=biws,r=${field('r')}`;
+      const signature = hmac(storedKey, `${this.clientFirstBare},${serverFirst},${withoutProof}`);
+      const proof = Buffer.from(clientKey.map((b, i) => b ^ signature[i]));
+      return passwordMessage(Buffer.from(`${withoutProof},p=${proof.toString('base64')}`));
+    }
+    if (code === 12) return Buffer.alloc(0); // SASLFinal: the server's signature; Ok follows.
+    throw new Error(`the IAM front of the test proxy cannot answer authentication request ${code}`);
+  }
+}
+
+/** A PasswordMessage (`p`) carrying `body`. */
+function passwordMessage(body: Buffer): Buffer {
+  const head = Buffer.alloc(5);
+  head[0] = 0x70; // p
+  head.writeInt32BE(body.length + 4, 1);
+  return Buffer.concat([head, body]);
 }
 
 /** An ErrorResponse message with severity, SQLSTATE and message. */
