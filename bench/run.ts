@@ -13,8 +13,9 @@
 // beside direct connections (bench/pooler.ts; without PgBouncer it prints what to install and the
 // bench goes on), then finish to event (bench/events.ts), then a fleet-wide rate limit against an endpoint that refuses past it (bench/rate.ts), then S3 sources
 // and results on the local S3 (bench/s3.ts), then item batching: lambda-invoke with itemsPerCall
-// 100 beside one item per invoke, against the local invoke endpoint (bench/batching.ts).
-// BENCH_ONLY=batch|start|checksum|lease|graphile|bundle|fairness|demo|retention|fanout|fleet|retries|pooler|events|rate|s3|batching runs one part.
+// 100 beside one item per invoke, against the local invoke endpoint (bench/batching.ts), then
+// tracing on beside off (bench/traces.ts).
+// BENCH_ONLY=batch|start|checksum|lease|graphile|bundle|fairness|demo|retention|fanout|fleet|retries|pooler|events|rate|s3|batching|traces runs one part.
 // DATABASE_URL when set, else a throw-away embedded database (in the OS temp dir, removed after).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -39,6 +40,7 @@ import { batchOf, runBench } from './runs.js';
 import { livedIn, median, type LivedIn } from './sides.js';
 import { startBench } from './start.js';
 import { s3Bench } from './s3.js';
+import { tracesBench } from './traces.js';
 
 // The AWS SDK warns on Node.js 20 that its 2027 releases will need Node.js 22, once per process
 // that sends (the S3 parts and bench/s3-worker.ts, which inherits the variable): noise in the
@@ -77,6 +79,7 @@ async function main() {
     'rate',
     's3',
     'batching',
+    'traces',
   ];
   const only = process.env.BENCH_ONLY;
   if (only !== undefined && !parts.includes(only)) throw new Error(`BENCH_ONLY must be one of ${parts.join(', ')}, got ${only}`);
@@ -117,6 +120,7 @@ async function main() {
     if (runs('rate')) await rateBench(url!);
     if (runs('s3')) await s3Bench(url!);
     if (runs('batching')) await batchingBench(url!);
+    if (runs('traces')) await tracesBench(url!);
   } finally {
     await lived?.close();
     await stop?.();

@@ -153,9 +153,17 @@ export class ItemExecutor {
     };
     // work never rejects by design; should it all the same, the item still settles (failed),
     // so its slot is freed: a rejection nobody handled held the slot and the batch for ever.
-    const p: Promise<void> = this.work(c).then(done, (e: unknown) =>
-      done(verdict(c, 'failed', 'failed', null, `the attempt failed unexpectedly: ${errorText(e)}`)),
-    );
+    const unexpected = (e: unknown) => verdict(c, 'failed', 'failed', null, `the attempt failed unexpectedly: ${errorText(e)}`);
+    const t = this.ctx.trace;
+    let p: Promise<void>;
+    if (t === undefined) {
+      p = this.work(c).then(done, (e: unknown) => done(unexpected(e)));
+    } else {
+      // Tracing (docs/design.md, "Traces"): the attempt's span is active while the work runs.
+      const span = t.attempt(c.key, c.attempts);
+      const end = (s: Settled) => (t.settled(span, s), done(s));
+      p = this.work(c, t.within(span)).then(end, (e: unknown) => end(unexpected(e)));
+    }
     this.executing.set(c.key, p);
   }
 
@@ -184,7 +192,7 @@ export class ItemExecutor {
   }
 
   /** Execute one item and say how its move should read. Never throws. */
-  private async work(c: q.ClaimedRow): Promise<Settled> {
+  private async work(c: q.ClaimedRow, within?: <T>(f: () => T) => T): Promise<Settled> {
     const { batch, s } = this.ctx;
     // Item timeouts (docs/design.md, "Item timeouts"): the item gets a signal of its own, aborted
     // when the run's is or when its time is up; at that moment the attempt fails, whether or not
@@ -203,7 +211,7 @@ export class ItemExecutor {
       else runSignal.addEventListener('abort', relay, { once: true });
     }
     try {
-      const working = this.executor.work({
+      const item = {
         key: c.key,
         input: c.input,
         attempt: c.attempts,
@@ -212,7 +220,9 @@ export class ItemExecutor {
         heartbeat: beats.heartbeat,
         checkpoint: beats.checkpoint,
         checkpointed: c.checkpoint ?? undefined,
-      });
+      };
+      // Without tracing no closure is made (docs/design.md, "Traces": no cost per item).
+      const working = within ? within(() => this.executor.work(item)) : this.executor.work(item);
       let output: unknown;
       if (own && timeoutMs !== undefined) {
         // Once the timeout wins the race, a later rejection of the work is nobody's to handle.

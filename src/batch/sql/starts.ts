@@ -58,6 +58,8 @@ export async function insertBatch(
     deadline?: Date | null;
     /** Its deadline in ms from its start (database clock); null or absent with no `deadline`: none. */
     deadlineMs?: number | null;
+    /** The W3C `traceparent` of the start's span (migration 037); null or absent: none. */
+    traceContext?: string | null;
   },
 ): Promise<string | undefined> {
   const t = b.toleratedFailures;
@@ -66,13 +68,14 @@ export async function insertBatch(
   const percent = t && 'percent' in t ? String(t.percent) : null;
   const [r] = await tx<{ id: string }[]>`insert into leasehold_batches
       (tenant, datasource, job, params, request_key, total, priority, tolerated_count, tolerated_percent,
-       max_concurrency, target, timeout_ms, rate_per_second, notify_url, source, reading, results, deadline_at)
+       max_concurrency, target, timeout_ms, rate_per_second, notify_url, source, reading, results, deadline_at, trace_context)
     values (${b.tenant}, ${b.datasource}, ${b.job}, ${tx.json(b.params as never)}, ${b.requestKey}, ${b.total}, ${b.priority},
       ${count}::int, ${percent}::text::numeric, ${b.maxConcurrency},
       ${targetOf(tx, b.maxConcurrency, b.total)}, ${b.timeoutMs ?? null}::int, ${b.ratePerSecond ?? null}::float8,
       ${b.notify?.url ?? null}::text, ${b.source === undefined ? null : tx.json(b.source as never)}, ${b.source !== undefined},
       ${b.results === undefined ? null : tx.json(b.results as never)},
-      coalesce(${b.deadline ?? null}::timestamptz, now() + make_interval(secs => ${b.deadlineMs ?? null}::float8 / 1000.0)))
+      coalesce(${b.deadline ?? null}::timestamptz, now() + make_interval(secs => ${b.deadlineMs ?? null}::float8 / 1000.0)),
+      ${b.traceContext ?? null}::text)
     on conflict (tenant, request_key) do nothing
     returning id`;
   return r?.id;
