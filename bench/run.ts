@@ -14,8 +14,9 @@
 // bench goes on), then finish to event (bench/events.ts), then a fleet-wide rate limit against an endpoint that refuses past it (bench/rate.ts), then S3 sources
 // and results on the local S3 (bench/s3.ts), then item batching: lambda-invoke with itemsPerCall
 // 100 beside one item per invoke, against the local invoke endpoint (bench/batching.ts), then
-// tracing on beside off (bench/traces.ts).
-// BENCH_ONLY=batch|start|checksum|lease|graphile|bundle|fairness|demo|retention|fanout|fleet|retries|pooler|events|rate|s3|batching|traces runs one part.
+// tracing on beside off (bench/traces.ts), then 100 listeners of one batch's progress stream
+// (bench/stream.ts).
+// BENCH_ONLY=batch|start|checksum|lease|graphile|bundle|fairness|demo|retention|fanout|fleet|retries|pooler|events|rate|s3|batching|traces|stream runs one part.
 // DATABASE_URL when set, else a throw-away embedded database (in the OS temp dir, removed after).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -40,6 +41,7 @@ import { batchOf, runBench } from './runs.js';
 import { livedIn, median, type LivedIn } from './sides.js';
 import { startBench } from './start.js';
 import { s3Bench } from './s3.js';
+import { streamBench } from './stream.js';
 import { tracesBench } from './traces.js';
 
 // The AWS SDK warns on Node.js 20 that its 2027 releases will need Node.js 22, once per process
@@ -80,6 +82,7 @@ async function main() {
     's3',
     'batching',
     'traces',
+    'stream',
   ];
   const only = process.env.BENCH_ONLY;
   if (only !== undefined && !parts.includes(only)) throw new Error(`BENCH_ONLY must be one of ${parts.join(', ')}, got ${only}`);
@@ -121,6 +124,7 @@ async function main() {
     if (runs('s3')) await s3Bench(url!);
     if (runs('batching')) await batchingBench(url!);
     if (runs('traces')) await tracesBench(url!);
+    if (runs('stream')) await streamBench(url!);
   } finally {
     await lived?.close();
     await stop?.();

@@ -147,3 +147,4 @@ export {
   type ResultsPart,
   type DueResults,
 } from './results.js';
+export { BatchWatcher, type BatchReading, type BatchWatcherOptions } from './watch.js';
