@@ -2,7 +2,7 @@
 // Server-Sent Events. The frames are made here from the readings of a shared poller
 // (src/batch/watch.ts), so every server of the stream (`leasehold dev`, a streaming function)
 // sends the same text. Events:
-//   progress  every reading: the batch as `GET /batches/{id}` shows it, plus `ratePerSecond`
+//   progress  every reading: the batch as `GET /batches/{id}` shows it, with `ratePerSecond` (and `itemsPerSecond`, the same)
 //             (items finished per second since the previous reading);
 //   state     the status or the pause changed (and at the first reading): `{ status, paused }`;
 //   end       the batch finished: the last `progress` came just before; the stream closes.
@@ -35,7 +35,7 @@ export function batchEventFrames(): (r: BatchReading) => { text: string; end: bo
     const ratePerSecond = prev && dt > 0 ? Math.round(((finished - prev.finished) / dt) * 10) / 10 : 0;
     let text = prev ? '' : `retry: ${STREAM_RETRY_MS}\n\n`;
     if (!prev || prev.status !== b.status || prev.paused !== paused) text += frame('state', { status: b.status, paused });
-    text += frame('progress', { ...batchView(b), ratePerSecond });
+    text += frame('progress', { ...batchView(b), ratePerSecond, itemsPerSecond: ratePerSecond });
     const end = b.status !== 'open';
     if (end) text += frame('end', { status: b.status });
     prev = { finished, atMs: r.atMs, status: b.status, paused };
