@@ -13,9 +13,11 @@
 // beside direct connections (bench/pooler.ts; without PgBouncer it prints what to install and the
 // bench goes on), then finish to event (bench/events.ts), then a fleet-wide rate limit against an endpoint that refuses past it (bench/rate.ts), then S3 sources
 // and results on the local S3 (bench/s3.ts), then item batching: lambda-invoke with itemsPerCall
-// 100 beside one item per invoke, against the local invoke endpoint (bench/batching.ts).
+// 100 beside one item per invoke, against the local invoke endpoint (bench/batching.ts), then
+// tracing on beside off (bench/traces.ts), then 100 listeners of one batch's progress stream
+// (bench/stream.ts).
 // Last, a bulk cancel of 5,000 open batches beside a running batch (bench/bulk.ts).
-// BENCH_ONLY=batch|start|checksum|lease|graphile|bundle|fairness|demo|retention|fanout|fleet|retries|pooler|events|rate|s3|batching|bulk|pools|waits runs one part.
+// BENCH_ONLY=batch|start|checksum|lease|graphile|bundle|fairness|demo|retention|fanout|fleet|retries|pooler|events|rate|s3|batching|traces|stream|bulk|pools|waits runs one part.
 // DATABASE_URL when set, else a throw-away embedded database (in the OS temp dir, removed after).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -43,6 +45,8 @@ import { livedIn, median, type LivedIn } from './sides.js';
 import { startBench } from './start.js';
 import { s3Bench } from './s3.js';
 import { waitsBench } from './waits.js';
+import { streamBench } from './stream.js';
+import { tracesBench } from './traces.js';
 
 // The AWS SDK warns on Node.js 20 that its 2027 releases will need Node.js 22, once per process
 // that sends (the S3 parts and bench/s3-worker.ts, which inherits the variable): noise in the
@@ -81,6 +85,8 @@ async function main() {
     'rate',
     's3',
     'batching',
+    'traces',
+    'stream',
     'bulk',
     'pools',
     'waits',
@@ -124,6 +130,8 @@ async function main() {
     if (runs('rate')) await rateBench(url!);
     if (runs('s3')) await s3Bench(url!);
     if (runs('batching')) await batchingBench(url!);
+    if (runs('traces')) await tracesBench(url!);
+    if (runs('stream')) await streamBench(url!);
     if (runs('bulk')) await bulkBench(url!);
     if (runs('pools')) await poolsBench(url!);
     if (runs('waits')) await waitsBench(url!);

@@ -178,3 +178,4 @@ export {
   type ResultsPart,
   type DueResults,
 } from './results.js';
+export { BatchWatcher, type BatchReading, type BatchWatcherOptions } from './watch.js';

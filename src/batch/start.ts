@@ -12,6 +12,7 @@ import { type BatchInfo, type ItemSource, type ToleratedFailures } from './types
 import type { S3Client } from '@aws-sdk/client-s3';
 import { s3Client } from './s3.js';
 import { checkResults, checkSource, type BatchSource, type ResultsTarget } from './source.js';
+import { formatTraceparent, parseTraceparent, tracing } from '../tracing.js';
 
 /** Expands a job's params into the items of a new batch (the job registry does). */
 export interface BatchExpander {
@@ -121,6 +122,12 @@ export interface StartRequest {
   deadline?: Date;
   /** A deadline in ms from the start; default none. Never with `deadline`. */
   deadlineMs?: number;
+  /**
+   * The caller's W3C trace context (the request's `traceparent` header; docs/design.md,
+   * "Traces"): the start's span is its child, and the batch's runs continue the trace. Default:
+   * the active context. One that does not parse is ignored.
+   */
+  traceparent?: string;
 }
 
 /** How a batch may end before every item ran (docs/design.md, "End"). */
@@ -168,6 +175,42 @@ export async function startBatch(deps: StartDeps, req: StartRequest): Promise<St
     const existing = await findBatchByKey(deps.sql, req.tenant, req.requestKey);
     if (existing) return { batch: existing, created: false };
   }
+  const caller = parseTraceparent(req.traceparent);
+  const t = await tracing();
+  // Without a tracer the caller's context is stored as it came, for runs in processes that trace.
+  if (!t) return startNew(deps, req, caller ? formatTraceparent(caller) : null);
+  // The start's span is the batch's: a producer's create (OpenTelemetry messaging), parent of
+  // every run of the batch, which reads its context from the batch row (docs/design.md, "Traces").
+  const span = t.start(
+    `create ${req.job}`,
+    'producer',
+    {
+      'messaging.system': 'leasehold',
+      'messaging.operation.type': 'create',
+      'messaging.destination.name': req.job,
+      'leasehold.tenant': req.tenant,
+      'leasehold.datasource': req.datasource,
+    },
+    caller,
+  );
+  try {
+    const started = await startNew(deps, req, formatTraceparent(span.spanContext()));
+    span.setAttributes({
+      'leasehold.batch.id': started.batch.id,
+      'leasehold.batch.created': started.created,
+      'messaging.batch.message_count': started.batch.total,
+    });
+    return started;
+  } catch (e) {
+    t.fail(span, e);
+    throw e;
+  } finally {
+    span.end();
+  }
+}
+
+/** A start of a new batch (or of the key's, should a concurrent start have won), its trace context given. */
+async function startNew(deps: StartDeps, req: StartRequest, traceContext: string | null): Promise<StartResult> {
   const limitMs = deps.config.itemTimeoutLimitMs ?? BATCH_DEFAULTS.itemTimeoutLimitMs;
   const why = 'one worker invocation can give an item';
   if (req.timeoutMs !== undefined) checkItemTimeout(req.timeoutMs, limitMs, why);
@@ -211,6 +254,7 @@ export async function startBatch(deps: StartDeps, req: StartRequest): Promise<St
       results: req.results,
       deadline: req.deadline,
       deadlineMs: req.deadlineMs,
+      traceContext,
     },
     { maxOpen: deps.config.maxOpen, limits: startLimits(deps.config) },
   );

@@ -99,6 +99,11 @@ export interface NewBatch {
   deadline?: Date | null;
   /** A deadline in ms from the start (database clock), 1 to {@link MAX_DEADLINE_MS}. Default none. */
   deadlineMs?: number | null;
+  /**
+   * The W3C `traceparent` of the span that started it (docs/design.md, "Traces"): its runs
+   * continue that trace. Null or absent: none.
+   */
+  traceContext?: string | null;
 }
 
 /** Longest `deadlineMs` of a batch (and `startByMs` of a trigger firing), ms: 366 days. */
@@ -223,6 +228,11 @@ export interface BatchInfo {
   pausedAt: Date | null;
   /** Its deadline: not finished by then, it ends `failed` with reason `deadline`. Null: none. */
   deadline: Date | null;
+  /**
+   * The W3C `traceparent` of the span that started it (docs/design.md, "Traces"), which its runs
+   * continue; null or absent: none.
+   */
+  traceContext?: string | null;
 }
 
 /** One item's stored result, as `leasehold batch results` prints it. */

@@ -193,6 +193,49 @@ export class ApiClient {
   }
 
   /**
+   * `GET /batches/{id}/events` (docs/api.md, "Progress stream"): the batch at each `progress`
+   * event (with `ratePerSecond`, items finished per second), the last one once it finished.
+   * Resolves to undefined when the API does not serve the stream (a deployed stage, an older
+   * server, an error answer), so the caller polls instead; the iteration ends when the stream
+   * does (a lost connection included: the caller then polls to the end).
+   */
+  async batchEvents(id: string, signal?: AbortSignal): Promise<AsyncIterable<ApiBatch & { ratePerSecond: number }> | undefined> {
+    let res: Response;
+    try {
+      res = await fetch(new URL(this.batch(id, '/events'), this.baseUrl), { headers: { accept: 'text/event-stream' }, signal });
+    } catch {
+      return undefined;
+    }
+    if (!res.ok || !res.body || !(res.headers.get('content-type') ?? '').startsWith('text/event-stream')) {
+      await res.body?.cancel().catch(() => undefined);
+      return undefined;
+    }
+    const body = res.body;
+    return {
+      async *[Symbol.asyncIterator]() {
+        const decoder = new TextDecoder();
+        let text = '';
+        try {
+          for await (const chunk of body as unknown as AsyncIterable<Uint8Array>) {
+            text += decoder.decode(chunk, { stream: true });
+            let cut: number;
+            while ((cut = text.indexOf('\n\n')) >= 0) {
+              const block = text.slice(0, cut);
+              text = text.slice(cut + 2);
+              const event = /^event: (.*)$/m.exec(block)?.[1];
+              const data = /^data: (.*)$/m.exec(block)?.[1];
+              if (event === 'progress' && data) yield JSON.parse(data) as ApiBatch & { ratePerSecond: number };
+              if (event === 'end') return;
+            }
+          }
+        } catch {
+          // A lost stream ends the iteration; the caller polls.
+        }
+      },
+    };
+  }
+
+  /**
    * `PATCH /batches/{id}` `{ maxConcurrency?, rateLimit?, deadline?, deadlineMs? }`: change how
    * many runs the open batch may have at once, its rate limit (items per second per key), or its
    * deadline (an ISO 8601 instant, null to clear, or ms from its start), while it runs.

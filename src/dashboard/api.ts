@@ -61,6 +61,9 @@ export const api = {
   listBatches: (filter: { tenant?: string; status?: string; limit?: number }) =>
     client().listBatchesPage(filter) as Promise<{ batches: Batch[]; retentionDays?: number }>,
   getBatch: (id: string): Promise<Batch> => client().getBatch(id),
+  /** The batch's progress stream, or undefined where the API serves none (then poll). */
+  batchEvents: (id: string, signal?: AbortSignal): Promise<AsyncIterable<Batch> | undefined> =>
+    client().batchEvents(id, signal) as Promise<AsyncIterable<Batch> | undefined>,
   cancelBatch: (id: string): Promise<Batch> => client().cancelBatch(id),
   pauseBatch: (id: string): Promise<Batch> => client().pauseBatch(id),
   resumeBatch: (id: string): Promise<Batch> => client().resumeBatch(id),

@@ -27,7 +27,7 @@ export interface Polled<T> {
  * Load with `load` now and again every {@link POLL_MS} (from the start of each load, so a slow
  * API is asked again as soon as it answered), until the view goes or `deps` change.
  */
-export function usePoll<T>(load: () => Promise<T>, deps: unknown[]): Polled<T> {
+export function usePoll<T>(load: () => Promise<T>, deps: unknown[], skip?: () => boolean): Polled<T> {
   const [state, setState] = useState<{ data?: T; error?: string }>({});
   const [round, setRound] = useState(0);
   const latest = useRef(load);
@@ -37,11 +37,14 @@ export function usePoll<T>(load: () => Promise<T>, deps: unknown[]): Polled<T> {
     let timer: ReturnType<typeof setTimeout> | undefined;
     const run = async () => {
       const started = Date.now();
-      try {
-        const data = await latest.current();
-        if (alive) setState({ data });
-      } catch (e) {
-        if (alive) setState((s) => ({ data: s.data, error: message(e) }));
+      // `skip`: another source (a progress stream) keeps the data fresh now; ask again later.
+      if (!skip?.()) {
+        try {
+          const data = await latest.current();
+          if (alive) setState({ data });
+        } catch (e) {
+          if (alive) setState((s) => ({ data: s.data, error: message(e) }));
+        }
       }
       if (alive) timer = setTimeout(run, Math.max(0, POLL_MS - (Date.now() - started)));
     };

@@ -2,6 +2,7 @@
 // runDev checks its options and loads the app (app-file.ts), starts the services one by one
 // (each with its stop step), prints the banner, runs the demos, waits, and stops in reverse order.
 import { randomBytes } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createWriteStream, existsSync, readFileSync, realpathSync, statSync, type WriteStream } from 'node:fs';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { delimiter, join, relative, resolve } from 'node:path';
@@ -9,7 +10,7 @@ import type { Context } from 'aws-lambda';
 import { systemClock } from '../clock.js';
 import { ApiClient, type ApiBatch } from '../client/index.js';
 import { followBatch, Terminal } from '../terminal/index.js';
-import { countOpenBatches } from '../batch/index.js';
+import { BatchWatcher, countOpenBatches } from '../batch/index.js';
 import { loadConfig, type Config } from '../runtime/config.js';
 import { requestWorkerShutdown, resetRuntimeDeps, setLogSink } from '../runtime/index.js';
 import { forgetInvocations } from '../lease/index.js';
@@ -18,6 +19,7 @@ import { AppFileError, loadApp, type LocalApp } from './app-file.js';
 import { createLambdaContext } from './context.js';
 import { startEmbedded } from './embedded/index.js';
 import { dashboardAssets } from './dashboard-assets.js';
+import { batchEventsRoute } from './batch-events.js';
 import { startHttpServer } from './http-server.js';
 import { startLocalS3 } from './s3.js';
 import { startSink } from './sink.js';
@@ -209,6 +211,14 @@ async function prepare(options: DevOptions, cwd: string, say: (line: string) => 
   return { demoDir, config, app, localNames, timeoutMs, concurrency, scheduleMs };
 }
 
+/** Two `assets` hooks: the first that answers a request wins. */
+function either(
+  a: (req: IncomingMessage, res: ServerResponse) => Promise<boolean>,
+  b: (req: IncomingMessage, res: ServerResponse) => Promise<boolean>,
+): (req: IncomingMessage, res: ServerResponse) => Promise<boolean> {
+  return async (req, res) => (await a(req, res)) || b(req, res);
+}
+
 /** Start everything, run the demos, wait until told to stop (or idle), and stop. Answers the exit code. */
 async function serve(options: DevOptions, p: Prepared, stack: Stack): Promise<number> {
   const { sql, applied, dbWhere, databaseUrl } = await startDatabase(stack, p.config);
@@ -219,7 +229,7 @@ async function serve(options: DevOptions, p: Prepared, stack: Stack): Promise<nu
   const server = await startHttpServer({
     port: options.port,
     handler: (event, context) => p.app.api(event, context) as never,
-    assets: dashboardAssets(),
+    assets: either(batchEventsRoute(new BatchWatcher(sql)), dashboardAssets()),
   });
   stack.stopServices.push(() => server.close());
   const scheduler = startScheduler(stack, p.app, p.scheduleMs);

@@ -48,3 +48,4 @@ export {
   type EventsEndpointOptions,
   type LocalBusEvent,
 } from './events-endpoint.js';
+export { batchEventsRoute } from './batch-events.js';

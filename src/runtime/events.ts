@@ -18,6 +18,7 @@ import {
   type TakenEvent,
 } from '../batch/events.js';
 import { putEventsEntrySize } from '../contract.js';
+import { traced, tracingRegistered } from '../tracing.js';
 import type { Sql } from '../store/connect.js';
 import { EndpointGuard } from '../units/endpoint-guard.js';
 import { MAX_RETRY_AFTER_MS } from '../units/outbox-delivery.js';
@@ -70,7 +71,16 @@ export class EventBridgePublisher implements EventPublisher {
     for (const i of tooLarge) errors[i] = `the event is ${sizes[i]} bytes; PutEvents takes at most 262144`;
     for (const call of calls) {
       try {
-        const out = await this.client.send(new PutEventsCommand({ Entries: call.map((i) => all[i]) }));
+        const client = this.client;
+        const put = () => client.send(new PutEventsCommand({ Entries: call.map((i) => all[i]) }));
+        // A span per PutEvents call when tracing (docs/design.md, "Traces").
+        const attributes = {
+          'messaging.system': 'aws_eventbridge',
+          'messaging.operation.type': 'send',
+          'messaging.destination.name': this.busName,
+          'messaging.batch.message_count': call.length,
+        };
+        const out = await (tracingRegistered() ? traced('send Batch Finished', attributes, put, 'producer') : put());
         call.forEach((i, j) => {
           const r = out.Entries?.[j];
           if (r) errors[i] = r.ErrorCode ? `${r.ErrorCode}: ${r.ErrorMessage ?? ''}`.trim() : undefined;

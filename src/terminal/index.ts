@@ -95,6 +95,10 @@ export async function followBatch(
     : undefined;
   let lastAt = 0;
   let lastLine = '';
+  // The progress stream where the API serves it (docs/api.md, "Progress stream"); polling
+  // otherwise, and after a stream that ended before the batch did.
+  const stream = batch.status === 'open' ? await api.batchEvents(id, options.signal) : undefined;
+  let streamed = stream?.[Symbol.asyncIterator]();
   try {
     while (true) {
       const extra = { failed: batch.counts.failed, runs: batch.runs };
@@ -108,6 +112,12 @@ export async function followBatch(
         }
       }
       if (batch.status !== 'open' || options.signal?.aborted) break;
+      const next = streamed ? await streamed.next() : undefined;
+      if (next && !next.done) {
+        batch = next.value;
+        continue;
+      }
+      streamed = undefined;
       await new Promise((r) => setTimeout(r, interval));
       batch = await getWithRetry(api, id, options.signal);
     }

@@ -120,6 +120,40 @@ describe('the dashboard in a browser, against leasehold dev', withChromium, () =
     expect(browser.pageErrors).toEqual([]);
   });
 
+  browserTest("a batch's page follows its progress stream: it advances while it streams, with no poll of the batch", async () => {
+    // 60 items of 300 ms, 4 at a time: about 5 s.
+    const batch = await start('slow', { n: 60, ms: 300 });
+    const polls: string[] = [];
+    const onRequest = (r: { url(): string }) => {
+      if (new URL(r.url()).pathname === `/batches/${batch.id}`) polls.push(r.url());
+    };
+    await page.goto(`${dev.url}/#/batches/${batch.id}`);
+    await page.locator('section[data-live="stream"]').waitFor({ timeout: 20_000 });
+    page.on('request', onRequest);
+    const seen: string[] = [];
+    const until = Date.now() + 60_000;
+    while (Date.now() < until) {
+      const status = (await page.locator('section[aria-labelledby="batch-title"] .badge').first().textContent()) ?? '';
+      const done =
+        (await page
+          .locator('section[aria-labelledby="batch-title"] [role="progressbar"]')
+          .first()
+          .getAttribute('aria-valuenow')) ?? '';
+      if (seen.at(-1) !== done) seen.push(done);
+      if (status === 'succeeded') break;
+      await page.waitForTimeout(100);
+    }
+    page.off('request', onRequest);
+    expect(seen.filter((v) => Number(v) > 0 && Number(v) < 60).length, `values seen: ${seen.join(', ')}`).toBeGreaterThanOrEqual(
+      2,
+    );
+    expect(seen.at(-1)).toBe('60');
+    // The stream alone moved the page: no GET of the batch while it was live (polling every 2 s
+    // would have sent two or more over these seconds), only the one read once the stream ended.
+    expect(polls.length, polls.join(', ')).toBeLessThanOrEqual(1);
+    expect(browser.pageErrors).toEqual([]);
+  });
+
   browserTest("shows a failed item's error and attempts, and redrive turns it done", async () => {
     const batch = await start('flaky', { n: 12, fail: ['item-0004', 'item-0009'] });
     expect((await finishedBatch(dev.api, batch.id)).status).toBe('failed');

@@ -119,6 +119,8 @@ export async function startBatchRoute(
       ...body,
       requestKey: givenKey,
       toleratedFailures: body.toleratedFailures ?? null,
+      // W3C trace context: the start's span (and so the batch's runs) join the caller's trace.
+      traceparent: header(event, 'traceparent'),
     },
   );
   if (!created) return json(200, { ...batchView(batch), created: false });

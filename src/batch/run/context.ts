@@ -4,6 +4,7 @@
 import { LeaseholdError } from '../../errors.js';
 import { withTimeout, type Sql } from '../../store/index.js';
 import type { BatchInfo } from '../types.js';
+import type { RunTrace } from './tracing.js';
 import type { RunSettings } from './types.js';
 
 /**
@@ -49,6 +50,8 @@ export class RunContext {
   ended = false;
   /** Statements this run sent (its result's `statements`). */
   statements = 0;
+  /** The run's spans, when an app registered a tracer provider (docs/design.md, "Traces"). */
+  trace: RunTrace | undefined;
   private wakeUp: (() => void) | undefined;
 
   constructor(

@@ -167,9 +167,17 @@ export class ItemExecutor {
     };
     // work never rejects by design; should it all the same, the item still settles (failed),
     // so its slot is freed: a rejection nobody handled held the slot and the batch for ever.
-    const p: Promise<void> = this.work(c).then(done, (e: unknown) =>
-      done(verdict(c, 'failed', 'failed', null, `the attempt failed unexpectedly: ${errorText(e)}`)),
-    );
+    const unexpected = (e: unknown) => verdict(c, 'failed', 'failed', null, `the attempt failed unexpectedly: ${errorText(e)}`);
+    const t = this.ctx.trace;
+    let p: Promise<void>;
+    if (t === undefined) {
+      p = this.work(c).then(done, (e: unknown) => done(unexpected(e)));
+    } else {
+      // Tracing (docs/design.md, "Traces"): the attempt's span is active while the work runs.
+      const span = t.attempt(c.key, c.attempts);
+      const end = (s: Settled) => (t.settled(span, s), done(s));
+      p = this.work(c, t.within(span)).then(end, (e: unknown) => end(unexpected(e)));
+    }
     this.executing.set(c.key, p);
   }
 
@@ -198,7 +206,7 @@ export class ItemExecutor {
   }
 
   /** Execute one item and say how its move should read. Never throws. */
-  private async work(c: q.ClaimedRow): Promise<Settled> {
+  private async work(c: q.ClaimedRow, within?: <T>(f: () => T) => T): Promise<Settled> {
     const { batch, s } = this.ctx;
     // The attempt that waited on a callback which timed out fails at once (docs/design.md,
     // "Waiting items: callbacks and sleeps"): the job's retry policy decides what follows.
@@ -222,7 +230,7 @@ export class ItemExecutor {
       else runSignal.addEventListener('abort', relay, { once: true });
     }
     try {
-      const working = this.executor.work({
+      const item = {
         key: c.key,
         input: c.input,
         attempt: c.attempts,
@@ -232,7 +240,9 @@ export class ItemExecutor {
         checkpoint: beats.checkpoint,
         checkpointed: c.checkpoint ?? undefined,
         ...wait.calls(),
-      });
+      };
+      // Without tracing no closure is made (docs/design.md, "Traces": no cost per item).
+      const working = within ? within(() => this.executor.work(item)) : this.executor.work(item);
       let output: unknown;
       if (own && timeoutMs !== undefined) {
         // Once the timeout wins the race, a later rejection of the work is nobody's to handle.

@@ -16,6 +16,7 @@ import { ItemExecutor } from './executor.js';
 import { Lifecycle } from './lifecycle.js';
 import { Producer } from './producer.js';
 import { SourceReader } from './source-reader.js';
+import { RunTrace } from './tracing.js';
 import type { RunSettings, Settled } from './types.js';
 
 /** The longest the flusher lingers for more settled items before a move statement, ms (real time). */
@@ -131,6 +132,7 @@ export class Run {
   /** Run the batch to its end; never throws (a failure is the result's outcome and error). */
   async execute(): Promise<RunResult> {
     const ctx = this.ctx;
+    ctx.trace = await RunTrace.open(this.batch, this.id);
     const beats = new AbortController();
     const beating = this.lifecycle.beatLoop(beats.signal);
     const slicing = this.lifecycle.sliceLoop(beats.signal);
@@ -158,10 +160,13 @@ export class Run {
     // Results are written after the finish, outside the run's lease (the batch is finished);
     // a crash before they are written leaves them to the scheduler (docs/design.md, "Sources and results").
     if ((outcome === 'succeeded' || outcome === 'failed') && this.batch.results) {
-      await writeResultsAfterFinish(this.sql, await s3Client(this.s.s3), this.batch.id, (e) => ctx.storeError(e, 1), {
-        signal: this.results.signal,
-      });
+      const write = async () =>
+        writeResultsAfterFinish(this.sql, await s3Client(this.s.s3), this.batch.id, (e) => ctx.storeError(e, 1), {
+          signal: this.results.signal,
+        });
+      await (ctx.trace ? ctx.trace.t.traced('write results', { 'leasehold.batch.id': this.batch.id }, write) : write());
     }
+    ctx.trace?.end(outcome, error);
     return {
       batchId: this.batch.id,
       runId: this.id,

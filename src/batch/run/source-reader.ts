@@ -201,15 +201,21 @@ export class SourceReader {
   private async readSourcePage(source: unknown, cursor: unknown, signal: AbortSignal): Promise<PageRead> {
     const s = this.ctx.s;
     try {
-      const page = await readPage(await s3Client(s.s3), source as StoredSource, cursor as SourceCursor | null, {
-        maxInputBytes: s.maxInputBytes,
-        rangeBytes: s.sourceRangeBytes,
-        pageObjects: s.sourcePageObjects,
-        asJson: true,
-        signal,
-        slowDown: { clock: s.clock },
-        streams: this.streams,
-      });
+      const read = async () =>
+        readPage(await s3Client(s.s3), source as StoredSource, cursor as SourceCursor | null, {
+          maxInputBytes: s.maxInputBytes,
+          rangeBytes: s.sourceRangeBytes,
+          pageObjects: s.sourcePageObjects,
+          asJson: true,
+          signal,
+          slowDown: { clock: s.clock },
+          streams: this.streams,
+        });
+      // A span per page read when tracing (docs/design.md, "Traces").
+      const t = this.ctx.trace;
+      const page = await (t
+        ? t.t.traced('read source page', { 'leasehold.batch.id': this.ctx.batch.id }, read, 'client')
+        : read());
       if (page.rows) return { page, rows: page.rows };
       let rows;
       try {

@@ -50,6 +50,8 @@ export interface BatchRow {
   /** Migration 035: when it was paused (null: not paused), and its deadline (null: none). */
   paused_at?: Date | null;
   deadline_at?: Date | null;
+  /** Migration 037: the start's W3C `traceparent`, or null. */
+  trace_context?: string | null;
 }
 
 /** A run as `run_list` carries it. */
@@ -128,6 +130,7 @@ export function toInfo(r: BatchRow): BatchInfo {
     resultsError: r.results_error ?? null,
     pausedAt: r.status === 'open' ? (r.paused_at ?? null) : null,
     deadline: r.deadline_at ?? null,
+    traceContext: r.trace_context ?? null,
   };
 }
 

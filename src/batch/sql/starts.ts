@@ -60,6 +60,8 @@ export async function insertBatch(
     deadline?: Date | null;
     /** Its deadline in ms from its start (database clock); null or absent with no `deadline`: none. */
     deadlineMs?: number | null;
+    /** The W3C `traceparent` of the start's span (migration 037); null or absent: none. */
+    traceContext?: string | null;
   },
 ): Promise<string | undefined> {
   const t = b.toleratedFailures;
@@ -69,14 +71,14 @@ export async function insertBatch(
   const [r] = await tx<{ id: string }[]>`insert into leasehold_batches
       (tenant, datasource, job, params, request_key, total, priority, tolerated_count, tolerated_percent,
        max_concurrency, target, timeout_ms, rate_per_second, notify_url, source, reading, results, deadline_at,
-       pool, min_succeeded)
+       pool, min_succeeded, trace_context)
     values (${b.tenant}, ${b.datasource}, ${b.job}, ${tx.json(b.params as never)}, ${b.requestKey}, ${b.total}, ${b.priority},
       ${count}::int, ${percent}::text::numeric, ${b.maxConcurrency},
       ${targetOf(tx, b.maxConcurrency, b.total)}, ${b.timeoutMs ?? null}::int, ${b.ratePerSecond ?? null}::float8,
       ${b.notify?.url ?? null}::text, ${b.source === undefined ? null : tx.json(b.source as never)}, ${b.source !== undefined},
       ${b.results === undefined ? null : tx.json(b.results as never)},
       coalesce(${b.deadline ?? null}::timestamptz, now() + make_interval(secs => ${b.deadlineMs ?? null}::float8 / 1000.0)),
-      ${b.pool ?? null}::text, ${b.minSucceeded ?? null}::int)
+      ${b.pool ?? null}::text, ${b.minSucceeded ?? null}::int, ${b.traceContext ?? null}::text)
     on conflict (tenant, request_key) do nothing
     returning id`;
   return r?.id;

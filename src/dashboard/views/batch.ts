@@ -1,7 +1,7 @@
 // One batch: its counts, items by state with paging, failed items with their errors and
 // attempts, pause and resume, redrive and cancel, and a chart of items finished over time.
 import { html } from 'htm/preact';
-import { useState } from 'preact/hooks';
+import { useEffect, useRef, useState } from 'preact/hooks';
 import { api, ITEM_STATES, type Batch, type ItemState } from '../api.js';
 import { CountsLegend, ErrorNote, ProgressBar, StatusBadge, Time, message, usePoll } from '../components.js';
 import { brief, duration, rate, shortId } from '../format.js';
@@ -10,15 +10,54 @@ import { FinishedChart } from './chart.js';
 
 const PAGE = 20;
 
+/**
+ * The batch from its progress stream (docs/api.md, "Progress stream") while the API serves one:
+ * `live` while it streams, `data` its latest reading (kept once the stream ended).
+ */
+function useBatchStream(id: string): { data?: Batch; live: boolean } {
+  const [state, setState] = useState<{ data?: Batch; live: boolean }>({ live: false });
+  useEffect(() => {
+    let alive = true;
+    const stop = new AbortController();
+    void (async () => {
+      const events = await api.batchEvents(id, stop.signal);
+      if (!events) return;
+      for await (const data of events) {
+        if (!alive) return;
+        setState({ data, live: true });
+      }
+      if (alive) setState((s) => ({ data: s.data, live: false }));
+    })();
+    return () => {
+      alive = false;
+      stop.abort();
+    };
+  }, [id]);
+  return state;
+}
+
 export function BatchView({ id }: { id: string }) {
-  const batch = usePoll(() => api.getBatch(id), [id]);
+  const stream = useBatchStream(id);
+  const live = useRef(false);
+  live.current = stream.live;
+  // Polled only while no stream is live (an API that serves none, a stream that broke).
+  const batch = usePoll(
+    () => api.getBatch(id),
+    [id],
+    () => live.current,
+  );
   const series = usePoll(() => api.finished(id, 60), [id]);
-  const b = batch.data;
+  // Once the stream ended (the batch finished, or it broke), the batch is read again at once.
+  const reloadBatch = batch.reload;
+  useEffect(() => {
+    if (!stream.live && stream.data) reloadBatch();
+  }, [stream.live, reloadBatch]);
+  const b = stream.live ? stream.data : (batch.data ?? stream.data);
   const reload = () => {
     batch.reload();
     series.reload();
   };
-  return html`<section aria-labelledby="batch-title">
+  return html`<section aria-labelledby="batch-title" data-live=${stream.live ? 'stream' : 'poll'}>
     <p><a href="#/batches">← All batches</a></p>
     <h2 id="batch-title">Batch <code>${id}</code></h2>
     <${ErrorNote} error=${batch.error} />

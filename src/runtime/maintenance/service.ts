@@ -6,6 +6,7 @@ import type { JobRegistry } from '../../jobs/index.js';
 import type { Log } from '../../log.js';
 import { errorFields } from '../../log.js';
 import { isLockTimeout, type Sql } from '../../store/index.js';
+import { traced, tracingRegistered } from '../../tracing.js';
 import type { Config } from '../config.js';
 import type { WorkerDispatcher } from '../dispatch.js';
 import type { SendOptions, SendResult } from '../events.js';
@@ -62,7 +63,12 @@ export async function runServices<N extends string>(
   const outcome: ServicesOutcome<N> = { parts: {}, lockTimeouts: [] };
   for (const service of services) {
     try {
-      Object.assign(outcome.parts, await service.run(ctx));
+      // A span per service when tracing (docs/design.md, "Traces").
+      const run = () => service.run(ctx);
+      const parts = tracingRegistered()
+        ? await traced(`scheduler ${service.name}`, { 'leasehold.service': service.name }, run)
+        : await run();
+      Object.assign(outcome.parts, parts);
     } catch (error) {
       if (service.onLockTimeout && isLockTimeout(error)) {
         outcome.lockTimeouts.push(service.name);

@@ -1,0 +1,90 @@
+// A run's spans (docs/design.md, "Traces"): the run's own span, a child of the span that started
+// the batch (its context read from the batch row), and one span per item attempt. A first
+// attempt is a child of the run's span; a retry starts a new trace linked to the batch's (where
+// the first attempt is) and to its run's, as the OpenTelemetry messaging conventions advise for
+// a message processed again. Made only when an app registered a tracer provider: without one a
+// run has no RunTrace and its items pay one `undefined` check.
+import type { Attributes, Context, Span } from '@opentelemetry/api';
+import { parseTraceparent, tracing, type Tracing } from '../../tracing.js';
+import type { BatchInfo, RunOutcome } from '../types.js';
+import type { Settled } from './types.js';
+
+/** One run's tracer, its span and the batch's trace context (one per run, when tracing). */
+export class RunTrace {
+  /** The run's span: parent of its first attempts, ended by {@link end}. */
+  readonly span: Span;
+  private readonly started;
+  private readonly base: Attributes;
+  /** The run's span as a context, made once: the parent of every first attempt. */
+  private readonly runContext: Context;
+  private readonly attemptName: string;
+
+  private constructor(
+    readonly t: Tracing,
+    batch: BatchInfo,
+    runId: string,
+  ) {
+    this.started = parseTraceparent(batch.traceContext);
+    this.base = {
+      'messaging.system': 'leasehold',
+      'messaging.destination.name': batch.job,
+      'leasehold.batch.id': batch.id,
+      'leasehold.tenant': batch.tenant,
+      'leasehold.run.id': runId,
+    };
+    this.span = t.start(`run ${batch.job}`, 'consumer', { ...this.base, 'messaging.operation.type': 'receive' }, this.started);
+    this.runContext = t.contextOf(this.span);
+    this.attemptName = `process ${batch.job}`;
+  }
+
+  /** The run's tracing, or undefined when no tracer provider is registered. */
+  static async open(batch: BatchInfo, runId: string): Promise<RunTrace | undefined> {
+    const t = await tracing();
+    return t ? new RunTrace(t, batch, runId) : undefined;
+  }
+
+  /** The span of one attempt of an item (`attempt` counts from 1). */
+  attempt(key: string, attempt: number): Span {
+    const b = this.base;
+    // One literal of a fixed shape per attempt: the only allocation besides the span itself.
+    const attributes: Attributes = {
+      'messaging.system': 'leasehold',
+      'messaging.destination.name': b['messaging.destination.name'],
+      'messaging.operation.type': 'process',
+      'messaging.message.id': key,
+      'leasehold.batch.id': b['leasehold.batch.id'],
+      'leasehold.tenant': b['leasehold.tenant'],
+      'leasehold.run.id': b['leasehold.run.id'],
+      'leasehold.item.key': key,
+      'leasehold.item.attempt': attempt,
+    };
+    if (attempt <= 1) return this.t.startIn(this.attemptName, 'consumer', attributes, this.runContext);
+    const links = [{ context: this.span.spanContext(), attributes: { 'leasehold.link': 'run' } }];
+    if (this.started) links.unshift({ context: this.started, attributes: { 'leasehold.link': 'first attempt' } });
+    return this.t.start(this.attemptName, 'consumer', attributes, undefined, links, true);
+  }
+
+  /**
+   * How to run an attempt's work with its span active; undefined when no context manager is
+   * registered (nothing could see it: no closure is made).
+   */
+  within(span: Span): (<T>(f: () => T) => T) | undefined {
+    return this.t.contextManaged() ? (f) => this.t.within(span, f) : undefined;
+  }
+
+  /** End an attempt's span with how the attempt settled (status error unless done or given back). */
+  settled(span: Span, s: Settled): void {
+    span.setAttribute('leasehold.item.outcome', s.outcome);
+    if (s.move.state === 'failed' || s.outcome === 'retry' || s.outcome === 'interrupted') {
+      this.t.failWith(span, s.move.error ?? s.outcome);
+    }
+    span.end();
+  }
+
+  /** End the run's span with its outcome (status error for a store error or a loss). */
+  end(outcome: RunOutcome, error: Error | undefined): void {
+    this.span.setAttribute('leasehold.run.outcome', outcome);
+    if (error) this.t.fail(this.span, error);
+    this.span.end();
+  }
+}

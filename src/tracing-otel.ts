@@ -1,0 +1,94 @@
+// leasehold's tracer over `@opentelemetry/api` (docs/design.md, "Traces"). Loaded by the door
+// (src/tracing.ts) only once an app registered a tracer provider; nothing else imports it.
+import {
+  context,
+  ROOT_CONTEXT,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  type Attributes,
+  type Context,
+  type Link,
+  type Span,
+  type SpanContext,
+  type Tracer,
+} from '@opentelemetry/api';
+
+/** The instrumentation scope's name: every span of leasehold's comes from this tracer. */
+export const TRACER_NAME = 'leasehold';
+
+/** A span's kind by name (the OpenTelemetry kinds). */
+export type SpanKindName = 'internal' | 'server' | 'client' | 'producer' | 'consumer';
+
+const KINDS: Record<SpanKindName, SpanKind> = {
+  internal: SpanKind.INTERNAL,
+  server: SpanKind.SERVER,
+  client: SpanKind.CLIENT,
+  producer: SpanKind.PRODUCER,
+  consumer: SpanKind.CONSUMER,
+};
+
+/** Links of a span: span contexts with the attributes of each link. */
+export type TraceLinks = { context: SpanContext; attributes?: Attributes }[];
+
+/** leasehold's spans through the app's registered tracer provider. */
+export class Tracing {
+  private readonly tracer: Tracer = trace.getTracer(TRACER_NAME);
+
+  /**
+   * Start a span. `parent`: a span context (a stored `traceparent`), or undefined for the
+   * active context; `root` starts a new trace whatever the active context is.
+   */
+  start(name: string, kind: SpanKindName, attributes: Attributes, parent?: SpanContext, links?: TraceLinks, root = false): Span {
+    const ctx: Context = parent ? trace.setSpanContext(ROOT_CONTEXT, parent) : context.active();
+    return this.tracer.startSpan(name, { kind: KINDS[kind], attributes, links: links as Link[] | undefined, root }, ctx);
+  }
+
+  /** Start a span whose parent context is `parent` (made once by {@link contextOf}, reused). */
+  startIn(name: string, kind: SpanKindName, attributes: Attributes, parent: Context): Span {
+    return this.tracer.startSpan(name, { kind: KINDS[kind], attributes }, parent);
+  }
+
+  /** A context whose active span is `span`, to start many children in with {@link startIn}. */
+  contextOf(span: Span): Context {
+    return trace.setSpan(ROOT_CONTEXT, span);
+  }
+
+  /** Whether an app registered a context manager (without one no span can be made active). */
+  contextManaged(): boolean {
+    return (
+      (globalThis as Record<symbol, { context?: unknown } | undefined>)[Symbol.for('opentelemetry.js.api.1')]?.context !==
+      undefined
+    );
+  }
+
+  /** Runs `f` with `span` as the active span (for spans the work makes: needs a context manager). */
+  within<T>(span: Span, f: () => T): T {
+    return context.with(trace.setSpan(context.active(), span), f);
+  }
+
+  /** Mark `span` failed with `error` (status error, the exception recorded); does not end it. */
+  fail(span: Span, error: unknown): void {
+    const e = error instanceof Error ? error : new Error(String(error));
+    span.recordException(e);
+    span.setStatus({ code: SpanStatusCode.ERROR, message: e.message });
+  }
+
+  /** Mark `span` failed with a message (an item's error text); does not end it. */
+  failWith(span: Span, message: string): void {
+    span.setStatus({ code: SpanStatusCode.ERROR, message });
+  }
+
+  /** See `traced` in src/tracing.ts. */
+  async traced<T>(name: string, attributes: Attributes, f: () => Promise<T>, kind: SpanKindName = 'internal'): Promise<T> {
+    const span = this.start(name, kind, attributes);
+    try {
+      return await this.within(span, f);
+    } catch (e) {
+      this.fail(span, e);
+      throw e;
+    } finally {
+      span.end();
+    }
+  }
+}
