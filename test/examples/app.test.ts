@@ -109,11 +109,15 @@ describe('examples/app', () => {
       }
     });
 
-    it('puts IAM auth on every route and returns its outputs', async () => {
+    it('puts IAM auth on every route but the callback routes and returns its outputs', async () => {
       const { world, outputs: out } = await deploy(APP);
       const routes = world.calls.filter((c) => c.method === 'route');
       expect(routes.map((c) => String(c.args[0]))).toEqual([...API_ROUTES]);
-      for (const { args } of routes) expect(args[2]?.auth, String(args[0])).toEqual({ iam: true });
+      for (const { args } of routes) {
+        const open = String(args[0]).startsWith('POST /callbacks/');
+        expect(args[2]?.auth, String(args[0])).toEqual(open ? false : { iam: true });
+      }
+      expect(routes.filter((c) => c.args[2]?.auth === false)).toHaveLength(3);
       expect(out).toEqual({
         api: (world.one('sst.aws.ApiGatewayV2', 'RunnerHttpApi').instance as { url: string }).url,
         bus: (world.one('sst.aws.Bus', 'RunnerEvents').instance as { name: string }).name,

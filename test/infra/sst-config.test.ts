@@ -232,19 +232,25 @@ describe('sst.config.ts, evaluated', () => {
     }
   });
 
-  it('puts IAM auth on every route, covering the routes of docs/api.md', async () => {
+  it('puts IAM auth on every route but the three callback routes, covering the routes of docs/api.md', async () => {
     noExistingDatabase();
     const { world } = await deploy();
     const api = fn(world, 'Api');
     const routes = world.calls.filter((c) => c.method === 'route');
     expect(routes.length).toBeGreaterThan(0);
+    // Exactly these are public: the callback token's HMAC authorises them (docs/api.md, "Callbacks").
+    const open = ['POST /callbacks/{token}/succeed', 'POST /callbacks/{token}/fail', 'POST /callbacks/{token}/heartbeat'];
+    expect(routes.filter((c) => c.args[2]?.auth === false).map((c) => String(c.args[0]))).toEqual(open);
     for (const { args } of routes) {
-      expect(args[2]?.auth, String(args[0])).toEqual({ iam: true });
+      expect(args[2]?.auth, String(args[0])).toEqual(open.includes(String(args[0])) ? false : { iam: true });
       expect(args[1], String(args[0])).toBe((api.instance as { arn: string }).arn);
     }
-    // Any later route defaults to IAM too.
+    // No other method reaches a callback path: it is routed for POST only.
+    expect(routes.filter((c) => String(c.args[0]).includes('/callbacks/')).map((c) => String(c.args[0]))).toEqual(open);
+    // Any later route defaults to IAM too; one declared public stays public.
     const gateway = world.one('sst.aws.ApiGatewayV2', 'RunnerHttpApi');
     expect(applyTransform(gateway.args.transform.route.args, {}).args.auth).toEqual({ iam: true });
+    expect(applyTransform(gateway.args.transform.route.args, { auth: false }).args.auth).toBe(false);
 
     const shape = (path: string) => path.replace(/\{[^}]+\}/g, '{}');
     const declared = routes.map((c) => {
