@@ -44,7 +44,7 @@ import { batchOf, runBench } from './runs.js';
 import { livedIn, median, type LivedIn } from './sides.js';
 import { startBench } from './start.js';
 import { s3Bench } from './s3.js';
-import { waitsBench } from './waits.js';
+import { callbackLatencyBench, waitsBench } from './waits.js';
 import { streamBench } from './stream.js';
 import { tracesBench } from './traces.js';
 
@@ -134,7 +134,12 @@ async function main() {
     if (runs('stream')) await streamBench(url!);
     if (runs('bulk')) await bulkBench(url!);
     if (runs('pools')) await poolsBench(url!);
-    if (runs('waits')) await waitsBench(url!);
+    if (runs('waits')) {
+      // BENCH_WAITS_LINES=waiting,latency picks the lines (default both).
+      const lines = (process.env.BENCH_WAITS_LINES ?? 'waiting,latency').split(',');
+      if (lines.includes('waiting')) await waitsBench(url!);
+      if (lines.includes('latency')) await callbackLatencyBench(url!);
+    }
   } finally {
     await lived?.close();
     await stop?.();

@@ -4,7 +4,25 @@
 // scheduler's dispatch would send it and the batches a takeover would join (the invocations its
 // waiting costs), and times the expiry pass's statement with no wait due and with 1,000 due
 // (median of 20, analyzed), in a fresh schema of its own.
-import { Runner, createBatch, expireWaits } from '../src/batch/index.js';
+// Then the latency of a completion (callbackLatencyBench): BENCH_CALLBACKS (default 1,000) items
+// wait; each completion goes through the API's route (`POST /callbacks/{token}/succeed`, the
+// handler a deployment runs), which sends the woken batch a worker as a deployment does
+// (sendWorkers: reserve, mark dispatched, invoke), the invoke starting a fresh Runner in this
+// process (a Lambda invoke's own latency is not in the figure); timed from the request to the
+// item's next attempt starting, one completion at a time, each after the batch parked again.
+import type { APIGatewayProxyEventV2 } from 'aws-lambda';
+import { handleApi, type ApiDeps } from '../src/api/index.js';
+import {
+  Runner,
+  createBatch,
+  expireWaits,
+  sendWorkers,
+  type Executor,
+  type WorkerEvent,
+  type WorkerSender,
+} from '../src/batch/index.js';
+import { defaultRegistry } from '../src/jobs/index.js';
+import { silentLog } from '../src/log.js';
 import { claimDispatch } from '../src/batch/sql/index.js';
 import { expiryStatement } from '../src/batch/sql/waits.js';
 import { batchOf } from './runs.js';
@@ -53,6 +71,95 @@ export async function waitsBench(url: string): Promise<void> {
     console.log(
       `callbacks, ${fmt(WAITING)} waiting: invocations while waiting ${invocations}; expiry check ${idleMs.toFixed(1)} ms ` +
         `(none due; ${dueMs.toFixed(1)} ms with 1,000 due; a pass waking ${fmt(r.woken)}: ${Math.round(passMs)} ms)`,
+    );
+  } finally {
+    await drop();
+  }
+}
+
+const CALLBACKS = Number(process.env.BENCH_CALLBACKS ?? 1_000);
+
+/** A `POST /callbacks/{token}/succeed` as API Gateway (payload 2.0) hands it to the API function. */
+function succeedEvent(token: string, result: unknown): APIGatewayProxyEventV2 {
+  const path = `/callbacks/${token}/succeed`;
+  const body = JSON.stringify({ result });
+  return {
+    version: '2.0',
+    routeKey: '$default',
+    rawPath: path,
+    rawQueryString: '',
+    headers: { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)) },
+    requestContext: { stage: '$default', http: { method: 'POST', path } },
+    body,
+    isBase64Encoded: false,
+  } as unknown as APIGatewayProxyEventV2;
+}
+
+const quantile = (xs: number[], q: number): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.ceil(q * s.length) - 1)]!;
+};
+
+/** `callback to next attempt: p50 M ms, p95 M ms` (over BENCH_CALLBACKS completions). */
+export async function callbackLatencyBench(url: string): Promise<void> {
+  const { sql, drop } = await benchSchema(url, 'bench_callbacks', 8);
+  try {
+    const tokens = new Map<string, string>();
+    const woke = new Map<string, () => void>();
+    const executor: Executor = {
+      work: async (item) => {
+        if (item.callback) {
+          woke.get(item.key)?.();
+          return null;
+        }
+        tokens.set(item.key, (await item.waitForCallback({ timeoutMs: 3_600_000 })).token);
+        return null;
+      },
+      parallel: 16,
+    };
+    const options = { beatMs: 1_000, staleMs: 30_000, backoffMs: 0 };
+    // Each invoke is a fresh process, as a worker invocation is; its run is awaited below.
+    const runs: Promise<unknown>[] = [];
+    const dispatcher = {
+      invoke: async (e: WorkerEvent) => {
+        const runner = new Runner(sql, options);
+        if (await runner.takeOver(() => executor, e.batchId, { orFairer: true })) runs.push(runner.running(e.batchId!)!);
+      },
+    };
+    const reserve = async (ids: string[]) => ids.map((): WorkerEvent => ({}));
+    const workers: WorkerSender = {
+      dispatcher,
+      reserve,
+      send: (batchId, n, o) => sendWorkers({ sql, dispatcher, reserve }, batchId, n, o),
+    };
+    const deps: ApiDeps = {
+      sql,
+      jobs: defaultRegistry(),
+      config: { maxOpen: 10, maxBodyBytes: 1 << 20 },
+      workers,
+      log: silentLog,
+    };
+
+    const first = new Runner(sql, options);
+    const { batch } = await first.start(batchOf(CALLBACKS), {}, executor);
+    await first.running(batch.id);
+    if (tokens.size !== CALLBACKS) throw new Error(`${tokens.size} of ${CALLBACKS} items waited`);
+    const ms: number[] = [];
+    for (const [key, token] of tokens) {
+      const started = new Promise<number>((resolve) => woke.set(key, () => resolve(performance.now())));
+      const t0 = performance.now();
+      const answer = await handleApi(succeedEvent(token, { ok: true }), deps);
+      if (answer.statusCode !== 200) throw new Error(`completion answered ${answer.statusCode}: ${String(answer.body)}`);
+      ms.push((await started) - t0);
+      // Idle again before the next one: the run finished the item and parked the batch.
+      await Promise.all(runs.splice(0));
+    }
+    const [c] = await sql<{ done: number }[]>`
+      select count(*)::int as done from leasehold_items where batch_id = ${batch.id} and state = 'done'`;
+    if (c!.done !== CALLBACKS) throw new Error(`${c!.done} of ${CALLBACKS} items done after their completions`);
+    console.log(
+      `callback to next attempt: p50 ${quantile(ms, 0.5).toFixed(1)} ms, p95 ${quantile(ms, 0.95).toFixed(1)} ms ` +
+        `(${ms.length.toLocaleString('en-US')} completions through the API route, each waking a parked batch; max ${Math.max(...ms).toFixed(1)} ms)`,
     );
   } finally {
     await drop();
