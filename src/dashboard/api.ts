@@ -20,8 +20,8 @@ import { ApiClient } from '../client/index.js';
 
 export { ApiCallError } from '../client/index.js';
 
-/** Item states, in the order the page shows them. */
-export const ITEM_STATES = ['done', 'failed', 'running', 'pending'] as const;
+/** Item states, in the order the page shows them (`waiting`: parked on a callback or a sleep). */
+export const ITEM_STATES = ['done', 'failed', 'running', 'waiting', 'pending'] as const;
 export type ItemState = (typeof ITEM_STATES)[number];
 export type Counts = Record<ItemState, number>;
 

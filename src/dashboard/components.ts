@@ -74,16 +74,17 @@ export function StatusBadge({ status }: { status: string }) {
 export type Shown = ItemState | 'not run';
 
 /**
- * A batch's items as the page shows them, in order: by state (done, failed, running, pending),
- * but a cancelled batch's running and pending items as `not run`: no run works them any more.
+ * A batch's items as the page shows them, in order: by state (done, failed, running, waiting,
+ * pending), but a cancelled batch's running, waiting and pending items as `not run`: no run works
+ * them any more. An API without waiting items (older than callbacks) counts 0 waiting.
  */
 export function shownCounts(batch: Pick<Batch, 'status' | 'counts'>): [Shown, number][] {
-  const c = batch.counts;
+  const c = { ...batch.counts, waiting: batch.counts.waiting ?? 0 };
   if (batch.status === 'cancelled')
     return [
       ['done', c.done],
       ['failed', c.failed],
-      ['not run', c.running + c.pending],
+      ['not run', c.running + c.waiting + c.pending],
     ];
   return ITEM_STATES.map((s) => [s, c[s]]);
 }

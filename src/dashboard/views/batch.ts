@@ -205,9 +205,15 @@ function RedriveButton({ batch, onDone }: { batch: Batch; onDone: () => void }) 
   </span>`;
 }
 
-/** Items of one state (or all), a page at a time, in key order. */
+/**
+ * Items of one state (or all), a page at a time, in key order (`waiting`: `GET
+ * /batches/{id}/items?state=waiting`). Opens on the failed items, else the waiting ones.
+ */
 function Items({ batch }: { batch: Batch }) {
-  const [state, setState] = useState<ItemState | ''>(batch.counts.failed > 0 ? 'failed' : '');
+  // Failed items first; else, for a batch whose items wait on callbacks or sleeps, those.
+  const [state, setState] = useState<ItemState | ''>(
+    batch.counts.failed > 0 ? 'failed' : (batch.counts.waiting ?? 0) > 0 ? 'waiting' : '',
+  );
   // Cursors of the pages before this one (the first page's is undefined).
   const [cursors, setCursors] = useState<(string | undefined)[]>([undefined]);
   const after = cursors[cursors.length - 1];
@@ -223,7 +229,7 @@ function Items({ batch }: { batch: Batch }) {
         >State
         <select name="state" value=${state} onChange=${(e: Event) => choose((e.target as HTMLSelectElement).value as ItemState | '')}>
           <option value="">all (${batch.total})</option>
-          ${ITEM_STATES.map((s) => html`<option value=${s}>${s} (${batch.counts[s]})</option>`)}
+          ${ITEM_STATES.map((s) => html`<option value=${s}>${s} (${batch.counts[s] ?? 0})</option>`)}
         </select>
       </label>
     </div>
