@@ -268,7 +268,12 @@ describe('sst.config.ts, evaluated', () => {
       path: shape(m[2]!),
     }));
     expect(documented.length).toBeGreaterThan(10);
-    for (const d of documented) {
+    // Served by `leasehold dev` beside the API, not by the API function: a deployed stage does not
+    // route it (docs/api.md, "GET /batches/{id}/events").
+    const localOnly = (d: { method: string; path: string }) => d.method === 'GET' && d.path === '/batches/{}/events';
+    expect(documented.filter(localOnly)).toHaveLength(1);
+    expect(declared.filter(localOnly)).toEqual([]);
+    for (const d of documented.filter((x) => !localOnly(x))) {
       expect(
         declared.some((r) => r.path === d.path && (r.method === 'ANY' || r.method === d.method)),
         `${d.method} ${d.path}`,
