@@ -5,7 +5,8 @@
 // - database: RDS PostgreSQL with IAM auth and TLS required (or an existing database), optionally
 //   behind an RDS Proxy with end-to-end IAM auth for the worker, the API and the trigger;
 // - migrations on every deploy, before any other function gets its new code;
-// - the worker, the scheduler (every minute), the API (IAM auth on every route) and the trigger
+// - the worker, the scheduler (every minute), the API (IAM auth on every route but the three
+//   callback routes, which their signed token authorises) and the trigger
 //   (an EventBridge bus and the declared schedules), all running the app's handler file;
 // - least privilege: `rds-db:connect` as the runner's user only (the scheduler: as its own user
 //   only); `lambda:InvokeFunction` on the worker for the functions that dispatch, and on the
