@@ -257,7 +257,7 @@ describe('GET /batches/{id}', () => {
     // 1 item finished in a batch younger than 1 s: 1 item/s (the rate's window is at least 1 s).
     expect(res.body).toEqual({
       ...batch,
-      counts: { pending: 2, running: 0, done: 1, failed: 0 },
+      counts: { pending: 2, running: 0, waiting: 0, done: 1, failed: 0 },
       ageMs: expect.any(Number),
       itemsPerSecond: 1,
     });

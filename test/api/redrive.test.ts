@@ -162,7 +162,7 @@ describe('GET /batches/{id}/items?state=', () => {
     const bad = await call(deps, 'GET', `/batches/${batch.id}/items`, { query: { state: 'broken' } });
     expect(bad).toMatchObject({
       status: 400,
-      body: { error: { message: 'state: must be one of pending, running, done, failed' } },
+      body: { error: { message: 'state: must be one of pending, running, waiting, done, failed' } },
     });
   });
 });

@@ -601,7 +601,7 @@ describe('redrive with many runs', () => {
     const first = Array.from({ length: 4 }, () => new Runner(pool(), { beatMs: 50, staleMs: 5_000, parallel: 4 }));
     const r1 = await Promise.all(await joinAll(first, batch.id, () => ({ work, attempts: 1 })));
     expect(r1.filter((r) => r.outcome === 'failed')).toHaveLength(1);
-    expect((await getBatch(db.sql, batch.id)).counts).toEqual({ pending: 0, running: 0, done: 100, failed: 300 });
+    expect((await getBatch(db.sql, batch.id)).counts).toEqual({ pending: 0, running: 0, waiting: 0, done: 100, failed: 300 });
     const runsBefore = (await runChanges(db.sql, batch.id)).length;
 
     cycle = 2;

@@ -49,7 +49,7 @@ describe('finishing a batch', () => {
     const result = await runOf(runner, batch.id);
     expect(result).toMatchObject({ outcome: 'failed', finishedItems: 20 });
     await expectFinishedOnce(batch.id, 'failed', result.runId);
-    expect((await getBatch(db.sql, batch.id)).counts).toEqual({ pending: 0, running: 0, done: 19, failed: 1 });
+    expect((await getBatch(db.sql, batch.id)).counts).toEqual({ pending: 0, running: 0, waiting: 0, done: 19, failed: 1 });
   });
 
   it('finishes exactly once with the right outcome when its last move races a takeover', async () => {

@@ -13,7 +13,7 @@ beforeAll(async () => {
 });
 
 describe('a pipelined run', () => {
-  it('starts a retry that falls due while a long item runs within 50 ms of being due', async () => {
+  it('claims a retry that falls due while a long item runs ahead of its due time, and starts it when due', async () => {
     for (const backoffMs of [150, 300, 600]) {
       const started: Record<string, number[]> = { long: [], flaky: [] };
       let longEnded = 0;
@@ -38,10 +38,18 @@ describe('a pipelined run', () => {
       );
       expect(retry).toBeDefined();
       expect(started.flaky).toHaveLength(2);
+      // Claimed ahead of its due time (database clock), so a local timer, not a claim's round
+      // trip, starts it when due…
+      const claim = (await itemChanges(db.sql, batch.id)).find(
+        (c) => c.key === 'flaky' && c.state === 'running' && c.old_state === 'pending' && c.seq > retry!.seq,
+      );
+      expect(claim).toBeDefined();
+      expect(claim!.updated_at.getTime()).toBeLessThan(retry!.run_after.getTime());
+      // …once due (same machine), and long before the run's next wake-up without it (its beat,
+      // 5 s): how late a timer fires is up to the machine's load (50 ms here at a CI's load).
       const lateMs = started.flaky[1] - retry!.run_after.getTime();
-      // Started once due (database clock; same machine) and no later than 50 ms after.
       expect(lateMs).toBeGreaterThanOrEqual(-5);
-      expect(lateMs).toBeLessThan(50);
+      expect(lateMs).toBeLessThan(1_000);
       // …while the long item was still running.
       expect(started.flaky[1]).toBeLessThan(longEnded);
     }

@@ -26,8 +26,13 @@ afterEach(() => Promise.all(opened.splice(0).map((p) => p.end({ timeout: 5 }))))
 const uid = () => Math.random().toString(36).slice(2, 8);
 
 /** Items in flight now and the most seen, counted by the work itself (one process). */
-function inFlight(workMs: () => number, key?: (input: unknown) => string) {
-  const c = { now: 0, most: 0, started: 0, perKey: new Map<string, number>(), mostPerKey: 0 };
+/**
+ * Work that counts the items in flight. With `fill`, the first items wait (up to 10 s) until
+ * `fill` are in flight at once, then everything runs as usual: whether the pool can be filled is
+ * then shown on a loaded machine too, where items of a few ms may never overlap that much.
+ */
+function inFlight(workMs: () => number, key?: (input: unknown) => string, fill?: number) {
+  const c = { now: 0, most: 0, started: 0, perKey: new Map<string, number>(), mostPerKey: 0, filled: fill === undefined };
   const work: Executor['work'] = async ({ input }) => {
     const k = key?.(input) ?? '';
     c.now++;
@@ -36,6 +41,11 @@ function inFlight(workMs: () => number, key?: (input: unknown) => string) {
     c.perKey.set(k, (c.perKey.get(k) ?? 0) + 1);
     c.mostPerKey = Math.max(c.mostPerKey, c.perKey.get(k)!);
     try {
+      for (const until = performance.now() + 10_000; !c.filled && performance.now() < until;) {
+        if (c.now >= fill!) c.filled = true;
+        else await sleep(5);
+      }
+      c.filled = true;
       await sleep(workMs());
       return 'ok';
     } finally {
@@ -59,7 +69,7 @@ describe('a concurrency pool shared by batches', () => {
     for (let round = 0; round < 3; round++) {
       const name = `cap-${round}-${uid()}`;
       await setPool(db.sql, name, { total: 6, perKey: null });
-      const { c, work } = inFlight(() => 5 + Math.random() * 10);
+      const { c, work } = inFlight(() => 5 + Math.random() * 10, undefined, 6);
       const executor: Executor = { parallel: 4, work };
       const ids: string[] = [];
       for (let b = 0; b < 3; b++) {

@@ -12,7 +12,7 @@ import { newBatch } from './helpers.js';
 const db = useTestDatabase();
 
 beforeEach(async () => {
-  await db.sql`truncate leasehold_batches, leasehold_runs, leasehold_items, leasehold_redrives, leasehold_deferred_starts, leasehold_batch_events`;
+  await db.sql`truncate leasehold_batches, leasehold_runs, leasehold_items, leasehold_redrives, leasehold_deferred_starts, leasehold_batch_events, leasehold_waits`;
 });
 
 /** Batches of `perBatch` items finished `days` days ago (and up to a day before), from history. */

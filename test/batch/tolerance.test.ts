@@ -114,7 +114,7 @@ describe('failure tolerance', () => {
       ownerProcess: null,
       beatAt: null,
     });
-    expect(b.counts).toEqual({ pending: 27, running: 0, done: 0, failed: 3 });
+    expect(b.counts).toEqual({ pending: 27, running: 0, waiting: 0, done: 0, failed: 3 });
     expect([...runs.keys()]).toEqual(['k000', 'k001', 'k002']);
     expect(await ends(batch.id)).toHaveLength(1);
   });
@@ -137,7 +137,7 @@ describe('failure tolerance', () => {
     const { batch, result } = await start(8, { count: 0 }, executor);
     expect(result.outcome).toBe('failed');
     const b = await getBatch(db.sql, batch.id);
-    expect(b.counts).toEqual({ pending: 4, done: 3, failed: 1, running: 0 });
+    expect(b.counts).toEqual({ pending: 4, done: 3, failed: 1, running: 0, waiting: 0 });
     expect(runs.size).toBe(4);
     expect(b.reason).toBe('more items failed than tolerated: 1 failed, 0 tolerated (count 0)');
   });
@@ -154,7 +154,7 @@ describe('failure tolerance', () => {
     const bad = await start(20, { percent: 12.5 }, three.executor);
     expect(bad.result.outcome).toBe('failed');
     const b = await getBatch(db.sql, bad.batch.id);
-    expect(b.counts).toEqual({ pending: 8, running: 0, done: 9, failed: 3 });
+    expect(b.counts).toEqual({ pending: 8, running: 0, waiting: 0, done: 9, failed: 3 });
     expect(b.reason).toBe('more items failed than tolerated: 3 failed, 2 tolerated (12.5 % of 20 items)');
 
     // 100 % tolerates every failure; 0 % none.
@@ -196,7 +196,7 @@ describe('failure tolerance', () => {
     for (const r of rows.filter((r) => r.key !== 'k000')) expect(r).toMatchObject({ state: 'pending', attempts: 0 });
     // Their late settling wrote nothing.
     await sleep(50);
-    expect((await getBatch(db.sql, batch.id)).counts).toEqual({ pending: 9, running: 0, done: 0, failed: 1 });
+    expect((await getBatch(db.sql, batch.id)).counts).toEqual({ pending: 9, running: 0, waiting: 0, done: 0, failed: 1 });
   });
 
   it('refuses a tolerance out of range and stores nothing', async () => {
@@ -429,7 +429,7 @@ describe('failure tolerance', () => {
     };
     const { batch, result } = await start(8, { count: 1 }, executor);
     expect(result.outcome).toBe('failed');
-    expect((await getBatch(db.sql, batch.id)).counts).toEqual({ pending: 5, running: 0, done: 1, failed: 2 });
+    expect((await getBatch(db.sql, batch.id)).counts).toEqual({ pending: 5, running: 0, waiting: 0, done: 1, failed: 2 });
 
     broken = false;
     const redriven = await redriveBatch(db.sql, batch.id, { maxOpen: 100 });

@@ -78,7 +78,7 @@ describe('worker handoff through the local invoke endpoint', () => {
       await endpoint.idle();
       const end = await getBatch(db.sql, batch.id);
       expect(end.status).toBe('succeeded');
-      expect(end.counts).toEqual({ pending: 0, running: 0, done: 70, failed: 0 });
+      expect(end.counts).toEqual({ pending: 0, running: 0, waiting: 0, done: 70, failed: 0 });
       // Nothing lost, nothing done twice.
       expect([...executions.keys()].sort()).toEqual(items.map((i) => i.key));
       expect([...executions.values()].every((n) => n === 1)).toBe(true);

@@ -143,7 +143,7 @@ describe('worker under store faults', () => {
         20_000,
       );
       expect(rest.runs).toEqual([expect.objectContaining({ batchId: batch.id, outcome: 'succeeded' })]);
-      expect((await getBatch(db.sql, batch.id)).counts).toEqual({ pending: 0, running: 0, done: 400, failed: 0 });
+      expect((await getBatch(db.sql, batch.id)).counts).toEqual({ pending: 0, running: 0, waiting: 0, done: 400, failed: 0 });
       expect(executions.size).toBe(400);
       expect([...executions.values()].every((n) => n === 1)).toBe(true);
     },

@@ -4,7 +4,7 @@
 // signature (a third party completes them with the token: its HMAC is the authority); an
 // IAM-signed request is answered the same.
 import type { APIGatewayProxyEventV2 } from 'aws-lambda';
-import { z } from 'zod';
+import * as z from 'zod';
 import { completeCallback, parseInput, type CallbackAnswer, type CallbackCompletion } from '../../batch/index.js';
 import { errorFields } from '../../log.js';
 import type { ApiDeps } from '../deps.js';
