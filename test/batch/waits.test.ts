@@ -303,28 +303,99 @@ describe('sleeps and the parked batch', () => {
   });
 
   it('a wake racing the park never leaves a due item in a batch with no run and no target', async () => {
-    for (let round = 0; round < 15; round++) {
+    // Moves to waiting and the completion's commit each take 0-4 ms more, at random, so the
+    // completion lands on every side of the move, the run's wake of answered items and the park.
+    const undo = await slowDown(0.004, 0.004, true);
+    try {
+      await wakesRacingThePark();
+    } finally {
+      await undo();
+    }
+  });
+
+  it('an answer committed after the move and before the wake of answered items still wakes the item', async () => {
+    // The interleaving forced: the move to waiting takes 300 ms, so the completion's wake reads
+    // the item still running and wakes nothing; its commit then takes 600 ms, so the move lands,
+    // and the run's wake of answered items runs, while the answer is stored but not committed.
+    const undo = await slowDown(0.3, 0.6, false);
+    try {
       let completion: Promise<unknown> = Promise.resolve();
       const executor: Executor = {
         work: async (item) => {
           if (item.callback) return 'ok';
           const { token } = await item.waitForCallback({ timeoutMs: 60_000 });
-          // Completed from outside, around the moment the run parks the batch.
-          completion = sleep(round % 5).then(() => completeCallback(db.sql, token, { action: 'succeed', result: 1 }));
+          completion = completeCallback(db.sql, token, { action: 'succeed', result: 1 });
         },
       };
       const runner = new Runner(db.sql, options);
       const { batch } = await runner.start(newBatch(1), {}, executor);
-      await runOf(runner, batch.id);
+      const ended = await runOf(runner, batch.id);
       await completion;
-      const [b] = await db.sql<{ status: string; target: number; live_runs: number; pending: number }[]>`
-        select status, target, live_runs,
-          (select count(*)::int from leasehold_items where batch_id = b.id and state in ('pending', 'waiting')) as pending
-        from leasehold_batches b where id = ${batch.id}`;
-      // Either the batch finished, or whatever is left to do is wanted by a target above 0.
-      if (b.status === 'open') expect([b.pending > 0, b.target > 0]).toEqual([true, true]);
-      else expect(b.status).toBe('succeeded');
+      const [item] = await itemRows(db.sql, batch.id);
+      const waits = await db.sql`select answer from leasehold_waits where batch_id = ${batch.id}`;
+      const where = `item ${item.state}, wait ${JSON.stringify(waits)}, batch ${JSON.stringify(await batchRow(batch.id))}`;
+      // The run woke the item (it waited for the completion in flight) and ran it again.
+      expect([ended.outcome, item.state, item.output], where).toEqual(['succeeded', 'done', 'ok']);
       await runner.close();
+    } finally {
+      await undo();
     }
   });
 });
+
+/** The rounds of the wake racing the park: a callback completed around the moment the run parks. */
+async function wakesRacingThePark() {
+  for (let round = 0; round < 15; round++) {
+    let completion: Promise<unknown> = Promise.resolve();
+    const executor: Executor = {
+      work: async (item) => {
+        if (item.callback) return 'ok';
+        const { token } = await item.waitForCallback({ timeoutMs: 60_000 });
+        // Completed from outside, around the moment the run parks the batch.
+        completion = sleep(round % 5).then(() => completeCallback(db.sql, token, { action: 'succeed', result: 1 }));
+      },
+    };
+    const runner = new Runner(db.sql, options);
+    const { batch } = await runner.start(newBatch(1), {}, executor);
+    await runOf(runner, batch.id);
+    await completion;
+    const [b] = await db.sql<{ status: string; target: number; live_runs: number; pending: number }[]>`
+      select status, target, live_runs,
+        (select count(*)::int from leasehold_items where batch_id = b.id and state in ('pending', 'waiting')) as pending
+      from leasehold_batches b where id = ${batch.id}`;
+    // Either the batch finished, or whatever is left to do is wanted by a target above 0. The
+    // message says where the item and its wait row were when it did not.
+    const [item] = await db.sql<{ state: string; attempts: number; woke: unknown }[]>`
+      select state, attempts, woke from leasehold_items where batch_id = ${batch.id}`;
+    const waits = await db.sql<{ attempt: number; answer: unknown; due: boolean }[]>`
+      select attempt, answer, wake_at <= now() as due from leasehold_waits where batch_id = ${batch.id}`;
+    const where = `round ${round}: batch ${JSON.stringify(b)}, item ${JSON.stringify(item)}, wait ${JSON.stringify(waits)}`;
+    if (b.status === 'open') expect([b.pending > 0, b.target > 0], where).toEqual([true, true]);
+    else expect(b.status).toBe('succeeded');
+    await runner.close();
+  }
+}
+
+/**
+ * Slow down, in this file's schema, each move of an item from running to waiting by `moveS`
+ * seconds and the commit of each answer stored by `commitS` seconds (`jitter`: a random part of
+ * each): triggers, a deferred one for the commit, reading the delays from a table of their own.
+ * Answers what drops them.
+ */
+async function slowDown(moveS: number, commitS: number, jitter: boolean): Promise<() => Promise<void>> {
+  await db.sql.unsafe(`
+    create table t_slow (move_s float8 not null, commit_s float8 not null, jitter boolean not null);
+    create function t_slow_move() returns trigger language plpgsql as $$ begin
+      perform pg_sleep((select move_s * case when jitter then random() else 1 end from t_slow)); return new; end $$;
+    create function t_slow_answer() returns trigger language plpgsql as $$ begin
+      perform pg_sleep((select commit_s * case when jitter then random() else 1 end from t_slow)); return null; end $$;
+    create trigger t_slow_move before update on leasehold_items for each row
+      when (old.state = 'running' and new.state = 'waiting') execute function t_slow_move();
+    create constraint trigger t_slow_answer after update on leasehold_waits deferrable initially deferred
+      for each row when (old.answer is null and new.answer is not null) execute function t_slow_answer();`);
+  await db.sql`insert into t_slow values (${moveS}, ${commitS}, ${jitter})`;
+  return async () => {
+    await db.sql.unsafe(`drop trigger t_slow_move on leasehold_items; drop trigger t_slow_answer on leasehold_waits;
+      drop function t_slow_move(); drop function t_slow_answer(); drop table t_slow;`);
+  };
+}

@@ -173,15 +173,21 @@ export interface WakeResult {
 // parked items. Not fenced on the run: a wake is anyone's to make. It waits for a completion in
 // flight on one of them (never skips it): a completion that saw the item still running, and
 // whose answer commits after this move, is woken here, before the run may park the batch.
+// So every wait row of `keys` is locked, answered or not, and whether it is answered is read
+// from the row as locked: a condition on the answer in the locking statement would be judged
+// on the statement's snapshot, where an answer not yet committed is still null, and the row
+// would be passed over without waiting for its completion — which, having read the item still
+// running, wakes nothing either, leaving an answered item waiting in a parked batch.
 export async function wakeAnswered(sql: Sql, batchId: string, keys: string[]): Promise<WakeResult> {
   return sql.begin(async (tx) => {
     const t = tx as unknown as Sql;
-    const rows = await t<{ key: string }[]>`select key from leasehold_waits
+    const rows = await t<{ key: string; answered: boolean }[]>`select key, answer is not null as answered
+      from leasehold_waits
       where batch_id = ${batchId} and key = any(array(select jsonb_array_elements_text(${JSON.stringify(keys)}::text::jsonb)))
-        and answer is not null order by key for update`;
+      order by key for update`;
     const woken = await wakeItems(
       t,
-      rows.map((r) => ({ batch_id: batchId, key: r.key })),
+      rows.filter((r) => r.answered).map((r) => ({ batch_id: batchId, key: r.key })),
     );
     return { woken: woken.reduce((n, w) => n + w.n, 0), unparked: await unpark(t, woken) };
   }) as Promise<WakeResult>;
