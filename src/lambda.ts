@@ -7,7 +7,7 @@
  * import { createHandlers } from 'leasehold/lambda';
  * import { resize } from './jobs/resize.js';
  *
- * export const { worker, scheduler, api, trigger, migrate } = createHandlers({
+ * export const { worker, scheduler, api, trigger, migrate, events } = createHandlers({
  *   jobs: [resize, checksum],
  *   unitJobs: [outboxDelivery()],
  * });
