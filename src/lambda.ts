@@ -32,6 +32,7 @@ export {
 } from './runtime/create-handlers.js';
 export type { MigrateResult } from './runtime/handlers.js';
 export type { SchedulerResult } from './runtime/scheduler.js';
+export type { StreamingLambdaHandler } from './runtime/streaming.js';
 export type { SchemaSkipped } from './runtime/handlers.js';
 export type { WorkerResult } from './runtime/worker.js';
 export type { WorkerEvent } from './batch/index.js';
