@@ -39,6 +39,12 @@ export default $config({
         },
       ],
     });
-    return { api: runner.url, bus: runner.busName, worker: runner.workerName, database: runner.databaseHost };
+    return {
+      api: runner.url,
+      events: runner.eventsUrl,
+      bus: runner.busName,
+      worker: runner.workerName,
+      database: runner.databaseHost,
+    };
   },
 });

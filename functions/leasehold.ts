@@ -4,7 +4,7 @@
 import { checksum, lambdaInvoke, outboxDelivery } from '../src/index.js';
 import { createHandlers } from '../src/lambda.js';
 
-export const { worker, scheduler, api, trigger, migrate } = createHandlers({
+export const { worker, scheduler, api, trigger, migrate, events } = createHandlers({
   jobs: [checksum, lambdaInvoke],
   unitJobs: [outboxDelivery()],
 });

@@ -31,6 +31,8 @@ export interface LeaseholdTransforms {
   scheduler?: Transform;
   api?: Transform;
   trigger?: Transform;
+  /** The progress stream's function (its function URL: `transform.events` sees `url`). */
+  events?: Transform;
   migrate?: Transform;
   /** The `aws.lambda.Invocation` that runs the migrations on every deploy. */
   migrations?: Transform;
@@ -50,7 +52,7 @@ export interface LeaseholdTransforms {
 export interface LeaseholdArgs extends SettingsOptions {
   /**
    * The app's handler file, relative to sst.config.ts, with or without its extension
-   * (`src/leasehold`): it exports `worker`, `scheduler`, `api`, `trigger` and `migrate`
+   * (`src/leasehold`): it exports `worker`, `scheduler`, `api`, `trigger`, `migrate` and `events`
    * (`createHandlers` from `leasehold/lambda`). Every function points at one export of it.
    */
   handlers: string;
@@ -90,6 +92,12 @@ export interface LeaseholdArgs extends SettingsOptions {
 export interface Leasehold {
   /** The HTTP API's URL (callers sign with SigV4 and need `execute-api:Invoke`). */
   readonly url: Output<string>;
+  /**
+   * The progress stream's function URL: `GET {eventsUrl}batches/{id}/events` answers Server-Sent
+   * Events (response streaming). Callers sign with SigV4 for the service `lambda` and need
+   * `lambda:InvokeFunctionUrl` on the events function (docs/api.md, "Progress stream").
+   */
+  readonly eventsUrl: Output<string>;
   /** The EventBridge bus whose `leasehold.start-batch` events start batches. */
   readonly busName: Output<string>;
   readonly busArn: Output<string>;
@@ -109,6 +117,8 @@ export interface Leasehold {
     scheduler: FunctionLike;
     api: FunctionLike;
     trigger: FunctionLike;
+    /** Serves `GET /batches/{id}/events` through its function URL (response streaming, IAM auth). */
+    events: FunctionLike;
     migrate: FunctionLike;
     migrations: unknown;
     httpApi: unknown;

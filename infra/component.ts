@@ -20,7 +20,14 @@ import { httpApi } from './api-routes.js';
 import { buildContext, appRoot } from './build.js';
 import { database, databaseProxy, network } from './database.js';
 import { checkHandlerFile } from './files.js';
-import { migrateFunction, runnerFunctions, userEnvironment, workerAndScheduler, type RunnerGrants } from './functions.js';
+import {
+  eventsFunction,
+  migrateFunction,
+  runnerFunctions,
+  userEnvironment,
+  workerAndScheduler,
+  type RunnerGrants,
+} from './functions.js';
 import { invokableFunctions, s3Grants } from './grants.js';
 import { platform, type Input, type Output, type Platform, type ResourceOptions } from './platform.js';
 import { resolveSettings, type Settings } from './settings.js';
@@ -44,7 +51,7 @@ const classes = new WeakMap<object, LeaseholdConstructor>();
  * ```
  *
  * It creates the network, the database (or uses an existing one), the migrations, the five
- * functions running the app's handler file, their schedule, the HTTP API, the bus and the declared
+ * functions running the app's handler file (the sixth, the progress stream, behind its function URL), their schedule, the HTTP API, the bus and the declared
  * schedules, with least-privilege IAM (see the module comment). A Pulumi component resource of
  * type {@link COMPONENT_TYPE}; every resource it creates is its child.
  * @throws {Error} an option that cannot work (the message names it), the handler file is missing,
@@ -65,6 +72,7 @@ export const Leasehold = function Leasehold(name: string, args: LeaseholdArgs, o
 function componentClass(p: Platform): LeaseholdConstructor {
   return class LeaseholdComponent extends p.$util.ComponentResource implements Leasehold {
     readonly url: Output<string>;
+    readonly eventsUrl: Output<string>;
     readonly busName: Output<string>;
     readonly busArn: Output<string>;
     readonly workerName: string;
@@ -105,9 +113,11 @@ function componentClass(p: Platform): LeaseholdConstructor {
         ...grants.s3.check,
       ]);
       const http = httpApi(b, api);
+      const events = eventsFunction(b, runnerFunction);
       const { trigger, triggerFailures } = triggerFunction(b, runnerFunction, grants, bus);
 
       this.url = http.url;
+      this.eventsUrl = events.url;
       this.busName = bus.name;
       this.busArn = bus.arn;
       this.workerName = workerName;
@@ -120,6 +130,7 @@ function componentClass(p: Platform): LeaseholdConstructor {
         scheduler,
         api,
         trigger,
+        events,
         migrate: migrateFn,
         migrations,
         httpApi: http.httpApi,
@@ -127,7 +138,13 @@ function componentClass(p: Platform): LeaseholdConstructor {
         workerRecursion,
         triggerFailures,
       };
-      this.registerOutputs({ url: this.url, busName: this.busName, workerName, databaseHost: this.databaseHost });
+      this.registerOutputs({
+        url: this.url,
+        eventsUrl: this.eventsUrl,
+        busName: this.busName,
+        workerName,
+        databaseHost: this.databaseHost,
+      });
     }
   };
 }

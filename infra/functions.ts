@@ -9,7 +9,7 @@ import type { Build } from './build.js';
 import { connectAs, type Connection, type Route } from './database.js';
 import { migrationsSource } from './files.js';
 import { afterMigrations, invokableVariable, type Invokable } from './grants.js';
-import type { Args, FunctionLike, Input, Platform, ResourceOptions } from './platform.js';
+import type { Args, FunctionLike, Input, Output, Platform, ResourceOptions } from './platform.js';
 import { BUNDLING, pascal, RUNTIME } from './settings.js';
 
 type Postgres = InstanceType<Platform['sst']['aws']['Postgres']>;
@@ -110,7 +110,7 @@ export interface RunnerWiring {
 }
 
 /** The role of one of the runner's functions: the export of the handler file it runs. */
-export type RunnerRole = 'worker' | 'scheduler' | 'api' | 'trigger';
+export type RunnerRole = 'worker' | 'scheduler' | 'api' | 'trigger' | 'events';
 
 /** Creates one of the runner's functions: `extra` args, `permissions` beyond its database grant, the user it connects as. */
 export type RunnerFunction = (
@@ -172,7 +172,12 @@ export function runnerFunctions(b: Build, w: RunnerWiring): RunnerFunction {
         nodejs: BUNDLING,
         vpc: w.functionVpc,
         ...extra,
-        environment: { ...routeEnvironment(as.route ?? w.runnerRoute), [V.dbUser]: as.user },
+        // `extra.environment` adds to (or overrides) the shared variables.
+        environment: {
+          ...routeEnvironment(as.route ?? w.runnerRoute),
+          [V.dbUser]: as.user,
+          ...(extra.environment as Record<string, Input<string>> | undefined),
+        },
         // rds-db:connect as the one user the function connects as, where it connects.
         permissions: [connectAs(as.user, as.route ?? w.runnerRoute), ...permissions, ...(args.permissions ?? [])],
         ...(args.link ? { link: args.link } : {}),
@@ -181,6 +186,25 @@ export function runnerFunctions(b: Build, w: RunnerWiring): RunnerFunction {
       t[role],
       afterMigrations(w.migrations),
     );
+}
+
+/**
+ * The progress stream's function (docs/deploy.md, "Progress stream"): `GET /batches/{id}/events`
+ * through a function URL with response streaming, IAM-authorised (callers need
+ * `lambda:InvokeFunctionUrl`). It only reads batches, so it gets no grant beyond its database
+ * connection, and a pool of one connection: one stream at a time per instance, one poller.
+ */
+export function eventsFunction(b: Build, runnerFunction: RunnerFunction): FunctionLike & { url: Output<string> } {
+  return runnerFunction(
+    'events',
+    {
+      timeout: `${b.settings.events.timeoutSeconds} seconds`,
+      url: { authorization: 'iam' },
+      streaming: true,
+      environment: { [V.dbPoolMax]: '1' },
+    },
+    [],
+  ) as FunctionLike & { url: Output<string> };
 }
 
 /** The grants the runner's functions pick from. */

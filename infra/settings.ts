@@ -269,6 +269,8 @@ export interface Settings {
   api: FunctionSettings;
   /** Default 120 s. */
   trigger: FunctionSettings;
+  /** The progress stream's function. Default 900 s: a stream closes 3 s before it and the client reconnects. */
+  events: FunctionSettings;
   /** Default 300 s. */
   migrate: FunctionSettings;
   schedules: ScheduleDeclaration[];
@@ -288,6 +290,7 @@ export interface SettingsOptions {
   scheduler?: Partial<FunctionSettings>;
   api?: Partial<FunctionSettings>;
   trigger?: Partial<FunctionSettings>;
+  events?: Partial<FunctionSettings>;
   migrate?: Partial<FunctionSettings>;
   /** Schedules, and chain rules (an entry with `after: { job, status }` in place of `schedule`). */
   schedules?: (ScheduleDeclaration | RuleDeclaration)[];
@@ -389,6 +392,7 @@ export function resolveSettings(stage: string, options: SettingsOptions): Settin
     scheduler: { timeoutSeconds: 50, ...options.scheduler },
     api: { timeoutSeconds: 29, ...options.api },
     trigger: { timeoutSeconds: 120, ...options.trigger },
+    events: { timeoutSeconds: 900, ...options.events },
     migrate: { timeoutSeconds: 300, ...options.migrate },
     schedules: (options.schedules ?? []).filter((s): s is ScheduleDeclaration => !('after' in s)),
     rules: [...(options.rules ?? []), ...(options.schedules ?? []).filter((s): s is RuleDeclaration => 'after' in s)],
@@ -532,7 +536,7 @@ export function checkSettings(s: Settings): void {
       `database.schedulerUser: "${s.database.schedulerUser}" must be a lowercase PostgreSQL name other than database.user`,
     );
   }
-  for (const role of ['scheduler', 'api', 'trigger', 'migrate'] as const) {
+  for (const role of ['scheduler', 'api', 'trigger', 'events', 'migrate'] as const) {
     const t = s[role].timeoutSeconds;
     if (!Number.isInteger(t) || t < 1 || t > 900) throw new Error(`${role}.timeoutSeconds: ${t} is not 1..900 (Lambda's limit)`);
   }

@@ -7,7 +7,7 @@
  * import { createHandlers } from 'leasehold/lambda';
  * import { resize } from './jobs/resize.js';
  *
- * export const { worker, scheduler, api, trigger, migrate } = createHandlers({
+ * export const { worker, scheduler, api, trigger, migrate, events } = createHandlers({
  *   jobs: [resize, checksum],
  *   unitJobs: [outboxDelivery()],
  * });
@@ -32,6 +32,7 @@ export {
 } from './runtime/create-handlers.js';
 export type { MigrateResult } from './runtime/handlers.js';
 export type { SchedulerResult } from './runtime/scheduler.js';
+export type { StreamingLambdaHandler } from './runtime/streaming.js';
 export type { SchemaSkipped } from './runtime/handlers.js';
 export type { WorkerResult } from './runtime/worker.js';
 export type { WorkerEvent } from './batch/index.js';

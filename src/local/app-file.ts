@@ -64,7 +64,7 @@ export async function loadApp(appFile: string | undefined, cwd: string): Promise
   if (missing.length) {
     throw new AppFileError(
       `${shown} does not export ${missing.join(', ')}: export the handlers of createHandlers from 'leasehold/lambda' ` +
-        '(export const { worker, scheduler, api, trigger, migrate } = createHandlers({ jobs: [...] }))',
+        '(export const { worker, scheduler, api, trigger, migrate, events } = createHandlers({ jobs: [...] }))',
     );
   }
   const mark = (mod.worker as unknown as Record<symbol, { url?: string } | undefined>)[HANDLERS_MARK];

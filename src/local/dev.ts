@@ -20,6 +20,7 @@ import { createLambdaContext } from './context.js';
 import { startEmbedded } from './embedded/index.js';
 import { dashboardAssets } from './dashboard-assets.js';
 import { batchEventsRoute } from './batch-events.js';
+import { startLocalTraces, type LocalTracesMode } from './traces.js';
 import { startHttpServer } from './http-server.js';
 import { startLocalS3 } from './s3.js';
 import { startSink } from './sink.js';
@@ -70,6 +71,8 @@ interface Prepared {
   timeoutMs: number;
   concurrency: number;
   scheduleMs: number;
+  /** Local traces (`LEASEHOLD_TRACES`): what they are, and what stops them. */
+  traces: { mode: LocalTracesMode; stop: () => Promise<void> };
 }
 
 /** The running stack's voice and what stopping it undoes. */
@@ -208,7 +211,14 @@ async function prepare(options: DevOptions, cwd: string, say: (line: string) => 
   }
   // lambda-invoke batches may call the app's local functions, unless told otherwise.
   if (process.env.LEASEHOLD_INVOKABLE === undefined && localNames.length) process.env.LEASEHOLD_INVOKABLE = localNames.join(',');
-  return { demoDir, config, app, localNames, timeoutMs, concurrency, scheduleMs };
+  let traces: Prepared['traces'];
+  try {
+    traces = await startLocalTraces(process.env.LEASEHOLD_TRACES);
+  } catch (e) {
+    say(`leasehold dev: ${(e as Error).message}`);
+    return 2;
+  }
+  return { demoDir, config, app, localNames, timeoutMs, concurrency, scheduleMs, traces };
 }
 
 /** Two `assets` hooks: the first that answers a request wins. */
@@ -221,6 +231,8 @@ function either(
 
 /** Start everything, run the demos, wait until told to stop (or idle), and stop. Answers the exit code. */
 async function serve(options: DevOptions, p: Prepared, stack: Stack): Promise<number> {
+  // Last out: spans of the stopping services are still printed.
+  stack.stopServices.unshift(() => p.traces.stop());
   const { sql, applied, dbWhere, databaseUrl } = await startDatabase(stack, p.config);
   const invokeUrl = await startInvoke(stack, p, databaseUrl);
   const events = await startEvents(stack, p.app);
@@ -265,6 +277,7 @@ async function serve(options: DevOptions, p: Prepared, stack: Stack): Promise<nu
     `  sink       ${sink.url} (webhook endpoints for outbox-delivery units; LEASEHOLD_OUTBOX_ALLOW=${process.env.LEASEHOLD_OUTBOX_ALLOW})`,
   );
   say(`  logs       ${options.verbose ? 'printed' : relative(stack.cwd, stack.logFile)}`);
+  if (p.traces.mode === 'console') say('  traces     printed as each span ends (LEASEHOLD_TRACES=console)');
   say('Ctrl-C stops (running batches are handed off).');
 
   const stop = onSignals(stack);

@@ -1,4 +1,4 @@
-// createHandlers: the middy chain of each of a runner's five functions (docs/design.md,
+// createHandlers: the middy chain of each of a runner's six functions (docs/design.md,
 // "Serverless runtime"); `leasehold/lambda` exports it, functions/ call it.
 import middy from '@middy/core';
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from 'aws-lambda';
@@ -21,12 +21,17 @@ import {
 } from './handlers.js';
 import { httpErrorBoundary, invocation } from './middleware.js';
 import type { SchedulerResult } from './scheduler.js';
+import { streamingHandler, type StreamingLambdaHandler } from './streaming.js';
+import { lambdaLog } from './log.js';
 import type { WorkerResult } from './worker.js';
+
+/** How long before the function's timeout a progress stream closes, ms (the client reconnects). */
+const STREAM_MARGIN_MS = 3_000;
 
 /** A Lambda handler: `(event, context) => Promise<result>`. */
 export type LambdaHandler<E, R> = (event: E, context: Context) => Promise<R>;
 
-/** The five functions of a runner, as `createHandlers` returns them. */
+/** The six functions of a runner, as `createHandlers` returns them. */
 export interface Handlers {
   /** One worker process per invocation (async `Event` invoke with `{ batchId?, invocationId? }`). */
   worker: LambdaHandler<WorkerEvent, WorkerResult>;
@@ -38,6 +43,12 @@ export interface Handlers {
   trigger: LambdaHandler<unknown, TriggerResult>;
   /** Applies the migrations at deploy time, before new code takes traffic. */
   migrate: LambdaHandler<unknown, MigrateResult>;
+  /**
+   * `GET /batches/{id}/events`, a batch's progress as Server-Sent Events, through a function URL
+   * with response streaming (docs/api.md, "Progress stream"); made with
+   * `awslambda.streamifyResponse`, so it runs only in the Lambda Node.js runtime.
+   */
+  events: StreamingLambdaHandler;
 }
 
 /** What {@link createHandlers} takes. */
@@ -117,7 +128,22 @@ export function createHandlers(options: HandlersOptions): Handlers {
     .use(invocation({ service: 'migrate' }))
     .handler(migrateInvocation);
 
-  const handlers: Handlers = { worker, scheduler, api, trigger, migrate };
+  // No middy chain: middy's own streaming mode buffers nothing we need; one log line per stream.
+  const events = streamingHandler<APIGatewayProxyEventV2>(async (event, open, context) => {
+    await prepare();
+    const { sql } = deps();
+    const { serveBatchEvents, sharedWatcher } = await import('./stream.js');
+    const log = lambdaLog('events', context);
+    const outcome = await serveBatchEvents({
+      watcher: sharedWatcher(sql),
+      event,
+      open,
+      maxMs: Math.max(1_000, context.getRemainingTimeInMillis() - STREAM_MARGIN_MS),
+    });
+    log('info', 'progress stream ended', { path: event.rawPath, outcome });
+  });
+
+  const handlers: Handlers = { worker, scheduler, api, trigger, migrate, events };
   for (const handler of Object.values(handlers)) {
     Object.defineProperty(handler, HANDLERS_MARK, { value: HANDLERS_MODULE });
   }

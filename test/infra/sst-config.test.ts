@@ -47,7 +47,7 @@ function noExistingDatabase() {
 const fn = (w: World, role: string) => w.one('sst.aws.Function', `Runner${role}`);
 
 /** The functions that run the runner's code against the database (all but the migration). */
-const RUNNER_FUNCTIONS = ['RunnerApi', 'RunnerScheduler', 'RunnerTrigger', 'RunnerWorker'];
+const RUNNER_FUNCTIONS = ['RunnerApi', 'RunnerEvents', 'RunnerScheduler', 'RunnerTrigger', 'RunnerWorker'];
 
 describe('sst.config.ts, evaluated', () => {
   it('names the app leasehold, homed on AWS, retaining and protecting only production stages', async () => {
@@ -109,6 +109,7 @@ describe('sst.config.ts, evaluated', () => {
     const refs = handlersOf(world);
     expect(refs.map((r) => r.handler).sort()).toEqual([
       'functions/leasehold.api',
+      'functions/leasehold.events',
       'functions/leasehold.migrate',
       'functions/leasehold.scheduler',
       'functions/leasehold.trigger',
@@ -140,7 +141,7 @@ describe('sst.config.ts, evaluated', () => {
     noExistingDatabase();
     const { world } = await deploy();
     const vpc = world.one('sst.aws.Vpc', 'RunnerVpc');
-    expect(functions(world).length).toBe(5);
+    expect(functions(world).length).toBe(6);
     for (const r of functions(world)) {
       expect(r.args.runtime, r.name).toBe(RUNTIME);
       expect(RUNTIME).toBe('nodejs22.x');
@@ -268,12 +269,11 @@ describe('sst.config.ts, evaluated', () => {
       path: shape(m[2]!),
     }));
     expect(documented.length).toBeGreaterThan(10);
-    // Served by `leasehold dev` beside the API, not by the API function: a deployed stage does not
-    // route it (docs/api.md, "GET /batches/{id}/events").
-    const localOnly = (d: { method: string; path: string }) => d.method === 'GET' && d.path === '/batches/{}/events';
-    expect(documented.filter(localOnly)).toHaveLength(1);
-    expect(declared.filter(localOnly)).toEqual([]);
-    for (const d of documented.filter((x) => !localOnly(x))) {
+    // The progress stream is the events function's (its URL), not the HTTP API's (docs/api.md,
+    // "GET /batches/{id}/events").
+    const streamOnly = (d: { method: string; path: string }) => d.method === 'GET' && d.path === '/batches/{}/events';
+    expect(documented.filter(streamOnly)).toHaveLength(1);
+    for (const d of documented.filter((x) => !streamOnly(x))) {
       expect(
         declared.some((r) => r.path === d.path && (r.method === 'ANY' || r.method === d.method)),
         `${d.method} ${d.path}`,
@@ -291,6 +291,29 @@ describe('sst.config.ts, evaluated', () => {
     );
     for (const d of documented)
       expect(listed.has(`${d.method} ${shape(d.path)}`), `Routes lists ${d.method} ${d.path}`).toBe(true);
+  });
+
+  it('serves the progress stream from its own function URL: IAM auth, response streaming, a one-connection pool', async () => {
+    noExistingDatabase();
+    const { world, outputs } = await deploy();
+    const events = fn(world, 'Events');
+    expect(events.args.handler).toBe('functions/leasehold.events');
+    expect(events.args.url).toEqual({ authorization: 'iam' });
+    expect(events.args.streaming).toBe(true);
+    expect(seconds(events.args.timeout)).toBe(900);
+    expect(events.args.environment.LEASEHOLD_DB_POOL_MAX).toBe('1');
+    expect(events.args.environment.LEASEHOLD_DB_USER).toBe('leasehold');
+    // It reads batches only: no invoke, no events, no S3.
+    expect(permissionsOf(events).flatMap((p) => p.actions)).toEqual(['rds-db:connect']);
+    const url = (events.instance as { url: string }).url;
+    expect(url).toMatch(/^https:\/\/.+\.lambda-url\..+\.on\.aws\/$/);
+    expect((outputs as { events?: string }).events).toBe(url);
+    // Only this function has a URL: the API stays behind API Gateway.
+    expect(
+      functions(world)
+        .filter((r) => r.args.url)
+        .map((r) => r.name),
+    ).toEqual(['RunnerEvents']);
   });
 
   it("enables IAM database auth and TLS on the instance, and grants rds-db:connect for each function's own user only", async () => {
@@ -333,7 +356,7 @@ describe('sst.config.ts, evaluated', () => {
         LEASEHOLD_DB_NAME: 'leasehold',
         LEASEHOLD_DB_USER: name === 'RunnerScheduler' ? 'leasehold_scheduler' : 'leasehold',
         LEASEHOLD_DB_IAM_AUTH: 'true',
-        LEASEHOLD_DB_POOL_MAX: '4',
+        LEASEHOLD_DB_POOL_MAX: name === 'RunnerEvents' ? '1' : '4',
         LEASEHOLD_WORKER_FUNCTION: workerName,
         LEASEHOLD_MAX_WORKERS: '10',
         LEASEHOLD_DEADLINE_MARGIN_MS: '10000',
@@ -589,11 +612,12 @@ describe('sst.config.ts, evaluated', () => {
     ).toThrow(/LEASEHOLD_VPC_SECURITY_GROUPS/);
   });
 
-  it('returns the API URL, the bus, the worker and the database host as outputs', async () => {
+  it('returns the API URL, the progress stream URL, the bus, the worker and the database host as outputs', async () => {
     noExistingDatabase();
     const { world, outputs } = await deploy();
     expect(outputs).toEqual({
       api: (world.one('sst.aws.ApiGatewayV2', 'RunnerHttpApi').instance as { url: string }).url,
+      events: (fn(world, 'Events').instance as { url: string }).url,
       bus: (world.one('sst.aws.Bus', 'RunnerEvents').instance as { name: string }).name,
       worker: 'leasehold-dev-runner-worker',
       database: DB_HOST,
@@ -725,7 +749,7 @@ describe('the Leasehold component, constructed directly', () => {
         },
       },
     });
-    expect(seen.sort()).toEqual(['JobsApi', 'JobsMigrate', 'JobsScheduler', 'JobsTrigger', 'JobsWorker']);
+    expect(seen.sort()).toEqual(['JobsApi', 'JobsEvents', 'JobsMigrate', 'JobsScheduler', 'JobsTrigger', 'JobsWorker']);
     const worker = world.one('sst.aws.Function', 'JobsWorker');
     expect(worker.args).toMatchObject({
       memory: '3008 MB',

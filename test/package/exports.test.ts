@@ -138,6 +138,7 @@ describe('the public API', () => {
         'MigrateResult',
         'SchedulerResult',
         'SchemaSkipped',
+        'StreamingLambdaHandler',
         'TriggerResult',
         'WorkerEvent',
         'WorkerResult',

@@ -101,6 +101,11 @@ export function installStandIns(stage: string, options: StandInOptions): World {
     get nodes() {
       return { function: { name: this.name, arn: this.arn } };
     }
+    /** As SST's: the function URL, which exists only with the `url` option. */
+    get url() {
+      if (!this.record.args.url) throw new Error(`Function ${this.record.name}: no url: set the url option`);
+      return `https://${this.name}.lambda-url.${REGION}.on.aws/`;
+    }
   }
 
   class Vpc extends Recording {

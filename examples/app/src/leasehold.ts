@@ -6,7 +6,7 @@ import { createHandlers, type LocalFunctions } from 'leasehold/lambda';
 import { handler as score } from './functions/score.js';
 import { squares, uptimeCheck } from './jobs.js';
 
-export const { worker, scheduler, api, trigger, migrate } = createHandlers({
+export const { worker, scheduler, api, trigger, migrate, events } = createHandlers({
   jobs: [squares, lambdaInvoke],
   unitJobs: [uptimeCheck],
 });
