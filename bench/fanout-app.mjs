@@ -16,4 +16,4 @@ const timer = {
   parallel: 16,
 };
 
-export const { worker, scheduler, api, trigger, migrate } = createHandlers({ jobs: [timer] });
+export const { worker, scheduler, api, trigger, migrate, events } = createHandlers({ jobs: [timer] });

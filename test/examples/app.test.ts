@@ -83,6 +83,7 @@ describe('examples/app', () => {
       const refs = handlersOf(world);
       expect(refs.map((r) => `${r.where} ${r.handler}`).sort()).toEqual([
         'Function RunnerApi src/leasehold.api',
+        'Function RunnerEvents src/leasehold.events',
         'Function RunnerMigrate src/leasehold.migrate',
         'Function RunnerScheduler src/leasehold.scheduler',
         'Function RunnerTrigger src/leasehold.trigger',
