@@ -1,9 +1,11 @@
 // Bulk actions: one request cancels, pauses, resumes or redrives every batch a filter matches, as
 // one tracked action (docs/design.md, "Bulk actions"; issue 39). The action snapshots the batches
-// it matched, then works them in bounded chunks claimed with FOR UPDATE SKIP LOCKED; each batch
-// goes through the one-batch code path (the cancel, pause and resume statements, redriveBatch) in a
-// short transaction of its own under a short lock_timeout, so the action never waits long on a
-// worker and never holds a lock a worker waits on for longer than one batch's end.
+// it matched, then works them in bounded chunks claimed with FOR UPDATE SKIP LOCKED. A cancel ends
+// a chunk in one short transaction (sql/cancels.ts); otherwise, and when that chunk meets a lock
+// it may not wait for, each batch goes through the one-batch code path (the cancel, pause and
+// resume statements, redriveBatch) in a short transaction of its own. Both run under a short
+// lock_timeout, so the action never waits long on a worker and never holds a lock a worker waits
+// on for longer than one chunk's cancel or one batch's end.
 import { randomUUID } from 'node:crypto';
 import { codeOf, LeaseholdError } from '../errors.js';
 import type { Sql } from '../store/index.js';
@@ -12,6 +14,7 @@ import { redriveBatch } from './redrive.js';
 import { isUuid } from './batches.js';
 import * as a from './sql/actions.js';
 import * as q from './sql/index.js';
+import { cancelBatches } from './sql/cancels.js';
 
 export type { ActionFilter, ActionKind, FilterStatus } from './sql/actions.js';
 
@@ -55,7 +58,7 @@ export interface ActionSettings {
   maxMatched: number;
   /** Batches one chunk claims. @defaultValue 100 */
   chunk: number;
-  /** Batches of a chunk worked at once (each its own transaction). @defaultValue 4 */
+  /** Batches of a chunk worked at once, each its own transaction (pause, resume, redrive, and a cancel's chunk that met a lock it may not wait for: a cancel ends its chunk in one). @defaultValue 4 */
   parallel: number;
   /** `lock_timeout` of one batch's transaction, ms: a batch a worker holds longer is busy, tried later. @defaultValue 200 */
   lockTimeoutMs: number;
@@ -240,6 +243,45 @@ async function workOne(
   }
 }
 
+// A chunk's batches one by one through workOne, `parallel` at a time.
+async function workEach(
+  sql: Sql,
+  kind: a.ActionKind,
+  actionId: string,
+  ids: string[],
+  s: ActionSettings,
+): Promise<a.BatchOutcome[]> {
+  const outcomes: a.BatchOutcome[] = [];
+  let next = 0;
+  const lane = async () => {
+    while (next < ids.length) outcomes.push(await workOne(sql, kind, actionId, ids[next++], s));
+  };
+  await Promise.all(Array.from({ length: Math.min(s.parallel, ids.length) }, lane));
+  return outcomes;
+}
+
+// A cancel's chunk in one short transaction (sql/cancels.ts: four statements for the chunk, not
+// four per batch, and each tenant's row locked once, for the last statement and the commit). A
+// batch whose rows a worker holds past the lock_timeout, or a deadlock, makes the whole chunk's
+// transaction fail: then undefined, and the chunk is worked one batch at a time as before, so
+// only the batches really held are busy.
+async function cancelChunk(sql: Sql, ids: string[], s: ActionSettings): Promise<a.BatchOutcome[] | undefined> {
+  try {
+    const { cancelled, others } = await shortLocks(sql, s.lockTimeoutMs, (t) => cancelBatches(t, ids));
+    return [
+      ...cancelled.map((batchId): a.BatchOutcome => ({ batchId, outcome: 'done' })),
+      ...[...others].map(([batchId, status]): a.BatchOutcome => ({
+        batchId,
+        outcome: 'skipped',
+        reason: status ? `already ${status}` : 'not_found',
+      })),
+    ];
+  } catch (e) {
+    if (isBusy(e)) return undefined;
+    throw e;
+  }
+}
+
 /** What one {@link workAction} call did. */
 export interface WorkResult {
   /** Chunks it claimed and recorded. */
@@ -254,8 +296,9 @@ export interface WorkResult {
  * Work an action's batches in chunks of `chunk` until none is left or `budgetMs` has passed (a
  * chunk begun is finished): each chunk is claimed with FOR UPDATE SKIP LOCKED (so the API call
  * and the scheduler, or two scheduler runs, never work one batch at once) and committed before
- * its batches are worked, `parallel` at a time, each through the one-batch code path; its
- * outcomes are recorded in one statement. Cancelled batches' Batch Finished events are sent by
+ * its batches are worked: a cancel's chunk in one transaction (its batches one at a time when it
+ * meets a lock it may not wait for), others `parallel` at a time, each through the one-batch code
+ * path; its outcomes are recorded in one statement. Cancelled batches' Batch Finished events are sent by
  * the scheduler's events service; resumed and redriven batches get workers from its dispatch.
  * Safe to call from anywhere at any time, any number of times at once.
  * @throws {ActionNotFoundError} no action has this id.
@@ -275,12 +318,8 @@ export async function workAction(
   while (!result.finished && (result.chunks === 0 || performance.now() - started < budgetMs)) {
     const ids = await a.claimChunk(sql, { actionId: id, limit: s.chunk, takeMs: s.takeMs });
     if (ids.length === 0) break;
-    const outcomes: a.BatchOutcome[] = [];
-    let next = 0;
-    const lane = async () => {
-      while (next < ids.length) outcomes.push(await workOne(sql, row.action, id, ids[next++], s));
-    };
-    await Promise.all(Array.from({ length: Math.min(s.parallel, ids.length) }, lane));
+    const outcomes =
+      (row.action === 'cancel' && (await cancelChunk(sql, ids, s))) || (await workEach(sql, row.action, id, ids, s));
     await a.recordOutcomes(sql, id, outcomes, s);
     result.chunks++;
     result.batches += outcomes.length;

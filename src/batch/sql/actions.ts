@@ -1,8 +1,8 @@
 // The statements of bulk actions (leasehold_actions, leasehold_action_batches; migration 032;
 // docs/design.md, "Bulk actions"): make an action with its snapshot of matched batches, claim a
 // chunk of its batches, record their outcomes, and read its progress. None of them touches a
-// batch row: the action's work on each batch is the one-batch statements' (ends.ts, steer.ts,
-// redrives.ts), each in its own short transaction.
+// batch row: the action's work on the batches is a chunk's cancel (cancels.ts) or the one-batch
+// statements' (ends.ts, steer.ts, redrives.ts), each in its own short transaction.
 import type { Sql } from '../../store/index.js';
 import type { BatchStatus } from '../types.js';
 

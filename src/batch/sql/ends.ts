@@ -94,7 +94,7 @@ export async function noLateRuns(t: Sql, batchId: string, lastTry: boolean): Pro
 }
 
 /** An end found runs that joined while it ran: it is rolled back and tried again (see noLateRuns). */
-class LateRunsJoined extends Error {}
+export class LateRunsJoined extends Error {}
 
 // The late run rows deleted behind the batch row: an end's last try (see noLateRuns).
 function endLateRuns(sql: Sql, batchId: string) {

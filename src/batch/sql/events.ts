@@ -4,6 +4,7 @@
 // statement, so no sender holds a lock or a transaction across a send, two senders do not take
 // one row at once, and a sender that dies leaves the row to the next after the window. Every
 // comparison of time is with now().
+import type postgres from 'postgres';
 import type { Sql } from '../../store/index.js';
 import { storableText } from '../values.js';
 import { RESULTS_MAX_TRIES } from './results.js';
@@ -81,17 +82,38 @@ function detailWithResults(sql: Sql) {
 // (the caller holds the batch row): one row with a fresh id, its detail built from the batch row,
 // and the start's notify URL. Only a batch no longer open gets one.
 export async function writeEndEvent(tx: Sql, batchId: string): Promise<void> {
-  await tx`with e as (select gen_random_uuid() as id)
-    insert into leasehold_batch_events (id, batch_id, tenant, detail, notify_url)
-    select e.id, b.id, b.tenant, jsonb_build_object(
-        'id', e.id, 'batchId', b.id, 'tenant', b.tenant, 'datasource', b.datasource, 'job', b.job,
-        'requestKey', b.request_key, 'status', b.status, 'reason', b.reason, 'counts', ${eventCounts(tx)},
+  await tx`${insertEndEvents(tx, { status: tx`b.status`, finishedAt: tx`coalesce(b.finished_at, now())` }, tx`b.id = ${batchId} and b.status <> 'open'`)}`;
+}
+
+// Writes the Batch Finished events of a chunk of open batches a bulk cancel is about to end (at
+// most `ids.length` rows, none for a batch not open in this statement's snapshot), each as
+// writeEndEvent writes it once the batch is cancelled: status `cancelled`, finishedAt now() (the
+// transaction's, as the cancel's finished_at). Sent after the chunk's run rows are deleted (so
+// a move the delete waited for is counted) and before its batch rows are locked, so the tenant
+// rows the cancel's trigger locks are held for one statement, not for this one; the cancel
+// deletes the events of batches it then did not end (src/batch/sql/cancels.ts). Answers the
+// events' ids.
+export async function writeCancelEvents(tx: Sql, ids: readonly string[]): Promise<string[]> {
+  const rows = await tx<{ id: string }[]>`${insertEndEvents(
+    tx,
+    { status: tx`'cancelled'`, finishedAt: tx`now()` },
+    tx`b.id in (select x::uuid from jsonb_array_elements_text(${tx.json(ids as string[])}) as x) and b.status = 'open'`,
+  )} returning id`;
+  return rows.map((r) => r.id);
+}
+
+// The insert of Batch Finished events of the batches `b` that `where` keeps, with `as` the status and
+// finish instant in their detail; each a fresh id (a volatile column of the subquery: one per row).
+function insertEndEvents(tx: Sql, as: { status: postgres.Fragment; finishedAt: postgres.Fragment }, where: postgres.Fragment) {
+  return tx`insert into leasehold_batch_events (id, batch_id, tenant, detail, notify_url)
+    select b.event_id, b.id, b.tenant, jsonb_build_object(
+        'id', b.event_id, 'batchId', b.id, 'tenant', b.tenant, 'datasource', b.datasource, 'job', b.job,
+        'requestKey', b.request_key, 'status', ${as.status}, 'reason', b.reason, 'counts', ${eventCounts(tx)},
         'results', null, 'redrives', b.redrives,
         'createdAt', to_char(b.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-        'finishedAt', to_char(coalesce(b.finished_at, now()) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')),
+        'finishedAt', to_char(${as.finishedAt} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')),
       b.notify_url
-    from e, leasehold_batches b
-    where b.id = ${batchId} and b.status <> 'open'`;
+    from (select b.*, gen_random_uuid() as event_id from leasehold_batches b where ${where}) b`;
 }
 
 /** An event a sender took: its id, detail and the sends (or deliveries) tried, this one included. */
