@@ -1,7 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import type { S3Client } from '@aws-sdk/client-s3';
 import { InvalidSettingError } from '../errors.js';
-import { isLockTimeout, withTimeout, type Sql } from '../store/index.js';
+import type { Sql } from '../store/connect.js';
+import { isLockTimeout } from '../store/errors.js';
+import { withTimeout } from '../store/timeout.js';
 import { createBatch, type CreateOptions } from './batches.js';
 import { systemClock, type Clock } from '../clock.js';
 import * as q from './sql/index.js';
