@@ -172,6 +172,9 @@ describe('function bundles', () => {
       'src/units/outbox.ts', // the outbox's enqueue and reads (the API)
       'src/batch/retention.ts', // the scheduler's retention pass
       'src/batch/sql/retention.ts',
+      'src/batch/batches.ts', // createBatch: the API, Runner.start
+      'src/store/migrate.ts', // the migrate function
+      'src/store/roles.ts',
     ];
     expect(lazy.filter((p) => cold.has(p))).toEqual([]);
     // ...and they are in the bundle, for the invocations that need them.
