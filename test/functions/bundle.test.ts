@@ -175,6 +175,7 @@ describe('function bundles', () => {
       'src/batch/batches.ts', // createBatch: the API, Runner.start
       'src/store/migrate.ts', // the migrate function
       'src/store/roles.ts',
+      'src/jobs/lambda-invoke-call.ts', // lambda-invoke batches' items
     ];
     expect(lazy.filter((p) => cold.has(p))).toEqual([]);
     // ...and they are in the bundle, for the invocations that need them.
