@@ -37,3 +37,15 @@ export const BATCH_DEFAULTS = {
   /** The per-tenant limit of running batches `claimDispatch` applies to a tenant without its own: none. */
   maxRunning: NO_LIMIT,
 } as const;
+
+/**
+ * Defaults of `RetentionOptions` (`deleteExpiredBatches`; docs/design.md, "Retention"): 30 days,
+ * chunks of 5,000 rows, at most 500,000 rows and 10,000 ms a pass, a pause of twice each chunk's time.
+ */
+export const RETENTION_DEFAULTS = {
+  retentionDays: 30,
+  chunkRows: 5_000,
+  maxRowsPerPass: 500_000,
+  budgetMs: 10_000,
+  pauseRatio: 2,
+} as const;

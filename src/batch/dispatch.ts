@@ -4,7 +4,7 @@
 // Invoke API, and its WorkerDispatcher binds the worker limit; tests and local mode send
 // through the same interfaces.
 import type { Sql } from '../store/index.js';
-import { markDispatched } from './batches.js';
+import { markDispatched } from './sql/dispatch.js';
 
 /** The event a worker invocation receives. */
 export interface WorkerEvent {

@@ -3,7 +3,8 @@
 // (sql/pools.ts), and which of its running items holds which. A batch naming no pool has no gate
 // and sends none of these statements.
 import { InvalidSettingError } from '../errors.js';
-import { withTimeout, type Sql } from '../store/index.js';
+import type { Sql } from '../store/connect.js';
+import { withTimeout } from '../store/timeout.js';
 import type { Clock } from '../clock.js';
 import type { RateKeyItem } from './rate.js';
 import { syncPermits, type PoolLimits } from './sql/pools.js';

@@ -1,7 +1,8 @@
 // A run's side of fleet-wide rate limits (docs/design.md, "Rate limits"): the tokens it holds per
 // key, taken in blocks from the buckets in PostgreSQL (sql/rate.ts), and when a key has none left.
 import { InvalidSettingError } from '../errors.js';
-import { withTimeout, type Sql } from '../store/index.js';
+import type { Sql } from '../store/connect.js';
+import { withTimeout } from '../store/timeout.js';
 import type { Clock } from '../clock.js';
 import { pauseKey, takeTokens, type TokenAsk } from './sql/rate.js';
 

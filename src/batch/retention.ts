@@ -3,16 +3,12 @@
 import type { Clock } from '../clock.js';
 import { systemClock } from '../clock.js';
 import type { Sql } from '../store/index.js';
+import { RETENTION_DEFAULTS } from './defaults.js';
 import * as q from './sql/retention.js';
 
-/** Defaults of {@link RetentionOptions}. */
-export const RETENTION_DEFAULTS = {
-  retentionDays: 30,
-  chunkRows: 5_000,
-  maxRowsPerPass: 500_000,
-  budgetMs: 10_000,
-  pauseRatio: 2,
-} as const;
+// The defaults live beside the batch's own, so the runtime's configuration reads them without
+// loading retention's statements at every cold start.
+export { RETENTION_DEFAULTS };
 
 /** How much one retention pass may delete, and what. */
 export interface RetentionOptions {

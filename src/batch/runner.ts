@@ -1,8 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import type { S3Client } from '@aws-sdk/client-s3';
 import { InvalidSettingError } from '../errors.js';
-import { isLockTimeout, withTimeout, type Sql } from '../store/index.js';
-import { createBatch, type CreateOptions } from './batches.js';
+import type { Sql } from '../store/connect.js';
+import { isLockTimeout } from '../store/errors.js';
+import { withTimeout } from '../store/timeout.js';
+import type { CreateOptions } from './batches.js';
 import { systemClock, type Clock } from '../clock.js';
 import * as q from './sql/index.js';
 import { NO_LIMIT } from './sql/index.js';
@@ -323,6 +325,8 @@ export class Runner {
   ): Promise<{ batch: BatchInfo; created: boolean }> {
     const executor = typeof work === 'function' ? { work } : work;
     checkExecutor(executor);
+    // Imported here: a worker's runner never starts batches, so its cold start does not load the start's code.
+    const { createBatch } = await import('./batches.js');
     const started = await createBatch(this.sql, batch, options);
     if (started.created) await this.takeOver(() => executor, started.batch.id);
     return started;

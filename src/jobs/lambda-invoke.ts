@@ -1,140 +1,29 @@
 // The built-in `lambda-invoke` job: an existing Lambda function run once per item, the way a
 // Step Functions Distributed Map runs one (docs/design.md, "Batches").
 //
-// The AWS SDK is loaded on the first invoke, not when this module is imported: the `leasehold`
-// entry point exports this job and must load nothing of AWS.
-import type { InvokeCommand as InvokeCommandType, LambdaClient as LambdaClientType } from '@aws-sdk/client-lambda';
+// The invokes (lambda-invoke-call.ts) are loaded on a run's first item and the AWS SDK on the
+// first invoke, not when this module is imported: the `leasehold` entry point exports this job,
+// and a worker's cold start loads neither (docs/design.md, "Cold starts and code splitting").
 import * as z from 'zod';
 import { MAX_ITEMS_PER_CALL } from '../batch/run/calls.js';
-import { PermanentItemError, RetryAfterError } from '../batch/errors.js';
-import type { ItemCallResult, ItemInput, ItemSource } from '../batch/types.js';
-import { defineJob, InvalidParamsError, UnknownJobError, type JobCall, type JobContext } from './job.js';
-import { LeaseholdError } from '../errors.js';
+import type { ItemInput, ItemSource } from '../batch/types.js';
+import { defineJob, InvalidParamsError, UnknownJobError } from './job.js';
+import { DEFAULT_BYTES_PER_CALL, MAX_BYTES_PER_CALL, type LambdaInvokeParams } from './lambda-invoke-wire.js';
 
-/** Lambda's limit on a synchronous (`RequestResponse`) invoke's request and response payloads: 6 MB, in bytes. */
-export const MAX_SYNC_PAYLOAD_BYTES = 6_291_456;
-
-/** Params of a `lambda-invoke` batch. */
-export interface LambdaInvokeParams {
-  /**
-   * The function, by the name the deployment knows it as: a key of {@link JobContext.invokable}
-   * (`LEASEHOLD_INVOKABLE`, written by the SST component's `invokable`; locally the app's
-   * `localFunctions`). A start naming another function is refused (400).
-   */
-  functionName: string;
-  /** The items: one invoke each. Give these or `from`. */
-  items?: { key: string; input?: unknown }[];
-  /** Take the items (keys and inputs) from another job's expansion of `params`. Give this or `items`. */
-  from?: { job: string; params?: unknown };
-  /**
-   * Item batching (docs/design.md, "Item batching"): each invoke carries up to this many items,
-   * 1 to 1,000, as a {@link LambdaInvokeCallEvent}, and the function answers a result per item
-   * ({@link LambdaInvokeCallResult}). Default none: one item per invoke, as a {@link LambdaInvokeEvent}.
-   */
-  itemsPerCall?: number;
-  /**
-   * With `itemsPerCall`: most bytes of the items' `{ key, input }` as JSON in one invoke, 1 to
-   * {@link MAX_BYTES_PER_CALL}; an item larger alone goes in an invoke of its own. Default
-   * {@link DEFAULT_BYTES_PER_CALL} (256 KiB).
-   */
-  bytesPerCall?: number;
-}
-
-/** A batched invoke's byte budget when a start sets none (`bytesPerCall`): 262,144 bytes (256 KiB). */
-export const DEFAULT_BYTES_PER_CALL = 262_144;
-
-/**
- * Largest `bytesPerCall`: 5 MiB (5,242,880 bytes), so that a batched invoke's payload (the items,
- * their attempts and the batch) stays below Lambda's {@link MAX_SYNC_PAYLOAD_BYTES}.
- */
-export const MAX_BYTES_PER_CALL = 5_242_880;
-
-/** The event a batched invoke sends (a start with `itemsPerCall`; docs/design.md, "Item batching"). */
-export interface LambdaInvokeCallEvent {
-  /** 1 to `itemsPerCall` items; `input` is `null` when an item has none; `attempt` is the item's own, 1-based. */
-  items: { key: string; input: unknown; attempt: number }[];
-  /** The batch the items belong to. */
-  batch: { id: string; tenant: string };
-}
-
-/**
- * What a batched invoke's function answers: a JSON array with one entry per item of the event,
- * in any order. `{ key, output }`: the item is done with that output. `{ key, error }`: this
- * attempt of the item failed (`error` a message, or `{ errorType, errorMessage }`); it is retried
- * per `attempts`, at once `failed` with `permanent: true`. An item left out, answered twice, or
- * answered with neither or both of `output` and `error` fails its attempt saying so.
- */
-export type LambdaInvokeCallResult =
-  | { key: string; output: unknown }
-  | { key: string; error: string | { errorType?: string; errorMessage?: string }; permanent?: boolean };
-
-/**
- * The function failed one item of a batched invoke (its answer held `{ key, error }`): this
- * attempt of that item fails; with `permanent: true` the item fails at once.
- */
-export class LambdaItemError extends LeaseholdError {
-  constructor(
-    readonly functionName: string,
-    readonly key: string,
-    readonly detail: string,
-    readonly permanent: boolean,
-  ) {
-    super('item_error', `function ${functionName} failed item ${JSON.stringify(key)}: ${detail}`);
-  }
-}
-
-/** The event each invoke sends to the function. */
-export interface LambdaInvokeEvent {
-  /** The item's key, unique within the batch. */
-  key: string;
-  /** The item's input; `null` when it has none. */
-  input: unknown;
-  /** The batch the item belongs to. */
-  batch: { id: string; tenant: string };
-  /** 1-based attempt number of this item: a function with side effects can deduplicate on `(batch.id, key)`. */
-  attempt: number;
-}
-
-/** The function answered with an error (`FunctionError`): this attempt fails and is retried per `attempts`. */
-export class LambdaFunctionError extends LeaseholdError {
-  constructor(
-    readonly functionName: string,
-    readonly errorType: string,
-    readonly errorMessage: string,
-  ) {
-    super('function_error', `function ${functionName} failed: ${errorType}: ${errorMessage}`);
-  }
-}
-
-/** How long a throttled item waits when Lambda names no `retryAfterSeconds`, ms. */
-export const THROTTLE_WAIT_MS = 1_000;
-
-/**
- * Lambda throttled the invoke (429, `TooManyRequestsException`): a Retry-After wait
- * (docs/design.md, "Retry-After"). The item waits Lambda's `retryAfterSeconds`, or
- * {@link THROTTLE_WAIT_MS}, using no attempt up to the job's `maxRetryAfter` waits; past them
- * each throttle counts as a failed attempt.
- */
-export class LambdaThrottledError extends RetryAfterError {
-  readonly code = 'throttled';
-  constructor(
-    readonly functionName: string,
-    /** Lambda's words and reason, e.g. `Rate Exceeded.` and `ReservedFunctionConcurrentInvocationLimitExceeded`. */
-    readonly detail: string,
-    retryAfterMs = THROTTLE_WAIT_MS,
-  ) {
-    super(retryAfterMs, `function ${functionName} was throttled (TooManyRequestsException: ${detail})`);
-  }
-}
-
-/** A request or response over {@link MAX_SYNC_PAYLOAD_BYTES}: retrying cannot help, so the item fails at once. */
-export class LambdaPayloadTooLargeError extends PermanentItemError {
-  readonly code = 'payload_too_large';
-  constructor(message: string) {
-    super(message);
-    this.name = 'LambdaPayloadTooLargeError';
-  }
-}
+export {
+  DEFAULT_BYTES_PER_CALL,
+  LambdaFunctionError,
+  LambdaItemError,
+  LambdaPayloadTooLargeError,
+  LambdaThrottledError,
+  MAX_BYTES_PER_CALL,
+  MAX_SYNC_PAYLOAD_BYTES,
+  THROTTLE_WAIT_MS,
+  type LambdaInvokeCallEvent,
+  type LambdaInvokeCallResult,
+  type LambdaInvokeEvent,
+  type LambdaInvokeParams,
+} from './lambda-invoke-wire.js';
 
 const itemSchema = z.object({ key: z.string().min(1, 'must be a non-empty string'), input: z.unknown().optional() }).strict();
 
@@ -233,193 +122,10 @@ export const lambdaInvoke = defineJob<LambdaInvokeParams, unknown>({
   },
   itemsPerCall: (params) => params.itemsPerCall,
   bytesPerCall: (params) => (params.itemsPerCall === undefined ? undefined : (params.bytesPerCall ?? DEFAULT_BYTES_PER_CALL)),
-  runMany: invokeMany,
+  async runMany(call, ctx) {
+    return (await import('./lambda-invoke-call.js')).invokeMany(call, ctx);
+  },
   async run(item, ctx) {
-    const name = item.params.functionName;
-    const target = ctx.invokable?.[name];
-    if (target === undefined) {
-      throw new PermanentItemError(`function "${name}" is no longer invokable here (LEASEHOLD_INVOKABLE)`);
-    }
-    const event: LambdaInvokeEvent = {
-      key: item.key,
-      input: item.input ?? null,
-      batch: { id: item.batchId, tenant: item.tenant },
-      attempt: item.attempt,
-    };
-    const payload = Buffer.from(JSON.stringify(event));
-    if (payload.byteLength > MAX_SYNC_PAYLOAD_BYTES) {
-      throw new LambdaPayloadTooLargeError(
-        `the invoke payload of item "${item.key}" is ${payload.byteLength} bytes; Lambda takes at most ${MAX_SYNC_PAYLOAD_BYTES} bytes (6 MB) ` +
-          'for a synchronous invoke: pass a reference (an S3 key, a row id) as the input instead',
-      );
-    }
-    const { text, failure } = await invoke(name, target, payload, item.signal);
-    if (failure) {
-      const { errorType, errorMessage } = failure;
-      if (errorType === 'Function.ResponseSizeTooLarge') {
-        throw new LambdaPayloadTooLargeError(
-          `function ${name} answered item "${item.key}" with more than Lambda's ${MAX_SYNC_PAYLOAD_BYTES} bytes (6 MB) for a synchronous invoke: ` +
-            `return a reference (an S3 key) instead (${errorMessage})`,
-        );
-      }
-      throw new LambdaFunctionError(name, errorType, errorMessage);
-    }
-    if (text.trim() === '') return null;
-    try {
-      return JSON.parse(text) as unknown;
-    } catch {
-      throw new PermanentItemError(
-        `function ${name} answered item "${item.key}" with something that is not JSON: ${text.slice(0, 200)}`,
-      );
-    }
+    return (await import('./lambda-invoke-call.js')).invokeOne(item, ctx);
   },
 });
-
-/**
- * The batched form (docs/design.md, "Item batching"): one invoke of the call's items as a
- * {@link LambdaInvokeCallEvent}, its answer read into one result per item. What fails the whole
- * invoke (a function error, a throttle, an answer that is not a JSON array) fails this attempt
- * of each item of the call.
- */
-async function invokeMany(call: JobCall<LambdaInvokeParams>, ctx: JobContext): Promise<ItemCallResult[]> {
-  const name = call.params.functionName;
-  const target = ctx.invokable?.[name];
-  if (target === undefined) {
-    throw new PermanentItemError(`function "${name}" is no longer invokable here (LEASEHOLD_INVOKABLE)`);
-  }
-  const n = call.items.length;
-  const event: LambdaInvokeCallEvent = {
-    items: call.items.map((i) => ({ key: i.key, input: i.input ?? null, attempt: i.attempt })),
-    batch: { id: call.batchId, tenant: call.tenant },
-  };
-  const payload = Buffer.from(JSON.stringify(event));
-  if (payload.byteLength > MAX_SYNC_PAYLOAD_BYTES) {
-    // An item goes alone once it passes bytesPerCall (at most 5 MiB): only a single item's input gets here.
-    throw new LambdaPayloadTooLargeError(
-      `the invoke payload of ${n === 1 ? `item ${JSON.stringify(call.items[0]!.key)}` : `${n} items`} is ${payload.byteLength} bytes; ` +
-        `Lambda takes at most ${MAX_SYNC_PAYLOAD_BYTES} bytes (6 MB) for a synchronous invoke: pass a reference (an S3 key, a row id) as the input instead`,
-    );
-  }
-  const { text, failure } = await invoke(name, target, payload, call.signal);
-  if (failure) {
-    if (failure.errorType === 'Function.ResponseSizeTooLarge') {
-      const advice = 'return references (S3 keys) instead, or batch fewer items (itemsPerCall, bytesPerCall)';
-      const message = `function ${name} answered a call of ${n} item${n === 1 ? '' : 's'} with more than Lambda's ${MAX_SYNC_PAYLOAD_BYTES} bytes (6 MB): ${advice} (${failure.errorMessage})`;
-      // One item alone is too large for good; several may fit in smaller calls when they come back.
-      if (n === 1) throw new LambdaPayloadTooLargeError(message);
-      throw new LambdaFunctionError(name, failure.errorType, message);
-    }
-    throw new LambdaFunctionError(name, failure.errorType, failure.errorMessage);
-  }
-  let answer: unknown;
-  try {
-    answer = JSON.parse(text);
-  } catch {
-    throw new PermanentItemError(
-      `function ${name} answered a call of ${n} item${n === 1 ? '' : 's'} with something that is not JSON: ${text.slice(0, 200)}`,
-    );
-  }
-  if (!Array.isArray(answer)) {
-    throw new PermanentItemError(
-      `function ${name} answered a call of ${n} item${n === 1 ? '' : 's'} with ${text.trim() === '' ? 'nothing' : text.slice(0, 100)}, ` +
-        'not an array of { key, output } or { key, error } (docs/jobs.md, "lambda-invoke")',
-    );
-  }
-  return answer.map((entry: unknown) => itemResult(name, entry));
-}
-
-/** One entry of a batched invoke's answer as an item's result; entries without a string key are left to the call's check. */
-function itemResult(name: string, entry: unknown): ItemCallResult {
-  const e = entry as { key?: unknown; output?: unknown; error?: unknown; permanent?: unknown } | null;
-  if (e === null || typeof e !== 'object' || typeof e.key !== 'string') return entry as ItemCallResult;
-  const key = e.key;
-  const failed = e.error !== undefined && e.error !== null;
-  const hasOutput = Object.prototype.hasOwnProperty.call(e, 'output');
-  if (failed === hasOutput) {
-    const what = failed ? 'both "output" and "error"' : 'neither "output" nor "error"';
-    return { key, error: new PermanentItemError(`function ${name} answered item ${JSON.stringify(key)} with ${what}`) };
-  }
-  if (!failed) return { key, output: e.output };
-  const err = e.error as { errorType?: unknown; errorMessage?: unknown };
-  const detail =
-    typeof e.error === 'string'
-      ? e.error
-      : typeof err === 'object' && (typeof err.errorType === 'string' || typeof err.errorMessage === 'string')
-        ? [err.errorType, err.errorMessage].filter((x) => typeof x === 'string').join(': ')
-        : JSON.stringify(e.error).slice(0, 500);
-  return { key, error: new LambdaItemError(name, key, detail, e.permanent === true) };
-}
-
-/**
- * One synchronous invoke: the response's text, and its function error when it has one.
- * @throws what {@link invokeError} makes of the SDK's error (a throttle, a payload refused, a missing function).
- */
-async function invoke(
-  name: string,
-  target: string,
-  payload: Uint8Array,
-  signal: AbortSignal,
-): Promise<{ text: string; failure?: { errorType: string; errorMessage: string } }> {
-  const { client, InvokeCommand } = await lambdaClient();
-  let out;
-  try {
-    out = await client.send(new InvokeCommand({ FunctionName: target, InvocationType: 'RequestResponse', Payload: payload }), {
-      abortSignal: signal,
-    });
-  } catch (e) {
-    throw invokeError(name, e);
-  }
-  const text = out.Payload && out.Payload.byteLength > 0 ? Buffer.from(out.Payload).toString('utf8') : '';
-  return out.FunctionError ? { text, failure: functionError(text, out.FunctionError) } : { text };
-}
-
-/** Lambda's error payload `{ errorType, errorMessage }`, or what there is of it. */
-function functionError(text: string, kind: string): { errorType: string; errorMessage: string } {
-  try {
-    const e = JSON.parse(text) as { errorType?: unknown; errorMessage?: unknown };
-    return {
-      errorType: typeof e.errorType === 'string' ? e.errorType : kind,
-      errorMessage: typeof e.errorMessage === 'string' ? e.errorMessage : text.slice(0, 500),
-    };
-  } catch {
-    return { errorType: kind, errorMessage: text.slice(0, 500) };
-  }
-}
-
-/** What an SDK error means for the attempt. */
-function invokeError(functionName: string, e: unknown): Error {
-  const err = e as { name?: string; message?: string; Reason?: string; retryAfterSeconds?: unknown };
-  switch (err.name) {
-    case 'TooManyRequestsException': {
-      const seconds = Number(err.retryAfterSeconds);
-      return new LambdaThrottledError(
-        functionName,
-        [err.message, err.Reason].filter(Boolean).join(' ') || 'no reason given',
-        err.retryAfterSeconds !== undefined && Number.isFinite(seconds) && seconds >= 0 ? seconds * 1000 : THROTTLE_WAIT_MS,
-      );
-    }
-    case 'RequestTooLargeException':
-    case 'RequestEntityTooLargeException':
-      return new LambdaPayloadTooLargeError(`function ${functionName}: Lambda refused the payload as too large: ${err.message}`);
-    case 'ResourceNotFoundException':
-      return new PermanentItemError(`function ${functionName} does not exist: ${err.message}`);
-    default:
-      return e instanceof Error ? e : new Error(String(e));
-  }
-}
-
-let cached: { endpoint: string | undefined; client: LambdaClientType; InvokeCommand: typeof InvokeCommandType } | undefined;
-
-/**
- * One Lambda client per endpoint (`AWS_ENDPOINT_URL_LAMBDA`, set locally to the local invoke
- * endpoint), with the SDK's retries off: a throttle or a failure is the attempt's, and the
- * item's `attempts` and backoff decide what follows.
- */
-async function lambdaClient() {
-  const endpoint = process.env.AWS_ENDPOINT_URL_LAMBDA;
-  if (!cached || cached.endpoint !== endpoint) {
-    const sdk = await import('@aws-sdk/client-lambda');
-    cached = { endpoint, client: new sdk.LambdaClient({ maxAttempts: 1 }), InvokeCommand: sdk.InvokeCommand };
-  }
-  return cached;
-}

@@ -1,10 +1,9 @@
 import { delimiter } from 'node:path';
 import { tmpdir } from 'node:os';
 import * as z from 'zod';
-import { BATCH_DEFAULTS } from '../batch/defaults.js';
+import { BATCH_DEFAULTS, RETENTION_DEFAULTS } from '../batch/defaults.js';
 import { DEFAULT_START_LIMITS } from '../batch/items.js';
 import { MAX_CONCURRENCY } from '../batch/types.js';
-import { RETENTION_DEFAULTS } from '../batch/retention.js';
 import { RUNNER_DEFAULTS, runnerSettings, type RunnerSettings } from '../batch/runner.js';
 import type { ComponentVariable } from '../contract.js';
 import { InvalidSettingError, LeaseholdError } from '../errors.js';

@@ -1,6 +1,6 @@
 import type { LambdaClient } from '@aws-sdk/client-lambda';
 import { sendWorkers, type Dispatcher, type SendWorkersOptions, type WorkerEvent, type WorkerSender } from '../batch/dispatch.js';
-import { undispatch } from '../batch/batches.js';
+import { undispatch } from '../batch/sql/dispatch.js';
 import { planInvocations, reserveInvocations, type BatchInvocation, type InvocationPlan } from '../lease/sql/fleet.js';
 import type { Sql } from '../store/connect.js';
 import type { Config } from './config.js';

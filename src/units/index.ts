@@ -28,9 +28,6 @@ export {
   outboxDeliveryJob,
   outboxConfigSchema,
   outboxShard,
-  enqueueOutbox,
-  markDelivered,
-  outboxStatus,
   idempotencyKey,
   NoOutboxUnitsError,
   OUTBOX_JOB,
@@ -38,11 +35,10 @@ export {
   ASSIGN_BATCH,
   MAX_RETRY_AFTER_MS,
   type OutboxConfig,
-  type OutboxStatus,
-  type OutboxEndpointStatus,
   type OutboxDeliveryOptions,
   type OutboxDeliveryBody,
 } from './outbox-delivery.js';
+export { enqueueOutbox, markDelivered, outboxStatus, type OutboxStatus, type OutboxEndpointStatus } from './outbox.js';
 
 /** Unit jobs shipped with leasehold: `outbox-delivery` with default settings. */
 export const builtinUnitJobs: UnitJob<unknown>[] = [outboxDeliveryJob as UnitJob<unknown>];

@@ -166,6 +166,16 @@ describe('function bundles', () => {
       'src/trigger/trigger.ts',
       'src/runtime/stream.ts', // the progress stream (the events function)
       'src/api/batch-events.ts',
+      'src/units/outbox-run.ts', // a run of an outbox delivery unit
+      'src/units/sql/outbox.ts',
+      'src/units/webhook.ts',
+      'src/units/outbox.ts', // the outbox's enqueue and reads (the API)
+      'src/batch/retention.ts', // the scheduler's retention pass
+      'src/batch/sql/retention.ts',
+      'src/batch/batches.ts', // createBatch: the API, Runner.start
+      'src/store/migrate.ts', // the migrate function
+      'src/store/roles.ts',
+      'src/jobs/lambda-invoke-call.ts', // lambda-invoke batches' items
     ];
     expect(lazy.filter((p) => cold.has(p))).toEqual([]);
     // ...and they are in the bundle, for the invocations that need them.

@@ -2,7 +2,8 @@
 // (batch and run id, so every statement is fenced on it), its retried store call and statement
 // count, why it stops, and the wake-up of its loop. The run (run.ts) makes one per run.
 import { LeaseholdError } from '../../errors.js';
-import { withTimeout, type Sql } from '../../store/index.js';
+import type { Sql } from '../../store/connect.js';
+import { withTimeout } from '../../store/timeout.js';
 import type { BatchInfo } from '../types.js';
 import type { RunTrace } from './tracing.js';
 import type { RunSettings } from './types.js';

@@ -2,7 +2,8 @@
 // checkpoints"): what `ctx.heartbeat` and `ctx.checkpoint` write for each attempt the run
 // executes, and which attempts may have gone stale. The executor (executor.ts) owns the
 // attempts; this keeps their writes ordered, coalesced and bounded.
-import { withTimeout, type Sql } from '../../store/index.js';
+import type { Sql } from '../../store/connect.js';
+import { withTimeout } from '../../store/timeout.js';
 import type { Clock } from '../../clock.js';
 import { CheckpointTooLargeError, ItemLostError, UnstorableStateError } from '../errors.js';
 import { beatItem } from '../sql/heartbeats.js';

@@ -3,7 +3,7 @@
 // whose last items other runs hold, a surplus run above a lowered `maxConcurrency` or of a paused
 // batch, a passed deadline, the handoff, giving up a batch whose runs keep stalling, the batch's
 // finish when nothing is left, and its end once more items failed than it tolerates. Every statement is fenced on the run's own lease.
-import { withTimeout } from '../../store/index.js';
+import { withTimeout } from '../../store/timeout.js';
 import { BatchGivenUpError } from '../errors.js';
 import * as q from '../sql/index.js';
 import { parkRun } from '../sql/waits.js';

@@ -8,7 +8,7 @@ import * as q from '../sql/index.js';
 import { PoolGate, poolLimitsOf } from '../pool.js';
 import { RATE_WAIT_IN_QUEUE_MS, RateGate, type RateLimit } from '../rate.js';
 import { releasePermits } from '../sql/pools.js';
-import { withTimeout } from '../../store/index.js';
+import { withTimeout } from '../../store/timeout.js';
 import type { RunContext } from './context.js';
 import { givenBack } from './settled.js';
 import { CLAIM_AHEAD_MS, type Settled } from './types.js';
