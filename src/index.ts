@@ -37,6 +37,7 @@ export type {
   ItemsCall,
   ItemSource,
   ItemState,
+  ItemWait,
   ItemsWork,
   ItemWork,
   ToleratedFailures,

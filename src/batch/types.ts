@@ -249,6 +249,26 @@ export interface ItemResult {
   progress?: unknown;
   /** When its work last beat (heartbeat or checkpoint), database clock; null when never. Set by item pages. */
   heartbeatAt?: Date | null;
+  /**
+   * A waiting item's wait and its deadlines (docs/design.md, "Waiting items: callbacks and
+   * sleeps"); null for an item in any other state. Set by item pages.
+   */
+  wait?: ItemWait | null;
+}
+
+/** What a waiting item waits for and until when (database clock). */
+export interface ItemWait {
+  kind: 'callback' | 'sleep';
+  /**
+   * When it wakes by time if nothing else wakes it first: a sleep's wake time; a callback's
+   * timeout, or its heartbeat deadline when that comes sooner (the expiry pass wakes it then,
+   * timed out).
+   */
+  wakeAt: Date;
+  /** A callback's overall timeout (`timeoutMs` after it was registered); null for a sleep. */
+  timeoutAt: Date | null;
+  /** A callback's heartbeat deadline (moved by each `/heartbeat`); null: no `heartbeatTimeoutMs`, or a sleep. */
+  heartbeatBy: Date | null;
 }
 
 /** What one item's work receives. */

@@ -95,6 +95,7 @@ describe('the public API', () => {
         'ItemResult',
         'ItemSource',
         'ItemState',
+        'ItemWait',
         'ItemWork',
         'ItemsCall',
         'ItemsWork',
