@@ -360,6 +360,14 @@ export interface CallbackHandle {
   token: string;
   /** `{LEASEHOLD_CALLBACK_URL}/callbacks/{token}`; null when no address is configured. */
   url: string | null;
+  /**
+   * Withdraw the wait before the work returns (a token handed out in case the other side answers
+   * "waiting", which it did not: `lambda-invoke`'s `callback`): the item does not park, and the
+   * attempt may wait again. A completion stored before is ignored (never wakes the item); one
+   * after answers 404 `callback_not_found`. Best effort: a wait the store could not drop is deleted by the expiry
+   * pass at its time, and never wakes an item that did not wait on it.
+   */
+  cancel(): Promise<void>;
 }
 
 /** How a callback ended, as the item's next attempt reads it. */

@@ -7,8 +7,8 @@ import type { InvokeCommand as InvokeCommandType, LambdaClient as LambdaClientTy
 import * as z from 'zod';
 import { MAX_ITEMS_PER_CALL } from '../batch/run/calls.js';
 import { PermanentItemError, RetryAfterError } from '../batch/errors.js';
-import type { ItemCallResult, ItemInput, ItemSource } from '../batch/types.js';
-import { defineJob, InvalidParamsError, UnknownJobError, type JobCall, type JobContext } from './job.js';
+import { MAX_WAIT_MS, type CallbackHandle, type ItemCallResult, type ItemInput, type ItemSource } from '../batch/types.js';
+import { defineJob, InvalidParamsError, UnknownJobError, type JobCall, type JobContext, type JobItem } from './job.js';
 import { LeaseholdError } from '../errors.js';
 
 /** Lambda's limit on a synchronous (`RequestResponse`) invoke's request and response payloads: 6 MB, in bytes. */
@@ -38,6 +38,24 @@ export interface LambdaInvokeParams {
    * {@link DEFAULT_BYTES_PER_CALL} (256 KiB).
    */
   bytesPerCall?: number;
+  /**
+   * Let the function answer "waiting" (docs/jobs.md, "lambda-invoke"): each item's event carries a
+   * callback `{ token, url }`, registered before the invoke with this `timeoutMs` (1 ms to a year)
+   * and `heartbeatTimeoutMs` (up to it). A function that answers `{ "waiting": "<token>" }` (in a
+   * batched answer `{ key, waiting: "<token>" }`) parks the item (`waiting`, no run slot, no
+   * Lambda time) until the token is completed (`POST /callbacks/{token}/succeed` or `/fail`): a
+   * success's result is the item's output, a failure fails the attempt, a timeout too. Any other
+   * answer withdraws the callback. Default none: no callback, one answer per invoke.
+   */
+  callback?: { timeoutMs: number; heartbeatTimeoutMs?: number };
+}
+
+/** What a `lambda-invoke` event carries when the batch has a `callback`: the item's callback to hand out. */
+export interface LambdaInvokeCallback {
+  /** The signed token: complete it with `POST /callbacks/{token}/succeed|fail|heartbeat`. */
+  token: string;
+  /** `{LEASEHOLD_CALLBACK_URL}/callbacks/{token}`; null when no address is configured. */
+  url: string | null;
 }
 
 /** A batched invoke's byte budget when a start sets none (`bytesPerCall`): 262,144 bytes (256 KiB). */
@@ -51,8 +69,11 @@ export const MAX_BYTES_PER_CALL = 5_242_880;
 
 /** The event a batched invoke sends (a start with `itemsPerCall`; docs/design.md, "Item batching"). */
 export interface LambdaInvokeCallEvent {
-  /** 1 to `itemsPerCall` items; `input` is `null` when an item has none; `attempt` is the item's own, 1-based. */
-  items: { key: string; input: unknown; attempt: number }[];
+  /**
+   * 1 to `itemsPerCall` items; `input` is `null` when an item has none; `attempt` is the item's
+   * own, 1-based; `callback` only when the batch has one (params `callback`).
+   */
+  items: { key: string; input: unknown; attempt: number; callback?: LambdaInvokeCallback }[];
   /** The batch the items belong to. */
   batch: { id: string; tenant: string };
 }
@@ -66,7 +87,9 @@ export interface LambdaInvokeCallEvent {
  */
 export type LambdaInvokeCallResult =
   | { key: string; output: unknown }
-  | { key: string; error: string | { errorType?: string; errorMessage?: string }; permanent?: boolean };
+  | { key: string; error: string | { errorType?: string; errorMessage?: string }; permanent?: boolean }
+  /** With params `callback`: the item waits for its callback (`waiting` is its token). */
+  | { key: string; waiting: string };
 
 /**
  * The function failed one item of a batched invoke (its answer held `{ key, error }`): this
@@ -93,6 +116,8 @@ export interface LambdaInvokeEvent {
   batch: { id: string; tenant: string };
   /** 1-based attempt number of this item: a function with side effects can deduplicate on `(batch.id, key)`. */
   attempt: number;
+  /** The item's callback, only when the batch has one (params `callback`): answer `{ "waiting": token }` to wait for it. */
+  callback?: LambdaInvokeCallback;
 }
 
 /** The function answered with an error (`FunctionError`): this attempt fails and is retried per `attempts`. */
@@ -148,6 +173,16 @@ const paramsSchema = z
       .optional(),
     itemsPerCall: z.number().int().min(1).max(MAX_ITEMS_PER_CALL).optional(),
     bytesPerCall: z.number().int().min(1).max(MAX_BYTES_PER_CALL).optional(),
+    callback: z
+      .object({
+        timeoutMs: z.number().int().min(1).max(MAX_WAIT_MS),
+        heartbeatTimeoutMs: z.number().int().min(1).max(MAX_WAIT_MS).optional(),
+      })
+      .strict()
+      .refine((c) => c.heartbeatTimeoutMs === undefined || c.heartbeatTimeoutMs <= c.timeoutMs, {
+        message: 'heartbeatTimeoutMs must be at most timeoutMs',
+      })
+      .optional(),
   })
   .strict();
 
@@ -172,6 +207,11 @@ const paramsSchema = z
  *   answers a JSON array of {@link LambdaInvokeCallResult} `{ key, output }` or `{ key, error }`.
  *   Each item's result and attempts stay its own; what fails the whole invoke (a function
  *   error, a throttle, an answer that is not a JSON array) fails this attempt of each of its items.
+ * - With `callback` (docs/jobs.md, "A function that waits") each item's event carries a
+ *   {@link LambdaInvokeCallback} registered before the invoke; a function that answers
+ *   `{ waiting: token }` (batched: `{ key, waiting: token }`) parks the item until the callback
+ *   is completed: a success's result is its output (no second invoke), a failure
+ *   ({@link LambdaCallbackError}) or a timeout fails the attempt. Any other answer withdraws it.
  *
  * 4 invokes at once per run; spread it to change that (`{ ...lambdaInvoke, parallel: 16 }`).
  */
@@ -202,6 +242,7 @@ export const lambdaInvoke = defineJob<LambdaInvokeParams, unknown>({
     const batching = {
       ...(params.itemsPerCall !== undefined ? { itemsPerCall: params.itemsPerCall } : {}),
       ...(params.bytesPerCall !== undefined ? { bytesPerCall: params.bytesPerCall } : {}),
+      ...(params.callback !== undefined ? { callback: params.callback } : {}),
     };
     if (params.items) {
       const seen = new Set<string>();
@@ -240,11 +281,15 @@ export const lambdaInvoke = defineJob<LambdaInvokeParams, unknown>({
     if (target === undefined) {
       throw new PermanentItemError(`function "${name}" is no longer invokable here (LEASEHOLD_INVOKABLE)`);
     }
+    const answered = callbackAnswer(item);
+    if (answered) return answered.output;
+    const callback = await offerCallback(item);
     const event: LambdaInvokeEvent = {
       key: item.key,
       input: item.input ?? null,
       batch: { id: item.batchId, tenant: item.tenant },
       attempt: item.attempt,
+      ...(callback ? { callback: { token: callback.token, url: callback.url } } : {}),
     };
     const payload = Buffer.from(JSON.stringify(event));
     if (payload.byteLength > MAX_SYNC_PAYLOAD_BYTES) {
@@ -264,16 +309,58 @@ export const lambdaInvoke = defineJob<LambdaInvokeParams, unknown>({
       }
       throw new LambdaFunctionError(name, errorType, errorMessage);
     }
-    if (text.trim() === '') return null;
-    try {
-      return JSON.parse(text) as unknown;
-    } catch {
-      throw new PermanentItemError(
-        `function ${name} answered item "${item.key}" with something that is not JSON: ${text.slice(0, 200)}`,
-      );
+    let output: unknown = null;
+    if (text.trim() !== '') {
+      try {
+        output = JSON.parse(text) as unknown;
+      } catch {
+        throw new PermanentItemError(
+          `function ${name} answered item "${item.key}" with something that is not JSON: ${text.slice(0, 200)}`,
+        );
+      }
     }
+    // `{ "waiting": <its token> }`: the item parks on the callback registered above; any other
+    // answer is the output, and the callback is withdrawn.
+    const w = output as { waiting?: unknown } | null;
+    if (callback && w !== null && typeof w === 'object' && Object.keys(w).length === 1 && w.waiting === callback.token) {
+      return null;
+    }
+    await callback?.cancel();
+    return output;
   },
 });
+
+/**
+ * The item's callback answered (its attempt waited and was woken): a success's result is its
+ * output, a failure fails the attempt. Undefined: no callback answered this attempt (a timeout
+ * fails it before its work runs).
+ * @throws {LambdaCallbackError} the callback was failed.
+ */
+function callbackAnswer(item: JobItem<LambdaInvokeParams>): { output: unknown } | undefined {
+  const c = item.callback;
+  if (!c) return undefined;
+  if (c.status === 'succeeded') return { output: c.result };
+  if (c.status === 'failed') throw new LambdaCallbackError(item.params.functionName, item.key, c.error);
+  return undefined;
+}
+
+/** Registers the item's callback when the batch has one (params `callback`), before its invoke. */
+async function offerCallback(item: JobItem<LambdaInvokeParams>): Promise<CallbackHandle | undefined> {
+  const c = item.params.callback;
+  if (!c) return undefined;
+  return item.waitForCallback({ timeoutMs: c.timeoutMs, heartbeatTimeoutMs: c.heartbeatTimeoutMs });
+}
+
+/** The callback an item of a `callback` batch waited on was failed (`/fail`): this attempt fails, retried per `attempts`. */
+export class LambdaCallbackError extends LeaseholdError {
+  constructor(
+    readonly functionName: string,
+    readonly key: string,
+    readonly detail: string,
+  ) {
+    super('callback_failed', `the callback of item ${JSON.stringify(key)} (function ${functionName}) was failed: ${detail}`);
+  }
+}
 
 /**
  * The batched form (docs/design.md, "Item batching"): one invoke of the call's items as a
@@ -287,20 +374,67 @@ async function invokeMany(call: JobCall<LambdaInvokeParams>, ctx: JobContext): P
   if (target === undefined) {
     throw new PermanentItemError(`function "${name}" is no longer invokable here (LEASEHOLD_INVOKABLE)`);
   }
-  const n = call.items.length;
+  // Items whose callback was answered (they waited, and were woken) settle from it, uninvoked.
+  const settled: ItemCallResult[] = [];
+  const toInvoke: JobItem<LambdaInvokeParams>[] = [];
+  for (const item of call.items) {
+    try {
+      const answered = callbackAnswer(item);
+      if (answered) settled.push({ key: item.key, output: answered.output });
+      else toInvoke.push(item);
+    } catch (e) {
+      settled.push({ key: item.key, error: e });
+    }
+  }
+  if (toInvoke.length === 0) return settled;
+  const callbacks = new Map<string, CallbackHandle>();
+  await Promise.all(
+    toInvoke.map(async (item) => {
+      const cb = await offerCallback(item);
+      if (cb) callbacks.set(item.key, cb);
+    }),
+  );
+  const n = toInvoke.length;
   const event: LambdaInvokeCallEvent = {
-    items: call.items.map((i) => ({ key: i.key, input: i.input ?? null, attempt: i.attempt })),
+    items: toInvoke.map((i) => {
+      const cb = callbacks.get(i.key);
+      return {
+        key: i.key,
+        input: i.input ?? null,
+        attempt: i.attempt,
+        ...(cb ? { callback: { token: cb.token, url: cb.url } } : {}),
+      };
+    }),
     batch: { id: call.batchId, tenant: call.tenant },
   };
   const payload = Buffer.from(JSON.stringify(event));
   if (payload.byteLength > MAX_SYNC_PAYLOAD_BYTES) {
     // An item goes alone once it passes bytesPerCall (at most 5 MiB): only a single item's input gets here.
     throw new LambdaPayloadTooLargeError(
-      `the invoke payload of ${n === 1 ? `item ${JSON.stringify(call.items[0]!.key)}` : `${n} items`} is ${payload.byteLength} bytes; ` +
+      `the invoke payload of ${n === 1 ? `item ${JSON.stringify(toInvoke[0]!.key)}` : `${n} items`} is ${payload.byteLength} bytes; ` +
         `Lambda takes at most ${MAX_SYNC_PAYLOAD_BYTES} bytes (6 MB) for a synchronous invoke: pass a reference (an S3 key, a row id) as the input instead`,
     );
   }
-  const { text, failure } = await invoke(name, target, payload, call.signal);
+  const results = await invokeCall(name, target, payload, call.signal, n);
+  // An item answered `{ key, waiting: <its token> }` parks on its callback; every other item's
+  // callback is withdrawn (an item the answer failed or left out drops its own when its attempt fails).
+  const waiting = new Set<string>();
+  const out = results.map((r) => {
+    const w = r as { key?: unknown; waiting?: unknown };
+    const cb = typeof w.key === 'string' ? callbacks.get(w.key) : undefined;
+    if (cb && 'waiting' in w && w.waiting === cb.token) {
+      waiting.add(w.key as string);
+      return { key: w.key as string, output: null };
+    }
+    return itemResult(name, r);
+  });
+  await Promise.all([...callbacks].filter(([key]) => !waiting.has(key)).map(([, cb]) => cb.cancel()));
+  return [...settled, ...out];
+}
+
+/** One batched invoke of `n` items and its answer, an array of entries (not yet read into results). */
+async function invokeCall(name: string, target: string, payload: Uint8Array, signal: AbortSignal, n: number): Promise<unknown[]> {
+  const { text, failure } = await invoke(name, target, payload, signal);
   if (failure) {
     if (failure.errorType === 'Function.ResponseSizeTooLarge') {
       const advice = 'return references (S3 keys) instead, or batch fewer items (itemsPerCall, bytesPerCall)';
@@ -325,7 +459,7 @@ async function invokeMany(call: JobCall<LambdaInvokeParams>, ctx: JobContext): P
         'not an array of { key, output } or { key, error } (docs/jobs.md, "lambda-invoke")',
     );
   }
-  return answer.map((entry: unknown) => itemResult(name, entry));
+  return answer as unknown[];
 }
 
 /** One entry of a batched invoke's answer as an item's result; entries without a string key are left to the call's check. */

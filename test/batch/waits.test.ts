@@ -241,6 +241,30 @@ describe('timeouts', () => {
     ]);
   });
 
+  it('a callback withdrawn before the work returns: the item does not park, and its token finds nothing', async () => {
+    const tokens = new Map<string, string>();
+    const executor: Executor = {
+      work: async (item) => {
+        const handle = await item.waitForCallback({ timeoutMs: 60_000 });
+        tokens.set(item.key, handle.token);
+        if (item.key === 'k000') return 'kept waiting';
+        await handle.cancel();
+        return 'answered at once';
+      },
+    };
+    const runner = new Runner(db.sql, options);
+    const { batch } = await runner.start(newBatch(2), {}, executor);
+    expect((await runOf(runner, batch.id)).outcome).toBe('parked');
+    const rows = await itemRows(db.sql, batch.id);
+    expect(rows.map((r) => [r.key, r.state, r.output])).toEqual([
+      ['k000', 'waiting', null],
+      ['k001', 'done', 'answered at once'],
+    ]);
+    await expect(completeCallback(db.sql, tokens.get('k001')!, { action: 'succeed', result: 1 })).rejects.toBeInstanceOf(
+      CallbackNotFoundError,
+    );
+  });
+
   it('one expiry statement wakes a waiting item, defers a wait whose attempt still runs, drops a stale one', async () => {
     const tokens = new Map<string, string>();
     const runner = new Runner(db.sql, options);
