@@ -128,6 +128,13 @@ export interface ApiItem {
   progress?: unknown;
   /** When its work last beat (heartbeat or checkpoint), ISO time, database clock; null: never. */
   heartbeatAt?: string | null;
+  /**
+   * A waiting item's wait: `kind` (`callback` or `sleep`), `wakeAt` (when it wakes by time: a
+   * sleep's wake, a callback's timeout or sooner heartbeat deadline), `timeoutAt` (a callback's
+   * timeout), `heartbeatBy` (a callback's heartbeat deadline), ISO times, database clock; null for
+   * an item in another state. Absent from APIs before it.
+   */
+  wait?: { kind: 'callback' | 'sleep'; wakeAt: string; timeoutAt: string | null; heartbeatBy: string | null } | null;
 }
 
 /** What `GET /batches/{id}/finished` answers: items finished per bucket of the batch's life. */

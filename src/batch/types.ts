@@ -249,6 +249,26 @@ export interface ItemResult {
   progress?: unknown;
   /** When its work last beat (heartbeat or checkpoint), database clock; null when never. Set by item pages. */
   heartbeatAt?: Date | null;
+  /**
+   * A waiting item's wait and its deadlines (docs/design.md, "Waiting items: callbacks and
+   * sleeps"); null for an item in any other state. Set by item pages.
+   */
+  wait?: ItemWait | null;
+}
+
+/** What a waiting item waits for and until when (database clock). */
+export interface ItemWait {
+  kind: 'callback' | 'sleep';
+  /**
+   * When it wakes by time if nothing else wakes it first: a sleep's wake time; a callback's
+   * timeout, or its heartbeat deadline when that comes sooner (the expiry pass wakes it then,
+   * timed out).
+   */
+  wakeAt: Date;
+  /** A callback's overall timeout (`timeoutMs` after it was registered); null for a sleep. */
+  timeoutAt: Date | null;
+  /** A callback's heartbeat deadline (moved by each `/heartbeat`); null: no `heartbeatTimeoutMs`, or a sleep. */
+  heartbeatBy: Date | null;
 }
 
 /** What one item's work receives. */
@@ -340,6 +360,14 @@ export interface CallbackHandle {
   token: string;
   /** `{LEASEHOLD_CALLBACK_URL}/callbacks/{token}`; null when no address is configured. */
   url: string | null;
+  /**
+   * Withdraw the wait before the work returns (a token handed out in case the other side answers
+   * "waiting", which it did not: `lambda-invoke`'s `callback`): the item does not park, and the
+   * attempt may wait again. A completion stored before is ignored (never wakes the item); one
+   * after answers 404 `callback_not_found`. Best effort: a wait the store could not drop is deleted by the expiry
+   * pass at its time, and never wakes an item that did not wait on it.
+   */
+  cancel(): Promise<void>;
 }
 
 /** How a callback ended, as the item's next attempt reads it. */

@@ -3,9 +3,10 @@
 // first invoke.
 import type { InvokeCommand as InvokeCommandType, LambdaClient as LambdaClientType } from '@aws-sdk/client-lambda';
 import { PermanentItemError } from '../batch/errors.js';
-import type { ItemCallResult } from '../batch/types.js';
+import type { CallbackHandle, ItemCallResult } from '../batch/types.js';
 import type { JobCall, JobContext, JobItem } from './job.js';
 import {
+  LambdaCallbackError,
   LambdaFunctionError,
   LambdaItemError,
   LambdaPayloadTooLargeError,
@@ -29,11 +30,15 @@ export async function invokeOne(item: JobItem<LambdaInvokeParams>, ctx: JobConte
   if (target === undefined) {
     throw new PermanentItemError(`function "${name}" is no longer invokable here (LEASEHOLD_INVOKABLE)`);
   }
+  const answered = callbackAnswer(item);
+  if (answered) return answered.output;
+  const callback = await offerCallback(item);
   const event: LambdaInvokeEvent = {
     key: item.key,
     input: item.input ?? null,
     batch: { id: item.batchId, tenant: item.tenant },
     attempt: item.attempt,
+    ...(callback ? { callback: { token: callback.token, url: callback.url } } : {}),
   };
   const payload = Buffer.from(JSON.stringify(event));
   if (payload.byteLength > MAX_SYNC_PAYLOAD_BYTES) {
@@ -53,14 +58,45 @@ export async function invokeOne(item: JobItem<LambdaInvokeParams>, ctx: JobConte
     }
     throw new LambdaFunctionError(name, errorType, errorMessage);
   }
-  if (text.trim() === '') return null;
-  try {
-    return JSON.parse(text) as unknown;
-  } catch {
-    throw new PermanentItemError(
-      `function ${name} answered item "${item.key}" with something that is not JSON: ${text.slice(0, 200)}`,
-    );
+  let output: unknown = null;
+  if (text.trim() !== '') {
+    try {
+      output = JSON.parse(text) as unknown;
+    } catch {
+      throw new PermanentItemError(
+        `function ${name} answered item "${item.key}" with something that is not JSON: ${text.slice(0, 200)}`,
+      );
+    }
   }
+  // `{ "waiting": <its token> }`: the item parks on the callback registered above; any other
+  // answer is the output, and the callback is withdrawn.
+  const w = output as { waiting?: unknown } | null;
+  if (callback && w !== null && typeof w === 'object' && Object.keys(w).length === 1 && w.waiting === callback.token) {
+    return null;
+  }
+  await callback?.cancel();
+  return output;
+}
+
+/**
+ * The item's callback answered (its attempt waited and was woken): a success's result is its
+ * output, a failure fails the attempt. Undefined: no callback answered this attempt (a timeout
+ * fails it before its work runs).
+ * @throws {LambdaCallbackError} the callback was failed.
+ */
+function callbackAnswer(item: JobItem<LambdaInvokeParams>): { output: unknown } | undefined {
+  const c = item.callback;
+  if (!c) return undefined;
+  if (c.status === 'succeeded') return { output: c.result };
+  if (c.status === 'failed') throw new LambdaCallbackError(item.params.functionName, item.key, c.error);
+  return undefined;
+}
+
+/** Registers the item's callback when the batch has one (params `callback`), before its invoke. */
+async function offerCallback(item: JobItem<LambdaInvokeParams>): Promise<CallbackHandle | undefined> {
+  const c = item.params.callback;
+  if (!c) return undefined;
+  return item.waitForCallback({ timeoutMs: c.timeoutMs, heartbeatTimeoutMs: c.heartbeatTimeoutMs });
 }
 
 /**
@@ -75,20 +111,67 @@ export async function invokeMany(call: JobCall<LambdaInvokeParams>, ctx: JobCont
   if (target === undefined) {
     throw new PermanentItemError(`function "${name}" is no longer invokable here (LEASEHOLD_INVOKABLE)`);
   }
-  const n = call.items.length;
+  // Items whose callback was answered (they waited, and were woken) settle from it, uninvoked.
+  const settled: ItemCallResult[] = [];
+  const toInvoke: JobItem<LambdaInvokeParams>[] = [];
+  for (const item of call.items) {
+    try {
+      const answered = callbackAnswer(item);
+      if (answered) settled.push({ key: item.key, output: answered.output });
+      else toInvoke.push(item);
+    } catch (e) {
+      settled.push({ key: item.key, error: e });
+    }
+  }
+  if (toInvoke.length === 0) return settled;
+  const callbacks = new Map<string, CallbackHandle>();
+  await Promise.all(
+    toInvoke.map(async (item) => {
+      const cb = await offerCallback(item);
+      if (cb) callbacks.set(item.key, cb);
+    }),
+  );
+  const n = toInvoke.length;
   const event: LambdaInvokeCallEvent = {
-    items: call.items.map((i) => ({ key: i.key, input: i.input ?? null, attempt: i.attempt })),
+    items: toInvoke.map((i) => {
+      const cb = callbacks.get(i.key);
+      return {
+        key: i.key,
+        input: i.input ?? null,
+        attempt: i.attempt,
+        ...(cb ? { callback: { token: cb.token, url: cb.url } } : {}),
+      };
+    }),
     batch: { id: call.batchId, tenant: call.tenant },
   };
   const payload = Buffer.from(JSON.stringify(event));
   if (payload.byteLength > MAX_SYNC_PAYLOAD_BYTES) {
     // An item goes alone once it passes bytesPerCall (at most 5 MiB): only a single item's input gets here.
     throw new LambdaPayloadTooLargeError(
-      `the invoke payload of ${n === 1 ? `item ${JSON.stringify(call.items[0]!.key)}` : `${n} items`} is ${payload.byteLength} bytes; ` +
+      `the invoke payload of ${n === 1 ? `item ${JSON.stringify(toInvoke[0]!.key)}` : `${n} items`} is ${payload.byteLength} bytes; ` +
         `Lambda takes at most ${MAX_SYNC_PAYLOAD_BYTES} bytes (6 MB) for a synchronous invoke: pass a reference (an S3 key, a row id) as the input instead`,
     );
   }
-  const { text, failure } = await invoke(name, target, payload, call.signal);
+  const results = await invokeCall(name, target, payload, call.signal, n);
+  // An item answered `{ key, waiting: <its token> }` parks on its callback; every other item's
+  // callback is withdrawn (an item the answer failed or left out drops its own when its attempt fails).
+  const waiting = new Set<string>();
+  const out = results.map((r) => {
+    const w = r as { key?: unknown; waiting?: unknown };
+    const cb = typeof w.key === 'string' ? callbacks.get(w.key) : undefined;
+    if (cb && 'waiting' in w && w.waiting === cb.token) {
+      waiting.add(w.key as string);
+      return { key: w.key as string, output: null };
+    }
+    return itemResult(name, r);
+  });
+  await Promise.all([...callbacks].filter(([key]) => !waiting.has(key)).map(([, cb]) => cb.cancel()));
+  return [...settled, ...out];
+}
+
+/** One batched invoke of `n` items and its answer, an array of entries (not yet read into results). */
+async function invokeCall(name: string, target: string, payload: Uint8Array, signal: AbortSignal, n: number): Promise<unknown[]> {
+  const { text, failure } = await invoke(name, target, payload, signal);
   if (failure) {
     if (failure.errorType === 'Function.ResponseSizeTooLarge') {
       const advice = 'return references (S3 keys) instead, or batch fewer items (itemsPerCall, bytesPerCall)';
@@ -113,7 +196,7 @@ export async function invokeMany(call: JobCall<LambdaInvokeParams>, ctx: JobCont
         'not an array of { key, output } or { key, error } (docs/jobs.md, "lambda-invoke")',
     );
   }
-  return answer.map((entry: unknown) => itemResult(name, entry));
+  return answer as unknown[];
 }
 
 /** One entry of a batched invoke's answer as an item's result; entries without a string key are left to the call's check. */

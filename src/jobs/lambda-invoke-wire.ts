@@ -31,6 +31,24 @@ export interface LambdaInvokeParams {
    * {@link DEFAULT_BYTES_PER_CALL} (256 KiB).
    */
   bytesPerCall?: number;
+  /**
+   * Let the function answer "waiting" (docs/jobs.md, "lambda-invoke"): each item's event carries a
+   * callback `{ token, url }`, registered before the invoke with this `timeoutMs` (1 ms to a year)
+   * and `heartbeatTimeoutMs` (up to it). A function that answers `{ "waiting": "<token>" }` (in a
+   * batched answer `{ key, waiting: "<token>" }`) parks the item (`waiting`, no run slot, no
+   * Lambda time) until the token is completed (`POST /callbacks/{token}/succeed` or `/fail`): a
+   * success's result is the item's output, a failure fails the attempt, a timeout too. Any other
+   * answer withdraws the callback. Default none: no callback, one answer per invoke.
+   */
+  callback?: { timeoutMs: number; heartbeatTimeoutMs?: number };
+}
+
+/** What a `lambda-invoke` event carries when the batch has a `callback`: the item's callback to hand out. */
+export interface LambdaInvokeCallback {
+  /** The signed token: complete it with `POST /callbacks/{token}/succeed|fail|heartbeat`. */
+  token: string;
+  /** `{LEASEHOLD_CALLBACK_URL}/callbacks/{token}`; null when no address is configured. */
+  url: string | null;
 }
 
 /** A batched invoke's byte budget when a start sets none (`bytesPerCall`): 262,144 bytes (256 KiB). */
@@ -44,8 +62,11 @@ export const MAX_BYTES_PER_CALL = 5_242_880;
 
 /** The event a batched invoke sends (a start with `itemsPerCall`; docs/design.md, "Item batching"). */
 export interface LambdaInvokeCallEvent {
-  /** 1 to `itemsPerCall` items; `input` is `null` when an item has none; `attempt` is the item's own, 1-based. */
-  items: { key: string; input: unknown; attempt: number }[];
+  /**
+   * 1 to `itemsPerCall` items; `input` is `null` when an item has none; `attempt` is the item's
+   * own, 1-based; `callback` only when the batch has one (params `callback`).
+   */
+  items: { key: string; input: unknown; attempt: number; callback?: LambdaInvokeCallback }[];
   /** The batch the items belong to. */
   batch: { id: string; tenant: string };
 }
@@ -59,7 +80,9 @@ export interface LambdaInvokeCallEvent {
  */
 export type LambdaInvokeCallResult =
   | { key: string; output: unknown }
-  | { key: string; error: string | { errorType?: string; errorMessage?: string }; permanent?: boolean };
+  | { key: string; error: string | { errorType?: string; errorMessage?: string }; permanent?: boolean }
+  /** With params `callback`: the item waits for its callback (`waiting` is its token). */
+  | { key: string; waiting: string };
 
 /**
  * The function failed one item of a batched invoke (its answer held `{ key, error }`): this
@@ -86,6 +109,19 @@ export interface LambdaInvokeEvent {
   batch: { id: string; tenant: string };
   /** 1-based attempt number of this item: a function with side effects can deduplicate on `(batch.id, key)`. */
   attempt: number;
+  /** The item's callback, only when the batch has one (params `callback`): answer `{ "waiting": token }` to wait for it. */
+  callback?: LambdaInvokeCallback;
+}
+
+/** The callback an item of a `callback` batch waited on was failed (`/fail`): this attempt fails, retried per `attempts`. */
+export class LambdaCallbackError extends LeaseholdError {
+  constructor(
+    readonly functionName: string,
+    readonly key: string,
+    readonly detail: string,
+  ) {
+    super('callback_failed', `the callback of item ${JSON.stringify(key)} (function ${functionName}) was failed: ${detail}`);
+  }
 }
 
 /** The function answered with an error (`FunctionError`): this attempt fails and is retried per `attempts`. */

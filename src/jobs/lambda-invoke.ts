@@ -6,12 +6,13 @@
 // and a worker's cold start loads neither (docs/design.md, "Cold starts and code splitting").
 import * as z from 'zod';
 import { MAX_ITEMS_PER_CALL } from '../batch/run/calls.js';
-import type { ItemInput, ItemSource } from '../batch/types.js';
+import { MAX_WAIT_MS, type ItemInput, type ItemSource } from '../batch/types.js';
 import { defineJob, InvalidParamsError, UnknownJobError } from './job.js';
 import { DEFAULT_BYTES_PER_CALL, MAX_BYTES_PER_CALL, type LambdaInvokeParams } from './lambda-invoke-wire.js';
 
 export {
   DEFAULT_BYTES_PER_CALL,
+  LambdaCallbackError,
   LambdaFunctionError,
   LambdaItemError,
   LambdaPayloadTooLargeError,
@@ -19,6 +20,7 @@ export {
   MAX_BYTES_PER_CALL,
   MAX_SYNC_PAYLOAD_BYTES,
   THROTTLE_WAIT_MS,
+  type LambdaInvokeCallback,
   type LambdaInvokeCallEvent,
   type LambdaInvokeCallResult,
   type LambdaInvokeEvent,
@@ -37,6 +39,16 @@ const paramsSchema = z
       .optional(),
     itemsPerCall: z.number().int().min(1).max(MAX_ITEMS_PER_CALL).optional(),
     bytesPerCall: z.number().int().min(1).max(MAX_BYTES_PER_CALL).optional(),
+    callback: z
+      .object({
+        timeoutMs: z.number().int().min(1).max(MAX_WAIT_MS),
+        heartbeatTimeoutMs: z.number().int().min(1).max(MAX_WAIT_MS).optional(),
+      })
+      .strict()
+      .refine((c) => c.heartbeatTimeoutMs === undefined || c.heartbeatTimeoutMs <= c.timeoutMs, {
+        message: 'heartbeatTimeoutMs must be at most timeoutMs',
+      })
+      .optional(),
   })
   .strict();
 
@@ -61,6 +73,11 @@ const paramsSchema = z
  *   answers a JSON array of {@link LambdaInvokeCallResult} `{ key, output }` or `{ key, error }`.
  *   Each item's result and attempts stay its own; what fails the whole invoke (a function
  *   error, a throttle, an answer that is not a JSON array) fails this attempt of each of its items.
+ * - With `callback` (docs/jobs.md, "A function that waits") each item's event carries a
+ *   {@link LambdaInvokeCallback} registered before the invoke; a function that answers
+ *   `{ waiting: token }` (batched: `{ key, waiting: token }`) parks the item until the callback
+ *   is completed: a success's result is its output (no second invoke), a failure
+ *   ({@link LambdaCallbackError}) or a timeout fails the attempt. Any other answer withdraws it.
  *
  * 4 invokes at once per run; spread it to change that (`{ ...lambdaInvoke, parallel: 16 }`).
  */
@@ -91,6 +108,7 @@ export const lambdaInvoke = defineJob<LambdaInvokeParams, unknown>({
     const batching = {
       ...(params.itemsPerCall !== undefined ? { itemsPerCall: params.itemsPerCall } : {}),
       ...(params.bytesPerCall !== undefined ? { bytesPerCall: params.bytesPerCall } : {}),
+      ...(params.callback !== undefined ? { callback: params.callback } : {}),
     };
     if (params.items) {
       const seen = new Set<string>();

@@ -150,6 +150,7 @@ describe('GET /batches/{id}/items?state=', () => {
       error: 'item-001: no such record',
       progress: null,
       heartbeatAt: null,
+      wait: null,
     });
     expect(first.body.next).toBe('item-004');
     const second = await call(deps, 'GET', `/batches/${batch.id}/items`, {

@@ -16,6 +16,7 @@ import {
   completeCallback,
   expireWaits,
   getBatch,
+  itemsPage,
   type Executor,
   type ItemContext,
 } from '../../src/batch/index.js';
@@ -237,6 +238,108 @@ describe('timeouts', () => {
     expect(woke.map((w) => [w.key, w.state, w.woke?.status, w.woke?.reason])).toEqual([
       ['k000', 'waiting', undefined, undefined],
       ['k001', 'pending', 'timedOut', 'heartbeat'],
+    ]);
+  });
+
+  it('a callback withdrawn before the work returns: the item does not park, and its token finds nothing', async () => {
+    const tokens = new Map<string, string>();
+    const executor: Executor = {
+      work: async (item) => {
+        const handle = await item.waitForCallback({ timeoutMs: 60_000 });
+        tokens.set(item.key, handle.token);
+        if (item.key === 'k000') return 'kept waiting';
+        await handle.cancel();
+        return 'answered at once';
+      },
+    };
+    const runner = new Runner(db.sql, options);
+    const { batch } = await runner.start(newBatch(2), {}, executor);
+    expect((await runOf(runner, batch.id)).outcome).toBe('parked');
+    const rows = await itemRows(db.sql, batch.id);
+    expect(rows.map((r) => [r.key, r.state, r.output])).toEqual([
+      ['k000', 'waiting', null],
+      ['k001', 'done', 'answered at once'],
+    ]);
+    await expect(completeCallback(db.sql, tokens.get('k001')!, { action: 'succeed', result: 1 })).rejects.toBeInstanceOf(
+      CallbackNotFoundError,
+    );
+  });
+
+  it('one expiry statement wakes a waiting item, defers a wait whose attempt still runs, drops a stale one', async () => {
+    const tokens = new Map<string, string>();
+    const runner = new Runner(db.sql, options);
+    const { batch } = await runner.start(newBatch(3), {}, approvalGate(tokens));
+    expect((await runOf(runner, batch.id)).outcome).toBe('parked');
+    // k001's attempt still runs (its move to waiting not landed); k002 ended without waiting, its
+    // wait answered meanwhile; all three due.
+    await db.sql`update leasehold_items set state = 'running', attempts = attempts + 1 where batch_id = ${batch.id} and key = 'k001'`;
+    await db.sql`update leasehold_items set state = 'done' where batch_id = ${batch.id} and key = 'k002'`;
+    await db.sql`update leasehold_waits set answer = '{"status":"succeeded","result":7}' where batch_id = ${batch.id} and key = 'k002'`;
+    await db.sql`update leasehold_waits set wake_at = now() - interval '1 second' where batch_id = ${batch.id}`;
+    // (The pass is across batches: earlier tests' waits may be due too.)
+    const r = await expireWaits(db.sql, 100);
+    expect(r.woken).toBeGreaterThanOrEqual(1);
+    expect(r.deferred).toBeGreaterThanOrEqual(1);
+    expect(r.dropped).toBeGreaterThanOrEqual(1);
+    expect(r.unparked).toContain(batch.id);
+    const waits = await db.sql<{ key: string; later: boolean }[]>`
+      select key, wake_at > now() + interval '30 seconds' as later from leasehold_waits where batch_id = ${batch.id} order by key`;
+    expect(waits).toEqual([{ key: 'k001', later: true }]);
+    const rows = await itemRows(db.sql, batch.id);
+    expect(rows.map((x) => x.state)).toEqual(['pending', 'running', 'done']);
+    const [k002] = await db.sql<{ woke: { status: string; result: number } }[]>`
+      select woke from leasehold_items where batch_id = ${batch.id} and key = 'k002'`;
+    expect([k002.woke.status, k002.woke.result]).toEqual(['succeeded', 7]);
+  });
+
+  it('the expiry pass wakes what is due a page at a time, soonest first', async () => {
+    const tokens = new Map<string, string>();
+    const runner = new Runner(db.sql, options);
+    const { batch } = await runner.start(newBatch(5), {}, approvalGate(tokens));
+    expect((await runOf(runner, batch.id)).outcome).toBe('parked');
+    // Due in key order, k004 not yet; a day ago, so before any other test's wait (the pass is across batches).
+    await db.sql`update leasehold_waits set wake_at = now() - interval '1 day' + (substr(key, 2)::int * interval '1 second')
+      where batch_id = ${batch.id} and key <> 'k004'`;
+    const woken: string[][] = [];
+    for (let i = 0; i < 3; i++) {
+      const before = new Set((await itemRows(db.sql, batch.id)).filter((x) => x.state === 'pending').map((x) => x.key));
+      await expireWaits(db.sql, 2);
+      woken.push((await itemRows(db.sql, batch.id)).filter((x) => x.state === 'pending' && !before.has(x.key)).map((x) => x.key));
+    }
+    expect(woken).toEqual([['k000', 'k001'], ['k002', 'k003'], []]);
+    expect((await itemRows(db.sql, batch.id)).find((x) => x.key === 'k004')?.state).toBe('waiting');
+  });
+
+  it('a page of waiting items shows each wait with its deadlines; other items show none', async () => {
+    const executor: Executor = {
+      work: async (item) => {
+        if (item.callback || item.slept) return null;
+        if (item.key === 'k000') await item.waitForCallback({ timeoutMs: 3_600_000, heartbeatTimeoutMs: 60_000 });
+        else if (item.key === 'k001') await item.waitForCallback({ timeoutMs: 7_200_000 });
+        else if (item.key === 'k002') await item.sleep(600_000);
+        return null;
+      },
+    };
+    const runner = new Runner(db.sql, options);
+    const { batch } = await runner.start(newBatch(4), {}, executor);
+    expect((await runOf(runner, batch.id)).outcome).toBe('parked');
+    const [{ now }] = await db.sql<{ now: Date }[]>`select now()`;
+    const inMs = (d: Date | null | undefined) => (d ? Math.round((d.getTime() - now.getTime()) / 60_000) * 60_000 : d);
+    const { items } = await itemsPage(db.sql, batch.id, { state: 'waiting' });
+    expect(
+      items.map((i) => [i.key, i.wait?.kind, inMs(i.wait?.wakeAt), inMs(i.wait?.timeoutAt), inMs(i.wait?.heartbeatBy)]),
+    ).toEqual([
+      ['k000', 'callback', 60_000, 3_600_000, 60_000],
+      ['k001', 'callback', 7_200_000, 7_200_000, null],
+      ['k002', 'sleep', 600_000, null, null],
+    ]);
+    // A page of every state: the done item shows no wait.
+    const all = await itemsPage(db.sql, batch.id, {});
+    expect(all.items.map((i) => [i.key, i.state, i.wait?.kind ?? null])).toEqual([
+      ['k000', 'waiting', 'callback'],
+      ['k001', 'waiting', 'callback'],
+      ['k002', 'waiting', 'sleep'],
+      ['k003', 'done', null],
     ]);
   });
 

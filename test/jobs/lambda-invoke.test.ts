@@ -115,7 +115,31 @@ const functions = {
   },
   // Answers the one-item shape (an object) to a batched invoke.
   'many-object': async () => ({ ok: true }),
+  // With params `callback`: an item whose input says `wait` (on its first attempt) answers
+  // "waiting" with its token, handed out here (`tokens`); the others answer at once.
+  approve: async (event: unknown) => {
+    const e = event as LambdaInvokeEvent;
+    record('approve', event);
+    if ((e.input as { wait?: boolean }).wait && e.attempt === 1) {
+      tokens.set(e.key, e.callback!.token);
+      return { waiting: e.callback!.token };
+    }
+    return { plain: e.key, attempt: e.attempt };
+  },
+  'approve-many': async (event: unknown) => {
+    const e = event as LambdaInvokeCallEvent;
+    (calls['approve-many'] ??= []).push(e);
+    return e.items.map((i): LambdaInvokeCallResult => {
+      if ((i.input as { wait?: boolean }).wait && i.attempt === 1) {
+        tokens.set(i.key, i.callback!.token);
+        return { key: i.key, waiting: i.callback!.token };
+      }
+      return { key: i.key, output: { plain: i.key, attempt: i.attempt } };
+    });
+  },
 };
+/** Callback tokens the `approve` functions handed out, by item key. */
+const tokens = new Map<string, string>();
 /** Every batched event each function received, by function name. */
 const calls: Record<string, LambdaInvokeCallEvent[]> = {};
 /** Invocations the local endpoint began, by function name. */
@@ -497,6 +521,98 @@ describe('lambda-invoke with itemsPerCall', () => {
       const r = await start(params);
       expect(r.status, JSON.stringify(params)).toBe(400);
       expect(r.body.error.message, JSON.stringify(params)).toMatch(message);
+    }
+  });
+});
+
+/** Start a batch through the API and wait until only waiting items are left (the batch parked). */
+async function startParked(params: unknown, waiting: number) {
+  const started = await api('POST', '/batches', { tenant: 'acme', datasource: 'functions', job: 'lambda-invoke', params });
+  expect(started.status, JSON.stringify(started.body)).toBe(201);
+  const id = started.body.id as string;
+  const until = Date.now() + 20_000;
+  for (;;) {
+    const [b] = await db.sql<{ target: number; live_runs: number; waiting: number; left: number }[]>`
+      select b.target, b.live_runs,
+        (select count(*) from leasehold_items where batch_id = b.id and state = 'waiting')::int as waiting,
+        (select count(*) from leasehold_items where batch_id = b.id and state in ('pending', 'running'))::int as left
+      from leasehold_batches b where b.id = ${id}`;
+    if (b!.target === 0 && b!.live_runs === 0 && b!.waiting === waiting && b!.left === 0) return id;
+    if (Date.now() > until) throw new Error(`batch ${id} did not park: ${JSON.stringify(b)}`);
+    await sleep(50);
+  }
+}
+
+describe('lambda-invoke with callback', () => {
+  it('a function that answers waiting parks its item until its callback is completed; the result is its output', async () => {
+    const id = await startParked(
+      {
+        functionName: 'approve',
+        callback: { timeoutMs: 60_000 },
+        items: [
+          { key: 'a', input: { wait: true } },
+          { key: 'b', input: {} },
+        ],
+      },
+      1,
+    );
+    // The item that answered at once withdrew its callback: only a's wait is left.
+    const waits = await db.sql<{ key: string }[]>`select key from leasehold_waits where batch_id = ${id}`;
+    expect(waits.map((w) => w.key)).toEqual(['a']);
+    const events = received.approve!.filter((e) => e.batch.id === id);
+    expect(events.every((e) => typeof e.callback?.token === 'string')).toBe(true);
+    const done = await api('POST', `/callbacks/${tokens.get('a')}/succeed`, { result: { approved: true } });
+    expect(done.status, JSON.stringify(done.body)).toBe(200);
+    const r = await finished(id);
+    expect(r.status).toBe('succeeded');
+    expect(r.items.map((i) => [i.key, i.state, i.attempts, i.output])).toEqual([
+      ['a', 'done', 1, { approved: true }],
+      ['b', 'done', 1, { plain: 'b', attempt: 1 }],
+    ]);
+    // The function ran once per item: the completion's result ended a, not a second invoke.
+    expect(events).toHaveLength(2);
+    expect(r.params).toEqual({ functionName: 'approve', callback: { timeoutMs: 60_000 } });
+  });
+
+  it('batched: items answered { key, waiting } park; a failed callback fails the attempt and the retry runs', async () => {
+    const id = await startParked(
+      {
+        functionName: 'approve-many',
+        itemsPerCall: 10,
+        callback: { timeoutMs: 60_000 },
+        items: [
+          { key: 'x', input: { wait: true } },
+          { key: 'y', input: {} },
+          { key: 'z', input: { wait: true } },
+        ],
+      },
+      2,
+    );
+    const waits = await db.sql<{ key: string }[]>`select key from leasehold_waits where batch_id = ${id} order by key`;
+    expect(waits.map((w) => w.key)).toEqual(['x', 'z']);
+    expect((await api('POST', `/callbacks/${tokens.get('x')}/succeed`, { result: 'yes' })).status).toBe(200);
+    expect((await api('POST', `/callbacks/${tokens.get('z')}/fail`, { error: 'refused' })).status).toBe(200);
+    const r = await finished(id);
+    expect(r.status).toBe('succeeded');
+    expect(r.items.map((i) => [i.key, i.state, i.attempts, i.output])).toEqual([
+      ['x', 'done', 1, 'yes'],
+      ['y', 'done', 1, { plain: 'y', attempt: 1 }],
+      // Its callback failed attempt 1; attempt 2 invoked the function again, which answered.
+      ['z', 'done', 2, { plain: 'z', attempt: 2 }],
+    ]);
+    const mine = calls['approve-many']!.filter((c) => c.batch.id === id);
+    expect(mine.flatMap((c) => c.items.map((i) => `${i.key}@${i.attempt}`)).sort()).toEqual(['x@1', 'y@1', 'z@1', 'z@2']);
+  });
+
+  it('refuses a callback timeout out of range, and a heartbeat timeout above it', async () => {
+    for (const callback of [{ timeoutMs: 0 }, { timeoutMs: 1_000, heartbeatTimeoutMs: 2_000 }, { timeoutMs: 1_000, other: 1 }]) {
+      const r = await api('POST', '/batches', {
+        tenant: 'acme',
+        datasource: 'functions',
+        job: 'lambda-invoke',
+        params: { functionName: 'approve', callback, items: [{ key: 'a' }] },
+      });
+      expect(r.status, JSON.stringify(callback)).toBe(400);
     }
   });
 });

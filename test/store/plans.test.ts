@@ -314,6 +314,17 @@ const cases: Case[] = [
     bound: 100,
     statement: (sql, d) => itemsPageStatement(sql, { batchId: d.batch, state: 'failed', limit: 100 }),
   },
+  // Waiting items with their waits (one probe of leasehold_waits each), of the parked batch.
+  {
+    name: 'waiting items page',
+    bound: 100,
+    statement: (sql, d) => itemsPageStatement(sql, { batchId: d.parked, state: 'waiting', limit: 100 }),
+  },
+  {
+    name: 'items page of a parked batch',
+    bound: 100,
+    statement: (sql, d) => itemsPageStatement(sql, { batchId: d.parked, limit: 100 }),
+  },
   // Tenants and progress (src/batch/sql/tenants.ts, progress.ts).
   { name: 'tenant state', bound: 1, statement: (sql) => tenantStateStatement(sql, 'plan-w') },
   {

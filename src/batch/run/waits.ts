@@ -86,7 +86,11 @@ export class AttemptWait {
     const { batch, s, sql } = this.ctx;
     const token = await signCallbackToken(sql, { batchId: batch.id, key: this.c.key, attempt: this.c.attempts, waitId: id });
     const base = s.callbackUrl?.replace(/\/+$/, '');
-    return { token, url: base ? `${base}/callbacks/${token}` : null };
+    return {
+      token,
+      url: base ? `${base}/callbacks/${token}` : null,
+      cancel: () => (this.id === id ? this.abandon() : Promise.resolve()),
+    };
   }
 
   private async sleep(ms: number): Promise<void> {

@@ -4,7 +4,7 @@
 // size, one batch's items) whatever the planner estimates (docs/design.md, "The database in
 // production"). A finished batch's counts are read from its row, an open one's from its items.
 import type { Sql } from '../../store/index.js';
-import type { BatchInfo, BatchStatus, ItemResult, ItemState } from '../types.js';
+import type { BatchInfo, BatchStatus, ItemResult, ItemState, ItemWait } from '../types.js';
 import { toInfo, type BatchRow } from './shared.js';
 
 // A batch row `b`'s live runs, oldest first, as one json array (null when none).
@@ -95,10 +95,23 @@ export async function countAllOpen(sql: Sql): Promise<number> {
 }
 
 // Reads one page of a batch's items in key order, after key `after` (exclusive), optionally
-// only those in one state.
+// only those in one state; a waiting item with its wait's deadlines.
 export async function itemsPage(sql: Sql, batchId: string, a: PageArgs): Promise<ItemResult[]> {
-  return sql<ItemResult[]>`${itemsPageStatement(sql, { batchId, ...a })}`;
+  const rows = await sql<PageRow[]>`${itemsPageStatement(sql, { batchId, ...a })}`;
+  return rows.map(({ waitKind, waitWakeAt, waitTimeoutAt, waitHeartbeatBy, ...item }) => ({
+    ...item,
+    wait:
+      waitKind === null ? null : { kind: waitKind, wakeAt: waitWakeAt!, timeoutAt: waitTimeoutAt, heartbeatBy: waitHeartbeatBy },
+  }));
 }
+
+/** A row of {@link itemsPageStatement}: the item, and its wait's columns (null unless it waits). */
+type PageRow = Omit<ItemResult, 'wait'> & {
+  waitKind: ItemWait['kind'] | null;
+  waitWakeAt: Date | null;
+  waitTimeoutAt: Date | null;
+  waitHeartbeatBy: Date | null;
+};
 
 /** What {@link itemsPage} takes: the key to start after (exclusive), the page size, a state. */
 export interface PageArgs {
@@ -112,25 +125,58 @@ export interface PageArgs {
  * `(batch, after)` on, in its order, `limit` entries at most (the range is open at its end, so
  * no planner estimate of the batch's size makes a bitmap of the whole batch and a sort cheaper),
  * and keeps those of the batch. The failed items of a page are read through their partial index
- * (`leasehold_items_failed`, in key order); pages of another state walk the primary key from
- * `after`, skipping items of other states (bounded by the batch).
+ * (`leasehold_items_failed`, in key order), the waiting ones through the batch's wait rows
+ * (`leasehold_waits`' primary key, in key order); pages of another state walk the primary key
+ * from `after`, skipping items of other states (bounded by the batch).
  */
 export function itemsPageStatement(sql: Sql, a: PageArgs & { batchId: string }) {
+  // A waiting item's wait row, on its whole primary key (one probe per waiting item of the page).
+  const wait = sql`left join lateral (
+      select w.kind, w.wake_at, w.timeout_at, w.heartbeat_timeout_ms from leasehold_waits w
+      where w.batch_id = p.batch_id and w.key = p.key and p.state = 'waiting' limit 1
+    ) w on true`;
+  const columns = sql`p.key, p.state, p.attempts, p.output, p.error, p.progress, p.heartbeat_at as "heartbeatAt",
+    w.kind as "waitKind", w.wake_at as "waitWakeAt", w.timeout_at as "waitTimeoutAt",
+    case when w.heartbeat_timeout_ms is not null then w.wake_at end as "waitHeartbeatBy"`;
   if (a.state === undefined) {
     const from = a.after === undefined ? sql`>= (${a.batchId}::uuid, '')` : sql`> (${a.batchId}::uuid, ${a.after})`;
-    return sql`select key, state, attempts, output, error, progress, heartbeat_at as "heartbeatAt" from (
+    return sql`select ${columns} from (
         select batch_id, key, state, attempts, output, error, progress, heartbeat_at from leasehold_items
         where (batch_id, key) ${from}
         order by batch_id, key limit ${a.limit}
       ) p
+      ${wait}
       where p.batch_id = ${a.batchId}
-      order by key`;
+      order by p.key`;
+  }
+  if (a.state === 'waiting') {
+    // The waiting items are the batch's wait rows (their primary key's range, in key order), each
+    // joined to its item on the whole key while it waits: the page reads its own size, where the
+    // items (with no index on `waiting`) would be read for the whole batch.
+    const from = a.after === undefined ? sql`>= (${a.batchId}::uuid, '')` : sql`> (${a.batchId}::uuid, ${a.after})`;
+    return sql`select ${columns} from (
+        select w.batch_id, w.key, i.state, i.attempts, i.output, i.error, i.progress, i.heartbeat_at,
+          w.kind, w.wake_at, w.timeout_at, w.heartbeat_timeout_ms
+        from leasehold_waits w
+        cross join lateral (
+          select x.state, x.attempts, x.output, x.error, x.progress, x.heartbeat_at from leasehold_items x
+          where x.batch_id = w.batch_id and x.key = w.key and x.state = 'waiting' limit 1
+        ) i
+        where (w.batch_id, w.key) ${from} and w.batch_id = ${a.batchId}
+        order by w.batch_id, w.key limit ${a.limit}
+      ) p
+      cross join lateral (select p.kind, p.wake_at, p.timeout_at, p.heartbeat_timeout_ms) w
+      order by p.key`;
   }
   const after = a.after === undefined ? sql`` : sql`and key > ${a.after}`;
   const state = a.state === 'failed' ? sql`and state = 'failed'` : sql`and state = ${a.state}`;
-  return sql`select key, state, attempts, output, error, progress, heartbeat_at as "heartbeatAt" from leasehold_items
-    where batch_id = ${a.batchId} ${after} ${state}
-    order by key limit ${a.limit}`;
+  return sql`select ${columns} from (
+      select batch_id, key, state, attempts, output, error, progress, heartbeat_at from leasehold_items
+      where batch_id = ${a.batchId} ${after} ${state}
+      order by key limit ${a.limit}
+    ) p
+    ${wait}
+    order by p.key`;
 }
 
 // Streams the items of a batch in key order, `size` rows at a time.

@@ -210,21 +210,20 @@ const DEFER_S = 60;
 
 // The expiry pass (the scheduler's `waits` service): up to `limit` waits due by time, soonest
 // first, from the index on wake_at alone (never a scan of items or waits), skipping rows a
-// completion holds. A wait whose item waits on it wakes (timed out, slept, or answered); one whose
-// attempt still runs (it registered, its move has not landed) is looked at again in a minute; any
-// other is stale (its attempt ended without waiting, its run died) and is deleted, its answer, if
-// it had one, kept in the item's `woke` for a later attempt. Items of a finished batch wake too
-// (pending, never run), so the pass never meets them again.
+// completion holds. A wait whose item waits on it wakes (timed out, slept, or answered) in the
+// same statement that finds it (set-based: no second look-up of the same rows); one whose attempt
+// still runs (it registered, its move has not landed) is looked at again in a minute; any other is
+// stale (its attempt ended without waiting, its run died) and is deleted, its answer, if it had
+// one, kept in the item's `woke` for a later attempt. Items of a finished batch wake too (pending,
+// never run), so the pass never meets them again. Deferred and stale waits (rare: a run's
+// registration in flight, a failed attempt) take one more statement each.
 export async function expireWaits(sql: Sql, limit: number): Promise<ExpiryResult> {
   return sql.begin(async (tx) => {
     const t = tx as unknown as Sql;
-    const due = await t<{ batch_id: string; key: string; fate: 'wake' | 'defer' | 'drop' }[]>`${expiryStatement(t, { limit })}`;
-    const woken = await wakeItems(
-      t,
-      due.filter((d) => d.fate === 'wake'),
-    );
-    const defer = due.filter((d) => d.fate === 'defer');
-    const drop = due.filter((d) => d.fate === 'drop');
+    const rows = await t<ExpiryRow[]>`${expiryStatement(t, { limit })}`;
+    const woken = rows.filter((r) => r.fate === 'woke').map((r) => ({ batch_id: r.batch_id, n: r.n }));
+    const defer = rows.filter((d) => d.fate === 'defer').map((d) => ({ batch_id: d.batch_id, key: d.key }));
+    const drop = rows.filter((d) => d.fate === 'drop').map((d) => ({ batch_id: d.batch_id, key: d.key }));
     if (defer.length > 0) {
       await t`update leasehold_waits w set wake_at = now() + make_interval(secs => ${DEFER_S})
         from jsonb_to_recordset(${JSON.stringify(defer)}::text::jsonb) as v(batch_id uuid, key text)
@@ -250,14 +249,30 @@ export async function expireWaits(sql: Sql, limit: number): Promise<ExpiryResult
   }) as Promise<ExpiryResult>;
 }
 
+/** A row of {@link expiryStatement}: a batch's woken items (`woke`, `n`), or one wait left (`defer`, `drop`). */
+interface ExpiryRow {
+  fate: 'woke' | 'defer' | 'drop';
+  batch_id: string;
+  /** The wait's item key (`defer`, `drop`); null for `woke`. */
+  key: string | null;
+  /** Items of the batch woken (`woke`); 0 otherwise. */
+  n: number;
+}
+
 /**
- * The expiry pass's look-up as a fragment (the plan test reads its plan): the first `limit` waits
- * of the index on wake_at that are due, locked (skipping locked ones), each with its item's fate.
+ * The expiry pass's statement as a fragment (the plan test reads its plan): the first `limit`
+ * waits of the index on wake_at that are due, locked (skipping locked ones), each with its item's
+ * fate; those whose item waits on them woken (wait row deleted, item pending due now, with how the
+ * wait ended in `woke`). Answers one `woke` row per batch with its count, and one row per wait
+ * left to defer or drop. Must run in a transaction (its locks and the deferred and dropped rows'
+ * statements go together).
  */
 export function expiryStatement(sql: Sql, { limit }: { limit: number }) {
   // The index on (wake_at, batch_id, key) is walked one entry at a time (a recursive query whose
   // every step is `> the last entry … limit 1`, an index scan whatever the statistics say): a plain
   // `order by wake_at limit n` let a planner that thought the table small read all of it and sort.
+  // `due` is materialized: the wake's delete and update read it once, and its row locks are taken
+  // before them (the lock order of a wake: wait rows, then items).
   return sql`with recursive walk as (
       (select w.wake_at, w.batch_id, w.key, 1 as n from leasehold_waits w
        where w.wake_at <= now() order by w.wake_at, w.batch_id, w.key limit 1)
@@ -269,20 +284,41 @@ export function expiryStatement(sql: Sql, { limit }: { limit: number }) {
          order by w.wake_at, w.batch_id, w.key limit 1
        ) x
        where walk.n < ${limit})
+    ), due as materialized (
+      select w.batch_id, w.key,
+        case when i.state = 'waiting' and i.attempts = w.attempt - 1 then 'wake'
+             when i.state = 'running' and i.attempts = w.attempt then 'defer'
+             else 'drop' end as fate
+      from walk
+      cross join lateral (
+        select l.batch_id, l.key, l.attempt from leasehold_waits l
+        where l.batch_id = walk.batch_id and l.key = walk.key and l.wake_at <= now()
+        for update skip locked
+      ) w
+      left join lateral (
+        select x.state, x.attempts from leasehold_items x
+        where x.batch_id = w.batch_id and x.key = w.key limit 1
+      ) i on true
+    ), gone as (
+      delete from leasehold_waits w
+      using due d
+      where w.batch_id = d.batch_id and w.key = d.key and d.fate = 'wake'
+      returning w.*
+    ), up as (
+      update leasehold_items i
+      set state = 'pending', run_after = now(), updated_at = now(),
+          woke = jsonb_build_object('id', w.id, 'kind', w.kind, 'attempt', w.attempt) || case
+            when w.answer is not null then w.answer
+            when w.kind = 'sleep' then '{"status":"slept"}'::jsonb
+            else jsonb_build_object('status', 'timedOut',
+              'reason', case when w.timeout_at <= now() then 'timeout' else 'heartbeat' end) end
+      from gone w
+      where i.batch_id = w.batch_id and i.key = w.key and i.state = 'waiting'
+      returning i.batch_id
     )
-    select w.batch_id, w.key,
-      case when i.state = 'waiting' and i.attempts = w.attempt - 1 then 'wake'
-           when i.state = 'running' and i.attempts = w.attempt then 'defer'
-           else 'drop' end as fate
-    from walk
-    cross join lateral (
-      select batch_id, key, attempt from leasehold_waits l
-      where l.batch_id = walk.batch_id and l.key = walk.key and l.wake_at <= now()
-      for update skip locked
-    ) w
-    left join lateral (
-      select state, attempts from leasehold_items x where x.batch_id = w.batch_id and x.key = w.key limit 1
-    ) i on true`;
+    select 'woke' as fate, batch_id, null as key, count(*)::int as n from up group by batch_id
+    union all
+    select fate, batch_id, key, 0 from due where fate <> 'wake'`;
 }
 
 /** What a completion of a callback asks for. */

@@ -8,14 +8,17 @@ import type { MaintenanceService } from './service.js';
 
 /** What waking due waits reads besides the database clock. */
 export interface WaitsSettings {
-  /** The most waits one statement wakes. @defaultValue 1000 */
+  /**
+   * The most waits one statement finds and wakes (a page: each statement is short, its locks held
+   * briefly, whatever is due). @defaultValue 250
+   */
   limit: number;
-  /** The most statements one pass sends (more while each one is full). @defaultValue 20 */
+  /** The most statements one pass sends (more while each one is full). @defaultValue 80 */
   maxRounds: number;
 }
 
-/** The waits service's settings when none are given. */
-export const WAITS_DEFAULTS: Readonly<WaitsSettings> = { limit: 1000, maxRounds: 20 };
+/** The waits service's settings when none are given: up to 20,000 waits woken per pass, 250 a statement. */
+export const WAITS_DEFAULTS: Readonly<WaitsSettings> = { limit: 250, maxRounds: 80 };
 
 /** What waking due waits did. */
 export interface WaitsPart {
