@@ -20,7 +20,8 @@ export interface EventCounts {
 
 /**
  * The `detail` of a `Batch Finished` event, as stored in the ending transaction and sent (to
- * EventBridge, and in the webhook's body) unchanged on every send.
+ * EventBridge, and in the webhook's body) unchanged on every send, but for `usage`, which the
+ * sender reads at each send.
  */
 export interface BatchFinishedDetail {
   /** The event's stable id (a UUID): the same on every send; a chained batch's request key is made from it. */
