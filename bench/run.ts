@@ -137,13 +137,13 @@ async function main() {
     if (runs('stream')) await streamBench(url!);
     if (runs('bulk')) await bulkBench(url!);
     if (runs('pools')) await poolsBench(url!);
-    if (runs('usage')) await usageBench(url!);
     if (runs('waits')) {
       // BENCH_WAITS_LINES=waiting,latency picks the lines (default both).
       const lines = (process.env.BENCH_WAITS_LINES ?? 'waiting,latency').split(',');
       if (lines.includes('waiting')) await waitsBench(url!);
       if (lines.includes('latency')) await callbackLatencyBench(url!);
     }
+    if (runs('usage')) await usageBench(url!);
   } finally {
     await lived?.close();
     await stop?.();
