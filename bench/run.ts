@@ -16,8 +16,9 @@
 // 100 beside one item per invoke, against the local invoke endpoint (bench/batching.ts), then
 // tracing on beside off (bench/traces.ts), then 100 listeners of one batch's progress stream
 // (bench/stream.ts).
-// Last, a bulk cancel of 5,000 open batches beside a running batch (bench/bulk.ts).
-// BENCH_ONLY=batch|start|checksum|lease|graphile|bundle|fairness|demo|retention|fanout|fleet|retries|pooler|events|rate|s3|batching|traces|stream|bulk|pools|waits runs one part.
+// Last, a bulk cancel of 5,000 open batches beside a running batch (bench/bulk.ts), and usage per batch against the
+// workers' measured invocation times (bench/usage.ts).
+// BENCH_ONLY=batch|start|checksum|lease|graphile|bundle|fairness|demo|retention|fanout|fleet|retries|pooler|events|rate|s3|batching|traces|stream|bulk|pools|waits|usage runs one part.
 // DATABASE_URL when set, else a throw-away embedded database (in the OS temp dir, removed after).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -47,6 +48,7 @@ import { s3Bench } from './s3.js';
 import { callbackLatencyBench, waitsBench } from './waits.js';
 import { streamBench } from './stream.js';
 import { tracesBench } from './traces.js';
+import { usageBench } from './usage.js';
 
 // The AWS SDK warns on Node.js 20 that its 2027 releases will need Node.js 22, once per process
 // that sends (the S3 parts and bench/s3-worker.ts, which inherits the variable): noise in the
@@ -90,6 +92,7 @@ async function main() {
     'bulk',
     'pools',
     'waits',
+    'usage',
   ];
   const only = process.env.BENCH_ONLY;
   if (only !== undefined && !parts.includes(only)) throw new Error(`BENCH_ONLY must be one of ${parts.join(', ')}, got ${only}`);
@@ -140,6 +143,7 @@ async function main() {
       if (lines.includes('waiting')) await waitsBench(url!);
       if (lines.includes('latency')) await callbackLatencyBench(url!);
     }
+    if (runs('usage')) await usageBench(url!);
   } finally {
     await lived?.close();
     await stop?.();

@@ -1,5 +1,5 @@
 // What the API's routes need, built once per container by the runtime.
-import type { StartSettings, WorkerSender } from '../batch/index.js';
+import type { Prices, StartSettings, WorkerSender } from '../batch/index.js';
 import type { JobRegistry } from '../jobs/index.js';
 import type { Log } from '../log.js';
 import type { Sql } from '../store/index.js';
@@ -30,6 +30,11 @@ export interface ApiDeps {
      * refused (400) without one (docs/design.md, "Events").
      */
     events?: { webhookSecret: string | undefined };
+    /**
+     * The prices usage is estimated at (`LEASEHOLD_PRICE_REGION`, `LEASEHOLD_PRICES`;
+     * docs/design.md, "Usage and cost"). Default `us-east-1`'s published prices.
+     */
+    prices?: Prices;
   };
   /**
    * Sends workers to batches under the worker limit (the runtime's `WorkerDispatcher`, which

@@ -326,6 +326,18 @@ export const listSchema = z
   })
   .strict();
 
+/**
+ * `GET /tenants/{tenant}?from=&to=`: the range of the tenant's usage (docs/design.md, "Usage and
+ * cost"), ISO 8601 instants; `from` before `to`.
+ */
+export const tenantUsageSchema = z
+  .object({ from: instantSchema.optional(), to: instantSchema.optional() })
+  .strict()
+  .refine((r) => r.from === undefined || r.to === undefined || r.from < r.to, {
+    message: 'from must be before to',
+    path: ['from'],
+  });
+
 /** Item states accepted by `GET /batches/{id}/items?state=`. */
 export const ITEM_STATES = ['pending', 'running', 'waiting', 'done', 'failed'] as const;
 

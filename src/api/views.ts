@@ -2,8 +2,8 @@
 import { batchActivity, type BatchInfo } from '../batch/index.js';
 import type { Sql } from '../store/index.js';
 import { iso } from './respond.js';
-import type { ApiAction, ApiBatch, ApiConcurrency, ApiOutboxStatus, ApiProcess, ApiTenant, ApiUnit } from './wire.js';
-import type { ActionInfo, TenantInfo } from '../batch/index.js';
+import type { ApiAction, ApiUsage, ApiBatch, ApiConcurrency, ApiOutboxStatus, ApiProcess, ApiTenant, ApiUnit } from './wire.js';
+import type { ActionInfo, TenantInfo, TenantUsage, Usage } from '../batch/index.js';
 import type { Fleet, ProcessView, UnitView } from '../lease/index.js';
 import type { OutboxStatus } from '../units/index.js';
 
@@ -168,6 +168,25 @@ export function tenantView(t: TenantInfo): ApiTenant {
     runningBatches: t.runningBatches.map(batch),
     waitingBatches: t.waitingBatches.map(batch),
   };
+}
+
+/** Usage as the API answers it (the library's shape; its times as ISO 8601). */
+export function usageView(u: Usage): ApiUsage {
+  return {
+    workerMs: u.workerMs,
+    gbSeconds: u.gbSeconds,
+    runs: u.runs,
+    diedRuns: u.diedRuns,
+    invocations: u.invocations,
+    items: u.items,
+    s3Requests: u.s3Requests,
+    estimatedCost: u.estimatedCost,
+  };
+}
+
+/** A tenant's usage over a range as the API answers it. */
+export function tenantUsageView(u: TenantUsage): ApiUsage & { from: string; to: string } {
+  return { from: iso(u.from), to: iso(u.to), ...usageView(u) };
 }
 
 /** A bulk action as the API answers it. */

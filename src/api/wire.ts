@@ -99,6 +99,43 @@ export interface ApiBatch {
   itemsPerSecond?: number;
   /** `POST /batches` only: whether this request started it (false: its request key had). */
   created?: boolean;
+  /**
+   * `GET /batches/{id}` only: what its workers used so far, with an estimated cost (docs/design.md,
+   * "Usage and cost"); runs still going are counted when they end.
+   */
+  usage?: ApiUsage;
+}
+
+/**
+ * What workers used (docs/design.md, "Usage and cost"): sums over runs, each recorded once at
+ * its end (a run that died: from its start to its last beat, by its takeover).
+ */
+export interface ApiUsage {
+  /** Worker time, ms: each run's share of its invocation while it ran. */
+  workerMs: number;
+  /** Worker time × memory size, GB-seconds (1 GB = 1,024 MB). */
+  gbSeconds: number;
+  /** Runs recorded. */
+  runs: number;
+  /** Of them, runs that died without reporting (counted to their last beat). */
+  diedRuns: number;
+  /** Distinct worker invocations among the runs (each charged one Lambda request). */
+  invocations: number;
+  /** Item attempts started (a retry is one more). */
+  items: number;
+  /** S3 requests sent by the source readers and results writers, by price class. */
+  s3Requests: { get: number; put: number; list: number };
+  /** An estimate at the region's published prices (or `LEASEHOLD_PRICES`), USD; never a bill. */
+  estimatedCost: {
+    currency: 'USD';
+    total: number;
+    lambda: number;
+    s3: number;
+    /** The region whose prices were used. */
+    region: string;
+    /** Whether `LEASEHOLD_PRICES` overrode any price. */
+    overridden: boolean;
+  };
 }
 
 /** One live run of a batch. */
@@ -347,6 +384,11 @@ export interface ApiTenant {
   oldestWaitMs: number | null;
   runningBatches: ApiTenantBatch[];
   waitingBatches: ApiTenantBatch[];
+  /**
+   * `GET /tenants/{tenant}` only: what the tenant's runs used that were recorded in
+   * `[from, to)` (`?from=&to=`, ISO 8601; default the last 30 days), for charging back.
+   */
+  usage?: ApiUsage & { from: string; to: string };
 }
 
 /** A concurrency pool as `GET /pools` and `GET`/`PUT /pools/{name}` answer it (docs/design.md, "Concurrency pools"). */

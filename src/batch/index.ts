@@ -121,6 +121,23 @@ export {
   type BatchActivity,
 } from './progress.js';
 export { getTenant, setTenantLimit, MAX_TENANT_LIMIT, type TenantInfo, type TenantBatch } from './tenants.js';
+export {
+  getBatchUsage,
+  getBatchesUsage,
+  getTenantUsage,
+  pricesFor,
+  parsePriceOverride,
+  currentArchitecture,
+  PUBLISHED_PRICES,
+  DEFAULT_PRICE_REGION,
+  type Usage,
+  type TenantUsage,
+  type Prices,
+  type PriceTable,
+  type PriceOverride,
+  type EstimatedCost,
+  type Architecture,
+} from './usage.js';
 export { deleteExpiredBatches, RETENTION_DEFAULTS, type RetentionOptions, type RetentionResult } from './retention.js';
 export * from './events.js';
 export {

@@ -11,6 +11,8 @@ import { NO_LIMIT } from './sql/index.js';
 import { batchedWork, checkItemBatching } from './run/index.js';
 import { checkRetrySettings, MAX_ATTEMPTS, MAX_BACKOFF_MS, Run, type RunnerEvent, type RunSettings } from './run/index.js';
 import { DEFAULT_MAX_OUTPUT_BYTES } from './values.js';
+import { recordRunUsage, type RunUsageRow } from './sql/usage.js';
+import { currentArchitecture, UsageMeter } from './usage.js';
 import {
   ITEM_STALE_LIMITS_MS,
   MAX_ITEM_TIMEOUT_MS,
@@ -119,6 +121,12 @@ export interface RunnerOptions {
   /** Objects of a source prefix one page lists, at least (the first page 1,000). Default 10,000. */
   sourcePageObjects?: number;
   /**
+   * The memory size a run's worker time is counted at, MB (docs/design.md, "Usage and cost"): a
+   * worker gives its Lambda context's `memoryLimitInMB`; locally `LEASEHOLD_WORKER_MEMORY_MB`.
+   * 128 to 10,240. Default 1,024.
+   */
+  memoryMb?: number;
+  /**
    * The S3 client that reads sources and writes results. Default: the container's
    * (`defaultS3Client`: the environment's region and credentials, `AWS_ENDPOINT_URL_S3`).
    */
@@ -159,6 +167,7 @@ export const RUNNER_DEFAULTS = {
   maxInputBytes: 65_536,
   sourceRangeBytes: 2 * 1024 * 1024,
   sourcePageObjects: 10_000,
+  memoryMb: 1_024,
 } as const;
 
 /** Bounds of the runner's settings that the store and the clock depend on. */
@@ -209,6 +218,7 @@ export function runnerSettings(options: RunnerOptions = {}): RunnerSettings {
     maxInputBytes: options.maxInputBytes ?? RUNNER_DEFAULTS.maxInputBytes,
     sourceRangeBytes: options.sourceRangeBytes ?? RUNNER_DEFAULTS.sourceRangeBytes,
     sourcePageObjects: options.sourcePageObjects ?? RUNNER_DEFAULTS.sourcePageObjects,
+    memoryMb: options.memoryMb ?? RUNNER_DEFAULTS.memoryMb,
     s3: options.s3,
     clock: options.clock ?? systemClock,
     random: options.random ?? Math.random,
@@ -234,6 +244,7 @@ export function runnerSettings(options: RunnerOptions = {}): RunnerSettings {
   int('maxInputBytes', 1);
   int('sourceRangeBytes', 1);
   int('sourcePageObjects', 1);
+  int('memoryMb', 128, 10_240);
   if (s.backoffMs > s.maxBackoffMs)
     throw new InvalidSettingError('backoffMs', `(${s.backoffMs}) must not exceed maxBackoffMs (${s.maxBackoffMs})`);
   if (s.beatMs >= s.staleMs) throw new InvalidSettingError('beatMs', `(${s.beatMs}) must be below staleMs (${s.staleMs})`);
@@ -298,6 +309,8 @@ export class Runner {
   private readonly watching = new AbortController();
   private watchLoop: Promise<void> | undefined;
   private closed = false;
+  /** Splits the process's time among its runs (docs/design.md, "Usage and cost"). */
+  private readonly meter = new UsageMeter();
 
   /** @param sql the store; @param options see {@link RunnerOptions} for defaults. */
   constructor(
@@ -367,6 +380,9 @@ export class Runner {
             maxRunning: this.s.maxRunning,
             batchId,
             orFairer: options.orFairer,
+            // A stale run replaced is counted at this size (its own is not known).
+            memoryMb: this.s.memoryMb,
+            architecture: currentArchitecture(),
             // Else the oldest batch with an unknown job, handed straight back, would be picked again
             // every time and no other batch would ever be taken. A process runs one run of a batch
             // at most: more of its runs belong on other processes (docs/design.md, "Fan-out").
@@ -423,13 +439,42 @@ export class Runner {
       priority: batch.priority,
       queueWaitMs: batch.queueWaitMs,
     });
-    const done = run.execute().then((result) => {
+    this.meter.start(runId);
+    const done = run.execute().then(async (result) => {
       if (this.runs.get(batch.id)?.run === run) this.runs.delete(batch.id);
+      // Stored before the run's end is reported: the Batch Finished event it sends carries it.
+      await this.recordUsage(batch, run, this.meter.end(runId));
       this.s.onEvent({ type: 'run-ended', result });
       return result;
     });
     this.runs.set(batch.id, { run, done });
     return batch;
+  }
+
+  /**
+   * Stores what a run used, once, at its end (docs/design.md, "Usage and cost"): its share of
+   * the process's time, at the runner's memory size, its item attempts and S3 requests. Best
+   * effort: a failure is reported as a store error and the run's figures are lost (never its
+   * items' results).
+   */
+  private async recordUsage(batch: BatchInfo, run: Run, workerMs: number): Promise<void> {
+    const used = run.usage();
+    const row: RunUsageRow = {
+      runId: run.id,
+      batchId: batch.id,
+      tenant: batch.tenant,
+      process: this.processId,
+      workerMs,
+      memoryMb: this.s.memoryMb,
+      architecture: currentArchitecture(),
+      items: used.items,
+      s3Get: used.s3.get,
+      s3Put: used.s3.put,
+      s3List: used.s3.list,
+    };
+    await withTimeout(() => recordRunUsage(this.sql, row), this.s.storeTimeoutMs).catch((error: unknown) =>
+      this.s.onEvent({ type: 'store-error', batchId: batch.id, runId: run.id, error, tries: 1 }),
+    );
   }
 
   /**

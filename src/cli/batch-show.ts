@@ -1,9 +1,10 @@
-// `leasehold batch show`: a batch's status, items and runs, each number with what it counts, and
+// `leasehold batch show`: a batch's status, items, runs and usage, each number with what it counts, and
 // with --follow its progress to the end (a batch this command did not start too).
 import type { Command } from 'commander';
 import type { ApiBatch } from '../client/index.js';
 import { apiOption, client, scopeOption } from './args.js';
 import { followToEnd } from './follow.js';
+import { usageLines } from './usage-text.js';
 
 /** How a batch's tolerance reads: `2 failed items` or `5% of the items (2 of 40)`; null when none. */
 function toleranceText(b: ApiBatch): string | null {
@@ -62,6 +63,7 @@ export function showLines(b: ApiBatch): string[] {
       (r) => `  run ${r.id}  process ${r.process}  ${r.itemsPerSecond} items/s  ${r.settled} settled  beat ${r.beatAt}`,
     ),
     `created   ${b.createdAt}${b.finishedAt ? `\nfinished  ${b.finishedAt}` : ''}`,
+    ...(b.usage ? usageLines(b.usage) : []),
   ];
 }
 

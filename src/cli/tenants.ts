@@ -1,7 +1,8 @@
-// `leasehold outbox …` and `leasehold tenants …`: a tenant's outbox and its batches, through the API.
+// `leasehold outbox …` and `leasehold tenants …`: a tenant's outbox, its batches and its usage, through the API.
 import type { Command } from 'commander';
 import { ApiCallError, type ApiTenant } from '../client/index.js';
 import { apiOption, client, formatAge } from './args.js';
+import { usageLines } from './usage-text.js';
 
 /** Add `outbox` and `tenants` with their subcommands to `program`. */
 export function addTenantCommands(program: Command): void {
@@ -12,9 +13,10 @@ export function addTenantCommands(program: Command): void {
   addOutboxSend(outbox);
   const tenants = program
     .command('tenants')
-    .description("show a tenant's running and waiting batches, and set its limit, through the API");
+    .description("show a tenant's running and waiting batches and its usage, and set its limit, through the API");
   addTenantShow(tenants);
   addTenantLimit(tenants);
+  addTenantUsage(tenants);
 }
 
 /**
@@ -105,6 +107,31 @@ function addTenantShow(tenants: Command): void {
       const t = await client({ api: opts.api }).getTenant(tenant);
       if (opts.json) return console.log(JSON.stringify(t, null, 2));
       printTenant(t);
+    });
+}
+
+/** `tenants usage`: what TENANT's workers used over a time range, for charging back. */
+function addTenantUsage(tenants: Command): void {
+  tenants
+    .command('usage')
+    .description(
+      "what TENANT's batches used in [--from, --to): worker time, GB-seconds, invocations, item attempts, S3 requests and an estimated cost",
+    )
+    .argument('<tenant>')
+    .option('--from <instant>', 'ISO 8601 instant with its offset (default: 30 days before --to)')
+    .option('--to <instant>', 'ISO 8601 instant with its offset (default: now)')
+    .option('--json', 'print JSON (the usage alone)')
+    .addOption(apiOption)
+    .action(async (tenant: string, opts) => {
+      const t = await client({ api: opts.api }).getTenant(tenant, { from: opts.from, to: opts.to });
+      if (opts.json) return console.log(JSON.stringify(t.usage ?? null, null, 2));
+      if (!t.usage) {
+        console.error('leasehold: the API answered no usage (an older version?)');
+        process.exitCode = 1;
+        return;
+      }
+      console.log(`${t.tenant}: from ${t.usage.from} to ${t.usage.to}`);
+      console.log(usageLines(t.usage).join('\n'));
     });
 }
 

@@ -432,9 +432,12 @@ export class ApiClient {
     return data;
   }
 
-  /** `GET /tenants/{tenant}`: running and waiting batches, limit and oldest wait. */
-  async getTenant(tenant: string): Promise<ApiTenant> {
-    const { data } = await this.call<ApiTenant>('GET', `/tenants/${encodeURIComponent(tenant)}`);
+  /**
+   * `GET /tenants/{tenant}`: running and waiting batches, limit and oldest wait, and `usage` over
+   * `[from, to)` (ISO 8601 instants; default the last 30 days).
+   */
+  async getTenant(tenant: string, range: { from?: string; to?: string } = {}): Promise<ApiTenant> {
+    const { data } = await this.call<ApiTenant>('GET', withQuery(`/tenants/${encodeURIComponent(tenant)}`, range));
     return data;
   }
 

@@ -14,6 +14,7 @@ import type {
   ApiProcess,
   ApiRedrive,
   ApiSeries,
+  ApiTenant,
   ApiUnit,
 } from '../api/wire.js';
 import { ApiClient } from '../client/index.js';
@@ -52,6 +53,7 @@ export type OutboxEndpoint = ApiOutboxEndpoint;
 export type Outbox = ApiOutboxStatus;
 export type Redrive = ApiRedrive;
 export type Action = ApiAction;
+export type TenantUsage = NonNullable<ApiTenant['usage']>;
 
 /** The client of the page's own origin (a relative path has no base outside a browser). */
 const client = () => new ApiClient(location.origin);
@@ -80,4 +82,9 @@ export const api = {
   units: (): Promise<Unit[]> => client().listUnits({ limit: 10_000 }),
   outbox: (tenant: string): Promise<Outbox> => client().outboxStatus(tenant),
   getAction: (id: string): Promise<Action> => client().getAction(id),
+  /** A tenant's usage over the last 30 days (undefined from an API that does not answer it). */
+  tenantUsage: (tenant: string): Promise<TenantUsage | undefined> =>
+    client()
+      .getTenant(tenant)
+      .then((t) => t.usage),
 };

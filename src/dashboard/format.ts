@@ -1,4 +1,5 @@
-// How the page writes numbers, ages and ids.
+// How the page writes numbers, ages, ids and usage.
+import type { ApiUsage } from '../api/wire.js';
 
 /** `950 ms`, `12 s`, `4 min 5 s`, `2 h 3 min`, `3 d 4 h`. */
 export function duration(ms: number): string {
@@ -45,4 +46,17 @@ export function when(iso: string | number | null | undefined): string {
 export function brief(v: unknown, max = 120): string {
   const s = v === undefined ? '' : JSON.stringify(v);
   return s.length > max ? `${s.slice(0, max - 1)}…` : s;
+}
+
+/** Usage in one line (docs/design.md, "Usage and cost"): worker time, GB-s, runs, attempts, S3 requests, estimated cost. */
+export function usageText(u: ApiUsage): string {
+  const c = u.estimatedCost;
+  const usd = c.total < 0.01 ? c.total.toFixed(6) : c.total.toFixed(4);
+  const died = u.diedRuns ? `, ${u.diedRuns} died` : '';
+  return (
+    `${duration(u.workerMs)} of workers · ${u.gbSeconds} GB-s · ${u.runs} run${u.runs === 1 ? '' : 's'} ` +
+    `(${u.invocations} invocation${u.invocations === 1 ? '' : 's'}${died}) · ${u.items} attempts · ` +
+    `S3 ${u.s3Requests.get} GET, ${u.s3Requests.put} PUT, ${u.s3Requests.list} LIST · ` +
+    `est. $${usd} ${c.currency} at ${c.region} prices${c.overridden ? ' (overridden)' : ''}`
+  );
 }

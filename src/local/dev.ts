@@ -345,6 +345,8 @@ async function startInvoke(stack: Stack, p: Prepared, databaseUrl: string): Prom
   const invoke = createInvokeEndpoint({
     functions: { ...p.app.localFunctions, [p.config.workerFunction]: p.app.worker },
     timeoutMs: p.timeoutMs,
+    // Local workers' usage is counted at LEASEHOLD_WORKER_MEMORY_MB (docs/design.md, "Usage and cost").
+    memoryLimitInMB: p.config.runner.memoryMb,
     concurrency: p.concurrency,
     onError: (error, info) =>
       logLine(stack, {

@@ -36,6 +36,11 @@ export interface InvokeEndpointOptions {
   /** Local timeout of every invocation, the basis of `getRemainingTimeInMillis()`. Default 60,000 ms. */
   timeoutMs?: number;
   /**
+   * The memory size every invocation's context reports (`memoryLimitInMB`), MB: what a worker's
+   * usage is counted at (docs/design.md, "Usage and cost"). Default 1,024.
+   */
+  memoryLimitInMB?: number;
+  /**
    * Invocations running at once. Beyond it, invocations (both types) wait in one FIFO queue;
    * an `Event` caller has its 202 already. Default 8.
    */
@@ -272,6 +277,7 @@ function queueOf(options: InvokeEndpointOptions, clock: NowClock): InvocationQue
   return new InvocationQueue({
     concurrency,
     timeoutMs: options.timeoutMs ?? 60_000,
+    memoryLimitInMB: options.memoryLimitInMB,
     region: options.region,
     clock,
     onInvoke: options.onInvoke,

@@ -74,6 +74,8 @@ export interface InvocationQueueOptions {
   concurrency: number;
   /** Local timeout of every invocation, ms. */
   timeoutMs: number;
+  /** The memory size every invocation's context reports, MB. Default 1,024. */
+  memoryLimitInMB?: number;
   region?: string;
   clock: NowClock;
   onInvoke?(info: InvocationInfo): void;
@@ -181,6 +183,7 @@ export class InvocationQueue {
       startedAtMs,
       awsRequestId: job.awsRequestId,
       region: this.options.region,
+      memoryLimitInMB: this.options.memoryLimitInMB,
       clientContext: job.clientContext,
       clock,
     });

@@ -4,6 +4,7 @@ import * as z from 'zod';
 import { BATCH_DEFAULTS, RETENTION_DEFAULTS } from '../batch/defaults.js';
 import { DEFAULT_START_LIMITS } from '../batch/items.js';
 import { MAX_CONCURRENCY } from '../batch/types.js';
+import { parsePriceOverride, pricesFor, type Prices } from '../batch/usage.js';
 import { RUNNER_DEFAULTS, runnerSettings, type RunnerSettings } from '../batch/runner.js';
 import type { ComponentVariable } from '../contract.js';
 import { InvalidSettingError, LeaseholdError } from '../errors.js';
@@ -48,6 +49,19 @@ const schema = {
   LEASEHOLD_WORKER_TIMEOUT_MS: int(1_000).max(900_000).default(900_000),
   LEASEHOLD_DRAIN_MS: int(0).optional(),
   LEASEHOLD_WORKER_IDLE_MS: int(0).default(2_000),
+  // Usage and cost (docs/design.md, "Usage and cost").
+  LEASEHOLD_WORKER_MEMORY_MB: int(128).max(10_240).default(RUNNER_DEFAULTS.memoryMb),
+  LEASEHOLD_PRICE_REGION: z.string().min(1).optional(),
+  LEASEHOLD_PRICES: z
+    .string()
+    .optional()
+    .superRefine((v, ctx) => {
+      try {
+        parsePriceOverride(v);
+      } catch (e) {
+        ctx.addIssue({ code: 'custom', message: (e as Error).message });
+      }
+    }),
   LEASEHOLD_WORKER_POLL_MS: int(10).default(1_000),
   LEASEHOLD_MAX_RUNS: int(1).default(RUNNER_DEFAULTS.maxRuns),
   LEASEHOLD_PARALLEL: int(1).default(RUNNER_DEFAULTS.parallel),
@@ -255,6 +269,12 @@ export interface Config {
    */
   retention: { retentionDays: number; chunkRows: number; maxRowsPerPass: number; budgetMs: number };
   /**
+   * The prices usage is estimated at (docs/design.md, "Usage and cost"): the published prices of
+   * `LEASEHOLD_PRICE_REGION` (unset: `AWS_REGION`; a region not listed: `us-east-1`'s), with
+   * `LEASEHOLD_PRICES` over them.
+   */
+  prices: Prices;
+  /**
    * Batch Finished events (docs/design.md, "Events"): `bus`, the EventBridge bus they are put on
    * (`LEASEHOLD_EVENT_BUS`, a name or ARN; the component sets its bus; unset: events are recorded
    * and sent nowhere but their webhook); `webhookSecret`, the key webhooks are signed with
@@ -398,6 +418,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       webhookSecret: e.LEASEHOLD_WEBHOOK_SECRET,
       rules: parseChainRules(e.LEASEHOLD_RULES),
     },
+    prices: pricesFor(e.LEASEHOLD_PRICE_REGION ?? e.AWS_REGION, parsePriceOverride(e.LEASEHOLD_PRICES)),
     retention: {
       retentionDays: e.LEASEHOLD_RETENTION_DAYS,
       chunkRows: e.LEASEHOLD_RETENTION_CHUNK_ROWS,
@@ -440,6 +461,7 @@ function runnerFromEnv(e: Env): Config['runner'] {
     maxInputBytes: Math.max(1, e.LEASEHOLD_MAX_INPUT_BYTES),
     sourceRangeBytes: RUNNER_DEFAULTS.sourceRangeBytes,
     sourcePageObjects: RUNNER_DEFAULTS.sourcePageObjects,
+    memoryMb: e.LEASEHOLD_WORKER_MEMORY_MB,
   };
 }
 

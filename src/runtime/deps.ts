@@ -100,7 +100,10 @@ export function createRuntime(app: AppJobs): Runtime {
         sendEvents: async (log, options) => {
           const events = await import('./events.js');
           if (config.events.bus) publisher ??= new events.EventBridgePublisher(config.events.bus);
-          return events.sendEvents({ sql, publisher, webhookSecret: config.events.webhookSecret, log }, options);
+          return events.sendEvents(
+            { sql, publisher, webhookSecret: config.events.webhookSecret, prices: config.prices, log },
+            options,
+          );
         },
       };
       return cached;

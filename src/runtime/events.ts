@@ -17,6 +17,7 @@ import {
   type BatchFinishedDetail,
   type TakenEvent,
 } from '../batch/events.js';
+import { getBatchesUsage, type Prices } from '../batch/usage.js';
 import { putEventsEntrySize } from '../contract.js';
 import { traced, tracingRegistered } from '../tracing.js';
 import type { Sql } from '../store/connect.js';
@@ -102,7 +103,19 @@ export interface EventSenderDeps {
   webhookSecret: string | undefined;
   /** Outbox delivery's address policy (`LEASEHOLD_OUTBOX_ALLOW`); default a guard of its own. */
   guard?: EndpointGuard;
+  /** The prices the events' `usage` is estimated at (docs/design.md, "Usage and cost"). Default `us-east-1`'s. */
+  prices?: Prices;
   log: Log;
+}
+
+/**
+ * The taken events with their batches' `usage` as recorded now (one statement for them all;
+ * docs/design.md, "Usage and cost"). Not stored: each send reads it again.
+ */
+async function withUsage(deps: EventSenderDeps, taken: TakenEvent[]): Promise<TakenEvent[]> {
+  if (taken.length === 0) return taken;
+  const usage = await getBatchesUsage(deps.sql, [...new Set(taken.map((t) => t.detail.batchId))], deps.prices);
+  return taken.map((t) => ({ ...t, detail: { ...t.detail, usage: usage.get(t.detail.batchId) } }));
 }
 
 /** What {@link sendEvents} takes; durations in ms. */
@@ -150,14 +163,17 @@ export async function sendEvents(deps: EventSenderDeps, options: SendOptions = {
   const result: SendResult = { sent: 0, failed: 0, notified: 0, notifyFailed: 0 };
   const batch = options.batchId === undefined ? {} : { batchId: options.batchId };
   for (let done = 0; done < limit && Date.now() < until;) {
-    const taken = await takeUnsent(deps.sql, { limit: Math.min(PUT_EVENTS_MAX, limit - done), claimMs, ...batch });
+    const taken = await withUsage(
+      deps,
+      await takeUnsent(deps.sql, { limit: Math.min(PUT_EVENTS_MAX, limit - done), claimMs, ...batch }),
+    );
     if (taken.length === 0) break;
     done += taken.length;
     await put(deps, taken, result);
   }
   const guard = deps.guard ?? defaultGuard();
   for (let done = 0; done < limit && Date.now() < until; done++) {
-    const [event] = await takeUnnotified(deps.sql, { limit: 1, claimMs, ...batch });
+    const [event] = await withUsage(deps, await takeUnnotified(deps.sql, { limit: 1, claimMs, ...batch }));
     if (!event) break;
     await notify(deps, guard, event, options.webhookTimeoutMs ?? 5_000, result);
   }

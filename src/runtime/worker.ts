@@ -37,6 +37,12 @@ export function requestWorkerShutdown(): void {
 export interface InvocationContext {
   /** Milliseconds left before the platform ends the invocation. */
   getRemainingTimeInMillis(): number;
+  /**
+   * The function's memory size, MB, as Lambda's context gives it (a string): the size the
+   * invocation's usage is counted at (docs/design.md, "Usage and cost"). Absent locally:
+   * `LEASEHOLD_WORKER_MEMORY_MB`.
+   */
+  memoryLimitInMB?: string | number;
 }
 
 /** What acts on the units a worker process owns; `close()` stops it for good. */
@@ -187,6 +193,8 @@ interface Invocation {
   log: Log;
   /** Remaining time − `deadlineMarginMs`, ms since the epoch. */
   deadline: number;
+  /** The memory size the invocation's usage is counted at, MB (its context's, else the config's). */
+  memoryMb: number;
   /** Aborted on shutdown, at the deadline signal, on retirement or a schema mismatch: wakes the loop's waits. */
   stop: AbortSignal;
   /** Set once the database's schema is found outside what this code supports. */
@@ -222,7 +230,9 @@ function openInvocation(event: WorkerEvent, context: InvocationContext, deps: Wo
   const schema = deps.schema ?? SUPPORTED_SCHEMA;
   let recheck: Promise<void> | undefined;
   const leftMs = () => context.getRemainingTimeInMillis() - 500;
+  const memory = Number(context.memoryLimitInMB);
   const inv: Invocation = {
+    memoryMb: Number.isInteger(memory) && memory >= 128 && memory <= 10_240 ? memory : config.runner.memoryMb,
     event,
     deps,
     processId,
@@ -310,6 +320,7 @@ function startRunner(inv: Invocation, sends: Set<Promise<void>>): Runner {
   return new Runner(deps.sql, {
     processId: inv.processId,
     ...deps.config.runner,
+    memoryMb: inv.memoryMb,
     onEvent: (e: RunnerEvent) => {
       hooks.runner?.(e);
       if (e.type === 'store-error') inv.noteError(e.error);

@@ -260,6 +260,17 @@ describe('GET /batches/{id}', () => {
       counts: { pending: 2, running: 0, waiting: 0, done: 1, failed: 0 },
       ageMs: expect.any(Number),
       itemsPerSecond: 1,
+      // No run has ended yet: nothing recorded, nothing to pay (docs/design.md, "Usage and cost").
+      usage: {
+        workerMs: 0,
+        gbSeconds: 0,
+        runs: 0,
+        diedRuns: 0,
+        invocations: 0,
+        items: 0,
+        s3Requests: { get: 0, put: 0, list: 0 },
+        estimatedCost: { currency: 'USD', total: 0, lambda: 0, s3: 0, region: 'us-east-1', overridden: false },
+      },
     });
     expect(res.body.ageMs).toBeGreaterThanOrEqual(0);
   });

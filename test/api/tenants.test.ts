@@ -99,3 +99,52 @@ describe('tenants', () => {
     expect(after).toBe(before + 1);
   });
 });
+
+describe('tenant usage (docs/design.md, "Usage and cost")', () => {
+  it('answers the usage recorded in [from, to), priced at the configured prices, and refuses a bad range', async () => {
+    const tenant = uniqueTenant('usage');
+    const { body: b } = await start(tenant);
+    // Two runs of the batch as their ends record them: one an hour ago, one now (2 GB for 1.5 s, 3 GETs).
+    const row = (id: string, process: string, ms: number) => suite.db.sql`insert into leasehold_run_usage
+        (run_id, batch_id, tenant, process, worker_ms, memory_mb, architecture, items, s3_get)
+      values (${id}, ${b.id}, ${tenant}, ${process}, ${ms}, 2048, 'arm64', 5, 3)`;
+    const [p1, p2] = [crypto.randomUUID(), crypto.randomUUID()];
+    await row(crypto.randomUUID(), p1, 1_500);
+    await row(crypto.randomUUID(), p2, 4_000);
+    await suite.db.sql`update leasehold_run_usage set recorded_at = now() - interval '1 hour' where process = ${p2}`;
+    const prices = {
+      region: 'test',
+      overridden: true,
+      table: {
+        lambdaGbSecond: { x86_64: 1, arm64: 0.5 },
+        lambdaRequest: { x86_64: 0, arm64: 0.25 },
+        s3PerThousand: { get: 1000, put: 0, list: 0 },
+      },
+    };
+    const deps = { ...suite.deps, config: { ...suite.deps.config, prices } };
+    const from = new Date(Date.now() - 30 * 60_000).toISOString();
+    const recent = await call(deps, 'GET', `/tenants/${tenant}`, { query: { from } });
+    expect(recent.status).toBe(200);
+    // 1.5 s × 2 GB = 3 GB-s at 0.5, one invocation at 0.25, 3 GETs at 1 each.
+    expect(recent.body.usage).toEqual({
+      from,
+      to: expect.any(String),
+      workerMs: 1_500,
+      gbSeconds: 3,
+      runs: 1,
+      diedRuns: 0,
+      invocations: 1,
+      items: 5,
+      s3Requests: { get: 3, put: 0, list: 0 },
+      estimatedCost: { currency: 'USD', total: 4.75, lambda: 1.75, s3: 3, region: 'test', overridden: true },
+    });
+    const all = await call(deps, 'GET', `/tenants/${tenant}`);
+    expect(all.body.usage).toMatchObject({ workerMs: 5_500, runs: 2, invocations: 2, items: 10 });
+    // The batch itself sums both.
+    expect((await call(deps, 'GET', `/batches/${b.id}`)).body.usage).toMatchObject({ workerMs: 5_500, runs: 2 });
+    for (const query of [{ from: 'yesterday' }, { from, to: from }, { since: from }] as Record<string, string>[]) {
+      const bad = await call(deps, 'GET', `/tenants/${tenant}`, { query });
+      expect(bad.status, JSON.stringify(query)).toBe(400);
+    }
+  });
+});

@@ -165,7 +165,11 @@ describe('sending', () => {
     const got = receivedFor(batch.id);
     expect(got).toHaveLength(1);
     expect(got[0].event).toMatchObject({ source: 'leasehold', 'detail-type': 'Batch Finished' });
-    expect(got[0].event.detail).toEqual(row.detail);
+    // As stored, with the batch's usage as recorded when it was sent (docs/design.md, "Usage and cost").
+    const { usage, ...stored } = got[0].event.detail as typeof row.detail;
+    expect(stored).toEqual(row.detail);
+    expect(usage).toMatchObject({ runs: 1, diedRuns: 0, invocations: 1, items: 10, estimatedCost: { currency: 'USD' } });
+    expect(usage!.workerMs).toBeGreaterThan(0);
     expect(got[0].event.detail).toMatchObject({
       id: row.id,
       batchId: batch.id,

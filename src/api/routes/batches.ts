@@ -2,6 +2,7 @@
 // router.ts), redrive, and items finished over time.
 import type { APIGatewayProxyEventV2 } from 'aws-lambda';
 import {
+  getBatchUsage,
   checkNotify,
   finishedSeries,
   setMaxConcurrency,
@@ -31,7 +32,7 @@ import {
 import { InvalidRequestError } from '../../errors.js';
 import { EndpointGuard } from '../../units/index.js';
 import { itemsPageSchema, listSchema, patchBatchSchema, readJsonBody, startSchema } from '../request.js';
-import { withActivity } from '../views.js';
+import { usageView, withActivity } from '../views.js';
 import { errorFields } from '../../log.js';
 
 /**
@@ -191,10 +192,13 @@ export async function listBatchesRoute(
   return json(200, { batches: await withActivity(deps.sql, batches), retentionDays });
 }
 
-/** `GET /batches/{id}`: one batch with its `ageMs` and `itemsPerSecond`. */
+/** `GET /batches/{id}`: one batch with its `ageMs`, `itemsPerSecond` and `usage` (docs/design.md, "Usage and cost"). */
 export async function showBatch(_event: APIGatewayProxyEventV2, deps: ApiDeps, [id]: string[]): Promise<Result> {
-  const [view] = await withActivity(deps.sql, [await getBatch(deps.sql, id)]);
-  return json(200, view);
+  const [[view], usage] = await Promise.all([
+    getBatch(deps.sql, id).then((b) => withActivity(deps.sql, [b])),
+    getBatchUsage(deps.sql, id, deps.config.prices),
+  ]);
+  return json(200, { ...view, usage: usageView(usage) });
 }
 
 /** `POST /batches/{id}/cancel`: cancel for good; the tenant's next waiting batches go to workers. */

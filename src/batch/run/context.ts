@@ -5,6 +5,9 @@ import { LeaseholdError } from '../../errors.js';
 import type { Sql } from '../../store/connect.js';
 import { withTimeout } from '../../store/timeout.js';
 import type { BatchInfo } from '../types.js';
+import { s3Client } from '../s3.js';
+import { countingS3, type S3Counts } from '../usage.js';
+import type { S3Client } from '@aws-sdk/client-s3';
 import type { RunTrace } from './tracing.js';
 import type { RunSettings } from './types.js';
 
@@ -53,6 +56,11 @@ export class RunContext {
   statements = 0;
   /** The run's spans, when an app registered a tracer provider (docs/design.md, "Traces"). */
   trace: RunTrace | undefined;
+  /**
+   * What the run used, counted in memory and stored once at its end (docs/design.md, "Usage and
+   * cost"): item attempts started, and S3 requests sent through {@link s3}.
+   */
+  readonly usage = { items: 0, s3: { get: 0, put: 0, list: 0 } as S3Counts };
   private wakeUp: (() => void) | undefined;
 
   constructor(
@@ -78,6 +86,11 @@ export class RunContext {
   /** Resolves at the next {@link wake}. */
   sleep(): Promise<void> {
     return new Promise<void>((resolve) => (this.wakeUp = resolve));
+  }
+
+  /** The S3 client of the run's source reads and results writes, its requests counted in {@link usage}. */
+  async s3(): Promise<S3Client> {
+    return countingS3(await s3Client(this.s.s3), this.usage.s3);
   }
 
   /** Report a store error (never needed for correctness). */

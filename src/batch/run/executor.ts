@@ -157,6 +157,7 @@ export class ItemExecutor {
   /** Start one item's attempt; its verdict goes to `settled` once it ends. */
   launch(c: q.ClaimedRow): void {
     const started = performance.now();
+    this.ctx.usage.items++;
     const done = (s: Settled): void => {
       // Recovered for want of heartbeats meanwhile: its slot was freed, its result is nobody's.
       if (this.executing.get(c.key) !== p) return;

@@ -7,7 +7,6 @@
 import type { Sql } from '../../store/index.js';
 import { BatchGivenUpError, BatchLostError } from '../errors.js';
 import * as q from '../sql/index.js';
-import { s3Client } from '../s3.js';
 import { writeResultsAfterFinish } from '../lazy-io.js';
 import type { BatchInfo, Executor, RunOutcome, RunResult } from '../types.js';
 import { RunContext, StoreFailure } from './context.js';
@@ -105,6 +104,11 @@ export class Run {
     });
   }
 
+  /** What the run used so far: item attempts started and S3 requests sent (docs/design.md, "Usage and cost"). */
+  usage(): RunContext['usage'] {
+    return this.ctx.usage;
+  }
+
   /** Ask the run to hand off: stop claiming, let in-flight items settle, clear the beat. */
   requestStop(): void {
     if (this.ctx.reason !== 'lost') this.ctx.reason = 'stop';
@@ -161,7 +165,7 @@ export class Run {
     // a crash before they are written leaves them to the scheduler (docs/design.md, "Sources and results").
     if ((outcome === 'succeeded' || outcome === 'failed') && this.batch.results) {
       const write = async () =>
-        writeResultsAfterFinish(this.sql, await s3Client(this.s.s3), this.batch.id, (e) => ctx.storeError(e, 1), {
+        writeResultsAfterFinish(this.sql, await ctx.s3(), this.batch.id, (e) => ctx.storeError(e, 1), {
           signal: this.results.signal,
         });
       await (ctx.trace ? ctx.trace.t.traced('write results', { 'leasehold.batch.id': this.batch.id }, write) : write());

@@ -4,7 +4,6 @@
 import * as q from '../sql/index.js';
 import * as qs from '../sql/sources.js';
 import { pageRows, type PageRows } from '../items.js';
-import { s3Client } from '../s3.js';
 import { errorText } from '../values.js';
 import { readPage } from '../lazy-io.js';
 import { SourceReadError, SourceStreams, type SourcePage } from '../source-page.js';
@@ -202,7 +201,7 @@ export class SourceReader {
     const s = this.ctx.s;
     try {
       const read = async () =>
-        readPage(await s3Client(s.s3), source as StoredSource, cursor as SourceCursor | null, {
+        readPage(await this.ctx.s3(), source as StoredSource, cursor as SourceCursor | null, {
           maxInputBytes: s.maxInputBytes,
           rangeBytes: s.sourceRangeBytes,
           pageObjects: s.sourcePageObjects,

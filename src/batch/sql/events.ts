@@ -8,6 +8,7 @@ import type postgres from 'postgres';
 import type { Sql } from '../../store/index.js';
 import { storableText } from '../values.js';
 import { RESULTS_MAX_TRIES } from './results.js';
+import type { Usage } from '../usage.js';
 
 /** The counts of an event's detail: items by state when the batch ended. */
 export interface EventCounts {
@@ -20,7 +21,8 @@ export interface EventCounts {
 
 /**
  * The `detail` of a `Batch Finished` event, as stored in the ending transaction and sent (to
- * EventBridge, and in the webhook's body) unchanged on every send.
+ * EventBridge, and in the webhook's body) unchanged on every send, but for `usage`, which the
+ * sender reads at each send.
  */
 export interface BatchFinishedDetail {
   /** The event's stable id (a UUID): the same on every send; a chained batch's request key is made from it. */
@@ -43,6 +45,12 @@ export interface BatchFinishedDetail {
   results: { manifest: string } | null;
   /** Redrives before this end (0: its first end). */
   redrives: number;
+  /**
+   * What the batch's workers used, with an estimated cost (docs/design.md, "Usage and cost"), as
+   * recorded when the event was sent: added by the sender, never stored in the row. A run of the
+   * batch still ending then is not in it (`GET /batches/{id}` has the final figures).
+   */
+  usage?: Usage;
   /** ISO 8601, database clock. */
   createdAt: string;
   finishedAt: string;

@@ -61,6 +61,10 @@ export interface TakeOverArgs {
   /** With `batchId`: take a better choice instead when one exists (a worker sent for the batch). */
   orFairer?: boolean;
   skip?: string[];
+  /** The memory size a stale run replaced is counted at, MB (its own is not stored). Default 1,024. */
+  memoryMb?: number;
+  /** The architecture a stale run replaced is counted at. Default `x86_64`. */
+  architecture?: 'x86_64' | 'arm64';
 }
 
 // A tenant (as `t`) that may take one more run (below its limit) and has a batch below its
@@ -70,6 +74,18 @@ function eligibleTenant(sql: Sql, maxRunning: number, skip: ReturnType<Sql['json
         and exists (select 1 from leasehold_batches w
                     where w.tenant = t.tenant and w.status = 'open' and w.live_runs < w.target
                       and w.id::text not in (select jsonb_array_elements_text(${skip})))`;
+}
+
+// The usage of the stale run a takeover replaced (the CTEs `gone` and `joined`): it died without
+// reporting (docs/design.md, "Usage and cost"), so it is counted from its start to its last beat,
+// at this worker's memory size; should it report after all, its own figures replace these.
+function deadRunUsage(sql: Sql, a: TakeOverArgs) {
+  return sql`insert into leasehold_run_usage (run_id, batch_id, tenant, process, worker_ms, memory_mb, architecture, died)
+      select g.id, g.batch_id, j.tenant, g.process,
+        greatest(extract(epoch from g.beat_at - g.started_at) * 1000, 0)::float8, ${a.memoryMb ?? 1024}::int,
+        ${a.architecture ?? 'x86_64'}, true
+      from gone g join joined j on j.id = g.batch_id
+      on conflict (run_id) do nothing`;
 }
 
 /** The takeover statement as a fragment (the benchmark and a test read its plan with EXPLAIN). */
@@ -148,7 +164,8 @@ export function takeOverStatement(sql: Sql, a: TakeOverArgs) {
       order by o
       limit 1
     ), gone as (
-      delete from leasehold_runs r using pick where r.id = pick.dead returning r.id
+      delete from leasehold_runs r using pick where r.id = pick.dead
+      returning r.id, r.batch_id, r.process, r.started_at, r.beat_at
     ), joined as (
       update leasehold_batches b
       set live_runs = b.live_runs + case when pick.dead is null then 1 else 0 end,
@@ -159,6 +176,8 @@ export function takeOverStatement(sql: Sql, a: TakeOverArgs) {
     ), run as (
       insert into leasehold_runs (id, batch_id, process) select ${a.run}, id, ${a.process} from joined
       returning id, batch_id, process, started_at, beat_at, settled
+    ), dead_usage as (
+      ${deadRunUsage(sql, a)}
     )
     select j.*, null::jsonb as counts,
       (select json_agg(json_build_object('id', r.id, 'process', r.process, 'started_at', r.started_at,

@@ -1,10 +1,10 @@
-// One batch: its counts, items by state with paging, failed items with their errors and
+// One batch: its counts, its usage and estimated cost, items by state with paging, failed items with their errors and
 // attempts, pause and resume, redrive and cancel, and a chart of items finished over time.
 import { html } from 'htm/preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { api, ITEM_STATES, type Batch, type ItemState } from '../api.js';
 import { CountsLegend, ErrorNote, ProgressBar, StatusBadge, Time, message, usePoll } from '../components.js';
-import { brief, duration, rate, shortId } from '../format.js';
+import { brief, duration, rate, shortId, usageText } from '../format.js';
 import { CancelButton, PauseButton, shownStatus } from './batches.js';
 import { FinishedChart } from './chart.js';
 
@@ -102,6 +102,7 @@ export function BatchView({ id }: { id: string }) {
             }
             ${b.deadline ? html`<div><dt>Deadline</dt><dd data-deadline><${Time} at=${b.deadline} /></dd></div>` : null}
             ${b.reason ? html`<div class="wide"><dt>Reason</dt><dd data-reason>${b.reason}</dd></div>` : null}
+            ${b.usage ? html`<div class="wide"><dt>Usage</dt><dd data-usage>${usageText(b.usage)}</dd></div>` : null}
             ${b.reading ? html`<div class="wide"><dt>Source</dt><dd data-reading>reading… ${b.total} items so far</dd></div>` : null}
             ${
               b.resultsManifest

@@ -1,10 +1,10 @@
-// All batches: priority, status, progress, items/s, age and runs; filtered by tenant and status;
-// pause, resume and cancel.
+// All batches: priority, status, progress, items/s, age and runs; filtered by tenant (with its usage
+// over the last 30 days) and status; pause, resume and cancel.
 import { html } from 'htm/preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { api, type Batch } from '../api.js';
 import { ErrorNote, ProgressBar, StatusBadge, message, usePoll } from '../components.js';
-import { duration, rate, shortId } from '../format.js';
+import { duration, rate, shortId, usageText } from '../format.js';
 
 const STATUSES = ['', 'open', 'succeeded', 'failed', 'cancelled'] as const;
 
@@ -47,6 +47,7 @@ export function BatchesView({
       <button type="submit">Filter</button>
     </form>
     <${ErrorNote} error=${polled.error} />
+    ${tenant ? html`<${TenantUsageLine} tenant=${tenant} />` : null}
     ${
       list === undefined
         ? html`<p>Loading…</p>`
@@ -73,6 +74,13 @@ export function BatchesView({
           </table>`
     }
   </section>`;
+}
+
+/** The filtered tenant's usage over the last 30 days, for charging back (docs/design.md, "Usage and cost"). */
+function TenantUsageLine({ tenant }: { tenant: string }) {
+  const usage = usePoll(() => api.tenantUsage(tenant), [tenant]);
+  if (!usage.data) return null;
+  return html`<p class="muted small" data-tenant-usage>${tenant}, last 30 days: ${usageText(usage.data)}</p>`;
 }
 
 /** How long finished batches are kept, in words. */

@@ -1,0 +1,326 @@
+// Usage and cost per batch and per tenant (docs/design.md, "Usage and cost"): what a run counts in
+// memory while it runs (its share of the worker's time, the item attempts it starts, the S3
+// requests it sends), the published prices a cost is estimated at, and the sums a batch or a
+// tenant reads. Stored once per run at its end (sql/usage.ts), never per item.
+import type { S3Client } from '@aws-sdk/client-s3';
+import type { Sql } from '../store/index.js';
+import { InvalidSettingError } from '../errors.js';
+import * as q from './sql/usage.js';
+
+/** A worker's instruction set architecture, as Lambda prices it. */
+export type Architecture = 'x86_64' | 'arm64';
+
+/** The architecture this process runs on (`process.arch`: `arm64`, else `x86_64`). */
+export function currentArchitecture(): Architecture {
+  return process.arch === 'arm64' ? 'arm64' : 'x86_64';
+}
+
+/**
+ * Prices in USD of one region: Lambda's compute per GB-second and per request (by architecture),
+ * and S3 Standard's requests per 1,000 (`get`: GET, HEAD and other reads; `put`: PUT, POST,
+ * COPY; `list`: LIST, priced as PUT by S3).
+ */
+export interface PriceTable {
+  lambdaGbSecond: Record<Architecture, number>;
+  lambdaRequest: Record<Architecture, number>;
+  s3PerThousand: { get: number; put: number; list: number };
+}
+
+// x86_64 and arm64 compute, and one request ($0.20 per million), as most regions list them.
+const LAMBDA = {
+  lambdaGbSecond: { x86_64: 0.0000166667, arm64: 0.0000133334 },
+  lambdaRequest: { x86_64: 0.0000002, arm64: 0.0000002 },
+};
+
+/**
+ * Published prices of a few regions, USD. Sources: AWS's public pricing pages,
+ * https://aws.amazon.com/lambda/pricing/ (compute at the first tier, the first 6 billion
+ * GB-seconds a month; requests) and https://aws.amazon.com/s3/pricing/ (S3 Standard requests),
+ * as listed there in November 2024. The free tier and Lambda's volume tiers are not applied.
+ * Prices change: override them with `LEASEHOLD_PRICES` (docs/configuration.md).
+ */
+export const PUBLISHED_PRICES: Readonly<Record<string, PriceTable>> = {
+  'us-east-1': { ...LAMBDA, s3PerThousand: { get: 0.0004, put: 0.005, list: 0.005 } },
+  'us-east-2': { ...LAMBDA, s3PerThousand: { get: 0.0004, put: 0.005, list: 0.005 } },
+  'us-west-2': { ...LAMBDA, s3PerThousand: { get: 0.0004, put: 0.005, list: 0.005 } },
+  'eu-west-1': { ...LAMBDA, s3PerThousand: { get: 0.0004, put: 0.005, list: 0.005 } },
+  'eu-central-1': { ...LAMBDA, s3PerThousand: { get: 0.00043, put: 0.0054, list: 0.0054 } },
+  'ap-northeast-1': { ...LAMBDA, s3PerThousand: { get: 0.00037, put: 0.0047, list: 0.0047 } },
+  'ap-southeast-1': { ...LAMBDA, s3PerThousand: { get: 0.0004, put: 0.005, list: 0.005 } },
+};
+
+/** The region whose prices apply when none is given or the given one is not in {@link PUBLISHED_PRICES}. */
+export const DEFAULT_PRICE_REGION = 'us-east-1';
+
+/** The prices a cost is estimated at, and the region they are of. */
+export interface Prices {
+  /** The region of the published prices used (`us-east-1` for a region not listed). */
+  region: string;
+  /** Whether `LEASEHOLD_PRICES` overrode any of them. */
+  overridden: boolean;
+  table: PriceTable;
+}
+
+/** Part of a {@link PriceTable}: what `LEASEHOLD_PRICES` may set. */
+export type PriceOverride = {
+  [K in keyof PriceTable]?: Partial<PriceTable[K]>;
+};
+
+/**
+ * Parses `LEASEHOLD_PRICES`: a JSON object with any of `lambdaGbSecond` and `lambdaRequest`
+ * (`{ x86_64?, arm64? }`) and `s3PerThousand` (`{ get?, put?, list? }`), each price a number ≥ 0
+ * in USD. Undefined or empty: no override.
+ * @throws {InvalidSettingError} (setting `LEASEHOLD_PRICES`) not JSON, an unknown key, or a price that is not a number ≥ 0.
+ */
+export function parsePriceOverride(text: string | undefined): PriceOverride {
+  if (text === undefined || text.trim() === '') return {};
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch {
+    throw new InvalidSettingError('LEASEHOLD_PRICES', 'must be a JSON object');
+  }
+  const groups: Record<keyof PriceTable, readonly string[]> = {
+    lambdaGbSecond: ['x86_64', 'arm64'],
+    lambdaRequest: ['x86_64', 'arm64'],
+    s3PerThousand: ['get', 'put', 'list'],
+  };
+  if (typeof v !== 'object' || v === null || Array.isArray(v))
+    throw new InvalidSettingError('LEASEHOLD_PRICES', 'must be a JSON object');
+  for (const [group, prices] of Object.entries(v)) {
+    const keys = groups[group as keyof PriceTable];
+    if (!keys)
+      throw new InvalidSettingError(
+        'LEASEHOLD_PRICES',
+        `has an unknown key ${JSON.stringify(group)} (allowed: ${Object.keys(groups).join(', ')})`,
+      );
+    if (typeof prices !== 'object' || prices === null || Array.isArray(prices)) {
+      throw new InvalidSettingError('LEASEHOLD_PRICES', `${group} must be an object of prices`);
+    }
+    for (const [k, p] of Object.entries(prices as Record<string, unknown>)) {
+      if (!keys.includes(k))
+        throw new InvalidSettingError(
+          'LEASEHOLD_PRICES',
+          `${group} has an unknown key ${JSON.stringify(k)} (allowed: ${keys.join(', ')})`,
+        );
+      if (typeof p !== 'number' || !Number.isFinite(p) || p < 0) {
+        throw new InvalidSettingError('LEASEHOLD_PRICES', `${group}.${k} must be a number >= 0 (USD)`);
+      }
+    }
+  }
+  return v as PriceOverride;
+}
+
+/**
+ * The prices of `region` ({@link PUBLISHED_PRICES}; a region not listed, or none, takes
+ * {@link DEFAULT_PRICE_REGION}'s) with `override` applied over them.
+ */
+export function pricesFor(region: string | undefined, override: PriceOverride = {}): Prices {
+  const known = region !== undefined && region in PUBLISHED_PRICES ? region : DEFAULT_PRICE_REGION;
+  const base = PUBLISHED_PRICES[known]!;
+  return {
+    region: known,
+    overridden: Object.keys(override).length > 0,
+    table: {
+      lambdaGbSecond: { ...base.lambdaGbSecond, ...override.lambdaGbSecond },
+      lambdaRequest: { ...base.lambdaRequest, ...override.lambdaRequest },
+      s3PerThousand: { ...base.s3PerThousand, ...override.s3PerThousand },
+    },
+  };
+}
+
+/** An estimated cost in USD, at {@link Prices}; an estimate, never a bill. */
+export interface EstimatedCost {
+  currency: 'USD';
+  /** Lambda compute (GB-seconds) plus Lambda requests plus S3 requests, USD. */
+  total: number;
+  /** Lambda compute and requests, USD. */
+  lambda: number;
+  /** S3 requests, USD. */
+  s3: number;
+  /** The region whose published prices were used. */
+  region: string;
+  /** Whether `LEASEHOLD_PRICES` overrode any price. */
+  overridden: boolean;
+}
+
+/**
+ * What the workers used for a batch, or for a tenant over a time range (docs/design.md, "Usage
+ * and cost"): sums of the batch's runs' rows as recorded so far.
+ */
+export interface Usage {
+  /** Worker time, ms: each run's share of its invocation while it ran (runs in one invocation split it). */
+  workerMs: number;
+  /** Worker time × memory size, GB-seconds (GB = 1,024 MB, as Lambda bills). */
+  gbSeconds: number;
+  /** Runs recorded (a run is one worker invocation's ownership of one batch). */
+  runs: number;
+  /** Runs that died without reporting, counted by their takeover from their start to their last beat. */
+  diedRuns: number;
+  /** Distinct worker invocations (processes) among the runs: each is charged one Lambda request. */
+  invocations: number;
+  /** Item attempts the runs started (a retry is one more). */
+  items: number;
+  /** S3 requests the runs' source readers and results writers sent (retries included). */
+  s3Requests: { get: number; put: number; list: number };
+  estimatedCost: EstimatedCost;
+}
+
+/** A tenant's {@link Usage} over `[from, to)`, by when each run's figures were recorded. */
+export interface TenantUsage extends Usage {
+  tenant: string;
+  from: Date;
+  to: Date;
+}
+
+const round = (usd: number) => Math.round(usd * 1e8) / 1e8;
+
+/** Sums rows of usage (one per architecture) and prices them. */
+export function usageOf(rows: readonly q.UsageSumRow[], prices: Prices): Usage {
+  const t = prices.table;
+  const u = { workerMs: 0, gbSeconds: 0, runs: 0, diedRuns: 0, invocations: 0, items: 0 };
+  const s3 = { get: 0, put: 0, list: 0 };
+  let lambda = 0;
+  for (const r of rows) {
+    u.workerMs += r.worker_ms;
+    u.gbSeconds += r.gb_seconds;
+    u.runs += r.runs;
+    u.diedRuns += r.died;
+    u.invocations += r.invocations;
+    u.items += r.items;
+    s3.get += r.s3_get;
+    s3.put += r.s3_put;
+    s3.list += r.s3_list;
+    lambda += r.gb_seconds * t.lambdaGbSecond[r.architecture] + r.invocations * t.lambdaRequest[r.architecture];
+  }
+  const s3Cost = (s3.get * t.s3PerThousand.get + s3.put * t.s3PerThousand.put + s3.list * t.s3PerThousand.list) / 1000;
+  return {
+    ...u,
+    workerMs: Math.round(u.workerMs),
+    gbSeconds: Math.round(u.gbSeconds * 1000) / 1000,
+    s3Requests: s3,
+    estimatedCost: {
+      currency: 'USD',
+      total: round(lambda + s3Cost),
+      lambda: round(lambda),
+      s3: round(s3Cost),
+      region: prices.region,
+      overridden: prices.overridden,
+    },
+  };
+}
+
+/** A batch's usage as recorded so far, priced at `prices` (default: {@link DEFAULT_PRICE_REGION}'s). */
+export async function getBatchUsage(sql: Sql, batchId: string, prices: Prices = pricesFor(undefined)): Promise<Usage> {
+  return usageOf(await q.batchUsage(sql, batchId), prices);
+}
+
+/** The usage of several batches (one statement), by batch id; a batch with no run recorded has zeros. */
+export async function getBatchesUsage(
+  sql: Sql,
+  batchIds: readonly string[],
+  prices: Prices = pricesFor(undefined),
+): Promise<Map<string, Usage>> {
+  const rows = await q.batchesUsage(sql, batchIds);
+  return new Map(
+    batchIds.map((id) => [
+      id,
+      usageOf(
+        rows.filter((r) => r.batch_id === id),
+        prices,
+      ),
+    ]),
+  );
+}
+
+/**
+ * A tenant's usage recorded in `[from, to)`: `to` defaults to now and `from` to 30 days before
+ * `to` (database clock).
+ */
+export async function getTenantUsage(
+  sql: Sql,
+  tenant: string,
+  range: { from?: Date; to?: Date } = {},
+  prices: Prices = pricesFor(undefined),
+): Promise<TenantUsage> {
+  const r = await q.tenantUsage(sql, { tenant, ...range });
+  return { tenant, from: r.from, to: r.to, ...usageOf(r.rows, prices) };
+}
+
+/**
+ * Splits a process's time among its runs (docs/design.md, "Usage and cost"): while n runs are
+ * live, each is charged 1/n of every ms, so a process's runs together are charged its time once.
+ * Constant time per start and end; nothing per item. Real time (`performance.now()`), never a
+ * test clock.
+ */
+export class UsageMeter {
+  /** ms each live run has been charged since the meter began (the integral of 1/n). */
+  private perRun = 0;
+  private last = performance.now();
+  private readonly started = new Map<string, number>();
+
+  private advance(): void {
+    const now = performance.now();
+    if (this.started.size > 0) this.perRun += (now - this.last) / this.started.size;
+    this.last = now;
+  }
+
+  /** A run began (its takeover statement was sent). */
+  start(runId: string): void {
+    this.advance();
+    this.started.set(runId, this.perRun);
+  }
+
+  /** A run ended: its share of the process's time since it began, ms (0 for a run not started). */
+  end(runId: string): number {
+    this.advance();
+    const from = this.started.get(runId);
+    this.started.delete(runId);
+    return from === undefined ? 0 : this.perRun - from;
+  }
+}
+
+/** S3 requests one run sent, by price class. */
+export interface S3Counts {
+  get: number;
+  put: number;
+  list: number;
+}
+
+// S3's price classes by operation name; DELETE and aborts are free (not counted).
+const PUT_CLASS = new Set(['PutObject', 'UploadPart', 'CreateMultipartUpload', 'CompleteMultipartUpload', 'CopyObject']);
+const FREE = new Set(['DeleteObject', 'DeleteObjects', 'AbortMultipartUpload']);
+
+/**
+ * A command's S3 operation name (`GetObject`): from its schema (`[kind, namespace, name, …]`),
+ * which survives a minifying bundler, else its class name less `Command`.
+ */
+function operationOf(command: unknown): string {
+  const schema = (command as { schema?: unknown }).schema;
+  if (Array.isArray(schema) && typeof schema[2] === 'string') return schema[2];
+  const name = (command as { constructor?: { name?: string } }).constructor?.name ?? '';
+  return name.replace(/Command$/, '');
+}
+
+/**
+ * `client` with every `send` counted into `counts` by S3's price class: `List*` as list, the
+ * PUT-class writes as put, the free deletes and aborts not at all, every other request (GET,
+ * HEAD) as get. A request the SDK retries by itself counts once.
+ */
+export function countingS3(client: S3Client, counts: S3Counts): S3Client {
+  return new Proxy(client, {
+    get(target, prop, receiver) {
+      if (prop === 'send') {
+        return (command: unknown, ...rest: unknown[]) => {
+          const op = operationOf(command);
+          if (op.startsWith('List')) counts.list++;
+          else if (PUT_CLASS.has(op)) counts.put++;
+          else if (!FREE.has(op)) counts.get++;
+          return (target.send as (...a: unknown[]) => unknown).call(target, command, ...rest);
+        };
+      }
+      const v: unknown = Reflect.get(target, prop, receiver);
+      return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+    },
+  });
+}
