@@ -653,7 +653,9 @@ describe('one run of a batch per process', () => {
 describe('concurrent takeovers of several stale runs', () => {
   it('2 stale runs among 8, 8 runners racing for them: each is replaced exactly once, the batch never has more than 8 runs, and the rest finishes', async () => {
     for (let round = 0; round < 2; round++) {
-      const batch = await fanBatch(1_600, 8);
+      // Items wait for the race to be over, so the batch is mid-way whatever its size: 800 is
+      // the fewest with a target of 8 runs (one per 100 items).
+      const batch = await fanBatch(800, 8);
       // Until the takeovers are checked, every live run holds its items (the healthy ones stay
       // live however slowly the machine gets to the race; at 20 ms an item they drained first).
       let tookOver = false;

@@ -1,5 +1,5 @@
 // A source batch whose first items fail at once must still end (issue 37's hang; docs/design.md,
-// "Failure tolerance"). A JSON Lines object of 20,000 lines, read in small ranges while up to 4
+// "Failure tolerance"). A JSON Lines object of 10,000 lines, read in small ranges while up to 4
 // runs over two runners work the items read so far; the first 300 lines fail permanently. With a
 // percent tolerance the allowance grows with every page read, so a run must judge its failures
 // against the batch's allowance now, not the one it saw when it took the batch over: a run that
@@ -11,7 +11,7 @@ import { runUntilEnd } from '../support/runners.js';
 import { localS3, type LocalS3 } from '../support/s3.js';
 import { startSourceBatch } from '../support/source-batch.js';
 
-const LINES = 20_000;
+const LINES = 10_000;
 const FAILING = 300;
 
 const db = useTestDatabase();
@@ -28,7 +28,7 @@ afterAll(async () => {
   await s3?.close();
 });
 
-/** Start the 20,000-line batch, work it with two runners of up to 2 runs each, and wait for its end. */
+/** Start the 10,000-line batch, work it with two runners of up to 2 runs each, and wait for its end. */
 async function runWithEarlyFailures(extra: Partial<StartRequest>) {
   seq += 1;
   const { batch } = await startSourceBatch(db.sql, s3.client, {
@@ -79,8 +79,8 @@ describe('a source batch whose first items fail at once', () => {
     expect(batch.status).toBe('failed');
     expect(batch.total).toBe(LINES);
     expect(batch.reading).toBe(false);
-    // Judged against 1 % of all 20,000 items (200), not of the first pages read.
-    expect(batch.reason).toMatch(/^more items failed than tolerated: \d+ failed, 200 tolerated \(1 % of 20000 items\)$/);
+    // Judged against 1 % of all 10,000 items (100), not of the first pages read.
+    expect(batch.reason).toMatch(/^more items failed than tolerated: \d+ failed, 100 tolerated \(1 % of 10000 items\)$/);
     expect(states.running ?? 0).toBe(0);
   }, 100_000);
 

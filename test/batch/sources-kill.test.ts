@@ -85,6 +85,7 @@ async function killWhileReading(source: BatchSource, rangeBytes: number, pageObj
   expect(await reader.exited).toBe('SIGKILL');
   // The server's evidence: reading was cut short, and the dead run's row is still there.
   const cut = await getBatch(db.sql, batch.id);
+  console.log(`[sources-kill] killed after ${cut.sourcePages} pages stored, ${cut.total} items`);
   expect(cut.reading).toBe(true);
   expect(cut.status).toBe('open');
   expect(cut.liveRuns).toBe(1);
@@ -131,7 +132,7 @@ describe('killed while reading', () => {
   }, 180_000);
 
   it('mid-object: the takeover reads on from the stored byte offset; every line is one item, no page stored twice', async () => {
-    const n = 20_000;
+    const n = 5_000;
     const body = Array.from({ length: n }, (_, i) => JSON.stringify({ line: i + 1, pad: 'p'.repeat(i % 40) })).join('\n') + '\n';
     await s3.put('kill-in', 'obj/big.jsonl', body);
     const { cut, done } = await killWhileReading(
@@ -155,7 +156,7 @@ describe('killed while reading', () => {
 
 describe('killed mid-gzip', () => {
   it('the takeover opens the object again, decompresses and skips to the stored text offset: every line once', async () => {
-    const n = 20_000;
+    const n = 5_000;
     const body = Array.from({ length: n }, (_, i) => JSON.stringify({ line: i + 1, pad: 'p'.repeat(i % 40) })).join('\n') + '\n';
     await s3.put('kill-in', 'obj/big.jsonl.gz', gzipSync(body));
     const { cut, done } = await killWhileReading(
@@ -185,7 +186,7 @@ describe('killed mid-gzip', () => {
 
 describe('killed mid-inventory report', () => {
   it('the takeover reads on from the stored part and text offset: every listed object once', async () => {
-    const n = 12_000;
+    const n = 3_000;
     const keyOf = (i: number) => `inv/o ${String(i).padStart(5, '0')}+x`;
     const files = [];
     for (let p = 0; p < 2; p++) {

@@ -182,13 +182,36 @@ describe('leasehold batch', () => {
       const batch = JSON.parse(started.stdout.split('\n')[0]);
       expect(batch).toMatchObject({ job: 'checksum', total: 100, created: true });
 
-      const again = await run(['batch', 'start', 'checksum', '--param', 'dir=files/d3', '--request-key', 'cli-1']);
+      // Each command is a process of its own: those that do not read what another one did run
+      // side by side, in two rounds.
+      const [again, shown, results, listed, scoped, unfollowedStart, badTolerance, bad] = await Promise.all([
+        run(['batch', 'start', 'checksum', '--param', 'dir=files/d3', '--request-key', 'cli-1']),
+        run(['batch', 'show', batch.id, '--json']),
+        run(['batch', 'results', batch.id]),
+        run(['batch', 'list', '--json']),
+        // A tolerance, and a tenant's own routes: another tenant's batch is not found there.
+        run([
+          'batch',
+          'start',
+          'checksum',
+          '--param',
+          'dir=files/d3',
+          '--tenant',
+          'acme',
+          '--tolerate',
+          '5%',
+          '--follow',
+          '--json',
+        ]),
+        // A batch this command did not start (no --follow at its start) is followed to its end by show.
+        run(['batch', 'start', 'checksum', '--param', 'dir=files/d4', '--json']),
+        run(['batch', 'start', 'checksum', '--tolerate', '120%']),
+        run(['batch', 'start', 'nope']),
+      ]);
       expect(again.stdout).toMatch(new RegExp(`already started by this request key: batch ${batch.id}`));
 
-      const shown = await run(['batch', 'show', batch.id, '--json']);
       expect(JSON.parse(shown.stdout)).toMatchObject({ id: batch.id, status: 'succeeded', counts: { done: 100, failed: 0 } });
 
-      const results = await run(['batch', 'results', batch.id]);
       const lines = results.stdout
         .trim()
         .split('\n')
@@ -197,47 +220,40 @@ describe('leasehold batch', () => {
       expect(Object.keys(lines[0])).toEqual(['key', 'state', 'attempts', 'output', 'error']);
       expect(lines.every((l) => l.state === 'done' && l.attempts === 1 && /^[0-9a-f]{64}$/.test(l.output.sha256))).toBe(true);
 
-      const listed = await run(['batch', 'list', '--json']);
       expect(JSON.parse(listed.stdout).map((b: { id: string }) => b.id)).toContain(batch.id);
 
-      // A tolerance, and a tenant's own routes: another tenant's batch is not found there.
-      const scoped = await run([
-        'batch',
-        'start',
-        'checksum',
-        '--param',
-        'dir=files/d3',
-        '--tenant',
-        'acme',
-        '--tolerate',
-        '5%',
-        '--follow',
-        '--json',
-      ]);
       expect(scoped.code, scoped.stderr).toBe(0);
       const acme = JSON.parse(scoped.stdout.split('\n')[0]);
       expect(acme).toMatchObject({ tenant: 'acme', toleratedFailures: { percent: 5 }, allowedFailures: 5 });
       expect(scoped.stdout).toMatch(new RegExp(`batch ${acme.id} succeeded: 100 done, 0 failed`));
-      const acmeShown = await run(['batch', 'show', acme.id, '--tenant', 'acme']);
+      const unfollowed = JSON.parse(unfollowedStart.stdout);
+
+      expect(badTolerance.code).toBe(1);
+      expect(badTolerance.stderr).toMatch(/--tolerate takes N/);
+      expect(bad.code).toBe(1);
+      expect(bad.stderr).toMatch(/unknown job "nope".*HTTP 404/);
+
+      const [acmeShown, plainShown, followed, elsewhere, acmeList, listedText] = await Promise.all([
+        run(['batch', 'show', acme.id, '--tenant', 'acme']),
+        run(['batch', 'show', batch.id]),
+        run(['batch', 'show', unfollowed.id, '--follow']),
+        run(['batch', 'show', acme.id, '--tenant', 'globex']),
+        run(['batch', 'list', '--tenant', 'acme', '--json']),
+        run(['batch', 'list']),
+      ]);
       expect(acmeShown.stdout).toMatch(/tolerates 5% of the items \(5 of 100\)/);
-      const plainShown = await run(['batch', 'show', batch.id]);
       expect(plainShown.stdout).toMatch(/tolerates no failed item/);
       expect(plainShown.stdout).toMatch(/running \(claimed by its runs: being worked or queued ahead in a run\)/);
       expect(plainShown.stdout).toMatch(/\d+ in all \(every run it ever had: joins, takeovers and time slices\)/);
-      // A batch this command did not start (no --follow at its start) is followed to its end by show.
-      const unfollowed = JSON.parse((await run(['batch', 'start', 'checksum', '--param', 'dir=files/d4', '--json'])).stdout);
-      const followed = await run(['batch', 'show', unfollowed.id, '--follow']);
       expect(followed.code, followed.stderr).toBe(0);
       expect(followed.stdout).toMatch(new RegExp(`^batch +${unfollowed.id}\n`));
       expect(followed.stdout).toMatch(new RegExp(`batch ${unfollowed.id} succeeded: 100 done, 0 failed`));
-      const elsewhere = await run(['batch', 'show', acme.id, '--tenant', 'globex']);
       expect(elsewhere.code).toBe(1);
       expect(elsewhere.stderr).toMatch(new RegExp(`no batch ${acme.id} \\(HTTP 404\\)`));
-      const acmeList = await run(['batch', 'list', '--tenant', 'acme', '--json']);
       expect(JSON.parse(acmeList.stdout).map((b: { id: string }) => b.id)).toEqual([acme.id]);
       // As text: a heading over columns as wide as their widest cell, so each cell sits under it
       // (the file's other tests left batches of their own in the list).
-      const table = (await run(['batch', 'list'])).stdout.trimEnd().split('\n');
+      const table = listedText.stdout.trimEnd().split('\n');
       expect(table[0]).toMatch(/^id +status +job +prio +finished\/total +tenant\/datasource +created$/);
       expect(table.slice(1).map((l) => l.slice(0, 36))).toEqual(expect.arrayContaining([acme.id, batch.id]));
       const startsAt = (title: string) => table[0].indexOf(title);
@@ -252,13 +268,6 @@ describe('leasehold batch', () => {
         }
         expect(row.slice(startsAt('created'))).toMatch(/^\d{4}-\d\d-\d\dT[\d:.]+Z$/);
       }
-      const badTolerance = await run(['batch', 'start', 'checksum', '--tolerate', '120%']);
-      expect(badTolerance.code).toBe(1);
-      expect(badTolerance.stderr).toMatch(/--tolerate takes N/);
-
-      const bad = await run(['batch', 'start', 'nope']);
-      expect(bad.code).toBe(1);
-      expect(bad.stderr).toMatch(/unknown job "nope".*HTTP 404/);
     } finally {
       dev.kill('SIGINT');
       await new Promise((r) => dev.on('exit', r));
@@ -308,14 +317,16 @@ describe('leasehold dev --units-demo', () => {
       const [delivered] =
         await db.sql`select count(*) filter (where delivered_at is not null) as n from leasehold_outbox_deliveries`;
       expect(delivered.n).toBeGreaterThan(0);
-      // The CLI shows each endpoint of a tenant's outbox (it finds the running stack by its dev.json).
-      const show = await run(process.execPath, [BIN, 'outbox', 'show', 'acme'], { cwd: project });
+      // The CLI shows each endpoint of a tenant's outbox (it finds the running stack by its dev.json);
+      // two reads, side by side.
+      const [show, shownJson] = await Promise.all([
+        run(process.execPath, [BIN, 'outbox', 'show', 'acme'], { cwd: project }),
+        run(process.execPath, [BIN, 'outbox', 'show', 'globex', '--json'], { cwd: project }),
+      ]);
       expect(show.stdout).toMatch(
         /^acme: 4 shards, 1 endpoint\n {2}http:\/\/127\.0\.0\.1:\d+\/acme\/hook\n {4}backlog \d+ \((oldest #\d+, [\d.]+ (ms|s) old|nothing pending)\); 0 failures in a row; last delivered \d{4}-/,
       );
-      const json = JSON.parse(
-        (await run(process.execPath, [BIN, 'outbox', 'show', 'globex', '--json'], { cwd: project })).stdout,
-      );
+      const json = JSON.parse(shownJson.stdout);
       expect(json).toMatchObject({
         tenant: 'globex',
         shards: 4,
@@ -348,8 +359,10 @@ describe('leasehold dev --app', () => {
       ['broken.ts', /--app broken\.ts: could not load it: .*does-not-exist/s],
       ['bare.ts', /bare\.ts: its worker was not made by createHandlers from 'leasehold\/lambda'/],
     ];
-    for (const [file, message] of cases) {
-      const r = await leasehold(['dev', '--app', file]);
+    // Four separate processes, each refused on its own: run side by side.
+    const refused = await Promise.all(cases.map(([file]) => leasehold(['dev', '--app', file])));
+    for (const [i, [file, message]] of cases.entries()) {
+      const r = refused[i]!;
       expect(r.code, file).toBe(2);
       expect(r.stderr, file).toMatch(message);
       expect(r.stderr, file).not.toMatch(/^ +api +http/m);

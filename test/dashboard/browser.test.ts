@@ -543,14 +543,20 @@ describe('screenshots of the dashboard', withChromium, () => {
   browserTest(
     'renders every view for the README',
     async () => {
-      const dirs = [OUT, ...(process.env.LEASEHOLD_SCREENSHOTS ? [resolve(ROOT, process.env.LEASEHOLD_SCREENSHOTS)] : [])];
+      const readme = process.env.LEASEHOLD_SCREENSHOTS;
+      const dirs = [OUT, ...(readme ? [resolve(ROOT, readme)] : [])];
       for (const d of dirs) mkdirSync(d, { recursive: true });
       // A batch under way, one with failures, one done.
       const failed = await start('flaky', { n: 40, ms: 250, fail: ['item-0007', 'item-0021', 'item-0033'] }, 'globex', 'crm');
       await start('slow', { n: 30, ms: 20 }, 'acme', 'reports');
       const running = await start('slow', { n: 600, ms: 400 }, 'acme', 'images');
       await finishedBatch(dev.api, failed.id);
-      await expect.poll(async () => (await dev.api.getBatch(running.id)).counts.done, { timeout: 30_000 }).toBeGreaterThan(120);
+      // The README's pictures show the running batch a fifth of the way and every view settled
+      // (its charts drawn, its fonts in); a test run checks that each view renders with no page
+      // error, and waits for neither.
+      await expect
+        .poll(async () => (await dev.api.getBatch(running.id)).counts.done, { timeout: 30_000 })
+        .toBeGreaterThan(readme ? 120 : 0);
       const shots: [string, string][] = [
         ['dashboard.png', '#/batches'],
         ['dashboard-batch.png', `#/batches/${failed.id}`],
@@ -560,7 +566,7 @@ describe('screenshots of the dashboard', withChromium, () => {
         await page.goto(`${dev.url}/${hash}`);
         await page.locator('main h2').first().waitFor();
         await page.waitForLoadState('networkidle');
-        await page.waitForTimeout(2_500);
+        if (readme) await page.waitForTimeout(2_500);
         for (const d of dirs) await page.screenshot({ path: join(d, file) });
       }
       expect(existsSync(join(OUT, 'dashboard.png'))).toBe(true);
