@@ -79,9 +79,21 @@ export class Tracing {
     span.setStatus({ code: SpanStatusCode.ERROR, message });
   }
 
+  /** The active span's context when it is a valid one (the invocation's, under ADOT), else undefined. */
+  activeSpanContext(): SpanContext | undefined {
+    const sc = trace.getSpanContext(context.active());
+    return sc && trace.isSpanContextValid(sc) ? sc : undefined;
+  }
+
   /** See `traced` in src/tracing.ts. */
-  async traced<T>(name: string, attributes: Attributes, f: () => Promise<T>, kind: SpanKindName = 'internal'): Promise<T> {
-    const span = this.start(name, kind, attributes);
+  async traced<T>(
+    name: string,
+    attributes: Attributes,
+    f: () => Promise<T>,
+    kind: SpanKindName = 'internal',
+    links?: TraceLinks,
+  ): Promise<T> {
+    const span = this.start(name, kind, attributes, undefined, links);
     try {
       return await this.within(span, f);
     } catch (e) {

@@ -18,7 +18,7 @@ import {
   type TakenEvent,
 } from '../batch/events.js';
 import { putEventsEntrySize } from '../contract.js';
-import { traced, tracingRegistered } from '../tracing.js';
+import { parseTraceparent, traced, tracingRegistered, xrayTraceHeader, type TraceLinks } from '../tracing.js';
 import type { Sql } from '../store/connect.js';
 import { EndpointGuard } from '../units/endpoint-guard.js';
 import { MAX_RETRY_AFTER_MS } from '../units/outbox-delivery.js';
@@ -64,6 +64,8 @@ export class EventBridgePublisher implements EventPublisher {
       Detail: JSON.stringify(boundDetail(detail)),
       Resources: [],
       Time: new Date(detail.finishedAt),
+      // X-Ray follows the batch's trace to the event's targets (docs/design.md, "Traces").
+      TraceHeader: xrayTraceHeader(detail.traceparent),
     }));
     const sizes = all.map(putEventsEntrySize);
     const { calls, tooLarge } = packCalls(sizes);
@@ -80,7 +82,9 @@ export class EventBridgePublisher implements EventPublisher {
           'messaging.destination.name': this.busName,
           'messaging.batch.message_count': call.length,
         };
-        const out = await (tracingRegistered() ? traced('send Batch Finished', attributes, put, 'producer') : put());
+        const out = await (tracingRegistered()
+          ? traced('send Batch Finished', attributes, put, 'producer', eventLinks(call.map((i) => entries[i]!)))
+          : put());
         call.forEach((i, j) => {
           const r = out.Entries?.[j];
           if (r) errors[i] = r.ErrorCode ? `${r.ErrorCode}: ${r.ErrorMessage ?? ''}`.trim() : undefined;
@@ -91,6 +95,16 @@ export class EventBridgePublisher implements EventPublisher {
     }
     return errors;
   }
+}
+
+/** Links of a send's span to the traces of the batches whose events it sends (OpenTelemetry messaging: one per message). */
+function eventLinks(details: readonly BatchFinishedDetail[]): TraceLinks {
+  const links: TraceLinks = [];
+  for (const d of details) {
+    const sc = parseTraceparent(d.traceparent);
+    if (sc) links.push({ context: sc, attributes: { 'leasehold.batch.id': d.batchId, 'messaging.message.id': d.id } });
+  }
+  return links;
 }
 
 /** What a sender needs: the store, where to put events, how to sign and send webhooks. */
