@@ -14,7 +14,6 @@ import type { Sql } from '../../src/store/index.js';
 import { silentLog } from '../../src/log.js';
 import { useTestDatabase } from '../support/db-hooks.js';
 import { waitFor } from '../support/waits.js';
-import { runOf } from '../batch/helpers.js';
 
 const db = useTestDatabase();
 const exporter = new InMemorySpanExporter();
@@ -54,7 +53,7 @@ async function runToEnd(id: string): Promise<void> {
   };
   const runner = new Runner(pool, { beatMs: 50, staleMs: 2_000, parallel: 2, backoffMs: 1 });
   await waitFor('join', async () => (await runner.takeOver(() => ({ work }), id)) && true, { everyMs: 10 });
-  expect(await runOf(runner, id)).toMatchObject({ outcome: 'succeeded' });
+  expect(await runner.running(id)).toMatchObject({ outcome: 'succeeded' });
   await runner.close();
 }
 
