@@ -12,6 +12,7 @@ import {
   type Span,
   type SpanContext,
   type Tracer,
+  type TracerProvider,
 } from '@opentelemetry/api';
 
 /** The instrumentation scope's name: every span of leasehold's comes from this tracer. */
@@ -33,7 +34,22 @@ export type TraceLinks = { context: SpanContext; attributes?: Attributes }[];
 
 /** leasehold's spans through the app's registered tracer provider. */
 export class Tracing {
-  private readonly tracer: Tracer = trace.getTracer(TRACER_NAME);
+  private provider: TracerProvider | undefined;
+  private cached: Tracer | undefined;
+
+  /**
+   * The registered provider's tracer: kept while the provider is the same, taken again once the
+   * app registered another (`trace.disable()` then a new provider: a restarted `leasehold dev`,
+   * tests), so no span goes to a provider that was shut down.
+   */
+  private get tracer(): Tracer {
+    const p = trace.getTracerProvider();
+    if (p !== this.provider) {
+      this.provider = p;
+      this.cached = p.getTracer(TRACER_NAME);
+    }
+    return this.cached!;
+  }
 
   /**
    * Start a span. `parent`: a span context (a stored `traceparent`), or undefined for the
