@@ -231,16 +231,27 @@ async function notify(
   };
   const text = JSON.stringify(body);
   const headers: Record<string, string> = { 'idempotency-key': event.id, 'user-agent': 'leasehold-events' };
+  // The batch's trace context as W3C Trace Context's header too (docs/design.md, "Traces").
+  if (event.detail.traceparent) headers.traceparent = event.detail.traceparent;
   if (deps.webhookSecret) Object.assign(headers, signWebhook(deps.webhookSecret, event.id, Math.floor(Date.now() / 1000), text));
   let error: string | undefined;
   let retryAfterMs: number | undefined;
   try {
-    ({ error, retryAfterMs } = await postWebhookAnswer(await guard.dispatcher(timeoutMs), {
-      url,
-      body: text,
-      headers,
-      timeoutMs,
-    }));
+    const post = async () => postWebhookAnswer(await guard.dispatcher(timeoutMs), { url, body: text, headers, timeoutMs });
+    // A span per delivery when tracing, a child of the active one (docs/design.md, "Traces").
+    ({ error, retryAfterMs } = await (tracingRegistered()
+      ? traced(
+          'POST Batch Finished webhook',
+          {
+            'http.request.method': 'POST',
+            'server.address': new URL(url).hostname,
+            'messaging.message.id': event.id,
+            'leasehold.batch.id': event.detail.batchId,
+          },
+          post,
+          'client',
+        )
+      : post()));
   } catch (e) {
     error = (e as Error)?.message ?? String(e);
   }
