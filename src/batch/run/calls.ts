@@ -244,9 +244,9 @@ class CallGrouper {
       try {
         const call = () => this.workMany({ items, signal: signal.signal, batch: items[0]!.batch });
         // A span per batched call when tracing (docs/design.md, "Traces"), a child of the active one;
-        // its code is in the run's tracing chunk, loaded only then.
+        // its code is a chunk of its own, loaded only then.
         answer = await Promise.resolve().then(() =>
-          tracingRegistered() ? import('./tracing.js').then((m) => m.tracedCall(items[0]!.batch, items.length, call)) : call(),
+          tracingRegistered() ? import('./call-trace.js').then((m) => m.tracedCall(items[0]!.batch, items.length, call)) : call(),
         );
       } catch (e) {
         // A whole-call failure: a failed attempt of every item in the call.
