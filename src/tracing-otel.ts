@@ -35,20 +35,25 @@ export type TraceLinks = { context: SpanContext; attributes?: Attributes }[];
 /** leasehold's spans through the app's registered tracer provider. */
 export class Tracing {
   private provider: TracerProvider | undefined;
-  private cached: Tracer | undefined;
+  private tracer!: Tracer;
+
+  constructor() {
+    this.follow();
+  }
 
   /**
-   * The registered provider's tracer: kept while the provider is the same, taken again once the
-   * app registered another (`trace.disable()` then a new provider: a restarted `leasehold dev`,
-   * tests), so no span goes to a provider that was shut down.
+   * Take the registered provider's tracer again if the app registered another since
+   * (`trace.disable()` then a new provider: a restarted `leasehold dev`, tests), so no span goes
+   * to a provider that was shut down. Called by the door (src/tracing.ts) on every `tracing()`,
+   * once per run or traced call, never per item.
    */
-  private get tracer(): Tracer {
+  follow(): this {
     const p = trace.getTracerProvider();
     if (p !== this.provider) {
       this.provider = p;
-      this.cached = p.getTracer(TRACER_NAME);
+      this.tracer = p.getTracer(TRACER_NAME);
     }
-    return this.cached!;
+    return this;
   }
 
   /**

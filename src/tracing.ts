@@ -46,7 +46,7 @@ let loading: Promise<Tracing> | undefined;
 export async function tracing(): Promise<Tracing | undefined> {
   if (!tracingRegistered()) return undefined;
   loading ??= import('./tracing-otel.js').then((m) => new m.Tracing());
-  return loading;
+  return (await loading).follow();
 }
 
 /**
