@@ -12,6 +12,7 @@ import {
   type Span,
   type SpanContext,
   type Tracer,
+  type TracerProvider,
 } from '@opentelemetry/api';
 
 /** The instrumentation scope's name: every span of leasehold's comes from this tracer. */
@@ -33,7 +34,27 @@ export type TraceLinks = { context: SpanContext; attributes?: Attributes }[];
 
 /** leasehold's spans through the app's registered tracer provider. */
 export class Tracing {
-  private readonly tracer: Tracer = trace.getTracer(TRACER_NAME);
+  private provider: TracerProvider | undefined;
+  private tracer!: Tracer;
+
+  constructor() {
+    this.follow();
+  }
+
+  /**
+   * Take the registered provider's tracer again if the app registered another since
+   * (`trace.disable()` then a new provider: a restarted `leasehold dev`, tests), so no span goes
+   * to a provider that was shut down. Called by the door (src/tracing.ts) on every `tracing()`,
+   * once per run or traced call, never per item.
+   */
+  follow(): this {
+    const p = trace.getTracerProvider();
+    if (p !== this.provider) {
+      this.provider = p;
+      this.tracer = p.getTracer(TRACER_NAME);
+    }
+    return this;
+  }
 
   /**
    * Start a span. `parent`: a span context (a stored `traceparent`), or undefined for the
@@ -79,9 +100,21 @@ export class Tracing {
     span.setStatus({ code: SpanStatusCode.ERROR, message });
   }
 
+  /** The active span's context when it is a valid one (the invocation's, under ADOT), else undefined. */
+  activeSpanContext(): SpanContext | undefined {
+    const sc = trace.getSpanContext(context.active());
+    return sc && trace.isSpanContextValid(sc) ? sc : undefined;
+  }
+
   /** See `traced` in src/tracing.ts. */
-  async traced<T>(name: string, attributes: Attributes, f: () => Promise<T>, kind: SpanKindName = 'internal'): Promise<T> {
-    const span = this.start(name, kind, attributes);
+  async traced<T>(
+    name: string,
+    attributes: Attributes,
+    f: () => Promise<T>,
+    kind: SpanKindName = 'internal',
+    links?: TraceLinks,
+  ): Promise<T> {
+    const span = this.start(name, kind, attributes, undefined, links);
     try {
       return await this.within(span, f);
     } catch (e) {

@@ -46,20 +46,33 @@ let loading: Promise<Tracing> | undefined;
 export async function tracing(): Promise<Tracing | undefined> {
   if (!tracingRegistered()) return undefined;
   loading ??= import('./tracing-otel.js').then((m) => new m.Tracing());
-  return loading;
+  return (await loading).follow();
 }
 
 /**
  * Run `f` inside a span `name` (kind internal unless `kind` says otherwise) that ends when `f`
  * settles, with status error and the exception recorded when it throws (and rethrows it); the
- * span's parent is the active context. Without a registered tracer provider this is `f()`.
+ * span's parent is the active context, `links` its links (default none). Without a registered
+ * tracer provider this is `f()`.
  */
 export async function traced<T>(
   name: string,
   attributes: Attributes,
   f: () => Promise<T>,
   kind: import('./tracing-otel.js').SpanKindName = 'internal',
+  links?: import('./tracing-otel.js').TraceLinks,
 ): Promise<T> {
   const t = await tracing();
-  return t ? t.traced(name, attributes, f, kind) : f();
+  return t ? t.traced(name, attributes, f, kind, links) : f();
+}
+
+/**
+ * The AWS X-Ray trace header (`Root=1-…-…;Parent=…;Sampled=0|1`) of a W3C `traceparent`, as
+ * PutEvents' `TraceHeader` takes it (docs/design.md, "Traces"); undefined for one that does not parse.
+ */
+export function xrayTraceHeader(traceparent: string | null | undefined): string | undefined {
+  const sc = parseTraceparent(traceparent);
+  if (!sc) return undefined;
+  const id = sc.traceId;
+  return `Root=1-${id.slice(0, 8)}-${id.slice(8)};Parent=${sc.spanId};Sampled=${sc.traceFlags & 1}`;
 }

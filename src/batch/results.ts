@@ -11,7 +11,9 @@
 // until it is aborted): a write first aborts those under its batch's folder; a bucket lifecycle
 // rule (docs/deploy.md) aborts whatever else is left.
 import type { S3Client } from '@aws-sdk/client-s3';
+import type { Context } from '@opentelemetry/api';
 import type { Sql } from '../store/index.js';
+import { parseTraceparent, tracing, type Tracing } from '../tracing.js';
 import { listedKey, retrySlowDown, s3Fault } from './s3.js';
 import * as q from './sql/results.js';
 import { RESULTS_MAX_TRIES } from './sql/results.js';
@@ -139,12 +141,77 @@ export async function writeResults(
   const job = await q.beginResults(sql, batchId, s.leaseMs);
   if (!job) return undefined;
   try {
-    return await writeAll(sql, client, job, s, settings.signal);
+    const t = await tracing();
+    const write = (pages?: PageSpans) => writeAll(sql, client, job, s, settings.signal, pages);
+    return await (t ? tracedWrite(t, job, write) : write());
   } catch (e) {
     const why = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
     // Best effort: should the store fail too, the claim lapses after leaseMs all the same.
     await q.resultsFailed(sql, batchId, `try ${job.results_tries} of ${RESULTS_MAX_TRIES}: ${why}`).catch(() => {});
     throw e;
+  }
+}
+
+/**
+ * `write` in a span `write results` of the batch's trace (a child of its start's span; linked to
+ * the active span, the run's or the scheduler service's, when there is one: docs/design.md, "Traces").
+ */
+async function tracedWrite<T>(t: Tracing, job: q.ResultsJob, write: (pages: PageSpans) => Promise<T>): Promise<T> {
+  const parent = parseTraceparent(job.trace_context);
+  const active = t.activeSpanContext();
+  const span = t.start(
+    'write results',
+    'internal',
+    {
+      'leasehold.batch.id': job.id,
+      'leasehold.tenant': job.tenant,
+      'leasehold.results.try': job.results_tries,
+      'aws.s3.bucket': job.results.s3.bucket,
+    },
+    parent,
+    parent && active ? [{ context: active, attributes: { 'leasehold.link': 'writer' } }] : undefined,
+  );
+  try {
+    const pages = new PageSpans(t, t.contextOf(span), job.id);
+    return await t.within(span, () => write(pages));
+  } catch (e) {
+    t.fail(span, e);
+    throw e;
+  } finally {
+    span.end();
+  }
+}
+
+/** The spans of the results page reads of one write: PostgreSQL client spans (OpenTelemetry database conventions), children of the write's. */
+class PageSpans {
+  private readonly attributes;
+
+  constructor(
+    private readonly t: Tracing,
+    private readonly parent: Context,
+    batchId: string,
+  ) {
+    this.attributes = {
+      'db.system.name': 'postgresql',
+      'db.operation.name': 'SELECT',
+      'db.collection.name': 'leasehold_items',
+      'leasehold.batch.id': batchId,
+    };
+  }
+
+  /** `read` in a span `SELECT leasehold_items` with the number of rows it answered. */
+  async read<T extends unknown[]>(read: () => Promise<T>): Promise<T> {
+    const span = this.t.startIn('SELECT leasehold_items', 'client', this.attributes, this.parent);
+    try {
+      const rows = await read();
+      span.setAttribute('db.response.returned_rows', rows.length);
+      return rows;
+    } catch (e) {
+      this.t.fail(span, e);
+      throw e;
+    } finally {
+      span.end();
+    }
   }
 }
 
@@ -154,6 +221,7 @@ async function writeAll(
   job: q.ResultsJob,
   s: Required<ResultsSettings>,
   signal: AbortSignal | undefined,
+  pages: PageSpans | undefined,
 ): Promise<string> {
   const batchId = job.id;
   const { bucket, prefix } = job.results.s3;
@@ -165,7 +233,8 @@ async function writeAll(
   let after: string | null = null;
   for (;;) {
     signal?.throwIfAborted();
-    const page = await q.resultsPage(sql, batchId, after, s.pageItems);
+    const read = () => q.resultsPage(sql, batchId, after, s.pageItems);
+    const page = await (pages ? pages.read(read) : read());
     for (const item of page) await groups[item.state === 'done' ? 'succeeded' : 'failed'].add(line(item));
     if (page.length < s.pageItems) break;
     after = page[page.length - 1].key;

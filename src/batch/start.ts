@@ -181,6 +181,13 @@ export async function startBatch(deps: StartDeps, req: StartRequest): Promise<St
   if (!t) return startNew(deps, req, caller ? formatTraceparent(caller) : null);
   // The start's span is the batch's: a producer's create (OpenTelemetry messaging), parent of
   // every run of the batch, which reads its context from the batch row (docs/design.md, "Traces").
+  // Under a caller's context it is linked to the active span as well (the trigger's invocation
+  // under ADOT), so neither trace loses it.
+  const active = caller ? t.activeSpanContext() : undefined;
+  const links =
+    active && active.spanId !== caller!.spanId
+      ? [{ context: active, attributes: { 'leasehold.link': 'invocation' } }]
+      : undefined;
   const span = t.start(
     `create ${req.job}`,
     'producer',
@@ -192,6 +199,7 @@ export async function startBatch(deps: StartDeps, req: StartRequest): Promise<St
       'leasehold.datasource': req.datasource,
     },
     caller,
+    links,
   );
   try {
     const started = await startNew(deps, req, formatTraceparent(span.spanContext()));

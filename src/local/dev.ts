@@ -72,7 +72,7 @@ interface Prepared {
   concurrency: number;
   scheduleMs: number;
   /** Local traces (`LEASEHOLD_TRACES`): what they are, and what stops them. */
-  traces: { mode: LocalTracesMode; stop: () => Promise<void> };
+  traces: { mode: LocalTracesMode; endpoint?: string; stop: () => Promise<void> };
 }
 
 /** The running stack's voice and what stopping it undoes. */
@@ -278,6 +278,7 @@ async function serve(options: DevOptions, p: Prepared, stack: Stack): Promise<nu
   );
   say(`  logs       ${options.verbose ? 'printed' : relative(stack.cwd, stack.logFile)}`);
   if (p.traces.mode === 'console') say('  traces     printed as each span ends (LEASEHOLD_TRACES=console)');
+  if (p.traces.mode === 'otlp') say(`  traces     sent to ${p.traces.endpoint} (LEASEHOLD_TRACES=otlp, OTLP/HTTP JSON)`);
   say('Ctrl-C stops (running batches are handed off).');
 
   const stop = onSignals(stack);

@@ -19,7 +19,7 @@ import {
 } from '../batch/events.js';
 import { getBatchesUsage, type Prices } from '../batch/usage.js';
 import { putEventsEntrySize } from '../contract.js';
-import { traced, tracingRegistered } from '../tracing.js';
+import { parseTraceparent, traced, tracingRegistered, xrayTraceHeader, type TraceLinks } from '../tracing.js';
 import type { Sql } from '../store/connect.js';
 import { EndpointGuard } from '../units/endpoint-guard.js';
 import { MAX_RETRY_AFTER_MS } from '../units/outbox-delivery.js';
@@ -65,6 +65,8 @@ export class EventBridgePublisher implements EventPublisher {
       Detail: JSON.stringify(boundDetail(detail)),
       Resources: [],
       Time: new Date(detail.finishedAt),
+      // X-Ray follows the batch's trace to the event's targets (docs/design.md, "Traces").
+      TraceHeader: xrayTraceHeader(detail.traceparent),
     }));
     const sizes = all.map(putEventsEntrySize);
     const { calls, tooLarge } = packCalls(sizes);
@@ -81,7 +83,9 @@ export class EventBridgePublisher implements EventPublisher {
           'messaging.destination.name': this.busName,
           'messaging.batch.message_count': call.length,
         };
-        const out = await (tracingRegistered() ? traced('send Batch Finished', attributes, put, 'producer') : put());
+        const out = await (tracingRegistered()
+          ? traced('send Batch Finished', attributes, put, 'producer', eventLinks(call.map((i) => entries[i]!)))
+          : put());
         call.forEach((i, j) => {
           const r = out.Entries?.[j];
           if (r) errors[i] = r.ErrorCode ? `${r.ErrorCode}: ${r.ErrorMessage ?? ''}`.trim() : undefined;
@@ -92,6 +96,16 @@ export class EventBridgePublisher implements EventPublisher {
     }
     return errors;
   }
+}
+
+/** Links of a send's span to the traces of the batches whose events it sends (OpenTelemetry messaging: one per message). */
+function eventLinks(details: readonly BatchFinishedDetail[]): TraceLinks {
+  const links: TraceLinks = [];
+  for (const d of details) {
+    const sc = parseTraceparent(d.traceparent);
+    if (sc) links.push({ context: sc, attributes: { 'leasehold.batch.id': d.batchId, 'messaging.message.id': d.id } });
+  }
+  return links;
 }
 
 /** What a sender needs: the store, where to put events, how to sign and send webhooks. */
@@ -233,16 +247,27 @@ async function notify(
   };
   const text = JSON.stringify(body);
   const headers: Record<string, string> = { 'idempotency-key': event.id, 'user-agent': 'leasehold-events' };
+  // The batch's trace context as W3C Trace Context's header too (docs/design.md, "Traces").
+  if (event.detail.traceparent) headers.traceparent = event.detail.traceparent;
   if (deps.webhookSecret) Object.assign(headers, signWebhook(deps.webhookSecret, event.id, Math.floor(Date.now() / 1000), text));
   let error: string | undefined;
   let retryAfterMs: number | undefined;
   try {
-    ({ error, retryAfterMs } = await postWebhookAnswer(await guard.dispatcher(timeoutMs), {
-      url,
-      body: text,
-      headers,
-      timeoutMs,
-    }));
+    const post = async () => postWebhookAnswer(await guard.dispatcher(timeoutMs), { url, body: text, headers, timeoutMs });
+    // A span per delivery when tracing, a child of the active one (docs/design.md, "Traces").
+    ({ error, retryAfterMs } = await (tracingRegistered()
+      ? traced(
+          'POST Batch Finished webhook',
+          {
+            'http.request.method': 'POST',
+            'server.address': new URL(url).hostname,
+            'messaging.message.id': event.id,
+            'leasehold.batch.id': event.detail.batchId,
+          },
+          post,
+          'client',
+        )
+      : post()));
   } catch (e) {
     error = (e as Error)?.message ?? String(e);
   }

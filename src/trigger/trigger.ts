@@ -34,6 +34,11 @@ export interface TriggerDetail {
   datasource: string;
   /** The job's params; a JSON object, or its JSON text. Default `{}`. */
   params?: Record<string, unknown> | string;
+  /**
+   * The sender's W3C trace context (docs/design.md, "Traces"): the start's span is its child. One
+   * that does not parse is ignored; default the active context (the invocation's, under ADOT).
+   */
+  traceparent?: string;
 }
 
 /** The EventBridge event the trigger function receives. */
@@ -115,6 +120,11 @@ const detailSchema = z
       .optional(),
     startBy: instantSchema.optional(),
     startByMs: steerMsSchema.optional(),
+    // Read, not checked: one that does not parse starts the batch all the same (docs/design.md, "Traces").
+    traceparent: z
+      .string({ error: () => 'must be a string (a W3C traceparent)' })
+      .max(512)
+      .optional(),
   })
   .strict()
   .refine((d) => d.startBy === undefined || d.startByMs === undefined, { message: 'startBy and startByMs: give one, not both' });
@@ -135,6 +145,11 @@ export interface TriggerRequest {
    * `time`), the firing is dropped (docs/design.md, "Pause, deadline and startBy"); undefined: none.
    */
   startBy?: Date;
+  /**
+   * The W3C trace context the start continues (docs/design.md, "Traces"): `detail.traceparent`,
+   * or a chained start's Batch Finished `detail.traceparent`; undefined: the active context.
+   */
+  traceparent?: string;
 }
 
 // `arn:aws:scheduler:region:account:schedule/group/name` and `arn:aws:events:…:rule/[bus/]name`.
@@ -143,8 +158,9 @@ const RULE_ARN = /^arn:aws[a-z-]*:events:[^:]*:[^:]*:rule\/(.+)$/;
 
 /**
  * Read a start request from an EventBridge event `{ id, 'detail-type', source, time, resources,
- * detail: { job, tenant, datasource, params?, toleratedFailures?, maxConcurrency? } }`
- * (`toleratedFailures` and `maxConcurrency` as the API's start takes them).
+ * detail: { job, tenant, datasource, params?, toleratedFailures?, maxConcurrency?, startBy?,
+ * startByMs?, traceparent? } }` (`toleratedFailures` and `maxConcurrency` as the API's start takes
+ * them; `traceparent` a W3C trace context the start's span continues, docs/design.md, "Traces").
  *
  * The request key (unique per tenant, like the API's):
  * - a scheduled event — `resources[0]` is an EventBridge Scheduler schedule ARN, or
@@ -190,6 +206,7 @@ export function readTriggerEvent(event: unknown): TriggerRequest {
     requestKey: requestKeyOf(e),
     toleratedFailures: body.toleratedFailures ?? null,
     ...(body.maxConcurrency !== undefined ? { maxConcurrency: body.maxConcurrency } : {}),
+    ...(body.traceparent !== undefined ? { traceparent: body.traceparent } : {}),
     ...startByOf(e, body),
   };
 }
@@ -383,6 +400,8 @@ async function handleFinished(
           toleratedFailures: rule.toleratedFailures ?? null,
           ...(rule.maxConcurrency !== undefined ? { maxConcurrency: rule.maxConcurrency } : {}),
           ...(rule.startByMs !== undefined ? { startBy: startByAfter(detail.finishedAt, rule.startByMs) } : {}),
+          // The chained batch continues the trace of the batch that ended (docs/design.md, "Traces").
+          ...(typeof detail.traceparent === 'string' ? { traceparent: detail.traceparent } : {}),
         },
         deps,
         fields,

@@ -6,7 +6,7 @@
 import type { Clock } from '../../clock.js';
 import { InvalidSettingError, LeaseholdError } from '../../errors.js';
 import { ItemTimeoutError } from '../errors.js';
-import { traced, tracingRegistered } from '../../tracing.js';
+import { tracingRegistered } from '../../tracing.js';
 import type { Executor, ItemCallResult, ItemContext, ItemsWork, ItemWork } from '../types.js';
 
 /** Most items one batched call may get (`itemsPerCall`). */
@@ -243,16 +243,10 @@ class CallGrouper {
       let answer: unknown;
       try {
         const call = () => this.workMany({ items, signal: signal.signal, batch: items[0]!.batch });
-        // A span per batched call when tracing (docs/design.md, "Traces"), a child of the active one.
+        // A span per batched call when tracing (docs/design.md, "Traces"), a child of the active one;
+        // its code is a chunk of its own, loaded only then.
         answer = await Promise.resolve().then(() =>
-          tracingRegistered()
-            ? traced(
-                `call ${items[0]!.batch.job}`,
-                { 'leasehold.batch.id': items[0]!.batch.id, 'messaging.batch.message_count': items.length },
-                async () => call(),
-                'client',
-              )
-            : call(),
+          tracingRegistered() ? import('./call-trace.js').then((m) => m.tracedCall(items[0]!.batch, items.length, call)) : call(),
         );
       } catch (e) {
         // A whole-call failure: a failed attempt of every item in the call.

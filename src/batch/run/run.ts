@@ -5,6 +5,7 @@
 // batch's source (source-reader.ts), and the lifecycle beats, slices, leaves, hands off and ends
 // the batch (lifecycle.ts). The Runner (../runner.ts) takes batches over and owns many runs.
 import type { Sql } from '../../store/index.js';
+import { tracingRegistered } from '../../tracing.js';
 import { BatchGivenUpError, BatchLostError } from '../errors.js';
 import * as q from '../sql/index.js';
 import { writeResultsAfterFinish } from '../lazy-io.js';
@@ -15,7 +16,6 @@ import { ItemExecutor } from './executor.js';
 import { Lifecycle } from './lifecycle.js';
 import { Producer } from './producer.js';
 import { SourceReader } from './source-reader.js';
-import { RunTrace } from './tracing.js';
 import type { RunSettings, Settled } from './types.js';
 
 /** The longest the flusher lingers for more settled items before a move statement, ms (real time). */
@@ -136,7 +136,9 @@ export class Run {
   /** Run the batch to its end; never throws (a failure is the result's outcome and error). */
   async execute(): Promise<RunResult> {
     const ctx = this.ctx;
-    ctx.trace = await RunTrace.open(this.batch, this.id);
+    // The run's tracing is a chunk of its own, loaded once a tracer provider is registered
+    // (docs/design.md, "Traces"): a worker that does not trace never reads it.
+    ctx.trace = tracingRegistered() ? await (await import('./tracing.js')).RunTrace.open(this.batch, this.id) : undefined;
     const beats = new AbortController();
     const beating = this.lifecycle.beatLoop(beats.signal);
     const slicing = this.lifecycle.sliceLoop(beats.signal);
@@ -164,11 +166,10 @@ export class Run {
     // Results are written after the finish, outside the run's lease (the batch is finished);
     // a crash before they are written leaves them to the scheduler (docs/design.md, "Sources and results").
     if ((outcome === 'succeeded' || outcome === 'failed') && this.batch.results) {
-      const write = async () =>
-        writeResultsAfterFinish(this.sql, await ctx.s3(), this.batch.id, (e) => ctx.storeError(e, 1), {
-          signal: this.results.signal,
-        });
-      await (ctx.trace ? ctx.trace.t.traced('write results', { 'leasehold.batch.id': this.batch.id }, write) : write());
+      // Its span, when tracing, is the write's own, in the batch's trace (src/batch/results.ts).
+      await writeResultsAfterFinish(this.sql, await ctx.s3(), this.batch.id, (e) => ctx.storeError(e, 1), {
+        signal: this.results.signal,
+      });
     }
     ctx.trace?.end(outcome, error);
     return {

@@ -212,9 +212,7 @@ export class SourceReader {
         });
       // A span per page read when tracing (docs/design.md, "Traces").
       const t = this.ctx.trace;
-      const page = await (t
-        ? t.t.traced('read source page', { 'leasehold.batch.id': this.ctx.batch.id }, read, 'client')
-        : read());
+      const page = await (t ? t.sourcePage(source as StoredSource, read) : read());
       if (page.rows) return { page, rows: page.rows };
       let rows;
       try {

@@ -5,8 +5,8 @@
 // a message processed again. Made only when an app registered a tracer provider: without one a
 // run has no RunTrace and its items pay one `undefined` check.
 import type { Attributes, Context, Span } from '@opentelemetry/api';
-import { parseTraceparent, tracing, type Tracing } from '../../tracing.js';
-import type { BatchInfo, RunOutcome } from '../types.js';
+import { parseTraceparent, tracing, type SpanKindName, type Tracing } from '../../tracing.js';
+import type { BatchInfo, RunOutcome, StoredSource } from '../types.js';
 import type { Settled } from './types.js';
 
 /** One run's tracer, its span and the batch's trace context (one per run, when tracing). */
@@ -79,6 +79,33 @@ export class RunTrace {
       this.t.failWith(span, s.move.error ?? s.outcome);
     }
     span.end();
+  }
+
+  /**
+   * `f` inside a child span of the run's: `name`, kind `kind`, the run's attributes and
+   * `attributes`; status error and the exception recorded when it throws (rethrown).
+   */
+  private async child<T>(name: string, kind: SpanKindName, attributes: Attributes, f: () => Promise<T>): Promise<T> {
+    const span = this.t.startIn(name, kind, { ...this.base, ...attributes }, this.runContext);
+    try {
+      return await this.t.within(span, f);
+    } catch (e) {
+      this.t.fail(span, e);
+      throw e;
+    } finally {
+      span.end();
+    }
+  }
+
+  /**
+   * `f`, the read of one page of the batch's S3 source, in a client span `read source page`
+   * (child of the run's) with `aws.s3.bucket`, and `aws.s3.key` for a one-object source.
+   */
+  sourcePage<T>(source: StoredSource, f: () => Promise<T>): Promise<T> {
+    const s3 = source.s3 as { bucket: string; key?: string };
+    const at: Attributes = { 'rpc.system': 'aws-api', 'rpc.service': 'S3', 'aws.s3.bucket': s3.bucket };
+    if (s3.key !== undefined) at['aws.s3.key'] = s3.key;
+    return this.child('read source page', 'client', at, f);
   }
 
   /** End the run's span with its outcome (status error for a store error or a loss). */

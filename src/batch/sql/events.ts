@@ -55,6 +55,12 @@ export interface BatchFinishedDetail {
   createdAt: string;
   finishedAt: string;
   /**
+   * The W3C `traceparent` of the span that started the batch (docs/design.md, "Traces"), present
+   * when the batch has one: a consumer's span continues the batch's trace as its child (a chained
+   * batch does). Absent: the batch was started without a trace context and without tracing.
+   */
+  traceparent?: string;
+  /**
    * Only in an event as sent whose detail was past EventBridge's 256 KiB: the fields cut to fit
    * (`reason`, `results.manifest`, `requestKey`, `datasource`, `job`, `tenant`), each ending
    * with `…`. The stored detail is whole.
@@ -87,8 +93,9 @@ function detailWithResults(sql: Sql) {
 }
 
 // Writes the Batch Finished event of a batch that just ended, in the transaction that ended it
-// (the caller holds the batch row): one row with a fresh id, its detail built from the batch row,
-// and the start's notify URL. Only a batch no longer open gets one.
+// (the caller holds the batch row): one row with a fresh id, its detail built from the batch row
+// (with `traceparent`, the batch's trace context, when it has one), and the start's notify URL.
+// Only a batch no longer open gets one.
 export async function writeEndEvent(tx: Sql, batchId: string): Promise<void> {
   await tx`${insertEndEvents(tx, { status: tx`b.status`, finishedAt: tx`coalesce(b.finished_at, now())` }, tx`b.id = ${batchId} and b.status <> 'open'`)}`;
 }
@@ -119,7 +126,9 @@ function insertEndEvents(tx: Sql, as: { status: postgres.Fragment; finishedAt: p
         'requestKey', b.request_key, 'status', ${as.status}, 'reason', b.reason, 'counts', ${eventCounts(tx)},
         'results', null, 'redrives', b.redrives,
         'createdAt', to_char(b.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-        'finishedAt', to_char(${as.finishedAt} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')),
+        'finishedAt', to_char(${as.finishedAt} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
+        || case when b.trace_context is null then '{}'::jsonb
+           else jsonb_build_object('traceparent', split_part(b.trace_context, ' ', 1)) end,
       b.notify_url
     from (select b.*, gen_random_uuid() as event_id from leasehold_batches b where ${where}) b`;
 }

@@ -17,6 +17,8 @@ export interface ResultsJob {
   results: { s3: { bucket: string; prefix: string } };
   /** Writes begun, this one included. */
   results_tries: number;
+  /** The batch's W3C trace context (migration 037), or null: the write's span joins its trace. */
+  trace_context: string | null;
 }
 
 /**
@@ -36,7 +38,7 @@ export async function beginResults(sql: Sql, id: string, leaseMs: number): Promi
     where id = ${id} and results is not null and results_manifest is null and results_tries < 8
       and status in ('succeeded', 'failed')
       and (results_started_at is null or results_started_at < now() - make_interval(secs => ${leaseMs / 1000}))
-    returning id, tenant, datasource, job, status, total, finished_at, results, results_tries`;
+    returning id, tenant, datasource, job, status, total, finished_at, results, results_tries, trace_context`;
   return r;
 }
 
