@@ -1,5 +1,5 @@
 // Statements of the trigger's own table: scheduled firings deferred until their datasource has
-// a free slot (leasehold_deferred_starts, migration 006; start_by, migration 030).
+// a free slot (leasehold_deferred_starts, migration 006; start_by, migration 030; trace_context, migration 042).
 import type { ToleratedFailures } from '../batch/index.js';
 import type { Sql } from '../store/index.js';
 
@@ -16,6 +16,8 @@ export interface DeferredStartRow {
   max_concurrency: number | null;
   /** Not started by this instant, it is dropped (migration 030); null: it waits as long as it takes. */
   start_by: Date | null;
+  /** The caller's W3C trace context the firing came with (migration 042); null: none. */
+  trace_context: string | null;
   tries: number;
 }
 
@@ -31,14 +33,16 @@ export async function deferStart(
     toleratedFailures: ToleratedFailures | null;
     maxConcurrency: number | null;
     startBy?: Date | null;
+    /** The caller's W3C `traceparent`, kept for the start that follows (docs/design.md, "Traces"). */
+    traceparent?: string | null;
     error: string;
   },
 ): Promise<boolean> {
   const rows = await sql`insert into leasehold_deferred_starts
-      (tenant, request_key, datasource, job, params, tolerated_failures, max_concurrency, start_by, last_error)
+      (tenant, request_key, datasource, job, params, tolerated_failures, max_concurrency, start_by, trace_context, last_error)
     values (${d.tenant}, ${d.requestKey}, ${d.datasource}, ${d.job}, ${sql.json(d.params as never)},
       ${d.toleratedFailures === null ? null : sql.json(d.toleratedFailures as never)}, ${d.maxConcurrency},
-      ${d.startBy ?? null}::timestamptz, ${d.error})
+      ${d.startBy ?? null}::timestamptz, ${d.traceparent ?? null}, ${d.error})
     on conflict (tenant, request_key) do nothing`;
   return rows.count === 1;
 }
@@ -46,7 +50,7 @@ export async function deferStart(
 // The oldest deferred firings; reads only.
 export function deferredStarts(sql: Sql, limit: number): Promise<DeferredStartRow[]> {
   return sql<DeferredStartRow[]>`select tenant, request_key, datasource, job, params, tolerated_failures, max_concurrency,
-      start_by, tries
+      start_by, trace_context, tries
     from leasehold_deferred_starts order by created_at, tenant, request_key limit ${limit}`;
 }
 

@@ -318,6 +318,7 @@ async function startRequest(req: TriggerRequest, deps: TriggerDeps, ids: Record<
       toleratedFailures: req.toleratedFailures,
       maxConcurrency: req.maxConcurrency ?? null,
       startBy: req.startBy ?? null,
+      traceparent: req.traceparent ?? null,
       error: error.message,
     });
     log('warn', 'trigger event deferred: its datasource has maxOpen open batches', { ...fields, datasource: req.datasource });
@@ -451,6 +452,7 @@ export async function startDeferred(deps: TriggerDeps & { limit?: number }): Pro
         requestKey: d.request_key,
         toleratedFailures: d.tolerated_failures,
         maxConcurrency: d.max_concurrency ?? undefined,
+        ...(d.trace_context !== null ? { traceparent: d.trace_context } : {}),
       });
       if (created) {
         started.push(batch.id);

@@ -9,7 +9,7 @@ import type { EventBridgeClient } from '@aws-sdk/client-eventbridge';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { batchEvents, getBatch, Runner, type BatchExpander, type ItemWork } from '../../src/batch/index.js';
 import { EventBridgePublisher } from '../../src/runtime/events.js';
-import { handleTrigger, parseChainRules, type TriggerDeps } from '../../src/trigger/index.js';
+import { handleTrigger, parseChainRules, startDeferred, type TriggerDeps } from '../../src/trigger/index.js';
 import type { Sql } from '../../src/store/index.js';
 import { silentLog } from '../../src/log.js';
 import { useTestDatabase } from '../support/db-hooks.js';
@@ -197,5 +197,43 @@ describe('traces through EventBridge and chains', () => {
         `00-${traceOf(create)}-${idOf(create)}-01`,
       );
     }
+  });
+
+  it('a firing deferred at maxOpen starts later in the trace of its sender', async () => {
+    exporter.reset();
+    const tenant = `trace-defer-${process.pid}`;
+    const deps: TriggerDeps = {
+      sql: db.sql,
+      jobs,
+      log: silentLog,
+      config: {
+        maxOpen: 1,
+        batchConcurrency: 1,
+        maxItems: 1_000,
+        maxInputBytes: 65_536,
+        maxTotalBytes: 1_000_000,
+        itemTimeoutLimitMs: 900_000,
+      },
+    };
+    const event = (i: number, traceparent?: string) => ({
+      id: `ev3-${process.pid}-${i}`,
+      source: 'app',
+      'detail-type': 'leasehold.start-batch',
+      detail: { tenant, datasource: 'd', job: 'load', ...(traceparent ? { traceparent } : {}) },
+    });
+    const first = await handleTrigger(event(0), deps);
+    expect(first, JSON.stringify(first)).toMatchObject({ outcome: 'started' });
+    const deferred = await handleTrigger(event(1, `00-${SENDER_TRACE}-${SENDER_SPAN}-01`), deps);
+    expect(deferred).toMatchObject({ outcome: 'deferred' });
+    expect(await startDeferred(deps)).toMatchObject({ started: [] });
+    await runToEnd((first as { batchId: string }).batchId);
+    const { started } = await startDeferred(deps);
+    expect(started).toHaveLength(1);
+    const create = exporter
+      .getFinishedSpans()
+      .filter((s) => s.name === 'create load')
+      .at(-1)!;
+    expect([traceOf(create), parentOf(create)]).toEqual([SENDER_TRACE, SENDER_SPAN]);
+    expect((await getBatch(db.sql, started[0]!))!.traceContext).toBe(`00-${SENDER_TRACE}-${idOf(create)}-01`);
   });
 });
