@@ -198,13 +198,24 @@ async function main() {
       where count > 0 order by combined_size desc limit 8`;
     const pages1 = await itemPages(admin);
     const top = await admin<
-      { query: string; calls: number; plans: number; rows: number; total: number; mean: number; plan: number; wal: number }[]
+      {
+        query: string;
+        calls: number;
+        plans: number;
+        rows: number;
+        total: number;
+        mean: number;
+        plan: number;
+        planTotal: number;
+        wal: number;
+      }[]
     >`
       select query, calls::float8 as calls, plans::float8 as plans, rows::float8 as rows, total_exec_time as total, mean_exec_time as mean,
-             mean_plan_time as plan, wal_bytes::float8 as wal
+             mean_plan_time as plan, total_plan_time as "planTotal", wal_bytes::float8 as wal
       from pg_stat_statements where dbid = (select oid from pg_database where datname = current_database())
       order by total_exec_time desc limit 12`;
     const serverMs = top.reduce((s, r) => s + r.total, 0);
+    const planMs = top.reduce((s, r) => s + r.planTotal, 0);
 
     console.log(
       `PostgreSQL (embedded), ${ITEMS.toLocaleString('en-US')} no-op items, one run, parallel 64; history ${HISTORY.toLocaleString('en-US')} items`,
@@ -214,7 +225,8 @@ async function main() {
         `${f((used.user + used.system) / ITEMS, 1)} µs Node CPU, ${f(statements / ITEMS, 3)} statements`,
     );
     console.log(
-      `server per item: ${f(wal / ITEMS, 0)} WAL bytes; ${f((1000 * serverMs) / ITEMS, 1)} µs execution in the top statements`,
+      `server per item: ${f(wal / ITEMS, 0)} WAL bytes; ${f((1000 * serverMs) / ITEMS, 1)} µs execution and ` +
+        `${f((1000 * planMs) / ITEMS, 1)} µs planning (${f((100 * planMs) / (planMs + serverMs), 1)} % of the two) in the top statements`,
     );
     console.log(
       'row versions per item (inserted, updated HOT, updated non-HOT, deleted; at most this many index entries written):',

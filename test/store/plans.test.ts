@@ -11,8 +11,8 @@
 // A new statement is one entry of `cases`: its name, its bound, and its fragment built from the
 // fixture of the state (`Fixture`: the ids every state holds).
 import { randomUUID } from 'node:crypto';
-import type { PendingQuery, Row } from 'postgres';
-import { afterAll, beforeAll, describe, it } from 'vitest';
+import postgres, { type PendingQuery, type Row } from 'postgres';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { permitsStatement } from '../../src/batch/sql/pools.js';
 import {
   beatStatement,
@@ -30,7 +30,9 @@ import {
   NO_LIMIT,
   recoverRunningStatement,
   releaseOrphansStatement,
+  step,
   stepStatement,
+  type StepArgs,
   takeOverStatement,
   waitStateStatement,
 } from '../../src/batch/sql/index.js';
@@ -60,7 +62,7 @@ import {
 import { testDatabase, type TestDatabase } from '../support/db.js';
 import { analyzeSchema, loadHistory } from '../support/history.js';
 import { livedInDatabase } from '../support/lived-in.js';
-import { expectBounded } from '../support/plans.js';
+import { expectBounded, readRows, type PlanNode } from '../support/plans.js';
 
 /** Items of the open batch every state holds (and of which `RUNNING` are running under its run). */
 const ITEMS = 20_000;
@@ -533,5 +535,68 @@ describe.each(STATES)('the database %s', (stateName) => {
       );
     }
     await expectBounded(s.db.sql, `${c.name} [${stateName}]`, (tx) => c.statement(tx, s.d), c.bound);
+  });
+});
+
+/** Thrown inside a transaction to roll it back. */
+class Rollback extends Error {}
+
+/** The move + claim of the fixture: its running items done, the next 64 claimed. */
+const stepArgs = (d: Fixture): StepArgs => ({
+  batchId: d.batch,
+  run: d.run,
+  moves: encodeMoves(
+    d.running.map((key) => ({ key, state: 'done', claimed: 1, attempts: 1, output: '{"ok":true}', error: null, delayMs: 0 })),
+  ),
+  settled: d.running.length,
+  claim: RUNNING,
+  aheadMs: 0,
+  recordProgress: false,
+});
+
+// The move + claim statement is a run's every statement: planning it anew at each call cost
+// 20 % of its server time (docs/development.md, "Where an item's time goes"). Its claim size
+// is hidden from every plan, so the plan cache keeps its generic plan after the five custom
+// ones it always makes; that plan, executed (auto_explain, sent back as a notice), must read
+// no more than the custom one may.
+describe.each(STATES)('the database %s', (stateName) => {
+  it('the move + claim statement is planned once per connection, its plan bounded', async ({ skip }) => {
+    const s = states.get(stateName);
+    if (!s) throw new Error(`state "${stateName}" was not made`);
+    // Behind a transaction-mode pooler nothing is prepared by name: every call is planned.
+    if (s.db.pooled) skip();
+    const plans: string[] = [];
+    const one = postgres(s.db.url, {
+      max: 1,
+      fetch_types: false,
+      connection: { search_path: s.db.schema },
+      onnotice: (n) => void (n.message.includes('plan:') && plans.push(n.message)),
+    }) as unknown as Sql;
+    let cache: { generic: number; custom: number } | undefined;
+    try {
+      await one.begin(async (tx) => {
+        const t = tx as unknown as Sql;
+        for (let i = 0; i < 10; i++) await step(t, stepArgs(s.d));
+        [cache] = await t<{ generic: number; custom: number }[]>`
+          select generic_plans::int as generic, custom_plans::int as custom from pg_prepared_statements
+          where statement like '%set settled = settled +%'`;
+        await t`load 'auto_explain'`;
+        await t`select set_config('auto_explain.log_min_duration', '0', true), set_config('auto_explain.log_analyze', 'on', true),
+          set_config('auto_explain.log_format', 'json', true), set_config('auto_explain.log_level', 'notice', true),
+          set_config('client_min_messages', 'notice', true)`;
+        await step(t, stepArgs(s.d));
+        throw new Rollback();
+      });
+    } catch (e) {
+      if (!(e instanceof Rollback)) throw e;
+    } finally {
+      await one.end();
+    }
+    expect(cache, 'the statement was prepared on the connection').toBeDefined();
+    expect(cache!.custom, `custom plans of ${cache!.custom + cache!.generic} executions`).toBeLessThanOrEqual(5);
+    expect(plans).toHaveLength(1);
+    const plan = JSON.parse(plans[0].slice(plans[0].indexOf('{'))).Plan as PlanNode;
+    const over = readRows(plan).filter((r) => r.rows > RUNNING * 4 + 50);
+    expect(over, 'nodes of the generic plan reading beyond the bound').toEqual([]);
   });
 });

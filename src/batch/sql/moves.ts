@@ -87,12 +87,14 @@ export function moved(sql: Sql, batchId: string, run: string, moves: EncodedMove
   // Each moved key is looked up on the whole primary key through a lateral subquery (a
   // parameterized nested loop: the planner has no other choice), and the row is then updated
   // by its ctid: no plan of it walks the batch, whatever the statistics say of the batch's size
-  // (docs/design.md, "The database in production").
+  // (docs/design.md, "The database in production"). The batch is a subquery, as in the claim
+  // (see `stepStatement`): a custom plan that knew it costed each look-up below the generic
+  // plan's, and the plan cache planned every call anew.
   return sql`with m as (
       select t.tid, v.* from jsonb_to_recordset(${moves.json}::text::jsonb)
         as v(key text, state text, claimed int, attempts int, output jsonb, error text, delay_ms double precision, waits int)
       cross join lateral (
-        select x.ctid as tid from leasehold_items x where x.batch_id = ${batchId} and x.key = v.key limit 1
+        select x.ctid as tid from leasehold_items x where x.batch_id = (select ${batchId}::uuid) and x.key = v.key limit 1
       ) t
     )
     update leasehold_items i
@@ -186,11 +188,15 @@ export function stepStatement(sql: Sql, a: StepArgs) {
     ), moved as (
       ${moved(sql, a.batchId, a.run, a.moves)}
     ), picked as (
+      -- The batch, the window and the claim size as subqueries, which no plan folds to
+      -- constants: a custom plan estimates the pick as the generic plan does, so the plan cache
+      -- keeps the generic one (made once per connection, after five custom ones) instead of
+      -- planning every call anew (docs/design.md, "The database in production").
       select ctid from leasehold_items
-      where batch_id = ${a.batchId} and state = 'pending' and exists (select 1 from own)
-        and run_after <= now() + make_interval(secs => ${a.aheadMs} / 1000.0)
+      where batch_id = (select ${a.batchId}::uuid) and state = 'pending' and exists (select 1 from own)
+        and run_after <= now() + make_interval(secs => (select ${a.aheadMs} / 1000.0))
       order by run_after
-      limit ${a.claim}
+      limit (select ${a.claim}::int)
       for update skip locked
     ), claimed as (
       -- The picked rows are locked, so their ctids stay theirs: a Tid Scan, never a walk of the batch.
@@ -210,7 +216,7 @@ export function stepStatement(sql: Sql, a: StepArgs) {
       -- The first entry of the pending index past the window (min() let a planner that thought
       -- the batch small read every pending item).
       (select extract(epoch from run_after - now()) * 1000 from leasehold_items
-        where batch_id = ${a.batchId} and state = 'pending'
-          and run_after > now() + make_interval(secs => ${a.aheadMs} / 1000.0)
+        where batch_id = (select ${a.batchId}::uuid) and state = 'pending'
+          and run_after > now() + make_interval(secs => (select ${a.aheadMs} / 1000.0))
         order by run_after limit 1)::float8 as next_due_ms`;
 }
