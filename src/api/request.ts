@@ -243,8 +243,8 @@ export const startSchema = z
     datasource: nameSchema,
     job: textSchema(MAX_NAME_LENGTH),
     params: z.record(z.string(), z.unknown(), { error: (i) => `must be a JSON object, got ${typeName(i.input)}` }).default({}),
-    requestKey: requestKeySchema.optional(),
-    toleratedFailures: toleratedFailuresSchema.optional(),
+    requestKey: z.optional(requestKeySchema),
+    toleratedFailures: z.optional(toleratedFailuresSchema),
     priority: wholeNumber(0, MAX_PRIORITY).optional(),
     maxConcurrency: wholeNumber(1, MAX_CONCURRENCY).optional(),
     timeoutMs: wholeNumber(1, MAX_ITEM_TIMEOUT_MS).optional(),
@@ -261,9 +261,9 @@ export const startSchema = z
       .optional(),
     source: sourceSchema.optional(),
     results: resultsSchema.optional(),
-    deadline: instantSchema.optional(),
-    deadlineMs: steerMsSchema.optional(),
-    pool: poolNameSchema.optional(),
+    deadline: z.optional(instantSchema),
+    deadlineMs: z.optional(steerMsSchema),
+    pool: z.optional(poolNameSchema),
     completion: completionSchema.optional(),
   })
   .strict()
@@ -283,8 +283,8 @@ export const patchBatchSchema = z
       .strict()
       .optional(),
     // null clears the deadline.
-    deadline: instantSchema.nullable().optional(),
-    deadlineMs: steerMsSchema.optional(),
+    deadline: z.optional(z.nullable(instantSchema)),
+    deadlineMs: z.optional(steerMsSchema),
   })
   .strict()
   .refine((b) => b.deadline === undefined || b.deadlineMs === undefined, {
@@ -320,7 +320,7 @@ function limitSchema(max: number) {
 export const listSchema = z
   .object({
     // Not the start charset: batches started another way (CLI, trigger) can still be listed.
-    tenant: textSchema(MAX_NAME_LENGTH).optional(),
+    tenant: z.optional(textSchema(MAX_NAME_LENGTH)),
     status: z.enum(STATUSES, { error: () => `must be one of ${STATUSES.join(', ')}` }).optional(),
     limit: limitSchema(MAX_LIST_LIMIT).optional(),
   })
@@ -393,7 +393,7 @@ export function shardParam(shard: string): number {
 /** Query of `GET /units`; empty values count as absent. */
 export const listUnitsSchema = z
   .object({
-    tenant: storedNameSchema.optional(),
+    tenant: z.optional(storedNameSchema),
     limit: limitSchema(MAX_SHARDS).optional(),
   })
   .strict();
@@ -445,18 +445,18 @@ export const FILTER_STATUSES = ['open', 'running', 'paused', 'succeeded', 'faile
 export const actionSchema = z
   .object({
     action: z.enum(ACTION_KINDS),
-    requestKey: requestKeySchema.optional(),
+    requestKey: z.optional(requestKeySchema),
     filter: z
       .object({
-        tenant: storedNameSchema.optional(),
-        datasource: storedNameSchema.optional(),
-        job: textSchema(MAX_NAME_LENGTH).optional(),
+        tenant: z.optional(storedNameSchema),
+        datasource: z.optional(storedNameSchema),
+        job: z.optional(textSchema(MAX_NAME_LENGTH)),
         status: z
           .union([z.enum(FILTER_STATUSES), z.array(z.enum(FILTER_STATUSES)).min(1)])
           .transform((s) => (Array.isArray(s) ? s : [s]))
           .optional(),
-        createdAfter: instantSchema.optional(),
-        createdBefore: instantSchema.optional(),
+        createdAfter: z.optional(instantSchema),
+        createdBefore: z.optional(instantSchema),
       })
       .strict()
       .refine((f) => Object.values(f).some((v) => v !== undefined), {

@@ -106,15 +106,15 @@ const detailSchema = z
     params: z
       .union([z.record(z.string(), z.unknown()), z.string()], { error: () => 'must be a JSON object (or its JSON text)' })
       .optional(),
-    toleratedFailures: toleratedFailuresSchema.optional(),
+    toleratedFailures: z.optional(toleratedFailuresSchema),
     maxConcurrency: z
       .number({ error: () => 'must be a whole number from 1 to 10000' })
       .int('must be a whole number from 1 to 10000')
       .min(1, 'must be a whole number from 1 to 10000')
       .max(MAX_CONCURRENCY, 'must be a whole number from 1 to 10000')
       .optional(),
-    startBy: instantSchema.optional(),
-    startByMs: steerMsSchema.optional(),
+    startBy: z.optional(instantSchema),
+    startByMs: z.optional(steerMsSchema),
   })
   .strict()
   .refine((d) => d.startBy === undefined || d.startByMs === undefined, { message: 'startBy and startByMs: give one, not both' });
