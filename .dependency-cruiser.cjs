@@ -8,7 +8,7 @@
 // every layer: src/clock.ts, src/errors.ts (the error base and the table of error codes) and
 // src/log.ts (the logger), and the domain also uses src/tracing.ts (OpenTelemetry spans, its API
 // loaded only once an app registered a tracer provider) and src/zod.ts (zod/mini with its English
-// locale, for the domain's schemas); a fourth, src/contract.ts (the strings infra/ and src/ agree on),
+// locale, for leasehold's own schemas); a fourth, src/contract.ts (the strings infra/ and src/ agree on),
 // imports nothing and serves infra/ too. src/local/, src/cli/ and bench/ drive the same code from
 // outside (tests share helpers only through test/support/), through src/client/ (the API client,
 // browser-safe) and src/terminal/ (following a batch on a terminal); src/dashboard/ (the browser
