@@ -7,7 +7,8 @@
 // batch, units use jobs and lease, and batch and lease use only the store. Three leaves serve
 // every layer: src/clock.ts, src/errors.ts (the error base and the table of error codes) and
 // src/log.ts (the logger), and the domain also uses src/tracing.ts (OpenTelemetry spans, its API
-// loaded only once an app registered a tracer provider); a fourth, src/contract.ts (the strings infra/ and src/ agree on),
+// loaded only once an app registered a tracer provider) and src/zod.ts (zod/mini with its English
+// locale, for leasehold's own schemas); a fourth, src/contract.ts (the strings infra/ and src/ agree on),
 // imports nothing and serves infra/ too. src/local/, src/cli/ and bench/ drive the same code from
 // outside (tests share helpers only through test/support/), through src/client/ (the API client,
 // browser-safe) and src/terminal/ (following a batch on a terminal); src/dashboard/ (the browser
@@ -39,19 +40,19 @@ module.exports = {
       'batch-and-lease-use-only-the-store',
       'batch and lease are the base of the domain: they use the store and the clock only.',
       '^src/(batch|lease)/',
-      '^src/(?!store/|(clock|errors|log|contract|tracing)\\.ts$|$1/)',
+      '^src/(?!store/|(clock|errors|log|contract|tracing|zod)\\.ts$|$1/)',
     ),
     forbid(
       'jobs-use-batch',
       'Jobs use batches (and the store), not units, leases or anything above.',
       '^src/jobs/',
-      '^src/(?!jobs/|batch/|store/|(clock|errors|log|contract|tracing)\\.ts$)',
+      '^src/(?!jobs/|batch/|store/|(clock|errors|log|contract|tracing|zod)\\.ts$)',
     ),
     forbid(
       'units-use-jobs-and-lease',
       'Unit jobs use jobs, leases and the store, nothing above the domain.',
       '^src/units/',
-      '^src/(?!units/|jobs/|lease/|batch/|store/|(clock|errors|log|contract|tracing)\\.ts$)',
+      '^src/(?!units/|jobs/|lease/|batch/|store/|(clock|errors|log|contract|tracing|zod)\\.ts$)',
     ),
     forbid(
       'api-and-trigger-below-runtime',

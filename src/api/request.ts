@@ -1,7 +1,7 @@
 // Turning an API Gateway v2 event into validated input. Every failure here is the caller's
 // fault: an error whose code the API answers with a 4xx (src/api/errors.ts), its message naming the field.
 import type { APIGatewayProxyEventV2 } from 'aws-lambda';
-import * as z from 'zod';
+import * as z from '../zod.js';
 import { InvalidRequestError } from '../errors.js';
 import { RequestError } from './errors.js';
 import {
@@ -119,47 +119,49 @@ function refuseUnkept(key: string, value: unknown): unknown {
 /** An S3 bucket name: 3 to 63 lowercase letters, digits, dots and hyphens. */
 const bucketSchema = z
   .string()
-  .regex(/^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/, 'must be an S3 bucket name (3 to 63 lowercase letters, digits, dots, hyphens)');
+  .check(
+    z.regex(/^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/, 'must be an S3 bucket name (3 to 63 lowercase letters, digits, dots, hyphens)'),
+  );
 /** An S3 key or prefix: at most 1,024 characters, no control characters. */
 const s3KeySchema = (min: number) =>
-  z
-    .string()
-    .min(min, 'must not be empty')
-    .max(1024, 'must be at most 1,024 characters')
+  z.string().check(
+    z.minLength(min, 'must not be empty'),
+    z.maxLength(1024, 'must be at most 1,024 characters'),
     // eslint-disable-next-line no-control-regex -- control characters are what this rejects
-    .regex(/^[^\u0000-\u001f]*$/, 'must not contain control characters');
+    z.regex(/^[^\u0000-\u001f]*$/, 'must not contain control characters'),
+  );
 
 /** Most columns a given CSV header may name. */
 const MAX_CSV_COLUMNS = 1_000;
 
 /** A CSV source's options (docs/api.md, "source"; as Step Functions' ItemReader has them). */
 const csvOptionsSchema = {
-  delimiter: z
-    .enum(['comma', 'tab', 'semicolon', 'pipe', 'space'], { error: () => 'must be comma, tab, semicolon, pipe or space' })
-    .optional(),
-  header: z
-    .union(
+  delimiter: z.optional(
+    z.enum(['comma', 'tab', 'semicolon', 'pipe', 'space'], { error: () => 'must be comma, tab, semicolon, pipe or space' }),
+  ),
+  header: z.optional(
+    z.union(
       [
         z.literal('first-row'),
         z
-          .array(z.string().min(1, 'a column name must not be empty').max(1000))
-          .min(1, 'must name at least one column')
-          .max(MAX_CSV_COLUMNS, `must name at most ${MAX_CSV_COLUMNS} columns`),
+          .array(z.string().check(z.minLength(1, 'a column name must not be empty'), z.maxLength(1000)))
+          .check(
+            z.minLength(1, 'must name at least one column'),
+            z.maxLength(MAX_CSV_COLUMNS, `must name at most ${MAX_CSV_COLUMNS} columns`),
+          ),
       ],
       { error: () => 'must be "first-row" or a list of column names' },
-    )
-    .optional(),
-  quote: z
-    .string()
-    .regex(/^[\u0021-\u007e]$/, 'must be one printable ASCII character (or null: no quoting)')
-    .nullable()
-    .optional(),
+    ),
+  ),
+  quote: z.optional(
+    z.nullable(z.string().check(z.regex(/^[\u0021-\u007e]$/, 'must be one printable ASCII character (or null: no quoting)'))),
+  ),
 };
 
 /** What the CSV options of an object source must agree on: CSV only, distinct columns, the key among them. */
 function checkCsvOptions(
   s: { format: 'jsonl' | 'csv'; keyColumn?: string; delimiter?: string; header?: string | string[]; quote?: string | null },
-  ctx: z.RefinementCtx,
+  ctx: z.core.$RefinementCtx,
 ): void {
   const issue = (path: string, message: string) => ctx.addIssue({ code: 'custom', path: [path], message });
   for (const f of ['keyColumn', 'delimiter', 'header', 'quote'] as const) {
@@ -180,47 +182,44 @@ function checkCsvOptions(
  * report lists) or `{ s3: { bucket, key, format: "jsonl" | "csv", keyColumn?, delimiter?,
  * header?, quote? } }` (one item per line or row; the last four for CSV only).
  */
-export const sourceSchema = z
-  .object({
-    s3: z.union(
-      [
-        z.object({ bucket: bucketSchema, prefix: s3KeySchema(0) }).strict(),
-        z.object({ bucket: bucketSchema, manifest: s3KeySchema(1) }).strict(),
-        z
-          .object({
-            bucket: bucketSchema,
-            key: s3KeySchema(1),
-            format: z.enum(['jsonl', 'csv'], { error: () => 'must be jsonl or csv' }),
-            keyColumn: z.string().min(1).max(1000).optional(),
-            ...csvOptionsSchema,
-          })
-          .strict()
-          .superRefine(checkCsvOptions),
-      ],
-      {
-        // An object source's own fault (a CSV option of the wrong type) named, not only the union.
-        error: (iss) => {
-          const branches = (iss as { errors?: { path: PropertyKey[]; message: string }[][] }).errors;
-          const input = iss.input as { key?: unknown } | undefined;
-          const first = input && typeof input === 'object' && 'key' in input ? branches?.[2]?.[0] : undefined;
-          return first
-            ? `${first.path.map(String).join('.')}: ${first.message}`
-            : 'must be { bucket, prefix }, { bucket, manifest } or { bucket, key, format }';
-        },
+export const sourceSchema = z.strictObject({
+  s3: z.union(
+    [
+      z.strictObject({ bucket: bucketSchema, prefix: s3KeySchema(0) }),
+      z.strictObject({ bucket: bucketSchema, manifest: s3KeySchema(1) }),
+      z
+        .strictObject({
+          bucket: bucketSchema,
+          key: s3KeySchema(1),
+          format: z.enum(['jsonl', 'csv'], { error: () => 'must be jsonl or csv' }),
+          keyColumn: z.optional(z.string().check(z.minLength(1), z.maxLength(1000))),
+          ...csvOptionsSchema,
+        })
+        .check(z.superRefine(checkCsvOptions)),
+    ],
+    {
+      // An object source's own fault (a CSV option of the wrong type) named, not only the union.
+      error: (iss) => {
+        const branches = (iss as { errors?: { path: PropertyKey[]; message: string }[][] }).errors;
+        const input = iss.input as { key?: unknown } | undefined;
+        const first = input && typeof input === 'object' && 'key' in input ? branches?.[2]?.[0] : undefined;
+        return first
+          ? `${first.path.map(String).join('.')}: ${first.message}`
+          : 'must be { bucket, prefix }, { bucket, manifest } or { bucket, key, format }';
       },
-    ),
-  })
-  .strict();
+    },
+  ),
+});
 
 /** `results` of `POST /batches`: `{ s3: { bucket, prefix } }`. */
-export const resultsSchema = z.object({ s3: z.object({ bucket: bucketSchema, prefix: s3KeySchema(0) }).strict() }).strict();
+export const resultsSchema = z.strictObject({ s3: z.strictObject({ bucket: bucketSchema, prefix: s3KeySchema(0) }) });
 
 /** A concurrency pool's name (docs/design.md, "Concurrency pools"): 1 to 200 characters. */
 export const poolNameSchema = textSchema(MAX_POOL_NAME);
 
 /** `completion` of `POST /batches`: `{ minSucceeded: N }` or `"firstSucceeded"` (docs/design.md, "End"). */
 export const completionSchema = z.union(
-  [z.literal('firstSucceeded'), z.object({ minSucceeded: wholeNumber(1, MAX_MIN_SUCCEEDED) }).strict()],
+  [z.literal('firstSucceeded'), z.strictObject({ minSucceeded: wholeNumber(1, MAX_MIN_SUCCEEDED) })],
   { error: () => 'must be { "minSucceeded": N } (N from 1) or "firstSucceeded"' },
 );
 
@@ -230,71 +229,74 @@ export const completionSchema = z.union(
  */
 export const poolLimitsSchema = z.union(
   [
-    z.object({ limit: wholeNumber(1, MAX_POOL_LIMIT) }).strict(),
-    z.object({ perKey: wholeNumber(1, MAX_POOL_LIMIT), total: wholeNumber(1, MAX_POOL_LIMIT).optional() }).strict(),
+    z.strictObject({ limit: wholeNumber(1, MAX_POOL_LIMIT) }),
+    z.strictObject({ perKey: wholeNumber(1, MAX_POOL_LIMIT), total: z.optional(wholeNumber(1, MAX_POOL_LIMIT)) }),
   ],
   { error: () => `must be { "limit": N } or { "perKey": N, "total": M } (whole numbers from 1 to ${MAX_POOL_LIMIT})` },
 );
 
 /** Body of `POST /batches`. Unknown fields are refused, so a misspelt `requestKey` is not silently ignored. */
 export const startSchema = z
-  .object({
+  .strictObject({
     tenant: nameSchema,
     datasource: nameSchema,
     job: textSchema(MAX_NAME_LENGTH),
-    params: z.record(z.string(), z.unknown(), { error: (i) => `must be a JSON object, got ${typeName(i.input)}` }).default({}),
-    requestKey: requestKeySchema.optional(),
-    toleratedFailures: toleratedFailuresSchema.optional(),
-    priority: wholeNumber(0, MAX_PRIORITY).optional(),
-    maxConcurrency: wholeNumber(1, MAX_CONCURRENCY).optional(),
-    timeoutMs: wholeNumber(1, MAX_ITEM_TIMEOUT_MS).optional(),
-    rateLimit: z
-      .object(
-        { perSecond: z.number().min(MIN_RATE_PER_SECOND).max(MAX_RATE_PER_SECOND) },
+    params: z._default(
+      z.record(z.string(), z.unknown(), { error: (i) => `must be a JSON object, got ${typeName(i.input)}` }),
+      {},
+    ),
+    requestKey: z.optional(requestKeySchema),
+    toleratedFailures: z.optional(toleratedFailuresSchema),
+    priority: z.optional(wholeNumber(0, MAX_PRIORITY)),
+    maxConcurrency: z.optional(wholeNumber(1, MAX_CONCURRENCY)),
+    timeoutMs: z.optional(wholeNumber(1, MAX_ITEM_TIMEOUT_MS)),
+    rateLimit: z.optional(
+      z.strictObject(
+        { perSecond: z.number().check(z.gte(MIN_RATE_PER_SECOND), z.lte(MAX_RATE_PER_SECOND)) },
         { error: (i) => `must be a JSON object { "perSecond": … }, got ${typeName(i.input)}` },
-      )
-      .strict()
-      .optional(),
-    notify: z
-      .object({ url: textSchema(2048) }, { error: (i) => `must be a JSON object { "url": … }, got ${typeName(i.input)}` })
-      .strict()
-      .optional(),
-    source: sourceSchema.optional(),
-    results: resultsSchema.optional(),
-    deadline: instantSchema.optional(),
-    deadlineMs: steerMsSchema.optional(),
-    pool: poolNameSchema.optional(),
-    completion: completionSchema.optional(),
+      ),
+    ),
+    notify: z.optional(
+      z.strictObject({ url: textSchema(2048) }, { error: (i) => `must be a JSON object { "url": … }, got ${typeName(i.input)}` }),
+    ),
+    source: z.optional(sourceSchema),
+    results: z.optional(resultsSchema),
+    deadline: z.optional(instantSchema),
+    deadlineMs: z.optional(steerMsSchema),
+    pool: z.optional(poolNameSchema),
+    completion: z.optional(completionSchema),
   })
-  .strict()
-  .refine((b) => b.deadline === undefined || b.deadlineMs === undefined, {
-    message: 'deadline and deadlineMs: give one of them, not both',
-  });
+  .check(
+    z.refine((b) => b.deadline === undefined || b.deadlineMs === undefined, {
+      message: 'deadline and deadlineMs: give one of them, not both',
+    }),
+  );
 
 /** Body of `PATCH /batches/{id}`: what may change while a batch runs (at least one of them). */
 export const patchBatchSchema = z
-  .object({
-    maxConcurrency: wholeNumber(1, MAX_CONCURRENCY).optional(),
-    rateLimit: z
-      .object(
-        { perSecond: z.number().min(MIN_RATE_PER_SECOND).max(MAX_RATE_PER_SECOND) },
+  .strictObject({
+    maxConcurrency: z.optional(wholeNumber(1, MAX_CONCURRENCY)),
+    rateLimit: z.optional(
+      z.strictObject(
+        { perSecond: z.number().check(z.gte(MIN_RATE_PER_SECOND), z.lte(MAX_RATE_PER_SECOND)) },
         { error: (i) => `must be a JSON object { "perSecond": … }, got ${typeName(i.input)}` },
-      )
-      .strict()
-      .optional(),
+      ),
+    ),
     // null clears the deadline.
-    deadline: instantSchema.nullable().optional(),
-    deadlineMs: steerMsSchema.optional(),
+    deadline: z.optional(z.nullable(instantSchema)),
+    deadlineMs: z.optional(steerMsSchema),
   })
-  .strict()
-  .refine((b) => b.deadline === undefined || b.deadlineMs === undefined, {
-    message: 'deadline and deadlineMs: give one of them, not both',
-  })
-  .refine(
-    (b) => b.maxConcurrency !== undefined || b.rateLimit !== undefined || b.deadline !== undefined || b.deadlineMs !== undefined,
-    {
-      message: 'must set at least one of maxConcurrency, rateLimit, deadline, deadlineMs',
-    },
+  .check(
+    z.refine((b) => b.deadline === undefined || b.deadlineMs === undefined, {
+      message: 'deadline and deadlineMs: give one of them, not both',
+    }),
+    z.refine(
+      (b) =>
+        b.maxConcurrency !== undefined || b.rateLimit !== undefined || b.deadline !== undefined || b.deadlineMs !== undefined,
+      {
+        message: 'must set at least one of maxConcurrency, rateLimit, deadline, deadlineMs',
+      },
+    ),
   );
 
 /** Validated body of `POST /batches`. */
@@ -310,33 +312,28 @@ export const MAX_LIST_LIMIT = 1000;
 function limitSchema(max: number) {
   const message = `must be an integer from 1 to ${max}`;
   return z
-    .string()
-    .regex(/^\d{1,7}$/, message)
-    .transform(Number)
-    .refine((n) => n >= 1 && n <= max, message);
+    .pipe(z.string().check(z.regex(/^\d{1,7}$/, message)), z.transform(Number))
+    .check(z.refine((n) => n >= 1 && n <= max, message));
 }
 
 /** Query of `GET /batches`; empty values count as absent. */
-export const listSchema = z
-  .object({
-    // Not the start charset: batches started another way (CLI, trigger) can still be listed.
-    tenant: textSchema(MAX_NAME_LENGTH).optional(),
-    status: z.enum(STATUSES, { error: () => `must be one of ${STATUSES.join(', ')}` }).optional(),
-    limit: limitSchema(MAX_LIST_LIMIT).optional(),
-  })
-  .strict();
+export const listSchema = z.strictObject({
+  // Not the start charset: batches started another way (CLI, trigger) can still be listed.
+  tenant: z.optional(textSchema(MAX_NAME_LENGTH)),
+  status: z.optional(z.enum(STATUSES, { error: () => `must be one of ${STATUSES.join(', ')}` })),
+  limit: z.optional(limitSchema(MAX_LIST_LIMIT)),
+});
 
 /**
  * `GET /tenants/{tenant}?from=&to=`: the range of the tenant's usage (docs/design.md, "Usage and
  * cost"), ISO 8601 instants; `from` before `to`.
  */
-export const tenantUsageSchema = z
-  .object({ from: instantSchema.optional(), to: instantSchema.optional() })
-  .strict()
-  .refine((r) => r.from === undefined || r.to === undefined || r.from < r.to, {
+export const tenantUsageSchema = z.strictObject({ from: z.optional(instantSchema), to: z.optional(instantSchema) }).check(
+  z.refine((r) => r.from === undefined || r.to === undefined || r.from < r.to, {
     message: 'from must be before to',
     path: ['from'],
-  });
+  }),
+);
 
 /** Item states accepted by `GET /batches/{id}/items?state=`. */
 export const ITEM_STATES = ['pending', 'running', 'waiting', 'done', 'failed'] as const;
@@ -345,21 +342,19 @@ export const ITEM_STATES = ['pending', 'running', 'waiting', 'done', 'failed'] a
 const NO_CONTROL_CHARACTERS = /^[^\u0000-\u001f]*$/;
 
 /** Query of `GET /batches/{id}/items`: `after` (a key, exclusive), `limit` (1..1000) and `state`. */
-export const itemsPageSchema = z
-  .object({
-    // Item keys are at most MAX_KEY_BYTES (1,024) bytes and never hold control characters.
-    after: z.string().max(MAX_KEY_BYTES).regex(NO_CONTROL_CHARACTERS, 'must not contain control characters').optional(),
-    limit: limitSchema(1000).optional(),
-    state: z.enum(ITEM_STATES, { error: () => `must be one of ${ITEM_STATES.join(', ')}` }).optional(),
-  })
-  .strict();
+export const itemsPageSchema = z.strictObject({
+  // Item keys are at most MAX_KEY_BYTES (1,024) bytes and never hold control characters.
+  after: z.optional(
+    z.string().check(z.maxLength(MAX_KEY_BYTES), z.regex(NO_CONTROL_CHARACTERS, 'must not contain control characters')),
+  ),
+  limit: z.optional(limitSchema(1000)),
+  state: z.optional(z.enum(ITEM_STATES, { error: () => `must be one of ${ITEM_STATES.join(', ')}` })),
+});
 
 /** Query of `GET /batches/{id}/finished`: `buckets` (1..500, default 60). */
-export const seriesSchema = z
-  .object({
-    buckets: limitSchema(500).optional(),
-  })
-  .strict();
+export const seriesSchema = z.strictObject({
+  buckets: z.optional(limitSchema(500)),
+});
 
 /** A whole number from `min` to `max`, given as a JSON number. */
 function wholeNumber(min: number, max: number) {
@@ -368,9 +363,11 @@ function wholeNumber(min: number, max: number) {
       error: (i) =>
         i.input === undefined ? 'Required' : `must be a whole number from ${min} to ${max}, got ${typeName(i.input)}`,
     })
-    .int(`must be a whole number from ${min} to ${max}`)
-    .min(min, `must be a whole number from ${min} to ${max}`)
-    .max(max, `must be a whole number from ${min} to ${max}`);
+    .check(
+      z.int(`must be a whole number from ${min} to ${max}`),
+      z.gte(min, `must be a whole number from ${min} to ${max}`),
+      z.lte(max, `must be a whole number from ${min} to ${max}`),
+    );
 }
 
 /** Most shards one tenant may register. */
@@ -383,15 +380,13 @@ export const MAX_UNIT_WEIGHT = 1_000_000;
  * Body of `PUT /tenants/{tenant}/units`. `endpoints` is shorthand for `config.endpoints`; the
  * unit job's own schema validates the resulting config.
  */
-export const putUnitsSchema = z
-  .object({
-    job: textSchema(MAX_NAME_LENGTH),
-    shards: wholeNumber(1, MAX_SHARDS),
-    weight: wholeNumber(0, MAX_UNIT_WEIGHT).optional(),
-    endpoints: z.array(z.unknown(), { error: (i) => `must be an array of URLs, got ${typeName(i.input)}` }).optional(),
-    config: z.record(z.string(), z.unknown(), { error: (i) => `must be a JSON object, got ${typeName(i.input)}` }).optional(),
-  })
-  .strict();
+export const putUnitsSchema = z.strictObject({
+  job: textSchema(MAX_NAME_LENGTH),
+  shards: wholeNumber(1, MAX_SHARDS),
+  weight: z.optional(wholeNumber(0, MAX_UNIT_WEIGHT)),
+  endpoints: z.optional(z.array(z.unknown(), { error: (i) => `must be an array of URLs, got ${typeName(i.input)}` })),
+  config: z.optional(z.record(z.string(), z.unknown(), { error: (i) => `must be a JSON object, got ${typeName(i.input)}` })),
+});
 
 /** The `{shard}` path segment: a whole number from 0 to 9,999, or a 400 naming `shard`. */
 export function shardParam(shard: string): number {
@@ -403,32 +398,28 @@ export function shardParam(shard: string): number {
 }
 
 /** Query of `GET /units`; empty values count as absent. */
-export const listUnitsSchema = z
-  .object({
-    tenant: storedNameSchema.optional(),
-    limit: limitSchema(MAX_SHARDS).optional(),
-  })
-  .strict();
+export const listUnitsSchema = z.strictObject({
+  tenant: z.optional(storedNameSchema),
+  limit: z.optional(limitSchema(MAX_SHARDS)),
+});
 
 /** Most live processes `PUT /concurrency` may ask for. */
 export const MAX_DESIRED = 1000;
 
 /** Body of `PUT /concurrency`. */
-export const concurrencySchema = z.object({ desired: wholeNumber(0, MAX_DESIRED) }).strict();
+export const concurrencySchema = z.strictObject({ desired: wholeNumber(0, MAX_DESIRED) });
 
 /** Largest per-tenant limit of running batches (a PostgreSQL integer). */
 export const MAX_TENANT_LIMIT = 2_147_483_647;
 
 /** Body of `PUT /tenants/{tenant}/limits`: `maxRunning` a whole number, or null for the default. */
-export const tenantLimitsSchema = z.object({ maxRunning: wholeNumber(0, MAX_TENANT_LIMIT).nullable() }).strict();
+export const tenantLimitsSchema = z.strictObject({ maxRunning: z.nullable(wholeNumber(0, MAX_TENANT_LIMIT)) });
 
 /** Body of `POST /tenants/{tenant}/outbox`: `key` picks the shard; `payload` is any JSON value. */
-export const outboxSchema = z
-  .object({
-    key: textSchema(MAX_NAME_LENGTH),
-    payload: z.unknown().refine((v) => v !== undefined, 'Required'),
-  })
-  .strict();
+export const outboxSchema = z.strictObject({
+  key: textSchema(MAX_NAME_LENGTH),
+  payload: z.unknown().check(z.refine((v) => v !== undefined, 'Required')),
+});
 
 /** A JSON object body, or a 400 naming the body. */
 export function objectBody(event: APIGatewayProxyEventV2, deps: ApiDeps): Record<string, unknown> {
@@ -454,25 +445,26 @@ export const FILTER_STATUSES = ['open', 'running', 'paused', 'succeeded', 'faile
  * Body of `POST /actions`: the action, its filter (at least one field; `status` one state or a
  * list) and the request key (or the `Idempotency-Key` header).
  */
-export const actionSchema = z
-  .object({
-    action: z.enum(ACTION_KINDS),
-    requestKey: requestKeySchema.optional(),
-    filter: z
-      .object({
-        tenant: storedNameSchema.optional(),
-        datasource: storedNameSchema.optional(),
-        job: textSchema(MAX_NAME_LENGTH).optional(),
-        status: z
-          .union([z.enum(FILTER_STATUSES), z.array(z.enum(FILTER_STATUSES)).min(1)])
-          .transform((s) => (Array.isArray(s) ? s : [s]))
-          .optional(),
-        createdAfter: instantSchema.optional(),
-        createdBefore: instantSchema.optional(),
-      })
-      .strict()
-      .refine((f) => Object.values(f).some((v) => v !== undefined), {
+export const actionSchema = z.strictObject({
+  action: z.enum(ACTION_KINDS),
+  requestKey: z.optional(requestKeySchema),
+  filter: z
+    .strictObject({
+      tenant: z.optional(storedNameSchema),
+      datasource: z.optional(storedNameSchema),
+      job: z.optional(textSchema(MAX_NAME_LENGTH)),
+      status: z.optional(
+        z.pipe(
+          z.union([z.enum(FILTER_STATUSES), z.array(z.enum(FILTER_STATUSES)).check(z.minLength(1))]),
+          z.transform((s: (typeof FILTER_STATUSES)[number] | (typeof FILTER_STATUSES)[number][]) => (Array.isArray(s) ? s : [s])),
+        ),
+      ),
+      createdAfter: z.optional(instantSchema),
+      createdBefore: z.optional(instantSchema),
+    })
+    .check(
+      z.refine((f) => Object.values(f).some((v) => v !== undefined), {
         message: 'give at least one of tenant, datasource, job, status, createdAfter, createdBefore',
       }),
-  })
-  .strict();
+    ),
+});

@@ -1,6 +1,6 @@
 // Input every way of starting a batch checks the same: names, request keys, storable JSON,
 // and zod parsing whose messages name the field. The HTTP API and the trigger both use it.
-import * as z from 'zod';
+import * as z from '../zod.js';
 import { InvalidRequestError } from '../errors.js';
 import { MAX_DEADLINE_MS } from './types.js';
 
@@ -23,17 +23,19 @@ const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[
 
 /** A required string of 1..max characters without control characters. */
 export function textSchema(max: number) {
-  return z
-    .string({ error: (i) => (i.input === undefined ? 'Required' : `must be a string, got ${typeName(i.input)}`) })
-    .min(1, 'must not be empty')
-    .max(max, `must be at most ${max} characters`)
-    .refine((s) => !CONTROL.test(s) && !LONE_SURROGATE.test(s), 'must not contain control characters or unpaired surrogates');
+  return z.string({ error: (i) => (i.input === undefined ? 'Required' : `must be a string, got ${typeName(i.input)}`) }).check(
+    z.minLength(1, 'must not be empty'),
+    z.maxLength(max, `must be at most ${max} characters`),
+    z.refine((s) => !CONTROL.test(s) && !LONE_SURROGATE.test(s), 'must not contain control characters or unpaired surrogates'),
+  );
 }
 
 /** Tenant and datasource names: letters, digits, `.`, `_`, `:`, `-`, starting with a letter or digit. */
-export const nameSchema = textSchema(MAX_NAME_LENGTH).regex(
-  /^[A-Za-z0-9][A-Za-z0-9._:-]*$/,
-  "may contain only letters, digits, '.', '_', ':' and '-', and must start with a letter or digit",
+export const nameSchema = textSchema(MAX_NAME_LENGTH).check(
+  z.regex(
+    /^[A-Za-z0-9][A-Za-z0-9._:-]*$/,
+    "may contain only letters, digits, '.', '_', ':' and '-', and must start with a letter or digit",
+  ),
 );
 
 /** A request key (body `requestKey` or header `Idempotency-Key`). */
@@ -44,8 +46,8 @@ export const requestKeySchema = textSchema(MAX_NAME_LENGTH);
  * (`tenant: Required; params: must be a JSON object, got array`).
  * @throws {InvalidRequestError}
  */
-export function parseInput<T extends z.ZodType>(schema: T, input: unknown, where = 'body'): z.output<T> {
-  const r = schema.safeParse(input);
+export function parseInput<T extends z.core.$ZodType>(schema: T, input: unknown, where = 'body'): z.output<T> {
+  const r = z.safeParse(schema, input);
   if (r.success) return r.data;
   throw new InvalidRequestError(r.error.issues.map((i) => describeIssue(i, where)).join('; '));
 }
@@ -102,40 +104,53 @@ export const storedNameSchema = textSchema(MAX_NAME_LENGTH);
  * `{ percent }` (a number from 0 to 100), exactly one of them; null: none (docs/design.md,
  * "Batches": "End").
  */
-export const toleratedFailuresSchema = z
-  .object(
-    {
-      count: z
-        .number({ error: (i) => `must be a whole number from 0 to 2147483647, got ${typeName(i.input)}` })
-        .int('must be a whole number from 0 to 2147483647')
-        .min(0, 'must be a whole number from 0 to 2147483647')
-        .max(2_147_483_647, 'must be a whole number from 0 to 2147483647')
-        .optional(),
-      percent: z
-        .number({ error: (i) => `must be a number from 0 to 100, got ${typeName(i.input)}` })
-        .min(0, 'must be a number from 0 to 100')
-        .max(100, 'must be a number from 0 to 100')
-        .optional(),
-    },
-    { error: (i) => `must be { count } or { percent }, got ${typeName(i.input)}` },
-  )
-  .strict()
-  .refine((t) => (t.count === undefined) !== (t.percent === undefined), 'must be { count } or { percent }: give exactly one')
-  .transform((t) => (t.count !== undefined ? { count: t.count } : { percent: t.percent! }))
-  .nullable();
+export const toleratedFailuresSchema = z.nullable(
+  z.pipe(
+    z
+      .strictObject(
+        {
+          count: z.optional(
+            z
+              .number({ error: (i) => `must be a whole number from 0 to 2147483647, got ${typeName(i.input)}` })
+              .check(
+                z.int('must be a whole number from 0 to 2147483647'),
+                z.gte(0, 'must be a whole number from 0 to 2147483647'),
+                z.lte(2_147_483_647, 'must be a whole number from 0 to 2147483647'),
+              ),
+          ),
+          percent: z.optional(
+            z
+              .number({ error: (i) => `must be a number from 0 to 100, got ${typeName(i.input)}` })
+              .check(z.gte(0, 'must be a number from 0 to 100'), z.lte(100, 'must be a number from 0 to 100')),
+          ),
+        },
+        { error: (i) => `must be { count } or { percent }, got ${typeName(i.input)}` },
+      )
+      .check(
+        z.refine(
+          (t) => (t.count === undefined) !== (t.percent === undefined),
+          'must be { count } or { percent }: give exactly one',
+        ),
+      ),
+    z.transform((t) => (t.count !== undefined ? { count: t.count } : { percent: t.percent! })),
+  ),
+);
 
 /**
  * An instant as ISO 8601 text with its offset (`2026-05-01T12:00:00Z`, `…+02:00`), read as a
  * Date: a batch's `deadline`, a trigger firing's `startBy` (docs/design.md, "Pause, deadline and
  * startBy").
  */
-export const instantSchema = z.iso
-  .datetime({ offset: true, error: 'must be an ISO 8601 instant with its offset, e.g. 2026-05-01T12:00:00Z' })
-  .transform((s) => new Date(s));
+export const instantSchema = z.pipe(
+  z.iso.datetime({ offset: true, error: 'must be an ISO 8601 instant with its offset, e.g. 2026-05-01T12:00:00Z' }),
+  z.transform((s: string) => new Date(s)),
+);
 
 /** A span in ms from 1 to {@link MAX_DEADLINE_MS}: a batch's `deadlineMs`, a firing's `startByMs`. */
 export const steerMsSchema = z
   .number({ error: (i) => `must be a whole number of ms from 1 to ${MAX_DEADLINE_MS}, got ${typeName(i.input)}` })
-  .int(`must be a whole number of ms from 1 to ${MAX_DEADLINE_MS}`)
-  .min(1, `must be a whole number of ms from 1 to ${MAX_DEADLINE_MS}`)
-  .max(MAX_DEADLINE_MS, `must be a whole number of ms from 1 to ${MAX_DEADLINE_MS}`);
+  .check(
+    z.int(`must be a whole number of ms from 1 to ${MAX_DEADLINE_MS}`),
+    z.gte(1, `must be a whole number of ms from 1 to ${MAX_DEADLINE_MS}`),
+    z.lte(MAX_DEADLINE_MS, `must be a whole number of ms from 1 to ${MAX_DEADLINE_MS}`),
+  );

@@ -3,9 +3,9 @@ import { close, constants, fstat, open, read, type Dirent } from 'node:fs';
 import { readdir, readlink, realpath, stat } from 'node:fs/promises';
 import { isAbsolute, join, relative, resolve, sep } from 'node:path';
 import { promisify } from 'node:util';
-import * as z from 'zod';
 import { PermanentItemError } from '../batch/errors.js';
 import type { ItemInput } from '../batch/types.js';
+import * as z from '../zod.js';
 import { defineJob, InvalidParamsError } from './job.js';
 
 /** Output of one `checksum` item. */
@@ -72,7 +72,7 @@ async function* walk(root: string): AsyncGenerator<ItemInput> {
 export const checksum = defineJob<{ dir: string }, ChecksumOutput>({
   name: 'checksum',
   description: 'SHA-256 and size of every regular file under params.dir',
-  params: z.object({ dir: z.string().min(1, 'must be a non-empty path') }).strict(),
+  params: z.strictObject({ dir: z.string().check(z.minLength(1, 'must be a non-empty path')) }),
   // I/O-bound: most of an item is waiting on the file system, so many run at once.
   parallel: CHECKSUM_PARALLEL,
   async expand(params, ctx) {

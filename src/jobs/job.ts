@@ -1,4 +1,4 @@
-import type { z } from 'zod';
+import * as z from '../zod.js';
 import { checkItemBatching } from '../batch/run/calls.js';
 import { checkItemStale } from '../batch/runner.js';
 import { checkRateLimit, type RateLimit } from '../batch/rate.js';
@@ -116,7 +116,7 @@ export interface Job<P = unknown, O = unknown> {
   /** One line for listings. */
   readonly description: string;
   /** Shape of the params; parse failures become 400s naming the field. */
-  readonly params: z.ZodType<P>;
+  readonly params: z.core.$ZodType<P>;
   /**
    * Turn valid params into items; may normalise the params that are stored with the batch
    * (for example resolve a directory to an absolute path). The items may be an array or a
@@ -299,7 +299,7 @@ export class JobRegistry {
    */
   async parseParams(name: string, params: unknown): Promise<{ params: unknown; timeoutMs?: number }> {
     const job = this.get(name);
-    const parsed = job.params.safeParse(params ?? {});
+    const parsed = z.safeParse(job.params, params ?? {});
     if (!parsed.success) {
       // Every issue, not only the first: the field is the first one's, the message says them all.
       const fieldOf = (path: PropertyKey[]) => ['params', ...path.map(String)].join('.');
@@ -316,7 +316,7 @@ export class JobRegistry {
   executor(batch: BatchInfo): Executor | undefined {
     const job = this.jobs.get(batch.job);
     if (!job) return undefined;
-    const parsed = job.params.safeParse(batch.params);
+    const parsed = z.safeParse(job.params, batch.params);
     const params = parsed.success ? parsed.data : batch.params;
     const jobItem = (item: ItemContext): JobItem<unknown> => ({
       key: item.key,

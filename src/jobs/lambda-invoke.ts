@@ -4,7 +4,7 @@
 // The invokes (lambda-invoke-call.ts) are loaded on a run's first item and the AWS SDK on the
 // first invoke, not when this module is imported: the `leasehold` entry point exports this job,
 // and a worker's cold start loads neither (docs/design.md, "Cold starts and code splitting").
-import * as z from 'zod';
+import * as z from '../zod.js';
 import { MAX_ITEMS_PER_CALL } from '../batch/run/calls.js';
 import { MAX_WAIT_MS, type ItemInput, type ItemSource } from '../batch/types.js';
 import { defineJob, InvalidParamsError, UnknownJobError } from './job.js';
@@ -27,30 +27,30 @@ export {
   type LambdaInvokeParams,
 } from './lambda-invoke-wire.js';
 
-const itemSchema = z.object({ key: z.string().min(1, 'must be a non-empty string'), input: z.unknown().optional() }).strict();
+const itemSchema = z.strictObject({
+  key: z.string().check(z.minLength(1, 'must be a non-empty string')),
+  input: z.optional(z.unknown()),
+});
 
-const paramsSchema = z
-  .object({
-    functionName: z.string().min(1, 'must name an invokable function'),
-    items: z.array(itemSchema).min(1, 'must hold at least one item').optional(),
-    from: z
-      .object({ job: z.string().min(1, 'must name a job'), params: z.unknown().optional() })
-      .strict()
-      .optional(),
-    itemsPerCall: z.number().int().min(1).max(MAX_ITEMS_PER_CALL).optional(),
-    bytesPerCall: z.number().int().min(1).max(MAX_BYTES_PER_CALL).optional(),
-    callback: z
-      .object({
-        timeoutMs: z.number().int().min(1).max(MAX_WAIT_MS),
-        heartbeatTimeoutMs: z.number().int().min(1).max(MAX_WAIT_MS).optional(),
+const paramsSchema = z.strictObject({
+  functionName: z.string().check(z.minLength(1, 'must name an invokable function')),
+  items: z.optional(z.array(itemSchema).check(z.minLength(1, 'must hold at least one item'))),
+  from: z.optional(z.strictObject({ job: z.string().check(z.minLength(1, 'must name a job')), params: z.optional(z.unknown()) })),
+  itemsPerCall: z.optional(z.number().check(z.int(), z.gte(1), z.lte(MAX_ITEMS_PER_CALL))),
+  bytesPerCall: z.optional(z.number().check(z.int(), z.gte(1), z.lte(MAX_BYTES_PER_CALL))),
+  callback: z.optional(
+    z
+      .strictObject({
+        timeoutMs: z.number().check(z.int(), z.gte(1), z.lte(MAX_WAIT_MS)),
+        heartbeatTimeoutMs: z.optional(z.number().check(z.int(), z.gte(1), z.lte(MAX_WAIT_MS))),
       })
-      .strict()
-      .refine((c) => c.heartbeatTimeoutMs === undefined || c.heartbeatTimeoutMs <= c.timeoutMs, {
-        message: 'heartbeatTimeoutMs must be at most timeoutMs',
-      })
-      .optional(),
-  })
-  .strict();
+      .check(
+        z.refine((c) => c.heartbeatTimeoutMs === undefined || c.heartbeatTimeoutMs <= c.timeoutMs, {
+          message: 'heartbeatTimeoutMs must be at most timeoutMs',
+        }),
+      ),
+  ),
+});
 
 /**
  * `lambda-invoke`: params `{ functionName, items: [{ key, input }] }` or

@@ -1,6 +1,6 @@
 import { delimiter } from 'node:path';
 import { tmpdir } from 'node:os';
-import * as z from 'zod';
+import * as z from '../zod.js';
 import { BATCH_DEFAULTS, RETENTION_DEFAULTS } from '../batch/defaults.js';
 import { DEFAULT_START_LIMITS } from '../batch/items.js';
 import { MAX_CONCURRENCY } from '../batch/types.js';
@@ -23,8 +23,13 @@ export class ConfigError extends LeaseholdError {
   }
 }
 
-const int = (min: number) => z.coerce.number().int().min(min);
-const flag = z.enum(['true', 'false'], { error: () => 'must be "true" or "false"' }).transform((v) => v === 'true');
+/** A whole number read from text, at least `min` and, when given, at most `max`. */
+const int = (min: number, max?: number) =>
+  z.coerce.number().check(z.int(), z.gte(min), ...(max === undefined ? [] : [z.lte(max)]));
+const flag = z.pipe(
+  z.enum(['true', 'false'], { error: () => 'must be "true" or "false"' }),
+  z.transform((v: 'true' | 'false') => v === 'true'),
+);
 
 /** Variables whose values are secrets: never echoed in a {@link ConfigError}. */
 const SECRET = /PASSWORD|SECRET/;
@@ -39,124 +44,125 @@ const SECRET = /PASSWORD|SECRET/;
  * check is bounded here.
  */
 const schema = {
-  DATABASE_URL: z
-    .string()
-    .url()
-    .refine((url) => /^postgres(ql)?:\/\//.test(url), 'must be a postgres:// or postgresql:// URL')
-    .optional(),
-  LEASEHOLD_WORKER_FUNCTION: z.string().min(1).default('leasehold-worker'),
-  LEASEHOLD_DEADLINE_MARGIN_MS: int(0).default(10_000),
-  LEASEHOLD_WORKER_TIMEOUT_MS: int(1_000).max(900_000).default(900_000),
-  LEASEHOLD_DRAIN_MS: int(0).optional(),
-  LEASEHOLD_WORKER_IDLE_MS: int(0).default(2_000),
+  DATABASE_URL: z.optional(
+    z.string().check(
+      z.url(),
+      z.refine((url) => /^postgres(ql)?:\/\//.test(url), 'must be a postgres:// or postgresql:// URL'),
+    ),
+  ),
+  LEASEHOLD_WORKER_FUNCTION: z._default(z.string().check(z.minLength(1)), 'leasehold-worker'),
+  LEASEHOLD_DEADLINE_MARGIN_MS: z._default(int(0), 10_000),
+  LEASEHOLD_WORKER_TIMEOUT_MS: z._default(int(1_000, 900_000), 900_000),
+  LEASEHOLD_DRAIN_MS: z.optional(int(0)),
+  LEASEHOLD_WORKER_IDLE_MS: z._default(int(0), 2_000),
   // Usage and cost (docs/design.md, "Usage and cost").
-  LEASEHOLD_WORKER_MEMORY_MB: int(128).max(10_240).default(RUNNER_DEFAULTS.memoryMb),
-  LEASEHOLD_PRICE_REGION: z.string().min(1).optional(),
-  LEASEHOLD_PRICES: z
-    .string()
-    .optional()
-    .superRefine((v, ctx) => {
-      try {
-        parsePriceOverride(v);
-      } catch (e) {
-        ctx.addIssue({ code: 'custom', message: (e as Error).message });
-      }
-    }),
-  LEASEHOLD_WORKER_POLL_MS: int(10).default(1_000),
-  LEASEHOLD_MAX_RUNS: int(1).default(RUNNER_DEFAULTS.maxRuns),
-  LEASEHOLD_PARALLEL: int(1).default(RUNNER_DEFAULTS.parallel),
-  LEASEHOLD_QUEUE_DEPTH: int(0).max(10_000).optional(),
-  LEASEHOLD_BEAT_MS: int(10).default(RUNNER_DEFAULTS.beatMs),
+  LEASEHOLD_WORKER_MEMORY_MB: z._default(int(128, 10_240), RUNNER_DEFAULTS.memoryMb),
+  LEASEHOLD_PRICE_REGION: z.optional(z.string().check(z.minLength(1))),
+  LEASEHOLD_PRICES: z.optional(
+    z.string().check(
+      z.superRefine((v, ctx) => {
+        try {
+          parsePriceOverride(v);
+        } catch (e) {
+          ctx.addIssue({ code: 'custom', message: (e as Error).message });
+        }
+      }),
+    ),
+  ),
+  LEASEHOLD_WORKER_POLL_MS: z._default(int(10), 1_000),
+  LEASEHOLD_MAX_RUNS: z._default(int(1), RUNNER_DEFAULTS.maxRuns),
+  LEASEHOLD_PARALLEL: z._default(int(1), RUNNER_DEFAULTS.parallel),
+  LEASEHOLD_QUEUE_DEPTH: z.optional(int(0, 10_000)),
+  LEASEHOLD_BEAT_MS: z._default(int(10), RUNNER_DEFAULTS.beatMs),
   // Stale limits and retry delays are added to now() in SQL: runnerSettings bounds them.
-  LEASEHOLD_STALE_MS: int(20).default(RUNNER_DEFAULTS.staleMs),
-  LEASEHOLD_ATTEMPTS: int(1).default(RUNNER_DEFAULTS.attempts),
-  LEASEHOLD_BACKOFF_MS: int(0).default(RUNNER_DEFAULTS.backoffMs),
-  LEASEHOLD_MAX_BACKOFF_MS: int(0).default(RUNNER_DEFAULTS.maxBackoffMs),
-  LEASEHOLD_MAX_RETRY_AFTER: int(0).max(1_000).default(RUNNER_DEFAULTS.maxRetryAfter),
-  LEASEHOLD_MOVE_TRIES: int(1).max(100).default(RUNNER_DEFAULTS.moveTries),
-  LEASEHOLD_MOVE_BACKOFF_MS: int(0).max(60_000).default(RUNNER_DEFAULTS.moveBackoffMs),
-  LEASEHOLD_MAX_OUTPUT_BYTES: int(1).max(67_108_864).default(RUNNER_DEFAULTS.maxOutputBytes),
-  LEASEHOLD_MAX_STALLED_RUNS: int(1).default(RUNNER_DEFAULTS.maxStalledRuns),
-  LEASEHOLD_STORE_TIMEOUT_MS: int(100).default(RUNNER_DEFAULTS.storeTimeoutMs),
-  LEASEHOLD_MAX_OPEN: int(1).default(BATCH_DEFAULTS.maxOpen),
-  LEASEHOLD_MAX_RUNNING: int(0).optional(),
-  LEASEHOLD_SLICE_MS: int(10).default(RUNNER_DEFAULTS.sliceMs),
-  LEASEHOLD_MAX_ITEMS: int(1).default(DEFAULT_START_LIMITS.maxItems),
-  LEASEHOLD_MAX_SOURCE_ITEMS: int(1).default(RUNNER_DEFAULTS.maxSourceItems),
-  LEASEHOLD_CALLBACK_URL: z.string().url().optional(),
-  LEASEHOLD_MAX_INPUT_BYTES: int(0).default(DEFAULT_START_LIMITS.maxInputBytes),
-  LEASEHOLD_MAX_TOTAL_BYTES: int(1).default(DEFAULT_START_LIMITS.maxTotalBytes),
+  LEASEHOLD_STALE_MS: z._default(int(20), RUNNER_DEFAULTS.staleMs),
+  LEASEHOLD_ATTEMPTS: z._default(int(1), RUNNER_DEFAULTS.attempts),
+  LEASEHOLD_BACKOFF_MS: z._default(int(0), RUNNER_DEFAULTS.backoffMs),
+  LEASEHOLD_MAX_BACKOFF_MS: z._default(int(0), RUNNER_DEFAULTS.maxBackoffMs),
+  LEASEHOLD_MAX_RETRY_AFTER: z._default(int(0, 1_000), RUNNER_DEFAULTS.maxRetryAfter),
+  LEASEHOLD_MOVE_TRIES: z._default(int(1, 100), RUNNER_DEFAULTS.moveTries),
+  LEASEHOLD_MOVE_BACKOFF_MS: z._default(int(0, 60_000), RUNNER_DEFAULTS.moveBackoffMs),
+  LEASEHOLD_MAX_OUTPUT_BYTES: z._default(int(1, 67_108_864), RUNNER_DEFAULTS.maxOutputBytes),
+  LEASEHOLD_MAX_STALLED_RUNS: z._default(int(1), RUNNER_DEFAULTS.maxStalledRuns),
+  LEASEHOLD_STORE_TIMEOUT_MS: z._default(int(100), RUNNER_DEFAULTS.storeTimeoutMs),
+  LEASEHOLD_MAX_OPEN: z._default(int(1), BATCH_DEFAULTS.maxOpen),
+  LEASEHOLD_MAX_RUNNING: z.optional(int(0)),
+  LEASEHOLD_SLICE_MS: z._default(int(10), RUNNER_DEFAULTS.sliceMs),
+  LEASEHOLD_MAX_ITEMS: z._default(int(1), DEFAULT_START_LIMITS.maxItems),
+  LEASEHOLD_MAX_SOURCE_ITEMS: z._default(int(1), RUNNER_DEFAULTS.maxSourceItems),
+  LEASEHOLD_CALLBACK_URL: z.optional(z.string().check(z.url())),
+  LEASEHOLD_MAX_INPUT_BYTES: z._default(int(0), DEFAULT_START_LIMITS.maxInputBytes),
+  LEASEHOLD_MAX_TOTAL_BYTES: z._default(int(1), DEFAULT_START_LIMITS.maxTotalBytes),
   // Lambda refuses a synchronous invocation (API Gateway's) whose event is over 6 MB.
-  LEASEHOLD_MAX_BODY_BYTES: int(64)
-    .max(6_291_456, 'must be at most 6291456 (Lambda refuses larger request events)')
-    .default(65_536),
-  LEASEHOLD_DISPATCH_COOLDOWN_MS: int(0).max(86_400_000).default(30_000),
-  LEASEHOLD_DB_POOL_MAX: int(1).default(4),
-  LEASEHOLD_ALLOWED_ROOTS: z.string().optional(),
-  LEASEHOLD_INVOKABLE: z.string().optional(),
-  LEASEHOLD_TTL_MS: int(100).default(LEASE_DEFAULTS.ttlMs),
-  LEASEHOLD_HEARTBEAT_MS: int(10).default(LEASE_DEFAULTS.heartbeatIntervalMs),
-  LEASEHOLD_REBALANCE_MS: int(10).default(LEASE_DEFAULTS.rebalanceIntervalMs),
-  LEASEHOLD_SWEEP_CUTOFF_MS: int(100).default(LEASE_DEFAULTS.sweepCutoffMs),
-  LEASEHOLD_SHED_HYSTERESIS: z.coerce.number().min(0).max(10).default(LEASE_DEFAULTS.shedHysteresis),
-  LEASEHOLD_CLAIM_BATCH: int(1).default(LEASE_DEFAULTS.claimBatch),
-  LEASEHOLD_MAX_CLAIM_PER_TICK: int(1).default(LEASE_DEFAULTS.maxClaimPerTick),
-  LEASEHOLD_UNIT_MAX_CRASHES: int(1).max(1_000).default(LEASE_DEFAULTS.maxUnitCrashes),
-  LEASEHOLD_UNIT_QUARANTINE_MS: int(1_000).max(86_400_000).default(LEASE_DEFAULTS.quarantineMs),
-  LEASEHOLD_UNIT_MAX_QUARANTINE_MS: int(1_000).max(2_592_000_000).default(LEASE_DEFAULTS.maxQuarantineMs),
-  LEASEHOLD_INVOKE_CAP: int(0).default(10),
-  LEASEHOLD_MAX_WORKERS: int(1).optional(),
-  LEASEHOLD_BATCH_CONCURRENCY: int(1).max(MAX_CONCURRENCY).default(BATCH_DEFAULTS.maxConcurrency),
-  LEASEHOLD_INVOCATION_PENDING_MS: int(1000).default(30_000),
-  LEASEHOLD_RETENTION_DAYS: int(0).max(36_500).default(RETENTION_DEFAULTS.retentionDays),
-  LEASEHOLD_RETENTION_CHUNK_ROWS: int(100).max(100_000).default(RETENTION_DEFAULTS.chunkRows),
-  LEASEHOLD_RETENTION_MAX_ROWS: int(1).max(100_000_000).default(RETENTION_DEFAULTS.maxRowsPerPass),
+  LEASEHOLD_MAX_BODY_BYTES: z._default(
+    int(64).check(z.lte(6_291_456, 'must be at most 6291456 (Lambda refuses larger request events)')),
+    65_536,
+  ),
+  LEASEHOLD_DISPATCH_COOLDOWN_MS: z._default(int(0, 86_400_000), 30_000),
+  LEASEHOLD_DB_POOL_MAX: z._default(int(1), 4),
+  LEASEHOLD_ALLOWED_ROOTS: z.optional(z.string()),
+  LEASEHOLD_INVOKABLE: z.optional(z.string()),
+  LEASEHOLD_TTL_MS: z._default(int(100), LEASE_DEFAULTS.ttlMs),
+  LEASEHOLD_HEARTBEAT_MS: z._default(int(10), LEASE_DEFAULTS.heartbeatIntervalMs),
+  LEASEHOLD_REBALANCE_MS: z._default(int(10), LEASE_DEFAULTS.rebalanceIntervalMs),
+  LEASEHOLD_SWEEP_CUTOFF_MS: z._default(int(100), LEASE_DEFAULTS.sweepCutoffMs),
+  LEASEHOLD_SHED_HYSTERESIS: z._default(z.coerce.number().check(z.gte(0), z.lte(10)), LEASE_DEFAULTS.shedHysteresis),
+  LEASEHOLD_CLAIM_BATCH: z._default(int(1), LEASE_DEFAULTS.claimBatch),
+  LEASEHOLD_MAX_CLAIM_PER_TICK: z._default(int(1), LEASE_DEFAULTS.maxClaimPerTick),
+  LEASEHOLD_UNIT_MAX_CRASHES: z._default(int(1, 1_000), LEASE_DEFAULTS.maxUnitCrashes),
+  LEASEHOLD_UNIT_QUARANTINE_MS: z._default(int(1_000, 86_400_000), LEASE_DEFAULTS.quarantineMs),
+  LEASEHOLD_UNIT_MAX_QUARANTINE_MS: z._default(int(1_000, 2_592_000_000), LEASE_DEFAULTS.maxQuarantineMs),
+  LEASEHOLD_INVOKE_CAP: z._default(int(0), 10),
+  LEASEHOLD_MAX_WORKERS: z.optional(int(1)),
+  LEASEHOLD_BATCH_CONCURRENCY: z._default(int(1, MAX_CONCURRENCY), BATCH_DEFAULTS.maxConcurrency),
+  LEASEHOLD_INVOCATION_PENDING_MS: z._default(int(1000), 30_000),
+  LEASEHOLD_RETENTION_DAYS: z._default(int(0, 36_500), RETENTION_DEFAULTS.retentionDays),
+  LEASEHOLD_RETENTION_CHUNK_ROWS: z._default(int(100, 100_000), RETENTION_DEFAULTS.chunkRows),
+  LEASEHOLD_RETENTION_MAX_ROWS: z._default(int(1, 100_000_000), RETENTION_DEFAULTS.maxRowsPerPass),
   // Below the scheduler's statement timeout and its minute: a pass never delays the next run.
-  LEASEHOLD_RETENTION_BUDGET_MS: int(0).max(30_000).default(RETENTION_DEFAULTS.budgetMs),
-  LEASEHOLD_DB_HOST: z.string().min(1).optional(),
-  LEASEHOLD_DB_PORT: int(1).max(65_535).default(5432),
-  LEASEHOLD_DB_NAME: z.string().min(1).optional(),
-  LEASEHOLD_DB_USER: z.string().min(1).max(63).optional(),
-  LEASEHOLD_DB_PASSWORD: z.string().optional(),
-  LEASEHOLD_DB_IAM_AUTH: flag.default(false),
-  LEASEHOLD_DB_TLS: z.enum(['rds', 'system', 'off'], { error: () => 'must be one of rds, system, off' }).default('rds'),
-  LEASEHOLD_DB_CA_FILE: z.string().min(1).optional(),
-  LEASEHOLD_DB_IDLE_TIMEOUT_MS: int(1_000).default(120_000),
-  LEASEHOLD_DB_MAX_LIFETIME_MS: int(60_000).max(3_600_000).default(600_000),
-  LEASEHOLD_DB_POOLER: z.enum(['none', 'transaction'], { error: () => 'must be "none" or "transaction"' }).default('none'),
-  LEASEHOLD_DB_IAM_USER: z.string().min(1).max(63).optional(),
-  LEASEHOLD_DB_SCHEDULER_USER: z.string().min(1).max(63).optional(),
-  LEASEHOLD_DB_RESERVED_CONNECTIONS: int(1).max(10_000).default(8),
-  LEASEHOLD_DB_RUNTIME_CONNECTIONS: int(1).max(100_000).optional(),
-  LEASEHOLD_DB_CONNECT_RETRY_MS: int(0).max(900_000).default(20_000),
+  LEASEHOLD_RETENTION_BUDGET_MS: z._default(int(0, 30_000), RETENTION_DEFAULTS.budgetMs),
+  LEASEHOLD_DB_HOST: z.optional(z.string().check(z.minLength(1))),
+  LEASEHOLD_DB_PORT: z._default(int(1, 65_535), 5432),
+  LEASEHOLD_DB_NAME: z.optional(z.string().check(z.minLength(1))),
+  LEASEHOLD_DB_USER: z.optional(z.string().check(z.minLength(1), z.maxLength(63))),
+  LEASEHOLD_DB_PASSWORD: z.optional(z.string()),
+  LEASEHOLD_DB_IAM_AUTH: z._default(flag, false),
+  LEASEHOLD_DB_TLS: z._default(z.enum(['rds', 'system', 'off'], { error: () => 'must be one of rds, system, off' }), 'rds'),
+  LEASEHOLD_DB_CA_FILE: z.optional(z.string().check(z.minLength(1))),
+  LEASEHOLD_DB_IDLE_TIMEOUT_MS: z._default(int(1_000), 120_000),
+  LEASEHOLD_DB_MAX_LIFETIME_MS: z._default(int(60_000, 3_600_000), 600_000),
+  LEASEHOLD_DB_POOLER: z._default(z.enum(['none', 'transaction'], { error: () => 'must be "none" or "transaction"' }), 'none'),
+  LEASEHOLD_DB_IAM_USER: z.optional(z.string().check(z.minLength(1), z.maxLength(63))),
+  LEASEHOLD_DB_SCHEDULER_USER: z.optional(z.string().check(z.minLength(1), z.maxLength(63))),
+  LEASEHOLD_DB_RESERVED_CONNECTIONS: z._default(int(1, 10_000), 8),
+  LEASEHOLD_DB_RUNTIME_CONNECTIONS: z.optional(int(1, 100_000)),
+  LEASEHOLD_DB_CONNECT_RETRY_MS: z._default(int(0, 900_000), 20_000),
   // Read by the outbox-delivery job itself (src/units/endpoint-guard.ts) whenever it checks an
   // endpoint; validated here too, so a bad value stops a function when it starts.
-  LEASEHOLD_OUTBOX_ALLOW: z
-    .string()
-    .optional()
-    .superRefine((v, ctx) => {
+  LEASEHOLD_OUTBOX_ALLOW: z.optional(z.string()).check(
+    z.superRefine((v, ctx) => {
       try {
         parseOutboxAllow(v);
       } catch (e) {
         ctx.addIssue({ code: 'custom', message: (e as Error).message });
       }
     }),
-  LEASEHOLD_MIGRATIONS_DIR: z.string().min(1).optional(),
+  ),
+  LEASEHOLD_MIGRATIONS_DIR: z.optional(z.string().check(z.minLength(1))),
   // Batch Finished events (docs/design.md, "Events").
-  LEASEHOLD_EVENT_BUS: z.string().min(1).max(1600).optional(),
-  LEASEHOLD_WEBHOOK_SECRET: z.string().min(16, 'must be at least 16 characters').optional(),
-  LEASEHOLD_RULES: z
-    .string()
-    .optional()
-    .superRefine((v, ctx) => {
+  LEASEHOLD_EVENT_BUS: z.optional(z.string().check(z.minLength(1), z.maxLength(1600))),
+  LEASEHOLD_WEBHOOK_SECRET: z.optional(z.string().check(z.minLength(16, 'must be at least 16 characters'))),
+  LEASEHOLD_RULES: z.optional(z.string()).check(
+    z.superRefine((v, ctx) => {
       try {
         parseChainRules(v);
       } catch (e) {
         ctx.addIssue({ code: 'custom', message: (e as Error).message });
       }
     }),
-  AWS_REGION: z.string().min(1).optional(),
-} as const satisfies Record<ComponentVariable, z.ZodType> & Record<string, z.ZodType>;
+  ),
+  AWS_REGION: z.optional(z.string().check(z.minLength(1))),
+} as const satisfies Record<ComponentVariable, z.core.$ZodType> & Record<string, z.core.$ZodType>;
 
 type Env = { [K in keyof typeof schema]: z.infer<(typeof schema)[K]> };
 
@@ -367,7 +373,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   const out: Record<string, unknown> = {};
   for (const [name, type] of Object.entries(schema)) {
     const raw = env[name];
-    const parsed = (type as z.ZodType).safeParse(raw === '' ? undefined : raw);
+    const parsed = z.safeParse(type as z.core.$ZodType, raw === '' ? undefined : raw);
     if (!parsed.success) {
       const got = SECRET.test(name) ? '' : ` (got ${JSON.stringify(name === 'DATABASE_URL' ? redactPassword(raw ?? '') : raw)})`;
       throw new ConfigError(name, `${parsed.error.issues[0].message}${got}`);

@@ -2,7 +2,7 @@
 // names the job (and the statuses) it follows; the Batch Finished event's stable id, with the
 // rule's name, is the request key of the batch it starts, so a redelivered event (the sender's
 // at-least-once resend, EventBridge's own retry) starts nothing new.
-import * as z from 'zod';
+import * as z from '../zod.js';
 import { MAX_CONCURRENCY, type ToleratedFailures } from '../batch/types.js';
 import { MAX_NAME_LENGTH, nameSchema, steerMsSchema, toleratedFailuresSchema } from '../batch/input.js';
 import type { BatchFinishedDetail } from '../batch/sql/events.js';
@@ -40,25 +40,21 @@ export interface ChainRule {
 
 const statusSchema = z.enum(FINAL_STATUSES, { error: () => `must be one of ${FINAL_STATUSES.join(', ')}` });
 
-const ruleSchema = z
-  .object({
-    name: z.string().regex(/^[a-z0-9][a-z0-9-]{0,47}$/, 'lowercase letters, digits and -, at most 48'),
-    after: z
-      .object({
-        job: z.string().min(1).max(MAX_NAME_LENGTH),
-        status: z.union([statusSchema, z.array(statusSchema).min(1)]).optional(),
-        tenant: nameSchema.optional(),
-      })
-      .strict(),
-    job: z.string().min(1).max(MAX_NAME_LENGTH),
-    tenant: nameSchema.optional(),
-    datasource: nameSchema.optional(),
-    params: z.record(z.string(), z.unknown()).optional(),
-    toleratedFailures: toleratedFailuresSchema.optional(),
-    maxConcurrency: z.number().int().min(1).max(MAX_CONCURRENCY).optional(),
-    startByMs: steerMsSchema.optional(),
-  })
-  .strict();
+const ruleSchema = z.strictObject({
+  name: z.string().check(z.regex(/^[a-z0-9][a-z0-9-]{0,47}$/, 'lowercase letters, digits and -, at most 48')),
+  after: z.strictObject({
+    job: z.string().check(z.minLength(1), z.maxLength(MAX_NAME_LENGTH)),
+    status: z.optional(z.union([statusSchema, z.array(statusSchema).check(z.minLength(1))])),
+    tenant: z.optional(nameSchema),
+  }),
+  job: z.string().check(z.minLength(1), z.maxLength(MAX_NAME_LENGTH)),
+  tenant: z.optional(nameSchema),
+  datasource: z.optional(nameSchema),
+  params: z.optional(z.record(z.string(), z.unknown())),
+  toleratedFailures: z.optional(toleratedFailuresSchema),
+  maxConcurrency: z.optional(z.number().check(z.int(), z.gte(1), z.lte(MAX_CONCURRENCY))),
+  startByMs: z.optional(steerMsSchema),
+});
 
 /**
  * Read chain rules (`LEASEHOLD_RULES`: the JSON array the SST component writes from its `rules`,

@@ -1,7 +1,7 @@
 // Starting batches from EventBridge: bus events and schedules (docs/design.md, "Serverless runtime":
 // trigger). The event decides the request key, so a redelivered event starts nothing new.
 import type { EventBridgeEvent } from 'aws-lambda';
-import * as z from 'zod';
+import * as z from '../zod.js';
 import {
   checkStorableJson,
   MAX_CONCURRENCY,
@@ -101,33 +101,35 @@ function isInvalid(error: unknown): error is { code: string } {
 }
 
 const detailSchema = z
-  .object({
+  .strictObject({
     tenant: nameSchema,
     datasource: nameSchema,
     job: z
       .string({ error: (i) => (i.input === undefined ? 'Required' : 'must be a string') })
-      .min(1, 'must not be empty')
-      .max(MAX_NAME_LENGTH),
-    params: z
-      .union([z.record(z.string(), z.unknown()), z.string()], { error: () => 'must be a JSON object (or its JSON text)' })
-      .optional(),
-    toleratedFailures: toleratedFailuresSchema.optional(),
-    maxConcurrency: z
-      .number({ error: () => 'must be a whole number from 1 to 10000' })
-      .int('must be a whole number from 1 to 10000')
-      .min(1, 'must be a whole number from 1 to 10000')
-      .max(MAX_CONCURRENCY, 'must be a whole number from 1 to 10000')
-      .optional(),
-    startBy: instantSchema.optional(),
-    startByMs: steerMsSchema.optional(),
+      .check(z.minLength(1, 'must not be empty'), z.maxLength(MAX_NAME_LENGTH)),
+    params: z.optional(
+      z.union([z.record(z.string(), z.unknown()), z.string()], { error: () => 'must be a JSON object (or its JSON text)' }),
+    ),
+    toleratedFailures: z.optional(toleratedFailuresSchema),
+    maxConcurrency: z.optional(
+      z
+        .number({ error: () => 'must be a whole number from 1 to 10000' })
+        .check(
+          z.int('must be a whole number from 1 to 10000'),
+          z.gte(1, 'must be a whole number from 1 to 10000'),
+          z.lte(MAX_CONCURRENCY, 'must be a whole number from 1 to 10000'),
+        ),
+    ),
+    startBy: z.optional(instantSchema),
+    startByMs: z.optional(steerMsSchema),
     // Read, not checked: one that does not parse starts the batch all the same (docs/design.md, "Traces").
-    traceparent: z
-      .string({ error: () => 'must be a string (a W3C traceparent)' })
-      .max(512)
-      .optional(),
+    traceparent: z.optional(z.string({ error: () => 'must be a string (a W3C traceparent)' }).check(z.maxLength(512))),
   })
-  .strict()
-  .refine((d) => d.startBy === undefined || d.startByMs === undefined, { message: 'startBy and startByMs: give one, not both' });
+  .check(
+    z.refine((d) => d.startBy === undefined || d.startByMs === undefined, {
+      message: 'startBy and startByMs: give one, not both',
+    }),
+  );
 
 /** A start request read from an event: what to start and its request key. */
 export interface TriggerRequest {
@@ -353,17 +355,15 @@ function isBatchFinished(event: unknown): event is { detail: unknown } {
   return e.source === EVENT_SOURCE && e['detail-type'] === BATCH_FINISHED_DETAIL_TYPE;
 }
 
-const finishedSchema = z
-  .object({
-    id: z.string().min(1).max(100),
-    batchId: z.string().min(1),
-    tenant: z.string().min(1),
-    datasource: z.string().min(1),
-    job: z.string().min(1),
-    requestKey: z.string(),
-    status: z.enum(['succeeded', 'failed', 'cancelled']),
-  })
-  .passthrough();
+const finishedSchema = z.looseObject({
+  id: z.string().check(z.minLength(1), z.maxLength(100)),
+  batchId: z.string().check(z.minLength(1)),
+  tenant: z.string().check(z.minLength(1)),
+  datasource: z.string().check(z.minLength(1)),
+  job: z.string().check(z.minLength(1)),
+  requestKey: z.string(),
+  status: z.enum(['succeeded', 'failed', 'cancelled']),
+});
 
 /**
  * A `Batch Finished` event: start what each matching chain rule asks for, under the request key
@@ -377,7 +377,7 @@ async function handleFinished(
   deps: TriggerDeps,
   ids: Record<string, unknown>,
 ): Promise<TriggerResult> {
-  const parsed = finishedSchema.safeParse(event.detail);
+  const parsed = z.safeParse(finishedSchema, event.detail);
   if (!parsed.success) {
     return dropInvalid(deps, ids, async () => {
       const issue = parsed.error.issues[0];

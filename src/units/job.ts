@@ -1,5 +1,5 @@
 import type postgres from 'postgres';
-import type { z } from 'zod';
+import type * as z from '../zod.js';
 import { UnknownJobError } from '../jobs/job.js';
 import type { Sql } from '../store/connect.js';
 import { InvalidSettingError } from '../errors.js';
@@ -72,7 +72,7 @@ export interface UnitJob<C = unknown> {
    * Shape of the per-unit configuration stored in `leasehold_units.config`. Registration
    * refuses a config that does not parse (400 naming the field); a run receives the parsed value.
    */
-  readonly config: z.ZodType<C>;
+  readonly config: z.core.$ZodType<C>;
   /** Pause between the end of one run and the start of the next, ms. */
   readonly intervalMs: number;
   /**

@@ -2,7 +2,7 @@
 // What a run does (the outbox's statements, the webhook POSTs) is in outbox-run.ts, imported on a
 // unit's first run, and the outbox's reads and enqueue are in outbox.ts: a worker that owns no
 // outbox unit does not load them at its cold start (docs/design.md, "Cold starts and code splitting").
-import * as z from 'zod';
+import * as z from '../zod.js';
 import { EndpointGuard, type AddressLookup } from './endpoint-guard.js';
 import { defineUnitJob, type ConfigIssue, type UnitJob } from './job.js';
 import { MAX_ENDPOINTS, MAX_RETRY_AFTER_MS, OUTBOX_JOB, type DeliverySettings } from './outbox-rules.js';
@@ -24,15 +24,17 @@ const httpUrl = z
   .string({
     error: (i) => `must be a string, got ${i.input === null ? 'null' : Array.isArray(i.input) ? 'array' : typeof i.input}`,
   })
-  .max(2048, 'must be at most 2048 characters')
-  .refine((s) => {
-    try {
-      const u = new URL(s);
-      return (u.protocol === 'http:' || u.protocol === 'https:') && u.hostname !== '';
-    } catch {
-      return false;
-    }
-  }, 'must be an absolute http:// or https:// URL');
+  .check(
+    z.maxLength(2048, 'must be at most 2048 characters'),
+    z.refine((s) => {
+      try {
+        const u = new URL(s);
+        return (u.protocol === 'http:' || u.protocol === 'https:') && u.hostname !== '';
+      } catch {
+        return false;
+      }
+    }, 'must be an absolute http:// or https:// URL'),
+  );
 
 /**
  * Configuration of an outbox delivery unit: the tenant's webhook endpoints, 1..32 distinct
@@ -40,29 +42,27 @@ const httpUrl = z
  * count as the same). Syntax only: where the URLs point is checked by the job's
  * {@link UnitJob.admit} and, on every connection, at delivery.
  */
-export const outboxConfigSchema = z
-  .object({
-    endpoints: z
-      .array(httpUrl, { error: (i) => (i.input === undefined ? 'Required' : 'must be an array of URLs') })
-      .min(1, 'must list at least one URL')
-      .max(MAX_ENDPOINTS, `must list at most ${MAX_ENDPOINTS} URLs`)
-      .superRefine((urls, ctx) => {
-        if (urls.length > MAX_ENDPOINTS) return;
-        const seen = new Map<string, number>();
-        urls.forEach((url, i) => {
-          let href: string;
-          try {
-            href = new URL(url).href;
-          } catch {
-            return;
-          }
-          const first = seen.get(href);
-          if (first === undefined) seen.set(href, i);
-          else ctx.addIssue({ code: 'custom', path: [i], message: `the same URL as endpoints[${first}]` });
-        });
-      }),
-  })
-  .strict();
+export const outboxConfigSchema = z.strictObject({
+  endpoints: z.array(httpUrl, { error: (i) => (i.input === undefined ? 'Required' : 'must be an array of URLs') }).check(
+    z.minLength(1, 'must list at least one URL'),
+    z.maxLength(MAX_ENDPOINTS, `must list at most ${MAX_ENDPOINTS} URLs`),
+    z.superRefine((urls, ctx) => {
+      if (urls.length > MAX_ENDPOINTS) return;
+      const seen = new Map<string, number>();
+      urls.forEach((url, i) => {
+        let href: string;
+        try {
+          href = new URL(url).href;
+        } catch {
+          return;
+        }
+        const first = seen.get(href);
+        if (first === undefined) seen.set(href, i);
+        else ctx.addIssue({ code: 'custom', path: [i], message: `the same URL as endpoints[${first}]` });
+      });
+    }),
+  ),
+});
 
 /** Configuration of an outbox delivery unit. */
 export type OutboxConfig = z.infer<typeof outboxConfigSchema>;

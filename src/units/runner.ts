@@ -6,6 +6,7 @@ import type { Log } from '../log.js';
 import type { UnitContext, UnitJob, UnitJobRegistry } from './job.js';
 import * as q from './sql/runs.js';
 import { InvalidSettingError } from '../errors.js';
+import * as z from '../zod.js';
 
 /** Settings of a {@link UnitRunner}. */
 export interface UnitRunnerOptions {
@@ -220,7 +221,7 @@ export class UnitRunner implements Reconciler {
   private async execute(entry: Entry, job: UnitJob<unknown>, log: Log, row: q.OwnedUnitRow): Promise<string | undefined> {
     const { unit, stop } = entry;
     if (row.job !== job.name || stop.signal.aborted) return undefined;
-    const parsed = job.config.safeParse(row.config);
+    const parsed = z.safeParse(job.config, row.config);
     if (!parsed.success) {
       const issue = parsed.error.issues[0];
       return `unit config is invalid for its job (config.${issue.path.join('.')}: ${issue.message}); left idle`;

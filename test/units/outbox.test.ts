@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import * as z from 'zod';
 import { Leaser, putTenantUnits } from '../../src/lease/index.js';
 import { startSink, type Sink } from '../../src/local/sink.js';
 import {
@@ -577,7 +578,7 @@ describe('outbox delivery connects only to checked addresses', () => {
 it('the default registry knows outbox-delivery, weighted by endpoint count', () => {
   const job = defaultUnitJobs().get(OUTBOX_JOB);
   expect(job.weight?.({ endpoints: ['http://a', 'http://b'] })).toBe(2);
-  expect(job.config.safeParse({ endpoints: ['ftp://x'] }).success).toBe(false);
+  expect(z.safeParse(job.config, { endpoints: ['ftp://x'] }).success).toBe(false);
   expect(new UnitRunner({ log: silentLog, sql: db.sql, processId: randomUUID(), jobs: defaultUnitJobs() }).units()).toEqual([]);
 });
 

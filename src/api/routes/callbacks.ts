@@ -4,7 +4,7 @@
 // signature (a third party completes them with the token: its HMAC is the authority); an
 // IAM-signed request is answered the same.
 import type { APIGatewayProxyEventV2 } from 'aws-lambda';
-import * as z from 'zod';
+import * as z from '../../zod.js';
 import { completeCallback, parseInput, type CallbackAnswer, type CallbackCompletion } from '../../batch/index.js';
 import { errorFields } from '../../log.js';
 import type { ApiDeps } from '../deps.js';
@@ -12,9 +12,9 @@ import { readJsonBody } from '../request.js';
 import { json, type Result } from '../respond.js';
 
 /** Body of `POST /callbacks/{token}/succeed`: the result, any JSON (null when absent). */
-const succeedSchema = z.object({ result: z.unknown().optional() }).strict();
+const succeedSchema = z.strictObject({ result: z.optional(z.unknown()) });
 /** Body of `POST /callbacks/{token}/fail`: the error text (at most 8,192 characters are kept). */
-const failSchema = z.object({ error: z.string().min(1) }).strict();
+const failSchema = z.strictObject({ error: z.string().check(z.minLength(1)) });
 
 /** `POST /callbacks/{token}/succeed`: 200 `{ outcome, woken }`; 403, 404, 409 (docs/api.md). */
 export async function succeedCallbackRoute(event: APIGatewayProxyEventV2, deps: ApiDeps, [token]: string[]): Promise<Result> {

@@ -9,6 +9,7 @@ import type { ApiDeps } from '../deps.js';
 import { listUnitsSchema, objectBody, putUnitsSchema, query, shardParam, tenantParam } from '../request.js';
 import { json, type Result } from '../respond.js';
 import { unitView } from '../views.js';
+import * as z from '../../zod.js';
 
 let builtinUnitJobs: UnitJobRegistry | undefined;
 
@@ -45,7 +46,7 @@ export async function putUnitsRoute(event: APIGatewayProxyEventV2, deps: ApiDeps
   // Fields of the config are named as sent: `endpoints[0]` (the shorthand) or `config.x`.
   const name = (path: readonly PropertyKey[]) =>
     path[0] === 'endpoints' && body.config?.endpoints === undefined ? fieldPath(path) : fieldPath(['config', ...path]);
-  const parsed = job.config.safeParse(given);
+  const parsed = z.safeParse(job.config, given);
   if (!parsed.success) {
     const message = parsed.error.issues
       .map((i) =>
