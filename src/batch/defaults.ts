@@ -40,10 +40,12 @@ export const BATCH_DEFAULTS = {
 
 /**
  * Defaults of `RetentionOptions` (`deleteExpiredBatches`; docs/design.md, "Retention"): 30 days,
- * chunks of 5,000 rows, at most 500,000 rows and 10,000 ms a pass, a pause of twice each chunk's time.
+ * chunks of 5,000 rows, at most 500,000 rows and 10,000 ms a pass, a pause of twice each chunk's time;
+ * usage rows (`deleteExpiredUsage`) 400 days, longer than a year so annual chargeback works.
  */
 export const RETENTION_DEFAULTS = {
   retentionDays: 30,
+  usageRetentionDays: 400,
   chunkRows: 5_000,
   maxRowsPerPass: 500_000,
   budgetMs: 10_000,

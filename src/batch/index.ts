@@ -9,7 +9,7 @@
 // 8 (a batch finishes exactly once), 9 (a start stores everything or nothing), 10 (attempts an
 // unstarted item never uses) and the batch half of 14 (at most `maxConcurrency` runs).
 // Entry points: `startBatch` / `createBatch` (start), `Runner` (one run of a batch),
-// `redriveBatch`, `pauseBatch` / `resumeBatch` / `setBatchDeadline` / `endPastDeadlines`, `startAction` / `workAction`, `dispatchWorkers`, `deleteExpiredBatches`, and the reads the API answers from.
+// `redriveBatch`, `pauseBatch` / `resumeBatch` / `setBatchDeadline` / `endPastDeadlines`, `startAction` / `workAction`, `dispatchWorkers`, `deleteExpiredBatches` / `deleteExpiredUsage`, and the reads the API answers from.
 // Uses only the store (and the clock, errors, log leaves); nothing here knows of Lambda or HTTP.
 export * from './types.js';
 export * from './errors.js';
@@ -138,7 +138,15 @@ export {
   type EstimatedCost,
   type Architecture,
 } from './usage.js';
-export { deleteExpiredBatches, RETENTION_DEFAULTS, type RetentionOptions, type RetentionResult } from './retention.js';
+export {
+  deleteExpiredBatches,
+  deleteExpiredUsage,
+  RETENTION_DEFAULTS,
+  type RetentionOptions,
+  type RetentionResult,
+  type UsageRetentionOptions,
+  type UsageRetentionResult,
+} from './retention.js';
 export * from './events.js';
 export {
   checkItemBatching,

@@ -1,5 +1,6 @@
 // Retention (docs/design.md, "Retention"): finished batches, with their items and redrives, and
-// deferred trigger firings are deleted once older than the retention period, in bounded chunks.
+// deferred trigger firings are deleted once older than the retention period, and usage rows once
+// older than their own (docs/design.md, "Usage and cost"), in bounded chunks.
 import type { Clock } from '../clock.js';
 import { systemClock } from '../clock.js';
 import type { Sql } from '../store/index.js';
@@ -115,5 +116,67 @@ export async function deleteExpiredBatches(sql: Sql, options: RetentionOptions =
         skip.push(batchId);
       }
     }
+  }
+}
+
+/** How much one pass over usage rows may delete (`deleteExpiredUsage`). */
+export interface UsageRetentionOptions extends Omit<RetentionOptions, 'retentionDays'> {
+  /**
+   * Usage rows (`leasehold_run_usage`) whose `recorded_at` is more than this many days ago
+   * (database clock) are deleted. 0 keeps them for ever (the pass deletes nothing). Default 400.
+   */
+  usageRetentionDays?: number;
+}
+
+/** What one pass over usage rows deleted. */
+export interface UsageRetentionResult {
+  /** Usage rows deleted. */
+  rows: number;
+  /** The pass ended on its row cap or time budget with expired rows left (the next pass goes on). */
+  more: boolean;
+}
+
+/**
+ * One retention pass over usage rows (docs/design.md, "Usage and cost" and "Retention"): rows
+ * recorded more than `usageRetentionDays` ago, tenant by tenant (a loose scan of the index on
+ * `(tenant, recorded_at)`, 64 tenants per look-up), each tenant's oldest first in chunks of at most
+ * `chunkRows`, pausing `pauseRatio` times each chunk's time. Independent of the batches: a row
+ * whose batch retention deleted stays until its own time (no foreign key), so a tenant's range
+ * keeps counting it. Every statement is short, autocommitted, and skips rows other transactions
+ * hold. Stops at `maxRowsPerPass` rows or after `budgetMs`; idempotent and resumable as
+ * `deleteExpiredBatches`.
+ *
+ * @throws the database error of a failing statement (what earlier statements deleted stays deleted).
+ */
+export async function deleteExpiredUsage(sql: Sql, options: UsageRetentionOptions = {}): Promise<UsageRetentionResult> {
+  const days = options.usageRetentionDays ?? RETENTION_DEFAULTS.usageRetentionDays;
+  const chunk = options.chunkRows ?? RETENTION_DEFAULTS.chunkRows;
+  const cap = options.maxRowsPerPass ?? RETENTION_DEFAULTS.maxRowsPerPass;
+  const clock = options.clock ?? systemClock;
+  const pauseRatio = options.pauseRatio ?? RETENTION_DEFAULTS.pauseRatio;
+  const until = clock.now() + (options.budgetMs ?? RETENTION_DEFAULTS.budgetMs);
+  const result: UsageRetentionResult = { rows: 0, more: false };
+  if (days <= 0) return result;
+  const spent = () => result.rows >= cap || clock.now() >= until;
+
+  let tenantAfter = '';
+  for (;;) {
+    if (spent()) return { ...result, more: true };
+    const tenants = await q.usageTenants(sql, { days, after: tenantAfter, limit: 64 });
+    if (tenants.length === 0) return result;
+    for (const { tenant, expired } of tenants) {
+      let after = '-infinity';
+      while (expired) {
+        if (spent()) return { ...result, more: true };
+        const started = clock.now();
+        const r = await q.deleteExpiredUsage(sql, { tenant, days, after, limit: Math.min(chunk, cap - result.rows) });
+        result.rows += r.deleted;
+        if (r.last === null) break;
+        after = r.last;
+        const pause = (clock.now() - started) * pauseRatio;
+        if (pause > 0) await clock.sleep(Math.min(pause, Math.max(0, until - clock.now())));
+      }
+    }
+    tenantAfter = tenants.at(-1)!.tenant;
   }
 }

@@ -117,6 +117,7 @@ const schema = {
   LEASEHOLD_BATCH_CONCURRENCY: z._default(int(1, MAX_CONCURRENCY), BATCH_DEFAULTS.maxConcurrency),
   LEASEHOLD_INVOCATION_PENDING_MS: z._default(int(1000), 30_000),
   LEASEHOLD_RETENTION_DAYS: z._default(int(0, 36_500), RETENTION_DEFAULTS.retentionDays),
+  LEASEHOLD_USAGE_RETENTION_DAYS: z._default(int(0, 36_500), RETENTION_DEFAULTS.usageRetentionDays),
   LEASEHOLD_RETENTION_CHUNK_ROWS: z._default(int(100, 100_000), RETENTION_DEFAULTS.chunkRows),
   LEASEHOLD_RETENTION_MAX_ROWS: z._default(int(1, 100_000_000), RETENTION_DEFAULTS.maxRowsPerPass),
   // Below the scheduler's statement timeout and its minute: a pass never delays the next run.
@@ -272,8 +273,11 @@ export interface Config {
    * default 5,000, 100 to 100,000); one scheduler run deletes at most `maxRowsPerPass` rows of
    * each kind (`LEASEHOLD_RETENTION_MAX_ROWS`, default 500,000, at least 1) and starts no
    * statement after `budgetMs` ms (`LEASEHOLD_RETENTION_BUDGET_MS`, default 10,000, at most 30,000).
+   * Usage rows (docs/design.md, "Usage and cost") recorded more than `usageRetentionDays` days
+   * ago are deleted by the same run, with the same chunks, cap (a kind of its own) and budget; 0
+   * keeps them for ever (`LEASEHOLD_USAGE_RETENTION_DAYS`, default 400, at most 36,500).
    */
-  retention: { retentionDays: number; chunkRows: number; maxRowsPerPass: number; budgetMs: number };
+  retention: { retentionDays: number; usageRetentionDays: number; chunkRows: number; maxRowsPerPass: number; budgetMs: number };
   /**
    * The prices usage is estimated at (docs/design.md, "Usage and cost"): the published prices of
    * `LEASEHOLD_PRICE_REGION` (unset: `AWS_REGION`; a region not listed: `us-east-1`'s), with
@@ -427,6 +431,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     prices: pricesFor(e.LEASEHOLD_PRICE_REGION ?? e.AWS_REGION, parsePriceOverride(e.LEASEHOLD_PRICES)),
     retention: {
       retentionDays: e.LEASEHOLD_RETENTION_DAYS,
+      usageRetentionDays: e.LEASEHOLD_USAGE_RETENTION_DAYS,
       chunkRows: e.LEASEHOLD_RETENTION_CHUNK_ROWS,
       maxRowsPerPass: e.LEASEHOLD_RETENTION_MAX_ROWS,
       budgetMs: e.LEASEHOLD_RETENTION_BUDGET_MS,

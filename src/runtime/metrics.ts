@@ -195,7 +195,7 @@ export function recordRuns(m: RuntimeMetrics, result: Pick<SchedulerResult, 'run
  * What one scheduler run's retention deleted (docs/design.md, "Retention"), counts of rows:
  * `RetentionBatchesDeleted`, `RetentionItemsDeleted`, `RetentionRedrivesDeleted`,
  * `RetentionDeferredDeleted`, `RetentionOutboxDeleted` (messages), `RetentionDeliveriesDeleted`,
- * and the level `RetentionBacklog` (1 when a pass stopped at its cap or budget with expired rows
+ * `RetentionUsageDeleted` (usage rows), and the level `RetentionBacklog` (1 when a pass stopped at its cap or budget with expired rows
  * left, else 0: a value of 1 run after run means retention falls behind).
  */
 export function recordRetention(m: RuntimeMetrics, result: Pick<SchedulerResult, 'retention'>): void {
@@ -206,6 +206,7 @@ export function recordRetention(m: RuntimeMetrics, result: Pick<SchedulerResult,
   m.count('RetentionDeferredDeleted', r.deferred);
   m.count('RetentionOutboxDeleted', r.outbox.messages);
   m.count('RetentionDeliveriesDeleted', r.outbox.deliveries);
+  m.count('RetentionUsageDeleted', r.usage.rows);
   m.level('RetentionBacklog', r.more ? 1 : 0);
 }
 

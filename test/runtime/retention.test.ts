@@ -1,9 +1,10 @@
 // Retention in the scheduler (docs/design.md, "Retention"): a scheduler run deletes what is older
-// than LEASEHOLD_RETENTION_DAYS, reports it and records it as EMF; every statement of a pass reads
-// about its chunk of rows through an index, beside a lived-in, analyzed history.
+// than LEASEHOLD_RETENTION_DAYS, and usage rows older than LEASEHOLD_USAGE_RETENTION_DAYS, reports
+// it and records it as EMF; every statement of a pass reads about its chunk of rows through an
+// index, beside a lived-in, analyzed history.
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { deleteExpiredBatches, type Dispatcher } from '../../src/batch/index.js';
+import { deleteExpiredBatches, deleteExpiredUsage, type Dispatcher } from '../../src/batch/index.js';
 import { loadConfig, metricsFor, recordRetention, runScheduler, setLogSink } from '../../src/runtime/index.js';
 import type { Sql } from '../../src/store/index.js';
 import { deleteDeliveredOutboxMessages } from '../../src/units/index.js';
@@ -13,6 +14,14 @@ import { loadHistory } from '../support/history.js';
 const db = useTestDatabase();
 
 const nobody: Dispatcher = { invoke: async () => {} };
+
+/** `n` usage rows of each of `tenants` tenants (`u-<t>`) recorded `days` days ago and up to a day before. */
+async function usageRows(tenants: number, n: number, days: number): Promise<void> {
+  await db.sql`insert into leasehold_run_usage (run_id, batch_id, tenant, process, recorded_at, worker_ms, memory_mb, architecture)
+    select gen_random_uuid(), gen_random_uuid(), 'u-' || lpad((g % ${tenants})::text, 4, '0'), gen_random_uuid(),
+      now() - make_interval(days => ${days}) - make_interval(secs => g % 86400), 1000, 1024, 'arm64'
+    from generate_series(1, ${tenants * n}) g`;
+}
 
 async function count(table: string): Promise<number> {
   const [r] = await db.sql.unsafe<{ n: number }[]>(`select count(*)::int as n from ${table}`);
@@ -27,6 +36,9 @@ describe('retention in the scheduler', () => {
     const [kept] = await db.sql<{ id: number }[]>`select id::int from leasehold_outbox order by id limit 1`;
     await db.sql`insert into leasehold_outbox_deliveries (message_id, endpoint, tenant, shard) select id, 'https://failing.invalid', tenant, shard from leasehold_outbox where id = ${kept.id}`;
     await db.sql`insert into leasehold_outbox (tenant, shard, key, payload, created_at) values ('t', 0, 'unassigned', '{}', now() - interval '60 days')`;
+    // Usage rows: 3 tenants' 250 older than the usage retention (400 days), and 60 within it.
+    await usageRows(3, 250, 401);
+    await usageRows(3, 20, 45);
 
     const config = loadConfig({ DATABASE_URL: db.url, LEASEHOLD_RETENTION_CHUNK_ROWS: '100' });
     const r = await runScheduler({ sql: db.sql, config, dispatcher: nobody });
@@ -37,8 +49,10 @@ describe('retention in the scheduler', () => {
       redrives: 0,
       deferred: 0,
       outbox: { messages: 299, deliveries: 299 },
+      usage: { rows: 750, retentionDays: 400 },
       more: false,
     });
+    expect(await count('leasehold_run_usage')).toBe(60);
     expect(await count('leasehold_batches')).toBe(1);
     expect(await count('leasehold_items')).toBe(10);
     expect(await count('leasehold_outbox')).toBe(20 + 2);
@@ -59,18 +73,34 @@ describe('retention in the scheduler', () => {
       RetentionItemsDeleted: 2_000,
       RetentionOutboxDeleted: 299,
       RetentionDeliveriesDeleted: 299,
+      RetentionUsageDeleted: 750,
       RetentionBacklog: 0,
     });
 
-    // LEASEHOLD_RETENTION_DAYS=0 keeps everything, however old.
+    // LEASEHOLD_RETENTION_DAYS=0 keeps everything, however old; usage rows have their own days.
     await loadHistory(db.sql, { batches: 1, items: 10, units: 0, outbox: 10, olderDays: 400, spreadDays: 1 });
     const keep = await runScheduler({
       sql: db.sql,
-      config: loadConfig({ DATABASE_URL: db.url, LEASEHOLD_RETENTION_DAYS: '0' }),
+      config: loadConfig({ DATABASE_URL: db.url, LEASEHOLD_RETENTION_DAYS: '0', LEASEHOLD_USAGE_RETENTION_DAYS: '40' }),
       dispatcher: nobody,
     });
-    expect(keep.retention).toMatchObject({ retentionDays: 0, batches: 0, items: 0, outbox: { messages: 0, deliveries: 0 } });
+    expect(keep.retention).toMatchObject({
+      retentionDays: 0,
+      batches: 0,
+      items: 0,
+      outbox: { messages: 0, deliveries: 0 },
+      usage: { rows: 60, retentionDays: 40 },
+    });
     expect(await count('leasehold_batches')).toBe(2);
+    // LEASEHOLD_USAGE_RETENTION_DAYS=0 keeps every usage row, however old.
+    await usageRows(2, 5, 3_000);
+    const keepUsage = await runScheduler({
+      sql: db.sql,
+      config: loadConfig({ DATABASE_URL: db.url, LEASEHOLD_USAGE_RETENTION_DAYS: '0' }),
+      dispatcher: nobody,
+    });
+    expect(keepUsage.retention.usage).toEqual({ rows: 0, retentionDays: 0 });
+    expect(await count('leasehold_run_usage')).toBe(10);
   });
 });
 
@@ -88,6 +118,12 @@ describe('the plans of retention beside a lived-in history', () => {
       select 'small', 'small', 'noop', '{}', 'small-' || b, 'succeeded', 0, f, f
       from generate_series(1, 50000) b, lateral (select now() - make_interval(days => 1 + b % 60) as f) t`;
     await db.sql`analyze leasehold_batches`;
+    // 400,000 usage rows of 400 tenants over two years, nearly half of them older than 400 days,
+    // analyzed.
+    await db.sql`truncate leasehold_run_usage`;
+    await usageRows(400, 1_000, 1);
+    await db.sql`update leasehold_run_usage set recorded_at = recorded_at - make_interval(days => (hashtext(run_id::text) & 1023) % 730)`;
+    await db.sql`analyze leasehold_run_usage`;
     traced = postgres(db.url, {
       max: 1,
       onnotice: () => {},
@@ -97,6 +133,7 @@ describe('the plans of retention beside a lived-in history', () => {
     // One real pass of each, whose statements are explained below.
     await deleteExpiredBatches(traced, { retentionDays: 30, chunkRows: 1_000, maxRowsPerPass: 3_000 });
     await deleteDeliveredOutboxMessages(traced, { retentionDays: 30, chunkRows: 1_000, maxRowsPerPass: 3_000 });
+    await deleteExpiredUsage(traced, { usageRetentionDays: 400, chunkRows: 100, maxRowsPerPass: 3_000, pauseRatio: 0 });
   }, 240_000);
   afterAll(() => traced?.end({ timeout: 5 }));
 
@@ -181,5 +218,29 @@ describe('the plans of retention beside a lived-in history', () => {
     // deliveries: a few times the chunk, of a table of 100,000.
     expect(rowsRead(p, 'leasehold_outbox')).toBeLessThanOrEqual(4 * 1_000 + 10);
     expect(rowsRead(p, 'leasehold_outbox_deliveries')).toBeLessThanOrEqual(3 * 1_000 + 10);
+  });
+
+  it('the tenants with usage are walked by a loose scan of the (tenant, recorded_at) index, a probe or two each', async () => {
+    const p = await analyzed('with recursive t as (');
+    expect(seqScans(p)).toEqual([]);
+    expect(nodes(p).every((n) => !n['Index Name'] || n['Index Name'] === 'leasehold_run_usage_tenant')).toBe(true);
+    // 64 tenants asked for, each one probe to find it and one for its oldest row, of 400,000 rows.
+    expect(rowsRead(p, 'leasehold_run_usage')).toBeLessThanOrEqual(3 * 64 + 10);
+  });
+
+  it('a chunk of usage rows reads about its chunk through the (tenant, recorded_at) index, after the chunks before it', async () => {
+    // A tenant with expired rows left, its oldest 300 deleted before (dead index entries).
+    const [t] = await db.sql<{ tenant: string }[]>`select tenant from leasehold_run_usage
+      where recorded_at < now() - interval '400 days' group by tenant order by count(*) desc limit 1`;
+    const [cut] = await db.sql<{ after: string }[]>`select max(recorded_at)::text as after from (select recorded_at
+      from leasehold_run_usage where tenant = ${t.tenant} order by recorded_at limit 100) x`;
+    await db.sql`delete from leasehold_run_usage where tenant = ${t.tenant} and recorded_at < ${cut.after}::text::timestamptz`;
+    const p = await analyzed('delete from leasehold_run_usage where ctid = any', [t.tenant, cut.after, 400, 100]);
+    expect(seqScans(p)).toEqual([]);
+    expect(nodes(p).some((n) => n['Index Name'] === 'leasehold_run_usage_tenant')).toBe(true);
+    expect(nodes(p).some((n) => n['Node Type'] === 'Tid Scan')).toBe(true);
+    // 100 through the index, 100 by ctid.
+    expect(rowsRead(p, 'leasehold_run_usage')).toBeLessThanOrEqual(2 * 100 + 10);
+    expect(rowsRead(p, 'leasehold_run_usage')).toBeGreaterThanOrEqual(100);
   });
 });

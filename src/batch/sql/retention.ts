@@ -1,9 +1,10 @@
 // Statements of retention (docs/design.md, "Retention"): finished batches, their items and
-// redrives, and deferred trigger firings, deleted once older than the retention period. Every
-// cutoff is `now() - make_interval(days => …)` (database clock). Each statement touches at most
-// its own limit of rows, found through an index whatever the statistics say, and skips rows
-// another transaction holds (SKIP LOCKED): retention never waits for a worker, and a worker
-// waits for it at most one short statement (a redrive of the very batch being deleted).
+// redrives, and deferred trigger firings, deleted once older than the retention period, and usage
+// rows once older than theirs. Every cutoff is `now() - make_interval(days => …)` (database
+// clock). Each statement touches at most its own limit of rows, found through an index whatever
+// the statistics say, and skips rows another transaction holds (SKIP LOCKED): retention never
+// waits for a worker, and a worker waits for it at most one short statement (a redrive of the
+// very batch being deleted, a run's report of a usage row being deleted).
 import type { Sql } from '../../store/index.js';
 
 // Ids of batches finished (succeeded, failed, cancelled) more than `days` days ago, oldest
@@ -84,4 +85,51 @@ export async function deleteExpiredDeferred(sql: Sql, a: { days: number; limit: 
       order by created_at limit ${a.limit}
       for update skip locked))`;
   return rows.count;
+}
+
+// Up to `limit` tenants that have usage rows (leasehold_run_usage, migration 038; docs/design.md,
+// "Usage and cost"), in order after `after`, each with whether its oldest row was recorded more
+// than `days` days ago. A loose scan of the index on (tenant, recorded_at): one probe per tenant
+// for the next tenant and one for its oldest row, never the rows between. Reads only.
+export async function usageTenants(
+  sql: Sql,
+  a: { days: number; after: string; limit: number },
+): Promise<{ tenant: string; expired: boolean }[]> {
+  return sql<{ tenant: string; expired: boolean }[]>`with recursive t as (
+      (select u.tenant from leasehold_run_usage u where u.tenant > ${a.after} order by u.tenant limit 1)
+      union all
+      select (select u.tenant from leasehold_run_usage u where u.tenant > t.tenant order by u.tenant limit 1)
+      from t where t.tenant is not null
+    ), page as (select tenant from t where tenant is not null limit ${a.limit})
+    select page.tenant, coalesce((select u.recorded_at from leasehold_run_usage u where u.tenant = page.tenant
+        order by u.recorded_at limit 1) < now() - make_interval(days => ${a.days}), false) as expired
+    from page`;
+}
+
+// Deletes at most `limit` usage rows of tenant `tenant` recorded more than `days` days ago and
+// not before `after` (the last instant a previous chunk reached, as text: exact to the
+// microsecond), oldest first: a range of the index on (tenant, recorded_at) from `after`, so a
+// chunk does not reread the dead entries of the chunks before it; rows another transaction holds
+// (a run's own report replacing a takeover's estimate) are skipped. Its own transaction with
+// synchronous_commit off, as an item chunk. Returns how many it deleted and the last instant it
+// reached (null when none).
+export async function deleteExpiredUsage(
+  sql: Sql,
+  a: { tenant: string; days: number; after: string; limit: number },
+): Promise<{ deleted: number; last: string | null }> {
+  const within = (sql as { savepoint?: Sql['begin'] }).savepoint?.bind(sql) ?? sql.begin.bind(sql);
+  const [r] = await within(async (tx) => {
+    await tx`set local synchronous_commit = off`;
+    return tx<{ deleted: number; last: string | null }[]>`with gone as (
+      delete from leasehold_run_usage where ctid = any(array(
+        select u.ctid from leasehold_run_usage u
+        where u.tenant = ${a.tenant} and u.recorded_at >= ${a.after}::text::timestamptz
+          and u.recorded_at < now() - make_interval(days => ${a.days})
+        order by u.recorded_at limit ${a.limit}
+        for update skip locked))
+      returning recorded_at
+    )
+    select count(*)::int as deleted, max(recorded_at)::text as last from gone`;
+  });
+  return r;
 }
