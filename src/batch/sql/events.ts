@@ -109,12 +109,17 @@ export async function writeEndEvent(tx: Sql, batchId: string): Promise<void> {
 // deletes the events of batches it then did not end (src/batch/sql/cancels.ts). Answers the
 // events' ids.
 export async function writeCancelEvents(tx: Sql, ids: readonly string[]): Promise<string[]> {
-  const rows = await tx<{ id: string }[]>`${insertEndEvents(
+  const rows = await tx<{ id: string }[]>`${cancelEventsStatement(tx, ids)}`;
+  return rows.map((r) => r.id);
+}
+
+/** {@link writeCancelEvents} as a fragment (the plan test reads its plan): answers `{ id }` rows, the events' ids. */
+export function cancelEventsStatement(tx: Sql, ids: readonly string[]) {
+  return tx`${insertEndEvents(
     tx,
     { status: tx`'cancelled'`, finishedAt: tx`now()` },
     tx`b.id in (select x::uuid from jsonb_array_elements_text(${tx.json(ids as string[])}) as x) and b.status = 'open'`,
   )} returning id`;
-  return rows.map((r) => r.id);
 }
 
 // The insert of Batch Finished events of the batches `b` that `where` keeps, with `as` the status and
