@@ -9,7 +9,8 @@
 // keys moved; for a per-batch read the batch's own items).
 //
 // A new statement is one entry of `cases`: its name, its bound, and its fragment built from the
-// fixture of the state (`Fixture`: the ids every state holds).
+// fixture of the state (`Fixture`: the ids every state holds); a statement that reads rows an
+// earlier statement of its transaction writes names that one as its `setup`.
 import { randomUUID } from 'node:crypto';
 import postgres, { type PendingQuery, type Row } from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -37,6 +38,13 @@ import {
   waitStateStatement,
 } from '../../src/batch/sql/index.js';
 import { claimChunkStatement } from '../../src/batch/sql/actions.js';
+import {
+  chunkStatusesStatement,
+  deleteChunkRunsStatement,
+  endChunkStatement,
+  lateRunsStatement,
+} from '../../src/batch/sql/cancels.js';
+import { cancelEventsStatement, writeCancelEvents } from '../../src/batch/sql/events.js';
 import { beatItemStatement, recoverStaleStatement } from '../../src/batch/sql/heartbeats.js';
 import { expiryStatement, parkStatement, registerWaitStatement } from '../../src/batch/sql/waits.js';
 import { batchActivityStatement, finishedBucketsStatement } from '../../src/batch/sql/progress.js';
@@ -104,17 +112,63 @@ interface Fixture {
 interface Case {
   name: string;
   bound: number;
-  statement: (sql: Sql, d: Fixture) => PendingQuery<Row[]>;
+  /** `made`: what `setup` answered (its plan is not read), when the case has one. */
+  statement: (sql: Sql, d: Fixture, made: string[]) => PendingQuery<Row[]>;
+  /** Writes, in the statement's rolled-back transaction and before it, the rows it reads; answers their ids. */
+  setup?: (tx: Sql, d: Fixture) => Promise<string[]>;
 }
+
+/** A bulk action's chunk size (src/batch/actions.ts). */
+const CHUNK = 100;
+
+/**
+ * A bulk cancel's chunk of {@link CHUNK} batch ids: the fixture's three open batches (all it
+ * holds), the rest ids of no batch.
+ */
+const chunk = (d: Fixture): string[] => [
+  d.batch,
+  d.waiting,
+  d.parked,
+  ...Array.from({ length: CHUNK - 3 }, (_, i) => `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`),
+];
 
 const cases: Case[] = [
   // Batches (src/batch/sql/).
   {
-    // A bulk action's chunk: the first unworked entries of its partial index (migration 032).
+    // A bulk action's chunk: the first unworked entries of its partial index (migration 032), of
+    // an action of 11,200 batches: 1,000 done, then two chunks other workers hold, then 10,000.
     name: 'bulk action chunk claim',
-    bound: 100,
-    statement: (sql) => claimChunkStatement(sql, { actionId: randomUUID(), limit: 100, takeMs: 60_000 }),
+    bound: CHUNK,
+    setup: async (tx) => {
+      const [{ id }] = await tx<{ id: string }[]>`insert into leasehold_actions (id, request_key, action, filter, matched)
+        values (gen_random_uuid(), ${`plan-${randomUUID()}`}, 'cancel', '{}'::jsonb, 11200) returning id`;
+      await tx`insert into leasehold_action_batches (action_id, batch_id, outcome, taken_until)
+        select ${id}, ('00000000-0000-4000-8000-' || lpad(k::text, 12, '0'))::uuid,
+          case when k < 1000 then 'done' end, case when k < 1200 then now() + interval '1 minute' end
+        from generate_series(0, 11199) k`;
+      return [id];
+    },
+    statement: (sql, _d, [actionId]) => claimChunkStatement(sql, { actionId, limit: CHUNK, takeMs: 60_000 }),
   },
+  // A bulk cancel's chunk (src/batch/sql/cancels.ts), its statements in their order: the run
+  // rows, the events (built from each batch's row and, open, its items' counts), the batch rows
+  // ended, the late runs, and the others' statuses.
+  { name: 'bulk cancel: delete run rows', bound: CHUNK, statement: (sql, d) => deleteChunkRunsStatement(sql, chunk(d)) },
+  // An open batch's event counts its own items (as the one-batch end's does): the bound is the
+  // chunk's open batches' items, not the chunk's size.
+  {
+    name: 'bulk cancel: write events',
+    bound: ITEMS + 100 + WAITING,
+    statement: (sql, d) => cancelEventsStatement(sql, chunk(d)),
+  },
+  {
+    name: 'bulk cancel: end batch rows',
+    bound: CHUNK,
+    setup: (tx, d) => writeCancelEvents(tx, chunk(d)),
+    statement: (sql, _d, events) => endChunkStatement(sql, events),
+  },
+  { name: 'bulk cancel: late runs', bound: CHUNK, statement: (sql, d) => lateRunsStatement(sql, chunk(d)) },
+  { name: 'bulk cancel: statuses of the others', bound: CHUNK, statement: (sql, d) => chunkStatusesStatement(sql, chunk(d)) },
   {
     name: 'claim',
     bound: 64,
@@ -534,7 +588,9 @@ describe.each(STATES)('the database %s', (stateName) => {
         `the state "${stateName}" was analyzed again from outside (a bare ANALYZE in another session?): its plans no longer show that state`,
       );
     }
-    await expectBounded(s.db.sql, `${c.name} [${stateName}]`, (tx) => c.statement(tx, s.d), c.bound);
+    let made: string[] = [];
+    const setup = c.setup && (async (tx: Sql) => void (made = await c.setup!(tx, s.d)));
+    await expectBounded(s.db.sql, `${c.name} [${stateName}]`, (tx) => c.statement(tx, s.d, made), c.bound, { setup });
   });
 });
 

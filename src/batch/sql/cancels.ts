@@ -35,25 +35,15 @@ export async function cancelBatches(
   ids: readonly string[],
 ): Promise<{ cancelled: string[]; others: Map<string, BatchStatus | undefined> }> {
   const cancelled = await endInTransaction(sql, async (t, lastTry) => {
-    await t`delete from leasehold_runs where batch_id in ${idSet(t, ids)}`;
+    await t`${deleteChunkRunsStatement(t, ids)}`;
     const events = await writeCancelEvents(t, ids);
     if (events.length === 0) return [];
-    const ended = await t<{ id: string }[]>`with c as (
-        update leasehold_batches b
-        set status = 'cancelled', finished_at = now(), live_runs = 0, reading = false
-        where b.id in (select batch_id from leasehold_batch_events where id in ${idSet(t, events)}) and b.status = 'open'
-        returning b.id
-      ), stray as (
-        delete from leasehold_batch_events e
-        where e.id in ${idSet(t, events)} and e.batch_id not in (select id from c)
-      )
-      select id from c`;
+    const ended = await t<{ id: string }[]>`${endChunkStatement(t, events)}`;
     const done = ended.map((r) => r.id);
     if (done.length === 0) return done;
-    if (lastTry) await t`delete from leasehold_runs where batch_id in ${idSet(t, done)}`;
+    if (lastTry) await t`${deleteChunkRunsStatement(t, done)}`;
     else {
-      const [r] = await t<{ late: boolean }[]>`select exists (
-          select 1 from leasehold_runs where batch_id in ${idSet(t, done)}) as late`;
+      const [r] = await t<{ late: boolean }[]>`${lateRunsStatement(t, done)}`;
       if (r.late) throw new LateRunsJoined();
     }
     return done;
@@ -63,9 +53,51 @@ export async function cancelBatches(
   const rest = ids.filter((id) => !ended.has(id));
   for (const id of rest) others.set(id, undefined);
   if (rest.length > 0) {
-    const rows = await sql<{ id: string; status: BatchStatus }[]>`select id, status from leasehold_batches
-      where id in ${idSet(sql, rest)}`;
+    const rows = await sql<{ id: string; status: BatchStatus }[]>`${chunkStatusesStatement(sql, rest)}`;
     for (const r of rows) others.set(r.id, r.status);
   }
   return { cancelled, others };
+}
+
+/**
+ * The delete of every run row of the batches `ids` (step 1 of {@link cancelBatches}, and step 4
+ * of its last try) as a fragment (the plan test reads its plan). Each delete waits for the move
+ * in flight on its row.
+ */
+export function deleteChunkRunsStatement(sql: Sql, ids: readonly string[]) {
+  return sql`delete from leasehold_runs where batch_id in ${idSet(sql, ids)}`;
+}
+
+/**
+ * Step 3 of {@link cancelBatches} as a fragment (the plan test reads its plan): the batches of
+ * the Batch Finished events `events` (ids) ended `cancelled` while open, and the events of those
+ * it did not end deleted. Answers the ids of the batches it ended (`{ id }` rows).
+ */
+export function endChunkStatement(sql: Sql, events: readonly string[]) {
+  return sql`with c as (
+      update leasehold_batches b
+      set status = 'cancelled', finished_at = now(), live_runs = 0, reading = false
+      where b.id in (select batch_id from leasehold_batch_events where id in ${idSet(sql, events)}) and b.status = 'open'
+      returning b.id
+    ), stray as (
+      delete from leasehold_batch_events e
+      where e.id in ${idSet(sql, events)} and e.batch_id not in (select id from c)
+    )
+    select id from c`;
+}
+
+/**
+ * Step 4 of {@link cancelBatches} on every try but its last, as a fragment (the plan test reads
+ * its plan): whether any run row of the batches `ids` exists (`{ late }`, one row).
+ */
+export function lateRunsStatement(sql: Sql, ids: readonly string[]) {
+  return sql`select exists (select 1 from leasehold_runs where batch_id in ${idSet(sql, ids)}) as late`;
+}
+
+/**
+ * The status of the batches `ids` that {@link cancelBatches} did not cancel, as a fragment (the
+ * plan test reads its plan): `{ id, status }` rows, none for an id of no batch. Reads their rows.
+ */
+export function chunkStatusesStatement(sql: Sql, ids: readonly string[]) {
+  return sql`select id, status from leasehold_batches where id in ${idSet(sql, ids)}`;
 }
