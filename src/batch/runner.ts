@@ -441,10 +441,16 @@ export class Runner {
     });
     this.meter.start(runId);
     const done = run.execute().then(async (result) => {
-      if (this.runs.get(batch.id)?.run === run) this.runs.delete(batch.id);
-      // Stored before the run's end is reported: the Batch Finished event it sends carries it.
-      await this.recordUsage(batch, run, this.meter.end(runId));
-      this.s.onEvent({ type: 'run-ended', result });
+      // The run stays in `runs` until its usage is stored and its end reported, so `close()`
+      // (which waits for the runs it holds) cannot return before them: a frozen or ended
+      // process would otherwise lose the usage row, and a caller the `run-ended` event.
+      try {
+        // Stored before the run's end is reported: the Batch Finished event it sends carries it.
+        await this.recordUsage(batch, run, this.meter.end(runId));
+        this.s.onEvent({ type: 'run-ended', result });
+      } finally {
+        if (this.runs.get(batch.id)?.run === run) this.runs.delete(batch.id);
+      }
       return result;
     });
     this.runs.set(batch.id, { run, done });

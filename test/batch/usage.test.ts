@@ -36,6 +36,54 @@ const slowWork: Executor = {
 };
 
 describe('usage per batch', () => {
+  it('close() waits for a run that has ended until its usage is stored and its end reported', async () => {
+    const { batch } = await createBatch(db.sql, newBatch(20, { tenant: `usage-${uid()}`, job: `u-${uid()}` }), { maxOpen: 10 });
+    const ended: string[] = [];
+    const runner = new Runner(db.sql, {
+      maxRuns: 1,
+      beatMs: 200,
+      staleMs: 5_000,
+      storeTimeoutMs: 30_000,
+      onEvent: (e) => {
+        if (e.type === 'run-ended') ended.push(e.result.outcome);
+      },
+    });
+    // A run's usage insert waits while the test holds an advisory lock: a trigger of this test's
+    // schema takes it (shared) before each usage row is written; every other statement goes on.
+    await db.sql`create or replace function usage_gate() returns trigger language plpgsql as $$
+      begin perform pg_advisory_xact_lock_shared(hashtext('leasehold-test-usage-gate')); return new; end $$`;
+    await db.sql`create trigger usage_gate before insert on leasehold_run_usage for each row execute function usage_gate()`;
+    const holder = await db.sql.reserve();
+    await holder`select pg_advisory_lock(hashtext('leasehold-test-usage-gate'))`;
+    let held = true;
+    const unlock = async () => {
+      if (!held) return;
+      held = false;
+      await holder`select pg_advisory_unlock(hashtext('leasehold-test-usage-gate'))`;
+    };
+    try {
+      await runner.takeOver(() => ({ parallel: 4, work: async () => 'ok' }), batch.id);
+      await waitFor('the batch ends', async () => (await getBatch(db.sql, batch.id)).status !== 'open', { everyMs: 20 });
+      // The run's work is over; it now waits to store its usage.
+      await sleep(300);
+      let closed = false;
+      const closing = runner.close().then(() => {
+        closed = true;
+      });
+      await sleep(300);
+      expect(closed).toBe(false);
+      expect(ended).toEqual([]);
+      await unlock();
+      await closing;
+    } finally {
+      await unlock();
+      holder.release();
+      await db.sql`drop trigger usage_gate on leasehold_run_usage`;
+    }
+    expect(ended).toEqual(['succeeded']);
+    expect(await getBatchUsage(db.sql, batch.id, pricesFor('us-east-1'))).toMatchObject({ runs: 1, items: 20 });
+  });
+
   it("two batches run at once by one runner are charged the runner's time once between them, within 5 %", async () => {
     const tenant = `usage-${uid()}`;
     const a = await createBatch(db.sql, newBatch(240, { tenant, job: `u-${uid()}` }), { maxOpen: 10 });
