@@ -48,7 +48,7 @@ interface Started {
 }
 
 /** Settings that make a throwaway server fast; durability does not matter for tests. */
-const FAST_FLAGS = ['-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off', '-c', 'max_connections=300'];
+const FAST_FLAGS = ['-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off', '-c', 'max_connections=400'];
 
 /** Vitest calls this once per run, before any test file; the function returned tears down. */
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
