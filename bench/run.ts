@@ -18,7 +18,7 @@
 // (bench/stream.ts).
 // Last, a bulk cancel of 5,000 open batches beside a running batch (bench/bulk.ts), and usage per batch against the
 // workers' measured invocation times (bench/usage.ts).
-// BENCH_ONLY=batch|start|checksum|lease|graphile|bundle|fairness|demo|retention|fanout|fleet|retries|pooler|events|rate|s3|batching|traces|stream|bulk|pools|waits|usage runs one part.
+// BENCH_ONLY=batch|start|checksum|lease|graphile|bundle|fairness|demo|retention|fanout|fleet|retries|pooler|events|rate|s3|batching|traces|stream|bulk|pools|pause|waits|usage runs one part.
 // DATABASE_URL when set, else a throw-away embedded database (in the OS temp dir, removed after).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -38,6 +38,7 @@ import { graphileBench } from './graphile.js';
 import { leaseBench } from './lease.js';
 import { poolerBench } from './pooler.js';
 import { rateBench } from './rate.js';
+import { pauseBench } from './pause.js';
 import { poolsBench } from './pools.js';
 import { retentionBench } from './retention.js';
 import { retriesBench } from './retries.js';
@@ -91,6 +92,7 @@ async function main() {
     'stream',
     'bulk',
     'pools',
+    'pause',
     'waits',
     'usage',
   ];
@@ -137,6 +139,7 @@ async function main() {
     if (runs('stream')) await streamBench(url!);
     if (runs('bulk')) await bulkBench(url!);
     if (runs('pools')) await poolsBench(url!);
+    if (runs('pause')) await pauseBench(url!);
     if (runs('waits')) {
       // BENCH_WAITS_LINES=waiting,latency picks the lines (default both).
       const lines = (process.env.BENCH_WAITS_LINES ?? 'waiting,latency').split(',');
