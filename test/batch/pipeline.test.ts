@@ -179,12 +179,15 @@ describe('a pipelined run', () => {
       const gates = new Map<string, Deferred<void>>();
       const signals = new Map<string, AbortSignal>();
       const startedA: string[] = [];
-      // A: the first two items it starts (claims of equal due time come in no set order) wait
-      // for the test; the others take 150 ms, ignoring their signal.
+      // A: the first three items it starts (claims of equal due time come in no set order) wait
+      // for the test, ignoring their signal; any other takes 150 ms. The third waits too, so that
+      // however long the move that learns of the loss takes (a loaded machine: over 150 ms), no
+      // slot frees before A knows of it: a third item that ended first would rightly let its
+      // slot start the fourth (seen once in CI).
       const workA: ItemWork = async ({ key, signal }) => {
         startedA.push(key);
         signals.set(key, signal);
-        if (startedA.length <= 2) gates.set(key, deferred());
+        if (startedA.length <= 3) gates.set(key, deferred());
         const gate = gates.get(key);
         await (gate ? gate.promise : sleep(150));
         return 'A';
@@ -226,10 +229,11 @@ describe('a pipelined run', () => {
       // one was still waiting when A learned of the loss.
       expect(startedBeforeLoss).toHaveLength(3);
       gates.get(second)!.resolve();
+      gates.get(startedBeforeLoss[2])!.resolve();
       const resultA = await runA;
       expect(resultA.outcome).toBe('lost');
-      // Both of A's slots freed after the loss (the second item now, the third item after its 150 ms):
-      // neither started the queued item.
+      // Both of A's slots freed after the loss (the second and the third item now): neither
+      // started the queued item.
       await sleep(200);
       expect(startedA).toEqual(startedBeforeLoss);
 
