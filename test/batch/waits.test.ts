@@ -168,8 +168,10 @@ describe('callbacks', () => {
     const gate = approvalGate(tokens);
     // k000 waits; k001 hangs in a run whose process dies (it stops beating).
     const hanging: Executor = { work: (item) => (item.key === 'k001' ? never() : gate.work(item)) };
-    // Beats seldom, so its beat, set an hour back below, stays old until the takeover.
-    const first = new Runner(db.sql, { ...options, beatMs: 3_000, staleMs: 6_000 });
+    // Beats once a minute, so its beat, set an hour back below, stays old until the takeover: at
+    // a 3 s beat one could land between the two under load and the takeover find nothing stale
+    // (seen once in CI).
+    const first = new Runner(db.sql, { ...options, beatMs: 60_000, staleMs: 120_000 });
     const { batch } = await first.start(newBatch(2), {}, hanging);
     await waitFor('k000 waiting', async () => (await itemCounts(db.sql, batch.id)).waiting === 1);
     // The process dies: its beats stop (its run is left stale, k001 running).
@@ -182,7 +184,11 @@ describe('callbacks', () => {
     expect(answer).toMatchObject({ outcome: 'completed', woken: true });
     expect(taken).toBeDefined();
     // k001's attempt counted (its run died); it waits in its second attempt now. k000 is done.
-    await waitFor('k000 done', async () => (await itemRows(db.sql, batch.id))[0].state === 'done');
+    // k000 ends first; k001's second attempt parks a moment later (waiting on k000 alone raced it).
+    await waitFor('k000 done, k001 waiting', async () => {
+      const [a, b] = await itemRows(db.sql, batch.id);
+      return a.state === 'done' && b.state === 'waiting';
+    });
     const rows = await itemRows(db.sql, batch.id);
     expect(rows.map((r) => [r.key, r.state, r.attempts])).toEqual([
       ['k000', 'done', 1],
