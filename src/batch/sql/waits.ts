@@ -127,11 +127,7 @@ async function wakeItems(t: Sql, targets: WakeTarget[]): Promise<{ batch_id: str
     ), up as (
       update leasehold_items i
       set state = 'pending', run_after = now(), updated_at = now(),
-          woke = jsonb_build_object('id', w.id, 'kind', w.kind, 'attempt', w.attempt) || case
-            when w.answer is not null then w.answer
-            when w.kind = 'sleep' then '{"status":"slept"}'::jsonb
-            else jsonb_build_object('status', 'timedOut',
-              'reason', case when w.timeout_at <= now() then 'timeout' else 'heartbeat' end) end
+          woke = ${wokeFrom(t)}
       from w
       where i.batch_id = w.batch_id and i.key = w.key and i.state = 'waiting'
       returning i.batch_id
@@ -307,11 +303,7 @@ export function expiryStatement(sql: Sql, { limit }: { limit: number }) {
     ), up as (
       update leasehold_items i
       set state = 'pending', run_after = now(), updated_at = now(),
-          woke = jsonb_build_object('id', w.id, 'kind', w.kind, 'attempt', w.attempt) || case
-            when w.answer is not null then w.answer
-            when w.kind = 'sleep' then '{"status":"slept"}'::jsonb
-            else jsonb_build_object('status', 'timedOut',
-              'reason', case when w.timeout_at <= now() then 'timeout' else 'heartbeat' end) end
+          woke = ${wokeFrom(sql)}
       from gone w
       where i.batch_id = w.batch_id and i.key = w.key and i.state = 'waiting'
       returning i.batch_id
@@ -462,4 +454,15 @@ export function anyWaiting(sql: Sql, batchId: string | ReturnType<Sql>) {
 export async function callbackKey(sql: Sql): Promise<string> {
   const [r] = await sql<{ secret: string }[]>`select secret from leasehold_callback_keys where id = 1`;
   return r.secret;
+}
+
+// What a woken item's next attempt is told (`woke`), from its deleted wait row `w`: the answer
+// of a completed callback, `slept`, or `timedOut` with why (database clock). Both wake paths
+// (a run's own wake, the expiry pass) write it alike.
+function wokeFrom(sql: Sql) {
+  return sql`jsonb_build_object('id', w.id, 'kind', w.kind, 'attempt', w.attempt) || case
+    when w.answer is not null then w.answer
+    when w.kind = 'sleep' then '{"status":"slept"}'::jsonb
+    else jsonb_build_object('status', 'timedOut',
+      'reason', case when w.timeout_at <= now() then 'timeout' else 'heartbeat' end) end`;
 }
