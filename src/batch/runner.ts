@@ -402,7 +402,7 @@ export class Runner {
     const retryUntil = performance.now() + TAKEOVER_RETRY_MS;
     for (let retry = 0; !batch && performance.now() < retryUntil; retry++) {
       const waiting = await withTimeout(
-        () => q.takeoverMayFind(this.sql, { batchId, maxRunning: this.s.maxRunning, skip: skip() }),
+        () => q.takeoverMayFind(this.sql, { batchId, maxRunning: this.s.maxRunning, skip: skip(), staleMs: this.s.staleMs }),
         this.s.storeTimeoutMs,
       );
       if (!waiting || this.closed) break;

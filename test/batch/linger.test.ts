@@ -15,7 +15,7 @@ beforeAll(async () => {
 
 describe("a run's flusher", () => {
   it('moves 4 items that settle within a few ms in one statement, which claims the next 4 (default queue)', async () => {
-    const waves = 4;
+    const waves = 3;
     const parallel = 4;
     const gates: Deferred<void>[] = [];
     const started: string[] = [];
@@ -32,12 +32,16 @@ describe("a run's flusher", () => {
     await runner.takeOver(() => ({ work }), batch.id);
     for (let wave = 0; wave < waves; wave++) {
       await waitFor(`wave ${wave} started`, () => started.length === (wave + 1) * parallel);
-      // The items run a while (the linger is scaled by how long items take, and a long mean keeps
-      // the queue's 1 item enough for a round trip of up to 160 ms under load), then settle 3 ms apart.
-      await sleep(1_000);
+      // The items run a while, then settle one event-loop turn apart. The linger is scaled by
+      // how long items take: with the default queue (1 item left when 3 of 4 settled) it keeps
+      // waiting only while the last statement's round trip stays under (2,000 / 4 - 1) / 1.5 =
+      // 333 ms; at 1 s it was 166 ms, which a first claim under CI load once took (the wave
+      // split 3 + 1). Settling 3 ms apart by timers let a descheduled test process stretch a
+      // gap past the linger's 50 ms.
+      await sleep(2_000);
       for (const gate of gates.slice(wave * parallel, (wave + 1) * parallel)) {
         gate.resolve();
-        await sleep(3);
+        await new Promise((resolve) => setImmediate(resolve));
       }
     }
     expect((await runOf(runner, batch.id)).outcome).toBe('succeeded');

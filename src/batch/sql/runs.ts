@@ -187,21 +187,37 @@ export function takeOverStatement(sql: Sql, a: TakeOverArgs) {
     from joined j`;
 }
 
-// Whether a takeover that took nothing may have skipped a batch only because a concurrent
-// takeover held its row or its tenant's (the choice skips locked rows): the named batch is
-// still below its target with its tenant below its limit, or (without one) some such tenant has
-// a batch below its target that the runner does not skip (`skip`, as the takeover's: else a
-// runner whose only waiting batch is its own or one of an unknown job asks again and again).
-export async function takeoverMayFind(sql: Sql, a: { batchId?: string; maxRunning: number; skip?: string[] }): Promise<boolean> {
+// Whether a takeover that took nothing may have skipped a batch only because another statement
+// held its row or its tenant's (the choice skips locked rows): the named batch is still below
+// its target with its tenant below its limit, or (without one) some such tenant has a batch
+// below its target that the runner does not skip (`skip`, as the takeover's: else a runner
+// whose only waiting batch is its own or one of an unknown job asks again and again); or, with
+// `staleMs`, a run of the named batch (without one, of any batch not skipped) is stale, and its
+// open, unpaused batch row was held (by a callback's wake, a cancel, another takeover) when the
+// takeover skipped it.
+export async function takeoverMayFind(
+  sql: Sql,
+  a: { batchId?: string; maxRunning: number; skip?: string[]; staleMs?: number },
+): Promise<boolean> {
+  const skip = sql.json(a.skip ?? []);
+  const staleRun =
+    a.staleMs === undefined
+      ? sql`false`
+      : sql`exists (
+          select 1 from leasehold_runs r join leasehold_batches b on b.id = r.batch_id
+          where r.beat_at < now() - make_interval(secs => ${a.staleMs / 1000})
+            and b.status = 'open' and b.paused_at is null
+            and ${a.batchId === undefined ? sql`r.batch_id::text not in (select jsonb_array_elements_text(${skip}))` : sql`r.batch_id = ${a.batchId}::uuid`}
+        )`;
   const [r] = a.batchId
     ? await sql<{ waiting: boolean }[]>`select exists (
         select 1 from leasehold_batches b join leasehold_tenants t on t.tenant = b.tenant
         where b.id = ${a.batchId}::uuid and b.status = 'open' and b.live_runs < b.target
           and t.running < coalesce(t.max_running, ${a.maxRunning})
-      ) as waiting`
+      ) or ${staleRun} as waiting`
     : await sql<{ waiting: boolean }[]>`select exists (
-        select 1 from leasehold_tenants t where ${eligibleTenant(sql, a.maxRunning, sql.json(a.skip ?? []))}
-      ) as waiting`;
+        select 1 from leasehold_tenants t where ${eligibleTenant(sql, a.maxRunning, skip)}
+      ) or ${staleRun} as waiting`;
   return r.waiting;
 }
 
