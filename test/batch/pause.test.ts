@@ -18,7 +18,7 @@ import { batchEvents } from '../../src/batch/sql/events.js';
 import type { Sql } from '../../src/store/index.js';
 import { useTestDatabase } from '../support/db-hooks.js';
 import { sleep } from '../support/time.js';
-import { waitFor } from '../support/waits.js';
+import { deferred, waitFor } from '../support/waits.js';
 import { itemCounts, itemRows, liveRuns, newBatch, runOf } from './helpers.js';
 
 const db = useTestDatabase();
@@ -154,12 +154,17 @@ describe('pause and resume', () => {
 describe('deadline', () => {
   it('a batch of 4 runs past its deadline ends failed with reason deadline: pending items not run, running ones stopped, its event written', async () => {
     for (let round = 0; round < 3; round++) {
-      const { batch } = await createBatch(db.sql, newBatch(400, { tenant: ownTenant(), maxConcurrency: 4, deadlineMs: 400 }), {
+      const { batch } = await createBatch(db.sql, newBatch(400, { tenant: ownTenant(), maxConcurrency: 4, deadlineMs: 60_000 }), {
         maxOpen: 100,
       });
-      expect(batch.deadline!.getTime() - batch.createdAt.getTime()).toBe(400);
+      expect(batch.deadline!.getTime() - batch.createdAt.getTime()).toBe(60_000);
+      // Items wait until all 4 runs joined, and the deadline is brought close only then: set at
+      // 400 ms from the start, four joins under load took longer, the batch ended before the
+      // last run joined, and the test waited for a join that could not come (seen in CI).
+      const joined = deferred<void>();
       const aborted: string[] = [];
       const work: ItemWork = async ({ key, signal }) => {
+        await joined.promise;
         await new Promise<void>((resolve) => {
           const t = setTimeout(resolve, 30);
           signal.addEventListener('abort', () => (clearTimeout(t), aborted.push(key), resolve()), { once: true });
@@ -168,6 +173,8 @@ describe('deadline', () => {
       };
       const runners = Array.from({ length: 4 }, () => new Runner(pool(), { beatMs: BEAT_MS, staleMs: 5_000, parallel: 2 }));
       const runs = await joinAll(runners, batch.id, work);
+      await setBatchDeadline(db.sql, batch.id, { deadline: new Date(Date.now() + 300) });
+      joined.resolve();
       const outcomes = await Promise.all(runs);
       // The first run's beat past the deadline ended it; every run stopped as after a cancel.
       expect(outcomes.every((r) => r.outcome === 'lost')).toBe(true);
