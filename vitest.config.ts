@@ -49,6 +49,40 @@ export const QUICK_SUITE = [
   'test/jobs/checksum.test.ts',
 ];
 
+/**
+ * Files that run each in a fresh process (vitest's `isolate`, the default): they change what
+ * outlives a file — environment variables, globals, `process` listeners, module mocks — or
+ * check how modules load (lazy imports, bundles, packed installs). Every other file shares its
+ * worker process, and so its loaded modules, with the files before it: loading `src` and the AWS
+ * SDK again for each of 164 files cost about 150 s of a pass's CPU.
+ */
+export const ISOLATED = [
+  // Environment variables, globals, process listeners, module mocks.
+  'test/api/units.test.ts',
+  'test/batch/source-s3.test.ts',
+  'test/batch/sources.test.ts',
+  'test/batch/store-faults.test.ts',
+  'test/dashboard/signing.test.ts',
+  'test/functions/bundle.test.ts',
+  'test/functions/handlers.test.ts',
+  'test/infra/sst-config.test.ts',
+  'test/jobs/lambda-invoke.test.ts',
+  'test/local/invoke-endpoint.test.ts',
+  'test/local/traces.test.ts',
+  'test/package/boundaries.test.ts',
+  'test/package/packed-install.test.ts',
+  'test/runtime/event-size.test.ts',
+  'test/runtime/events.test.ts',
+  'test/runtime/iam-limit.test.ts',
+  'test/runtime/late-events.test.ts',
+  'test/runtime/rds-ca-lazy.test.ts',
+  'test/runtime/stream.test.ts',
+  'test/runtime/throttled-worker.test.ts',
+  'test/store/connection-death.test.ts',
+  'test/store/transactions-under-load.test.ts',
+  'test/units/endpoint-guard.test.ts',
+];
+
 /** The files of this run: the pooler's suite, the quick one, or every test. */
 function include(): string[] {
   if (process.env.LEASEHOLD_TEST_POOLER === '1') return POOLER_SUITE;
@@ -56,10 +90,21 @@ function include(): string[] {
   return ['test/**/*.test.ts'];
 }
 
+/** The shared project's files and the isolated one's (a project with no files is left out). */
+function projects() {
+  const files = include();
+  const all = files.some((f) => f.includes('*'));
+  const isolated = all ? ISOLATED : files.filter((f) => ISOLATED.includes(f));
+  const shared = all ? files : files.filter((f) => !ISOLATED.includes(f));
+  return [
+    ...(shared.length ? [{ extends: true, test: { name: 'shared', include: shared, exclude: ISOLATED, isolate: false } }] : []),
+    ...(isolated.length ? [{ extends: true, test: { name: 'isolated', include: isolated } }] : []),
+  ];
+}
+
 // Tests run against a real PostgreSQL (see test/support/global-setup.ts and test/support/db.ts).
 export default defineConfig({
   test: {
-    include: include(),
     // The SDK's notice that its 2027 releases need Node 22 (deploys run nodejs22.x).
     env: { AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true' },
     globalSetup: ['test/support/global-setup.ts'],
@@ -74,5 +119,6 @@ export default defineConfig({
     // took an idle PostgreSQL 15 pass from 324 s to 300 s, but in CI the embedded pass then took
     // 359-455 s and timing-bound tests failed in 3 of 4 runs (load average about 9-10): 4.
     maxWorkers: 4,
+    projects: projects(),
   },
 });

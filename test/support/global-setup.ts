@@ -50,18 +50,42 @@ interface Started {
 /** Settings that make a throwaway server fast; durability does not matter for tests. */
 const FAST_FLAGS = ['-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off', '-c', 'max_connections=400'];
 
-/** Vitest calls this once per run, before any test file; the function returned tears down. */
+/** The run's database (and pooler), started by the first call of {@link setup}. */
+interface Run {
+  url: string;
+  poolerUrl: string;
+  stop(): Promise<void>;
+}
+
+/**
+ * Vitest calls {@link setup} once for the root config and once for each of its projects
+ * (vitest.config.ts): all of them share the run's one server, kept on the main process's
+ * global object (each call may load this module anew), and the last teardown stops it.
+ */
+const shared = globalThis as typeof globalThis & { leaseholdTestRun?: { started: Promise<Run>; users: number } };
+
+/** Vitest calls this before any test file; the function returned tears down. */
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  const entry = (shared.leaseholdTestRun ??= { started: startRun(), users: 0 });
+  entry.users++;
+  const run = await entry.started;
+  project.provide('databaseUrl', run.url);
+  project.provide('poolerUrl', run.poolerUrl);
+  return async () => {
+    if (--entry.users > 0) return;
+    delete shared.leaseholdTestRun;
+    await run.stop();
+    reportMissingPrograms(project);
+  };
+}
+
+/** Build dist/, start the database, and PgBouncer in front of it when the run asks for it. */
+async function startRun(): Promise<Run> {
   buildPackage();
   const db = await startDatabase();
-  project.provide('databaseUrl', db.url);
   if (db.kind !== 'DATABASE_URL') console.log(`[leasehold tests] PostgreSQL: ${db.kind}`);
   if (process.env.LEASEHOLD_TEST_POOLER !== '1' && process.env.LEASEHOLD_TEST_POOLER !== 'all') {
-    project.provide('poolerUrl', '');
-    return async () => {
-      await db.stop();
-      reportMissingPrograms(project);
-    };
+    return { url: db.url, poolerUrl: '', stop: () => db.stop() };
   }
   let bouncer;
   try {
@@ -70,12 +94,14 @@ export default async function setup(project: TestProject): Promise<() => Promise
     await db.stop();
     throw e;
   }
-  project.provide('poolerUrl', bouncer.url());
   console.log(`[leasehold tests] through PgBouncer (transaction mode) on port ${bouncer.port}`);
-  return async () => {
-    await bouncer.stop();
-    await db.stop();
-    reportMissingPrograms(project);
+  return {
+    url: db.url,
+    poolerUrl: bouncer.url(),
+    stop: async () => {
+      await bouncer.stop();
+      await db.stop();
+    },
   };
 }
 
