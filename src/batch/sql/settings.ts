@@ -4,13 +4,16 @@
 // runs at their next beat or token take (docs/design.md, "Fan-out" and "Rate limits").
 import type { Sql } from '../../store/index.js';
 import type { BatchStatus } from '../types.js';
-import { RUN_ITEMS } from './shared.js';
+import { RUN_ITEMS, statusAfter } from './shared.js';
 
 // Sets how many runs a batch may have while it is open; the target follows (one run per
 // RUN_ITEMS items, at most the new limit). Runs beyond it are told by their next beat
 // (`surplus`) and hand off. Answers the batch's status, undefined when there is no such batch.
 export async function setMaxConcurrency(sql: Sql, batchId: string, maxConcurrency: number): Promise<BatchStatus | undefined> {
-  const [r] = await sql<{ status: BatchStatus }[]>`with b as (
+  return statusAfter(
+    sql,
+    batchId,
+    sql`b as (
       update leasehold_batches
       set max_concurrency = ${maxConcurrency},
           -- A paused batch keeps target 0 (migration 030): its resume sets the target from the new limit.
@@ -18,11 +21,8 @@ export async function setMaxConcurrency(sql: Sql, batchId: string, maxConcurrenc
             else least(${maxConcurrency}::int, greatest(1, ceil(total / ${RUN_ITEMS}::float8)::int)) end
       where id = ${batchId} and status = 'open'
       returning status
-    )
-    select status from b
-    union all
-    select status from leasehold_batches where id = ${batchId} and not exists (select 1 from b)`;
-  return r?.status;
+    )`,
+  );
 }
 
 // Sets an open batch's own rate limit (items per second), which every run's next token take
@@ -36,7 +36,10 @@ export async function setMaxConcurrency(sql: Sql, batchId: string, maxConcurrenc
 // them back again spaced at the new rate. The CTEs share one snapshot, so `old` reads the rate
 // before the update.
 export async function setRatePerSecond(sql: Sql, batchId: string, perSecond: number): Promise<BatchStatus | undefined> {
-  const [r] = await sql<{ status: BatchStatus }[]>`with old as (
+  return statusAfter(
+    sql,
+    batchId,
+    sql`old as (
       select rate_per_second as rate from leasehold_batches where id = ${batchId} and status = 'open'
     ), b as (
       update leasehold_batches set rate_per_second = ${perSecond}::float8
@@ -47,9 +50,6 @@ export async function setRatePerSecond(sql: Sql, batchId: string, perSecond: num
       set run_after = now() + (i.run_after - now()) * coalesce((select rate from old) / ${perSecond}::float8, 0)
       where i.batch_id = ${batchId} and i.state = 'pending' and i.run_after > now() and i.error is null
         and coalesce((select rate from old) < ${perSecond}::float8, true) and exists (select 1 from b)
-    )
-    select status from b
-    union all
-    select status from leasehold_batches where id = ${batchId} and not exists (select 1 from b)`;
-  return r?.status;
+    )`,
+  );
 }

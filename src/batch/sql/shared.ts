@@ -3,7 +3,9 @@
 // and its mapping to BatchInfo, the constants a start, a setting and a takeover compare with,
 // and the fence of every run statement: the run's own row in leasehold_runs, locked key share,
 // so a statement holding it changes rows only while the run holds its lease, and an end or a
-// takeover that deletes the row waits for it (docs/design.md, "Fan-out"). Nothing here writes.
+// takeover that deletes the row waits for it (docs/design.md, "Fan-out"); and the status answer
+// of the statements that steer an open batch (`statusAfter`, which runs its caller's update).
+import type postgres from 'postgres';
 import type { Sql } from '../../store/index.js';
 import type { BatchInfo, BatchStatus, ItemState, RunInfo } from '../types.js';
 
@@ -150,4 +152,17 @@ export const NO_LIMIT = 2_147_483_647;
 // takeover deletes it, and waits for the statement holding it; a beat does not conflict).
 export function ownRun(sql: Sql, run: string) {
   return sql`select id from leasehold_runs where id = ${run} for key share`;
+}
+
+// Answers an open batch's status after a change of its row: `ctes` are the statement's CTEs, one
+// of them `b`, the update of the row (only while it is open) returning its status. The status
+// is the update's when it changed the row, else the row's as it stands (a finished batch's, or
+// an open one the update's own condition passed over); undefined when there is no such batch.
+// The steering and settings statements (sql/steer.ts, sql/settings.ts) share it.
+export async function statusAfter(sql: Sql, batchId: string, ctes: postgres.Fragment): Promise<BatchStatus | undefined> {
+  const [r] = await sql<{ status: BatchStatus }[]>`with ${ctes}
+    select status from b
+    union all
+    select status from leasehold_batches where id = ${batchId} and not exists (select 1 from b)`;
+  return r?.status;
 }

@@ -4,39 +4,39 @@
 // (undefined: no such batch). The runs learn of a pause at their next beat (sql/runs.ts, `beat`).
 import type { Sql } from '../../store/index.js';
 import type { BatchStatus } from '../types.js';
-import { RUN_ITEMS } from './shared.js';
+import { RUN_ITEMS, statusAfter } from './shared.js';
 
 // Pauses an open batch: paused_at is set (kept when it was paused already) and its target goes to
 // 0, so no takeover, dispatch or fleet process joins it and its tenant no longer counts it as
 // wanting runs (the trigger of migration 016). Its runs hand off at their next beat. Items are
 // untouched. Answers the batch's status, undefined when there is no such batch.
 export async function pauseBatch(sql: Sql, batchId: string): Promise<BatchStatus | undefined> {
-  const [r] = await sql<{ status: BatchStatus }[]>`with b as (
+  return statusAfter(
+    sql,
+    batchId,
+    sql`b as (
       update leasehold_batches set paused_at = coalesce(paused_at, now()), target = 0
       where id = ${batchId} and status = 'open'
       returning status
-    )
-    select status from b
-    union all
-    select status from leasehold_batches where id = ${batchId} and not exists (select 1 from b)`;
-  return r?.status;
+    )`,
+  );
 }
 
 // Resumes a paused open batch: paused_at cleared, its target back to min(max_concurrency, one run
 // per RUN_ITEMS items), and its dispatch mark cleared, so the next scheduler run (or the caller)
 // sends it workers at once. A batch that is not paused is left as it is. Answers its status.
 export async function resumeBatch(sql: Sql, batchId: string): Promise<BatchStatus | undefined> {
-  const [r] = await sql<{ status: BatchStatus }[]>`with b as (
+  return statusAfter(
+    sql,
+    batchId,
+    sql`b as (
       update leasehold_batches
       set paused_at = null, dispatched_at = null,
           target = least(max_concurrency, greatest(1, ceil(total / ${RUN_ITEMS}::float8)::int))
       where id = ${batchId} and status = 'open' and paused_at is not null
       returning status
-    )
-    select status from b
-    union all
-    select status from leasehold_batches where id = ${batchId} and not exists (select 1 from b)`;
-  return r?.status;
+    )`,
+  );
 }
 
 /** A deadline as a statement takes it: an instant, or ms from the batch's start; null clears it. */
@@ -48,17 +48,17 @@ export type DeadlineArg = { at: Date } | { afterStartMs: number } | null;
 export async function setDeadline(sql: Sql, batchId: string, d: DeadlineArg): Promise<BatchStatus | undefined> {
   const at = d !== null && 'at' in d ? d.at : null;
   const ms = d !== null && 'afterStartMs' in d ? d.afterStartMs : null;
-  const [r] = await sql<{ status: BatchStatus }[]>`with b as (
+  return statusAfter(
+    sql,
+    batchId,
+    sql`b as (
       update leasehold_batches
       set deadline_at = case when ${ms}::float8 is not null
           then created_at + make_interval(secs => ${ms}::float8 / 1000.0) else ${at}::timestamptz end
       where id = ${batchId} and status = 'open'
       returning status
-    )
-    select status from b
-    union all
-    select status from leasehold_batches where id = ${batchId} and not exists (select 1 from b)`;
-  return r?.status;
+    )`,
+  );
 }
 
 // Open batches whose deadline has passed (database clock), soonest first, at most `limit`: the
