@@ -2,22 +2,16 @@
 // "Bulk actions"): raced by runs taking its batches over, by one-batch cancels and by other
 // workers of the action, every batch still ends once, with one Batch Finished event, no run row
 // left and its tenant's counts exact.
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Runner, cancelBatch, createBatch, getAction, startAction, workAction, type ItemWork } from '../../src/batch/index.js';
 import type { Sql } from '../../src/store/index.js';
-import { useTestDatabase } from '../support/db-hooks.js';
+import { usePools, useTestDatabase } from '../support/db-hooks.js';
 import { sleep } from '../support/time.js';
 import { newBatch } from './helpers.js';
 
 const db = useTestDatabase();
 
-const opened: Sql[] = [];
-const pool = (max = 2): Sql => {
-  const p = db.connect({ max });
-  opened.push(p);
-  return p;
-};
-afterEach(() => Promise.all(opened.splice(0).map((p) => p.end({ timeout: 5 }))));
+const pool = usePools(db, 2);
 
 let seq = 0;
 const own = (what: string) => `${what}-${process.pid}-${++seq}`;

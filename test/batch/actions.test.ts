@@ -1,7 +1,7 @@
 // Bulk actions by filter (docs/design.md, "Bulk actions"; issue 39): one request key makes one
 // action, its progress can be followed with why batches were skipped, and its chunks, claimed
 // with FOR UPDATE SKIP LOCKED, never make a worker wait on it nor wait on a worker.
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   Runner,
   cancelBatch,
@@ -15,20 +15,15 @@ import {
   type ItemWork,
 } from '../../src/batch/index.js';
 import type { Sql } from '../../src/store/index.js';
-import { useTestDatabase } from '../support/db-hooks.js';
+import { usePools, useTestDatabase } from '../support/db-hooks.js';
 import { sleep } from '../support/time.js';
 import { waitFor } from '../support/waits.js';
 import { newBatch, runOf } from './helpers.js';
 
 const db = useTestDatabase();
 
-const opened: Sql[] = [];
-const pool = (max = 2, applicationName?: string): Sql => {
-  const p = db.connect({ max, ...(applicationName ? { applicationName } : {}) });
-  opened.push(p);
-  return p;
-};
-afterEach(() => Promise.all(opened.splice(0).map((p) => p.end({ timeout: 5 }))));
+const pools = usePools(db);
+const pool = (max = 2, applicationName?: string): Sql => pools(max, applicationName ? { applicationName } : {});
 
 let seq = 0;
 const own = (what: string) => `${what}-${process.pid}-${++seq}`;

@@ -2,23 +2,16 @@
 // `succeeded` once that many of its items are done, across all its runs; the rest never run
 // (pending stay pending, running ones are given back with their attempt and told to stop), and
 // the end is written once, with its Batch Finished event.
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createBatch, type Executor } from '../../src/batch/index.js';
-import type { Sql } from '../../src/store/index.js';
-import { useTestDatabase } from '../support/db-hooks.js';
+import { usePools, useTestDatabase } from '../support/db-hooks.js';
 import { runUntilEnd } from '../support/runners.js';
 import { sleep } from '../support/time.js';
 import { itemCounts, itemRows, newBatch } from './helpers.js';
 
 const db = useTestDatabase();
 
-const opened: Sql[] = [];
-const connect = (max = 3): Sql => {
-  const p = db.connect({ max });
-  opened.push(p);
-  return p;
-};
-afterEach(() => Promise.all(opened.splice(0).map((p) => p.end({ timeout: 5 }))));
+const connect = usePools(db, 3);
 
 const uid = () => Math.random().toString(36).slice(2, 8);
 

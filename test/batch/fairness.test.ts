@@ -1,7 +1,7 @@
 // Tenant fairness (docs/design.md, "Tenant fairness"): which batch a takeover chooses, per-tenant
 // limits under concurrent takeovers, priorities within a tenant, and time slices.
 import { randomUUID } from 'node:crypto';
-import { afterEach, describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import {
   Runner,
   cancelBatch,
@@ -15,8 +15,7 @@ import {
   type RunnerEvent,
 } from '../../src/batch/index.js';
 import * as q from '../../src/batch/sql/index.js';
-import type { Sql } from '../../src/store/index.js';
-import { useTestDatabase } from '../support/db-hooks.js';
+import { usePools, useTestDatabase } from '../support/db-hooks.js';
 import { newBatch, runOf } from './helpers.js';
 import { deferred, waitFor } from '../support/waits.js';
 import { sleep } from '../support/time.js';
@@ -24,14 +23,8 @@ import { sleep } from '../support/time.js';
 const db = useTestDatabase();
 
 /** Pools of this test's runners, ended after each round and test (the server's connections are shared). */
-const opened: Sql[] = [];
-const pool = (max: number): Sql => {
-  const p = db.connect({ max });
-  opened.push(p);
-  return p;
-};
-const endPools = () => Promise.all(opened.splice(0).map((p) => p.end({ timeout: 5 })));
-afterEach(endPools);
+const pool = usePools(db, 2);
+const endPools = pool.endAll;
 
 let tenantSeq = 0;
 /** A tenant name no other test uses. */

@@ -1,7 +1,7 @@
 // Tenant fairness with fan-out (docs/design.md, "Fan-out" and "Tenant fairness"; issue 17): run
 // slots are shared round robin by tenant, counting runs; a per-tenant limit caps a tenant's
 // runs, not its batches.
-import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import {
   Runner,
   cancelBatch,
@@ -11,8 +11,7 @@ import {
   setTenantLimit,
   type Executor,
 } from '../../src/batch/index.js';
-import type { Sql } from '../../src/store/index.js';
-import { useTestDatabase } from '../support/db-hooks.js';
+import { usePools, useTestDatabase } from '../support/db-hooks.js';
 import { sleep } from '../support/time.js';
 import { waitFor } from '../support/waits.js';
 import { installAudit, liveRuns, newBatch, runChanges } from './helpers.js';
@@ -23,13 +22,7 @@ beforeAll(async () => {
   await installAudit(db.sql);
 });
 
-const opened: Sql[] = [];
-const pool = (max = 2): Sql => {
-  const p = db.connect({ max });
-  opened.push(p);
-  return p;
-};
-afterEach(() => Promise.all(opened.splice(0).map((p) => p.end({ timeout: 5 }))));
+const pool = usePools(db, 2);
 
 let seq = 0;
 const tenant = (name: string) => `${name}-${++seq}-${Math.random().toString(36).slice(2, 6)}`;

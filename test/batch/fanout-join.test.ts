@@ -4,11 +4,11 @@
 // batch's target or the tenant's limit. Each round holds the row in a transaction of its own
 // until every takeover waits on a lock (the server's evidence: pg_stat_activity), then lets go.
 import { randomUUID } from 'node:crypto';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Runner, createBatch, getTenant, setTenantLimit } from '../../src/batch/index.js';
 import * as q from '../../src/batch/sql/index.js';
 import type { Sql } from '../../src/store/index.js';
-import { useTestDatabase } from '../support/db-hooks.js';
+import { usePools, useTestDatabase } from '../support/db-hooks.js';
 import { waitFor } from '../support/waits.js';
 import { newBatch } from './helpers.js';
 
@@ -20,15 +20,13 @@ const ROUNDS = 3;
 /** This file's sessions, told apart from other files' on a shared server. */
 const APP = `join-${randomUUID().slice(0, 8)}`;
 
-const opened: Sql[] = [];
-afterEach(() => Promise.all(opened.splice(0).map((p) => p.end({ timeout: 5 }))));
+const pools = usePools(db);
 
 /** A pool with RACERS open connections (so the takeovers run at once, not one after another). */
 async function racers(): Promise<Sql> {
   // A lock_timeout past the test's wait for every racer to queue: on a loaded machine the last
   // racer may queue more than the default 2 s after the first.
-  const p = db.connect({ max: RACERS, applicationName: APP, lockTimeoutMs: 60_000 });
-  opened.push(p);
+  const p = pools(RACERS, { applicationName: APP, lockTimeoutMs: 60_000 });
   await Promise.all(Array.from({ length: RACERS }, () => p`select pg_sleep(0.05)`));
   return p;
 }
@@ -130,8 +128,7 @@ describe('runs sent at once for one batch', () => {
       ...newBatch(200, { tenant: `join-held-${randomUUID().slice(0, 6)}` }),
       maxConcurrency: 2,
     });
-    const p = db.connect({ max: 2, applicationName: APP, lockTimeoutMs: 100 });
-    opened.push(p);
+    const p = pools(2, { applicationName: APP, lockTimeoutMs: 100 });
     const runner = new Runner(p, { beatMs: 1_000, staleMs: 30_000 });
     let release!: () => void;
     const released = new Promise<void>((r) => (release = r));
@@ -145,8 +142,7 @@ describe('runs sent at once for one batch', () => {
     await isLocked;
     const taking = runner.takeOver(() => ({ work: async () => null }), batch.id);
     // The server's evidence: a takeover statement of this runner waited past its lock_timeout.
-    const watch = db.connect({ max: 1 });
-    opened.push(watch);
+    const watch = pools(1);
     await waitFor('a takeover waiting on the held row', async () => {
       const rows = await watch`select 1 from pg_stat_activity where application_name = ${APP} and wait_event_type = 'Lock'`;
       return rows.length > 0;

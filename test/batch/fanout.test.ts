@@ -1,7 +1,7 @@
 // Fan-out (docs/design.md, "Fan-out: many runs per batch"; issue 17): the guarantees of one run —
 // fencing, takeover, finish exactly once, cancel, tolerance, handoff, redrive — with 4 to 8 runs
 // of one batch at once, each a Runner of its own (a process runs one run of a batch at most).
-import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import {
   ManualClock,
   PermanentItemError,
@@ -16,8 +16,7 @@ import {
   type RunResult,
 } from '../../src/batch/index.js';
 import { setMaxConcurrency } from '../../src/batch/batches.js';
-import type { Sql } from '../../src/store/index.js';
-import { useTestDatabase } from '../support/db-hooks.js';
+import { usePools, useTestDatabase } from '../support/db-hooks.js';
 import { sleep } from '../support/time.js';
 import { deferred, waitFor } from '../support/waits.js';
 import {
@@ -48,14 +47,8 @@ beforeAll(async () => {
 });
 
 // One pool per simulated process, ended after each test (the server's connections are shared).
-const opened: Sql[] = [];
-const pool = (max = 2): Sql => {
-  const p = db.connect({ max });
-  opened.push(p);
-  return p;
-};
-const endPools = () => Promise.all(opened.splice(0).map((p) => p.end({ timeout: 5 })));
-afterEach(endPools);
+const pool = usePools(db, 2);
+const endPools = pool.endAll;
 
 let tenants = 0;
 /** A tenant of its own per batch, so no batch counts against another's maxOpen or limit. */

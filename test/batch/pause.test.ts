@@ -1,6 +1,6 @@
 // Pause, resume and the deadline of one batch (docs/design.md, "Pause, deadline and startBy";
 // issue 39), with 8 runs of one batch at once, each a Runner of its own.
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   Runner,
   claimDispatch,
@@ -16,20 +16,14 @@ import {
 import { pastDeadlineStatement } from '../../src/batch/sql/index.js';
 import { batchEvents } from '../../src/batch/sql/events.js';
 import type { Sql } from '../../src/store/index.js';
-import { useTestDatabase } from '../support/db-hooks.js';
+import { usePools, useTestDatabase } from '../support/db-hooks.js';
 import { sleep } from '../support/time.js';
 import { deferred, waitFor } from '../support/waits.js';
 import { itemCounts, itemRows, liveRuns, newBatch, runOf } from './helpers.js';
 
 const db = useTestDatabase();
 
-const opened: Sql[] = [];
-const pool = (max = 2): Sql => {
-  const p = db.connect({ max });
-  opened.push(p);
-  return p;
-};
-afterEach(() => Promise.all(opened.splice(0).map((p) => p.end({ timeout: 5 }))));
+const pool = usePools(db, 2);
 
 let tenants = 0;
 const ownTenant = () => `pause-${process.pid}-${++tenants}`;
@@ -111,7 +105,7 @@ describe('pause and resume', () => {
       expect(await getBatch(db.sql, batch.id)).toMatchObject({ status: 'succeeded' });
       const done = await itemRows(db.sql, batch.id);
       expect(done.every((i) => i.state === 'done' && i.attempts === 1)).toBe(true);
-      await Promise.all(opened.splice(0).map((p) => p.end({ timeout: 5 })));
+      await pool.endAll();
     }
     console.log(`pause: 8 runs handed off in ${handoffMs.join(', ')} ms (beat ${BEAT_MS} ms); attempts used 0`);
   });
@@ -189,7 +183,7 @@ describe('deadline', () => {
       expect(events[0].detail).toMatchObject({ status: 'failed', reason: 'deadline', batchId: batch.id });
       // The scheduler finds nothing more to end.
       expect(await endPastDeadlines(db.sql)).not.toContain(batch.id);
-      await Promise.all(opened.splice(0).map((p) => p.end({ timeout: 5 })));
+      await pool.endAll();
     }
   });
 

@@ -4,24 +4,17 @@
 // the cap holds with every run at once (repeated), a limit changed while they run is followed,
 // a dead run's permits come back when its lease lapses (database clock), and eight clients
 // taking at once never hold more than the pool.
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Runner, createBatch, getBatch, setPool, type Executor } from '../../src/batch/index.js';
 import { syncPermits } from '../../src/batch/sql/pools.js';
-import type { Sql } from '../../src/store/index.js';
-import { useTestDatabase } from '../support/db-hooks.js';
+import { usePools, useTestDatabase } from '../support/db-hooks.js';
 import { sleep } from '../support/time.js';
 import { waitFor } from '../support/waits.js';
 import { newBatch } from './helpers.js';
 
 const db = useTestDatabase();
 
-const opened: Sql[] = [];
-const connect = (max = 3): Sql => {
-  const p = db.connect({ max });
-  opened.push(p);
-  return p;
-};
-afterEach(() => Promise.all(opened.splice(0).map((p) => p.end({ timeout: 5 }))));
+const connect = usePools(db, 3);
 
 const uid = () => Math.random().toString(36).slice(2, 8);
 

@@ -3,11 +3,10 @@
 // `slow` are limited to 20/s and items of key `fast` to 400/s. Every start is timed here; the
 // checks are the limit's bound in every one-second window, the slow key's throughput, that the
 // fast key is not held back, and that waiting for a token uses no attempt.
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Runner, createBatch, getBatch, setRateLimit, type Executor } from '../../src/batch/index.js';
 import { RetryAfterError } from '../../src/batch/errors.js';
-import type { Sql } from '../../src/store/index.js';
-import { useTestDatabase } from '../support/db-hooks.js';
+import { usePools, useTestDatabase } from '../support/db-hooks.js';
 import { runUntilEnd } from '../support/runners.js';
 import { sleep } from '../support/time.js';
 import { waitFor } from '../support/waits.js';
@@ -16,13 +15,7 @@ import { mostInWindow } from '../support/random.js';
 
 const db = useTestDatabase();
 
-const opened: Sql[] = [];
-const pool = (max = 3): Sql => {
-  const p = db.connect({ max });
-  opened.push(p);
-  return p;
-};
-afterEach(() => Promise.all(opened.splice(0).map((p) => p.end({ timeout: 5 }))));
+const pool = usePools(db, 3);
 
 describe('a fleet-wide rate limit per key', () => {
   it('holds 20/s per key across 4 runs in every 1 s window, for each of two keys at once, neither starved, using no attempt', async () => {

@@ -3,10 +3,9 @@
 // and items with a retry make the spans the design names, parented and linked as it says.
 import { trace, SpanKind, SpanStatusCode } from '@opentelemetry/api';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Runner, getBatch, startBatch, type ItemWork } from '../../src/batch/index.js';
-import type { Sql } from '../../src/store/index.js';
-import { useTestDatabase } from '../support/db-hooks.js';
+import { usePools, useTestDatabase } from '../support/db-hooks.js';
 import { deferred, waitFor } from '../support/waits.js';
 import { runOf } from './helpers.js';
 
@@ -18,13 +17,7 @@ beforeAll(() => {
 });
 afterAll(() => trace.disable());
 
-const opened: Sql[] = [];
-const pool = (): Sql => {
-  const p = db.connect({ max: 2 });
-  opened.push(p);
-  return p;
-};
-afterEach(() => Promise.all(opened.splice(0).map((p) => p.end({ timeout: 5 }))));
+const pool = usePools(db, 2);
 
 const CALLER_TRACE = '4bf92f3577b34da6a3ce929d0e0e4736';
 const CALLER_SPAN = '00f067aa0ba902b7';

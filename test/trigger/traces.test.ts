@@ -6,13 +6,12 @@
 import { trace, SpanKind } from '@opentelemetry/api';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
 import type { EventBridgeClient } from '@aws-sdk/client-eventbridge';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { batchEvents, getBatch, Runner, type BatchExpander, type ItemWork } from '../../src/batch/index.js';
 import { EventBridgePublisher } from '../../src/runtime/events.js';
 import { handleTrigger, parseChainRules, startDeferred, type TriggerDeps } from '../../src/trigger/index.js';
-import type { Sql } from '../../src/store/index.js';
 import { silentLog } from '../../src/log.js';
-import { useTestDatabase } from '../support/db-hooks.js';
+import { usePools, useTestDatabase } from '../support/db-hooks.js';
 import { waitFor } from '../support/waits.js';
 
 const db = useTestDatabase();
@@ -23,8 +22,7 @@ beforeAll(() => {
 });
 afterAll(() => trace.disable());
 
-const opened: Sql[] = [];
-afterEach(() => Promise.all(opened.splice(0).map((p) => p.end({ timeout: 5 }))));
+const pools = usePools(db);
 
 const SENDER_TRACE = '0af7651916cd43dd8448eb211c80319c';
 const SENDER_SPAN = 'b7ad6b7169203331';
@@ -42,8 +40,7 @@ const jobs: BatchExpander = {
 
 /** Runs batch `id` to its end in a runner of its own; `extract-2` fails its first attempt. */
 async function runToEnd(id: string): Promise<void> {
-  const pool = db.connect({ max: 2 });
-  opened.push(pool);
+  const pool = pools();
   const tries = new Map<string, number>();
   const work: ItemWork = async ({ key }) => {
     const n = (tries.get(key) ?? 0) + 1;
