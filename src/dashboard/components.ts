@@ -1,9 +1,9 @@
 // Pieces every view uses: polling, the progress bar of a batch, the weight bar of a process,
-// status badges and error notes.
+// status badges, error notes and a waiting item's wait.
 import { html } from 'htm/preact';
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
 import { ApiCallError, ITEM_STATES, type Batch, type ItemState } from './api.js';
-import { percent, when } from './format.js';
+import { percent, waitDeadlines, when, type ItemWait } from './format.js';
 
 /** How often a view reloads what it shows, ms. */
 export const POLL_MS = 2_000;
@@ -170,4 +170,19 @@ export function round2(n: number): number {
 export function Time({ at }: { at: string | null | undefined }) {
   if (!at) return html`<span class="muted">–</span>`;
   return html`<time datetime=${at}>${when(at)}</time>`;
+}
+
+/**
+ * A waiting item's wait: what it waits for and its deadlines ({@link waitDeadlines}) from `now`
+ * (ms since the epoch, the page's clock when the items were read), each relative with its
+ * absolute time as its title: `callback · times out in 9 min 58 s · heartbeat due in 28 s`,
+ * `sleep · wakes in 4 min 5 s`.
+ */
+export function WaitNote({ wait, now }: { wait: ItemWait; now: number }) {
+  return html`<span class="wait" data-wait=${wait.kind}
+    >${wait.kind}${waitDeadlines(wait, now).map(
+      (d) =>
+        html` · ${d.label}${' '}<span class="deadline" data-wait-deadline=${d.label} data-at=${d.at} title=${d.absolute}>${d.relative}</span>`,
+    )}</span
+  >`;
 }

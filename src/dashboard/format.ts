@@ -1,5 +1,5 @@
 // How the page writes numbers, ages, ids and usage.
-import type { ApiUsage } from '../api/wire.js';
+import type { ApiItem, ApiUsage } from '../api/wire.js';
 
 /** `950 ms`, `12 s`, `4 min 5 s`, `2 h 3 min`, `3 d 4 h`. */
 export function duration(ms: number): string {
@@ -40,6 +40,50 @@ export function when(iso: string | number | null | undefined): string {
   if (iso === null || iso === undefined || iso === '') return '–';
   const date = new Date(iso);
   return Number.isNaN(date.getTime()) ? '–' : `${day(date)} ${timeOfDay(date)}`;
+}
+
+/**
+ * A time `ms` from now in {@link duration}'s units: `in 4 min 5 s` ahead, `3 s ago` behind; `–`
+ * for no number.
+ */
+export function relative(ms: number): string {
+  if (!Number.isFinite(ms)) return '–';
+  return ms >= 0 ? `in ${duration(ms)}` : `${duration(-ms)} ago`;
+}
+
+/** What a waiting item waits for and until when, as the API gives it (`GET /batches/{id}/items`). */
+export type ItemWait = NonNullable<ApiItem['wait']>;
+
+/** One deadline of a waiting item's wait, as the page writes it ({@link waitDeadlines}). */
+export interface WaitDeadline {
+  /** What happens then: `wakes` (a sleep's wake), `times out` (a callback's timeout), `heartbeat due` (its heartbeat deadline). */
+  label: 'wakes' | 'times out' | 'heartbeat due';
+  /** The deadline, ISO time (the database's clock). */
+  at: string;
+  /** From `now`: `in 4 min 5 s`; `3 s ago` once passed (the scheduler's expiry pass wakes it on its next round). */
+  relative: string;
+  /** The deadline as the page writes every time ({@link when}): `2026-12-02 04:17:18`, local. */
+  absolute: string;
+}
+
+/**
+ * The deadlines of a waiting item's wait, measured from `now` (ms since the epoch, the page's
+ * clock at load): a sleep's wake (`wakeAt`); a callback's timeout (`timeoutAt`, else `wakeAt`)
+ * and its heartbeat deadline (`heartbeatBy`) when it has one. A deadline that is not a time is
+ * left out.
+ */
+export function waitDeadlines(wait: ItemWait, now: number): WaitDeadline[] {
+  const at: [WaitDeadline['label'], string | null][] =
+    wait.kind === 'sleep'
+      ? [['wakes', wait.wakeAt]]
+      : [
+          ['times out', wait.timeoutAt ?? wait.wakeAt],
+          ['heartbeat due', wait.heartbeatBy],
+        ];
+  return at.flatMap(([label, iso]) => {
+    const t = iso === null ? NaN : Date.parse(iso);
+    return iso === null || Number.isNaN(t) ? [] : [{ label, at: iso, relative: relative(t - now), absolute: when(iso) }];
+  });
 }
 
 /** JSON on one line, cut at `max` characters. */

@@ -2,8 +2,8 @@
 // attempts, pause and resume, redrive and cancel, and a chart of items finished over time.
 import { html } from 'htm/preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { api, ITEM_STATES, type Batch, type ItemState } from '../api.js';
-import { CountsLegend, ErrorNote, ProgressBar, StatusBadge, Time, message, usePoll } from '../components.js';
+import { api, ITEM_STATES, type Batch, type Item, type ItemState } from '../api.js';
+import { CountsLegend, ErrorNote, ProgressBar, StatusBadge, Time, WaitNote, message, usePoll } from '../components.js';
 import { brief, duration, rate, shortId, usageText } from '../format.js';
 import { CancelButton, PauseButton, shownStatus } from './batches.js';
 import { FinishedChart } from './chart.js';
@@ -218,7 +218,12 @@ function Items({ batch }: { batch: Batch }) {
   // Cursors of the pages before this one (the first page's is undefined).
   const [cursors, setCursors] = useState<(string | undefined)[]>([undefined]);
   const after = cursors[cursors.length - 1];
-  const page = usePoll(() => api.items(batch.id, { state: state || undefined, after, limit: PAGE }), [batch.id, state, after]);
+  // `readAt`: this page's clock at the load, that a waiting item's deadlines are measured from.
+  const page = usePoll(
+    async () => ({ ...(await api.items(batch.id, { state: state || undefined, after, limit: PAGE })), readAt: Date.now() }),
+    [batch.id, state, after],
+  );
+  const readAt = page.data?.readAt ?? Date.now();
   const choose = (s: ItemState | '') => {
     setState(s);
     setCursors([undefined]);
@@ -246,7 +251,7 @@ function Items({ batch }: { batch: Batch }) {
                 <th scope="col">Key</th>
                 <th scope="col">State</th>
                 <th scope="col" class="num">Attempts</th>
-                <th scope="col">Error or output</th>
+                <th scope="col">Error, output or wait</th>
               </tr>
             </thead>
             <tbody>
@@ -254,12 +259,16 @@ function Items({ batch }: { batch: Batch }) {
                 (i) => html`<tr data-item=${i.key} data-state=${i.state}>
                   <td><code>${i.key}</code></td>
                   <td>${
-                    batch.status === 'cancelled' && (i.state === 'running' || i.state === 'pending')
+                    notRun(batch, i)
                       ? html`<span class="state notrun" title=${`${i.state} when the batch was cancelled`}>not run</span>`
                       : html`<span class=${`state ${i.state}`}>${i.state}</span>`
                   }</td>
                   <td class="num">${i.attempts}</td>
-                  <td class=${i.error ? 'item-error' : 'muted'}>${i.error ?? brief(i.output)}</td>
+                  ${
+                    i.state === 'waiting' && i.wait && !notRun(batch, i)
+                      ? html`<td><${WaitNote} wait=${i.wait} now=${readAt} /></td>`
+                      : html`<td class=${i.error ? 'item-error' : 'muted'}>${i.error ?? brief(i.output)}</td>`
+                  }
                 </tr>`,
               )}
             </tbody>
@@ -272,6 +281,13 @@ function Items({ batch }: { batch: Batch }) {
     </nav>
   </section>`;
 }
+
+/**
+ * An unfinished item of a cancelled batch (running, waiting or pending): no run works it any
+ * more, so it shows as `not run`, as the counts have it (components.ts, shownCounts), and a
+ * waiting one without its deadlines.
+ */
+const notRun = (batch: Batch, i: Item) => batch.status === 'cancelled' && i.state !== 'done' && i.state !== 'failed';
 
 /** The AWS console's page of an `s3://bucket/key` location (locally it names the object all the same). */
 function s3Console(location: string): string {
