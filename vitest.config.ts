@@ -78,6 +78,7 @@ export const ISOLATED = [
   'test/runtime/rds-ca-lazy.test.ts',
   'test/runtime/stream.test.ts',
   'test/runtime/throttled-worker.test.ts',
+  'test/runtime/webhook-traces.test.ts',
   'test/store/connection-death.test.ts',
   'test/store/transactions-under-load.test.ts',
   'test/units/endpoint-guard.test.ts',
