@@ -67,6 +67,7 @@ export const ISOLATED = [
   'test/functions/handlers.test.ts',
   'test/infra/sst-config.test.ts',
   'test/jobs/lambda-invoke.test.ts',
+  'test/jobs/lambda-invoke-traces.test.ts',
   'test/local/invoke-endpoint.test.ts',
   'test/local/traces.test.ts',
   'test/package/boundaries.test.ts',
