@@ -65,9 +65,9 @@ export class Tracing {
     return this.tracer.startSpan(name, { kind: KINDS[kind], attributes, links: links as Link[] | undefined, root }, ctx);
   }
 
-  /** Start a span whose parent context is `parent` (made once by {@link contextOf}, reused). */
-  startIn(name: string, kind: SpanKindName, attributes: Attributes, parent: Context): Span {
-    return this.tracer.startSpan(name, { kind: KINDS[kind], attributes }, parent);
+  /** Start a span whose parent context is `parent` (made once by {@link contextOf}, reused), with `links` (default none). */
+  startIn(name: string, kind: SpanKindName, attributes: Attributes, parent: Context, links?: TraceLinks): Span {
+    return this.tracer.startSpan(name, { kind: KINDS[kind], attributes, links: links as Link[] | undefined }, parent);
   }
 
   /** A context whose active span is `span`, to start many children in with {@link startIn}. */
@@ -88,10 +88,14 @@ export class Tracing {
     return context.with(trace.setSpan(context.active(), span), f);
   }
 
-  /** Mark `span` failed with `error` (status error, the exception recorded); does not end it. */
+  /**
+   * Mark `span` failed with `error` (status error, the exception recorded, `error.type` its
+   * class's name as the OpenTelemetry conventions ask); does not end it.
+   */
   fail(span: Span, error: unknown): void {
     const e = error instanceof Error ? error : new Error(String(error));
     span.recordException(e);
+    span.setAttribute('error.type', e.name && e.name !== 'Error' ? e.name : e.constructor.name || 'Error');
     span.setStatus({ code: SpanStatusCode.ERROR, message: e.message });
   }
 

@@ -19,11 +19,19 @@ import {
 } from '../batch/events.js';
 import { getBatchesUsage, type Prices } from '../batch/usage.js';
 import { putEventsEntrySize } from '../contract.js';
-import { parseTraceparent, traced, tracingRegistered, xrayTraceHeader, type TraceLinks } from '../tracing.js';
+import {
+  formatTraceparent,
+  parseTraceparent,
+  traced,
+  tracing,
+  tracingRegistered,
+  xrayTraceHeader,
+  type TraceLinks,
+} from '../tracing.js';
 import type { Sql } from '../store/connect.js';
 import { EndpointGuard } from '../units/endpoint-guard.js';
 import { MAX_RETRY_AFTER_MS } from '../units/outbox-delivery.js';
-import { postWebhookAnswer, signWebhook } from '../units/webhook.js';
+import { postWebhookAnswer, signWebhook, type WebhookAnswer } from '../units/webhook.js';
 import type { Log } from '../log.js';
 import { boundDetail, packCalls } from './event-size.js';
 
@@ -253,21 +261,10 @@ async function notify(
   let error: string | undefined;
   let retryAfterMs: number | undefined;
   try {
-    const post = async () => postWebhookAnswer(await guard.dispatcher(timeoutMs), { url, body: text, headers, timeoutMs });
-    // A span per delivery when tracing, a child of the active one (docs/design.md, "Traces").
-    ({ error, retryAfterMs } = await (tracingRegistered()
-      ? traced(
-          'POST Batch Finished webhook',
-          {
-            'http.request.method': 'POST',
-            'server.address': new URL(url).hostname,
-            'messaging.message.id': event.id,
-            'leasehold.batch.id': event.detail.batchId,
-          },
-          post,
-          'client',
-        )
-      : post()));
+    const post = async (h: Record<string, string>) =>
+      postWebhookAnswer(await guard.dispatcher(timeoutMs), { url, body: text, headers: h, timeoutMs });
+    // A span per delivery when tracing (docs/design.md, "Traces").
+    ({ error, retryAfterMs } = await (tracingRegistered() ? tracedNotify(event, url, headers, post) : post(headers)));
   } catch (e) {
     error = (e as Error)?.message ?? String(e);
   }
@@ -281,6 +278,75 @@ async function notify(
   // A 429 or 503 with Retry-After: the next try waits at least that long, cut as the outbox cuts it.
   const retryInMs = Math.max(eventRetryMs(event.attempts), Math.min(retryAfterMs ?? 0, MAX_RETRY_AFTER_MS));
   await markNotifyFailed(deps.sql, { id: event.id, error, retryInMs });
+}
+
+/**
+ * `post`, one webhook delivery, in a client span `POST Batch Finished webhook` (docs/design.md,
+ * "Traces"): a child of the batch's start span (the event's `traceparent`; else of the active
+ * span), linked to the active span when both are there; the OpenTelemetry HTTP client
+ * attributes (`http.request.method`, `url.full` with its credentials and query values
+ * redacted, `server.address`, `server.port`, `http.response.status_code`) and `error.type` and
+ * status error when the delivery failed. The request's `traceparent` header names this span.
+ */
+async function tracedNotify(
+  event: TakenEvent,
+  url: string,
+  headers: Record<string, string>,
+  post: (headers: Record<string, string>) => Promise<WebhookAnswer>,
+): Promise<WebhookAnswer> {
+  const t = await tracing();
+  if (!t) return post(headers);
+  const parent = parseTraceparent(event.detail.traceparent);
+  const active = t.activeSpanContext();
+  const u = new URL(url);
+  const span = t.start(
+    'POST Batch Finished webhook',
+    'client',
+    {
+      'http.request.method': 'POST',
+      'url.full': redactedUrl(u),
+      'server.address': u.hostname.replace(/^\[(.*)\]$/, '$1'),
+      'server.port': u.port ? Number(u.port) : u.protocol === 'https:' ? 443 : 80,
+      'messaging.message.id': event.id,
+      'leasehold.batch.id': event.detail.batchId,
+      'leasehold.tenant': event.detail.tenant,
+    },
+    parent,
+    parent && active ? [{ context: active, attributes: { 'leasehold.link': 'sender' } }] : undefined,
+  );
+  try {
+    // W3C Trace Context: the receiver continues from this span (the batch's, should it not be valid).
+    const own = formatTraceparent(span.spanContext());
+    const answer = await t.within(span, () => post(parseTraceparent(own) ? { ...headers, traceparent: own } : headers));
+    if (answer.status !== undefined) span.setAttribute('http.response.status_code', answer.status);
+    if (answer.error !== undefined) {
+      span.setAttribute('error.type', answer.errorType ?? '_OTHER');
+      t.failWith(span, answer.error);
+    }
+    return answer;
+  } catch (e) {
+    t.fail(span, e);
+    throw e;
+  } finally {
+    span.end();
+  }
+}
+
+/**
+ * A URL as a span may show it (OpenTelemetry's `url.full`): user and password as `REDACTED`,
+ * and every query parameter's value too (a webhook's token often rides there); no fragment.
+ */
+function redactedUrl(u: URL): string {
+  const r = new URL(u.href);
+  if (r.username) r.username = 'REDACTED';
+  if (r.password) r.password = 'REDACTED';
+  r.hash = '';
+  if (r.search) {
+    const keys = [...r.searchParams.keys()];
+    r.search = '';
+    for (const k of keys) r.searchParams.append(k, 'REDACTED');
+  }
+  return r.href;
 }
 
 let guard: EndpointGuard | undefined;

@@ -37,6 +37,14 @@ export async function postWebhook(dispatcher: Dispatcher, p: WebhookPost): Promi
 export interface WebhookAnswer {
   error: string | undefined;
   retryAfterMs?: number;
+  /** The answer's HTTP status code; undefined when none came (a network error, a timeout, a refusal). */
+  status?: number;
+  /**
+   * With `error`, its kind in a few words, as OpenTelemetry's `error.type` takes it: the status
+   * code (`500`), `timeout`, `refused` (the address policy), or the network error's code
+   * (`ECONNREFUSED`) or name.
+   */
+  errorType?: string;
 }
 
 /** {@link postWebhook}, also reading a 429's or 503's `Retry-After`. Never throws. */
@@ -71,23 +79,28 @@ export async function postWebhookAnswer(dispatcher: Dispatcher, p: WebhookPost):
     // (or huge) body cannot fill the worker's memory or hold the delivery.
     res.body.on('error', () => {});
     res.body.destroy();
-    if (res.statusCode >= 200 && res.statusCode < 300) return { error: undefined };
-    const error = `HTTP ${res.statusCode}`;
-    if (res.statusCode !== 429 && res.statusCode !== 503) return { error };
+    const status = res.statusCode;
+    if (status >= 200 && status < 300) return { error: undefined, status };
+    const error = `HTTP ${status}`;
+    const failed = { status, errorType: String(status) };
+    if (status !== 429 && status !== 503) return { error, ...failed };
     const header = res.headers['retry-after'];
     const sentAt = Date.parse(String(res.headers.date ?? ''));
     const retryAfterMs = parseRetryAfter(
       Array.isArray(header) ? header[0] : header,
       Number.isFinite(sentAt) ? sentAt : Date.now(),
     );
-    return retryAfterMs === undefined ? { error } : { error: `${error}, Retry-After ${retryAfterMs} ms`, retryAfterMs };
+    return retryAfterMs === undefined
+      ? { error, ...failed }
+      : { error: `${error}, Retry-After ${retryAfterMs} ms`, retryAfterMs, ...failed };
   } catch (e) {
-    if (timedOut) return { error: `no answer within ${p.timeoutMs} ms` };
-    if (e instanceof EndpointRefusedError) return { error: `refused: ${e.message}` };
+    if (timedOut) return { error: `no answer within ${p.timeoutMs} ms`, errorType: 'timeout' };
+    if (e instanceof EndpointRefusedError) return { error: `refused: ${e.message}`, errorType: 'refused' };
     const err = e as Error & { code?: string };
-    const cause = (err?.cause as Error | undefined)?.message;
+    const cause = err?.cause as (Error & { code?: string }) | undefined;
     return {
-      error: `${err?.message ?? String(e)}${err?.code && !err.message?.includes(err.code) ? ` (${err.code})` : ''}${cause ? ` (${cause})` : ''}`,
+      error: `${err?.message ?? String(e)}${err?.code && !err.message?.includes(err.code) ? ` (${err.code})` : ''}${cause?.message ? ` (${cause.message})` : ''}`,
+      errorType: err?.code ?? cause?.code ?? err?.name ?? 'Error',
     };
   } finally {
     clearTimeout(timer);

@@ -6,7 +6,6 @@
 import type { Clock } from '../../clock.js';
 import { InvalidSettingError, LeaseholdError } from '../../errors.js';
 import { ItemTimeoutError } from '../errors.js';
-import { tracingRegistered } from '../../tracing.js';
 import type { Executor, ItemCallResult, ItemContext, ItemsWork, ItemWork } from '../types.js';
 
 /** Most items one batched call may get (`itemsPerCall`). */
@@ -17,6 +16,24 @@ export const DEFAULT_GATHER_MS = 20;
 
 /** Longest `gatherMs`, ms. */
 export const MAX_GATHER_MS = 10_000;
+
+/**
+ * Where a run that traces (docs/design.md, "Traces") puts an item's {@link AttemptTrace} on the
+ * item's context, so a call of several items can be a child of the run's span linked to each
+ * item's attempt span. A symbol: not among the context's keys, not in its JSON.
+ */
+export const ATTEMPT_TRACE: unique symbol = Symbol('leasehold.attemptTrace');
+
+/** The tracing of one attempt: its span, and the run that makes the span of its call. */
+export interface AttemptTrace {
+  /** The attempt's span (an `@opentelemetry/api` Span). */
+  span: unknown;
+  /** The run's tracer: `call` runs `f`, the call of `items`, in the call's span. */
+  run: { call<T>(items: readonly ItemContext[], f: () => Promise<T>): Promise<T> };
+}
+
+/** An item's context, with its attempt's tracing when its run traces. */
+export type TracedItem = ItemContext & { [ATTEMPT_TRACE]?: AttemptTrace };
 
 /**
  * A batched call's answer was wrong for this item (docs/design.md, "Item batching"): it left the
@@ -243,11 +260,10 @@ class CallGrouper {
       let answer: unknown;
       try {
         const call = () => this.workMany({ items, signal: signal.signal, batch: items[0]!.batch });
-        // A span per batched call when tracing (docs/design.md, "Traces"), a child of the active one;
-        // its code is a chunk of its own, loaded only then.
-        answer = await Promise.resolve().then(() =>
-          tracingRegistered() ? import('./call-trace.js').then((m) => m.tracedCall(items[0]!.batch, items.length, call)) : call(),
-        );
+        // A span per batched call when the run traces (docs/design.md, "Traces"): a child of the
+        // run's span, whatever context the call happens to start in, linked to its items' attempts.
+        const traced = (items[0] as TracedItem)[ATTEMPT_TRACE];
+        answer = await Promise.resolve().then(() => (traced ? traced.run.call(items, call) : call()));
       } catch (e) {
         // A whole-call failure: a failed attempt of every item in the call.
         for (const w of group) w.reject(e);

@@ -10,7 +10,7 @@ import { ItemStaleError, ItemTimeoutError, RetryAfterError } from '../errors.js'
 import { ItemBeats } from './heartbeat.js';
 import { recoverStaleItems } from '../sql/heartbeats.js';
 import * as q from '../sql/index.js';
-import { ItemNotStartedError } from './calls.js';
+import { ATTEMPT_TRACE, ItemNotStartedError, type AttemptTrace } from './calls.js';
 import { encodeOutput, errorText, readableThrown } from '../values.js';
 import type { Executor } from '../types.js';
 import type { RunContext } from './context.js';
@@ -177,7 +177,9 @@ export class ItemExecutor {
       // Tracing (docs/design.md, "Traces"): the attempt's span is active while the work runs.
       const span = t.attempt(c.key, c.attempts);
       const end = (s: Settled) => (t.settled(span, s), done(s));
-      p = this.work(c, t.within(span)).then(end, (e: unknown) => end(unexpected(e)));
+      // With item batching the call's span links to the attempt's (calls.ts); else nothing more is made.
+      const traced = this.executor.itemsPerCall === undefined ? undefined : { span, run: t };
+      p = this.work(c, t.within(span), traced).then(end, (e: unknown) => end(unexpected(e)));
     }
     this.executing.set(c.key, p);
   }
@@ -207,7 +209,7 @@ export class ItemExecutor {
   }
 
   /** Execute one item and say how its move should read. Never throws. */
-  private async work(c: q.ClaimedRow, within?: <T>(f: () => T) => T): Promise<Settled> {
+  private async work(c: q.ClaimedRow, within?: <T>(f: () => T) => T, traced?: AttemptTrace): Promise<Settled> {
     const { batch, s } = this.ctx;
     // The attempt that waited on a callback which timed out fails at once (docs/design.md,
     // "Waiting items: callbacks and sleeps"): the job's retry policy decides what follows.
@@ -242,6 +244,8 @@ export class ItemExecutor {
         checkpointed: c.checkpoint ?? undefined,
         ...wait.calls(),
       };
+      // A call of several items is traced by the run, linked to this attempt's span (calls.ts).
+      if (traced) (item as { [ATTEMPT_TRACE]?: AttemptTrace })[ATTEMPT_TRACE] = traced;
       // Without tracing no closure is made (docs/design.md, "Traces": no cost per item).
       const working = within ? within(() => this.executor.work(item)) : this.executor.work(item);
       let output: unknown;

@@ -5,8 +5,9 @@
 // a message processed again. Made only when an app registered a tracer provider: without one a
 // run has no RunTrace and its items pay one `undefined` check.
 import type { Attributes, Context, Span } from '@opentelemetry/api';
-import { parseTraceparent, tracing, type SpanKindName, type Tracing } from '../../tracing.js';
-import type { BatchInfo, RunOutcome, StoredSource } from '../types.js';
+import { parseTraceparent, tracing, type SpanKindName, type TraceLinks, type Tracing } from '../../tracing.js';
+import type { BatchInfo, ItemContext, RunOutcome, StoredSource } from '../types.js';
+import { ATTEMPT_TRACE, type TracedItem } from './calls.js';
 import type { Settled } from './types.js';
 
 /** One run's tracer, its span and the batch's trace context (one per run, when tracing). */
@@ -18,6 +19,7 @@ export class RunTrace {
   /** The run's span as a context, made once: the parent of every first attempt. */
   private readonly runContext: Context;
   private readonly attemptName: string;
+  private readonly callName: string;
 
   private constructor(
     readonly t: Tracing,
@@ -35,6 +37,7 @@ export class RunTrace {
     this.span = t.start(`run ${batch.job}`, 'consumer', { ...this.base, 'messaging.operation.type': 'receive' }, this.started);
     this.runContext = t.contextOf(this.span);
     this.attemptName = `process ${batch.job}`;
+    this.callName = `call ${batch.job}`;
   }
 
   /** The run's tracing, or undefined when no tracer provider is registered. */
@@ -85,8 +88,14 @@ export class RunTrace {
    * `f` inside a child span of the run's: `name`, kind `kind`, the run's attributes and
    * `attributes`; status error and the exception recorded when it throws (rethrown).
    */
-  private async child<T>(name: string, kind: SpanKindName, attributes: Attributes, f: () => Promise<T>): Promise<T> {
-    const span = this.t.startIn(name, kind, { ...this.base, ...attributes }, this.runContext);
+  private async child<T>(
+    name: string,
+    kind: SpanKindName,
+    attributes: Attributes,
+    f: () => Promise<T>,
+    links?: TraceLinks,
+  ): Promise<T> {
+    const span = this.t.startIn(name, kind, { ...this.base, ...attributes }, this.runContext, links);
     try {
       return await this.t.within(span, f);
     } catch (e) {
@@ -106,6 +115,33 @@ export class RunTrace {
     const at: Attributes = { 'rpc.system': 'aws-api', 'rpc.service': 'S3', 'aws.s3.bucket': s3.bucket };
     if (s3.key !== undefined) at['aws.s3.key'] = s3.key;
     return this.child('read source page', 'client', at, f);
+  }
+
+  /**
+   * `f`, one batched call of `items` to the job's `workMany` (docs/design.md, "Item batching"), in
+   * a client span `call <job>`: a child of the run's span (whichever item's work set the call
+   * off), with the messaging attributes of a process of `items.length` messages
+   * (`messaging.batch.message_count`) and a link to each item's attempt span
+   * (`messaging.message.id` its key, `leasehold.item.attempt` its attempt); status error with
+   * `error.type` and the exception recorded when the call throws (rethrown).
+   */
+  call<T>(items: readonly ItemContext[], f: () => Promise<T>): Promise<T> {
+    const links: TraceLinks = [];
+    for (const item of items) {
+      const span = (item as TracedItem)[ATTEMPT_TRACE]?.span as Span | undefined;
+      if (span) {
+        links.push({
+          context: span.spanContext(),
+          attributes: { 'messaging.message.id': item.key, 'leasehold.item.attempt': item.attempt },
+        });
+      }
+    }
+    const at: Attributes = {
+      'messaging.operation.type': 'process',
+      'messaging.operation.name': 'call',
+      'messaging.batch.message_count': items.length,
+    };
+    return this.child(this.callName, 'client', at, f, links);
   }
 
   /** End the run's span with its outcome (status error for a store error or a loss). */
