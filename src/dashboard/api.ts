@@ -11,6 +11,7 @@ import type {
   ApiItem,
   ApiOutboxEndpoint,
   ApiOutboxStatus,
+  ApiPool,
   ApiProcess,
   ApiRedrive,
   ApiSeries,
@@ -54,6 +55,8 @@ export type Outbox = ApiOutboxStatus;
 export type Redrive = ApiRedrive;
 export type Action = ApiAction;
 export type TenantUsage = NonNullable<ApiTenant['usage']>;
+/** A concurrency pool with its items in flight now (`GET /pools`, docs/api.md, "Pools"). */
+export type Pool = ApiPool;
 
 /** The client of the page's own origin (a relative path has no base outside a browser). */
 const client = () => new ApiClient(location.origin);
@@ -82,6 +85,10 @@ export const api = {
   units: (): Promise<Unit[]> => client().listUnits({ limit: 10_000 }),
   outbox: (tenant: string): Promise<Outbox> => client().outboxStatus(tenant),
   getAction: (id: string): Promise<Action> => client().getAction(id),
+  /** Every pool by name (at most 1,000), with its items in flight now. */
+  pools: (): Promise<Pool[]> => client().listPools(),
+  /** One pool with its items in flight now and its busiest keys; an ApiCallError of 404 when there is none. */
+  getPool: (name: string): Promise<Pool> => client().getPool(name),
   /** A tenant's usage over the last 30 days (undefined from an API that does not answer it). */
   tenantUsage: (tenant: string): Promise<TenantUsage | undefined> =>
     client()

@@ -1,9 +1,9 @@
 // Pieces every view uses: polling, the progress bar of a batch, the weight bar of a process,
-// status badges, error notes and a waiting item's wait.
+// status badges, error notes, a waiting item's wait and how full a concurrency pool is.
 import { html } from 'htm/preact';
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
-import { ApiCallError, ITEM_STATES, type Batch, type ItemState } from './api.js';
-import { percent, waitDeadlines, when, type ItemWait } from './format.js';
+import { ApiCallError, ITEM_STATES, type Batch, type ItemState, type Pool } from './api.js';
+import { percent, poolUse, waitDeadlines, when, type ItemWait } from './format.js';
 
 /** How often a view reloads what it shows, ms. */
 export const POLL_MS = 2_000;
@@ -185,4 +185,28 @@ export function WaitNote({ wait, now }: { wait: ItemWait; now: number }) {
         html` · ${d.label}${' '}<span class="deadline" data-wait-deadline=${d.label} data-at=${d.at} title=${d.absolute}>${d.relative}</span>`,
     )}</span
   >`;
+}
+
+/**
+ * How full a concurrency pool is ({@link poolUse}): a `meter` of `inFlight` on a scale of `total`
+ * (a pool's cap, or a per-key pool's `perKey` for one key), with its percentage beside it; filled
+ * in the colour of a weight over its share when more are in flight than the cap.
+ */
+export function PoolBar({ pool }: { pool: Pick<Pool, 'inFlight' | 'total'> }) {
+  const use = poolUse(pool);
+  return html`<div class="progress pool-use">
+    <div
+      class="bar"
+      role="meter"
+      aria-valuemin="0"
+      aria-valuemax=${pool.total}
+      aria-valuenow=${pool.inFlight}
+      aria-valuetext=${use.text}
+      title=${use.text}
+      data-percent=${use.percent}
+    >
+      <span class=${use.over ? 'seg over' : 'seg running'} style=${{ width: `${use.fill}%` }}></span>
+    </div>
+    <span class="pct">${use.percent} %</span>
+  </div>`;
 }

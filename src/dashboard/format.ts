@@ -1,5 +1,5 @@
 // How the page writes numbers, ages, ids and usage.
-import type { ApiItem, ApiUsage } from '../api/wire.js';
+import type { ApiItem, ApiPool, ApiUsage } from '../api/wire.js';
 
 /** `950 ms`, `12 s`, `4 min 5 s`, `2 h 3 min`, `3 d 4 h`. */
 export function duration(ms: number): string {
@@ -103,4 +103,42 @@ export function usageText(u: ApiUsage): string {
     `S3 ${u.s3Requests.get} GET, ${u.s3Requests.put} PUT, ${u.s3Requests.list} LIST · ` +
     `est. $${usd} ${c.currency} at ${c.region} prices${c.overridden ? ' (overridden)' : ''}`
   );
+}
+
+/**
+ * A pool's cap as the page writes it, as `leasehold pool list` does: `20` (its `limit`); a
+ * per-key pool's `40, 5 per key` (its `total` across keys, then its `perKey`).
+ */
+export function poolLimit(p: Pick<ApiPool, 'total' | 'perKey'>): string {
+  return p.perKey === null ? String(p.total) : `${p.total}, ${p.perKey} per key`;
+}
+
+/** How full a pool is, as the page shows it ({@link poolUse}). */
+export interface PoolUse {
+  /** Items in flight against the cap, whole percent, floored (100 means full; above 100 after a lowered limit). */
+  percent: number;
+  /** The bar's fill, percent of its width: exact, at most 100. */
+  fill: number;
+  /** More in flight than the cap: the limit was lowered under the permits held (runs give back as their items end). */
+  over: boolean;
+  /** In words: `3 of 20 in flight (15 %)`. */
+  text: string;
+}
+
+/**
+ * How full a pool is: `inFlight` (permits held by live runs now) against `total` (its cap, from
+ * 1). A lowered limit takes no permit back, so `inFlight` may pass `total` for a while: then
+ * `over`, and the text says why.
+ */
+export function poolUse({ inFlight, total }: Pick<ApiPool, 'inFlight' | 'total'>): PoolUse {
+  const pct = percent(inFlight, total);
+  const over = inFlight > total;
+  return {
+    percent: pct,
+    fill: total > 0 ? Math.min(100, (100 * inFlight) / total) : 0,
+    over,
+    text:
+      `${inFlight} of ${total} in flight (${pct} %)` +
+      (over ? ': above a lowered limit, runs give permits back as their items end' : ''),
+  };
 }

@@ -1,4 +1,5 @@
-// The dashboard page: batches, one batch, one bulk action (`#/actions/ID`), the fleet, and units with their outbox. Views are
+// The dashboard page: batches, one batch, one bulk action (`#/actions/ID`), the fleet, units with their outbox, and
+// concurrency pools (`#/pools`, one pool at `#/pools/NAME`). Views are
 // chosen by the address's hash (`#/batches/ID`), so the server only serves one page, and every
 // view reloads what it shows every 2 s.
 import { html } from 'htm/preact';
@@ -9,6 +10,7 @@ import { ActionView } from './views/action.js';
 import { BatchView } from './views/batch.js';
 import { BatchesView } from './views/batches.js';
 import { FleetView } from './views/fleet.js';
+import { PoolView, PoolsView } from './views/pools.js';
 import { UnitsView } from './views/units.js';
 
 type Route =
@@ -17,6 +19,8 @@ type Route =
   | { view: 'action'; id: string }
   | { view: 'fleet' }
   | { view: 'units' }
+  | { view: 'pools' }
+  | { view: 'pool'; name: string }
   | { view: 'unknown'; path: string };
 
 function parseHash(hash: string): Route {
@@ -26,6 +30,8 @@ function parseHash(hash: string): Route {
   if (parts[0] === 'actions' && parts[1] && parts.length === 2) return { view: 'action', id: parts[1] };
   if (parts[0] === 'fleet') return { view: 'fleet' };
   if (parts[0] === 'units') return { view: 'units' };
+  if (parts[0] === 'pools' && parts[1] && parts.length === 2) return { view: 'pool', name: parts[1] };
+  if (parts[0] === 'pools' && parts.length === 1) return { view: 'pools' };
   // Only the batches list's own addresses show it: any other says it is not a page.
   if (parts.length > 1 || (parts[0] !== undefined && parts[0] !== 'batches')) return { view: 'unknown', path };
   const q = new URLSearchParams(query);
@@ -46,11 +52,12 @@ const TABS = [
   { view: 'batches', href: '#/batches', label: 'Batches' },
   { view: 'fleet', href: '#/fleet', label: 'Fleet' },
   { view: 'units', href: '#/units', label: 'Units and outbox' },
+  { view: 'pools', href: '#/pools', label: 'Pools' },
 ] as const;
 
 function App() {
   const route = useRoute();
-  const current = route.view === 'batch' ? 'batches' : route.view;
+  const current = route.view === 'batch' ? 'batches' : route.view === 'pool' ? 'pools' : route.view;
   useEffect(() => {
     const titles = {
       batches: 'Batches',
@@ -58,6 +65,8 @@ function App() {
       action: 'Action',
       fleet: 'Fleet',
       units: 'Units and outbox',
+      pools: 'Pools',
+      pool: 'Pool',
       unknown: 'No such page',
     };
     document.title = `${titles[route.view]} · leasehold`;
@@ -67,6 +76,8 @@ function App() {
   else if (route.view === 'action') view = html`<${ActionView} key=${route.id} id=${route.id} />`;
   else if (route.view === 'fleet') view = html`<${FleetView} />`;
   else if (route.view === 'units') view = html`<${UnitsView} />`;
+  else if (route.view === 'pools') view = html`<${PoolsView} />`;
+  else if (route.view === 'pool') view = html`<${PoolView} key=${route.name} name=${route.name} />`;
   else if (route.view === 'unknown')
     view = html`<section aria-labelledby="unknown-title" data-unknown-route>
       <h2 id="unknown-title">No such page</h2>

@@ -350,6 +350,46 @@ describe('the dashboard in a browser, against leasehold dev', withChromium, () =
     expect(browser.pageErrors).toEqual([]);
   });
 
+  browserTest("lists the pools with their limit and items in flight, linked from a batch's page, and fits 700 px", async () => {
+    const name = `pool-${randomUUID().slice(0, 8)}`;
+    await dev.api.setPool(name, { limit: 2 });
+    // 4 items at a time by its job, 2 by its pool: the pool is full while it runs (cancelled below).
+    const { batch } = await dev.api.startBatch({
+      tenant: 'acme',
+      datasource: `ds-${randomUUID().slice(0, 8)}`,
+      job: 'slow',
+      params: { n: 200, ms: 500 },
+      pool: name,
+    });
+    try {
+      await page.goto(`${dev.url}/#/batches/${batch.id}`);
+      await page.locator('[data-pool]').getByRole('link', { name }).click();
+      await page.getByRole('heading', { name: `Pool ${name}` }).waitFor();
+      await expect.poll(() => page.title()).toBe('Pool · leasehold');
+      const tab = page.getByRole('navigation', { name: 'Views' }).getByRole('link', { name: 'Pools' });
+      expect(await tab.getAttribute('aria-current')).toBe('page');
+      await tab.click();
+      const row = page.locator(`table.pools tr[data-pool="${name}"]`);
+      for (const width of [1280, 700]) {
+        await page.setViewportSize({ width, height: 800 });
+        await expect.poll(() => row.locator('[data-in-flight]').textContent(), { timeout: 20_000 }).toBe('2');
+        expect(await row.locator('[data-limit]').textContent()).toBe('2');
+        expect(await row.getByRole('meter').getAttribute('aria-valuetext')).toBe('2 of 2 in flight (100 %)');
+        // The table fits the window: no sideways scrolling.
+        const fit = await page.evaluate(() => {
+          const table = document.querySelector('table.pools')!;
+          return { table: table.scrollWidth, room: table.parentElement!.clientWidth, page: document.documentElement.scrollWidth };
+        });
+        expect(fit.table, `table at ${width} px`).toBeLessThanOrEqual(fit.room);
+        expect(fit.page, `page at ${width} px`).toBeLessThanOrEqual(width);
+      }
+    } finally {
+      await page.setViewportSize({ width: 1280, height: 800 });
+      await dev.api.cancelBatch(batch.id).catch(() => {});
+    }
+    expect(browser.pageErrors).toEqual([]);
+  });
+
   browserTest(
     "draws the chart's count labels whole past 10,000",
     async () => {

@@ -1,5 +1,5 @@
 // One batch: its counts, its usage and estimated cost, items by state with paging, failed items with their errors and
-// attempts, pause and resume, redrive and cancel, and a chart of items finished over time.
+// attempts, pause and resume, redrive and cancel, a chart of items finished over time, and its pool (linked to its view).
 import { html } from 'htm/preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { api, ITEM_STATES, type Batch, type Item, type ItemState } from '../api.js';
@@ -7,6 +7,7 @@ import { CountsLegend, ErrorNote, ProgressBar, StatusBadge, Time, WaitNote, mess
 import { brief, duration, rate, shortId, usageText } from '../format.js';
 import { CancelButton, PauseButton, shownStatus } from './batches.js';
 import { FinishedChart } from './chart.js';
+import { poolHref } from './pools.js';
 
 const PAGE = 20;
 
@@ -94,7 +95,7 @@ export function BatchView({ id }: { id: string }) {
                 ? html`<div><dt>Tolerated failures</dt><dd data-tolerance>${toleranceText(b)}</dd></div>`
                 : null
             }
-            ${b.pool ? html`<div><dt>Pool</dt><dd data-pool>${b.pool}</dd></div>` : null}
+            ${b.pool ? html`<div><dt>Pool</dt><dd data-pool><a href=${poolHref(b.pool)}>${b.pool}</a></dd></div>` : null}
             ${
               b.completion
                 ? html`<div><dt>Completion</dt><dd data-completion>once ${b.completion.minSucceeded} succeeded</dd></div>`
