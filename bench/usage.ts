@@ -4,7 +4,8 @@
 // context of 1,769 MB) are sent at once: one per batch (`{ batchId }`) and one fleet worker
 // that joins the batches as they fan out. Each invocation's time is measured around
 // runWorker (this process's clock); the recorded figure is the sum of the batches' `workerMs`.
-// Their difference is the time invocations spent on no batch (start, polls, leaving). Prints
+// Their difference is what an invocation does before its runner starts (its idle time after
+// that is charged to its runs: docs/design.md, "Usage and cost"). Prints
 // `usage: worker ms recorded R vs measured M (P %), GB-s G, invocations I, est. cost $C`.
 import { randomUUID } from 'node:crypto';
 import { createBatch, getBatchUsage, pricesFor, type Dispatcher } from '../src/batch/index.js';

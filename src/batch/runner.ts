@@ -11,7 +11,7 @@ import { NO_LIMIT } from './sql/index.js';
 import { batchedWork, checkItemBatching } from './run/index.js';
 import { checkRetrySettings, MAX_ATTEMPTS, MAX_BACKOFF_MS, Run, type RunnerEvent, type RunSettings } from './run/index.js';
 import { DEFAULT_MAX_OUTPUT_BYTES } from './values.js';
-import { recordRunUsage, type RunUsageRow } from './sql/usage.js';
+import { addRunWorkerMs, recordRunUsage, type RunUsageRow } from './sql/usage.js';
 import { currentArchitecture, UsageMeter } from './usage.js';
 import {
   ITEM_STALE_LIMITS_MS,
@@ -71,6 +71,13 @@ export interface RunnerOptions {
   moveTries?: number;
   /** Wait before the second try of a failed store statement, ms; doubled each try. Default 100. */
   moveBackoffMs?: number;
+  /**
+   * Whether the process's time with no run live is charged to its runs' usage (docs/design.md,
+   * "Usage and cost"): the idle time before a run to that run, the idle time after the last one
+   * to it at `close()`. The Lambda worker sets it (an invocation is billed whole). Default
+   * false: a long-lived runner's idle time is nobody's.
+   */
+  chargeIdle?: boolean;
   /** Most batches this runner runs at once through `watch`/`takeOver`. Default 4. */
   maxRuns?: number;
   /** A store statement of a run not answered within this is a store error, ms. Default 10,000. */
@@ -180,7 +187,9 @@ export const RUNNER_LIMITS = {
 } as const;
 
 /** A runner's settings with every default filled in ({@link runnerSettings}). */
-export type RunnerSettings = Required<Omit<RunnerOptions, 'processId' | 'onEvent' | 'queueDepth' | 's3' | 'callbackUrl'>> & {
+export type RunnerSettings = Required<
+  Omit<RunnerOptions, 'processId' | 'onEvent' | 'queueDepth' | 's3' | 'callbackUrl' | 'chargeIdle'>
+> & {
   callbackUrl?: string;
   queueDepth: number | undefined;
   s3?: () => S3Client;
@@ -310,7 +319,7 @@ export class Runner {
   private watchLoop: Promise<void> | undefined;
   private closed = false;
   /** Splits the process's time among its runs (docs/design.md, "Usage and cost"). */
-  private readonly meter = new UsageMeter();
+  private readonly meter: UsageMeter;
 
   /** @param sql the store; @param options see {@link RunnerOptions} for defaults. */
   constructor(
@@ -319,6 +328,7 @@ export class Runner {
   ) {
     this.processId = options.processId ?? randomUUID();
     this.s = runnerSettings(options);
+    this.meter = new UsageMeter(options.chargeIdle ?? false);
   }
 
   /** The id of the process this runner belongs to. */
@@ -439,7 +449,7 @@ export class Runner {
       priority: batch.priority,
       queueWaitMs: batch.queueWaitMs,
     });
-    this.meter.start(runId);
+    this.meter.start(runId, batch.id);
     const done = run.execute().then(async (result) => {
       // The run stays in `runs` until its usage is stored and its end reported, so `close()`
       // (which waits for the runs it holds) cannot return before them: a frozen or ended
@@ -574,6 +584,15 @@ export class Runner {
     await this.watchLoop;
     const entries = [...this.runs.values()];
     for (const e of entries) e.run.requestStop();
-    return Promise.all(entries.map((e) => e.done));
+    const results = await Promise.all(entries.map((e) => e.done));
+    // The process's idle time after its last run ended, charged to that run (docs/design.md,
+    // "Usage and cost"): best effort, as the run's own row.
+    const tail = this.meter.tail();
+    if (tail && tail.ms > 0) {
+      await withTimeout(() => addRunWorkerMs(this.sql, tail.runId, tail.ms), this.s.storeTimeoutMs).catch((error: unknown) =>
+        this.s.onEvent({ type: 'store-error', batchId: tail.batchId, runId: tail.runId, error, tries: 1 }),
+      );
+    }
+    return results;
   }
 }

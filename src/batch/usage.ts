@@ -250,6 +250,11 @@ export async function getTenantUsage(
 /**
  * Splits a process's time among its runs (docs/design.md, "Usage and cost"): while n runs are
  * live, each is charged 1/n of every ms, so a process's runs together are charged its time once.
+ * With `chargeIdle` (a Lambda worker's runner) the time with no run live is charged too, as
+ * Lambda bills it: from the meter's start, or from the end of the run that left the process
+ * idle, to the next run's start, to that run; and the idle time after the last run ended, up to
+ * the process's end, to that last run ({@link tail}). Without it (a long-lived runner: `leasehold
+ * dev`, a container) idle time is nobody's.
  * Constant time per start and end; nothing per item. Real time (`performance.now()`), never a
  * test clock.
  */
@@ -257,7 +262,15 @@ export class UsageMeter {
   /** ms each live run has been charged since the meter began (the integral of 1/n). */
   private perRun = 0;
   private last = performance.now();
-  private readonly started = new Map<string, number>();
+  /** Live runs: the `perRun` each began at, and its batch. */
+  private readonly started = new Map<string, { from: number; batchId: string }>();
+  /** When the process last had no run live (the meter's start, or the end that emptied it). */
+  private idleFrom = this.last;
+  /** The run whose end left the process idle, until the idle time is charged to a run. */
+  private lastEnded: { runId: string; batchId: string } | undefined;
+
+  /** @param chargeIdle charge the time with no run live to the runs around it. Default false. */
+  constructor(private readonly chargeIdle = false) {}
 
   private advance(): void {
     const now = performance.now();
@@ -265,18 +278,36 @@ export class UsageMeter {
     this.last = now;
   }
 
-  /** A run began (its takeover statement was sent). */
-  start(runId: string): void {
+  /** A run began (its takeover statement was sent); with none live, it is charged the idle time before it. */
+  start(runId: string, batchId: string): void {
     this.advance();
-    this.started.set(runId, this.perRun);
+    const idle = this.chargeIdle && this.started.size === 0 ? Math.max(0, this.last - this.idleFrom) : 0;
+    this.lastEnded = undefined;
+    this.started.set(runId, { from: this.perRun - idle, batchId });
   }
 
   /** A run ended: its share of the process's time since it began, ms (0 for a run not started). */
   end(runId: string): number {
     this.advance();
-    const from = this.started.get(runId);
+    const live = this.started.get(runId);
     this.started.delete(runId);
-    return from === undefined ? 0 : this.perRun - from;
+    if (live !== undefined && this.started.size === 0) {
+      this.idleFrom = this.last;
+      this.lastEnded = { runId, batchId: live.batchId };
+    }
+    return live === undefined ? 0 : this.perRun - live.from;
+  }
+
+  /**
+   * At the process's end: the idle time since the last run ended, ms, and that run (its usage
+   * row gets it: `addRunWorkerMs`); undefined when a run is still live or none has ended since
+   * the last idle time was charged. Charged once: a second call answers undefined.
+   */
+  tail(): { runId: string; batchId: string; ms: number } | undefined {
+    if (!this.chargeIdle || this.started.size > 0 || this.lastEnded === undefined) return undefined;
+    const ended = this.lastEnded;
+    this.lastEnded = undefined;
+    return { ...ended, ms: Math.max(0, performance.now() - this.idleFrom) };
   }
 }
 

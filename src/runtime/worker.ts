@@ -321,6 +321,8 @@ function startRunner(inv: Invocation, sends: Set<Promise<void>>): Runner {
     processId: inv.processId,
     ...deps.config.runner,
     memoryMb: inv.memoryMb,
+    // An invocation is billed whole: its time with no run live is charged to its runs.
+    chargeIdle: true,
     onEvent: (e: RunnerEvent) => {
       hooks.runner?.(e);
       if (e.type === 'store-error') inv.noteError(e.error);

@@ -115,6 +115,36 @@ describe('usage per batch', () => {
     expect(ua.estimatedCost).toMatchObject({ currency: 'USD', region: 'us-east-1', overridden: false, s3: 0 });
   }, 60_000);
 
+  it("with chargeIdle, a process's idle time before a run and after its last one is charged to them; without, to nobody", async () => {
+    const idleMs = 400;
+    const charged = async (chargeIdle: boolean) => {
+      const tenant = `idle-${uid()}`;
+      const { batch } = await createBatch(db.sql, newBatch(10, { tenant, job: `i-${uid()}` }), { maxOpen: 10 });
+      const runner = new Runner(db.sql, { beatMs: 200, staleMs: 5_000, chargeIdle });
+      // Idle before the run (as a worker polls for work), then the run, then idle again before
+      // the process ends (as a worker waits for more work before it returns).
+      await sleep(idleMs);
+      const t0 = performance.now();
+      await runner.takeOver(() => slowWork, batch.id);
+      await runner.running(batch.id);
+      const runMs = performance.now() - t0;
+      await waitFor('its usage stored', async () => (await getBatchUsage(db.sql, batch.id)).runs === 1);
+      const atEnd = (await getBatchUsage(db.sql, batch.id)).workerMs;
+      await sleep(idleMs);
+      await runner.close();
+      return { runMs, atEnd, afterClose: (await getBatchUsage(db.sql, batch.id)).workerMs };
+    };
+    const on = await charged(true);
+    // The idle time before it, at its end (the run's own time is more than 0); the idle time
+    // after it (the sleep between its end and close) added at close. 5 ms for a timer's rounding.
+    expect(on.atEnd).toBeGreaterThan(idleMs - 5);
+    expect(on.afterClose).toBeGreaterThanOrEqual(on.atEnd + idleMs - 5);
+    const off = await charged(false);
+    // From its takeover to its end only: within the time measured around the run.
+    expect(off.atEnd).toBeLessThanOrEqual(off.runMs);
+    expect(off.afterClose).toBe(off.atEnd);
+  });
+
   it('counts a run that died without reporting from its start to its last beat, when a takeover replaces it', async () => {
     const tenant = `died-${uid()}`;
     const { batch } = await createBatch(db.sql, newBatch(20, { tenant, job: `d-${uid()}` }), { maxOpen: 10 });

@@ -35,6 +35,13 @@ export async function recordRunUsage(sql: Sql, u: RunUsageRow): Promise<void> {
     where leasehold_run_usage.died`;
 }
 
+// Adds the idle time a process had after its last run ended, up to its end, to that run's row
+// (docs/design.md, "Usage and cost"): one statement per process, at its end. A row not stored
+// (its insert failed) is left as it is.
+export async function addRunWorkerMs(sql: Sql, runId: string, ms: number): Promise<void> {
+  await sql`update leasehold_run_usage set worker_ms = worker_ms + ${ms}::float8 where run_id = ${runId}`;
+}
+
 /** Sums of usage rows of one architecture (what {@link batchUsage} and {@link tenantUsage} read). */
 export interface UsageSumRow {
   architecture: 'x86_64' | 'arm64';
