@@ -229,15 +229,22 @@ describe('timeouts', () => {
 
   it('a callback not heartbeated within heartbeatTimeoutMs times out; heartbeats keep it', async () => {
     const tokens = new Map<string, string>();
-    const executor = { ...approvalGate(tokens, { timeoutMs: 60_000, heartbeatTimeoutMs: 300 }), attempts: 1 };
+    // 2 s: the run's park and each heartbeat's round trip under CI load stay far below it (at
+    // 300 ms, k000's first heartbeat, sent once the run had parked, once came too late).
+    const executor = { ...approvalGate(tokens, { timeoutMs: 60_000, heartbeatTimeoutMs: 2_000 }), attempts: 1 };
     const runner = new Runner(db.sql, options);
     const { batch } = await runner.start(newBatch(2), {}, executor);
     await runOf(runner, batch.id);
-    // k000 is heartbeated every 100 ms for 900 ms; k001 is not.
-    for (let i = 0; i < 9; i++) {
+    // k000 is heartbeated every 100 ms until k001, never heartbeated, has timed out; k000 not.
+    for (let i = 0; ; i++) {
       expect((await completeCallback(db.sql, tokens.get('k000')!, { action: 'heartbeat' })).outcome).toBe('heartbeat');
       await sleep(100);
       await expireWaits(db.sql, 100);
+      const [k001] = await db.sql<
+        { state: string }[]
+      >`select state from leasehold_items where batch_id = ${batch.id} and key = 'k001'`;
+      if (k001.state !== 'waiting') break;
+      if (i === 300) throw new Error('k001 did not time out in 30 s of heartbeats of k000');
     }
     const woke = await db.sql<{ key: string; state: string; woke: { status: string; reason: string } | null }[]>`
       select key, state, woke from leasehold_items where batch_id = ${batch.id} order by key`;
