@@ -185,7 +185,11 @@ describe('callbacks', () => {
     expect(taken).toBeDefined();
     // k001's attempt counted (its run died); it waits in its second attempt now. k000 is done.
     // k000 ends first; k001's second attempt parks a moment later (waiting on k000 alone raced it).
+    // When the wake commits after the takeover's run has claimed, that run may park before it sees
+    // k000 due (seen in CI): as the API's completion route and the scheduler then do, a worker is
+    // sent for the batch (a takeover; none while this runner still runs it).
     await waitFor('k000 done, k001 waiting', async () => {
+      await second.takeOver(() => gate, batch.id);
       const [a, b] = await itemRows(db.sql, batch.id);
       return a.state === 'done' && b.state === 'waiting';
     });
