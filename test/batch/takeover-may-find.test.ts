@@ -13,6 +13,23 @@ import { newBatch, runOf } from './helpers.js';
 
 const db = useTestDatabase();
 
+/**
+ * A batch of one item that hangs in a run of a runner beating once a minute; `die()` puts the
+ * run's beat an hour back, as a process that stopped beating leaves it.
+ */
+async function runningBatch(tenant: string) {
+  const runner = new Runner(db.sql, { beatMs: 60_000, staleMs: 120_000, drainMs: 10 });
+  const { batch } = await runner.start(newBatch(1, { tenant }), {}, { work: () => never() });
+  await waitFor(
+    'the item running',
+    async () => (await db.sql`select 1 from leasehold_items where batch_id = ${batch.id} and state = 'running'`).length === 1,
+  );
+  const die = async () => {
+    await db.sql`update leasehold_runs set beat_at = now() - interval '1 hour' where batch_id = ${batch.id}`;
+  };
+  return { runner, batch, die };
+}
+
 describe('takeoverMayFind', () => {
   it('finds a waiting batch, but not one the runner skips; a second batch of the tenant still counts', async () => {
     const first = (await createBatch(db.sql, newBatch(1, { tenant: 'skipper' }))).batch;
@@ -31,14 +48,9 @@ describe('takeoverMayFind', () => {
   });
 
   it('with staleMs, a stale run of the batch (at its target) is worth another try', async () => {
-    const runner = new Runner(db.sql, { beatMs: 60_000, staleMs: 120_000, drainMs: 10 });
-    const { batch } = await runner.start(newBatch(1, { tenant: 'stale-named' }), {}, { work: () => never() });
-    await waitFor(
-      'the item running',
-      async () => (await db.sql`select 1 from leasehold_items where batch_id = ${batch.id} and state = 'running'`).length === 1,
-    );
+    const { runner, batch, die } = await runningBatch('stale-named');
     expect(await q.takeoverMayFind(db.sql, { batchId: batch.id, maxRunning: 4, staleMs: 60_000 })).toBe(false);
-    await db.sql`update leasehold_runs set beat_at = now() - interval '1 hour' where batch_id = ${batch.id}`;
+    await die();
     // At its target (one live run): only the stale run makes it worth a try.
     expect(await q.takeoverMayFind(db.sql, { batchId: batch.id, maxRunning: 4 })).toBe(false);
     expect(await q.takeoverMayFind(db.sql, { batchId: batch.id, maxRunning: 4, staleMs: 400 })).toBe(true);
@@ -50,13 +62,8 @@ describe('takeoverMayFind', () => {
     // As a callback's wake holds the batch row (test/batch/waits.test.ts, "a completion while
     // another run of the batch is taken over"): the takeover skipped it, found nothing below its
     // target and gave up.
-    const first = new Runner(db.sql, { beatMs: 60_000, staleMs: 120_000, drainMs: 10 });
-    const { batch } = await first.start(newBatch(1, { tenant: 'stale-held' }), {}, { work: () => never() });
-    await waitFor(
-      'the item running',
-      async () => (await db.sql`select 1 from leasehold_items where batch_id = ${batch.id} and state = 'running'`).length === 1,
-    );
-    await db.sql`update leasehold_runs set beat_at = now() - interval '1 hour' where batch_id = ${batch.id}`;
+    const { runner: first, batch, die } = await runningBatch('stale-held');
+    await die();
     const second = new Runner(db.sql, { beatMs: 100, staleMs: 400 });
     const taken = await db.sql.begin(async (tx) => {
       await tx`select 1 from leasehold_batches where id = ${batch.id} for update`;

@@ -88,12 +88,18 @@ function deadRunUsage(sql: Sql, a: TakeOverArgs) {
       on conflict (run_id) do nothing`;
 }
 
+// The instant before which a run's beat is stale (database clock): the takeover's choice and
+// takeoverMayFind share it.
+function staleBefore(sql: Sql, staleMs: number) {
+  return sql`now() - make_interval(secs => ${staleMs / 1000})`;
+}
+
 /** The takeover statement as a fragment (the benchmark and a test read its plan with EXPLAIN). */
 export function takeOverStatement(sql: Sql, a: TakeOverArgs) {
   const skip = sql.json(a.skip ?? []);
   const sent = a.batchId ?? null;
   const only = a.batchId !== undefined && !a.orFairer;
-  const stale = sql`now() - make_interval(secs => ${a.staleMs / 1000})`;
+  const stale = staleBefore(sql, a.staleMs);
   const eligible = eligibleTenant(sql, a.maxRunning, skip);
   // The fewest runs any eligible tenant runs, read without a lock: the tenant taken below runs
   // no more. Skipping a locked row alone let a takeover racing another one (which holds the
@@ -205,7 +211,7 @@ export async function takeoverMayFind(
       ? sql`false`
       : sql`exists (
           select 1 from leasehold_runs r join leasehold_batches b on b.id = r.batch_id
-          where r.beat_at < now() - make_interval(secs => ${a.staleMs / 1000})
+          where r.beat_at < ${staleBefore(sql, a.staleMs)}
             and b.status = 'open' and b.paused_at is null
             and ${a.batchId === undefined ? sql`r.batch_id::text not in (select jsonb_array_elements_text(${skip}))` : sql`r.batch_id = ${a.batchId}::uuid`}
         )`;
