@@ -497,6 +497,21 @@ describe('the dashboard in a browser, against leasehold dev', withChromium, () =
         expect(await page.locator('main').innerText()).not.toMatch(/\d+\/\d+\/\d+|\d(am|pm)\b/);
         expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(width);
       }
+      // Narrowed while open, with no new page: the chart follows its card down (it stayed 1,222 px
+      // wide and the page scrolled sideways, as the chart's box took its width from the plot).
+      await page.setViewportSize({ width: 1280, height: 800 });
+      await page.goto(`${dev.url}/#/batches/${open.id}`);
+      await page.locator('figure.chart [data-x-ticks]').waitFor();
+      await page.setViewportSize({ width: 700, height: 800 });
+      await expect
+        .poll(() =>
+          page.locator('figure.chart').evaluate((figure) => {
+            const inner = figure.getBoundingClientRect().right - parseFloat(getComputedStyle(figure).paddingRight);
+            const over = figure.querySelector('.uplot')!.getBoundingClientRect().right - inner;
+            return { within: over <= 1, page: document.documentElement.scrollWidth };
+          }),
+        )
+        .toEqual({ within: true, page: 700 });
     } finally {
       await page.setViewportSize({ width: 1280, height: 800 });
       await dev.api.cancelBatch(open.id).catch(() => {});

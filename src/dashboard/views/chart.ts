@@ -117,18 +117,26 @@ export function FinishedChart({ series }: { series: Series }) {
         data,
         el,
       );
-      // As wide as its card, whatever changes the card's width (the window, a scroll bar that
-      // comes with the items below): a window's resize alone missed the rest.
-      const resized = new ResizeObserver(() => {
-        if (plot.current && plot.current.width !== width()) plot.current.setSize({ width: width(), height: 160 });
-      });
-      resized.observe(el);
-      return () => resized.disconnect();
+      return;
     }
     plot.current.setData(data);
-    return undefined;
   });
-  useEffect(() => () => plot.current?.destroy(), []);
+  // As wide as its card, whatever changes the card's width (the window, a scroll bar that comes
+  // with the items below): a window's resize alone missed the rest. Observed for the chart's
+  // whole life: an effect run on every render disconnected it at an open batch's first poll,
+  // and the chart then kept its width when the window narrowed.
+  useEffect(() => {
+    const el = box.current!;
+    const resized = new ResizeObserver(() => {
+      const width = Math.max(240, el.clientWidth);
+      if (plot.current && plot.current.width !== width) plot.current.setSize({ width, height: 160 });
+    });
+    resized.observe(el);
+    return () => {
+      resized.disconnect();
+      plot.current?.destroy();
+    };
+  }, []);
   const done = series.buckets.reduce((a, b) => a + b.done, 0);
   const failed = series.buckets.reduce((a, b) => a + b.failed, 0);
   const summary = `Items finished per ${duration(series.bucketMs)}: ${done} done and ${failed} failed in ${series.buckets.length} intervals`;
