@@ -199,6 +199,23 @@ const cases: Case[] = [
       }),
   },
   {
+    name: 'move + claim, beating',
+    bound: 64,
+    statement: (sql, d) =>
+      stepStatement(sql, {
+        batchId: d.batch,
+        run: d.run,
+        moves: encodeMoves(
+          d.running.map((key) => ({ key, state: 'done', claimed: 1, attempts: 1, output: null, error: null, delayMs: 0 })),
+        ),
+        settled: d.running.length,
+        claim: 64,
+        aheadMs: 0,
+        recordProgress: false,
+        beat: true,
+      }),
+  },
+  {
     name: 'takeover (fairest waiting batch)',
     bound: 1,
     statement: (sql, d) => takeOverStatement(sql, { run: randomUUID(), process: d.me.id, staleMs: 30_000, maxRunning: NO_LIMIT }),

@@ -34,6 +34,10 @@ export interface CompleterDeps {
   intolerable(): boolean;
   /** End the batch `succeeded` if enough items are done (lifecycle; early completion). */
   endIfCompleted(done: number): Promise<boolean>;
+  /** Whether the next move should beat for the run (lifecycle). */
+  moveMayBeat(): boolean;
+  /** A move that beat for the run landed, sent at `sentAt` (lifecycle). */
+  moveBeat(b: q.BeatResult, sentAt: number): void;
 }
 
 /** The settled items of one run and the moves that store them. */
@@ -81,6 +85,8 @@ export class Completer {
     const recordProgress = !this.progressRecorded && batch.length > 0;
     const settled = batch.filter((b) => b.move.state === 'done' || b.move.state === 'failed').length;
     const moves = q.encodeMoves(batch.map((b) => b.move));
+    // A move that settles items updates the run's row anyway: it beats too when a beat is near.
+    const beat = settled > 0 && this.d.moveMayBeat();
     // Due times are counted from the database's now() in the statement, which is no earlier than
     // this: timers armed from it fire on time or a little early (a claim then answers how long
     // is left), never a round trip late.
@@ -98,6 +104,7 @@ export class Completer {
             claim,
             aheadMs: CLAIM_AHEAD_MS,
             recordProgress,
+            beat,
           }),
         // A claim whose answer is lost may have committed: those items would stay running.
         claim > 0 ? this.d.claimLost : undefined,
@@ -113,6 +120,7 @@ export class Completer {
     }
     this.stepMs = performance.now() - t0;
     if (r.moved < batch.length && !(await this.movesLanded(moves, batch.length))) return ctx.markLost();
+    if (r.beat) this.d.moveBeat(r.beat, sentAt);
     this.landed(batch, sentAt);
     await this.wakeAnswered(batch);
     // The items it claimed are put back by the end: they are not queued.

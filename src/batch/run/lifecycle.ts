@@ -22,6 +22,8 @@ export interface LifecycleDeps {
   useBatchRate(perSecond: number): void;
   /** The beat landed: the pool's leases are renewed (producer; nothing without a pool). */
   renewPool(): void;
+  /** Whether the run holds a pool's permits, whose leases only its own beat renews (producer). */
+  pooled(): boolean;
   /** Drop the queue: the batch ended (producer). */
   clearQueue(): void;
   /** Empty the queue for the handoff: the items it held (producer). */
@@ -72,6 +74,37 @@ export class Lifecycle {
    */
   beatValid(): boolean {
     return this.ctx.s.clock.now() - this.beatSentAt < this.ctx.s.staleMs;
+  }
+
+  /**
+   * Whether the run's next move should beat for it (completer; docs/design.md, "Batches"): half
+   * `beatMs` has passed since the last beat was sent, and no pool's leases wait for the beat.
+   */
+  moveMayBeat(): boolean {
+    return !this.d.pooled() && this.ctx.s.clock.now() - this.beatSentAt >= this.ctx.s.beatMs / 2;
+  }
+
+  /**
+   * A move sent at `sent` (local clock) beat for the run and landed: it counts as the run's beat,
+   * and what it answered is acted on as the beat loop does. One that found the deadline passed
+   * does not count: the beat loop's own beat, at its time, ends the batch.
+   */
+  moveBeat(b: q.BeatResult, sent: number): void {
+    if (!b.owned || b.pastDeadline) return;
+    this.beatSentAt = Math.max(this.beatSentAt, sent);
+    this.heard(b);
+  }
+
+  /** What a beat answered, acted on (the beat loop's, or a move's that beat). */
+  private heard(b: q.BeatResult): void {
+    const ctx = this.ctx;
+    // Above a lowered maxConcurrency, or the batch is paused: hand off now (in-flight items
+    // finish first).
+    if (b.surplus && !ctx.reason) ctx.reason = 'surplus';
+    // A rate set on the batch (a PATCH): the producer's gate follows it.
+    if (b.ratePerSecond !== null) this.d.useBatchRate(b.ratePerSecond);
+    // Items held back while the beats were too old may start now.
+    ctx.wake();
   }
 
   /** Whether this run ended the batch `failed` for its failures. */
@@ -314,13 +347,23 @@ export class Lifecycle {
     }
   }
 
-  /** The run's beat (docs/design.md, "Batches"): every `beatMs`, fenced on its lease. */
+  /**
+   * The run's beat (docs/design.md, "Batches"): every `beatMs`, fenced on its lease; a move that
+   * beat for the run meanwhile ({@link moveBeat}) puts it off.
+   */
   async beatLoop(signal: AbortSignal): Promise<void> {
     const ctx = this.ctx;
     const s = ctx.s;
+    let waitMs = s.beatMs;
     while (!signal.aborted) {
-      await s.clock.sleep(s.beatMs, signal);
+      await s.clock.sleep(waitMs, signal);
       if (signal.aborted) return;
+      waitMs = s.beatMs;
+      const since = s.clock.now() - this.beatSentAt;
+      if (since < s.beatMs && !this.d.pooled()) {
+        waitMs = s.beatMs - since;
+        continue;
+      }
       try {
         ctx.statements++;
         const sent = s.clock.now();
@@ -339,14 +382,8 @@ export class Lifecycle {
           ctx.markLost();
           return;
         }
-        // Above a lowered maxConcurrency, or the batch is paused: hand off now (in-flight items
-        // finish first).
-        if (b.surplus && !ctx.reason) ctx.reason = 'surplus';
-        // A rate set on the batch (a PATCH): the producer's gate follows it.
-        if (b.ratePerSecond !== null) this.d.useBatchRate(b.ratePerSecond);
         this.d.renewPool();
-        // Items held back while the beats were too old may start now.
-        ctx.wake();
+        this.heard(b);
       } catch (error) {
         // A missed beat is harmless until the batch turns stale; the next one tries again.
         ctx.storeError(error, 1);

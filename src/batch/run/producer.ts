@@ -101,6 +101,11 @@ export class Producer {
     this.pool?.end(itemKey);
   }
 
+  /** Whether the run holds permits of a pool (its beat renews their leases). */
+  pooled(): boolean {
+    return this.pool !== undefined;
+  }
+
   /** The beat: the pool's leases are renewed (they lapse staleMs after the last). */
   renewPool(): void {
     this.pool?.renew();

@@ -61,6 +61,7 @@ export class Run {
         dueIn: (ms) => this.producer.dueIn(ms),
         useBatchRate: (perSecond) => this.producer.useBatchRate(perSecond),
         renewPool: () => this.producer.renewPool(),
+        pooled: () => this.producer.pooled(),
         clearQueue: () => this.producer.clear(),
         takeQueued: () => this.producer.takeQueued(),
         handOff: () => this.completer.handOff(() => this.executor.keys()),
@@ -81,6 +82,8 @@ export class Run {
       endIfIntolerable,
       intolerable: () => lifecycle.intolerable(),
       endIfCompleted: (done) => lifecycle.endIfCompleted(done),
+      moveMayBeat: () => lifecycle.moveMayBeat(),
+      moveBeat: (b, sentAt) => lifecycle.moveBeat(b, sentAt),
     });
     const completer = this.completer;
     this.executor = new ItemExecutor(ctx, executor, {

@@ -7,7 +7,7 @@
 import type { Sql } from '../../store/index.js';
 import { storableText } from '../values.js';
 import type { ItemState } from '../types.js';
-import { ownRun } from './shared.js';
+import { beatAnswers, beatResult, ownRun, type BeatResult, type BeatRow } from './shared.js';
 import type { WokeRow } from './waits.js';
 
 /** A claimed item. */
@@ -141,6 +141,11 @@ export interface StepResult {
    * due (database clock); null: none.
    */
   nextDueMs: number | null;
+  /**
+   * The beat the statement's fence carried ({@link StepArgs.beat}): what a beat answers; null when
+   * it carried none.
+   */
+  beat: BeatResult | null;
 }
 
 // Moves the settled items and claims up to `claim` pending items due within `aheadMs` (oldest
@@ -149,8 +154,11 @@ export interface StepResult {
 // settled; with `recordProgress` the batch's stalled runs go to 0. Also answers how soon the
 // next pending item left becomes due.
 export async function step(sql: Sql, a: StepArgs): Promise<StepResult> {
-  const [r] = await sql<{ moved: number; claimed: ClaimedRow[] | null; next_due_ms: number | null }[]>`${stepStatement(sql, a)}`;
-  return { moved: r.moved, claimed: r.claimed ?? [], nextDueMs: r.next_due_ms };
+  const [r] = await sql<
+    { moved: number; claimed: ClaimedRow[] | null; next_due_ms: number | null; beat: BeatRow | null | undefined }[]
+  >`${stepStatement(sql, a)}`;
+  const beat = a.beat && (a.settled ?? 0) > 0 ? beatResult(r.beat ?? undefined) : null;
+  return { moved: r.moved, claimed: r.claimed ?? [], nextDueMs: r.next_due_ms, beat };
 }
 
 /** What {@link step} takes; `settled` is how many of the moves end their item (done or failed). */
@@ -162,14 +170,23 @@ export interface StepArgs {
   claim: number;
   aheadMs: number;
   recordProgress: boolean;
+  /**
+   * The fence beats for the run as well (only with `settled` > 0, when it updates the run's row):
+   * it sets the run's `beat_at` and the statement answers what a beat answers (`beat` of the
+   * result), so a run whose moves land often sends no beat of its own (docs/design.md,
+   * "Batches": a move that beats). Default false.
+   */
+  beat?: boolean;
 }
 
 // The fence of a statement that moves items: the run's row, updated when the moves settle
-// items (its count of settled items), else locked key share.
-function ownMoving(sql: Sql, run: string, settled: number) {
-  return settled > 0
-    ? sql`update leasehold_runs set settled = settled + ${settled} where id = ${run} returning id`
-    : ownRun(sql, run);
+// items (its count of settled items, and its beat with `beat`), else locked key share.
+function ownMoving(sql: Sql, run: string, settled: number, beat: boolean) {
+  if (settled <= 0) return ownRun(sql, run);
+  return beat
+    ? sql`update leasehold_runs set settled = settled + ${settled}, beat_at = now() where id = ${run}
+        returning id, batch_id, started_at`
+    : sql`update leasehold_runs set settled = settled + ${settled} where id = ${run} returning id`;
 }
 
 // A batch's stalled runs back to 0 once a run of it stored a move (written only when not 0).
@@ -182,7 +199,7 @@ function progress(sql: Sql, batchId: string, recordProgress: boolean) {
 /** The move + claim statement as a fragment (the plan test reads its plan with EXPLAIN). */
 export function stepStatement(sql: Sql, a: StepArgs) {
   return sql`with own as (
-      ${ownMoving(sql, a.run, a.settled ?? 0)}
+      ${ownMoving(sql, a.run, a.settled ?? 0, a.beat ?? false)}
     ), progress as (
       ${progress(sql, a.batchId, a.recordProgress)}
     ), moved as (
@@ -218,5 +235,6 @@ export function stepStatement(sql: Sql, a: StepArgs) {
       (select extract(epoch from run_after - now()) * 1000 from leasehold_items
         where batch_id = (select ${a.batchId}::uuid) and state = 'pending'
           and run_after > now() + make_interval(secs => (select ${a.aheadMs} / 1000.0))
-        order by run_after limit 1)::float8 as next_due_ms`;
+        order by run_after limit 1)::float8 as next_due_ms,
+      ${a.beat && (a.settled ?? 0) > 0 ? sql`(select row_to_json(x) from (select ${beatAnswers(sql)} from own r) x)` : sql`null::json`} as beat`;
 }

@@ -11,7 +11,7 @@ import type { Sql } from '../../store/index.js';
 import type { BatchInfo } from '../types.js';
 import { storableText } from '../values.js';
 import { moved, type EncodedMoves } from './moves.js';
-import { ownRun, toInfo, type BatchRow } from './shared.js';
+import { beatAnswers, beatResult, ownRun, toInfo, type BatchRow, type BeatResult, type BeatRow } from './shared.js';
 
 /** A batch a takeover joined, with how long it waited for its first run. */
 export type TakenBatch = BatchInfo & {
@@ -295,53 +295,19 @@ export function releaseOrphansStatement(sql: Sql, { batchId, run }: { batchId: s
     where batch_id = ${batchId} and run_id = ${run} and state = 'running' and exists (select 1 from own)`;
 }
 
-/** What a beat answers. */
-export interface BeatResult {
-  /** The run still holds its lease (its row exists: the batch is open and it was not taken over). */
-  owned: boolean;
-  /**
-   * The run is a surplus one: as many runs of the batch joined before it as its
-   * `max_concurrency` allows (lowered while it runs), so it hands off.
-   */
-  surplus: boolean;
-  /** The batch's own rate limit now (items per second; a start's or a PATCH's), null when none. */
-  ratePerSecond: number | null;
-  /**
-   * The batch is paused (migration 030; docs/design.md, "Pause, deadline and startBy"): the run
-   * hands off as a surplus one does. `surplus` is true as well.
-   */
-  paused: boolean;
-  /** The batch's deadline has passed (database clock): the run ends it (`endPastDeadline`). */
-  pastDeadline: boolean;
-}
-
 // Proves the run still holds its lease, and says whether it is a surplus run (the newest runs
 // beyond the batch's max_concurrency, or any run of a paused batch), the batch's own rate now,
 // and whether its deadline passed (database clock). Updates the run's own row only.
 export async function beat(sql: Sql, batchId: string, run: string): Promise<BeatResult> {
-  const [r] = await sql<
-    { surplus: boolean; rate: number | null; paused: boolean; past_deadline: boolean | null }[]
-  >`${beatStatement(sql, { batchId, run })}`;
-  const paused = r?.paused ?? false;
-  return {
-    owned: r !== undefined,
-    surplus: paused || (r?.surplus ?? false),
-    ratePerSecond: r?.rate ?? null,
-    paused,
-    pastDeadline: r?.past_deadline ?? false,
-  };
+  const [r] = await sql<BeatRow[]>`${beatStatement(sql, { batchId, run })}`;
+  return beatResult(r);
 }
 
 /** The beat as a fragment (the plan test reads its plan); see {@link beat}. */
 export function beatStatement(sql: Sql, { batchId, run }: { batchId: string; run: string }) {
   return sql`update leasehold_runs r set beat_at = now()
     where r.id = ${run} and r.batch_id = ${batchId}
-    returning (select count(*) from leasehold_runs o
-               where o.batch_id = r.batch_id and (o.started_at, o.id) < (r.started_at, r.id))
-      >= (select max_concurrency from leasehold_batches where id = r.batch_id) as surplus,
-      (select rate_per_second from leasehold_batches where id = r.batch_id) as rate,
-      (select paused_at is not null from leasehold_batches where id = r.batch_id) as paused,
-      (select deadline_at <= now() from leasehold_batches where id = r.batch_id) as past_deadline`;
+    returning ${beatAnswers(sql)}`;
 }
 
 // Ends the run's lease in one statement: writes the settled items; gives every other item this

@@ -154,6 +154,60 @@ export function ownRun(sql: Sql, run: string) {
   return sql`select id from leasehold_runs where id = ${run} for key share`;
 }
 
+/** What a beat answers. */
+export interface BeatResult {
+  /** The run still holds its lease (its row exists: the batch is open and it was not taken over). */
+  owned: boolean;
+  /**
+   * The run is a surplus one: as many runs of the batch joined before it as its
+   * `max_concurrency` allows (lowered while it runs), so it hands off.
+   */
+  surplus: boolean;
+  /** The batch's own rate limit now (items per second; a start's or a PATCH's), null when none. */
+  ratePerSecond: number | null;
+  /**
+   * The batch is paused (migration 030; docs/design.md, "Pause, deadline and startBy"): the run
+   * hands off as a surplus one does. `surplus` is true as well.
+   */
+  paused: boolean;
+  /** The batch's deadline has passed (database clock): the run ends it (`endPastDeadline`). */
+  pastDeadline: boolean;
+}
+
+/** A row of {@link beatAnswers}. */
+export interface BeatRow {
+  surplus: boolean;
+  rate: number | null;
+  paused: boolean;
+  past_deadline: boolean | null;
+}
+
+// What a beat answers of the run `r` (a row of leasehold_runs, or a CTE returning its id,
+// batch_id and started_at): whether it is a surplus run (as many runs of the batch joined before
+// it as max_concurrency allows), the batch's own rate, whether the batch is paused, and whether
+// its deadline passed (database clock). The beat's `returning` list, and the answers a move that
+// beats for the run reads of its fence (moves.ts, `step`).
+export function beatAnswers(sql: Sql) {
+  return sql`(select count(*) from leasehold_runs o
+               where o.batch_id = r.batch_id and (o.started_at, o.id) < (r.started_at, r.id))
+      >= (select max_concurrency from leasehold_batches where id = r.batch_id) as surplus,
+      (select rate_per_second from leasehold_batches where id = r.batch_id) as rate,
+      (select paused_at is not null from leasehold_batches where id = r.batch_id) as paused,
+      (select deadline_at <= now() from leasehold_batches where id = r.batch_id) as past_deadline`;
+}
+
+/** A beat's answer from its row; no row: the run no longer holds its lease. */
+export function beatResult(r: BeatRow | undefined): BeatResult {
+  const paused = r?.paused ?? false;
+  return {
+    owned: r !== undefined,
+    surplus: paused || (r?.surplus ?? false),
+    ratePerSecond: r?.rate ?? null,
+    paused,
+    pastDeadline: r?.past_deadline ?? false,
+  };
+}
+
 // Answers an open batch's status after a change of its row: `ctes` are the statement's CTEs, one
 // of them `b`, the update of the row (only while it is open) returning its status. The status
 // is the update's when it changed the row, else the row's as it stands (a finished batch's, or
