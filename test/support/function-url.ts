@@ -25,11 +25,15 @@ export interface FunctionUrl {
   close(): Promise<void>;
 }
 
-/** Start the stand-in on 127.0.0.1, serving streams from `watcher`. */
+/**
+ * Start the stand-in on 127.0.0.1, serving streams from `watcher`: one for all (one function
+ * instance), or a function making one per stream (as Lambda gives each concurrent stream its own
+ * instance).
+ */
 export async function startFunctionUrl(options: {
   credentials: GatewayCredentials;
   region: string;
-  watcher: BatchWatcher;
+  watcher: BatchWatcher | (() => BatchWatcher);
   maxMs?: number;
 }): Promise<FunctionUrl> {
   let open = 0;
@@ -58,7 +62,7 @@ export async function startFunctionUrl(options: {
       }
       open++;
       const outcome = await serveBatchEvents({
-        watcher: options.watcher,
+        watcher: typeof options.watcher === 'function' ? options.watcher() : options.watcher,
         event: { rawPath: new URL(req.url ?? '/', 'http://x').pathname, requestContext: { http: { method: req.method } } },
         // As Lambda's HttpResponseStream.from: the prelude goes out at once, the body as written.
         open: (prelude) => {
