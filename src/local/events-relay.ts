@@ -34,6 +34,7 @@ type Outcome = 'end' | 'cut' | 'failed';
  */
 export class EventsRelay {
   private readonly upstreams = new Map<string, Upstream>();
+  private closed = false;
 
   constructor(readonly options: EventsRelayOptions) {}
 
@@ -48,9 +49,10 @@ export class EventsRelay {
    * was sooner, so a server that cuts every stream early is not hammered); one that carried
    * nothing, or cannot be opened again,
    * ends every listener (the page then polls). The last listener leaving closes the upstream.
-   * Resolves when `res` has ended. Never throws.
+   * After {@link close}: 503 `events_closed`. Resolves when `res` has ended. Never throws.
    */
   listen(id: string, res: ServerResponse): Promise<void> {
+    if (this.closed) return Promise.resolve(sendJsonError(res, 503, 'events_closed', 'the dashboard is closing'));
     let up = this.upstreams.get(id);
     if (!up) {
       up = new Upstream(this, id, () => this.upstreams.delete(id));
@@ -60,8 +62,9 @@ export class EventsRelay {
     return up.add(res);
   }
 
-  /** End every stream (the dashboard is closing): listeners' responses end, upstreams close. */
+  /** End every stream and open no more (the dashboard is closing): listeners' responses end, upstreams close. */
   close(): void {
+    this.closed = true;
     for (const up of [...this.upstreams.values()]) up.finish();
   }
 }
