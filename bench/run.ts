@@ -15,7 +15,7 @@
 // and results on the local S3 (bench/s3.ts), then item batching: lambda-invoke with itemsPerCall
 // 100 beside one item per invoke, against the local invoke endpoint (bench/batching.ts), then
 // tracing on beside off (bench/traces.ts), then 100 listeners of one batch's progress stream
-// (bench/stream.ts).
+// (bench/stream.ts), served by `leasehold dev` and relayed by `leasehold dashboard --events`.
 // Last, a bulk cancel of 5,000 open batches beside a running batch (bench/bulk.ts), and usage per batch against the
 // workers' measured invocation times (bench/usage.ts).
 // BENCH_ONLY=batch|start|checksum|lease|graphile|bundle|fairness|demo|retention|fanout|fleet|retries|pooler|events|rate|s3|batching|traces|stream|bulk|pools|pause|waits|usage runs one part.
@@ -47,7 +47,7 @@ import { livedIn, median, type LivedIn } from './sides.js';
 import { startBench } from './start.js';
 import { s3Bench } from './s3.js';
 import { callbackLatencyBench, waitsBench } from './waits.js';
-import { streamBench } from './stream.js';
+import { relayStreamBench, streamBench } from './stream.js';
 import { tracesBench } from './traces.js';
 import { usageBench } from './usage.js';
 
@@ -136,7 +136,10 @@ async function main() {
     if (runs('s3')) await s3Bench(url!);
     if (runs('batching')) await batchingBench(url!);
     if (runs('traces')) await tracesBench(url!);
-    if (runs('stream')) await streamBench(url!);
+    if (runs('stream')) {
+      await streamBench(url!);
+      await relayStreamBench(url!);
+    }
     if (runs('bulk')) await bulkBench(url!);
     if (runs('pools')) await poolsBench(url!);
     if (runs('pause')) await pauseBench(url!);

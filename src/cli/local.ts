@@ -77,12 +77,24 @@ function addDashboard(program: Command): void {
         .env('LEASEHOLD_API_URL')
         .makeOptionMandatory(),
     )
+    .addOption(
+      new Option(
+        '--events <url>',
+        "the stage's events function URL (the `events` output): the page's progress streams come from there, signed for lambda (default: the page polls)",
+      ).env('LEASEHOLD_EVENTS_URL'),
+    )
     .addOption(new Option('--port <port>', 'port on 127.0.0.1 (0: any free port)').default(3300).argParser(port))
     .option('--region <region>', "region to sign for (default: from an execute-api URL, else AWS_REGION or the profile's)")
     .option('--profile <profile>', 'AWS profile of the credential chain (default: AWS_PROFILE, else default)')
     .action(async (opts) => {
       const { runDashboard } = await import('../local/dashboard-proxy.js');
-      process.exitCode = await runDashboard({ apiUrl: opts.api, port: opts.port, region: opts.region, profile: opts.profile });
+      process.exitCode = await runDashboard({
+        apiUrl: opts.api,
+        eventsUrl: opts.events,
+        port: opts.port,
+        region: opts.region,
+        profile: opts.profile,
+      });
     });
 }
 

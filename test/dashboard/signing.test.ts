@@ -284,6 +284,19 @@ describe('leasehold dashboard --api URL', () => {
     await d.stop();
   });
 
+  it('takes --events (or LEASEHOLD_EVENTS_URL) and says where progress streams come from; without, that the page polls', async () => {
+    const events = 'http://127.0.0.1:9/';
+    const given = await dashboard(awsEnv(CREDENTIALS), ['--region', REGION, '--events', events]);
+    expect(given.stderr()).toContain(
+      `events       http://127.0.0.1:9 (progress streams signed with SigV4 for lambda in ${REGION}, one per batch)`,
+    );
+    const fromEnv = await dashboard({ ...awsEnv(CREDENTIALS), LEASEHOLD_EVENTS_URL: events });
+    expect(fromEnv.stderr()).toContain('events       http://127.0.0.1:9 (progress streams signed');
+    const without = await dashboard(awsEnv(CREDENTIALS));
+    expect(without.stderr()).toContain('events       none (no --events URL): the batch view polls');
+    await Promise.all([given.stop(), fromEnv.stop(), without.stop()]);
+  });
+
   it('finds the region in an execute-api URL, and refuses what cannot work before serving', async () => {
     expect(regionOfApiHost('abc123.execute-api.eu-west-1.amazonaws.com')).toBe('eu-west-1');
     expect(regionOfApiHost('abc123.execute-api.cn-north-1.amazonaws.com.cn')).toBe('cn-north-1');
@@ -303,6 +316,10 @@ describe('leasehold dashboard --api URL', () => {
       stderr: expect.stringMatching(/must be https:\/\//),
     });
     expect(await run(['--api', gateway.url])).toMatchObject({ code: 2, stderr: expect.stringMatching(/give --region/) });
+    expect(await run(['--api', gateway.url, '--region', REGION, '--events', 'http://events.example.com/'])).toMatchObject({
+      code: 2,
+      stderr: expect.stringMatching(/--events http:\/\/events\.example\.com\/: must be https:\/\//),
+    });
     expect(await run([])).toMatchObject({ code: 1, stderr: expect.stringMatching(/--api <url>.*not specified/) });
     // In the library, the refusal is a LeaseholdError with its code, as every error leasehold throws on purpose.
     const refused = await startDashboard({ apiUrl: 'http://api.example.com', port: 0 }).catch((e: unknown) => e);

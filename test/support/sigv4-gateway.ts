@@ -42,7 +42,8 @@ function amzDate(s: string | undefined): Date | undefined {
   return m ? new Date(Date.UTC(+m[1], +m[2] - 1, +m[3], +m[4], +m[5], +m[6])) : undefined;
 }
 
-function readAll(req: IncomingMessage): Promise<Buffer> {
+/** The whole request body. */
+export function readAll(req: IncomingMessage): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
@@ -52,7 +53,8 @@ function readAll(req: IncomingMessage): Promise<Buffer> {
 }
 
 /**
- * Why the request's signature is not one `credentials` made for `execute-api` in `region`, or
+ * Why the request's signature is not one `credentials` made for `service` (default
+ * `execute-api`; a function URL's is `lambda`) in `region`, or
  * undefined when it is: the authorization header's form, key, scope and date (within 5 minutes),
  * then the whole signature computed again over the request as received (method, path, query,
  * the signed headers, the body's hash and the session token).
@@ -62,15 +64,16 @@ export async function sigV4Refusal(
   body: Buffer,
   credentials: GatewayCredentials,
   region: string,
+  service = 'execute-api',
 ): Promise<string | undefined> {
   const auth = req.headers.authorization;
   if (!auth) return 'Missing Authentication Token';
   const m = AUTH.exec(auth);
   if (!m) return 'Authorization header is not a SigV4 signature';
-  const [, keyId, day, scopeRegion, service, signedList] = m;
+  const [, keyId, day, scopeRegion, scopeService, signedList] = m;
   if (keyId !== credentials.accessKeyId) return 'The security token included in the request is invalid.';
-  if (scopeRegion !== region || service !== 'execute-api')
-    return `Credential should be scoped to a valid region and service execute-api, not ${scopeRegion}/${service}`;
+  if (scopeRegion !== region || scopeService !== service)
+    return `Credential should be scoped to a valid region and service ${service}, not ${scopeRegion}/${scopeService}`;
   const date = amzDate(req.headers['x-amz-date'] as string | undefined);
   if (!date || date.toISOString().slice(0, 10).replace(/-/g, '') !== day)
     return 'x-amz-date missing or not the credential scope date';
@@ -92,7 +95,7 @@ export async function sigV4Refusal(
     const prior = query[k];
     query[k] = prior === undefined ? v : [prior, v].flat();
   }
-  const signer = new SignatureV4({ service: 'execute-api', region, credentials, sha256: Sha256 });
+  const signer = new SignatureV4({ service, region, credentials, sha256: Sha256 });
   const expected = (await signer.sign(
     new HttpRequest({
       method: req.method ?? 'GET',
