@@ -1,8 +1,7 @@
 import { delimiter } from 'node:path';
 import { tmpdir } from 'node:os';
 import * as z from '../zod.js';
-import { BATCH_DEFAULTS, RETENTION_DEFAULTS } from '../batch/defaults.js';
-import { DEFAULT_START_LIMITS } from '../batch/items.js';
+import { BATCH_DEFAULTS, DEFAULT_START_LIMITS, RETENTION_DEFAULTS } from '../batch/defaults.js';
 import { MAX_CONCURRENCY } from '../batch/types.js';
 import { parsePriceOverride, pricesFor, type Prices } from '../batch/usage.js';
 import { RUNNER_DEFAULTS, runnerSettings, type RunnerSettings } from '../batch/runner.js';

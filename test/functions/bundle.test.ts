@@ -176,6 +176,13 @@ describe('function bundles', () => {
       'src/store/migrate.ts', // the migrate function
       'src/store/roles.ts',
       'src/jobs/lambda-invoke-call.ts', // lambda-invoke batches' items
+      'src/batch/sql/waits.ts', // an item's wait, a park, a wake
+      'src/batch/callback-token.ts',
+      'src/batch/run/source-reader.ts', // a run of a batch that reads its source
+      'src/batch/sql/sources.ts',
+      'src/batch/items.ts',
+      'src/batch/sql/reads.ts', // the API's reads (a barrel on the worker's path brought them)
+      'src/batch/sql/steer.ts',
     ];
     expect(lazy.filter((p) => cold.has(p))).toEqual([]);
     // ...and they are in the bundle, for the invocations that need them.

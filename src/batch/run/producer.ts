@@ -4,7 +4,8 @@
 // at most `parallel + queueDepth` items (running included); a freed slot starts the next queued
 // item at once; an item due later (a retry) is claimed shortly before it is due and started by
 // a local timer when it is due. The completer's statements carry its claims.
-import * as q from '../sql/index.js';
+import type { ClaimedRow, StepResult } from '../sql/moves.js';
+import { releaseOrphans } from '../sql/runs.js';
 import { PoolGate, poolLimitsOf } from '../pool.js';
 import { RATE_WAIT_IN_QUEUE_MS, RateGate, type RateLimit } from '../rate.js';
 import { releasePermits } from '../sql/pools.js';
@@ -15,7 +16,7 @@ import { CLAIM_AHEAD_MS, type Settled } from './types.js';
 
 /** A claimed item waiting in the run's queue: start it at `startAt` (local clock; 0: at once). */
 interface Queued {
-  item: q.ClaimedRow;
+  item: ClaimedRow;
   startAt: number;
   /** Its rate-limit key, once computed (rate-limited batches only). */
   rateKey?: string;
@@ -32,7 +33,7 @@ export interface ProducerDeps {
   /** Items executing now (executor). */
   running(): number;
   /** Start one item's attempt (executor). */
-  launch(item: q.ClaimedRow): void;
+  launch(item: ClaimedRow): void;
   /** A claimed item goes back with a move (completer). */
   settle(s: Settled): void;
 }
@@ -154,7 +155,7 @@ export class Producer {
    * Retry-After with a rate limit: the item's whole key waits, across the fleet (and only that
    * key). Nothing without a limit.
    */
-  pauseKey(item: q.ClaimedRow, ms: number): void {
+  pauseKey(item: ClaimedRow, ms: number): void {
     if (this.gate) this.gate.pause(this.gate.keyOf({ key: item.key, input: item.input, params: this.ctx.batch.params }), ms);
   }
 
@@ -202,7 +203,7 @@ export class Producer {
    * Take the items claimed by a step's answer into the queue (`claim`: the room it asked for;
    * `sentAt`: local time the statement was sent).
    */
-  claimed(r: q.StepResult, claim: number, sentAt: number): void {
+  claimed(r: StepResult, claim: number, sentAt: number): void {
     this.moreDue = r.claimed.length >= claim;
     // Counted from the answer, which came after the database's now(): never early.
     const answeredAt = this.ctx.s.clock.now();
@@ -218,7 +219,7 @@ export class Producer {
     if (!this.claimUncertain) return false;
     this.claimUncertain = false;
     const ctx = this.ctx;
-    await ctx.store(() => q.releaseOrphans(ctx.sql, ctx.batch.id, ctx.id));
+    await ctx.store(() => releaseOrphans(ctx.sql, ctx.batch.id, ctx.id));
     this.moreDue = true;
     return true;
   }
@@ -229,7 +230,7 @@ export class Producer {
   }
 
   /** Empty the queue for the handoff, which gives its items back: the items it held. */
-  takeQueued(): q.ClaimedRow[] {
+  takeQueued(): ClaimedRow[] {
     const queued = this.queue.map((e) => e.item);
     this.queue = [];
     return queued;
@@ -360,7 +361,7 @@ export class Producer {
    * Send a claimed item back to pending, due `delayMs` from now, with its attempt given back (it
    * never started): its key had no token (docs/design.md, "Rate limits"). The next flush moves it.
    */
-  private giveBackForRate(c: q.ClaimedRow, delayMs: number): void {
+  private giveBackForRate(c: ClaimedRow, delayMs: number): void {
     this.d.settle(givenBack(c, 'given-back', { delayMs: Math.ceil(delayMs) }));
   }
 
