@@ -183,6 +183,10 @@ describe('function bundles', () => {
       'src/batch/items.ts',
       'src/batch/sql/reads.ts', // the API's reads (a barrel on the worker's path brought them)
       'src/batch/sql/steer.ts',
+      'src/batch/rate-gate.ts', // a run of a rate-limited batch
+      'src/batch/sql/rate.ts',
+      'src/batch/pool-gate.ts', // a run of a batch with a pool
+      'src/batch/sql/pools.ts',
     ];
     expect(lazy.filter((p) => cold.has(p))).toEqual([]);
     // ...and they are in the bundle, for the invocations that need them.

@@ -6,11 +6,12 @@
 // a local timer when it is due. The completer's statements carry its claims.
 import type { ClaimedRow, StepResult } from '../sql/moves.js';
 import { releaseOrphans } from '../sql/runs.js';
-import { PoolGate, poolLimitsOf } from '../pool.js';
-import { RATE_WAIT_IN_QUEUE_MS, RateGate, type RateLimit } from '../rate.js';
-import { releasePermits } from '../sql/pools.js';
+import { poolLimitsOf } from '../pool.js';
+import type { PoolGate } from '../pool-gate.js';
+import { RATE_WAIT_IN_QUEUE_MS, type RateLimit } from '../rate.js';
+import type { RateGate } from '../rate-gate.js';
 import { withTimeout } from '../../store/timeout.js';
-import type { RunContext } from './context.js';
+import { StoreFailure, type RunContext } from './context.js';
 import { givenBack } from './settled.js';
 import { CLAIM_AHEAD_MS, type Settled } from './types.js';
 
@@ -48,7 +49,7 @@ export class Producer {
    * The permits of the batch's concurrency pool (docs/design.md, "Concurrency pools");
    * undefined without a pool, and then nothing here costs anything.
    */
-  private readonly pool: PoolGate | undefined;
+  private pool: PoolGate | undefined;
   /** A timer that wakes the run when a rate-limited key in its queue may have a token again. */
   private rateTimer: AbortController | undefined;
   /** The store may hold due pending items this run has not claimed. */
@@ -68,19 +69,33 @@ export class Producer {
   ) {
     const s = ctx.s;
     this.capacity = s.parallel + s.queueDepth;
-    const rate = ctx.batch.ratePerSecond;
-    const limit = rate != null ? { ...s.rateLimit, perSecond: rate } : s.rateLimit;
-    this.gate = limit && this.rateGate(limit);
-    this.pool = this.poolGate();
   }
 
-  /** The run's side of its batch's pool: the start's, else the job's; none without either. */
-  private poolGate(): PoolGate | undefined {
+  /**
+   * Make the gates the batch needs, its rate limit's and its pool's, before the run claims: each
+   * is a chunk of its own (rate-gate.ts, pool-gate.ts, with their statements) imported here, so a
+   * run of a batch with neither loads neither (docs/design.md, "Cold starts and code splitting").
+   * @throws {StoreFailure} a gate's module did not load (the run ends as on a store that keeps failing).
+   */
+  async open(): Promise<void> {
+    const ctx = this.ctx;
+    const rate = ctx.batch.ratePerSecond;
+    const limit = rate != null ? { ...ctx.s.rateLimit, perSecond: rate } : ctx.s.rateLimit;
+    const pool = ctx.batch.pool ?? ctx.s.pool?.name;
+    try {
+      if (limit && !this.gate) this.gate = this.rateGate((await import('../rate-gate.js')).RateGate, limit);
+      if (pool) this.pool = this.poolGate((await import('../pool-gate.js')).PoolGate, pool);
+    } catch (e) {
+      ctx.storeError(e, 1);
+      throw new StoreFailure(`the gates of batch ${ctx.batch.id} did not load: ${(e as Error)?.message ?? e}`);
+    }
+  }
+
+  /** The run's side of its batch's pool `name`: the start's, else the job's. */
+  private poolGate(Gate: typeof PoolGate, name: string): PoolGate {
     const ctx = this.ctx;
     const spec = ctx.s.pool;
-    const name = ctx.batch.pool ?? spec?.name;
-    if (!name) return undefined;
-    return new PoolGate({
+    return new Gate({
       sql: ctx.sql,
       pool: name,
       runId: ctx.id,
@@ -117,6 +132,8 @@ export class Producer {
     pool.stop();
     const ctx = this.ctx;
     try {
+      // Loaded with the gate already (pool-gate.ts imports the pools' statements).
+      const { releasePermits } = await import('../sql/pools.js');
       await withTimeout(
         () => releasePermits(ctx.sql, { pool: ctx.batch.pool ?? ctx.s.pool!.name, run: ctx.id }),
         ctx.s.storeTimeoutMs,
@@ -127,9 +144,9 @@ export class Producer {
   }
 
   /** The run's side of a fleet-wide rate limit (docs/design.md, "Rate limits"). */
-  private rateGate(limit: RateLimit): RateGate {
+  private rateGate(Gate: typeof RateGate, limit: RateLimit): RateGate {
     const ctx = this.ctx;
-    return new RateGate({
+    return new Gate({
       sql: ctx.sql,
       batchId: ctx.batch.id,
       job: ctx.batch.job,
@@ -147,8 +164,19 @@ export class Producer {
    * so it stops spacing items it gives back at an old rate before its next take).
    */
   useBatchRate(perSecond: number): void {
-    if (!this.gate) this.gate = this.rateGate({ ...this.ctx.s.rateLimit, perSecond });
-    else this.gate.useBatchRate(perSecond);
+    if (this.gate) {
+      this.gate.useBatchRate(perSecond);
+      return;
+    }
+    // The batch had no limit, so no gate: its module loads first (a failed load is reported, and
+    // the next beat tries again).
+    void import('../rate-gate.js').then(
+      ({ RateGate }) => {
+        if (this.gate) this.gate.useBatchRate(perSecond);
+        else this.gate = this.rateGate(RateGate, { ...this.ctx.s.rateLimit, perSecond });
+      },
+      (e) => this.ctx.storeError(e, 1),
+    );
   }
 
   /**

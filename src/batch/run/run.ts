@@ -165,6 +165,7 @@ export class Run {
     let outcome: RunOutcome;
     let error: Error | undefined;
     try {
+      await this.producer.open();
       outcome = await this.loop();
     } catch (e) {
       outcome = e instanceof StoreFailure ? 'store-error' : e instanceof BatchGivenUpError ? 'failed' : 'lost';
