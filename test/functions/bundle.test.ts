@@ -187,6 +187,8 @@ describe('function bundles', () => {
       'src/batch/sql/rate.ts',
       'src/batch/pool-gate.ts', // a run of a batch with a pool
       'src/batch/sql/pools.ts',
+      'src/units/endpoint-guard.ts', // an outbox unit's registration or run (the address policy)
+      'node_modules/ipaddr.js/lib/ipaddr.js',
     ];
     expect(lazy.filter((p) => cold.has(p))).toEqual([]);
     // ...and they are in the bundle, for the invocations that need them.
