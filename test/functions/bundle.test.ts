@@ -189,6 +189,8 @@ describe('function bundles', () => {
       'src/batch/sql/pools.ts',
       'src/units/endpoint-guard.ts', // an outbox unit's registration or run (the address policy)
       'node_modules/ipaddr.js/lib/ipaddr.js',
+      'src/batch/sql/events.ts', // the Batch Finished senders' statements (the writes are event-writes.ts)
+      'src/batch/sql/results.ts',
     ];
     expect(lazy.filter((p) => cold.has(p))).toEqual([]);
     // ...and they are in the bundle, for the invocations that need them.
