@@ -191,6 +191,7 @@ describe('function bundles', () => {
       'node_modules/ipaddr.js/lib/ipaddr.js',
       'src/batch/sql/events.ts', // the Batch Finished senders' statements (the writes are event-writes.ts)
       'src/batch/sql/results.ts',
+      'src/batch/s3.ts', // a run's first S3 call
     ];
     expect(lazy.filter((p) => cold.has(p))).toEqual([]);
     // ...and they are in the bundle, for the invocations that need them.
