@@ -191,6 +191,8 @@ describe('function bundles', () => {
       'src/batch/sql/events.ts', // the Batch Finished senders' statements (the writes are event-writes.ts)
       'src/batch/sql/results.ts',
       'src/batch/s3.ts', // a run's first S3 call
+      'src/batch/usage-reads.ts', // the API's and the senders' usage reads
+      'src/batch/sql/usage-reads.ts',
     ];
     expect(lazy.filter((p) => cold.has(p))).toEqual([]);
     // ...and they are in the bundle, for the invocations that need them.
