@@ -51,3 +51,24 @@ export const RETENTION_DEFAULTS = {
   budgetMs: 10_000,
   pauseRatio: 2,
 } as const;
+
+/**
+ * What one start may hold (docs/design.md, "Batches"). A start over any of them is refused
+ * with `BatchTooLargeError` naming the limit, and stores nothing. Item keys are at most
+ * `MAX_KEY_BYTES` (src/batch/items.ts) bytes whatever these say.
+ */
+export interface StartLimits {
+  /** Most items in one batch. Default 200,000. */
+  maxItems: number;
+  /** Largest input of one item, in bytes of its JSON text (UTF-8). Default 65,536. */
+  maxInputBytes: number;
+  /** Largest sum over all items of key bytes plus input bytes. Default 536,870,912 (512 MiB). */
+  maxTotalBytes: number;
+}
+
+/** Defaults of {@link StartLimits}. */
+export const DEFAULT_START_LIMITS: Readonly<StartLimits> = {
+  maxItems: 200_000,
+  maxInputBytes: 65_536,
+  maxTotalBytes: 512 * 1024 * 1024,
+};

@@ -122,9 +122,6 @@ export {
 } from './progress.js';
 export { getTenant, setTenantLimit, MAX_TENANT_LIMIT, type TenantInfo, type TenantBatch } from './tenants.js';
 export {
-  getBatchUsage,
-  getBatchesUsage,
-  getTenantUsage,
   pricesFor,
   parsePriceOverride,
   currentArchitecture,
@@ -138,6 +135,7 @@ export {
   type EstimatedCost,
   type Architecture,
 } from './usage.js';
+export { getBatchUsage, getBatchesUsage, getTenantUsage } from './usage-reads.js';
 export {
   deleteExpiredBatches,
   deleteExpiredUsage,

@@ -4,8 +4,9 @@
 // PIECE_ITEMS items or about PIECE_BYTES bytes, each one statement, so no parameter grows with
 // the batch and PostgreSQL's 256 MiB limit on one JSON value never applies to a whole batch.
 import type { Sql } from '../store/index.js';
+import type { StartLimits } from './defaults.js';
 import { BatchTooLargeError, InvalidBatchError } from './errors.js';
-import * as q from './sql/index.js';
+import { insertItemsPiece } from './sql/starts.js';
 import type { ItemInput, ItemSource } from './types.js';
 
 /**
@@ -15,26 +16,8 @@ import type { ItemInput, ItemSource } from './types.js';
  */
 export const MAX_KEY_BYTES = 1024;
 
-/**
- * What one start may hold (docs/design.md, "Batches"). A start over any of them is refused
- * with {@link BatchTooLargeError} naming the limit, and stores nothing. Item keys are at most
- * {@link MAX_KEY_BYTES} bytes whatever these say.
- */
-export interface StartLimits {
-  /** Most items in one batch. Default 200,000. */
-  maxItems: number;
-  /** Largest input of one item, in bytes of its JSON text (UTF-8). Default 65,536. */
-  maxInputBytes: number;
-  /** Largest sum over all items of key bytes plus input bytes. Default 536,870,912 (512 MiB). */
-  maxTotalBytes: number;
-}
-
-/** Defaults of {@link StartLimits}. */
-export const DEFAULT_START_LIMITS: Readonly<StartLimits> = {
-  maxItems: 200_000,
-  maxInputBytes: 65_536,
-  maxTotalBytes: 512 * 1024 * 1024,
-};
+// The limits of a start live with the other defaults (the runtime's configuration reads them).
+export { DEFAULT_START_LIMITS, type StartLimits } from './defaults.js';
 
 /** Most items per insert statement. */
 const PIECE_ITEMS = 10_000;
@@ -203,7 +186,7 @@ function checkItem(item: ItemInput, n: number, maxInputBytes: number): { keyJson
 export async function insertItems(tx: Sql, batchId: string, items: ItemPieces): Promise<number> {
   for (const json of items.pieces) {
     try {
-      await q.insertItemsPiece(tx, batchId, json);
+      await insertItemsPiece(tx, batchId, json);
     } catch (e) {
       throw duplicateKeyError(e) ?? e;
     }

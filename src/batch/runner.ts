@@ -6,8 +6,9 @@ import { isLockTimeout } from '../store/errors.js';
 import { withTimeout } from '../store/timeout.js';
 import type { CreateOptions } from './batches.js';
 import { systemClock, type Clock } from '../clock.js';
-import * as q from './sql/index.js';
-import { NO_LIMIT } from './sql/index.js';
+import { undispatch } from './sql/dispatch.js';
+import { handBack, takeOver, takeoverMayFind } from './sql/runs.js';
+import { NO_LIMIT } from './sql/shared.js';
 import { batchedWork, checkItemBatching } from './run/index.js';
 import { checkRetrySettings, MAX_ATTEMPTS, MAX_BACKOFF_MS, Run, type RunnerEvent, type RunSettings } from './run/index.js';
 import { DEFAULT_MAX_OUTPUT_BYTES } from './values.js';
@@ -383,7 +384,7 @@ export class Runner {
     const attempt = () =>
       withTimeout(
         () =>
-          q.takeOver(this.sql, {
+          takeOver(this.sql, {
             run: runId,
             process: this.processId,
             staleMs: this.s.staleMs,
@@ -412,7 +413,7 @@ export class Runner {
     const retryUntil = performance.now() + TAKEOVER_RETRY_MS;
     for (let retry = 0; !batch && performance.now() < retryUntil; retry++) {
       const waiting = await withTimeout(
-        () => q.takeoverMayFind(this.sql, { batchId, maxRunning: this.s.maxRunning, skip: skip(), staleMs: this.s.staleMs }),
+        () => takeoverMayFind(this.sql, { batchId, maxRunning: this.s.maxRunning, skip: skip(), staleMs: this.s.staleMs }),
         this.s.storeTimeoutMs,
       );
       if (!waiting || this.closed) break;
@@ -422,21 +423,21 @@ export class Runner {
     }
     if (batchId && options.orFairer && batch?.id !== batchId) {
       // Not taken here: left waiting, and dispatchable again at once.
-      await withTimeout(() => q.undispatch(this.sql, batchId), this.s.storeTimeoutMs).catch(() => {});
+      await withTimeout(() => undispatch(this.sql, batchId), this.s.storeTimeoutMs).catch(() => {});
     }
     if (!batch) return undefined;
     const executor = resolve(batch);
     if (!executor) {
       this.unknown.add(batch.id);
       this.s.onEvent({ type: 'unknown-job', batchId: batch.id, job: batch.job });
-      await withTimeout(() => q.handBack(this.sql, batch.id, runId), this.s.storeTimeoutMs);
+      await withTimeout(() => handBack(this.sql, batch.id, runId), this.s.storeTimeoutMs);
       return undefined;
     }
     try {
       checkExecutor(executor);
     } catch (e) {
       this.unknown.add(batch.id);
-      await withTimeout(() => q.handBack(this.sql, batch.id, runId), this.s.storeTimeoutMs);
+      await withTimeout(() => handBack(this.sql, batch.id, runId), this.s.storeTimeoutMs);
       throw e;
     }
     const run = new Run(this.sql, this.settingsFor(executor), batch, runId, this.grouped(executor, batch.id), sentAt);

@@ -1,8 +1,7 @@
 import { delimiter } from 'node:path';
 import { tmpdir } from 'node:os';
 import * as z from '../zod.js';
-import { BATCH_DEFAULTS, RETENTION_DEFAULTS } from '../batch/defaults.js';
-import { DEFAULT_START_LIMITS } from '../batch/items.js';
+import { BATCH_DEFAULTS, DEFAULT_START_LIMITS, RETENTION_DEFAULTS } from '../batch/defaults.js';
 import { MAX_CONCURRENCY } from '../batch/types.js';
 import { parsePriceOverride, pricesFor, type Prices } from '../batch/usage.js';
 import { RUNNER_DEFAULTS, runnerSettings, type RunnerSettings } from '../batch/runner.js';
@@ -10,7 +9,7 @@ import type { ComponentVariable } from '../contract.js';
 import { InvalidSettingError, LeaseholdError } from '../errors.js';
 import { LEASE_DEFAULTS, leaseConfig, type LeaseConfig } from '../lease/leaser.js';
 import { NO_WORKER_LIMIT } from '../lease/sql/fleet.js';
-import { parseOutboxAllow } from '../units/endpoint-guard.js';
+import { readOutboxAllow } from '../units/outbox-allow.js';
 import { parseChainRules, type ChainRule } from '../trigger/chain.js';
 
 /** A setting from the environment is missing or invalid; the message names the variable. */
@@ -139,11 +138,12 @@ const schema = {
   LEASEHOLD_DB_RUNTIME_CONNECTIONS: z.optional(int(1, 100_000)),
   LEASEHOLD_DB_CONNECT_RETRY_MS: z._default(int(0, 900_000), 20_000),
   // Read by the outbox-delivery job itself (src/units/endpoint-guard.ts) whenever it checks an
-  // endpoint; validated here too, so a bad value stops a function when it starts.
+  // endpoint; validated here too (its syntax, src/units/outbox-allow.ts), so a bad value stops a
+  // function when it starts.
   LEASEHOLD_OUTBOX_ALLOW: z.optional(z.string()).check(
     z.superRefine((v, ctx) => {
       try {
-        parseOutboxAllow(v);
+        readOutboxAllow(v);
       } catch (e) {
         ctx.addIssue({ code: 'custom', message: (e as Error).message });
       }

@@ -17,7 +17,8 @@ import {
   type BatchFinishedDetail,
   type TakenEvent,
 } from '../batch/events.js';
-import { getBatchesUsage, type Prices } from '../batch/usage.js';
+import type { Prices } from '../batch/usage.js';
+import { getBatchesUsage } from '../batch/usage-reads.js';
 import { putEventsEntrySize } from '../contract.js';
 import {
   formatTraceparent,

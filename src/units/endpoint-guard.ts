@@ -13,9 +13,9 @@ import { isIP, type LookupFunction } from 'node:net';
 import ipaddr from 'ipaddr.js';
 import type { Dispatcher } from 'undici';
 import { LeaseholdError, InvalidSettingError } from '../errors.js';
+import { normalHost, OUTBOX_ALLOW_VARIABLE, readOutboxAllow } from './outbox-allow.js';
 
-/** The environment variable of the default allow-list of outbox endpoints. */
-export const OUTBOX_ALLOW_VARIABLE = 'LEASEHOLD_OUTBOX_ALLOW';
+export { OUTBOX_ALLOW_VARIABLE } from './outbox-allow.js';
 
 type Address = ipaddr.IPv4 | ipaddr.IPv6;
 
@@ -42,55 +42,23 @@ export type AddressLookup = (hostname: string) => Promise<{ address: string; fam
  * separated by commas or whitespace when given as one string. An allow-listed host name skips
  * every check for URLs with exactly that host; an address or range allows those addresses
  * whatever name they are reached by (an IPv4 range also covers the IPv4-mapped IPv6 form).
+ * The syntax is outbox-allow.ts's ({@link readOutboxAllow}).
  * @throws {InvalidSettingError} an entry that is none of those, named in the message.
  */
 export function parseOutboxAllow(entries: string | readonly string[] | undefined): OutboxAllowList {
-  const list = typeof entries === 'string' ? entries.split(/[\s,]+/) : (entries ?? []);
-  const hosts = new Set<string>();
-  const ranges: (readonly [Address, number])[] = [];
-  for (const raw of list) {
-    const entry = raw.trim();
-    if (entry === '') continue;
-    const slash = entry.indexOf('/');
-    const ip = (slash === -1 ? entry : entry.slice(0, slash)).replace(/^\[(.*)\]$/, '$1');
-    if (isIP(ip)) {
-      // Only the canonical spellings net.isIP accepts: no `0x7f.1` in an allow-list.
-      if (slash === -1) {
+  const { hosts, addresses } = readOutboxAllow(entries);
+  const ranges = addresses.map(({ ip, bits, entry }): readonly [Address, number] => {
+    try {
+      if (bits === undefined) {
         const a = ipaddr.parse(ip);
-        ranges.push([a, a.kind() === 'ipv4' ? 32 : 128]);
-      } else if (ipaddr.isValidCIDR(`${ip}${entry.slice(slash)}`)) {
-        ranges.push(ipaddr.parseCIDR(`${ip}${entry.slice(slash)}`));
-      } else {
-        throw new InvalidSettingError(`"${entry}"`, 'is not a valid CIDR range');
+        return [a, a.kind() === 'ipv4' ? 32 : 128];
       }
-      continue;
+      return ipaddr.parseCIDR(`${ip}/${bits}`);
+    } catch {
+      throw new InvalidSettingError(`"${entry}"`, bits === undefined ? 'is not a valid IP address' : 'is not a valid CIDR range');
     }
-    const host = normalHost(entry);
-    // A name URL parsing would read as an address (`0x7f.1`, `2130706433`) is refused here:
-    // write addresses in their canonical form.
-    if (slash !== -1 || !HOST_NAME.test(host) || urlHost(host) !== host) {
-      throw new InvalidSettingError(`"${entry}"`, 'is neither a host name, an IP address nor a CIDR range');
-    }
-    hosts.add(host);
-  }
+  });
   return { hosts, ranges };
-}
-
-const HOST_NAME = /^(?=.{1,253}$)[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?)*$/;
-
-/** The host WHATWG URL parsing makes of `host`, or undefined when it is not a valid host. */
-function urlHost(host: string): string | undefined {
-  try {
-    return new URL(`http://${host}/`).hostname;
-  } catch {
-    return undefined;
-  }
-}
-
-/** Lowercase, without brackets and without one trailing dot (`Example.COM.` → `example.com`). */
-function normalHost(host: string): string {
-  const h = host.toLowerCase().replace(/^\[(.*)\]$/, '$1');
-  return h.endsWith('.') ? h.slice(0, -1) : h;
 }
 
 /** What ipaddr.js's special-purpose range names mean, for the refusal message. */

@@ -3,7 +3,8 @@
 // unit's first run, and the outbox's reads and enqueue are in outbox.ts: a worker that owns no
 // outbox unit does not load them at its cold start (docs/design.md, "Cold starts and code splitting").
 import * as z from '../zod.js';
-import { EndpointGuard, type AddressLookup } from './endpoint-guard.js';
+import type { AddressLookup, EndpointGuard } from './endpoint-guard.js';
+import { readOutboxAllow } from './outbox-allow.js';
 import { defineUnitJob, type ConfigIssue, type UnitJob } from './job.js';
 import { MAX_ENDPOINTS, MAX_RETRY_AFTER_MS, OUTBOX_JOB, type DeliverySettings } from './outbox-rules.js';
 import { InvalidSettingError } from '../errors.js';
@@ -160,7 +161,18 @@ export function outboxDelivery(options: OutboxDeliveryOptions = {}): UnitJob<Out
   for (const k of ['backoffMs', 'maxBackoffMs', 'maxRetryAfterMs'] as const) {
     if (!Number.isFinite(s[k]) || s[k] < 0) throw new InvalidSettingError(k, `must be 0 or more ms, got ${s[k]}`);
   }
-  const guard = new EndpointGuard({ allow: options.allow, lookup: options.lookup });
+  // The address policy (ipaddr.js) loads with the first registration or run: a worker that owns
+  // no outbox unit never reads it. A bad `allow` is refused here all the same (its syntax).
+  if (options.allow !== undefined) readOutboxAllow(options.allow);
+  let guardLoaded: Promise<EndpointGuard> | undefined;
+  const guard = () => {
+    guardLoaded ??= import('./endpoint-guard.js').then(
+      ({ EndpointGuard }) => new EndpointGuard({ allow: options.allow, lookup: options.lookup }),
+    );
+    // A failed load is tried again by the next call.
+    guardLoaded.catch(() => (guardLoaded = undefined));
+    return guardLoaded;
+  };
   // The endpoint list each unit last dropped removed endpoints for, in this process.
   const pruned = new Map<string, string>();
   return defineUnitJob<OutboxConfig>({
@@ -169,8 +181,8 @@ export function outboxDelivery(options: OutboxDeliveryOptions = {}): UnitJob<Out
     config: outboxConfigSchema,
     intervalMs: s.intervalMs,
     weight: (config) => config.endpoints.length,
-    admit: (config) => admitEndpoints(guard, config),
-    run: async (ctx) => (await import('./outbox-run.js')).deliverDue(ctx, s, guard, pruned),
+    admit: async (config) => admitEndpoints(await guard(), config),
+    run: async (ctx) => (await import('./outbox-run.js')).deliverDue(ctx, s, await guard(), pruned),
   });
 }
 

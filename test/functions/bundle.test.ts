@@ -176,11 +176,32 @@ describe('function bundles', () => {
       'src/store/migrate.ts', // the migrate function
       'src/store/roles.ts',
       'src/jobs/lambda-invoke-call.ts', // lambda-invoke batches' items
+      'src/batch/sql/waits.ts', // an item's wait, a park, a wake
+      'src/batch/callback-token.ts',
+      'src/batch/run/source-reader.ts', // a run of a batch that reads its source
+      'src/batch/sql/sources.ts',
+      'src/batch/items.ts',
+      'src/batch/sql/reads.ts', // the API's reads (a barrel on the worker's path brought them)
+      'src/batch/sql/steer.ts',
+      'src/batch/rate-gate.ts', // a run of a rate-limited batch
+      'src/batch/sql/rate.ts',
+      'src/batch/pool-gate.ts', // a run of a batch with a pool
+      'src/batch/sql/pools.ts',
+      'src/units/endpoint-guard.ts', // an outbox unit's registration or run (the address policy, ipaddr.js)
+      'src/batch/sql/events.ts', // the Batch Finished senders' statements (the writes are event-writes.ts)
+      'src/batch/sql/results.ts',
+      'src/batch/s3.ts', // a run's first S3 call
+      'src/batch/usage-reads.ts', // the API's and the senders' usage reads
+      'src/batch/sql/usage-reads.ts',
     ];
     expect(lazy.filter((p) => cold.has(p))).toEqual([]);
     // ...and they are in the bundle, for the invocations that need them.
     const all = new Set(Object.values(bundle.metafile.outputs).flatMap((o) => Object.keys(o.inputs)));
     expect(lazy.filter((p) => !all.has(p))).toEqual([]);
+    // The address policy's ipaddr.js too (its path is under whichever node_modules esbuild found).
+    const ipaddr = (p: string) => p.includes('node_modules/ipaddr.js/');
+    expect([...cold].filter(ipaddr)).toEqual([]);
+    expect([...all].some(ipaddr)).toBe(true);
     // leasehold's schemas are zod/mini (src/zod.ts): classic, or the parts of zod's core only
     // classic uses (its JSON Schema output), anywhere in the bundle would put ~60 KB back in a
     // cold chunk, since esbuild keeps a file both chunks use in a shared one.

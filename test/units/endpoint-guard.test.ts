@@ -3,6 +3,9 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '../../src/runtime/config.js';
 import { addressRefusal, EndpointGuard, hostRefusal, parseOutboxAllow } from '../../src/units/endpoint-guard.js';
+import { readOutboxAllow } from '../../src/units/outbox-allow.js';
+import { isIP } from 'node:net';
+import ipaddr from 'ipaddr.js';
 
 const none = parseOutboxAllow(undefined);
 
@@ -108,6 +111,70 @@ describe('parseOutboxAllow', () => {
       ['a/8', /"a\/8" is neither/],
     ] as const) {
       expect(() => parseOutboxAllow(entry), entry).toThrow(message);
+    }
+  });
+
+  it('the syntax check a cold start runs accepts exactly the entries ipaddr.js reads', () => {
+    // loadConfig and outboxDelivery() check an allow-list with readOutboxAllow (no ipaddr.js);
+    // the guard makes its ranges with ipaddr.js. What ipaddr.js takes, as the guard read an
+    // entry before the check had a file of its own:
+    const ipaddrTakes = (entry: string) => {
+      const slash = entry.indexOf('/');
+      const ip = (slash === -1 ? entry : entry.slice(0, slash)).replace(/^\[(.*)\]$/, '$1');
+      if (!isIP(ip)) return undefined; // not an address: the host-name rules apply
+      if (slash !== -1) return ipaddr.isValidCIDR(`${ip}${entry.slice(slash)}`);
+      try {
+        ipaddr.parse(ip);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    for (const entry of [
+      'sink.internal',
+      'Hooks.Example.COM.',
+      '127.0.0.1',
+      '[::1]',
+      '::ffff:10.0.0.1',
+      '::ffff:10.0.0.0/104',
+      '10.0.0.0/8',
+      '10.0.0.0/08',
+      '10.0.0.0/0',
+      '10.0.0.0/32',
+      '10.0.0.0/33',
+      '10.0.0.0/',
+      '10.0.0.0/8/8',
+      '10.0.0.0/-1',
+      '10.0.0.0/ 8',
+      '10.0.0.0/1e1',
+      'fd00::/8',
+      'fd00::/128',
+      'fd00::/129',
+      '[fd00::]/8',
+      'fe80::1%eth0',
+      'fe80::1%eth0/64',
+      'fe80::1%a-b',
+      'fe80::1%a-b/64',
+      'fe80::1%',
+      '0x7f.1',
+      '2130706433',
+      'http://sink',
+      '-bad-',
+      'a/8',
+      'a_b.example',
+    ]) {
+      const takes = ipaddrTakes(entry);
+      if (takes === undefined) continue;
+      let read: boolean;
+      try {
+        read = readOutboxAllow(entry).addresses.length === 1;
+      } catch {
+        read = false;
+      }
+      expect(read, entry).toBe(takes);
+      // ...and the guard's parse takes it as well, or refuses it as the check does.
+      if (takes) expect(parseOutboxAllow(entry).ranges).toHaveLength(1);
+      else expect(() => parseOutboxAllow(entry), entry).toThrow(/is not a valid (IP address|CIDR range)/);
     }
   });
 });

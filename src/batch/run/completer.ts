@@ -4,8 +4,9 @@
 // one move is in flight and moves stay ordered. A value PostgreSQL refuses sends the moves one
 // by one (that item fails with the reason, the others land); a short count is checked against
 // what landed before it means the batch was lost.
-import * as q from '../sql/index.js';
-import { wakeAnswered } from '../sql/waits.js';
+import { encodeMoves, movesLanded, step, type EncodedMoves, type StepResult } from '../sql/moves.js';
+import { handOffRun } from '../sql/runs.js';
+import type { BeatResult } from '../sql/shared.js';
 import { errorText } from '../values.js';
 import { UnstorableMoves, type RunContext } from './context.js';
 import { CLAIM_AHEAD_MS, type Settled } from './types.js';
@@ -17,7 +18,7 @@ export interface CompleterDeps {
   /** A claim's answer was lost (producer; made once). */
   claimLost: () => void;
   /** Queue what a step claimed (producer). */
-  claimed(r: q.StepResult, claim: number, sentAt: number): void;
+  claimed(r: StepResult, claim: number, sentAt: number): void;
   /** Start queued items on free slots (producer). */
   startQueued(): void;
   /** The store may hold due pending items again (producer). */
@@ -37,7 +38,7 @@ export interface CompleterDeps {
   /** Whether the next move should beat for the run (lifecycle). */
   moveMayBeat(): boolean;
   /** A move that beat for the run landed, sent at `sentAt` (lifecycle). */
-  moveBeat(b: q.BeatResult, sentAt: number): void;
+  moveBeat(b: BeatResult, sentAt: number): void;
 }
 
 /** The settled items of one run and the moves that store them. */
@@ -84,7 +85,7 @@ export class Completer {
     const claim = this.d.room();
     const recordProgress = !this.progressRecorded && batch.length > 0;
     const settled = batch.filter((b) => b.move.state === 'done' || b.move.state === 'failed').length;
-    const moves = q.encodeMoves(batch.map((b) => b.move));
+    const moves = encodeMoves(batch.map((b) => b.move));
     // A move that settles items updates the run's row anyway: it beats too when a beat is near.
     const beat = settled > 0 && this.d.moveMayBeat();
     // Due times are counted from the database's now() in the statement, which is no earlier than
@@ -92,11 +93,11 @@ export class Completer {
     // is left), never a round trip late.
     const sentAt = ctx.s.clock.now();
     const t0 = performance.now();
-    let r: q.StepResult;
+    let r: StepResult;
     try {
       r = await ctx.store(
         () =>
-          q.step(ctx.sql, {
+          step(ctx.sql, {
             batchId: ctx.batch.id,
             run: ctx.id,
             moves,
@@ -144,19 +145,18 @@ export class Completer {
     let batch = this.settled;
     this.settled = [];
     const send = (settled: Settled[]) => {
-      const moves = q.encodeMoves(settled.map((b) => b.move));
+      const moves = encodeMoves(settled.map((b) => b.move));
       // Items still executing (they ignored their signal past drainMs) stay running: the next
       // takeover counts that attempt. Every other item this run holds goes back.
       const hold = JSON.stringify([...executing(), ...settled.map((b) => b.move.key)]);
       const recordProgress = !this.progressRecorded && settled.length > 0;
       return ctx.store(
-        () =>
-          q.handOffRun(ctx.sql, { batchId: ctx.batch.id, run: ctx.id, moves, hold, recordProgress, stalledBy: ctx.stalledBy }),
+        () => handOffRun(ctx.sql, { batchId: ctx.batch.id, run: ctx.id, moves, hold, recordProgress, stalledBy: ctx.stalledBy }),
         undefined,
         settled.length > 0,
       );
     };
-    let r: Awaited<ReturnType<typeof q.handOffRun>>;
+    let r: Awaited<ReturnType<typeof handOffRun>>;
     try {
       r = await send(batch);
     } catch (e) {
@@ -179,7 +179,7 @@ export class Completer {
    */
   private async moveOneByOne(batch: Settled[]): Promise<void> {
     for (let item of batch) {
-      let r: q.StepResult;
+      let r: StepResult;
       try {
         r = await this.moveAlone(item, true);
       } catch (e) {
@@ -189,7 +189,7 @@ export class Completer {
         item = { outcome: 'failed', move: { ...m, state: 'failed', attempts: m.claimed, output: null, error, delayMs: 0 } };
         r = await this.moveAlone(item, false);
       }
-      if (r.moved < 1 && !(await this.movesLanded(q.encodeMoves([item.move]), 1))) return this.ctx.markLost();
+      if (r.moved < 1 && !(await this.movesLanded(encodeMoves([item.move]), 1))) return this.ctx.markLost();
       this.landed([item]);
       await this.wakeAnswered([item]);
     }
@@ -203,19 +203,19 @@ export class Completer {
    * that counted short may be a retry whose first try landed after all (a timed-out statement the
    * server went on with), which is no loss.
    */
-  private async movesLanded(moves: q.EncodedMoves, n: number): Promise<boolean> {
+  private async movesLanded(moves: EncodedMoves, n: number): Promise<boolean> {
     const ctx = this.ctx;
-    const landed = await ctx.store(() => q.movesLanded(ctx.sql, { batchId: ctx.batch.id, run: ctx.id, moves }));
+    const landed = await ctx.store(() => movesLanded(ctx.sql, { batchId: ctx.batch.id, run: ctx.id, moves }));
     return landed === n;
   }
 
-  private moveAlone(item: Settled, dataSensitive: boolean): Promise<q.StepResult> {
+  private moveAlone(item: Settled, dataSensitive: boolean): Promise<StepResult> {
     const ctx = this.ctx;
-    const moves = q.encodeMoves([item.move]);
+    const moves = encodeMoves([item.move]);
     const recordProgress = !this.progressRecorded;
     const settled = item.move.state === 'done' || item.move.state === 'failed' ? 1 : 0;
     return ctx.store(
-      () => q.step(ctx.sql, { batchId: ctx.batch.id, run: ctx.id, moves, settled, claim: 0, aheadMs: 0, recordProgress }),
+      () => step(ctx.sql, { batchId: ctx.batch.id, run: ctx.id, moves, settled, claim: 0, aheadMs: 0, recordProgress }),
       undefined,
       dataSensitive,
     );
@@ -255,6 +255,9 @@ export class Completer {
     const keys = batch.filter((b) => b.move.state === 'waiting').map((b) => b.move.key);
     if (keys.length === 0) return;
     const ctx = this.ctx;
+    // The waits' statements load with the first batch that has a waiting item (a cold start
+    // does not read them: docs/design.md, "Cold starts and code splitting").
+    const { wakeAnswered } = await import('../sql/waits.js');
     const r = await ctx.store(() => wakeAnswered(ctx.sql, ctx.batch.id, keys));
     if (r.woken > 0) this.d.mayBeDue();
   }

@@ -9,7 +9,7 @@ import { InvalidSettingError } from '../../errors.js';
 import { ItemStaleError, ItemTimeoutError, RetryAfterError } from '../errors.js';
 import { ItemBeats } from './heartbeat.js';
 import { recoverStaleItems } from '../sql/heartbeats.js';
-import * as q from '../sql/index.js';
+import { MAX_DELAY_MS, type ClaimedRow } from '../sql/moves.js';
 import { ATTEMPT_TRACE, ItemNotStartedError, type AttemptTrace } from './calls.js';
 import { encodeOutput, errorText, readableThrown } from '../values.js';
 import type { Executor } from '../types.js';
@@ -21,7 +21,7 @@ import type { Settled } from './types.js';
 /** Most attempts per item a runner or job may set. */
 export const MAX_ATTEMPTS = 1_000;
 /** Largest `backoffMs` and `maxBackoffMs` a runner or job may set, ms (one day). */
-export const MAX_BACKOFF_MS = q.MAX_DELAY_MS;
+export const MAX_BACKOFF_MS = MAX_DELAY_MS;
 
 /**
  * Retry delay before attempt `attempt + 1` after attempt `attempt` failed, in ms, with "full
@@ -78,7 +78,7 @@ export interface ItemExecutorDeps {
   /** An attempt settled (not one recovered as stale meanwhile): store its move. */
   settled(s: Settled): void;
   /** Retry-After: the item's rate-limit key waits `ms` across the fleet (producer). */
-  pauseKey(item: q.ClaimedRow, ms: number): void;
+  pauseKey(item: ClaimedRow, ms: number): void;
   /** A stale attempt was recovered by the database (`failed`: its attempts are used up). */
   staleRecovered(key: string, claimed: number, failed: boolean): void;
   /** End the batch if its failures are past its tolerance (lifecycle). */
@@ -155,7 +155,7 @@ export class ItemExecutor {
   }
 
   /** Start one item's attempt; its verdict goes to `settled` once it ends. */
-  launch(c: q.ClaimedRow): void {
+  launch(c: ClaimedRow): void {
     const started = performance.now();
     this.ctx.usage.items++;
     const done = (s: Settled): void => {
@@ -209,7 +209,7 @@ export class ItemExecutor {
   }
 
   /** Execute one item and say how its move should read. Never throws. */
-  private async work(c: q.ClaimedRow, within?: <T>(f: () => T) => T, traced?: AttemptTrace): Promise<Settled> {
+  private async work(c: ClaimedRow, within?: <T>(f: () => T) => T, traced?: AttemptTrace): Promise<Settled> {
     const { batch, s } = this.ctx;
     // The attempt that waited on a callback which timed out fails at once (docs/design.md,
     // "Waiting items: callbacks and sleeps"): the job's retry policy decides what follows.
@@ -291,7 +291,7 @@ export class ItemExecutor {
    * resumable from its checkpoint (`checkpointed`: one was stored in this attempt), interrupted,
    * a Retry-After wait, failed for good, or a retry after its backoff.
    */
-  private failed(c: q.ClaimedRow, e: unknown, checkpointed: boolean): Settled {
+  private failed(c: ClaimedRow, e: unknown, checkpointed: boolean): Settled {
     const s = this.ctx.s;
     const message = errorText(e);
     // With a checkpoint stored in this attempt, a handoff (the deadline) costs no attempt: the
@@ -306,7 +306,7 @@ export class ItemExecutor {
     }
     // Retry-After (docs/design.md, "Retry-After"): the downstream's wait, with the attempt given
     // back while the item has waits left; past them the wait counts as a failed attempt.
-    const askedMs = e instanceof RetryAfterError ? Math.min(Math.max(e.retryAfterMs, 0), q.MAX_DELAY_MS) : undefined;
+    const askedMs = e instanceof RetryAfterError ? Math.min(Math.max(e.retryAfterMs, 0), MAX_DELAY_MS) : undefined;
     // With a rate limit, the item's whole key waits, across the fleet (and only that key).
     if (askedMs !== undefined && askedMs > 0) this.d.pauseKey(c, askedMs);
     if (askedMs !== undefined && (c.waits ?? 0) < s.maxRetryAfter) {

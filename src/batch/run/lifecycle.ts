@@ -5,8 +5,10 @@
 // finish when nothing is left, and its end once more items failed than it tolerates. Every statement is fenced on the run's own lease.
 import { withTimeout } from '../../store/timeout.js';
 import { BatchGivenUpError } from '../errors.js';
-import * as q from '../sql/index.js';
-import { parkRun } from '../sql/waits.js';
+import { endCompleted, endIntolerable, endPastDeadline, finishBatch, giveUp, waitState } from '../sql/ends.js';
+import { encodeMoves, type ClaimedRow } from '../sql/moves.js';
+import { beat, handOffRun, othersWaiting } from '../sql/runs.js';
+import type { BeatResult } from '../sql/shared.js';
 import type { RunOutcome } from '../types.js';
 import type { RunContext } from './context.js';
 import { CLAIM_AHEAD_MS } from './types.js';
@@ -27,7 +29,7 @@ export interface LifecycleDeps {
   /** Drop the queue: the batch ended (producer). */
   clearQueue(): void;
   /** Empty the queue for the handoff: the items it held (producer). */
-  takeQueued(): q.ClaimedRow[];
+  takeQueued(): ClaimedRow[];
   /** The handoff statement with the settled items' moves (completer). */
   handOff(): Promise<'handed' | 'lost' | 'failed'>;
 }
@@ -89,14 +91,14 @@ export class Lifecycle {
    * and what it answered is acted on as the beat loop does. One that found the deadline passed
    * does not count: the beat loop's own beat, at its time, ends the batch.
    */
-  moveBeat(b: q.BeatResult, sent: number): void {
+  moveBeat(b: BeatResult, sent: number): void {
     if (!b.owned || b.pastDeadline) return;
     this.beatSentAt = Math.max(this.beatSentAt, sent);
     this.heard(b);
   }
 
   /** What a beat answered, acted on (the beat loop's, or a move's that beat). */
-  private heard(b: q.BeatResult): void {
+  private heard(b: BeatResult): void {
     const ctx = this.ctx;
     // Above a lowered maxConcurrency, or the batch is paused: hand off now (in-flight items
     // finish first).
@@ -160,7 +162,7 @@ export class Lifecycle {
   async endIfIntolerable(): Promise<boolean> {
     const ctx = this.ctx;
     if (!ctx.batch.toleratedFailures) return false;
-    const r = await ctx.store(() => q.endIntolerable(ctx.sql, ctx.batch.id, ctx.id));
+    const r = await ctx.store(() => endIntolerable(ctx.sql, ctx.batch.id, ctx.id));
     this.failedStored = r.failed;
     this.allowedFailures = r.allowed;
     if (!r.ended) return false;
@@ -184,7 +186,7 @@ export class Lifecycle {
   async endIfCompleted(done: number): Promise<boolean> {
     const ctx = this.ctx;
     if (ctx.batch.minSucceeded === null || ctx.batch.minSucceeded === undefined) return false;
-    const r = await ctx.store(() => q.endCompleted(ctx.sql, { batchId: ctx.batch.id, run: ctx.id, done }));
+    const r = await ctx.store(() => endCompleted(ctx.sql, { batchId: ctx.batch.id, run: ctx.id, done }));
     if (!r.ended) return false;
     this.endedCompleted = true;
     this.d.clearQueue();
@@ -216,9 +218,9 @@ export class Lifecycle {
   async idle(): Promise<'succeeded' | 'failed' | 'drained' | 'parked' | undefined> {
     const ctx = this.ctx;
     const s = ctx.s;
-    const status = await ctx.store(() => q.finishBatch(ctx.sql, ctx.batch.id, ctx.id));
+    const status = await ctx.store(() => finishBatch(ctx.sql, ctx.batch.id, ctx.id));
     if (status === 'succeeded' || status === 'failed') return status;
-    const w = await ctx.store(() => q.waitState(ctx.sql, ctx.batch.id, ctx.id));
+    const w = await ctx.store(() => waitState(ctx.sql, ctx.batch.id, ctx.id));
     if (!w.owned) {
       ctx.markLost();
       return undefined;
@@ -241,6 +243,8 @@ export class Lifecycle {
     // Only waiting items are left (docs/design.md, "Waiting items: callbacks and sleeps"): the
     // last run parks the batch, holding no worker until a completion or a wake time.
     if (w.dueInMs === null && w.waiting && w.liveRuns <= 1) {
+      // Loaded here, as the completer's wake is (a cold start does not read the waits' statements).
+      const { parkRun } = await import('../sql/waits.js');
       const parked = await ctx.store(() => parkRun(ctx.sql, { batchId: ctx.batch.id, run: ctx.id }));
       if (parked === 'parked') return 'parked';
       if (parked === 'lost') {
@@ -261,10 +265,10 @@ export class Lifecycle {
   private async leave(): Promise<'drained' | 'kept' | 'lost'> {
     const ctx = this.ctx;
     const r = await ctx.store(() =>
-      q.handOffRun(ctx.sql, {
+      handOffRun(ctx.sql, {
         batchId: ctx.batch.id,
         run: ctx.id,
-        moves: q.encodeMoves([]),
+        moves: encodeMoves([]),
         hold: '[]',
         recordProgress: false,
         leave: true,
@@ -311,7 +315,7 @@ export class Lifecycle {
     const why = ctx.batch.reading && ctx.batch.reason ? ctx.batch.reason : undefined;
     const reason = `was given up: its last ${runs} runs ended without storing any item result (${why ?? 'store errors, crashes or lost batches'}; maxStalledRuns ${ctx.s.maxStalledRuns})`;
     const ok = await ctx.store(() =>
-      q.giveUp(ctx.sql, {
+      giveUp(ctx.sql, {
         batchId: ctx.batch.id,
         run: ctx.id,
         reason: `given up: its last ${runs} runs ended without storing any item result${why ? ` (the last: ${why})` : ''}`,
@@ -334,7 +338,7 @@ export class Lifecycle {
     await s.clock.sleep(s.sliceMs, signal);
     while (!signal.aborted && !ctx.reason) {
       try {
-        const waiting = await withTimeout(() => q.othersWaiting(ctx.sql, ctx.batch.tenant, s.maxRunning), s.storeTimeoutMs);
+        const waiting = await withTimeout(() => othersWaiting(ctx.sql, ctx.batch.tenant, s.maxRunning), s.storeTimeoutMs);
         if (waiting && !signal.aborted && !ctx.reason) {
           ctx.reason = 'slice';
           ctx.wake();
@@ -369,7 +373,7 @@ export class Lifecycle {
         const sent = s.clock.now();
         // Bounded like every store statement: a beat waiting on a silent connection would hold
         // the run's end (execute awaits this loop) forever.
-        const b = await withTimeout(() => q.beat(ctx.sql, ctx.batch.id, ctx.id), s.storeTimeoutMs);
+        const b = await withTimeout(() => beat(ctx.sql, ctx.batch.id, ctx.id), s.storeTimeoutMs);
         if (!b.owned) {
           ctx.markLost();
           return;
@@ -378,7 +382,7 @@ export class Lifecycle {
         // Past the batch's deadline: end it (once, whichever of its runs or the scheduler comes
         // first); this run then stops as after a cancel, its items told to stop.
         if (b.pastDeadline) {
-          await withTimeout(q.endPastDeadline(ctx.sql, ctx.batch.id), s.storeTimeoutMs);
+          await withTimeout(endPastDeadline(ctx.sql, ctx.batch.id), s.storeTimeoutMs);
           ctx.markLost();
           return;
         }

@@ -4,18 +4,20 @@
 // at most `parallel + queueDepth` items (running included); a freed slot starts the next queued
 // item at once; an item due later (a retry) is claimed shortly before it is due and started by
 // a local timer when it is due. The completer's statements carry its claims.
-import * as q from '../sql/index.js';
-import { PoolGate, poolLimitsOf } from '../pool.js';
-import { RATE_WAIT_IN_QUEUE_MS, RateGate, type RateLimit } from '../rate.js';
-import { releasePermits } from '../sql/pools.js';
+import type { ClaimedRow, StepResult } from '../sql/moves.js';
+import { releaseOrphans } from '../sql/runs.js';
+import { poolLimitsOf } from '../pool.js';
+import type { PoolGate } from '../pool-gate.js';
+import { RATE_WAIT_IN_QUEUE_MS, type RateLimit } from '../rate.js';
+import type { RateGate } from '../rate-gate.js';
 import { withTimeout } from '../../store/timeout.js';
-import type { RunContext } from './context.js';
+import { StoreFailure, type RunContext } from './context.js';
 import { givenBack } from './settled.js';
 import { CLAIM_AHEAD_MS, type Settled } from './types.js';
 
 /** A claimed item waiting in the run's queue: start it at `startAt` (local clock; 0: at once). */
 interface Queued {
-  item: q.ClaimedRow;
+  item: ClaimedRow;
   startAt: number;
   /** Its rate-limit key, once computed (rate-limited batches only). */
   rateKey?: string;
@@ -32,7 +34,7 @@ export interface ProducerDeps {
   /** Items executing now (executor). */
   running(): number;
   /** Start one item's attempt (executor). */
-  launch(item: q.ClaimedRow): void;
+  launch(item: ClaimedRow): void;
   /** A claimed item goes back with a move (completer). */
   settle(s: Settled): void;
 }
@@ -47,7 +49,7 @@ export class Producer {
    * The permits of the batch's concurrency pool (docs/design.md, "Concurrency pools");
    * undefined without a pool, and then nothing here costs anything.
    */
-  private readonly pool: PoolGate | undefined;
+  private pool: PoolGate | undefined;
   /** A timer that wakes the run when a rate-limited key in its queue may have a token again. */
   private rateTimer: AbortController | undefined;
   /** The store may hold due pending items this run has not claimed. */
@@ -67,19 +69,33 @@ export class Producer {
   ) {
     const s = ctx.s;
     this.capacity = s.parallel + s.queueDepth;
-    const rate = ctx.batch.ratePerSecond;
-    const limit = rate != null ? { ...s.rateLimit, perSecond: rate } : s.rateLimit;
-    this.gate = limit && this.rateGate(limit);
-    this.pool = this.poolGate();
   }
 
-  /** The run's side of its batch's pool: the start's, else the job's; none without either. */
-  private poolGate(): PoolGate | undefined {
+  /**
+   * Make the gates the batch needs, its rate limit's and its pool's, before the run claims: each
+   * is a chunk of its own (rate-gate.ts, pool-gate.ts, with their statements) imported here, so a
+   * run of a batch with neither loads neither (docs/design.md, "Cold starts and code splitting").
+   * @throws {StoreFailure} a gate's module did not load (the run ends as on a store that keeps failing).
+   */
+  async open(): Promise<void> {
+    const ctx = this.ctx;
+    const rate = ctx.batch.ratePerSecond;
+    const limit = rate != null ? { ...ctx.s.rateLimit, perSecond: rate } : ctx.s.rateLimit;
+    const pool = ctx.batch.pool ?? ctx.s.pool?.name;
+    try {
+      if (limit && !this.gate) this.gate = this.rateGate((await import('../rate-gate.js')).RateGate, limit);
+      if (pool) this.pool = this.poolGate((await import('../pool-gate.js')).PoolGate, pool);
+    } catch (e) {
+      ctx.storeError(e, 1);
+      throw new StoreFailure(`the gates of batch ${ctx.batch.id} did not load: ${(e as Error)?.message ?? e}`);
+    }
+  }
+
+  /** The run's side of its batch's pool `name`: the start's, else the job's. */
+  private poolGate(Gate: typeof PoolGate, name: string): PoolGate {
     const ctx = this.ctx;
     const spec = ctx.s.pool;
-    const name = ctx.batch.pool ?? spec?.name;
-    if (!name) return undefined;
-    return new PoolGate({
+    return new Gate({
       sql: ctx.sql,
       pool: name,
       runId: ctx.id,
@@ -121,6 +137,8 @@ export class Producer {
     pool.stop();
     const ctx = this.ctx;
     try {
+      // Loaded with the gate already (pool-gate.ts imports the pools' statements).
+      const { releasePermits } = await import('../sql/pools.js');
       await withTimeout(
         () => releasePermits(ctx.sql, { pool: ctx.batch.pool ?? ctx.s.pool!.name, run: ctx.id }),
         ctx.s.storeTimeoutMs,
@@ -131,9 +149,9 @@ export class Producer {
   }
 
   /** The run's side of a fleet-wide rate limit (docs/design.md, "Rate limits"). */
-  private rateGate(limit: RateLimit): RateGate {
+  private rateGate(Gate: typeof RateGate, limit: RateLimit): RateGate {
     const ctx = this.ctx;
-    return new RateGate({
+    return new Gate({
       sql: ctx.sql,
       batchId: ctx.batch.id,
       job: ctx.batch.job,
@@ -151,15 +169,26 @@ export class Producer {
    * so it stops spacing items it gives back at an old rate before its next take).
    */
   useBatchRate(perSecond: number): void {
-    if (!this.gate) this.gate = this.rateGate({ ...this.ctx.s.rateLimit, perSecond });
-    else this.gate.useBatchRate(perSecond);
+    if (this.gate) {
+      this.gate.useBatchRate(perSecond);
+      return;
+    }
+    // The batch had no limit, so no gate: its module loads first (a failed load is reported, and
+    // the next beat tries again).
+    void import('../rate-gate.js').then(
+      ({ RateGate }) => {
+        if (this.gate) this.gate.useBatchRate(perSecond);
+        else this.gate = this.rateGate(RateGate, { ...this.ctx.s.rateLimit, perSecond });
+      },
+      (e) => this.ctx.storeError(e, 1),
+    );
   }
 
   /**
    * Retry-After with a rate limit: the item's whole key waits, across the fleet (and only that
    * key). Nothing without a limit.
    */
-  pauseKey(item: q.ClaimedRow, ms: number): void {
+  pauseKey(item: ClaimedRow, ms: number): void {
     if (this.gate) this.gate.pause(this.gate.keyOf({ key: item.key, input: item.input, params: this.ctx.batch.params }), ms);
   }
 
@@ -207,7 +236,7 @@ export class Producer {
    * Take the items claimed by a step's answer into the queue (`claim`: the room it asked for;
    * `sentAt`: local time the statement was sent).
    */
-  claimed(r: q.StepResult, claim: number, sentAt: number): void {
+  claimed(r: StepResult, claim: number, sentAt: number): void {
     this.moreDue = r.claimed.length >= claim;
     // Counted from the answer, which came after the database's now(): never early.
     const answeredAt = this.ctx.s.clock.now();
@@ -223,7 +252,7 @@ export class Producer {
     if (!this.claimUncertain) return false;
     this.claimUncertain = false;
     const ctx = this.ctx;
-    await ctx.store(() => q.releaseOrphans(ctx.sql, ctx.batch.id, ctx.id));
+    await ctx.store(() => releaseOrphans(ctx.sql, ctx.batch.id, ctx.id));
     this.moreDue = true;
     return true;
   }
@@ -234,7 +263,7 @@ export class Producer {
   }
 
   /** Empty the queue for the handoff, which gives its items back: the items it held. */
-  takeQueued(): q.ClaimedRow[] {
+  takeQueued(): ClaimedRow[] {
     const queued = this.queue.map((e) => e.item);
     this.queue = [];
     return queued;
@@ -365,7 +394,7 @@ export class Producer {
    * Send a claimed item back to pending, due `delayMs` from now, with its attempt given back (it
    * never started): its key had no token (docs/design.md, "Rate limits"). The next flush moves it.
    */
-  private giveBackForRate(c: q.ClaimedRow, delayMs: number): void {
+  private giveBackForRate(c: ClaimedRow, delayMs: number): void {
     this.d.settle(givenBack(c, 'given-back', { delayMs: Math.ceil(delayMs) }));
   }
 

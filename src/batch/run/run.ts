@@ -7,7 +7,7 @@
 import type { Sql } from '../../store/index.js';
 import { tracingRegistered } from '../../tracing.js';
 import { BatchGivenUpError, BatchLostError } from '../errors.js';
-import * as q from '../sql/index.js';
+import { recoverRunning } from '../sql/runs.js';
 import { writeResultsAfterFinish } from '../lazy-io.js';
 import type { BatchInfo, Executor, RunOutcome, RunResult } from '../types.js';
 import { RunContext, StoreFailure } from './context.js';
@@ -15,7 +15,7 @@ import { Completer } from './completer.js';
 import { ItemExecutor } from './executor.js';
 import { Lifecycle } from './lifecycle.js';
 import { Producer } from './producer.js';
-import { SourceReader } from './source-reader.js';
+import type { SourceReader } from './source-reader.js';
 import type { RunSettings, Settled } from './types.js';
 
 /** The longest the flusher lingers for more settled items before a move statement, ms (real time). */
@@ -38,7 +38,8 @@ export class Run {
   private readonly executor: ItemExecutor;
   private readonly completer: Completer;
   private readonly lifecycle: Lifecycle;
-  private readonly reader: SourceReader;
+  /** The batch's source reader, made when the run starts on a batch that reads its source. */
+  private reader: SourceReader | undefined;
   /** Aborts the results write after the finish when the run is asked to stop. */
   private readonly results = new AbortController();
 
@@ -100,11 +101,29 @@ export class Run {
       launch: (item) => items.launch(item),
       settle: (s) => completer.add(s),
     });
-    this.reader = new SourceReader(ctx, {
+  }
+
+  /**
+   * Read the batch's source for as long as it reads (source-reader.ts): the reader and what it
+   * uses (the source statements, the item pieces, S3) load here, so a worker whose batches name
+   * no source never reads them (docs/design.md, "Cold starts and code splitting").
+   */
+  private async readSource(signal: AbortSignal): Promise<void> {
+    let SourceReader: typeof import('./source-reader.js').SourceReader;
+    try {
+      ({ SourceReader } = await import('./source-reader.js'));
+    } catch (e) {
+      // Like a store that keeps failing: reported, and the run hands off, so another run reads on.
+      this.ctx.storeError(e, 1);
+      this.requestStop();
+      return;
+    }
+    this.reader = new SourceReader(this.ctx, {
       mayBeDue: () => this.producer.mayBeDue(),
-      judgeLater: () => lifecycle.judgeLater(),
+      judgeLater: () => this.lifecycle.judgeLater(),
       stop: () => this.requestStop(),
     });
+    await this.reader.readLoop(signal);
   }
 
   /** What the run used so far: item attempts started and S3 requests sent (docs/design.md, "Usage and cost"). */
@@ -119,7 +138,7 @@ export class Run {
     // pass writes them (docs/design.md, "Sources and results").
     this.results.abort(new Error('the run was asked to stop while it wrote the results'));
     // Its pages being read will not be stored: their GETs end now (docs/design.md, "Sources and results").
-    this.reader.abortReads();
+    this.reader?.abortReads();
     this.ctx.wake();
   }
 
@@ -145,10 +164,11 @@ export class Run {
     const beats = new AbortController();
     const beating = this.lifecycle.beatLoop(beats.signal);
     const slicing = this.lifecycle.sliceLoop(beats.signal);
-    const reading = this.batch.reading ? this.reader.readLoop(beats.signal) : Promise.resolve();
+    const reading = this.batch.reading ? this.readSource(beats.signal) : Promise.resolve();
     let outcome: RunOutcome;
     let error: Error | undefined;
     try {
+      await this.producer.open();
       outcome = await this.loop();
     } catch (e) {
       outcome = e instanceof StoreFailure ? 'store-error' : e instanceof BatchGivenUpError ? 'failed' : 'lost';
@@ -164,7 +184,7 @@ export class Run {
       await this.producer.releasePool();
     }
     // The run's reader ended the batch: it ended `failed` by this run, as a give-up does.
-    if (outcome === 'lost' && this.reader.failed) [outcome, error] = ['failed', undefined];
+    if (outcome === 'lost' && this.reader?.failed) [outcome, error] = ['failed', undefined];
     if (outcome === 'lost' && !error) error = new BatchLostError(this.batch.id, this.id);
     // Results are written after the finish, outside the run's lease (the batch is finished);
     // a crash before they are written leaves them to the scheduler (docs/design.md, "Sources and results").
@@ -188,7 +208,7 @@ export class Run {
   private async loop(): Promise<RunOutcome> {
     const ctx = this.ctx;
     if (this.lifecycle.stalled()) return this.lifecycle.giveUp();
-    await ctx.store(() => q.recoverRunning(this.sql, { batchId: this.batch.id, run: this.id, attempts: this.s.attempts }));
+    await ctx.store(() => recoverRunning(this.sql, { batchId: this.batch.id, run: this.id, attempts: this.s.attempts }));
     // The items recovered may cross the batch's tolerance, or a run that died (or handed off)
     // may have stored failures past it without ending the batch.
     if (await this.lifecycle.endIfIntolerable()) return 'failed';

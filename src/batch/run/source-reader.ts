@@ -1,7 +1,7 @@
 // The source reader of a run (docs/design.md, "The run, inside"; "Sources and results"): while
 // the batch's source is read, it reads pages from S3 and stores each with its cursor in one
 // statement fenced on the run's lease and on its being the batch's reader.
-import * as q from '../sql/index.js';
+import { waitState } from '../sql/ends.js';
 import * as qs from '../sql/sources.js';
 import { pageRows, type PageRows } from '../items.js';
 import { errorText } from '../values.js';
@@ -98,7 +98,7 @@ export class SourceReader {
           state = await ctx.store(() => qs.claimReader(ctx.sql, ctx.batch.id, ctx.id));
           if (!state) {
             // Another live run reads (or reading is over, or the lease is gone): look again later.
-            const w = await ctx.store(() => q.waitState(ctx.sql, ctx.batch.id, ctx.id));
+            const w = await ctx.store(() => waitState(ctx.sql, ctx.batch.id, ctx.id));
             if (!w.reading || !w.owned) return;
             await s.clock.sleep(s.beatMs, signal);
             continue;

@@ -4,10 +4,9 @@
 // registered while the item runs, fenced like every item write of the run; the attempt's move to
 // `waiting` is the completer's, as for any settled item.
 import { randomUUID } from 'node:crypto';
-import { signCallbackToken } from '../callback-token.js';
 import { CallbackTimeoutError, InvalidWaitError, ItemLostError } from '../errors.js';
-import * as q from '../sql/index.js';
-import { dropWait, registerWait, type WaitRegistration } from '../sql/waits.js';
+import type { ClaimedRow } from '../sql/moves.js';
+import type { WaitRegistration } from '../sql/waits.js';
 import {
   MAX_PROGRESS_BYTES,
   MAX_WAIT_MS,
@@ -27,7 +26,7 @@ export type WaitCalls = Pick<ItemContext, 'waitForCallback' | 'sleep' | 'sleepUn
  * sleep, for the attempt that waited going on only (a later attempt starts over: what it must
  * keep, the work stores with `checkpoint`).
  */
-export function lastWait(c: q.ClaimedRow): { callback: CallbackOutcome | undefined; slept: boolean } {
+export function lastWait(c: ClaimedRow): { callback: CallbackOutcome | undefined; slept: boolean } {
   const w = c.woke?.attempt === c.attempts ? c.woke : undefined;
   if (!w || w.kind !== 'callback') return { callback: undefined, slept: w?.kind === 'sleep' };
   if (w.status === 'succeeded') return { callback: { status: 'succeeded', result: w.result ?? null }, slept: false };
@@ -39,7 +38,7 @@ export function lastWait(c: q.ClaimedRow): { callback: CallbackOutcome | undefin
  * Whether this attempt is the one that waited on a callback which then timed out: it fails at
  * once (its work does not run), and the job's retry policy decides what follows.
  */
-export function timedOutWait(c: q.ClaimedRow): CallbackTimeoutError | undefined {
+export function timedOutWait(c: ClaimedRow): CallbackTimeoutError | undefined {
   const w = c.woke;
   if (w?.kind === 'callback' && w.status === 'timedOut' && w.attempt === c.attempts) {
     return new CallbackTimeoutError(w.reason ?? 'timeout');
@@ -54,7 +53,7 @@ export class AttemptWait {
 
   constructor(
     private readonly ctx: RunContext,
-    private readonly c: q.ClaimedRow,
+    private readonly c: ClaimedRow,
   ) {}
 
   /** Whether the attempt registered a wait: once its work returns, the item parks. */
@@ -84,6 +83,7 @@ export class AttemptWait {
     }
     const id = await this.register({ kind: 'callback', wakeInMs: timeoutMs, heartbeatTimeoutMs, payload });
     const { batch, s, sql } = this.ctx;
+    const { signCallbackToken } = await import('../callback-token.js');
     const token = await signCallbackToken(sql, { batchId: batch.id, key: this.c.key, attempt: this.c.attempts, waitId: id });
     const base = s.callbackUrl?.replace(/\/+$/, '');
     return {
@@ -115,6 +115,9 @@ export class AttemptWait {
     const id = randomUUID();
     // Claimed by this attempt: set before the statement, so a second call in the same turn is refused.
     this.id = id;
+    // The waits' statements and the callback tokens load with an attempt's first wait (a cold
+    // start does not read them: docs/design.md, "Cold starts and code splitting").
+    const { registerWait } = await import('../sql/waits.js');
     const stored = await ctx.store(() =>
       registerWait(ctx.sql, { batchId: ctx.batch.id, run: ctx.id, key: c.key, claimed: c.attempts, id, ...w }),
     );
@@ -135,6 +138,7 @@ export class AttemptWait {
     this.id = undefined;
     const ctx = this.ctx;
     try {
+      const { dropWait } = await import('../sql/waits.js');
       await dropWait(ctx.sql, { batchId: ctx.batch.id, run: ctx.id, key: this.c.key, id });
     } catch (e) {
       ctx.storeError(e, 1);

@@ -8,7 +8,7 @@
 import type { Sql } from '../../store/index.js';
 import type { BatchStatus } from '../types.js';
 import { endInTransaction, LateRunsJoined } from './ends.js';
-import { writeCancelEvents } from './events.js';
+import { writeCancelEvents } from './event-writes.js';
 
 // The ids of a JSON array as a set (arrays are passed as JSON: no array types under a pooler).
 function idSet(sql: Sql, ids: readonly string[]) {

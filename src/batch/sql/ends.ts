@@ -9,8 +9,8 @@ import type postgres from 'postgres';
 import type { Sql } from '../../store/index.js';
 import { storableText } from '../values.js';
 import type { BatchStatus } from '../types.js';
-import { writeEndEvent } from './events.js';
-import { anyWaiting } from './waits.js';
+import { writeEndEvent } from './event-writes.js';
+import { anyWaiting } from './waiting.js';
 
 // Cancels an open batch for good. Every run row of the batch is deleted first (each delete
 // waits for the move in flight on it), then the batch row: a run's next fenced statement

@@ -6,7 +6,7 @@
 import type { Sql } from '../../store/index.js';
 import { storableText } from '../values.js';
 import { RUN_ITEMS } from './shared.js';
-import { writeEndEvent } from './events.js';
+import { writeEndEvent } from './event-writes.js';
 import { endInTransaction, noLateRuns } from './ends.js';
 
 /** What a run that became (or stays) the reader of its batch's source knows of it. */

@@ -17,6 +17,7 @@
 import type { Sql } from '../../store/index.js';
 import { MAX_WAIT_MS } from '../types.js';
 import { ownRun } from './shared.js';
+import { anyWaiting } from './waiting.js';
 
 /** How a wait ends, as `woke` stores it and the next attempt reads it (`ctx.callback`). */
 export interface WokeRow {
@@ -435,19 +436,6 @@ export function parkStatement(sql: Sql, { batchId, run }: { batchId: string; run
       delete from leasehold_runs where id = ${run} and exists (select 1 from parked) returning id
     )
     select (select count(*) from own)::int as parked`;
-}
-
-/**
- * Whether any item of the batch is waiting: the batch's wait rows (its primary key's range), each
- * joined to its item on the whole key, stopping at the first that waits. Shared by the park, the
- * finish and the run's wait state.
- */
-export function anyWaiting(sql: Sql, batchId: string | ReturnType<Sql>) {
-  return sql`exists (select 1 from leasehold_waits w
-      cross join lateral (
-        select 1 from leasehold_items x where x.batch_id = w.batch_id and x.key = w.key and x.state = 'waiting' limit 1
-      ) i
-      where w.batch_id = ${batchId})`;
 }
 
 // The key callback tokens are signed with (migration 034). Reads only.
