@@ -14,7 +14,11 @@ import {
   PutBucketVersioningCommand,
   PutObjectCommand,
 } from '@aws-sdk/client-s3';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startLocalS3 } from '../../src/local/s3.js';
 import { localS3, type LocalS3 } from '../support/s3.js';
 import { sleep } from '../support/time.js';
 
@@ -168,5 +172,21 @@ describe('what the local S3 server adds to s3rver', () => {
     await expect(
       s3.deniedClient.send(new ListMultipartUploadsCommand({ Bucket: 'listing', Prefix: 'up/' })),
     ).rejects.toMatchObject({ name: 'InvalidAccessKeyId' });
+  });
+
+  it('names the process it runs in (the S3 bench reads its CPU time), which is gone once closed', async () => {
+    const directory = mkdtempSync(join(tmpdir(), 'leasehold-s3-pid-'));
+    const server = await startLocalS3({ directory });
+    try {
+      expect(server.pid).toBeGreaterThan(0);
+      expect(server.pid).not.toBe(process.pid);
+      // Signal 0 only asks whether the process exists.
+      expect(process.kill(server.pid, 0)).toBe(true);
+      await server.close();
+      expect(() => process.kill(server.pid, 0)).toThrow(expect.objectContaining({ code: 'ESRCH' }));
+    } finally {
+      await server.close();
+      rmSync(directory, { recursive: true, force: true });
+    }
   });
 });
