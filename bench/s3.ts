@@ -2,6 +2,7 @@
 // against a local S3-compatible server (s3rver, src/local/s3.ts) and the real SDK clients
 // (docs/design.md, "Sources and results"). Prints:
 //   s3 prefix, N objects: start S ms, first item S ms, read N items/s, run R % of inline
+//     (CPU to the end of reading: this process A s, local S3 server B s, PostgreSQL C s; …)
 //   jsonl, N lines: N lines/s, RSS +M MB
 //   gzip jsonl, N lines: R lines/s, RSS +M MB
 //   results, N items: S s
