@@ -18,8 +18,9 @@
 // What the prefix line measures: the local server runs in a process of its own (src/local/s3.ts),
 // not in this one, but on the same machine: while the prefix is read it, PostgreSQL and this
 // process (the runs and the SDK that parses the listings) share the cores, where a real S3 runs
-// elsewhere. On two cores the prefix run and the inline run are both bound by CPU, so "run R % of
-// inline" follows what each used in all. The line after it says so (Linux: /proc): CPU seconds of
+// elsewhere. On two cores the prefix run and the inline run are both mostly bound by CPU, so on a
+// quiet machine "run R % of inline" comes near the ratio of what each used in all (under load the
+// wall ratio swings more than that one). The line after it says so (Linux: /proc): CPU seconds of
 // this process, of the local server and of this bench's PostgreSQL backends (application_name
 // leasehold-bench-s3, summed over the backends open at the end of each interval), from the start
 // to the end of reading, to the end of the batch, and over the inline run.
