@@ -14,6 +14,11 @@ export interface LocalS3Server {
   /** `http://127.0.0.1:PORT`: the value of `AWS_ENDPOINT_URL_S3`. */
   endpoint: string;
   port: number;
+  /**
+   * The server's child process id: what its CPU time is read by (the S3 bench shows the share
+   * of the machine the local server took beside the runs it served).
+   */
+  pid: number;
   /** Stop the server (SIGTERM; its data folder stays). */
   close(): Promise<void>;
 }
@@ -80,6 +85,7 @@ export async function startLocalS3(options: LocalS3Options): Promise<LocalS3Serv
   return {
     endpoint: `http://127.0.0.1:${port}`,
     port,
+    pid: child.pid!,
     async close() {
       // Unref'd so a `leasehold dev` need not wait for it; while close() waits for its exit the
       // child must hold the event loop, or a caller with nothing else pending ends (exit 13,

@@ -13,8 +13,14 @@ import {
   ListObjectsV2Command,
   PutBucketVersioningCommand,
   PutObjectCommand,
+  S3Client,
 } from '@aws-sdk/client-s3';
+import { createHash } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startLocalS3 } from '../../src/local/s3.js';
 import { localS3, type LocalS3 } from '../support/s3.js';
 import { sleep } from '../support/time.js';
 
@@ -169,4 +175,62 @@ describe('what the local S3 server adds to s3rver', () => {
       s3.deniedClient.send(new ListMultipartUploadsCommand({ Bucket: 'listing', Prefix: 'up/' })),
     ).rejects.toMatchObject({ name: 'InvalidAccessKeyId' });
   });
+
+  it('names the process it runs in (the S3 bench reads its CPU time), which is gone once closed', async () => {
+    const directory = mkdtempSync(join(tmpdir(), 'leasehold-s3-pid-'));
+    const server = await startLocalS3({ directory });
+    try {
+      expect(server.pid).toBeGreaterThan(0);
+      expect(server.pid).not.toBe(process.pid);
+      // Signal 0 only asks whether the process exists.
+      expect(process.kill(server.pid, 0)).toBe(true);
+      await server.close();
+      expect(() => process.kill(server.pid, 0)).toThrow(expect.objectContaining({ code: 'ESRCH' }));
+    } finally {
+      await server.close();
+      rmSync(directory, { recursive: true, force: true });
+    }
+  });
+
+  it('lists an unchanged object without reading its stored MD5 again, and a rewritten one at once', async () => {
+    const directory = mkdtempSync(join(tmpdir(), 'leasehold-s3-kept-'));
+    const server = await startLocalS3({ directory, buckets: ['kept'] });
+    const client = new S3Client({
+      region: 'us-east-1',
+      endpoint: server.endpoint,
+      forcePathStyle: true,
+      credentials: { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' },
+    });
+    const md5 = (body: string) => `"${createHash('md5').update(body).digest('hex')}"`;
+    const etag = async () =>
+      (await client.send(new ListObjectsV2Command({ Bucket: 'kept', Prefix: 'm/' }))).Contents?.map((o) => [
+        o.Key,
+        o.ETag,
+        o.Size,
+      ]);
+    try {
+      await client.send(new PutObjectCommand({ Bucket: 'kept', Key: 'm/k', Body: 'a' }));
+      // Listed at once after the write: read, not kept (a rewrite in the same tick could hide).
+      expect(await etag()).toEqual([['m/k', md5('a'), 1]]);
+      await sleep(1_200);
+      expect(await etag()).toEqual([['m/k', md5('a'), 1]]);
+      // The stored MD5 changed behind the server's back, the object's file not: the listing shows
+      // what it kept (without it, every listing read the MD5 file again).
+      writeFileSync(join(directory, 'kept', 'm', 'k._S3rver_object.md5'), '0'.repeat(32));
+      expect(await etag()).toEqual([['m/k', md5('a'), 1]]);
+      // Written again (same size): its new ETag at once, and still once it is old.
+      await client.send(new PutObjectCommand({ Bucket: 'kept', Key: 'm/k', Body: 'b' }));
+      expect(await etag()).toEqual([['m/k', md5('b'), 1]]);
+      await sleep(1_200);
+      expect(await etag()).toEqual([['m/k', md5('b'), 1]]);
+      await client.send(new PutObjectCommand({ Bucket: 'kept', Key: 'm/k', Body: 'cc' }));
+      expect(await etag()).toEqual([['m/k', md5('cc'), 2]]);
+      await client.send(new DeleteObjectCommand({ Bucket: 'kept', Key: 'm/k' }));
+      expect(await etag()).toBeUndefined();
+    } finally {
+      client.destroy();
+      await server.close();
+      rmSync(directory, { recursive: true, force: true });
+    }
+  }, 30_000);
 });
