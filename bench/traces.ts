@@ -8,7 +8,7 @@
 // Each pair gives a ratio (on / off − 1); the figure is the median ratio with its spread
 // (min–max) over the pairs, beside the medians of each side's items/s and of the Node CPU time
 // each item cost (user + system, this process: the runner and its client; the database's is not
-// in it). About 35 s on an idle 2-core machine. BENCH_TRACES_CONTEXT=1 registers a context manager
+// in it). About 30 s at 17,000 items/s a side. BENCH_TRACES_CONTEXT=1 registers a context manager
 // on the on side as well (leasehold's AsyncLocalStorage one, as `leasehold dev` does and as the ADOT
 // layer registers its own), so each attempt's work runs with its span active.
 // Prints `tracing on: R items/s, off: R items/s (P %)`.
