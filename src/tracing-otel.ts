@@ -29,6 +29,9 @@ const KINDS: Record<SpanKindName, SpanKind> = {
   consumer: SpanKind.CONSUMER,
 };
 
+/** Where `@opentelemetry/api` 1.x keeps what an app registered (its global registry). */
+const API_KEY = Symbol.for('opentelemetry.js.api.1');
+
 /** Links of a span: span contexts with the attributes of each link. */
 export type TraceLinks = { context: SpanContext; attributes?: Attributes }[];
 
@@ -75,12 +78,9 @@ export class Tracing {
     return trace.setSpan(ROOT_CONTEXT, span);
   }
 
-  /** Whether an app registered a context manager (without one no span can be made active). */
+  /** Whether an app registered a context manager (without one no span can be made active). Asked once per item. */
   contextManaged(): boolean {
-    return (
-      (globalThis as Record<symbol, { context?: unknown } | undefined>)[Symbol.for('opentelemetry.js.api.1')]?.context !==
-      undefined
-    );
+    return (globalThis as Record<symbol, { context?: unknown } | undefined>)[API_KEY]?.context !== undefined;
   }
 
   /** Runs `f` with `span` as the active span (for spans the work makes: needs a context manager). */

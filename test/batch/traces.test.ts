@@ -107,6 +107,21 @@ describe('traces of a start, a fanned-out batch and its items', () => {
     const failedFirst = first.find((s) => s.attributes['leasehold.item.key'] === 'k007')!;
     expect(failedFirst.status.code).toBe(SpanStatusCode.ERROR);
     expect(failedFirst.attributes['leasehold.item.outcome']).toBe('retry');
+    // Every attribute the design names for an attempt, whether given at the start or set after it.
+    const runOfFirst = runs.find((r) => idOf(r) === parentOf(failedFirst))!;
+    const attemptAttributes = (attempt: number, outcome: string, run: ReadableSpan) => ({
+      'messaging.system': 'leasehold',
+      'messaging.destination.name': 'checksum',
+      'messaging.operation.type': 'process',
+      'messaging.message.id': 'k007',
+      'leasehold.batch.id': started.batch.id,
+      'leasehold.tenant': `traces-${process.pid}`,
+      'leasehold.run.id': run.attributes['leasehold.run.id'],
+      'leasehold.item.key': 'k007',
+      'leasehold.item.attempt': attempt,
+      'leasehold.item.outcome': outcome,
+    });
+    expect(failedFirst.attributes).toEqual(attemptAttributes(1, 'retry', runOfFirst));
 
     // The retry: a new trace (no parent), linked to the batch's trace and to its run.
     const retries = attempts.filter((s) => s.attributes['leasehold.item.attempt'] === 2);
@@ -121,5 +136,7 @@ describe('traces of a start, a fanned-out batch and its items', () => {
     ]);
     expect(retry.status.code).toBe(SpanStatusCode.UNSET);
     expect(retry.attributes['leasehold.item.outcome']).toBe('done');
+    const runOfRetry = runs.find((r) => idOf(r) === retry.links[1]!.context.spanId)!;
+    expect(retry.attributes).toEqual(attemptAttributes(2, 'done', runOfRetry));
   });
 });
