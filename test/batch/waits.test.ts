@@ -399,14 +399,17 @@ describe('sleeps and the parked batch', () => {
     const executor: Executor = {
       work: async (item) => {
         if (item.slept) return 'awake';
-        await item.sleep(item.key === 'k000' ? 50 : 60_000);
+        // Both longer than a beat (100 ms): the run parks rather than wake them itself.
+        await item.sleep(item.key === 'k000' ? 5_000 : 60_000);
       },
     };
     const runner = new Runner(db.sql, options);
     const { batch } = await runner.start(newBatch(2), {}, executor);
     expect((await runOf(runner, batch.id)).outcome).toBe('parked');
-    await sleep(80);
-    expect((await expireWaits(db.sql, 100)).woken).toBe(1);
+    await db.sql`update leasehold_waits set wake_at = now() where batch_id = ${batch.id} and key = 'k000'`;
+    // (The pass is across batches: earlier tests' waits may be due too.)
+    expect((await expireWaits(db.sql, 100)).woken).toBeGreaterThanOrEqual(1);
+    expect((await itemRows(db.sql, batch.id)).map((r) => r.state)).toEqual(['pending', 'waiting']);
     const second = new Runner(db.sql, options);
     await second.takeOver(() => executor, batch.id);
     // k001 sleeps on: the batch parks again rather than finishing.
@@ -420,6 +423,74 @@ describe('sleeps and the parked batch', () => {
       ['awake', 1],
       ['awake', 1],
     ]);
+  });
+
+  it('a live run wakes its own sleep due within a beat and runs it, with no expiry pass', async () => {
+    const slept: number[] = [];
+    const executor: Executor = {
+      work: async (item) => {
+        if (item.slept) return slept.push(item.attempt);
+        await item.sleep(300);
+      },
+    };
+    // A beat of 2 s: the 300 ms sleep is due within it, so the run stays rather than park.
+    const runner = new Runner(db.sql, { ...options, beatMs: 2_000, staleMs: 10_000 });
+    const { batch } = await runner.start(newBatch(3), {}, executor);
+    // No expiry pass runs in this test: the run woke its items itself and finished the batch.
+    expect((await runOf(runner, batch.id)).outcome).toBe('succeeded');
+    expect(slept).toEqual([1, 1, 1]);
+    expect((await itemRows(db.sql, batch.id)).map((r) => [r.state, r.attempts])).toEqual(Array(3).fill(['done', 1]));
+    expect(await db.sql`select 1 from leasehold_waits where batch_id = ${batch.id}`).toHaveLength(0);
+  });
+
+  it('a run working other items wakes its sleeps when they come due, longer than a beat too', async () => {
+    // k000 sleeps 300 ms (three beats); k001 runs until k000 has run again (at most 30 s).
+    let awake!: () => void;
+    const k000Awake = new Promise<void>((resolve) => (awake = resolve));
+    const executor: Executor = {
+      work: async (item) => {
+        if (item.key === 'k001') {
+          const saw = await Promise.race([k000Awake.then(() => 'saw k000 awake'), sleep(30_000).then(() => 'gave up')]);
+          return saw;
+        }
+        if (item.slept) return awake();
+        await item.sleep(300);
+      },
+    };
+    const runner = new Runner(db.sql, options);
+    const { batch } = await runner.start(newBatch(2), {}, executor);
+    expect((await runOf(runner, batch.id)).outcome).toBe('succeeded');
+    expect((await itemRows(db.sql, batch.id)).map((r) => [r.key, r.state, r.output])).toEqual([
+      ['k000', 'done', null],
+      ['k001', 'done', 'saw k000 awake'],
+    ]);
+  });
+
+  it('a run waking its own sleeps and expiry passes at once wake each sleep once', async () => {
+    const n = 30;
+    const woke = new Map<string, number>();
+    const executor: Executor = {
+      work: async (item) => {
+        if (item.slept) {
+          woke.set(item.key, (woke.get(item.key) ?? 0) + 1);
+          return null;
+        }
+        await item.sleep(item.key.endsWith('0') ? 0 : 20 + (Number(item.key.slice(1)) % 7) * 10);
+      },
+      parallel: 8,
+    };
+    const runner = new Runner(db.sql, { ...options, beatMs: 2_000, staleMs: 10_000 });
+    const { batch } = await runner.start(newBatch(n), {}, executor);
+    const ended = runOf(runner, batch.id);
+    let passes = 0;
+    for (let done = false; !done; passes++) {
+      await expireWaits(db.sql, 1000);
+      done = await Promise.race([ended.then(() => true), sleep(1).then(() => false)]);
+    }
+    expect((await ended).outcome).toBe('succeeded');
+    expect(passes).toBeGreaterThan(1);
+    expect([...woke.values()]).toEqual(Array(n).fill(1));
+    expect((await itemRows(db.sql, batch.id)).every((r) => r.state === 'done' && r.attempts === 1)).toBe(true);
   });
 
   it('a wake racing the park never leaves a due item in a batch with no run and no target', async () => {

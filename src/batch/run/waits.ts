@@ -18,6 +18,7 @@ import {
 } from '../types.js';
 import { encodeOutput } from '../values.js';
 import type { RunContext } from './context.js';
+import type { OwnSleep } from './types.js';
 
 /** What an attempt's work gets of its waits (part of {@link ItemContext}). */
 export type WaitCalls = Pick<ItemContext, 'waitForCallback' | 'sleep' | 'sleepUntil' | 'callback' | 'slept'>;
@@ -51,6 +52,8 @@ export function timedOutWait(c: q.ClaimedRow): CallbackTimeoutError | undefined 
 export class AttemptWait {
   /** The wait this attempt registered; undefined: none. */
   private id: string | undefined;
+  /** The sleep this attempt registered (kind `sleep`); undefined: none. */
+  private slept: OwnSleep | undefined;
 
   constructor(
     private readonly ctx: RunContext,
@@ -60,6 +63,14 @@ export class AttemptWait {
   /** Whether the attempt registered a wait: once its work returns, the item parks. */
   get parked(): boolean {
     return this.id !== undefined;
+  }
+
+  /**
+   * The item's sleep, for a run that wakes its own sleeps (docs/design.md, "Waiting items:
+   * callbacks and sleeps"); undefined: the attempt did not sleep.
+   */
+  get ownSleep(): OwnSleep | undefined {
+    return this.id === undefined ? undefined : this.slept;
   }
 
   /** The calls the work gets. */
@@ -115,13 +126,14 @@ export class AttemptWait {
     const id = randomUUID();
     // Claimed by this attempt: set before the statement, so a second call in the same turn is refused.
     this.id = id;
-    const stored = await ctx.store(() =>
+    const wakeInMs = await ctx.store(() =>
       registerWait(ctx.sql, { batchId: ctx.batch.id, run: ctx.id, key: c.key, claimed: c.attempts, id, ...w }),
     );
-    if (!stored) {
+    if (wakeInMs === undefined) {
       this.id = undefined;
       throw new ItemLostError(c.key, c.attempts);
     }
+    if (w.kind === 'sleep') this.slept = { id, wakeInMs, at: ctx.s.clock.now() + wakeInMs };
     return id;
   }
 

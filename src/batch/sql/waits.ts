@@ -3,7 +3,7 @@
 // sleeps"). An attempt registers a wait while its item runs (fenced on its run's lease and on the
 // item running under it at the attempts it was claimed with); its move to `waiting` is an ordinary
 // move (sql/moves.ts). A wake — a completion, the expiry pass, the run's own wake of an answer that
-// came before its move — turns a waiting item back to pending, due now, with how the wait ended in
+// came before its move or of its own sleeps come due — turns a waiting item back to pending, due now, with how the wait ended in
 // `woke`, deletes its wait row and gives its batch a run again when it had parked. The last run of
 // a batch whose only items left are waiting parks it: it leaves with the batch's target at 0, so
 // no worker is sent until a wake raises it.
@@ -54,12 +54,13 @@ export interface WaitRegistration {
 
 // Registers one wait of an attempt: its row in leasehold_waits, replacing an earlier one of the
 // item (a wait whose attempt ended without waking). Only while the item runs under `run` at
-// `claimed` attempts and the run holds its lease; answers whether it did. The item's `woke`
-// (how its last wait ended) is cleared in the same statement, so an attempt after this wait
-// never reads the answer of the one before.
-export async function registerWait(sql: Sql, w: WaitRegistration): Promise<boolean> {
-  const rows = await sql`${registerWaitStatement(sql, w)}`;
-  return rows.length === 1;
+// `claimed` attempts and the run holds its lease; answers the ms from now until the wait ends by
+// time (database clock; the run times its own wake of a short sleep from it), or undefined when
+// it stored nothing. The item's `woke` (how its last wait ended) is cleared in the same
+// statement, so an attempt after this wait never reads the answer of the one before.
+export async function registerWait(sql: Sql, w: WaitRegistration): Promise<number | undefined> {
+  const rows = await sql<{ wake_in_ms: number }[]>`${registerWaitStatement(sql, w)}`;
+  return rows.length === 1 ? rows[0].wake_in_ms : undefined;
 }
 
 /** {@link registerWait} as a fragment (the plan test reads its plan). */
@@ -91,7 +92,7 @@ export function registerWaitStatement(sql: Sql, w: WaitRegistration) {
       set id = excluded.id, kind = excluded.kind, attempt = excluded.attempt, wake_at = excluded.wake_at,
           timeout_at = excluded.timeout_at, heartbeat_timeout_ms = excluded.heartbeat_timeout_ms,
           payload = excluded.payload, answer = null, created_at = now()
-    returning 1`;
+    returning greatest(0, extract(epoch from x.wake_at - now()) * 1000)::float8 as wake_in_ms`;
 }
 
 // Deletes a wait its attempt registered and then did not wait on (the work threw after it):
@@ -154,6 +155,62 @@ async function unpark(t: Sql, woken: { batch_id: string; n: number }[]): Promise
     where b.id = v.batch_id and b.target = 0 and b.paused_at is null and b.status = 'open'
     returning b.id`;
   return rows.map((r) => r.id);
+}
+
+/** What {@link wakeSleeps} did. */
+export interface SleepsWoken {
+  /** Items woken (pending again, due now). */
+  woken: number;
+  /** Batches that had parked and now want runs again (the run's lease was lost meanwhile). */
+  unparked: string[];
+  /** Sleeps not yet due by the database clock: their keys and ms until they are. */
+  later: { key: string; dueInMs: number }[];
+}
+
+// A run's own wake of its items' sleeps that came due (docs/design.md, "Waiting items: callbacks
+// and sleeps"): the expiry pass's wake, for waits of one batch this run registered. Each names its
+// item's key, the wait's id and its length: the ms from its registration (`created_at`) to its wake,
+// as the registration answered them, so "due" is `created_at` + that length <= now() by the
+// database clock, whatever a pass that met the attempt still running did to `wake_at` (it defers
+// such a wait a minute). A sleep due whose item waits on it (waiting, its attempts one below the
+// wait's) wakes as the pass wakes it — its wait row deleted, the item pending due now with `woke`
+// saying it slept — and a parked batch gets a run again (unpark: a run that lost its lease may wake
+// an item of a batch another run parked). Not fenced on the run: a wake by time is anyone's to make,
+// and the wait row's delete makes it once (a pass or another wake that deleted it first leaves this
+// one nothing). Answers too the sleeps not yet due, with the ms left; any other (its wait gone or
+// replaced, its item not waiting on it) is forgotten: the expiry pass deals with what is left.
+export async function wakeSleeps(
+  sql: Sql,
+  batchId: string,
+  sleeps: { key: string; id: string; ms: number }[],
+): Promise<SleepsWoken> {
+  return sql.begin(async (tx) => {
+    const t = tx as unknown as Sql;
+    const rows = await t<{ key: string; due_in_ms: number | null }[]>`with k as (
+        select * from jsonb_to_recordset(${JSON.stringify(sleeps)}::text::jsonb) as v(key text, id uuid, ms float8)
+      ), w as (
+        delete from leasehold_waits w
+        using k, leasehold_items i
+        where w.batch_id = ${batchId} and w.key = k.key and w.id = k.id and w.kind = 'sleep'
+          and w.created_at + make_interval(secs => k.ms / 1000.0) <= now()
+          and i.batch_id = w.batch_id and i.key = w.key and i.state = 'waiting' and i.attempts = w.attempt - 1
+        returning w.*
+      ), up as (
+        update leasehold_items i
+        set state = 'pending', run_after = now(), updated_at = now(), woke = ${wokeFrom(t)}
+        from w
+        where i.batch_id = w.batch_id and i.key = w.key and i.state = 'waiting'
+        returning i.key
+      )
+      select key, null::float8 as due_in_ms from up
+      union all
+      select l.key, extract(epoch from l.created_at + make_interval(secs => k.ms / 1000.0) - now())::float8 * 1000
+      from k join leasehold_waits l on l.batch_id = ${batchId} and l.key = k.key and l.id = k.id
+      where l.created_at + make_interval(secs => k.ms / 1000.0) > now()`;
+    const woken = rows.filter((r) => r.due_in_ms === null).length;
+    const later = rows.filter((r) => r.due_in_ms !== null).map((r) => ({ key: r.key, dueInMs: r.due_in_ms! }));
+    return { woken, later, unparked: woken > 0 ? await unpark(t, [{ batch_id: batchId, n: woken }]) : [] };
+  }) as Promise<SleepsWoken>;
 }
 
 /** What {@link wakeAnswered} did. */
