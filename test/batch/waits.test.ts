@@ -20,6 +20,7 @@ import {
   type Executor,
   type ItemContext,
 } from '../../src/batch/index.js';
+import type { Clock } from '../../src/clock.js';
 import { useTestDatabase } from '../support/db-hooks.js';
 import { never, sleep } from '../support/time.js';
 import { waitFor } from '../support/waits.js';
@@ -504,6 +505,40 @@ describe('sleeps and the parked batch', () => {
     }
   });
 
+  it('a completion landing as the live run is about to park: the run claims the woken item at once', async () => {
+    // The completion sends no worker (the batch has a live run), so the run must claim the item
+    // itself: the park, seeing it due, keeps the run, which then claims it now. Its clock is
+    // frozen (its timers never fire): a run that waited for its next beat to claim never would.
+    for (let round = 0; round < 40; round++) {
+      let completion: Promise<{ unparked: boolean }> | undefined;
+      let k000: string | undefined;
+      const executor: Executor = {
+        work: async (item) => {
+          if (item.callback) return 'ok';
+          const { token } = await item.waitForCallback({ timeoutMs: 60_000 });
+          if (item.key === 'k000') return void (k000 = token);
+          // k001 waits too, once k000 waits in the store: k000's completion then lands around
+          // the run's wait state and park, 0-15 ms later.
+          await waitFor('k000 waiting', async () => (await itemCounts(db.sql, item.batch.id)).waiting === 1);
+          completion = sleep(round % 16).then(() => completeCallback(db.sql, k000!, { action: 'succeed', result: 1 }));
+        },
+        parallel: 1,
+      };
+      const runner = new Runner(db.sql, { ...options, clock: frozenClock });
+      const { batch } = await runner.start(newBatch(2), {}, executor);
+      // A guard against a hung round only (each takes milliseconds).
+      const ended = await Promise.race([runOf(runner, batch.id).then((r) => r.outcome), sleep(20_000).then(() => 'hung')]);
+      const answer = await completion!;
+      const [k] = await itemRows(db.sql, batch.id);
+      // Either the run saw k000 due and ran it, or it had parked and the completion unparked the
+      // batch (the API's route then sends a worker).
+      const seen = ended === 'parked' && (k.state === 'done' || (k.state === 'pending' && answer.unparked));
+      expect(seen, `round ${round}: run ${ended}, k000 ${k.state}, unparked ${answer.unparked}`).toBe(true);
+      if (ended === 'hung') await cancelBatch(db.sql, batch.id);
+      await runner.close();
+    }
+  });
+
   it('an answer committed after the move and before the wake of answered items still wakes the item', async () => {
     // The interleaving forced: the move to waiting takes 300 ms, so the completion's wake reads
     // the item still running and wakes nothing; its commit then takes 600 ms, so the move lands,
@@ -533,6 +568,16 @@ describe('sleeps and the parked batch', () => {
     }
   });
 });
+
+/** A clock whose time stands still: its sleeps end only when aborted (no timer of a run fires). */
+const frozenClock: Clock = {
+  now: () => 1_000_000,
+  sleep: (_ms, signal) =>
+    new Promise<void>((resolve) => {
+      if (signal?.aborted) return resolve();
+      signal?.addEventListener('abort', () => resolve(), { once: true });
+    }),
+};
 
 /** The rounds of the wake racing the park: a callback completed around the moment the run parks. */
 async function wakesRacingThePark() {

@@ -454,32 +454,46 @@ async function settledBefore(
 /** What {@link parkRun} did. */
 export type ParkResult = 'parked' | 'kept' | 'lost';
 
+/** {@link parkRun}'s answer: what it did, and for `kept` when the batch's next pending item is due. */
+export interface ParkAnswer {
+  result: ParkResult;
+  /**
+   * ms until the batch's soonest pending item is due (database clock, 0 when due), as the park's
+   * fresh snapshot saw it; null when none is pending (or the run parked or lost its lease).
+   */
+  dueInMs: number | null;
+}
+
 // Parks a batch whose only items left are waiting: its last run leaves with the target at 0, so
 // no worker is sent until a wake raises it (docs/design.md, "Waiting items: callbacks and
 // sleeps"). First the run's row, then the batch row are locked (the lock order of every
 // statement); then, from a fresh snapshot, the batch is parked only while this is its one run,
 // its source is not being read, no item is pending or running and one is waiting. A pause keeps
-// its own target 0. `kept`: something is left to do (the run goes on); `lost`: its lease is gone.
-export async function parkRun(sql: Sql, a: { batchId: string; run: string }): Promise<ParkResult> {
+// its own target 0. `kept`: something is left to do (the run goes on), with when the soonest
+// pending item is due: a wake that committed after the run's wait state and before this park
+// made an item due, and the run claims it now, not a beat later; `lost`: its lease is gone.
+export async function parkRun(sql: Sql, a: { batchId: string; run: string }): Promise<ParkAnswer> {
   return sql.begin(async (tx) => {
     const t = tx as unknown as Sql;
     const [l] = await t`select b.id from leasehold_batches b
       where b.id = ${a.batchId} and b.status = 'open'
         and exists (select 1 from leasehold_runs where id = ${a.run} and batch_id = ${a.batchId} for update)
       for no key update of b`;
-    if (!l) return 'lost';
-    const [r] = await t<{ parked: number }[]>`${parkStatement(t, a)}`;
-    return r.parked === 1 ? 'parked' : 'kept';
-  }) as Promise<ParkResult>;
+    if (!l) return { result: 'lost', dueInMs: null };
+    const [r] = await t<{ parked: number; due_in_ms: number | null }[]>`${parkStatement(t, a)}`;
+    return r.parked === 1 ? { result: 'parked', dueInMs: null } : { result: 'kept', dueInMs: r.due_in_ms };
+  }) as Promise<ParkAnswer>;
 }
 
 /** The park's second statement as a fragment (the plan test reads its plan). */
 export function parkStatement(sql: Sql, { batchId, run }: { batchId: string; run: string }) {
-  return sql`with ok as (
+  return sql`with due as (
+      select run_after from leasehold_items where batch_id = ${batchId} and state = 'pending'
+      order by run_after limit 1
+    ), ok as (
       select 1 from leasehold_batches b
       where b.id = ${batchId} and b.live_runs = 1 and not b.reading
-        and (select run_after from leasehold_items where batch_id = ${batchId} and state = 'pending'
-             order by run_after limit 1) is null
+        and not exists (select 1 from due)
         and (select batch_id from leasehold_items where batch_id = ${batchId} and state = 'running'
              order by batch_id limit 1) is null
         and ${anyWaiting(sql, batchId)}
@@ -491,7 +505,8 @@ export function parkStatement(sql: Sql, { batchId, run }: { batchId: string; run
     ), own as (
       delete from leasehold_runs where id = ${run} and exists (select 1 from parked) returning id
     )
-    select (select count(*) from own)::int as parked`;
+    select (select count(*) from own)::int as parked,
+      (select greatest(0, extract(epoch from run_after - now()) * 1000)::float8 from due) as due_in_ms`;
 }
 
 /**
