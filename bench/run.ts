@@ -46,7 +46,7 @@ import { batchOf, runBench } from './runs.js';
 import { livedIn, median, type LivedIn } from './sides.js';
 import { startBench } from './start.js';
 import { s3Bench } from './s3.js';
-import { callbackLatencyBench, waitsBench } from './waits.js';
+import { callbackLatencyBench, sleepLatencyBench, waitsBench } from './waits.js';
 import { relayStreamBench, streamBench } from './stream.js';
 import { tracesBench } from './traces.js';
 import { usageBench } from './usage.js';
@@ -144,10 +144,11 @@ async function main() {
     if (runs('pools')) await poolsBench(url!);
     if (runs('pause')) await pauseBench(url!);
     if (runs('waits')) {
-      // BENCH_WAITS_LINES=waiting,latency picks the lines (default both).
-      const lines = (process.env.BENCH_WAITS_LINES ?? 'waiting,latency').split(',');
+      // BENCH_WAITS_LINES=waiting,latency,sleep picks the lines (default all three).
+      const lines = (process.env.BENCH_WAITS_LINES ?? 'waiting,latency,sleep').split(',');
       if (lines.includes('waiting')) await waitsBench(url!);
       if (lines.includes('latency')) await callbackLatencyBench(url!);
+      if (lines.includes('sleep')) await sleepLatencyBench(url!);
     }
     if (runs('usage')) await usageBench(url!);
   } finally {

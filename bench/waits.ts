@@ -184,3 +184,56 @@ export async function callbackLatencyBench(url: string): Promise<void> {
     await drop();
   }
 }
+
+const SLEEPS = Number(process.env.BENCH_SLEEPS ?? 200);
+
+/** How long the sleep bench waits for every sleeper to run again before it says they did not, ms. */
+const SLEEP_GIVE_UP_MS = 20_000;
+
+/**
+ * `sleep 500 ms to next attempt, live run: p50 M ms, p95 M ms` (docs/design.md, "Waiting items:
+ * callbacks and sleeps"): BENCH_SLEEPS (default 200) items of one batch, `parallel` 8, each
+ * sleeping 500 ms in its first attempt; timed from the `sleep` call to the same attempt's next
+ * run, with no scheduler pass at all (a live run wakes its own sleeps). Runner defaults (a 5 s
+ * beat). Items not run again once the run ended (or after 20 s) are counted in the line.
+ */
+export async function sleepLatencyBench(url: string): Promise<void> {
+  const { sql, drop } = await benchSchema(url, 'bench_sleeps', 8);
+  try {
+    const slept = new Map<string, number>();
+    const ms: number[] = [];
+    const executor: Executor = {
+      work: async (item) => {
+        if (item.slept) {
+          ms.push(performance.now() - slept.get(item.key)!);
+          return null;
+        }
+        slept.set(item.key, performance.now());
+        await item.sleep(500);
+        return null;
+      },
+      parallel: 8,
+    };
+    const runner = new Runner(sql, {});
+    const { batch } = await runner.start(batchOf(SLEEPS), {}, executor);
+    const t0 = performance.now();
+    const ended = await Promise.race([
+      runner.running(batch.id)!.then((r) => r.outcome),
+      new Promise<string>((resolve) => setTimeout(() => resolve('still running'), SLEEP_GIVE_UP_MS).unref()),
+    ]);
+    const endedS = ((performance.now() - t0) / 1000).toFixed(1);
+    await runner.close();
+    const fmt = (n: number) => n.toLocaleString('en-US');
+    const missing = SLEEPS - ms.length;
+    console.log(
+      ms.length === 0
+        ? `sleep 500 ms to next attempt, live run: none of ${fmt(SLEEPS)} ran again with no scheduler pass ` +
+            `(the run: ${ended} after ${endedS} s; they wait for the expiry pass)`
+        : `sleep 500 ms to next attempt, live run: p50 ${quantile(ms, 0.5).toFixed(1)} ms, p95 ${quantile(ms, 0.95).toFixed(1)} ms ` +
+            `(${fmt(ms.length)} sleeps, parallel 8, no scheduler pass; max ${Math.max(...ms).toFixed(1)} ms` +
+            `${missing > 0 ? `; ${fmt(missing)} not run again within ${SLEEP_GIVE_UP_MS / 1000} s` : ''}; the run: ${ended})`,
+    );
+  } finally {
+    await drop();
+  }
+}

@@ -20,6 +20,7 @@ import {
   type Executor,
   type ItemContext,
 } from '../../src/batch/index.js';
+import type { Clock } from '../../src/clock.js';
 import { useTestDatabase } from '../support/db-hooks.js';
 import { never, sleep } from '../support/time.js';
 import { waitFor } from '../support/waits.js';
@@ -399,14 +400,17 @@ describe('sleeps and the parked batch', () => {
     const executor: Executor = {
       work: async (item) => {
         if (item.slept) return 'awake';
-        await item.sleep(item.key === 'k000' ? 50 : 60_000);
+        // Both longer than a beat (100 ms): the run parks rather than wake them itself.
+        await item.sleep(item.key === 'k000' ? 5_000 : 60_000);
       },
     };
     const runner = new Runner(db.sql, options);
     const { batch } = await runner.start(newBatch(2), {}, executor);
     expect((await runOf(runner, batch.id)).outcome).toBe('parked');
-    await sleep(80);
-    expect((await expireWaits(db.sql, 100)).woken).toBe(1);
+    await db.sql`update leasehold_waits set wake_at = now() where batch_id = ${batch.id} and key = 'k000'`;
+    // (The pass is across batches: earlier tests' waits may be due too.)
+    expect((await expireWaits(db.sql, 100)).woken).toBeGreaterThanOrEqual(1);
+    expect((await itemRows(db.sql, batch.id)).map((r) => r.state)).toEqual(['pending', 'waiting']);
     const second = new Runner(db.sql, options);
     await second.takeOver(() => executor, batch.id);
     // k001 sleeps on: the batch parks again rather than finishing.
@@ -422,6 +426,74 @@ describe('sleeps and the parked batch', () => {
     ]);
   });
 
+  it('a live run wakes its own sleep due within a beat and runs it, with no expiry pass', async () => {
+    const slept: number[] = [];
+    const executor: Executor = {
+      work: async (item) => {
+        if (item.slept) return slept.push(item.attempt);
+        await item.sleep(300);
+      },
+    };
+    // A beat of 2 s: the 300 ms sleep is due within it, so the run stays rather than park.
+    const runner = new Runner(db.sql, { ...options, beatMs: 2_000, staleMs: 10_000 });
+    const { batch } = await runner.start(newBatch(3), {}, executor);
+    // No expiry pass runs in this test: the run woke its items itself and finished the batch.
+    expect((await runOf(runner, batch.id)).outcome).toBe('succeeded');
+    expect(slept).toEqual([1, 1, 1]);
+    expect((await itemRows(db.sql, batch.id)).map((r) => [r.state, r.attempts])).toEqual(Array(3).fill(['done', 1]));
+    expect(await db.sql`select 1 from leasehold_waits where batch_id = ${batch.id}`).toHaveLength(0);
+  });
+
+  it('a run working other items wakes its sleeps when they come due, longer than a beat too', async () => {
+    // k000 sleeps 300 ms (three beats); k001 runs until k000 has run again (at most 30 s).
+    let awake!: () => void;
+    const k000Awake = new Promise<void>((resolve) => (awake = resolve));
+    const executor: Executor = {
+      work: async (item) => {
+        if (item.key === 'k001') {
+          const saw = await Promise.race([k000Awake.then(() => 'saw k000 awake'), sleep(30_000).then(() => 'gave up')]);
+          return saw;
+        }
+        if (item.slept) return awake();
+        await item.sleep(300);
+      },
+    };
+    const runner = new Runner(db.sql, options);
+    const { batch } = await runner.start(newBatch(2), {}, executor);
+    expect((await runOf(runner, batch.id)).outcome).toBe('succeeded');
+    expect((await itemRows(db.sql, batch.id)).map((r) => [r.key, r.state, r.output])).toEqual([
+      ['k000', 'done', null],
+      ['k001', 'done', 'saw k000 awake'],
+    ]);
+  });
+
+  it('a run waking its own sleeps and expiry passes at once wake each sleep once', async () => {
+    const n = 30;
+    const woke = new Map<string, number>();
+    const executor: Executor = {
+      work: async (item) => {
+        if (item.slept) {
+          woke.set(item.key, (woke.get(item.key) ?? 0) + 1);
+          return null;
+        }
+        await item.sleep(item.key.endsWith('0') ? 0 : 20 + (Number(item.key.slice(1)) % 7) * 10);
+      },
+      parallel: 8,
+    };
+    const runner = new Runner(db.sql, { ...options, beatMs: 2_000, staleMs: 10_000 });
+    const { batch } = await runner.start(newBatch(n), {}, executor);
+    const ended = runOf(runner, batch.id);
+    let passes = 0;
+    for (let done = false; !done; passes++) {
+      await expireWaits(db.sql, 1000);
+      done = await Promise.race([ended.then(() => true), sleep(1).then(() => false)]);
+    }
+    expect((await ended).outcome).toBe('succeeded');
+    expect(passes).toBeGreaterThan(1);
+    expect([...woke.values()]).toEqual(Array(n).fill(1));
+    expect((await itemRows(db.sql, batch.id)).every((r) => r.state === 'done' && r.attempts === 1)).toBe(true);
+  });
+
   it('a wake racing the park never leaves a due item in a batch with no run and no target', async () => {
     // Moves to waiting and the completion's commit each take 0-4 ms more, at random, so the
     // completion lands on every side of the move, the run's wake of answered items and the park.
@@ -430,6 +502,40 @@ describe('sleeps and the parked batch', () => {
       await wakesRacingThePark();
     } finally {
       await undo();
+    }
+  });
+
+  it('a completion landing as the live run is about to park: the run claims the woken item at once', async () => {
+    // The completion sends no worker (the batch has a live run), so the run must claim the item
+    // itself: the park, seeing it due, keeps the run, which then claims it now. Its clock is
+    // frozen (its timers never fire): a run that waited for its next beat to claim never would.
+    for (let round = 0; round < 40; round++) {
+      let completion: Promise<{ unparked: boolean }> | undefined;
+      let k000: string | undefined;
+      const executor: Executor = {
+        work: async (item) => {
+          if (item.callback) return 'ok';
+          const { token } = await item.waitForCallback({ timeoutMs: 60_000 });
+          if (item.key === 'k000') return void (k000 = token);
+          // k001 waits too, once k000 waits in the store: k000's completion then lands around
+          // the run's wait state and park, 0-15 ms later.
+          await waitFor('k000 waiting', async () => (await itemCounts(db.sql, item.batch.id)).waiting === 1);
+          completion = sleep(round % 16).then(() => completeCallback(db.sql, k000!, { action: 'succeed', result: 1 }));
+        },
+        parallel: 1,
+      };
+      const runner = new Runner(db.sql, { ...options, clock: frozenClock });
+      const { batch } = await runner.start(newBatch(2), {}, executor);
+      // A guard against a hung round only (each takes milliseconds).
+      const ended = await Promise.race([runOf(runner, batch.id).then((r) => r.outcome), sleep(20_000).then(() => 'hung')]);
+      const answer = await completion!;
+      const [k] = await itemRows(db.sql, batch.id);
+      // Either the run saw k000 due and ran it, or it had parked and the completion unparked the
+      // batch (the API's route then sends a worker).
+      const seen = ended === 'parked' && (k.state === 'done' || (k.state === 'pending' && answer.unparked));
+      expect(seen, `round ${round}: run ${ended}, k000 ${k.state}, unparked ${answer.unparked}`).toBe(true);
+      if (ended === 'hung') await cancelBatch(db.sql, batch.id);
+      await runner.close();
     }
   });
 
@@ -462,6 +568,16 @@ describe('sleeps and the parked batch', () => {
     }
   });
 });
+
+/** A clock whose time stands still: its sleeps end only when aborted (no timer of a run fires). */
+const frozenClock: Clock = {
+  now: () => 1_000_000,
+  sleep: (_ms, signal) =>
+    new Promise<void>((resolve) => {
+      if (signal?.aborted) return resolve();
+      signal?.addEventListener('abort', () => resolve(), { once: true });
+    }),
+};
 
 /** The rounds of the wake racing the park: a callback completed around the moment the run parks. */
 async function wakesRacingThePark() {

@@ -62,7 +62,7 @@ function browserTest(name: string, check: () => Promise<void>, timeoutMs = 90_00
 
 /** Start a batch of the test app's jobs through the API. */
 async function start(
-  job: 'slow' | 'flaky' | 'bulk',
+  job: 'slow' | 'flaky' | 'bulk' | 'waits',
   params: Record<string, unknown>,
   tenant = 'acme',
   datasource = `ds-${randomUUID().slice(0, 8)}`,
@@ -201,6 +201,33 @@ describe('the dashboard in a browser, against leasehold dev', withChromium, () =
     expect(await page.locator('dd[data-reason]').count()).toBe(0);
     await page.goto(`${dev.url}/#/batches?tenant=acme`);
     await rowOf(within.id).locator('[data-tolerated]', { hasText: '2 failed, tolerated' }).waitFor();
+    expect(browser.pageErrors).toEqual([]);
+  });
+
+  browserTest("shows a batch's waiting items with what they wait for and their deadlines, and the waiting count", async () => {
+    // A callback (timing out in 10 min, heartbeat due in 5 min) and a sleep of 5 min: the batch
+    // parks with both waiting, one item done.
+    const batch = await start('waits', {});
+    await expect
+      .poll(async () => (await dev.api.getBatch(batch.id)).counts, { timeout: 30_000 })
+      .toMatchObject({ done: 1, waiting: 2, pending: 0, running: 0 });
+    await page.goto(`${dev.url}/#/batches/${batch.id}`);
+    const callback = page.locator('tr[data-item="item-0000"][data-state="waiting"] [data-wait="callback"]');
+    const sleep = page.locator('tr[data-item="item-0001"][data-state="waiting"] [data-wait="sleep"]');
+    await callback.waitFor({ timeout: 20_000 });
+    // Relative to the page's clock when it read the items: a few seconds after the waits began.
+    expect(await callback.textContent()).toMatch(
+      /^callback · times out in (9 min [1-5]?\d|10 min 0) s · heartbeat due in (4 min [1-5]?\d|5 min 0) s$/,
+    );
+    expect(await sleep.textContent()).toMatch(/^sleep · wakes in (4 min [1-5]?\d|5 min 0) s$/);
+    // Each deadline's absolute time is its title, in the page's one format.
+    expect(await sleep.locator('[data-wait-deadline="wakes"]').getAttribute('title')).toMatch(/^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$/);
+    expect(await page.locator('tr[data-item="item-0002"] [data-wait]').count()).toBe(0);
+    // The waiting count: in the legend, and the state filter, which lists the two alone.
+    expect(await page.locator('.legend li[data-part="waiting"] strong').first().textContent()).toBe('2');
+    await page.getByLabel('State').selectOption('waiting');
+    await expect.poll(() => page.locator('table.items tbody tr').count(), { timeout: 10_000 }).toBe(2);
+    expect(await page.getByLabel('State').locator('option[value="waiting"]').textContent()).toBe('waiting (2)');
     expect(browser.pageErrors).toEqual([]);
   });
 

@@ -9,7 +9,7 @@ import { handOffRun } from '../sql/runs.js';
 import type { BeatResult } from '../sql/shared.js';
 import { errorText } from '../values.js';
 import { UnstorableMoves, type RunContext } from './context.js';
-import { CLAIM_AHEAD_MS, type Settled } from './types.js';
+import { CLAIM_AHEAD_MS, type OwnSleep, type Settled } from './types.js';
 
 /** What the completer asks of the run's other collaborators. */
 export interface CompleterDeps {
@@ -25,6 +25,8 @@ export interface CompleterDeps {
   mayBeDue(): void;
   /** A retry's move landed: due `delayMs` after `sentAt` (producer). */
   retryDue(delayMs: number, sentAt: number): void;
+  /** An item's move to waiting on a sleep landed (the run's own sleeps). */
+  sleeping(key: string, sleep: OwnSleep): void;
   /** `n` failed items' moves landed or were lost: no longer settling (lifecycle). */
   failuresSent(n: number): void;
   /** A failed item's move landed (lifecycle). */
@@ -229,11 +231,12 @@ export class Completer {
     if (batch.length === 0) return;
     const ctx = this.ctx;
     this.progressRecorded = true;
-    for (const { move, outcome } of batch) {
+    for (const { move, outcome, sleep } of batch) {
       if (move.state === 'failed') this.d.failureStored();
       if (move.state === 'done' || move.state === 'failed') this.finishedItems++;
       else if (outcome === 'retry') this.d.retryDue(move.delayMs, sentAt);
       else this.d.mayBeDue();
+      if (sleep !== undefined) this.d.sleeping(move.key, sleep);
       ctx.s.onEvent({
         type: 'item-ended',
         batchId: ctx.batch.id,

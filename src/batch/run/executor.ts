@@ -265,7 +265,7 @@ export class ItemExecutor {
       }
       await beats.settle();
       // It registered a wait and returned: the item parks (whatever the work returned is ignored).
-      if (wait.parked) return parked(c);
+      if (wait.parked) return parked(c, wait.ownSleep);
       const encoded = encodeOutput(output, s.maxOutputBytes);
       // An output that cannot be stored would be the same next time: the item fails for good.
       if (encoded.error !== undefined) return verdict(c, 'failed', 'failed', null, encoded.error);

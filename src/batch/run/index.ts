@@ -2,7 +2,8 @@
 // into an orchestrator (run.ts) and its collaborators, each with its own state: the producer
 // (claims, the queue, due times, the rate gate, slots), the executor (one attempt of an item,
 // timeouts, item heartbeats, Retry-After, the retry policy), the completer (moves), the source
-// reader and the lifecycle (beat, slice, leave, handoff, give up, the ends). This face names
+// reader, the run's own sleeps (sleeps.ts) and the lifecycle (beat, slice, leave, handoff, give
+// up, the ends). This face names
 // what the rest of the batch module uses.
 export { Run } from './run.js';
 export { StoreFailure } from './context.js';

@@ -242,18 +242,23 @@ export class Lifecycle {
     }
     // Only waiting items are left (docs/design.md, "Waiting items: callbacks and sleeps"): the
     // last run parks the batch, holding no worker until a completion or a wake time.
-    if (w.dueInMs === null && w.waiting && w.liveRuns <= 1) {
+    let dueInMs = w.dueInMs;
+    if (dueInMs === null && w.waiting && w.liveRuns <= 1) {
       // Loaded here, as the completer's wake is (a cold start does not read the waits' statements).
       const { parkRun } = await import('../sql/waits.js');
-      const parked = await ctx.store(() => parkRun(ctx.sql, { batchId: ctx.batch.id, run: ctx.id }));
-      if (parked === 'parked') return 'parked';
-      if (parked === 'lost') {
+      const park = await ctx.store(() => parkRun(ctx.sql, { batchId: ctx.batch.id, run: ctx.id }));
+      if (park.result === 'parked') return 'parked';
+      if (park.result === 'lost') {
         ctx.markLost();
         return undefined;
       }
+      // Kept: a wake (a completion, a pass) that committed since the wait state made an item
+      // due, and the park's fresh snapshot saw it. The completion sent no worker (the batch had
+      // a run: this one), so this run claims it when due, not a beat later.
+      dueInMs = park.dueInMs;
     }
     // Pending items not due yet (or, should none be pending, look again after a beat).
-    this.d.dueIn(Math.min(w.dueInMs === null ? s.beatMs : w.dueInMs - CLAIM_AHEAD_MS, s.beatMs));
+    this.d.dueIn(Math.min(dueInMs === null ? s.beatMs : dueInMs - CLAIM_AHEAD_MS, s.beatMs));
     return undefined;
   }
 

@@ -15,6 +15,7 @@ import { Completer } from './completer.js';
 import { ItemExecutor } from './executor.js';
 import { Lifecycle } from './lifecycle.js';
 import { Producer } from './producer.js';
+import { OwnSleeps } from './sleeps.js';
 import type { SourceReader } from './source-reader.js';
 import type { RunSettings, Settled } from './types.js';
 
@@ -40,6 +41,7 @@ export class Run {
   private readonly lifecycle: Lifecycle;
   /** The batch's source reader, made when the run starts on a batch that reads its source. */
   private reader: SourceReader | undefined;
+  private readonly sleeps: OwnSleeps;
   /** Aborts the results write after the finish when the run is asked to stop. */
   private readonly results = new AbortController();
 
@@ -70,6 +72,8 @@ export class Run {
       takenAt,
     );
     const lifecycle = this.lifecycle;
+    this.sleeps = new OwnSleeps(ctx, { mayBeDue: () => this.producer.mayBeDue() });
+    const sleeps = this.sleeps;
     const endIfIntolerable = () => lifecycle.endIfIntolerable();
     this.completer = new Completer(ctx, {
       room: () => this.producer.room(),
@@ -78,6 +82,7 @@ export class Run {
       startQueued: () => this.producer.startQueued(),
       mayBeDue: () => this.producer.mayBeDue(),
       retryDue: (delayMs, sentAt) => this.producer.retryDue(delayMs, sentAt),
+      sleeping: (key, sleep) => sleeps.add(key, sleep),
       failuresSent: (n) => lifecycle.failuresSent(n),
       failureStored: () => lifecycle.failureStored(),
       endIfIntolerable,
@@ -178,6 +183,7 @@ export class Run {
       // The run is over and can write no result: its in-flight items must stop too.
       this.executor.abort();
       this.producer.stop();
+      this.sleeps.stop();
       beats.abort();
       await Promise.all([beating, slicing, reading]);
       // Every pool permit it holds goes back (docs/design.md, "Concurrency pools").
@@ -274,6 +280,10 @@ export class Run {
       if (lifecycle.judgeNow()) await lifecycle.endIfIntolerable();
       if (lifecycle.intolerable()) return 'failed';
       if (lifecycle.completed()) return 'succeeded';
+      // Its own sleeps come due: woken before the step, which claims them (docs/design.md,
+      // "Waiting items: callbacks and sleeps").
+      if (this.sleeps.anyDue()) await this.sleeps.wake();
+      if (ctx.reason) return undefined;
       producer.startQueued();
       if (this.completer.pending() || producer.room() > 0) {
         // Let items settling in this turn land, so one statement carries them all.
@@ -286,9 +296,10 @@ export class Run {
         if (lifecycle.completed()) return 'succeeded';
         continue;
       }
-      // Wait for an item to settle, a retry to come due, or (when items are due but the beats
-      // are too old to claim or start them) the next good beat.
-      if (this.executor.running() > 0 || producer.waiting()) {
+      // Wait for an item to settle, a retry to come due, (when items are due but the beats are
+      // too old to claim or start them) the next good beat, or one of its sleeps due within a
+      // beat: the run stays for it as for a pending item due within a beat, rather than park.
+      if (this.executor.running() > 0 || producer.waiting() || this.sleeps.dueWithin(this.s.beatMs)) {
         await ctx.sleep();
         continue;
       }

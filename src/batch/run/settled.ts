@@ -3,7 +3,7 @@
 // (`givenBack`), each built in one place so every move of a kind reads the same.
 import type * as q from '../sql/index.js';
 import type { ItemState } from '../types.js';
-import type { ItemOutcome, Settled } from './types.js';
+import type { ItemOutcome, OwnSleep, Settled } from './types.js';
 
 /** How one item's move reads: `state` and `outcome`, with the attempt used. */
 export function verdict(
@@ -56,10 +56,13 @@ export function givenBack(
  * The move of an item whose attempt registered a wait and returned: to `waiting` with its attempt
  * given back (the next run, once a completion or its time wakes the item, is the same attempt
  * going on), no output, no error (docs/design.md, "Waiting items: callbacks and sleeps").
+ * `sleep`: the attempt's sleep, which the run may wake itself when it is due.
  */
-export function parked(c: q.ClaimedRow): Settled {
-  return {
+export function parked(c: q.ClaimedRow, sleep?: OwnSleep): Settled {
+  const s: Settled = {
     outcome: 'parked',
     move: { key: c.key, state: 'waiting', claimed: c.attempts, attempts: c.attempts - 1, output: null, error: null, delayMs: 0 },
   };
+  if (sleep !== undefined) s.sleep = sleep;
+  return s;
 }

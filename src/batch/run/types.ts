@@ -94,10 +94,23 @@ export interface RunSettings {
   onEvent: (event: RunnerEvent) => void;
 }
 
+/**
+ * A sleep an attempt of this run registered (docs/design.md, "Waiting items: callbacks and
+ * sleeps"): its wait's id, how long it was from its registration to its wake by the database's
+ * clock, and when that is by the run's clock (counted from the answer: never early).
+ */
+export interface OwnSleep {
+  id: string;
+  wakeInMs: number;
+  at: number;
+}
+
 /** A settled item waiting for its move, with what the move means. */
 export interface Settled {
   move: q.MoveRow;
   outcome: ItemOutcome;
+  /** `parked` by a sleep: the sleep, so the run may wake it itself when it is due. */
+  sleep?: OwnSleep;
 }
 
 /**

@@ -17,6 +17,7 @@ import {
 } from '../types.js';
 import { encodeOutput } from '../values.js';
 import type { RunContext } from './context.js';
+import type { OwnSleep } from './types.js';
 
 /** What an attempt's work gets of its waits (part of {@link ItemContext}). */
 export type WaitCalls = Pick<ItemContext, 'waitForCallback' | 'sleep' | 'sleepUntil' | 'callback' | 'slept'>;
@@ -50,6 +51,8 @@ export function timedOutWait(c: ClaimedRow): CallbackTimeoutError | undefined {
 export class AttemptWait {
   /** The wait this attempt registered; undefined: none. */
   private id: string | undefined;
+  /** The sleep this attempt registered (kind `sleep`); undefined: none. */
+  private slept: OwnSleep | undefined;
 
   constructor(
     private readonly ctx: RunContext,
@@ -59,6 +62,14 @@ export class AttemptWait {
   /** Whether the attempt registered a wait: once its work returns, the item parks. */
   get parked(): boolean {
     return this.id !== undefined;
+  }
+
+  /**
+   * The item's sleep, for a run that wakes its own sleeps (docs/design.md, "Waiting items:
+   * callbacks and sleeps"); undefined: the attempt did not sleep.
+   */
+  get ownSleep(): OwnSleep | undefined {
+    return this.id === undefined ? undefined : this.slept;
   }
 
   /** The calls the work gets. */
@@ -118,13 +129,14 @@ export class AttemptWait {
     // The waits' statements and the callback tokens load with an attempt's first wait (a cold
     // start does not read them: docs/design.md, "Cold starts and code splitting").
     const { registerWait } = await import('../sql/waits.js');
-    const stored = await ctx.store(() =>
+    const wakeInMs = await ctx.store(() =>
       registerWait(ctx.sql, { batchId: ctx.batch.id, run: ctx.id, key: c.key, claimed: c.attempts, id, ...w }),
     );
-    if (!stored) {
+    if (wakeInMs === undefined) {
       this.id = undefined;
       throw new ItemLostError(c.key, c.attempts);
     }
+    if (w.kind === 'sleep') this.slept = { id, wakeInMs, at: ctx.s.clock.now() + wakeInMs };
     return id;
   }
 

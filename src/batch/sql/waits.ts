@@ -3,7 +3,7 @@
 // sleeps"). An attempt registers a wait while its item runs (fenced on its run's lease and on the
 // item running under it at the attempts it was claimed with); its move to `waiting` is an ordinary
 // move (sql/moves.ts). A wake — a completion, the expiry pass, the run's own wake of an answer that
-// came before its move — turns a waiting item back to pending, due now, with how the wait ended in
+// came before its move or of its own sleeps come due — turns a waiting item back to pending, due now, with how the wait ended in
 // `woke`, deletes its wait row and gives its batch a run again when it had parked. The last run of
 // a batch whose only items left are waiting parks it: it leaves with the batch's target at 0, so
 // no worker is sent until a wake raises it.
@@ -55,12 +55,13 @@ export interface WaitRegistration {
 
 // Registers one wait of an attempt: its row in leasehold_waits, replacing an earlier one of the
 // item (a wait whose attempt ended without waking). Only while the item runs under `run` at
-// `claimed` attempts and the run holds its lease; answers whether it did. The item's `woke`
-// (how its last wait ended) is cleared in the same statement, so an attempt after this wait
-// never reads the answer of the one before.
-export async function registerWait(sql: Sql, w: WaitRegistration): Promise<boolean> {
-  const rows = await sql`${registerWaitStatement(sql, w)}`;
-  return rows.length === 1;
+// `claimed` attempts and the run holds its lease; answers the ms from now until the wait ends by
+// time (database clock; the run times its own wake of a short sleep from it), or undefined when
+// it stored nothing. The item's `woke` (how its last wait ended) is cleared in the same
+// statement, so an attempt after this wait never reads the answer of the one before.
+export async function registerWait(sql: Sql, w: WaitRegistration): Promise<number | undefined> {
+  const rows = await sql<{ wake_in_ms: number }[]>`${registerWaitStatement(sql, w)}`;
+  return rows.length === 1 ? rows[0].wake_in_ms : undefined;
 }
 
 /** {@link registerWait} as a fragment (the plan test reads its plan). */
@@ -92,7 +93,7 @@ export function registerWaitStatement(sql: Sql, w: WaitRegistration) {
       set id = excluded.id, kind = excluded.kind, attempt = excluded.attempt, wake_at = excluded.wake_at,
           timeout_at = excluded.timeout_at, heartbeat_timeout_ms = excluded.heartbeat_timeout_ms,
           payload = excluded.payload, answer = null, created_at = now()
-    returning 1`;
+    returning greatest(0, extract(epoch from x.wake_at - now()) * 1000)::float8 as wake_in_ms`;
 }
 
 // Deletes a wait its attempt registered and then did not wait on (the work threw after it):
@@ -155,6 +156,62 @@ async function unpark(t: Sql, woken: { batch_id: string; n: number }[]): Promise
     where b.id = v.batch_id and b.target = 0 and b.paused_at is null and b.status = 'open'
     returning b.id`;
   return rows.map((r) => r.id);
+}
+
+/** What {@link wakeSleeps} did. */
+export interface SleepsWoken {
+  /** Items woken (pending again, due now). */
+  woken: number;
+  /** Batches that had parked and now want runs again (the run's lease was lost meanwhile). */
+  unparked: string[];
+  /** Sleeps not yet due by the database clock: their keys and ms until they are. */
+  later: { key: string; dueInMs: number }[];
+}
+
+// A run's own wake of its items' sleeps that came due (docs/design.md, "Waiting items: callbacks
+// and sleeps"): the expiry pass's wake, for waits of one batch this run registered. Each names its
+// item's key, the wait's id and its length: the ms from its registration (`created_at`) to its wake,
+// as the registration answered them, so "due" is `created_at` + that length <= now() by the
+// database clock, whatever a pass that met the attempt still running did to `wake_at` (it defers
+// such a wait a minute). A sleep due whose item waits on it (waiting, its attempts one below the
+// wait's) wakes as the pass wakes it — its wait row deleted, the item pending due now with `woke`
+// saying it slept — and a parked batch gets a run again (unpark: a run that lost its lease may wake
+// an item of a batch another run parked). Not fenced on the run: a wake by time is anyone's to make,
+// and the wait row's delete makes it once (a pass or another wake that deleted it first leaves this
+// one nothing). Answers too the sleeps not yet due, with the ms left; any other (its wait gone or
+// replaced, its item not waiting on it) is forgotten: the expiry pass deals with what is left.
+export async function wakeSleeps(
+  sql: Sql,
+  batchId: string,
+  sleeps: { key: string; id: string; ms: number }[],
+): Promise<SleepsWoken> {
+  return sql.begin(async (tx) => {
+    const t = tx as unknown as Sql;
+    const rows = await t<{ key: string; due_in_ms: number | null }[]>`with k as (
+        select * from jsonb_to_recordset(${JSON.stringify(sleeps)}::text::jsonb) as v(key text, id uuid, ms float8)
+      ), w as (
+        delete from leasehold_waits w
+        using k, leasehold_items i
+        where w.batch_id = ${batchId} and w.key = k.key and w.id = k.id and w.kind = 'sleep'
+          and w.created_at + make_interval(secs => k.ms / 1000.0) <= now()
+          and i.batch_id = w.batch_id and i.key = w.key and i.state = 'waiting' and i.attempts = w.attempt - 1
+        returning w.*
+      ), up as (
+        update leasehold_items i
+        set state = 'pending', run_after = now(), updated_at = now(), woke = ${wokeFrom(t)}
+        from w
+        where i.batch_id = w.batch_id and i.key = w.key and i.state = 'waiting'
+        returning i.key
+      )
+      select key, null::float8 as due_in_ms from up
+      union all
+      select l.key, extract(epoch from l.created_at + make_interval(secs => k.ms / 1000.0) - now())::float8 * 1000
+      from k join leasehold_waits l on l.batch_id = ${batchId} and l.key = k.key and l.id = k.id
+      where l.created_at + make_interval(secs => k.ms / 1000.0) > now()`;
+    const woken = rows.filter((r) => r.due_in_ms === null).length;
+    const later = rows.filter((r) => r.due_in_ms !== null).map((r) => ({ key: r.key, dueInMs: r.due_in_ms! }));
+    return { woken, later, unparked: woken > 0 ? await unpark(t, [{ batch_id: batchId, n: woken }]) : [] };
+  }) as Promise<SleepsWoken>;
 }
 
 /** What {@link wakeAnswered} did. */
@@ -398,32 +455,46 @@ async function settledBefore(
 /** What {@link parkRun} did. */
 export type ParkResult = 'parked' | 'kept' | 'lost';
 
+/** {@link parkRun}'s answer: what it did, and for `kept` when the batch's next pending item is due. */
+export interface ParkAnswer {
+  result: ParkResult;
+  /**
+   * ms until the batch's soonest pending item is due (database clock, 0 when due), as the park's
+   * fresh snapshot saw it; null when none is pending (or the run parked or lost its lease).
+   */
+  dueInMs: number | null;
+}
+
 // Parks a batch whose only items left are waiting: its last run leaves with the target at 0, so
 // no worker is sent until a wake raises it (docs/design.md, "Waiting items: callbacks and
 // sleeps"). First the run's row, then the batch row are locked (the lock order of every
 // statement); then, from a fresh snapshot, the batch is parked only while this is its one run,
 // its source is not being read, no item is pending or running and one is waiting. A pause keeps
-// its own target 0. `kept`: something is left to do (the run goes on); `lost`: its lease is gone.
-export async function parkRun(sql: Sql, a: { batchId: string; run: string }): Promise<ParkResult> {
+// its own target 0. `kept`: something is left to do (the run goes on), with when the soonest
+// pending item is due: a wake that committed after the run's wait state and before this park
+// made an item due, and the run claims it now, not a beat later; `lost`: its lease is gone.
+export async function parkRun(sql: Sql, a: { batchId: string; run: string }): Promise<ParkAnswer> {
   return sql.begin(async (tx) => {
     const t = tx as unknown as Sql;
     const [l] = await t`select b.id from leasehold_batches b
       where b.id = ${a.batchId} and b.status = 'open'
         and exists (select 1 from leasehold_runs where id = ${a.run} and batch_id = ${a.batchId} for update)
       for no key update of b`;
-    if (!l) return 'lost';
-    const [r] = await t<{ parked: number }[]>`${parkStatement(t, a)}`;
-    return r.parked === 1 ? 'parked' : 'kept';
-  }) as Promise<ParkResult>;
+    if (!l) return { result: 'lost', dueInMs: null };
+    const [r] = await t<{ parked: number; due_in_ms: number | null }[]>`${parkStatement(t, a)}`;
+    return r.parked === 1 ? { result: 'parked', dueInMs: null } : { result: 'kept', dueInMs: r.due_in_ms };
+  }) as Promise<ParkAnswer>;
 }
 
 /** The park's second statement as a fragment (the plan test reads its plan). */
 export function parkStatement(sql: Sql, { batchId, run }: { batchId: string; run: string }) {
-  return sql`with ok as (
+  return sql`with due as (
+      select run_after from leasehold_items where batch_id = ${batchId} and state = 'pending'
+      order by run_after limit 1
+    ), ok as (
       select 1 from leasehold_batches b
       where b.id = ${batchId} and b.live_runs = 1 and not b.reading
-        and (select run_after from leasehold_items where batch_id = ${batchId} and state = 'pending'
-             order by run_after limit 1) is null
+        and not exists (select 1 from due)
         and (select batch_id from leasehold_items where batch_id = ${batchId} and state = 'running'
              order by batch_id limit 1) is null
         and ${anyWaiting(sql, batchId)}
@@ -435,7 +506,8 @@ export function parkStatement(sql: Sql, { batchId, run }: { batchId: string; run
     ), own as (
       delete from leasehold_runs where id = ${run} and exists (select 1 from parked) returning id
     )
-    select (select count(*) from own)::int as parked`;
+    select (select count(*) from own)::int as parked,
+      (select greatest(0, extract(epoch from run_after - now()) * 1000)::float8 from due) as due_in_ms`;
 }
 
 // The key callback tokens are signed with (migration 034). Reads only.
