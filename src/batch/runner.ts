@@ -9,7 +9,15 @@ import { systemClock, type Clock } from '../clock.js';
 import * as q from './sql/index.js';
 import { NO_LIMIT } from './sql/index.js';
 import { batchedWork, checkItemBatching } from './run/index.js';
-import { checkRetrySettings, MAX_ATTEMPTS, MAX_BACKOFF_MS, Run, type RunnerEvent, type RunSettings } from './run/index.js';
+import {
+  checkRetrySettings,
+  MAX_ATTEMPTS,
+  MAX_BACKOFF_MS,
+  MAX_QUEUE_DEPTH_PER_SLOT,
+  Run,
+  type RunnerEvent,
+  type RunSettings,
+} from './run/index.js';
 import { DEFAULT_MAX_OUTPUT_BYTES } from './values.js';
 import { addRunWorkerMs, recordRunUsage, type RunUsageRow } from './sql/usage.js';
 import { currentArchitecture, UsageMeter } from './usage.js';
@@ -43,7 +51,13 @@ export interface RunnerOptions {
   /**
    * Items a run claims ahead of execution, beyond `parallel`, so a freed slot starts the next
    * item with no round trip. A crash costs each of them one attempt (a handoff none). 0 claims
-   * only for free slots. Default: `parallel` (of the run, after a job's override). With item
+   * only for free slots. When set, the queue holds this many, whatever the items' durations.
+   * Default: `parallel` (of the run, after a job's override), deepened for short attempts to as
+   * many as the slots start in 100 ms at the run's mean attempt (`CLAIM_AHEAD_HORIZON_MS`:
+   * `parallel × 100 / mean ms`), at most 4 × `parallel` (`MAX_QUEUE_DEPTH_PER_SLOT`): at
+   * `parallel` 16, attempts of 20 ms claim 64 ahead, of 50 ms 32, of 100 ms or more 16; attempts
+   * under a millisecond, runs before their first attempt settled, and batches with a rate limit
+   * or a concurrency pool keep `parallel` (docs/design.md, "The pipelined run"). With item
    * batching (an executor's `itemsPerCall`) the run's `parallel` is `parallel × itemsPerCall`
    * items, and its queue holds at least `itemsPerCall` (docs/design.md, "Item batching").
    */
@@ -501,10 +515,13 @@ export class Runner {
   private settingsFor(ex: Executor): RunSettings {
     const perCall = ex.itemsPerCall ?? 1;
     const parallel = (ex.parallel ?? this.s.parallel) * perCall;
+    const queueDepth = Math.max(this.s.queueDepth ?? parallel, ex.itemsPerCall ?? 0);
     return {
       ...this.s,
       parallel,
-      queueDepth: Math.max(this.s.queueDepth ?? parallel, ex.itemsPerCall ?? 0),
+      queueDepth,
+      // A queue depth set is fixed; the default deepens for short attempts (docs/design.md, "The pipelined run").
+      maxQueueDepth: this.s.queueDepth === undefined ? Math.max(queueDepth, MAX_QUEUE_DEPTH_PER_SLOT * parallel) : queueDepth,
       attempts: ex.attempts ?? this.s.attempts,
       backoffMs: ex.backoffMs ?? this.s.backoffMs,
       maxBackoffMs: ex.maxBackoffMs ?? this.s.maxBackoffMs,

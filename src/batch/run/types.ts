@@ -50,8 +50,17 @@ export type RunnerEvent =
 /** The settings one run works with (the runner's, with the executor's overrides applied). */
 export interface RunSettings {
   parallel: number;
-  /** Items claimed ahead of execution beyond `parallel`. */
+  /**
+   * Items claimed ahead of execution beyond `parallel`, at least (the whole queue of a run whose
+   * attempts take a millisecond or more may deepen to {@link maxQueueDepth}).
+   */
   queueDepth: number;
+  /**
+   * Most items claimed ahead beyond `parallel` (docs/design.md, "The pipelined run"): the queue
+   * deepens from `queueDepth` towards it for short attempts, holding what the slots start within
+   * {@link CLAIM_AHEAD_HORIZON_MS}. Equal to `queueDepth` when that was set (the queue is then fixed).
+   */
+  maxQueueDepth: number;
   beatMs: number;
   staleMs: number;
   attempts: number;
@@ -105,3 +114,19 @@ export interface Settled {
  * timer when it is due instead of a claim's round trip after.
  */
 export const CLAIM_AHEAD_MS = 200;
+
+/**
+ * How far ahead, in ms of the run's mean attempt, a run's default queue claims (docs/design.md,
+ * "The pipelined run"): it holds what its slots start within this time (`parallel × 100 / mean
+ * attempt ms` items beyond the running ones), at least `queueDepth`, at most `maxQueueDepth`.
+ * It covers the flusher's longest linger (50 ms) and the move + claim statement's round trip, so
+ * the slots never wait for a claim while the flusher gathers settled items.
+ */
+export const CLAIM_AHEAD_HORIZON_MS = 100;
+
+/**
+ * The default `maxQueueDepth`, in multiples of `parallel`: a run of 20 ms attempts at `parallel`
+ * 16 claims 64 ahead (the horizon alone would take 80), holding 80 items, 100 ms of its slots'
+ * work; attempts of 25 ms or more are bounded by the horizon, not by this.
+ */
+export const MAX_QUEUE_DEPTH_PER_SLOT = 4;
