@@ -2,9 +2,9 @@
 // the run has claimed and not yet started, when to claim again (due times), the rate gate, and
 // the run's slots. It keeps the slots full: claims run ahead of execution into a local queue of
 // at most `parallel + queueDepth` items (running included; deeper for short attempts, see
-// `depth`); a freed slot starts the next queued
-// item at once; an item due later (a retry) is claimed shortly before it is due and started by
-// a local timer when it is due. The completer's statements carry its claims.
+// `depth`); a freed slot starts the next queued item at once; an item due later (a retry) is
+// claimed shortly before it is due and started by a local timer when it is due. The
+// completer's statements carry its claims.
 import * as q from '../sql/index.js';
 import { PoolGate, poolLimitsOf } from '../pool.js';
 import { RATE_WAIT_IN_QUEUE_MS, RateGate, type RateLimit } from '../rate.js';

@@ -51,8 +51,8 @@ export type RunnerEvent =
 export interface RunSettings {
   parallel: number;
   /**
-   * Items claimed ahead of execution beyond `parallel`, at least (the whole queue of a run whose
-   * attempts take a millisecond or more may deepen to {@link maxQueueDepth}).
+   * Items claimed ahead of execution beyond `parallel`: the queue's depth, or the least of it
+   * when {@link maxQueueDepth} is larger (a default queue, deepened for short attempts).
    */
   queueDepth: number;
   /**
@@ -116,9 +116,10 @@ export interface Settled {
 export const CLAIM_AHEAD_MS = 200;
 
 /**
- * How far ahead, in ms of the run's mean attempt, a run's default queue claims (docs/design.md,
- * "The pipelined run"): it holds what its slots start within this time (`parallel × 100 / mean
- * attempt ms` items beyond the running ones), at least `queueDepth`, at most `maxQueueDepth`.
+ * How far ahead a run's default queue claims, ms of its slots' work at the run's mean attempt
+ * (docs/design.md, "The pipelined run"): it holds what its slots start within this time
+ * (`parallel × 100 / mean attempt ms` items beyond the running ones), at least `queueDepth`, at
+ * most `maxQueueDepth`.
  * It covers the flusher's longest linger (50 ms) and the move + claim statement's round trip, so
  * the slots never wait for a claim while the flusher gathers settled items.
  */
