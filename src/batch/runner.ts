@@ -53,9 +53,10 @@ export interface RunnerOptions {
    * item with no round trip. A crash costs each of them one attempt (a handoff none). 0 claims
    * only for free slots. When set, the queue holds this many, whatever the items' durations.
    * Default: `parallel` (of the run, after a job's override), deepened for short attempts to as
-   * many as the slots start in 100 ms at the run's mean attempt (`CLAIM_AHEAD_HORIZON_MS`:
-   * `parallel × 100 / mean ms`), at most 4 × `parallel` (`MAX_QUEUE_DEPTH_PER_SLOT`): at
-   * `parallel` 16, attempts of 20 ms claim 64 ahead, of 50 ms 32, of 100 ms or more 16; attempts
+   * many as the slots start in 100 ms and two of the run's move + claim round trips at its mean
+   * attempt (`CLAIM_AHEAD_HORIZON_MS`: `parallel × (100 + 2 × round trip ms) / mean attempt
+   * ms`), at most 4 × `parallel` (`MAX_QUEUE_DEPTH_PER_SLOT`): at `parallel` 16 and round trips
+   * of 5 ms, attempts of 20 ms claim 64 ahead, of 50 ms 36, of 110 ms or more 16; attempts
    * under a millisecond, runs before their first attempt settled, and batches with a rate limit
    * or a concurrency pool keep `parallel` (docs/design.md, "The pipelined run"). With item
    * batching (an executor's `itemsPerCall`) the run's `parallel` is `parallel × itemsPerCall`

@@ -1,6 +1,6 @@
 // The claim-ahead queue's depth (docs/design.md, "The pipelined run"): by default a run claims
-// `parallel` items ahead, deepened for short attempts to what its slots start within 100 ms of its
-// mean attempt, at most 4 × `parallel`; a depth that was set stays as set. What a dead run held
+// `parallel` items ahead, deepened for short attempts to what its slots start within 100 ms and
+// two round trips at its mean attempt, at most 4 × `parallel`; a depth that was set stays as set. What a dead run held
 // comes back through the takeover, each item at the cost of one attempt.
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ManualClock, Runner, createBatch, type ItemWork } from '../../src/batch/index.js';
@@ -89,10 +89,11 @@ describe("a run's claim-ahead queue", () => {
     await b.close();
   });
 
-  it('keeps parallel ahead for attempts of 100 ms or more: it holds no item its slots would not start soon', async () => {
+  it('keeps parallel ahead for attempts of a second: it holds no item its slots would not start soon', async () => {
     const { batch } = await createBatch(db.sql, newBatch(40));
-    // Attempts of 150 ms: the slots start 4 × 100 / 150 items in 100 ms, fewer than `parallel`.
-    const a = firstQuickThenStuck(PARALLEL, () => sleep(150));
+    // Attempts of 1 s: the slots start 4 × (100 + 2 × round trip) / 1,000 items in the horizon,
+    // fewer than `parallel` while round trips stay under 450 ms.
+    const a = firstQuickThenStuck(PARALLEL, () => sleep(1_000));
     const runner = new Runner(db.connect({ max: 3 }), { parallel: PARALLEL, beatMs: 100, staleMs: 60_000 });
     await runner.takeOver(() => ({ work: a.work }), batch.id);
     await waitFor('the first attempts settled', async () => (await itemCounts(db.sql, batch.id)).done === PARALLEL);

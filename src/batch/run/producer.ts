@@ -34,6 +34,8 @@ export interface ProducerDeps {
   running(): number;
   /** The run's mean attempt, ms of real time; 0 before one settled (executor). */
   meanMs(): number;
+  /** The run's mean move + claim round trip, ms of real time; 0 before one (completer). */
+  stepMs(): number;
   /** Start one item's attempt (executor). */
   launch(item: q.ClaimedRow): void;
   /** A claimed item goes back with a move (completer). */
@@ -175,8 +177,9 @@ export class Producer {
   /**
    * Items the queue may hold now beyond the running ones (docs/design.md, "The pipelined run"):
    * `queueDepth`, deepened up to `maxQueueDepth` to what the slots start within
-   * {@link CLAIM_AHEAD_HORIZON_MS} at the mean attempt (`parallel × horizon / mean`), so the
-   * slots stay busy while the flusher lingers, and a run holds no item it would not start soon.
+   * {@link CLAIM_AHEAD_HORIZON_MS} and two mean move + claim round trips at the mean attempt
+   * (`parallel × (horizon + 2 × round trip) / mean`), so the slots stay busy while the flusher
+   * lingers and its statement travels, and a run holds no item it would not start soon.
    * Not deepened before an attempt settled, for attempts under a millisecond (they never
    * linger), nor with a rate gate or a pool (items would wait there for a token or a permit).
    */
@@ -185,7 +188,8 @@ export class Producer {
     if (s.maxQueueDepth <= s.queueDepth || this.gate || this.pool) return s.queueDepth;
     const mean = this.d.meanMs();
     if (!(mean >= 1)) return s.queueDepth;
-    return Math.min(s.maxQueueDepth, Math.max(s.queueDepth, Math.ceil((s.parallel * CLAIM_AHEAD_HORIZON_MS) / mean)));
+    const horizon = CLAIM_AHEAD_HORIZON_MS + 2 * this.d.stepMs();
+    return Math.min(s.maxQueueDepth, Math.max(s.queueDepth, Math.ceil((s.parallel * horizon) / mean)));
   }
 
   /** Claims that fit: free room in the local queue while the store may hold due items. */

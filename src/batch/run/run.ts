@@ -95,6 +95,7 @@ export class Run {
       doomed: () => lifecycle.doomed(),
       running: () => items.running(),
       meanMs: () => items.meanMs(),
+      stepMs: () => completer.meanStepMs(),
       launch: (item) => items.launch(item),
       settle: (s) => completer.add(s),
     });
