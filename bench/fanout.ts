@@ -22,16 +22,20 @@
 // 1–3 are medians of ROUNDS rounds (run counts ascending in even rounds, descending in odd);
 // 4 and 5 are measured once. BENCH_FANOUT_TRACE=1 prints each child-process measurement's runs
 // (outcome, items, statements, ms to join and to end) on stderr. Line 1 is followed by the child
-// processes' CPU time (user + system, summed) per item, the cores that made over the wall time,
-// and the statements per item, per run count: whether 16 processes are bound by CPU.
+// processes' CPU time (user + system, summed) per item and the median process's per item of its
+// own, their PostgreSQL backends' (/proc/<pid>/stat, when the server runs on this machine), the
+// cores both kept busy over the wall time, the rate the machine's cores allow at that CPU per
+// item (as a share of the items' own bound, runs × 16 / 20 ms), and the statements per item, per
+// run count: whether 16 processes are bound by CPU. Line 3 is followed by the 8 runs' statements
+// per item by kind (what their pools sent after `go`, through postgres.js's `debug` hook).
 // Knobs: BENCH_FANOUT_RUNS=8,16 measures only those run counts in line 1 (the cost line needs 8;
 // without 1 no percentage is printed); BENCH_FANOUT_LINES=scaling,cost,four,local picks lines
 // (scaling: 1; cost: 3; four: 2; local: 4 and 5); BENCH_FANOUT_QUEUE_DEPTH sets the child
 // processes' runner `queueDepth` (default the runner's own).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { chmod, mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { chmod, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { availableParallelism, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -51,6 +55,8 @@ const RUN_COUNTS = (process.env.BENCH_FANOUT_RUNS ?? '1,2,4,8,16').split(',').ma
 /** Lines printed; `BENCH_FANOUT_LINES` (comma-separated of scaling, cost, four, local) picks some. */
 const LINES = new Set((process.env.BENCH_FANOUT_LINES ?? 'scaling,cost,four,local').split(','));
 const PARALLEL = 16;
+/** How long each item of the scaling line waits, ms (bench/fanout-child.ts). */
+const ITEM_MS = 20;
 /** application_name of the runs' sessions, so the lock samples see theirs only. */
 const APP = 'leasehold-fanbench';
 
@@ -83,6 +89,8 @@ interface ChildResult {
   endedMs: number;
   /** CPU time the child process used from `go` to its run's end, ms (user + system). */
   cpuMs: number;
+  /** The statements it sent from `go` to its run's end, by kind (see bench/fanout-child.ts). */
+  kinds: Record<string, number>;
 }
 
 /** Lock waits of the runs' sessions, sampled: session samples, those waiting on a lock, by lock. */
@@ -112,6 +120,50 @@ async function sampleLocks(sql: Sql, until: Promise<unknown>): Promise<LockSampl
     await sleep(50);
   }
   return s;
+}
+
+/** Clock ticks per second of /proc/<pid>/stat's utime and stime (Linux's USER_HZ). */
+const TICKS_PER_S = 100;
+
+/** CPU time (user + system) a process used so far, ms; undefined when /proc cannot tell (not Linux, gone). */
+async function procCpuMs(pid: number): Promise<number | undefined> {
+  try {
+    const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
+    // Fields after the command (which may hold spaces) in parentheses: utime is the 14th field, stime the 15th.
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return ((Number(f[11]) + Number(f[12])) * 1000) / TICKS_PER_S;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * CPU time the runs' PostgreSQL backends (application_name {@link APP}) used until `until`
+ * settles, ms: each backend's /proc/<pid>/stat read every 100 ms, the last reading counted less
+ * the first (a backend seen first after `go` counts from 0: its connection's own start). Only
+ * when the server runs on this machine (a backend's /proc entry exists); else undefined.
+ */
+async function sampleBackendCpu(sql: Sql, until: Promise<unknown>): Promise<number | undefined> {
+  const first = new Map<number, number>();
+  const last = new Map<number, number>();
+  let done = false;
+  let initial = true;
+  void until.finally(() => (done = true)).catch(() => {});
+  while (!done) {
+    const pids = await sql<{ pid: number }[]>`select pid from pg_stat_activity where application_name = ${APP}`;
+    for (const { pid } of pids) {
+      const ms = await procCpuMs(pid);
+      if (ms === undefined) continue;
+      if (!first.has(pid)) first.set(pid, initial ? ms : 0);
+      last.set(pid, ms);
+    }
+    initial = false;
+    await sleep(100);
+  }
+  if (last.size === 0) return undefined;
+  let sum = 0;
+  for (const [pid, ms] of last) sum += ms - first.get(pid)!;
+  return sum;
 }
 
 /** One scaling measurement: `runs` child processes over one batch of `items` items. */
@@ -148,7 +200,17 @@ async function scalingOnce(
   schema: string,
   sql: Sql,
   m: Scaling,
-): Promise<{ rate: number; statements: number; cpuMs: number; samples?: LockSamples }> {
+): Promise<{
+  rate: number;
+  statements: number;
+  cpuMs: number;
+  /** The median child process's CPU time per item it finished, ms. */
+  cpuPerItemMs: number;
+  /** The runs' PostgreSQL backends' CPU time, ms; undefined when the server is not on this machine. */
+  backendCpuMs: number | undefined;
+  kinds: Map<string, number>;
+  samples?: LockSamples;
+}> {
   await clean(sql);
   const job = m.work === 'timer' ? 'fanout-timer' : 'noop';
   const { batch } = await createBatch(sql, { ...batchOf(m.items), job, maxConcurrency: m.runs });
@@ -167,8 +229,10 @@ async function scalingOnce(
     for (const c of children) c.proc.stdin!.write('go\n');
     const ended = Promise.all(children.map((c) => c.next()));
     const sampling = m.locks ? sampleLocks(sql, ended) : undefined;
+    const backends = sampleBackendCpu(sql, ended);
     const results = (await ended).map((l) => JSON.parse(l) as ChildResult);
     const samples = await sampling;
+    const backendCpuMs = await backends;
     const b = await getBatch(sql, batch.id);
     if (process.env.BENCH_FANOUT_TRACE)
       console.error(`${m.runs} runs, ${m.work}: finished ${b!.finishedAt!.getTime() - go.getTime()} ms after go`, results);
@@ -179,11 +243,21 @@ async function scalingOnce(
       rate: m.items / seconds,
       statements: results.reduce((n, r) => n + r.statements, 0),
       cpuMs: results.reduce((n, r) => n + r.cpuMs, 0),
+      cpuPerItemMs: median(results.filter((r) => r.finishedItems > 0).map((r) => r.cpuMs / r.finishedItems)),
+      backendCpuMs,
+      kinds: sumKinds(results.map((r) => r.kinds)),
       samples,
     };
   } finally {
     for (const c of children) if (c.proc.exitCode === null) c.proc.kill();
   }
+}
+
+/** The children's statements by kind, summed. */
+function sumKinds(all: Record<string, number>[]): Map<string, number> {
+  const sum = new Map<string, number>();
+  for (const kinds of all) for (const [k, n] of Object.entries(kinds)) sum.set(k, (sum.get(k) ?? 0) + n);
+  return sum;
 }
 
 const noop: Executor = { work: async () => null, parallel: 64 };
@@ -330,8 +404,12 @@ export async function fanoutBench(url: string): Promise<void> {
     await migrateGraphile(url, gwSchema);
     const rates = new Map<number, number[]>(RUN_COUNTS.map((n) => [n, []]));
     const cpu = new Map<number, number[]>(RUN_COUNTS.map((n) => [n, []]));
+    const cpuPerProcess = new Map<number, number[]>(RUN_COUNTS.map((n) => [n, []]));
+    const backendCpu = new Map<number, number[]>(RUN_COUNTS.map((n) => [n, []]));
     const costs = new Map<number, number[]>(RUN_COUNTS.map((n) => [n, []]));
     const timerCost: number[] = [];
+    // The 8 runs' statements by kind, summed over the rounds.
+    const timerKinds: Map<string, number>[] = [];
     let timerLocks: LockSamples | undefined;
     for (let round = 0; round < ROUNDS && (LINES.has('scaling') || LINES.has('cost')); round++) {
       for (const runs of round % 2 === 0 ? RUN_COUNTS : [...RUN_COUNTS].reverse()) {
@@ -339,8 +417,11 @@ export async function fanoutBench(url: string): Promise<void> {
         const r = await scalingOnce(url, schema, sql, { runs, items: FANOUT_ITEMS, work: 'timer', parallel: PARALLEL, locks });
         rates.get(runs)!.push(r.rate);
         cpu.get(runs)!.push(r.cpuMs / FANOUT_ITEMS);
+        cpuPerProcess.get(runs)!.push(r.cpuPerItemMs);
+        if (r.backendCpuMs !== undefined) backendCpu.get(runs)!.push(r.backendCpuMs / FANOUT_ITEMS);
         costs.get(runs)!.push(r.statements / FANOUT_ITEMS);
         if (runs === 8) timerCost.push(r.statements / FANOUT_ITEMS);
+        if (runs === 8) timerKinds.push(r.kinds);
         timerLocks ??= r.samples;
       }
     }
@@ -356,15 +437,31 @@ export async function fanoutBench(url: string): Promise<void> {
           `goals ≥ 90 % at 8, ≥ 80 % at 16 (each run a Node child process with one Runner, not the local stack; ` +
           `${FANOUT_ITEMS.toLocaleString('en-US')} items, go to finish, fresh schema)`,
       );
-      // Whether the child processes are CPU-bound: their CPU time per item (summed over the runs;
-      // flat as runs are added if the work per item does not grow) and their CPU over the wall
-      // time, in cores (the machine's cores bound it).
+      // Whether the runs are CPU-bound: the child processes' CPU time per item (summed over the
+      // runs, and the median process's over its own items: flat as runs are added if the work per
+      // item does not grow), their PostgreSQL backends' (from /proc, when the server is local),
+      // the cores both kept busy over the wall time, and the rate the machine's cores would allow
+      // at that CPU per item if the runs and their backends had them to themselves.
+      const cores = availableParallelism();
       const used = (n: number) => {
         const perItem = median(cpu.get(n)!);
-        return `${n}: ${perItem.toFixed(3)} ms/item, ${((perItem * median(rates.get(n)!)) / 1000).toFixed(2)} cores, ${median(costs.get(n)!).toFixed(4)} statements/item`;
+        const backend = backendCpu.get(n)!.length ? median(backendCpu.get(n)!) : undefined;
+        const both = perItem + (backend ?? 0);
+        const bound = (1000 * cores) / both;
+        // Against the work's own bound (each slot one 20 ms item at a time), which a loaded
+        // machine's 1-run line does not move.
+        const ideal = (n * PARALLEL * 1000) / ITEM_MS;
+        const ofLinear = ` (${Math.round((100 * bound) / ideal)} % of ${n} × ${fmt(ideal / n)})`;
+        return (
+          `${n}: ${perItem.toFixed(3)} ms/item (per process ${median(cpuPerProcess.get(n)!).toFixed(3)} ms per own item)` +
+          `${backend === undefined ? '' : ` + backends ${backend.toFixed(3)} ms/item`}, ` +
+          `${((both * median(rates.get(n)!)) / 1000).toFixed(2)} cores busy, ${cores} cores allow ${fmt(bound)} items/s${ofLinear}, ` +
+          `${median(costs.get(n)!).toFixed(4)} statements/item`
+        );
       };
       console.log(
-        `fan-out, 20 ms items: the runs' CPU (user + system, all child processes) by runs: ${RUN_COUNTS.map(used).join('; ')}`,
+        `fan-out, 20 ms items: the runs' CPU (user + system: child processes, their PostgreSQL backends) by runs: ` +
+          `${RUN_COUNTS.map(used).join('; ')}`,
       );
     }
     if (LINES.has('cost') && timerCost.length > 0) {
@@ -380,6 +477,16 @@ export async function fanoutBench(url: string): Promise<void> {
           `20 ms items, parallel ${PARALLEL}: ${median(timerCost).toFixed(4)} statements per item, lock waits ${lockText(timerLocks!)}; ` +
           `no-op, parallel 64, ${ITEMS.toLocaleString('en-US')} items: ${median(noopCost).toFixed(4)}, lock waits ${lockText(noopLocks!)} ` +
           `(active sessions of the runs waiting on a lock / sampled, pg_stat_activity and pg_locks every 50 ms)`,
+      );
+      const byKind = sumKinds(timerKinds.map((k) => Object.fromEntries(k)));
+      const perItem = (n: number) => n / (timerKinds.length * FANOUT_ITEMS);
+      console.log(
+        `cost at 8 runs by kind (20 ms items, parallel ${PARALLEL}, statements per item over ${timerKinds.length} rounds; ` +
+          `what the children's pools sent, RunResult.statements counts the same but the takeover): ` +
+          [...byKind.entries()]
+            .sort((a, b) => b[1] - a[1])
+            .map(([k, n]) => `${perItem(n).toFixed(4)} ${k}`)
+            .join('; '),
       );
     }
     if (LINES.has('four')) {

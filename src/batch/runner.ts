@@ -10,7 +10,15 @@ import { undispatch } from './sql/dispatch.js';
 import { handBack, takeOver, takeoverMayFind } from './sql/runs.js';
 import { NO_LIMIT } from './sql/shared.js';
 import { batchedWork, checkItemBatching } from './run/index.js';
-import { checkRetrySettings, MAX_ATTEMPTS, MAX_BACKOFF_MS, Run, type RunnerEvent, type RunSettings } from './run/index.js';
+import {
+  checkRetrySettings,
+  MAX_ATTEMPTS,
+  MAX_BACKOFF_MS,
+  MAX_QUEUE_DEPTH_PER_SLOT,
+  Run,
+  type RunnerEvent,
+  type RunSettings,
+} from './run/index.js';
 import { DEFAULT_MAX_OUTPUT_BYTES } from './values.js';
 import { addRunWorkerMs, recordRunUsage, type RunUsageRow } from './sql/usage.js';
 import { currentArchitecture, UsageMeter } from './usage.js';
@@ -44,7 +52,14 @@ export interface RunnerOptions {
   /**
    * Items a run claims ahead of execution, beyond `parallel`, so a freed slot starts the next
    * item with no round trip. A crash costs each of them one attempt (a handoff none). 0 claims
-   * only for free slots. Default: `parallel` (of the run, after a job's override). With item
+   * only for free slots. When set, the queue holds this many, whatever the items' durations.
+   * Default: `parallel` (of the run, after a job's override), deepened for short attempts to as
+   * many as the slots start in 100 ms and two of the run's move + claim round trips at its mean
+   * attempt (`CLAIM_AHEAD_HORIZON_MS`: `parallel × (100 + 2 × round trip ms) / mean attempt
+   * ms`), at most 4 × `parallel` (`MAX_QUEUE_DEPTH_PER_SLOT`): at `parallel` 16 and round trips
+   * of 5 ms, attempts of 20 ms claim 64 ahead, of 50 ms 36, of 110 ms or more 16; attempts
+   * under a millisecond, runs before their first attempt settled, and batches with a rate limit
+   * or a concurrency pool keep `parallel` (docs/design.md, "The pipelined run"). With item
    * batching (an executor's `itemsPerCall`) the run's `parallel` is `parallel × itemsPerCall`
    * items, and its queue holds at least `itemsPerCall` (docs/design.md, "Item batching").
    */
@@ -502,10 +517,13 @@ export class Runner {
   private settingsFor(ex: Executor): RunSettings {
     const perCall = ex.itemsPerCall ?? 1;
     const parallel = (ex.parallel ?? this.s.parallel) * perCall;
+    const queueDepth = Math.max(this.s.queueDepth ?? parallel, ex.itemsPerCall ?? 0);
     return {
       ...this.s,
       parallel,
-      queueDepth: Math.max(this.s.queueDepth ?? parallel, ex.itemsPerCall ?? 0),
+      queueDepth,
+      // A queue depth set is fixed; the default deepens for short attempts (docs/design.md, "The pipelined run").
+      maxQueueDepth: this.s.queueDepth === undefined ? Math.max(queueDepth, MAX_QUEUE_DEPTH_PER_SLOT * parallel) : queueDepth,
       attempts: ex.attempts ?? this.s.attempts,
       backoffMs: ex.backoffMs ?? this.s.backoffMs,
       maxBackoffMs: ex.maxBackoffMs ?? this.s.maxBackoffMs,

@@ -8,7 +8,11 @@ import { deferred, waitFor } from '../support/waits.js';
 /** Stale limit of the runner that takes over; short so each round waits little. */
 const STALE_MS = 400;
 const ROUNDS = 3;
-/** Items each runner here executes at once; it claims as many again ahead (the default queue depth). */
+/**
+ * Items each runner here executes at once; it claims as many again ahead (a queue depth set, so
+ * fixed: the default one deepens once the quick items' attempts measure a millisecond or more,
+ * as they may on a loaded machine).
+ */
 const PARALLEL = 3;
 /** Items a run holds as running in the store when its slots and its queue are full. */
 const HELD = 2 * PARALLEL;
@@ -32,12 +36,18 @@ interface Completion {
  */
 function stalledRunner(sql = db.connect({ max: 3 }), clock = new ManualClock()): Runner {
   clock.freeze();
-  return new Runner(sql, { clock, beatMs: 100, staleMs: STALE_MS, parallel: PARALLEL, backoffMs: 0 });
+  return new Runner(sql, { clock, beatMs: 100, staleMs: STALE_MS, parallel: PARALLEL, queueDepth: PARALLEL, backoffMs: 0 });
 }
 
 /** A healthy runner on the system clock that may take over batches stale for STALE_MS. */
 function healthyRunner(): Runner {
-  return new Runner(db.connect({ max: 4 }), { beatMs: 100, staleMs: STALE_MS, parallel: PARALLEL, backoffMs: 0 });
+  return new Runner(db.connect({ max: 4 }), {
+    beatMs: 100,
+    staleMs: STALE_MS,
+    parallel: PARALLEL,
+    queueDepth: PARALLEL,
+    backoffMs: 0,
+  });
 }
 
 /**

@@ -52,6 +52,8 @@ export class Completer {
   finishedItems = 0;
   /** How long the last move + claim statement took, ms of real time. */
   private stepMs = 0;
+  /** Moving average of the move + claim statements' round trips, ms of real time (0: none yet). */
+  private meanStep = 0;
 
   constructor(
     private readonly ctx: RunContext,
@@ -76,6 +78,11 @@ export class Completer {
   /** How long the last move + claim statement took, ms of real time (0 before the first). */
   lastStepMs(): number {
     return this.stepMs;
+  }
+
+  /** How long a move + claim statement takes, ms of real time: a moving average (0 before the first). */
+  meanStepMs(): number {
+    return this.meanStep;
   }
 
   /** One statement: move every settled item and claim the producer's free room. */
@@ -122,6 +129,7 @@ export class Completer {
       this.d.failuresSent(failures);
     }
     this.stepMs = performance.now() - t0;
+    this.meanStep = this.meanStep === 0 ? this.stepMs : this.meanStep + (this.stepMs - this.meanStep) / 8;
     if (r.moved < batch.length && !(await this.movesLanded(moves, batch.length))) return ctx.markLost();
     if (r.beat) this.d.moveBeat(r.beat, sentAt);
     this.landed(batch, sentAt);

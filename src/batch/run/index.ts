@@ -9,6 +9,7 @@ export { Run } from './run.js';
 export { StoreFailure } from './context.js';
 export { retryDelayMs, backoffIntervalMs, checkRetrySettings, MAX_ATTEMPTS, MAX_BACKOFF_MS } from './executor.js';
 export type { ItemOutcome, RunnerEvent, RunSettings } from './types.js';
+export { CLAIM_AHEAD_HORIZON_MS, MAX_QUEUE_DEPTH_PER_SLOT } from './types.js';
 export {
   batchedWork,
   checkItemBatching,

@@ -1,9 +1,10 @@
 // The producer of a run (docs/design.md, "The run, inside"; "Batches" and "Rate limits"): what
 // the run has claimed and not yet started, when to claim again (due times), the rate gate, and
 // the run's slots. It keeps the slots full: claims run ahead of execution into a local queue of
-// at most `parallel + queueDepth` items (running included); a freed slot starts the next queued
-// item at once; an item due later (a retry) is claimed shortly before it is due and started by
-// a local timer when it is due. The completer's statements carry its claims.
+// at most `parallel + queueDepth` items (running included; deeper for short attempts, see
+// `depth`); a freed slot starts the next queued item at once; an item due later (a retry) is
+// claimed shortly before it is due and started by a local timer when it is due. The
+// completer's statements carry its claims.
 import type { ClaimedRow, StepResult } from '../sql/moves.js';
 import { releaseOrphans } from '../sql/runs.js';
 import { poolLimitsOf } from '../pool.js';
@@ -13,7 +14,7 @@ import type { RateGate } from '../rate-gate.js';
 import { withTimeout } from '../../store/timeout.js';
 import { StoreFailure, type RunContext } from './context.js';
 import { givenBack } from './settled.js';
-import { CLAIM_AHEAD_MS, type Settled } from './types.js';
+import { CLAIM_AHEAD_HORIZON_MS, CLAIM_AHEAD_MS, type Settled } from './types.js';
 
 /** A claimed item waiting in the run's queue: start it at `startAt` (local clock; 0: at once). */
 interface Queued {
@@ -33,6 +34,10 @@ export interface ProducerDeps {
   doomed(): boolean;
   /** Items executing now (executor). */
   running(): number;
+  /** The run's mean attempt, ms of real time; 0 before one settled (executor). */
+  meanMs(): number;
+  /** The run's mean move + claim round trip, ms of real time; 0 before one (completer). */
+  stepMs(): number;
   /** Start one item's attempt (executor). */
   launch(item: ClaimedRow): void;
   /** A claimed item goes back with a move (completer). */
@@ -41,6 +46,7 @@ export interface ProducerDeps {
 
 /** Claims, the claim-ahead queue, due times, the rate gate and the slots of one run. */
 export class Producer {
+  /** `parallel + queueDepth`: what a rate-limited run holds (its queue never deepens), for the gate's blocks. */
   private readonly capacity: number;
   private queue: Queued[] = [];
   /** The tokens of a rate-limited batch (docs/design.md, "Rate limits"); undefined without a limit. */
@@ -197,15 +203,33 @@ export class Producer {
     return this.queue.length;
   }
 
-  /** Items the run may hold at once: `parallel + queueDepth`, running ones included. */
+  /** Items the run may hold at once now: `parallel` and the queue's {@link depth}, running ones included. */
   holds(): number {
-    return this.capacity;
+    return this.ctx.s.parallel + this.depth();
+  }
+
+  /**
+   * Items the queue may hold now beyond the running ones (docs/design.md, "The pipelined run"):
+   * `queueDepth`, deepened up to `maxQueueDepth` to what the slots start within
+   * {@link CLAIM_AHEAD_HORIZON_MS} and two mean move + claim round trips at the mean attempt
+   * (`parallel × (horizon + 2 × round trip) / mean`), so the slots stay busy while the flusher
+   * lingers and its statement travels, and a run holds no item it would not start soon.
+   * Not deepened before an attempt settled, for attempts under a millisecond (they never
+   * linger), nor with a rate gate or a pool (items would wait there for a token or a permit).
+   */
+  private depth(): number {
+    const s = this.ctx.s;
+    if (s.maxQueueDepth <= s.queueDepth || this.gate || this.pool) return s.queueDepth;
+    const mean = this.d.meanMs();
+    if (!(mean >= 1)) return s.queueDepth;
+    const horizon = CLAIM_AHEAD_HORIZON_MS + 2 * this.d.stepMs();
+    return Math.min(s.maxQueueDepth, Math.max(s.queueDepth, Math.ceil((s.parallel * horizon) / mean)));
   }
 
   /** Claims that fit: free room in the local queue while the store may hold due items. */
   room(): number {
     if (this.ctx.reason || !this.moreDue || !this.d.beatValid() || this.d.doomed()) return 0;
-    return Math.max(0, this.capacity - this.d.running() - this.queue.length);
+    return Math.max(0, this.holds() - this.d.running() - this.queue.length);
   }
 
   /**

@@ -103,6 +103,8 @@ export class Run {
       beatValid: () => lifecycle.beatValid(),
       doomed: () => lifecycle.doomed(),
       running: () => items.running(),
+      meanMs: () => items.meanMs(),
+      stepMs: () => completer.meanStepMs(),
       launch: (item) => items.launch(item),
       settle: (s) => completer.add(s),
     });
@@ -236,18 +238,20 @@ export class Run {
 
   /**
    * The flusher's linger (docs/design.md, "The pipelined run"): with settled items waiting, wait
-   * for more to settle before sending them, so one statement moves many — up to the mean
-   * attempt's duration (real time, at most {@link LINGER_MAX_MS}), and, when the statement
-   * would claim, only while the queue keeps the slots busy until its answer would come back
-   * (items started meanwhile: running / mean per ms, over one and a half of the last statement's
-   * round trip). It ends at
-   * once when nothing runs (nothing more will settle), when a full run's worth waits, when the
-   * run stops, or when the batch is doomed. Attempts shorter than a millisecond never linger.
+   * for more to settle before sending them, so one statement moves many — up to
+   * {@link LINGER_MAX_MS} (real time), and, when the statement would claim, only while the queue
+   * keeps the slots busy until its answer would come back (items started meanwhile: running /
+   * mean per ms, over one and a half of the last statement's round trip). It ends at once when
+   * nothing runs (nothing more will settle), when a full run's worth waits, when the run stops,
+   * or when the batch is doomed. Attempts shorter than a millisecond never linger. It is not
+   * capped by the mean attempt: with the queue deepened for short attempts (producer.ts,
+   * `depth`), a run of 20 ms items gathers two to three attempts' worth per statement.
    */
   private async linger(): Promise<void> {
     const { ctx, executor, producer, completer } = this;
     const mean = executor.meanMs();
-    const until = performance.now() + Math.min(LINGER_MAX_MS, mean);
+    if (mean < 1) return;
+    const until = performance.now() + LINGER_MAX_MS;
     for (;;) {
       const left = until - performance.now();
       const running = executor.running();

@@ -50,8 +50,17 @@ export type RunnerEvent =
 /** The settings one run works with (the runner's, with the executor's overrides applied). */
 export interface RunSettings {
   parallel: number;
-  /** Items claimed ahead of execution beyond `parallel`. */
+  /**
+   * Items claimed ahead of execution beyond `parallel`: the queue's depth, or the least of it
+   * when {@link maxQueueDepth} is larger (a default queue, deepened for short attempts).
+   */
   queueDepth: number;
+  /**
+   * Most items claimed ahead beyond `parallel` (docs/design.md, "The pipelined run"): the queue
+   * deepens from `queueDepth` towards it for short attempts, holding what the slots start within
+   * {@link CLAIM_AHEAD_HORIZON_MS} and two round trips. Equal to `queueDepth` when that was set (the queue is then fixed).
+   */
+  maxQueueDepth: number;
   beatMs: number;
   staleMs: number;
   attempts: number;
@@ -118,3 +127,21 @@ export interface Settled {
  * timer when it is due instead of a claim's round trip after.
  */
 export const CLAIM_AHEAD_MS = 200;
+
+/**
+ * How far ahead a run's default queue claims, ms of its slots' work at the run's mean attempt,
+ * beyond two of its mean move + claim round trips (docs/design.md, "The pipelined run"): it
+ * holds what its slots start within this time and the two round trips (`parallel × (100 + 2 ×
+ * round trip ms) / mean attempt ms` items beyond the running ones), at least `queueDepth`, at
+ * most `maxQueueDepth`. It covers the flusher's longest linger (50 ms) and the statement's round
+ * trips, so the slots never wait for a claim while the flusher gathers settled items, however
+ * slow the database answers.
+ */
+export const CLAIM_AHEAD_HORIZON_MS = 100;
+
+/**
+ * The default `maxQueueDepth`, in multiples of `parallel`: a run of 20 ms attempts at `parallel`
+ * 16 claims 64 ahead (the horizon alone would take 80 or more), holding 80 items, 100 ms of its
+ * slots' work; longer attempts are bounded by the horizon (at 2 ms round trips, from 26 ms on).
+ */
+export const MAX_QUEUE_DEPTH_PER_SLOT = 4;
