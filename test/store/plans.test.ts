@@ -46,7 +46,7 @@ import {
 } from '../../src/batch/sql/cancels.js';
 import { cancelEventsStatement, writeCancelEvents } from '../../src/batch/sql/events.js';
 import { beatItemStatement, recoverStaleStatement } from '../../src/batch/sql/heartbeats.js';
-import { expiryStatement, parkStatement, registerWaitStatement } from '../../src/batch/sql/waits.js';
+import { expiryStatement, parkStatement, registerWaitStatement, wakeSleepsStatement } from '../../src/batch/sql/waits.js';
 import { batchActivityStatement, finishedBucketsStatement } from '../../src/batch/sql/progress.js';
 import { tenantBatchesStatement, tenantStateStatement } from '../../src/batch/sql/tenants.js';
 import {
@@ -356,6 +356,27 @@ const cases: Case[] = [
       }),
   },
   { name: 'waits expiry', bound: 100, statement: (sql) => expiryStatement(sql, { limit: 100 }) },
+  // A run's wake of its own sleeps: ten of the parked batch's waits made sleeps that came due,
+  // among 20,000 more of its waits (the fixture's 1,010 fit in a few pages, which a plan reads
+  // whole for less than ten look-ups; a batch with many waits is the case to bound).
+  {
+    name: "a run's wake of its sleeps",
+    bound: 10,
+    setup: async (tx, d) => {
+      await tx`insert into leasehold_waits (batch_id, key, id, kind, attempt, wake_at)
+        select ${d.parked}, 'more-' || lpad(k::text, 7, '0'), gen_random_uuid(), 'callback', 1, now() + interval '1 hour'
+        from generate_series(1, 20000) k`;
+      const made = await tx<{ id: string; key: string }[]>`update leasehold_waits
+        set kind = 'sleep', created_at = now() - interval '1 minute'
+        where batch_id = ${d.parked} and key <= '0000010' returning id, key`;
+      return made.map((r) => JSON.stringify(r));
+    },
+    statement: (sql, d, made) =>
+      wakeSleepsStatement(sql, {
+        batchId: d.parked,
+        sleeps: made.map((m) => ({ ...(JSON.parse(m) as { id: string; key: string }), ms: 1_000 })),
+      }),
+  },
   { name: 'park check', bound: 1, statement: (sql, d) => parkStatement(sql, { batchId: d.batch, run: d.run }) },
   {
     name: 'park check of a parked batch',

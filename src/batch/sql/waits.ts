@@ -187,31 +187,51 @@ export async function wakeSleeps(
 ): Promise<SleepsWoken> {
   return sql.begin(async (tx) => {
     const t = tx as unknown as Sql;
-    const rows = await t<{ key: string; due_in_ms: number | null }[]>`with k as (
-        select * from jsonb_to_recordset(${JSON.stringify(sleeps)}::text::jsonb) as v(key text, id uuid, ms float8)
-      ), w as (
-        delete from leasehold_waits w
-        using k, leasehold_items i
-        where w.batch_id = ${batchId} and w.key = k.key and w.id = k.id and w.kind = 'sleep'
-          and w.created_at + make_interval(secs => k.ms / 1000.0) <= now()
-          and i.batch_id = w.batch_id and i.key = w.key and i.state = 'waiting' and i.attempts = w.attempt - 1
-        returning w.*
-      ), up as (
-        update leasehold_items i
-        set state = 'pending', run_after = now(), updated_at = now(), woke = ${wokeFrom(t)}
-        from w
-        where i.batch_id = w.batch_id and i.key = w.key and i.state = 'waiting'
-        returning i.key
-      )
-      select key, null::float8 as due_in_ms from up
-      union all
-      select l.key, extract(epoch from l.created_at + make_interval(secs => k.ms / 1000.0) - now())::float8 * 1000
-      from k join leasehold_waits l on l.batch_id = ${batchId} and l.key = k.key and l.id = k.id
-      where l.created_at + make_interval(secs => k.ms / 1000.0) > now()`;
+    const rows = await t<{ key: string; due_in_ms: number | null }[]>`${wakeSleepsStatement(t, { batchId, sleeps })}`;
     const woken = rows.filter((r) => r.due_in_ms === null).length;
     const later = rows.filter((r) => r.due_in_ms !== null).map((r) => ({ key: r.key, dueInMs: r.due_in_ms! }));
     return { woken, later, unparked: woken > 0 ? await unpark(t, [{ batch_id: batchId, n: woken }]) : [] };
   }) as Promise<SleepsWoken>;
+}
+
+/**
+ * {@link wakeSleeps}'s statement as a fragment (the plan test reads its plan). Each sleep's wait is
+ * found by its whole primary key through a lateral look-up (a nested loop the planner cannot
+ * turn into a walk of the batch's waits), then deleted by its ctid; each woken item is found the
+ * same way and updated by its ctid: the statement reads a few rows per sleep, whatever the
+ * statistics say of the batch's waits or items (docs/design.md, "The database in production").
+ */
+export function wakeSleepsStatement(sql: Sql, a: { batchId: string; sleeps: { key: string; id: string; ms: number }[] }) {
+  return sql`with k as (
+      select v.key, l.tid, l.created_at + make_interval(secs => v.ms / 1000.0) as due_at, it.tid as item
+      from jsonb_to_recordset(${JSON.stringify(a.sleeps)}::text::jsonb) as v(key text, id uuid, ms float8)
+      cross join lateral (
+        select x.ctid as tid, x.created_at, x.attempt from leasehold_waits x
+        where x.batch_id = (select ${a.batchId}::uuid) and x.key = v.key and x.id = v.id and x.kind = 'sleep'
+        limit 1
+      ) l
+      -- Its item, while it waits on this wait (its attempts one below the wait's).
+      left join lateral (
+        select y.ctid as tid from leasehold_items y
+        where y.batch_id = (select ${a.batchId}::uuid) and y.key = v.key and y.state = 'waiting' and y.attempts = l.attempt - 1
+        limit 1
+      ) it on true
+    ), w as (
+      -- By its ctid, found with the sleep (k): a Tid Scan, never a walk of the batch's waits.
+      delete from leasehold_waits w
+      using k
+      where w.ctid = any(array(select tid from k where due_at <= now() and item is not null)) and w.ctid = k.tid
+      returning w.*
+    ), up as (
+      update leasehold_items i
+      set state = 'pending', run_after = now(), updated_at = now(), woke = ${wokeFrom(sql)}
+      from w join k on k.key = w.key
+      where i.ctid = any(array(select item from k where due_at <= now())) and i.ctid = k.item and i.state = 'waiting'
+      returning i.key
+    )
+    select key, null::float8 as due_in_ms from up
+    union all
+    select key, extract(epoch from due_at - now())::float8 * 1000 from k where due_at > now()`;
 }
 
 /** What {@link wakeAnswered} did. */
