@@ -317,6 +317,12 @@ async function firstStatement(inv: Invocation): Promise<WorkerResult | undefined
 function startRunner(inv: Invocation, sends: Set<Promise<void>>): Runner {
   const { deps, log } = inv;
   const hooks = deps.hooks ?? {};
+  const workers = new WorkerDispatcher(deps.sql, deps.dispatcher, deps.config);
+  /** Awaited before the worker returns, as the Batch Finished sends are. */
+  const track = (sending: Promise<void>) => {
+    const tracked: Promise<void> = sending.finally(() => void sends.delete(tracked));
+    sends.add(tracked);
+  };
   return new Runner(deps.sql, {
     processId: inv.processId,
     ...deps.config.runner,
@@ -341,6 +347,20 @@ function startRunner(inv: Invocation, sends: Set<Promise<void>>): Runner {
           },
         );
         sends.add(sending);
+      }
+      // A page of a source batch raised its target: its runs are sent now, not at the scheduler's
+      // next pass (a minute on AWS), reserved under the worker limit like every worker.
+      if (e.type === 'batch-wants-runs') {
+        track(
+          workers.send(e.batchId, e.runs, { within: inv.bounded }).then(
+            (sent) => log('info', 'workers sent to a source batch that grew', { batchId: e.batchId, wanted: e.runs, sent }),
+            (error: unknown) =>
+              log('warn', 'sending workers to a source batch that grew failed; the scheduler sends them', {
+                batchId: e.batchId,
+                error: errorFields(error),
+              }),
+          ),
+        );
       }
       // Item outcomes as the runner stored them: a result whose move never landed is not counted.
       if (e.type === 'item-ended') hooks.item?.(e.outcome);

@@ -161,9 +161,9 @@ export class SourceReader {
    * key a page repeated. A key read twice is the source's fault (a CSV key column with a
    * repeated value), not the store's: it is answered, not retried.
    */
-  private storePage(pages: number, page: SourcePage, rows: PageRows): Promise<boolean | string> {
+  private async storePage(pages: number, page: SourcePage, rows: PageRows): Promise<boolean | string> {
     const ctx = this.ctx;
-    return ctx.store(() =>
+    const r = await ctx.store(() =>
       qs
         .storePage(ctx.sql, {
           batchId: ctx.batch.id,
@@ -181,6 +181,10 @@ export class SourceReader {
           return dup;
         }),
     );
+    if (typeof r === 'string') return r;
+    // The page raised the target past the runs live or on their way: the worker sends them now.
+    if (r.stored && r.wanted > 0) ctx.s.onEvent({ type: 'batch-wants-runs', batchId: ctx.batch.id, runs: r.wanted });
+    return r.stored;
   }
 
   /** Begin reading the page at `cursor`, abortable on its own ({@link abortReads} aborts it too). */

@@ -44,6 +44,12 @@ export type RunnerEvent =
   | { type: 'item-ended'; batchId: string; runId: string; key: string; attempt: number; outcome: ItemOutcome }
   | { type: 'store-error'; batchId: string; runId: string; error: unknown; tries: number }
   | { type: 'unknown-job'; batchId: string; job: string }
+  /**
+   * A page of the batch's source was stored and raised its target: the batch wants `runs` more
+   * runs than are live or on their way (docs/design.md, "Sources and results"). The Lambda worker
+   * sends them; without it they come with the scheduler's next dispatch, or fleet processes join.
+   */
+  | { type: 'batch-wants-runs'; batchId: string; runs: number }
   /** A batched call answered entries that settled no item of it (see {@link IgnoredResults}). */
   | ({ type: 'call-results-ignored'; batchId: string } & IgnoredResults);
 

@@ -59,15 +59,17 @@ export interface PageArgs {
 // stored exactly `pages` pages (so a page is never stored twice, whoever read it). The target
 // grows with the items read: min(max_concurrency, ceil(total / RUN_ITEMS)); the reason a reader
 // that kept failing left on the open batch (handOffRun's `stalledBy`) is cleared, since reading
-// goes on. Answers whether it
-// stored the page. A key already in the batch fails the statement (primary key). The keys and
+// goes on. Answers whether it stored the page, and how many more runs the batch wants than are
+// live or on their way (its target less its live runs and its workers invoked and not yet
+// started: `leasehold_invocations` within their window), so the reader's process can send them
+// at once rather than leave them to the scheduler's next pass. A key already in the batch fails the statement (primary key). The keys and
 // the inputs are zipped (rows from): each input line is made jsonb alone, SQL null for a JSON
 // null, as a start's items are (starts.ts, itemRows); one JSON array of whole items lexed the
 // text three times, and cost a third more (20,000 rows of 100 bytes: 800 against 560-620 ms,
 // PostgreSQL 15 under load). An input line more than keys leaves a null key, which fails the
 // statement: the two never pair up wrongly.
-export async function storePage(sql: Sql, a: PageArgs): Promise<boolean> {
-  const [r] = await sql<{ stored: number }[]>`with own as (
+export async function storePage(sql: Sql, a: PageArgs): Promise<{ stored: boolean; wanted: number }> {
+  const [r] = await sql<{ stored: number; wanted: number | null }[]>`with own as (
       select id from leasehold_runs where id = ${a.run} for key share
     ), page as (
       update leasehold_batches b
@@ -78,7 +80,8 @@ export async function storePage(sql: Sql, a: PageArgs): Promise<boolean> {
             else least(b.max_concurrency, greatest(1, ceil((b.total + ${a.count}) / ${RUN_ITEMS}::float8)::int)) end
       where b.id = ${a.batchId} and b.status = 'open' and b.reading and b.reader_run = ${a.run}
         and b.source_pages = ${a.pages} and exists (select 1 from own)
-      returning b.id
+      returning b.id, b.target - b.live_runs - (select count(*) from leasehold_invocations v
+        where v.batch_id = b.id and v.confirm_by > now())::int as wanted
     ), ins as (
       insert into leasehold_items (batch_id, key, input)
       select ${a.batchId}, x.k, nullif(x.i::jsonb, 'null')
@@ -86,8 +89,9 @@ export async function storePage(sql: Sql, a: PageArgs): Promise<boolean> {
       where exists (select 1 from page)
       returning 1
     )
-    select (select count(*) from page)::int as stored, (select count(*) from ins)::int as inserted`;
-  return r.stored === 1;
+    select (select count(*) from page)::int as stored, (select count(*) from ins)::int as inserted,
+      (select wanted from page) as wanted`;
+  return { stored: r.stored === 1, wanted: Math.max(0, r.wanted ?? 0) };
 }
 
 // Ends a batch whose source cannot be read: `failed` with `reason` and the first bad line, its
