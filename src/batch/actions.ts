@@ -251,7 +251,11 @@ async function workOne(
   }
 }
 
-// A chunk's batches one by one through workOne, `parallel` at a time.
+// A chunk's batches one by one through workOne, `parallel` at a time; then each that was busy
+// once more, alone. Every one-batch change updates its tenant's row (the trigger), so under load
+// two lanes on one tenant's batches can wait on each other past the lock_timeout: a batch busy
+// only for that is done on the second try, and only a lock another transaction holds keeps a
+// batch busy (CI, 2026-12-07: a chunk with one held batch recorded two busy).
 async function workEach(
   sql: Sql,
   kind: a.ActionKind,
@@ -265,7 +269,10 @@ async function workEach(
     while (next < ids.length) outcomes.push(await workOne(sql, kind, actionId, ids[next++], s));
   };
   await Promise.all(Array.from({ length: Math.min(s.parallel, ids.length) }, lane));
-  return outcomes;
+  if (s.parallel <= 1 || !outcomes.some((o) => o.outcome === 'busy')) return outcomes;
+  const settled: a.BatchOutcome[] = outcomes.filter((o) => o.outcome !== 'busy');
+  for (const o of outcomes) if (o.outcome === 'busy') settled.push(await workOne(sql, kind, actionId, o.batchId, s));
+  return settled;
 }
 
 // A cancel's chunk in one short transaction (sql/cancels.ts: four statements for the chunk, not

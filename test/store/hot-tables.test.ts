@@ -12,7 +12,10 @@ import { claim, heartbeat, releaseUnits, ownedUnits, type Me } from '../../src/l
 import type { Sql } from '../../src/store/index.js';
 import { useTestDatabase } from '../support/db-hooks.js';
 
-const db = useTestDatabase();
+// A database of its own: another file's transaction in a shared one holds back what these tables
+// may clean, which moved the heartbeat's buffers without a held snapshot of ours (CI, 2026-12-07:
+// 65 against a baseline of 10).
+const db = useTestDatabase({ ownDatabase: true });
 
 const HOT = [
   'leasehold_processes',

@@ -60,6 +60,13 @@ export interface TestDatabaseOptions {
    * database, see the module comment). Default the run's (`LEASEHOLD_TEST_POOLER=1`), else none.
    */
   pooler?: string;
+  /**
+   * A database of its own (with the schema inside it), not a schema of the shared one: PostgreSQL
+   * keeps a table's dead row versions while any transaction of the same database may still see
+   * them, so another file's long transaction would change what this file's tables can clean
+   * (the hot-tables test measures that). Default false.
+   */
+  ownDatabase?: boolean;
 }
 
 /**
@@ -106,7 +113,8 @@ export async function testDatabase(options: TestDatabaseOptions = {}): Promise<T
   const pooler = options.pooler ?? poolerUrl();
   const schema = `t_${Date.now().toString(36)}_${randomBytes(4).toString('hex')}`;
   const admin = connect(server, { max: 1, applicationName: 'leasehold-test-admin' });
-  const url = pooler ? withDatabase(pooler, schema) : server;
+  const own = pooler !== undefined || options.ownDatabase === true;
+  const url = pooler ? withDatabase(pooler, schema) : own ? withDatabase(server, schema) : server;
   const pools: Sql[] = [];
   const open = (o: Omit<ConnectOptions, 'schema'> = {}): Sql => {
     const pool = connect(url, { applicationName: 'leasehold-test', ...o, schema, ...(pooler ? { pooler: 'transaction' } : {}) });
@@ -118,12 +126,12 @@ export async function testDatabase(options: TestDatabaseOptions = {}): Promise<T
     (closing ??= (async () => {
       await Promise.all(pools.map((p) => p.end({ timeout: 5 })));
       // The pooler's server sessions of the database are ended with it.
-      if (pooler) await admin.unsafe(`drop database if exists "${schema}" with (force)`);
+      if (own) await admin.unsafe(`drop database if exists "${schema}" with (force)`);
       else await admin.unsafe(`drop schema if exists "${schema}" cascade`);
       await admin.end();
     })());
   try {
-    if (pooler) await createPooledDatabase(server, admin, schema);
+    if (own) await createPooledDatabase(server, admin, schema);
     else await admin.unsafe(`create schema "${schema}"`);
     const sql = open({ max: options.max ?? 10 });
     if (options.migrate ?? true) await migrate(sql);
