@@ -24,7 +24,9 @@ export function batchView(b: BatchInfo): BatchView {
     total: b.total,
     counts: { ...b.counts },
     notRun:
-      b.status === 'cancelled' || (b.status === 'failed' && b.reason === 'deadline') ? b.counts.running + b.counts.pending : 0,
+      b.status === 'cancelled' || (b.status === 'failed' && b.reason === 'deadline')
+        ? b.counts.running + b.counts.waiting + b.counts.pending
+        : 0,
     ownerProcess: b.ownerProcess,
     runs: b.runs,
     maxConcurrency: b.maxConcurrency,

@@ -20,11 +20,11 @@ export interface ApiBatch {
   total: number;
   /**
    * Items per state, as stored. A cancelled batch keeps the state its items had at the cancel:
-   * its `running` and `pending` ones will never run (see `notRun`).
+   * its `running`, `waiting` and `pending` ones will never run (see `notRun`).
    */
   counts: Record<ApiItemState, number>;
   /**
-   * Items that will never run: a cancelled batch's pending and running items (no run works a
+   * Items that will never run: a cancelled batch's pending, waiting and running items (no run works a
    * cancelled batch; cancel is for good, and a cancelled batch is never redriven), and those of a
    * batch ended by its deadline (reason `deadline`, until a redrive); 0 for any other.
    */

@@ -325,7 +325,8 @@ export interface ItemContext {
   /**
    * Park the item for `ms` (0 to one year) with no run slot and no Lambda time; then return from
    * the work. Its next run (the same attempt number) has {@link ItemContext.slept} true. Woken by
-   * the scheduler's pass (every minute on AWS), so a wake may come up to a pass late.
+   * the batch's run while one still works it (a sleep of up to 15 min, when it comes due), else by
+   * the scheduler's pass (every minute on AWS), so such a wake may come up to a pass late.
    * @throws {InvalidWaitError} a time out of range, a second wait in one attempt.
    * @throws {ItemLostError} the attempt no longer holds the item.
    */

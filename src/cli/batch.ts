@@ -183,7 +183,7 @@ function addResults(batch: Command): void {
     .command('results')
     .description('print one JSON line per item: key, state, attempts, output, error')
     .argument('<id>')
-    .option('--state <state>', 'only items in this state: pending | running | done | failed')
+    .option('--state <state>', 'only items in this state: pending | running | waiting | done | failed')
     .addOption(scopeOption())
     .addOption(apiOption)
     .action(async (id: string, opts) => {

@@ -221,6 +221,10 @@ async function resolveBase(
     throw new DashboardConfigError(`${flag} ${url}: must be https:// (plain http only to this machine)`);
   }
   if (base.search || base.hash) throw new DashboardConfigError(`${flag} ${url}: give the base URL, without a query`);
+  // A function URL has no path: one given here would be put before /batches/{id}/events.
+  if (flag === '--events' && base.pathname !== '/') {
+    throw new DashboardConfigError(`${flag} ${url}: give the function URL alone, without a path (the stage's \`events\` output)`);
+  }
   const region = options.region ?? regionOf(base.hostname) ?? fallback ?? (await profileRegion(options.profile));
   if (!region) {
     throw new DashboardConfigError(`${flag} ${url}: cannot tell its region from the URL: give --region (or set AWS_REGION)`);

@@ -104,7 +104,8 @@ export async function followBatch(
       const extra = { failed: batch.counts.failed, runs: batch.runs };
       if (bar) bar.update(finished(batch), extra, batch.total);
       else {
-        const line = `${batch.job} ${batch.id}: ${finished(batch)}/${batch.total} items (failed ${batch.counts.failed}, runs ${batch.runs}) ${batch.status}`;
+        const waiting = batch.counts.waiting ? `, waiting ${batch.counts.waiting}` : '';
+        const line = `${batch.job} ${batch.id}: ${finished(batch)}/${batch.total} items (failed ${batch.counts.failed}${waiting}, runs ${batch.runs}) ${batch.status}`;
         if (line !== lastLine && (Date.now() - lastAt >= 2000 || batch.status !== 'open')) {
           lastAt = Date.now();
           lastLine = line;

@@ -320,6 +320,13 @@ describe('leasehold dashboard --api URL', () => {
       code: 2,
       stderr: expect.stringMatching(/--events http:\/\/events\.example\.com\/: must be https:\/\//),
     });
+    // A function URL has no path: one given would go before /batches/{id}/events.
+    expect(
+      await run(['--api', gateway.url, '--region', REGION, '--events', 'https://abc.lambda-url.eu-west-1.on.aws/batches']),
+    ).toMatchObject({
+      code: 2,
+      stderr: expect.stringMatching(/--events \S+\/batches: give the function URL alone, without a path/),
+    });
     expect(await run([])).toMatchObject({ code: 1, stderr: expect.stringMatching(/--api <url>.*not specified/) });
     // In the library, the refusal is a LeaseholdError with its code, as every error leasehold throws on purpose.
     const refused = await startDashboard({ apiUrl: 'http://api.example.com', port: 0 }).catch((e: unknown) => e);

@@ -1,0 +1,37 @@
+// `batch show` and the API's `notRun` with waiting items (docs/api.md, "counts" and "notRun";
+// docs/cli.md): an open batch's text says how many items wait, and a cancelled batch's waiting
+// items count as not run, as the dashboard shows them. A new user found both missing: three
+// sleeping items read "0 running, 0 pending", and a cancel left them out of `notRun`.
+import { describe, expect, it } from 'vitest';
+import { batchView } from '../../src/api/views.js';
+import { cancelBatch, createBatch, getBatch } from '../../src/batch/index.js';
+import { showLines } from '../../src/cli/batch-show.js';
+import { useTestDatabase } from '../support/db-hooks.js';
+import { newBatch } from '../batch/helpers.js';
+
+const db = useTestDatabase();
+
+/** A batch of 3 items, 2 of them waiting (as a sleep leaves them). */
+async function withWaiting() {
+  const { batch } = await createBatch(db.sql, newBatch(3, { tenant: `show-${process.pid}-${Math.random()}` }));
+  await db.sql`update leasehold_items set state = 'waiting' where batch_id = ${batch.id} and key <> 'k000'`;
+  return batch.id;
+}
+
+describe('batch show with waiting items', () => {
+  it("an open batch's items line says how many wait", async () => {
+    const id = await withWaiting();
+    const view = batchView(await getBatch(db.sql, id));
+    expect(view.counts).toMatchObject({ pending: 1, waiting: 2 });
+    expect(view.notRun).toBe(0);
+    expect(showLines(view).find((l) => l.startsWith('items'))).toContain('2 waiting (callbacks and sleeps), 1 pending');
+  });
+
+  it("a cancelled batch's waiting items are not run, in the API and the text", async () => {
+    const id = await withWaiting();
+    await cancelBatch(db.sql, id);
+    const view = batchView(await getBatch(db.sql, id));
+    expect(view.notRun).toBe(3);
+    expect(showLines(view).find((l) => l.startsWith('items'))).toContain('3 not run (cancelled)');
+  });
+});
