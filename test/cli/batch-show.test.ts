@@ -7,13 +7,20 @@ import { batchView } from '../../src/api/views.js';
 import { cancelBatch, createBatch, getBatch } from '../../src/batch/index.js';
 import { showLines } from '../../src/cli/batch-show.js';
 import { useTestDatabase } from '../support/db-hooks.js';
-import { newBatch } from '../batch/helpers.js';
 
 const db = useTestDatabase();
 
 /** A batch of 3 items, 2 of them waiting (as a sleep leaves them). */
 async function withWaiting() {
-  const { batch } = await createBatch(db.sql, newBatch(3, { tenant: `show-${process.pid}-${Math.random()}` }));
+  const n = Math.random().toString(36).slice(2, 10);
+  const { batch } = await createBatch(db.sql, {
+    tenant: `show-${n}`,
+    datasource: 'd',
+    job: 'test',
+    params: {},
+    requestKey: `show-${n}`,
+    items: ['k000', 'k001', 'k002'].map((key) => ({ key })),
+  });
   await db.sql`update leasehold_items set state = 'waiting' where batch_id = ${batch.id} and key <> 'k000'`;
   return batch.id;
 }
