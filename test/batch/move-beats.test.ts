@@ -38,21 +38,24 @@ const working = (ms: number): Executor => ({ work: () => sleep(ms).then(() => ({
 let tenants = 0;
 const ownTenant = () => `beats-${process.pid}-${++tenants}`;
 
+/** A batch of `n` items of `ms` each, run to its end by one runner at `parallel` (beats due every 200 ms); answers its run's id. */
+async function runToEnd(n: number, ms: number, parallel: number): Promise<string> {
+  const { batch } = await createBatch(db.sql, newBatch(n, { tenant: ownTenant() }));
+  const runner = new Runner(db.sql, { parallel, beatMs: 200, staleMs: 5_000 });
+  try {
+    expect(await runner.takeOver(() => working(ms), batch.id)).toBeTruthy();
+    const result = await runner.running(batch.id)!;
+    expect(result.outcome).toBe('succeeded');
+    return result.runId;
+  } finally {
+    await runner.close();
+  }
+}
+
 describe('a run whose moves land often', () => {
   it('beats through its moves and sends (almost) no beat of its own', async () => {
     // 200 items of 30 ms at parallel 4: ~1.5 s of moves every ~30 ms, beats due every 200 ms.
-    const { batch } = await createBatch(db.sql, newBatch(200, { tenant: ownTenant() }));
-    const runner = new Runner(db.sql, { parallel: 4, beatMs: 200, staleMs: 5_000 });
-    let runId: string;
-    try {
-      expect(await runner.takeOver(() => working(30), batch.id)).toBeTruthy();
-      const result = await runner.running(batch.id)!;
-      expect(result.outcome).toBe('succeeded');
-      runId = result.runId;
-    } finally {
-      await runner.close();
-    }
-    const b = await beats(runId);
+    const b = await beats(await runToEnd(200, 30, 4));
     // About one move in seven beats (one per half beatMs); the beat loop, put off by each, sent
     // next to none itself. Before moves beat, every beat was one alone (about 7 here) and no
     // move set beat_at.
@@ -87,17 +90,6 @@ describe('a run whose moves land often', () => {
 describe('a run with nothing to move', () => {
   it('beats by itself', async () => {
     // Items of 1.2 s at parallel 2: no move for a second at a time, beats due every 200 ms.
-    const { batch } = await createBatch(db.sql, newBatch(2, { tenant: ownTenant() }));
-    const runner = new Runner(db.sql, { parallel: 2, beatMs: 200, staleMs: 5_000 });
-    let runId: string;
-    try {
-      expect(await runner.takeOver(() => working(1_200), batch.id)).toBeTruthy();
-      const result = await runner.running(batch.id)!;
-      expect(result.outcome).toBe('succeeded');
-      runId = result.runId;
-    } finally {
-      await runner.close();
-    }
-    expect((await beats(runId)).alone).toBeGreaterThanOrEqual(3);
+    expect((await beats(await runToEnd(2, 1_200, 2))).alone).toBeGreaterThanOrEqual(3);
   });
 });
