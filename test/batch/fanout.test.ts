@@ -138,13 +138,18 @@ describe('a stale run among live ones', () => {
 
       const clockA = new ManualClock();
       clockA.freeze();
-      const a = new Runner(pool(3), { clock: clockA, beatMs: 100, staleMs: STALE_MS, parallel: 3, backoffMs: 0 });
+      // A fixed queue of 3: a default one deepens once an attempt's mean reaches 1 ms of real
+      // time (under load, A's first five can), and A would then hold more than the six counted.
+      const a = new Runner(pool(3), { clock: clockA, beatMs: 100, staleMs: STALE_MS, parallel: 3, queueDepth: 3, backoffMs: 0 });
       const [runA] = await joinAll([a], batch.id, () => ({ work: workA }));
       const runAId = (await liveRuns(db.sql, batch.id)).find((id) => !healthyIds.includes(id))!;
       await waitFor('A stalled', async () => {
-        const [r] = await db.sql<{ n: number }[]>`select count(*)::int as n from leasehold_items
-          where batch_id = ${batch.id} and run_id = ${runAId} and state = 'running'`;
-        return startedA === 8 && r.n === 6;
+        // Its five are stored done too: a settled move still lingering would leave its item
+        // running, and counted here as held.
+        const [r] = await db.sql<{ n: number; done: number }[]>`select
+            count(*) filter (where state = 'running')::int as n, count(*) filter (where state = 'done')::int as done
+          from leasehold_items where batch_id = ${batch.id} and run_id = ${runAId}`;
+        return startedA === 8 && r.n === 6 && r.done === 5;
       });
       const heldByA = (await itemRows(db.sql, batch.id)).filter((i) => i.run_id === runAId && i.state === 'running');
       expect(heldByA).toHaveLength(6);
