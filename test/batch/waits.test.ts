@@ -172,10 +172,16 @@ describe('callbacks', () => {
     // Beats once a minute, so its beat, set an hour back below, stays old until the takeover: at
     // a 3 s beat one could land between the two under load and the takeover find nothing stale
     // (seen once in CI).
-    const first = new Runner(db.sql, { ...options, beatMs: 60_000, staleMs: 120_000 });
+    // Its own pool: the process dies by losing it below.
+    const firstSql = db.connect({ max: 2 });
+    const first = new Runner(firstSql, { ...options, beatMs: 60_000, staleMs: 120_000 });
     const { batch } = await first.start(newBatch(2), {}, hanging);
     await waitFor('k000 waiting', async () => (await itemCounts(db.sql, batch.id)).waiting === 1);
-    // The process dies: its beats stop (its run is left stale, k001 running).
+    // The process dies: it writes nothing more (its connections are gone) and its beats stop (its
+    // run is left stale, k001 running). Its beat alone set back, a run still alive claimed k000
+    // once the completion woke it (its own view of its lease was good), lost it to the takeover
+    // with that attempt counted, and the attempt after no longer read the answer (seen in CI).
+    await firstSql.end({ timeout: 0 });
     await db.sql`update leasehold_runs set beat_at = now() - interval '1 hour' where batch_id = ${batch.id}`;
     const second = new Runner(db.sql, { ...options, staleMs: 400 });
     const [answer, taken] = await Promise.all([
@@ -200,6 +206,7 @@ describe('callbacks', () => {
       ['k001', 'waiting', 1],
     ]);
     await second.close();
+    // Its run hands nothing off (its connections are gone): it ends.
     await first.close();
   });
 });
