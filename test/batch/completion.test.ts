@@ -76,7 +76,8 @@ describe('early completion', () => {
     const ended = await runUntilEnd(db.sql, batch.id, () => executor, {
       runners: 2,
       pool: () => connect(),
-      runner: { maxRuns: 1, beatMs: 100, staleMs: 5_000, parallel: 2 },
+      // A fixed queue of 2 (the bound below): a default one deepens for 2 ms attempts.
+      runner: { maxRuns: 1, beatMs: 100, staleMs: 5_000, parallel: 2, queueDepth: 2 },
       timeoutMs: 60_000,
       everyMs: 20,
     });

@@ -157,8 +157,11 @@ describe('store faults', () => {
     const { proxy, sql: viaProxy } = await proxied(3);
     const executions = new Map<string, number>();
     const events: RunnerEvent[] = [];
+    // A fixed queue of 3: a default one deepens once the mean attempt (5 ms) is known, and two
+    // claims could then take all 20 items, leaving the third nothing to orphan (seen in CI).
     const a = new Runner(viaProxy, {
       parallel: 3,
+      queueDepth: 3,
       beatMs: 100,
       staleMs: 5_000,
       storeTimeoutMs: 5_000,
