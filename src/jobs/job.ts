@@ -213,11 +213,27 @@ export class InvalidParamsError extends LeaseholdError {
   }
 }
 
-/** No job has this name. API: 404. */
+/**
+ * No job has this name. API: 404. With `known` (the app's job names, as {@link JobRegistry}
+ * gives them), the message names them, so a typo shows what was meant: `unknown job "chekcsum"
+ * (this app's jobs: checksum, lambda-invoke)`, or `(this app has no jobs)`.
+ */
 export class UnknownJobError extends LeaseholdError {
-  constructor(readonly job: string) {
-    super('unknown_job', `unknown job "${job}"`);
+  constructor(
+    readonly job: string,
+    known?: readonly string[],
+  ) {
+    super('unknown_job', `unknown job "${job}"${known === undefined ? '' : ` (${jobsText(known)})`}`);
   }
+}
+
+/** At most this many job names in an {@link UnknownJobError}'s message; the rest are counted. */
+const NAMED_JOBS = 20;
+
+function jobsText(known: readonly string[]): string {
+  if (known.length === 0) return 'this app has no jobs';
+  const named = known.slice(0, NAMED_JOBS).join(', ');
+  return `this app's jobs: ${named}${known.length > NAMED_JOBS ? ` and ${known.length - NAMED_JOBS} more` : ''}`;
 }
 
 /**
@@ -268,10 +284,10 @@ export class JobRegistry {
     return [...this.jobs.keys()];
   }
 
-  /** The job named `name`. @throws {UnknownJobError} */
+  /** The job named `name`. @throws {UnknownJobError} naming the registered jobs. */
   get(name: string): Job<unknown, unknown> {
     const job = this.jobs.get(name);
-    if (!job) throw new UnknownJobError(name);
+    if (!job) throw new UnknownJobError(name, this.names());
     return job;
   }
 

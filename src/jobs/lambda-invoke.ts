@@ -128,7 +128,7 @@ export const lambdaInvoke = defineJob<LambdaInvokeParams, unknown>({
     try {
       inner = await ctx.expandJob(from.job, from.params);
     } catch (e) {
-      if (e instanceof UnknownJobError) throw new InvalidParamsError('params.from.job', `unknown job "${from.job}"`);
+      if (e instanceof UnknownJobError) throw new InvalidParamsError('params.from.job', e.message);
       if (e instanceof InvalidParamsError)
         throw new InvalidParamsError(e.field.replace(/^params/, 'params.from.params'), e.message.slice(e.field.length + 2));
       throw e;

@@ -215,7 +215,12 @@ describe('POST /batches', () => {
   it('answers 404 for an unknown job, naming the job field', async () => {
     const res = await start({ tenant: uniqueTenant(), datasource: 'files', job: 'no-such-job', params: {} });
     expect(res.status).toBe(404);
-    expect(res.body.error).toEqual({ code: 'unknown_job', message: 'job: unknown job "no-such-job"' });
+    // Naming the jobs there are, so a typo shows what was meant.
+    expect(res.body.error).toEqual({
+      code: 'unknown_job',
+      message: `job: unknown job "no-such-job" (this app's jobs: ${suite.deps.jobs.names().join(', ')})`,
+    });
+    expect(suite.deps.jobs.names()).toContain('checksum');
   });
 
   it('answers 413 naming the item count limit for a directory of more files than maxItems, and stores nothing', async () => {

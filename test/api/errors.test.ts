@@ -27,6 +27,22 @@ describe('the error table', () => {
       [new BatchCancelledError('b1'), 400, 'batch_cancelled', /b1/],
       [new BatchNotFoundError('b1'), 404, 'batch_not_found', /b1/],
       [new UnknownJobError('nope'), 404, 'unknown_job', /^job: unknown job "nope"$/],
+      [
+        new UnknownJobError('chekcsum', ['checksum', 'noop']),
+        404,
+        'unknown_job',
+        /^job: unknown job "chekcsum" \(this app's jobs: checksum, noop\)$/,
+      ],
+      [new UnknownJobError('nope', []), 404, 'unknown_job', /^job: unknown job "nope" \(this app has no jobs\)$/],
+      [
+        new UnknownJobError(
+          'nope',
+          Array.from({ length: 23 }, (_, i) => `j${i}`),
+        ),
+        404,
+        'unknown_job',
+        /^job: unknown job "nope" \(this app's jobs: j0, j1, .*, j19 and 3 more\)$/,
+      ],
       [new NoOutboxUnitsError('acme'), 404, 'no_outbox_units', /acme/],
       [new BatchFinishedError('b1', 'succeeded'), 409, 'batch_finished', /b1/],
       [new BatchOpenError('b1'), 409, 'batch_open', /b1/],

@@ -97,7 +97,7 @@ const cases: Case[] = [
     options: () => ({ body: { ...valid(), job: 'nope' } }),
     status: 404,
     code: 'unknown_job',
-    message: /^job: unknown job "nope"$/,
+    message: /^job: unknown job "nope" \(this app's jobs: checksum, lambda-invoke\)$/,
   },
   {
     name: 'params an array',
