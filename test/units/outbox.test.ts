@@ -592,7 +592,14 @@ describe('outbox retry waves', () => {
     const backoffMs = 60_000;
     await db.sql`insert into leasehold_outbox (tenant, shard, key, payload)
       select ${tenant}, 0, 'w' || i, to_jsonb(i) from generate_series(1, ${N}) i`;
-    const p = proc(fast({ backoffMs, maxBackoffMs: backoffMs, batchSize: N, parallel: 50, failureStreak: 10 * N }));
+    // A lease CI's load cannot let lapse: the wave's one run posts 1,000 times, and at the 1 s TTL
+    // of the other tests a heartbeat late under load lapsed its lease mid-run; each such run counts
+    // a crash of the unit, and the third in a row quarantines it for 5 minutes (docs/design.md,
+    // "Crashes and quarantine"), which held the wave past the test's 30 s once in CI.
+    const p = proc(fast({ backoffMs, maxBackoffMs: backoffMs, batchSize: N, parallel: 50, failureStreak: 10 * N }), {
+      ttlMs: 10_000,
+      heartbeatIntervalMs: 1_000,
+    });
     await waitFor(
       'every delivery failed once',
       async () => {
@@ -600,8 +607,13 @@ describe('outbox retry waves', () => {
           where endpoint = ${down} and attempts >= 1`;
         return r.n === N;
       },
-      { timeoutMs: 30_000 },
-    );
+      { timeoutMs: 25_000 },
+    ).catch(async (e: Error) => {
+      // Within the test's 30 s, so that a wave held up says what held it.
+      const units = await db.sql`select shard, owner, crashes, quarantines, quarantined_until from leasehold_units
+        where tenant = ${tenant}`;
+      throw new Error(`${e.message}; its unit: ${JSON.stringify(units)}; its process's log: ${JSON.stringify(p.log.slice(-20))}`);
+    });
     await p.stop();
     // The delay each failure set (next_attempt_at − now() of its statement, database clock).
     const rows = await db.sql<{ delay_ms: number }[]>`select f.delay_ms from outbox_failures f
