@@ -336,9 +336,10 @@ export interface ItemContext {
   /**
    * How the callback this attempt waited on ended, in the run that goes on after it: `succeeded`
    * with the `result` posted, or `failed` with the `error` posted (the work decides what that
-   * means: throw to fail the attempt). Undefined in any other run: a later attempt (after this
-   * one failed) starts over and waits again; what it must keep, the work stores with `checkpoint`.
-   * (A timed-out callback fails its attempt before the work runs.)
+   * means: throw to fail the attempt), or in the attempt after it when that run died (a crash is
+   * not a failure: the answer is not lost). Undefined in any other run: a later attempt (after
+   * this one failed) starts over and waits again; what it must keep, the work stores with
+   * `checkpoint`. (A timed-out callback fails its attempt before the work runs.)
    */
   callback: CallbackOutcome | undefined;
   /** Whether this run goes on after a sleep of the same attempt. */

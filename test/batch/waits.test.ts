@@ -211,6 +211,58 @@ describe('callbacks', () => {
   });
 });
 
+describe('an answered wait and a crash', () => {
+  it('an attempt going on after its callback that dies with its run hands the answer to the next attempt', async () => {
+    const tokens = new Map<string, string>();
+    let resumed = 0;
+    // k000 waits; once answered, the attempt going on with the answer hangs in a process that dies.
+    const dying: Executor = {
+      work: async (item) => {
+        if (item.callback) {
+          resumed++;
+          return never();
+        }
+        const { token } = await item.waitForCallback({ timeoutMs: 60_000 });
+        tokens.set(item.key, token);
+      },
+    };
+    const firstSql = db.connect({ max: 2 });
+    const first = new Runner(firstSql, { ...options, beatMs: 60_000, staleMs: 120_000 });
+    const { batch } = await first.start(newBatch(1), {}, dying);
+    expect((await runOf(first, batch.id)).outcome).toBe('parked');
+    expect(await completeCallback(db.sql, tokens.get('k000')!, { action: 'succeed', result: 'approved' })).toMatchObject({
+      outcome: 'completed',
+      woken: true,
+    });
+    await first.takeOver(() => dying, batch.id);
+    await waitFor('the answer read', () => resumed === 1);
+    // The process dies: it writes nothing more, and its beats stop.
+    await firstSql.end({ timeout: 0 });
+    await db.sql`update leasehold_runs set beat_at = now() - interval '1 hour' where batch_id = ${batch.id}`;
+
+    const seen: { attempt: number; callback: unknown }[] = [];
+    const second = new Runner(db.sql, { ...options, staleMs: 400 });
+    await waitFor('the takeover', () =>
+      second.takeOver(
+        () => ({
+          work: async (item) => {
+            seen.push({ attempt: item.attempt, callback: item.callback });
+            return 'ran';
+          },
+        }),
+        batch.id,
+      ),
+    );
+    expect((await runOf(second, batch.id)).outcome).toBe('succeeded');
+    // The attempt that died counted; the next one read the answer rather than wait again.
+    expect(seen).toEqual([{ attempt: 2, callback: { status: 'succeeded', result: 'approved' } }]);
+    const [row] = await itemRows(db.sql, batch.id);
+    expect([row.state, row.attempts]).toEqual(['done', 2]);
+    await second.close();
+    await first.close();
+  });
+});
+
 describe('timeouts', () => {
   it('a callback not completed within timeoutMs fails its attempt, retried by policy, then failed', async () => {
     const tokens = new Map<string, string>();

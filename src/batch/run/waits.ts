@@ -25,7 +25,8 @@ export type WaitCalls = Pick<ItemContext, 'waitForCallback' | 'sleep' | 'sleepUn
 /**
  * The item's last wait as this attempt reads it: the callback's outcome and whether it was a
  * sleep, for the attempt that waited going on only (a later attempt starts over: what it must
- * keep, the work stores with `checkpoint`).
+ * keep, the work stores with `checkpoint`). When that attempt died with its run, the takeover's
+ * recovery moved `woke` on to the next attempt (sql/runs.ts, `recoverRunning`): it reads it.
  */
 export function lastWait(c: ClaimedRow): { callback: CallbackOutcome | undefined; slept: boolean } {
   const w = c.woke?.attempt === c.attempts ? c.woke : undefined;

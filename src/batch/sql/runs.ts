@@ -242,7 +242,10 @@ export async function othersWaiting(sql: Sql, tenant: string, maxRunning: number
 // pending, or to failed when their attempts are used up. An item of a live run of the batch is
 // never touched: the runs are read as of the statement's snapshot, so an item is changed only
 // while it is still held by the run found gone (an item another recovery put back and a run
-// that joined since claimed is that run's). Fenced on the new run.
+// that joined since claimed is that run's). An attempt that was going on after its wait (its
+// `woke` is of this attempt) hands how the wait ended to the next one: the answer came, and the
+// attempt died with its run rather than failed (docs/design.md, "Waiting items: callbacks and
+// sleeps"). Fenced on the new run.
 export async function recoverRunning(sql: Sql, a: RecoverArgs): Promise<number> {
   const rows = await sql`${recoverRunningStatement(sql, a)}`;
   return rows.count;
@@ -269,7 +272,9 @@ export function recoverRunningStatement(sql: Sql, a: RecoverArgs) {
         error = case when i.attempts >= ${a.attempts}
           then 'the run executing this item died (attempt ' || i.attempts || ' of ' || ${a.attempts}::int || ')'
           else i.error end,
-        run_id = ${a.run}, run_after = greatest(i.run_after, now()), updated_at = now()
+        run_id = ${a.run}, run_after = greatest(i.run_after, now()), updated_at = now(),
+        woke = case when (i.woke ->> 'attempt')::int = i.attempts
+          then jsonb_set(i.woke, '{attempt}', to_jsonb(i.attempts + 1)) else i.woke end
     from gone
     -- By the ctids found (a Tid Scan: a join on the key let a planner walk the batch's items);
     -- a row another statement changed meanwhile is rechecked as it stands, and left alone
