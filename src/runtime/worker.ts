@@ -318,7 +318,7 @@ function startRunner(inv: Invocation, sends: Set<Promise<void>>): Runner {
   const { deps, log } = inv;
   const hooks = deps.hooks ?? {};
   const workers = new WorkerDispatcher(deps.sql, deps.dispatcher, deps.config);
-  /** Awaited before the worker returns, as the Batch Finished sends are. */
+  /** A send the worker awaits before it returns (the Batch Finished events, the workers a grown batch wants). */
   const track = (sending: Promise<void>) => {
     const tracked: Promise<void> = sending.finally(() => void sends.delete(tracked));
     sends.add(tracked);
@@ -335,18 +335,15 @@ function startRunner(inv: Invocation, sends: Set<Promise<void>>): Runner {
       else if (e.type === 'run-ended') inv.noteError(e.result.error);
       if (e.type === 'run-ended' && (e.result.outcome === 'succeeded' || e.result.outcome === 'failed') && deps.sendEvents) {
         const batchId = e.result.batchId;
-        // Awaited before the worker returns; a failed send is the scheduler's to redo.
-        const sending: Promise<void> = deps.sendEvents(batchId).then(
-          () => void sends.delete(sending),
-          (error: unknown) => {
-            sends.delete(sending);
+        // A failed send is the scheduler's to redo.
+        track(
+          deps.sendEvents(batchId).then(undefined, (error: unknown) =>
             log('warn', 'sending the Batch Finished event failed; the scheduler sends it', {
               batchId,
               error: errorFields(error),
-            });
-          },
+            }),
+          ),
         );
-        sends.add(sending);
       }
       // A page of a source batch raised its target: its runs are sent now, not at the scheduler's
       // next pass (a minute on AWS), reserved under the worker limit like every worker.

@@ -3,11 +3,12 @@
 // more runs the batch wants than are live or on their way, so the Lambda worker sends them at once
 // rather than at the scheduler's next pass. Against a real local S3 (s3rver) and PostgreSQL.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Runner, getBatch, startBatch, type RunnerEvent } from '../../src/batch/index.js';
+import { Runner, getBatch, type RunnerEvent } from '../../src/batch/index.js';
 import { reserveInvocations } from '../../src/lease/index.js';
 import { useTestDatabase } from '../support/db-hooks.js';
 import { waitFor } from '../support/waits.js';
 import { localS3, type LocalS3 } from '../support/s3.js';
+import { startSourceBatch } from '../support/source-batch.js';
 
 const db = useTestDatabase();
 let s3: LocalS3;
@@ -21,28 +22,20 @@ afterAll(async () => {
   await s3?.close();
 });
 
-const jobs = {
-  expand: () => Promise.reject(new Error('a source batch is never expanded')),
-  parseParams: (_j: string, p: unknown) => Promise.resolve({ params: p }),
-};
-
 /** A batch reading `lines` JSON Lines, at most `maxConcurrency` runs; read by one runner whose events are kept. */
 async function readWith(lines: number, maxConcurrency: number, before?: (batchId: string) => Promise<void>) {
   seq += 1;
   const key = `grow-${seq}.jsonl`;
   await s3.put('grow-in', key, Array.from({ length: lines }, (_, i) => JSON.stringify({ i })).join('\n') + '\n');
-  const { batch } = await startBatch(
-    { sql: db.sql, jobs, config: {}, s3: () => s3.client },
-    {
-      tenant: `grow-${process.pid}-${seq}`,
-      datasource: 'd',
-      job: 'noop',
-      params: {},
-      requestKey: `g${seq}`,
-      source: { s3: { bucket: 'grow-in', key, format: 'jsonl' } },
-      maxConcurrency,
-    },
-  );
+  const { batch } = await startSourceBatch(db.sql, s3.client, {
+    tenant: `grow-${process.pid}-${seq}`,
+    datasource: 'd',
+    job: 'noop',
+    params: {},
+    requestKey: `g${seq}`,
+    source: { s3: { bucket: 'grow-in', key, format: 'jsonl' } },
+    maxConcurrency,
+  });
   expect(batch.target).toBe(1);
   await before?.(batch.id);
   const events: RunnerEvent[] = [];
