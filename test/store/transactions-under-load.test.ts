@@ -78,17 +78,21 @@ let nextTx = 0;
 async function round(sql: Sql, app: string): Promise<RoundFigures> {
   const figures: RoundFigures = { committed: 0, rejected: 0, plainOk: 0, plainRejected: 0, terminations: 0, problems: [] };
   let running = true;
+  /** The backend the killer signalled last (0: none yet). */
+  let last = 0;
   const killer = (async () => {
     while (running) {
       // Every other time, a backend idle inside a transaction if there is one: its client is
       // between two statements of the transaction.
       const idle = figures.terminations % 2 === 0 ? 'idle in transaction%' : '%';
-      const [k] = await db.sql<{ n: number }[]>`
-        select count(*)::int as n from (
-          select pg_terminate_backend(pid) from pg_stat_activity
+      const killed = await db.sql<{ pid: number }[]>`
+        select pid from (
+          select pid, pg_terminate_backend(pid) as signalled from pg_stat_activity
           where application_name = ${app} and pid <> pg_backend_pid()
-          order by coalesce(state, '') like ${idle} desc, random() limit 1) t`;
-      figures.terminations += k.n;
+          order by coalesce(state, '') like ${idle} desc, random() limit 1) t
+        where signalled`;
+      figures.terminations += killed.length;
+      if (killed.length > 0) last = killed[0].pid;
       await sleep(2 + Math.floor(Math.random() * 10));
     }
   })();
@@ -120,6 +124,10 @@ async function round(sql: Sql, app: string): Promise<RoundFigures> {
   const plainOutcomes = await Promise.all(plains);
   running = false;
   await killer;
+  // pg_terminate_backend() only signals: the last backend it signalled may still be on its way out.
+  // Once it is gone its FATAL is on the pool's socket, so the next round (or the check after the
+  // last one) cannot hand a statement to a connection that is about to close.
+  while ((await db.sql`select 1 from pg_stat_activity where pid = ${last}`).length > 0) await sleep(5);
 
   const rows = await db.sql<{ tx: number; step: number; txid: string }[]>`
     select tx, step, txid::text from tx_marks where tx between ${first} and ${nextTx}`;
