@@ -12,6 +12,7 @@ import { type Sql } from '../../src/store/index.js';
 import { endingWithConnection } from '../../src/store/transactions.js';
 import { useTestDatabase } from '../support/db-hooks.js';
 import { sleep } from '../support/time.js';
+import { deferred, waitFor } from '../support/waits.js';
 
 const db = useTestDatabase();
 /** The table, named with its schema: in pooler mode a statement outside a transaction has no `search_path`. */
@@ -228,30 +229,38 @@ describe('a transaction whose backend dies between two of its statements', () =>
     for (const max of [1, 2, 4]) {
       const sql = db.connect({ max, applicationName: app });
       const id = ++nextTx;
-      let second: unknown = 'not sent';
+      // The callback waits between its statements on something that is not the database (here,
+      // the test): its backend dies in that gap, whatever the load makes of any timing.
+      const gap = deferred();
+      const inGap = deferred();
+      const tried = deferred<unknown>();
       const work = sql.begin(async (tx) => {
         await tx`insert into ${tx(table())} (tx, step, txid) values (${id}, 1, txid_current())`;
-        await sleep(300); // the callback waits on something else; meanwhile its backend dies
+        inGap.resolve();
+        await gap.promise;
         try {
           await tx`insert into ${tx(table())} (tx, step, txid) values (${id}, 2, txid_current())`;
-          second = 'ran';
+          tried.resolve('ran');
         } catch (e) {
-          second = (e as { code?: string }).code;
+          tried.resolve((e as { code?: string }).code);
         }
       });
       const outcome = settle(work);
-      await sleep(100);
+      await inGap.promise;
       // Work for the pool while its connections are taken, so the pool reopens the one that dies.
       const others = Array.from({ length: max }, () => settle(sql`select pg_sleep(0.05)`));
-      await sleep(20);
-      const [killed] = await db.sql<{ n: number }[]>`
-        select count(pg_terminate_backend(pid))::int as n from pg_stat_activity
-        where application_name = ${app} and state like 'idle in transaction%'`;
-      expect(killed.n).toBe(1);
+      // The backend reports idle in transaction once its insert's answer is sent: wait for that.
+      const killed = await waitFor('the backend idle in its transaction', async () => {
+        const [k] = await db.sql<{ n: number }[]>`
+          select count(pg_terminate_backend(pid))::int as n from pg_stat_activity
+          where application_name = ${app} and state like 'idle in transaction%'`;
+        return k.n;
+      });
+      expect(killed).toBe(1);
       expect(await outcome).toBe('rejected');
       expect(await Promise.all(others)).toEqual(Array(max).fill('ok'));
-      await sleep(400);
-      expect(second, `pool of ${max}`).toBe('CONNECTION_CLOSED');
+      gap.resolve();
+      expect(await tried.promise, `pool of ${max}`).toBe('CONNECTION_CLOSED');
       expect(await db.sql`select step from tx_marks where tx = ${id}`, `pool of ${max}`).toEqual([]);
       const stuck = await db.sql`
         select pid from pg_stat_activity where application_name = ${app} and state like 'idle in transaction%'`;
