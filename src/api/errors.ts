@@ -15,10 +15,13 @@ export const HTTP_STATUS: Readonly<Record<ErrorCode, number>> = Object.fromEntri
 /** Seconds a client is asked to wait (`Retry-After`) when the database could not serve the request. */
 export const RETRY_AFTER_S = 1;
 
-/** The request field a library error is about, named in front of its message when it does not name it. */
+/**
+ * The request field a library error is about, named in front of its message when it does not
+ * name it. An `invalid_batch` error names its own (`timeoutMs`, `pool`, …) unless it says
+ * otherwise (`requestField`: `params` for the items they expand to).
+ */
 const FIELD: Readonly<Partial<Record<ErrorCode, string>>> = {
   unknown_job: 'job',
-  invalid_batch: 'params',
   batch_too_large: 'params',
 };
 
@@ -69,7 +72,8 @@ export function errorAnswer(error: unknown): ErrorAnswer | undefined {
   }
   const code = (error as { code?: unknown }).code;
   if (!isErrorCode(code)) return undefined;
-  const field = error instanceof RequestError ? undefined : FIELD[code];
+  const own = (error as { requestField?: unknown }).requestField;
+  const field = error instanceof RequestError ? undefined : typeof own === 'string' ? own : FIELD[code];
   return {
     status: HTTP_STATUS[code],
     code,

@@ -74,7 +74,10 @@ export function readJsonBody(event: APIGatewayProxyEventV2, maxBodyBytes: number
       ?.slice('charset='.length)
       .replace(/"/g, '');
     if (!(media === 'application/json' || media.endsWith('+json')) || (charset && charset !== 'utf-8' && charset !== 'utf8')) {
-      throw new RequestError('unsupported_media_type', `content-type: must be application/json (UTF-8), got "${type}"`);
+      // curl's -d sends application/x-www-form-urlencoded unless told otherwise: say how.
+      const hint =
+        media === 'application/x-www-form-urlencoded' ? " (with curl -d, add -H 'content-type: application/json')" : '';
+      throw new RequestError('unsupported_media_type', `content-type: must be application/json (UTF-8), got "${type}"${hint}`);
     }
   }
   if (bytes.length === 0) throw new InvalidRequestError('body: Required (a JSON object)');

@@ -130,7 +130,9 @@ export async function createBatch(
     }
     // A start names a pool that exists: one it made up would never grant a permit.
     if (!(await poolExists(sql, batch.pool))) {
-      throw new InvalidBatchError(`pool "${batch.pool}" does not exist: set its limit first (PUT /pools/{name})`);
+      throw new InvalidBatchError(
+        `pool "${batch.pool}" does not exist: set its limit first (PUT /pools/{name}, or \`leasehold pool set ${batch.pool} --limit N\`)`,
+      );
     }
   }
   checkDeadline(batch);
@@ -298,15 +300,18 @@ export async function claimDispatch(
 /**
  * Check an item timeout, ms: an integer from 1 to `limitMs` (default {@link MAX_ITEM_TIMEOUT_MS}).
  * A start passes what one worker invocation can give an item (docs/design.md, "Item timeouts"),
- * so a timeout that could never be reached is refused up front.
+ * so a timeout that could never be reached is refused up front. `why` names the limit, `whence`
+ * where it comes from (both in the message).
  * @throws {InvalidBatchError} naming the value and the limit.
  */
-export function checkItemTimeout(ms: unknown, limitMs = MAX_ITEM_TIMEOUT_MS, why = ''): void {
+export function checkItemTimeout(ms: unknown, limitMs = MAX_ITEM_TIMEOUT_MS, why = '', whence = ''): void {
   if (typeof ms !== 'number' || !Number.isInteger(ms) || ms < 1) {
     throw new InvalidBatchError(`timeoutMs must be a whole number of ms of at least 1 (got ${String(ms)})`);
   }
   if (ms > limitMs) {
-    throw new InvalidBatchError(`timeoutMs ${ms} ms is longer than ${why || 'the longest item timeout'} (${limitMs} ms)`);
+    throw new InvalidBatchError(
+      `timeoutMs ${ms} ms is longer than ${why || 'the longest item timeout'} (${limitMs} ms${whence ? `: ${whence}` : ''})`,
+    );
   }
 }
 

@@ -59,9 +59,16 @@ export class BatchFinishedError extends BatchError {
   }
 }
 
-/** Start input is invalid (for example duplicate item keys or no items). The API answers 400. */
+/**
+ * Start input is invalid (for example duplicate item keys or no items). The API answers 400,
+ * naming `requestField` in front of the message when it is set: the request field the error is
+ * about when the message does not name one (`params` for the items the params expand to).
+ */
 export class InvalidBatchError extends BatchError {
-  constructor(message: string) {
+  constructor(
+    message: string,
+    readonly requestField?: string,
+  ) {
     super('invalid_batch', message);
   }
 }

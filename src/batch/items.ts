@@ -105,7 +105,7 @@ export async function readItems(items: ItemSource, limits: StartLimits, onePiece
     for (const item of items) if (add(item)) flush();
   }
   if (piece.length > 0) flush();
-  if (count === 0) throw new InvalidBatchError('a batch needs at least one item');
+  if (count === 0) throw new InvalidBatchError('a batch needs at least one item', 'params');
   return { pieces, count };
 }
 
@@ -145,7 +145,7 @@ export function pageRows(items: ItemInput[], maxInputBytes: number): PageRows {
  */
 function checkItem(item: ItemInput, n: number, maxInputBytes: number): { keyJson: string; inputJson?: string; bytes: number } {
   const key: unknown = item?.key;
-  if (typeof key !== 'string') throw new InvalidBatchError(`item ${n}: key must be a string`);
+  if (typeof key !== 'string') throw new InvalidBatchError(`item ${n}: key must be a string`, 'params');
   const keyBytes = Buffer.byteLength(key);
   if (keyBytes > MAX_KEY_BYTES) {
     throw new BatchTooLargeError(
@@ -156,13 +156,16 @@ function checkItem(item: ItemInput, n: number, maxInputBytes: number): { keyJson
   }
   const keyJson = JSON.stringify(key);
   if (UNSTORABLE_ESCAPE.test(keyJson)) {
-    throw new InvalidBatchError(`the key of item ${n} (${preview(key)}) contains a NUL character or an unpaired surrogate`);
+    throw new InvalidBatchError(
+      `the key of item ${n} (${preview(key)}) contains a NUL character or an unpaired surrogate`,
+      'params',
+    );
   }
   let inputJson: string | undefined = (item as ItemWithJson)[INPUT_JSON];
   try {
     if (inputJson === undefined) inputJson = item.input === undefined ? undefined : JSON.stringify(item.input);
   } catch (e) {
-    throw new InvalidBatchError(`the input of item ${preview(key)} is not JSON: ${(e as Error).message}`);
+    throw new InvalidBatchError(`the input of item ${preview(key)} is not JSON: ${(e as Error).message}`, 'params');
   }
   const inputBytes = inputJson === undefined ? 0 : Buffer.byteLength(inputJson);
   if (inputBytes > maxInputBytes) {
@@ -173,7 +176,7 @@ function checkItem(item: ItemInput, n: number, maxInputBytes: number): { keyJson
     );
   }
   if (inputJson !== undefined && inputJson.includes('\\u') && UNSTORABLE_ESCAPE.test(inputJson)) {
-    throw new InvalidBatchError(`the input of item ${preview(key)} contains a NUL character or an unpaired surrogate`);
+    throw new InvalidBatchError(`the input of item ${preview(key)} contains a NUL character or an unpaired surrogate`, 'params');
   }
   return { keyJson, inputJson, bytes: keyBytes + inputBytes };
 }
@@ -203,5 +206,8 @@ function duplicateKeyError(e: unknown): InvalidBatchError | undefined {
     typeof err.detail === 'string'
       ? /^Key \(batch_id, key\)=\([0-9a-f-]{36}, (.*)\) already exists\.$/s.exec(err.detail)?.[1]
       : undefined;
-  return new InvalidBatchError(key === undefined ? 'two items have the same key' : `duplicate item key ${preview(key)}`);
+  return new InvalidBatchError(
+    key === undefined ? 'two items have the same key' : `duplicate item key ${preview(key)}`,
+    'params',
+  );
 }

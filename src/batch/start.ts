@@ -221,7 +221,10 @@ export async function startBatch(deps: StartDeps, req: StartRequest): Promise<St
 async function startNew(deps: StartDeps, req: StartRequest, traceContext: string | null): Promise<StartResult> {
   const limitMs = deps.config.itemTimeoutLimitMs ?? BATCH_DEFAULTS.itemTimeoutLimitMs;
   const why = 'one worker invocation can give an item';
-  if (req.timeoutMs !== undefined) checkItemTimeout(req.timeoutMs, limitMs, why);
+  // Where the limit comes from, so the message says what to change.
+  const whence =
+    "the worker's timeout, LEASEHOLD_WORKER_TIMEOUT_MS, less LEASEHOLD_DEADLINE_MARGIN_MS; `leasehold dev --timeout-ms` sets it locally";
+  if (req.timeoutMs !== undefined) checkItemTimeout(req.timeoutMs, limitMs, why, whence);
   // Refused before anything is stored when S3 can tell what is wrong (no such bucket or key,
   // denied, an empty object); what only reading can tell ends the batch failed later. The S3
   // client (and the SDK) only for a start that names S3.
@@ -235,7 +238,7 @@ async function startNew(deps: StartDeps, req: StartRequest, traceContext: string
   // that could never finish in time is refused now rather than failed attempt after attempt.
   if (req.timeoutMs === undefined && expanded.timeoutMs !== undefined) {
     try {
-      checkItemTimeout(expanded.timeoutMs, limitMs, why);
+      checkItemTimeout(expanded.timeoutMs, limitMs, why, whence);
     } catch (e) {
       throw new InvalidBatchError(`job "${req.job}": ${(e as Error).message}`);
     }

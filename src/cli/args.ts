@@ -181,7 +181,7 @@ function s3Url(v: string): { bucket: string; rest: string } | undefined {
  * alone), `s3://BUCKET/KEY.jsonl`, `.ndjson`, `.csv` or `.tsv` (a tab-delimited CSV), each also
  * with `.gz` (one item per line or row; gzip is found from the object itself, the name only gives
  * the format), or the API's `source` as JSON (docs/api.md), e.g.
- * `{"s3":{"bucket":"b","key":"k.csv","format":"csv","keyColumn":"id","delimiter":"semicolon"}}`.
+ * `{"s3":{"bucket":"acme-data","key":"k.csv","format":"csv","keyColumn":"id","delimiter":"semicolon"}}`.
  * The API checks the rest.
  */
 export function sourceArg(v: string): unknown {
@@ -210,7 +210,7 @@ export function sourceArg(v: string): unknown {
 /**
  * `--results`: `s3://BUCKET/PREFIX` (the prefix may be empty), where the results are written when
  * the batch ends, under `PREFIX/ID/`: a prefix not ending in `/` gets one (the API writes under
- * `{prefix}{id}`, so `s3://b/out` wrote `out<id>/…`, which no listing of `out/` shows).
+ * `{prefix}{id}`, so `s3://acme-data/out` wrote `out<id>/…`, which no listing of `out/` shows).
  */
 export function resultsArg(v: string): { s3: { bucket: string; prefix: string } } {
   const url = s3Url(v);

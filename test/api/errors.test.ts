@@ -23,7 +23,9 @@ describe('the error table', () => {
     const cases: [LeaseholdError, number, ErrorCode, RegExp][] = [
       [new InvalidRequestError('tenant: Required'), 400, 'invalid_request', /^tenant: Required$/],
       [new InvalidParamsError('params.dir', 'outside the allowed roots'), 400, 'invalid_params', /^params\.dir: outside/],
-      [new InvalidBatchError('two items share the key "a"'), 400, 'invalid_batch', /^params: two items/],
+      [new InvalidBatchError('two items share the key "a"', 'params'), 400, 'invalid_batch', /^params: two items/],
+      // One that names its own field is not said to be about params.
+      [new InvalidBatchError('pool "p" does not exist'), 400, 'invalid_batch', /^pool "p" does not exist$/],
       [new BatchCancelledError('b1'), 400, 'batch_cancelled', /b1/],
       [new BatchNotFoundError('b1'), 404, 'batch_not_found', /b1/],
       [new UnknownJobError('nope'), 404, 'unknown_job', /^job: unknown job "nope"$/],

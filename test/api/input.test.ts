@@ -295,7 +295,7 @@ const cases: Case[] = [
     options: () => ({ body: 'tenant=a&datasource=b', headers: { 'content-type': 'application/x-www-form-urlencoded' } }),
     status: 415,
     code: 'unsupported_media_type',
-    message: /^content-type: must be application\/json/,
+    message: /^content-type: must be application\/json .*add -H 'content-type: application\/json'\)$/,
   },
   {
     name: 'JSON in Latin-1',

@@ -113,7 +113,9 @@ describe('timeouts a start refuses', () => {
     const jobs = new JobRegistry([job()], { allowedRoots: [], maxItems: 10 });
     const refused = startBatch(deps(jobs), { ...req, requestKey: 'too-long', timeoutMs: 20_001 });
     await expect(refused).rejects.toThrow(InvalidBatchError);
-    await expect(refused).rejects.toThrow('timeoutMs 20001 ms is longer than one worker invocation can give an item (20000 ms)');
+    await expect(refused).rejects.toThrow(
+      "timeoutMs 20001 ms is longer than one worker invocation can give an item (20000 ms: the worker's timeout, LEASEHOLD_WORKER_TIMEOUT_MS",
+    );
     const [{ n }] = await db.sql<
       { n: number }[]
     >`select count(*)::int as n from leasehold_batches where request_key = 'too-long'`;
@@ -126,7 +128,7 @@ describe('timeouts a start refuses', () => {
   it("refuses a start whose job's own timeout is too long, naming the job", async () => {
     const jobs = new JobRegistry([job(60_000)], { allowedRoots: [], maxItems: 10 });
     await expect(startBatch(deps(jobs), { ...req, requestKey: 'job-too-long' })).rejects.toThrow(
-      'job "slow": timeoutMs 60000 ms is longer than one worker invocation can give an item (20000 ms)',
+      'job "slow": timeoutMs 60000 ms is longer than one worker invocation can give an item (20000 ms:',
     );
     // A start's own, shorter timeout wins and lets it start.
     const { batch } = await startBatch(deps(jobs), { ...req, requestKey: 'own-shorter', timeoutMs: 5_000 });
