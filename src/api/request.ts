@@ -305,8 +305,11 @@ export const patchBatchSchema = z
 /** Validated body of `POST /batches`. */
 export type StartRequest = z.infer<typeof startSchema>;
 
-/** Batch statuses accepted by `GET /batches?status=`. */
-export const STATUSES = ['open', 'succeeded', 'failed', 'cancelled'] as const;
+/**
+ * The states `GET /batches?status=` and an action's filter may name: a stored status, or an open
+ * batch that runs or is paused.
+ */
+export const FILTER_STATUSES = ['open', 'running', 'paused', 'succeeded', 'failed', 'cancelled'] as const;
 
 /** Largest `limit` of `GET /batches`. */
 export const MAX_LIST_LIMIT = 1000;
@@ -323,7 +326,8 @@ function limitSchema(max: number) {
 export const listSchema = z.strictObject({
   // Not the start charset: batches started another way (CLI, trigger) can still be listed.
   tenant: z.optional(textSchema(MAX_NAME_LENGTH)),
-  status: z.optional(z.enum(STATUSES, { error: () => `must be one of ${STATUSES.join(', ')}` })),
+  // The action filters' statuses too: `running` and `paused` are open batches as lists show them.
+  status: z.optional(z.enum(FILTER_STATUSES, { error: () => `must be one of ${FILTER_STATUSES.join(', ')}` })),
   limit: z.optional(limitSchema(MAX_LIST_LIMIT)),
 });
 
@@ -440,9 +444,6 @@ export function tenantParam(tenant: string): string {
 
 /** What `POST /actions` may do to each batch it matches. */
 export const ACTION_KINDS = ['cancel', 'pause', 'resume', 'redrive'] as const;
-
-/** The states an action's filter may name: a stored status, or an open batch that runs or is paused. */
-export const FILTER_STATUSES = ['open', 'running', 'paused', 'succeeded', 'failed', 'cancelled'] as const;
 
 /**
  * Body of `POST /actions`: the action, its filter (at least one field; `status` one state or a

@@ -217,10 +217,13 @@ export async function findBatchByKey(sql: Sql, tenant: string, requestKey: strin
   return id ? q.getBatch(sql, id) : undefined;
 }
 
-/** List batches, newest first. `limit` defaults to `BATCH_DEFAULTS.listLimit` (100). */
+/**
+ * List batches, newest first. `status` is a stored status, or `running` / `paused` (an open batch
+ * not paused / paused). `limit` defaults to `BATCH_DEFAULTS.listLimit` (100).
+ */
 export async function listBatches(
   sql: Sql,
-  filter: { tenant?: string; status?: BatchStatus; limit?: number } = {},
+  filter: { tenant?: string; status?: BatchStatus | 'running' | 'paused'; limit?: number } = {},
 ): Promise<BatchInfo[]> {
   return q.listBatches(sql, { ...filter, limit: filter.limit ?? BATCH_DEFAULTS.listLimit });
 }

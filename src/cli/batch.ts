@@ -200,7 +200,7 @@ function addList(batch: Command): void {
     .command('list')
     .description('list batches, newest first')
     .option('--tenant <tenant>', 'only this tenant (through its own route, /tenants/TENANT/batches)', tenantName)
-    .option('--status <status>', 'open | succeeded | failed | cancelled')
+    .option('--status <status>', 'open (running or paused) | running | paused | succeeded | failed | cancelled')
     .option('--limit <n>', 'most batches (1..1000, default 100)', positiveInt('--limit'))
     .option('--json', 'print JSON')
     .addOption(apiOption)

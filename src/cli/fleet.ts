@@ -20,10 +20,15 @@ function evenShareText(evenShare: number | undefined): string {
  * invocations on their way (…)`. `coming` counts workers invoked and not live yet (their first
  * heartbeat not seen; fleet replacements a worker sends at its deadline, the scheduler's and
  * batch workers'), never part of `live`: written as `(3 coming)` next to the live count it read
- * as 6.
+ * as 6. With `totalWeight` 0 (no unit has weight) and a desired count above 0, it says why none
+ * is live: fleet processes are invoked only while some unit has weight (docs/design.md, "Process
+ * membership and unit ownership").
  */
-export function concurrencyLine(c: ApiConcurrency): string {
+export function concurrencyLine(c: ApiConcurrency, totalWeight?: number): string {
   const parts = [`live ${c.live} of ${c.desired} desired`];
+  if (totalWeight === 0 && c.desired > 0 && c.live === 0) {
+    parts.push('no units have weight, so no fleet process is invoked (`leasehold units put` registers some)');
+  }
   if (c.coming)
     parts.push(
       `${c.coming} invocation${c.coming === 1 ? '' : 's'} on ${c.coming === 1 ? 'its' : 'their'} way (invoked, not live yet)`,
@@ -45,7 +50,7 @@ function addProcesses(program: Command): void {
     .action(async (opts) => {
       const { fleet, processes } = await client({ api: opts.api }).listProcesses();
       if (opts.json) return console.log(JSON.stringify({ fleet, processes }, null, 2));
-      console.log(concurrencyLine(fleet));
+      console.log(concurrencyLine(fleet, fleet.totalWeight));
       console.log(
         `fair share ${fleet.fairShare} of weight ${fleet.totalWeight} (even share ${evenShareText(fleet.evenShare)});` +
           ` owned min ${fleet.minWeight}, max ${fleet.maxWeight}` +
@@ -80,6 +85,8 @@ function addConcurrency(program: Command): void {
     .action(async (n: number | undefined, opts) => {
       const api = client({ api: opts.api });
       const c = n === undefined ? await api.getConcurrency() : await api.setConcurrency(n);
-      console.log(concurrencyLine(c));
+      // None live while some are desired: the fleet's weight says whether that is for want of units.
+      const weight = c.live === 0 && c.desired > 0 ? (await api.listProcesses()).fleet.totalWeight : undefined;
+      console.log(concurrencyLine(c, weight));
     });
 }

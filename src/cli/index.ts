@@ -1,6 +1,7 @@
 // The `leasehold` command line (bin/leasehold.js runs the built copy of this file): the program
 // and its subcommands, one file per group, and the one place errors become a line and exit 1.
 import { Command } from 'commander';
+import { LeaseholdError } from '../errors.js';
 import { ConfigError } from '../runtime/config.js';
 import { ApiCallError } from '../client/index.js';
 import { addActionCommands } from './actions.js';
@@ -38,7 +39,8 @@ addS3Commands(program);
 
 program.parseAsync().catch((e: unknown) => {
   if (e instanceof ApiCallError) console.error(`leasehold: ${e.message}${e.status ? ` (HTTP ${e.status})` : ''}`);
-  else if (e instanceof ConfigError) console.error(`leasehold: ${e.message}`);
+  // leasehold's own errors say what is wrong and what to do: their message, not a stack.
+  else if (e instanceof ConfigError || e instanceof LeaseholdError) console.error(`leasehold: ${e.message}`);
   else console.error(`leasehold: ${(e as Error)?.stack ?? e}`);
   process.exitCode = process.exitCode || 1;
 });

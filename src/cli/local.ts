@@ -112,8 +112,21 @@ function addMigrate(program: Command): void {
       let url = checked.databaseUrl;
       let stop: (() => Promise<void>) | undefined;
       if (!url) {
-        const { startEmbedded } = await import('../local/embedded/index.js');
-        const db = await startEmbedded({});
+        const { startEmbedded, EmbeddedDataDirInUseError } = await import('../local/embedded/index.js');
+        let db;
+        try {
+          db = await startEmbedded({});
+        } catch (e) {
+          // A running `leasehold dev` of this folder migrated its database when it started.
+          if (e instanceof EmbeddedDataDirInUseError && e.ownerPid !== undefined) {
+            console.log(
+              `the embedded database is served by a running leasehold (process ${e.ownerPid}), which applied ` +
+                'the migrations when it started: nothing to do (set DATABASE_URL to migrate another database)',
+            );
+            return;
+          }
+          throw e;
+        }
         url = db.url;
         stop = db.stop;
       }

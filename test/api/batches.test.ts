@@ -331,7 +331,7 @@ describe('GET /batches', () => {
   });
 
   it.each([
-    [{ status: 'done' }, /^status: must be one of open, succeeded, failed, cancelled/],
+    [{ status: 'done' }, /^status: must be one of open, running, paused, succeeded, failed, cancelled/],
     [{ limit: '0' }, /^limit: /],
     [{ limit: '-1' }, /^limit: /],
     [{ limit: '1001' }, /^limit: /],
@@ -410,6 +410,24 @@ describe('POST /batches/{id}/pause and /resume, and the deadline', () => {
     expect(late.status).toBe(409);
     expect(late.body.error.code).toBe('batch_finished');
     expect((await call(suite.deps, 'POST', `/batches/${randomUUID()}/pause`)).status).toBe(404);
+  });
+
+  it('lists paused and running batches apart: status paused or running, as the list shows them', async () => {
+    const tenant = uniqueTenant();
+    const body = { tenant, datasource: 'files', job: 'checksum', params: { dir: suite.dir } };
+    const [a, b] = [(await start(body)).body.id as string, (await start(body)).body.id as string];
+    await call(suite.deps, 'POST', `/batches/${a}/pause`);
+    const list = async (status: string) =>
+      (await call(suite.deps, 'GET', '/batches', { query: { tenant, status } })).body.batches.map((x: { id: string }) => x.id);
+    expect(await list('paused')).toEqual([a]);
+    expect(await list('running')).toEqual([b]);
+    expect(await list('open')).toEqual([b, a]);
+    // The tenant-scoped list takes it too.
+    const scoped = await call(suite.deps, 'GET', `/tenants/${tenant}/batches`, { query: { status: 'paused' } });
+    expect(scoped.body.batches.map((x: { id: string }) => x.id)).toEqual([a]);
+    await call(suite.deps, 'POST', `/batches/${a}/cancel`);
+    await call(suite.deps, 'POST', `/batches/${b}/cancel`);
+    expect(await list('paused')).toEqual([]);
   });
 
   it('takes deadline or deadlineMs at start and by PATCH (null clears it), never both', async () => {

@@ -109,7 +109,13 @@ it('batch start --notify URL sends notify; a finished batch shows no wanted runs
 it('processes and concurrency say live against desired once, and invocations on their way apart', async () => {
   // The batch started above reserved a worker invocation: it counts as on its way too.
   await db.sql`delete from leasehold_invocations`;
-  expect((await leasehold(['concurrency', '3'])).stdout.trim()).toBe('live 0 of 3 desired');
+  // No unit has weight yet: it says why no fleet process comes.
+  const none = 'no units have weight, so no fleet process is invoked (`leasehold units put` registers some)';
+  expect((await leasehold(['concurrency', '3'])).stdout.trim()).toBe(`live 0 of 3 desired; ${none}`);
+  expect((await leasehold(['processes'])).stdout.split('\n')[0]).toBe(`live 0 of 3 desired; ${none}`);
+  const put = await leasehold(['units', 'put', 'hint-tenant', '--job', 'uptime-check', '--shards', '1']);
+  expect(put.code, put.stderr).toBe(0);
+  expect((await leasehold(['concurrency'])).stdout.trim()).toBe('live 0 of 3 desired');
   // Two workers invoked and not live yet (their first heartbeat not seen).
   await db.sql`insert into leasehold_invocations (id, confirm_by)
     select gen_random_uuid(), now() + interval '30 seconds' from generate_series(1, 2)`;

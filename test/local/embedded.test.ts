@@ -1,13 +1,14 @@
 // The embedded PostgreSQL of local mode, on a real data folder in the OS temp dir. The tests of
 // this file share one folder (initialising one takes about a second) and run in order; each
 // leaves the folder stopped.
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -18,6 +19,9 @@ import {
 } from '../../src/local/embedded/index.js';
 
 const fixture = join(dirname(fileURLToPath(import.meta.url)), 'fixtures', 'hold-embedded.ts');
+/** The built `leasehold` command (test/support/global-setup.ts builds dist/). */
+const BIN = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'bin', 'leasehold.js');
+const run = promisify(execFile);
 
 const HOOKED = ['SIGINT', 'SIGTERM', 'SIGHUP', 'exit', 'beforeExit'];
 const listenerCounts = () => HOOKED.map((e) => process.listenerCount(e));
@@ -57,9 +61,9 @@ function gone(pid: number): boolean {
   }
 }
 
-/** Another "leasehold dev" holding the folder's server: see fixtures/hold-embedded.ts. */
-async function holder(): Promise<{ child: ChildProcess; serverPid: number; url: string }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', fixture, dir], { stdio: ['ignore', 'pipe', 'pipe'] });
+/** Another "leasehold dev" holding the server of `folder` (default `dir`): see fixtures/hold-embedded.ts. */
+async function holder(folder = dir): Promise<{ child: ChildProcess; serverPid: number; url: string }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', fixture, folder], { stdio: ['ignore', 'pipe', 'pipe'] });
   children.push(child);
   let out = '';
   let err = '';
@@ -163,6 +167,21 @@ describe('embedded PostgreSQL', () => {
       await exited(other.child);
     }
     expect(gone(other.serverPid)).toBe(true);
+  });
+
+  it('leasehold migrate beside a running leasehold of its folder says that one migrated, and exits 0', async () => {
+    const project = join(root, 'project');
+    const other = await holder(join(project, '.leasehold', 'pgdata'));
+    try {
+      const env: NodeJS.ProcessEnv = { ...process.env };
+      delete env.DATABASE_URL;
+      const r = await run(process.execPath, [BIN, 'migrate'], { cwd: project, env });
+      expect(r.stdout).toContain(`served by a running leasehold (process ${other.child.pid}), which applied the migrations`);
+      expect(r.stderr).toBe('');
+    } finally {
+      other.child.kill('SIGTERM');
+      await exited(other.child);
+    }
   });
 
   it('replaces the server of a leasehold that was killed, keeping the data', async () => {

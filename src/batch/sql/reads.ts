@@ -41,7 +41,8 @@ export function getBatchStatement(sql: Sql, { id }: { id: string }) {
 /** What {@link listBatches} takes: optional filters and the page size. */
 export interface ListArgs {
   tenant?: string;
-  status?: BatchStatus;
+  /** A stored status, or `running` / `paused`: an open batch not paused / paused. */
+  status?: BatchStatus | 'running' | 'paused';
   limit: number;
 }
 
@@ -57,13 +58,17 @@ export async function listBatches(sql: Sql, f: ListArgs): Promise<BatchInfo[]> {
  * finished batch's counts are read from its row, an open one's from its items.
  */
 export function listBatchesStatement(sql: Sql, f: ListArgs) {
+  // `running` and `paused` read the open batches' index and keep those (not) paused.
+  const status = f.status === 'running' || f.status === 'paused' ? 'open' : f.status;
+  const paused =
+    f.status === 'paused' ? sql`and b.paused_at is not null` : f.status === 'running' ? sql`and b.paused_at is null` : sql``;
   const where =
-    f.tenant !== undefined && f.status !== undefined
-      ? sql`where b.tenant = ${f.tenant} and b.status = ${f.status}`
+    f.tenant !== undefined && status !== undefined
+      ? sql`where b.tenant = ${f.tenant} and b.status = ${status} ${paused}`
       : f.tenant !== undefined
         ? sql`where b.tenant = ${f.tenant}`
-        : f.status !== undefined
-          ? sql`where b.status = ${f.status}`
+        : status !== undefined
+          ? sql`where b.status = ${status} ${paused}`
           : sql``;
   return sql`select b.*, ${batchCounts(sql)}, ${runList(sql)} from leasehold_batches b ${where}
     order by b.created_at desc, b.id

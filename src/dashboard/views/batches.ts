@@ -6,7 +6,7 @@ import { api, type Batch } from '../api.js';
 import { ErrorNote, ProgressBar, StatusBadge, message, usePoll } from '../components.js';
 import { duration, rate, shortId, usageText } from '../format.js';
 
-const STATUSES = ['', 'open', 'succeeded', 'failed', 'cancelled'] as const;
+const STATUSES = ['', 'open', 'running', 'paused', 'succeeded', 'failed', 'cancelled'] as const;
 
 /** The batches view; the filter lives in the address (`#/batches?tenant=…&status=…`). */
 export function BatchesView({
