@@ -23,10 +23,8 @@ export function batchView(b: BatchInfo): BatchView {
     status: b.status,
     total: b.total,
     counts: { ...b.counts },
-    notRun:
-      b.status === 'cancelled' || (b.status === 'failed' && b.reason === 'deadline')
-        ? b.counts.running + b.counts.waiting + b.counts.pending
-        : 0,
+    // A finished batch's unfinished items: no run works them any more (until a redrive reopens it).
+    notRun: b.status !== 'open' ? b.counts.running + b.counts.waiting + b.counts.pending : 0,
     ownerProcess: b.ownerProcess,
     runs: b.runs,
     maxConcurrency: b.maxConcurrency,

@@ -24,9 +24,10 @@ export interface ApiBatch {
    */
   counts: Record<ApiItemState, number>;
   /**
-   * Items that will never run: a cancelled batch's pending, waiting and running items (no run works a
-   * cancelled batch; cancel is for good, and a cancelled batch is never redriven), and those of a
-   * batch ended by its deadline (reason `deadline`, until a redrive); 0 for any other.
+   * Items that will never run: a finished batch's pending, waiting and running items. No run works
+   * a finished batch: a cancel is for good; a batch ended by its deadline or by more failures than
+   * it tolerated, or succeeded early (`completion`), keeps them until a redrive reopens it. 0 for
+   * an open batch.
    */
   notRun: number;
   /** Process of its oldest live run; null when it has none. */

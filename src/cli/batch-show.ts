@@ -22,10 +22,17 @@ function toleranceText(b: ApiBatch): string | null {
 function itemsLine(b: ApiBatch): string {
   const reading = b.reading ? ' so far (its source is still being read)' : '';
   const rest =
-    b.status === 'cancelled' || b.notRun > 0
-      ? `${b.counts.running + b.counts.waiting + b.counts.pending} not run (${b.status === 'cancelled' ? 'cancelled' : 'past its deadline'})`
+    b.status !== 'open'
+      ? `${b.counts.running + b.counts.waiting + b.counts.pending} not run (${notRunWhy(b)})`
       : `${b.counts.running} running (claimed by its runs: being worked or queued ahead in a run), ${b.counts.waiting} waiting (callbacks and sleeps), ${b.counts.pending} pending`;
   return `items     ${b.total}${reading}: ${b.counts.done} done, ${b.counts.failed} failed, ${rest}`;
+}
+
+/** Why a finished batch's unfinished items will not run: how it ended. */
+function notRunWhy(b: ApiBatch): string {
+  if (b.status === 'cancelled') return 'cancelled';
+  if (b.status === 'succeeded') return 'it succeeded without them';
+  return b.reason === 'deadline' ? 'past its deadline' : 'the batch failed';
 }
 
 /**

@@ -75,12 +75,12 @@ export type Shown = ItemState | 'not run';
 
 /**
  * A batch's items as the page shows them, in order: by state (done, failed, running, waiting,
- * pending), but a cancelled batch's running, waiting and pending items as `not run`: no run works
+ * pending), but a finished batch's running, waiting and pending items as `not run`: no run works
  * them any more. An API without waiting items (older than callbacks) counts 0 waiting.
  */
 export function shownCounts(batch: Pick<Batch, 'status' | 'counts'>): [Shown, number][] {
   const c = { ...batch.counts, waiting: batch.counts.waiting ?? 0 };
-  if (batch.status === 'cancelled')
+  if (batch.status !== 'open')
     return [
       ['done', c.done],
       ['failed', c.failed],

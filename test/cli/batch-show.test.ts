@@ -4,7 +4,7 @@
 // sleeping items read "0 running, 0 pending", and a cancel left them out of `notRun`.
 import { describe, expect, it } from 'vitest';
 import { batchView } from '../../src/api/views.js';
-import { cancelBatch, createBatch, getBatch } from '../../src/batch/index.js';
+import { cancelBatch, createBatch, getBatch, Runner } from '../../src/batch/index.js';
 import { showLines } from '../../src/cli/batch-show.js';
 import { useTestDatabase } from '../support/db-hooks.js';
 
@@ -40,5 +40,30 @@ describe('batch show with waiting items', () => {
     const view = batchView(await getBatch(db.sql, id));
     expect(view.notRun).toBe(3);
     expect(showLines(view).find((l) => l.startsWith('items'))).toContain('3 not run (cancelled)');
+  });
+
+  it('a batch its failures ended keeps its unfinished items as not run, in the API and the text', async () => {
+    const n = Math.random().toString(36).slice(2, 10);
+    const { batch } = await createBatch(db.sql, {
+      tenant: `show-${n}`,
+      datasource: 'd',
+      job: 'test',
+      params: {},
+      requestKey: `show-${n}`,
+      toleratedFailures: { count: 0 },
+      items: Array.from({ length: 20 }, (_, i) => ({ key: `k${String(i).padStart(3, '0')}` })),
+    });
+    const runner = new Runner(db.sql, { parallel: 1, attempts: 1, queueDepth: 0 });
+    const work = async () => {
+      throw new Error('refused');
+    };
+    await runner.takeOver(() => ({ work, parallel: 1 }), batch.id);
+    await runner.running(batch.id);
+    const view = batchView(await getBatch(db.sql, batch.id));
+    expect(view.status).toBe('failed');
+    // Its first failure ended it: the rest were never run, and never will be.
+    expect(view.counts.failed).toBe(1);
+    expect(view.notRun).toBe(19);
+    expect(showLines(view).find((l) => l.startsWith('items'))).toContain('1 failed, 19 not run (the batch failed)');
   });
 });

@@ -1,6 +1,6 @@
 // The batch page's counts (src/dashboard/components.ts, shownCounts): waiting items (parked on a
 // callback or a sleep; docs/design.md, "Waiting items: callbacks and sleeps") show as their own
-// part of the bar, the legend and the items filter, and as `not run` once the batch is cancelled.
+// part of the bar, the legend and the items filter, and as `not run` once the batch has ended.
 import { describe, expect, it } from 'vitest';
 import { ITEM_STATES, type Batch } from '../../src/dashboard/api.js';
 import { shownCounts } from '../../src/dashboard/components.js';
@@ -26,6 +26,16 @@ describe('shownCounts', () => {
       ['failed', 1],
       ['not run', 10],
     ]);
+  });
+
+  it('counts the unfinished items of a batch that failed or succeeded early as not run too', () => {
+    for (const status of ['failed', 'succeeded'] as const) {
+      expect(shownCounts({ status, counts })).toEqual([
+        ['done', 4],
+        ['failed', 1],
+        ['not run', 10],
+      ]);
+    }
   });
 
   it('counts 0 waiting from an API older than waiting items', () => {

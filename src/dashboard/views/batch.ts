@@ -261,7 +261,7 @@ function Items({ batch }: { batch: Batch }) {
                   <td><code>${i.key}</code></td>
                   <td>${
                     notRun(batch, i)
-                      ? html`<span class="state notrun" title=${`${i.state} when the batch was cancelled`}>not run</span>`
+                      ? html`<span class="state notrun" title=${`${i.state} when the batch ${batch.status === 'cancelled' ? 'was cancelled' : 'ended'}`}>not run</span>`
                       : html`<span class=${`state ${i.state}`}>${i.state}</span>`
                   }</td>
                   <td class="num">${i.attempts}</td>
@@ -284,11 +284,11 @@ function Items({ batch }: { batch: Batch }) {
 }
 
 /**
- * An unfinished item of a cancelled batch (running, waiting or pending): no run works it any
+ * An unfinished item of a finished batch (running, waiting or pending): no run works it any
  * more, so it shows as `not run`, as the counts have it (components.ts, shownCounts), and a
  * waiting one without its deadlines.
  */
-const notRun = (batch: Batch, i: Item) => batch.status === 'cancelled' && i.state !== 'done' && i.state !== 'failed';
+const notRun = (batch: Batch, i: Item) => batch.status !== 'open' && i.state !== 'done' && i.state !== 'failed';
 
 /** The AWS console's page of an `s3://bucket/key` location (locally it names the object all the same). */
 function s3Console(location: string): string {
