@@ -20,7 +20,8 @@ export class TooManyBatchesError extends BatchError {
   ) {
     super(
       'too_many_batches',
-      `datasource "${datasource}" of tenant "${tenant}" already has ${maxOpen} open batches (maxOpen ${maxOpen})`,
+      `datasource "${datasource}" of tenant "${tenant}" already has ${maxOpen} open batches (maxOpen ${maxOpen}, ` +
+        'LEASEHOLD_MAX_OPEN): start it once one has finished, or under another datasource',
     );
   }
 }

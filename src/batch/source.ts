@@ -50,7 +50,11 @@ const where = (s: BatchSource['s3'] | ResultsTarget['s3']) =>
 function startError(e: unknown, what: string, field: string): SourceError {
   const f = s3Fault(e);
   if (f.denied) return new SourceError('source_access_denied', `${field}: access to ${what} is denied (${f.name})`);
-  if (f.missing) return new SourceError('source_not_found', `${field}: ${what} does not exist (${f.name})`);
+  if (f.missing) {
+    // A bucket is made beforehand: say how, for the local S3 at least.
+    const make = what.startsWith('bucket ') ? `; make it first (locally: leasehold s3 mb ${what.slice(7)})` : '';
+    return new SourceError('source_not_found', `${field}: ${what} does not exist (${f.name})${make}`);
+  }
   if (f.status !== undefined && f.status < 500)
     return new SourceError('invalid_source', `${field}: ${what}: ${f.name} (HTTP ${f.status})`);
   return new SourceError('source_unavailable', `${field}: S3 did not answer for ${what}: ${(e as Error)?.message ?? String(e)}`);

@@ -60,9 +60,17 @@ export function addS3Commands(program: Command): void {
           url === undefined ? undefined : url.startsWith('s3://') ? parseS3Url(url, 's3 ls') : { bucket: url, rest: '' };
         const bucket = where?.bucket;
         const prefix = where?.rest ?? '';
-        await listObjects({ bucket, prefix, limit: opts.limit }, opts, (e) =>
+        const n = await listObjects({ bucket, prefix, limit: opts.limit }, opts, (e) =>
           console.log(typeof e === 'string' ? e : `${e.lastModified}  ${String(e.size).padStart(10)}  ${e.key}`),
         );
+        // Nothing listed is said (on stderr: stdout stays the listing), not left as silence.
+        if (n === 0) {
+          console.error(
+            bucket === undefined
+              ? 'no buckets (leasehold s3 mb BUCKET makes one; s3 put makes its bucket too)'
+              : `no objects in s3://${bucket}/${prefix}`,
+          );
+        }
       }),
     );
   s3.command('get')

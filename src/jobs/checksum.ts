@@ -85,7 +85,11 @@ export const checksum = defineJob<{ dir: string }, ChecksumOutput>({
     const roots = await Promise.all(ctx.allowedRoots.map((r) => realpath(r).catch(() => resolve(r))));
     if (!roots.some((root) => isUnder(dir, root))) {
       const via = dir === resolve(params.dir) ? '' : ` (it resolves to ${dir})`;
-      throw new InvalidParamsError('params.dir', `${params.dir}${via} is not under an allowed root (${roots.join(', ')})`);
+      throw new InvalidParamsError(
+        'params.dir',
+        `${params.dir}${via} is not under an allowed root (${roots.join(', ')}; LEASEHOLD_ALLOWED_ROOTS sets them, ` +
+          'and `leasehold dev --demo DIR` allows DIR too)',
+      );
     }
     if (!(await stat(dir)).isDirectory()) {
       throw new InvalidParamsError('params.dir', `${params.dir} is not a directory`);

@@ -170,6 +170,7 @@ describe('POST /batches', () => {
     expect([a.status, b.status, c.status]).toEqual([201, 201, 429]);
     expect(c.body.error.code).toBe('too_many_batches');
     expect(c.body.error.message).toContain('files');
+    expect(c.body.error.message).toMatch(/LEASEHOLD_MAX_OPEN\): start it once one has finished, or under another datasource$/);
     // Other datasources have their own budget; a repeated key is still answered.
     expect((await call(limited, 'POST', '/batches', body('4', 'other'))).status).toBe(201);
     expect((await call(limited, 'POST', '/batches', body('1'))).status).toBe(200);
@@ -203,7 +204,7 @@ describe('POST /batches', () => {
       });
       expect(res.status).toBe(400);
       expect(res.body.error.code).toBe('invalid_params');
-      expect(res.body.error.message).toMatch(/^params\.dir: .*not under an allowed root/);
+      expect(res.body.error.message).toMatch(/^params\.dir: .*not under an allowed root \(.*; LEASEHOLD_ALLOWED_ROOTS sets them/);
     }
     const inside = await call(confined, 'POST', '/batches', {
       body: { tenant: uniqueTenant(), datasource: 'files', job: 'checksum', params: { dir: `${suite.dir}/sub` } },

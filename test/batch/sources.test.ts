@@ -462,7 +462,7 @@ describe('bad sources at start', () => {
       'a missing bucket',
       { s3: { bucket: 'no-such-bucket', prefix: 'x/' } },
       'source_not_found',
-      /bucket no-such-bucket does not exist/,
+      /bucket no-such-bucket does not exist \(.*\); make it first \(locally: leasehold s3 mb no-such-bucket\)$/,
     ],
     [
       'a missing key',

@@ -114,6 +114,9 @@ describe('leasehold s3 mb, ls and get', () => {
     expect(listed.code, listed.stderr).toBe(0);
     expect(listed.stdout).toMatch(/^\d{4}-\d\d-\d\dT\S+ +8 {2}in\/one\.jsonl\n$/);
 
+    const none = await leasehold(['s3', 'ls', 's3://made-here/nothing/', '--endpoint', server.endpoint]);
+    expect(none).toMatchObject({ code: 0, stdout: '', stderr: 'no objects in s3://made-here/nothing/\n' });
+
     const out = await leasehold(['s3', 'get', 's3://made-here/in/one.jsonl', '--endpoint', server.endpoint]);
     expect(out).toMatchObject({ code: 0, stdout: '{"n":1}\n', stderr: '' });
     const toFile = await leasehold(['s3', 'get', 's3://made-here/other/two.jsonl', 'copy.jsonl', '--endpoint', server.endpoint]);
