@@ -131,13 +131,19 @@ export async function handleApi(event: APIGatewayProxyEventV2, deps: ApiDeps): P
   } catch (e) {
     const answer = errorAnswer(e);
     if (answer) return errorResult(answer.status, answer.code, answer.message, answer.headers);
+    const requestId = event.requestContext?.requestId;
     log('error', 'request failed', {
-      requestId: event.requestContext?.requestId,
+      requestId,
       method,
       path,
       error: e instanceof Error ? (e.stack ?? e.message) : String(e),
     });
-    return errorResult(500, 'internal', 'internal error');
+    // Its details are the log's, never the answer's: the answer says where to find them.
+    return errorResult(
+      500,
+      'internal',
+      requestId ? `internal error: its details are logged with request id ${requestId}` : 'internal error',
+    );
   }
 }
 

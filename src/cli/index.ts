@@ -38,7 +38,11 @@ addPoolCommands(program);
 addS3Commands(program);
 
 program.parseAsync().catch((e: unknown) => {
-  if (e instanceof ApiCallError) console.error(`leasehold: ${e.message}${e.status ? ` (HTTP ${e.status})` : ''}`);
+  if (e instanceof ApiCallError) {
+    // An app's code that threw (a job's expand, say) is a 500 whose details only the log has.
+    const where = e.status === 500 ? '; with leasehold dev, the log is .leasehold/dev.log where it runs' : '';
+    console.error(`leasehold: ${e.message}${e.status ? ` (HTTP ${e.status}${where})` : ''}`);
+  }
   // leasehold's own errors say what is wrong and what to do: their message, not a stack.
   else if (e instanceof ConfigError || e instanceof LeaseholdError) console.error(`leasehold: ${e.message}`);
   else console.error(`leasehold: ${(e as Error)?.stack ?? e}`);
