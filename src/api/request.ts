@@ -345,15 +345,14 @@ export const tenantUsageSchema = z.strictObject({ from: z.optional(instantSchema
 /** Item states accepted by `GET /batches/{id}/items?state=`. */
 export const ITEM_STATES = ['pending', 'running', 'waiting', 'done', 'failed'] as const;
 
-// eslint-disable-next-line no-control-regex -- control characters are what this rejects
-const NO_CONTROL_CHARACTERS = /^[^\u0000-\u001f]*$/;
+// eslint-disable-next-line no-control-regex -- a NUL is what this rejects
+const NO_NUL = /^[^\u0000]*$/;
 
 /** Query of `GET /batches/{id}/items`: `after` (a key, exclusive), `limit` (1..1000) and `state`. */
 export const itemsPageSchema = z.strictObject({
-  // Item keys are at most MAX_KEY_BYTES (1,024) bytes and never hold control characters.
-  after: z.optional(
-    z.string().check(z.maxLength(MAX_KEY_BYTES), z.regex(NO_CONTROL_CHARACTERS, 'must not contain control characters')),
-  ),
+  // Item keys are at most MAX_KEY_BYTES (1,024) bytes and never hold a NUL; any other character,
+  // a TAB or a CR included, may be in one (an S3 object's key), and so in the `next` answered.
+  after: z.optional(z.string().check(z.maxLength(MAX_KEY_BYTES), z.regex(NO_NUL, 'must not contain a NUL character'))),
   limit: z.optional(limitSchema(1000)),
   state: z.optional(z.enum(ITEM_STATES, { error: () => `must be one of ${ITEM_STATES.join(', ')}` })),
 });

@@ -40,6 +40,36 @@ export function checkInput(input: unknown, line: number, settings: ReadSettings,
  */
 const REWRITE = /\d[eE][+-]?\d|\d{16}|\\u/;
 
+/** What a line holding a number past the double range must contain (false positives only cost time). */
+const MAY_OVERFLOW = /[eE][+]?\d{3}|\d{309}/;
+
+/**
+ * Throw when line `line`'s `text`, which JSON.parse read, holds a number past the double range:
+ * parsed it is Infinity, written again null, so the item would not hold what the source says (the
+ * API refuses such a body the same way: docs/api.md, "Errors"). Only a line that may hold one is
+ * parsed again.
+ * @throws {SourceReadError} naming the line (and the key, for a value of an object).
+ */
+function refuseOverflow(text: string, line: number): void {
+  if (!MAY_OVERFLOW.test(text)) return;
+  try {
+    JSON.parse(text, (key, value: unknown) => {
+      if (typeof value === 'number' && !Number.isFinite(value)) {
+        throw new SourceReadError(
+          `line ${line} holds a number past the double range (about ±1.8e308), which would be stored as null` +
+            (key === '' ? '' : ` (at key ${JSON.stringify(key)})`),
+          line,
+        );
+      }
+      return value;
+    });
+  } catch (e) {
+    if (e instanceof SourceReadError) throw e;
+    // Nested deeper than the reviver goes: never storable either (as in checkInput).
+    throw new SourceReadError(`line ${line} cannot be stored as JSON: ${(e as Error).message}`, line);
+  }
+}
+
 /**
  * Longest line stored as its own text, bytes. A longer one may nest deeper than PostgreSQL's
  * parser goes (it stops at about 15,000 levels; JSON.stringify throws past about 5,000, which
@@ -104,6 +134,7 @@ export function jsonLines(
     if (lineBytes <= Math.min(AS_IS_BYTES, settings.maxInputBytes) && !REWRITE.test(text)) {
       items.push(new LineItem(numberedKey(line, size), text));
     } else {
+      refuseOverflow(text, line);
       checkInput(input, line, settings, lineBytes);
       items.push({ key: numberedKey(line, size), input });
     }
@@ -160,6 +191,7 @@ export function jsonLinesRows(chunk: Buffer, c: ObjectCursor, settings: ReadSett
     if (end - from <= Math.min(AS_IS_BYTES, settings.maxInputBytes) && !REWRITE.test(text)) {
       put(chunk.subarray(from, end));
     } else {
+      refuseOverflow(text, line);
       checkInput(input, line, settings, end - from);
       const json = JSON.stringify(input) ?? 'null';
       if (json.includes('\\u') && UNSTORABLE_ESCAPE.test(json)) {

@@ -5,13 +5,8 @@
 // answer here, which the API maps to a status.
 import type { Sql } from '../store/index.js';
 import { verifyCallbackToken } from './callback-token.js';
-import {
-  BatchFinishedError,
-  CallbackCompletedError,
-  CallbackNotFoundError,
-  CallbackTimeoutError,
-  InvalidWaitError,
-} from './errors.js';
+import { BatchFinishedError, CallbackCompletedError, CallbackNotFoundError, CallbackTimeoutError } from './errors.js';
+import { InvalidRequestError } from '../errors.js';
 import { completeWait, type Completion } from './sql/waits.js';
 import { encodeOutput, storableText } from './values.js';
 
@@ -46,18 +41,20 @@ const DEADLOCK_TRIES = 3;
  * Complete (or heartbeat) the callback `token` names. Idempotent: the same answer again answers
  * `repeated`.
  * @throws {InvalidCallbackTokenError} the token is malformed or not signed by this deployment.
- * @throws {InvalidWaitError} a result that cannot be stored (over 256 KiB of JSON, NUL, a cycle).
  * @throws {CallbackNotFoundError} no wait matches: its attempt ended, or a later wait replaced it.
  * @throws {CallbackCompletedError} completed before with another answer, or heartbeat after a completion.
  * @throws {CallbackTimeoutError} the wait timed out first.
  * @throws {BatchFinishedError} the item's batch is finished or cancelled: nothing is stored.
+ * @throws {InvalidRequestError} a `succeed` result that cannot be stored (over 256 KiB of JSON, a
+ *   NUL or a lone surrogate, a cycle): nothing is stored.
  */
 export async function completeCallback(sql: Sql, token: string, c: CallbackCompletion): Promise<CallbackAnswer> {
   const claims = await verifyCallbackToken(sql, token);
   let completion: Completion;
   if (c.action === 'succeed') {
     const e = encodeOutput(c.result, MAX_CALLBACK_RESULT_BYTES);
-    if (e.error !== undefined) throw new InvalidWaitError(`result: ${e.error}`);
+    // A result that cannot be stored is the caller's to fix: a 400, never a 500 it may retry.
+    if (e.error !== undefined) throw new InvalidRequestError(`result: ${e.error}`);
     completion = { action: 'succeed', result: e.json ?? 'null' };
   } else if (c.action === 'fail') {
     completion = { action: 'fail', error: storableText(String(c.error)) };

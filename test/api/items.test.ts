@@ -2,7 +2,7 @@
 // progress and when it last beat, read through the API handler while a real runner runs it.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ApiDeps } from '../../src/api/index.js';
-import { Runner } from '../../src/batch/index.js';
+import { createBatch, Runner } from '../../src/batch/index.js';
 import { useTestDatabase } from '../support/db-hooks.js';
 import { apiDeps, call, InvokeEndpoint, uniqueTenant } from '../support/api.js';
 import { deferred, waitFor } from '../support/waits.js';
@@ -65,5 +65,33 @@ describe('GET /batches/{id}/items with heartbeats', () => {
     await runner.close();
     const after = await call(deps, 'GET', `/batches/${batch.id}/items`, { query: { state: 'done' } });
     expect(after.body.items[0]).toMatchObject({ key: 'a', state: 'done', output: 'slow', progress: { done: 3, of: 10 } });
+  });
+});
+
+describe('GET /batches/{id}/items over keys with control characters', () => {
+  it('pages through keys holding a TAB or a CR with the next cursor it answered; a NUL after is refused', async () => {
+    const tenant = uniqueTenant();
+    const keys = ['a\tone', 'b\rtwo', 'c\u0001three', 'd four'];
+    const { batch } = await createBatch(db.sql, {
+      tenant,
+      datasource: 'ds',
+      job: 'test',
+      params: {},
+      requestKey: `k-${tenant}`,
+      items: keys.map((key) => ({ key })),
+    });
+    const seen: string[] = [];
+    let after: string | undefined;
+    for (let page = 0; page < keys.length + 1; page++) {
+      const res = await call(deps, 'GET', `/batches/${batch.id}/items`, { query: { limit: '1', ...(after ? { after } : {}) } });
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      seen.push(...res.body.items.map((i: { key: string }) => i.key));
+      after = res.body.next ?? undefined;
+      if (!after) break;
+    }
+    expect(seen).toEqual(keys);
+    const nul = await call(deps, 'GET', `/batches/${batch.id}/items`, { query: { after: 'a\u0000' } });
+    expect(nul.status).toBe(400);
+    expect(nul.body.error.message).toBe('after: must not contain a NUL character');
   });
 });

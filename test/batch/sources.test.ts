@@ -404,10 +404,12 @@ describe("a JSON Lines line's input", () => {
     rows.forEach((r, i) => expect(r.input, lines[i].slice(0, 40)).toEqual(JSON.parse(JSON.stringify(JSON.parse(lines[i])))));
   }, 60_000);
 
-  it('nested deeper than JSON can be written again ends the batch failed naming the line; a lone surrogate too', async () => {
+  it('nested deeper than JSON can be written again ends the batch failed naming the line; a lone surrogate and a number past the double range too', async () => {
     for (const [name, bad] of [
       ['deep', `${'['.repeat(20_000)}${']'.repeat(20_000)}`],
       ['lone', '{"s": "\\ud83d"}'],
+      // Parsed it is Infinity, written again null: never stored as another value than the source's.
+      ['huge', '{"a": 1, "b": -1e400}'],
     ] as const) {
       await s3.put('in-bucket', `lists/${name}.jsonl`, ['{"a":1}', bad, '{"a":3}'].join('\n') + '\n');
       const { batch } = await start({ s3: { bucket: 'in-bucket', key: `lists/${name}.jsonl`, format: 'jsonl' } });
@@ -416,7 +418,9 @@ describe("a JSON Lines line's input", () => {
       expect(done.reason, name).toMatch(
         name === 'deep'
           ? /^line 2 cannot be stored as JSON: Maximum call stack/
-          : /^line 2 holds a NUL character or an unpaired surrogate, which cannot be stored$/,
+          : name === 'huge'
+            ? /^line 2 holds a number past the double range \(about ±1\.8e308\), which would be stored as null \(at key "b"\)$/
+            : /^line 2 holds a NUL character or an unpaired surrogate, which cannot be stored$/,
       );
       expect(done.sourceErrorLine, name).toBe(2);
     }

@@ -561,6 +561,12 @@ describe('lambda-invoke with callback', () => {
     expect(waits.map((w) => w.key)).toEqual(['a']);
     const events = received.approve!.filter((e) => e.batch.id === id);
     expect(events.every((e) => typeof e.callback?.token === 'string')).toBe(true);
+    // A result no JSON column stores is the caller's to fix: 400, nothing stored (never a 500).
+    for (const result of [{ x: 'a\u0000b' }, '\ud800']) {
+      const refused = await api('POST', `/callbacks/${tokens.get('a')}/succeed`, { result });
+      expect(refused.status, JSON.stringify(refused.body)).toBe(400);
+      expect(refused.body.error).toMatchObject({ code: 'invalid_request', message: expect.stringMatching(/^result: /) });
+    }
     const done = await api('POST', `/callbacks/${tokens.get('a')}/succeed`, { result: { approved: true } });
     expect(done.status, JSON.stringify(done.body)).toBe(200);
     const r = await finished(id);
