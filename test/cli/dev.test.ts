@@ -5,6 +5,7 @@ import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { useTestDatabase } from '../support/db-hooks.js';
+import { deferred } from '../support/waits.js';
 
 const BIN = resolve(import.meta.dirname, '../../bin/leasehold.js');
 const run = promisify(execFile);
@@ -38,6 +39,9 @@ afterAll(() => {
 });
 
 /** Run the CLI in `project` against the test schema; resolves with its exit and output. */
+/** Items the Ctrl-C test held locked until its stack exited (0: none could be). */
+let heldItems = 0;
+
 function leasehold(args: string[], opts: { interruptMidBatch?: boolean } = {}) {
   const child = spawn(process.execPath, [BIN, ...args, '--port', '0'], {
     cwd: project,
@@ -52,8 +56,23 @@ function leasehold(args: string[], opts: { interruptMidBatch?: boolean } = {}) {
     const demo = /demo: checksum batch ([0-9a-f-]{36})/.exec(stderr);
     if (opts.interruptMidBatch && demo) {
       opts.interruptMidBatch = false;
-      // Ctrl-C as soon as a run has claimed items: a fixed delay raced the batch's end on fast runs.
+      // Ctrl-C as soon as a run has claimed items: a fixed delay raced the batch's end on fast runs,
+      // and so did this alone once the machine checksummed 10,000 files in the time a Ctrl-C
+      // takes. The test first holds a few pending items locked (claims skip locked rows), so the
+      // batch cannot end before the Ctrl-C does, whatever the speed; they are let go once the
+      // stack has exited.
       void (async () => {
+        const hold = deferred();
+        const held = deferred<number>();
+        const holding = db.sql.begin(async (t) => {
+          const rows = await t`select key from leasehold_items where batch_id = ${demo[1]} and state = 'pending'
+            order by key desc limit 20 for update skip locked`;
+          held.resolve(rows.length);
+          await hold.promise;
+        });
+        holding.catch(held.reject);
+        heldItems = await held.promise;
+        child.once('exit', () => hold.resolve());
         while (child.exitCode === null) {
           const [r] =
             await db.sql`select exists (select 1 from leasehold_items where batch_id = ${demo[1]} and state <> 'pending') as started`;
@@ -108,6 +127,7 @@ describe('leasehold dev', () => {
   it('Ctrl-C mid-batch hands off, leaves nothing owned, and the next start finishes the batch', async () => {
     const first = await leasehold(['dev', '--demo', manyFiles, '--concurrency', '2'], { interruptMidBatch: true });
     expect(first.code, first.stderr).toBe(0);
+    expect(heldItems).toBeGreaterThan(0);
     expect(first.stderr).toMatch(/nothing left owned/);
     const id = /demo: checksum batch ([0-9a-f-]{36})/.exec(first.stderr)![1];
     const [mid] =
