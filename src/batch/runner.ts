@@ -9,7 +9,7 @@ import { systemClock, type Clock } from '../clock.js';
 import { undispatch } from './sql/dispatch.js';
 import { handBack, takeOver, takeoverMayFind } from './sql/runs.js';
 import { NO_LIMIT } from './sql/shared.js';
-import { batchedWork, checkItemBatching } from './run/index.js';
+import { checkItemBatching } from './run/index.js';
 import {
   checkRetrySettings,
   MAX_ATTEMPTS,
@@ -542,17 +542,22 @@ export class Runner {
   private grouped(ex: Executor, batchId: string): Executor {
     if (ex.itemsPerCall === undefined || !ex.workMany) return ex;
     const calls = ex.parallel ?? this.s.parallel;
-    return {
-      ...ex,
-      work: batchedWork(
-        { ...ex, itemsPerCall: ex.itemsPerCall, workMany: ex.workMany },
-        {
+    const batched = { ...ex, itemsPerCall: ex.itemsPerCall, workMany: ex.workMany };
+    // The grouping (run/calls.ts) loads on the first item, not at a worker's cold start
+    // (docs/design.md, "Cold starts and code splitting"); items that come meanwhile wait for it
+    // in their order and join its first call.
+    let grouping: Promise<ItemWork> | undefined;
+    const work: ItemWork = (item) => {
+      grouping ??= import('./run/calls.js').then((m) =>
+        m.batchedWork(batched, {
           calls,
           clock: this.s.clock,
           onIgnored: (ignored) => this.s.onEvent({ type: 'call-results-ignored', batchId, ...ignored }),
-        },
-      ),
+        }),
+      );
+      return grouping.then((w) => w(item));
     };
+    return { ...ex, work };
   }
 
   /** The run of batch `id` in this runner, as a promise of its result; undefined when none. */

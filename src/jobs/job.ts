@@ -1,5 +1,5 @@
 import * as z from '../zod.js';
-import { checkItemBatching } from '../batch/run/calls.js';
+import { checkItemBatching } from '../batch/run/call-rules.js';
 import { checkItemStale } from '../batch/runner.js';
 import { checkRateLimit, type RateLimit } from '../batch/rate.js';
 import { checkPoolSpec, type PoolSpec } from '../batch/pool.js';

@@ -5,7 +5,7 @@
 // first invoke, not when this module is imported: the `leasehold` entry point exports this job,
 // and a worker's cold start loads neither (docs/design.md, "Cold starts and code splitting").
 import * as z from '../zod.js';
-import { MAX_ITEMS_PER_CALL } from '../batch/run/calls.js';
+import { MAX_ITEMS_PER_CALL } from '../batch/run/call-rules.js';
 import { MAX_WAIT_MS, type ItemInput, type ItemSource } from '../batch/types.js';
 import { defineJob, InvalidParamsError, UnknownJobError } from './job.js';
 import { DEFAULT_BYTES_PER_CALL, MAX_BYTES_PER_CALL, type LambdaInvokeParams } from './lambda-invoke-wire.js';

@@ -10,7 +10,7 @@ import { ItemStaleError, ItemTimeoutError, RetryAfterError } from '../errors.js'
 import { ItemBeats } from './heartbeat.js';
 import { recoverStaleItems } from '../sql/heartbeats.js';
 import { MAX_DELAY_MS, type ClaimedRow } from '../sql/moves.js';
-import { ATTEMPT_TRACE, ItemNotStartedError, type AttemptTrace } from './calls.js';
+import { ATTEMPT_TRACE, ItemNotStartedError, type AttemptTrace } from './call-rules.js';
 import { encodeOutput, errorText, readableThrown } from '../values.js';
 import type { Executor } from '../types.js';
 import type { RunContext } from './context.js';

@@ -5,13 +5,19 @@
 // finish when nothing is left, and its end once more items failed than it tolerates. Every statement is fenced on the run's own lease.
 import { withTimeout } from '../../store/timeout.js';
 import { BatchGivenUpError } from '../errors.js';
-import { endCompleted, endIntolerable, endPastDeadline, finishBatch, giveUp, waitState } from '../sql/ends.js';
 import { encodeMoves, type ClaimedRow } from '../sql/moves.js';
 import { beat, handOffRun, othersWaiting } from '../sql/runs.js';
 import type { BeatResult } from '../sql/shared.js';
 import type { RunOutcome } from '../types.js';
 import type { RunContext } from './context.js';
 import { CLAIM_AHEAD_MS } from './types.js';
+
+/**
+ * The batch-ending statements (src/batch/sql/ends.ts: finish, end early, give up, the wait state):
+ * a chunk of their own, loaded by a run's first idle moment or end, never by a worker's cold
+ * start (docs/design.md, "Cold starts and code splitting"). Loaded once per process.
+ */
+const ends = () => import('../sql/ends.js');
 
 /** How often a run with nothing to do looks for items again while its batch's source is read, ms. */
 const READING_POLL_MS = 250;
@@ -162,7 +168,7 @@ export class Lifecycle {
   async endIfIntolerable(): Promise<boolean> {
     const ctx = this.ctx;
     if (!ctx.batch.toleratedFailures) return false;
-    const r = await ctx.store(() => endIntolerable(ctx.sql, ctx.batch.id, ctx.id));
+    const r = await ctx.store(async () => (await ends()).endIntolerable(ctx.sql, ctx.batch.id, ctx.id));
     this.failedStored = r.failed;
     this.allowedFailures = r.allowed;
     if (!r.ended) return false;
@@ -186,7 +192,7 @@ export class Lifecycle {
   async endIfCompleted(done: number): Promise<boolean> {
     const ctx = this.ctx;
     if (ctx.batch.minSucceeded === null || ctx.batch.minSucceeded === undefined) return false;
-    const r = await ctx.store(() => endCompleted(ctx.sql, { batchId: ctx.batch.id, run: ctx.id, done }));
+    const r = await ctx.store(async () => (await ends()).endCompleted(ctx.sql, { batchId: ctx.batch.id, run: ctx.id, done }));
     if (!r.ended) return false;
     this.endedCompleted = true;
     this.d.clearQueue();
@@ -218,9 +224,9 @@ export class Lifecycle {
   async idle(): Promise<'succeeded' | 'failed' | 'drained' | 'parked' | undefined> {
     const ctx = this.ctx;
     const s = ctx.s;
-    const status = await ctx.store(() => finishBatch(ctx.sql, ctx.batch.id, ctx.id));
+    const status = await ctx.store(async () => (await ends()).finishBatch(ctx.sql, ctx.batch.id, ctx.id));
     if (status === 'succeeded' || status === 'failed') return status;
-    const w = await ctx.store(() => waitState(ctx.sql, ctx.batch.id, ctx.id));
+    const w = await ctx.store(async () => (await ends()).waitState(ctx.sql, ctx.batch.id, ctx.id));
     if (!w.owned) {
       ctx.markLost();
       return undefined;
@@ -319,6 +325,7 @@ export class Lifecycle {
     // A reader that kept failing left its error on the open batch (see handOffRun's `stalledBy`).
     const why = ctx.batch.reading && ctx.batch.reason ? ctx.batch.reason : undefined;
     const reason = `was given up: its last ${runs} runs ended without storing any item result (${why ?? 'store errors, crashes or lost batches'}; maxStalledRuns ${ctx.s.maxStalledRuns})`;
+    const { giveUp } = await ends();
     const ok = await ctx.store(() =>
       giveUp(ctx.sql, {
         batchId: ctx.batch.id,
@@ -387,7 +394,7 @@ export class Lifecycle {
         // Past the batch's deadline: end it (once, whichever of its runs or the scheduler comes
         // first); this run then stops as after a cancel, its items told to stop.
         if (b.pastDeadline) {
-          await withTimeout(endPastDeadline(ctx.sql, ctx.batch.id), s.storeTimeoutMs);
+          await withTimeout((async () => (await ends()).endPastDeadline(ctx.sql, ctx.batch.id))(), s.storeTimeoutMs);
           ctx.markLost();
           return;
         }

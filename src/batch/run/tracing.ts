@@ -7,7 +7,7 @@
 import type { Attributes, Context, Span } from '@opentelemetry/api';
 import { parseTraceparent, tracing, type SpanKindName, type TraceLinks, type Tracing } from '../../tracing.js';
 import type { BatchInfo, ItemContext, RunOutcome, StoredSource } from '../types.js';
-import { ATTEMPT_TRACE, type TracedItem } from './calls.js';
+import { ATTEMPT_TRACE, type TracedItem } from './call-rules.js';
 import type { Settled } from './types.js';
 
 /** One run's tracer, its span and the batch's trace context (one per run, when tracing). */

@@ -5,7 +5,7 @@
 import type { S3Client } from '@aws-sdk/client-s3';
 import type { Clock } from '../../clock.js';
 import type * as q from '../sql/index.js';
-import type { IgnoredResults } from './calls.js';
+import type { IgnoredResults } from './call-rules.js';
 import type { RateLimit } from '../rate.js';
 import type { PoolSpec } from '../pool.js';
 import type { RunResult } from '../types.js';
