@@ -17,8 +17,9 @@ export function typeName(v: unknown): string {
   return typeof v;
 }
 
+// The C0 controls, DEL and the C1 controls (U+0080–U+009F: NEL, for one, breaks a line).
 // eslint-disable-next-line no-control-regex -- control characters are what this rejects
-const CONTROL = /[\u0000-\u001f\u007f]/;
+const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
 const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 
 /** A required string of 1..max characters without control characters. */

@@ -205,6 +205,14 @@ const cases: Case[] = [
     message: /^requestKey: /,
   },
   {
+    // A C1 control character (NEL) is a control character too, as docs/api.md says.
+    name: 'requestKey with a C1 control character',
+    options: () => ({ body: { ...valid(), requestKey: 'k\u0085' } }),
+    status: 400,
+    code: 'invalid_request',
+    message: /^requestKey: must not contain control characters/,
+  },
+  {
     name: 'empty Idempotency-Key header',
     options: () => ({ body: valid(), headers: { 'idempotency-key': '' } }),
     status: 400,
