@@ -20,14 +20,20 @@ export function typeName(v: unknown): string {
 // The C0 controls, DEL and the C1 controls (U+0080–U+009F: NEL, for one, breaks a line).
 // eslint-disable-next-line no-control-regex -- control characters are what this rejects
 const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
+// What names were checked against before C1 was refused: a stored name may hold a C1 character.
+// eslint-disable-next-line no-control-regex -- control characters are what this rejects
+const C0_CONTROL = /[\u0000-\u001f\u007f]/;
 const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 
-/** A required string of 1..max characters without control characters. */
-export function textSchema(max: number) {
+/**
+ * A required string of 1..max characters without control characters (`control`: which; default
+ * C0, DEL and C1).
+ */
+export function textSchema(max: number, control: RegExp = CONTROL) {
   return z.string({ error: (i) => (i.input === undefined ? 'Required' : `must be a string, got ${typeName(i.input)}`) }).check(
     z.minLength(1, 'must not be empty'),
     z.maxLength(max, `must be at most ${max} characters`),
-    z.refine((s) => !CONTROL.test(s) && !LONE_SURROGATE.test(s), 'must not contain control characters or unpaired surrogates'),
+    z.refine((s) => !control.test(s) && !LONE_SURROGATE.test(s), 'must not contain control characters or unpaired surrogates'),
   );
 }
 
@@ -98,7 +104,7 @@ export function checkStorableJson(value: unknown, root: string, maxDepth = MAX_P
 }
 
 /** A tenant name as stored (any text a tenant may have been registered with), for lookups and deletes. */
-export const storedNameSchema = textSchema(MAX_NAME_LENGTH);
+export const storedNameSchema = textSchema(MAX_NAME_LENGTH, C0_CONTROL);
 
 /**
  * `toleratedFailures` of a start: `{ count }` (a whole number from 0 to 2,147,483,647) or
