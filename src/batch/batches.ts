@@ -263,8 +263,11 @@ export async function itemsPage(
   // Only whether it exists: counting an open batch's items for every page would read them all.
   if (!isUuid(id) || !(await q.batchPlace(sql, id))) throw new BatchNotFoundError(id);
   const limit = page.limit ?? BATCH_DEFAULTS.pageLimit;
-  const items = await q.itemsPage(sql, id, { after: page.after, limit, state: page.state });
-  return { items, next: items.length === limit ? items[items.length - 1].key : null };
+  // One row more than the page says whether another page follows: a page that ends at the last
+  // item answers null, not a cursor to an empty page.
+  const rows = await q.itemsPage(sql, id, { after: page.after, limit: limit + 1, state: page.state });
+  const items = rows.length > limit ? rows.slice(0, limit) : rows;
+  return { items, next: rows.length > limit ? items[items.length - 1].key : null };
 }
 
 /**

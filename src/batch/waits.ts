@@ -54,7 +54,11 @@ export async function completeCallback(sql: Sql, token: string, c: CallbackCompl
   if (c.action === 'succeed') {
     const e = encodeOutput(c.result, MAX_CALLBACK_RESULT_BYTES);
     // A result that cannot be stored is the caller's to fix: a 400, never a 500 it may retry.
-    if (e.error !== undefined) throw new InvalidRequestError(`result: ${e.error}`);
+    if (e.error !== undefined) {
+      // The encoder speaks of an item's output; this is a callback's result.
+      const why = e.error.replace(/^its output cannot be stored: /, '').replace(' (maxOutputBytes)', '');
+      throw new InvalidRequestError(`result: cannot be stored: ${why}`);
+    }
     completion = { action: 'succeed', result: e.json ?? 'null' };
   } else if (c.action === 'fail') {
     completion = { action: 'fail', error: storableText(String(c.error)) };

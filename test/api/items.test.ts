@@ -90,6 +90,10 @@ describe('GET /batches/{id}/items over keys with control characters', () => {
       if (!after) break;
     }
     expect(seen).toEqual(keys);
+    // The page that ends at the last item says so: no cursor to an empty page.
+    const whole = await call(deps, 'GET', `/batches/${batch.id}/items`, { query: { limit: String(keys.length) } });
+    expect(whole.body.items).toHaveLength(keys.length);
+    expect(whole.body.next).toBeNull();
     const nul = await call(deps, 'GET', `/batches/${batch.id}/items`, { query: { after: 'a\u0000' } });
     expect(nul.status).toBe(400);
     expect(nul.body.error.message).toBe('after: must not contain a NUL character');
