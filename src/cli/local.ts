@@ -1,5 +1,7 @@
 // `leasehold dev`, `leasehold dashboard` and `leasehold migrate`: the commands that run local mode
 // (src/local/) or the store directly; the others call the API.
+import { existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { type Command, Option } from 'commander';
 import { connect, migrate } from '../store/index.js';
 import { loadConfig } from '../runtime/config.js';
@@ -112,6 +114,16 @@ function addMigrate(program: Command): void {
       let url = checked.databaseUrl;
       let stop: (() => Promise<void>) | undefined;
       if (!url) {
+        // Run from a subfolder of a project, it would make a second, empty database there.
+        const above = projectAbove(process.cwd());
+        if (above !== undefined) {
+          console.error(
+            `leasehold: no embedded database in this folder, but ${above} has one: run leasehold migrate there ` +
+              '(or set DATABASE_URL); a new database here would be empty',
+          );
+          process.exitCode = 1;
+          return;
+        }
         const { startEmbedded, EmbeddedDataDirInUseError } = await import('../local/embedded/index.js');
         let db;
         try {
@@ -140,4 +152,16 @@ function addMigrate(program: Command): void {
         await stop?.();
       }
     });
+}
+
+/**
+ * The nearest folder above `cwd` whose embedded database exists (`.leasehold/pgdata`), when `cwd`
+ * has none of its own; undefined otherwise.
+ */
+function projectAbove(cwd: string): string | undefined {
+  if (existsSync(join(cwd, '.leasehold', 'pgdata'))) return undefined;
+  for (let dir = dirname(cwd); dir !== dirname(dir); dir = dirname(dir)) {
+    if (existsSync(join(dir, '.leasehold', 'pgdata'))) return dir;
+  }
+  return undefined;
 }

@@ -2,8 +2,8 @@
 // this file share one folder (initialising one takes about a second) and run in order; each
 // leaves the folder stopped.
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { existsSync, readFileSync } from 'node:fs';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -182,6 +182,21 @@ describe('embedded PostgreSQL', () => {
       other.child.kill('SIGTERM');
       await exited(other.child);
     }
+  });
+
+  it('leasehold migrate in a subfolder of a project with a database says where it is, and makes none', async () => {
+    const outer = join(root, 'outer');
+    await mkdir(join(outer, '.leasehold', 'pgdata'), { recursive: true });
+    await mkdir(join(outer, 'src'), { recursive: true });
+    const env: NodeJS.ProcessEnv = { ...process.env };
+    delete env.DATABASE_URL;
+    const r = await run(process.execPath, [BIN, 'migrate'], { cwd: join(outer, 'src'), env }).then(
+      () => ({ code: 0, stderr: '' }),
+      (e: { code: number; stderr: string }) => e,
+    );
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain(`no embedded database in this folder, but ${outer} has one: run leasehold migrate there`);
+    expect(existsSync(join(outer, 'src', '.leasehold'))).toBe(false);
   });
 
   it('replaces the server of a leasehold that was killed, keeping the data', async () => {
