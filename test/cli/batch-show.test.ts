@@ -6,6 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { batchView } from '../../src/api/views.js';
 import { cancelBatch, createBatch, getBatch, Runner } from '../../src/batch/index.js';
 import { showLines } from '../../src/cli/batch-show.js';
+import { endLine } from '../../src/cli/follow.js';
 import { useTestDatabase } from '../support/db-hooks.js';
 
 const db = useTestDatabase();
@@ -40,6 +41,8 @@ describe('batch show with waiting items', () => {
     const view = batchView(await getBatch(db.sql, id));
     expect(view.notRun).toBe(3);
     expect(showLines(view).find((l) => l.startsWith('items'))).toContain('3 not run (cancelled)');
+    // The end of --follow counts the waiting ones too.
+    expect(endLine(view)).toBe(`batch ${view.id} cancelled: 0 done, 0 failed, 3 not run`);
   });
 
   it('a batch its failures ended keeps its unfinished items as not run, in the API and the text', async () => {
@@ -65,5 +68,7 @@ describe('batch show with waiting items', () => {
     expect(view.counts.failed).toBe(1);
     expect(view.notRun).toBe(19);
     expect(showLines(view).find((l) => l.startsWith('items'))).toContain('1 failed, 19 not run (the batch failed)');
+    // The end of --follow says them too.
+    expect(endLine(view)).toMatch(new RegExp(`^batch ${view.id} failed: 0 done, 1 failed, 19 not run; `));
   });
 });
