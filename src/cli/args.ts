@@ -2,7 +2,7 @@
 // InvalidArgumentError, which prints one line and a hint), the API's address and client, and
 // small formatters.
 import { existsSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { InvalidArgumentError, Option } from 'commander';
 import { ApiClient } from '../client/index.js';
 
@@ -47,18 +47,26 @@ export function collectParam(pair: string, params: Record<string, unknown> = {})
 /** `1 item`, `2 items`: a count with its noun ("1 items" read wrong). */
 export const count = (n: number, noun: string) => `${n} ${noun}${n === 1 ? '' : 's'}`;
 
-/** The API base URL: --api, LEASEHOLD_API_URL, the running `leasehold dev`, or the default. */
+/**
+ * The API base URL: --api, LEASEHOLD_API_URL, the running `leasehold dev` (its
+ * `.leasehold/dev.json` in this folder or the nearest folder above that has one, so a command run
+ * in a project's subfolder finds the project's stack), or the default.
+ */
 export function apiUrl(opt?: string): string {
   if (opt) return opt;
   if (process.env.LEASEHOLD_API_URL) return process.env.LEASEHOLD_API_URL;
-  const state = join(process.cwd(), '.leasehold', 'dev.json');
-  if (existsSync(state)) {
-    try {
-      const url = JSON.parse(readFileSync(state, 'utf8')).apiUrl;
-      if (typeof url === 'string') return url;
-    } catch {
-      // fall through to the default
+  for (let dir = process.cwd(); ; dir = dirname(dir)) {
+    const state = join(dir, '.leasehold', 'dev.json');
+    if (existsSync(state)) {
+      try {
+        const url = JSON.parse(readFileSync(state, 'utf8')).apiUrl;
+        if (typeof url === 'string') return url;
+      } catch {
+        // fall through to the default
+      }
+      break;
     }
+    if (dirname(dir) === dir) break;
   }
   return `http://127.0.0.1:${process.env.PORT ?? 3000}`;
 }

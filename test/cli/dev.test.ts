@@ -172,11 +172,11 @@ describe('leasehold batch', () => {
     });
     // The banner names the app's batch jobs and its unit jobs (what `units put --job` takes).
     expect(devErr).toMatch(/^ +app +the built-in runner; jobs: .*checksum.*; unit jobs: outbox-delivery$/m);
-    const run = (args: string[]) =>
+    const run = (args: string[], cwd = project) =>
       new Promise<{ code: number | null; stdout: string; stderr: string }>((done) => {
         // No --api: the CLI finds the running stack through .leasehold/dev.json.
         const c = spawn(process.execPath, [BIN, ...args], {
-          cwd: project,
+          cwd,
           env: { ...process.env, LEASEHOLD_API_URL: '' },
           stdio: ['ignore', 'pipe', 'pipe'],
         });
@@ -206,7 +206,8 @@ describe('leasehold batch', () => {
       // side by side, in two rounds.
       const [again, shown, results, listed, scoped, unfollowedStart, badTolerance, bad] = await Promise.all([
         run(['batch', 'start', 'checksum', '--param', 'dir=files/d3', '--request-key', 'cli-1']),
-        run(['batch', 'show', batch.id, '--json']),
+        // From a subfolder of the project: the CLI finds the stack's dev.json in a folder above.
+        run(['batch', 'show', batch.id, '--json'], join(project, 'files', 'd3')),
         run(['batch', 'results', batch.id]),
         run(['batch', 'list', '--json']),
         // A tolerance, and a tenant's own routes: another tenant's batch is not found there.
