@@ -17,20 +17,32 @@ export type EncodedOutput = { json: string | null; error?: undefined } | { json?
 const ESCAPES = /\\(?:\\|u(0000|d[89a-f][0-9a-f]{2}))/gi;
 
 /**
+ * What {@link encodeOutput}'s refusal calls the value: `subject` begins the sentence (`its
+ * output`), `limit` names the setting behind `maxBytes` (null: none to name).
+ */
+export interface EncodedNames {
+  subject: string;
+  limit: string | null;
+}
+
+const OUTPUT_NAMES: EncodedNames = { subject: 'its output', limit: 'maxOutputBytes' };
+
+/**
  * Encode an item's output as JSON text that PostgreSQL's `jsonb` accepts, within `maxBytes`
  * (UTF-8 bytes of the JSON text). `undefined` and `null` store as null.
  *
  * Refused, with a sentence saying why: values `JSON.stringify` cannot encode (BigInt, cycles,
  * a throwing `toJSON`), strings or keys holding NUL (`\u0000`) or a lone surrogate (jsonb
- * refuses both), and outputs over `maxBytes`.
+ * refuses both), and outputs over `maxBytes`. `names` says what the value is in that sentence
+ * (default: an item's output, its limit `maxOutputBytes`).
  */
-export function encodeOutput(value: unknown, maxBytes: number): EncodedOutput {
+export function encodeOutput(value: unknown, maxBytes: number, names: EncodedNames = OUTPUT_NAMES): EncodedOutput {
   if (value === undefined || value === null) return { json: null };
   let text: string | undefined;
   try {
     text = JSON.stringify(value);
   } catch (e) {
-    return { error: `its output cannot be stored: JSON cannot encode it (${describe(e)})` };
+    return { error: `${names.subject} cannot be stored: JSON cannot encode it (${describe(e)})` };
   }
   // Functions and symbols stringify to undefined, like a missing output.
   if (text === undefined) return { json: null };
@@ -38,7 +50,8 @@ export function encodeOutput(value: unknown, maxBytes: number): EncodedOutput {
   if (text.length * 3 > maxBytes) {
     const bytes = Buffer.byteLength(text);
     if (bytes > maxBytes) {
-      return { error: `its output cannot be stored: ${bytes} bytes of JSON, over the limit of ${maxBytes} (maxOutputBytes)` };
+      const setting = names.limit === null ? '' : ` (${names.limit})`;
+      return { error: `${names.subject} cannot be stored: ${bytes} bytes of JSON, over the limit of ${maxBytes}${setting}` };
     }
   }
   if (text.includes('\\')) {
@@ -47,8 +60,8 @@ export function encodeOutput(value: unknown, maxBytes: number): EncodedOutput {
       return {
         error:
           m[1] === '0000'
-            ? 'its output cannot be stored: it contains a NUL character (\\u0000), which PostgreSQL cannot store'
-            : `its output cannot be stored: it contains a lone surrogate (\\u${m[1].toLowerCase()}), which is not valid Unicode`,
+            ? `${names.subject} cannot be stored: it contains a NUL character (\\u0000), which PostgreSQL cannot store`
+            : `${names.subject} cannot be stored: it contains a lone surrogate (\\u${m[1].toLowerCase()}), which is not valid Unicode`,
       };
     }
   }

@@ -52,13 +52,9 @@ export async function completeCallback(sql: Sql, token: string, c: CallbackCompl
   const claims = await verifyCallbackToken(sql, token);
   let completion: Completion;
   if (c.action === 'succeed') {
-    const e = encodeOutput(c.result, MAX_CALLBACK_RESULT_BYTES);
+    const e = encodeOutput(c.result, MAX_CALLBACK_RESULT_BYTES, { subject: 'result:', limit: null });
     // A result that cannot be stored is the caller's to fix: a 400, never a 500 it may retry.
-    if (e.error !== undefined) {
-      // The encoder speaks of an item's output; this is a callback's result.
-      const why = e.error.replace(/^its output cannot be stored: /, '').replace(' (maxOutputBytes)', '');
-      throw new InvalidRequestError(`result: cannot be stored: ${why}`);
-    }
+    if (e.error !== undefined) throw new InvalidRequestError(e.error);
     completion = { action: 'succeed', result: e.json ?? 'null' };
   } else if (c.action === 'fail') {
     completion = { action: 'fail', error: storableText(String(c.error)) };

@@ -48,25 +48,32 @@ export function collectParam(pair: string, params: Record<string, unknown> = {})
 export const count = (n: number, noun: string) => `${n} ${noun}${n === 1 ? '' : 's'}`;
 
 /**
+ * The folder, `from` or the nearest one above it, that holds `path` (relative, e.g.
+ * `.leasehold/dev.json`): how a command run in a project's subfolder finds the project's local
+ * state. Undefined when none does.
+ */
+export function nearestHolding(from: string, path: string): string | undefined {
+  for (let dir = from; ; dir = dirname(dir)) {
+    if (existsSync(join(dir, path))) return dir;
+    if (dirname(dir) === dir) return undefined;
+  }
+}
+
+/**
  * The API base URL: --api, LEASEHOLD_API_URL, the running `leasehold dev` (its
- * `.leasehold/dev.json` in this folder or the nearest folder above that has one, so a command run
- * in a project's subfolder finds the project's stack), or the default.
+ * `.leasehold/dev.json`, found by {@link nearestHolding}), or the default.
  */
 export function apiUrl(opt?: string): string {
   if (opt) return opt;
   if (process.env.LEASEHOLD_API_URL) return process.env.LEASEHOLD_API_URL;
-  for (let dir = process.cwd(); ; dir = dirname(dir)) {
-    const state = join(dir, '.leasehold', 'dev.json');
-    if (existsSync(state)) {
-      try {
-        const url = JSON.parse(readFileSync(state, 'utf8')).apiUrl;
-        if (typeof url === 'string') return url;
-      } catch {
-        // fall through to the default
-      }
-      break;
+  const project = nearestHolding(process.cwd(), join('.leasehold', 'dev.json'));
+  if (project !== undefined) {
+    try {
+      const url = JSON.parse(readFileSync(join(project, '.leasehold', 'dev.json'), 'utf8')).apiUrl;
+      if (typeof url === 'string') return url;
+    } catch {
+      // fall through to the default
     }
-    if (dirname(dir) === dir) break;
   }
   return `http://127.0.0.1:${process.env.PORT ?? 3000}`;
 }

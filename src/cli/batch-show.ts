@@ -23,7 +23,7 @@ function itemsLine(b: ApiBatch): string {
   const reading = b.reading ? ' so far (its source is still being read)' : '';
   const rest =
     b.status === 'cancelled' || b.notRun > 0
-      ? `${b.counts.running + b.counts.waiting + b.counts.pending} not run (${notRunWhy(b)})`
+      ? `${b.notRun} not run (${notRunWhy(b)})`
       : `${b.counts.running} running (claimed by its runs: being worked or queued ahead in a run), ${b.counts.waiting} waiting (callbacks and sleeps), ${b.counts.pending} pending`;
   return `items     ${b.total}${reading}: ${b.counts.done} done, ${b.counts.failed} failed, ${rest}`;
 }

@@ -5,7 +5,7 @@ import { dirname, join } from 'node:path';
 import { type Command, Option } from 'commander';
 import { connect, migrate } from '../store/index.js';
 import { loadConfig } from '../runtime/config.js';
-import { port, positiveInt } from './args.js';
+import { nearestHolding, port, positiveInt } from './args.js';
 
 /** Add `dev`, `dashboard` and `migrate` to `program`. */
 export function addLocalCommands(program: Command): void {
@@ -159,9 +159,6 @@ function addMigrate(program: Command): void {
  * has none of its own; undefined otherwise.
  */
 function projectAbove(cwd: string): string | undefined {
-  if (existsSync(join(cwd, '.leasehold', 'pgdata'))) return undefined;
-  for (let dir = dirname(cwd); dir !== dirname(dir); dir = dirname(dir)) {
-    if (existsSync(join(dir, '.leasehold', 'pgdata'))) return dir;
-  }
-  return undefined;
+  const data = join('.leasehold', 'pgdata');
+  return existsSync(join(cwd, data)) || dirname(cwd) === cwd ? undefined : nearestHolding(dirname(cwd), data);
 }

@@ -11,8 +11,8 @@ import { useTestDatabase } from '../support/db-hooks.js';
 
 const db = useTestDatabase();
 
-/** A batch of 3 items, 2 of them waiting (as a sleep leaves them). */
-async function withWaiting() {
+/** A batch of `count` items keyed k000…, of a tenant of its own, with `extra` start fields. */
+async function newBatch(count: number, extra: Partial<Parameters<typeof createBatch>[1]> = {}) {
   const n = Math.random().toString(36).slice(2, 10);
   const { batch } = await createBatch(db.sql, {
     tenant: `show-${n}`,
@@ -20,8 +20,15 @@ async function withWaiting() {
     job: 'test',
     params: {},
     requestKey: `show-${n}`,
-    items: ['k000', 'k001', 'k002'].map((key) => ({ key })),
+    items: Array.from({ length: count }, (_, i) => ({ key: `k${String(i).padStart(3, '0')}` })),
+    ...extra,
   });
+  return batch;
+}
+
+/** A batch of 3 items, 2 of them waiting (as a sleep leaves them). */
+async function withWaiting() {
+  const batch = await newBatch(3);
   await db.sql`update leasehold_items set state = 'waiting' where batch_id = ${batch.id} and key <> 'k000'`;
   return batch.id;
 }
@@ -46,16 +53,7 @@ describe('batch show with waiting items', () => {
   });
 
   it('a batch its failures ended keeps its unfinished items as not run, in the API and the text', async () => {
-    const n = Math.random().toString(36).slice(2, 10);
-    const { batch } = await createBatch(db.sql, {
-      tenant: `show-${n}`,
-      datasource: 'd',
-      job: 'test',
-      params: {},
-      requestKey: `show-${n}`,
-      toleratedFailures: { count: 0 },
-      items: Array.from({ length: 20 }, (_, i) => ({ key: `k${String(i).padStart(3, '0')}` })),
-    });
+    const batch = await newBatch(20, { toleratedFailures: { count: 0 } });
     const runner = new Runner(db.sql, { parallel: 1, attempts: 1, queueDepth: 0 });
     const work = async () => {
       throw new Error('refused');

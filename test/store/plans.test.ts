@@ -371,6 +371,17 @@ const cases: Case[] = [
   { name: 'show a batch', bound: ITEMS, statement: (sql, d) => getBatchStatement(sql, { id: d.batch }) },
   { name: 'list batches', bound: ITEMS + 100, statement: (sql) => listBatchesStatement(sql, { limit: 50 }) },
   { name: 'list finished batches', bound: 50, statement: (sql) => listBatchesStatement(sql, { status: 'succeeded', limit: 50 }) },
+  // Running and paused read the open batches' index, and the counts of those they keep.
+  {
+    name: 'list running batches',
+    bound: ITEMS + 100 + WAITING,
+    statement: (sql) => listBatchesStatement(sql, { status: 'running', limit: 50 }),
+  },
+  {
+    name: 'list paused batches',
+    bound: ITEMS + 100 + WAITING,
+    statement: (sql) => listBatchesStatement(sql, { status: 'paused', limit: 50 }),
+  },
   {
     name: "list a tenant's batches",
     bound: 50,

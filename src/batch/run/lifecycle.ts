@@ -394,7 +394,8 @@ export class Lifecycle {
         // Past the batch's deadline: end it (once, whichever of its runs or the scheduler comes
         // first); this run then stops as after a cancel, its items told to stop.
         if (b.pastDeadline) {
-          await withTimeout((async () => (await ends()).endPastDeadline(ctx.sql, ctx.batch.id))(), s.storeTimeoutMs);
+          const { endPastDeadline } = await ends();
+          await withTimeout(endPastDeadline(ctx.sql, ctx.batch.id), s.storeTimeoutMs);
           ctx.markLost();
           return;
         }
