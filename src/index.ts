@@ -14,16 +14,8 @@
  */
 
 // Defining jobs (docs/jobs.md).
-export {
-  defineJob,
-  InvalidParamsError,
-  UnknownJobError,
-  type Job,
-  type JobCall,
-  type JobContext,
-  type JobItem,
-  type PerBatch,
-} from './jobs/job.js';
+export { defineJob, type Job, type JobCall, type JobContext, type JobItem, type PerBatch } from './jobs/job.js';
+export { InvalidParamsError, UnknownJobError } from './jobs/errors.js';
 export { defineUnitJob, type ConfigIssue, type Fence, type UnitContext, type UnitJob } from './units/job.js';
 
 // What an item's work sees, and the batch it belongs to.
@@ -51,17 +43,17 @@ export {
   ItemLostError,
   ItemStaleError,
   ItemTimeoutError,
-  parseRetryAfter,
   PermanentItemError,
   RetryAfterError,
   UnstorableStateError,
 } from './batch/errors.js';
+export { parseRetryAfter } from './batch/http-date.js';
 export { LeaseholdError, InvalidRequestError, InvalidSettingError } from './errors.js';
 
 // The built-in jobs.
 export { checksum, type ChecksumOutput } from './jobs/checksum.js';
+export { lambdaInvoke } from './jobs/lambda-invoke.js';
 export {
-  lambdaInvoke,
   LambdaFunctionError,
   LambdaItemError,
   LambdaCallbackError,
@@ -72,7 +64,7 @@ export {
   type LambdaInvokeCallResult,
   type LambdaInvokeEvent,
   type LambdaInvokeParams,
-} from './jobs/lambda-invoke.js';
+} from './jobs/lambda-invoke-wire.js';
 export { outboxDelivery, type OutboxConfig, type OutboxDeliveryOptions } from './units/outbox-delivery.js';
 
 // The store, for scripts and tests that start batches without the API (docs/development.md).
@@ -80,7 +72,8 @@ export { connect, type ConnectOptions, type ConnectTarget, type Sql } from './st
 export { migrate, MigrationLockError, type MigrateOptions, type Migration } from './store/migrate.js';
 export { SchemaMismatchError } from './store/schema.js';
 export { createBatch, type CreateOptions } from './batch/batches.js';
-export { BatchError, BatchTooLargeError, InvalidBatchError, TooManyBatchesError, type StartLimit } from './batch/errors.js';
+export { BatchError } from './batch/errors.js';
+export { BatchTooLargeError, InvalidBatchError, TooManyBatchesError, type StartLimit } from './batch/request-errors.js';
 export type { NewBatch } from './batch/types.js';
 
 // Logging, as the jobs' contexts carry it.

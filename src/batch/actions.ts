@@ -9,7 +9,7 @@
 import { randomUUID } from 'node:crypto';
 import { codeOf, LeaseholdError } from '../errors.js';
 import type { Sql } from '../store/index.js';
-import { BatchFinishedError, BatchNotFoundError } from './errors.js';
+import { BatchFinishedError, BatchNotFoundError } from './request-errors.js';
 import { redriveBatch } from './redrive.js';
 import { isUuid } from './batches.js';
 import * as a from './sql/actions.js';

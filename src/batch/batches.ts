@@ -1,5 +1,11 @@
 import type { Sql } from '../store/index.js';
-import { BatchFinishedError, BatchNotFoundError, BatchTooLargeError, InvalidBatchError, TooManyBatchesError } from './errors.js';
+import {
+  BatchFinishedError,
+  BatchNotFoundError,
+  BatchTooLargeError,
+  InvalidBatchError,
+  TooManyBatchesError,
+} from './request-errors.js';
 import { BATCH_DEFAULTS } from './defaults.js';
 import { DEFAULT_START_LIMITS, insertItems, readItems, type StartLimits } from './items.js';
 import * as q from './sql/index.js';

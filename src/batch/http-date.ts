@@ -49,3 +49,19 @@ function utc(year: number, month: string, day: number, time: string[]): number |
   if (new Date(at).getUTCDate() !== day || new Date(at).getUTCMonth() !== mon) return undefined;
   return at;
 }
+
+/**
+ * An HTTP `Retry-After` value as ms from now: delay-seconds (`"120"`) or an HTTP date
+ * (`"Wed, 21 Oct 2015 07:28:00 GMT"`, whose distance from `nowMs` is taken, 0 when past) in one
+ * of RFC 9110's three forms, read strictly ({@link parseHttpDate}). Undefined for a missing or
+ * unreadable value (any other text, such as `"retry 2030"`, is no date). Values past `capMs` (default one day) are capped,
+ * not ignored.
+ */
+export function parseRetryAfter(value: string | null | undefined, nowMs = Date.now(), capMs = 86_400_000): number | undefined {
+  if (value === null || value === undefined) return undefined;
+  const v = value.trim();
+  if (/^\d+$/.test(v)) return Math.min(Number(v) * 1000, capMs);
+  const at = parseHttpDate(v, nowMs);
+  if (at === undefined) return undefined;
+  return Math.min(Math.max(0, at - nowMs), capMs);
+}

@@ -13,6 +13,8 @@
 // Uses only the store (and the clock, errors, log leaves); nothing here knows of Lambda or HTTP.
 export * from './types.js';
 export * from './errors.js';
+export * from './request-errors.js';
+export { parseRetryAfter } from './http-date.js';
 export { systemClock, ManualClock, type Clock } from '../clock.js';
 export {
   createBatch,

@@ -5,7 +5,7 @@
 // the batch and PostgreSQL's 256 MiB limit on one JSON value never applies to a whole batch.
 import type { Sql } from '../store/index.js';
 import type { StartLimits } from './defaults.js';
-import { BatchTooLargeError, InvalidBatchError } from './errors.js';
+import { BatchTooLargeError, InvalidBatchError } from './request-errors.js';
 import { insertItemsPiece } from './sql/starts.js';
 import type { ItemInput, ItemSource } from './types.js';
 

@@ -1,7 +1,7 @@
 // How batches progress, as a dashboard shows it: items finished over time and per second, and
 // how old a batch is. Every duration is measured by the database clock (docs/design.md, "Batches").
 import type { Sql } from '../store/index.js';
-import { BatchNotFoundError } from './errors.js';
+import { BatchNotFoundError } from './request-errors.js';
 import { isUuid } from './batches.js';
 import * as q from './sql/progress.js';
 import { InvalidSettingError } from '../errors.js';

@@ -13,7 +13,7 @@ import {
   BatchOpenError,
   NothingToRedriveError,
   TooManyBatchesError,
-} from './errors.js';
+} from './request-errors.js';
 import * as q from './sql/index.js';
 import * as r from './sql/redrives.js';
 import type { BatchInfo } from './types.js';

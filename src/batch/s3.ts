@@ -5,6 +5,7 @@
 // never by importing the library (docs/design.md, "Cold starts and code splitting").
 import type { S3Client } from '@aws-sdk/client-s3';
 import { systemClock, type Clock } from '../clock.js';
+import type { S3Counts } from './usage.js';
 
 let shared: Promise<S3Client> | undefined;
 
@@ -136,4 +137,42 @@ export function listedKey(key: string, encodingType: string | undefined): string
 export function discardBody(body: unknown): void {
   const b = body as { destroy?: (e?: Error) => void; destroyed?: boolean } | null | undefined;
   if (b && typeof b.destroy === 'function' && !b.destroyed) b.destroy();
+}
+
+// S3's price classes by operation name; DELETE and aborts are free (not counted).
+const PUT_CLASS = new Set(['PutObject', 'UploadPart', 'CreateMultipartUpload', 'CompleteMultipartUpload', 'CopyObject']);
+const FREE = new Set(['DeleteObject', 'DeleteObjects', 'AbortMultipartUpload']);
+
+/**
+ * A command's S3 operation name (`GetObject`): from its schema (`[kind, namespace, name, …]`),
+ * which survives a minifying bundler, else its class name less `Command`.
+ */
+function operationOf(command: unknown): string {
+  const schema = (command as { schema?: unknown }).schema;
+  if (Array.isArray(schema) && typeof schema[2] === 'string') return schema[2];
+  const name = (command as { constructor?: { name?: string } }).constructor?.name ?? '';
+  return name.replace(/Command$/, '');
+}
+
+/**
+ * `client` with every `send` counted into `counts` by S3's price class: `List*` as list, the
+ * PUT-class writes as put, the free deletes and aborts not at all, every other request (GET,
+ * HEAD) as get. A request the SDK retries by itself counts once.
+ */
+export function countingS3(client: S3Client, counts: S3Counts): S3Client {
+  return new Proxy(client, {
+    get(target, prop, receiver) {
+      if (prop === 'send') {
+        return (command: unknown, ...rest: unknown[]) => {
+          const op = operationOf(command);
+          if (op.startsWith('List')) counts.list++;
+          else if (PUT_CLASS.has(op)) counts.put++;
+          else if (!FREE.has(op)) counts.get++;
+          return (target.send as (...a: unknown[]) => unknown).call(target, command, ...rest);
+        };
+      }
+      const v: unknown = Reflect.get(target, prop, receiver);
+      return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+    },
+  });
 }

@@ -5,7 +5,7 @@ import { randomUUID } from 'node:crypto';
 import type { Sql } from '../store/index.js';
 import { checkItemTimeout, createBatch, findBatchByKey } from './batches.js';
 import { BATCH_DEFAULTS } from './defaults.js';
-import { InvalidBatchError } from './errors.js';
+import { InvalidBatchError } from './request-errors.js';
 import { sendWorkers, type Dispatcher, type ReserveWorkers } from './dispatch.js';
 import type { StartLimits } from './items.js';
 import { type BatchInfo, type ItemSource, type ToleratedFailures } from './types.js';

@@ -3,7 +3,7 @@
 // statements are sql/steer.ts's and, for the deadline's end, sql/ends.ts's.
 import type { Sql } from '../store/index.js';
 import { checkDeadline, getBatch, isUuid } from './batches.js';
-import { BatchFinishedError, BatchNotFoundError } from './errors.js';
+import { BatchFinishedError, BatchNotFoundError } from './request-errors.js';
 import * as q from './sql/index.js';
 import type { BatchInfo, BatchStatus } from './types.js';
 

@@ -1,6 +1,6 @@
 // What a tenant runs and waits for, and its limit (docs/design.md, "Tenant fairness").
 import type { Sql } from '../store/index.js';
-import { InvalidBatchError } from './errors.js';
+import { InvalidBatchError } from './request-errors.js';
 import { NO_LIMIT } from './sql/index.js';
 import * as q from './sql/tenants.js';
 

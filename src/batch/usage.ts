@@ -3,7 +3,6 @@
 // requests it sends) and the published prices a cost is estimated at; the sums a batch or a
 // tenant reads are usage-reads.ts (the API's and the senders', off a worker's cold start).
 // Stored once per run at its end (sql/usage.ts), never per item.
-import type { S3Client } from '@aws-sdk/client-s3';
 import { InvalidSettingError } from '../errors.js';
 
 /** A worker's instruction set architecture, as Lambda prices it. */
@@ -241,42 +240,4 @@ export interface S3Counts {
   get: number;
   put: number;
   list: number;
-}
-
-// S3's price classes by operation name; DELETE and aborts are free (not counted).
-const PUT_CLASS = new Set(['PutObject', 'UploadPart', 'CreateMultipartUpload', 'CompleteMultipartUpload', 'CopyObject']);
-const FREE = new Set(['DeleteObject', 'DeleteObjects', 'AbortMultipartUpload']);
-
-/**
- * A command's S3 operation name (`GetObject`): from its schema (`[kind, namespace, name, …]`),
- * which survives a minifying bundler, else its class name less `Command`.
- */
-function operationOf(command: unknown): string {
-  const schema = (command as { schema?: unknown }).schema;
-  if (Array.isArray(schema) && typeof schema[2] === 'string') return schema[2];
-  const name = (command as { constructor?: { name?: string } }).constructor?.name ?? '';
-  return name.replace(/Command$/, '');
-}
-
-/**
- * `client` with every `send` counted into `counts` by S3's price class: `List*` as list, the
- * PUT-class writes as put, the free deletes and aborts not at all, every other request (GET,
- * HEAD) as get. A request the SDK retries by itself counts once.
- */
-export function countingS3(client: S3Client, counts: S3Counts): S3Client {
-  return new Proxy(client, {
-    get(target, prop, receiver) {
-      if (prop === 'send') {
-        return (command: unknown, ...rest: unknown[]) => {
-          const op = operationOf(command);
-          if (op.startsWith('List')) counts.list++;
-          else if (PUT_CLASS.has(op)) counts.put++;
-          else if (!FREE.has(op)) counts.get++;
-          return (target.send as (...a: unknown[]) => unknown).call(target, command, ...rest);
-        };
-      }
-      const v: unknown = Reflect.get(target, prop, receiver);
-      return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
-    },
-  });
 }

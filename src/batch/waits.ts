@@ -5,7 +5,8 @@
 // answer here, which the API maps to a status.
 import type { Sql } from '../store/index.js';
 import { verifyCallbackToken } from './callback-token.js';
-import { BatchFinishedError, CallbackCompletedError, CallbackNotFoundError, CallbackTimeoutError } from './errors.js';
+import { CallbackTimeoutError } from './errors.js';
+import { BatchFinishedError, CallbackCompletedError, CallbackNotFoundError } from './request-errors.js';
 import { InvalidRequestError } from '../errors.js';
 import { completeWait, type Completion } from './sql/waits.js';
 import { encodeOutput, storableText } from './values.js';

@@ -12,23 +12,23 @@ import { JobRegistry, type Job, type JobContext } from './job.js';
 import { lambdaInvoke } from './lambda-invoke.js';
 
 export * from './job.js';
-export { checksum, isUnder, type ChecksumOutput } from './checksum.js';
+export * from './errors.js';
+export { checksum, type ChecksumOutput } from './checksum.js';
+export { isUnder } from './checksum-files.js';
+export { lambdaInvoke, DEFAULT_BYTES_PER_CALL, MAX_BYTES_PER_CALL } from './lambda-invoke.js';
 export {
-  lambdaInvoke,
   LambdaFunctionError,
   LambdaThrottledError,
   LambdaPayloadTooLargeError,
   MAX_SYNC_PAYLOAD_BYTES,
   LambdaItemError,
   LambdaCallbackError,
-  DEFAULT_BYTES_PER_CALL,
-  MAX_BYTES_PER_CALL,
   type LambdaInvokeCallback,
   type LambdaInvokeCallEvent,
   type LambdaInvokeCallResult,
   type LambdaInvokeEvent,
   type LambdaInvokeParams,
-} from './lambda-invoke.js';
+} from './lambda-invoke-wire.js';
 
 /** Jobs shipped with leasehold: `checksum` and `lambda-invoke`. An app picks the ones it wants (`createHandlers`). */
 export const builtinJobs: Job<unknown, unknown>[] = [checksum, lambdaInvoke];

@@ -12,7 +12,8 @@ import {
   type ItemContext,
   type ItemSource,
 } from '../batch/types.js';
-import { LeaseholdError, InvalidSettingError } from '../errors.js';
+import { InvalidSettingError } from '../errors.js';
+import { InvalidParamsError, UnknownJobError } from './errors.js';
 
 /** What a job sees of the deployment's configuration. */
 export interface JobContext {
@@ -200,40 +201,6 @@ export interface Job<P = unknown, O = unknown> {
 /** Define a job; returns the definition unchanged, typed. */
 export function defineJob<P, O>(job: Job<P, O>): Job<P, O> {
   return job;
-}
-
-/** Params that are well-shaped but refused (for example a directory outside the allowed roots). API: 400. */
-export class InvalidParamsError extends LeaseholdError {
-  constructor(
-    /** Dotted path of the offending field, e.g. `params.dir`. */
-    readonly field: string,
-    message: string,
-  ) {
-    super('invalid_params', `${field}: ${message}`);
-  }
-}
-
-/**
- * No job has this name. API: 404. With `known` (the app's job names, as {@link JobRegistry}
- * gives them), the message names them, so a typo shows what was meant: `unknown job "chekcsum"
- * (this app's jobs: checksum, lambda-invoke)`, or `(this app has no jobs)`.
- */
-export class UnknownJobError extends LeaseholdError {
-  constructor(
-    readonly job: string,
-    known?: readonly string[],
-  ) {
-    super('unknown_job', `unknown job "${job}"${known === undefined ? '' : ` (${jobsText(known)})`}`);
-  }
-}
-
-/** At most this many job names in an {@link UnknownJobError}'s message; the rest are counted. */
-const NAMED_JOBS = 20;
-
-function jobsText(known: readonly string[]): string {
-  if (known.length === 0) return 'this app has no jobs';
-  const named = known.slice(0, NAMED_JOBS).join(', ');
-  return `this app's jobs: ${named}${known.length > NAMED_JOBS ? ` and ${known.length - NAMED_JOBS} more` : ''}`;
 }
 
 /**

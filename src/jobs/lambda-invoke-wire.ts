@@ -27,8 +27,8 @@ export interface LambdaInvokeParams {
   itemsPerCall?: number;
   /**
    * With `itemsPerCall`: most bytes of the items' `{ key, input }` as JSON in one invoke, 1 to
-   * {@link MAX_BYTES_PER_CALL}; an item larger alone goes in an invoke of its own. Default
-   * {@link DEFAULT_BYTES_PER_CALL} (256 KiB).
+   * `MAX_BYTES_PER_CALL` (./lambda-invoke.ts); an item larger alone goes in an invoke of its own. Default
+   * `DEFAULT_BYTES_PER_CALL` (256 KiB).
    */
   bytesPerCall?: number;
   /**
@@ -50,15 +50,6 @@ export interface LambdaInvokeCallback {
   /** `{LEASEHOLD_CALLBACK_URL}/callbacks/{token}`; null when no address is configured. */
   url: string | null;
 }
-
-/** A batched invoke's byte budget when a start sets none (`bytesPerCall`): 262,144 bytes (256 KiB). */
-export const DEFAULT_BYTES_PER_CALL = 262_144;
-
-/**
- * Largest `bytesPerCall`: 5 MiB (5,242,880 bytes), so that a batched invoke's payload (the items,
- * their attempts and the batch) stays below Lambda's {@link MAX_SYNC_PAYLOAD_BYTES}.
- */
-export const MAX_BYTES_PER_CALL = 5_242_880;
 
 /** The event a batched invoke sends (a start with `itemsPerCall`; docs/design.md, "Item batching"). */
 export interface LambdaInvokeCallEvent {

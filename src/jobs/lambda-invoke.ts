@@ -1,31 +1,24 @@
 // The built-in `lambda-invoke` job: an existing Lambda function run once per item, the way a
 // Step Functions Distributed Map runs one (docs/design.md, "Batches").
 //
-// The invokes (lambda-invoke-call.ts) are loaded on a run's first item and the AWS SDK on the
-// first invoke, not when this module is imported: the `leasehold` entry point exports this job,
-// and a worker's cold start loads neither (docs/design.md, "Cold starts and code splitting").
+// The invokes (lambda-invoke-call.ts) are loaded on a run's first item, the AWS SDK on the first
+// invoke and a start's checks (lambda-invoke-expand.ts) on the first start, not when this module
+// is imported: the `leasehold` entry point exports this job, and a worker's cold start loads
+// none of them (docs/design.md, "Cold starts and code splitting").
 import * as z from '../zod.js';
 import { MAX_ITEMS_PER_CALL } from '../batch/run/call-rules.js';
-import { MAX_WAIT_MS, type ItemInput, type ItemSource } from '../batch/types.js';
-import { defineJob, InvalidParamsError, UnknownJobError } from './job.js';
-import { DEFAULT_BYTES_PER_CALL, MAX_BYTES_PER_CALL, type LambdaInvokeParams } from './lambda-invoke-wire.js';
+import { MAX_WAIT_MS } from '../batch/types.js';
+import { defineJob } from './job.js';
+import type { LambdaInvokeParams } from './lambda-invoke-wire.js';
 
-export {
-  DEFAULT_BYTES_PER_CALL,
-  LambdaCallbackError,
-  LambdaFunctionError,
-  LambdaItemError,
-  LambdaPayloadTooLargeError,
-  LambdaThrottledError,
-  MAX_BYTES_PER_CALL,
-  MAX_SYNC_PAYLOAD_BYTES,
-  THROTTLE_WAIT_MS,
-  type LambdaInvokeCallback,
-  type LambdaInvokeCallEvent,
-  type LambdaInvokeCallResult,
-  type LambdaInvokeEvent,
-  type LambdaInvokeParams,
-} from './lambda-invoke-wire.js';
+/** A batched invoke's byte budget when a start sets none (`bytesPerCall`): 262,144 bytes (256 KiB). */
+export const DEFAULT_BYTES_PER_CALL = 262_144;
+
+/**
+ * Largest `bytesPerCall`: 5 MiB (5,242,880 bytes), so that a batched invoke's payload (the items,
+ * their attempts and the batch) stays below Lambda's {@link MAX_SYNC_PAYLOAD_BYTES}.
+ */
+export const MAX_BYTES_PER_CALL = 5_242_880;
 
 const itemSchema = z.strictObject({
   key: z.string().check(z.minLength(1, 'must be a non-empty string')),
@@ -87,56 +80,10 @@ export const lambdaInvoke = defineJob<LambdaInvokeParams, unknown>({
     'invoke params.functionName once per item, or per params.itemsPerCall items (RequestResponse); output: its JSON response per item',
   params: paramsSchema,
   parallel: 4,
+  // Checked and expanded on a start (./lambda-invoke-expand.ts), loaded then: a worker never
+  // expands.
   async expand(params, ctx) {
-    const invokable = ctx.invokable ?? {};
-    if (!Object.prototype.hasOwnProperty.call(invokable, params.functionName)) {
-      const known = Object.keys(invokable);
-      throw new InvalidParamsError(
-        'params.functionName',
-        `"${params.functionName}" is not an invokable function; ${
-          known.length ? `invokable here: ${known.join(', ')}` : 'none is invokable here'
-        } (the SST component's "invokable", LEASEHOLD_INVOKABLE; locally the app's "localFunctions")`,
-      );
-    }
-    if ((params.items === undefined) === (params.from === undefined)) {
-      throw new InvalidParamsError('params', 'give either "items" or "from"');
-    }
-    if (params.bytesPerCall !== undefined && params.itemsPerCall === undefined) {
-      throw new InvalidParamsError('params.bytesPerCall', 'applies only with "itemsPerCall" (items batched into one invoke)');
-    }
-    // What the stored params keep besides the function: how its invokes batch items.
-    const batching = {
-      ...(params.itemsPerCall !== undefined ? { itemsPerCall: params.itemsPerCall } : {}),
-      ...(params.bytesPerCall !== undefined ? { bytesPerCall: params.bytesPerCall } : {}),
-      ...(params.callback !== undefined ? { callback: params.callback } : {}),
-    };
-    if (params.items) {
-      const seen = new Set<string>();
-      for (const [i, item] of params.items.entries()) {
-        if (seen.has(item.key)) throw new InvalidParamsError(`params.items.${i}.key`, `"${item.key}" is given twice`);
-        seen.add(item.key);
-      }
-      // The items become the batch's items; the stored params keep only what names the function.
-      return {
-        items: params.items.map((item): ItemInput => ({ key: item.key, input: item.input })),
-        params: { functionName: params.functionName, ...batching },
-      };
-    }
-    const from = params.from!;
-    if (!ctx.expandJob) throw new InvalidParamsError('params.from', 'cannot take items from another job here');
-    let inner: { items: ItemSource; params: unknown };
-    try {
-      inner = await ctx.expandJob(from.job, from.params);
-    } catch (e) {
-      if (e instanceof UnknownJobError) throw new InvalidParamsError('params.from.job', e.message);
-      if (e instanceof InvalidParamsError)
-        throw new InvalidParamsError(e.field.replace(/^params/, 'params.from.params'), e.message.slice(e.field.length + 2));
-      throw e;
-    }
-    return {
-      items: inner.items,
-      params: { functionName: params.functionName, from: { job: from.job, params: inner.params }, ...batching },
-    };
+    return (await import('./lambda-invoke-expand.js')).expandLambdaInvoke(params, ctx);
   },
   itemsPerCall: (params) => params.itemsPerCall,
   bytesPerCall: (params) => (params.itemsPerCall === undefined ? undefined : (params.bytesPerCall ?? DEFAULT_BYTES_PER_CALL)),

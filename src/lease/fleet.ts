@@ -4,7 +4,7 @@
 import { InvalidSettingError } from '../errors.js';
 import type { Sql } from '../store/index.js';
 import { sharesOf } from './share.js';
-import * as q from './sql/fleet.js';
+import * as q from './sql/fleet-size.js';
 import { heavyUnits } from './sql/ownership.js';
 
 /**

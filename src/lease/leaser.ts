@@ -484,7 +484,9 @@ export class Leaser {
       if (this.clock.now() >= nextSweep) {
         nextSweep = this.clock.now() + c.sweepIntervalMs;
         try {
-          const swept = await this.withinTimeout(() => q.sweep(this.sql, c.sweepCutoffMs, this.crashRule()));
+          // Loaded on the first sweep: most worker invocations end before their first one.
+          const { sweep } = await import('./sql/sweep.js');
+          const swept = await this.withinTimeout(() => sweep(this.sql, c.sweepCutoffMs, this.crashRule()));
           if (swept.processes) this.onEvent({ type: 'swept', ...swept });
         } catch (error) {
           this.onEvent({ type: 'error', step: 'sweep', error });
@@ -582,20 +584,7 @@ export class Leaser {
   }
 }
 
-/**
- * Delete processes expired longer than `cutoffMs` and free their units, in one statement
- * (the scheduler's sweep); a unit whose job ran when its owner died counts a crash, by
- * `crash` (`maxUnitCrashes`, `quarantineMs`, `maxQuarantineMs` of {@link LeaseConfig}; default
- * {@link LEASE_DEFAULTS}). Returns both counts.
- */
-export function sweep(
-  sql: Sql,
-  cutoffMs: number = LEASE_DEFAULTS.sweepCutoffMs,
-  crash: Partial<Pick<LeaseConfig, 'maxUnitCrashes' | 'quarantineMs' | 'maxQuarantineMs'>> = {},
-): Promise<{ processes: number; units: number }> {
-  return q.sweep(sql, cutoffMs, crashRuleOf({ ...LEASE_DEFAULTS, ...crash }));
-}
-
-function crashRuleOf(c: Pick<LeaseConfig, 'maxUnitCrashes' | 'quarantineMs' | 'maxQuarantineMs'>): CrashRule {
+/** A process's crash rule from the lease settings that carry it. */
+export function crashRuleOf(c: Pick<LeaseConfig, 'maxUnitCrashes' | 'quarantineMs' | 'maxQuarantineMs'>): CrashRule {
   return { maxCrashes: c.maxUnitCrashes, quarantineMs: c.quarantineMs, maxQuarantineMs: c.maxQuarantineMs };
 }

@@ -4,7 +4,7 @@
 // at-least-once resend, EventBridge's own retry) starts nothing new.
 import * as z from '../zod.js';
 import { MAX_CONCURRENCY, type ToleratedFailures } from '../batch/types.js';
-import { MAX_NAME_LENGTH, nameSchema, steerMsSchema, toleratedFailuresSchema } from '../batch/input.js';
+import { MAX_NAME_LENGTH, nameSchema, steerMsSchema, toleratedFailuresSchema } from '../batch/input-fields.js';
 import type { BatchFinishedDetail } from '../batch/sql/events.js';
 import { InvalidSettingError } from '../errors.js';
 

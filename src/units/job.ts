@@ -1,6 +1,6 @@
 import type postgres from 'postgres';
 import type * as z from '../zod.js';
-import { UnknownJobError } from '../jobs/job.js';
+import { UnknownJobError } from '../jobs/errors.js';
 import type { Sql } from '../store/connect.js';
 import { InvalidSettingError } from '../errors.js';
 import type { Log } from '../log.js';

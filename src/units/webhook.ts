@@ -3,7 +3,7 @@
 // (docs/design.md, "Events") both go this way.
 import { createHmac } from 'node:crypto';
 import type { Dispatcher } from 'undici';
-import { parseRetryAfter } from '../batch/errors.js';
+import { parseRetryAfter } from '../batch/http-date.js';
 import { EndpointRefusedError } from './endpoint-guard.js';
 
 /** One POST: where, what, with which headers, how long to wait (ms), and a signal that aborts it. */

@@ -193,6 +193,15 @@ describe('function bundles', () => {
       'src/batch/s3.ts', // a run's first S3 call
       'src/batch/usage-reads.ts', // the API's and the senders' usage reads
       'src/batch/sql/usage-reads.ts',
+      'src/batch/request-errors.ts', // what starts, reads, steers and callbacks refuse (the API)
+      'src/batch/http-date.ts', // Retry-After of an outbox or lambda-invoke answer
+      'src/batch/input.ts', // request parsing (the API, the trigger)
+      'src/batch/sql/dispatch-claims.ts', // the scheduler's dispatch claim
+      'src/lease/sql/fleet-size.ts', // the desired count and the fleet read (scheduler, API)
+      'src/lease/sql/sweep.ts', // a sweep: the scheduler's, a process's first
+      'src/jobs/checksum-files.ts', // a checksum start's listing, its items' hashing
+      'src/jobs/lambda-invoke-expand.ts', // a lambda-invoke start's checks
+      'src/jobs/lambda-invoke-wire.ts', // lambda-invoke batches' items
     ];
     expect(lazy.filter((p) => cold.has(p))).toEqual([]);
     // ...and they are in the bundle, for the invocations that need them.

@@ -56,9 +56,9 @@ import {
   releaseAllStatement,
   releaseUnitsStatement,
   shareStateStatement,
-  sweepStatement,
   type Me,
 } from '../../src/lease/sql/ownership.js';
+import { sweepStatement } from '../../src/lease/sql/sweep.js';
 import { liftQuarantinesStatement, listProcessesStatement, listUnitsStatement } from '../../src/lease/sql/units.js';
 import type { Sql } from '../../src/store/index.js';
 import {

@@ -5,7 +5,7 @@ import { LeaseholdError } from '../../errors.js';
 import type { Sql } from '../../store/connect.js';
 import { withTimeout } from '../../store/timeout.js';
 import type { BatchInfo } from '../types.js';
-import { countingS3, type S3Counts } from '../usage.js';
+import type { S3Counts } from '../usage.js';
 import type { S3Client } from '@aws-sdk/client-s3';
 import type { RunTrace } from './tracing.js';
 import type { RunSettings } from './types.js';
@@ -90,7 +90,7 @@ export class RunContext {
   /** The S3 client of the run's source reads and results writes, its requests counted in {@link usage}. */
   async s3(): Promise<S3Client> {
     // The S3 helpers load with the first batch that names S3, as the client does.
-    const { s3Client } = await import('../s3.js');
+    const { s3Client, countingS3 } = await import('../s3.js');
     return countingS3(await s3Client(this.s.s3), this.usage.s3);
   }
 

@@ -13,6 +13,7 @@
 // both locks the run rows before the batch row (and the batch row before its tenant's row, in
 // the trigger), so moves, takeovers and ends are ordered one after the other and never deadlock.
 export * from './dispatch.js';
+export * from './dispatch-claims.js';
 export * from './ends.js';
 export * from './moves.js';
 export * from './reads.js';

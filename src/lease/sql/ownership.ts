@@ -1,6 +1,6 @@
 // Statements of process membership and unit ownership (leasehold_processes and the owner of
-// leasehold_units): heartbeat, claim, shed, release, sweep. Times come from the database clock
-// only (now()).
+// leasehold_units): heartbeat, claim, shed, release (the sweep is ./sweep.ts). Times come from
+// the database clock only (now()).
 // Unit statements that give a unit to a process check, in the same statement, that the
 // process's own row is live.
 import type { Sql } from '../../store/index.js';
@@ -41,7 +41,7 @@ function poisoned(sql: Sql, r: CrashRule) {
 // The assignments that free a unit (alias u) from an owner that is gone: a run in flight counts
 // a crash, and the crash that reaches the limit quarantines it (the backoff doubling per
 // quarantine, by the database clock). A unit with no run in flight is unchanged but for the mark.
-function crashAssignments(sql: Sql, r: CrashRule) {
+export function crashAssignments(sql: Sql, r: CrashRule) {
   return sql`crashes = u.crashes + (u.running_since is not null)::int,
       quarantines = u.quarantines + ${poisoned(sql, r)}::int,
       quarantined_until = case when ${poisoned(sql, r)}
@@ -416,35 +416,3 @@ export async function deleteProcess(sql: Sql, me: Me): Promise<ProcessChain | un
     returning coalesce(chain_id, id) as id, coalesce(chain_started_at, started_at) as "startedAt", replacements`;
   return row && { replaces: me.id, id: row.id, startedAt: row.startedAt.toISOString(), replacements: row.replacements + 1 };
 }
-
-// Deletes processes expired longer than cutoffMs and frees their units, in one statement. Units
-// are locked in key order, as a release locks them: no deadlock with a swept process releasing.
-// A unit whose job ran when its owner died counts a crash (and may be quarantined).
-export async function sweep(
-  sql: Sql,
-  cutoffMs: number,
-  crash: CrashRule = CRASH_DEFAULTS,
-): Promise<{ processes: number; units: number }> {
-  const [r] = await sql<{ processes: number; units: number }[]>`${sweepStatement(sql, cutoffMs, crash)}`;
-  return r;
-}
-
-/** The sweep statement as a fragment (the plan test reads its plan with EXPLAIN). */
-export function sweepStatement(sql: Sql, cutoffMs: number, crash: CrashRule = CRASH_DEFAULTS) {
-  return sql`with dead as (
-      delete from leasehold_processes
-      where expires_at < now() - make_interval(secs => ${cutoffMs / 1000})
-      returning id
-    ), doomed as (
-      select tenant, shard from leasehold_units
-      where owner = any (array(select id from dead)) order by tenant, shard for update
-    ), freed as (
-      update leasehold_units u set owner = null, claimed_at = null, ${crashAssignments(sql, crash)}
-      from doomed where u.tenant = doomed.tenant and u.shard = doomed.shard
-        and u.owner = any (array(select id from dead))
-      returning 1
-    )
-    select (select count(*) from dead) as processes, (select count(*) from freed) as units`;
-}
-
-/** A unit as `GET /units` shows it. */
