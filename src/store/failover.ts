@@ -304,69 +304,88 @@ function wrap(
 }
 
 /**
- * Instrument `q` when it is a postgres.js query: its rejection is reported to `w` first, it joins
- * the {@link trackQueries} scope it was made in, and its {@link Timing} is kept, with `live`
- * holding it from when the server begins on it until it settles.
+ * Instrument `q` when it is a postgres.js query, once it runs: its rejection is reported to `w`
+ * first, it joins the {@link trackQueries} scope it was made in, and its {@link Timing} is kept,
+ * with `live` holding it from when the server begins on it until it settles. A fragment nested
+ * in another statement never runs, so it costs only the wrapper of its `handle` (a move builds
+ * its statement from a dozen fragments: instrumenting each one eagerly was a measurable part of
+ * a run's CPU; docs/development.md, "Where an item's time goes").
  */
 function watch(q: unknown, w: Watcher, live: Map<object, number>, refused: () => unknown): unknown {
   // A postgres.js query is a lazy promise whose `reject` settles it (query.js); every failure of
   // a statement that runs goes through it. Fragments and helpers (`sql(name)`) have none.
   const query = q as { reject?: (e: unknown) => void; then?: unknown } | null;
-  if (query && typeof query.then === 'function' && typeof query.reject === 'function') {
-    watchers.set(query, w);
-    scopes.getStore()?.add(query);
-    // Timed from when the server begins on it (docs/design.md, "Database connections": a busy
-    // pool is not a silent connection): postgres.js sets `active` on the statement its
-    // connection is answering now; one queued in the pool or pipelined behind another waits
-    // unset. `handle` runs on its first `then` (fragments nested in another statement never do).
-    let pool = progressOf.get(live);
-    if (!pool) progressOf.set(live, (pool = { at: -Infinity }));
-    const timing: Timing = { pool };
-    timings.set(query, timing);
-    const q2 = query as unknown as { handle?: () => unknown; executed?: boolean; resolve?: (v: unknown) => void };
-    const handle = q2.handle;
-    if (typeof handle === 'function') {
-      q2.handle = function (this: unknown) {
-        if (!q2.executed) timing.queuedAt = performance.now();
-        // A pool its pooler refuses opens no more connections: its statements fail at once.
-        const refusal = refused();
-        if (refusal !== undefined && !q2.executed) {
-          q2.executed = true;
-          return void query.reject!(refusal);
-        }
-        return handle.call(this);
-      };
+  if (!query || typeof query.then !== 'function' || typeof query.reject !== 'function') return q;
+  const scope = scopes.getStore();
+  const q2 = query as unknown as { handle?: () => unknown; executed?: boolean };
+  const handle = q2.handle;
+  if (typeof handle !== 'function') {
+    instrument(query as Watched, w, live, scope);
+    return q;
+  }
+  // `handle` runs on the query's first then/catch/finally/execute and on each later one; it
+  // sends the statement once (`executed`).
+  let timing: Timing | undefined;
+  q2.handle = function (this: unknown) {
+    if (!timing) {
+      timing = instrument(query as Watched, w, live, scope);
+      if (!q2.executed) timing.queuedAt = performance.now();
     }
-    let active = false;
-    Object.defineProperty(query, 'active', {
-      configurable: true,
-      enumerable: true,
-      get: () => active,
-      set: (v: boolean) => {
-        active = v;
-        if (v && timing.sentAt === undefined && !timing.settled) {
-          timing.sentAt = performance.now();
-          pool.at = timing.sentAt;
-          live.set(query, timing.sentAt);
-        }
-      },
-    });
-    const resolveQ = q2.resolve;
-    if (typeof resolveQ === 'function') {
-      q2.resolve = (v: unknown) => {
-        timing.settled = true;
-        pool.at = performance.now();
-        live.delete(query);
-        w(ANSWERED);
-        resolveQ(v);
-      };
+    // A pool its pooler refuses opens no more connections: its statements fail at once.
+    const refusal = refused();
+    if (refusal !== undefined && !q2.executed) {
+      q2.executed = true;
+      return void query.reject!(refusal);
     }
-    const reject = query.reject;
-    query.reject = (e: unknown) => {
+    return handle.call(this);
+  };
+  return q;
+}
+
+/** A postgres.js query as {@link instrument} changes it. */
+type Watched = { reject: (e: unknown) => void; resolve?: (v: unknown) => void };
+
+/** Does what {@link watch} says for a query about to run; returns its {@link Timing}. */
+function instrument(query: Watched, w: Watcher, live: Map<object, number>, scope: Set<object> | undefined): Timing {
+  watchers.set(query, w);
+  scope?.add(query);
+  // Timed from when the server begins on it (docs/design.md, "Database connections": a busy
+  // pool is not a silent connection): postgres.js sets `active` on the statement its
+  // connection is answering now; one queued in the pool or pipelined behind another waits
+  // unset.
+  let pool = progressOf.get(live);
+  if (!pool) progressOf.set(live, (pool = { at: -Infinity }));
+  const timing: Timing = { pool };
+  timings.set(query, timing);
+  let active = false;
+  Object.defineProperty(query, 'active', {
+    configurable: true,
+    enumerable: true,
+    get: () => active,
+    set: (v: boolean) => {
+      active = v;
+      if (v && timing.sentAt === undefined && !timing.settled) {
+        timing.sentAt = performance.now();
+        pool.at = timing.sentAt;
+        live.set(query, timing.sentAt);
+      }
+    },
+  });
+  const resolveQ = query.resolve;
+  if (typeof resolveQ === 'function') {
+    query.resolve = (v: unknown) => {
       timing.settled = true;
+      pool.at = performance.now();
       live.delete(query);
-      reject(w(e));
+      w(ANSWERED);
+      resolveQ(v);
     };
   }
-  return q;
+  const reject = query.reject;
+  query.reject = (e: unknown) => {
+    timing.settled = true;
+    live.delete(query);
+    reject(w(e));
+  };
+  return timing;
 }
