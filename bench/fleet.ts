@@ -201,6 +201,8 @@ interface Fleet {
   joinMs: number;
   /** Items/s from the last run's join until 90 % of the items' work had ended (undefined: too late). */
   joinedRate?: number;
+  /** When 90 % of the items' work had ended, when the last item's had, and when the batch finished: ms after go. */
+  ends: { work90Ms?: number; lastWorkMs: number; finishedMs: number };
 }
 
 /** Take over `id` on `runner` until taken or `deadline` (performance.now()) passes. */
@@ -300,6 +302,11 @@ async function fleetOnce(url: string, direct: string, name: string, admin: Sql, 
       cpuMs: (cpu.user + cpu.system) / 1000,
       joinMs,
       joinedRate,
+      ends: {
+        work90Ms: t90 === undefined ? undefined : t90 - t0,
+        lastWorkMs: workEnds.reduce((m, t) => Math.max(m, t), -Infinity) - t0,
+        finishedMs: seconds * 1000,
+      },
     };
   } finally {
     if (poolsOpen) {
@@ -370,8 +377,11 @@ function trace(f: Fleet): void {
     f.joinedRate === undefined
       ? ''
       : ` (then ${fmt(f.joinedRate)} items/s, ${Math.round((100 * f.joinedRate) / (PARALLEL * f.runs))} % of linear, until 90 % of the items' work had ended)`;
+  const ends =
+    `90 % of the items' work ended ${f.ends.work90Ms === undefined ? '?' : fmt(f.ends.work90Ms)} ms after go, ` +
+    `the last item's ${fmt(f.ends.lastWorkMs)} ms, the batch finished ${fmt(f.ends.finishedMs)} ms (linear: ${fmt((1000 * f.items) / (PARALLEL * f.runs))} ms)`;
   console.error(
-    `fleet, ${f.runs} runs: ${fmt(f.items)} items; all joined ${fmt(f.joinMs)} ms after go${joined}; ` +
+    `fleet, ${f.runs} runs: ${fmt(f.items)} items; all joined ${fmt(f.joinMs)} ms after go${joined}; ${ends}; ` +
       `${(f.sent.statements / f.items).toFixed(3)} statements and ${(f.sent.transactions / f.items).toFixed(3)} client transactions per item; ` +
       `bench process CPU ${fmt(f.cpuMs)} ms (${((1000 * f.cpuMs) / f.items).toFixed(0)} µs per item); lock samples failed: ${f.locks.failed}; statements by kind:\n${kinds}\nlock waits seen, by the waiting statement ← the first blocking session's:\n${waiters}`,
   );
