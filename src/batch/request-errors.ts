@@ -1,5 +1,5 @@
 // What starting, reading, steering and redriving a batch, and completing a callback, refuse: the
-// API maps each \`code\` to a status (src/api/errors.ts). Apart from the errors a run and its items
+// API maps each `code` to a status (src/api/errors.ts). Apart from the errors a run and its items
 // raise (./errors.ts), so a worker's cold start does not load them (docs/development.md,
 // "Benchmarks").
 import { LeaseholdError } from '../errors.js';

@@ -1,4 +1,4 @@
-// The checks and items of a \`lambda-invoke\` start (./lambda-invoke.ts defines the job): the
+// The checks and items of a `lambda-invoke` start (./lambda-invoke.ts defines the job): the
 // function must be invokable here, items come from params.items or from another job's expand.
 // Loaded on a start's first use, so a worker's cold start does not carry it.
 import type { ItemInput, ItemSource } from '../batch/types.js';
@@ -7,10 +7,10 @@ import type { JobContext } from './job.js';
 import type { LambdaInvokeParams } from './lambda-invoke-wire.js';
 
 /**
- * A \`lambda-invoke\` start's items and the params its batch stores (the function, how its invokes
- * batch items, the callback; with \`from\`, the other job's stored params).
- * @throws {InvalidParamsError} the function is not invokable here, neither or both of \`items\` and
- * \`from\` are given, \`bytesPerCall\` without \`itemsPerCall\`, a key given twice, or \`from\` names
+ * A `lambda-invoke` start's items and the params its batch stores (the function, how its invokes
+ * batch items, the callback; with `from`, the other job's stored params).
+ * @throws {InvalidParamsError} the function is not invokable here, neither or both of `items` and
+ * `from` are given, `bytesPerCall` without `itemsPerCall`, a key given twice, or `from` names
  * an unknown job or params it refuses.
  */
 export async function expandLambdaInvoke(
