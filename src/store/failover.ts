@@ -371,21 +371,37 @@ function instrument(query: Watched, w: Watcher, live: Map<object, number>, scope
       }
     },
   });
-  const resolveQ = query.resolve;
-  if (typeof resolveQ === 'function') {
-    query.resolve = (v: unknown) => {
-      timing.settled = true;
-      pool.at = performance.now();
-      live.delete(query);
-      w(ANSWERED);
-      resolveQ(v);
-    };
-  }
-  const reject = query.reject;
-  query.reject = (e: unknown) => {
+  // Kept wrapped when reassigned: a cursor's next() puts its own resolve and reject on the query
+  // for each page (query.js), and its last resolve is the one that settles it.
+  wrapped(query, 'resolve', (resolveQ) => (v: unknown) => {
+    timing.settled = true;
+    pool.at = performance.now();
+    live.delete(query);
+    w(ANSWERED);
+    resolveQ(v);
+  });
+  wrapped(query, 'reject', (reject) => (e: unknown) => {
     timing.settled = true;
     live.delete(query);
     reject(w(e));
-  };
+  });
   return timing;
+}
+
+/**
+ * Make `query[key]` (a settling function) an accessor that returns what is assigned to it wrapped
+ * by `wrap`, the function it holds now included. Nothing when it holds none.
+ */
+function wrapped(query: Watched, key: 'resolve' | 'reject', wrap: (settle: (v: unknown) => void) => (v: unknown) => void): void {
+  const current = query[key];
+  if (typeof current !== 'function') return;
+  let fn = wrap(current);
+  Object.defineProperty(query, key, {
+    configurable: true,
+    enumerable: true,
+    get: () => fn,
+    set: (next: (v: unknown) => void) => {
+      fn = wrap(next);
+    },
+  });
 }

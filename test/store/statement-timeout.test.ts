@@ -3,6 +3,7 @@
 // dropped within one store timeout of the first timeout.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connect, StoreTimeoutError, withTimeout, type Sql } from '../../src/store/index.js';
+import { dropPoolsWithUnanswered } from '../../src/store/failover.js';
 import { useTestDatabase } from '../support/db-hooks.js';
 import { PgProxy } from '../support/pgproxy.js';
 import { waitFor, deferred } from '../support/waits.js';
@@ -128,4 +129,26 @@ describe('a store timeout', () => {
       await sql.end({ timeout: 1 });
     }
   }, 60_000);
+
+  it('counts a cursor read to its end as answered: a later timeout of unknown statements retires no pool', async () => {
+    // A cursor's next() puts a resolve and a reject of its own on the query for each page; the
+    // last one settles it. Were it left in flight, a timeout whose statements are not known
+    // (dropPoolsWithUnanswered) would take its pool for a silent one and retire it.
+    for (const rows of [0, 3, 10]) {
+      const replaced: unknown[] = [];
+      const sql = connect(db.url, { schema: db.schema, max: 2, onReadOnly: (e) => replaced.push(e) });
+      try {
+        let seen = 0;
+        for await (const page of sql<{ g: number }[]>`select g from generate_series(1, ${rows}) g`.cursor(4)) seen += page.length;
+        expect(seen).toBe(rows);
+        await new Promise((resolve) => setTimeout(resolve, 150));
+        dropPoolsWithUnanswered(100, 100);
+        expect(replaced).toEqual([]);
+        // The pool still answers on its own connections.
+        expect((await sql<{ one: number }[]>`select 1 as one`)[0].one).toBe(1);
+      } finally {
+        await sql.end({ timeout: 1 });
+      }
+    }
+  });
 });
