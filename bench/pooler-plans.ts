@@ -46,7 +46,7 @@ try {
     { work },
   );
   await Promise.all(runners.slice(1).map((r) => r.takeOver(() => ({ work }), batch.id)));
-  await Promise.all(runners.map((r) => r.running(batch.id)));
+  await Promise.all(runners.map((r) => r.running(batch.id)).filter((p) => p !== undefined));
   await pool.end();
 
   const kinds = new Map<string, { text: string; params: unknown[] }[]>();
