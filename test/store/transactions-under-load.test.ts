@@ -166,6 +166,12 @@ async function round(sql: Sql, app: string): Promise<RoundFigures> {
   return figures;
 }
 
+/** Connections of each pool the soaks make. */
+const POOL_MAX = 4;
+
+/** Whether every rejection since the rounds was a connection found closed. */
+const onlyClosed = () => [...reasons.keys()].every((r) => r === 'CONNECTION_CLOSED');
+
 /** Run the rounds on `sql`, then check the pool still answers and left no session in a transaction. */
 async function soak(sql: Sql, app: string): Promise<void> {
   const total: RoundFigures = { committed: 0, rejected: 0, plainOk: 0, plainRejected: 0, terminations: 0, problems: [] };
@@ -182,9 +188,17 @@ async function soak(sql: Sql, app: string): Promise<void> {
   expect(total.terminations).toBeGreaterThan(ROUNDS * 5);
   expect(total.committed).toBeGreaterThan(0);
   expect(total.rejected).toBeGreaterThan(0);
-  // The pool still answers, and none of its sessions was left inside a transaction.
+  // The pool still answers, and none of its sessions was left inside a transaction. A connection
+  // whose backend the last round ended may not have read its socket's close yet (its backend is
+  // gone from pg_stat_activity, but the client's event loop was busy): it fails the one statement
+  // sent to it with CONNECTION_CLOSED and is replaced. So each of the pool's connections (POOL_MAX)
+  // may fail one check, and no more; any other error fails at once.
   // Should it fail, the message names its error (reasons was cleared after the rounds).
-  expect(await settle(sql`select 1`), JSON.stringify(Object.fromEntries(reasons))).toBe('ok');
+  let answer = await settle(sql`select 1`);
+  for (let closed = 1; answer === 'rejected' && closed < POOL_MAX && onlyClosed(); closed++) {
+    answer = await settle(sql`select 1`);
+  }
+  expect(answer, JSON.stringify(Object.fromEntries(reasons))).toBe('ok');
   await sleep(100);
   const stuck = await db.sql`
     select pid from pg_stat_activity where application_name = ${app} and state like 'idle in transaction%'`;
@@ -195,12 +209,12 @@ async function soak(sql: Sql, app: string): Promise<void> {
 describe('transactions while backends of their pool are terminated, under load', () => {
   it('postgres.js as configured by connect(): no statement hangs or runs outside its transaction', async () => {
     const app = 'leasehold-txload-connect';
-    await soak(db.connect({ max: 4, applicationName: app }), app);
+    await soak(db.connect({ max: POOL_MAX, applicationName: app }), app);
   }, 120_000);
 
   it("connect() in pooler mode (settings sent in each transaction's first round trip): the same", async () => {
     const app = 'leasehold-txload-pooler';
-    await soak(db.connect({ max: 4, applicationName: app, pooler: 'transaction' }), app);
+    await soak(db.connect({ max: POOL_MAX, applicationName: app, pooler: 'transaction' }), app);
   }, 120_000);
 
   // A BEGIN that fills its connection's pipeline (sent.length reaches max_pipeline, 100 by
@@ -213,7 +227,7 @@ describe('transactions while backends of their pool are terminated, under load',
   it("postgres.js with short pipelines (max_pipeline 3, so BEGIN often fills one), transactions ending as connect()'s: the same", async () => {
     const app = 'leasehold-txload-pipeline';
     const options = {
-      max: 4,
+      max: POOL_MAX,
       max_pipeline: 3,
       fetch_types: false,
       onnotice: () => {},
