@@ -192,6 +192,16 @@ export function connect(url: string | ConnectTarget, options: ConnectOptions = {
   return endingWithConnection(pooled ? settingEachTransaction(pool, session) : pool);
 }
 
+/**
+ * Whether `sql` is a pool in pooler mode (`pooler: 'transaction'`), whose statements are parsed
+ * and planned by the server at every call (no named prepared statement: docs/development.md,
+ * "Behind a transaction-mode pooler every statement is planned"). The hottest statements then go
+ * through server-side functions, whose plans each server session keeps.
+ */
+export function plansEachStatement(sql: Sql): boolean {
+  return (sql as { options?: { prepare?: boolean } }).options?.prepare === false;
+}
+
 /** The server settings of a pool's sessions, by name, as `connect` applies them. */
 function sessionSettings(options: ConnectOptions): Record<string, string> {
   const s: Record<string, string> = { application_name: options.applicationName ?? 'leasehold' };

@@ -15,7 +15,7 @@ export interface SchemaRange {
  * `max`, the newest migration it ships (`test/store/schema.test.ts` checks it against the
  * migration files). Old code finds a newer schema outside its range and stops before it acts.
  */
-export const SUPPORTED_SCHEMA: Readonly<SchemaRange> = { min: 42, max: 42 };
+export const SUPPORTED_SCHEMA: Readonly<SchemaRange> = { min: 43, max: 43 };
 
 /**
  * The database's schema version is outside what this code supports (code `schema_mismatch`):

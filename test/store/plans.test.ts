@@ -32,6 +32,7 @@ import {
   recoverRunningStatement,
   releaseOrphansStatement,
   step,
+  stepCall,
   stepStatement,
   type StepArgs,
   takeOverStatement,
@@ -704,5 +705,49 @@ describe.each(STATES)('the database %s', (stateName) => {
     const plan = JSON.parse(plans[0].slice(plans[0].indexOf('{'))).Plan as PlanNode;
     const over = readRows(plan).filter((r) => r.rows > RUNNING * 4 + 50);
     expect(over, 'nodes of the generic plan reading beyond the bound').toEqual([]);
+  });
+});
+
+// In pooler mode the move + claim is a call of `leasehold_step` (migration 043), whose statement
+// is planned generic from the first call (`plan_cache_mode = force_generic_plan`, the function's
+// own) and kept by the server session. That plan, executed (auto_explain of the nested statement,
+// sent back as a notice), must read no more than the statement's own generic plan above.
+describe.each(STATES)('the database %s', (stateName) => {
+  it('the move + claim function runs its generic plan, bounded', async ({ skip }) => {
+    const s = states.get(stateName);
+    if (!s) throw new Error(`state "${stateName}" was not made`);
+    // A pool of its own with settings at startup, which a transaction-mode pooler refuses.
+    if (s.db.pooled) skip();
+    const plans: string[] = [];
+    const one = postgres(s.db.url, {
+      max: 1,
+      fetch_types: false,
+      connection: { search_path: s.db.schema },
+      onnotice: (n) => void (n.message.includes('plan:') && plans.push(n.message)),
+    }) as unknown as Sql;
+    try {
+      await one.begin(async (tx) => {
+        const t = tx as unknown as Sql;
+        await t`load 'auto_explain'`;
+        await t`select set_config('auto_explain.log_min_duration', '0', true), set_config('auto_explain.log_analyze', 'on', true),
+          set_config('auto_explain.log_format', 'json', true), set_config('auto_explain.log_level', 'notice', true),
+          set_config('auto_explain.log_nested_statements', 'on', true), set_config('client_min_messages', 'notice', true)`;
+        await t`${stepCall(t, stepArgs(s.d))}`;
+        throw new Rollback();
+      });
+    } catch (e) {
+      if (!(e instanceof Rollback)) throw e;
+    } finally {
+      await one.end();
+    }
+    // The call's own plan (a function scan) and the statement inside it.
+    const inner = plans.map((p) => JSON.parse(p.slice(p.indexOf('{'))) as { 'Query Text': string; Plan: PlanNode });
+    const step = inner.filter((p) => p['Query Text'].includes('own_update'));
+    expect(step, 'the statement inside the function, explained').toHaveLength(1);
+    const over = readRows(step[0].Plan).filter((r) => r.rows > RUNNING * 4 + 50);
+    expect(over, 'nodes of the generic plan reading beyond the bound').toEqual([]);
+    // A generic plan: the fences' gates still read the parameter (a custom plan folds
+    // `p_settled > 0` to a constant and drops the fence it rules out).
+    expect(JSON.stringify(step[0].Plan)).toContain('"One-Time Filter":"($4 > 0)"');
   });
 });

@@ -4,7 +4,7 @@
 // on the run's own row (docs/design.md, "Fan-out"): a run that lost its lease moves and claims
 // nothing, and a move lands only on an item still running under the run at the attempts it was
 // claimed with, so a retried move is idempotent.
-import type { Sql } from '../../store/index.js';
+import { plansEachStatement, type Sql } from '../../store/connect.js';
 import { storableText } from '../values.js';
 import type { ItemState } from '../types.js';
 import { beatAnswers, beatResult, ownRun, type BeatResult, type BeatRow } from './shared.js';
@@ -156,7 +156,7 @@ export interface StepResult {
 export async function step(sql: Sql, a: StepArgs): Promise<StepResult> {
   const [r] = await sql<
     { moved: number; claimed: ClaimedRow[] | null; next_due_ms: number | null; beat: BeatRow | null | undefined }[]
-  >`${stepStatement(sql, a)}`;
+  >`${plansEachStatement(sql) ? stepCall(sql, a) : stepStatement(sql, a)}`;
   const beat = a.beat && (a.settled ?? 0) > 0 ? beatResult(r.beat ?? undefined) : null;
   return { moved: r.moved, claimed: r.claimed ?? [], nextDueMs: r.next_due_ms, beat };
 }
@@ -196,7 +196,23 @@ function progress(sql: Sql, batchId: string, recordProgress: boolean) {
     returning 1`;
 }
 
-/** The move + claim statement as a fragment (the plan test reads its plan with EXPLAIN). */
+/**
+ * The move + claim as a call of the server-side function `leasehold_step` (migration 043), for a
+ * pool in pooler mode: the function's statement is {@link stepStatement}'s, and its plan stays in
+ * the server session that ran it, where this statement's would be planned at every call behind a
+ * transaction-mode pooler (docs/design.md, "Database connections"). Same answer as
+ * {@link stepStatement}.
+ */
+export function stepCall(sql: Sql, a: StepArgs) {
+  return sql`select o_moved as moved, o_claimed as claimed, o_next_due_ms as next_due_ms, o_beat as beat
+    from leasehold_step(${a.batchId}::uuid, ${a.run}::uuid, ${a.moves.json}::text, ${a.settled ?? 0}::int,
+      ${a.claim}::int, ${a.aheadMs}::float8, ${a.recordProgress}::boolean, ${a.beat ?? false}::boolean)`;
+}
+
+/**
+ * The move + claim statement as a fragment (the plan test reads its plan with EXPLAIN). Migration
+ * 043's `leasehold_step` is the same statement as a function: a change here is a change there.
+ */
 export function stepStatement(sql: Sql, a: StepArgs) {
   return sql`with own as (
       ${ownMoving(sql, a.run, a.settled ?? 0, a.beat ?? false)}
