@@ -57,9 +57,9 @@ export interface RunnerOptions {
    * many as the slots start in 100 ms and two of the run's move + claim round trips at its mean
    * attempt (`CLAIM_AHEAD_HORIZON_MS`: `parallel × (100 + 2 × round trip ms) / mean attempt
    * ms`), at most 4 × `parallel` (`MAX_QUEUE_DEPTH_PER_SLOT`): at `parallel` 16 and round trips
-   * of 5 ms, attempts of 20 ms claim 64 ahead, of 50 ms 36, of 110 ms or more 16; attempts
-   * under a millisecond, runs before their first attempt settled, and batches with a rate limit
-   * or a concurrency pool keep `parallel` (docs/design.md, "The pipelined run"). With item
+   * of 5 ms, attempts of 20 ms claim 64 ahead, of 50 ms 36, of 110 ms or more 16, of under a
+   * millisecond 64; runs before their first attempt settled, and batches with a rate limit or
+   * a concurrency pool keep `parallel` (docs/design.md, "The pipelined run"). With item
    * batching (an executor's `itemsPerCall`) the run's `parallel` is `parallel × itemsPerCall`
    * items, and its queue holds at least `itemsPerCall` (docs/design.md, "Item batching").
    */

@@ -89,6 +89,20 @@ describe("a run's claim-ahead queue", () => {
     await b.close();
   });
 
+  it('deepens for attempts under a millisecond too: a run of no-op items holds up to 5 × parallel', async () => {
+    const { batch } = await createBatch(db.sql, newBatch(60));
+    // No-op attempts: the slots start far more than the cap within the horizon, so the queue is
+    // as deep as the cap allows once they settled (each statement then moves and claims more).
+    const a = firstQuickThenStuck(PARALLEL, () => undefined);
+    const runner = new Runner(db.connect({ max: 3 }), { parallel: PARALLEL, beatMs: 100, staleMs: 60_000 });
+    await runner.takeOver(() => ({ work: a.work }), batch.id);
+    await waitFor('the no-op attempts settled', async () => (await itemCounts(db.sql, batch.id)).done === PARALLEL);
+    const held = await settledRunning(batch.id);
+    expect(held).toBeGreaterThan(2 * PARALLEL);
+    expect(held).toBeLessThanOrEqual(PARALLEL + 4 * PARALLEL);
+    await db.sql`update leasehold_batches set status = 'cancelled' where id = ${batch.id}`;
+  });
+
   it('keeps parallel ahead for attempts of a second: it holds no item its slots would not start soon', async () => {
     const { batch } = await createBatch(db.sql, newBatch(40));
     // Attempts of 1 s: the slots start 4 × (100 + 2 × round trip) / 1,000 items in the horizon,

@@ -214,14 +214,15 @@ export class Producer {
    * {@link CLAIM_AHEAD_HORIZON_MS} and two mean move + claim round trips at the mean attempt
    * (`parallel × (horizon + 2 × round trip) / mean`), so the slots stay busy while the flusher
    * lingers and its statement travels, and a run holds no item it would not start soon.
-   * Not deepened before an attempt settled, for attempts under a millisecond (they never
-   * linger), nor with a rate gate or a pool (items would wait there for a token or a permit).
+   * Not deepened before an attempt settled, nor with a rate gate or a pool (items would wait
+   * there for a token or a permit). Attempts under a millisecond deepen to the cap: a run of them
+   * is bound by its statements, and each then moves and claims more.
    */
   private depth(): number {
     const s = this.ctx.s;
     if (s.maxQueueDepth <= s.queueDepth || this.gate || this.pool) return s.queueDepth;
     const mean = this.d.meanMs();
-    if (!(mean >= 1)) return s.queueDepth;
+    if (!(mean > 0)) return s.queueDepth;
     const horizon = CLAIM_AHEAD_HORIZON_MS + 2 * this.d.stepMs();
     return Math.min(s.maxQueueDepth, Math.max(s.queueDepth, Math.ceil((s.parallel * horizon) / mean)));
   }
