@@ -37,9 +37,11 @@ export class SchemaMismatchError extends LeaseholdError {
 /**
  * SQLSTATEs that a schema change under running code produces: `0A000` (feature not supported,
  * e.g. "cached plan must not change result type"), `42P01` (undefined table), `42703`
- * (undefined column). After one of them a function checks the schema version again.
+ * (undefined column), `42883` (undefined function: the move + claim is a call of
+ * `leasehold_step` in pooler mode, migration 043). After one of them a function checks the
+ * schema version again.
  */
-export const SCHEMA_CHANGE_CODES: readonly string[] = ['0A000', '42P01', '42703'];
+export const SCHEMA_CHANGE_CODES: readonly string[] = ['0A000', '42P01', '42703', '42883'];
 
 /** Whether `error` (or its `cause`) is a database error of {@link SCHEMA_CHANGE_CODES}. */
 export function isSchemaChangeError(error: unknown): boolean {
