@@ -15,7 +15,7 @@ import { encodeOutput, errorText, readableThrown } from '../values.js';
 import type { Executor } from '../types.js';
 import type { RunContext } from './context.js';
 import { givenBack, parked, verdict } from './settled.js';
-import { AttemptWait, timedOutWait } from './waits.js';
+import { AttemptWait, lastWait, timedOutWait } from './waits.js';
 import type { Settled } from './types.js';
 
 /** Most attempts per item a runner or job may set. */
@@ -233,6 +233,8 @@ export class ItemExecutor {
       else runSignal.addEventListener('abort', relay, { once: true });
     }
     try {
+      // Built field by field (no spread: one shape for every attempt, nothing copied).
+      const last = lastWait(c);
       const item = {
         key: c.key,
         input: c.input,
@@ -242,7 +244,11 @@ export class ItemExecutor {
         heartbeat: beats.heartbeat,
         checkpoint: beats.checkpoint,
         checkpointed: c.checkpoint ?? undefined,
-        ...wait.calls(),
+        callback: last.callback,
+        slept: last.slept,
+        waitForCallback: wait.waitForCallback,
+        sleep: wait.sleep,
+        sleepUntil: wait.sleepUntil,
       };
       // A call of several items is traced by the run, linked to this attempt's span (calls.ts).
       if (traced) (item as { [ATTEMPT_TRACE]?: AttemptTrace })[ATTEMPT_TRACE] = traced;

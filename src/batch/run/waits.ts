@@ -12,15 +12,20 @@ import {
   MAX_WAIT_MS,
   type CallbackHandle,
   type CallbackOutcome,
-  type ItemContext,
   type WaitForCallbackOptions,
 } from '../types.js';
 import { encodeOutput } from '../values.js';
 import type { RunContext } from './context.js';
 import type { OwnSleep } from './types.js';
 
-/** What an attempt's work gets of its waits (part of {@link ItemContext}). */
-export type WaitCalls = Pick<ItemContext, 'waitForCallback' | 'sleep' | 'sleepUntil' | 'callback' | 'slept'>;
+/** What an attempt reads of its item's last wait (`callback` and `slept` of the item the work gets). */
+export interface LastWait {
+  readonly callback: CallbackOutcome | undefined;
+  readonly slept: boolean;
+}
+
+/** The last wait of an attempt that did not wait before (most attempts): one object for all. */
+const NO_WAIT: LastWait = Object.freeze({ callback: undefined, slept: false });
 
 /**
  * The item's last wait as this attempt reads it: the callback's outcome and whether it was a
@@ -28,9 +33,10 @@ export type WaitCalls = Pick<ItemContext, 'waitForCallback' | 'sleep' | 'sleepUn
  * keep, the work stores with `checkpoint`). When that attempt died with its run, the takeover's
  * recovery moved `woke` on to the next attempt (sql/runs.ts, `recoverRunning`): it reads it.
  */
-export function lastWait(c: ClaimedRow): { callback: CallbackOutcome | undefined; slept: boolean } {
+export function lastWait(c: ClaimedRow): LastWait {
   const w = c.woke?.attempt === c.attempts ? c.woke : undefined;
-  if (!w || w.kind !== 'callback') return { callback: undefined, slept: w?.kind === 'sleep' };
+  if (!w) return NO_WAIT;
+  if (w.kind !== 'callback') return { callback: undefined, slept: w.kind === 'sleep' };
   if (w.status === 'succeeded') return { callback: { status: 'succeeded', result: w.result ?? null }, slept: false };
   if (w.status === 'failed') return { callback: { status: 'failed', error: w.error ?? '' }, slept: false };
   return { callback: { status: 'timedOut', reason: w.reason ?? 'timeout' }, slept: false };
@@ -73,17 +79,14 @@ export class AttemptWait {
     return this.id === undefined ? undefined : this.slept;
   }
 
-  /** The calls the work gets. */
-  calls(): WaitCalls {
-    return {
-      ...lastWait(this.c),
-      waitForCallback: (o) => this.waitForCallback(o),
-      sleep: (ms) => this.sleep(ms),
-      sleepUntil: (date) => this.sleepUntil(date),
-    };
-  }
+  /** The work's `waitForCallback` (its own function: the work may take it off the item). */
+  readonly waitForCallback = (o: WaitForCallbackOptions): Promise<CallbackHandle> => this.callbackWait(o);
+  /** The work's `sleep`. */
+  readonly sleep = (ms: number): Promise<void> => this.sleepFor(ms);
+  /** The work's `sleepUntil`. */
+  readonly sleepUntil = (date: Date): Promise<void> => this.sleepTill(date);
 
-  private async waitForCallback(o: WaitForCallbackOptions): Promise<CallbackHandle> {
+  private async callbackWait(o: WaitForCallbackOptions): Promise<CallbackHandle> {
     const timeoutMs = within(o?.timeoutMs, 'timeoutMs', 1, MAX_WAIT_MS);
     const heartbeatTimeoutMs =
       o.heartbeatTimeoutMs === undefined ? null : within(o.heartbeatTimeoutMs, 'heartbeatTimeoutMs', 1, timeoutMs);
@@ -105,7 +108,7 @@ export class AttemptWait {
     };
   }
 
-  private async sleep(ms: number): Promise<void> {
+  private async sleepFor(ms: number): Promise<void> {
     await this.register({
       kind: 'sleep',
       wakeInMs: within(ms, 'sleep ms', 0, MAX_WAIT_MS),
@@ -114,7 +117,7 @@ export class AttemptWait {
     });
   }
 
-  private async sleepUntil(date: Date): Promise<void> {
+  private async sleepTill(date: Date): Promise<void> {
     if (!(date instanceof Date) || Number.isNaN(date.getTime())) throw new InvalidWaitError('sleepUntil: not a valid Date');
     await this.register({ kind: 'sleep', wakeInMs: 0, wakeAt: date, heartbeatTimeoutMs: null, payload: null });
   }
