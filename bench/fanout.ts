@@ -64,7 +64,7 @@ const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
 
 /** A child process of bench/fanout-child.ts and its stdout lines as they come. */
 function child(env: NodeJS.ProcessEnv): { proc: ChildProcess; next: () => Promise<string> } {
-  const proc = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'bench', 'fanout-child.ts')], {
+  const proc = spawn(process.execPath, [...process.execArgv, join(ROOT, 'bench', 'fanout-child.ts')], {
     cwd: ROOT,
     env,
     stdio: ['pipe', 'pipe', 'inherit'],

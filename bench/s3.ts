@@ -219,7 +219,7 @@ async function jsonlBench(
   await new Upload({ client, params: { Bucket: 'bench-in', Key: key, Body: upload } }).done();
   // The runs read in a worker process of their own, whose RSS is measured from before the start:
   // this process wrote the object.
-  const w = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'bench', 's3-worker.ts')], {
+  const w = spawn(process.execPath, [...process.execArgv, join(ROOT, 'bench', 's3-worker.ts')], {
     cwd: ROOT,
     env: { ...process.env, S3W_URL: url, S3W_SCHEMA: schema, S3W_ENDPOINT: endpoint },
     stdio: ['pipe', 'pipe', 'inherit'],
