@@ -661,49 +661,76 @@ const stepArgs = (d: Fixture): StepArgs => ({
   recordProgress: false,
 });
 
+/** A plan auto_explain sent back as a notice: the statement's text and its plan. */
+interface Explained {
+  'Query Text': string;
+  Plan: PlanNode;
+}
+
+/**
+ * The plans of `explained`, executed on a connection of its own to state `s`'s schema, in a
+ * transaction rolled back after it (auto_explain, its plans sent back as notices; with `nested`,
+ * those of the statements inside functions too). `before` runs first in the same transaction,
+ * unexplained.
+ */
+async function explainedPlans(
+  s: State,
+  explained: (t: Sql) => Promise<unknown>,
+  o: { before?: (t: Sql) => Promise<void>; nested?: boolean } = {},
+): Promise<Explained[]> {
+  const plans: string[] = [];
+  const one = postgres(s.db.url, {
+    max: 1,
+    fetch_types: false,
+    connection: { search_path: s.db.schema },
+    onnotice: (n) => void (n.message.includes('plan:') && plans.push(n.message)),
+  }) as unknown as Sql;
+  try {
+    await one.begin(async (tx) => {
+      const t = tx as unknown as Sql;
+      await o.before?.(t);
+      await t`load 'auto_explain'`;
+      await t`select set_config('auto_explain.log_min_duration', '0', true), set_config('auto_explain.log_analyze', 'on', true),
+        set_config('auto_explain.log_format', 'json', true), set_config('auto_explain.log_level', 'notice', true),
+        set_config('auto_explain.log_nested_statements', ${o.nested ? 'on' : 'off'}, true),
+        set_config('client_min_messages', 'notice', true)`;
+      await explained(t);
+      throw new Rollback();
+    });
+  } catch (e) {
+    if (!(e instanceof Rollback)) throw e;
+  } finally {
+    await one.end();
+  }
+  return plans.map((p) => JSON.parse(p.slice(p.indexOf('{'))) as Explained);
+}
+
 // The move + claim statement is a run's every statement: planning it anew at each call cost
 // 20 % of its server time (docs/development.md, "Where an item's time goes"). Its claim size
 // is hidden from every plan, so the plan cache keeps its generic plan after the five custom
 // ones it always makes; that plan, executed (auto_explain, sent back as a notice), must read
-// no more than the custom one may.
+// no more than the custom one may. Behind a transaction-mode pooler nothing is prepared by
+// name (every call is planned), and its own connection's startup settings would be refused.
 describe.each(STATES)('the database %s', (stateName) => {
-  it('the move + claim statement is planned once per connection, its plan bounded', async ({ skip }) => {
+  it('the move + claim statement is planned once per connection, its plan bounded (skipped through a pooler: nothing is prepared there)', async ({
+    skip,
+  }) => {
     const s = states.get(stateName);
     if (!s) throw new Error(`state "${stateName}" was not made`);
-    // Behind a transaction-mode pooler nothing is prepared by name: every call is planned.
     if (s.db.pooled) skip();
-    const plans: string[] = [];
-    const one = postgres(s.db.url, {
-      max: 1,
-      fetch_types: false,
-      connection: { search_path: s.db.schema },
-      onnotice: (n) => void (n.message.includes('plan:') && plans.push(n.message)),
-    }) as unknown as Sql;
     let cache: { generic: number; custom: number } | undefined;
-    try {
-      await one.begin(async (tx) => {
-        const t = tx as unknown as Sql;
+    const plans = await explainedPlans(s, (t) => step(t, stepArgs(s.d)), {
+      before: async (t) => {
         for (let i = 0; i < 10; i++) await step(t, stepArgs(s.d));
         [cache] = await t<{ generic: number; custom: number }[]>`
           select generic_plans::int as generic, custom_plans::int as custom from pg_prepared_statements
           where statement like '%set settled = settled +%'`;
-        await t`load 'auto_explain'`;
-        await t`select set_config('auto_explain.log_min_duration', '0', true), set_config('auto_explain.log_analyze', 'on', true),
-          set_config('auto_explain.log_format', 'json', true), set_config('auto_explain.log_level', 'notice', true),
-          set_config('client_min_messages', 'notice', true)`;
-        await step(t, stepArgs(s.d));
-        throw new Rollback();
-      });
-    } catch (e) {
-      if (!(e instanceof Rollback)) throw e;
-    } finally {
-      await one.end();
-    }
+      },
+    });
     expect(cache, 'the statement was prepared on the connection').toBeDefined();
     expect(cache!.custom, `custom plans of ${cache!.custom + cache!.generic} executions`).toBeLessThanOrEqual(5);
     expect(plans).toHaveLength(1);
-    const plan = JSON.parse(plans[0].slice(plans[0].indexOf('{'))).Plan as PlanNode;
-    const over = readRows(plan).filter((r) => r.rows > RUNNING * 4 + 50);
+    const over = readRows(plans[0].Plan).filter((r) => r.rows > RUNNING * 4 + 50);
     expect(over, 'nodes of the generic plan reading beyond the bound').toEqual([]);
   });
 });
@@ -711,38 +738,18 @@ describe.each(STATES)('the database %s', (stateName) => {
 // In pooler mode the move + claim is a call of `leasehold_step` (migration 043), whose statement
 // is planned generic from the first call (`plan_cache_mode = force_generic_plan`, the function's
 // own) and kept by the server session. That plan, executed (auto_explain of the nested statement,
-// sent back as a notice), must read no more than the statement's own generic plan above.
+// sent back as a notice), must read no more than the statement's own generic plan above. Its
+// connection of its own passes settings at startup, which a transaction-mode pooler refuses.
 describe.each(STATES)('the database %s', (stateName) => {
-  it('the move + claim function runs its generic plan, bounded', async ({ skip }) => {
+  it('the move + claim function runs its generic plan, bounded (skipped through a pooler: startup settings)', async ({
+    skip,
+  }) => {
     const s = states.get(stateName);
     if (!s) throw new Error(`state "${stateName}" was not made`);
-    // A pool of its own with settings at startup, which a transaction-mode pooler refuses.
     if (s.db.pooled) skip();
-    const plans: string[] = [];
-    const one = postgres(s.db.url, {
-      max: 1,
-      fetch_types: false,
-      connection: { search_path: s.db.schema },
-      onnotice: (n) => void (n.message.includes('plan:') && plans.push(n.message)),
-    }) as unknown as Sql;
-    try {
-      await one.begin(async (tx) => {
-        const t = tx as unknown as Sql;
-        await t`load 'auto_explain'`;
-        await t`select set_config('auto_explain.log_min_duration', '0', true), set_config('auto_explain.log_analyze', 'on', true),
-          set_config('auto_explain.log_format', 'json', true), set_config('auto_explain.log_level', 'notice', true),
-          set_config('auto_explain.log_nested_statements', 'on', true), set_config('client_min_messages', 'notice', true)`;
-        await t`${stepCall(t, stepArgs(s.d))}`;
-        throw new Rollback();
-      });
-    } catch (e) {
-      if (!(e instanceof Rollback)) throw e;
-    } finally {
-      await one.end();
-    }
+    const plans = await explainedPlans(s, (t) => t`${stepCall(t, stepArgs(s.d))}`, { nested: true });
     // The call's own plan (a function scan) and the statement inside it.
-    const inner = plans.map((p) => JSON.parse(p.slice(p.indexOf('{'))) as { 'Query Text': string; Plan: PlanNode });
-    const step = inner.filter((p) => p['Query Text'].includes('own_update'));
+    const step = plans.filter((p) => p['Query Text'].includes('own_update'));
     expect(step, 'the statement inside the function, explained').toHaveLength(1);
     const over = readRows(step[0].Plan).filter((r) => r.rows > RUNNING * 4 + 50);
     expect(over, 'nodes of the generic plan reading beyond the bound').toEqual([]);
