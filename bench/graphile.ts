@@ -13,10 +13,11 @@
 // them would, vacuumed as autovacuum would between pieces, then analyzed. Leasehold's one run on
 // the lived-in leasehold schema is measured in the same rounds, so the ratio shares their drift.
 import { readFileSync } from 'node:fs';
+import { cpus } from 'node:os';
 import { Logger, makeWorkerUtils, run, type Runner as GraphileRunner } from 'graphile-worker';
 import { connect, type Sql } from '../src/store/index.js';
-import { oneRunRate } from './runs.js';
-import { inTurn, median, perSide, rateLine, type Side, type SideName } from './sides.js';
+import { oneRunMeasured, oneRunRate } from './runs.js';
+import { cpuMark, cpuSpent, inTurn, median, perSide, rateLine, type CpuSpent, type Side, type SideName } from './sides.js';
 
 const ITEMS = Number(process.env.BENCH_ITEMS ?? 20_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
@@ -72,6 +73,16 @@ async function addNoops(url: string, schema: string, n: number): Promise<void> {
  * beforehand: jobs/s from the start of the runners until the jobs table is empty.
  */
 export async function graphileOnce(url: string, db: GraphileSchema, runners: number, concurrency: number): Promise<number> {
+  return (await graphileMeasured(url, db, runners, concurrency)).rate;
+}
+
+/** {@link graphileOnce}, with the CPU the machine and this process spent on it (null off Linux). */
+async function graphileMeasured(
+  url: string,
+  db: GraphileSchema,
+  runners: number,
+  concurrency: number,
+): Promise<{ rate: number; cpu: CpuSpent | null }> {
   const total = runners * ITEMS;
   await addNoops(url, db.schema, total);
   let ran = 0;
@@ -84,6 +95,7 @@ export async function graphileOnce(url: string, db: GraphileSchema, runners: num
   };
   const started: GraphileRunner[] = [];
   try {
+    const m0 = cpuMark();
     const t0 = performance.now();
     for (let i = 0; i < runners; i++) {
       started.push(
@@ -95,7 +107,8 @@ export async function graphileOnce(url: string, db: GraphileSchema, runners: num
     while ((await db.sql.unsafe(`select exists (select 1 from ${db.schema}._private_jobs) as left`))[0].left) {
       await new Promise((r) => setTimeout(r, 20));
     }
-    return total / ((performance.now() - t0) / 1000);
+    const m1 = cpuMark();
+    return { rate: total / ((performance.now() - t0) / 1000), cpu: cpuSpent(m0, m1, total) };
   } finally {
     await Promise.all(started.map((r) => r.stop()));
     await db.sql.unsafe(`vacuum ${db.schema}._private_jobs`);
@@ -175,9 +188,18 @@ export async function graphileBench(url: string, lived: Side): Promise<void> {
     const leasehold: number[] = [];
     // The same run claiming as far ahead as graphile-worker's local queue: 64 running + 436 queued.
     const leaseholdQueued: number[] = [];
+    // The CPU each side's lived-in runs spent, machine-wide and in this process.
+    const gwCpu: CpuSpent[] = [];
+    const leaseholdCpu: CpuSpent[] = [];
     for (let round = 0; round < ROUNDS; round++) {
-      for (const side of inTurn(round, sides)) one[side.name].push(await graphileOnce(url, side, 1, 64));
-      leasehold.push(await oneRunRate(url, lived));
+      for (const side of inTurn(round, sides)) {
+        const m = await graphileMeasured(url, side, 1, 64);
+        one[side.name].push(m.rate);
+        if (side.name === 'lived-in' && m.cpu) gwCpu.push(m.cpu);
+      }
+      const m = await oneRunMeasured(url, lived);
+      leasehold.push(m.rate);
+      if (m.cpu) leaseholdCpu.push(m.cpu);
       leaseholdQueued.push(await oneRunRate(url, lived, 436));
     }
     for (let round = 0; round < ROUNDS; round++) {
@@ -190,6 +212,7 @@ export async function graphileBench(url: string, lived: Side): Promise<void> {
       `one run vs graphile-worker (lived-in): ${ratio.toFixed(2)}×; goal ≥ 1.5× ` +
         `(leasehold one run, parallel 64, lived-in, same rounds: ${Math.round(median(leasehold)).toLocaleString('en-US')} items/s)`,
     );
+    if (gwCpu.length && leaseholdCpu.length) console.log(cpuLine(leaseholdCpu, gwCpu));
     const queued = median(leaseholdQueued) / median(one['lived-in']);
     console.log(
       `one run claiming 500 ahead vs graphile-worker (lived-in): ${queued.toFixed(2)}× ` +
@@ -201,6 +224,20 @@ export async function graphileBench(url: string, lived: Side): Promise<void> {
     if (!keep) await sql`drop schema if exists ${sql(livedSchema)} cascade`;
     await sql.end();
   }
+}
+
+/**
+ * The CPU line beside the ratio (docs/development.md, "Where an item's time goes"): each side's
+ * CPU per item, the whole machine's (Node and the server) and its Node process's, and the cores
+ * it kept busy, medians of the lived-in rounds. A side's rate is at most cores ÷ machine CPU per
+ * item, so the line shows whether a side is bound by its work or by how little of the machine it
+ * keeps busy.
+ */
+function cpuLine(leasehold: CpuSpent[], gw: CpuSpent[]): string {
+  const side = (xs: CpuSpent[]) =>
+    `${median(xs.map((x) => x.machine)).toFixed(1)} µs per item (Node ${median(xs.map((x) => x.node)).toFixed(1)} µs), ` +
+    `${median(xs.map((x) => x.cores)).toFixed(2)} cores busy`;
+  return `CPU of the whole machine (lived-in, medians): leasehold one run ${side(leasehold)}; graphile-worker ${side(gw)}; ${cpus().length} cores`;
 }
 
 function graphileVersion(): string {

@@ -22,7 +22,7 @@ import {
   type ToleratedFailures,
 } from '../src/batch/index.js';
 import { connect, type Sql } from '../src/store/index.js';
-import { inTurn, median, perSide, rateLine, type Side } from './sides.js';
+import { cpuMark, cpuSpent, inTurn, median, perSide, rateLine, type CpuSpent, type Side } from './sides.js';
 
 const ITEMS = Number(process.env.BENCH_ITEMS ?? 20_000);
 const SHORT_ITEMS = Number(process.env.BENCH_SHORT_ITEMS ?? 2_000);
@@ -60,7 +60,7 @@ async function runOnce(
   executor: Executor,
   toleratedFailures?: ToleratedFailures,
   queueDepth?: number,
-): Promise<{ rate: number; statements: number }> {
+): Promise<{ rate: number; statements: number; cpu: CpuSpent | null }> {
   const pool = connect(url, { max: 4, schema });
   let statements = 0;
   // postgres.js reads `debug` for every statement it sends on this pool.
@@ -69,13 +69,15 @@ async function runOnce(
     const { batch } = await createBatch(pool, { ...batchOf(n), toleratedFailures });
     statements = 0;
     const runner = new Runner(pool, { parallel: executor.parallel, queueDepth });
+    const m1 = cpuMark();
     const t1 = performance.now();
     await runner.takeOver(() => executor, batch.id);
     const result = await runner.running(batch.id)!;
     const t2 = performance.now();
+    const m2 = cpuMark();
     if (result.outcome !== 'succeeded' || result.finishedItems !== n) throw new Error(`bench run ended ${result.outcome}`);
     // Counted from the takeover on: the runner's takeover statement, then the run's.
-    return { rate: n / ((t2 - t1) / 1000), statements };
+    return { rate: n / ((t2 - t1) / 1000), statements, cpu: cpuSpent(m1, m2, n) };
   } finally {
     await pool.end();
   }
@@ -86,10 +88,19 @@ async function runOnce(
  * items/s. `queueDepth`: items claimed ahead beyond `parallel` (default: the runner's, 64).
  */
 export async function oneRunRate(url: string, side: Side, queueDepth?: number): Promise<number> {
+  return (await oneRunMeasured(url, side, queueDepth)).rate;
+}
+
+/** {@link oneRunRate}, with the CPU the machine and this process spent on it (null off Linux). */
+export async function oneRunMeasured(
+  url: string,
+  side: Side,
+  queueDepth?: number,
+): Promise<{ rate: number; cpu: CpuSpent | null }> {
   await clean(side.sql);
-  const { rate } = await runOnce(url, side.schema, ITEMS, noop, undefined, queueDepth);
+  const { rate, cpu } = await runOnce(url, side.schema, ITEMS, noop, undefined, queueDepth);
   await clean(side.sql);
-  return rate;
+  return { rate, cpu };
 }
 
 /** Four runners, each with its own pool, each running its own batch of ITEMS items at once. */

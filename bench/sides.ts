@@ -10,6 +10,7 @@
 // BENCH_HISTORY_ITEMS, BENCH_HISTORY_BATCHES, BENCH_HISTORY_UNITS and BENCH_HISTORY_OUTBOX set the
 // history's size (defaults 5,000,000 items in 250 batches over 50 tenants, 10,000 units,
 // 1,000,000 delivered outbox messages).
+import { readFileSync } from 'node:fs';
 import { connect, migrate, type Sql } from '../src/store/index.js';
 import { loadHistory, type HistorySize } from '../test/support/history.js';
 
@@ -134,4 +135,49 @@ export function timeLine(label: string, xs: PerSide, unit: 's' | 'ms', extra = '
   const l = median(xs['lived-in']);
   const show = (x: number) => (unit === 's' ? `${(x / 1000).toFixed(2)} s` : `${x < 10 ? x.toFixed(2) : x.toFixed(1)} ms`);
   return `${label}: fresh ${show(f)}; lived-in ${show(l)} (${(l / f).toFixed(2)}× fresh)${extra}`;
+}
+
+/** The whole machine's CPU time since boot (`/proc/stat`), and this process's, both in µs. */
+export interface CpuMark {
+  /** µs the machine's cores spent busy (every state but idle and iowait), all cores summed. */
+  busy: number;
+  /** µs of this Node process (user + system). */
+  node: number;
+  /** performance.now() when read, ms. */
+  at: number;
+}
+
+// /proc/stat counts in USER_HZ ticks, 100 a second on Linux: 10 ms each.
+const TICK_US = 10_000;
+
+/** Read a {@link CpuMark}; null where `/proc/stat` cannot be read (not Linux). */
+export function cpuMark(): CpuMark | null {
+  let line: string;
+  try {
+    line = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0];
+  } catch {
+    return null;
+  }
+  // cpu user nice system idle iowait irq softirq steal …
+  const t = line.trim().split(/\s+/).slice(1).map(Number);
+  const busy = t.reduce((a, b) => a + b, 0) - t[3] - t[4];
+  const u = process.cpuUsage();
+  return { busy: busy * TICK_US, node: u.user + u.system, at: performance.now() };
+}
+
+/** CPU spent between two marks on `n` items: µs per item, machine-wide and of this process, and cores busy. */
+export interface CpuSpent {
+  /** µs of the whole machine's CPU per item (Node, the server and anything else running). */
+  machine: number;
+  /** µs of this Node process's CPU per item. */
+  node: number;
+  /** Cores the machine kept busy on average over the interval. */
+  cores: number;
+}
+
+/** What the machine and this process spent from `a` to `b` on `n` items; null without marks. */
+export function cpuSpent(a: CpuMark | null, b: CpuMark | null, n: number): CpuSpent | null {
+  if (!a || !b || n <= 0) return null;
+  const wallUs = (b.at - a.at) * 1000;
+  return { machine: (b.busy - a.busy) / n, node: (b.node - a.node) / n, cores: wallUs > 0 ? (b.busy - a.busy) / wallUs : 0 };
 }
