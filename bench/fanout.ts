@@ -42,9 +42,9 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Runner, createBatch, getBatch, type Executor } from '../src/batch/index.js';
 import { connect, migrate, type Sql } from '../src/store/index.js';
 import { startDev } from '../test/support/dev-process.js';
-import { graphileOnce, migrateGraphile } from './graphile.js';
+import { graphileMeasured, migrateGraphile } from './graphile.js';
 import { batchOf, clean } from './runs.js';
-import { median } from './sides.js';
+import { cpuLine, cpuMark, cpuSpent, median, type CpuSpent } from './sides.js';
 
 const ROOT = resolve(import.meta.dirname, '..');
 const ITEMS = Number(process.env.BENCH_ITEMS ?? 20_000);
@@ -267,25 +267,32 @@ const noop: Executor = { work: async () => null, parallel: 64 };
  * just before their takeovers to the last batch's finish (database clock; as in scalingOnce, a
  * run's tail after its batch finished is not counted).
  */
-async function fourRunners(url: string, schema: string, ids: string[], total: number): Promise<number> {
+async function fourRunners(
+  url: string,
+  schema: string,
+  ids: string[],
+  total: number,
+): Promise<{ rate: number; cpu: CpuSpent | null }> {
   const pools = ids.map(() => connect(url, { max: 4, schema }));
   try {
     const runners = pools.map((p) => new Runner(p, { parallel: 64 }));
     const [{ go }] = await pools[0]<{ go: Date }[]>`select clock_timestamp() as go`;
+    const m0 = cpuMark();
     const taken = await Promise.all(runners.map((r, i) => r.takeOver(() => noop, ids[i])));
     if (taken.some((b) => !b)) throw new Error('bench fan-out: a no-op run never joined');
     await Promise.all(runners.map((r, i) => r.running(ids[i])!));
+    const cpu = cpuSpent(m0, cpuMark(), total);
     const batches = await Promise.all([...new Set(ids)].map((id) => getBatch(pools[0], id)));
     if (batches.some((b) => b?.status !== 'succeeded')) throw new Error('bench no-op batch did not succeed');
     const last = Math.max(...batches.map((b) => b!.finishedAt!.getTime()));
-    return total / ((last - go.getTime()) / 1000);
+    return { rate: total / ((last - go.getTime()) / 1000), cpu };
   } finally {
     await Promise.all(pools.map((p) => p.end()));
   }
 }
 
-/** One batch of 4 × ITEMS no-op items over 4 runs: items/s. */
-async function oneBatchFourRuns(url: string, schema: string, sql: Sql): Promise<number> {
+/** One batch of 4 × ITEMS no-op items over 4 runs: items/s, and the CPU spent (bench/sides.ts). */
+async function oneBatchFourRuns(url: string, schema: string, sql: Sql): Promise<{ rate: number; cpu: CpuSpent | null }> {
   await clean(sql);
   const { batch } = await createBatch(sql, { ...batchOf(4 * ITEMS), maxConcurrency: 4 });
   return fourRunners(url, schema, [batch.id, batch.id, batch.id, batch.id], 4 * ITEMS);
@@ -296,7 +303,7 @@ async function fourBatches(url: string, schema: string, sql: Sql): Promise<numbe
   await clean(sql);
   const ids: string[] = [];
   for (let i = 0; i < 4; i++) ids.push((await createBatch(sql, batchOf(ITEMS))).batch.id);
-  return fourRunners(url, schema, ids, 4 * ITEMS);
+  return (await fourRunners(url, schema, ids, 4 * ITEMS)).rate;
 }
 
 /** Poll the batch's run rows every 10 ms until `ok(count)`: ms from `t0`, or throw after `timeoutMs`. */
@@ -493,12 +500,22 @@ export async function fanoutBench(url: string): Promise<void> {
       const oneBatch: number[] = [];
       const separate: number[] = [];
       const graphile: number[] = [];
+      const oneBatchCpu: CpuSpent[] = [];
+      const graphileCpu: CpuSpent[] = [];
       const gw = { name: 'fresh' as const, schema: gwSchema, sql: admin };
       for (let round = 0; round < ROUNDS; round++) {
         const order = [
-          async () => oneBatch.push(await oneBatchFourRuns(url, schema, sql)),
+          async () => {
+            const m = await oneBatchFourRuns(url, schema, sql);
+            oneBatch.push(m.rate);
+            if (m.cpu) oneBatchCpu.push(m.cpu);
+          },
           async () => separate.push(await fourBatches(url, schema, sql)),
-          async () => graphile.push(await graphileOnce(url, gw, 4, 32)),
+          async () => {
+            const m = await graphileMeasured(url, gw, 4, 32);
+            graphile.push(m.rate);
+            if (m.cpu) graphileCpu.push(m.cpu);
+          },
         ];
         for (const f of round % 2 === 0 ? order : order.reverse()) await f();
       }
@@ -508,6 +525,9 @@ export async function fanoutBench(url: string): Promise<void> {
           `(${(o / g).toFixed(2)}× graphile-worker 4×32, ${fmt(g)} jobs/s; goal ≥ 2×) ` +
           `(parallel 64, 4 runners with a pool each in one process, ${(4 * ITEMS).toLocaleString('en-US')} items, fresh schema)`,
       );
+      if (oneBatchCpu.length && graphileCpu.length) {
+        console.log(cpuLine('4 runs of one batch', oneBatchCpu, 'graphile-worker 4×32', graphileCpu));
+      }
     }
     await clean(sql);
   } finally {

@@ -13,11 +13,21 @@
 // them would, vacuumed as autovacuum would between pieces, then analyzed. Leasehold's one run on
 // the lived-in leasehold schema is measured in the same rounds, so the ratio shares their drift.
 import { readFileSync } from 'node:fs';
-import { cpus } from 'node:os';
 import { Logger, makeWorkerUtils, run, type Runner as GraphileRunner } from 'graphile-worker';
 import { connect, type Sql } from '../src/store/index.js';
 import { oneRunMeasured, oneRunRate } from './runs.js';
-import { cpuMark, cpuSpent, inTurn, median, perSide, rateLine, type CpuSpent, type Side, type SideName } from './sides.js';
+import {
+  cpuLine,
+  cpuMark,
+  cpuSpent,
+  inTurn,
+  median,
+  perSide,
+  rateLine,
+  type CpuSpent,
+  type Side,
+  type SideName,
+} from './sides.js';
 
 const ITEMS = Number(process.env.BENCH_ITEMS ?? 20_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
@@ -77,7 +87,7 @@ export async function graphileOnce(url: string, db: GraphileSchema, runners: num
 }
 
 /** {@link graphileOnce}, with the CPU the machine and this process spent on it (null off Linux). */
-async function graphileMeasured(
+export async function graphileMeasured(
   url: string,
   db: GraphileSchema,
   runners: number,
@@ -212,7 +222,7 @@ export async function graphileBench(url: string, lived: Side): Promise<void> {
       `one run vs graphile-worker (lived-in): ${ratio.toFixed(2)}×; goal ≥ 1.5× ` +
         `(leasehold one run, parallel 64, lived-in, same rounds: ${Math.round(median(leasehold)).toLocaleString('en-US')} items/s)`,
     );
-    if (gwCpu.length && leaseholdCpu.length) console.log(cpuLine(leaseholdCpu, gwCpu));
+    if (gwCpu.length && leaseholdCpu.length) console.log(cpuLine('leasehold one run', leaseholdCpu, 'graphile-worker', gwCpu));
     const queued = median(leaseholdQueued) / median(one['lived-in']);
     console.log(
       `one run claiming 500 ahead vs graphile-worker (lived-in): ${queued.toFixed(2)}× ` +
@@ -224,20 +234,6 @@ export async function graphileBench(url: string, lived: Side): Promise<void> {
     if (!keep) await sql`drop schema if exists ${sql(livedSchema)} cascade`;
     await sql.end();
   }
-}
-
-/**
- * The CPU line beside the ratio (docs/development.md, "Where an item's time goes"): each side's
- * CPU per item, the whole machine's (Node and the server) and its Node process's, and the cores
- * it kept busy, medians of the lived-in rounds. A side's rate is at most cores ÷ machine CPU per
- * item, so the line shows whether a side is bound by its work or by how little of the machine it
- * keeps busy.
- */
-function cpuLine(leasehold: CpuSpent[], gw: CpuSpent[]): string {
-  const side = (xs: CpuSpent[]) =>
-    `${median(xs.map((x) => x.machine)).toFixed(1)} µs per item (Node ${median(xs.map((x) => x.node)).toFixed(1)} µs), ` +
-    `${median(xs.map((x) => x.cores)).toFixed(2)} cores busy`;
-  return `CPU of the whole machine (lived-in, medians): leasehold one run ${side(leasehold)}; graphile-worker ${side(gw)}; ${cpus().length} cores`;
 }
 
 function graphileVersion(): string {

@@ -11,6 +11,7 @@
 // history's size (defaults 5,000,000 items in 250 batches over 50 tenants, 10,000 units,
 // 1,000,000 delivered outbox messages).
 import { readFileSync } from 'node:fs';
+import { cpus } from 'node:os';
 import { connect, migrate, type Sql } from '../src/store/index.js';
 import { loadHistory, type HistorySize } from '../test/support/history.js';
 
@@ -180,4 +181,18 @@ export function cpuSpent(a: CpuMark | null, b: CpuMark | null, n: number): CpuSp
   if (!a || !b || n <= 0) return null;
   const wallUs = (b.at - a.at) * 1000;
   return { machine: (b.busy - a.busy) / n, node: (b.node - a.node) / n, cores: wallUs > 0 ? (b.busy - a.busy) / wallUs : 0 };
+}
+
+/**
+ * The CPU line beside a rate comparison (docs/development.md, "Where an item's time goes"): each
+ * side's CPU per item, the whole machine's (Node and the server) and its Node process's, and the
+ * cores it kept busy, medians of its rounds. A side's rate is at most cores ÷ machine CPU per
+ * item, so the line shows whether a side is bound by its work or by how little of the machine it
+ * keeps busy.
+ */
+export function cpuLine(aName: string, a: CpuSpent[], bName: string, b: CpuSpent[]): string {
+  const side = (xs: CpuSpent[]) =>
+    `${median(xs.map((x) => x.machine)).toFixed(1)} µs per item (Node ${median(xs.map((x) => x.node)).toFixed(1)} µs), ` +
+    `${median(xs.map((x) => x.cores)).toFixed(2)} cores busy`;
+  return `CPU of the whole machine (medians): ${aName} ${side(a)}; ${bName} ${side(b)}; ${cpus().length} cores`;
 }
