@@ -1,7 +1,7 @@
 // `leasehold batch show`: a batch's status, items, runs and usage, each number with what it counts, and
 // with --follow its progress to the end (a batch this command did not start too).
 import type { Command } from 'commander';
-import type { ApiBatch } from '../client/index.js';
+import type { ApiBatch, ApiItem } from '../client/index.js';
 import { apiOption, client, scopeOption } from './args.js';
 import { followToEnd } from './follow.js';
 import { usageLines } from './usage-text.js';
@@ -33,6 +33,19 @@ function notRunWhy(b: ApiBatch): string {
   if (b.status === 'cancelled') return 'cancelled';
   if (b.status === 'succeeded') return 'it succeeded without them';
   return b.reason === 'deadline' ? 'past its deadline' : 'the batch failed';
+}
+
+/**
+ * One line of `batch results`: the item's `key`, `state`, `attempts`, `output` and `error` as
+ * JSON, and `"notRun": true` for an item of a finished `batch` (any status but `open`) still
+ * pending, running or waiting: no run works it any more (until a redrive reopens the batch), as
+ * the API's `notRun` counts it and `batch show` and the dashboard show it. The item's state stays
+ * the one stored.
+ */
+export function resultLine(item: ApiItem, batch: Pick<ApiBatch, 'status'>): string {
+  const { key, state, attempts, output, error } = item;
+  const notRun = batch.status !== 'open' && (state === 'pending' || state === 'running' || state === 'waiting');
+  return JSON.stringify(notRun ? { key, state, attempts, output, error, notRun } : { key, state, attempts, output, error });
 }
 
 /**

@@ -20,7 +20,7 @@ import {
   timeoutArg,
   tolerance,
 } from './args.js';
-import { addShow } from './batch-show.js';
+import { addShow, resultLine } from './batch-show.js';
 import { followToEnd } from './follow.js';
 import { formatTable } from './table.js';
 
@@ -181,16 +181,18 @@ function addUpdate(batch: Command): void {
 function addResults(batch: Command): void {
   batch
     .command('results')
-    .description('print one JSON line per item: key, state, attempts, output, error')
+    .description(
+      'print one JSON line per item: key, state, attempts, output, error (and notRun: true for an item a finished batch left unrun)',
+    )
     .argument('<id>')
     .option('--state <state>', 'only items in this state: pending | running | waiting | done | failed')
     .addOption(scopeOption())
     .addOption(apiOption)
     .action(async (id: string, opts) => {
-      for await (const item of client(opts).items(id, 1000, opts.state)) {
-        const { key, state, attempts, output, error } = item;
-        process.stdout.write(JSON.stringify({ key, state, attempts, output, error }) + '\n');
-      }
+      const api = client(opts);
+      // The batch's status as the listing starts: a batch that ends meanwhile is read as open.
+      const batch = await api.getBatch(id);
+      for await (const item of api.items(id, 1000, opts.state)) process.stdout.write(resultLine(item, batch) + '\n');
     });
 }
 

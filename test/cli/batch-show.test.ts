@@ -4,8 +4,8 @@
 // sleeping items read "0 running, 0 pending", and a cancel left them out of `notRun`.
 import { describe, expect, it } from 'vitest';
 import { batchView } from '../../src/api/views.js';
-import { cancelBatch, createBatch, getBatch, Runner } from '../../src/batch/index.js';
-import { showLines } from '../../src/cli/batch-show.js';
+import { cancelBatch, createBatch, getBatch, itemsPage, Runner } from '../../src/batch/index.js';
+import { resultLine, showLines } from '../../src/cli/batch-show.js';
 import { endLine } from '../../src/cli/follow.js';
 import { useTestDatabase } from '../support/db-hooks.js';
 
@@ -68,5 +68,27 @@ describe('batch show with waiting items', () => {
     expect(showLines(view).find((l) => l.startsWith('items'))).toContain('1 failed, 19 not run (the batch failed)');
     // The end of --follow says them too.
     expect(endLine(view)).toMatch(new RegExp(`^batch ${view.id} failed: 0 done, 1 failed, 19 not run; `));
+  });
+});
+
+describe('batch results', () => {
+  /** The lines `batch results` prints for batch `id` as it stands. */
+  async function resultLines(id: string) {
+    const view = batchView(await getBatch(db.sql, id));
+    const page = await itemsPage(db.sql, id, { limit: 100 });
+    return page.items.map((i) => JSON.parse(resultLine(i as Parameters<typeof resultLine>[0], view)) as Record<string, unknown>);
+  }
+
+  it("marks a cancelled batch's pending and waiting items as not run, and keeps their stored state", async () => {
+    const id = await withWaiting();
+    await db.sql`update leasehold_items set state = 'done', attempts = 1, output = '{"ok":true}' where batch_id = ${id} and key = 'k001'`;
+    // Open: nothing is marked.
+    expect((await resultLines(id)).map((l) => l.notRun)).toEqual([undefined, undefined, undefined]);
+    await cancelBatch(db.sql, id);
+    expect(await resultLines(id)).toEqual([
+      { key: 'k000', state: 'pending', attempts: 0, output: null, error: null, notRun: true },
+      { key: 'k001', state: 'done', attempts: 1, output: { ok: true }, error: null },
+      { key: 'k002', state: 'waiting', attempts: 0, output: null, error: null, notRun: true },
+    ]);
   });
 });
