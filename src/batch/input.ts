@@ -78,9 +78,15 @@ export const storedNameSchema = textSchema(MAX_NAME_LENGTH, C0_CONTROL);
 /**
  * An instant as ISO 8601 text with its offset (`2026-05-01T12:00:00Z`, `…+02:00`), read as a
  * Date: a batch's `deadline`, a trigger firing's `startBy` (docs/design.md, "Pause, deadline and
- * startBy").
+ * startBy"), a bulk action's `createdAfter` and `createdBefore`. It must be the epoch
+ * (`1970-01-01T00:00:00Z`) or later: PostgreSQL has no year 0 (JavaScript's year 0 is its 1 BC)
+ * and refused `0000-01-01T00:00:00Z` as a statement's parameter (the request failed with a 500),
+ * and the driver reads the years 1–99 back as 1950–2049. No such field means anything before
+ * leasehold existed.
  */
-export const instantSchema = z.pipe(
-  z.iso.datetime({ offset: true, error: 'must be an ISO 8601 instant with its offset, e.g. 2026-05-01T12:00:00Z' }),
-  z.transform((s: string) => new Date(s)),
-);
+export const instantSchema = z
+  .pipe(
+    z.iso.datetime({ offset: true, error: 'must be an ISO 8601 instant with its offset, e.g. 2026-05-01T12:00:00Z' }),
+    z.transform((s: string) => new Date(s)),
+  )
+  .check(z.refine((d) => d.getTime() >= 0, { error: 'must be an instant from 1970-01-01T00:00:00Z on' }));

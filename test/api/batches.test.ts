@@ -448,6 +448,39 @@ describe('POST /batches/{id}/pause and /resume, and the deadline', () => {
       expect(res.body.error.message).toMatch(/deadline/);
     }
   });
+
+  it('refuses an instant before 1970 with a 400: PostgreSQL has no year 0, the driver misreads years 1–99', async () => {
+    // A breaker's find: year 0 reached the database, which refused it, and the API answered 500.
+    const body = { tenant: uniqueTenant(), datasource: 'files', job: 'checksum', params: { dir: suite.dir } };
+    const id = (await start(body)).body.id as string;
+    for (const deadline of [
+      '0000-01-01T00:00:00Z',
+      '0001-01-01T00:30:00+01:00',
+      '0001-01-01T00:00:00Z',
+      '1969-12-31T23:59:59.999Z',
+    ]) {
+      for (const res of [
+        await start({ ...body, tenant: uniqueTenant(), deadline }),
+        await call(suite.deps, 'PATCH', `/batches/${id}`, { body: { deadline } }),
+      ]) {
+        expect(res.status, deadline).toBe(400);
+        expect(res.body.error.message).toMatch(/deadline.*from 1970-01-01T00:00:00Z on/);
+      }
+    }
+    for (const field of ['createdAfter', 'createdBefore']) {
+      const res = await call(suite.deps, 'POST', '/actions', {
+        body: { action: 'pause', filter: { [field]: '0000-01-01T00:00:00Z' } },
+        headers: { 'idempotency-key': `y0-${field}-${id}` },
+      });
+      expect(res.status, field).toBe(400);
+      expect(res.body.error.message).toMatch(/from 1970-01-01T00:00:00Z on/);
+    }
+    // The epoch is stored and read back as it was sent (a deadline that passed: the batch ends).
+    const first = '1970-01-01T00:00:00.000Z';
+    expect((await call(suite.deps, 'PATCH', `/batches/${id}`, { body: { deadline: first } })).body).toMatchObject({
+      deadline: first,
+    });
+  });
 });
 
 describe('POST /batches/{id}/cancel', () => {
