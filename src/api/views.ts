@@ -28,7 +28,8 @@ export function batchView(b: BatchInfo): BatchView {
     ownerProcess: b.ownerProcess,
     runs: b.runs,
     maxConcurrency: b.maxConcurrency,
-    target: b.target,
+    // A finished batch wants no run (until a redrive reopens it), whatever its row still holds.
+    target: b.status === 'open' ? b.target : 0,
     paused: b.pausedAt !== null,
     pausedAt: iso(b.pausedAt),
     deadline: iso(b.deadline),

@@ -38,7 +38,7 @@ export interface ApiBatch {
   maxConcurrency: number;
   /**
    * Runs it wants now: min(maxConcurrency, ceil(total / 100)), lowered when a run leaves for want
-   * of work; 0 while it is paused.
+   * of work; 0 while it is paused, and once it finished.
    */
   target: number;
   /**

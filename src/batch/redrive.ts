@@ -54,11 +54,14 @@ export interface RedriveResult {
 /**
  * Redrive a finished batch: every `failed` item goes back to `pending` with its attempts at 0
  * (fresh attempts; output and error cleared, due now), the batch becomes `open` again, unowned,
- * so the next takeover runs it (dispatching it is the caller's), and its `redrives` count goes up.
+ * with no deadline, so the next takeover runs it (dispatching it is the caller's), and its
+ * `redrives` count goes up. The items a failed batch's end left pending, running or waiting (its
+ * deadline, or its failures, ended it first) keep their state and attempts, and run too.
  *
  * Rules (docs/design.md, "Batches"):
- * - only a finished batch (`succeeded` or `failed`) with at least one failed item is redriven;
- *   a `cancelled` batch never is (cancel is for good);
+ * - only a finished batch (`succeeded` or `failed`) with at least one failed item, or a `failed`
+ *   one its end left unfinished items in, is redriven; a `cancelled` batch never is (cancel is
+ *   for good), nor a `succeeded` one whose only unfinished items its `completion` left;
  * - the batch counts against `maxOpen` again: a datasource with `maxOpen` open batches refuses
  *   the redrive as it refuses a start, decided under the same datasource lock, so concurrent
  *   starts and redrives never exceed it;
@@ -74,7 +77,7 @@ export interface RedriveResult {
  * @throws {BatchCancelledError} the batch was cancelled.
  * @throws {BatchExpiredError} retention has begun to delete the batch's items.
  * @throws {SourceFailedError} the batch ended because its source could not be read.
- * @throws {NothingToRedriveError} the batch finished without a failed item.
+ * @throws {NothingToRedriveError} the batch finished without a failed item, and without unfinished ones or `succeeded`.
  * @throws {TooManyBatchesError} its datasource already has `maxOpen` open batches.
  */
 export async function redriveBatch(sql: Sql, id: string, options: RedriveOptions = {}): Promise<RedriveResult> {
@@ -98,12 +101,15 @@ export async function redriveBatch(sql: Sql, id: string, options: RedriveOptions
     if (status === 'cancelled') throw new BatchCancelledError(id);
     if (locked.sourceFailed) throw new SourceFailedError(id);
     if (await r.partlyDeleted(t, id)) throw new BatchExpiredError(id);
-    if ((await r.countFailed(t, id)) === 0) throw new NothingToRedriveError(id);
+    // A failed batch's unfinished items (its deadline or its failures ended it) run with a redrive
+    // too; a batch that succeeded without some (its completion) got what it asked for.
+    const unfinished = status === 'failed' ? await r.countUnfinished(t, id) : 0;
+    if ((await r.countFailed(t, id)) === 0 && unfinished === 0) throw new NothingToRedriveError(id);
     if ((await q.countOpen(t, place.tenant, place.datasource)) >= maxOpen) {
       throw new TooManyBatchesError(place.tenant, place.datasource, maxOpen);
     }
     const items = await r.resetFailed(t, id);
-    const number = await r.reopenBatch(t, id, items);
+    const number = await r.reopenBatch(t, id, items + unfinished);
     // Unreachable while the row lock holds: the status was read under it.
     if (number === undefined) throw new BatchOpenError(id);
     const row = await r.recordRedrive(t, { batchId: id, number, key, items });

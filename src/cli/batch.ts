@@ -138,7 +138,7 @@ function addStart(batch: Command): void {
 function addUpdate(batch: Command): void {
   batch
     .command('update')
-    .description('change an open batch while it runs: how many runs may work it at once, its rate limit')
+    .description('change an open batch while it runs: how many runs may work it at once, its rate limit, its deadline')
     .argument('<id>')
     .option('--concurrency <n>', 'most runs at once, 1..10000 (lowered: the newest runs hand off within a beat)', concurrencyArg)
     .option('--rate <perSecond>', 'most items started per second per rate-limit key, fleet-wide', rateArg)
@@ -277,7 +277,9 @@ function addPauseResume(batch: Command): void {
 function addRedrive(batch: Command): void {
   batch
     .command('redrive')
-    .description("put a finished batch's failed items back to pending with fresh attempts and run it again")
+    .description(
+      "put a finished batch's failed items back to pending with fresh attempts and run it again (with the items its deadline left unrun)",
+    )
     .argument('<id>')
     .option('--idempotency-key <key>', 'a repeat with the same key answers the first redrive and does nothing')
     .option('--follow', 'show progress until the batch finishes; exit 1 unless it succeeded')

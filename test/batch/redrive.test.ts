@@ -10,6 +10,7 @@ import {
   TooManyBatchesError,
   cancelBatch,
   createBatch,
+  endPastDeadlines,
   getBatch,
   redriveBatch,
   type Executor,
@@ -149,6 +150,38 @@ describe('redrive', () => {
     await expect(redriveBatch(db.sql, succeeded.id)).rejects.toBeInstanceOf(NothingToRedriveError);
     expect(await getBatch(db.sql, succeeded.id)).toMatchObject({ status: 'succeeded', redrives: 1 });
     expect(await redrivesOf(db.sql, succeeded.id)).toHaveLength(1);
+  });
+
+  it('redrives a batch its deadline ended without a failed item: its unrun items run, the deadline is gone', async () => {
+    // A new user's find: the docs said a deadline's batch keeps its items until a redrive, and the
+    // redrive refused it (nothing_to_redrive) as it had no failed item.
+    const { batch } = await createBatch(db.sql, newBatch(6, { tenant: ownTenant() }));
+    await db.sql`update leasehold_items set state = 'done', attempts = 1, output = '"early"'
+      where batch_id = ${batch.id} and key in ('k000', 'k001')`;
+    await db.sql`update leasehold_batches set deadline_at = now() - interval '1 second' where id = ${batch.id}`;
+    expect(await endPastDeadlines(db.sql)).toContain(batch.id);
+    expect(await getBatch(db.sql, batch.id)).toMatchObject({ status: 'failed', reason: 'deadline' });
+
+    const r = await redriveBatch(db.sql, batch.id);
+    expect(r.redrive.items).toBe(0);
+    expect(r.batch).toMatchObject({ status: 'open', deadline: null, reason: null, redrives: 1 });
+    const { executor, runs } = firstFails([]);
+    expect((await runToEnd(batch.id, executor)).outcome).toBe('succeeded');
+    expect(await itemCounts(db.sql, batch.id)).toMatchObject({ done: 6, failed: 0, pending: 0 });
+    // The four left pending ran once each; the two done before the deadline did not run again.
+    expect([...runs.keys()].sort()).toEqual(['k002', 'k003', 'k004', 'k005']);
+    expect([...runs.values()]).toEqual([1, 1, 1, 1]);
+  });
+
+  it('refuses a batch that succeeded early by its completion: its unrun items are not redriven', async () => {
+    const { batch } = await createBatch(db.sql, newBatch(6, { tenant: ownTenant(), minSucceeded: 2 }));
+    const { executor } = firstFails([]);
+    const runner = new Runner(db.connect({ max: 2 }), { beatMs: 50, staleMs: 5_000 });
+    expect(await runner.takeOver(() => ({ ...executor, parallel: 1 }), batch.id)).toBeDefined();
+    expect((await runOf(runner, batch.id)).outcome).toBe('succeeded');
+    expect((await getBatch(db.sql, batch.id))?.counts.pending).toBeGreaterThan(0);
+    await expect(redriveBatch(db.sql, batch.id)).rejects.toBeInstanceOf(NothingToRedriveError);
+    expect(await getBatch(db.sql, batch.id)).toMatchObject({ status: 'succeeded', redrives: 0 });
   });
 
   it('with one idempotency key redrives once: a repeat answers the first redrive and changes nothing, also after the batch finished again', async () => {

@@ -11,6 +11,23 @@ export async function lockBatch(tx: Tx, id: string): Promise<{ status: BatchStat
   return r && { status: r.status, sourceFailed: r.source_failed };
 }
 
+/** Most unfinished items {@link countUnfinished} counts: past it, the count is this (it sets a target of runs only). */
+export const UNFINISHED_COUNTED = 100_000;
+
+// Counts a finished batch's items its end left pending, running or waiting (a deadline or its
+// failures ended it first), up to UNFINISHED_COUNTED of each: each through its own index (the
+// pending and running items' partial indexes, the waits' primary key), never a walk of the batch.
+export async function countUnfinished(tx: Tx, batchId: string): Promise<number> {
+  const [r] = await tx<{ n: number }[]>`select
+      (select count(*) from (select 1 from leasehold_items where batch_id = ${batchId} and state = 'pending'
+        limit ${UNFINISHED_COUNTED}) p)
+      + (select count(*) from (select 1 from leasehold_items where batch_id = ${batchId} and state = 'running'
+        limit ${UNFINISHED_COUNTED}) r)
+      + (select count(*) from (select 1 from leasehold_waits where batch_id = ${batchId}
+        limit ${UNFINISHED_COUNTED}) w) as n`;
+  return Number(r.n);
+}
+
 /** One recorded redrive of a batch. */
 export interface RedriveRow {
   number: number;

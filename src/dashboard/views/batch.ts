@@ -81,9 +81,11 @@ export function BatchView({ id }: { id: string }) {
                 ${
                   b.liveRuns === undefined
                     ? b.runs
-                    : b.paused
-                      ? `${b.liveRuns.length} live, paused: none wanted (max ${b.maxConcurrency ?? '?'}) · ${b.runs} in all`
-                      : `${b.liveRuns.length} live of ${b.target ?? '?'} wanted (max ${b.maxConcurrency ?? '?'}) · ${b.runs} in all`
+                    : b.status !== 'open'
+                      ? `none (finished) · ${b.runs} in all`
+                      : b.paused
+                        ? `${b.liveRuns.length} live, paused: none wanted (max ${b.maxConcurrency ?? '?'}) · ${b.runs} in all`
+                        : `${b.liveRuns.length} live of ${b.target ?? '?'} wanted (max ${b.maxConcurrency ?? '?'}) · ${b.runs} in all`
                 }
               </dd>
             </div>
@@ -174,7 +176,9 @@ export function toleranceText(b: Batch): string {
 function RedriveButton({ batch, onDone }: { batch: Batch; onDone: () => void }) {
   const [busy, setBusy] = useState(false);
   const [note, setNote] = useState<{ ok: boolean; text: string }>();
-  const can = (batch.status === 'succeeded' || batch.status === 'failed') && batch.counts.failed > 0;
+  // A failed batch's unrun items (its deadline, or its failures, ended it first) run with a redrive too.
+  const unrun = batch.status === 'failed' ? batch.counts.pending + batch.counts.running + batch.counts.waiting : 0;
+  const can = (batch.status === 'succeeded' || batch.status === 'failed') && (batch.counts.failed > 0 || unrun > 0);
   const redrive = async () => {
     setBusy(true);
     setNote(undefined);
@@ -182,7 +186,9 @@ function RedriveButton({ batch, onDone }: { batch: Batch; onDone: () => void }) 
       const r = await api.redriveBatch(batch.id, `dashboard:${batch.id}:${(batch.redrives ?? 0) + 1}`);
       setNote({
         ok: true,
-        text: `Redrive ${r.redrive.number}: ${r.redrive.items} failed item${r.redrive.items === 1 ? '' : 's'} pending again.`,
+        text:
+          `Redrive ${r.redrive.number}: ${r.redrive.items} failed item${r.redrive.items === 1 ? '' : 's'} pending again` +
+          (unrun > 0 ? `, ${unrun} unrun item${unrun === 1 ? '' : 's'} to run.` : '.'),
       });
       onDone();
     } catch (e) {
@@ -196,10 +202,11 @@ function RedriveButton({ batch, onDone }: { batch: Batch; onDone: () => void }) 
     <span id="redrive-help" class="muted">
       ${
         can
-          ? ` ${batch.counts.failed} failed item${batch.counts.failed === 1 ? '' : 's'} go back to pending with fresh attempts.`
+          ? ` ${batch.counts.failed} failed item${batch.counts.failed === 1 ? '' : 's'} go back to pending with fresh attempts` +
+            (unrun > 0 ? `, and the ${unrun} the batch left unrun run too.` : '.')
           : batch.status === 'cancelled'
             ? ' A cancelled batch is never redriven: cancel is for good. Start a new batch for its items.'
-            : ' Only a finished batch with failed items can be redriven.'
+            : ' Only a finished batch with failed items, or a failed one with unrun items, can be redriven.'
       }
     </span>
     ${' '}
