@@ -139,7 +139,7 @@ export function FinishedChart({ series }: { series: Series }) {
   }, []);
   const done = series.buckets.reduce((a, b) => a + b.done, 0);
   const failed = series.buckets.reduce((a, b) => a + b.failed, 0);
-  const summary = `Items finished per ${duration(series.bucketMs)}: ${done} done and ${failed} failed in ${series.buckets.length} intervals`;
+  const summary = `Items finished per ${duration(series.bucketMs)}: ${done} done and ${failed} failed in ${series.buckets.length} interval${series.buckets.length === 1 ? '' : 's'}`;
   return html`<figure class="chart">
     <div ref=${box} role="img" aria-label=${summary}></div>
     <figcaption>${summary}</figcaption>
