@@ -85,8 +85,12 @@ export class Completer {
     return this.meanStep;
   }
 
-  /** One statement: move every settled item and claim the producer's free room. */
-  async step(): Promise<void> {
+  /**
+   * One statement: move every settled item and claim the producer's free room; then, unless
+   * `startQueued` is false (the flusher starts them itself while the next statement travels),
+   * start queued items on free slots.
+   */
+  async step({ startQueued = true }: { startQueued?: boolean } = {}): Promise<void> {
     const ctx = this.ctx;
     const batch = this.settled;
     this.settled = [];
@@ -139,7 +143,7 @@ export class Completer {
     const done = batch.filter((b) => b.move.state === 'done').length;
     if (done > 0 && (await this.d.endIfCompleted(done))) return;
     if (claim > 0) this.d.claimed(r, claim, sentAt);
-    this.d.startQueued();
+    if (startQueued) this.d.startQueued();
   }
 
   /**

@@ -14,7 +14,7 @@ import type { RateGate } from '../rate-gate.js';
 import { withTimeout } from '../../store/timeout.js';
 import { StoreFailure, type RunContext } from './context.js';
 import { givenBack } from './settled.js';
-import { CLAIM_AHEAD_HORIZON_MS, CLAIM_AHEAD_MS, type Settled } from './types.js';
+import { CLAIM_AHEAD_HORIZON_MS, CLAIM_AHEAD_MS, QUICK_ATTEMPT_MS, type Settled } from './types.js';
 
 /** A claimed item waiting in the run's queue: start it at `startAt` (local clock; 0: at once). */
 interface Queued {
@@ -215,16 +215,29 @@ export class Producer {
    * (`parallel × (horizon + 2 × round trip) / mean`), so the slots stay busy while the flusher
    * lingers and its statement travels, and a run holds no item it would not start soon.
    * Not deepened before an attempt settled, nor with a rate gate or a pool (items would wait
-   * there for a token or a permit). Attempts under a millisecond deepen to the cap: a run of them
-   * is bound by its statements, and each then moves and claims more.
+   * there for a token or a permit). Attempts under a millisecond ({@link quick}) hold twice the
+   * cap (`2 × (parallel + maxQueueDepth)` in all): a run of them is bound by its statements, each
+   * statement is sent before the items the last one claimed start (run.ts, the flusher), and the
+   * run then holds those items and room for the next claim of as many.
    */
   private depth(): number {
     const s = this.ctx.s;
     if (s.maxQueueDepth <= s.queueDepth || this.gate || this.pool) return s.queueDepth;
     const mean = this.d.meanMs();
     if (!(mean > 0)) return s.queueDepth;
+    if (mean < QUICK_ATTEMPT_MS) return 2 * s.maxQueueDepth + s.parallel;
     const horizon = CLAIM_AHEAD_HORIZON_MS + 2 * this.d.stepMs();
     return Math.min(s.maxQueueDepth, Math.max(s.queueDepth, Math.ceil((s.parallel * horizon) / mean)));
+  }
+
+  /**
+   * Whether the run's attempts are quick: under {@link QUICK_ATTEMPT_MS} on average (once one
+   * settled). Then its statements are its cost, and the flusher sends each before the items the
+   * last one claimed start (docs/design.md, "The pipelined run").
+   */
+  quick(): boolean {
+    const mean = this.d.meanMs();
+    return mean > 0 && mean < QUICK_ATTEMPT_MS;
   }
 
   /** Claims that fit: free room in the local queue while the store may hold due items. */

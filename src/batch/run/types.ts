@@ -151,3 +151,10 @@ export const CLAIM_AHEAD_HORIZON_MS = 100;
  * slots' work; longer attempts are bounded by the horizon (at 2 ms round trips, from 26 ms on).
  */
 export const MAX_QUEUE_DEPTH_PER_SLOT = 4;
+
+/**
+ * A run's mean attempt under this is quick, ms of real time: its queue holds twice the cap, and
+ * each statement is sent before the items the last one claimed start (docs/design.md, "The
+ * pipelined run").
+ */
+export const QUICK_ATTEMPT_MS = 1;
