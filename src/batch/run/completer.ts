@@ -90,7 +90,7 @@ export class Completer {
    * `startQueued` is false (the flusher starts them itself while the next statement travels),
    * start queued items on free slots.
    */
-  async step({ startQueued = true }: { startQueued?: boolean } = {}): Promise<void> {
+  async step(startQueued = true): Promise<void> {
     const ctx = this.ctx;
     const batch = this.settled;
     this.settled = [];

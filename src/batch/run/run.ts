@@ -288,30 +288,27 @@ export class Run {
       // "Waiting items: callbacks and sleeps").
       if (this.sleeps.anyDue()) await this.sleeps.wake();
       if (ctx.reason) return undefined;
-      if (producer.quick() && (this.completer.pending() || producer.room() > 0)) {
-        // Quick attempts: the statement goes first, with the moves of the items settled while
-        // the last one travelled and a claim for the room, and the items the last one claimed
-        // run while it travels (docs/design.md, "The pipelined run": statement first). Still
-        // one statement in flight.
-        const stepping = this.completer.step({ startQueued: false });
-        // Awaited below; a failure before then is not left unhandled meanwhile.
-        stepping.catch(() => undefined);
-        // The driver writes the statement before the items take the event loop.
-        await new Promise<void>((resolve) => setImmediate(resolve));
-        if (!ctx.reason) producer.startQueued();
-        await stepping;
-        if (lifecycle.intolerable()) return 'failed';
-        if (lifecycle.completed()) return 'succeeded';
-        continue;
-      }
-      producer.startQueued();
-      if (this.completer.pending() || producer.room() > 0) {
-        // Let items settling in this turn land, so one statement carries them all.
-        await new Promise<void>((resolve) => setImmediate(resolve));
-        if (ctx.reason) return undefined;
-        if (this.completer.pending()) await this.linger();
-        if (ctx.reason) return undefined;
-        await this.completer.step();
+      const stepNow = this.completer.pending() || producer.room() > 0;
+      // Quick attempts: the statement goes first, with the moves of the items settled while the
+      // last one travelled and a claim for the room, and the items the last one claimed start
+      // after it, to run while it travels (docs/design.md, "The pipelined run": statement
+      // first). Still one statement in flight.
+      const first = stepNow && producer.quick();
+      if (!first) producer.startQueued();
+      if (stepNow) {
+        if (first) {
+          // The queued items start once the driver wrote the statement (a later phase of the
+          // event loop), while it travels.
+          setImmediate(() => ctx.reason || producer.startQueued());
+          await this.completer.step(false);
+        } else {
+          // Let items settling in this turn land, so one statement carries them all.
+          await new Promise<void>((resolve) => setImmediate(resolve));
+          if (ctx.reason) return undefined;
+          if (this.completer.pending()) await this.linger();
+          if (ctx.reason) return undefined;
+          await this.completer.step();
+        }
         if (lifecycle.intolerable()) return 'failed';
         if (lifecycle.completed()) return 'succeeded';
         continue;

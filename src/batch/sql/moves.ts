@@ -213,6 +213,18 @@ export function stepCall(sql: Sql, a: StepArgs) {
  * The move + claim statement as a fragment (the plan test reads its plan with EXPLAIN). Migration
  * 043's `leasehold_step` is the same statement as a function: a change here is a change there.
  */
+// How it reads (the comments are here, not in the statement's text: every cold start loads that
+// text, and every connection sends it to the server):
+// - `picked`: the batch, the window and the claim size are subqueries, which no plan folds to
+//   constants: a custom plan estimates the pick as the generic plan does, so the plan cache keeps
+//   the generic one (made once per connection, after five custom ones) instead of planning every
+//   call anew (docs/design.md, "The database in production").
+// - `claimed`: the picked rows are locked, so their ctids stay theirs: a Tid Scan, never a walk
+//   of the batch.
+// - `claimed` of the answer: items come back in the order they start, by due time, ties by key
+//   (an unstable sort of equal due times started a later key first now and then).
+// - `next_due_ms`: the first entry of the pending index past the window (min() let a planner that
+//   thought the batch small read every pending item).
 export function stepStatement(sql: Sql, a: StepArgs) {
   return sql`with own as (
       ${ownMoving(sql, a.run, a.settled ?? 0, a.beat ?? false)}
@@ -221,10 +233,6 @@ export function stepStatement(sql: Sql, a: StepArgs) {
     ), moved as (
       ${moved(sql, a.batchId, a.run, a.moves)}
     ), picked as (
-      -- The batch, the window and the claim size as subqueries, which no plan folds to
-      -- constants: a custom plan estimates the pick as the generic plan does, so the plan cache
-      -- keeps the generic one (made once per connection, after five custom ones) instead of
-      -- planning every call anew (docs/design.md, "The database in production").
       select ctid from leasehold_items
       where batch_id = (select ${a.batchId}::uuid) and state = 'pending' and exists (select 1 from own)
         and run_after <= now() + make_interval(secs => (select ${a.aheadMs} / 1000.0))
@@ -232,22 +240,17 @@ export function stepStatement(sql: Sql, a: StepArgs) {
       limit (select ${a.claim}::int)
       for update skip locked
     ), claimed as (
-      -- The picked rows are locked, so their ctids stay theirs: a Tid Scan, never a walk of the batch.
       update leasehold_items i
       set state = 'running', attempts = i.attempts + 1, run_id = ${a.run}, updated_at = now()
       where i.ctid = any(array(select ctid from picked))
       returning i.key, i.input, i.attempts, i.waits, i.run_after, i.checkpoint, i.woke
     )
     select (select count(*) from moved)::int as moved,
-      -- Items come back in the order they start: by due time, ties by key (an unstable sort of
-      -- equal due times started a later key first now and then).
       (select json_agg(json_build_object('key', key, 'input', input, 'attempts', attempts, 'waits', waits,
           'due_in_ms', greatest(0, extract(epoch from run_after - now()) * 1000), 'checkpoint', checkpoint,
           'woke', woke)
           order by run_after, key)
         from claimed) as claimed,
-      -- The first entry of the pending index past the window (min() let a planner that thought
-      -- the batch small read every pending item).
       (select extract(epoch from run_after - now()) * 1000 from leasehold_items
         where batch_id = (select ${a.batchId}::uuid) and state = 'pending'
           and run_after > now() + make_interval(secs => (select ${a.aheadMs} / 1000.0))
