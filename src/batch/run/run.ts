@@ -289,11 +289,11 @@ export class Run {
       if (this.sleeps.anyDue()) await this.sleeps.wake();
       if (ctx.reason) return undefined;
       const stepNow = this.completer.pending() || producer.room() > 0;
-      // Quick attempts: the statement goes first, with the moves of the items settled while the
-      // last one travelled and a claim for the room, and the items the last one claimed start
-      // after it, to run while it travels (docs/design.md, "The pipelined run": statement
-      // first). Still one statement in flight.
-      const first = stepNow && producer.quick();
+      // Quick attempts with items queued: the statement goes first, with the moves of the items
+      // settled while the last one travelled and a claim for the room, and the queued items (the
+      // last one's claim) start after it, to run while it travels (docs/design.md, "The
+      // pipelined run": statement first). Still one statement in flight.
+      const first = stepNow && producer.quick() && producer.queued() > 0;
       if (!first) producer.startQueued();
       if (stepNow) {
         if (first) {
