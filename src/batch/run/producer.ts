@@ -231,13 +231,16 @@ export class Producer {
   }
 
   /**
-   * Whether the run's attempts are quick: under {@link QUICK_ATTEMPT_MS} on average (once one
-   * settled). Then its statements are its cost, and the flusher sends each before the items the
-   * last one claimed start (docs/design.md, "The pipelined run").
+   * Whether the flusher sends each statement before the items the last one claimed start
+   * (docs/design.md, "The pipelined run"): the run's attempts are quick, under
+   * {@link QUICK_ATTEMPT_MS} on average (once one settled), so its statements are its cost; and
+   * no move can end its batch early (no `minSucceeded`, no `toleratedFailures`), since those
+   * items run before the statement's answer says whether the batch ended.
    */
   quick(): boolean {
     const mean = this.d.meanMs();
-    return mean > 0 && mean < QUICK_ATTEMPT_MS;
+    const b = this.ctx.batch;
+    return mean > 0 && mean < QUICK_ATTEMPT_MS && b.minSucceeded == null && b.toleratedFailures == null;
   }
 
   /** Claims that fit: free room in the local queue while the store may hold due items. */
@@ -321,6 +324,9 @@ export class Producer {
    * are too old to keep the batch (the next good beat starts them).
    */
   startQueued(): void {
+    // A run that ended starts nothing (a slot freed by an aborted item, or the flusher's start
+    // scheduled before a store failure ended the run).
+    if (this.ctx.ended) return;
     if (this.ctx.reason || this.queue.length === 0 || !this.d.beatValid() || this.d.doomed()) {
       // Nothing starts: free permits go back.
       this.pool?.sync(new Map());
