@@ -77,7 +77,7 @@ export interface RedriveResult {
  * @throws {BatchCancelledError} the batch was cancelled.
  * @throws {BatchExpiredError} retention has begun to delete the batch's items.
  * @throws {SourceFailedError} the batch ended because its source could not be read.
- * @throws {NothingToRedriveError} the batch finished without a failed item, and without unfinished ones or `succeeded`.
+ * @throws {NothingToRedriveError} the batch has no failed item, and it succeeded or its end left no unfinished item.
  * @throws {TooManyBatchesError} its datasource already has `maxOpen` open batches.
  */
 export async function redriveBatch(sql: Sql, id: string, options: RedriveOptions = {}): Promise<RedriveResult> {

@@ -215,10 +215,10 @@ export class Producer {
    * (`parallel × (horizon + 2 × round trip) / mean`), so the slots stay busy while the flusher
    * lingers and its statement travels, and a run holds no item it would not start soon.
    * Not deepened before an attempt settled, nor with a rate gate or a pool (items would wait
-   * there for a token or a permit). Attempts under a millisecond ({@link quick}) hold twice the
-   * cap (`2 × (parallel + maxQueueDepth)` in all): a run of them is bound by its statements, each
-   * statement is sent before the items the last one claimed start (run.ts, the flusher), and the
-   * run then holds those items and room for the next claim of as many.
+   * there for a token or a permit). Attempts under {@link QUICK_ATTEMPT_MS} hold twice the cap
+   * (`2 × (parallel + maxQueueDepth)` in all): a run of them is bound by its statements, each
+   * statement is sent before the items the last one claimed start ({@link quick}; run.ts, the
+   * flusher), and the run then holds those items and room for the next claim of as many.
    */
   private depth(): number {
     const s = this.ctx.s;
