@@ -15,6 +15,7 @@ import { randomUUID } from 'node:crypto';
 import postgres, { type PendingQuery, type Row } from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { permitsStatement } from '../../src/batch/sql/pools.js';
+import { unfinishedStatement } from '../../src/batch/sql/redrives.js';
 import {
   beatStatement,
   doneSeenStatement,
@@ -329,6 +330,19 @@ const cases: Case[] = [
         },
         { total: 20, perKey: 10 },
       ),
+  },
+  // A redrive's count of a failed batch's unfinished items: its pending and running items through
+  // their partial indexes, its waits through their key (the fixture's batch holds its ITEMS pending
+  // and RUNNING running; the waiting batch its WAITING waits).
+  {
+    name: 'redrive: unfinished items',
+    bound: ITEMS + RUNNING,
+    statement: (sql, d) => unfinishedStatement(sql, d.batch),
+  },
+  {
+    name: 'redrive: unfinished items of a batch with waits',
+    bound: ITEMS + RUNNING + WAITING,
+    statement: (sql, d) => unfinishedStatement(sql, d.waiting),
   },
   // After an intolerable end, in its transaction: the items still running go back.
   {

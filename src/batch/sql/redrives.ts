@@ -16,15 +16,21 @@ export const UNFINISHED_COUNTED = 100_000;
 
 // Counts a finished batch's items its end left pending, running or waiting (a deadline or its
 // failures ended it first), up to UNFINISHED_COUNTED of each: each through its own index (the
-// pending and running items' partial indexes, the waits' primary key), never a walk of the batch.
-export async function countUnfinished(tx: Tx, batchId: string): Promise<number> {
-  const [r] = await tx<{ n: number }[]>`select
+// pending and running items' partial indexes, the waits' primary key), never a walk of the batch
+// (`test/store/plans.test.ts`, "redrive: unfinished items").
+export function unfinishedStatement(sql: Tx, batchId: string) {
+  return sql`select
       (select count(*) from (select 1 from leasehold_items where batch_id = ${batchId} and state = 'pending'
         limit ${UNFINISHED_COUNTED}) p)
       + (select count(*) from (select 1 from leasehold_items where batch_id = ${batchId} and state = 'running'
         limit ${UNFINISHED_COUNTED}) r)
       + (select count(*) from (select 1 from leasehold_waits where batch_id = ${batchId}
         limit ${UNFINISHED_COUNTED}) w) as n`;
+}
+
+/** {@link unfinishedStatement}'s count. */
+export async function countUnfinished(tx: Tx, batchId: string): Promise<number> {
+  const [r] = await tx<{ n: number }[]>`${unfinishedStatement(tx, batchId)}`;
   return Number(r.n);
 }
 

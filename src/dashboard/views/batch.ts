@@ -176,8 +176,8 @@ export function toleranceText(b: Batch): string {
 function RedriveButton({ batch, onDone }: { batch: Batch; onDone: () => void }) {
   const [busy, setBusy] = useState(false);
   const [note, setNote] = useState<{ ok: boolean; text: string }>();
-  // A failed batch's unrun items (its deadline, or its failures, ended it first) run with a redrive too.
-  const unrun = batch.status === 'failed' ? batch.counts.pending + batch.counts.running + batch.counts.waiting : 0;
+  // A failed batch's unrun items (the API's notRun: its deadline, or its failures, ended it first) run with a redrive too.
+  const unrun = batch.status === 'failed' ? (batch.notRun ?? 0) : 0;
   const can = (batch.status === 'succeeded' || batch.status === 'failed') && (batch.counts.failed > 0 || unrun > 0);
   const redrive = async () => {
     setBusy(true);
